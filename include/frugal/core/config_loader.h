@@ -1,0 +1,82 @@
+// Resolving a Config: built-in defaults < environment (FRUGAL_<SECTION>_<KEY>) < TOML file <
+// --set section.key=value. Every key is declared once in the schema (config_schema.cpp) with its
+// type, allowed values and help; the loader validates against it and remembers where each value
+// came from, so the resolved file says "# file demo.toml:12" or "# env FRUGAL_TRAIN_LR".
+//
+// Errors are ConfigError with the key, the value, what is allowed and the file and line.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "frugal/core/config.h"
+
+namespace frugal {
+
+using ConfigValue = std::variant<bool, int64_t, double, std::string>;
+
+enum class ValueType { kBool, kInt, kFloat, kString, kEnum };
+
+// One configuration key: the single source of truth for docs, env names, parsing and checks.
+struct KeySpec {
+  std::string key;                   // "train.lr"
+  ValueType type = ValueType::kString;
+  std::string help;                  // one line: meaning, unit, trade-off
+  std::optional<double> min;         // numbers: inclusive bounds
+  std::optional<double> max;
+  std::vector<std::string> choices;  // enums: the allowed spellings
+  std::function<ConfigValue(const Config&)> get;
+  std::function<void(Config&, const ConfigValue&)> set;
+  // Extra check beyond type/range/choices (e.g. the prefix of data.source). Returns an error
+  // text ("must be ...") or "" when the value is fine.
+  std::function<std::string(const ConfigValue&)> check;
+
+  std::string section() const { return key.substr(0, key.find('.')); }
+  std::string name() const { return key.substr(key.find('.') + 1); }
+  std::string env_name() const;      // FRUGAL_TRAIN_LR
+  std::string allowed() const;       // "a number in [0, 10]", "one of fp32, bf16"
+};
+
+// All keys, in documentation order.
+const std::vector<KeySpec>& config_schema();
+const KeySpec* find_key(const std::string& key);
+
+// Where a resolved value came from.
+struct ValueOrigin {
+  enum class Kind { kDefault, kEnv, kFile, kOverride } kind = Kind::kDefault;
+  std::string where;  // "FRUGAL_TRAIN_LR", "examples/demo.toml:12", "--set"
+  std::string describe() const;
+};
+
+struct ResolvedConfig {
+  Config config;
+  std::map<std::string, ValueOrigin> origins;  // by key
+
+  // The resolved config as TOML, each value followed by a comment naming its origin. Loading it
+  // back gives the same Config.
+  std::string to_toml() const;
+  // A short human table for the start of a run (non-default values marked).
+  std::string summary() const;
+};
+
+// The process environment as a map (tests pass their own).
+std::map<std::string, std::string> process_environment();
+
+// Resolves the configuration. `file` may be empty (no file). Throws ConfigError.
+ResolvedConfig resolve_config(const std::string& file, const std::vector<std::string>& overrides,
+                              const std::map<std::string, std::string>& env);
+
+// Cross-key checks (heads divide embd, ...). Called by resolve_config; exposed for tests.
+void validate_config(const Config& c);
+
+// docs/config.md, generated from the schema (`frugal config --markdown`).
+std::string config_reference_markdown();
+
+// Formats a value as TOML would write it.
+std::string format_value(const ConfigValue& v);
+
+}  // namespace frugal

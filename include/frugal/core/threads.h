@@ -1,0 +1,34 @@
+// Deliberate thread settings. LibTorch 1.13 defaults to hardware_concurrency()/2 intra-op threads
+// (1 on a 2-vCPU VM) and OpenBLAS keeps its own pool beside OpenMP's, so left alone a run is
+// either under-threaded or oversubscribed. frugal sets intra-op, inter-op and BLAS threads
+// itself and says what it chose.
+#pragma once
+
+#include <string>
+
+namespace frugal {
+
+struct ThreadPlan {
+  int intra_op = 1;        // at::set_num_threads
+  int blas = 1;            // openblas_set_num_threads (when OpenBLAS is the BLAS)
+  int physical_cores = 1;  // distinct (package, core) pairs in /sys
+  int logical_cpus = 1;    // CPUs this process may run on
+  std::string reason;      // one line for the log
+};
+
+int physical_core_count();
+int usable_cpu_count();
+
+// Chooses and applies thread counts; requested <= 0 means auto (physical cores, capped by the
+// CPUs this process may use).
+ThreadPlan apply_thread_plan(int requested);
+
+// BLAS facts: the shared object that provides sgemm_ (resolved through Debian alternatives), and
+// whether it is a tuned BLAS (OpenBLAS, BLIS, MKL) rather than the reference one.
+std::string blas_library();
+bool blas_is_optimized();
+// OpenBLAS's own pool size, or -1 when the BLAS is not OpenBLAS.
+int blas_threads();
+bool set_blas_threads(int n);
+
+}  // namespace frugal

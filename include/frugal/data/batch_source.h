@@ -1,0 +1,66 @@
+// Where training and validation batches come from. A BatchSource hands out micro-batches by
+// index; for the in-memory sources the batch of index i is a pure function of (seed, i), so a
+// resumed run draws exactly the batches the uninterrupted run would have.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "frugal/core/config.h"
+
+namespace frugal {
+
+struct Batch {
+  at::Tensor x;  // (B, T) int64 inputs
+  at::Tensor y;  // (B, T) int64 next-token targets
+};
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // Training micro-batch number `index` (counts every micro-batch drawn in the run).
+  virtual Batch train_batch(int64_t index) = 0;
+  // Validation batch number `index`; the same batches at every evaluation.
+  virtual Batch val_batch(int64_t index) = 0;
+  virtual std::string describe() const = 0;
+  virtual int64_t train_tokens() const = 0;
+  virtual int64_t val_tokens() const = 0;
+  // Cross-entropy (nats/token) of predicting validation tokens from training unigram
+  // frequencies: the loss a model that ignores context would reach. NaN when unknown.
+  virtual double unigram_baseline() const;
+};
+
+// Random windows of block+1 tokens over an in-memory token buffer.
+class WindowSource : public BatchSource {
+ public:
+  // REQUIRES: both splits hold more than block tokens (throws DataError naming `what` otherwise).
+  WindowSource(std::vector<int32_t> train, std::vector<int32_t> val, int64_t micro_batch,
+               int64_t block, uint64_t seed, std::string what);
+  Batch train_batch(int64_t index) override;
+  Batch val_batch(int64_t index) override;
+  std::string describe() const override { return what_; }
+  int64_t train_tokens() const override { return static_cast<int64_t>(train_.size()); }
+  int64_t val_tokens() const override { return static_cast<int64_t>(val_.size()); }
+  double unigram_baseline() const override;
+
+ private:
+  Batch windows(const std::vector<int32_t>& tokens, uint64_t stream);
+
+  std::vector<int32_t> train_, val_;
+  int64_t micro_batch_, block_;
+  uint64_t seed_;
+  std::string what_;
+};
+
+// Byte-level tokens of a string (vocabulary 256).
+std::vector<int32_t> byte_tokens(const std::string& text);
+std::string bytes_to_text(const std::vector<int64_t>& tokens);
+
+// Builds the source named by config.data.source. Throws ConfigError/DataError.
+std::unique_ptr<BatchSource> make_batch_source(const Config& config);
+
+}  // namespace frugal

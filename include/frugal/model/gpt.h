@@ -1,0 +1,93 @@
+// The reference GPT decoder: token + position embeddings, pre-LayerNorm blocks of causal
+// self-attention and a GELU MLP, a final LayerNorm and an output head tied to the token
+// embedding. Sized by ModelConfig. Also reports its parameter count and training FLOPs per token
+// (docs/model.md gives the formula), and decodes with a KV cache for `frugal sample`.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <functional>
+#include <vector>
+
+#include "frugal/core/config.h"
+
+namespace frugal {
+
+// Keys and values of one attention layer for the positions decoded so far.
+struct LayerKv {
+  at::Tensor k;  // (B, heads, T_cached, head_dim)
+  at::Tensor v;
+};
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const ModelConfig& c);
+  // x: (B, T, C). With `cache`, x holds only the new positions; keys/values are appended.
+  at::Tensor forward(const at::Tensor& x, LayerKv* cache = nullptr);
+
+ private:
+  int64_t heads_;
+  double dropout_;
+  torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
+  torch::nn::Dropout resid_drop_{nullptr};
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const ModelConfig& c);
+  at::Tensor forward(const at::Tensor& x, LayerKv* cache = nullptr);
+
+ private:
+  torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
+  CausalSelfAttention attn_{nullptr};
+  torch::nn::Linear fc_{nullptr}, fc_proj_{nullptr};
+  torch::nn::Dropout mlp_drop_{nullptr};
+};
+TORCH_MODULE(Block);
+
+class GptImpl : public torch::nn::Module {
+ public:
+  explicit GptImpl(const ModelConfig& c);
+
+  // idx: (B, T) int64 token ids, T <= block. Returns logits (B, T, vocab).
+  at::Tensor forward(const at::Tensor& idx);
+  // Mean cross-entropy of next-token prediction; logits are computed in fp32 for the loss.
+  at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets);
+
+  // Wraps each block's forward (activation checkpointing plugs in here). Identity by default.
+  using BlockRunner = std::function<at::Tensor(Block&, const at::Tensor&, size_t index)>;
+  void set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
+
+  // Greedy (temperature 0) or sampled continuation of `prompt` with a KV cache; stops after
+  // max_new tokens or when `stop` returns true for a generated token.
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new,
+                                double temperature, uint64_t seed,
+                                const std::function<bool(int64_t)>& stop = nullptr);
+
+  // Parameters with their state-dict names, in a stable order (safetensors keys).
+  std::vector<std::pair<std::string, at::Tensor>> named_parameter_list() const;
+  int64_t parameter_count() const;
+  // Training FLOPs per token: 6 * (matmul parameters, head included) + 12 * layers * block * embd.
+  double flops_per_token() const;
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  at::Tensor forward_cached(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache);
+
+  ModelConfig config_;
+  torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
+  torch::nn::Dropout drop_{nullptr};
+  std::vector<Block> blocks_;
+  torch::nn::LayerNorm ln_f_{nullptr};
+  BlockRunner block_runner_;
+};
+TORCH_MODULE(Gpt);
+
+}  // namespace frugal

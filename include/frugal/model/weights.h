@@ -1,0 +1,15 @@
+// Loading named parameters from a safetensors file, strictly: every parameter must be present
+// with the same shape, and the file must hold nothing else. Errors name the file, the tensor
+// and both shapes.
+#pragma once
+
+#include <string>
+
+#include "frugal/ckpt/safetensors.h"
+
+namespace frugal {
+
+// Copies tensors from `file` (read from `origin`) into `params` in place (dtype converted).
+void load_parameters(const NamedTensors& params, const SafetensorsFile& file, const std::string& origin);
+
+}  // namespace frugal

@@ -1,0 +1,30 @@
+// Terminal output shared by the progress display and log lines. On a TTY a status line is
+// redrawn in place and log lines print above it; otherwise only log lines are printed, plainly.
+// Thread-safe.
+#pragma once
+
+#include <string>
+
+namespace frugal {
+
+class Console {
+ public:
+  static Console& get();
+  bool is_tty() const { return tty_; }
+  void set_quiet(bool q) { quiet_ = q; }
+  bool quiet() const { return quiet_; }
+  // A permanent line (ends with a newline).
+  void line(const std::string& text);
+  // The transient status line (TTY only; ignored otherwise).
+  void status(const std::string& text);
+  // Ends the status line so later output starts on a fresh line.
+  void finish_status();
+
+ private:
+  Console();
+  bool tty_;
+  bool quiet_ = false;
+  bool status_shown_ = false;
+};
+
+}  // namespace frugal

@@ -1,0 +1,28 @@
+// `frugal doctor`: what this machine and this LibTorch build can do, measured. Reports versions,
+// CPU features (AVX-512 BF16), CUDA, thread settings, the BLAS in use (and a loud warning when it
+// is the slow reference BLAS), fp32 and bf16 matmul GFLOP/s, a thread-count comparison that
+// exposes oversubscription, and free disk.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace frugal {
+
+struct DoctorOptions {
+  double seconds_per_probe = 0.3;  // time budget of each measurement
+  std::string disk_path = ".";     // where free space is reported
+};
+
+struct DoctorReport {
+  nlohmann::ordered_json facts;
+  std::vector<std::string> warnings;  // each says what is wrong and the fix
+};
+
+DoctorReport run_doctor(const DoctorOptions& options);
+
+// Measured dense matmul throughput (n x n x n) in GFLOP/s for a dtype, over ~seconds.
+double measure_matmul_gflops(int64_t n, bool bf16, double seconds);
+
+}  // namespace frugal

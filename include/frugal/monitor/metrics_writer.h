@@ -1,0 +1,31 @@
+// Writes runs/<name>/metrics.jsonl: one JSON object per logged step and per evaluation.
+//   {"event":"step","step":10,"loss":2.31,"lr":0.0006,"grad_norm":0.9,"tokens_per_s":5123,
+//    "step_s":0.38,"elapsed_s":4.1,"tokens":20480}
+//   {"event":"eval","step":250,"val_loss":1.02,"best_val_loss":1.02,"eval_s":0.3}
+// Lines are flushed as written, so a crash loses at most the line being written.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "frugal/train/callback.h"
+
+namespace frugal {
+
+class MetricsWriter : public Callback {
+ public:
+  explicit MetricsWriter(std::string path);
+  ~MetricsWriter() override;
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  void on_step_end(const StepMetrics& m, Control& control) override;
+  void on_eval_end(const EvalMetrics& m, Control& control) override;
+
+ private:
+  void write(const std::string& line);
+  std::string path_;
+  std::FILE* f_ = nullptr;
+};
+
+}  // namespace frugal

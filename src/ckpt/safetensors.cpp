@@ -1,0 +1,169 @@
+// safetensors encode/decode; see safetensors.h and docs/formats/safetensors.md.
+#include "frugal/ckpt/safetensors.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/errors.h"
+
+namespace frugal {
+namespace {
+
+struct DtypeName {
+  c10::ScalarType type;
+  const char* name;
+};
+constexpr DtypeName kDtypes[] = {
+    {c10::ScalarType::Double, "F64"}, {c10::ScalarType::Float, "F32"},
+    {c10::ScalarType::Half, "F16"},   {c10::ScalarType::BFloat16, "BF16"},
+    {c10::ScalarType::Long, "I64"},   {c10::ScalarType::Int, "I32"},
+    {c10::ScalarType::Short, "I16"},  {c10::ScalarType::Char, "I8"},
+    {c10::ScalarType::Byte, "U8"},    {c10::ScalarType::Bool, "BOOL"},
+};
+
+const char* dtype_name(c10::ScalarType t) {
+  for (const auto& d : kDtypes)
+    if (d.type == t) return d.name;
+  throw CheckpointError(fmt::format("safetensors: dtype {} has no safetensors name", c10::toString(t)));
+}
+
+bool dtype_from_name(const std::string& n, c10::ScalarType* out) {
+  for (const auto& d : kDtypes) {
+    if (n == d.name) {
+      *out = d.type;
+      return true;
+    }
+  }
+  return false;
+}
+
+void put_u64_le(std::string& s, uint64_t v) {
+  for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint64_t get_u64_le(const std::string& s) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(s[i])) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+const at::Tensor* SafetensorsFile::find(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+std::string encode_safetensors(const NamedTensors& tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<at::Tensor> cpu;
+  cpu.reserve(tensors.size());
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    if (name == "__metadata__" || header.contains(name))
+      throw CheckpointError(fmt::format("safetensors: duplicate or reserved tensor name '{}'", name));
+    at::Tensor c = t.detach().to(at::kCPU).contiguous();
+    uint64_t bytes = c.numel() * c.element_size();
+    header[name] = {{"dtype", dtype_name(c.scalar_type())},
+                    {"shape", c.sizes().vec()},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+    cpu.push_back(std::move(c));
+  }
+  std::string json = header.dump();
+  while (json.size() % 8 != 0) json.push_back(' ');  // align the data to 8 bytes, as the spec advises
+  std::string out;
+  out.reserve(8 + json.size() + offset);
+  put_u64_le(out, json.size());
+  out += json;
+  for (const auto& c : cpu) {
+    // x86 and the CUDA hosts we target are little-endian, which is what the format stores.
+    out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+  }
+  return out;
+}
+
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  write_file_atomic(path, encode_safetensors(tensors, metadata));
+}
+
+SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& origin) {
+  auto fail = [&](const std::string& why) -> CheckpointError {
+    return CheckpointError(fmt::format("{}: not a valid safetensors file: {}", origin, why));
+  };
+  if (bytes.size() < 8) throw fail(fmt::format("{} bytes, shorter than the 8-byte header length", bytes.size()));
+  uint64_t n = get_u64_le(bytes);
+  if (n > 100'000'000 || 8 + n > bytes.size())
+    throw fail(fmt::format("header length {} does not fit in the file's {} bytes", n, bytes.size()));
+  nlohmann::ordered_json header;
+  try {
+    header = nlohmann::ordered_json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
+  } catch (const nlohmann::json::exception& e) {
+    throw fail(std::string("header is not JSON: ") + e.what());
+  }
+  if (!header.is_object()) throw fail("header is not a JSON object");
+  const uint64_t data_start = 8 + n;
+  const uint64_t data_size = bytes.size() - data_start;
+  SafetensorsFile out;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string()) throw fail("__metadata__ values must be strings");
+        out.metadata[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    const auto& e = *it;
+    c10::ScalarType dtype;
+    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() ||
+        !dtype_from_name(e["dtype"].get<std::string>(), &dtype))
+      throw fail(fmt::format("tensor '{}' has a missing or unsupported dtype", it.key()));
+    if (!e.contains("shape") || !e["shape"].is_array() || !e.contains("data_offsets") ||
+        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
+      throw fail(fmt::format("tensor '{}' lacks shape or data_offsets", it.key()));
+    std::vector<int64_t> shape;
+    uint64_t numel = 1;
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_unsigned()) throw fail(fmt::format("tensor '{}' has a bad shape", it.key()));
+      shape.push_back(d.get<int64_t>());
+      numel *= d.get<uint64_t>();
+    }
+    uint64_t begin = e["data_offsets"][0].get<uint64_t>();
+    uint64_t end = e["data_offsets"][1].get<uint64_t>();
+    uint64_t want = numel * c10::elementSize(dtype);
+    if (begin > end || end > data_size)
+      throw fail(fmt::format("tensor '{}' data [{}, {}) lies outside the {} data bytes (truncated?)",
+                             it.key(), begin, end, data_size));
+    if (end - begin != want)
+      throw fail(fmt::format("tensor '{}' has {} bytes but its shape needs {}", it.key(), end - begin, want));
+    ranges.emplace_back(begin, end);
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype));
+    if (want > 0) std::memcpy(t.data_ptr(), bytes.data() + data_start + begin, want);
+    out.tensors.emplace_back(it.key(), std::move(t));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second) throw fail("tensor data ranges overlap");
+  return out;
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  std::string bytes;
+  try {
+    bytes = read_file(path);
+  } catch (const IoError& e) {
+    throw CheckpointError(e.what());
+  }
+  return decode_safetensors(bytes, path);
+}
+
+}  // namespace frugal

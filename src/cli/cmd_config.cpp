@@ -1,0 +1,50 @@
+// `frugal config [--list] [CONFIG] [--set ...]`: print every key, or the resolved configuration.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/commands.h"
+#include "frugal/core/config_loader.h"
+
+namespace frugal::cli {
+
+namespace {
+struct ConfigArgs {
+  bool list = false;
+  bool markdown = false;
+  std::string config;
+  std::vector<std::string> sets;
+};
+}  // namespace
+
+void add_config_command(CLI::App& app, Run* run) {
+  auto args = std::make_shared<ConfigArgs>();
+  auto* cmd = app.add_subcommand(
+      "config",
+      "Print the resolved configuration as TOML (defaults < FRUGAL_* env < CONFIG < --set), each "
+      "value with its origin; or, with --list, every key with its default, range and variable.");
+  cmd->add_flag("--list", args->list, "list every key: default, allowed values, env variable, help");
+  cmd->add_flag("--markdown", args->markdown, "print the key reference as Markdown (docs/config.md)");
+  cmd->add_option("config", args->config, "TOML config file")->check(CLI::ExistingFile);
+  cmd->add_option("--set", args->sets, "override one key (repeatable)")->type_name("KEY=VALUE");
+  cmd->callback([args, run] {
+    *run = [args] {
+      if (args->markdown) {
+        fmt::print("{}", config_reference_markdown());
+        return 0;
+      }
+      if (args->list) {
+        Config defaults;
+        for (const auto& k : config_schema()) {
+          fmt::print("{}\n    default {}; {}; env {}\n    {}\n", k.key,
+                     format_value(k.get(defaults)), k.allowed(), k.env_name(), k.help);
+        }
+        return 0;
+      }
+      fmt::print("{}", resolve_config(args->config, args->sets, process_environment()).to_toml());
+      return 0;
+    };
+  });
+}
+
+}  // namespace frugal::cli

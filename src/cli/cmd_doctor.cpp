@@ -1,0 +1,68 @@
+// `frugal doctor [--json]`: versions, CPU/GPU features, threads, BLAS, measured matmul speed.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/commands.h"
+#include "frugal/monitor/doctor.h"
+
+namespace frugal::cli {
+
+namespace {
+struct DoctorArgs {
+  bool json = false;
+  double seconds = 0.3;
+};
+
+int run_doctor_cmd(const DoctorArgs& a) {
+  DoctorOptions o;
+  o.seconds_per_probe = a.seconds;
+  DoctorReport r = run_doctor(o);
+  if (a.json) {
+    nlohmann::ordered_json j = r.facts;
+    j["warnings"] = r.warnings;
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  const auto& f = r.facts;
+  auto b = [](bool x) { return x ? "yes" : "no"; };
+  fmt::print("frugal {} on LibTorch {} ({} parallel backend)\n", f["frugal_version"].get<std::string>(),
+             f["torch_version"].get<std::string>(), f["parallel_backend"].get<std::string>());
+  fmt::print("cpu          {} | {} logical CPUs, {} physical cores\n", f["cpu"].get<std::string>(),
+             f["logical_cpus"].get<int>(), f["physical_cores"].get<int>());
+  fmt::print("features     AVX-512 {} | AVX-512 BF16 {} | AMX-BF16 {} | CUDA {} ({} devices)\n",
+             b(f["avx512f"]), b(f["avx512_bf16"]), b(f["amx_bf16"]), b(f["cuda_available"]),
+             f["cuda_devices"].get<int>());
+  fmt::print("BLAS         {} ({})\n", f["blas_library"].get<std::string>(),
+             f["blas_optimized"].get<bool>() ? "tuned" : "REFERENCE - slow");
+  fmt::print("threads      LibTorch default {}, OpenBLAS default {}; frugal uses {} for both\n",
+             f["threads_libtorch_default"].get<int>(), f["threads_blas_default"].get<int>(),
+             f["threads_frugal"].get<int>());
+  fmt::print("fp32 step    {:.1f} ms with frugal's threads, {:.1f} ms with 1 thread", f["mlp_step_ms_planned"].get<double>(),
+             f["mlp_step_ms_one_thread"].get<double>());
+  if (f.contains("mlp_step_ms_blas_oversubscribed"))
+    fmt::print(", {:.1f} ms oversubscribed", f["mlp_step_ms_blas_oversubscribed"].get<double>());
+  fmt::print("  -> recommended threads {}\n", f["threads_recommended"].get<int>());
+  fmt::print("matmul       fp32 {:.0f} GFLOP/s | bf16 {:.0f} GFLOP/s | bf16/fp32 {:.2f}x\n",
+             f["matmul_fp32_gflops"].get<double>(), f["matmul_bf16_gflops"].get<double>(),
+             f["bf16_speedup"].get<double>());
+  if (f.contains("disk_free_gb")) fmt::print("disk         {:.1f} GB free here\n", f["disk_free_gb"].get<double>());
+  for (const auto& w : r.warnings) fmt::print("\nWARNING: {}\n", w);
+  if (r.warnings.empty()) fmt::print("\nno problems found\n");
+  return 0;
+}
+}  // namespace
+
+void add_doctor_command(CLI::App& app, Run* run) {
+  auto args = std::make_shared<DoctorArgs>();
+  auto* cmd = app.add_subcommand(
+      "doctor",
+      "Check this machine: LibTorch build, CPU features, CUDA, BLAS (warns about the slow "
+      "reference BLAS), thread oversubscription, measured fp32/bf16 matmul GFLOP/s, free disk.");
+  cmd->add_flag("--json", args->json, "print the facts as JSON");
+  cmd->add_option("--seconds", args->seconds, "time budget per measurement")
+      ->check(CLI::Range(0.05, 10.0))->capture_default_str();
+  cmd->callback([args, run] { *run = [args] { return run_doctor_cmd(*args); }; });
+}
+
+}  // namespace frugal::cli

@@ -1,0 +1,19 @@
+// Subcommands of the `frugal` tool. Each add_*_command registers its options on the app and sets
+// *run to the function main() calls after a successful parse. Commands throw frugal errors;
+// main() maps them to exit codes (errors.h).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace frugal::cli {
+
+using Run = std::function<int()>;
+
+void add_train_command(CLI::App& app, Run* run);
+void add_sample_command(CLI::App& app, Run* run);
+void add_doctor_command(CLI::App& app, Run* run);
+void add_config_command(CLI::App& app, Run* run);
+
+}  // namespace frugal::cli

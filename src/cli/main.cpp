@@ -1,0 +1,51 @@
+// `frugal`: parse the command line, run one subcommand, map errors to exit codes.
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "frugal/core/errors.h"
+#include "frugal/core/omp_env.h"
+#include "frugal/monitor/console.h"
+
+int main(int argc, char** argv) {
+  using namespace frugal;
+  ensure_passive_openmp(argv);
+  CLI::App app{
+      "frugal: cheaper deep-learning training. Every cost lever is one config switch, measured.\n"
+      "Exit codes: 0 done, 2 bad input, 3 stopped by a guard, 75 preempted (resumable)."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", FRUGAL_VERSION);
+  cli::Run run;
+  cli::add_train_command(app, &run);
+  cli::add_sample_command(app, &run);
+  cli::add_doctor_command(app, &run);
+  cli::add_config_command(app, &run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kExitBadInput;
+  }
+  auto fail = [](const char* kind, const std::string& what, int code) {
+    Console::get().finish_status();
+    std::fprintf(stderr, "frugal: %s: %s\n", kind, what.c_str());
+    return code;
+  };
+  try {
+    return run();
+  } catch (const ConfigError& e) {
+    return fail("config error", e.what(), kExitBadInput);
+  } catch (const DataError& e) {
+    return fail("data error", e.what(), kExitBadInput);
+  } catch (const GuardStop& e) {
+    return fail("stopped", e.what(), kExitGuard);
+  } catch (const c10::Error& e) {
+    return fail("error", e.what_without_backtrace(), kExitFailure);
+  } catch (const std::exception& e) {
+    return fail("error", e.what(), kExitFailure);
+  }
+}

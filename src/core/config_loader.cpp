@@ -1,0 +1,339 @@
+// Resolves a Config from defaults, environment, a TOML file and --set overrides (see the header).
+// toml++ trips a GCC 12 -Warray-bounds false positive in its inline table storage.
+#pragma GCC diagnostic ignored "-Warray-bounds"
+#define TOML_HEADER_ONLY 1
+#define TOML_EXCEPTIONS 1
+#include <toml++/toml.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "frugal/core/config_loader.h"
+#include "frugal/core/errors.h"
+
+extern char** environ;
+
+namespace frugal {
+namespace {
+
+const char* type_name(ValueType t) {
+  switch (t) {
+    case ValueType::kBool: return "a boolean";
+    case ValueType::kInt: return "an integer";
+    case ValueType::kFloat: return "a number";
+    case ValueType::kString: return "a string";
+    case ValueType::kEnum: return "a string";
+  }
+  return "?";
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string suggestion(const std::string& key) {
+  const KeySpec* best = nullptr;
+  size_t best_d = 4;
+  for (const auto& k : config_schema()) {
+    size_t d = std::min(edit_distance(key, k.key), edit_distance(key, k.name()) + 1);
+    if (d < best_d) best_d = d, best = &k;
+  }
+  return best ? fmt::format("; did you mean '{}'?", best->key) : "";
+}
+
+[[noreturn]] void unknown_key(const std::string& key, const std::string& where) {
+  throw ConfigError(fmt::format(
+      "unknown config key '{}' ({}){}\n  hint: `frugal config --list` prints every key", key,
+      where, suggestion(key)));
+}
+
+[[noreturn]] void bad_value(const KeySpec& k, const std::string& shown, const std::string& where,
+                            const std::string& why) {
+  throw ConfigError(fmt::format("config key {} = {} ({}): {}; allowed: {}", k.key, shown, where,
+                                why, k.allowed()));
+}
+
+// Checks range, choices and the custom check; throws with the origin on failure.
+void check_value(const KeySpec& k, const ConfigValue& v, const std::string& where) {
+  const std::string shown = format_value(v);
+  if (k.type == ValueType::kInt || k.type == ValueType::kFloat) {
+    double x = k.type == ValueType::kInt ? static_cast<double>(std::get<int64_t>(v))
+                                         : std::get<double>(v);
+    if (!std::isfinite(x) || x < *k.min || x > *k.max) bad_value(k, shown, where, "out of range");
+  }
+  if (k.type == ValueType::kEnum) {
+    const auto& s = std::get<std::string>(v);
+    if (std::find(k.choices.begin(), k.choices.end(), s) == k.choices.end())
+      bad_value(k, shown, where, "not a known choice");
+  }
+  if (k.check) {
+    std::string why = k.check(v);
+    if (!why.empty()) bad_value(k, shown, where, why);
+  }
+}
+
+// Parses the text of an environment variable or a --set value for key k.
+ConfigValue parse_text(const KeySpec& k, std::string text, const std::string& where) {
+  auto fail = [&](const char* what) {
+    throw ConfigError(fmt::format("config key {} = '{}' ({}): {}; allowed: {}", k.key, text, where,
+                                  what, k.allowed()));
+  };
+  switch (k.type) {
+    case ValueType::kBool: {
+      std::string t = text;
+      std::transform(t.begin(), t.end(), t.begin(), ::tolower);
+      if (t == "true" || t == "1" || t == "yes" || t == "on") return true;
+      if (t == "false" || t == "0" || t == "no" || t == "off") return false;
+      fail("not a boolean");
+      break;
+    }
+    case ValueType::kInt: {
+      errno = 0;
+      char* end = nullptr;
+      long long x = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || errno == ERANGE) fail("not an integer");
+      return static_cast<int64_t>(x);
+    }
+    case ValueType::kFloat: {
+      char* end = nullptr;
+      double x = std::strtod(text.c_str(), &end);
+      if (text.empty() || *end != '\0') fail("not a number");
+      return x;
+    }
+    case ValueType::kString:
+    case ValueType::kEnum:
+      if (text.size() >= 2 && text.front() == '"' && text.back() == '"')
+        text = text.substr(1, text.size() - 2);
+      return text;
+  }
+  fail("unsupported");
+  return {};
+}
+
+// Converts a TOML node for key k; throws naming the file and line on a type mismatch.
+ConfigValue from_toml(const KeySpec& k, const toml::node& node, const std::string& where) {
+  switch (k.type) {
+    case ValueType::kBool:
+      if (auto b = node.value_exact<bool>()) return *b;
+      break;
+    case ValueType::kInt:
+      if (auto i = node.value_exact<int64_t>()) return *i;
+      if (auto d = node.value_exact<double>(); d && std::floor(*d) == *d && std::fabs(*d) < 9e15)
+        return static_cast<int64_t>(*d);
+      break;
+    case ValueType::kFloat:
+      if (auto d = node.value_exact<double>()) return *d;
+      if (auto i = node.value_exact<int64_t>()) return static_cast<double>(*i);
+      break;
+    case ValueType::kString:
+    case ValueType::kEnum:
+      if (auto s = node.value_exact<std::string>()) return *s;
+      break;
+  }
+  std::ostringstream shown, got;
+  node.visit([&](const auto& n) { shown << n; });
+  got << node.type();
+  throw ConfigError(fmt::format("config key {} = {} ({}): expected {}, got {}; allowed: {}", k.key,
+                                shown.str(), where, type_name(k.type), got.str(), k.allowed()));
+}
+
+std::string section_suggestion(const std::string& section) {
+  std::string best;
+  size_t best_d = 3;
+  for (const auto& k : config_schema()) {
+    size_t d = edit_distance(section, k.section());
+    if (d < best_d) best_d = d, best = k.section();
+  }
+  return best.empty() ? "" : fmt::format("; did you mean [{}]?", best);
+}
+
+bool known_section(const std::string& s) {
+  for (const auto& k : config_schema())
+    if (k.section() == s) return true;
+  return false;
+}
+
+void apply_env(ResolvedConfig& rc, const std::map<std::string, std::string>& env) {
+  // Every FRUGAL_<SECTION>_* variable must name a key, so a typo is not silently ignored.
+  for (const auto& [name, text] : env) {
+    if (name.rfind("FRUGAL_", 0) != 0) continue;
+    const KeySpec* match = nullptr;
+    bool in_section = false;
+    for (const auto& k : config_schema()) {
+      if (k.env_name() == name) match = &k;
+      std::string prefix = "FRUGAL_" + k.section() + "_";
+      std::transform(prefix.begin(), prefix.end(), prefix.begin(), ::toupper);
+      if (name.rfind(prefix, 0) == 0) in_section = true;
+    }
+    if (!match) {
+      if (in_section)
+        throw ConfigError(fmt::format(
+            "environment variable {} names no config key\n  hint: `frugal config --list` prints "
+            "every key with its variable name",
+            name));
+      continue;
+    }
+    std::string where = "env " + name;
+    ConfigValue v = parse_text(*match, text, where);
+    check_value(*match, v, where);
+    match->set(rc.config, v);
+    rc.origins[match->key] = {ValueOrigin::Kind::kEnv, name};
+  }
+}
+
+void apply_file(ResolvedConfig& rc, const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw ConfigError(fmt::format("cannot parse config file {}:{}:{}: {}", path, b.line, b.column,
+                                  e.description()));
+  }
+  for (const auto& [section_key, section_node] : root) {
+    std::string section(section_key.str());
+    std::string where = fmt::format("{}:{}", path, section_node.source().begin.line);
+    const toml::table* table = section_node.as_table();
+    if (!table) {
+      throw ConfigError(fmt::format(
+          "config file {}: '{}' must be a [section] table (keys look like [train] lr = 0.001){}",
+          where, section, known_section(section) ? "" : section_suggestion(section)));
+    }
+    if (!known_section(section))
+      throw ConfigError(fmt::format(
+          "unknown config section [{}] ({}){}\n  hint: `frugal config --list` prints every key",
+          section, where, section_suggestion(section)));
+    for (const auto& [name, node] : *table) {
+      std::string key = section + "." + std::string(name.str());
+      std::string at = fmt::format("{}:{}", path, node.source().begin.line);
+      const KeySpec* k = find_key(key);
+      if (!k) unknown_key(key, at);
+      ConfigValue v = from_toml(*k, node, at);
+      check_value(*k, v, at);
+      k->set(rc.config, v);
+      rc.origins[key] = {ValueOrigin::Kind::kFile, at};
+    }
+  }
+}
+
+void apply_override(ResolvedConfig& rc, const std::string& text) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError(fmt::format("--set '{}': expected section.key=value, e.g. --set train.lr=1e-3",
+                                  text));
+  std::string key = text.substr(0, eq);
+  const KeySpec* k = find_key(key);
+  if (!k) unknown_key(key, "--set " + text);
+  std::string where = "--set " + key;
+  ConfigValue v = parse_text(*k, text.substr(eq + 1), where);
+  check_value(*k, v, where);
+  k->set(rc.config, v);
+  rc.origins[key] = {ValueOrigin::Kind::kOverride, "--set"};
+}
+
+}  // namespace
+
+std::string format_value(const ConfigValue& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return x ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          return std::to_string(x);
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!std::isfinite(x)) return std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf");
+          std::string s = fmt::format("{}", x);  // shortest text that reads back exactly
+          if (s.find_first_of(".e") == std::string::npos) s += ".0";  // TOML floats need one
+          return s;
+        } else {
+          std::ostringstream os;
+          os << toml::value<std::string>(x);
+          return os.str();
+        }
+      },
+      v);
+}
+
+std::string ValueOrigin::describe() const {
+  switch (kind) {
+    case Kind::kDefault: return "default";
+    case Kind::kEnv: return "env " + where;
+    case Kind::kFile: return "file " + where;
+    case Kind::kOverride: return "--set";
+  }
+  return "";
+}
+
+std::map<std::string, std::string> process_environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+void validate_config(const Config& c) {
+  if (c.model.embd % c.model.heads != 0)
+    throw ConfigError(fmt::format(
+        "model.heads = {} must divide model.embd = {} (each head gets embd/heads channels); "
+        "try model.heads = {}",
+        c.model.heads, c.model.embd, c.model.embd % 4 == 0 ? 4 : 1));
+  if (c.train.warmup_steps > c.train.steps)
+    throw ConfigError(fmt::format("train.warmup_steps = {} exceeds train.steps = {}",
+                                  c.train.warmup_steps, c.train.steps));
+}
+
+ResolvedConfig resolve_config(const std::string& file, const std::vector<std::string>& overrides,
+                              const std::map<std::string, std::string>& env) {
+  ResolvedConfig rc;
+  for (const auto& k : config_schema()) rc.origins[k.key] = {ValueOrigin::Kind::kDefault, ""};
+  apply_env(rc, env);
+  if (!file.empty()) apply_file(rc, file);
+  for (const auto& o : overrides) apply_override(rc, o);
+  validate_config(rc.config);
+  return rc;
+}
+
+std::string ResolvedConfig::to_toml() const {
+  std::string out = "# frugal resolved configuration; each value is followed by where it came from\n";
+  std::string section;
+  for (const auto& k : config_schema()) {
+    if (k.section() != section) {
+      section = k.section();
+      out += fmt::format("\n[{}]\n", section);
+    }
+    out += fmt::format("{} = {}  # {}\n", k.name(), format_value(k.get(config)),
+                       origins.at(k.key).describe());
+  }
+  return out;
+}
+
+std::string ResolvedConfig::summary() const {
+  std::string out;
+  size_t width = 0;
+  for (const auto& k : config_schema()) width = std::max(width, k.key.size());
+  for (const auto& k : config_schema()) {
+    const auto& o = origins.at(k.key);
+    out += fmt::format("  {:<{}} = {}{}\n", k.key, width, format_value(k.get(config)),
+                       o.kind == ValueOrigin::Kind::kDefault ? "" : "   (" + o.describe() + ")");
+  }
+  return out;
+}
+
+}  // namespace frugal

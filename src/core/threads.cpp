@@ -1,0 +1,111 @@
+// Thread planning; see threads.h.
+#include "frugal/core/threads.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <thread>
+
+namespace frugal {
+
+int usable_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+int physical_core_count() {
+  std::set<std::pair<int, int>> cores;
+  for (int cpu = 0; cpu < 4096; ++cpu) {
+    std::string base = fmt::format("/sys/devices/system/cpu/cpu{}/topology/", cpu);
+    std::ifstream core(base + "core_id"), pkg(base + "physical_package_id");
+    if (!core) {
+      if (cpu > 0) break;
+      continue;
+    }
+    int c = 0, p = 0;
+    core >> c;
+    pkg >> p;
+    cores.insert({p, c});
+  }
+  int n = static_cast<int>(cores.size());
+  return n > 0 ? n : usable_cpu_count();
+}
+
+std::string blas_library() {
+  void* sym = dlsym(RTLD_DEFAULT, "sgemm_");
+  Dl_info info{};
+  if (!sym || !dladdr(sym, &info) || !info.dli_fname) return "";
+  char resolved[PATH_MAX];
+  if (realpath(info.dli_fname, resolved)) return resolved;
+  return info.dli_fname;
+}
+
+bool blas_is_optimized() {
+  std::string lib = blas_library();
+  for (const char* name : {"openblas", "blis", "mkl"})
+    if (lib.find(name) != std::string::npos) return true;
+  return false;
+}
+
+namespace {
+// OpenBLAS's pool functions, looked up in the BLAS that provides sgemm_ (not necessarily the
+// first libopenblas loaded).
+void* blas_symbol(const char* name) {
+  std::string lib = blas_library();
+  if (lib.find("openblas") == std::string::npos) return nullptr;
+  void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  return h ? dlsym(h, name) : nullptr;
+}
+}  // namespace
+
+int blas_threads() {
+  auto fn = reinterpret_cast<int (*)()>(blas_symbol("openblas_get_num_threads"));
+  return fn ? fn() : -1;
+}
+
+bool set_blas_threads(int n) {
+  auto fn = reinterpret_cast<void (*)(int)>(blas_symbol("openblas_set_num_threads"));
+  if (!fn) return false;
+  fn(n);
+  return true;
+}
+
+ThreadPlan apply_thread_plan(int requested) {
+  ThreadPlan plan;
+  plan.physical_cores = physical_core_count();
+  plan.logical_cpus = usable_cpu_count();
+  if (requested > 0) {
+    plan.intra_op = requested;
+    plan.reason = "run.threads";
+  } else {
+    plan.intra_op = std::max(1, std::min(plan.physical_cores, plan.logical_cpus));
+    plan.reason = fmt::format("auto: {} physical core(s), {} usable CPU(s)", plan.physical_cores,
+                              plan.logical_cpus);
+  }
+  at::set_num_threads(plan.intra_op);
+  // BLAS calls come from the intra-op thread that runs the op; one BLAS pool of the same size
+  // (not a second full-size pool on top of OpenMP's) avoids oversubscription.
+  plan.blas = plan.intra_op;
+  if (!set_blas_threads(plan.blas)) plan.blas = -1;
+  static bool interop_set = false;
+  if (!interop_set) {
+    try {
+      at::set_num_interop_threads(1);  // frugal runs no inter-op parallel work
+    } catch (const std::exception&) {
+      // already started by an earlier parallel op; harmless
+    }
+    interop_set = true;
+  }
+  return plan;
+}
+
+}  // namespace frugal

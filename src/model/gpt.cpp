@@ -1,0 +1,181 @@
+// GPT decoder; see gpt.h.
+#include "frugal/model/gpt.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace frugal {
+namespace F = torch::nn::functional;
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& c)
+    : heads_(c.heads), dropout_(c.dropout) {
+  qkv_ = register_module("qkv", torch::nn::Linear(c.embd, 3 * c.embd));
+  proj_ = register_module("proj", torch::nn::Linear(c.embd, c.embd));
+  resid_drop_ = register_module("resid_drop", torch::nn::Dropout(c.dropout));
+}
+
+at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads_;
+  auto qkv = qkv_->forward(x).view({B, T, 3, heads_, D}).permute({2, 0, 3, 1, 4});
+  at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // (B, H, T, D)
+  int64_t past = 0;
+  if (cache) {
+    if (cache->k.defined()) {
+      past = cache->k.size(2);
+      k = torch::cat({cache->k, k}, 2);
+      v = torch::cat({cache->v, v}, 2);
+    }
+    cache->k = k;
+    cache->v = v;
+  }
+  const int64_t S = k.size(2);
+  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
+  if (T > 1) {
+    // Query i (absolute position past+i) may attend to keys 0..past+i: mask the strict upper part.
+    auto mask = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device()))
+                    .triu(past + 1);
+    att = att.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  }
+  att = torch::softmax(att, -1);
+  if (is_training() && dropout_ > 0) att = F::dropout(att, F::DropoutFuncOptions().p(dropout_).training(true));
+  auto y = torch::matmul(att, v).transpose(1, 2).reshape({B, T, C});
+  return resid_drop_->forward(proj_->forward(y));
+}
+
+BlockImpl::BlockImpl(const ModelConfig& c) {
+  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd})));
+  attn_ = register_module("attn", CausalSelfAttention(c));
+  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd})));
+  fc_ = register_module("fc", torch::nn::Linear(c.embd, 4 * c.embd));
+  fc_proj_ = register_module("fc_proj", torch::nn::Linear(4 * c.embd, c.embd));
+  mlp_drop_ = register_module("mlp_drop", torch::nn::Dropout(c.dropout));
+}
+
+at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache) {
+  auto h = x + attn_->forward(ln1_->forward(x), cache);
+  return h + mlp_drop_->forward(fc_proj_->forward(torch::gelu(fc_->forward(ln2_->forward(h)))));
+}
+
+GptImpl::GptImpl(const ModelConfig& c) : config_(c) {
+  wte_ = register_module("wte", torch::nn::Embedding(c.vocab, c.embd));
+  wpe_ = register_module("wpe", torch::nn::Embedding(c.block, c.embd));
+  drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
+  for (int64_t i = 0; i < c.layers; ++i)
+    blocks_.push_back(register_module("h" + std::to_string(i), Block(c)));
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd})));
+
+  // GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * layers).
+  torch::NoGradGuard no_grad;
+  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));
+  for (auto& p : named_parameters()) {
+    const std::string& name = p.key();
+    auto& t = p.value();
+    if (name.find("ln") != std::string::npos) continue;  // LayerNorm keeps ones/zeros
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      t.zero_();
+    } else if (name.find("proj.weight") != std::string::npos) {
+      t.normal_(0.0, proj_std);
+    } else {
+      t.normal_(0.0, 0.02);
+    }
+  }
+}
+
+at::Tensor GptImpl::forward(const at::Tensor& idx) {
+  const int64_t T = idx.size(1);
+  TORCH_CHECK(T <= config_.block, "sequence length ", T, " exceeds model.block = ", config_.block);
+  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+  auto x = drop_->forward(wte_->forward(idx) + wpe_->forward(pos));
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    x = block_runner_ ? block_runner_(blocks_[i], x, i) : blocks_[i]->forward(x);
+  x = ln_f_->forward(x);
+  return torch::linear(x, wte_->weight);  // tied head
+}
+
+at::Tensor GptImpl::loss(const at::Tensor& idx, const at::Tensor& targets) {
+  auto logits = forward(idx);
+  return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
+                                   targets.reshape({-1}));
+}
+
+at::Tensor GptImpl::forward_cached(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache) {
+  const int64_t T = idx.size(1);
+  auto p = torch::arange(pos, pos + T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+  auto x = wte_->forward(idx) + wpe_->forward(p);
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward(x, &cache[i]);
+  x = ln_f_->forward(x.narrow(1, T - 1, 1));
+  return torch::linear(x, wte_->weight).reshape({-1});  // logits of the last position
+}
+
+std::vector<int64_t> GptImpl::generate(const std::vector<int64_t>& prompt, int64_t max_new,
+                                       double temperature, uint64_t seed,
+                                       const std::function<bool(int64_t)>& stop) {
+  TORCH_CHECK(!prompt.empty(), "generate: the prompt must hold at least one token");
+  torch::NoGradGuard no_grad;
+  const bool was_training = is_training();
+  eval();
+  auto device = wte_->weight.device();
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<int64_t> tokens = prompt;
+  std::vector<int64_t> out;
+  std::vector<LayerKv> cache(blocks_.size());
+  int64_t cached = 0;  // positions held in the cache
+  int64_t start = 0;   // token index of cache position 0
+  auto feed = [&](int64_t from) {
+    auto opts = torch::TensorOptions().dtype(torch::kLong);
+    auto idx = torch::tensor(std::vector<int64_t>(tokens.begin() + from, tokens.end()), opts)
+                   .view({1, -1}).to(device);
+    auto logits = forward_cached(idx, from - start, cache);
+    cached += static_cast<int64_t>(tokens.size()) - from;
+    return logits.to(torch::kCPU, torch::kFloat);
+  };
+  auto restart = [&]() {
+    // The context is full: keep the most recent half-block and re-encode it.
+    start = static_cast<int64_t>(tokens.size()) - config_.block / 2;
+    if (start < 0) start = 0;
+    cache.assign(blocks_.size(), LayerKv{});
+    cached = 0;
+    return feed(start);
+  };
+  at::Tensor logits = static_cast<int64_t>(tokens.size()) > config_.block ? restart() : feed(0);
+  for (int64_t i = 0; i < max_new; ++i) {
+    int64_t next;
+    if (temperature <= 0) {
+      next = logits.argmax().item<int64_t>();
+    } else {
+      auto probs = torch::softmax(logits / temperature, -1);
+      next = at::multinomial(probs, 1, false, gen).item<int64_t>();
+    }
+    tokens.push_back(next);
+    out.push_back(next);
+    if (stop && stop(next)) break;
+    logits = cached >= config_.block ? restart() : feed(static_cast<int64_t>(tokens.size()) - 1);
+  }
+  if (was_training) train();
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> GptImpl::named_parameter_list() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : named_parameters()) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
+int64_t GptImpl::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+double GptImpl::flops_per_token() const {
+  // Weights that take part in a matmul per token: per block qkv (3C^2), proj (C^2), fc and
+  // fc_proj (8C^2), plus the tied head (V*C). Each costs 2 FLOPs forward and 4 backward.
+  // Attention scores and their weighted sum add 2*2*T*C per layer forward (PaLM, appendix B).
+  const double C = static_cast<double>(config_.embd), L = static_cast<double>(config_.layers);
+  const double V = static_cast<double>(config_.vocab), T = static_cast<double>(config_.block);
+  const double matmul_params = L * 12.0 * C * C + V * C;
+  return 6.0 * matmul_params + 12.0 * L * T * C;
+}
+
+}  // namespace frugal

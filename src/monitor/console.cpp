@@ -1,0 +1,47 @@
+// Console; see console.h.
+#include "frugal/monitor/console.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <mutex>
+
+namespace frugal {
+namespace {
+std::mutex g_mu;
+}
+
+Console& Console::get() {
+  static Console c;
+  return c;
+}
+
+Console::Console() : tty_(::isatty(STDOUT_FILENO) == 1) {}
+
+void Console::line(const std::string& text) {
+  if (quiet_) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (status_shown_) std::fputs("\r\033[K", stdout);
+  std::fputs(text.c_str(), stdout);
+  std::fputc('\n', stdout);
+  status_shown_ = false;
+  std::fflush(stdout);
+}
+
+void Console::status(const std::string& text) {
+  if (quiet_ || !tty_) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::fputs("\r\033[K", stdout);
+  std::fputs(text.c_str(), stdout);
+  status_shown_ = true;
+  std::fflush(stdout);
+}
+
+void Console::finish_status() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (status_shown_) std::fputc('\n', stdout);
+  status_shown_ = false;
+  std::fflush(stdout);
+}
+
+}  // namespace frugal

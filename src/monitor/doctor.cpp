@@ -1,0 +1,156 @@
+// Machine diagnosis; see doctor.h.
+#include "frugal/monitor/doctor.h"
+
+#include <sys/statvfs.h>
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "frugal/core/compat.h"
+#include "frugal/core/threads.h"
+
+namespace frugal {
+namespace {
+using Clock = std::chrono::steady_clock;
+
+std::string cpu_flags_line() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) return line;
+  return "";
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+bool has_flag(const std::string& flags, const std::string& f) {
+  return (" " + flags + " ").find(" " + f + " ") != std::string::npos;
+}
+
+// Median seconds of a small transformer-like fp32 training step (MLP 512 -> 2048 -> 512, batch
+// 1024): matmuls from the BLAS plus element-wise ops from OpenMP, the mix that oversubscribes.
+double mlp_step_seconds(double budget_s) {
+  torch::manual_seed(0);
+  auto w1 = torch::randn({2048, 512}).mul_(0.02).requires_grad_();
+  auto w2 = torch::randn({512, 2048}).mul_(0.02).requires_grad_();
+  auto x = torch::randn({1024, 512});
+  std::vector<double> times;
+  auto t_end = Clock::now() + std::chrono::duration<double>(budget_s);
+  for (int i = 0; i < 3 || (Clock::now() < t_end && i < 50); ++i) {
+    auto t0 = Clock::now();
+    auto y = torch::linear(torch::gelu(torch::linear(x, w1)), w2);
+    y.square().mean().backward();
+    w1.mutable_grad().zero_();
+    w2.mutable_grad().zero_();
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+double measure_matmul_gflops(int64_t n, bool bf16, double seconds) {
+  torch::NoGradGuard no_grad;
+  auto opts = torch::TensorOptions().dtype(bf16 ? torch::kBFloat16 : torch::kFloat);
+  auto a = torch::randn({n, n}).to(opts.dtype()), b = torch::randn({n, n}).to(opts.dtype());
+  torch::mm(a, b);  // warm-up (oneDNN primitive creation)
+  int64_t reps = 0;
+  auto t0 = Clock::now();
+  double elapsed = 0;
+  while (elapsed < seconds || reps < 2) {
+    torch::mm(a, b);
+    ++reps;
+    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  return 2.0 * static_cast<double>(n * n * n) * static_cast<double>(reps) / elapsed / 1e9;
+}
+
+DoctorReport run_doctor(const DoctorOptions& o) {
+  DoctorReport r;
+  auto& f = r.facts;
+  f["frugal_version"] = FRUGAL_VERSION;
+  f["torch_version"] = TORCH_VERSION;
+  f["parallel_backend"] = at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native";
+  const std::string flags = cpu_flags_line();
+  f["cpu"] = cpu_model();
+  f["logical_cpus"] = usable_cpu_count();
+  f["physical_cores"] = physical_core_count();
+  f["avx512f"] = has_flag(flags, "avx512f");
+  f["avx512_bf16"] = has_flag(flags, "avx512_bf16");
+  f["amx_bf16"] = has_flag(flags, "amx_bf16");
+  f["cuda_available"] = torch::cuda::is_available();
+  f["cuda_devices"] = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+
+  const int default_intra = at::get_num_threads();
+  const int default_blas = blas_threads();
+  f["blas_library"] = blas_library();
+  f["blas_optimized"] = blas_is_optimized();
+  f["threads_libtorch_default"] = default_intra;
+  f["threads_blas_default"] = default_blas;
+  if (!blas_is_optimized()) {
+    r.warnings.push_back(fmt::format(
+        "LibTorch's fp32 matmul goes to the reference BLAS ({}), ~25x slower than a tuned one.\n"
+        "    fix: sudo apt-get install libopenblas0-pthread   (scripts/install-deps.sh does this)",
+        blas_library().empty() ? "none found" : blas_library()));
+  }
+
+  // Threads: measure the planned setting against one thread and against the untuned defaults.
+  ThreadPlan plan = apply_thread_plan(0);
+  f["threads_frugal"] = plan.intra_op;
+  const double planned_s = mlp_step_seconds(o.seconds_per_probe);
+  apply_thread_plan(1);
+  const double one_s = mlp_step_seconds(o.seconds_per_probe);
+  // Oversubscribed: OpenMP at the planned count with OpenBLAS's pool at every CPU.
+  at::set_num_threads(plan.intra_op);
+  bool blas_pool = set_blas_threads(std::max(plan.logical_cpus, 2) * plan.intra_op);
+  const double over_s = blas_pool ? mlp_step_seconds(o.seconds_per_probe) : planned_s;
+  apply_thread_plan(0);
+  f["mlp_step_ms_planned"] = planned_s * 1e3;
+  f["mlp_step_ms_one_thread"] = one_s * 1e3;
+  if (blas_pool) f["mlp_step_ms_blas_oversubscribed"] = over_s * 1e3;
+  f["threads_recommended"] = one_s < planned_s * 0.95 ? 1 : plan.intra_op;
+  if (blas_pool && over_s > planned_s * 1.3)
+    r.warnings.push_back(fmt::format(
+        "oversubscription: with OpenBLAS's own pool of {} threads beside {} OpenMP threads an fp32 "
+        "step takes {:.1f} ms vs {:.1f} ms with matched pools ({:.1f}x slower).\n"
+        "    frugal sets both pools itself ([run] threads); other programs on this machine should "
+        "set OPENBLAS_NUM_THREADS and OMP_NUM_THREADS to the same count.",
+        std::max(plan.logical_cpus, 2) * plan.intra_op, plan.intra_op, over_s * 1e3,
+        planned_s * 1e3, over_s / planned_s));
+  if (one_s < planned_s * 0.8)
+    r.warnings.push_back(fmt::format(
+        "one thread ({:.1f} ms/step) beats {} threads ({:.1f} ms/step) right now: the CPUs are "
+        "shared or busy. Consider [run] threads = 1.",
+        one_s * 1e3, plan.intra_op, planned_s * 1e3));
+
+  const double fp32 = measure_matmul_gflops(1024, false, o.seconds_per_probe);
+  const double bf16 = measure_matmul_gflops(1024, true, o.seconds_per_probe);
+  f["matmul_fp32_gflops"] = fp32;
+  f["matmul_bf16_gflops"] = bf16;
+  f["bf16_speedup"] = bf16 / fp32;
+  f["bf16_fast"] = bf16 > 1.5 * fp32;
+  if (!(bf16 > 1.5 * fp32))
+    r.warnings.push_back(fmt::format(
+        "bf16 matmul ({:.0f} GFLOP/s) is not much faster than fp32 ({:.0f}) here{}: "
+        "[precision] mode = \"auto\" will keep fp32.",
+        bf16, fp32, f["avx512_bf16"].get<bool>() ? "" : " (no AVX-512 BF16)"));
+
+  struct statvfs vfs {};
+  if (::statvfs(o.disk_path.c_str(), &vfs) == 0)
+    f["disk_free_gb"] = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize) / 1e9;
+  return r;
+}
+
+}  // namespace frugal

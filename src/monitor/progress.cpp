@@ -1,0 +1,61 @@
+// Progress display; see progress.h.
+#include "frugal/monitor/progress.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "frugal/monitor/console.h"
+
+namespace frugal {
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  auto t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}:{:02}:{:02}", t / 3600, (t / 60) % 60, t % 60);
+  return fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+std::string format_rate(double r) {
+  if (r >= 1e6) return fmt::format("{:.2f}M", r / 1e6);
+  if (r >= 1e3) return fmt::format("{:.1f}k", r / 1e3);
+  return fmt::format("{:.0f}", r);
+}
+
+void ProgressDisplay::on_train_begin(const RunInfo& info) {
+  plain_every_ = std::max<int64_t>(1, info.config->train.steps / 20);
+}
+
+void ProgressDisplay::on_step_end(const StepMetrics& m, Control&) {
+  if (m.logged) last_loss_ = m.loss;
+  const double eta = m.step > 0 ? m.elapsed_s / static_cast<double>(m.step) *
+                                      static_cast<double>(m.total_steps - m.step)
+                                : 0;
+  std::string loss = last_loss_ >= 0 ? fmt::format("loss {:.4f}", last_loss_) : "loss -";
+  std::string val = last_val_ >= 0 ? fmt::format("  val {:.4f}", last_val_) : "";
+  auto& con = Console::get();
+  if (con.is_tty()) {
+    if (m.step != m.total_steps && m.elapsed_s - last_draw_s_ < 0.1) return;  // ~10 redraws/s
+    last_draw_s_ = m.elapsed_s;
+    const int width = 20;
+    int filled = static_cast<int>(width * m.step / std::max<int64_t>(1, m.total_steps));
+    con.status(fmt::format("step {}/{} [{}{}]  {}{}  {} tok/s  ETA {}", m.step, m.total_steps,
+                           std::string(filled, '#'), std::string(width - filled, '-'), loss, val,
+                           format_rate(m.tokens_per_s), format_duration(eta)));
+  } else if (m.step % plain_every_ == 0 || m.step == m.total_steps) {
+    con.line(fmt::format("step {}/{}  {}{}  {} tok/s  elapsed {}  ETA {}", m.step, m.total_steps,
+                         loss, val, format_rate(m.tokens_per_s), format_duration(m.elapsed_s),
+                         format_duration(eta)));
+  }
+}
+
+void ProgressDisplay::on_eval_end(const EvalMetrics& m, Control&) {
+  last_val_ = m.val_loss;
+  Console::get().line(fmt::format("eval  step {}  val_loss {:.4f}  best {:.4f}  ({:.1f}s)", m.step,
+                                  m.val_loss, m.best_val_loss, m.eval_s));
+}
+
+void ProgressDisplay::on_train_end(const nlohmann::json&) { Console::get().finish_status(); }
+
+}  // namespace frugal

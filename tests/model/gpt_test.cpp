@@ -1,0 +1,85 @@
+// The GPT decoder: causality, KV-cache decoding, sizes and the FLOP formula.
+#include "frugal/model/gpt.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace frugal {
+namespace {
+
+ModelConfig small() {
+  ModelConfig c;
+  c.layers = 2;
+  c.heads = 2;
+  c.embd = 32;
+  c.block = 16;
+  c.vocab = 256;
+  return c;
+}
+
+TEST(Gpt, ChangingAFutureTokenNeverChangesPastLogits) {
+  torch::manual_seed(0);
+  Gpt m(small());
+  m->eval();
+  torch::NoGradGuard ng;
+  auto idx = torch::randint(0, 256, {2, 16}, torch::kLong);
+  auto base = m->forward(idx);
+  for (int64_t t : {3, 9, 15}) {
+    auto changed = idx.clone();
+    changed.index_put_({torch::indexing::Slice(), t}, (idx.index({torch::indexing::Slice(), t}) + 1) % 256);
+    auto out = m->forward(changed);
+    // Positions before t are bitwise unchanged; position t itself must change.
+    EXPECT_TRUE(torch::equal(out.narrow(1, 0, t), base.narrow(1, 0, t))) << "t=" << t;
+    EXPECT_FALSE(torch::allclose(out.narrow(1, t, 1), base.narrow(1, t, 1))) << "t=" << t;
+  }
+}
+
+TEST(Gpt, KvCacheDecodingMatchesFullForward) {
+  torch::manual_seed(1);
+  Gpt m(small());
+  m->eval();
+  std::vector<int64_t> prompt = {10, 20, 30};
+  auto out = m->generate(prompt, 8, 0.0, 0);
+  ASSERT_EQ(out.size(), 8u);
+  // Greedy tokens from the cache must equal argmax of a full, uncached forward at each step.
+  torch::NoGradGuard ng;
+  std::vector<int64_t> seq = prompt;
+  for (int64_t tok : out) {
+    auto logits = m->forward(torch::tensor(seq).view({1, -1}));
+    EXPECT_EQ(logits[0][static_cast<int64_t>(seq.size()) - 1].argmax().item<int64_t>(), tok);
+    seq.push_back(tok);
+  }
+}
+
+TEST(Gpt, GenerationPastTheBlockKeepsGoing) {
+  torch::manual_seed(2);
+  Gpt m(small());
+  auto out = m->generate(std::vector<int64_t>(20, 65), 30, 0.8, 7);
+  EXPECT_EQ(out.size(), 30u);
+  EXPECT_EQ(out, m->generate(std::vector<int64_t>(20, 65), 30, 0.8, 7));  // seeded sampling
+}
+
+TEST(Gpt, ParameterCountAndFlopsFollowTheFormula) {
+  auto c = small();
+  Gpt m(c);
+  const int64_t C = c.embd, L = c.layers;
+  // wte + wpe + per block (2 LN, qkv, proj, fc, fc_proj) + ln_f
+  int64_t expect = c.vocab * C + c.block * C +
+                   L * (4 * C + (3 * C * C + 3 * C) + (C * C + C) + (4 * C * C + 4 * C) + (4 * C * C + C)) + 2 * C;
+  EXPECT_EQ(m->parameter_count(), expect);
+  double fpt = 6.0 * (12.0 * L * C * C + c.vocab * C) + 12.0 * L * c.block * C;
+  EXPECT_DOUBLE_EQ(m->flops_per_token(), fpt);
+}
+
+TEST(Gpt, LongerThanBlockIsAClearError) {
+  Gpt m(small());
+  try {
+    m->forward(torch::zeros({1, 17}, torch::kLong));
+    FAIL() << "expected an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds model.block = 16"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace frugal

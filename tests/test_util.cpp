@@ -1,0 +1,67 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+namespace frugal::test {
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  std::random_device rd;
+  for (int i = 0; i < 100; ++i) {
+    fs::path p = fs::temp_directory_path() / ("frugal-test-" + std::to_string(rd()));
+    if (fs::create_directory(p)) {
+      path_ = p.string();
+      return;
+    }
+  }
+  throw std::runtime_error("cannot create a temporary directory");
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+CommandResult run_frugal(const std::string& args, const std::string& env_prefix) {
+  std::string cmd = env_prefix + " '" + std::string(FRUGAL_BINARY) + "' " + args + " 2>&1";
+  CommandResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> tiny_overrides(const std::string& out_dir) {
+  return {"run.out_dir=" + out_dir, "run.threads=1",      "model.layers=1",
+          "model.heads=2",          "model.embd=32",      "model.block=16",
+          "data.micro_batch=8",     "data.arith_lines=2000", "train.steps=30",
+          "train.warmup_steps=5",   "train.eval_every=15", "train.eval_batches=2",
+          "train.log_every=5",      "train.answer_samples=5"};
+}
+
+}  // namespace frugal::test

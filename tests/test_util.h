@@ -1,0 +1,37 @@
+// Helpers shared by the tests: temporary directories, running the CLI, small configs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace frugal::test {
+
+// A fresh directory under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `frugal <args>` (the built binary) through the shell; env_prefix like "FRUGAL_X=1 ".
+CommandResult run_frugal(const std::string& args, const std::string& env_prefix = "");
+
+void write_text(const std::string& path, const std::string& text);
+std::string read_text(const std::string& path);
+
+// --set overrides for a model and run small enough to train in about a second.
+std::vector<std::string> tiny_overrides(const std::string& out_dir);
+
+}  // namespace frugal::test
