@@ -288,7 +288,24 @@ std::map<std::string, std::string> process_environment() {
   return env;
 }
 
+int64_t accumulation_steps(const Config& c) {
+  if (c.train.accum > 0) return c.train.accum;
+  if (c.train.global_batch > 0) return c.train.global_batch / c.data.micro_batch;
+  return 1;
+}
+
 void validate_config(const Config& c) {
+  const int64_t mb = c.data.micro_batch, gb = c.train.global_batch;
+  if (gb > 0 && gb % mb != 0)
+    throw ConfigError(fmt::format(
+        "train.global_batch = {} is not a multiple of data.micro_batch = {}; accumulation needs "
+        "global_batch = micro_batch x accum (e.g. global_batch = {})",
+        gb, mb, (gb / mb + 1) * mb));
+  if (gb > 0 && c.train.accum > 0 && gb != c.train.accum * mb)
+    throw ConfigError(fmt::format(
+        "train.global_batch = {} disagrees with train.accum = {} x data.micro_batch = {}; set one "
+        "of them",
+        gb, c.train.accum, mb));
   if (c.model.embd % c.model.heads != 0)
     throw ConfigError(fmt::format(
         "model.heads = {} must divide model.embd = {} (each head gets embd/heads channels); "

@@ -49,6 +49,46 @@ KeySpec string_key(std::string key, Field<std::string> f, std::string help,
   return k;
 }
 
+KeySpec bool_key(std::string key, Field<bool> f, std::string help) {
+  KeySpec k;
+  k.key = std::move(key);
+  k.type = ValueType::kBool;
+  k.help = std::move(help);
+  k.get = [f](const Config& c) { return ConfigValue(f(const_cast<Config&>(c))); };
+  k.set = [f](Config& c, const ConfigValue& v) { f(c) = std::get<bool>(v); };
+  return k;
+}
+
+// An enum class field spelled as one of `names` in the config.
+template <class E>
+KeySpec enum_key(std::string key, Field<E> f, std::vector<std::pair<std::string, E>> names,
+                 std::string help) {
+  KeySpec k;
+  k.key = std::move(key);
+  k.type = ValueType::kEnum;
+  k.help = std::move(help);
+  for (const auto& n : names) k.choices.push_back(n.first);
+  k.get = [f, names](const Config& c) {
+    for (const auto& n : names)
+      if (n.second == f(const_cast<Config&>(c))) return ConfigValue(n.first);
+    return ConfigValue(std::string("?"));
+  };
+  k.set = [f, names](Config& c, const ConfigValue& v) {
+    for (const auto& n : names)
+      if (n.first == std::get<std::string>(v)) f(c) = n.second;
+  };
+  return k;
+}
+
+std::string check_activation_checkpointing(const ConfigValue& v) {
+  const auto& s = std::get<std::string>(v);
+  if (s == "none" || s == "blocks") return "";
+  if (s.rfind("every:", 0) == 0 && s.size() > 6 &&
+      s.find_first_not_of("0123456789", 6) == std::string::npos && std::stol(s.substr(6)) >= 1)
+    return "";
+  return "must be \"none\", \"blocks\" or \"every:N\" with N >= 1";
+}
+
 std::string check_run_name(const ConfigValue& v) {
   const auto& s = std::get<std::string>(v);
   if (s.empty()) return "must not be empty";
@@ -115,7 +155,16 @@ std::vector<KeySpec> build_schema() {
                       10, 1e8, "arith: training problems generated"));
   // [train]
   s.push_back(int_key("train.steps", [](Config& c) -> int64_t& { return c.train.steps; }, 1, kBig,
-                      "optimizer steps"));
+                      "training iterations (each one optimizer step over train.global_batch sequences)"));
+  s.push_back(int_key("train.global_batch",
+                      [](Config& c) -> int64_t& { return c.train.global_batch; }, 0, 1 << 24,
+                      "sequences per optimizer step, a multiple of data.micro_batch; 0 = micro_batch"));
+  s.push_back(int_key("train.accum", [](Config& c) -> int64_t& { return c.train.accum; }, 0, 1 << 20,
+                      "micro-batches per optimizer step; 0 = global_batch / micro_batch"));
+  s.push_back(enum_key<OptimizerKind>(
+      "train.optimizer", [](Config& c) -> OptimizerKind& { return c.train.optimizer; },
+      {{"fused_adamw", OptimizerKind::kFusedAdamW}, {"torch_adamw", OptimizerKind::kTorchAdamW}},
+      "fused_adamw: one flat multi-tensor update; torch_adamw: LibTorch's per-parameter AdamW"));
   s.push_back(float_key("train.lr", [](Config& c) -> double& { return c.train.lr; }, 0, 10,
                         "peak learning rate"));
   s.push_back(int_key("train.warmup_steps",
@@ -143,6 +192,39 @@ std::vector<KeySpec> build_schema() {
   s.push_back(int_key("train.answer_samples",
                       [](Config& c) -> int64_t& { return c.train.answer_samples; }, 0, 1 << 20,
                       "arith: held-out problems completed for answer_accuracy; 0 = skip"));
+  // [precision]
+  s.push_back(enum_key<PrecisionMode>(
+      "precision.mode", [](Config& c) -> PrecisionMode& { return c.precision.mode; },
+      {{"fp32", PrecisionMode::kFp32}, {"bf16", PrecisionMode::kBf16},
+       {"fp16", PrecisionMode::kFp16}, {"auto", PrecisionMode::kAuto}},
+      "compute precision: bf16/fp16 autocast with fp32 master weights; auto = bf16 where measured fast"));
+  s.push_back(enum_key<LossScaling>(
+      "precision.loss_scaling", [](Config& c) -> LossScaling& { return c.precision.loss_scaling; },
+      {{"auto", LossScaling::kAuto}, {"dynamic", LossScaling::kDynamic}, {"none", LossScaling::kNone}},
+      "dynamic loss scaling: auto = on for fp16 only"));
+  s.push_back(float_key("precision.init_scale",
+                        [](Config& c) -> double& { return c.precision.init_scale; }, 1, 3e38,
+                        "fp16: initial loss scale"));
+  s.push_back(float_key("precision.growth_factor",
+                        [](Config& c) -> double& { return c.precision.growth_factor; }, 1.0001, 1e3,
+                        "fp16: scale multiplier after growth_interval finite steps"));
+  s.push_back(float_key("precision.backoff_factor",
+                        [](Config& c) -> double& { return c.precision.backoff_factor; }, 1e-6, 0.9999,
+                        "fp16: scale multiplier after a step with inf/NaN gradients"));
+  s.push_back(int_key("precision.growth_interval",
+                      [](Config& c) -> int64_t& { return c.precision.growth_interval; }, 1, kBig,
+                      "fp16: consecutive finite steps before the scale grows"));
+  s.push_back(float_key("precision.min_scale",
+                        [](Config& c) -> double& { return c.precision.min_scale; }, 1e-30, 3e38,
+                        "fp16: floor of the loss scale"));
+  s.push_back(int_key("precision.fallback_after",
+                      [](Config& c) -> int64_t& { return c.precision.fallback_after; }, 0, kBig,
+                      "fp16: switch to bf16 after N consecutive skips at the floor; 0 = never"));
+  // [memory]
+  s.push_back(string_key("memory.activation_checkpointing",
+                         [](Config& c) -> std::string& { return c.memory.activation_checkpointing; },
+                         "\"none\", \"blocks\" or \"every:N\": recompute block activations in backward",
+                         check_activation_checkpointing));
   return s;
 }
 

@@ -37,6 +37,8 @@ void MetricsWriter::on_step_end(const StepMetrics& m, Control&) {
   j["step_s"] = m.step_s;
   j["elapsed_s"] = m.elapsed_s;
   j["tokens"] = m.tokens;
+  j["loss_scale"] = m.loss_scale;
+  j["skipped_steps"] = m.skipped_steps;
   write(j.dump());
 }
 

@@ -2,22 +2,30 @@
 #include "frugal/train/grad_clip.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 namespace frugal {
 
-at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
-  std::vector<at::Tensor> grads;
-  grads.reserve(params.size());
-  for (const auto& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad());
+at::Tensor global_grad_norm(const std::vector<at::Tensor>& grads) {
   if (grads.empty()) return at::zeros({}, at::kFloat);
   std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
-  at::Tensor total = at::stack(norms).to(at::kFloat).norm(2);
-  if (max_norm > 0) {
-    at::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);
-    for (auto& g : grads) g.mul_(coef.to(g.scalar_type()));
-  }
-  return total;
+  return at::stack(norms).to(at::kFloat).norm(2);
+}
+
+void clip_to_norm(const std::vector<at::Tensor>& grads, const at::Tensor& norm, double max_norm) {
+  if (max_norm <= 0) return;
+  c10::NoGradGuard no_grad;
+  at::Tensor coef = (max_norm / (norm + 1e-6)).clamp_max(1.0);
+  for (const auto& g : grads) g.mul_(coef.to(g.scalar_type()));
+}
+
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  at::Tensor norm = global_grad_norm(grads);
+  clip_to_norm(grads, norm, max_norm);
+  return norm;
 }
 
 }  // namespace frugal

@@ -17,11 +17,12 @@
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
 #include "frugal/monitor/console.h"
+#include "frugal/monitor/memory.h"
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/monitor/progress.h"
 #include "frugal/train/answer_accuracy.h"
-#include "frugal/train/grad_clip.h"
 #include "frugal/train/lr_schedule.h"
+#include "frugal/train/train_step.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -31,28 +32,6 @@ namespace {
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// AdamW with decoupled weight decay on matrices only (biases, LayerNorm and position/token
-// embeddings of rank 1 are not decayed). Every option is set per group: a group with its own
-// options does not inherit the constructor defaults in LibTorch.
-std::unique_ptr<torch::optim::AdamW> make_optimizer(Gpt& model, const TrainConfig& t) {
-  std::vector<at::Tensor> decay, no_decay;
-  for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto opts = [&](double wd) {
-    return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(t.lr)
-                                                            .betas({t.beta1, t.beta2})
-                                                            .eps(1e-8)
-                                                            .weight_decay(wd));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, opts(t.weight_decay));
-  groups.emplace_back(no_decay, opts(0.0));
-  return std::make_unique<torch::optim::AdamW>(groups, *opts(t.weight_decay));
-}
-
-void set_lr(torch::optim::Optimizer& opt, double lr) {
-  for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
 }
 
 // Prepares runs/<name>/: refuses to clobber an earlier run unless asked to.
@@ -85,7 +64,7 @@ struct Trainer::State {
   ThreadPlan threads;
   Gpt model{nullptr};
   std::unique_ptr<BatchSource> data;
-  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::unique_ptr<TrainStep> step;
   std::vector<std::shared_ptr<Callback>> callbacks;
   RunInfo info;
 
@@ -118,12 +97,13 @@ Trainer::Trainer(ResolvedConfig config, TrainerOptions options) : s_(std::make_u
                                   "use run.device = \"cpu\"",
                                   c.run.device));
   s_->threads = apply_thread_plan(static_cast<int>(c.run.threads));
+  if (!s_->device.is_cuda()) install_counting_allocator();  // exact peak tensor memory
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
 
   s_->data = make_batch_source(c);  // before the run dir: bad data must not leave a husk
   s_->model = Gpt(c.model);
   s_->model->to(s_->device);
-  s_->optimizer = make_optimizer(s_->model, c.train);
+  s_->step = std::make_unique<TrainStep>(c, s_->model, *s_->data, s_->device);
   s_->run_dir = prepare_run_dir(c, s_->opts.overwrite);
   write_file_atomic(s_->run_dir + "/config.toml", s_->rc.to_toml());
 
@@ -135,7 +115,7 @@ Trainer::Trainer(ResolvedConfig config, TrainerOptions options) : s_(std::make_u
   s_->info.run_dir = s_->run_dir;
   s_->info.params = s_->model->parameter_count();
   s_->info.flops_per_token = s_->model->flops_per_token();
-  s_->info.tokens_per_step = c.data.micro_batch * c.model.block;
+  s_->info.tokens_per_step = c.data.micro_batch * accumulation_steps(c) * c.model.block;
   s_->info.threads = s_->threads.intra_op;
 }
 
@@ -157,9 +137,13 @@ nlohmann::json Trainer::fit() {
                        static_cast<double>(s.info.params) / 1e6, s.info.flops_per_token / 1e6));
   con.line(fmt::format("data: {} | {} training tokens, {} validation tokens | run dir {}",
                        s.data->describe(), s.data->train_tokens(), s.data->val_tokens(), s.run_dir));
+  con.line(fmt::format("levers: precision {} ({}) | micro_batch {} x accum {} | activation "
+                       "checkpointing {} | optimizer {}",
+                       s.step->precision().name(), s.step->precision().reason(), c.data.micro_batch,
+                       s.step->accum(), c.memory.activation_checkpointing,
+                       format_value(find_key("train.optimizer")->get(c))));
   for (auto& cb : s.callbacks) cb->on_train_begin(s.info);
 
-  std::vector<at::Tensor> params = s.model->parameters();
   Control control;
   StepMetrics m;
   m.total_steps = c.train.steps;
@@ -181,36 +165,36 @@ nlohmann::json Trainer::fit() {
   };
 
   s.model->train();
+  reset_tensor_bytes_peak();
   int64_t step = 0;
   while (step < c.train.steps && !control.should_stop) {
     const auto t0 = Clock::now();
-    const double lr = lr_at(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
-    set_lr(*s.optimizer, lr);
-    s.optimizer->zero_grad();
-    Batch b = s.data->train_batch(step);
-    at::Tensor loss = s.model->loss(b.x.to(s.device), b.y.to(s.device));
-    loss.backward();
-    at::Tensor grad_norm = clip_grad_norm(params, c.train.grad_clip);
-    s.optimizer->step();
-    loss_sum += loss.detach();
+    // The schedule follows optimizer steps actually taken: a skipped (inf/NaN) step does not
+    // advance it.
+    const double lr = lr_at(s.step->optimizer().step_count(), c.train.steps, c.train.warmup_steps,
+                            c.train.lr, c.train.min_lr_ratio);
+    StepResult r = s.step->run(step, lr);
+    loss_sum += r.loss;
     ++step;
 
     const double step_s = seconds_since(t0);
     window_steps += 1;
-    window_tokens += b.x.numel();
+    window_tokens += r.tokens;
     window_s += step_s;
     m.step = step;
     m.lr = lr;
     m.step_s = step_s;
-    m.tokens += b.x.numel();
+    m.tokens += r.tokens;
     m.elapsed_s = seconds_since(t_start);
+    m.loss_scale = s.step->scaler().scale();
+    m.skipped_steps = s.step->scaler().state().skipped;
     m.logged = step % c.train.log_every == 0 || step == c.train.steps;
-    if (m.logged) {  // the only host syncs of the step
+    if (m.logged) {  // the only host syncs of the step (besides the fp16 scaler's verdict)
       m.loss = loss_sum.item<double>() / static_cast<double>(window_steps);
-      m.grad_norm = grad_norm.item<double>();
+      m.grad_norm = r.grad_norm.item<double>();
       m.tokens_per_s = static_cast<double>(window_tokens) / window_s;
       final_train = m.loss;
-      if (!std::isfinite(m.loss))
+      if (!std::isfinite(m.loss) && !s.step->scaler().enabled())
         control.request_stop(fmt::format("loss became {} at step {}", m.loss, step));
       loss_sum.zero_();
       window_steps = window_tokens = 0;
@@ -235,6 +219,16 @@ nlohmann::json Trainer::fit() {
   summary["params"] = s.info.params;
   summary["flops_per_token"] = s.info.flops_per_token;
   summary["stop_reason"] = control.should_stop ? control.reason : "completed";
+  summary["precision"] = s.step->precision().name();
+  summary["precision_reason"] = s.step->precision().reason();
+  summary["accum"] = s.step->accum();
+  summary["optimizer_steps"] = s.step->optimizer().step_count();
+  summary["skipped_steps"] = s.step->scaler().state().skipped;
+  summary["loss_scale"] = s.step->scaler().scale();
+  summary["activation_checkpointing"] = c.memory.activation_checkpointing;
+  if (counting_allocator_installed()) summary["peak_tensor_mb"] = static_cast<double>(tensor_bytes_peak()) / 1e6;
+  summary["peak_rss_mb"] = static_cast<double>(rss_peak_bytes()) / 1e6;
+  summary["optimizer_state_mb"] = static_cast<double>(s.step->optimizer().state_bytes()) / 1e6;
   if (c.data.source == "builtin:arith" && c.train.answer_samples > 0) {
     auto acc = arith_answer_accuracy(s.model, c, c.train.answer_samples);
     summary["answer_accuracy"] = acc.fraction();

@@ -43,9 +43,51 @@ struct DataConfig {
   int64_t arith_lines = 20000;  // arith: training problems generated (held-out ones never appear)
 };
 
+// [precision] — mixed precision (src/train/precision.cpp, loss_scaler.cpp).
+enum class PrecisionMode {
+  kFp32,  // everything in fp32
+  kBf16,  // autocast matmuls to bf16; fp32 master weights and optimizer state
+  kFp16,  // autocast to fp16 with a dynamic loss scaler (CUDA; LibTorch 1.13's CPU autocast has no fp16)
+  kAuto,  // bf16 where this machine measures it fast, else fp32; the choice is logged
+};
+enum class LossScaling {
+  kAuto,     // dynamic for fp16, none otherwise
+  kDynamic,  // always (e.g. to test the scaler on CPU, or for bf16 models with tiny gradients)
+  kNone,     // never
+};
+struct PrecisionConfig {
+  PrecisionMode mode = PrecisionMode::kFp32;
+  LossScaling loss_scaling = LossScaling::kAuto;
+  double init_scale = 65536.0;    // fp16: first loss scale
+  double growth_factor = 2.0;     // fp16: scale *= this after growth_interval finite steps
+  double backoff_factor = 0.5;    // fp16: scale *= this after a step with inf/NaN gradients
+  int64_t growth_interval = 2000; // fp16: finite steps between growths
+  double min_scale = 1.0;         // fp16: the scale never falls below this floor
+  // fp16: after this many consecutive skipped steps at the floor, switch to bf16 where it is
+  // supported and say so (0 = never; keep skipping).
+  int64_t fallback_after = 0;
+};
+
+// [memory] — trading compute for memory.
+struct MemoryConfig {
+  // "none", "blocks" (recompute every transformer block in backward) or "every:N" (every N-th
+  // block): activations of a checkpointed block are dropped in forward and recomputed in backward.
+  std::string activation_checkpointing = "none";
+};
+
+enum class OptimizerKind {
+  kFusedAdamW,  // frugal's flat-buffer AdamW (one multi-tensor update)
+  kTorchAdamW,  // torch::optim::AdamW, the per-parameter reference
+};
+
 // [train] — the optimisation schedule.
 struct TrainConfig {
-  int64_t steps = 400;           // optimizer steps
+  int64_t steps = 400;           // training iterations (each consumes global_batch sequences)
+  // Sequences per optimizer step; 0 = data.micro_batch. Must be a multiple of data.micro_batch:
+  // accumulation = global_batch / micro_batch micro-batches per step.
+  int64_t global_batch = 0;
+  int64_t accum = 0;             // explicit accumulation count; 0 = derived from global_batch
+  OptimizerKind optimizer = OptimizerKind::kFusedAdamW;
   double lr = 3e-3;              // peak learning rate, reached after warmup_steps
   int64_t warmup_steps = 50;     // linear warm-up from 0, then cosine decay to lr * min_lr_ratio
   double min_lr_ratio = 0.1;     // floor of the cosine decay, as a fraction of lr
@@ -65,6 +107,12 @@ struct Config {
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
+  PrecisionConfig precision;
+  MemoryConfig memory;
 };
+
+// Micro-batches per optimizer step, from train.accum / train.global_batch / data.micro_batch.
+// Validated by validate_config().
+int64_t accumulation_steps(const Config& c);
 
 }  // namespace frugal

@@ -9,8 +9,14 @@
 
 namespace frugal {
 
-// Returns the total L2 norm of the gradients before clipping (a 0-dim fp32 tensor). With
-// max_norm <= 0 only measures. Parameters without a gradient are skipped.
+// Total L2 norm of `grads` (a 0-dim fp32 tensor; inf/NaN if any gradient holds one).
+at::Tensor global_grad_norm(const std::vector<at::Tensor>& grads);
+
+// Scales `grads` in place so their global norm is at most max_norm, given their `norm`.
+void clip_to_norm(const std::vector<at::Tensor>& grads, const at::Tensor& norm, double max_norm);
+
+// Both, on the gradients of `params` (those without a gradient are skipped); returns the norm
+// before clipping. max_norm <= 0 only measures.
 at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
 
 }  // namespace frugal

@@ -1,0 +1,52 @@
+// Dynamic loss scaling for fp16 training. The loss is multiplied by `scale` before backward so
+// small gradients survive fp16; gradients are unscaled before clipping; a step whose gradients
+// hold inf/NaN is skipped and the scale backs off; after growth_interval consecutive finite steps
+// the scale grows. The scale never drops below min_scale.
+//
+// The state machine is the pure function next_scale_state(), tested transition by transition.
+// Known failure modes elsewhere avoided here: the LR schedule follows *taken* optimizer steps
+// (the trainer does not advance it on a skip), and the scale has a floor and a logged history.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "frugal/core/config.h"
+
+namespace frugal {
+
+struct ScaleState {
+  double scale = 65536.0;
+  int64_t growth_tracker = 0;   // consecutive finite steps since the last growth or backoff
+  int64_t skipped = 0;          // steps skipped over the whole run
+  int64_t skipped_at_floor = 0; // consecutive skipped steps while at min_scale
+};
+
+// One transition: `found_inf` says whether this step's gradients held inf/NaN.
+ScaleState next_scale_state(const ScaleState& s, bool found_inf, const PrecisionConfig& c);
+
+class LossScaler {
+ public:
+  LossScaler(bool enabled, const PrecisionConfig& config);
+
+  bool enabled() const { return enabled_; }
+  // loss * scale (the loss itself when disabled).
+  at::Tensor scale_loss(const at::Tensor& loss) const;
+  // Multiplies gradients by 1/scale in place (no-op when disabled).
+  void unscale(const std::vector<at::Tensor>& grads) const;
+  // Records the step's outcome; returns true when the optimizer step must be skipped.
+  bool update(bool found_inf);
+
+  const ScaleState& state() const { return state_; }
+  void set_state(const ScaleState& s) { state_ = s; }
+  double scale() const { return enabled_ ? state_.scale : 1.0; }
+
+ private:
+  bool enabled_;
+  PrecisionConfig config_;
+  ScaleState state_;
+};
+
+}  // namespace frugal

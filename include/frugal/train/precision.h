@@ -1,0 +1,48 @@
+// The precision policy: which dtype autocast runs in, whether a loss scaler is needed, and the
+// decision behind `mode = "auto"` (measured, not guessed from CPU names).
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <memory>
+#include <string>
+
+#include "frugal/core/compat.h"
+#include "frugal/core/config.h"
+
+namespace frugal {
+
+class PrecisionPolicy {
+ public:
+  // Resolves kAuto by measurement and checks that the device supports the mode. Throws
+  // ConfigError for fp16 on a CPU build whose autocast has no fp16 (LibTorch < 2.x).
+  PrecisionPolicy(PrecisionMode requested, c10::Device device);
+
+  PrecisionMode mode() const { return mode_; }
+  bool autocast() const { return mode_ == PrecisionMode::kBf16 || mode_ == PrecisionMode::kFp16; }
+  bool needs_loss_scaling() const { return mode_ == PrecisionMode::kFp16; }
+  // The loss-scaling decision for a precision.loss_scaling setting.
+  bool loss_scaling(LossScaling s) const {
+    return s == LossScaling::kDynamic || (s == LossScaling::kAuto && needs_loss_scaling());
+  }
+  c10::ScalarType dtype() const { return mode_ == PrecisionMode::kFp16 ? c10::kHalf : c10::kBFloat16; }
+  // Why this mode (for the log and summary.json), e.g. "auto: bf16 matmul 2.1x fp32 here".
+  const std::string& reason() const { return reason_; }
+  std::string name() const;
+
+  // An autocast region for forward passes (a no-op guard in fp32).
+  std::unique_ptr<compat::AutocastGuard> enter() const;
+
+  // Switches a collapsing fp16 run to bf16 (when bf16 autocast exists on this device).
+  bool fall_back_to_bf16(const std::string& why);
+
+ private:
+  PrecisionMode mode_;
+  c10::Device device_;
+  std::string reason_;
+};
+
+std::string precision_name(PrecisionMode m);
+
+}  // namespace frugal

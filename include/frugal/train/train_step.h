@@ -1,0 +1,64 @@
+// One training step, every maths lever in one short, linear function (STYLE.md: "maths toggles
+// live in the step"):
+//
+//   zero grads
+//   for each of `accum` micro-batches:            gradient accumulation
+//     autocast forward, loss / accum             mixed precision; normalised so the sum of
+//     backward of loss * scale                   micro-batch gradients is the large-batch gradient
+//   unscale gradients                             loss scaler (fp16)
+//   global norm; inf/NaN -> skip, back off        loss scaler
+//   clip to train.grad_clip                       after unscaling, on the global norm
+//   optimizer step (FusedAdamW)
+//
+// Activation checkpointing acts inside the model's forward (Gpt::set_block_runner).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <memory>
+
+#include "frugal/core/config.h"
+#include "frugal/data/batch_source.h"
+#include "frugal/model/gpt.h"
+#include "frugal/train/loss_scaler.h"
+#include "frugal/train/optimizer.h"
+#include "frugal/train/precision.h"
+
+namespace frugal {
+
+struct StepResult {
+  at::Tensor loss;       // mean loss over the step's micro-batches (0-dim, on the device)
+  at::Tensor grad_norm;  // global norm before clipping, after unscaling
+  bool skipped = false;  // inf/NaN gradients: no optimizer step was taken
+  int64_t tokens = 0;
+};
+
+class TrainStep {
+ public:
+  TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device);
+
+  // Runs iteration `iteration` (0-based) at learning rate `lr`. Reads the device only when the
+  // loss scaler needs the inf/NaN verdict.
+  StepResult run(int64_t iteration, double lr);
+
+  int64_t accum() const { return accum_; }
+  PrecisionPolicy& precision() { return precision_; }
+  LossScaler& scaler() { return scaler_; }
+  Optimizer& optimizer() { return *optimizer_; }
+
+ private:
+  Config config_;
+  Gpt model_;
+  BatchSource& data_;
+  c10::Device device_;
+  int64_t accum_;
+  PrecisionPolicy precision_;
+  LossScaler scaler_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+// Installs activation checkpointing on the model per memory.activation_checkpointing.
+void install_activation_checkpointing(Gpt& model, const std::string& spec);
+
+}  // namespace frugal

@@ -1,0 +1,107 @@
+// Counting CPU allocator and RSS readings; see memory.h.
+#include "frugal/monitor/memory.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <atomic>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "frugal/core/compat.h"
+
+namespace frugal {
+namespace {
+
+std::atomic<int64_t> g_now{0};
+std::atomic<int64_t> g_peak{0};
+std::atomic<bool> g_installed{false};
+
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+
+#if FRUGAL_TORCH_AT_LEAST(2, 0)
+  c10::DataPtr allocate(size_t n) override {
+#else
+  c10::DataPtr allocate(size_t n) const override {
+#endif
+    c10::DataPtr p = base_->allocate(n);
+    void* raw = p.release_context();  // the base allocator's context is its data pointer
+    if (raw) {
+      std::lock_guard<std::mutex> lock(mu_);
+      sizes_[raw] = n;
+    }
+    const int64_t now = g_now.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
+    int64_t peak = g_peak.load();
+    while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+    }
+    return {raw, raw, &CountingAllocator::free, p.device()};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::free; }
+
+#if FRUGAL_TORCH_AT_LEAST(2, 3)
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
+
+  static void free(void* p) {
+    if (!p) return;
+    auto* self = instance();
+    size_t n = 0;
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      auto it = self->sizes_.find(p);
+      if (it != self->sizes_.end()) {
+        n = it->second;
+        self->sizes_.erase(it);
+      }
+    }
+    g_now.fetch_sub(static_cast<int64_t>(n));
+    self->base_->raw_deleter()(p);
+  }
+
+  static CountingAllocator*& instance() {
+    static CountingAllocator* inst = nullptr;
+    return inst;
+  }
+
+ private:
+  c10::Allocator* base_;
+  mutable std::mutex mu_;
+  mutable std::unordered_map<void*, size_t> sizes_;
+};
+
+int64_t status_kb(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string k = std::string(key) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(k, 0) == 0) return std::stoll(line.substr(k.size())) * 1024;
+  return 0;
+}
+
+}  // namespace
+
+void install_counting_allocator() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto* a = new CountingAllocator(c10::GetDefaultCPUAllocator());  // lives for the process
+    CountingAllocator::instance() = a;
+    c10::SetCPUAllocator(a, /*priority=*/100);
+    g_installed = true;
+  });
+}
+
+bool counting_allocator_installed() { return g_installed; }
+int64_t tensor_bytes_now() { return g_now.load(); }
+int64_t tensor_bytes_peak() { return g_peak.load(); }
+void reset_tensor_bytes_peak() { g_peak.store(g_now.load()); }
+int64_t rss_peak_bytes() { return status_kb("VmHWM"); }
+int64_t rss_now_bytes() { return status_kb("VmRSS"); }
+
+}  // namespace frugal

@@ -1,0 +1,58 @@
+// Precision policy; see precision.h.
+#include "frugal/train/precision.h"
+
+#include <fmt/format.h>
+
+#include "frugal/core/errors.h"
+#include "frugal/monitor/doctor.h"
+
+namespace frugal {
+
+std::string precision_name(PrecisionMode m) {
+  switch (m) {
+    case PrecisionMode::kFp32: return "fp32";
+    case PrecisionMode::kBf16: return "bf16";
+    case PrecisionMode::kFp16: return "fp16";
+    case PrecisionMode::kAuto: return "auto";
+  }
+  return "?";
+}
+
+PrecisionPolicy::PrecisionPolicy(PrecisionMode requested, c10::Device device)
+    : mode_(requested), device_(device), reason_("precision.mode") {
+  if (requested == PrecisionMode::kAuto) {
+    if (device.is_cuda()) {
+      // bf16 autocast on CUDA needs Ampere or newer; the matmul probe below runs on the CPU, so
+      // on CUDA trust the build's own check.
+      mode_ = PrecisionMode::kBf16;
+      reason_ = "auto: CUDA device, bf16 autocast";
+    } else {
+      // Measure at a size typical of small models' matmuls.
+      const double fp32 = measure_matmul_gflops(512, false, 0.15);
+      const double bf16 = measure_matmul_gflops(512, true, 0.15);
+      const bool fast = bf16 > 1.5 * fp32;
+      mode_ = fast ? PrecisionMode::kBf16 : PrecisionMode::kFp32;
+      reason_ = fmt::format("auto: bf16 matmul {:.0f} GFLOP/s vs fp32 {:.0f} ({:.2f}x) on this CPU -> {}",
+                            bf16, fp32, bf16 / fp32, fast ? "bf16" : "fp32 (bf16 is not fast here)");
+    }
+  }
+  if (mode_ == PrecisionMode::kFp16 && !device.is_cuda() && !FRUGAL_TORCH_AT_LEAST(2, 0))
+    throw ConfigError(
+        "precision.mode = \"fp16\" needs a CUDA device: LibTorch 1.13's CPU autocast supports only "
+        "bf16. Use precision.mode = \"bf16\" (or \"auto\") on CPU");
+}
+
+std::string PrecisionPolicy::name() const { return precision_name(mode_); }
+
+std::unique_ptr<compat::AutocastGuard> PrecisionPolicy::enter() const {
+  return std::make_unique<compat::AutocastGuard>(device_.type(), dtype(), autocast());
+}
+
+bool PrecisionPolicy::fall_back_to_bf16(const std::string& why) {
+  if (mode_ != PrecisionMode::kFp16) return false;
+  mode_ = PrecisionMode::kBf16;
+  reason_ = "fell back from fp16: " + why;
+  return true;
+}
+
+}  // namespace frugal

@@ -1,0 +1,78 @@
+// The training step; see train_step.h.
+#include "frugal/train/train_step.h"
+
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+
+#include "frugal/model/activation_checkpoint.h"
+#include "frugal/monitor/console.h"
+#include "frugal/train/grad_clip.h"
+
+namespace frugal {
+
+void install_activation_checkpointing(Gpt& model, const std::string& spec) {
+  std::vector<bool> plan = checkpoint_plan(spec, model->config().layers);
+  if (std::none_of(plan.begin(), plan.end(), [](bool b) { return b; })) {
+    model->set_block_runner(nullptr);
+    return;
+  }
+  model->set_block_runner([plan](Block& block, const at::Tensor& x, size_t i) {
+    if (!plan[i]) return block->forward(x);
+    Block b = block;
+    return checkpointed([b](const at::Tensor& t) mutable { return b->forward(t); }, x, b->parameters());
+  });
+}
+
+TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device)
+    : config_(config),
+      model_(std::move(model)),
+      data_(data),
+      device_(device),
+      accum_(accumulation_steps(config)),
+      precision_(config.precision.mode, device),
+      scaler_(precision_.loss_scaling(config.precision.loss_scaling), config.precision),
+      optimizer_(make_optimizer(config.train.optimizer, model_->parameters(), config.train)) {
+  install_activation_checkpointing(model_, config.memory.activation_checkpointing);
+}
+
+StepResult TrainStep::run(int64_t iteration, double lr) {
+  StepResult r;
+  optimizer_->zero_grad();
+  at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+  for (int64_t k = 0; k < accum_; ++k) {
+    Batch b = data_.train_batch(iteration * accum_ + k);
+    at::Tensor loss;
+    {
+      auto autocast = precision_.enter();
+      loss = model_->loss(b.x.to(device_, /*non_blocking=*/true), b.y.to(device_, true)) /
+             static_cast<double>(accum_);
+    }
+    scaler_.scale_loss(loss).backward();
+    loss_sum += loss.detach();
+    r.tokens += b.x.numel();
+  }
+  r.loss = loss_sum;
+
+  std::vector<at::Tensor> grads = optimizer_->grads();
+  scaler_.unscale(grads);
+  r.grad_norm = global_grad_norm(grads);
+  if (scaler_.enabled()) {
+    const bool found_inf = !std::isfinite(r.grad_norm.item<double>());
+    r.skipped = scaler_.update(found_inf);
+    const auto& s = scaler_.state();
+    if (config_.precision.fallback_after > 0 && s.skipped_at_floor >= config_.precision.fallback_after &&
+        precision_.fall_back_to_bf16(fmt::format("{} consecutive skipped steps at the minimum loss scale {}",
+                                                 s.skipped_at_floor, s.scale))) {
+      scaler_ = LossScaler(false, config_.precision);
+      Console::get().line("precision: " + precision_.reason() + "; continuing in bf16");
+    }
+    if (r.skipped) return r;  // no step: weights, optimizer state and the LR schedule stay put
+  }
+  clip_to_norm(grads, r.grad_norm, config_.train.grad_clip);
+  optimizer_->set_lr(lr);
+  optimizer_->step();
+  return r;
+}
+
+}  // namespace frugal
