@@ -311,9 +311,6 @@ void validate_config(const Config& c) {
         "model.heads = {} must divide model.embd = {} (each head gets embd/heads channels); "
         "try model.heads = {}",
         c.model.heads, c.model.embd, c.model.embd % 4 == 0 ? 4 : 1));
-  if (c.train.warmup_steps > c.train.steps)
-    throw ConfigError(fmt::format("train.warmup_steps = {} exceeds train.steps = {}",
-                                  c.train.warmup_steps, c.train.steps));
 }
 
 ResolvedConfig resolve_config(const std::string& file, const std::vector<std::string>& overrides,

@@ -30,12 +30,20 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache)
     cache->v = v;
   }
   const int64_t S = k.size(2);
-  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(D)));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  at::Tensor att;
   if (T > 1) {
-    // Query i (absolute position past+i) may attend to keys 0..past+i: mask the strict upper part.
-    auto mask = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(x.device()))
+    // Query i (absolute position past+i) may attend to keys 0..past+i. One baddbmm computes
+    // scale * q k^T + mask with the -inf causal mask fused in (instead of matmul, mul and
+    // masked_fill: three passes over the B*H*T*S scores).
+    auto mask = torch::full({T, S}, -std::numeric_limits<float>::infinity(),
+                            torch::TensorOptions().dtype(q.scalar_type()).device(x.device()))
                     .triu(past + 1);
-    att = att.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    att = torch::baddbmm(mask, q.reshape({B * heads_, T, D}), k.reshape({B * heads_, S, D}).transpose(1, 2),
+                         /*beta=*/1.0, /*alpha=*/scale)
+              .view({B, heads_, T, S});
+  } else {
+    att = torch::matmul(q, k.transpose(-2, -1)) * scale;
   }
   att = torch::softmax(att, -1);
   if (is_training() && dropout_ > 0) att = F::dropout(att, F::DropoutFuncOptions().p(dropout_).training(true));
