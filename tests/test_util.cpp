@@ -61,7 +61,8 @@ std::vector<std::string> tiny_overrides(const std::string& out_dir) {
           "model.heads=2",          "model.embd=32",      "model.block=16",
           "data.micro_batch=8",     "data.arith_lines=2000", "train.steps=30",
           "train.warmup_steps=5",   "train.eval_every=15", "train.eval_batches=2",
-          "train.log_every=5",      "train.answer_samples=5"};
+          "train.log_every=5",      "train.answer_samples=5",
+          "precision.mode=fp32"};
 }
 
 }  // namespace frugal::test

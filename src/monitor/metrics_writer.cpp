@@ -37,6 +37,10 @@ void MetricsWriter::on_step_end(const StepMetrics& m, Control&) {
   j["step_s"] = m.step_s;
   j["elapsed_s"] = m.elapsed_s;
   j["tokens"] = m.tokens;
+  j["data_s"] = m.data_s;
+  j["forward_s"] = m.forward_s;
+  j["backward_s"] = m.backward_s;
+  j["optimizer_s"] = m.optimizer_s;
   j["loss_scale"] = m.loss_scale;
   j["skipped_steps"] = m.skipped_steps;
   write(j.dump());

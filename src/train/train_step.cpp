@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "frugal/model/activation_checkpoint.h"
 #include "frugal/monitor/console.h"
 #include "frugal/train/grad_clip.h"
@@ -36,19 +38,34 @@ TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::De
   install_activation_checkpointing(model_, config.memory.activation_checkpointing);
 }
 
+namespace {
+using Clock = std::chrono::steady_clock;
+double lap(Clock::time_point& t) {
+  auto now = Clock::now();
+  double s = std::chrono::duration<double>(now - t).count();
+  t = now;
+  return s;
+}
+}  // namespace
+
 StepResult TrainStep::run(int64_t iteration, double lr) {
   StepResult r;
+  auto t = Clock::now();
   optimizer_->zero_grad();
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
   for (int64_t k = 0; k < accum_; ++k) {
+    r.optimizer_s += lap(t);
     Batch b = data_.train_batch(iteration * accum_ + k);
+    r.data_s += lap(t);
     at::Tensor loss;
     {
       auto autocast = precision_.enter();
       loss = model_->loss(b.x.to(device_, /*non_blocking=*/true), b.y.to(device_, true)) /
              static_cast<double>(accum_);
     }
+    r.forward_s += lap(t);
     scaler_.scale_loss(loss).backward();
+    r.backward_s += lap(t);
     loss_sum += loss.detach();
     r.tokens += b.x.numel();
   }
@@ -67,11 +84,15 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
       scaler_ = LossScaler(false, config_.precision);
       Console::get().line("precision: " + precision_.reason() + "; continuing in bf16");
     }
-    if (r.skipped) return r;  // no step: weights, optimizer state and the LR schedule stay put
+    if (r.skipped) {  // no step: weights, optimizer state and the LR schedule stay put
+      r.optimizer_s += lap(t);
+      return r;
+    }
   }
   clip_to_norm(grads, r.grad_norm, config_.train.grad_clip);
   optimizer_->set_lr(lr);
   optimizer_->step();
+  r.optimizer_s += lap(t);
   return r;
 }
 

@@ -141,7 +141,7 @@ nlohmann::json Trainer::fit() {
                        "checkpointing {} | optimizer {}",
                        s.step->precision().name(), s.step->precision().reason(), c.data.micro_batch,
                        s.step->accum(), c.memory.activation_checkpointing,
-                       format_value(find_key("train.optimizer")->get(c))));
+                       std::get<std::string>(find_key("train.optimizer")->get(c))));
   for (auto& cb : s.callbacks) cb->on_train_begin(s.info);
 
   Control control;
@@ -164,6 +164,7 @@ nlohmann::json Trainer::fit() {
     for (auto& cb : s.callbacks) cb->on_eval_end(e, control);
   };
 
+  double phase_totals[4] = {0, 0, 0, 0};  // data, forward, backward, optimizer
   s.model->train();
   reset_tensor_bytes_peak();
   int64_t step = 0;
@@ -186,6 +187,14 @@ nlohmann::json Trainer::fit() {
     m.step_s = step_s;
     m.tokens += r.tokens;
     m.elapsed_s = seconds_since(t_start);
+    m.data_s = r.data_s;
+    m.forward_s = r.forward_s;
+    m.backward_s = r.backward_s;
+    m.optimizer_s = r.optimizer_s;
+    phase_totals[0] += r.data_s;
+    phase_totals[1] += r.forward_s;
+    phase_totals[2] += r.backward_s;
+    phase_totals[3] += r.optimizer_s;
     m.loss_scale = s.step->scaler().scale();
     m.skipped_steps = s.step->scaler().state().skipped;
     m.logged = step % c.train.log_every == 0 || step == c.train.steps;
@@ -219,6 +228,11 @@ nlohmann::json Trainer::fit() {
   summary["params"] = s.info.params;
   summary["flops_per_token"] = s.info.flops_per_token;
   summary["stop_reason"] = control.should_stop ? control.reason : "completed";
+  const double n_steps = static_cast<double>(std::max<int64_t>(1, step));
+  summary["data_ms_per_step"] = 1e3 * phase_totals[0] / n_steps;
+  summary["forward_ms_per_step"] = 1e3 * phase_totals[1] / n_steps;
+  summary["backward_ms_per_step"] = 1e3 * phase_totals[2] / n_steps;
+  summary["optimizer_ms_per_step"] = 1e3 * phase_totals[3] / n_steps;
   summary["precision"] = s.step->precision().name();
   summary["precision_reason"] = s.step->precision().reason();
   summary["accum"] = s.step->accum();

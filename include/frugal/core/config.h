@@ -56,7 +56,7 @@ enum class LossScaling {
   kNone,     // never
 };
 struct PrecisionConfig {
-  PrecisionMode mode = PrecisionMode::kFp32;
+  PrecisionMode mode = PrecisionMode::kAuto;  // the cheap setting where it is measured safe and fast
   LossScaling loss_scaling = LossScaling::kAuto;
   double init_scale = 65536.0;    // fp16: first loss scale
   double growth_factor = 2.0;     // fp16: scale *= this after growth_interval finite steps
@@ -82,7 +82,7 @@ enum class OptimizerKind {
 
 // [train] — the optimisation schedule.
 struct TrainConfig {
-  int64_t steps = 400;           // training iterations (each consumes global_batch sequences)
+  int64_t steps = 600;           // training iterations (each consumes global_batch sequences)
   // Sequences per optimizer step; 0 = data.micro_batch. Must be a multiple of data.micro_batch:
   // accumulation = global_batch / micro_batch micro-batches per step.
   int64_t global_batch = 0;
@@ -95,7 +95,7 @@ struct TrainConfig {
   double beta1 = 0.9;            // AdamW first-moment decay
   double beta2 = 0.99;           // AdamW second-moment decay
   double grad_clip = 1.0;        // global gradient-norm clip; 0 = off
-  int64_t eval_every = 100;      // evaluate validation loss every N steps (and at the end); 0 = only at the end
+  int64_t eval_every = 150;      // evaluate validation loss every N steps (and at the end); 0 = only at the end
   int64_t eval_batches = 8;      // validation batches per evaluation
   int64_t log_every = 10;        // write a metrics.jsonl line every N steps
   int64_t answer_samples = 200;  // arith: held-out problems completed greedily for answer_accuracy

@@ -39,6 +39,9 @@ struct StepMetrics {
   double tokens_per_s = 0;   // over the window since the previous log step
   double elapsed_s = 0;      // since the first step began
   int64_t tokens = 0;        // tokens consumed so far
+  // Phase split of this step (seconds): data wait, forward, backward, optimizer (incl. zero_grad,
+  // unscale, clip).
+  double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
   double loss_scale = 1;     // the fp16 loss scale after this step (1 when not scaling)
   int64_t skipped_steps = 0; // optimizer steps skipped for inf/NaN gradients so far
 };

@@ -32,6 +32,9 @@ struct StepResult {
   at::Tensor grad_norm;  // global norm before clipping, after unscaling
   bool skipped = false;  // inf/NaN gradients: no optimizer step was taken
   int64_t tokens = 0;
+  // Host wall time of each phase. On CUDA these time kernel launches, not the kernels (no sync
+  // inside the step); on CPU they are the compute itself.
+  double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
 };
 
 class TrainStep {

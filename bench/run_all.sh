@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, JSON under bench/out/ and a table on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+/usr/bin/python3 bench/compute_levers.py "$@"
