@@ -19,7 +19,8 @@ configure: deps $(BUILD)/CMakeCache.txt
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target frugal
 	@$(BUILD)/frugal train --overwrite
 
 test: build
