@@ -13,50 +13,41 @@ namespace {
 template <class T>
 using Field = T& (*)(Config&);
 
-KeySpec int_key(std::string key, Field<int64_t> f, double min, double max, std::string help) {
+// A key bound to a field of type T (int64_t, double, std::string or bool).
+template <class T>
+KeySpec field_key(std::string key, ValueType type, Field<T> f, std::string help) {
   KeySpec k;
   k.key = std::move(key);
-  k.type = ValueType::kInt;
+  k.type = type;
   k.help = std::move(help);
+  k.get = [f](const Config& c) { return ConfigValue(f(const_cast<Config&>(c))); };
+  k.set = [f](Config& c, const ConfigValue& v) { f(c) = std::get<T>(v); };
+  return k;
+}
+
+KeySpec int_key(std::string key, Field<int64_t> f, double min, double max, std::string help) {
+  KeySpec k = field_key<int64_t>(std::move(key), ValueType::kInt, f, std::move(help));
   k.min = min;
   k.max = max;
-  k.get = [f](const Config& c) { return ConfigValue(f(const_cast<Config&>(c))); };
-  k.set = [f](Config& c, const ConfigValue& v) { f(c) = std::get<int64_t>(v); };
   return k;
 }
 
 KeySpec float_key(std::string key, Field<double> f, double min, double max, std::string help) {
-  KeySpec k;
-  k.key = std::move(key);
-  k.type = ValueType::kFloat;
-  k.help = std::move(help);
+  KeySpec k = field_key<double>(std::move(key), ValueType::kFloat, f, std::move(help));
   k.min = min;
   k.max = max;
-  k.get = [f](const Config& c) { return ConfigValue(f(const_cast<Config&>(c))); };
-  k.set = [f](Config& c, const ConfigValue& v) { f(c) = std::get<double>(v); };
   return k;
 }
 
 KeySpec string_key(std::string key, Field<std::string> f, std::string help,
                    std::function<std::string(const ConfigValue&)> check = nullptr) {
-  KeySpec k;
-  k.key = std::move(key);
-  k.type = ValueType::kString;
-  k.help = std::move(help);
-  k.get = [f](const Config& c) { return ConfigValue(f(const_cast<Config&>(c))); };
-  k.set = [f](Config& c, const ConfigValue& v) { f(c) = std::get<std::string>(v); };
+  KeySpec k = field_key<std::string>(std::move(key), ValueType::kString, f, std::move(help));
   k.check = std::move(check);
   return k;
 }
 
-KeySpec bool_key(std::string key, Field<bool> f, std::string help) {
-  KeySpec k;
-  k.key = std::move(key);
-  k.type = ValueType::kBool;
-  k.help = std::move(help);
-  k.get = [f](const Config& c) { return ConfigValue(f(const_cast<Config&>(c))); };
-  k.set = [f](Config& c, const ConfigValue& v) { f(c) = std::get<bool>(v); };
-  return k;
+[[maybe_unused]] KeySpec bool_key(std::string key, Field<bool> f, std::string help) {
+  return field_key<bool>(std::move(key), ValueType::kBool, f, std::move(help));
 }
 
 // An enum class field spelled as one of `names` in the config.
