@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "frugal/core/errors.h"
 #include "frugal/monitor/console.h"
 #include "frugal/train/trainer.h"
 
@@ -33,6 +34,9 @@ void print_summary(const nlohmann::json& s) {
   num("best_val_loss", "  {:<22} {:.4f}");
   num("unigram_baseline_loss", "  {:<22} {:.4f}");
   num("params", "  {:<22} {:.0f}");
+  if (s.value("usd_per_hour", 0.0) > 0 || s.value("watts", 0.0) > 0)
+    con.line(fmt::format("  {:<22} ${:.4f} | {:.4f} kWh | {:.4f} kg CO2", "cost", s["cost_usd"].get<double>(),
+                         s["energy_kwh"].get<double>(), s["kg_co2"].get<double>()));
   if (s.contains("answer_accuracy"))
     con.line(fmt::format("  {:<22} {:.1f}% of {} held-out problems", "answer_accuracy",
                          100.0 * s["answer_accuracy"].get<double>(), s["answer_samples"].get<int64_t>()));
@@ -62,7 +66,8 @@ void add_train_command(CLI::App& app, Run* run) {
       auto summary = trainer.fit();
       print_summary(summary);
       Console::get().line(fmt::format("wrote {}/summary.json", trainer.run_dir()));
-      return 0;
+      // A guard (budget, divergence) ended the run on purpose: exit code 3.
+      return summary.value("stopped_by_guard", false) ? static_cast<int>(kExitGuard) : 0;
     };
   });
 }

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "frugal/core/config_loader.h"
+#include "frugal/monitor/cost_meter.h"
 
 namespace frugal {
 namespace {
@@ -46,7 +47,7 @@ KeySpec string_key(std::string key, Field<std::string> f, std::string help,
   return k;
 }
 
-[[maybe_unused]] KeySpec bool_key(std::string key, Field<bool> f, std::string help) {
+KeySpec bool_key(std::string key, Field<bool> f, std::string help) {
   return field_key<bool>(std::move(key), ValueType::kBool, f, std::move(help));
 }
 
@@ -216,6 +217,33 @@ std::vector<KeySpec> build_schema() {
                          [](Config& c) -> std::string& { return c.memory.activation_checkpointing; },
                          "\"none\", \"blocks\" or \"every:N\": recompute block activations in backward",
                          check_activation_checkpointing));
+  // [budget]
+  s.push_back(float_key("budget.usd_per_hour", [](Config& c) -> double& { return c.budget.usd_per_hour; },
+                        0, 1e6, "machine price in USD/hour; 0 = from the price table via budget.instance"));
+  s.push_back(string_key("budget.instance", [](Config& c) -> std::string& { return c.budget.instance; },
+                         "instance name in data/prices.toml (FRUGAL_PRICE_TABLE overrides the file)"));
+  s.push_back(bool_key("budget.spot", [](Config& c) -> bool& { return c.budget.spot; },
+                       "use the price table's spot column"));
+  s.push_back(float_key("budget.limit_usd", [](Config& c) -> double& { return c.budget.limit_usd; },
+                        0, 1e9, "hard spending limit: stop with exit code 3; 0 = none"));
+  s.push_back(string_key("budget.alert_at", [](Config& c) -> std::string& { return c.budget.alert_at; },
+                         "comma-separated fractions of limit_usd that raise an alert once",
+                         [](const ConfigValue& v) -> std::string {
+                           try {
+                             parse_alert_fractions(std::get<std::string>(v));
+                           } catch (const std::exception& e) {
+                             return e.what();
+                           }
+                           return "";
+                         }));
+  s.push_back(string_key("budget.alert_command",
+                         [](Config& c) -> std::string& { return c.budget.alert_command; },
+                         "shell command run at each alert, with FRUGAL_COST_* environment variables"));
+  s.push_back(float_key("budget.watts", [](Config& c) -> double& { return c.budget.watts; }, 0, 1e7,
+                        "power draw in watts; 0 = from the price table"));
+  s.push_back(float_key("budget.grid_g_per_kwh",
+                        [](Config& c) -> double& { return c.budget.grid_g_per_kwh; }, 0, 2000,
+                        "grid carbon intensity in g CO2/kWh"));
   return s;
 }
 

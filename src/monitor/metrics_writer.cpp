@@ -41,6 +41,7 @@ void MetricsWriter::on_step_end(const StepMetrics& m, Control&) {
   j["forward_s"] = m.forward_s;
   j["backward_s"] = m.backward_s;
   j["optimizer_s"] = m.optimizer_s;
+  j["cost_usd"] = m.cost_usd;
   j["loss_scale"] = m.loss_scale;
   j["skipped_steps"] = m.skipped_steps;
   write(j.dump());

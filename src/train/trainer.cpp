@@ -17,6 +17,7 @@
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
 #include "frugal/monitor/console.h"
+#include "frugal/monitor/cost_meter.h"
 #include "frugal/monitor/memory.h"
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/monitor/progress.h"
@@ -66,6 +67,7 @@ struct Trainer::State {
   std::unique_ptr<BatchSource> data;
   std::unique_ptr<TrainStep> step;
   std::vector<std::shared_ptr<Callback>> callbacks;
+  std::shared_ptr<CostMeter> cost;  // runs first each step, so every callback sees the spend
   RunInfo info;
 
   double evaluate();
@@ -101,6 +103,7 @@ Trainer::Trainer(ResolvedConfig config, TrainerOptions options) : s_(std::make_u
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
 
   s_->data = make_batch_source(c);  // before the run dir: bad data must not leave a husk
+  s_->cost = std::make_shared<CostMeter>(c.budget);
   s_->model = Gpt(c.model);
   s_->model->to(s_->device);
   s_->step = std::make_unique<TrainStep>(c, s_->model, *s_->data, s_->device);
@@ -142,6 +145,11 @@ nlohmann::json Trainer::fit() {
                        s.step->precision().name(), s.step->precision().reason(), c.data.micro_batch,
                        s.step->accum(), c.memory.activation_checkpointing,
                        std::get<std::string>(find_key("train.optimizer")->get(c))));
+  if (s.cost->usd_per_hour() > 0 || s.cost->watts() > 0)
+    con.line(fmt::format("budget: ${:.3f}/h{}, {:.0f} W, {:.0f} g CO2/kWh{}", s.cost->usd_per_hour(),
+                         c.budget.spot ? " (spot)" : "", s.cost->watts(), c.budget.grid_g_per_kwh,
+                         c.budget.limit_usd > 0 ? fmt::format(", limit ${:.2f}", c.budget.limit_usd) : ""));
+  s.cost->on_train_begin(s.info);
   for (auto& cb : s.callbacks) cb->on_train_begin(s.info);
 
   Control control;
@@ -209,6 +217,8 @@ nlohmann::json Trainer::fit() {
       window_steps = window_tokens = 0;
       window_s = 0;
     }
+    s.cost->on_step_end(m, control);
+    m.cost_usd = s.cost->figures().usd;
     for (auto& cb : s.callbacks) cb->on_step_end(m, control);
     if (c.train.eval_every > 0 && step % c.train.eval_every == 0) run_eval(step);
   }
@@ -228,6 +238,8 @@ nlohmann::json Trainer::fit() {
   summary["params"] = s.info.params;
   summary["flops_per_token"] = s.info.flops_per_token;
   summary["stop_reason"] = control.should_stop ? control.reason : "completed";
+  summary["stopped_by_guard"] = control.by_guard;
+  s.cost->add_to_summary(summary);
   const double n_steps = static_cast<double>(std::max<int64_t>(1, step));
   summary["data_ms_per_step"] = 1e3 * phase_totals[0] / n_steps;
   summary["forward_ms_per_step"] = 1e3 * phase_totals[1] / n_steps;

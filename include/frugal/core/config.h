@@ -75,6 +75,18 @@ struct MemoryConfig {
   std::string activation_checkpointing = "none";
 };
 
+// [budget] — cost, energy and carbon accounting, and the hard spending limit.
+struct BudgetConfig {
+  double usd_per_hour = 0;      // price of the machine; 0 = from the price table (budget.instance)
+  std::string instance;         // a name from data/prices.toml (e.g. "gpu-1xh100"); "" = none
+  bool spot = false;            // take the table's spot price instead of on-demand
+  double limit_usd = 0;         // hard limit: checkpoint and stop with exit code 3; 0 = none
+  std::string alert_at = "0.5,0.8,0.95";  // fractions of limit_usd that log an alert once
+  std::string alert_command;    // run (sh -c) at each alert with FRUGAL_COST_* variables; "" = none
+  double watts = 0;             // power draw; 0 = from the price table, else unknown (no kWh)
+  double grid_g_per_kwh = 475;  // grid carbon intensity, g CO2 per kWh (~world average); set yours
+};
+
 enum class OptimizerKind {
   kFusedAdamW,  // frugal's flat-buffer AdamW (one multi-tensor update)
   kTorchAdamW,  // torch::optim::AdamW, the per-parameter reference
@@ -109,6 +121,7 @@ struct Config {
   TrainConfig train;
   PrecisionConfig precision;
   MemoryConfig memory;
+  BudgetConfig budget;
 };
 
 // Micro-batches per optimizer step, from train.accum / train.global_batch / data.micro_batch.

@@ -42,6 +42,7 @@ struct StepMetrics {
   // Phase split of this step (seconds): data wait, forward, backward, optimizer (incl. zero_grad,
   // unscale, clip).
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  double cost_usd = 0;       // spend so far ([budget])
   double loss_scale = 1;     // the fp16 loss scale after this step (1 when not scaling)
   int64_t skipped_steps = 0; // optimizer steps skipped for inf/NaN gradients so far
 };
@@ -55,10 +56,16 @@ struct EvalMetrics {
 
 struct Control {
   bool should_stop = false;
-  std::string reason;  // lands in summary.json's stop_reason
+  bool by_guard = false;  // a guard (budget, divergence) stopped the run: the CLI exits with 3
+  std::string reason;     // lands in summary.json's stop_reason
+  // The first request wins; later ones do not overwrite its reason.
   void request_stop(std::string why) {
     if (!should_stop) reason = std::move(why);
     should_stop = true;
+  }
+  void request_guard_stop(std::string why) {
+    if (!should_stop) by_guard = true;
+    request_stop(std::move(why));
   }
 };
 

@@ -1,0 +1,78 @@
+// The cost and carbon meter, and the budget guard ([budget]). From the hourly price (given, or
+// looked up in the price table data/prices.toml by instance name) and the power draw it turns
+// elapsed time into dollars, kWh and kg CO2; it projects the cost of the whole run from the
+// measured pace, logs an alert the first time spend crosses each configured fraction of the
+// limit (optionally running a user command with the figures in environment variables), and
+// requests a guard stop (exit code 3) when the hard limit would be crossed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "frugal/core/config.h"
+#include "frugal/train/callback.h"
+
+namespace frugal {
+
+struct CostFigures {
+  double hours = 0;
+  double usd = 0;
+  double kwh = 0;
+  double kg_co2 = 0;
+  double burn_usd_per_hour = 0;
+  double projected_usd = 0;  // for train.steps at the pace so far
+};
+
+// Pure arithmetic of the meter (tested directly).
+CostFigures cost_at(double elapsed_s, int64_t step, int64_t total_steps, double usd_per_hour,
+                    double watts, double grid_g_per_kwh);
+
+// A price-table row: data/prices.toml, [instance-name] usd_per_hour, spot_usd_per_hour, watts.
+struct PriceEntry {
+  std::string name;
+  double usd_per_hour = 0;
+  double spot_usd_per_hour = 0;
+  double watts = 0;
+};
+// Reads the table; throws ConfigError naming the file and the bad entry.
+std::vector<PriceEntry> load_price_table(const std::string& path);
+// The default table shipped with frugal (FRUGAL_PRICE_TABLE overrides the path).
+std::string default_price_table_path();
+
+// Parses budget.alert_at ("0.5,0.8,0.95"); throws ConfigError.
+std::vector<double> parse_alert_fractions(const std::string& text);
+
+class CostMeter : public Callback {
+ public:
+  // Resolves budget.instance against the price table when usd_per_hour/watts are not given.
+  explicit CostMeter(const BudgetConfig& budget);
+
+  void on_train_begin(const RunInfo& info) override;
+  void on_step_end(const StepMetrics& m, Control& control) override;
+  void on_train_end(const nlohmann::json& summary) override {}
+
+  const CostFigures& figures() const { return figures_; }
+  double usd_per_hour() const { return usd_per_hour_; }
+  double watts() const { return watts_; }
+  const std::vector<std::string>& alerts_fired() const { return alerts_fired_; }
+  // The figures for summary.json.
+  void add_to_summary(nlohmann::ordered_json& summary) const;
+
+ private:
+  void alert(double fraction);
+
+  BudgetConfig budget_;
+  double usd_per_hour_ = 0;
+  double watts_ = 0;
+  double price_spot_ = 0;
+  std::vector<double> fractions_;
+  std::vector<bool> fired_;
+  std::vector<std::string> alerts_fired_;
+  int64_t total_steps_ = 0;
+  CostFigures figures_;
+};
+
+}  // namespace frugal

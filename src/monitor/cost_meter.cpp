@@ -1,0 +1,156 @@
+// Cost, energy and carbon meter with a budget guard; see cost_meter.h.
+#pragma GCC diagnostic ignored "-Warray-bounds"  // toml++ + GCC 12 false positive
+#define TOML_HEADER_ONLY 1
+#include <toml++/toml.h>
+
+#include "frugal/monitor/cost_meter.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/errors.h"
+#include "frugal/monitor/console.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+CostFigures cost_at(double elapsed_s, int64_t step, int64_t total_steps, double usd_per_hour,
+                    double watts, double grid_g_per_kwh) {
+  CostFigures f;
+  f.hours = elapsed_s / 3600.0;
+  f.usd = f.hours * usd_per_hour;
+  f.kwh = f.hours * watts / 1000.0;
+  f.kg_co2 = f.kwh * grid_g_per_kwh / 1000.0;
+  f.burn_usd_per_hour = usd_per_hour;
+  f.projected_usd = step > 0 ? f.usd * static_cast<double>(total_steps) / static_cast<double>(step) : 0;
+  return f;
+}
+
+std::vector<double> parse_alert_fractions(const std::string& text) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    char* end = nullptr;
+    double x = std::strtod(item.c_str(), &end);
+    if (*end != '\0' || !(x > 0 && x <= 1))
+      throw ConfigError(fmt::format("budget.alert_at: '{}' is not a fraction in (0, 1]", item));
+    out.push_back(x);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string default_price_table_path() {
+  if (const char* env = std::getenv("FRUGAL_PRICE_TABLE")) return env;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec).parent_path();
+  for (const char* rel : {"../data/prices.toml", "../../data/prices.toml", "../share/frugal/prices.toml"}) {
+    fs::path p = exe / rel;
+    if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec).string();
+  }
+  return "data/prices.toml";
+}
+
+std::vector<PriceEntry> load_price_table(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("price table {}:{}: {}", path, e.source().begin.line, e.description()));
+  }
+  std::vector<PriceEntry> out;
+  for (const auto& [name, node] : root) {
+    const auto* t = node.as_table();
+    auto usd = t ? (*t)["usd_per_hour"].value<double>() : std::nullopt;
+    if (!usd || *usd < 0)
+      throw ConfigError(fmt::format("price table {}:{}: [{}] needs usd_per_hour = a number >= 0", path,
+                                    node.source().begin.line, name.str()));
+    out.push_back({std::string(name.str()), *usd, (*t)["spot_usd_per_hour"].value_or(0.0),
+                   (*t)["watts"].value_or(0.0)});
+  }
+  return out;
+}
+
+CostMeter::CostMeter(const BudgetConfig& b) : budget_(b) {
+  usd_per_hour_ = b.usd_per_hour;
+  watts_ = b.watts;
+  if (!b.instance.empty()) {
+    const std::string path = default_price_table_path();
+    const PriceEntry* hit = nullptr;
+    auto table = load_price_table(path);
+    std::string names;
+    for (const auto& e : table) {
+      if (e.name == b.instance) hit = &e;
+      names += (names.empty() ? "" : ", ") + e.name;
+    }
+    if (!hit)
+      throw ConfigError(fmt::format("budget.instance = \"{}\" is not in the price table {}; known: {}",
+                                    b.instance, path, names));
+    if (usd_per_hour_ == 0) {
+      if (b.spot && hit->spot_usd_per_hour <= 0)
+        throw ConfigError(fmt::format("budget.spot = true but {} has no spot price in {}", b.instance, path));
+      usd_per_hour_ = b.spot ? hit->spot_usd_per_hour : hit->usd_per_hour;
+    }
+    if (watts_ == 0) watts_ = hit->watts;
+  }
+  fractions_ = parse_alert_fractions(b.alert_at);
+  fired_.assign(fractions_.size(), false);
+}
+
+void CostMeter::on_train_begin(const RunInfo& info) { total_steps_ = info.config->train.steps; }
+
+void CostMeter::alert(double fraction) {
+  std::string msg = fmt::format(
+      "budget alert: ${:.4f} spent = {:.0f}% of the ${:.2f} limit; burn ${:.3f}/h, projected ${:.4f} "
+      "for the whole run",
+      figures_.usd, 100 * figures_.usd / budget_.limit_usd, budget_.limit_usd,
+      figures_.burn_usd_per_hour, figures_.projected_usd);
+  alerts_fired_.push_back(msg);
+  Console::get().line(msg);
+  if (budget_.alert_command.empty()) return;
+  ::setenv("FRUGAL_COST_USD", fmt::format("{:.6f}", figures_.usd).c_str(), 1);
+  ::setenv("FRUGAL_COST_LIMIT_USD", fmt::format("{:.6f}", budget_.limit_usd).c_str(), 1);
+  ::setenv("FRUGAL_COST_FRACTION", fmt::format("{:.4f}", fraction).c_str(), 1);
+  ::setenv("FRUGAL_COST_PROJECTED_USD", fmt::format("{:.6f}", figures_.projected_usd).c_str(), 1);
+  ::setenv("FRUGAL_COST_KG_CO2", fmt::format("{:.6f}", figures_.kg_co2).c_str(), 1);
+  int rc = std::system(budget_.alert_command.c_str());
+  if (rc != 0) Console::get().line(fmt::format("budget alert command exited with status {}", rc));
+}
+
+void CostMeter::on_step_end(const StepMetrics& m, Control& control) {
+  figures_ = cost_at(m.elapsed_s, m.step, total_steps_, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
+  if (budget_.limit_usd <= 0) return;
+  for (size_t i = 0; i < fractions_.size(); ++i) {
+    if (!fired_[i] && figures_.usd >= fractions_[i] * budget_.limit_usd) {
+      fired_[i] = true;
+      alert(fractions_[i]);
+    }
+  }
+  // Stop before the next step would cross the limit (a step costs about the average so far).
+  const double next = m.step > 0 ? figures_.usd / static_cast<double>(m.step) : 0;
+  if (figures_.usd + next > budget_.limit_usd && m.step < total_steps_)
+    control.request_guard_stop(fmt::format("budget: ${:.4f} spent of the ${:.2f} limit (budget.limit_usd)",
+                                           figures_.usd, budget_.limit_usd));
+}
+
+void CostMeter::add_to_summary(nlohmann::ordered_json& s) const {
+  s["cost_usd"] = figures_.usd;
+  s["usd_per_hour"] = usd_per_hour_;
+  s["energy_kwh"] = figures_.kwh;
+  s["kg_co2"] = figures_.kg_co2;
+  s["watts"] = watts_;
+  s["grid_g_per_kwh"] = budget_.grid_g_per_kwh;
+  s["budget_alerts"] = alerts_fired_;
+}
+
+}  // namespace frugal

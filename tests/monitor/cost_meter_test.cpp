@@ -1,0 +1,107 @@
+// Cost/carbon arithmetic, the price table, alerts at fractions, and the budget hard stop.
+#include "frugal/monitor/cost_meter.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+#include "frugal/core/config_loader.h"
+#include "frugal/core/errors.h"
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+
+TEST(CostMeter, TimePriceAndPowerGiveDollarsKwhAndCarbon) {
+  // 30 minutes at $2/h and 400 W on a 500 g/kWh grid, a quarter of the way through.
+  auto f = cost_at(1800, 25, 100, 2.0, 400, 500);
+  EXPECT_DOUBLE_EQ(f.usd, 1.0);
+  EXPECT_DOUBLE_EQ(f.kwh, 0.2);
+  EXPECT_DOUBLE_EQ(f.kg_co2, 0.1);
+  EXPECT_DOUBLE_EQ(f.projected_usd, 4.0);
+}
+
+TEST(CostMeter, InstanceIsLookedUpInThePriceTable) {
+  test::TempDir dir;
+  test::write_text(dir.file("p.toml"), "[box]\nusd_per_hour = 1.5\nspot_usd_per_hour = 0.5\nwatts = 200\n");
+  ::setenv("FRUGAL_PRICE_TABLE", dir.file("p.toml").c_str(), 1);
+  BudgetConfig b;
+  b.instance = "box";
+  EXPECT_DOUBLE_EQ(CostMeter(b).usd_per_hour(), 1.5);
+  EXPECT_DOUBLE_EQ(CostMeter(b).watts(), 200);
+  b.spot = true;
+  EXPECT_DOUBLE_EQ(CostMeter(b).usd_per_hour(), 0.5);
+  b.instance = "nope";
+  try {
+    CostMeter m(b);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("known: box"), std::string::npos) << e.what();
+  }
+  ::unsetenv("FRUGAL_PRICE_TABLE");
+}
+
+TEST(CostMeter, ShippedPriceTableParses) {
+  auto t = load_price_table(std::string(FRUGAL_SOURCE_DIR) + "/data/prices.toml");
+  EXPECT_GE(t.size(), 5u);
+  for (const auto& e : t) EXPECT_GT(e.usd_per_hour, 0) << e.name;
+}
+
+TEST(CostMeter, AlertFractionsParseAndRejectNonsense) {
+  EXPECT_EQ(parse_alert_fractions("0.8, 0.5"), std::vector<double>({0.5, 0.8}));
+  EXPECT_THROW(parse_alert_fractions("0.5,2"), ConfigError);
+  EXPECT_THROW(resolve_config("", {"budget.alert_at=half"}, {}), ConfigError);
+}
+
+TEST(CostMeter, AlertsFireOnceEachAndTheLimitRequestsAGuardStop) {
+  BudgetConfig b;
+  b.usd_per_hour = 3600;  // $1 per second of training
+  b.limit_usd = 10;
+  b.alert_at = "0.5,0.8";
+  CostMeter meter(b);
+  Config c;
+  c.train.steps = 100;
+  RunInfo info;
+  info.config = &c;
+  meter.on_train_begin(info);
+  Control control;
+  StepMetrics m;
+  int last = 0;
+  for (int step = 1; step <= 20 && !control.should_stop; ++step) {
+    last = step;
+    m.step = step;
+    m.elapsed_s = step;  // $1 per step
+    meter.on_step_end(m, control);
+  }
+  ASSERT_EQ(meter.alerts_fired().size(), 2u);
+  EXPECT_NE(meter.alerts_fired()[0].find("50%"), std::string::npos);
+  // After step 10 ($10 spent) one more step would cross the $10 limit: a guard stop, not later.
+  EXPECT_EQ(last, 10);
+  EXPECT_TRUE(control.should_stop);
+  EXPECT_TRUE(control.by_guard);
+  EXPECT_NE(control.reason.find("budget"), std::string::npos);
+}
+
+TEST(CostMeter, BudgetStopEndsTheCliRunWithExitCodeThree) {
+  test::TempDir dir;
+  std::string sets;
+  for (const auto& o : test::tiny_overrides(dir.path())) sets += " --set " + o;
+  // At $360000/h ($100/s) even a 5 ms step costs $0.5: a $0.5 limit stops within a few steps.
+  auto r = test::run_frugal("train" + sets + " --set budget.usd_per_hour=360000 --set budget.limit_usd=0.5 --set train.log_every=1");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  auto s = nlohmann::json::parse(test::read_text(dir.file("demo/summary.json")));
+  EXPECT_LT(s["steps"].get<int>(), 30);
+  // The guard acts between steps, so the spend may pass the limit by at most one step's cost.
+  double longest_step_s = 0;
+  std::istringstream lines(test::read_text(dir.file("demo/metrics.jsonl")));
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["event"] == "step") longest_step_s = std::max(longest_step_s, j["step_s"].get<double>());
+  }
+  EXPECT_LE(s["cost_usd"].get<double>(), 0.5 + 100.0 * longest_step_s);
+  EXPECT_NE(s["stop_reason"].get<std::string>().find("budget.limit_usd"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace frugal
