@@ -15,5 +15,6 @@ void add_train_command(CLI::App& app, Run* run);
 void add_sample_command(CLI::App& app, Run* run);
 void add_doctor_command(CLI::App& app, Run* run);
 void add_config_command(CLI::App& app, Run* run);
+void add_report_commands(CLI::App& app, Run* run);  // report, compare
 
 }  // namespace frugal::cli

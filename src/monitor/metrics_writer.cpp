@@ -42,6 +42,7 @@ void MetricsWriter::on_step_end(const StepMetrics& m, Control&) {
   j["backward_s"] = m.backward_s;
   j["optimizer_s"] = m.optimizer_s;
   j["cost_usd"] = m.cost_usd;
+  j["rss_mb"] = m.rss_mb;
   j["loss_scale"] = m.loss_scale;
   j["skipped_steps"] = m.skipped_steps;
   write(j.dump());

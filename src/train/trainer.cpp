@@ -21,6 +21,7 @@
 #include "frugal/monitor/memory.h"
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/monitor/progress.h"
+#include "frugal/monitor/report.h"
 #include "frugal/train/answer_accuracy.h"
 #include "frugal/train/lr_schedule.h"
 #include "frugal/train/train_step.h"
@@ -210,6 +211,7 @@ nlohmann::json Trainer::fit() {
       m.loss = loss_sum.item<double>() / static_cast<double>(window_steps);
       m.grad_norm = r.grad_norm.item<double>();
       m.tokens_per_s = static_cast<double>(window_tokens) / window_s;
+      m.rss_mb = static_cast<double>(rss_now_bytes()) / 1e6;
       final_train = m.loss;
       if (!std::isfinite(m.loss) && !s.step->scaler().enabled())
         control.request_stop(fmt::format("loss became {} at step {}", m.loss, step));
@@ -269,6 +271,7 @@ nlohmann::json Trainer::fit() {
   save_safetensors(s.run_dir + "/final/model.safetensors", s.model->named_parameter_list(),
                    {{"format", "pt"}, {"frugal_step", std::to_string(step)}});
   write_file_atomic(s.run_dir + "/summary.json", summary.dump(2) + "\n");
+  write_report(s.run_dir);
   for (auto& cb : s.callbacks) cb->on_train_end(summary);
   return summary;
 }

@@ -43,6 +43,7 @@ struct StepMetrics {
   // unscale, clip).
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
   double cost_usd = 0;       // spend so far ([budget])
+  double rss_mb = 0;         // resident memory at this (logged) step
   double loss_scale = 1;     // the fp16 loss scale after this step (1 when not scaling)
   int64_t skipped_steps = 0; // optimizer steps skipped for inf/NaN gradients so far
 };

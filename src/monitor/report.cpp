@@ -1,0 +1,268 @@
+// The HTML run report and run comparison; see report.h.
+#include "frugal/monitor/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/errors.h"
+
+namespace frugal {
+namespace {
+
+using Json = nlohmann::json;
+
+struct Series {
+  std::string name;
+  std::string color;
+  std::vector<std::pair<double, double>> points;  // (x, y)
+};
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '&': o += "&amp;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+std::string num(double x) {
+  if (x == 0) return "0";
+  if (std::fabs(x) >= 1e4) return fmt::format("{:.3g}", x);
+  return fmt::format("{:.4g}", x);
+}
+
+constexpr double kW = 560, kH = 260, kLeft = 60, kRight = 12, kTop = 28, kBottom = 36;
+
+// Axes with 5 ticks each, and a title; maps data to pixels.
+struct Frame {
+  double x0, x1, y0, y1;
+  double px(double x) const { return kLeft + (x - x0) / (x1 - x0) * (kW - kLeft - kRight); }
+  double py(double y) const { return kH - kBottom - (y - y0) / (y1 - y0) * (kH - kTop - kBottom); }
+  std::string axes(const std::string& title, const std::string& xl, const std::string& yl) const {
+    std::string s = fmt::format(
+        "<text x='{}' y='18' class='title'>{}</text><line x1='{}' y1='{}' x2='{}' y2='{}' class='axis'/>"
+        "<line x1='{}' y1='{}' x2='{}' y2='{}' class='axis'/>",
+        kLeft, esc(title), kLeft, kH - kBottom, kW - kRight, kH - kBottom, kLeft, kTop, kLeft, kH - kBottom);
+    for (int i = 0; i <= 4; ++i) {
+      double xv = x0 + (x1 - x0) * i / 4, yv = y0 + (y1 - y0) * i / 4;
+      s += fmt::format("<text x='{:.1f}' y='{}' class='tick' text-anchor='middle'>{}</text>", px(xv),
+                       kH - kBottom + 14, num(xv));
+      s += fmt::format("<text x='{}' y='{:.1f}' class='tick' text-anchor='end'>{}</text>", kLeft - 4,
+                       py(yv) + 4, num(yv));
+      s += fmt::format("<line x1='{}' y1='{:.1f}' x2='{}' y2='{:.1f}' class='grid'/>", kLeft, py(yv),
+                       kW - kRight, py(yv));
+    }
+    s += fmt::format("<text x='{}' y='{}' class='tick' text-anchor='middle'>{}</text>", (kLeft + kW) / 2,
+                     kH - 6, esc(xl));
+    s += fmt::format("<text x='12' y='{}' class='tick' transform='rotate(-90 12 {})' text-anchor='middle'>{}</text>",
+                     (kTop + kH - kBottom) / 2, (kTop + kH - kBottom) / 2, esc(yl));
+    return s;
+  }
+};
+
+Frame frame_for(const std::vector<Series>& series, bool zero_y) {
+  Frame f{1e300, -1e300, 1e300, -1e300};
+  for (const auto& s : series)
+    for (auto [x, y] : s.points) {
+      if (!std::isfinite(y)) continue;
+      f.x0 = std::min(f.x0, x), f.x1 = std::max(f.x1, x);
+      f.y0 = std::min(f.y0, y), f.y1 = std::max(f.y1, y);
+    }
+  if (f.x0 > f.x1) f = {0, 1, 0, 1};
+  if (zero_y) f.y0 = std::min(0.0, f.y0);
+  if (f.x1 == f.x0) f.x1 = f.x0 + 1;
+  if (f.y1 == f.y0) f.y1 = f.y0 + 1;
+  return f;
+}
+
+std::string legend(const std::vector<Series>& series) {
+  std::string s;
+  double x = kW - kRight - 130 * static_cast<double>(series.size());
+  for (const auto& se : series) {
+    s += fmt::format("<rect x='{:.0f}' y='8' width='10' height='10' fill='{}'/><text x='{:.0f}' y='17' "
+                     "class='tick'>{}</text>",
+                     x, se.color, x + 14, esc(se.name));
+    x += 130;
+  }
+  return s;
+}
+
+std::string line_chart(const std::string& id, const std::string& title, const std::string& yl,
+                       const std::vector<Series>& series, bool zero_y = false) {
+  Frame f = frame_for(series, zero_y);
+  std::string s = fmt::format("<svg id='{}' class='chart' viewBox='0 0 {} {}' width='{}' height='{}'>", id,
+                              kW, kH, kW, kH);
+  s += f.axes(title, "step", yl) + legend(series);
+  for (const auto& se : series) {
+    std::string pts;
+    for (auto [x, y] : se.points)
+      if (std::isfinite(y)) pts += fmt::format("{:.1f},{:.1f} ", f.px(x), f.py(y));
+    s += fmt::format("<polyline class='series' data-name='{}' fill='none' stroke='{}' stroke-width='2' points='{}'/>",
+                     esc(se.name), se.color, pts);
+  }
+  return s + "</svg>";
+}
+
+// Stacked bars: one bar per logged step, segments in series order.
+std::string stacked_chart(const std::string& id, const std::string& title, const std::string& yl,
+                          const std::vector<Series>& series) {
+  std::vector<Series> totals{{"total", "", {}}};
+  for (size_t i = 0; i < series.front().points.size(); ++i) {
+    double sum = 0;
+    for (const auto& se : series) sum += se.points[i].second;
+    totals[0].points.push_back({series.front().points[i].first, sum});
+  }
+  Frame f = frame_for(totals, true);
+  std::string s = fmt::format("<svg id='{}' class='chart' viewBox='0 0 {} {}' width='{}' height='{}'>", id,
+                              kW, kH, kW, kH);
+  s += f.axes(title, "step", yl) + legend(series);
+  const size_t n = series.front().points.size();
+  const double bw = std::max(1.0, (kW - kLeft - kRight) / std::max<double>(1, static_cast<double>(n)) * 0.8);
+  for (size_t i = 0; i < n; ++i) {
+    double base = 0;
+    for (const auto& se : series) {
+      double x = se.points[i].first, h = se.points[i].second;
+      s += fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' fill='{}'/>",
+                       f.px(x) - bw / 2, f.py(base + h), bw, std::max(0.0, f.py(base) - f.py(base + h)), se.color);
+      base += h;
+    }
+  }
+  return s + "</svg>";
+}
+
+Json read_json(const std::string& path) {
+  try {
+    return Json::parse(read_file(path));
+  } catch (const Json::exception& e) {
+    throw DataError(fmt::format("{} is not valid JSON: {}", path, e.what()));
+  } catch (const IoError& e) {
+    throw DataError(fmt::format("{} (is this a finished run directory?)", e.what()));
+  }
+}
+
+std::vector<Json> read_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw DataError(fmt::format("cannot open {} (is this a run directory?)", path));
+  std::vector<Json> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    try {
+      out.push_back(Json::parse(line));
+    } catch (const Json::exception&) {
+      throw DataError(fmt::format("{}:{} is not a JSON object", path, n));
+    }
+  }
+  return out;
+}
+
+double get(const Json& j, const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN; }
+
+std::string fact_rows(const Json& s) {
+  std::string rows;
+  auto row = [&](const std::string& k, const std::string& v) {
+    rows += fmt::format("<tr><th>{}</th><td data-key='{}'>{}</td></tr>", esc(k), esc(k), esc(v));
+  };
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (it->is_number_float()) row(it.key(), num(it->get<double>()));
+    else if (it->is_number()) row(it.key(), std::to_string(it->get<int64_t>()));
+    else if (it->is_string()) row(it.key(), it->get<std::string>());
+    else if (it->is_boolean()) row(it.key(), it->get<bool>() ? "true" : "false");
+  }
+  return rows;
+}
+
+}  // namespace
+
+std::string render_report(const std::string& run_dir) {
+  Json summary = read_json(run_dir + "/summary.json");
+  std::vector<Json> lines = read_jsonl(run_dir + "/metrics.jsonl");
+  Series train{"train loss", "#1f77b4", {}}, val{"val loss", "#d62728", {}}, tps{"tokens/s", "#2ca02c", {}};
+  Series rss{"RSS MB", "#9467bd", {}}, cost{"USD", "#8c564b", {}};
+  std::vector<Series> phases{{"data", "#7f7f7f", {}}, {"forward", "#1f77b4", {}},
+                             {"backward", "#ff7f0e", {}}, {"optimizer", "#2ca02c", {}}};
+  const char* phase_keys[] = {"data_s", "forward_s", "backward_s", "optimizer_s"};
+  for (const auto& j : lines) {
+    double step = get(j, "step");
+    if (j.value("event", "") == "eval") {
+      val.points.push_back({step, get(j, "val_loss")});
+      continue;
+    }
+    train.points.push_back({step, get(j, "loss")});
+    tps.points.push_back({step, get(j, "tokens_per_s")});
+    rss.points.push_back({step, get(j, "rss_mb")});
+    cost.points.push_back({step, get(j, "cost_usd")});
+    for (int p = 0; p < 4; ++p) {
+      double v = get(j, phase_keys[p]);
+      phases[p].points.push_back({step, std::isfinite(v) ? 1e3 * v : 0.0});
+    }
+  }
+  std::string levers = fmt::format(
+      "precision <b>{}</b> ({}), accumulation <b>{}</b>, activation checkpointing <b>{}</b>",
+      esc(summary.value("precision", "?")), esc(summary.value("precision_reason", "")),
+      summary.value("accum", 1), esc(summary.value("activation_checkpointing", "none")));
+  std::string html = R"(<!doctype html><html><head><meta charset="utf-8"><title>frugal run report</title>
+<style>body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
+h1{font-size:20px}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #ddd;background:#fff}
+.title{font-weight:600;font-size:13px}.tick{font-size:10px;fill:#555}.axis{stroke:#333}.grid{stroke:#eee}
+table{border-collapse:collapse}th,td{padding:2px 10px;text-align:left;border-bottom:1px solid #eee}
+.stop{padding:8px;background:#f4f4f4;border-left:4px solid #1f77b4}</style></head><body>)";
+  html += fmt::format("<h1>frugal run <code>{}</code></h1>", esc(summary.value("run_name", run_dir)));
+  html += fmt::format("<p class='stop' id='stop-reason'>stop reason: <b>{}</b> after {} steps, {} tokens in {} s "
+                      "({} tokens/s)</p>",
+                      esc(summary.value("stop_reason", "?")), summary.value("steps", 0), summary.value("tokens", 0),
+                      num(get(summary, "wall_s")), num(get(summary, "tokens_per_s")));
+  html += "<p id='levers'>Levers in effect: " + levers + "</p><div class='charts'>";
+  html += line_chart("loss", "loss", "nats/token", {train, val});
+  html += line_chart("throughput", "throughput", "tokens/s", {tps}, true);
+  html += stacked_chart("breakdown", "step time breakdown", "ms/step", phases);
+  html += line_chart("memory", "memory (resident)", "MB", {rss}, true);
+  html += line_chart("cost", "cost so far", "USD", {cost}, true);
+  html += "</div><h2>summary.json</h2><table id='summary'>" + fact_rows(summary) + "</table></body></html>\n";
+  return html;
+}
+
+std::string write_report(const std::string& run_dir) {
+  const std::string path = run_dir + "/report.html";
+  write_file_atomic(path, render_report(run_dir));
+  return path;
+}
+
+std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
+  Json a = read_json(a_dir + "/summary.json"), b = read_json(b_dir + "/summary.json");
+  std::string out = fmt::format("{:<24} {:>16} {:>16} {:>10}\n", "", a.value("run_name", "A"),
+                                b.value("run_name", "B"), "B / A");
+  auto row = [&](const char* k) {
+    double x = get(a, k), y = get(b, k);
+    if (!std::isfinite(x) && !std::isfinite(y)) return;
+    out += fmt::format("{:<24} {:>16} {:>16} {:>10}\n", k, num(x), num(y),
+                       std::isfinite(x) && x != 0 && std::isfinite(y) ? fmt::format("{:.3f}", y / x) : "-");
+  };
+  for (const char* k : {"tokens_per_s", "wall_s", "cost_usd", "kg_co2", "final_val_loss", "best_val_loss",
+                        "final_train_loss", "answer_accuracy", "peak_tensor_mb", "peak_rss_mb", "steps"})
+    row(k);
+  for (const char* k : {"precision", "activation_checkpointing", "stop_reason"})
+    out += fmt::format("{:<24} {:>16} {:>16}\n", k, a.value(k, "-"), b.value(k, "-"));
+  const double sa = get(a, "tokens_per_s"), sb = get(b, "tokens_per_s");
+  if (sa > 0 && sb > 0) out += fmt::format("\nB trains {:.2f}x {} than A (tokens/s).\n", sb >= sa ? sb / sa : sa / sb,
+                                          sb >= sa ? "faster" : "slower");
+  return out;
+}
+
+}  // namespace frugal
