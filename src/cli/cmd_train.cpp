@@ -1,11 +1,16 @@
-// `frugal train [CONFIG] [--set section.key=value]... [--overwrite] [--quiet]`
+// `frugal train [CONFIG] [--set section.key=value]... [--overwrite] [--resume auto|PATH] [--quiet]`
+//
+// Exit codes: 0 done (also an early stop), 75 stopped by a signal with a checkpoint written
+// (resume with --resume auto), 3 stopped by the divergence guard.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <memory>
 
 #include "cli/commands.h"
+#include "frugal/core/errors.h"
 #include "frugal/monitor/console.h"
+#include "frugal/train/smoke.h"
 #include "frugal/train/trainer.h"
 
 namespace frugal::cli {
@@ -16,6 +21,7 @@ struct TrainArgs {
   std::vector<std::string> sets;
   bool overwrite = false;
   bool quiet = false;
+  std::string resume;
 };
 
 void print_summary(const nlohmann::json& s) {
@@ -54,14 +60,37 @@ void add_train_command(CLI::App& app, Run* run) {
                   "and FRUGAL_* environment variables)")
       ->type_name("KEY=VALUE");
   cmd->add_flag("--overwrite", args->overwrite, "replace an existing runs/<name>/ directory");
+  cmd->add_option("--resume", args->resume,
+                  "continue from a checkpoint: \"auto\" = the newest under runs/<name>/checkpoints "
+                  "whose checksums verify (a corrupt newer one is reported and skipped; none = "
+                  "start from step 0), or a checkpoint directory")
+      ->type_name("auto|PATH");
   cmd->add_flag("-q,--quiet", args->quiet, "no banner or progress; only errors");
   cmd->callback([args, run] {
     *run = [args] {
-      Trainer trainer(resolve_config(args->config, args->sets, process_environment()),
-                      TrainerOptions{args->overwrite, args->quiet, {}});
+      ResolvedConfig rc = resolve_config(args->config, args->sets, process_environment());
+      if (rc.config.train.smoke_first) {
+        SmokeReport r = run_smoke(rc);
+        Console::get().line(r.describe());
+        if (!r.ok) throw Error("train.smoke_first: the smoke test failed at stage " + r.stage +
+                                   ": " + r.error);
+      }
+      TrainerOptions opts;
+      opts.overwrite = args->overwrite;
+      opts.quiet = args->quiet;
+      opts.resume = args->resume;
+      opts.handle_signals = true;
+      Trainer trainer(std::move(rc), opts);
       auto summary = trainer.fit();
       print_summary(summary);
       Console::get().line(fmt::format("wrote {}/summary.json", trainer.run_dir()));
+      const std::string kind = summary.value("stop_kind", "completed");
+      if (kind == "preempted") {
+        Console::get().line(fmt::format("preempted: checkpoint {}; continue with --resume auto",
+                                        summary["checkpoint"].value("latest", std::string())));
+        return static_cast<int>(kExitPreempted);
+      }
+      if (kind == "guard") throw GuardStop(summary["stop_reason"].get<std::string>());
       return 0;
     };
   });

@@ -140,7 +140,7 @@ TEST(Precision, Bf16LossCurveTracksFp32) {
     auto sets = test::tiny_overrides(d->path());
     sets.push_back("train.steps=60");
     sets.push_back(d == &a ? "precision.mode=fp32" : "precision.mode=bf16");
-    Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}}).fit();
+    Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}, "", false}).fit();
   }
   auto fa = logged_losses(a.path()), fb = logged_losses(b.path());
   ASSERT_EQ(fa.size(), fb.size());
