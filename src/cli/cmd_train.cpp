@@ -52,7 +52,9 @@ void add_train_command(CLI::App& app, Run* run) {
       "train",
       "Train a model. Without CONFIG, trains the built-in demo (examples/demo.toml): a small GPT "
       "on seeded arithmetic problems.\nWrites runs/<name>/: config.toml, metrics.jsonl, "
-      "summary.json, final/model.safetensors.");
+      "summary.json, final/model.safetensors, checkpoints/step-NNNNNNNN/.\nSIGTERM, SIGINT or "
+      "SIGUSR1: finish the step, write a checkpoint, exit 75 (continue with --resume auto); a "
+      "second SIGINT exits at once. Exit 3: the divergence guard gave up.");
   cmd->add_option("config", args->config, "TOML config file (see `frugal config --list`)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--set", args->sets,
