@@ -1,4 +1,7 @@
-// `frugal train [CONFIG] [--set section.key=value]... [--overwrite] [--quiet]`
+// `frugal train [CONFIG] [--set section.key=value]... [--overwrite] [--resume auto|PATH] [--quiet]`
+//
+// Exit codes: 0 done (also an early stop), 75 stopped by a signal with a checkpoint written
+// (resume with --resume auto), 3 stopped by the divergence guard.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -7,6 +10,7 @@
 #include "cli/commands.h"
 #include "frugal/core/errors.h"
 #include "frugal/monitor/console.h"
+#include "frugal/train/smoke.h"
 #include "frugal/train/trainer.h"
 
 namespace frugal::cli {
@@ -17,6 +21,7 @@ struct TrainArgs {
   std::vector<std::string> sets;
   bool overwrite = false;
   bool quiet = false;
+  std::string resume;
 };
 
 void print_summary(const nlohmann::json& s) {
@@ -50,7 +55,9 @@ void add_train_command(CLI::App& app, Run* run) {
       "train",
       "Train a model. Without CONFIG, trains the built-in demo (examples/demo.toml): a small GPT "
       "on seeded arithmetic problems.\nWrites runs/<name>/: config.toml, metrics.jsonl, "
-      "summary.json, final/model.safetensors.");
+      "summary.json, final/model.safetensors, checkpoints/step-NNNNNNNN/.\nSIGTERM, SIGINT or "
+      "SIGUSR1: finish the step, write a checkpoint, exit 75 (continue with --resume auto); a "
+      "second SIGINT exits at once. Exit 3: the divergence guard gave up.");
   cmd->add_option("config", args->config, "TOML config file (see `frugal config --list`)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--set", args->sets,
@@ -58,16 +65,38 @@ void add_train_command(CLI::App& app, Run* run) {
                   "and FRUGAL_* environment variables)")
       ->type_name("KEY=VALUE");
   cmd->add_flag("--overwrite", args->overwrite, "replace an existing runs/<name>/ directory");
+  cmd->add_option("--resume", args->resume,
+                  "continue from a checkpoint: \"auto\" = the newest under runs/<name>/checkpoints "
+                  "whose checksums verify (a corrupt newer one is reported and skipped; none = "
+                  "start from step 0), or a checkpoint directory")
+      ->type_name("auto|PATH");
   cmd->add_flag("-q,--quiet", args->quiet, "no banner or progress; only errors");
   cmd->callback([args, run] {
     *run = [args] {
-      Trainer trainer(resolve_config(args->config, args->sets, process_environment()),
-                      TrainerOptions{args->overwrite, args->quiet, {}});
+      ResolvedConfig rc = resolve_config(args->config, args->sets, process_environment());
+      if (rc.config.train.smoke_first) {
+        SmokeReport r = run_smoke(rc);
+        Console::get().line(r.describe());
+        if (!r.ok) throw Error("train.smoke_first: the smoke test failed at stage " + r.stage +
+                                   ": " + r.error);
+      }
+      TrainerOptions opts;
+      opts.overwrite = args->overwrite;
+      opts.quiet = args->quiet;
+      opts.resume = args->resume;
+      opts.handle_signals = true;
+      Trainer trainer(std::move(rc), opts);
       auto summary = trainer.fit();
       print_summary(summary);
       Console::get().line(fmt::format("wrote {}/summary.json", trainer.run_dir()));
-      // A guard (budget, divergence) ended the run on purpose: exit code 3.
-      return summary.value("stopped_by_guard", false) ? static_cast<int>(kExitGuard) : 0;
+      const std::string kind = summary.value("stop_kind", "completed");
+      if (kind == "preempted") {
+        Console::get().line(fmt::format("preempted: checkpoint {}; continue with --resume auto",
+                                        summary["checkpoint"].value("latest", std::string())));
+        return static_cast<int>(kExitPreempted);
+      }
+      if (kind == "guard") throw GuardStop(summary["stop_reason"].get<std::string>());
+      return 0;
     };
   });
 }

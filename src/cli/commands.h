@@ -16,5 +16,6 @@ void add_sample_command(CLI::App& app, Run* run);
 void add_doctor_command(CLI::App& app, Run* run);
 void add_config_command(CLI::App& app, Run* run);
 void add_report_commands(CLI::App& app, Run* run);  // report, compare
+void add_smoke_command(CLI::App& app, Run* run);
 
 }  // namespace frugal::cli

@@ -105,6 +105,15 @@ std::string check_device(const ConfigValue& v) {
   return "must be \"cpu\", \"cuda\" or \"cuda:N\"";
 }
 
+std::string check_metric(const ConfigValue& v) {
+  const auto& s = std::get<std::string>(v);
+  if (s == "val_loss" || s == "loss" || s == "grad_norm") return "";
+  return "must be \"val_loss\", \"loss\" or \"grad_norm\"";
+}
+
+const std::vector<std::pair<std::string, MetricMode>> kMetricModes = {{"min", MetricMode::kMin},
+                                                                      {"max", MetricMode::kMax}};
+
 std::vector<KeySpec> build_schema() {
   constexpr double kBig = 1e12;
   std::vector<KeySpec> s;
@@ -184,6 +193,10 @@ std::vector<KeySpec> build_schema() {
   s.push_back(int_key("train.answer_samples",
                       [](Config& c) -> int64_t& { return c.train.answer_samples; }, 0, 1 << 20,
                       "arith: held-out problems completed for answer_accuracy; 0 = skip"));
+  s.push_back(float_key("train.max_minutes", [](Config& c) -> double& { return c.train.max_minutes; },
+                        0, 1e9, "stop with a checkpoint after this many minutes (summed over resumes); 0 = no limit"));
+  s.push_back(bool_key("train.smoke_first", [](Config& c) -> bool& { return c.train.smoke_first; },
+                       "run `frugal smoke` (2 tiny steps, checkpoint, kill, resume) before training"));
   // [precision]
   s.push_back(enum_key<PrecisionMode>(
       "precision.mode", [](Config& c) -> PrecisionMode& { return c.precision.mode; },
@@ -217,6 +230,69 @@ std::vector<KeySpec> build_schema() {
                          [](Config& c) -> std::string& { return c.memory.activation_checkpointing; },
                          "\"none\", \"blocks\" or \"every:N\": recompute block activations in backward",
                          check_activation_checkpointing));
+  // [checkpoint]
+  s.push_back(bool_key("checkpoint.enabled", [](Config& c) -> bool& { return c.checkpoint.enabled; },
+                       "write checkpoints on the cadence and at the end; off = only on a stop signal"));
+  s.push_back(int_key("checkpoint.every_steps",
+                      [](Config& c) -> int64_t& { return c.checkpoint.every_steps; }, 0, kBig,
+                      "save every N steps; 0 = no step cadence"));
+  s.push_back(float_key("checkpoint.every_minutes",
+                        [](Config& c) -> double& { return c.checkpoint.every_minutes; }, 0, 1e9,
+                        "save when N minutes passed since the last save; 0 = off"));
+  s.push_back(bool_key("checkpoint.auto", [](Config& c) -> bool& { return c.checkpoint.auto_interval; },
+                       "Young/Daly interval sqrt(2 x measured save stall x mtbf); overrides every_minutes"));
+  s.push_back(float_key("checkpoint.mtbf_minutes",
+                        [](Config& c) -> double& { return c.checkpoint.mtbf_minutes; }, 0.01, 1e9,
+                        "expected minutes between preemptions, for checkpoint.auto"));
+  s.push_back(int_key("checkpoint.keep_last", [](Config& c) -> int64_t& { return c.checkpoint.keep_last; },
+                      1, 1e6, "newest complete checkpoints kept"));
+  s.push_back(int_key("checkpoint.keep_best", [](Config& c) -> int64_t& { return c.checkpoint.keep_best; },
+                      0, 1e6, "best checkpoints by checkpoint.best_metric kept besides; 0 = none"));
+  s.push_back(string_key("checkpoint.best_metric",
+                         [](Config& c) -> std::string& { return c.checkpoint.best_metric; },
+                         "metric ranking checkpoints: \"val_loss\", \"loss\" or \"grad_norm\"", check_metric));
+  s.push_back(enum_key<MetricMode>("checkpoint.best_mode",
+                                   [](Config& c) -> MetricMode& { return c.checkpoint.best_mode; },
+                                   kMetricModes, "min: smaller best_metric is better; max: larger"));
+  s.push_back(enum_key<WeightsDtype>(
+      "checkpoint.weights_dtype", [](Config& c) -> WeightsDtype& { return c.checkpoint.weights_dtype; },
+      {{"fp32", WeightsDtype::kFp32}, {"bf16", WeightsDtype::kBf16}, {"fp16", WeightsDtype::kFp16}},
+      "dtype of model.safetensors; bf16/fp16 halve its bytes (fp32 masters kept if exact_resume)"));
+  s.push_back(bool_key("checkpoint.exact_resume",
+                       [](Config& c) -> bool& { return c.checkpoint.exact_resume; },
+                       "keep fp32 master weights when weights_dtype is not fp32 (bitwise resume)"));
+  s.push_back(bool_key("checkpoint.async", [](Config& c) -> bool& { return c.checkpoint.async; },
+                       "snapshot to host memory and write on a background thread"));
+  // [early_stop]
+  s.push_back(bool_key("early_stop.enabled", [](Config& c) -> bool& { return c.early_stop.enabled; },
+                       "stop when early_stop.metric stops improving"));
+  s.push_back(string_key("early_stop.metric",
+                         [](Config& c) -> std::string& { return c.early_stop.metric; },
+                         "\"val_loss\" (per evaluation), \"loss\" or \"grad_norm\" (per log step)",
+                         check_metric));
+  s.push_back(enum_key<MetricMode>("early_stop.mode",
+                                   [](Config& c) -> MetricMode& { return c.early_stop.mode; },
+                                   kMetricModes, "min: smaller is better; max: larger is better"));
+  s.push_back(int_key("early_stop.patience", [](Config& c) -> int64_t& { return c.early_stop.patience; },
+                      1, 1e9, "evaluations without improvement before stopping"));
+  s.push_back(float_key("early_stop.min_delta",
+                        [](Config& c) -> double& { return c.early_stop.min_delta; }, 0, 1e30,
+                        "an improvement must beat the best by more than this"));
+  s.push_back(int_key("early_stop.warmup", [](Config& c) -> int64_t& { return c.early_stop.warmup; },
+                      0, 1e9, "first evaluations ignored"));
+  // [guard]
+  s.push_back(bool_key("guard.enabled", [](Config& c) -> bool& { return c.guard.enabled; },
+                       "roll back to the last good checkpoint when the loss diverges"));
+  s.push_back(float_key("guard.spike_factor", [](Config& c) -> double& { return c.guard.spike_factor; },
+                        0, 1e6, "loss above this x its moving average is a spike; 0 = NaN/inf only"));
+  s.push_back(int_key("guard.spike_windows", [](Config& c) -> int64_t& { return c.guard.spike_windows; },
+                      1, 1e6, "consecutive spiking log windows that count as divergence"));
+  s.push_back(float_key("guard.ema_decay", [](Config& c) -> double& { return c.guard.ema_decay; }, 0,
+                        0.9999, "decay of the loss moving average (per log window)"));
+  s.push_back(float_key("guard.lr_factor", [](Config& c) -> double& { return c.guard.lr_factor; },
+                        0.001, 1, "learning-rate multiplier applied at each rollback"));
+  s.push_back(int_key("guard.max_rollbacks", [](Config& c) -> int64_t& { return c.guard.max_rollbacks; },
+                      0, 1000, "rollbacks before the run stops with exit code 3"));
   // [budget]
   s.push_back(float_key("budget.usd_per_hour", [](Config& c) -> double& { return c.budget.usd_per_hour; },
                         0, 1e6, "machine price in USD/hour; 0 = from the price table via budget.instance"));

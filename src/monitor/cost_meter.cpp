@@ -139,8 +139,9 @@ void CostMeter::on_step_end(const StepMetrics& m, Control& control) {
   // Stop before the next step would cross the limit (a step costs about the average so far).
   const double next = m.step > 0 ? figures_.usd / static_cast<double>(m.step) : 0;
   if (figures_.usd + next > budget_.limit_usd && m.step < total_steps_)
-    control.request_guard_stop(fmt::format("budget: ${:.4f} spent of the ${:.2f} limit (budget.limit_usd)",
-                                           figures_.usd, budget_.limit_usd));
+    control.request_stop(fmt::format("budget: ${:.4f} spent of the ${:.2f} limit (budget.limit_usd)",
+                                           figures_.usd, budget_.limit_usd),
+                         StopKind::kGuard);
 }
 
 void CostMeter::add_to_summary(nlohmann::ordered_json& s) const {

@@ -3,16 +3,19 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 
 namespace frugal {
 
-MetricsWriter::MetricsWriter(std::string path) : path_(std::move(path)) {
-  f_ = std::fopen(path_.c_str(), "w");
+MetricsWriter::MetricsWriter(std::string path, bool append) : path_(std::move(path)) {
+  f_ = std::fopen(path_.c_str(), append ? "a" : "w");
   if (!f_) throw IoError(fmt::format("cannot open {} for writing: {}", path_, std::strerror(errno)));
 }
 
@@ -56,6 +59,19 @@ void MetricsWriter::on_eval_end(const EvalMetrics& m, Control&) {
   j["best_val_loss"] = m.best_val_loss;
   j["eval_s"] = m.eval_s;
   write(j.dump());
+}
+
+void truncate_metrics_after(const std::string& path, int64_t step) {
+  if (!std::filesystem::exists(path)) return;
+  std::istringstream in(read_file(path));
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // no trailing newline: torn by a crash
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) continue;
+    if (j["step"].get<int64_t>() <= step) kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
 }
 
 }  // namespace frugal

@@ -1,54 +1,48 @@
-// The training loop; see trainer.h.
+// The training loop; see trainer.h. Checkpoint capture/restore and the run summary live in
+// trainer_state.cpp; this file holds construction and the loop.
 #include "frugal/train/trainer.h"
 
 #include <torch/torch.h>
 
-#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "frugal/ckpt/safetensors.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
-#include "frugal/core/threads.h"
-#include "frugal/data/batch_source.h"
-#include "frugal/model/gpt.h"
 #include "frugal/monitor/console.h"
-#include "frugal/monitor/cost_meter.h"
 #include "frugal/monitor/memory.h"
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/monitor/progress.h"
-#include "frugal/monitor/report.h"
-#include "frugal/train/answer_accuracy.h"
+#include "frugal/train/early_stopping.h"
+#include "frugal/train/divergence_guard.h"
 #include "frugal/train/lr_schedule.h"
-#include "frugal/train/train_step.h"
+#include "frugal/train/preemption.h"
+#include "train/internal/trainer_state.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using detail::seconds_since;
 
 namespace {
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// Prepares runs/<name>/: refuses to clobber an earlier run unless asked to.
-std::string prepare_run_dir(const Config& c, bool overwrite) {
+// Prepares runs/<name>/: refuses to clobber an earlier run unless asked to or resuming.
+std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming) {
   fs::path dir = fs::path(c.run.out_dir) / c.run.name;
   bool used = fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "summary.json") ||
-              fs::exists(dir / "final");
-  if (used && !overwrite)
+              fs::exists(dir / "final") || fs::exists(dir / "checkpoints");
+  if (used && !overwrite && !resuming)
     throw ConfigError(fmt::format(
-        "run directory {} already holds a run; pass --overwrite to replace it, or choose another "
-        "name with --set run.name=NAME",
+        "run directory {} already holds a run; pass --resume auto to continue it, --overwrite to "
+        "replace it, or choose another name with --set run.name=NAME",
         dir.string()));
   std::error_code ec;
-  if (used) {
-    for (const char* f : {"metrics.jsonl", "summary.json", "final", "config.toml"})
+  if (used && overwrite && !resuming) {
+    for (const char* f : {"metrics.jsonl", "summary.json", "final", "config.toml", "checkpoints"})
       fs::remove_all(dir / f, ec);
   }
   fs::create_directories(dir, ec);
@@ -56,224 +50,224 @@ std::string prepare_run_dir(const Config& c, bool overwrite) {
   return dir.string();
 }
 
-}  // namespace
-
-struct Trainer::State {
-  ResolvedConfig rc;
-  TrainerOptions opts;
-  std::string run_dir;
-  torch::Device device{torch::kCPU};
-  ThreadPlan threads;
-  Gpt model{nullptr};
-  std::unique_ptr<BatchSource> data;
-  std::unique_ptr<TrainStep> step;
-  std::vector<std::shared_ptr<Callback>> callbacks;
-  std::shared_ptr<CostMeter> cost;  // runs first each step, so every callback sees the spend
-  RunInfo info;
-
-  double evaluate();
-};
-
-double Trainer::State::evaluate() {
-  torch::NoGradGuard no_grad;
-  model->eval();
-  at::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
-  const int64_t n = rc.config.train.eval_batches;
-  for (int64_t i = 0; i < n; ++i) {
-    Batch b = data->val_batch(i);
-    sum += model->loss(b.x.to(device), b.y.to(device));
+// The checkpoint to resume from: "" for a fresh run.
+std::string choose_checkpoint(const Config& c, const std::string& resume) {
+  if (resume.empty()) return "";
+  auto& con = Console::get();
+  if (resume != "auto") return resume;
+  const std::string root = (fs::path(c.run.out_dir) / c.run.name / "checkpoints").string();
+  auto found = find_resumable(root, [&](const std::string& w) { con.line("resume: " + w); });
+  if (!found) {
+    con.line(fmt::format("resume: no sound checkpoint under {}; starting from step 0", root));
+    return "";
   }
-  model->train();
-  return sum.item<double>() / static_cast<double>(n);
+  return *found;
 }
 
-Trainer::Trainer(ResolvedConfig config, TrainerOptions options) : s_(std::make_unique<State>()) {
-  s_->rc = std::move(config);
-  s_->opts = std::move(options);
-  const Config& c = s_->rc.config;
-  auto& con = Console::get();
-  con.set_quiet(s_->opts.quiet);
+}  // namespace
 
-  s_->device = torch::Device(c.run.device);
-  if (s_->device.is_cuda() && !torch::cuda::is_available())
+Trainer::Trainer(ResolvedConfig config, TrainerOptions options) : s_(std::make_unique<State>()) {
+  State& s = *s_;
+  s.rc = std::move(config);
+  s.opts = std::move(options);
+  // Installed first, so a stop signal during start-up (data, model, precision measurement) is
+  // honoured too: fit() checks the flag before the first step.
+  if (s.opts.handle_signals) s.signals = std::make_unique<SignalHandlers>();
+  auto& con = Console::get();
+  con.set_quiet(s.opts.quiet);
+
+  // A checkpoint is read first: it may pin the precision that `auto` chose before.
+  std::optional<LoadedCheckpoint> ck;
+  const std::string ck_path = choose_checkpoint(s.rc.config, s.opts.resume);
+  if (!ck_path.empty()) {
+    ck = load_checkpoint(ck_path);
+    s.adopt_checkpoint_config(*ck);
+  }
+  const Config& c = s.rc.config;
+  s.device = torch::Device(c.run.device);
+  if (s.device.is_cuda() && !torch::cuda::is_available())
     throw ConfigError(fmt::format("run.device = \"{}\" but this LibTorch build sees no CUDA device; "
                                   "use run.device = \"cpu\"",
                                   c.run.device));
-  s_->threads = apply_thread_plan(static_cast<int>(c.run.threads));
-  if (!s_->device.is_cuda()) install_counting_allocator();  // exact peak tensor memory
+  s.threads = apply_thread_plan(static_cast<int>(c.run.threads));
+  if (!s.device.is_cuda()) install_counting_allocator();  // exact peak tensor memory
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
 
-  s_->data = make_batch_source(c);  // before the run dir: bad data must not leave a husk
-  s_->cost = std::make_shared<CostMeter>(c.budget);
-  s_->model = Gpt(c.model);
-  s_->model->to(s_->device);
-  s_->step = std::make_unique<TrainStep>(c, s_->model, *s_->data, s_->device);
-  s_->run_dir = prepare_run_dir(c, s_->opts.overwrite);
-  write_file_atomic(s_->run_dir + "/config.toml", s_->rc.to_toml());
+  s.data = make_batch_source(c);  // before the run dir: bad data must not leave a husk
+  s.cost = std::make_shared<CostMeter>(c.budget);
+  s.model = Gpt(c.model);
+  s.model->to(s.device);
+  s.step = std::make_unique<TrainStep>(c, s.model, *s.data, s.device);
+  s.loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(s.device));
+  s.run_dir = prepare_run_dir(c, s.opts.overwrite, !s.opts.resume.empty());
+  write_file_atomic(s.run_dir + "/config.toml", s.rc.to_toml());
+  const std::string metrics = s.run_dir + "/metrics.jsonl";
+  if (!s.opts.resume.empty()) truncate_metrics_after(metrics, ck ? ck->step : 0);
 
-  if (!s_->opts.quiet) s_->callbacks.push_back(std::make_shared<ProgressDisplay>());
-  s_->callbacks.push_back(std::make_shared<MetricsWriter>(s_->run_dir + "/metrics.jsonl"));
-  for (auto& cb : s_->opts.callbacks) s_->callbacks.push_back(cb);
+  if (!s.opts.quiet) s.callbacks.push_back(std::make_shared<ProgressDisplay>());
+  s.callbacks.push_back(std::make_shared<MetricsWriter>(metrics, !s.opts.resume.empty()));
+  s.cadence = std::make_shared<CheckpointCadence>(c.checkpoint);
+  s.callbacks.push_back(s.cadence);
+  if (c.early_stop.enabled) s.callbacks.push_back(std::make_shared<EarlyStopping>(c.early_stop));
+  if (c.guard.enabled) s.callbacks.push_back(std::make_shared<DivergenceGuard>(c.guard));
+  for (auto& cb : s.opts.callbacks) s.callbacks.push_back(cb);
 
-  s_->info.config = &s_->rc.config;
-  s_->info.run_dir = s_->run_dir;
-  s_->info.params = s_->model->parameter_count();
-  s_->info.flops_per_token = s_->model->flops_per_token();
-  s_->info.tokens_per_step = c.data.micro_batch * accumulation_steps(c) * c.model.block;
-  s_->info.threads = s_->threads.intra_op;
+  WriteOptions wo;
+  wo.weights_dtype = c.checkpoint.weights_dtype;
+  wo.exact_resume = c.checkpoint.exact_resume;
+  s.writer = std::make_unique<CheckpointWriter>(
+      s.run_dir + "/checkpoints", wo,
+      RetentionPolicy{c.checkpoint.keep_last, c.checkpoint.keep_best, c.checkpoint.best_mode},
+      c.checkpoint.async);
+  if (ck) {
+    s.restore(*ck);
+    s.resumed_from = ck->path;
+    s.cadence->resumed_at(ck->step);
+    con.line(fmt::format("resume: continuing from {} (step {}{})", ck->path, ck->step,
+                         ck->exact ? "" : "; weights stored in reduced precision, so not bitwise"));
+  }
+
+  s.info.config = &s.rc.config;
+  s.info.run_dir = s.run_dir;
+  s.info.params = s.model->parameter_count();
+  s.info.flops_per_token = s.model->flops_per_token();
+  s.info.tokens_per_step = c.data.micro_batch * accumulation_steps(c) * c.model.block;
+  s.info.threads = s.threads.intra_op;
 }
 
 Trainer::~Trainer() = default;
 
 const std::string& Trainer::run_dir() const { return s_->run_dir; }
+const std::string& Trainer::resumed_from() const { return s_->resumed_from; }
+
+// One optimizer step and its bookkeeping; fills `m` and runs on_step_end.
+void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
+  const Config& c = rc.config;
+  detail::LoopState& L = loop;
+  const auto t0 = detail::Clock::now();
+  // The schedule follows optimizer steps actually taken: a skipped (inf/NaN) step does not
+  // advance it. The divergence guard scales it down after each rollback.
+  const double lr = L.lr_scale * lr_at(step->optimizer().step_count(), c.train.steps,
+                                       c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
+  StepResult r = step->run(L.step, lr);
+  loss_sum += r.loss;
+  ++L.step;
+
+  const double step_s = seconds_since(t0);
+  L.window_steps += 1;
+  L.window_tokens += r.tokens;
+  L.window_s += step_s;
+  L.tokens += r.tokens;
+  m.step = L.step;
+  m.lr = lr;
+  m.step_s = step_s;
+  m.tokens = L.tokens;
+  m.elapsed_s = L.elapsed_s + seconds_since(session_start);
+  m.data_s = r.data_s;
+  m.forward_s = r.forward_s;
+  m.backward_s = r.backward_s;
+  m.optimizer_s = r.optimizer_s;
+  phase_s[0] += r.data_s;
+  phase_s[1] += r.forward_s;
+  phase_s[2] += r.backward_s;
+  phase_s[3] += r.optimizer_s;
+  session_steps += 1;
+  m.loss_scale = step->scaler().scale();
+  m.skipped_steps = step->scaler().state().skipped;
+  m.logged = L.step % c.train.log_every == 0 || L.step == c.train.steps;
+  if (m.logged) {  // the only host syncs of the step (besides the fp16 scaler's verdict)
+    m.loss = loss_sum.item<double>() / static_cast<double>(L.window_steps);
+    m.grad_norm = r.grad_norm.item<double>();
+    m.tokens_per_s = static_cast<double>(L.window_tokens) / L.window_s;
+    m.rss_mb = static_cast<double>(rss_now_bytes()) / 1e6;
+    L.final_train = m.loss;
+    if (!std::isfinite(m.loss) && !step->scaler().enabled() && !c.guard.enabled)
+      control.request_stop(fmt::format("loss became {} at step {}", m.loss, L.step));
+    loss_sum.zero_();
+    L.window_steps = L.window_tokens = 0;
+    L.window_s = 0;
+  }
+  cost->on_step_end(m, control);
+  m.cost_usd = cost->figures().usd;
+  for (auto& cb : callbacks) cb->on_step_end(m, control);
+}
+
+// A validation pass at the current step. Returns false (and marks the evaluation pending) when a
+// stop signal interrupted it.
+bool Trainer::State::run_eval(Control& control) {
+  torch::NoGradGuard no_grad;
+  const auto t0 = detail::Clock::now();
+  model->eval();
+  at::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+  const int64_t n = rc.config.train.eval_batches;
+  for (int64_t i = 0; i < n; ++i) {
+    if (preemption_requested()) {
+      model->train();
+      loop.eval_pending = true;
+      return false;
+    }
+    Batch b = data->val_batch(i);
+    sum += model->loss(b.x.to(device), b.y.to(device));
+  }
+  model->train();
+  loop.eval_pending = false;
+  loop.final_val = sum.item<double>() / static_cast<double>(n);
+  loop.best_val = std::min(loop.best_val, loop.final_val);
+  loop.last_eval_step = loop.step;
+  EvalMetrics e{loop.step, loop.final_val, loop.best_val, seconds_since(t0)};
+  for (auto& cb : callbacks) cb->on_eval_end(e, control);
+  return true;
+}
 
 nlohmann::json Trainer::fit() {
   State& s = *s_;
   const Config& c = s.rc.config;
-  auto& con = Console::get();
-  con.line(fmt::format("frugal {} | LibTorch {} | device {} | threads {} ({}), BLAS threads {}",
-                       FRUGAL_VERSION, TORCH_VERSION, s.device.str(), s.threads.intra_op,
-                       s.threads.reason, s.threads.blas));
-  con.line("config (non-defaults marked):\n" + s.rc.summary());
-  con.line(fmt::format("model: GPT {} layers, {} heads, embd {}, block {} | {:.3f}M parameters | "
-                       "{:.1f} MFLOP/token (training)",
-                       c.model.layers, c.model.heads, c.model.embd, c.model.block,
-                       static_cast<double>(s.info.params) / 1e6, s.info.flops_per_token / 1e6));
-  con.line(fmt::format("data: {} | {} training tokens, {} validation tokens | run dir {}",
-                       s.data->describe(), s.data->train_tokens(), s.data->val_tokens(), s.run_dir));
-  con.line(fmt::format("levers: precision {} ({}) | micro_batch {} x accum {} | activation "
-                       "checkpointing {} | optimizer {}",
-                       s.step->precision().name(), s.step->precision().reason(), c.data.micro_batch,
-                       s.step->accum(), c.memory.activation_checkpointing,
-                       std::get<std::string>(find_key("train.optimizer")->get(c))));
-  if (s.cost->usd_per_hour() > 0 || s.cost->watts() > 0)
-    con.line(fmt::format("budget: ${:.3f}/h{}, {:.0f} W, {:.0f} g CO2/kWh{}", s.cost->usd_per_hour(),
-                         c.budget.spot ? " (spot)" : "", s.cost->watts(), c.budget.grid_g_per_kwh,
-                         c.budget.limit_usd > 0 ? fmt::format(", limit ${:.2f}", c.budget.limit_usd) : ""));
+  s.print_banner();
   s.cost->on_train_begin(s.info);
   for (auto& cb : s.callbacks) cb->on_train_begin(s.info);
 
   Control control;
   StepMetrics m;
   m.total_steps = c.train.steps;
-  at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(s.device));
-  int64_t window_steps = 0, window_tokens = 0;
-  double window_s = 0;
-  double final_val = std::nan(""), best_val = std::numeric_limits<double>::infinity();
-  double final_train = std::nan("");
-  int64_t last_eval_step = -1;
-  const auto t_start = Clock::now();
-
-  auto run_eval = [&](int64_t step) {
-    auto t0 = Clock::now();
-    final_val = s.evaluate();
-    best_val = std::min(best_val, final_val);
-    last_eval_step = step;
-    EvalMetrics e{step, final_val, best_val, seconds_since(t0)};
-    for (auto& cb : s.callbacks) cb->on_eval_end(e, control);
-  };
-
-  double phase_totals[4] = {0, 0, 0, 0};  // data, forward, backward, optimizer
+  m.tokens = s.loop.tokens;
+  s.session_start = detail::Clock::now();
   s.model->train();
   reset_tensor_bytes_peak();
-  int64_t step = 0;
-  while (step < c.train.steps && !control.should_stop) {
-    const auto t0 = Clock::now();
-    // The schedule follows optimizer steps actually taken: a skipped (inf/NaN) step does not
-    // advance it.
-    const double lr = lr_at(s.step->optimizer().step_count(), c.train.steps, c.train.warmup_steps,
-                            c.train.lr, c.train.min_lr_ratio);
-    StepResult r = s.step->run(step, lr);
-    loss_sum += r.loss;
-    ++step;
+  auto check_signal = [&] {
+    if (preemption_requested())
+      control.request_stop(fmt::format("stop signal {} ({})", preemption_signal(),
+                                       strsignal(preemption_signal())),
+                           StopKind::kPreempted);
+  };
+  auto over_time = [&] {
+    return c.train.max_minutes > 0 &&
+           s.loop.elapsed_s + seconds_since(s.session_start) >= c.train.max_minutes * 60;
+  };
 
-    const double step_s = seconds_since(t0);
-    window_steps += 1;
-    window_tokens += r.tokens;
-    window_s += step_s;
-    m.step = step;
-    m.lr = lr;
-    m.step_s = step_s;
-    m.tokens += r.tokens;
-    m.elapsed_s = seconds_since(t_start);
-    m.data_s = r.data_s;
-    m.forward_s = r.forward_s;
-    m.backward_s = r.backward_s;
-    m.optimizer_s = r.optimizer_s;
-    phase_totals[0] += r.data_s;
-    phase_totals[1] += r.forward_s;
-    phase_totals[2] += r.backward_s;
-    phase_totals[3] += r.optimizer_s;
-    m.loss_scale = s.step->scaler().scale();
-    m.skipped_steps = s.step->scaler().state().skipped;
-    m.logged = step % c.train.log_every == 0 || step == c.train.steps;
-    if (m.logged) {  // the only host syncs of the step (besides the fp16 scaler's verdict)
-      m.loss = loss_sum.item<double>() / static_cast<double>(window_steps);
-      m.grad_norm = r.grad_norm.item<double>();
-      m.tokens_per_s = static_cast<double>(window_tokens) / window_s;
-      m.rss_mb = static_cast<double>(rss_now_bytes()) / 1e6;
-      final_train = m.loss;
-      if (!std::isfinite(m.loss) && !s.step->scaler().enabled())
-        control.request_stop(fmt::format("loss became {} at step {}", m.loss, step));
-      loss_sum.zero_();
-      window_steps = window_tokens = 0;
-      window_s = 0;
+  check_signal();  // a signal during start-up (or warm-up) stops before the first step
+  if (s.loop.eval_pending && !control.should_stop) s.run_eval(control);
+  while (s.loop.step < c.train.steps && !control.should_stop) {
+    s.writer->poll();  // an async write's error surfaces here, on the trainer thread
+    s.train_one_step(m, control);
+    if (control.rollback_requested) {
+      s.rollback(control);
+      continue;
     }
-    s.cost->on_step_end(m, control);
-    m.cost_usd = s.cost->figures().usd;
-    for (auto& cb : s.callbacks) cb->on_step_end(m, control);
-    if (c.train.eval_every > 0 && step % c.train.eval_every == 0) run_eval(step);
+    check_signal();
+    if (c.train.eval_every > 0 && s.loop.step % c.train.eval_every == 0) {
+      if (control.kind == StopKind::kPreempted && control.should_stop)
+        s.loop.eval_pending = true;  // the resumed run evaluates this step first
+      else if (!control.should_stop)
+        s.run_eval(control);
+    }
+    if (over_time())
+      control.request_stop(fmt::format("train.max_minutes = {} reached", c.train.max_minutes),
+                           StopKind::kMaxMinutes);
+    check_signal();
+    if (control.checkpoint_requested && !control.should_stop) s.save_checkpoint();
+    control.checkpoint_requested = false;
   }
-  if (last_eval_step != step) run_eval(step);
-  const double wall_s = seconds_since(t_start);
-
-  nlohmann::ordered_json summary;
-  summary["run_name"] = c.run.name;
-  summary["steps"] = step;
-  summary["tokens"] = m.tokens;
-  summary["wall_s"] = wall_s;
-  summary["tokens_per_s"] = static_cast<double>(m.tokens) / wall_s;
-  summary["final_train_loss"] = final_train;
-  summary["final_val_loss"] = final_val;
-  summary["best_val_loss"] = best_val;
-  summary["unigram_baseline_loss"] = s.data->unigram_baseline();
-  summary["params"] = s.info.params;
-  summary["flops_per_token"] = s.info.flops_per_token;
-  summary["stop_reason"] = control.should_stop ? control.reason : "completed";
-  summary["stopped_by_guard"] = control.by_guard;
-  s.cost->add_to_summary(summary);
-  const double n_steps = static_cast<double>(std::max<int64_t>(1, step));
-  summary["data_ms_per_step"] = 1e3 * phase_totals[0] / n_steps;
-  summary["forward_ms_per_step"] = 1e3 * phase_totals[1] / n_steps;
-  summary["backward_ms_per_step"] = 1e3 * phase_totals[2] / n_steps;
-  summary["optimizer_ms_per_step"] = 1e3 * phase_totals[3] / n_steps;
-  summary["precision"] = s.step->precision().name();
-  summary["precision_reason"] = s.step->precision().reason();
-  summary["accum"] = s.step->accum();
-  summary["optimizer_steps"] = s.step->optimizer().step_count();
-  summary["skipped_steps"] = s.step->scaler().state().skipped;
-  summary["loss_scale"] = s.step->scaler().scale();
-  summary["activation_checkpointing"] = c.memory.activation_checkpointing;
-  if (counting_allocator_installed()) summary["peak_tensor_mb"] = static_cast<double>(tensor_bytes_peak()) / 1e6;
-  summary["peak_rss_mb"] = static_cast<double>(rss_peak_bytes()) / 1e6;
-  summary["optimizer_state_mb"] = static_cast<double>(s.step->optimizer().state_bytes()) / 1e6;
-  if (c.data.source == "builtin:arith" && c.train.answer_samples > 0) {
-    auto acc = arith_answer_accuracy(s.model, c, c.train.answer_samples);
-    summary["answer_accuracy"] = acc.fraction();
-    summary["answer_samples"] = acc.total;
-  }
-  summary["device"] = s.device.str();
-  summary["threads"] = s.threads.intra_op;
-  summary["data"] = s.data->describe();
-  summary["frugal_version"] = FRUGAL_VERSION;
-  summary["torch_version"] = TORCH_VERSION;
-
-  save_safetensors(s.run_dir + "/final/model.safetensors", s.model->named_parameter_list(),
-                   {{"format", "pt"}, {"frugal_step", std::to_string(step)}});
-  write_file_atomic(s.run_dir + "/summary.json", summary.dump(2) + "\n");
-  write_report(s.run_dir);
-  for (auto& cb : s.callbacks) cb->on_train_end(summary);
-  return summary;
+  return s.finish(control);
 }
 
 }  // namespace frugal

@@ -79,7 +79,7 @@ TEST(CostMeter, AlertsFireOnceEachAndTheLimitRequestsAGuardStop) {
   // After step 10 ($10 spent) one more step would cross the $10 limit: a guard stop, not later.
   EXPECT_EQ(last, 10);
   EXPECT_TRUE(control.should_stop);
-  EXPECT_TRUE(control.by_guard);
+  EXPECT_EQ(control.kind, StopKind::kGuard);
   EXPECT_NE(control.reason.find("budget"), std::string::npos);
 }
 

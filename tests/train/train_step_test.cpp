@@ -141,7 +141,7 @@ TEST(Precision, Bf16LossCurveTracksFp32) {
     auto sets = test::tiny_overrides(d->path());
     sets.push_back("train.steps=60");
     if (d == &b) sets.push_back("precision.mode=bf16");
-    Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}}).fit();
+    Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}, "", false}).fit();
   }
   auto fa = logged_losses(a.path()), fb = logged_losses(b.path());
   ASSERT_EQ(fa.size(), fb.size());

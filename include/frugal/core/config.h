@@ -111,6 +111,69 @@ struct TrainConfig {
   int64_t eval_batches = 8;      // validation batches per evaluation
   int64_t log_every = 10;        // write a metrics.jsonl line every N steps
   int64_t answer_samples = 200;  // arith: held-out problems completed greedily for answer_accuracy
+  // Stop (with a checkpoint) once the run's wall time, summed over resumes, passes this many
+  // minutes; 0 = no limit. The stop reason "max_minutes" lands in summary.json.
+  double max_minutes = 0;
+  // Run `frugal smoke` (2 tiny steps through data, step, eval, checkpoint, kill, resume) before
+  // the run, so a broken pipeline fails in seconds instead of hours in.
+  bool smoke_first = false;
+};
+
+// Whether a smaller or a larger metric value is better (checkpoint.best_mode, early_stop.mode).
+enum class MetricMode { kMin, kMax };
+
+// Storage dtype of model.safetensors in a checkpoint.
+enum class WeightsDtype { kFp32, kBf16, kFp16 };
+
+// [checkpoint] — crash-safe checkpoints for resume (docs/formats/checkpoint.md).
+struct CheckpointConfig {
+  // Master switch. When on, a checkpoint is written on the cadence below, at the end of the run
+  // and when a stop signal arrives; off = only on a stop signal (so the run stays resumable).
+  bool enabled = true;
+  int64_t every_steps = 0;     // save every N optimizer steps; 0 = no step cadence
+  double every_minutes = 30;   // save when this many minutes passed since the last save; 0 = off
+  // Young/Daly: save every sqrt(2 x save_stall_s x mtbf) seconds, from the measured stall of the
+  // previous save (the first save happens after step 1 to measure it). Overrides every_minutes.
+  bool auto_interval = false;
+  double mtbf_minutes = 120;   // expected minutes between preemptions, for auto_interval
+  int64_t keep_last = 3;       // newest complete checkpoints kept (>= 1)
+  int64_t keep_best = 1;       // complete checkpoints kept by best_metric (0 = none)
+  // Metric that ranks checkpoints for keep_best: "val_loss" (a checkpoint counts only if an
+  // evaluation ran at its step; align every_steps with train.eval_every), "loss" or "grad_norm".
+  std::string best_metric = "val_loss";
+  MetricMode best_mode = MetricMode::kMin;
+  // model.safetensors dtype. bf16/fp16 halve the bytes other tools read; the exact fp32 master
+  // weights are still stored beside them (master.safetensors) unless exact_resume = false, which
+  // saves half the weight I/O but makes a resume continue from rounded weights (not bitwise).
+  WeightsDtype weights_dtype = WeightsDtype::kFp32;
+  bool exact_resume = true;
+  // Snapshot tensors to host memory, then write on a background thread while training goes on:
+  // the trainer waits only for the copy (and for a previous write still in flight).
+  bool async = false;
+};
+
+// [early_stop] — stop when a metric stops improving.
+struct EarlyStopConfig {
+  bool enabled = false;
+  // "val_loss" (counted per evaluation) or a step metric ("loss", "grad_norm"; counted per log
+  // step).
+  std::string metric = "val_loss";
+  MetricMode mode = MetricMode::kMin;
+  int64_t patience = 5;   // evaluations without improvement before stopping
+  double min_delta = 0;   // an improvement must beat the best by more than this (absolute)
+  int64_t warmup = 0;     // first evaluations ignored entirely (curricula where loss rises first)
+};
+
+// [guard] — divergence guard: roll back to the last good checkpoint with a lower learning rate.
+struct GuardConfig {
+  bool enabled = true;
+  // A logged training loss above spike_factor x its moving average for spike_windows consecutive
+  // log windows counts as divergence (so does a NaN/inf loss at once); 0 = NaN/inf only.
+  double spike_factor = 3.0;
+  int64_t spike_windows = 3;
+  double ema_decay = 0.9;     // moving average: ema = decay * ema + (1 - decay) * loss
+  double lr_factor = 0.5;     // after a rollback the learning rate is multiplied by this
+  int64_t max_rollbacks = 2;  // then the run stops with exit code 3
 };
 
 // Everything a run needs. Copyable plain data.
@@ -122,6 +185,9 @@ struct Config {
   PrecisionConfig precision;
   MemoryConfig memory;
   BudgetConfig budget;
+  CheckpointConfig checkpoint;
+  EarlyStopConfig early_stop;
+  GuardConfig guard;
 };
 
 // Micro-batches per optimizer step, from train.accum / train.global_batch / data.micro_batch.

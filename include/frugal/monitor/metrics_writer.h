@@ -2,7 +2,9 @@
 //   {"event":"step","step":10,"loss":2.31,"lr":0.0006,"grad_norm":0.9,"tokens_per_s":5123,
 //    "step_s":0.38,"elapsed_s":4.1,"tokens":20480}
 //   {"event":"eval","step":250,"val_loss":1.02,"best_val_loss":1.02,"eval_s":0.3}
-// Lines are flushed as written, so a crash loses at most the line being written.
+// Lines are flushed as written, so a crash loses at most the line being written. A resumed run
+// first cuts the file back to its checkpoint (truncate_metrics_after) and then appends, so the
+// file never holds a step twice.
 #pragma once
 
 #include <cstdio>
@@ -14,7 +16,8 @@ namespace frugal {
 
 class MetricsWriter : public Callback {
  public:
-  explicit MetricsWriter(std::string path);
+  // append = false truncates the file; true appends (a resumed run).
+  explicit MetricsWriter(std::string path, bool append = false);
   ~MetricsWriter() override;
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
@@ -27,5 +30,9 @@ class MetricsWriter : public Callback {
   std::string path_;
   std::FILE* f_ = nullptr;
 };
+
+// Rewrites `path` (atomically) keeping only complete JSON lines whose "step" is <= `step`; a
+// torn last line (a crash mid-write) is dropped. A missing file stays missing.
+void truncate_metrics_after(const std::string& path, int64_t step);
 
 }  // namespace frugal

@@ -4,10 +4,16 @@
 //   on_train_begin   after the model, data and run directory exist, before step 1
 //   on_step_end      after every optimizer step (metrics.loss is valid when metrics.logged)
 //   on_eval_end      after each validation pass (every train.eval_every steps and at the end)
+//   on_checkpoint    after a checkpoint was written (sync) or handed to the writer (async)
 //   on_train_end     once, with the final summary (also after a stop requested by a callback)
 //
-// Callbacks observe and request; the loop decides. To stop, set control.should_stop and a reason;
-// never throw to stop. Callbacks run on the trainer thread.
+// Callbacks observe and request; the loop decides. To stop, call control.request_stop() with a
+// reason; to ask for a checkpoint, control.request_checkpoint(); to report divergence,
+// control.request_rollback(). Never throw to stop. Callbacks run on the trainer thread.
+//
+// Stateful callbacks (patience counters, moving averages) implement state_key(), save_state() and
+// load_state(): the state lands in each checkpoint's state.json under "callbacks"/<state_key>, so
+// a resumed run decides exactly as the uninterrupted one would have.
 #pragma once
 
 #include <cstdint>
@@ -55,19 +61,39 @@ struct EvalMetrics {
   double eval_s = 0;
 };
 
+// Why a run stopped; summary.json's "stop_kind" (the CLI maps kPreempted to exit code 75 and
+// kGuard to 3).
+enum class StopKind { kCompleted, kCallback, kEarlyStop, kMaxMinutes, kPreempted, kGuard };
+const char* stop_kind_name(StopKind k);
+
 struct Control {
   bool should_stop = false;
-  bool by_guard = false;  // a guard (budget, divergence) stopped the run: the CLI exits with 3
-  std::string reason;     // lands in summary.json's stop_reason
-  // The first request wins; later ones do not overwrite its reason.
-  void request_stop(std::string why) {
-    if (!should_stop) reason = std::move(why);
+  std::string reason;  // lands in summary.json's stop_reason
+  StopKind kind = StopKind::kCompleted;
+  bool checkpoint_requested = false;  // the loop saves after this step and clears the flag
+  bool rollback_requested = false;    // divergence: the loop rolls back to rollback_max_step
+  std::string rollback_reason;
+  int64_t rollback_max_step = 0;      // newest step known good
+  void request_stop(std::string why, StopKind k = StopKind::kCallback) {
+    if (!should_stop) {
+      reason = std::move(why);
+      kind = k;
+    }
     should_stop = true;
   }
-  void request_guard_stop(std::string why) {
-    if (!should_stop) by_guard = true;
-    request_stop(std::move(why));
+  void request_checkpoint() { checkpoint_requested = true; }
+  void request_rollback(std::string why, int64_t good_step) {
+    rollback_requested = true;
+    rollback_reason = std::move(why);
+    rollback_max_step = good_step;
   }
+};
+
+struct CheckpointEvent {
+  int64_t step = 0;
+  std::string path;     // checkpoints/step-NNNNNNNN (complete once the writer finished)
+  double stall_s = 0;   // time the trainer was blocked by this save
+  bool async = false;
 };
 
 class Callback {
@@ -76,7 +102,13 @@ class Callback {
   virtual void on_train_begin(const RunInfo& info) {}
   virtual void on_step_end(const StepMetrics& m, Control& control) {}
   virtual void on_eval_end(const EvalMetrics& m, Control& control) {}
+  virtual void on_checkpoint(const CheckpointEvent& e) {}
   virtual void on_train_end(const nlohmann::json& summary) {}
+
+  // Checkpointed state (see the top of this file). An empty key means stateless.
+  virtual std::string state_key() const { return ""; }
+  virtual void save_state(nlohmann::json& out) const {}
+  virtual void load_state(const nlohmann::json& in) {}
 };
 
 }  // namespace frugal

@@ -5,7 +5,17 @@
 //   nlohmann::json summary = t.fit();
 //
 // Writes: config.toml (resolved, with origins), metrics.jsonl, summary.json,
-// final/model.safetensors. Throws ConfigError/DataError for bad input, IoError for disk trouble.
+// final/model.safetensors, checkpoints/step-NNNNNNNN/ (docs/formats/checkpoint.md). Throws
+// ConfigError/DataError for bad input, IoError for disk trouble, CheckpointError for a checkpoint
+// that cannot be resumed from.
+//
+// Stops: fit() returns normally for every stop; summary["stop_kind"] says why ("completed",
+// "callback", "early_stop", "max_minutes", "preempted" after a stop signal, "guard" when the
+// divergence guard gave up). The CLI maps "preempted" to exit 75 and "guard" to exit 3.
+//
+// Resume: TrainerOptions::resume = "auto" continues from the newest checkpoint under
+// runs/<name>/checkpoints that verifies (or starts afresh when there is none); a path continues
+// from that checkpoint. A resumed run reproduces the uninterrupted one bitwise on CPU.
 #pragma once
 
 #include <memory>
@@ -22,6 +32,10 @@ struct TrainerOptions {
   bool overwrite = false;  // replace an existing runs/<name>/ instead of refusing
   bool quiet = false;      // no banner or progress display (metrics files are still written)
   std::vector<std::shared_ptr<Callback>> callbacks;  // user observers, called after built-ins
+  std::string resume;           // "" = fresh run, "auto" = newest sound checkpoint, or a path
+  // Install SIGTERM/SIGINT/SIGUSR1 handlers for the trainer's lifetime (train/preemption.h): a
+  // signal finishes the step, writes a checkpoint and stops with stop_kind "preempted".
+  bool handle_signals = false;
 };
 
 class Trainer {
@@ -36,6 +50,8 @@ class Trainer {
   nlohmann::json fit();
 
   const std::string& run_dir() const;
+  // The checkpoint this trainer resumed from ("" for a fresh run).
+  const std::string& resumed_from() const;
 
  private:
   struct State;

@@ -1,0 +1,99 @@
+// A checkpoint is a directory holding everything a run needs to continue bitwise where it was
+// (docs/formats/checkpoint.md):
+//
+//   checkpoints/step-00000120/
+//     model.safetensors      weights in checkpoint.weights_dtype (readable by Python safetensors)
+//     master.safetensors     exact fp32 weights, only when weights_dtype != fp32 and exact_resume
+//     optimizer.safetensors  optimizer moments
+//     data_state.json        the data source's cursor (JSON)
+//     state.json             step, RNG, scaler, callbacks, config, per-file xxh3-64 checksums
+//     COMPLETE               marker written last; holds the checksum of state.json
+//
+// Writing is atomic: files go to a hidden temp directory, each is fsynced, the directory is
+// renamed to step-NNNNNNNN, then COMPLETE is written (atomically). A crash at any point leaves
+// the previous checkpoint as the newest complete one; directories without a valid COMPLETE are
+// never resumed from and are removed by retention.
+//
+// Thread safety: free functions, safe to call from a writer thread on distinct directories.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "frugal/ckpt/safetensors.h"
+#include "frugal/core/config.h"
+
+namespace frugal {
+
+inline constexpr int kCheckpointVersion = 1;
+
+// What goes into a checkpoint. The tensors may live anywhere (they are copied to the CPU while
+// encoding); for an asynchronous save they must be a private snapshot.
+struct CheckpointData {
+  NamedTensors model;          // the parameters in training precision (fp32 masters)
+  NamedTensors optimizer;      // Optimizer::state_tensors()
+  nlohmann::json state;        // trainer state; the writer adds format, version, step, files
+  nlohmann::json data_state;   // the data source's cursor ({} for pure-function sources)
+};
+
+// The stages of a write, in order. WriteOptions::after_stage is called after each (tests throw
+// from it to simulate a crash there).
+enum class WriteStage { kTempDir, kModel, kMaster, kOptimizer, kDataState, kState, kRenamed, kMarker };
+const char* write_stage_name(WriteStage s);
+
+struct WriteOptions {
+  WeightsDtype weights_dtype = WeightsDtype::kFp32;
+  bool exact_resume = true;
+  std::function<void(WriteStage)> after_stage;  // test hook; may throw
+};
+
+// "step-00000120"
+std::string checkpoint_dir_name(int64_t step);
+
+// Writes root/step-NNNNNNNN (root is created) and returns its path. Throws IoError or
+// CheckpointError; on failure the partial temp directory is left for retention to remove.
+std::string write_checkpoint(const std::string& root, int64_t step, const CheckpointData& data,
+                             const WriteOptions& options = {});
+
+struct CheckpointInfo {
+  std::string path;
+  int64_t step = 0;
+  bool complete = false;          // COMPLETE present and state.json matches its checksum
+  std::optional<double> metric;   // state.json "metric".value, when recorded
+};
+
+// step-* directories under root, newest (highest step) first. Cheap: reads COMPLETE and
+// state.json, not the tensor files. A missing root gives an empty list.
+std::vector<CheckpointInfo> list_checkpoints(const std::string& root);
+
+// Full check: COMPLETE, state.json's checksum, every file's size and xxh3-64. Returns "" when the
+// checkpoint is sound, else what is wrong, naming the file.
+std::string verify_checkpoint(const std::string& path);
+
+// The newest checkpoint under root that verifies. Each newer one that does not is reported
+// through `warn` (path and problem). nullopt when none verifies.
+std::optional<std::string> find_resumable(const std::string& root,
+                                          const std::function<void(const std::string&)>& warn);
+
+struct LoadedCheckpoint {
+  std::string path;
+  int64_t step = 0;
+  NamedTensors weights;   // exact fp32 masters when stored, else model.safetensors as written
+  bool exact = true;      // false when only reduced-precision weights were stored
+  NamedTensors optimizer;
+  nlohmann::json state;
+  nlohmann::json data_state;
+};
+
+// Verifies, then reads. Throws CheckpointError naming the path and the problem.
+LoadedCheckpoint load_checkpoint(const std::string& path);
+
+// xxh3-64 of bytes as 16 lowercase hex digits.
+std::string xxh3_hex(const std::string& bytes);
+
+}  // namespace frugal

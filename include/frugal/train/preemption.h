@@ -1,0 +1,33 @@
+// Stop signals: SIGTERM, SIGINT and SIGUSR1 (spot-instance reclaim notices, Ctrl-C, schedulers)
+// set a flag; the trainer checks it between steps, between evaluation batches and during
+// start-up, finishes the current step, writes a checkpoint and stops with StopKind::kPreempted
+// (the CLI exits 75). A second SIGINT ends the process at once (the handler restores SIGINT's
+// default action after the first one).
+//
+// The handler only stores to a lock-free atomic and calls sigaction(), both async-signal-safe.
+// SignalHandlers is RAII: it installs the handlers and restores the previous ones on
+// destruction. The flag is process-wide.
+#pragma once
+
+#include <signal.h>
+
+namespace frugal {
+
+// The signal that asked for a stop, or 0.
+int preemption_signal();
+inline bool preemption_requested() { return preemption_signal() != 0; }
+// Clears the flag (tests; a new run in the same process).
+void clear_preemption();
+
+class SignalHandlers {
+ public:
+  SignalHandlers();
+  ~SignalHandlers();
+  SignalHandlers(const SignalHandlers&) = delete;
+  SignalHandlers& operator=(const SignalHandlers&) = delete;
+
+ private:
+  struct sigaction old_term_, old_int_, old_usr1_;
+};
+
+}  // namespace frugal

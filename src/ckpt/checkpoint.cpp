@@ -1,0 +1,249 @@
+// Checkpoint directories: atomic write, listing, verification and loading; see checkpoint.h and
+// docs/formats/checkpoint.md.
+#include "frugal/ckpt/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/errors.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kMarker = "COMPLETE";
+constexpr const char* kState = "state.json";
+constexpr const char* kPrefix = "step-";
+
+c10::ScalarType storage_dtype(WeightsDtype d) {
+  switch (d) {
+    case WeightsDtype::kBf16: return c10::kBFloat16;
+    case WeightsDtype::kFp16: return c10::kHalf;
+    case WeightsDtype::kFp32: break;
+  }
+  return c10::kFloat;
+}
+
+const char* weights_dtype_name(WeightsDtype d) {
+  switch (d) {
+    case WeightsDtype::kBf16: return "bf16";
+    case WeightsDtype::kFp16: return "fp16";
+    case WeightsDtype::kFp32: break;
+  }
+  return "fp32";
+}
+
+std::string marker_text(const std::string& state_bytes) {
+  return fmt::format("frugal-checkpoint {} state.json xxh3={} bytes={}\n", kCheckpointVersion,
+                     xxh3_hex(state_bytes), state_bytes.size());
+}
+
+// Parses "step-00000120"; -1 when the name is not a checkpoint directory.
+int64_t parse_step(const std::string& name) {
+  if (name.rfind(kPrefix, 0) != 0 || name.size() <= 5) return -1;
+  const std::string digits = name.substr(5);
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) return -1;
+  return std::stoll(digits);
+}
+
+// Removes a directory by first renaming it to a hidden name, so that a crash half-way through
+// the removal never leaves a half-deleted directory under a checkpoint's name.
+void remove_dir_safely(const fs::path& dir) {
+  static std::atomic<int> counter{0};
+  fs::path trash = dir.parent_path() /
+                   fmt::format(".trash-{}-{}-{}", dir.filename().string(), ::getpid(), counter++);
+  std::error_code ec;
+  fs::rename(dir, trash, ec);
+  if (ec) throw IoError(fmt::format("cannot move {} aside for removal: {}", dir.string(), ec.message()));
+  fs::remove_all(trash, ec);
+}
+
+struct ReadState {
+  std::string bytes;
+  nlohmann::json json;
+  std::string problem;  // "" when the marker and state.json agree
+};
+
+ReadState read_state(const fs::path& dir) {
+  ReadState r;
+  if (!fs::exists(dir / kMarker)) {
+    r.problem = fmt::format("{}: no {} marker (the write did not finish)", dir.string(), kMarker);
+    return r;
+  }
+  try {
+    r.bytes = read_file((dir / kState).string());
+    if (read_file((dir / kMarker).string()) != marker_text(r.bytes)) {
+      r.problem = fmt::format("{}: checksum of {} does not match {}", dir.string(), kState, kMarker);
+      return r;
+    }
+    r.json = nlohmann::json::parse(r.bytes);
+  } catch (const std::exception& e) {
+    r.problem = fmt::format("{}: cannot read {}: {}", dir.string(), kState, e.what());
+  }
+  return r;
+}
+
+}  // namespace
+
+const char* write_stage_name(WriteStage s) {
+  switch (s) {
+    case WriteStage::kTempDir: return "temp_dir";
+    case WriteStage::kModel: return "model";
+    case WriteStage::kMaster: return "master";
+    case WriteStage::kOptimizer: return "optimizer";
+    case WriteStage::kDataState: return "data_state";
+    case WriteStage::kState: return "state";
+    case WriteStage::kRenamed: return "renamed";
+    case WriteStage::kMarker: return "marker";
+  }
+  return "?";
+}
+
+std::string xxh3_hex(const std::string& bytes) {
+  return fmt::format("{:016x}", static_cast<uint64_t>(XXH3_64bits(bytes.data(), bytes.size())));
+}
+
+std::string checkpoint_dir_name(int64_t step) { return fmt::format("{}{:08d}", kPrefix, step); }
+
+std::string write_checkpoint(const std::string& root, int64_t step, const CheckpointData& data,
+                             const WriteOptions& o) {
+  static std::atomic<int> counter{0};
+  auto stage = [&](WriteStage s) {
+    if (o.after_stage) o.after_stage(s);
+  };
+  const fs::path final_dir = fs::path(root) / checkpoint_dir_name(step);
+  const fs::path tmp = fs::path(root) / fmt::format(".tmp-{}-{}-{}", checkpoint_dir_name(step),
+                                                    ::getpid(), counter++);
+  std::error_code ec;
+  fs::create_directories(tmp, ec);
+  if (ec) throw IoError(fmt::format("cannot create checkpoint directory {}: {}", tmp.string(), ec.message()));
+  stage(WriteStage::kTempDir);
+
+  nlohmann::json files = nlohmann::json::object();
+  auto put = [&](const char* name, const std::string& bytes) {
+    write_file_atomic((tmp / name).string(), bytes);
+    files[name] = {{"bytes", bytes.size()}, {"xxh3", xxh3_hex(bytes)}};
+  };
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"frugal_step", std::to_string(step)}};
+  const c10::ScalarType dtype = storage_dtype(o.weights_dtype);
+  NamedTensors stored;
+  for (const auto& [n, t] : data.model)
+    stored.emplace_back(n, t.is_floating_point() ? t.to(dtype) : t);
+  put("model.safetensors", encode_safetensors(stored, meta));
+  stage(WriteStage::kModel);
+  const bool master = dtype != c10::kFloat && o.exact_resume;
+  if (master) put("master.safetensors", encode_safetensors(data.model, meta));
+  stage(WriteStage::kMaster);
+  put("optimizer.safetensors", encode_safetensors(data.optimizer, meta));
+  stage(WriteStage::kOptimizer);
+  put("data_state.json", (data.data_state.is_null() ? nlohmann::json::object() : data.data_state).dump(2) + "\n");
+  stage(WriteStage::kDataState);
+
+  nlohmann::json state = data.state.is_null() ? nlohmann::json::object() : data.state;
+  state["format"] = "frugal-checkpoint";
+  state["version"] = kCheckpointVersion;
+  state["step"] = step;
+  state["weights_dtype"] = weights_dtype_name(o.weights_dtype);
+  state["exact"] = dtype == c10::kFloat || master;
+  state["files"] = files;
+  const std::string state_bytes = state.dump(1) + "\n";
+  write_file_atomic((tmp / kState).string(), state_bytes);
+  stage(WriteStage::kState);
+
+  if (fs::exists(final_dir)) remove_dir_safely(final_dir);  // an unfinished write of this step
+  fs::rename(tmp, final_dir, ec);
+  if (ec) throw IoError(fmt::format("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), ec.message()));
+  fsync_dir(root);
+  stage(WriteStage::kRenamed);
+  write_file_atomic((final_dir / kMarker).string(), marker_text(state_bytes));
+  stage(WriteStage::kMarker);
+  return final_dir.string();
+}
+
+std::vector<CheckpointInfo> list_checkpoints(const std::string& root) {
+  std::vector<CheckpointInfo> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const int64_t step = parse_step(entry.path().filename().string());
+    if (step < 0 || !entry.is_directory()) continue;
+    CheckpointInfo info;
+    info.path = entry.path().string();
+    info.step = step;
+    ReadState r = read_state(entry.path());
+    info.complete = r.problem.empty();
+    if (info.complete && r.json.contains("metric") && r.json["metric"].is_object() &&
+        r.json["metric"]["value"].is_number())
+      info.metric = r.json["metric"]["value"].get<double>();
+    out.push_back(std::move(info));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step > b.step; });
+  return out;
+}
+
+std::string verify_checkpoint(const std::string& path) {
+  const fs::path dir(path);
+  ReadState r = read_state(dir);
+  if (!r.problem.empty()) return r.problem;
+  if (r.json.value("format", "") != "frugal-checkpoint")
+    return fmt::format("{}: state.json is not a frugal checkpoint", path);
+  if (r.json.value("version", 0) != kCheckpointVersion)
+    return fmt::format("{}: checkpoint version {} but this frugal reads version {}", path,
+                       r.json.value("version", 0), kCheckpointVersion);
+  if (!r.json.contains("files") || !r.json["files"].is_object())
+    return fmt::format("{}: state.json lists no files", path);
+  for (const auto& [name, f] : r.json["files"].items()) {
+    std::string bytes;
+    try {
+      bytes = read_file((dir / name).string());
+    } catch (const std::exception& e) {
+      return fmt::format("{}: {}", path, e.what());
+    }
+    if (bytes.size() != f["bytes"].get<size_t>())
+      return fmt::format("{}/{}: {} bytes, state.json says {} (truncated or replaced)", path, name,
+                         bytes.size(), f["bytes"].get<size_t>());
+    if (xxh3_hex(bytes) != f["xxh3"].get<std::string>())
+      return fmt::format("{}/{}: xxh3 {} does not match state.json's {} (the file is corrupt)",
+                         path, name, xxh3_hex(bytes), f["xxh3"].get<std::string>());
+  }
+  return "";
+}
+
+std::optional<std::string> find_resumable(const std::string& root,
+                                          const std::function<void(const std::string&)>& warn) {
+  for (const auto& c : list_checkpoints(root)) {
+    std::string problem = verify_checkpoint(c.path);
+    if (problem.empty()) return c.path;
+    if (warn) warn(fmt::format("skipping checkpoint {}: {}", c.path, problem));
+  }
+  return std::nullopt;
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path) {
+  std::string problem = verify_checkpoint(path);
+  if (!problem.empty())
+    throw CheckpointError(fmt::format("cannot resume from {}: {}; pick another checkpoint or use "
+                                      "--resume auto to take the newest sound one",
+                                      path, problem));
+  const fs::path dir(path);
+  LoadedCheckpoint c;
+  c.path = path;
+  c.state = nlohmann::json::parse(read_file((dir / kState).string()));
+  c.step = c.state["step"].get<int64_t>();
+  c.exact = c.state.value("exact", false);
+  const bool master = c.state["files"].contains("master.safetensors");
+  c.weights = load_safetensors((dir / (master ? "master.safetensors" : "model.safetensors")).string()).tensors;
+  c.optimizer = load_safetensors((dir / "optimizer.safetensors").string()).tensors;
+  c.data_state = nlohmann::json::parse(read_file((dir / "data_state.json").string()));
+  return c;
+}
+
+}  // namespace frugal

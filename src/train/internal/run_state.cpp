@@ -1,0 +1,94 @@
+// Loop state and RNG (de)serialisation; see run_state.h.
+#include "train/internal/run_state.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <mutex>
+
+#include "frugal/core/errors.h"
+
+namespace frugal::detail {
+
+nlohmann::json json_double(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+double double_from_json(const nlohmann::json& j) {
+  if (j.is_number()) return j.get<double>();
+  const std::string s = j.is_string() ? j.get<std::string>() : "nan";
+  if (s == "inf") return std::numeric_limits<double>::infinity();
+  if (s == "-inf") return -std::numeric_limits<double>::infinity();
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+nlohmann::json to_json(const LoopState& s) {
+  return {{"step", s.step},
+          {"tokens", s.tokens},
+          {"loss_sum", json_double(s.loss_sum)},
+          {"window_steps", s.window_steps},
+          {"window_tokens", s.window_tokens},
+          {"window_s", s.window_s},
+          {"final_val", json_double(s.final_val)},
+          {"best_val", json_double(s.best_val)},
+          {"final_train", json_double(s.final_train)},
+          {"last_eval_step", s.last_eval_step},
+          {"eval_pending", s.eval_pending},
+          {"elapsed_s", s.elapsed_s},
+          {"lr_scale", s.lr_scale},
+          {"rollbacks", s.rollbacks}};
+}
+
+LoopState loop_state_from_json(const nlohmann::json& j) {
+  try {
+    LoopState s;
+    s.step = j.at("step").get<int64_t>();
+    s.tokens = j.at("tokens").get<int64_t>();
+    s.loss_sum = double_from_json(j.at("loss_sum"));
+    s.window_steps = j.at("window_steps").get<int64_t>();
+    s.window_tokens = j.at("window_tokens").get<int64_t>();
+    s.window_s = j.at("window_s").get<double>();
+    s.final_val = double_from_json(j.at("final_val"));
+    s.best_val = double_from_json(j.at("best_val"));
+    s.final_train = double_from_json(j.at("final_train"));
+    s.last_eval_step = j.at("last_eval_step").get<int64_t>();
+    s.eval_pending = j.at("eval_pending").get<bool>();
+    s.elapsed_s = j.at("elapsed_s").get<double>();
+    s.lr_scale = j.at("lr_scale").get<double>();
+    s.rollbacks = j.at("rollbacks").get<int64_t>();
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(fmt::format("state.json \"loop\" is incomplete: {}", e.what()));
+  }
+}
+
+std::string cpu_rng_state_hex() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  at::Tensor t;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    t = gen.get_state();
+  }
+  const uint8_t* p = t.data_ptr<uint8_t>();
+  std::string out;
+  out.reserve(2 * t.numel());
+  for (int64_t i = 0; i < t.numel(); ++i) out += fmt::format("{:02x}", p[i]);
+  return out;
+}
+
+void set_cpu_rng_state_hex(const std::string& hex) {
+  if (hex.size() % 2 != 0) throw CheckpointError("state.json rng.cpu: odd number of hex digits");
+  at::Tensor t = at::empty({static_cast<int64_t>(hex.size() / 2)}, at::kByte);
+  uint8_t* p = t.data_ptr<uint8_t>();
+  for (size_t i = 0; i < hex.size() / 2; ++i) p[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(t);
+}
+
+}  // namespace frugal::detail

@@ -1,0 +1,43 @@
+// The trainer's loop counters and the process RNG, as JSON for a checkpoint's state.json. Every
+// value that influences a later step or a later metrics line is here, so a resumed run continues
+// bitwise (docs/formats/checkpoint.md lists the fields).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace frugal::detail {
+
+struct LoopState {
+  int64_t step = 0;            // optimizer iterations completed
+  int64_t tokens = 0;          // tokens consumed
+  double loss_sum = 0;         // fp32 sum of step losses in the open log window (exact)
+  int64_t window_steps = 0;
+  int64_t window_tokens = 0;
+  double window_s = 0;
+  double final_val = std::numeric_limits<double>::quiet_NaN();
+  double best_val = std::numeric_limits<double>::infinity();
+  double final_train = std::numeric_limits<double>::quiet_NaN();
+  int64_t last_eval_step = -1;
+  bool eval_pending = false;   // a stop signal interrupted the evaluation at `step`
+  double elapsed_s = 0;        // wall time of earlier sessions (for train.max_minutes)
+  double lr_scale = 1;         // product of guard.lr_factor over rollbacks
+  int64_t rollbacks = 0;
+};
+
+nlohmann::json to_json(const LoopState& s);
+LoopState loop_state_from_json(const nlohmann::json& j);
+
+// Doubles that may be NaN or infinite (JSON has neither): finite numbers as numbers, the rest as
+// "nan", "inf", "-inf".
+nlohmann::json json_double(double x);
+double double_from_json(const nlohmann::json& j);
+
+// The default CPU generator's state as hex, and back.
+std::string cpu_rng_state_hex();
+void set_cpu_rng_state_hex(const std::string& hex);
+
+}  // namespace frugal::detail

@@ -1,0 +1,74 @@
+// The Trainer's private state (pimpl) and its helpers: checkpoint capture and restore, rollback,
+// the banner and the final summary. Split from trainer.cpp so that the loop stays short.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "frugal/ckpt/cadence.h"
+#include "frugal/ckpt/checkpoint.h"
+#include "frugal/ckpt/checkpoint_writer.h"
+#include "frugal/core/threads.h"
+#include "frugal/data/batch_source.h"
+#include "frugal/monitor/cost_meter.h"
+#include "frugal/model/gpt.h"
+#include "frugal/train/preemption.h"
+#include "frugal/train/train_step.h"
+#include "frugal/train/trainer.h"
+#include "train/internal/run_state.h"
+
+namespace frugal {
+namespace detail {
+using Clock = std::chrono::steady_clock;
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace detail
+
+struct Trainer::State {
+  ResolvedConfig rc;
+  TrainerOptions opts;
+  std::string run_dir;
+  std::string resumed_from;
+  torch::Device device{torch::kCPU};
+  ThreadPlan threads;
+  Gpt model{nullptr};
+  std::unique_ptr<BatchSource> data;
+  std::unique_ptr<TrainStep> step;
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  std::shared_ptr<CostMeter> cost;  // runs first each step, so every callback sees the spend
+  std::shared_ptr<CheckpointCadence> cadence;
+  std::unique_ptr<CheckpointWriter> writer;
+  RunInfo info;
+  std::unique_ptr<SignalHandlers> signals;  // while the trainer lives (TrainerOptions::handle_signals)
+
+  detail::LoopState loop;
+  at::Tensor loss_sum;  // fp32 sum of step losses in the open log window, on the device
+  int64_t last_saved_step = -1;
+  std::string last_checkpoint;
+  nlohmann::json rollback_log = nlohmann::json::array();
+  detail::Clock::time_point session_start = detail::Clock::now();
+  double phase_s[4] = {0, 0, 0, 0};  // this session's data, forward, backward, optimizer time
+  int64_t session_steps = 0;
+
+  // The loop (trainer.cpp).
+  void train_one_step(StepMetrics& m, Control& control);
+  bool run_eval(Control& control);
+
+  // Checkpoints and summary (trainer_state.cpp).
+  void adopt_checkpoint_config(const LoadedCheckpoint& ck);
+  CheckpointData capture(bool snapshot);
+  void restore(const LoadedCheckpoint& ck);
+  void save_checkpoint();
+  void rollback(Control& control);
+  void print_banner();
+  nlohmann::json finish(const Control& control);
+};
+
+}  // namespace frugal

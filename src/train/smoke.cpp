@@ -1,0 +1,204 @@
+// The smoke test; see smoke.h.
+#include "frugal/train/smoke.h"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <functional>
+#include <random>
+
+#include <c10/util/Exception.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "frugal/ckpt/checkpoint.h"
+#include "frugal/core/errors.h"
+#include "frugal/data/batch_source.h"
+#include "frugal/model/gpt.h"
+#include "frugal/monitor/console.h"
+#include "frugal/monitor/memory.h"
+#include "frugal/train/trainer.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string shape(const at::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
+
+// Records each step's logged loss (log_every = 1 in the smoke config).
+class LossRecorder : public Callback {
+ public:
+  void on_step_end(const StepMetrics& m, Control&) override {
+    if (m.logged) losses[m.step] = m.loss;
+    step_s_sum += m.step_s;
+    ++steps;
+  }
+  std::map<int64_t, double> losses;
+  double step_s_sum = 0;
+  int64_t steps = 0;
+};
+
+// The configuration the smoke test trains with: the user's model and data, a tiny batch.
+ResolvedConfig smoke_config(const ResolvedConfig& rc, const std::string& dir, const std::string& name) {
+  ResolvedConfig s = rc;
+  Config& c = s.config;
+  c.run.out_dir = dir;
+  c.run.name = name;
+  c.run.device = "cpu";
+  c.data.micro_batch = std::min<int64_t>(2, c.data.micro_batch);
+  c.train.global_batch = 0;
+  c.train.accum = 0;
+  c.train.steps = 2;
+  c.train.eval_every = 1;
+  c.train.eval_batches = 1;
+  c.train.log_every = 1;
+  c.train.answer_samples = 0;
+  c.train.max_minutes = 0;
+  c.train.smoke_first = false;
+  c.checkpoint.enabled = true;
+  c.checkpoint.every_steps = 1;
+  c.checkpoint.auto_interval = false;
+  c.checkpoint.keep_last = 3;
+  c.checkpoint.async = false;
+  c.early_stop.enabled = false;
+  c.guard.enabled = false;
+  if (c.precision.mode == PrecisionMode::kFp16) c.precision.mode = PrecisionMode::kFp32;  // CPU
+  return s;
+}
+
+// Activation bytes of forward + backward at batch b (parameters and their gradients excluded).
+int64_t step_bytes(Gpt& model, const Batch& b, int64_t n) {
+  model->zero_grad(/*set_to_none=*/true);
+  reset_tensor_bytes_peak();
+  const int64_t base = tensor_bytes_now();
+  {
+    at::Tensor loss = model->loss(b.x.narrow(0, 0, n), b.y.narrow(0, 0, n));
+    loss.backward();
+  }
+  const int64_t grads = 4 * model->parameter_count();
+  return tensor_bytes_peak() - base - grads;
+}
+
+}  // namespace
+
+SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
+  SmokeReport r;
+  r.micro_batch = rc_in.config.data.micro_batch;
+  const bool was_quiet = Console::get().quiet();
+  std::random_device rd;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("frugal-smoke-{}", rd());
+  auto stage = [&](const std::string& name, const std::function<void()>& body) {
+    if (!r.stage.empty()) return;
+    try {
+      if (inject == name) throw Error(fmt::format("failure injected at stage '{}'", name));
+      body();
+      r.passed.push_back(name);
+    } catch (const c10::Error& e) {
+      r.stage = name;
+      r.error = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      r.stage = name;
+      r.error = e.what();
+    }
+  };
+
+  ResolvedConfig rc;
+  std::unique_ptr<BatchSource> data;
+  Batch batch;
+  Gpt model{nullptr};
+  LossRecorder first, resumed;
+  std::string ck1;
+  stage("config", [&] {
+    rc = smoke_config(rc_in, dir.string(), "smoke");
+    validate_config(rc.config);
+  });
+  stage("data", [&] {
+    data = make_batch_source(rc.config);
+    batch = data->train_batch(0);
+    Batch v = data->val_batch(0);
+    r.batch_shape = shape(batch.x);
+    if (!batch.x.sizes().equals(batch.y.sizes()) || !batch.x.sizes().equals(v.x.sizes()))
+      throw DataError(fmt::format("training inputs {} vs targets {} vs validation inputs {}: the shapes "
+                                  "must agree", shape(batch.x), shape(batch.y), shape(v.x)));
+  });
+  stage("forward", [&] {
+    torch::manual_seed(static_cast<uint64_t>(rc.config.run.seed));
+    model = Gpt(rc.config.model);
+    r.params = model->parameter_count();
+    at::Tensor logits = model->forward(batch.x);
+    r.logits_shape = shape(logits);
+    const std::vector<int64_t> want = {batch.x.size(0), batch.x.size(1), rc.config.model.vocab};
+    if (logits.sizes().vec() != want)
+      throw Error(fmt::format("logits have shape {} but [batch, block, vocab] = [{}] was expected",
+                              shape(logits), fmt::join(want, ", ")));
+  });
+  stage("memory", [&] {
+    install_counting_allocator();
+    model = Gpt(rc.config.model);  // allocated after the allocator: every byte counted
+    const int64_t one = step_bytes(model, batch, 1);
+    const int64_t two = step_bytes(model, batch, std::min<int64_t>(2, batch.x.size(0)));
+    r.bytes_per_sample = static_cast<double>(std::max<int64_t>(two - one, 0));
+    r.static_bytes = 16.0 * static_cast<double>(r.params);
+    r.estimated_bytes = r.static_bytes + static_cast<double>(one) +
+                        r.bytes_per_sample * static_cast<double>(r.micro_batch - 1);
+  });
+  stage("train", [&] {
+    TrainerOptions o;
+    o.quiet = true;
+    o.callbacks = {std::shared_ptr<Callback>(&first, [](Callback*) {})};
+    Trainer t(rc, o);
+    nlohmann::json s = t.fit();
+    if (s["steps"] != 2) throw Error(fmt::format("trained {} steps instead of 2", s["steps"].dump()));
+    r.step_s = first.step_s_sum / static_cast<double>(std::max<int64_t>(first.steps, 1));
+  });
+  stage("checkpoint", [&] {
+    ck1 = (dir / "smoke" / "checkpoints" / checkpoint_dir_name(1)).string();
+    std::string problem = verify_checkpoint(ck1);
+    if (!problem.empty()) throw CheckpointError(problem);
+    load_checkpoint(ck1);
+  });
+  stage("resume", [&] {
+    // The kill: the run is gone after step 1's checkpoint; a fresh process state resumes from it.
+    ResolvedConfig again = smoke_config(rc_in, dir.string(), "smoke-resumed");
+    TrainerOptions o;
+    o.quiet = true;
+    o.resume = ck1;
+    o.callbacks = {std::shared_ptr<Callback>(&resumed, [](Callback*) {})};
+    Trainer t(again, o);
+    t.fit();
+  });
+  stage("compare", [&] {
+    if (!first.losses.count(2) || !resumed.losses.count(2))
+      throw Error("step 2 logged no loss in one of the runs");
+    r.loss_uninterrupted = first.losses[2];
+    r.loss_resumed = resumed.losses[2];
+    if (r.loss_uninterrupted != r.loss_resumed)
+      throw CheckpointError(fmt::format("the resumed step 2 loss {:.9g} differs from the uninterrupted "
+                                        "{:.9g}: some state is not saved or not restored",
+                                        r.loss_resumed, r.loss_uninterrupted));
+  });
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  Console::get().set_quiet(was_quiet);
+  r.ok = r.stage.empty();
+  return r;
+}
+
+std::string SmokeReport::describe() const {
+  std::string out = "smoke test:\n";
+  for (const auto& s : passed) out += fmt::format("  {:<11} ok\n", s);
+  if (!ok) out += fmt::format("  {:<11} FAILED: {}\n", stage, error);
+  auto mb = [](double b) { return b / 1e6; };
+  if (!batch_shape.empty()) out += fmt::format("  batch {} -> logits {}\n", batch_shape, logits_shape);
+  if (params > 0) out += fmt::format("  parameters {}\n", params);
+  if (step_s > 0) out += fmt::format("  time per step {:.3f} s (smoke batch, CPU)\n", step_s);
+  if (bytes_per_sample > 0)
+    out += fmt::format("  memory: {:.2f} MB per sample + {:.2f} MB weights/grads/AdamW -> about {:.1f} MB "
+                       "at micro_batch {} (fp32 estimate)\n",
+                       mb(bytes_per_sample), mb(static_bytes), mb(estimated_bytes), micro_batch);
+  if (ok) out += fmt::format("  resumed step 2 loss {:.9g} == uninterrupted {:.9g}\n", loss_resumed, loss_uninterrupted);
+  return out;
+}
+
+}  // namespace frugal

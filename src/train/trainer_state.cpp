@@ -1,0 +1,294 @@
+// Trainer helpers: checkpoint capture and restore, divergence rollback, the banner and the final
+// summary; see internal/trainer_state.h.
+#include "train/internal/trainer_state.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "frugal/ckpt/retention.h"
+#include "frugal/ckpt/safetensors.h"
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/errors.h"
+#include "frugal/model/weights.h"
+#include "frugal/monitor/console.h"
+#include "frugal/monitor/memory.h"
+#include "frugal/monitor/report.h"
+#include "frugal/train/answer_accuracy.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+using detail::seconds_since;
+
+namespace {
+
+// The resolved value of every key, to diff a checkpoint's config against this run's.
+nlohmann::json config_values(const Config& c) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& k : config_schema()) j[k.key] = format_value(k.get(c));
+  return j;
+}
+
+}  // namespace
+
+void Trainer::State::adopt_checkpoint_config(const LoadedCheckpoint& ck) {
+  auto& con = Console::get();
+  Config& c = rc.config;
+  // precision.mode = auto measures at start-up and could choose differently now; an fp16 run
+  // may have fallen back to bf16. Either way the checkpoint's precision continues.
+  const std::string was = ck.state.value("precision", "");
+  const std::string now = precision_name(c.precision.mode);
+  if (!was.empty() && was != now) {
+    if (c.precision.mode == PrecisionMode::kAuto || (c.precision.mode == PrecisionMode::kFp16 && was == "bf16")) {
+      c.precision.mode = was == "bf16" ? PrecisionMode::kBf16 : was == "fp16" ? PrecisionMode::kFp16 : PrecisionMode::kFp32;
+    } else {
+      con.line(fmt::format("resume: warning: the checkpoint trained in {}, this run asks for {}; "
+                           "the continuation will not match an uninterrupted run",
+                           was, now));
+    }
+  }
+  if (ck.state.contains("config_values")) {
+    const nlohmann::json mine = config_values(c);
+    std::vector<std::string> diffs;
+    for (const auto& [k, v] : ck.state["config_values"].items()) {
+      if (k == "run.name" || k == "run.out_dir" || k == "precision.mode") continue;
+      if (mine.contains(k) && mine[k] != v)
+        diffs.push_back(fmt::format("{} ({} -> {})", k, v.get<std::string>(), mine[k].get<std::string>()));
+    }
+    if (!diffs.empty())
+      con.line(fmt::format("resume: config differs from the checkpoint's in {}", fmt::join(diffs, ", ")));
+  }
+}
+
+CheckpointData Trainer::State::capture(bool snapshot) {
+  CheckpointData d;
+  d.model = model->named_parameter_list();
+  d.optimizer = step->optimizer().state_tensors();
+  if (snapshot) {
+    d.model = snapshot_tensors(d.model);
+    d.optimizer = snapshot_tensors(d.optimizer);
+  }
+  loop.loss_sum = loss_sum.item<double>();
+  nlohmann::json& st = d.state;
+  st["loop"] = detail::to_json(loop);
+  st["optimizer_steps"] = step->optimizer().step_count();
+  const ScaleState& ss = step->scaler().state();
+  st["loss_scaler"] = {{"enabled", step->scaler().enabled()}, {"scale", ss.scale},
+                       {"growth_tracker", ss.growth_tracker}, {"skipped", ss.skipped},
+                       {"skipped_at_floor", ss.skipped_at_floor}};
+  st["precision"] = step->precision().name();
+  st["rng"] = {{"cpu", detail::cpu_rng_state_hex()}};
+  st["lr_schedule"] = {{"position", step->optimizer().step_count()}, {"lr_scale", loop.lr_scale}};
+  nlohmann::json cbs = nlohmann::json::object();
+  for (const auto& cb : callbacks) {
+    if (cb->state_key().empty()) continue;
+    nlohmann::json one;
+    cb->save_state(one);
+    cbs[cb->state_key()] = one;
+  }
+  st["callbacks"] = cbs;
+  // The ranking value for checkpoint.keep_best, only when measured at this very step.
+  const std::string& metric = rc.config.checkpoint.best_metric;
+  double value = NAN;
+  if (metric == "val_loss" && loop.last_eval_step == loop.step) value = loop.final_val;
+  if (metric == "loss" && loop.window_steps == 0) value = loop.final_train;
+  if (!std::isnan(value)) st["metric"] = {{"name", metric}, {"value", value}};
+  st["config_toml"] = rc.to_toml();
+  st["config_values"] = config_values(rc.config);
+  st["frugal_version"] = FRUGAL_VERSION;
+  // The in-memory sources draw micro-batch i as a pure function of (seed, i): the cursor is the
+  // next micro-batch index.
+  d.data_state = {{"kind", "index"}, {"next_micro_batch", loop.step * step->accum()}};
+  return d;
+}
+
+void Trainer::State::restore(const LoadedCheckpoint& ck) {
+  const nlohmann::json& st = ck.state;
+  {
+    torch::NoGradGuard no_grad;
+    load_parameters(model->named_parameter_list(), SafetensorsFile{ck.weights, {}}, ck.path);
+  }
+  step->optimizer().load_state(ck.optimizer, st.at("optimizer_steps").get<int64_t>());
+  const auto& ls = st.at("loss_scaler");
+  ScaleState ss;
+  ss.scale = ls.at("scale").get<double>();
+  ss.growth_tracker = ls.at("growth_tracker").get<int64_t>();
+  ss.skipped = ls.at("skipped").get<int64_t>();
+  ss.skipped_at_floor = ls.at("skipped_at_floor").get<int64_t>();
+  step->scaler().set_state(ss);
+  loop = detail::loop_state_from_json(st.at("loop"));
+  loss_sum = torch::full({}, loop.loss_sum, torch::TensorOptions().dtype(torch::kFloat).device(device));
+  const int64_t expect = loop.step * step->accum();
+  if (ck.data_state.value("next_micro_batch", expect) != expect)
+    throw CheckpointError(fmt::format("{}: data_state.json's next_micro_batch {} does not match step {} x "
+                                      "accum {}; train.accum or the batch size changed since the checkpoint",
+                                      ck.path, ck.data_state.value("next_micro_batch", int64_t{0}),
+                                      loop.step, step->accum()));
+  detail::set_cpu_rng_state_hex(st.at("rng").at("cpu").get<std::string>());
+  const auto& cbs = st.at("callbacks");
+  for (auto& cb : callbacks) {
+    const std::string key = cb->state_key();
+    if (!key.empty() && cbs.contains(key)) cb->load_state(cbs[key]);
+  }
+  last_saved_step = ck.step;
+  last_checkpoint = ck.path;
+}
+
+void Trainer::State::save_checkpoint() {
+  if (last_saved_step == loop.step) return;  // nothing new since the last save (or the resume)
+  const auto t0 = detail::Clock::now();
+  CheckpointData d = capture(writer->async());
+  last_checkpoint = writer->save(loop.step, std::move(d));
+  const double stall = seconds_since(t0);
+  writer->record_stall(stall);
+  last_saved_step = loop.step;
+  CheckpointEvent e{loop.step, last_checkpoint, stall, writer->async()};
+  for (auto& cb : callbacks) cb->on_checkpoint(e);
+}
+
+void Trainer::State::rollback(Control& control) {
+  control.rollback_requested = false;
+  const GuardConfig& g = rc.config.guard;
+  const std::string why = control.rollback_reason;
+  if (loop.rollbacks >= g.max_rollbacks) {
+    control.request_stop(fmt::format("divergence guard: {}; stopped after {} rollback(s) "
+                                     "(guard.max_rollbacks = {})",
+                                     why, loop.rollbacks, g.max_rollbacks),
+                         StopKind::kGuard);
+    return;
+  }
+  writer->wait();
+  const std::string root = writer->root();
+  std::string target;
+  for (const auto& c : list_checkpoints(root)) {
+    if (c.complete && c.step <= control.rollback_max_step && verify_checkpoint(c.path).empty()) {
+      target = c.path;
+      break;
+    }
+  }
+  if (target.empty()) {
+    control.request_stop(fmt::format("divergence guard: {}; no sound checkpoint at or before step {} to "
+                                     "roll back to (set checkpoint.every_steps to keep some)",
+                                     why, control.rollback_max_step),
+                         StopKind::kGuard);
+    return;
+  }
+  LoadedCheckpoint ck = load_checkpoint(target);
+  remove_checkpoints_after(root, ck.step);  // they hold the diverged trajectory
+  const double lr_scale = loop.lr_scale * g.lr_factor;
+  const int64_t rollbacks = loop.rollbacks + 1;
+  const int64_t from = loop.step;
+  restore(ck);
+  loop.lr_scale = lr_scale;
+  loop.rollbacks = rollbacks;
+  rollback_log.push_back({{"at_step", from}, {"to_step", ck.step}, {"reason", why}, {"lr_scale", lr_scale}});
+  Console::get().line(fmt::format("guard: {}; rolled back from step {} to {} with the learning rate x{} "
+                                  "(rollback {} of {})",
+                                  why, from, ck.step, lr_scale, rollbacks, g.max_rollbacks));
+}
+
+void Trainer::State::print_banner() {
+  const Config& c = rc.config;
+  auto& con = Console::get();
+  con.line(fmt::format("frugal {} | LibTorch {} | device {} | threads {} ({}), BLAS threads {}",
+                       FRUGAL_VERSION, TORCH_VERSION, device.str(), threads.intra_op, threads.reason,
+                       threads.blas));
+  con.line("config (non-defaults marked):\n" + rc.summary());
+  con.line(fmt::format("model: GPT {} layers, {} heads, embd {}, block {} | {:.3f}M parameters | "
+                       "{:.1f} MFLOP/token (training)",
+                       c.model.layers, c.model.heads, c.model.embd, c.model.block,
+                       static_cast<double>(info.params) / 1e6, info.flops_per_token / 1e6));
+  con.line(fmt::format("data: {} | {} training tokens, {} validation tokens | run dir {}",
+                       data->describe(), data->train_tokens(), data->val_tokens(), run_dir));
+  con.line(fmt::format("levers: precision {} ({}) | micro_batch {} x accum {} | activation "
+                       "checkpointing {} | optimizer {} | checkpoints {}",
+                       step->precision().name(), step->precision().reason(), c.data.micro_batch,
+                       step->accum(), c.memory.activation_checkpointing,
+                       std::get<std::string>(find_key("train.optimizer")->get(c)),
+                       c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only"));
+  if (cost->usd_per_hour() > 0 || cost->watts() > 0)
+    con.line(fmt::format("budget: ${:.3f}/h{}, {:.0f} W, {:.0f} g CO2/kWh{}", cost->usd_per_hour(),
+                         c.budget.spot ? " (spot)" : "", cost->watts(), c.budget.grid_g_per_kwh,
+                         c.budget.limit_usd > 0 ? fmt::format(", limit ${:.2f}", c.budget.limit_usd) : ""));
+}
+
+nlohmann::json Trainer::State::finish(const Control& control) {
+  const Config& c = rc.config;
+  const StopKind kind = control.should_stop ? control.kind : StopKind::kCompleted;
+  const bool healthy = kind != StopKind::kPreempted && kind != StopKind::kGuard;
+  if (healthy && loop.last_eval_step != loop.step) {
+    Control ignored;  // the run is over; a stop request from this evaluation changes nothing
+    run_eval(ignored);
+  }
+  if ((c.checkpoint.enabled && healthy) || kind == StopKind::kPreempted) save_checkpoint();
+  writer->wait();
+  const double session_s = seconds_since(session_start);
+  const double wall_s = loop.elapsed_s + session_s;
+
+  nlohmann::ordered_json summary;
+  summary["run_name"] = c.run.name;
+  summary["steps"] = loop.step;
+  summary["tokens"] = loop.tokens;
+  summary["wall_s"] = wall_s;
+  summary["tokens_per_s"] = static_cast<double>(loop.tokens) / wall_s;
+  summary["final_train_loss"] = loop.final_train;
+  summary["final_val_loss"] = loop.final_val;
+  summary["best_val_loss"] = loop.best_val;
+  summary["unigram_baseline_loss"] = data->unigram_baseline();
+  summary["params"] = info.params;
+  summary["flops_per_token"] = info.flops_per_token;
+  summary["stop_reason"] = control.should_stop ? control.reason : "completed";
+  summary["stop_kind"] = stop_kind_name(kind);
+  cost->add_to_summary(summary);
+  const double n_steps = static_cast<double>(std::max<int64_t>(1, session_steps));
+  summary["data_ms_per_step"] = 1e3 * phase_s[0] / n_steps;
+  summary["forward_ms_per_step"] = 1e3 * phase_s[1] / n_steps;
+  summary["backward_ms_per_step"] = 1e3 * phase_s[2] / n_steps;
+  summary["optimizer_ms_per_step"] = 1e3 * phase_s[3] / n_steps;
+  summary["precision"] = step->precision().name();
+  summary["precision_reason"] = step->precision().reason();
+  summary["accum"] = step->accum();
+  summary["optimizer_steps"] = step->optimizer().step_count();
+  summary["skipped_steps"] = step->scaler().state().skipped;
+  summary["loss_scale"] = step->scaler().scale();
+  summary["activation_checkpointing"] = c.memory.activation_checkpointing;
+  if (counting_allocator_installed()) summary["peak_tensor_mb"] = static_cast<double>(tensor_bytes_peak()) / 1e6;
+  summary["peak_rss_mb"] = static_cast<double>(rss_peak_bytes()) / 1e6;
+  summary["optimizer_state_mb"] = static_cast<double>(step->optimizer().state_bytes()) / 1e6;
+  if (healthy && c.data.source == "builtin:arith" && c.train.answer_samples > 0) {
+    auto acc = arith_answer_accuracy(model, c, c.train.answer_samples);
+    summary["answer_accuracy"] = acc.fraction();
+    summary["answer_samples"] = acc.total;
+  }
+  const CheckpointWriterStats cs = writer->stats();
+  const auto listing = list_checkpoints(writer->root());
+  summary["checkpoint"] = {
+      {"saves", cs.saves},
+      {"async", writer->async()},
+      {"stall_s_total", cs.stall_s_total},
+      {"stall_s_mean", cs.saves ? cs.stall_s_total / static_cast<double>(cs.saves) : 0.0},
+      {"stall_s_max", cs.stall_s_max},
+      {"write_s_mean", cs.saves ? cs.write_s_total / static_cast<double>(cs.saves) : 0.0},
+      {"bytes", cs.last_bytes},
+      {"latest", last_checkpoint},
+      {"best", best_checkpoint(listing, c.checkpoint.best_mode)},
+      {"resumed_from", resumed_from}};
+  summary["rollbacks"] = rollback_log;
+  summary["lr_scale"] = loop.lr_scale;
+  summary["device"] = device.str();
+  summary["threads"] = threads.intra_op;
+  summary["data"] = data->describe();
+  summary["frugal_version"] = FRUGAL_VERSION;
+  summary["torch_version"] = TORCH_VERSION;
+
+  if (healthy)
+    save_safetensors(run_dir + "/final/model.safetensors", model->named_parameter_list(),
+                     {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
+  write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n");
+  write_report(run_dir);
+  for (auto& cb : callbacks) cb->on_train_end(summary);
+  return summary;
+}
+
+}  // namespace frugal

@@ -1,0 +1,175 @@
+// Checkpoint directories: round trip, an interrupted write at every stage, corruption detection
+// and the fallback to the previous checkpoint.
+#include "frugal/ckpt/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "frugal/core/errors.h"
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+namespace fs = std::filesystem;
+
+CheckpointData sample(int64_t step) {
+  CheckpointData d;
+  torch::manual_seed(step);
+  d.model = {{"w", torch::randn({4, 3})}, {"b", torch::randn({3})}};
+  d.optimizer = {{"g0.exp_avg", torch::randn({15})}, {"g0.exp_avg_sq", torch::rand({15})}};
+  d.state = {{"loop", {{"step", step}}}, {"metric", {{"name", "val_loss"}, {"value", 1.0 / step}}}};
+  d.data_state = {{"kind", "index"}, {"next_micro_batch", step * 2}};
+  return d;
+}
+
+void expect_same(const NamedTensors& a, const NamedTensors& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(torch::equal(a[i].second, b[i].second)) << a[i].first;
+  }
+}
+
+void flip_byte(const std::string& path, size_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(static_cast<char>(c ^ 0x5a));
+}
+
+TEST(Checkpoint, RoundTripIsBitwiseAndNamesTheStepDirectory) {
+  test::TempDir dir;
+  CheckpointData d = sample(7);
+  const std::string path = write_checkpoint(dir.path(), 7, d);
+  EXPECT_EQ(fs::path(path).filename(), "step-00000007");
+  for (const char* f : {"model.safetensors", "optimizer.safetensors", "state.json", "data_state.json", "COMPLETE"})
+    EXPECT_TRUE(fs::exists(fs::path(path) / f)) << f;
+  EXPECT_FALSE(fs::exists(fs::path(path) / "master.safetensors"));  // fp32 weights are the masters
+  EXPECT_EQ(verify_checkpoint(path), "");
+  LoadedCheckpoint c = load_checkpoint(path);
+  EXPECT_EQ(c.step, 7);
+  EXPECT_TRUE(c.exact);
+  expect_same(c.weights, d.model);
+  expect_same(c.optimizer, d.optimizer);
+  EXPECT_EQ(c.data_state["next_micro_batch"], 14);
+  EXPECT_EQ(c.state["loop"]["step"], 7);
+  EXPECT_EQ(c.state["format"], "frugal-checkpoint");
+  EXPECT_EQ(c.state["files"]["model.safetensors"]["xxh3"].get<std::string>().size(), 16u);
+}
+
+TEST(Checkpoint, HalfPrecisionWeightsKeepExactMastersUnlessOptedOut) {
+  test::TempDir dir;
+  CheckpointData d = sample(3);
+  WriteOptions o;
+  o.weights_dtype = WeightsDtype::kBf16;
+  const std::string exact = write_checkpoint(dir.file("a"), 3, d, o);
+  auto model = load_safetensors(exact + "/model.safetensors");
+  EXPECT_EQ(model.find("w")->scalar_type(), torch::kBFloat16);
+  LoadedCheckpoint c = load_checkpoint(exact);
+  EXPECT_TRUE(c.exact);
+  expect_same(c.weights, d.model);  // from master.safetensors
+
+  o.exact_resume = false;
+  const std::string lossy = write_checkpoint(dir.file("b"), 3, d, o);
+  EXPECT_FALSE(fs::exists(lossy + "/master.safetensors"));
+  LoadedCheckpoint l = load_checkpoint(lossy);
+  EXPECT_FALSE(l.exact);
+  EXPECT_EQ(l.weights[0].second.scalar_type(), torch::kBFloat16);
+  EXPECT_LT(fs::file_size(lossy + "/model.safetensors"), fs::file_size(exact + "/master.safetensors"));
+}
+
+// A crash after each stage (an exception from the hook stands in for the kill) must leave the
+// previous checkpoint as the newest sound one, and resume must pick it.
+TEST(Checkpoint, InterruptedWriteAtEveryStageLeavesThePreviousCheckpointLoadable) {
+  for (WriteStage s : {WriteStage::kTempDir, WriteStage::kModel, WriteStage::kMaster, WriteStage::kOptimizer,
+                       WriteStage::kDataState, WriteStage::kState, WriteStage::kRenamed}) {
+    test::TempDir dir;
+    write_checkpoint(dir.path(), 10, sample(10));
+    WriteOptions o;
+    o.after_stage = [s](WriteStage now) {
+      if (now == s) throw std::runtime_error("simulated crash");
+    };
+    EXPECT_THROW(write_checkpoint(dir.path(), 20, sample(20), o), std::runtime_error) << write_stage_name(s);
+    auto found = find_resumable(dir.path(), nullptr);
+    ASSERT_TRUE(found.has_value()) << write_stage_name(s);
+    EXPECT_EQ(fs::path(*found).filename(), "step-00000010") << write_stage_name(s);
+    EXPECT_EQ(load_checkpoint(*found).step, 10);
+  }
+  // After the marker the new checkpoint is the newest.
+  test::TempDir dir;
+  write_checkpoint(dir.path(), 10, sample(10));
+  write_checkpoint(dir.path(), 20, sample(20));
+  EXPECT_EQ(fs::path(*find_resumable(dir.path(), nullptr)).filename(), "step-00000020");
+}
+
+TEST(Checkpoint, CorruptNewestIsReportedAndThePreviousUsed) {
+  test::TempDir dir;
+  write_checkpoint(dir.path(), 10, sample(10));
+  const std::string newest = write_checkpoint(dir.path(), 20, sample(20));
+  flip_byte(newest + "/optimizer.safetensors", 100);
+  const std::string problem = verify_checkpoint(newest);
+  EXPECT_NE(problem.find("optimizer.safetensors"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("corrupt"), std::string::npos) << problem;
+  std::vector<std::string> warnings;
+  auto found = find_resumable(dir.path(), [&](const std::string& w) { warnings.push_back(w); });
+  ASSERT_TRUE(found);
+  EXPECT_EQ(fs::path(*found).filename(), "step-00000010");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("step-00000020"), std::string::npos) << warnings[0];
+  try {
+    load_checkpoint(newest);
+    FAIL() << "a corrupt checkpoint loaded";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("--resume auto"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checkpoint, TruncatedFileAndEditedStateAreDetected) {
+  test::TempDir dir;
+  const std::string p = write_checkpoint(dir.path(), 5, sample(5));
+  fs::resize_file(p + "/model.safetensors", fs::file_size(p + "/model.safetensors") - 4);
+  EXPECT_NE(verify_checkpoint(p).find("truncated"), std::string::npos) << verify_checkpoint(p);
+
+  const std::string q = write_checkpoint(dir.path(), 6, sample(6));
+  std::string state = test::read_text(q + "/state.json");
+  state.replace(state.find("\"step\": 6"), 9, "\"step\": 9");
+  test::write_text(q + "/state.json", state);
+  EXPECT_NE(verify_checkpoint(q).find("COMPLETE"), std::string::npos) << verify_checkpoint(q);
+
+  const std::string r = write_checkpoint(dir.path(), 7, sample(7));
+  fs::remove(r + "/COMPLETE");
+  EXPECT_NE(verify_checkpoint(r).find("marker"), std::string::npos);
+  EXPECT_FALSE(find_resumable(dir.path(), nullptr).has_value());
+}
+
+TEST(Checkpoint, ListingIsNewestFirstWithMetrics) {
+  test::TempDir dir;
+  for (int64_t s : {5, 15, 10}) write_checkpoint(dir.path(), s, sample(s));
+  fs::create_directories(dir.file("step-00000020"));  // incomplete
+  fs::create_directories(dir.file("notes"));
+  auto l = list_checkpoints(dir.path());
+  ASSERT_EQ(l.size(), 4u);
+  EXPECT_EQ(l[0].step, 20);
+  EXPECT_FALSE(l[0].complete);
+  EXPECT_EQ(l[1].step, 15);
+  EXPECT_TRUE(l[1].complete);
+  ASSERT_TRUE(l[1].metric.has_value());
+  EXPECT_DOUBLE_EQ(*l[1].metric, 1.0 / 15);
+  EXPECT_TRUE(list_checkpoints(dir.file("missing")).empty());
+}
+
+TEST(Checkpoint, RewritingAnUnfinishedStepReplacesIt) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("step-00000004"));
+  test::write_text(dir.file("step-00000004/model.safetensors"), "torn");
+  const std::string p = write_checkpoint(dir.path(), 4, sample(4));
+  EXPECT_EQ(verify_checkpoint(p), "");
+}
+
+}  // namespace
+}  // namespace frugal

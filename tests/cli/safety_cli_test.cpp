@@ -1,0 +1,86 @@
+// The operational-safety exit codes as a user sees them: 75 after a stop signal (and --resume
+// auto continues), 3 when the divergence guard gives up, 0/1 from `frugal smoke`.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+using test::run_frugal;
+
+std::string tiny_sets(const std::string& out) {
+  std::string s;
+  for (const auto& o : test::tiny_overrides(out)) s += " --set " + o;
+  return s;
+}
+
+// Runs a shell script; returns its output (stdout and stderr).
+std::string shell(const std::string& script) {
+  std::string out;
+  FILE* p = popen(("(" + script + ") 2>&1").c_str(), "r");
+  if (!p) return out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  pclose(p);
+  return out;
+}
+
+TEST(SafetyCli, SigtermExits75WithACheckpointAndResumeAutoFinishes) {
+  test::TempDir dir;
+  // A long run; the signal is sent once the first metrics line shows the loop is running.
+  const std::string train = "'" + std::string(FRUGAL_BINARY) + "' train -q" + tiny_sets(dir.path()) +
+                            " --set train.steps=100000 --set train.log_every=1";
+  const std::string script = train + " & pid=$!; for i in $(seq 1 600); do [ -s '" + dir.file("demo/metrics.jsonl") +
+                             "' ] && break; sleep 0.05; done; kill -TERM $pid; wait $pid; echo rc=$?";
+  const std::string out = shell(script);
+  EXPECT_NE(out.find("rc=75"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("demo/checkpoints")));
+  // The signal lands at whatever step the loop reached; the resumed run continues to 40 steps or
+  // stops at once if it was already past them.
+  const int64_t stopped_at =
+      nlohmann::json::parse(test::read_text(dir.file("demo/summary.json")))["steps"].get<int64_t>();
+  auto again = run_frugal("train -q --resume auto" + tiny_sets(dir.path()) + " --set train.steps=40");
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  auto s = nlohmann::json::parse(test::read_text(dir.file("demo/summary.json")));
+  EXPECT_EQ(s["steps"].get<int64_t>(), std::max<int64_t>(40, stopped_at));
+  EXPECT_NE(s["checkpoint"]["resumed_from"].get<std::string>(), "");
+}
+
+TEST(SafetyCli, GuardGivingUpExitsThreeWithTheReason) {
+  test::TempDir dir;
+  auto r = run_frugal("train -q" + tiny_sets(dir.path()) +
+                      " --set guard.spike_factor=0.5 --set guard.spike_windows=1 --set checkpoint.every_steps=5");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("divergence guard"), std::string::npos) << r.output;
+}
+
+TEST(SafetyCli, SmokeExitsZeroOnASoundPipelineAndOneNamingTheStage) {
+  test::TempDir dir;
+  auto ok = run_frugal("smoke" + tiny_sets(dir.path()));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("compare     ok"), std::string::npos) << ok.output;
+  auto bad = run_frugal("smoke" + tiny_sets(dir.path()) + " --set data.source=text:" + dir.file("none.txt"));
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("data        FAILED"), std::string::npos) << bad.output;
+  auto first = run_frugal("train" + tiny_sets(dir.path()) + " --set train.smoke_first=true --set train.steps=3");
+  EXPECT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("compare     ok"), std::string::npos) << first.output;
+}
+
+TEST(SafetyCli, ExistingRunWithoutResumeOrOverwriteIsRefusedWithBothHints) {
+  test::TempDir dir;
+  ASSERT_EQ(run_frugal("train -q" + tiny_sets(dir.path())).exit_code, 0);
+  auto r = run_frugal("train -q" + tiny_sets(dir.path()));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--resume auto"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace frugal

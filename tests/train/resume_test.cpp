@@ -1,0 +1,222 @@
+// Resume and stops end to end, in-process: a run stopped by a signal and resumed reproduces the
+// uninterrupted run bitwise (weights and metrics.jsonl minus timing fields) in fp32 and bf16,
+// also from an older checkpoint and past a corrupt newest one; early stopping, the divergence
+// guard and max_minutes stop with their stop_kind.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "frugal/ckpt/checkpoint.h"
+#include "frugal/ckpt/safetensors.h"
+#include "frugal/core/errors.h"
+#include "frugal/train/preemption.h"
+#include "frugal/train/trainer.h"
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+namespace fs = std::filesystem;
+
+// metrics.jsonl without the fields that measure time.
+std::vector<nlohmann::json> metrics_without_timing(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    for (const char* k : {"tokens_per_s", "step_s", "elapsed_s", "eval_s", "data_s", "forward_s",
+                          "backward_s", "optimizer_s", "data_wait_s", "rss_mb", "cost_usd"}) j.erase(k);
+    out.push_back(j);
+  }
+  return out;
+}
+
+// Raises a signal at the end of step `step`, as a spot reclaim notice would.
+class SignalAt : public Callback {
+ public:
+  SignalAt(int64_t step, int sig) : step_(step), sig_(sig) {}
+  void on_step_end(const StepMetrics& m, Control&) override {
+    if (m.step == step_) std::raise(sig_);
+  }
+
+ private:
+  int64_t step_;
+  int sig_;
+};
+
+nlohmann::json train(const std::string& out, std::vector<std::string> extra, TrainerOptions o = {}) {
+  auto sets = test::tiny_overrides(out);
+  // Dropout draws from the CPU generator; a checkpoint every 7 steps splits log windows of 5.
+  for (const char* s : {"model.dropout=0.1", "checkpoint.every_steps=7", "checkpoint.keep_last=5"})
+    sets.push_back(s);
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  o.quiet = true;
+  Trainer t(resolve_config("", sets, {}), o);
+  auto s = t.fit();
+  clear_preemption();
+  return s;
+}
+
+void expect_identical_runs(const std::string& a, const std::string& b) {
+  EXPECT_EQ(test::read_text(a + "/demo/final/model.safetensors"), test::read_text(b + "/demo/final/model.safetensors"))
+      << "final weights differ";
+  auto ma = metrics_without_timing(a + "/demo/metrics.jsonl");
+  auto mb = metrics_without_timing(b + "/demo/metrics.jsonl");
+  ASSERT_EQ(ma.size(), mb.size());
+  for (size_t i = 0; i < ma.size(); ++i) EXPECT_EQ(ma[i], mb[i]) << "metrics line " << i + 1;
+}
+
+void interrupted_then_resumed(const std::string& dir, std::vector<std::string> extra, int64_t stop_at,
+                              const std::string& final_kind = "completed") {
+  TrainerOptions o;
+  o.handle_signals = true;
+  o.callbacks = {std::make_shared<SignalAt>(stop_at, SIGUSR1)};
+  auto s = train(dir, extra, o);
+  ASSERT_EQ(s["stop_kind"], "preempted");
+  ASSERT_EQ(s["steps"], stop_at);
+  EXPECT_FALSE(fs::exists(dir + "/demo/final"));
+  TrainerOptions r;
+  r.resume = "auto";
+  auto done = train(dir, extra, r);
+  EXPECT_EQ(done["stop_kind"], final_kind);
+  EXPECT_EQ(done["checkpoint"]["resumed_from"].get<std::string>(),
+            dir + "/demo/checkpoints/" + checkpoint_dir_name(stop_at));
+}
+
+TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseFp32) {
+  test::TempDir a, b;
+  train(a.path(), {});
+  interrupted_then_resumed(b.path(), {}, 16);
+  expect_identical_runs(a.path(), b.path());
+}
+
+TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseBf16WithAccumulation) {
+  test::TempDir a, b;
+  std::vector<std::string> x = {"precision.mode=bf16", "train.accum=2", "checkpoint.weights_dtype=bf16"};
+  train(a.path(), x);
+  interrupted_then_resumed(b.path(), x, 12);
+  expect_identical_runs(a.path(), b.path());
+}
+
+TEST(Resume, SignalOnAnEvalStepDefersTheEvaluationToTheResumedRun) {
+  test::TempDir a, b;
+  train(a.path(), {"checkpoint.async=true"});
+  interrupted_then_resumed(b.path(), {"checkpoint.async=true"}, 15);  // train.eval_every = 15
+  expect_identical_runs(a.path(), b.path());
+}
+
+TEST(Resume, FromAnOlderCheckpointTruncatesMetricsAndStillMatches) {
+  test::TempDir a, b;
+  train(a.path(), {});
+  TrainerOptions o;
+  o.handle_signals = true;
+  o.callbacks = {std::make_shared<SignalAt>(23, SIGTERM)};
+  train(b.path(), {}, o);
+  TrainerOptions r;
+  r.resume = b.path() + "/demo/checkpoints/step-00000014";
+  train(b.path(), {}, r);
+  expect_identical_runs(a.path(), b.path());
+}
+
+TEST(Resume, AutoSkipsACorruptNewestCheckpointAndStillMatches) {
+  test::TempDir a, b;
+  train(a.path(), {});
+  TrainerOptions o;
+  o.handle_signals = true;
+  o.callbacks = {std::make_shared<SignalAt>(16, SIGTERM)};
+  train(b.path(), {}, o);
+  const std::string newest = b.path() + "/demo/checkpoints/step-00000016/model.safetensors";
+  std::string bytes = test::read_text(newest);
+  bytes[bytes.size() - 3] ^= 0x11;
+  test::write_text(newest, bytes);
+  TrainerOptions r;
+  r.resume = "auto";
+  auto s = train(b.path(), {}, r);
+  EXPECT_NE(s["checkpoint"]["resumed_from"].get<std::string>().find("step-00000014"), std::string::npos);
+  expect_identical_runs(a.path(), b.path());
+}
+
+TEST(Resume, AutoWithoutACheckpointStartsFromStepZero) {
+  test::TempDir dir;
+  TrainerOptions r;
+  r.resume = "auto";
+  auto s = train(dir.path(), {}, r);
+  EXPECT_EQ(s["steps"], 30);
+  EXPECT_EQ(s["checkpoint"]["resumed_from"], "");
+}
+
+TEST(Resume, ExplicitBadPathNamesIt) {
+  test::TempDir dir;
+  TrainerOptions r;
+  r.resume = dir.file("nowhere");
+  try {
+    train(dir.path(), {}, r);
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("nowhere"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Stops, PreemptionWritesACheckpointAndSkipsTheFinalWeights) {
+  test::TempDir dir;
+  TrainerOptions o;
+  o.handle_signals = true;
+  o.callbacks = {std::make_shared<SignalAt>(9, SIGINT)};
+  auto s = train(dir.path(), {"checkpoint.enabled=false"}, o);
+  EXPECT_EQ(s["stop_kind"], "preempted");
+  EXPECT_NE(s["stop_reason"].get<std::string>().find("signal"), std::string::npos);
+  EXPECT_EQ(verify_checkpoint(dir.path() + "/demo/checkpoints/step-00000009"), "");
+  EXPECT_FALSE(fs::exists(dir.path() + "/demo/final"));
+  EXPECT_TRUE(fs::exists(dir.path() + "/demo/summary.json"));
+}
+
+TEST(Stops, EarlyStopLandsInSummaryAndAResumedRunStopsAtTheSameStep) {
+  // min_delta is huge: after the first evaluation none counts as an improvement.
+  std::vector<std::string> x = {"early_stop.enabled=true", "early_stop.patience=2", "early_stop.min_delta=100",
+                                "train.eval_every=3", "train.steps=40"};
+  test::TempDir a, b;
+  auto s = train(a.path(), x);
+  EXPECT_EQ(s["stop_kind"], "early_stop");
+  EXPECT_EQ(s["steps"], 9);  // evaluations at 3 (best), 6 and 9 (stalls)
+  EXPECT_NE(s["stop_reason"].get<std::string>().find("did not improve"), std::string::npos);
+  interrupted_then_resumed(b.path(), x, 7, "early_stop");  // the patience counter (1 stall) is in the checkpoint
+  auto r = nlohmann::json::parse(test::read_text(b.path() + "/demo/summary.json"));
+  EXPECT_EQ(r["stop_kind"], "early_stop");
+  EXPECT_EQ(r["steps"], 9);
+  expect_identical_runs(a.path(), b.path());
+}
+
+TEST(Stops, GuardRollsBackWithALowerLrThenGivesUp) {
+  // spike_factor 0.5 makes every window after the first a "spike": a forced divergence.
+  test::TempDir dir;
+  auto s = train(dir.path(), {"guard.spike_factor=0.5", "guard.spike_windows=1", "guard.max_rollbacks=2",
+                              "checkpoint.every_steps=5"});
+  EXPECT_EQ(s["stop_kind"], "guard");
+  ASSERT_EQ(s["rollbacks"].size(), 2u);
+  EXPECT_EQ(s["rollbacks"][0]["to_step"], 5);
+  EXPECT_DOUBLE_EQ(s["lr_scale"].get<double>(), 0.25);
+  EXPECT_NE(s["stop_reason"].get<std::string>().find("after 2 rollback"), std::string::npos) << s["stop_reason"];
+  EXPECT_FALSE(fs::exists(dir.path() + "/demo/final"));
+}
+
+TEST(Stops, GuardWithoutACheckpointStopsAndSaysSo) {
+  test::TempDir dir;
+  auto s = train(dir.path(), {"guard.spike_factor=0.5", "guard.spike_windows=1", "checkpoint.every_steps=0"});
+  EXPECT_EQ(s["stop_kind"], "guard");
+  EXPECT_NE(s["stop_reason"].get<std::string>().find("no sound checkpoint"), std::string::npos) << s["stop_reason"];
+}
+
+TEST(Stops, MaxMinutesStopsWithACheckpoint) {
+  test::TempDir dir;
+  auto s = train(dir.path(), {"train.max_minutes=0.000001"});
+  EXPECT_EQ(s["stop_kind"], "max_minutes");
+  EXPECT_EQ(s["steps"], 1);
+  EXPECT_EQ(verify_checkpoint(dir.path() + "/demo/checkpoints/step-00000001"), "");
+}
+
+}  // namespace
+}  // namespace frugal

@@ -1,0 +1,61 @@
+// The smoke test: passes on a sound pipeline with its figures filled in, and on failure names the
+// stage and the cause.
+#include "frugal/train/smoke.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+
+ResolvedConfig tiny(const std::string& out, std::vector<std::string> extra = {}) {
+  auto sets = test::tiny_overrides(out);
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return resolve_config("", sets, {});
+}
+
+TEST(Smoke, PassesEveryStageAndReportsTheFigures) {
+  test::TempDir dir;
+  SmokeReport r = run_smoke(tiny(dir.path(), {"model.dropout=0.1"}));
+  ASSERT_TRUE(r.ok) << r.describe();
+  EXPECT_EQ(r.passed, (std::vector<std::string>{"config", "data", "forward", "memory", "train", "checkpoint",
+                                                "resume", "compare"}));
+  EXPECT_EQ(r.batch_shape, "[2, 16]");
+  EXPECT_EQ(r.logits_shape, "[2, 16, 256]");
+  EXPECT_GT(r.params, 0);
+  EXPECT_GT(r.step_s, 0);
+  EXPECT_GT(r.bytes_per_sample, 0);
+  EXPECT_EQ(r.micro_batch, 8);
+  EXPECT_GT(r.estimated_bytes, r.static_bytes);
+  EXPECT_EQ(r.loss_resumed, r.loss_uninterrupted);
+  EXPECT_NE(r.describe().find("compare     ok"), std::string::npos) << r.describe();
+}
+
+TEST(Smoke, MissingDataFailsAtTheDataStageNamingTheFile) {
+  test::TempDir dir;
+  SmokeReport r = run_smoke(tiny(dir.path(), {"data.source=text:" + dir.file("absent.txt")}));
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.stage, "data");
+  EXPECT_NE(r.error.find("absent.txt"), std::string::npos) << r.error;
+  EXPECT_NE(r.describe().find("data        FAILED"), std::string::npos) << r.describe();
+}
+
+// A failure injected at each stage stops the test there: the stages before it passed, the report
+// names the stage, and nothing after it ran.
+TEST(Smoke, EveryStageReportsItsOwnFailure) {
+  test::TempDir dir;
+  const std::vector<std::string> order = {"config", "data", "forward", "memory", "train", "checkpoint",
+                                          "resume", "compare"};
+  for (size_t i = 0; i < order.size(); ++i) {
+    SmokeReport r = run_smoke(tiny(dir.path()), order[i]);
+    EXPECT_FALSE(r.ok) << order[i];
+    EXPECT_EQ(r.stage, order[i]);
+    EXPECT_NE(r.error.find(order[i]), std::string::npos) << r.error;
+    EXPECT_EQ(r.passed, std::vector<std::string>(order.begin(), order.begin() + static_cast<long>(i)));
+    EXPECT_NE(r.describe().find("FAILED"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace frugal
