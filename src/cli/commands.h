@@ -15,5 +15,6 @@ void add_train_command(CLI::App& app, Run* run);
 void add_sample_command(CLI::App& app, Run* run);
 void add_doctor_command(CLI::App& app, Run* run);
 void add_config_command(CLI::App& app, Run* run);
+void add_prepare_command(CLI::App& app, Run* run);
 
 }  // namespace frugal::cli

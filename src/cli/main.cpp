@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   cli::add_sample_command(app, &run);
   cli::add_doctor_command(app, &run);
   cli::add_config_command(app, &run);
+  cli::add_prepare_command(app, &run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
