@@ -35,6 +35,7 @@ void MetricsWriter::on_step_end(const StepMetrics& m, Control&) {
   j["grad_norm"] = m.grad_norm;
   j["tokens_per_s"] = m.tokens_per_s;
   j["step_s"] = m.step_s;
+  j["data_wait_s"] = m.data_wait_s;
   j["elapsed_s"] = m.elapsed_s;
   j["tokens"] = m.tokens;
   write(j.dump());

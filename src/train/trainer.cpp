@@ -169,6 +169,7 @@ nlohmann::json Trainer::fit() {
   double final_val = std::nan(""), best_val = std::numeric_limits<double>::infinity();
   double final_train = std::nan("");
   int64_t last_eval_step = -1;
+  double data_wait_total_s = 0, step_total_s = 0;  // data_wait_fraction in summary.json
   const auto t_start = Clock::now();
 
   auto run_eval = [&](int64_t step) {
@@ -187,7 +188,10 @@ nlohmann::json Trainer::fit() {
     const double lr = lr_at(step, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
     set_lr(*s.optimizer, lr);
     s.optimizer->zero_grad();
+    const auto t_data = Clock::now();
     Batch b = s.data->train_batch(step);
+    m.data_wait_s = seconds_since(t_data);
+    data_wait_total_s += m.data_wait_s;
     at::Tensor loss = s.model->loss(b.x.to(s.device), b.y.to(s.device));
     loss.backward();
     at::Tensor grad_norm = clip_grad_norm(params, c.train.grad_clip);
@@ -202,6 +206,7 @@ nlohmann::json Trainer::fit() {
     m.step = step;
     m.lr = lr;
     m.step_s = step_s;
+    step_total_s += step_s;
     m.tokens += b.x.numel();
     m.elapsed_s = seconds_since(t_start);
     m.logged = step % c.train.log_every == 0 || step == c.train.steps;
@@ -228,6 +233,7 @@ nlohmann::json Trainer::fit() {
   summary["tokens"] = m.tokens;
   summary["wall_s"] = wall_s;
   summary["tokens_per_s"] = static_cast<double>(m.tokens) / wall_s;
+  summary["data_wait_fraction"] = step_total_s > 0 ? data_wait_total_s / step_total_s : 0.0;
   summary["final_train_loss"] = final_train;
   summary["final_val_loss"] = final_val;
   summary["best_val_loss"] = best_val;

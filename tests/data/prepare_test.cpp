@@ -199,6 +199,10 @@ TEST(Prepare, CliPreparesOnceThenTrainsFromTheShards) {
   auto summary = nlohmann::json::parse(test::read_text(dir.file("demo/summary.json")));
   EXPECT_EQ(summary["steps"], 30);
   EXPECT_NE(summary["data"].get<std::string>().find("shards:"), std::string::npos);
+  const double wait = summary["data_wait_fraction"];
+  EXPECT_TRUE(wait >= 0.0 && wait <= 1.0) << wait;
+  const std::string metrics = test::read_text(dir.file("demo/metrics.jsonl"));
+  EXPECT_NE(metrics.find("\"data_wait_s\""), std::string::npos);
 
   auto bad = test::run_frugal(fmt::format("prepare '{}' --out '{}' --format jsonl --quiet", dir.file("arith.txt"), dir.file("j")));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;

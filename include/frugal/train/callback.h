@@ -36,6 +36,7 @@ struct StepMetrics {
   double grad_norm = 0;      // global gradient norm before clipping (this step)
   double lr = 0;
   double step_s = 0;         // wall time of this step
+  double data_wait_s = 0;    // part of step_s spent waiting for the batch (the data loader)
   double tokens_per_s = 0;   // over the window since the previous log step
   double elapsed_s = 0;      // since the first step began
   int64_t tokens = 0;        // tokens consumed so far
