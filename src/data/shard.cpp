@@ -336,6 +336,12 @@ std::string_view ShardReader::record(uint64_t i) const {
   return {reinterpret_cast<const char*>(d + get_u32(e + 4)), get_u32(e + 8)};
 }
 
+uint64_t ShardReader::token_offset(uint64_t i) const {
+  if (kind_ != ShardKind::kTokens || i >= items_) return file_size_;
+  const Block& b = blocks_[i / items_per_block_];
+  return compressed_ ? b.offset : b.offset + (i % items_per_block_) * dtype_width(dtype_);
+}
+
 void ShardReader::verify_all() const {
   for (uint64_t b = 0; b < blocks_.size(); ++b) block_data(b);
 }

@@ -37,9 +37,7 @@ class ShardTokenFile : public TokenFile {
   const std::string& path() const override { return r_.path(); }
   uint64_t size() const override { return r_.size(); }
   void read(uint64_t start, size_t n, int32_t* out) const override { r_.read_tokens(start, n, out); }
-  uint64_t byte_offset(uint64_t token) const override {
-    return r_.compressed() ? 0 : 64 + token * dtype_width(r_.dtype());
-  }
+  uint64_t byte_offset(uint64_t token) const override { return r_.token_offset(token); }
 
  private:
   ShardReader r_;

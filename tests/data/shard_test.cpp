@@ -70,6 +70,9 @@ TEST(Shard, TokenShardsRoundTripInEveryDtypeWithAndWithoutZstd) {
       std::vector<int32_t> all(tokens.size());
       r.read_tokens(0, all.size(), all.data());
       EXPECT_EQ(all, tokens);
+      const uint64_t block = 1000 / dtype_width(d);  // tokens per block
+      EXPECT_EQ(r.token_offset(1234), zstd ? r.token_offset((1234 / block) * block)
+                                           : 64 + 1234 * dtype_width(d));
       std::vector<int32_t> mid(777);  // spans several blocks from an unaligned start
       r.read_tokens(1234, mid.size(), mid.data());
       EXPECT_TRUE(std::equal(mid.begin(), mid.end(), tokens.begin() + 1234));

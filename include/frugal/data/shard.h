@@ -100,6 +100,9 @@ class ShardReader {
   void read_tokens(uint64_t start, size_t n, int32_t* out) const;
   // Record shards: record i. The view stays valid while the reader lives.
   std::string_view record(uint64_t i) const;
+  // The byte offset in the file of token i (uncompressed), or of the block holding it (zstd):
+  // where to look when token i is wrong.
+  uint64_t token_offset(uint64_t i) const;
   // Checks every block now (instead of on first use).
   void verify_all() const;
 

@@ -20,7 +20,8 @@ class TokenFile {
   virtual const std::string& path() const = 0;
   virtual uint64_t size() const = 0;  // tokens
   virtual void read(uint64_t start, size_t n, int32_t* out) const = 0;
-  // Byte offset in the file where token i is stored (for error messages).
+  // Byte offset in the file where token i is stored, or where its zstd block starts (for error
+  // messages).
   virtual uint64_t byte_offset(uint64_t token) const = 0;
 };
 
