@@ -13,6 +13,8 @@
 #include "frugal/core/errors.h"
 #include "frugal/data/arith.h"
 #include "frugal/data/rng.h"
+#include "frugal/data/shard_source.h"
+#include <nlohmann/json.hpp>
 
 namespace frugal {
 
@@ -59,6 +61,8 @@ Batch WindowSource::val_batch(int64_t index) {
 }
 
 double BatchSource::unigram_baseline() const { return std::nan(""); }
+nlohmann::json BatchSource::state() const { return nullptr; }
+void BatchSource::load_state(const nlohmann::json&) {}
 
 double WindowSource::unigram_baseline() const {
   std::map<int32_t, double> counts;
@@ -89,6 +93,16 @@ std::string bytes_to_text(const std::vector<int64_t>& tokens) {
 std::unique_ptr<BatchSource> make_batch_source(const Config& c) {
   const auto& src = c.data.source;
   const uint64_t seed = static_cast<uint64_t>(c.run.seed);
+  if (src.rfind("shards:", 0) == 0) {
+    ShardSourceOptions o;
+    o.micro_batch = c.data.micro_batch;
+    o.block = c.model.block;
+    o.seed = seed;
+    o.workers = static_cast<int>(c.data.workers);
+    o.prefetch = static_cast<int>(c.data.prefetch);
+    o.vocab = c.model.vocab;
+    return std::make_unique<ShardSource>(open_token_dataset(src.substr(7)), o);
+  }
   if (c.model.vocab < 256)
     throw ConfigError(fmt::format(
         "data.source = \"{}\" uses byte-level tokens (256 symbols) but model.vocab = {}; set "

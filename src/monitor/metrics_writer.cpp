@@ -38,9 +38,9 @@ void MetricsWriter::on_step_end(const StepMetrics& m, Control&) {
   j["grad_norm"] = m.grad_norm;
   j["tokens_per_s"] = m.tokens_per_s;
   j["step_s"] = m.step_s;
+  j["data_wait_s"] = m.data_wait_s;
   j["elapsed_s"] = m.elapsed_s;
   j["tokens"] = m.tokens;
-  j["data_s"] = m.data_s;
   j["forward_s"] = m.forward_s;
   j["backward_s"] = m.backward_s;
   j["optimizer_s"] = m.optimizer_s;

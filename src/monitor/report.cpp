@@ -195,9 +195,9 @@ std::string render_report(const std::string& run_dir) {
   std::vector<Json> lines = read_jsonl(run_dir + "/metrics.jsonl");
   Series train{"train loss", "#1f77b4", {}}, val{"val loss", "#d62728", {}}, tps{"tokens/s", "#2ca02c", {}};
   Series rss{"RSS MB", "#9467bd", {}}, cost{"USD", "#8c564b", {}};
-  std::vector<Series> phases{{"data", "#7f7f7f", {}}, {"forward", "#1f77b4", {}},
+  std::vector<Series> phases{{"data wait", "#7f7f7f", {}}, {"forward", "#1f77b4", {}},
                              {"backward", "#ff7f0e", {}}, {"optimizer", "#2ca02c", {}}};
-  const char* phase_keys[] = {"data_s", "forward_s", "backward_s", "optimizer_s"};
+  const char* phase_keys[] = {"data_wait_s", "forward_s", "backward_s", "optimizer_s"};
   for (const auto& j : lines) {
     double step = get(j, "step");
     if (j.value("event", "") == "eval") {

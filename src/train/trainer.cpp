@@ -163,7 +163,8 @@ void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
   m.step_s = step_s;
   m.tokens = L.tokens;
   m.elapsed_s = L.elapsed_s + seconds_since(session_start);
-  m.data_s = r.data_s;
+  m.data_wait_s = r.data_s;  // the trainer blocked on the batch source for this long
+  session_step_s += step_s;
   m.forward_s = r.forward_s;
   m.backward_s = r.backward_s;
   m.optimizer_s = r.optimizer_s;

@@ -100,6 +100,8 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   // The in-memory sources draw micro-batch i as a pure function of (seed, i): the cursor is the
   // next micro-batch index.
   d.data_state = {{"kind", "index"}, {"next_micro_batch", loop.step * step->accum()}};
+  // Shard sources also record their (epoch, position) cursor; it names the same place.
+  if (nlohmann::json cursor = data->state(); !cursor.is_null()) d.data_state["cursor"] = cursor;
   return d;
 }
 
@@ -125,6 +127,7 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
                                       "accum {}; train.accum or the batch size changed since the checkpoint",
                                       ck.path, ck.data_state.value("next_micro_batch", int64_t{0}),
                                       loop.step, step->accum()));
+  if (ck.data_state.contains("cursor")) data->load_state(ck.data_state["cursor"]);
   detail::set_cpu_rng_state_hex(st.at("rng").at("cpu").get<std::string>());
   const auto& cbs = st.at("callbacks");
   for (auto& cb : callbacks) {
@@ -246,6 +249,7 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   summary["forward_ms_per_step"] = 1e3 * phase_s[1] / n_steps;
   summary["backward_ms_per_step"] = 1e3 * phase_s[2] / n_steps;
   summary["optimizer_ms_per_step"] = 1e3 * phase_s[3] / n_steps;
+  summary["data_wait_fraction"] = session_step_s > 0 ? phase_s[0] / session_step_s : 0.0;
   summary["precision"] = step->precision().name();
   summary["precision_reason"] = step->precision().reason();
   summary["accum"] = step->accum();

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "frugal/core/config.h"
 
 namespace frugal {
@@ -32,6 +34,10 @@ class BatchSource {
   // Cross-entropy (nats/token) of predicting validation tokens from training unigram
   // frequencies: the loss a model that ignores context would reach. NaN when unknown.
   virtual double unigram_baseline() const;
+  // Where the next training batch comes from, for checkpoints; null for sources whose batches
+  // are a pure function of the index alone. load_state continues from such a state.
+  virtual nlohmann::json state() const;
+  virtual void load_state(const nlohmann::json& state);
 };
 
 // Random windows of block+1 tokens over an in-memory token buffer.

@@ -42,12 +42,13 @@ struct StepMetrics {
   double grad_norm = 0;      // global gradient norm before clipping (this step)
   double lr = 0;
   double step_s = 0;         // wall time of this step
+  double data_wait_s = 0;    // part of step_s spent waiting for the batch (the data loader)
   double tokens_per_s = 0;   // over the window since the previous log step
   double elapsed_s = 0;      // since the first step began
   int64_t tokens = 0;        // tokens consumed so far
-  // Phase split of this step (seconds): data wait, forward, backward, optimizer (incl. zero_grad,
-  // unscale, clip).
-  double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  // Phase split of this step (seconds, besides data_wait_s): forward, backward, optimizer (incl.
+  // zero_grad, unscale, clip).
+  double forward_s = 0, backward_s = 0, optimizer_s = 0;
   double cost_usd = 0;       // spend so far ([budget])
   double rss_mb = 0;         // resident memory at this (logged) step
   double loss_scale = 1;     // the fp16 loss scale after this step (1 when not scaling)

@@ -56,6 +56,7 @@ struct Trainer::State {
   detail::Clock::time_point session_start = detail::Clock::now();
   double phase_s[4] = {0, 0, 0, 0};  // this session's data, forward, backward, optimizer time
   int64_t session_steps = 0;
+  double session_step_s = 0;  // wall time of this session's steps
 
   // The loop (trainer.cpp).
   void train_one_step(StepMetrics& m, Control& control);

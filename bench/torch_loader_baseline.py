@@ -1,0 +1,48 @@
+"""PyTorch DataLoader baseline for bench/loader_bench.cpp: the same records, one small file each
+(DIR/files/*.bin, 3x32x32 uint8 + int32 label), read by a map-style Dataset through
+torch.utils.data.DataLoader (batch 64, shuffled, 2 workers). Prints {"samples_per_s": ...}.
+Run with Debian's /usr/bin/python3 (python3-torch)."""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class SmallFiles(Dataset):
+    def __init__(self, folder):
+        self.paths = sorted(os.path.join(folder, f) for f in os.listdir(folder))
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        with open(self.paths[i], "rb") as f:
+            raw = np.frombuffer(f.read(), dtype=np.uint8)
+        image = torch.from_numpy(raw[:3072].copy()).view(3, 32, 32)
+        label = int(raw[3072:].view(np.int32)[0])
+        return image, label
+
+
+def epoch(loader):
+    start, n = time.perf_counter(), 0
+    for images, _ in loader:
+        n += images.shape[0]
+    return n / (time.perf_counter() - start)
+
+
+def main():
+    folder = os.path.join(sys.argv[1], "files")
+    torch.manual_seed(7)
+    loader = DataLoader(SmallFiles(folder), batch_size=64, shuffle=True, num_workers=2,
+                        drop_last=True, persistent_workers=True)
+    epoch(loader)  # warm the page cache and start the workers
+    print(json.dumps({"torch_dataloader_small_files_samples_per_s": epoch(loader),
+                      "torch_version": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()

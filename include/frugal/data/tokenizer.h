@@ -1,0 +1,49 @@
+// Tokenisers for `frugal prepare`: byte-level (vocabulary 256, no model) and SentencePiece.
+//
+// SentencePiece runs in a helper process, `frugal-spm` (built beside `frugal`), because Debian's
+// libsentencepiece carries its own copy of protobuf whose symbols clash with the protobuf that
+// LibTorch loads: linking both into one process crashes at start-up. The helper links
+// SentencePiece alone; frugal talks to it through files in the output's temporary directory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace frugal {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string name() const = 0;  // "bytes" or "sentencepiece"
+  virtual int64_t vocab() const = 0;
+  // Tokens appended after every document in the stream (documents are never glued together).
+  virtual std::vector<int32_t> separator() const = 0;
+  // Tokenises docs with `threads` parallel workers; the result is in document order and does not
+  // depend on the thread count. `work_dir` is a scratch directory the call may use.
+  virtual std::vector<std::vector<int32_t>> encode(const std::vector<std::string>& docs, int threads,
+                                                   const std::string& work_dir) const = 0;
+  // The model file to copy into the dataset ("" for bytes).
+  virtual std::string model_path() const = 0;
+};
+
+// Byte-level: token = byte value; documents are separated by the two bytes "\n\n".
+std::unique_ptr<Tokenizer> make_byte_tokenizer();
+
+// Loads an existing SentencePiece model. Throws DataError if the helper cannot read it.
+std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path);
+
+// Trains a SentencePiece (unigram, byte fallback) model with `vocab` pieces on docs and writes
+// it to `model_path`. Throws DataError with the trainer's message on failure.
+std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& docs, int64_t vocab,
+                                               int threads, const std::string& model_path,
+                                               const std::string& work_dir);
+
+// The helper executable: $FRUGAL_SPM, else `frugal-spm` beside the running program or one
+// folder up, else the build-tree path compiled in.
+std::string spm_helper_path();
+
+}  // namespace frugal

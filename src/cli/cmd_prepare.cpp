@@ -1,0 +1,72 @@
+// `frugal prepare INPUT... --out DIR [options]`: tokenise (and dedup) a corpus once into shards.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/commands.h"
+#include "frugal/data/prepare.h"
+#include "frugal/monitor/console.h"
+
+namespace frugal::cli {
+
+namespace {
+struct PrepareArgs {
+  PrepareOptions o;
+  std::string format = "text", dedup = "none";
+  bool quiet = false;
+};
+}  // namespace
+
+void add_prepare_command(CLI::App& app, Run* run) {
+  auto a = std::make_shared<PrepareArgs>();
+  auto* cmd = app.add_subcommand(
+      "prepare",
+      "Tokenise a corpus once into a dataset folder of checksummed shards plus manifest.json, for "
+      "`frugal train --set data.source=shards:DIR`. Re-running with the same options on unchanged "
+      "inputs does nothing (inputs are content-hashed). Formats: docs/data.md, docs/formats/shards.md.");
+  cmd->add_option("inputs", a->o.inputs, "input files or folders (every file inside, sorted)")
+      ->required()->check(CLI::ExistingPath);
+  cmd->add_option("--out", a->o.out_dir, "dataset folder to write (replaced atomically)")->required();
+  cmd->add_option("--format", a->format, "text: documents separated by blank lines; jsonl: one JSON object per line")
+      ->check(CLI::IsMember({"text", "jsonl"}))->capture_default_str();
+  cmd->add_option("--jsonl-field", a->o.jsonl_field, "jsonl: the string field holding the document")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer", a->o.tokenizer,
+                  "bytes (vocab 256) | sentencepiece (train one with --vocab pieces on the input) | "
+                  "sentencepiece:PATH.model (use an existing model)")
+      ->capture_default_str();
+  cmd->add_option("--vocab", a->o.vocab, "sentencepiece: vocabulary size to train")
+      ->check(CLI::Range(int64_t{64}, int64_t{1} << 22))->capture_default_str();
+  cmd->add_option("--dedup", a->dedup,
+                  "none | exact (normalised-text hash) | near (exact, then MinHash + LSH on word shingles)")
+      ->check(CLI::IsMember({"none", "exact", "near"}))->capture_default_str();
+  cmd->add_option("--near-threshold", a->o.dedup.near_threshold,
+                  "near: Jaccard similarity of word-shingle sets at or above which documents are duplicates")
+      ->check(CLI::Range(0.05, 1.0))->capture_default_str();
+  cmd->add_option("--shingle", a->o.dedup.shingle_words, "near: words per shingle")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--val-fraction", a->o.val_fraction, "the last fraction of the token stream held out for validation")
+      ->check(CLI::Range(0.0, 0.9))->capture_default_str();
+  cmd->add_option("--shard-tokens", a->o.shard_tokens, "tokens per shard file")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 40))->capture_default_str();
+  cmd->add_flag("--zstd", a->o.zstd, "zstd-compress shard blocks");
+  cmd->add_option("--threads", a->o.threads, "tokeniser threads; 0 = all usable CPUs")
+      ->check(CLI::Range(0, 1024))->capture_default_str();
+  cmd->add_flag("--force", a->o.force, "rebuild even if the dataset is up to date");
+  cmd->add_flag("--quiet", a->quiet, "print only the final report");
+  cmd->callback([a, run] {
+    *run = [a] {
+      a->o.format = a->format == "jsonl" ? InputFormat::kJsonl : InputFormat::kText;
+      a->o.dedup.mode = a->dedup == "near" ? DedupMode::kNear : a->dedup == "exact" ? DedupMode::kExact : DedupMode::kNone;
+      auto& con = Console::get();
+      PrepareReport r = prepare_dataset(a->o, [&](const std::string& s) {
+        if (!a->quiet) con.status("prepare: " + s);
+      });
+      con.finish_status();
+      fmt::print("{}\n", format_report(r));
+      return 0;
+    };
+  });
+}
+
+}  // namespace frugal::cli

@@ -1,0 +1,76 @@
+// Corpus reading; see document_reader.h.
+#include "frugal/data/document_reader.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/errors.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
+  std::vector<std::string> files;
+  for (const auto& in : inputs) {
+    std::error_code ec;
+    if (fs::is_regular_file(in, ec)) {
+      files.push_back(in);
+    } else if (fs::is_directory(in, ec)) {
+      std::vector<std::string> found;
+      for (const auto& e : fs::recursive_directory_iterator(in))
+        if (e.is_regular_file()) found.push_back(e.path().string());
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else {
+      throw DataError(fmt::format("input '{}' does not exist (expected a file or a folder)", in));
+    }
+  }
+  if (files.empty()) throw DataError("the inputs hold no files");
+  return files;
+}
+
+namespace {
+
+bool blank(std::string_view line) {
+  return std::all_of(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
+}
+
+}  // namespace
+
+void split_documents(const std::string& text, const std::string& path, InputFormat format,
+                     const std::string& jsonl_field, std::vector<std::string>* docs) {
+  size_t pos = 0, line_no = 0;
+  std::string doc;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (format == InputFormat::kJsonl) {
+      if (blank(line)) continue;
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() || !j.is_object())
+        throw DataError(fmt::format("{}:{}: not a JSON object; JSONL needs one object per line", path, line_no));
+      auto it = j.find(jsonl_field);
+      if (it == j.end() || !it->is_string())
+        throw DataError(fmt::format("{}:{}: no string field \"{}\"; choose the field with --jsonl-field",
+                                    path, line_no, jsonl_field));
+      if (!it->get_ref<const std::string&>().empty()) docs->push_back(it->get<std::string>());
+      continue;
+    }
+    if (blank(line)) {
+      if (!doc.empty()) docs->push_back(std::move(doc));
+      doc.clear();
+      continue;
+    }
+    if (!doc.empty()) doc.push_back('\n');
+    doc.append(line);
+  }
+  if (!doc.empty()) docs->push_back(std::move(doc));
+}
+
+}  // namespace frugal

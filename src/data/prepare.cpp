@@ -1,0 +1,273 @@
+// prepare_dataset; see prepare.h. Phases: check the cache, read, dedup, tokenise, write shards
+// into OUT.tmp-PID, then publish the folder with one atomic rename (renameat2 RENAME_EXCHANGE
+// when an older dataset is being replaced).
+#include "frugal/data/prepare.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/errors.h"
+#include "frugal/core/threads.h"
+#include "frugal/data/document_reader.h"
+#include "frugal/data/file_hash.h"
+#include "frugal/data/shard.h"
+#include "frugal/data/tokenizer.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+const char* dedup_name(DedupMode m) {
+  return m == DedupMode::kNone ? "none" : m == DedupMode::kExact ? "exact" : "near";
+}
+
+// Everything that shapes the output (threads do not: the output is the same for any count).
+nlohmann::json options_key(const PrepareOptions& o) {
+  nlohmann::json k = {{"format", o.format == InputFormat::kText ? "text" : "jsonl"},
+                      {"tokenizer", o.tokenizer},
+                      {"dedup", dedup_name(o.dedup.mode)},
+                      {"val_fraction", o.val_fraction},
+                      {"shard_tokens", o.shard_tokens},
+                      {"zstd", o.zstd}};
+  if (o.format == InputFormat::kJsonl) k["jsonl_field"] = o.jsonl_field;
+  if (o.tokenizer == "sentencepiece") k["vocab"] = o.vocab;
+  if (o.tokenizer.rfind("sentencepiece:", 0) == 0) k["model_xxh64"] = hex64(xxh64_file(o.tokenizer.substr(14)));
+  if (o.dedup.mode == DedupMode::kNear) {
+    k["near_threshold"] = o.dedup.near_threshold;
+    k["shingle_words"] = o.dedup.shingle_words;
+  }
+  return k;
+}
+
+nlohmann::json describe_sources(const std::vector<std::string>& files, int64_t* bytes) {
+  nlohmann::json s = nlohmann::json::array();
+  *bytes = 0;
+  for (const auto& f : files) {
+    const auto size = static_cast<int64_t>(fs::file_size(f));
+    *bytes += size;
+    s.push_back({{"path", fs::absolute(f).lexically_normal().string()}, {"bytes", size}, {"xxh64", hex64(xxh64_file(f))}});
+  }
+  return s;
+}
+
+// True when out/manifest.json was written from the same options and inputs and its shards are
+// all present with the recorded sizes.
+bool cache_hit(const std::string& out, const nlohmann::json& key, const nlohmann::json& sources,
+               PrepareReport* r) {
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(read_file(out + "/manifest.json"));
+    if (m.at("format_version") != kFormatVersion || m.at("options") != key || m.at("sources") != sources)
+      return false;
+    for (const char* split : {"train", "val"})
+      for (const auto& s : m.at("splits").at(split)) {
+        std::error_code ec;
+        if (fs::file_size(out + "/" + s.at("file").get<std::string>(), ec) != s.at("bytes").get<uint64_t>() || ec)
+          return false;
+      }
+    const auto& c = m.at("counts");
+    r->documents_in = c.at("documents_in");
+    r->documents = c.at("documents");
+    r->exact_removed = c.at("exact_duplicates");
+    r->near_removed = c.at("near_duplicates");
+    r->tokens = c.at("tokens");
+    r->train_tokens = c.at("train_tokens");
+    r->val_tokens = c.at("val_tokens");
+    r->vocab = m.at("tokenizer").at("vocab");
+    r->tokenizer = m.at("tokenizer").at("name");
+    r->shards = static_cast<int64_t>(m.at("splits").at("train").size() + m.at("splits").at("val").size());
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+nlohmann::json write_split(const std::string& dir, const char* split, const std::vector<int32_t>& tokens,
+                           size_t begin, size_t end, const PrepareOptions& o, ShardDtype dtype,
+                           PrepareReport* r) {
+  nlohmann::json files = nlohmann::json::array();
+  const size_t per = static_cast<size_t>(o.shard_tokens);
+  for (size_t i = 0, at = begin; at < end; ++i, at += per) {
+    const std::string name = fmt::format("{}_{:06d}.frs", split, i);
+    ShardWriterOptions wo;
+    wo.zstd = o.zstd;
+    ShardWriter w(dir + "/" + name, ShardKind::kTokens, dtype, wo);
+    const size_t n = std::min(per, end - at);
+    w.add_tokens(tokens.data() + at, n);
+    const uint64_t hash = w.finish();
+    const auto bytes = static_cast<int64_t>(fs::file_size(dir + "/" + name));
+    r->bytes_out += bytes;
+    ++r->shards;
+    files.push_back({{"file", name}, {"tokens", n}, {"bytes", bytes}, {"xxh64", hex64(hash)}});
+  }
+  return files;
+}
+
+// Moves the finished temporary folder to `out`, atomically replacing an older dataset there.
+void publish(const std::string& tmp, const std::string& out) {
+  fsync_dir(tmp);
+  if (!fs::exists(out)) {
+    fs::rename(tmp, out);
+  } else {
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0)
+      throw IoError(fmt::format("cannot swap '{}' into place at '{}': {}", tmp, out, std::strerror(errno)));
+    fs::remove_all(tmp);  // now the previous dataset
+  }
+  fsync_dir(fs::absolute(out).parent_path().string());
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const PrepareOptions& o, const std::vector<std::string>& docs,
+                                          int threads, const std::string& tmp) {
+  if (o.tokenizer == "bytes") return make_byte_tokenizer();
+  if (o.tokenizer == "sentencepiece") return train_sentencepiece(docs, o.vocab, threads, tmp + "/tokenizer.model", tmp);
+  if (o.tokenizer.rfind("sentencepiece:", 0) == 0) {
+    fs::copy_file(o.tokenizer.substr(14), tmp + "/tokenizer.model");
+    return load_sentencepiece(tmp + "/tokenizer.model");
+  }
+  throw ConfigError(fmt::format("--tokenizer {}: expected bytes, sentencepiece or sentencepiece:PATH.model",
+                                o.tokenizer));
+}
+
+}  // namespace
+
+PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& progress) {
+  const auto t0 = Clock::now();
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  if (o.out_dir.empty()) throw ConfigError("prepare needs an output folder (--out DIR)");
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1) || o.shard_tokens < 1)
+    throw ConfigError("--val-fraction must be in [0, 1) and --shard-tokens positive");
+  const std::string out = fs::path(o.out_dir).lexically_normal().string();
+  if (fs::exists(out) && !fs::exists(out + "/manifest.json") && !fs::is_empty(out))
+    throw ConfigError(fmt::format("--out {}: the folder exists and is not a frugal dataset; choose a new "
+                                  "folder (prepare replaces only earlier datasets)", out));
+  PrepareReport r;
+  r.out_dir = out;
+  r.threads = o.threads > 0 ? o.threads : usable_cpu_count();
+
+  say("hashing inputs");
+  const std::vector<std::string> files = expand_inputs(o.inputs);
+  r.sources = static_cast<int64_t>(files.size());
+  const nlohmann::json key = options_key(o), sources = describe_sources(files, &r.bytes_in);
+  if (!o.force && cache_hit(out, key, sources, &r)) {
+    r.up_to_date = true;
+    r.seconds = since(t0);
+    return r;
+  }
+
+  std::vector<std::string> docs;
+  for (const auto& f : files) {
+    split_documents(read_file(f), f, o.format, o.jsonl_field, &docs);
+    say(fmt::format("read {} files, {} documents, {:.1f} MB ({:.0f} MB/s)", r.sources, docs.size(),
+                    static_cast<double>(r.bytes_in) / 1e6, static_cast<double>(r.bytes_in) / 1e6 / since(t0)));
+  }
+  if (docs.empty()) throw DataError("the inputs hold no documents (all files empty?)");
+  r.documents_in = static_cast<int64_t>(docs.size());
+
+  say(fmt::format("dedup ({}) over {} documents", dedup_name(o.dedup.mode), docs.size()));
+  const DedupResult dd = deduplicate(docs, o.dedup);
+  r.exact_removed = dd.exact_removed;
+  r.near_removed = dd.near_removed;
+  std::vector<std::string> kept;
+  int64_t kept_bytes = 0;
+  for (size_t i = 0; i < docs.size(); ++i)
+    if (dd.keep[i]) {
+      kept_bytes += static_cast<int64_t>(docs[i].size());
+      kept.push_back(std::move(docs[i]));
+    }
+  docs.clear();
+  r.documents = static_cast<int64_t>(kept.size());
+  r.bytes_kept = kept_bytes;
+
+  const std::string tmp = fmt::format("{}.tmp-{}", out, ::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    auto tok = make_tokenizer(o, kept, r.threads, tmp);
+    r.tokenizer = tok->name();
+    r.vocab = tok->vocab();
+    say(fmt::format("tokenising {:.1f} MB with {} ({} threads)", static_cast<double>(kept_bytes) / 1e6,
+                    tok->name(), r.threads));
+    const auto t_tok = Clock::now();
+    const auto encoded = tok->encode(kept, r.threads, tmp);
+    r.tokenize_s = since(t_tok);
+    const auto sep = tok->separator();
+    std::vector<int32_t> stream;
+    for (const auto& d : encoded) {
+      stream.insert(stream.end(), d.begin(), d.end());
+      stream.insert(stream.end(), sep.begin(), sep.end());
+    }
+    r.tokens = static_cast<int64_t>(stream.size());
+    r.val_tokens = static_cast<int64_t>(std::llround(static_cast<double>(r.tokens) * o.val_fraction));
+    r.train_tokens = r.tokens - r.val_tokens;
+    say(fmt::format("tokenised {} tokens in {:.2f} s ({:.1f} MB/s); writing shards", r.tokens, r.tokenize_s,
+                    static_cast<double>(kept_bytes) / 1e6 / std::max(r.tokenize_s, 1e-9)));
+
+    const ShardDtype dtype = r.vocab <= 65536 ? ShardDtype::kUint16 : ShardDtype::kUint32;
+    nlohmann::ordered_json m;
+    m["format"] = "frugal-dataset";
+    m["format_version"] = kFormatVersion;
+    m["kind"] = "tokens";
+    m["dtype"] = dtype_name(dtype);
+    m["tokenizer"] = {{"name", tok->name()}, {"vocab", r.vocab}, {"separator", sep}};
+    if (!tok->model_path().empty())
+      m["tokenizer"]["model"] = {{"file", "tokenizer.model"}, {"xxh64", hex64(xxh64_file(tmp + "/tokenizer.model"))}};
+    m["options"] = key;
+    m["sources"] = sources;
+    m["splits"]["train"] = write_split(tmp, "train", stream, 0, static_cast<size_t>(r.train_tokens), o, dtype, &r);
+    m["splits"]["val"] = write_split(tmp, "val", stream, static_cast<size_t>(r.train_tokens), stream.size(), o, dtype, &r);
+    m["counts"] = {{"documents_in", r.documents_in}, {"documents", r.documents},
+                   {"exact_duplicates", r.exact_removed}, {"near_duplicates", r.near_removed},
+                   {"bytes_in", r.bytes_in}, {"tokens", r.tokens}, {"train_tokens", r.train_tokens},
+                   {"val_tokens", r.val_tokens}};
+    m["dedup"] = {{"mode", dedup_name(o.dedup.mode)}, {"lsh_bands", dd.lsh_bands}, {"lsh_rows", dd.lsh_rows}};
+    r.seconds = since(t0);
+    m["prepare_seconds"] = r.seconds;
+    write_file_atomic(tmp + "/manifest.json", m.dump(2) + "\n");
+    publish(tmp, out);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  r.seconds = since(t0);
+  return r;
+}
+
+std::string format_report(const PrepareReport& r) {
+  if (r.up_to_date)
+    return fmt::format("{} is up to date: same options, and all {} inputs ({:.1f} MB) hash as before; "
+                       "nothing to do ({:.2f} s). Pass --force to rebuild.\n"
+                       "  {} documents, {} tokens ({} train / {} val), tokenizer {} (vocab {})",
+                       r.out_dir, r.sources, static_cast<double>(r.bytes_in) / 1e6, r.seconds, r.documents,
+                       r.tokens, r.train_tokens, r.val_tokens, r.tokenizer, r.vocab);
+  return fmt::format(
+      "prepared {} in {:.2f} s\n"
+      "  inputs      {} files, {:.2f} MB, {} documents\n"
+      "  dedup       {} exact duplicates and {} near duplicates removed; {} documents kept\n"
+      "  tokens      {} ({} train / {} val), tokenizer {} (vocab {})\n"
+      "  tokenising  {:.2f} s with {} threads ({:.1f} MB/s)\n"
+      "  output      {} shards, {:.2f} MB\n"
+      "train with:   --set data.source=shards:{} --set model.vocab={}",
+      r.out_dir, r.seconds, r.sources, static_cast<double>(r.bytes_in) / 1e6, r.documents_in, r.exact_removed,
+      r.near_removed, r.documents, r.tokens, r.train_tokens, r.val_tokens, r.tokenizer, r.vocab, r.tokenize_s,
+      r.threads, static_cast<double>(r.bytes_kept) / 1e6 / std::max(r.tokenize_s, 1e-9), r.shards,
+      static_cast<double>(r.bytes_out) / 1e6, r.out_dir, r.vocab);
+}
+
+}  // namespace frugal

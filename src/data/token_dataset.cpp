@@ -1,0 +1,200 @@
+// Token datasets: frugal manifests and llm.c .bin files; see token_dataset.h.
+#include "frugal/data/token_dataset.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "data/internal/little_endian.h"
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/errors.h"
+#include "frugal/data/shard.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+using detail::get_u16;
+using detail::get_u32;
+
+namespace {
+
+constexpr uint32_t kLlmcMagic = 20240520;
+constexpr uint64_t kLlmcHeaderBytes = 256 * 4;
+
+class ShardTokenFile : public TokenFile {
+ public:
+  explicit ShardTokenFile(const std::string& path) : r_(path) {
+    if (r_.kind() != ShardKind::kTokens)
+      throw DataError(fmt::format("shard '{}' holds records, but a token dataset needs token shards", path));
+  }
+  const std::string& path() const override { return r_.path(); }
+  uint64_t size() const override { return r_.size(); }
+  void read(uint64_t start, size_t n, int32_t* out) const override { r_.read_tokens(start, n, out); }
+  uint64_t byte_offset(uint64_t token) const override { return r_.token_offset(token); }
+
+ private:
+  ShardReader r_;
+};
+
+class LlmcBinFile : public TokenFile {
+ public:
+  explicit LlmcBinFile(std::string path) : path_(std::move(path)) {
+    int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw DataError(fmt::format("cannot open '{}': {}", path_, std::strerror(errno)));
+    struct stat st{};
+    ::fstat(fd, &st);
+    bytes_ = static_cast<uint64_t>(st.st_size);
+    if (bytes_ < kLlmcHeaderBytes) {
+      ::close(fd);
+      fail(bytes_, fmt::format("truncated: {} bytes, the header alone needs {}", bytes_, kLlmcHeaderBytes));
+    }
+    void* m = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) throw DataError(fmt::format("cannot map '{}': {}", path_, std::strerror(errno)));
+    map_ = static_cast<const uint8_t*>(m);
+    const uint32_t magic = get_u32(map_), version = get_u32(map_ + 4);
+    tokens_ = get_u32(map_ + 8);
+    if (magic != kLlmcMagic) release_and_fail(0, fmt::format("magic {} is not llm.c's {}", magic, kLlmcMagic));
+    if (version != 1)
+      release_and_fail(4, fmt::format("version {} is not supported (1 = uint16 tokens)", version));
+    if (kLlmcHeaderBytes + 2 * tokens_ != bytes_)
+      release_and_fail(std::min(bytes_, kLlmcHeaderBytes + 2 * tokens_),
+                       fmt::format("the header promises {} tokens ({} bytes) but the file has {} bytes",
+                                   tokens_, kLlmcHeaderBytes + 2 * tokens_, bytes_));
+  }
+  ~LlmcBinFile() override {
+    if (map_) ::munmap(const_cast<uint8_t*>(map_), bytes_);
+  }
+  const std::string& path() const override { return path_; }
+  uint64_t size() const override { return tokens_; }
+  void read(uint64_t start, size_t n, int32_t* out) const override {
+    const uint8_t* p = map_ + kLlmcHeaderBytes + 2 * start;
+    for (size_t i = 0; i < n; ++i) out[i] = get_u16(p + 2 * i);
+  }
+  uint64_t byte_offset(uint64_t token) const override { return kLlmcHeaderBytes + 2 * token; }
+
+ private:
+  [[noreturn]] void fail(uint64_t offset, const std::string& what) const {
+    throw DataError(fmt::format("llm.c token file '{}' is invalid at byte offset {}: {}", path_, offset, what));
+  }
+  [[noreturn]] void release_and_fail(uint64_t offset, const std::string& what) {
+    ::munmap(const_cast<uint8_t*>(map_), bytes_);
+    map_ = nullptr;
+    fail(offset, what);
+  }
+  std::string path_;
+  const uint8_t* map_ = nullptr;
+  uint64_t bytes_ = 0, tokens_ = 0;
+};
+
+TokenDataset open_manifest(const std::string& dir) {
+  const std::string mpath = (fs::path(dir) / "manifest.json").string();
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(read_file(mpath));
+  } catch (const std::exception& e) {
+    throw DataError(fmt::format("cannot read dataset manifest '{}': {}", mpath, e.what()));
+  }
+  if (m.value("format", "") != "frugal-dataset" || m.value("kind", "") != "tokens")
+    throw DataError(fmt::format("'{}' is not a frugal token-dataset manifest (format/kind)", mpath));
+  if (m.value("format_version", 0) != 1)
+    throw DataError(fmt::format("'{}': format_version {} is not supported (this build reads 1)", mpath,
+                                m.value("format_version", 0)));
+  TokenDataset d;
+  d.dir = dir;
+  d.format = "frugal";
+  d.vocab = m.at("tokenizer").at("vocab").get<int64_t>();
+  d.tokenizer = m.at("tokenizer").at("name").get<std::string>();
+  for (const char* split : {"train", "val"}) {
+    std::vector<std::unique_ptr<TokenFile>> files;
+    for (const auto& s : m.at("splits").at(split)) {
+      const std::string path = (fs::path(dir) / s.at("file").get<std::string>()).string();
+      std::error_code ec;
+      const auto size = fs::file_size(path, ec);
+      if (ec) throw DataError(fmt::format("dataset '{}': shard '{}' listed in the manifest is missing; "
+                                          "re-run frugal prepare", dir, path));
+      if (size != s.at("bytes").get<uint64_t>())
+        throw DataError(fmt::format("dataset '{}': shard '{}' has {} bytes, the manifest says {}; "
+                                    "re-run frugal prepare", dir, path, size, s.at("bytes").get<uint64_t>()));
+      files.push_back(std::make_unique<ShardTokenFile>(path));
+    }
+    (std::string(split) == "train" ? d.train : d.val) = TokenStream(std::move(files));
+  }
+  return d;
+}
+
+}  // namespace
+
+std::unique_ptr<TokenFile> open_llmc_bin(const std::string& path) {
+  return std::make_unique<LlmcBinFile>(path);
+}
+
+TokenStream::TokenStream(std::vector<std::unique_ptr<TokenFile>> files) {
+  for (auto& f : files) {
+    starts_.push_back(total_);
+    total_ += f->size();
+    files_.push_back(std::move(f));
+  }
+}
+
+void TokenStream::read(uint64_t start, size_t n, int32_t* out) const {
+  if (start + n > total_)
+    throw DataError(fmt::format("token range [{}, {}) is past the end of the split ({} tokens)", start,
+                                start + n, total_));
+  size_t f = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), start) - starts_.begin()) - 1;
+  while (n > 0) {
+    const uint64_t local = start - starts_[f];
+    const size_t take = static_cast<size_t>(std::min<uint64_t>(n, files_[f]->size() - local));
+    files_[f]->read(local, take, out);
+    out += take;
+    start += take;
+    n -= take;
+    ++f;
+  }
+}
+
+std::string TokenStream::locate(uint64_t token) const {
+  if (token >= total_) return "past the end";
+  size_t f = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), token) - starts_.begin()) - 1;
+  return fmt::format("'{}' at byte offset {}", files_[f]->path(), files_[f]->byte_offset(token - starts_[f]));
+}
+
+TokenDataset open_token_dataset(const std::string& dir) {
+  if (!fs::is_directory(dir))
+    throw DataError(fmt::format("data.source: dataset directory '{}' does not exist; create it with "
+                                "`frugal prepare INPUT --out {}`", dir, dir));
+  if (fs::exists(fs::path(dir) / "manifest.json")) return open_manifest(dir);
+  std::vector<std::string> train, val;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() != ".bin") continue;
+    if (name.find("_train_") != std::string::npos) train.push_back(e.path().string());
+    else if (name.find("_val_") != std::string::npos) val.push_back(e.path().string());
+  }
+  if (train.empty() || val.empty())
+    throw DataError(fmt::format("dataset '{}' has no manifest.json and no llm.c '*_train_*.bin' and "
+                                "'*_val_*.bin' files; prepare it with `frugal prepare`", dir));
+  std::sort(train.begin(), train.end());
+  std::sort(val.begin(), val.end());
+  TokenDataset d;
+  d.dir = dir;
+  d.format = "llm.c";
+  d.tokenizer = "gpt2 (llm.c convention)";
+  auto open_all = [](const std::vector<std::string>& paths) {
+    std::vector<std::unique_ptr<TokenFile>> files;
+    for (const auto& p : paths) files.push_back(open_llmc_bin(p));
+    return TokenStream(std::move(files));
+  };
+  d.train = open_all(train);
+  d.val = open_all(val);
+  return d;
+}
+
+}  // namespace frugal

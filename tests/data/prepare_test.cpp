@@ -1,0 +1,213 @@
+// frugal prepare: the token stream reproduces the documents, the manifest tells the truth, a
+// re-run on unchanged inputs is a no-op, output does not depend on threads, dedup counts are
+// reported, SentencePiece works through its helper, and `frugal train` trains from the result.
+#include "frugal/data/prepare.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/errors.h"
+#include "frugal/data/file_hash.h"
+#include "frugal/data/token_dataset.h"
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+namespace fs = std::filesystem;
+
+std::vector<int32_t> all_tokens(const TokenDataset& d) {
+  std::vector<int32_t> t(d.train.size() + d.val.size());
+  d.train.read(0, d.train.size(), t.data());
+  d.val.read(0, d.val.size(), t.data() + d.train.size());
+  return t;
+}
+
+PrepareOptions small(const std::vector<std::string>& inputs, const std::string& out) {
+  PrepareOptions o;
+  o.inputs = inputs;
+  o.out_dir = out;
+  o.val_fraction = 0.1;
+  o.shard_tokens = 4096;
+  o.threads = 2;
+  return o;
+}
+
+std::string corpus(int docs, int salt) {
+  std::string s;
+  for (int i = 0; i < docs; ++i)
+    s += fmt::format("Document {} of corpus {}: the quick brown fox {} jumps.\nSecond line {}.\n\n\n", i, salt,
+                     i * 7 + salt, i % 5);
+  return s;
+}
+
+TEST(Prepare, ByteDatasetReproducesTheDocumentsAndTheManifestTellsTheTruth) {
+  test::TempDir dir;
+  test::write_text(dir.file("a.txt"), "first doc\nstill first\n\n  \nsecond doc\n");
+  test::write_text(dir.file("b.txt"), "third doc");
+  PrepareOptions o = small({dir.file("a.txt"), dir.file("b.txt")}, dir.file("ds"));
+  o.shard_tokens = 16;  // several shards: the stream must continue across them
+  PrepareReport r = prepare_dataset(o);
+  EXPECT_FALSE(r.up_to_date);
+  EXPECT_EQ(r.documents, 3);
+  const std::string expect = "first doc\nstill first\n\nsecond doc\n\nthird doc\n\n";
+  TokenDataset d = open_token_dataset(dir.file("ds"));
+  std::vector<int32_t> t = all_tokens(d);
+  EXPECT_EQ(std::string(t.begin(), t.end()), expect);
+  EXPECT_EQ(r.tokens, static_cast<int64_t>(expect.size()));
+  EXPECT_EQ(r.val_tokens, 5);  // round(0.1 * 48)
+
+  auto m = nlohmann::json::parse(test::read_text(dir.file("ds/manifest.json")));
+  EXPECT_EQ(m["format_version"], 1);
+  EXPECT_EQ(m["dtype"], "uint16");
+  EXPECT_EQ(m["tokenizer"]["vocab"], 256);
+  EXPECT_EQ(m["counts"]["documents"], 3);
+  EXPECT_EQ(m["sources"][1]["xxh64"], hex64(xxh64_file(dir.file("b.txt"))));
+  EXPECT_EQ(m["splits"]["train"].size(), 3u);  // 41 training tokens in shards of 16
+  for (const auto& s : m["splits"]["train"])
+    EXPECT_EQ(s["xxh64"], hex64(xxh64_file(dir.file("ds/" + s["file"].get<std::string>()))));
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << "temporary folder left behind";
+}
+
+TEST(Prepare, RerunOnUnchangedInputsIsANoOpAndAnyChangeRebuilds) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.txt"), corpus(30, 1));
+  PrepareOptions o = small({dir.file("c.txt")}, dir.file("ds"));
+  EXPECT_FALSE(prepare_dataset(o).up_to_date);
+  const auto stamp = fs::last_write_time(dir.file("ds/manifest.json"));
+  PrepareReport again = prepare_dataset(o);
+  EXPECT_TRUE(again.up_to_date);
+  EXPECT_EQ(again.documents, 30);
+  EXPECT_EQ(fs::last_write_time(dir.file("ds/manifest.json")), stamp);
+  o.dedup.mode = DedupMode::kExact;  // other options: rebuild
+  EXPECT_FALSE(prepare_dataset(o).up_to_date);
+  test::write_text(dir.file("c.txt"), corpus(30, 2));  // same size, other content: rebuild
+  EXPECT_FALSE(prepare_dataset(o).up_to_date);
+  EXPECT_TRUE(prepare_dataset(o).up_to_date);
+}
+
+TEST(Prepare, OutputIsByteIdenticalForOneAndTwoThreads) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.txt"), corpus(200, 3));
+  PrepareOptions o = small({dir.path() + "/c.txt"}, dir.file("one"));
+  o.threads = 1;
+  prepare_dataset(o);
+  o.threads = 2;
+  o.out_dir = dir.file("two");
+  prepare_dataset(o);
+  for (const auto& e : fs::directory_iterator(dir.file("one")))
+    if (e.path().extension() == ".frs") {
+      EXPECT_EQ(test::read_text(e.path().string()),
+                test::read_text(dir.file("two/" + e.path().filename().string())));
+    }
+}
+
+TEST(Prepare, JsonlUsesTheNamedFieldAndReportsBadLinesWithFileAndLine) {
+  test::TempDir dir;
+  test::write_text(dir.file("d.jsonl"), "{\"body\": \"one\"}\n\n{\"body\": \"two\", \"x\": 1}\n");
+  PrepareOptions o = small({dir.file("d.jsonl")}, dir.file("ds"));
+  o.format = InputFormat::kJsonl;
+  o.jsonl_field = "body";
+  o.val_fraction = 0.2;
+  prepare_dataset(o);
+  std::vector<int32_t> t = all_tokens(open_token_dataset(dir.file("ds")));
+  EXPECT_EQ(std::string(t.begin(), t.end()), "one\n\ntwo\n\n");
+  test::write_text(dir.file("d.jsonl"), "{\"body\": \"one\"}\n{\"body\": 3}\n");
+  try {
+    prepare_dataset(o);
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("d.jsonl:2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Prepare, DedupCountsReachTheReportAndTheManifest) {
+  test::TempDir dir;
+  std::string text = corpus(20, 4);
+  text += "Document 3 of corpus 4: the QUICK brown   fox 25 jumps.\nSecond line 3.\n\n";  // exact (normalised)
+  text += "Document 3 of corpus 4: the quick brown fox 25 jumps.\nSecond line 3 indeed.\n\n";  // near
+  test::write_text(dir.file("c.txt"), text);
+  PrepareOptions o = small({dir.file("c.txt")}, dir.file("ds"));
+  o.dedup.mode = DedupMode::kNear;
+  o.dedup.near_threshold = 0.6;
+  o.dedup.shingle_words = 2;
+  PrepareReport r = prepare_dataset(o);
+  EXPECT_EQ(r.documents_in, 22);
+  EXPECT_EQ(r.exact_removed, 1);
+  EXPECT_EQ(r.near_removed, 1);
+  EXPECT_EQ(r.documents, 20);
+  auto m = nlohmann::json::parse(test::read_text(dir.file("ds/manifest.json")));
+  EXPECT_EQ(m["counts"]["exact_duplicates"], 1);
+  EXPECT_EQ(m["counts"]["near_duplicates"], 1);
+}
+
+TEST(Prepare, RefusesToReplaceAFolderThatIsNotADataset) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.txt"), corpus(5, 5));
+  fs::create_directories(dir.file("precious"));
+  test::write_text(dir.file("precious/notes.txt"), "keep me");
+  EXPECT_THROW(prepare_dataset(small({dir.file("c.txt")}, dir.file("precious"))), ConfigError);
+  EXPECT_EQ(test::read_text(dir.file("precious/notes.txt")), "keep me");
+}
+
+TEST(Prepare, SentencePieceTrainsAModelAndTokenisesTheSameWithOneOrTwoThreads) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.txt"), corpus(300, 6));
+  PrepareOptions o = small({dir.file("c.txt")}, dir.file("sp"));
+  o.tokenizer = "sentencepiece";
+  o.vocab = 400;  // byte fallback reserves 256 pieces, plus one per distinct character
+  PrepareReport r = prepare_dataset(o);
+  EXPECT_EQ(r.tokenizer, "sentencepiece");
+  EXPECT_GT(r.vocab, 256);
+  EXPECT_LE(r.vocab, 400);
+  EXPECT_LT(r.tokens, r.bytes_in);  // pieces span several bytes
+  TokenDataset d = open_token_dataset(dir.file("sp"));
+  const auto t = all_tokens(d);
+  auto m = nlohmann::json::parse(test::read_text(dir.file("sp/manifest.json")));
+  const int32_t eos = m["tokenizer"]["separator"][0];
+  EXPECT_EQ(std::count(t.begin(), t.end(), eos), 300);  // one separator per document
+  for (int32_t x : t) ASSERT_LT(x, r.vocab);
+
+  PrepareOptions reuse = o;  // the trained model, loaded, with one thread: same tokens
+  reuse.tokenizer = "sentencepiece:" + dir.file("sp/tokenizer.model");
+  reuse.threads = 1;
+  reuse.out_dir = dir.file("sp1");
+  prepare_dataset(reuse);
+  EXPECT_EQ(all_tokens(open_token_dataset(dir.file("sp1"))), t);
+}
+
+TEST(Prepare, CliPreparesOnceThenTrainsFromTheShards) {
+  test::TempDir dir;
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += fmt::format("{}+{}={}\n\n", i % 17, i % 13, i % 17 + i % 13);
+  test::write_text(dir.file("arith.txt"), text);
+  const std::string args = fmt::format("prepare '{}' --out '{}' --dedup exact --quiet", dir.file("arith.txt"), dir.file("ds"));
+  auto p = test::run_frugal(args);
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  EXPECT_NE(p.output.find("exact duplicates"), std::string::npos) << p.output;
+  auto again = test::run_frugal(args);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("up to date"), std::string::npos) << again.output;
+
+  std::string train = "train --overwrite --quiet";
+  for (const auto& s : test::tiny_overrides(dir.path())) train += " --set " + s;
+  train += fmt::format(" --set 'data.source=shards:{}' --set data.workers=2", dir.file("ds"));
+  auto t = test::run_frugal(train);
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  auto summary = nlohmann::json::parse(test::read_text(dir.file("demo/summary.json")));
+  EXPECT_EQ(summary["steps"], 30);
+  EXPECT_NE(summary["data"].get<std::string>().find("shards:"), std::string::npos);
+  const double wait = summary["data_wait_fraction"];
+  EXPECT_TRUE(wait >= 0.0 && wait <= 1.0) << wait;
+  const std::string metrics = test::read_text(dir.file("demo/metrics.jsonl"));
+  EXPECT_NE(metrics.find("\"data_wait_s\""), std::string::npos);
+
+  auto bad = test::run_frugal(fmt::format("prepare '{}' --out '{}' --format jsonl --quiet", dir.file("arith.txt"), dir.file("j")));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("arith.txt:1"), std::string::npos) << bad.output;
+}
+
+}  // namespace
+}  // namespace frugal

@@ -1,0 +1,200 @@
+// ShardSource and token datasets: windows hold the right tokens, batches are the same for any
+// worker count, a stop/resume through the cursor replays one uninterrupted epoch exactly, llm.c
+// .bin files are read, and bad data stops with the file and offset.
+#include "frugal/data/shard_source.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/errors.h"
+#include "frugal/data/file_hash.h"
+#include "frugal/data/shard.h"
+#include "data/internal/little_endian.h"
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+
+std::vector<int32_t> stream(size_t n, uint32_t salt) {
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 31 + salt) % 251);
+  return t;
+}
+
+// A dataset directory as `frugal prepare` lays it out, with the train split in several shards.
+void write_dataset(const std::string& dir, const std::vector<int32_t>& train,
+                   const std::vector<int32_t>& val, size_t shard_tokens) {
+  nlohmann::json m = {{"format", "frugal-dataset"}, {"format_version", 1}, {"kind", "tokens"},
+                      {"tokenizer", {{"name", "bytes"}, {"vocab", 256}}}};
+  for (auto [split, tokens] : {std::pair{"train", &train}, std::pair{"val", &val}}) {
+    m["splits"][split] = nlohmann::json::array();
+    for (size_t i = 0, n = 0; n < tokens->size(); ++i, n += shard_tokens) {
+      const std::string file = std::string(split) + "_" + std::to_string(i) + ".frs";
+      ShardWriterOptions o;
+      o.block_bytes = 256;
+      ShardWriter w(dir + "/" + file, ShardKind::kTokens, ShardDtype::kUint16, o);
+      w.add_tokens(tokens->data() + n, std::min(shard_tokens, tokens->size() - n));
+      w.finish();
+      m["splits"][split].push_back({{"file", file}, {"bytes", std::filesystem::file_size(dir + "/" + file)}});
+    }
+  }
+  test::write_text(dir + "/manifest.json", m.dump());
+}
+
+ShardSourceOptions options(int workers) {
+  ShardSourceOptions o;
+  o.micro_batch = 4;
+  o.block = 8;
+  o.seed = 5;
+  o.workers = workers;
+  o.prefetch = 3;
+  return o;
+}
+
+TEST(ShardSource, EveryRowIsTheWindowItNamesAcrossShardBoundaries) {
+  test::TempDir dir;
+  auto train = stream(2001, 1);
+  write_dataset(dir.path(), train, stream(300, 2), 700);
+  ShardSource s(open_token_dataset(dir.path()), options(1));
+  EXPECT_EQ(s.train_windows(), 250);
+  for (int k = 0; k < 20; ++k) {
+    TokenBatch b = s.next_train();
+    ASSERT_EQ(b.samples.size(), 4u);
+    for (size_t r = 0; r < 4; ++r)
+      for (size_t t = 0; t < 9; ++t)
+        ASSERT_EQ(b.tokens[r * 9 + t], train[static_cast<size_t>(b.samples[r]) * 8 + t]);
+  }
+  Batch t = s.train_batch(20);
+  EXPECT_TRUE(t.x.narrow(1, 1, 7).equal(t.y.narrow(1, 0, 7)));  // targets are inputs shifted by one
+}
+
+TEST(ShardSource, BatchesAreIdenticalForZeroAndTwoWorkers) {
+  test::TempDir dir;
+  write_dataset(dir.path(), stream(3001, 3), stream(300, 4), 1000);
+  ShardSource inline_src(open_token_dataset(dir.path()), options(0));
+  ShardSource threaded(open_token_dataset(dir.path()), options(2));
+  for (int64_t k = 0; k < 200; ++k) {  // crosses two epoch boundaries (375 windows / 4)
+    Batch a = inline_src.train_batch(k), b = threaded.train_batch(k);
+    ASSERT_TRUE(a.x.equal(b.x) && a.y.equal(b.y)) << "batch " << k;
+  }
+  EXPECT_TRUE(inline_src.val_batch(3).x.equal(threaded.val_batch(3).x));
+}
+
+TEST(ShardSource, StopAndResumeThroughTheCursorReplaysOneUninterruptedEpochInOrder) {
+  test::TempDir dir;
+  write_dataset(dir.path(), stream(481, 5), stream(100, 6), 200);  // 60 windows = 15 batches
+  std::vector<int64_t> uninterrupted;
+  {
+    ShardSource s(open_token_dataset(dir.path()), options(2));
+    for (int k = 0; k < 15; ++k)
+      for (int64_t w : s.next_train().samples) uninterrupted.push_back(w);
+  }
+  std::vector<int64_t> resumed;
+  nlohmann::json cursor;
+  {
+    ShardSource s(open_token_dataset(dir.path()), options(2));
+    for (int k = 0; k < 6; ++k)
+      for (int64_t w : s.next_train().samples) resumed.push_back(w);
+    cursor = nlohmann::json::parse(s.state().dump());  // as a checkpoint would store it
+  }
+  EXPECT_EQ(cursor, (nlohmann::json{{"epoch", 0}, {"position", 24}}));
+  {
+    ShardSource s(open_token_dataset(dir.path()), options(1));
+    s.load_state(cursor);
+    for (int k = 0; k < 9; ++k)
+      for (int64_t w : s.next_train().samples) resumed.push_back(w);
+    EXPECT_EQ(s.state(), (nlohmann::json{{"epoch", 1}, {"position", 0}}));
+  }
+  EXPECT_EQ(resumed, uninterrupted);
+  std::vector<int64_t> sorted = uninterrupted;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t i = 0; i < 60; ++i) ASSERT_EQ(sorted[static_cast<size_t>(i)], i);
+}
+
+TEST(ShardSource, CorruptShardStopsTheTrainerThreadWithFileAndOffset) {
+  test::TempDir dir;
+  write_dataset(dir.path(), stream(3001, 7), stream(300, 8), 4000);
+  const std::string shard = dir.file("train_0.frs");
+  std::string bytes = test::read_text(shard);
+  bytes[64 + 256 * 3 + 10] ^= 0x40;  // inside block 3
+  test::write_text(shard, bytes);
+  ShardSource s(open_token_dataset(dir.path()), options(2));
+  try {
+    for (int k = 0; k < 200; ++k) s.train_batch(k);
+    FAIL() << "trained on a corrupt block";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(shard + "' is corrupt at byte offset 832"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ShardSource, ManifestVocabLargerThanTheModelIsAConfigError) {
+  test::TempDir dir;
+  write_dataset(dir.path(), stream(500, 1), stream(100, 1), 1000);
+  ShardSourceOptions o = options(0);
+  o.vocab = 100;
+  EXPECT_THROW(ShardSource(open_token_dataset(dir.path()), o), ConfigError);
+  EXPECT_THROW(open_token_dataset(dir.file("missing")), DataError);
+}
+
+// An llm.c token file: 256 int32 header words (magic, version, count), then uint16 tokens.
+std::string llmc_file(const std::vector<int32_t>& tokens) {
+  std::string s(1024 + 2 * tokens.size(), '\0');
+  auto* p = reinterpret_cast<uint8_t*>(s.data());
+  detail::put_u32(p, 20240520);
+  detail::put_u32(p + 4, 1);
+  detail::put_u32(p + 8, static_cast<uint32_t>(tokens.size()));
+  for (size_t i = 0; i < tokens.size(); ++i) detail::put_u16(p + 1024 + 2 * i, static_cast<uint16_t>(tokens[i]));
+  return s;
+}
+
+TEST(ShardSource, ReadsLlmcBinFiles) {
+  test::TempDir dir;
+  std::vector<int32_t> a(500), b(300), v(200);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<int32_t>(50256 - i);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<int32_t>(i);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i * 3);
+  test::write_text(dir.file("fineweb_train_000001.bin"), llmc_file(a));
+  test::write_text(dir.file("fineweb_train_000002.bin"), llmc_file(b));
+  test::write_text(dir.file("fineweb_val_000000.bin"), llmc_file(v));
+  TokenDataset d = open_token_dataset(dir.path());
+  EXPECT_EQ(d.format, "llm.c");
+  ASSERT_EQ(d.train.size(), 800u);
+  std::vector<int32_t> out(10);
+  d.train.read(495, 10, out.data());  // crosses from file 1 into file 2
+  EXPECT_EQ(out, (std::vector<int32_t>{a[495], a[496], a[497], a[498], a[499], 0, 1, 2, 3, 4}));
+
+  ShardSourceOptions o = options(0);
+  o.vocab = 256;  // too small for GPT-2 tokens: must stop, naming the file and offset
+  ShardSource s(std::move(d), o);
+  try {
+    for (int k = 0; k < 100; ++k) s.train_batch(k);
+    FAIL() << "a token outside the vocabulary reached the model";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("fineweb_train_000001.bin' at byte offset"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ShardSource, TruncatedOrForeignLlmcFileIsRefusedWithItsName) {
+  test::TempDir dir;
+  std::string good = llmc_file(std::vector<int32_t>(100, 7));
+  test::write_text(dir.file("x_val_0.bin"), good);
+  test::write_text(dir.file("x_train_0.bin"), good.substr(0, good.size() - 3));
+  try {
+    open_token_dataset(dir.path());
+    FAIL();
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("x_train_0.bin' is invalid at byte offset 1221"), std::string::npos)
+        << e.what();
+  }
+  good[0] = 'X';
+  test::write_text(dir.file("x_train_0.bin"), good);
+  EXPECT_THROW(open_token_dataset(dir.path()), DataError);
+}
+
+}  // namespace
+}  // namespace frugal
