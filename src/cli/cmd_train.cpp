@@ -95,7 +95,7 @@ void add_train_command(CLI::App& app, Run* run) {
                                         summary["checkpoint"].value("latest", std::string())));
         return static_cast<int>(kExitPreempted);
       }
-      if (kind == "guard") throw GuardStop(summary["stop_reason"].get<std::string>());
+      if (kind == "guard" || kind == "budget") throw GuardStop(summary["stop_reason"].get<std::string>());
       return 0;
     };
   });

@@ -141,7 +141,7 @@ void CostMeter::on_step_end(const StepMetrics& m, Control& control) {
   if (figures_.usd + next > budget_.limit_usd && m.step < total_steps_)
     control.request_stop(fmt::format("budget: ${:.4f} spent of the ${:.2f} limit (budget.limit_usd)",
                                            figures_.usd, budget_.limit_usd),
-                         StopKind::kGuard);
+                         StopKind::kBudget);
 }
 
 void CostMeter::add_to_summary(nlohmann::ordered_json& s) const {

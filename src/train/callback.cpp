@@ -11,6 +11,7 @@ const char* stop_kind_name(StopKind k) {
     case StopKind::kMaxMinutes: return "max_minutes";
     case StopKind::kPreempted: return "preempted";
     case StopKind::kGuard: return "guard";
+    case StopKind::kBudget: return "budget";
   }
   return "?";
 }

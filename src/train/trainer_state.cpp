@@ -220,7 +220,9 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   const Config& c = rc.config;
   const StopKind kind = control.should_stop ? control.kind : StopKind::kCompleted;
   const bool healthy = kind != StopKind::kPreempted && kind != StopKind::kGuard;
-  if (healthy && loop.last_eval_step != loop.step) {
+  // Past the budget, no more compute is spent on a final evaluation; the weights are still saved.
+  const bool evaluate = healthy && kind != StopKind::kBudget;
+  if (evaluate && loop.last_eval_step != loop.step) {
     Control ignored;  // the run is over; a stop request from this evaluation changes nothing
     run_eval(ignored);
   }
@@ -260,7 +262,7 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   if (counting_allocator_installed()) summary["peak_tensor_mb"] = static_cast<double>(tensor_bytes_peak()) / 1e6;
   summary["peak_rss_mb"] = static_cast<double>(rss_peak_bytes()) / 1e6;
   summary["optimizer_state_mb"] = static_cast<double>(step->optimizer().state_bytes()) / 1e6;
-  if (healthy && c.data.source == "builtin:arith" && c.train.answer_samples > 0) {
+  if (evaluate && c.data.source == "builtin:arith" && c.train.answer_samples > 0) {
     auto acc = arith_answer_accuracy(model, c, c.train.answer_samples);
     summary["answer_accuracy"] = acc.fraction();
     summary["answer_samples"] = acc.total;

@@ -79,7 +79,7 @@ TEST(CostMeter, AlertsFireOnceEachAndTheLimitRequestsAGuardStop) {
   // After step 10 ($10 spent) one more step would cross the $10 limit: a guard stop, not later.
   EXPECT_EQ(last, 10);
   EXPECT_TRUE(control.should_stop);
-  EXPECT_EQ(control.kind, StopKind::kGuard);
+  EXPECT_EQ(control.kind, StopKind::kBudget);
   EXPECT_NE(control.reason.find("budget"), std::string::npos);
 }
 
@@ -101,6 +101,9 @@ TEST(CostMeter, BudgetStopEndsTheCliRunWithExitCodeThree) {
   }
   EXPECT_LE(s["cost_usd"].get<double>(), 0.5 + 100.0 * longest_step_s);
   EXPECT_NE(s["stop_reason"].get<std::string>().find("budget.limit_usd"), std::string::npos);
+  EXPECT_EQ(s["stop_kind"], "budget");
+  // The stop wrote a checkpoint of the last step, so the run can be resumed with a larger budget.
+  EXPECT_EQ(s["checkpoint"]["latest"].get<std::string>().empty(), false);
 }
 
 }  // namespace

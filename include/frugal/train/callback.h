@@ -64,7 +64,8 @@ struct EvalMetrics {
 
 // Why a run stopped; summary.json's "stop_kind" (the CLI maps kPreempted to exit code 75 and
 // kGuard to 3).
-enum class StopKind { kCompleted, kCallback, kEarlyStop, kMaxMinutes, kPreempted, kGuard };
+// kGuard: divergence (weights not trusted); kBudget: the spending limit (weights fine, checkpointed).
+enum class StopKind { kCompleted, kCallback, kEarlyStop, kMaxMinutes, kPreempted, kGuard, kBudget };
 const char* stop_kind_name(StopKind k);
 
 struct Control {
