@@ -65,4 +65,10 @@ std::vector<std::string> tiny_overrides(const std::string& out_dir) {
           "precision.mode=fp32"};
 }
 
+std::string tiny_sets(const std::string& out_dir) {
+  std::string s;
+  for (const auto& o : tiny_overrides(out_dir)) s += " --set " + o;
+  return s;
+}
+
 }  // namespace frugal::test

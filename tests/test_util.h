@@ -33,5 +33,7 @@ std::string read_text(const std::string& path);
 
 // --set overrides for a model and run small enough to train in about a second.
 std::vector<std::string> tiny_overrides(const std::string& out_dir);
+// The same as command-line arguments: " --set k=v --set ...".
+std::string tiny_sets(const std::string& out_dir);
 
 }  // namespace frugal::test

@@ -11,11 +11,7 @@ namespace frugal {
 namespace {
 using test::run_frugal;
 
-std::string tiny_sets(const std::string& out) {
-  std::string s;
-  for (const auto& o : test::tiny_overrides(out)) s += " --set " + o;
-  return s;
-}
+using test::tiny_sets;
 
 TEST(Cli, HelpOnEveryCommandExitsZero) {
   for (const char* cmd : {"", "train", "sample", "doctor", "config"}) {

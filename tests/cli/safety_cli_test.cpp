@@ -14,11 +14,7 @@ namespace frugal {
 namespace {
 using test::run_frugal;
 
-std::string tiny_sets(const std::string& out) {
-  std::string s;
-  for (const auto& o : test::tiny_overrides(out)) s += " --set " + o;
-  return s;
-}
+using test::tiny_sets;
 
 // Runs a shell script; returns its output (stdout and stderr).
 std::string shell(const std::string& script) {
