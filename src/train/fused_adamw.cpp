@@ -10,6 +10,7 @@
 
 namespace frugal {
 
+
 FusedAdamW::FusedAdamW(std::vector<Group> groups, AdamWHyper hyper) : hyper_(hyper) {
   c10::NoGradGuard no_grad;
   for (auto& g : groups) {
@@ -36,6 +37,7 @@ FusedAdamW::FusedAdamW(std::vector<Group> groups, AdamWHyper hyper) : hyper_(hyp
     }
     f.exp_avg = at::zeros({total}, opts);
     f.exp_avg_sq = at::zeros({total}, opts);
+    f.denom = at::empty({total}, opts);
     flats_.push_back(std::move(f));
   }
 }
@@ -57,8 +59,8 @@ void FusedAdamW::step() {
     if (f.weight_decay != 0) f.params.mul_(1 - hyper_.lr * f.weight_decay);
     f.exp_avg.mul_(b1).add_(f.grads, 1 - b1);
     f.exp_avg_sq.mul_(b2).addcmul_(f.grads, f.grads, 1 - b2);
-    at::Tensor denom = (f.exp_avg_sq.sqrt() / bc2_sqrt).add_(hyper_.eps);
-    f.params.addcdiv_(f.exp_avg, denom, -step_size);
+    at::sqrt_out(f.denom, f.exp_avg_sq).div_(bc2_sqrt).add_(hyper_.eps);
+    f.params.addcdiv_(f.exp_avg, f.denom, -step_size);
   }
 }
 

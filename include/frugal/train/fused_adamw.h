@@ -54,6 +54,9 @@ class FusedAdamW {
  private:
   struct Flat {
     at::Tensor params, grads, exp_avg, exp_avg_sq;
+    // Scratch for sqrt(v)/bc2 + eps, allocated once: a fresh buffer of the model's size every step
+    // would be mmapped and page-faulted in each time.
+    at::Tensor denom;
     double weight_decay;
   };
   std::vector<Flat> flats_;
