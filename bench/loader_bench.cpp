@@ -1,30 +1,47 @@
-// loader_bench: what shards buy over small files, and what threads buy `prepare`. Prints JSON.
+// loader_bench: what record shards buy over small files, and what threads buy `prepare`.
+// Prints one JSON object.
 //
-//   loader_bench DIR [--records N]
+//   loader_bench DIR [--records N] [--rounds R] [--images M] [--no-text]
 //
-// 1. Writes N image-like records (3x32x32 uint8 + int32 label = 3076 bytes) as one record shard
-//    and as N small files under DIR/files, then times one epoch of shuffled 64-record batches
-//    through PrefetchLoader (2 workers, prefetch 4) from each. Both paths are read once before
-//    timing, so both are served from the page cache: the difference is per-sample overhead
-//    (open/read/close vs a checksum-once memory-mapped block), not the disk.
-// 2. Runs `prepare` on a synthetic corpus with the byte tokenizer and with SentencePiece, with 1
-//    and 2 threads, and reports tokenising throughput (MB of text per second).
+// 1. Loader. N image records (3x32x32 uint8 + int64 label = 3080 bytes, the layout of
+//    `prepare --format images`) are written once as a record dataset (one shard + manifest) and
+//    once as N small files under DIR/files. Four ways of reading one shuffled epoch in batches of
+//    64, each through PrefetchLoader / RecordSource with 2 workers and prefetch 4:
+//      raw_shard / raw_files:       copy each record's bytes into the batch buffer;
+//      source_shard / source_files: the training batch itself (x float (64, 3, 32, 32) in
+//                                   [0, 1], y int64), by RecordSource from the shard, and by the
+//                                   same conversion from open/read/close of each small file.
+//    The small-file path is the cheapest possible one (one open, one read straight into the
+//    batch, one close; no per-file allocation). Everything is read once before timing, so both
+//    are served from the page cache: the difference is per-sample overhead, not the disk.
+//    The four run alternately for R rounds; the JSON holds every round and the medians.
+// 2. Image prepare: M JPEGs (96x96, 10 classes) through `prepare --format images --size 32` with
+//    1 and 2 decoder threads, alternately, R rounds: images per second.
+// 3. Text prepare (unless --no-text): a synthetic corpus with the byte tokenizer and with
+//    SentencePiece, 1 and 2 threads: tokenising MB/s.
 // DIR/files is left for the PyTorch DataLoader baseline (bench/torch_loader_baseline.py).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <ATen/ATen.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "data/image_writers.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/data/file_hash.h"
 #include "frugal/data/prefetch_loader.h"
 #include "frugal/data/prepare.h"
+#include "frugal/data/record_source.h"
 #include "frugal/data/sampler.h"
 #include "frugal/data/shard.h"
 
@@ -34,18 +51,53 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-constexpr size_t kRecordBytes = 3 * 32 * 32 + 4;
+constexpr size_t kPixels = 3 * 32 * 32;
+constexpr size_t kRecordBytes = 8 + kPixels;
 constexpr int64_t kBatch = 64;
+constexpr int kWorkers = 2, kPrefetch = 4;
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 std::string make_record(int64_t i) {
   std::string r(kRecordBytes, '\0');
+  const auto label = static_cast<uint64_t>(i % 10);
+  for (int b = 0; b < 8; ++b) r[static_cast<size_t>(b)] = static_cast<char>(label >> (8 * b));
   std::mt19937 rng(static_cast<uint32_t>(i));
-  for (size_t k = 0; k < kRecordBytes - 4; ++k) r[k] = static_cast<char>(rng() & 0xff);
-  const auto label = static_cast<uint32_t>(i % 10);
-  std::memcpy(&r[kRecordBytes - 4], &label, 4);  // little-endian host: the bench only
+  for (size_t k = 8; k < kRecordBytes; ++k) r[k] = static_cast<char>(rng() & 0xff);
   return r;
+}
+
+// Writes the record dataset (DIR/ds: one training shard, a small validation shard, manifest)
+// and the same training records as small files (DIR/files).
+void write_inputs(const std::string& dir, int64_t n) {
+  fs::create_directories(dir + "/files");
+  fs::create_directories(dir + "/ds");
+  nlohmann::json splits;
+  for (const char* split : {"train", "val"}) {
+    const std::string name = std::string(split) + "_000000.frs";
+    ShardWriter w(dir + "/ds/" + name, ShardKind::kRecords, ShardDtype::kBytes);
+    const int64_t count = std::string(split) == "train" ? n : 64;
+    for (int64_t i = 0; i < count; ++i) {
+      const std::string r = make_record(i);
+      w.add_record(r);
+      if (std::string(split) == "train") test::write_bytes(fmt::format("{}/files/{:06d}.bin", dir, i), r);
+    }
+    const uint64_t hash = w.finish();
+    splits[split] = {{{"file", name}, {"records", count}, {"bytes", fs::file_size(dir + "/ds/" + name)},
+                      {"xxh64", hex64(hash)}}};
+  }
+  nlohmann::json m = {{"format", "frugal-dataset"}, {"format_version", 1}, {"kind", "records"},
+                      {"record", {{"content", "image"}, {"label", "int64"}, {"dtype", "uint8"},
+                                  {"shape", {3, 32, 32}}, {"layout", "CHW"}, {"bytes", kRecordBytes}}},
+                      {"classes", {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}},
+                      {"splits", splits}};
+  write_file_atomic(dir + "/ds/manifest.json", m.dump(2));
 }
 
 void read_small_file(const std::string& path, uint8_t* out) {
@@ -55,9 +107,9 @@ void read_small_file(const std::string& path, uint8_t* out) {
   ::close(fd);
 }
 
-// Samples per second over one shuffled epoch; `read(i, dst)` copies record i.
+// Samples per second over one shuffled epoch of raw record bytes; `read(i, dst)` copies record i.
 template <class Read>
-double epoch_rate(int64_t n, Read read) {
+double raw_epoch(int64_t n, Read read) {
   EpochSampler sampler(n, 7);
   auto make = [&](int64_t k) {
     std::vector<uint8_t> batch(kBatch * kRecordBytes);
@@ -66,13 +118,130 @@ double epoch_rate(int64_t n, Read read) {
     return batch;
   };
   const int64_t batches = n / kBatch;
-  PrefetchLoader<std::vector<uint8_t>> loader(make, 2, 4);
+  PrefetchLoader<std::vector<uint8_t>> loader(make, kWorkers, kPrefetch);
   const auto t0 = Clock::now();
   uint64_t sum = 0;
-  for (int64_t k = 0; k < batches; ++k) sum += loader.next()[0];
+  for (int64_t k = 0; k < batches; ++k) sum += loader.next()[8];
   const double s = since(t0);
   if (sum == 1) std::fprintf(stderr, " ");  // keeps the reads observable
   return static_cast<double>(batches * kBatch) / s;
+}
+
+// The training batches from the record shard, through RecordSource.
+double source_shard_epoch(const std::string& ds, int64_t n) {
+  RecordSourceOptions o;
+  o.micro_batch = kBatch;
+  o.seed = 7;
+  o.workers = kWorkers;
+  o.prefetch = kPrefetch;
+  RecordSource src(open_record_dataset(ds), o);
+  const int64_t batches = n / kBatch;
+  const auto t0 = Clock::now();
+  double sum = 0;
+  for (int64_t k = 0; k < batches; ++k) sum += src.train_batch(k).x.data_ptr<float>()[0];
+  const double s = since(t0);
+  if (sum == -1) std::fprintf(stderr, " ");
+  return static_cast<double>(batches * kBatch) / s;
+}
+
+// The same batches from small files: read each into a buffer, convert like RecordSource.
+double source_files_epoch(const std::string& dir, int64_t n) {
+  EpochSampler sampler(n, 7);
+  struct Out {
+    at::Tensor x, y;
+  };
+  auto make = [&](int64_t k) {
+    Out b{at::empty({kBatch, 3, 32, 32}, at::kFloat), at::empty({kBatch}, at::kLong)};
+    float* x = b.x.data_ptr<float>();
+    int64_t* y = b.y.data_ptr<int64_t>();
+    uint8_t buf[kRecordBytes];
+    for (int64_t r = 0; r < kBatch; ++r) {
+      read_small_file(fmt::format("{}/files/{:06d}.bin", dir, sampler.sample(sampler.at(k * kBatch + r))), buf);
+      uint64_t label = 0;
+      for (int i = 7; i >= 0; --i) label = (label << 8) | buf[i];
+      y[r] = static_cast<int64_t>(label);
+      for (size_t i = 0; i < kPixels; ++i) x[r * static_cast<int64_t>(kPixels) + static_cast<int64_t>(i)] = static_cast<float>(buf[8 + i]) * (1.0f / 255.0f);
+    }
+    return b;
+  };
+  const int64_t batches = n / kBatch;
+  PrefetchLoader<Out> loader(make, kWorkers, kPrefetch);
+  const auto t0 = Clock::now();
+  double sum = 0;
+  for (int64_t k = 0; k < batches; ++k) sum += loader.next().x.data_ptr<float>()[0];
+  const double s = since(t0);
+  if (sum == -1) std::fprintf(stderr, " ");
+  return static_cast<double>(batches * kBatch) / s;
+}
+
+nlohmann::ordered_json loader_rates(const std::string& dir, int64_t n, int rounds) {
+  write_inputs(dir, n);
+  ShardReader shard(dir + "/ds/train_000000.frs");
+  auto from_shard = [&](int64_t i, uint8_t* out) {
+    const std::string_view r = shard.record(static_cast<uint64_t>(i));
+    std::memcpy(out, r.data(), r.size());
+  };
+  auto from_files = [&](int64_t i, uint8_t* out) { read_small_file(fmt::format("{}/files/{:06d}.bin", dir, i), out); };
+  raw_epoch(n, from_shard);  // warm the page cache (and the block checksums) for both paths
+  raw_epoch(n, from_files);
+  std::map<std::string, std::vector<double>> r;
+  for (int round = 0; round < rounds; ++round) {  // A/B alternately, so drift hits both alike
+    r["raw_shard"].push_back(raw_epoch(n, from_shard));
+    r["raw_files"].push_back(raw_epoch(n, from_files));
+    r["source_shard"].push_back(source_shard_epoch(dir + "/ds", n));
+    r["source_files"].push_back(source_files_epoch(dir, n));
+  }
+  nlohmann::ordered_json j;
+  j["records"] = n;
+  j["record_bytes"] = kRecordBytes;
+  j["batch"] = kBatch;
+  j["workers"] = kWorkers;
+  j["rounds"] = rounds;
+  for (const char* k : {"raw_shard", "raw_files", "source_shard", "source_files"}) {
+    j[fmt::format("{}_samples_per_s_median", k)] = median(r[k]);
+    j[fmt::format("{}_samples_per_s", k)] = r[k];
+  }
+  j["raw_shard_vs_small_files"] = median(r["raw_shard"]) / median(r["raw_files"]);
+  j["source_shard_vs_small_files"] = median(r["source_shard"]) / median(r["source_files"]);
+  std::vector<double> ratios;
+  for (int i = 0; i < rounds; ++i) ratios.push_back(r["source_shard"][i] / r["source_files"][i]);
+  j["source_shard_vs_small_files_per_round"] = ratios;
+  // For bench/loader_bench.sh: the PyTorch baseline reads the same files with this key.
+  j["shard_samples_per_s"] = median(r["source_shard"]);
+  return j;
+}
+
+nlohmann::ordered_json image_prepare_rates(const std::string& dir, int images, int rounds) {
+  const std::string in = dir + "/images";
+  for (int i = 0; i < images; ++i) {
+    const std::string cls = fmt::format("{}/class{}", in, i % 10);
+    if (i < 10) fs::create_directories(cls);
+    test::write_bytes(fmt::format("{}/{:05d}.jpg", cls, i), test::encode_jpeg(test::gradient_image(96, 96, i), 90));
+  }
+  std::map<int, std::vector<double>> decode, total;
+  for (int round = 0; round < rounds; ++round)
+    for (int threads : {1, 2}) {
+      PrepareOptions o;
+      o.inputs = {in};
+      o.out_dir = dir + "/images_ds";
+      o.format = InputFormat::kImages;
+      o.image_size = 32;
+      o.threads = threads;
+      o.force = true;
+      const PrepareReport r = prepare_dataset(o);
+      decode[threads].push_back(images / r.decode_s);
+      total[threads].push_back(images / r.seconds);
+    }
+  fs::remove_all(dir + "/images_ds");
+  nlohmann::ordered_json j;
+  j["image_prepare_images"] = images;
+  j["image_prepare_source"] = "96x96 JPEG (quality 90) -> 32x32 uint8";
+  for (int t : {1, 2}) {
+    j[fmt::format("image_prepare_decode_images_per_s_threads_{}_median", t)] = median(decode[t]);
+    j[fmt::format("image_prepare_total_images_per_s_threads_{}_median", t)] = median(total[t]);
+    j[fmt::format("image_prepare_decode_images_per_s_threads_{}", t)] = decode[t];
+  }
+  return j;
 }
 
 std::string synthetic_corpus(size_t bytes) {
@@ -90,7 +259,7 @@ std::string synthetic_corpus(size_t bytes) {
   return s;
 }
 
-nlohmann::ordered_json prepare_rates(const std::string& dir) {
+nlohmann::ordered_json text_prepare_rates(const std::string& dir) {
   nlohmann::ordered_json j;
   const std::string corpus = dir + "/corpus.txt";
   write_file_atomic(corpus, synthetic_corpus(16u << 20));
@@ -128,42 +297,28 @@ nlohmann::ordered_json prepare_rates(const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: loader_bench DIR [--records N]\n");
+    std::fprintf(stderr, "usage: loader_bench DIR [--records N] [--rounds R] [--images M] [--no-text]\n");
     return 2;
   }
   const std::string dir = argv[1];
   int64_t n = 20000;
-  if (argc == 4 && std::string(argv[2]) == "--records") n = std::stoll(argv[3]);
-  fs::create_directories(dir + "/files");
-  {
-    ShardWriter w(dir + "/records.frs", ShardKind::kRecords, ShardDtype::kBytes);
-    for (int64_t i = 0; i < n; ++i) {
-      const std::string r = make_record(i);
-      w.add_record(r);
-      std::FILE* f = std::fopen(fmt::format("{}/files/{:06d}.bin", dir, i).c_str(), "wb");
-      std::fwrite(r.data(), 1, r.size(), f);
-      std::fclose(f);
+  int rounds = 5, images = 2000;
+  bool text = true;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--records" && i + 1 < argc) n = std::stoll(argv[++i]);
+    else if (a == "--rounds" && i + 1 < argc) rounds = std::stoi(argv[++i]);
+    else if (a == "--images" && i + 1 < argc) images = std::stoi(argv[++i]);
+    else if (a == "--no-text") text = false;
+    else {
+      std::fprintf(stderr, "loader_bench: unknown argument '%s'\n", a.c_str());
+      return 2;
     }
-    w.finish();
   }
-  ShardReader shard(dir + "/records.frs");
-  auto from_shard = [&](int64_t i, uint8_t* out) {
-    const std::string_view r = shard.record(static_cast<uint64_t>(i));
-    std::memcpy(out, r.data(), r.size());
-  };
-  auto from_files = [&](int64_t i, uint8_t* out) { read_small_file(fmt::format("{}/files/{:06d}.bin", dir, i), out); };
-  epoch_rate(n, from_shard);  // warm the page cache (and the block checksums) for both paths
-  epoch_rate(n, from_files);
-  nlohmann::ordered_json j;
-  j["records"] = n;
-  j["record_bytes"] = kRecordBytes;
-  j["batch"] = kBatch;
-  j["workers"] = 2;
-  j["shard_samples_per_s"] = epoch_rate(n, from_shard);
-  j["small_files_samples_per_s"] = epoch_rate(n, from_files);
-  j["shard_vs_small_files"] = j["shard_samples_per_s"].get<double>() / j["small_files_samples_per_s"].get<double>();
-  const nlohmann::ordered_json prep = prepare_rates(dir);
-  for (auto& [k, v] : prep.items()) j[k] = v;
+  nlohmann::ordered_json j = loader_rates(dir, n, rounds);
+  for (auto& [k, v] : image_prepare_rates(dir, images, rounds).items()) j[k] = v;
+  if (text)
+    for (auto& [k, v] : text_prepare_rates(dir).items()) j[k] = v;
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }

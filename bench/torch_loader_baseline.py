@@ -1,6 +1,8 @@
 """PyTorch DataLoader baseline for bench/loader_bench.cpp: the same records, one small file each
-(DIR/files/*.bin, 3x32x32 uint8 + int32 label), read by a map-style Dataset through
-torch.utils.data.DataLoader (batch 64, shuffled, 2 workers). Prints {"samples_per_s": ...}.
+(DIR/files/*.bin: int64 label + 3x32x32 uint8), read by a map-style Dataset that returns the
+image as float in [0, 1] (what frugal's records source hands the trainer), through
+torch.utils.data.DataLoader (batch 64, shuffled, 2 workers). Prints
+{"torch_dataloader_small_files_samples_per_s": ...}.
 Run with Debian's /usr/bin/python3 (python3-torch)."""
 import json
 import os
@@ -22,8 +24,8 @@ class SmallFiles(Dataset):
     def __getitem__(self, i):
         with open(self.paths[i], "rb") as f:
             raw = np.frombuffer(f.read(), dtype=np.uint8)
-        image = torch.from_numpy(raw[:3072].copy()).view(3, 32, 32)
-        label = int(raw[3072:].view(np.int32)[0])
+        label = int(raw[:8].view(np.int64)[0])
+        image = torch.from_numpy(raw[8:].copy()).view(3, 32, 32).float().div_(255)
         return image, label
 
 

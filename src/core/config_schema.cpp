@@ -97,7 +97,8 @@ std::string check_source(const ConfigValue& v) {
   if (s == "builtin:arith") return "";
   if (s.rfind("text:", 0) == 0 && s.size() > 5) return "";
   if (s.rfind("shards:", 0) == 0 && s.size() > 7) return "";
-  return "must be \"builtin:arith\", \"text:PATH\" or \"shards:DIR\"";
+  if (s.rfind("records:", 0) == 0 && s.size() > 8) return "";
+  return "must be \"builtin:arith\", \"text:PATH\", \"shards:DIR\" or \"records:DIR\"";
 }
 
 std::string check_device(const ConfigValue& v) {
@@ -144,7 +145,7 @@ std::vector<KeySpec> build_schema() {
                         0.9, "dropout probability; 0 = off"));
   // [data]
   s.push_back(string_key("data.source", [](Config& c) -> std::string& { return c.data.source; },
-                         "\"builtin:arith\", \"text:PATH\" or \"shards:DIR\" (docs/data.md)",
+                         "\"builtin:arith\", \"text:PATH\", \"shards:DIR\" or \"records:DIR\" (docs/data.md)",
                          check_source));
   s.push_back(int_key("data.micro_batch", [](Config& c) -> int64_t& { return c.data.micro_batch; },
                       1, 1 << 20, "sequences per forward/backward pass"));
@@ -157,9 +158,9 @@ std::vector<KeySpec> build_schema() {
   s.push_back(int_key("data.arith_lines", [](Config& c) -> int64_t& { return c.data.arith_lines; },
                       10, 1e8, "arith: training problems generated"));
   s.push_back(int_key("data.workers", [](Config& c) -> int64_t& { return c.data.workers; }, 0, 64,
-                      "shards: loader threads; 0 = build batches inline on the trainer thread"));
+                      "shards, records: loader threads; 0 = build batches inline on the trainer thread"));
   s.push_back(int_key("data.prefetch", [](Config& c) -> int64_t& { return c.data.prefetch; }, 1,
-                      1024, "shards: batches built ahead of the trainer at most"));
+                      1024, "shards, records: batches built ahead of the trainer at most"));
   // [train]
   s.push_back(int_key("train.steps", [](Config& c) -> int64_t& { return c.train.steps; }, 1, kBig,
                       "training iterations (each one optimizer step over train.global_batch sequences)"));

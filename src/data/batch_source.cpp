@@ -1,4 +1,5 @@
-// In-memory window sampling for builtin:arith and text:PATH; see batch_source.h.
+// In-memory window sampling for builtin:arith and text:PATH, and the factory for every source;
+// see batch_source.h.
 #include "frugal/data/batch_source.h"
 
 #include <ATen/ATen.h>
@@ -13,6 +14,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/data/arith.h"
 #include "frugal/data/rng.h"
+#include "frugal/data/record_source.h"
 #include "frugal/data/shard_source.h"
 #include <nlohmann/json.hpp>
 
@@ -90,9 +92,22 @@ std::string bytes_to_text(const std::vector<int64_t>& tokens) {
   return s;
 }
 
+bool pin_memory_for(const std::string& device) {
+  return c10::Device(device).is_cuda() && at::hasCUDA();
+}
+
 std::unique_ptr<BatchSource> make_batch_source(const Config& c) {
   const auto& src = c.data.source;
   const uint64_t seed = static_cast<uint64_t>(c.run.seed);
+  if (src.rfind("records:", 0) == 0) {
+    RecordSourceOptions o;
+    o.micro_batch = c.data.micro_batch;
+    o.seed = seed;
+    o.workers = static_cast<int>(c.data.workers);
+    o.prefetch = static_cast<int>(c.data.prefetch);
+    o.pin_memory = pin_memory_for(c.run.device);
+    return std::make_unique<RecordSource>(open_record_dataset(src.substr(8)), o);
+  }
   if (src.rfind("shards:", 0) == 0) {
     ShardSourceOptions o;
     o.micro_batch = c.data.micro_batch;
@@ -101,6 +116,7 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c) {
     o.workers = static_cast<int>(c.data.workers);
     o.prefetch = static_cast<int>(c.data.prefetch);
     o.vocab = c.model.vocab;
+    o.pin_memory = pin_memory_for(c.run.device);
     return std::make_unique<ShardSource>(open_token_dataset(src.substr(7)), o);
   }
   if (c.model.vocab < 256)

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -20,6 +22,8 @@
 #include "frugal/data/file_hash.h"
 #include "frugal/data/shard.h"
 #include "frugal/data/tokenizer.h"
+#include "data/internal/record_prepare.h"
+#include "frugal/data/tar_samples.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -35,9 +39,20 @@ const char* dedup_name(DedupMode m) {
   return m == DedupMode::kNone ? "none" : m == DedupMode::kExact ? "exact" : "near";
 }
 
+const char* format_name(InputFormat f) {
+  switch (f) {
+    case InputFormat::kText: return "text";
+    case InputFormat::kJsonl: return "jsonl";
+    case InputFormat::kImages: return "images";
+    case InputFormat::kTar: return "tar";
+    case InputFormat::kCsv: return "csv";
+  }
+  return "?";
+}
+
 // Everything that shapes the output (threads do not: the output is the same for any count).
 nlohmann::json options_key(const PrepareOptions& o) {
-  nlohmann::json k = {{"format", o.format == InputFormat::kText ? "text" : "jsonl"},
+  nlohmann::json k = {{"format", format_name(o.format)},
                       {"tokenizer", o.tokenizer},
                       {"dedup", dedup_name(o.dedup.mode)},
                       {"val_fraction", o.val_fraction},
@@ -50,6 +65,16 @@ nlohmann::json options_key(const PrepareOptions& o) {
     k["near_threshold"] = o.dedup.near_threshold;
     k["shingle_words"] = o.dedup.shingle_words;
   }
+  if (o.format == InputFormat::kImages || o.format == InputFormat::kTar || o.format == InputFormat::kCsv) {
+    k["seed"] = o.seed;
+    k["shard_records"] = o.shard_records;
+  }
+  if (o.format == InputFormat::kImages || o.format == InputFormat::kTar) {
+    k["image_size"] = o.image_size;
+    k["pixels"] = o.pixels == PixelStorage::kUint8 ? "uint8" : "fp16";
+    k["augment"] = o.augment;
+  }
+  if (o.format == InputFormat::kCsv) k["label_column"] = o.label_column;
   return k;
 }
 
@@ -80,15 +105,26 @@ bool cache_hit(const std::string& out, const nlohmann::json& key, const nlohmann
           return false;
       }
     const auto& c = m.at("counts");
-    r->documents_in = c.at("documents_in");
-    r->documents = c.at("documents");
-    r->exact_removed = c.at("exact_duplicates");
-    r->near_removed = c.at("near_duplicates");
-    r->tokens = c.at("tokens");
-    r->train_tokens = c.at("train_tokens");
-    r->val_tokens = c.at("val_tokens");
-    r->vocab = m.at("tokenizer").at("vocab");
-    r->tokenizer = m.at("tokenizer").at("name");
+    r->kind = m.at("kind").get<std::string>();
+    if (r->kind == "records") {
+      r->train_samples = c.at("train_samples");
+      r->val_samples = c.at("val_samples");
+      r->train_records = c.at("train_records");
+      r->val_records = c.at("val_records");
+      r->classes = static_cast<int64_t>(m.at("classes").size());
+      r->record_shape = fmt::format("{} {}", m.at("record").at("dtype").get<std::string>(),
+                                    m.at("record").at("shape").dump());
+    } else {
+      r->documents_in = c.at("documents_in");
+      r->documents = c.at("documents");
+      r->exact_removed = c.at("exact_duplicates");
+      r->near_removed = c.at("near_duplicates");
+      r->tokens = c.at("tokens");
+      r->train_tokens = c.at("train_tokens");
+      r->val_tokens = c.at("val_tokens");
+      r->vocab = m.at("tokenizer").at("vocab");
+      r->tokenizer = m.at("tokenizer").at("name");
+    }
     r->shards = static_cast<int64_t>(m.at("splits").at("train").size() + m.at("splits").at("val").size());
     return true;
   } catch (const std::exception&) {
@@ -142,6 +178,96 @@ std::unique_ptr<Tokenizer> make_tokenizer(const PrepareOptions& o, const std::ve
                                 o.tokenizer));
 }
 
+// Dedup, tokenise and write token shards; fills the token manifest fields.
+void prepare_tokens(const PrepareOptions& o, std::vector<std::string> docs, const std::string& tmp,
+                    nlohmann::ordered_json* mp, PrepareReport* rp, const PrepareProgress& say) {
+  auto& m = *mp;
+  auto& r = *rp;
+  if (docs.empty()) throw DataError("the inputs hold no documents (all files empty?)");
+  r.documents_in = static_cast<int64_t>(docs.size());
+  say(fmt::format("dedup ({}) over {} documents", dedup_name(o.dedup.mode), docs.size()));
+  const DedupResult dd = deduplicate(docs, o.dedup);
+  r.exact_removed = dd.exact_removed;
+  r.near_removed = dd.near_removed;
+  std::vector<std::string> kept;
+  int64_t kept_bytes = 0;
+  for (size_t i = 0; i < docs.size(); ++i)
+    if (dd.keep[i]) {
+      kept_bytes += static_cast<int64_t>(docs[i].size());
+      kept.push_back(std::move(docs[i]));
+    }
+  docs.clear();
+  r.documents = static_cast<int64_t>(kept.size());
+  r.bytes_kept = kept_bytes;
+
+  auto tok = make_tokenizer(o, kept, r.threads, tmp);
+  r.tokenizer = tok->name();
+  r.vocab = tok->vocab();
+  say(fmt::format("tokenising {:.1f} MB with {} ({} threads)", static_cast<double>(kept_bytes) / 1e6,
+                  tok->name(), r.threads));
+  const auto t_tok = Clock::now();
+  const auto encoded = tok->encode(kept, r.threads, tmp);
+  r.tokenize_s = since(t_tok);
+  const auto sep = tok->separator();
+  std::vector<int32_t> stream;
+  for (const auto& d : encoded) {
+    stream.insert(stream.end(), d.begin(), d.end());
+    stream.insert(stream.end(), sep.begin(), sep.end());
+  }
+  r.tokens = static_cast<int64_t>(stream.size());
+  r.val_tokens = static_cast<int64_t>(std::llround(static_cast<double>(r.tokens) * o.val_fraction));
+  r.train_tokens = r.tokens - r.val_tokens;
+  say(fmt::format("tokenised {} tokens in {:.2f} s ({:.1f} MB/s); writing shards", r.tokens, r.tokenize_s,
+                  static_cast<double>(kept_bytes) / 1e6 / std::max(r.tokenize_s, 1e-9)));
+
+  const ShardDtype dtype = r.vocab <= 65536 ? ShardDtype::kUint16 : ShardDtype::kUint32;
+  m["kind"] = "tokens";
+  m["dtype"] = dtype_name(dtype);
+  m["tokenizer"] = {{"name", tok->name()}, {"vocab", r.vocab}, {"separator", sep}};
+  if (!tok->model_path().empty())
+    m["tokenizer"]["model"] = {{"file", "tokenizer.model"}, {"xxh64", hex64(xxh64_file(tmp + "/tokenizer.model"))}};
+  m["splits"]["train"] = write_split(tmp, "train", stream, 0, static_cast<size_t>(r.train_tokens), o, dtype, &r);
+  m["splits"]["val"] = write_split(tmp, "val", stream, static_cast<size_t>(r.train_tokens), stream.size(), o, dtype, &r);
+  m["counts"] = {{"documents_in", r.documents_in}, {"documents", r.documents},
+                 {"exact_duplicates", r.exact_removed}, {"near_duplicates", r.near_removed},
+                 {"bytes_in", r.bytes_in}, {"tokens", r.tokens}, {"train_tokens", r.train_tokens},
+                 {"val_tokens", r.val_tokens}};
+  m["dedup"] = {{"mode", dedup_name(o.dedup.mode)}, {"lsh_bands", dd.lsh_bands}, {"lsh_rows", dd.lsh_rows}};
+}
+
+// WebDataset-style tars: image samples become a record dataset (returns true); otherwise the
+// .txt members become the documents of a token dataset.
+bool read_tars(const PrepareOptions& o, const std::vector<std::string>& files, const std::string& tmp,
+               nlohmann::ordered_json* m, PrepareReport* r, const PrepareProgress& say,
+               std::vector<std::string>* docs) {
+  std::vector<std::pair<std::string, TarSample>> samples;
+  bool images = false, texts = false;
+  for (const auto& f : files) {
+    for (auto& s : read_tar_samples(f)) {
+      for (const auto& [ext, data] : s.members) {
+        std::string e = ext;
+        std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        images = images || e == "jpg" || e == "jpeg" || e == "png";
+        texts = texts || ext == "txt";
+      }
+      samples.emplace_back(f, std::move(s));
+    }
+    say(fmt::format("read {} samples from {} archives", samples.size(), files.size()));
+  }
+  if (images) {
+    detail::prepare_tar_images(o, std::move(samples), tmp, m, r, say);
+    return true;
+  }
+  if (!texts)
+    throw DataError(fmt::format("the tar inputs hold no image (.jpg, .jpeg, .png) and no text (.txt) members "
+                                "({} samples)", samples.size()));
+  for (auto& [archive, s] : samples) {
+    auto it = s.members.find("txt");
+    if (it != s.members.end() && !it->second.empty()) docs->push_back(std::move(it->second));
+  }
+  return false;
+}
+
 }  // namespace
 
 PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& progress) {
@@ -150,8 +276,10 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     if (progress) progress(s);
   };
   if (o.out_dir.empty()) throw ConfigError("prepare needs an output folder (--out DIR)");
-  if (!(o.val_fraction >= 0 && o.val_fraction < 1) || o.shard_tokens < 1)
-    throw ConfigError("--val-fraction must be in [0, 1) and --shard-tokens positive");
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1) || o.shard_tokens < 1 || o.shard_records < 1)
+    throw ConfigError("--val-fraction must be in [0, 1), --shard-tokens and --shard-records positive");
+  if (o.image_size < 1 || o.image_size > 4096 || o.augment < 0)
+    throw ConfigError(fmt::format("--size {} must be in [1, 4096] and --augment {} at least 0", o.image_size, o.augment));
   const std::string out = fs::path(o.out_dir).lexically_normal().string();
   if (fs::exists(out) && !fs::exists(out + "/manifest.json") && !fs::is_empty(out))
     throw ConfigError(fmt::format("--out {}: the folder exists and is not a frugal dataset; choose a new "
@@ -170,72 +298,40 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     return r;
   }
 
-  std::vector<std::string> docs;
-  for (const auto& f : files) {
-    split_documents(read_file(f), f, o.format, o.jsonl_field, &docs);
-    say(fmt::format("read {} files, {} documents, {:.1f} MB ({:.0f} MB/s)", r.sources, docs.size(),
-                    static_cast<double>(r.bytes_in) / 1e6, static_cast<double>(r.bytes_in) / 1e6 / since(t0)));
-  }
-  if (docs.empty()) throw DataError("the inputs hold no documents (all files empty?)");
-  r.documents_in = static_cast<int64_t>(docs.size());
-
-  say(fmt::format("dedup ({}) over {} documents", dedup_name(o.dedup.mode), docs.size()));
-  const DedupResult dd = deduplicate(docs, o.dedup);
-  r.exact_removed = dd.exact_removed;
-  r.near_removed = dd.near_removed;
-  std::vector<std::string> kept;
-  int64_t kept_bytes = 0;
-  for (size_t i = 0; i < docs.size(); ++i)
-    if (dd.keep[i]) {
-      kept_bytes += static_cast<int64_t>(docs[i].size());
-      kept.push_back(std::move(docs[i]));
-    }
-  docs.clear();
-  r.documents = static_cast<int64_t>(kept.size());
-  r.bytes_kept = kept_bytes;
-
   const std::string tmp = fmt::format("{}.tmp-{}", out, ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   try {
-    auto tok = make_tokenizer(o, kept, r.threads, tmp);
-    r.tokenizer = tok->name();
-    r.vocab = tok->vocab();
-    say(fmt::format("tokenising {:.1f} MB with {} ({} threads)", static_cast<double>(kept_bytes) / 1e6,
-                    tok->name(), r.threads));
-    const auto t_tok = Clock::now();
-    const auto encoded = tok->encode(kept, r.threads, tmp);
-    r.tokenize_s = since(t_tok);
-    const auto sep = tok->separator();
-    std::vector<int32_t> stream;
-    for (const auto& d : encoded) {
-      stream.insert(stream.end(), d.begin(), d.end());
-      stream.insert(stream.end(), sep.begin(), sep.end());
-    }
-    r.tokens = static_cast<int64_t>(stream.size());
-    r.val_tokens = static_cast<int64_t>(std::llround(static_cast<double>(r.tokens) * o.val_fraction));
-    r.train_tokens = r.tokens - r.val_tokens;
-    say(fmt::format("tokenised {} tokens in {:.2f} s ({:.1f} MB/s); writing shards", r.tokens, r.tokenize_s,
-                    static_cast<double>(kept_bytes) / 1e6 / std::max(r.tokenize_s, 1e-9)));
-
-    const ShardDtype dtype = r.vocab <= 65536 ? ShardDtype::kUint16 : ShardDtype::kUint32;
     nlohmann::ordered_json m;
     m["format"] = "frugal-dataset";
     m["format_version"] = kFormatVersion;
-    m["kind"] = "tokens";
-    m["dtype"] = dtype_name(dtype);
-    m["tokenizer"] = {{"name", tok->name()}, {"vocab", r.vocab}, {"separator", sep}};
-    if (!tok->model_path().empty())
-      m["tokenizer"]["model"] = {{"file", "tokenizer.model"}, {"xxh64", hex64(xxh64_file(tmp + "/tokenizer.model"))}};
+    std::vector<std::string> docs;
+    bool tokens = true;
+    if (o.format == InputFormat::kImages) {
+      detail::prepare_image_folders(o, tmp, &m, &r, say);
+      tokens = false;
+    } else if (o.format == InputFormat::kCsv) {
+      detail::prepare_csv(o, files, tmp, &m, &r, say);
+      tokens = false;
+    } else if (o.format == InputFormat::kTar) {
+      tokens = !read_tars(o, files, tmp, &m, &r, say, &docs);
+    } else {
+      for (const auto& f : files) {
+        split_documents(read_file(f), f, o.format, o.jsonl_field, &docs);
+        say(fmt::format("read {} files, {} documents, {:.1f} MB ({:.0f} MB/s)", r.sources, docs.size(),
+                        static_cast<double>(r.bytes_in) / 1e6, static_cast<double>(r.bytes_in) / 1e6 / since(t0)));
+      }
+    }
+    if (tokens) {
+      prepare_tokens(o, std::move(docs), tmp, &m, &r, say);
+    } else {
+      r.kind = "records";
+      m["counts"] = {{"samples", r.train_samples + r.val_samples}, {"train_samples", r.train_samples},
+                     {"val_samples", r.val_samples}, {"train_records", r.train_records},
+                     {"val_records", r.val_records}, {"bytes_in", r.bytes_in}};
+    }
     m["options"] = key;
     m["sources"] = sources;
-    m["splits"]["train"] = write_split(tmp, "train", stream, 0, static_cast<size_t>(r.train_tokens), o, dtype, &r);
-    m["splits"]["val"] = write_split(tmp, "val", stream, static_cast<size_t>(r.train_tokens), stream.size(), o, dtype, &r);
-    m["counts"] = {{"documents_in", r.documents_in}, {"documents", r.documents},
-                   {"exact_duplicates", r.exact_removed}, {"near_duplicates", r.near_removed},
-                   {"bytes_in", r.bytes_in}, {"tokens", r.tokens}, {"train_tokens", r.train_tokens},
-                   {"val_tokens", r.val_tokens}};
-    m["dedup"] = {{"mode", dedup_name(o.dedup.mode)}, {"lsh_bands", dd.lsh_bands}, {"lsh_rows", dd.lsh_rows}};
     r.seconds = since(t0);
     m["prepare_seconds"] = r.seconds;
     write_file_atomic(tmp + "/manifest.json", m.dump(2) + "\n");
@@ -250,6 +346,24 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
 }
 
 std::string format_report(const PrepareReport& r) {
+  if (r.kind == "records") {
+    const std::string counts = fmt::format(
+        "  samples     {} train / {} val ({} classes); records {} train / {} val, each {}",
+        r.train_samples, r.val_samples, r.classes, r.train_records, r.val_records, r.record_shape);
+    if (r.up_to_date)
+      return fmt::format("{} is up to date: same options, and all {} inputs ({:.1f} MB) hash as before; "
+                         "nothing to do ({:.2f} s). Pass --force to rebuild.\n{}",
+                         r.out_dir, r.sources, static_cast<double>(r.bytes_in) / 1e6, r.seconds, counts);
+    const double samples = static_cast<double>(r.train_samples + r.val_samples);
+    return fmt::format(
+        "prepared {} in {:.2f} s\n"
+        "  inputs      {} files, {:.2f} MB\n{}\n"
+        "  decoding    {:.2f} s with {} threads ({:.0f} samples/s)\n"
+        "  output      {} shards, {:.2f} MB\n"
+        "train with:   --set data.source=records:{}",
+        r.out_dir, r.seconds, r.sources, static_cast<double>(r.bytes_in) / 1e6, counts, r.decode_s, r.threads,
+        samples / std::max(r.decode_s, 1e-9), r.shards, static_cast<double>(r.bytes_out) / 1e6, r.out_dir);
+  }
   if (r.up_to_date)
     return fmt::format("{} is up to date: same options, and all {} inputs ({:.1f} MB) hash as before; "
                        "nothing to do ({:.2f} s). Pass --force to rebuild.\n"

@@ -64,9 +64,12 @@ TokenBatch ShardSource::build_train(int64_t k) const {
 
 Batch ShardSource::to_tensors(const TokenBatch& b) const {
   const int64_t rows = static_cast<int64_t>(b.samples.size());
-  at::Tensor buf = at::from_blob(const_cast<int32_t*>(b.tokens.data()), {rows, opts_.block + 1}, at::kInt)
-                       .to(at::kLong);  // one copy, on the trainer thread
-  return {buf.narrow(1, 0, opts_.block).contiguous(), buf.narrow(1, 1, opts_.block).contiguous()};
+  const at::Tensor src = at::from_blob(const_cast<int32_t*>(b.tokens.data()), {rows, opts_.block + 1}, at::kInt);
+  const auto host = at::TensorOptions().dtype(at::kLong).pinned_memory(opts_.pin_memory);
+  Batch out{at::empty({rows, opts_.block}, host), at::empty({rows, opts_.block}, host)};
+  out.x.copy_(src.narrow(1, 0, opts_.block));  // int32 -> int64, one copy each, on the trainer thread
+  out.y.copy_(src.narrow(1, 1, opts_.block));
+  return out;
 }
 
 TokenBatch ShardSource::next_train() { return loader_->next(); }

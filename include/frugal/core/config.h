@@ -35,17 +35,18 @@ struct ModelConfig {
 // [data] — where tokens come from and how they are batched.
 struct DataConfig {
   // "builtin:arith" (seeded arithmetic lines, docs/data.md), "text:PATH" (any UTF-8 file,
-  // byte-level tokens) or "shards:DIR" (a dataset `frugal prepare` wrote, or llm.c .bin files).
+  // byte-level tokens), "shards:DIR" (a token dataset `frugal prepare` wrote, or llm.c .bin
+  // files) or "records:DIR" (an image or table dataset `frugal prepare` wrote).
   std::string source = "builtin:arith";
   int64_t micro_batch = 32;     // sequences per forward/backward pass
   double val_fraction = 0.1;    // text: the last fraction of the file is held out for validation
   int64_t arith_digits = 2;     // arith: operands have 1..arith_digits digits
   int64_t arith_lines = 20000;  // arith: training problems generated (held-out ones never appear)
-  // shards: loader threads that read and collate batches ahead of the trainer. 0 = inline on
+  // shards, records: loader threads that read and collate batches ahead of the trainer. 0 = inline on
   // the trainer thread (debugging). Each worker takes a core from the model; 1 suffices unless
   // data_wait in metrics.jsonl says otherwise.
   int64_t workers = 1;
-  int64_t prefetch = 4;  // shards: batches built ahead at most (memory: prefetch x one batch)
+  int64_t prefetch = 4;  // shards, records: batches built ahead at most (memory: prefetch x one batch)
 };
 
 // [precision] — mixed precision (src/train/precision.cpp, loss_scaler.cpp).

@@ -16,9 +16,16 @@
 
 namespace frugal {
 
+// One micro-batch, on the host. What x and y hold depends on the source:
+//  - token sources (builtin:arith, text:PATH, shards:DIR): x int64 (B, T) token ids, y int64
+//    (B, T) next-token targets;
+//  - records:DIR: x float32 inputs, (B, C, H, W) images or (B, F) table rows, y int64 (B) class
+//    ids (record_source.h).
+// A source may hand out page-locked (pinned) tensors; moving them with
+// `.to(device, /*non_blocking=*/true)` then overlaps the copy with compute on CUDA.
 struct Batch {
-  at::Tensor x;  // (B, T) int64 inputs
-  at::Tensor y;  // (B, T) int64 next-token targets
+  at::Tensor x;
+  at::Tensor y;
 };
 
 class BatchSource {
@@ -66,7 +73,13 @@ class WindowSource : public BatchSource {
 std::vector<int32_t> byte_tokens(const std::string& text);
 std::string bytes_to_text(const std::vector<int64_t>& tokens);
 
-// Builds the source named by config.data.source. Throws ConfigError/DataError.
+// Whether host batches bound for `device` ("cpu", "cuda", "cuda:1", ...) should live in
+// page-locked memory: true for a CUDA device when this build has CUDA, false otherwise (on CPU
+// nothing changes).
+bool pin_memory_for(const std::string& device);
+
+// Builds the source named by config.data.source ("builtin:arith", "text:PATH", "shards:DIR",
+// "records:DIR"), with pinned batches when run.device is CUDA. Throws ConfigError/DataError.
 std::unique_ptr<BatchSource> make_batch_source(const Config& config);
 
 }  // namespace frugal

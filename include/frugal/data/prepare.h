@@ -1,8 +1,11 @@
-// `frugal prepare`: turns raw text into a token dataset once, so training never re-reads,
-// re-tokenises or re-deduplicates. Reads the inputs (files, or folders of files), splits them
-// into documents, removes duplicates, tokenises in parallel, and writes token shards
-// (docs/formats/shards.md) plus manifest.json (docs/data.md) into a temporary folder that is
-// renamed over --out only when complete.
+// `frugal prepare`: turns raw inputs into a dataset once, so training never re-reads,
+// re-tokenises, re-decodes or re-augments. Text (plain, JSONL, or the .txt members of
+// WebDataset-style tars) is split into documents, deduplicated, tokenised in parallel and written
+// as token shards; images (a folder with one sub-folder per class, or the .jpg/.png + .cls
+// members of tars) are decoded, resized and optionally augmented in parallel, and tables (CSV)
+// parsed, into record shards (docs/formats/shards.md). Everything is written, with
+// manifest.json (docs/data.md), into a temporary folder that is renamed over --out only when
+// complete.
 //
 // Caching: the manifest records the options that shape the output and every input's size and
 // xxhash64; a re-run with identical options on unchanged inputs finds them equal and returns
@@ -24,6 +27,16 @@ namespace frugal {
 enum class InputFormat {
   kText,   // documents are separated by blank lines
   kJsonl,  // one JSON object per line; the document is the string field `jsonl_field`
+  kImages, // a folder with one sub-folder of JPEG/PNG files per class -> record shards
+  kTar,    // WebDataset-style tars: key.jpg/key.png + key.cls -> records; key.txt -> tokens
+  kCsv,    // a header row, numeric feature columns and a label column -> record shards
+};
+
+// How image pixels are stored in record shards.
+enum class PixelStorage {
+  kUint8,  // the 8-bit values (1 byte per value); the loader divides by 255
+  kFp16,   // value / 255 as IEEE half (2 bytes per value): for cached features, or to skip the
+           // conversion in the loader
 };
 
 struct PrepareOptions {
@@ -41,10 +54,19 @@ struct PrepareOptions {
   bool zstd = false;                    // zstd-compress shard blocks (smaller, slower first read)
   int threads = 0;                      // tokeniser threads; 0 = the CPUs this process may use
   bool force = false;                   // rebuild even when the cache says up to date
+
+  // Record datasets (images, tar images, csv).
+  int image_size = 32;              // images are resized once to image_size x image_size
+  PixelStorage pixels = PixelStorage::kUint8;
+  int augment = 0;                  // augmented variants stored per training image (besides the original)
+  uint64_t seed = 0;                // the validation hold-out and the augmentation draws
+  std::string label_column;         // csv: the label column; empty = the last column
+  int64_t shard_records = 65536;    // records per record shard file
 };
 
 struct PrepareReport {
   bool up_to_date = false;
+  std::string kind = "tokens";  // "tokens" or "records" (the manifest's kind)
   std::string out_dir;
   std::string tokenizer;
   int64_t vocab = 0;
@@ -53,6 +75,11 @@ struct PrepareReport {
   int64_t exact_removed = 0, near_removed = 0;
   int64_t tokens = 0, train_tokens = 0, val_tokens = 0;
   int64_t shards = 0, bytes_out = 0;
+  // Record datasets: samples (images or rows) and records (training records include the
+  // augmented variants), classes, and the decode + resize + augment phase alone.
+  int64_t train_samples = 0, val_samples = 0, train_records = 0, val_records = 0, classes = 0;
+  std::string record_shape;  // e.g. "uint8 [3, 32, 32]"
+  double decode_s = 0;
   int threads = 1;
   double tokenize_s = 0;  // wall time of tokenisation alone
   double seconds = 0;     // the whole call
@@ -61,7 +88,9 @@ struct PrepareReport {
 // Status lines for a progress display (phase, amounts, throughput).
 using PrepareProgress = std::function<void(const std::string&)>;
 
-// Throws DataError (unreadable input, malformed JSONL with file:line, empty corpus) or
+// Throws DataError (unreadable input, malformed JSONL with file:line, a corrupt image naming the
+// file, an unsafe tar member naming member and archive, a bad CSV cell naming file, line,
+// column and value, empty corpus) or
 // ConfigError (bad options, an --out that exists but is not a dataset).
 PrepareReport prepare_dataset(const PrepareOptions& options, const PrepareProgress& progress = nullptr);
 

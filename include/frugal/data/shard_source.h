@@ -10,7 +10,8 @@
 // the validation stream, in file order, the same at every evaluation.
 //
 // Workers build batches in plain buffers (no tensor work off the trainer thread); the trainer
-// thread wraps a batch in one tensor. A corrupt shard or a token outside model.vocab raises
+// thread converts a batch into x and y with one copy each (into page-locked memory when
+// pin_memory, so the copy to a CUDA device can be non-blocking). A corrupt shard or a token outside model.vocab raises
 // DataError on the trainer thread naming the file and byte offset.
 #pragma once
 
@@ -42,6 +43,7 @@ struct ShardSourceOptions {
   int64_t rank = 0;    // this process's rank and the world size: ranks see disjoint windows
   int64_t world_size = 1;
   int64_t vocab = 256; // model.vocab: a token >= vocab is a DataError
+  bool pin_memory = false;  // page-locked host batches (REQUIRES a CUDA build; see pin_memory_for)
 };
 
 class ShardSource : public BatchSource {
