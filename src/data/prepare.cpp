@@ -112,6 +112,7 @@ bool cache_hit(const std::string& out, const nlohmann::json& key, const nlohmann
       r->train_records = c.at("train_records");
       r->val_records = c.at("val_records");
       r->classes = static_cast<int64_t>(m.at("classes").size());
+      r->record_content = m.at("record").at("content").get<std::string>();
       r->record_shape = fmt::format("{} {}", m.at("record").at("dtype").get<std::string>(),
                                     m.at("record").at("shape").dump());
     } else {
@@ -358,11 +359,15 @@ std::string format_report(const PrepareReport& r) {
     return fmt::format(
         "prepared {} in {:.2f} s\n"
         "  inputs      {} files, {:.2f} MB\n{}\n"
-        "  decoding    {:.2f} s with {} threads ({:.0f} samples/s)\n"
+        "  {}\n"
         "  output      {} shards, {:.2f} MB\n"
         "train with:   --set data.source=records:{}",
-        r.out_dir, r.seconds, r.sources, static_cast<double>(r.bytes_in) / 1e6, counts, r.decode_s, r.threads,
-        samples / std::max(r.decode_s, 1e-9), r.shards, static_cast<double>(r.bytes_out) / 1e6, r.out_dir);
+        r.out_dir, r.seconds, r.sources, static_cast<double>(r.bytes_in) / 1e6, counts,
+        r.record_content == "table"
+            ? fmt::format("parsing     {:.2f} s ({:.0f} rows/s)", r.decode_s, samples / std::max(r.decode_s, 1e-9))
+            : fmt::format("decoding    {:.2f} s with {} threads ({:.0f} images/s)", r.decode_s, r.threads,
+                          samples / std::max(r.decode_s, 1e-9)),
+        r.shards, static_cast<double>(r.bytes_out) / 1e6, r.out_dir);
   }
   if (r.up_to_date)
     return fmt::format("{} is up to date: same options, and all {} inputs ({:.1f} MB) hash as before; "

@@ -189,6 +189,7 @@ void prepare_images(const PrepareOptions& o, std::vector<ImageItem> items, const
   r->train_records = train.records();
   r->val_records = val.records();
   r->classes = static_cast<int64_t>(classes.size());
+  r->record_content = "image";
   r->record_shape = fmt::format("{} [3, {}, {}]", dtype, S, S);
 }
 
@@ -370,6 +371,7 @@ void prepare_csv(const PrepareOptions& o, const std::vector<std::string>& files,
   r->train_records = train.records();
   r->val_records = val.records();
   r->classes = static_cast<int64_t>(t.classes.size());
+  r->record_content = "table";
   r->record_shape = fmt::format("float32 [{}]", F);
   r->decode_s = since(t0);
 }

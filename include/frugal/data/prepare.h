@@ -78,7 +78,8 @@ struct PrepareReport {
   // Record datasets: samples (images or rows) and records (training records include the
   // augmented variants), classes, and the decode + resize + augment phase alone.
   int64_t train_samples = 0, val_samples = 0, train_records = 0, val_records = 0, classes = 0;
-  std::string record_shape;  // e.g. "uint8 [3, 32, 32]"
+  std::string record_content;  // "image" or "table"
+  std::string record_shape;    // e.g. "uint8 [3, 32, 32]"
   double decode_s = 0;
   int threads = 1;
   double tokenize_s = 0;  // wall time of tokenisation alone
