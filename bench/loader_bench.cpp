@@ -316,9 +316,12 @@ int main(int argc, char** argv) {
     }
   }
   nlohmann::ordered_json j = loader_rates(dir, n, rounds);
-  for (auto& [k, v] : image_prepare_rates(dir, images, rounds).items()) j[k] = v;
-  if (text)
-    for (auto& [k, v] : text_prepare_rates(dir).items()) j[k] = v;
+  const nlohmann::ordered_json img = image_prepare_rates(dir, images, rounds);
+  for (auto& [k, v] : img.items()) j[k] = v;
+  if (text) {
+    const nlohmann::ordered_json txt = text_prepare_rates(dir);  // the loop must not outlive it
+    for (auto& [k, v] : txt.items()) j[k] = v;
+  }
   std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
