@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 
 namespace frugal::cli {
 
@@ -18,5 +19,8 @@ void add_config_command(CLI::App& app, Run* run);
 void add_report_commands(CLI::App& app, Run* run);  // report, compare
 void add_smoke_command(CLI::App& app, Run* run);
 void add_prepare_command(CLI::App& app, Run* run);
+// `frugal help [--markdown]`: every command and flag, from the registered tables (register last).
+void add_help_command(CLI::App& app, Run* run);
+std::string cli_reference_markdown(const CLI::App& app);
 
 }  // namespace frugal::cli
