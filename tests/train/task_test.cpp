@@ -169,6 +169,23 @@ TEST(UserTask, EarlyStoppingAndTheBudgetLeverApplyToAUserModule) {
   EXPECT_GT(s["cost_usd"].get<double>(), 0.0);
 }
 
+TEST(UserTask, ConfigFilledInCodeIsCheckedAgainstTheSchema) {
+  Config c;
+  c.train.steps = 7;
+  c.precision.mode = PrecisionMode::kBf16;
+  ResolvedConfig rc = resolve_config(c);
+  EXPECT_EQ(rc.config.train.steps, 7);
+  EXPECT_EQ(rc.origins.at("train.steps").describe(), "code");
+  EXPECT_EQ(rc.origins.at("train.lr").describe(), "default");
+  c.train.lr = -1;
+  try {
+    resolve_config(c);
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.lr"), std::string::npos) << e.what();
+  }
+}
+
 // A torch::data dataset of 10 samples: x = [i, i*i], y = i % 3.
 class Squares : public torch::data::datasets::Dataset<Squares> {
  public:
