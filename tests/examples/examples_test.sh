@@ -2,6 +2,7 @@
 # The examples under examples/ run end to end with short settings (CTest label "examples").
 #
 #   examples_test.sh gpt_text FRUGAL SOURCE_DIR
+#   examples_test.sh cnn_images CNN_IMAGES_BINARY SOURCE_DIR
 set -euo pipefail
 name=$1
 frugal=$2
@@ -25,6 +26,20 @@ case $name in
     val=$(value "$summary" final_val_loss)
     awk -v v="$val" 'BEGIN { exit !(v < 5.5) }' || { echo "FAIL: final_val_loss $val is not below 5.5"; exit 1; }
     echo "gpt_text: final_val_loss $val"
+    ;;
+  cnn_images)
+    cd "$work"
+    "$frugal" generate images 60
+    "$frugal" train images --augment 1 --set run.out_dir="$work/runs" --set train.steps=40 \
+      --set train.eval_every=20 --set train.log_every=10 --set run.threads=1 | tee train.log
+    summary=$work/runs/cnn_images/summary.json
+    grep -q '"stop_kind": "completed"' "$summary" || { echo "FAIL: run did not complete"; cat "$summary"; exit 1; }
+    grep -q '"precision": "bf16"' "$summary" || { echo "FAIL: not trained in bf16"; exit 1; }
+    # 144 training images x 2 (one augmented variant each) in the description of the data.
+    grep -q 'x2 with offline augmentation) (288 training' "$summary" || { echo "FAIL: augmentation missing"; grep '"data"' "$summary"; exit 1; }
+    val=$(value "$summary" final_val_loss)
+    # Three classes: chance is ln 3 = 1.10.
+    awk -v v="$val" 'BEGIN { exit !(v < 1.0) }' || { echo "FAIL: final_val_loss $val is not below 1.0"; exit 1; }
     ;;
   *)
     echo "unknown example $name"; exit 2 ;;

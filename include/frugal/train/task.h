@@ -24,6 +24,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
 
 #include <cstdint>
 #include <functional>
@@ -36,10 +37,6 @@
 
 #include "frugal/core/config.h"
 #include "frugal/data/batch_source.h"
-
-namespace torch::nn {
-class Module;
-}
 
 namespace frugal {
 
