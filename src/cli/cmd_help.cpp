@@ -23,6 +23,17 @@ std::string cell(const std::string& s) {
   return out;
 }
 
+// A default value as typed on a command line: control characters escaped.
+std::string shown_default(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '\n') out += "\\n";
+    else if (ch == '\t') out += "\\t";
+    else out += ch;
+  }
+  return out;
+}
+
 std::string option_names(const CLI::Option& o) {
   if (o.get_positional()) return "`" + o.get_name() + "` (positional)";
   std::string names;
@@ -44,9 +55,10 @@ void describe_command(const CLI::App& app, const std::string& path, std::string&
   for (const CLI::Option* o : app.get_options()) {
     if (o == app.get_help_ptr() || o->get_name().empty()) continue;
     std::string desc = o->get_description();
-    if (!o->get_default_str().empty()) desc += fmt::format(" (default: {})", o->get_default_str());
+    if (!o->get_default_str().empty()) desc += fmt::format(" (default: `{}`)", shown_default(o->get_default_str()));
     if (o->get_required()) desc += " (required)";
-    if (o->get_expected_max() > 1 && !o->get_positional()) desc += " (repeatable)";
+    if (o->get_expected_max() > 1 && !o->get_positional() && desc.find("repeatable") == std::string::npos)
+      desc += " (repeatable)";
     rows += fmt::format("| {} | {} | {} |\n", option_names(*o), option_argument(*o), cell(desc));
   }
   if (!rows.empty()) out += "\n| Option | Argument | Description |\n|---|---|---|\n" + rows;

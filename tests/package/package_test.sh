@@ -22,6 +22,10 @@ cmake -S "$src/examples/mlp_csv" -B "$work/app" -DCMAKE_PREFIX_PATH="$prefix" >"
   { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/app" -j "${FRUGAL_PACKAGE_JOBS:-2}" >"$work/build.log" 2>&1 || { tail -50 "$work/build.log"; exit 1; }
 
+# <frugal/frugal.h> registered this installation's SentencePiece helper in the program.
+grep -aq "$prefix/lib/cmake/frugal/../../../libexec/frugal/frugal-spm\|$prefix/libexec/frugal/frugal-spm" "$work/app/mlp_csv" ||
+  { echo "FAIL: the program does not carry the installed frugal-spm path"; exit 1; }
+
 cd "$work"
 "$work/app/mlp_csv" generate data.csv 600
 "$work/app/mlp_csv" train data.csv --set run.out_dir="$work/runs" --set train.steps=40 \
