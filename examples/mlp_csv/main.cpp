@@ -116,9 +116,9 @@ int train(const std::string& csv, std::vector<std::string> sets, const std::stri
   o.overwrite = resume.empty();
   frugal::Trainer trainer(rc, task, o);
   nlohmann::json s = trainer.fit();
-  std::printf("val_loss %.4f | val_accuracy %.3f | %s (%s) | %s\n", s["final_val_loss"].get<double>(),
-              s["val_accuracy"].get<double>(), s["stop_kind"].get<std::string>().c_str(),
-              s["stop_reason"].get<std::string>().c_str(), trainer.run_dir().c_str());
+  std::printf("val_loss %.4f | val_accuracy %.3f | %s | %s\n", s["final_val_loss"].get<double>(),
+              s["val_accuracy"].get<double>(), s["stop_reason"].get<std::string>().c_str(),
+              trainer.run_dir().c_str());
   return s["stop_kind"] == "preempted" ? 75 : 0;
 }
 

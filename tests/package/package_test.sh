@@ -36,6 +36,6 @@ grep -q 'val_accuracy' "$work/runs/mlp_csv/summary.json" || { echo "FAIL: the ta
 # The installed CLI finds the installed helper (FRUGAL_SPM unset; the build tree hidden by name).
 printf 'the cat sat on the mat.\n\nthe dog sat on the log.\n\n%.0s' {1..200} >corpus.txt
 env -u FRUGAL_SPM "$prefix/bin/frugal" prepare corpus.txt --out "$work/shards" --tokenizer sentencepiece \
-  --vocab 64 --quiet >prepare.log 2>&1 || { cat prepare.log; exit 1; }
+  --vocab 300 --quiet >prepare.log 2>&1 || { cat prepare.log; exit 1; }
 [[ -f $work/shards/manifest.json ]] || { echo "FAIL: prepare wrote no manifest"; cat prepare.log; exit 1; }
 echo "package test: OK"
