@@ -30,15 +30,15 @@ case $name in
   cnn_images)
     cd "$work"
     "$frugal" generate images 60
-    "$frugal" train images --augment 1 --set run.out_dir="$work/runs" --set train.steps=40 \
-      --set train.eval_every=20 --set train.log_every=10 --set run.threads=1 | tee train.log
+    "$frugal" train images --augment 1 --set run.out_dir="$work/runs" --set train.steps=80 \
+      --set train.eval_every=40 --set train.log_every=10 --set run.threads=1 | tee train.log
     summary=$work/runs/cnn_images/summary.json
     grep -q '"stop_kind": "completed"' "$summary" || { echo "FAIL: run did not complete"; cat "$summary"; exit 1; }
     grep -q '"precision": "bf16"' "$summary" || { echo "FAIL: not trained in bf16"; exit 1; }
     # 144 training images x 2 (one augmented variant each) in the description of the data.
     grep -q 'x2 with offline augmentation) (288 training' "$summary" || { echo "FAIL: augmentation missing"; grep '"data"' "$summary"; exit 1; }
     val=$(value "$summary" final_val_loss)
-    # Three classes: chance is ln 3 = 1.10.
+    # Three classes: chance is ln 3 = 1.10 (80 steps reach 0.82 on a 2-core VM).
     awk -v v="$val" 'BEGIN { exit !(v < 1.0) }' || { echo "FAIL: final_val_loss $val is not below 1.0"; exit 1; }
     ;;
   *)
