@@ -3,7 +3,7 @@
 // resumed run draws exactly the batches the uninterrupted run would have.
 //
 // A user dataset implements train_batch, val_batch and describe (the rest have defaults), or goes
-// through an adapter: ExampleSource (data/example_source.h) for torch::data datasets and any
+// through an adapter: DatasetSource (data/dataset_source.h) for torch::data datasets and any
 // per-sample function; make_batch_source(config) for data.source (shards, text, builtin).
 #pragma once
 

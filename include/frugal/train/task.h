@@ -8,7 +8,7 @@
 //   task.loss = [net](torch::nn::Module&, const frugal::Batch& b) {
 //     return torch::nn::functional::cross_entropy(net->forward(b.x), b.y);
 //   };
-//   task.data = std::make_shared<frugal::ExampleSource>(...);   // or leave null: data.source
+//   task.data = std::make_shared<frugal::DatasetSource>(...);   // or leave null: data.source
 //   frugal::Trainer trainer(rc, task);
 //
 // Every lever of the config then applies to the user module unchanged: precision (autocast around
