@@ -274,6 +274,7 @@ std::string ValueOrigin::describe() const {
     case Kind::kEnv: return "env " + where;
     case Kind::kFile: return "file " + where;
     case Kind::kOverride: return "--set";
+    case Kind::kCode: return "code";
   }
   return "";
 }
@@ -320,6 +321,20 @@ ResolvedConfig resolve_config(const std::string& file, const std::vector<std::st
   apply_env(rc, env);
   if (!file.empty()) apply_file(rc, file);
   for (const auto& o : overrides) apply_override(rc, o);
+  validate_config(rc.config);
+  return rc;
+}
+
+ResolvedConfig resolve_config(const Config& config) {
+  ResolvedConfig rc;
+  rc.config = config;
+  const Config defaults;
+  for (const auto& k : config_schema()) {
+    const ConfigValue v = k.get(config);
+    check_value(k, v, "code");
+    const bool changed = v != k.get(defaults);
+    rc.origins[k.key] = {changed ? ValueOrigin::Kind::kCode : ValueOrigin::Kind::kDefault, ""};
+  }
   validate_config(rc.config);
   return rc;
 }

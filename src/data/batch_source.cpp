@@ -62,7 +62,14 @@ Batch WindowSource::val_batch(int64_t index) {
   return windows(val_, derive_seed(seed_, kValStream, static_cast<uint64_t>(index)));
 }
 
+int64_t BatchSource::train_tokens() const { return 0; }
+int64_t BatchSource::val_tokens() const { return 0; }
 double BatchSource::unigram_baseline() const { return std::nan(""); }
+
+Batch to_device(const Batch& b, c10::Device device) {
+  auto move = [&](const at::Tensor& t) { return t.defined() ? t.to(device, /*non_blocking=*/true) : t; };
+  return {move(b.x), move(b.y)};
+}
 nlohmann::json BatchSource::state() const { return nullptr; }
 void BatchSource::load_state(const nlohmann::json&) {}
 

@@ -200,14 +200,30 @@ std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& d
   return std::make_unique<SentencePieceTokenizer>(model_path);
 }
 
+namespace {
+std::string& registered_spm_path() {
+  static std::string path;
+  return path;
+}
+}  // namespace
+
+bool set_spm_helper_path(const std::string& path) {
+  registered_spm_path() = path;
+  return true;
+}
+
 std::string spm_helper_path() {
   if (const char* env = std::getenv("FRUGAL_SPM"); env && *env) return env;
   std::error_code ec;
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    for (const fs::path& dir : {self.parent_path(), self.parent_path().parent_path()})
-      if (fs::is_regular_file(dir / "frugal-spm")) return (dir / "frugal-spm").string();
+    const fs::path dir = self.parent_path();
+    for (const fs::path& p : {dir / "frugal-spm", dir.parent_path() / "frugal-spm",
+                              dir.parent_path() / "libexec" / "frugal" / "frugal-spm"})
+      if (fs::is_regular_file(p, ec)) return p.string();
   }
+  for (const std::string& p : {registered_spm_path(), std::string(FRUGAL_SPM_INSTALL_PATH)})
+    if (!p.empty() && fs::is_regular_file(p, ec)) return p;
   return FRUGAL_SPM_BUILD_PATH;
 }
 

@@ -26,16 +26,24 @@ void install_activation_checkpointing(Gpt& model, const std::string& spec) {
   });
 }
 
-TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device)
+TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
+                     BatchSource& data, c10::Device device, int64_t tokens_per_sample)
     : config_(config),
       model_(std::move(model)),
+      loss_(std::move(loss)),
+      tokens_per_sample_(tokens_per_sample),
       data_(data),
       device_(device),
       accum_(accumulation_steps(config)),
       precision_(config.precision.mode, device),
       scaler_(precision_.loss_scaling(config.precision.loss_scaling), config.precision),
-      optimizer_(make_optimizer(config.train.optimizer, model_->parameters(), config.train)) {
-  install_activation_checkpointing(model_, config.memory.activation_checkpointing);
+      optimizer_(make_optimizer(config.train.optimizer, model_->parameters(), config.train)) {}
+
+TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device)
+    : TrainStep(config, model.ptr(),
+                [m = model.get()](torch::nn::Module&, const Batch& b) { return m->loss(b.x, b.y); },
+                data, device, config.model.block) {
+  install_activation_checkpointing(model, config.memory.activation_checkpointing);
 }
 
 namespace {
@@ -60,14 +68,13 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
     at::Tensor loss;
     {
       auto autocast = precision_.enter();
-      loss = model_->loss(b.x.to(device_, /*non_blocking=*/true), b.y.to(device_, true)) /
-             static_cast<double>(accum_);
+      loss = loss_(*model_, to_device(b, device_)) / static_cast<double>(accum_);
     }
     r.forward_s += lap(t);
     scaler_.scale_loss(loss).backward();
     r.backward_s += lap(t);
     loss_sum += loss.detach();
-    r.tokens += b.x.numel();
+    r.tokens += b.x.size(0) * tokens_per_sample_;
   }
   r.loss = loss_sum;
 

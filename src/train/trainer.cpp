@@ -19,6 +19,7 @@
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/monitor/progress.h"
 #include "frugal/train/early_stopping.h"
+#include "frugal/train/gpt_task.h"
 #include "frugal/train/divergence_guard.h"
 #include "frugal/train/lr_schedule.h"
 #include "frugal/train/preemption.h"
@@ -66,7 +67,15 @@ std::string choose_checkpoint(const Config& c, const std::string& resume) {
 
 }  // namespace
 
-Trainer::Trainer(ResolvedConfig config, TrainerOptions options) : s_(std::make_unique<State>()) {
+Trainer::Trainer(ResolvedConfig config, TrainerOptions options)
+    : Trainer(std::move(config), TaskFactory(make_gpt_task), std::move(options)) {}
+
+Trainer::Trainer(ResolvedConfig config, Task task, TrainerOptions options)
+    : Trainer(std::move(config), TaskFactory([t = std::move(task)](const Config&) { return t; }),
+              std::move(options)) {}
+
+Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions options)
+    : s_(std::make_unique<State>()) {
   State& s = *s_;
   s.rc = std::move(config);
   s.opts = std::move(options);
@@ -93,11 +102,24 @@ Trainer::Trainer(ResolvedConfig config, TrainerOptions options) : s_(std::make_u
   if (!s.device.is_cuda()) install_counting_allocator();  // exact peak tensor memory
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
 
-  s.data = make_batch_source(c);  // before the run dir: bad data must not leave a husk
+  s.task = make_task(c);  // before the run dir: bad data must not leave a husk
+  if (!s.task.module || !s.task.loss)
+    throw ConfigError("the Trainer's Task needs a module and a loss function (train/task.h)");
+  if (!s.task.data) s.task.data = make_batch_source(c);
+  s.data = s.task.data;
+  s.model = s.task.module;
   s.cost = std::make_shared<CostMeter>(c.budget);
-  s.model = Gpt(c.model);
   s.model->to(s.device);
-  s.step = std::make_unique<TrainStep>(c, s.model, *s.data, s.device);
+  const std::string& ac = c.memory.activation_checkpointing;
+  if (s.task.hooks.activation_checkpointing)
+    s.task.hooks.activation_checkpointing(ac);
+  else if (ac != "none")
+    throw ConfigError(fmt::format("memory.activation_checkpointing = \"{}\" needs a model that supports it "
+                                  "(TaskHooks::activation_checkpointing); this task has none, so set it to "
+                                  "\"none\"",
+                                  ac));
+  s.step = std::make_unique<TrainStep>(c, s.model, s.task.loss, *s.data, s.device,
+                                       s.task.hooks.tokens_per_sample);
   s.loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(s.device));
   s.run_dir = prepare_run_dir(c, s.opts.overwrite, !s.opts.resume.empty());
   write_file_atomic(s.run_dir + "/config.toml", s.rc.to_toml());
@@ -129,9 +151,9 @@ Trainer::Trainer(ResolvedConfig config, TrainerOptions options) : s_(std::make_u
 
   s.info.config = &s.rc.config;
   s.info.run_dir = s.run_dir;
-  s.info.params = s.model->parameter_count();
-  s.info.flops_per_token = s.model->flops_per_token();
-  s.info.tokens_per_step = c.data.micro_batch * accumulation_steps(c) * c.model.block;
+  s.info.params = parameter_count(*s.model);
+  s.info.flops_per_token = s.task.hooks.flops_per_token;
+  s.info.tokens_per_step = c.data.micro_batch * accumulation_steps(c) * s.task.hooks.tokens_per_sample;
   s.info.threads = s.threads.intra_op;
 }
 
@@ -201,14 +223,14 @@ bool Trainer::State::run_eval(Control& control) {
   model->eval();
   at::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
   const int64_t n = rc.config.train.eval_batches;
+  const LossFn& loss = task.eval_loss ? task.eval_loss : task.loss;
   for (int64_t i = 0; i < n; ++i) {
     if (preemption_requested()) {
       model->train();
       loop.eval_pending = true;
       return false;
     }
-    Batch b = data->val_batch(i);
-    sum += model->loss(b.x.to(device), b.y.to(device));
+    sum += loss(*model, to_device(data->val_batch(i), device)).detach().to(torch::kFloat);
   }
   model->train();
   loop.eval_pending = false;

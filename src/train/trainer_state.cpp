@@ -15,7 +15,6 @@
 #include "frugal/monitor/console.h"
 #include "frugal/monitor/memory.h"
 #include "frugal/monitor/report.h"
-#include "frugal/train/answer_accuracy.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -63,7 +62,7 @@ void Trainer::State::adopt_checkpoint_config(const LoadedCheckpoint& ck) {
 
 CheckpointData Trainer::State::capture(bool snapshot) {
   CheckpointData d;
-  d.model = model->named_parameter_list();
+  d.model = module_tensors(*model);
   d.optimizer = step->optimizer().state_tensors();
   if (snapshot) {
     d.model = snapshot_tensors(d.model);
@@ -109,7 +108,7 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
   const nlohmann::json& st = ck.state;
   {
     torch::NoGradGuard no_grad;
-    load_parameters(model->named_parameter_list(), SafetensorsFile{ck.weights, {}}, ck.path);
+    load_parameters(module_tensors(*model), SafetensorsFile{ck.weights, {}}, ck.path);
   }
   step->optimizer().load_state(ck.optimizer, st.at("optimizer_steps").get<int64_t>());
   const auto& ls = st.at("loss_scaler");
@@ -198,10 +197,11 @@ void Trainer::State::print_banner() {
                        FRUGAL_VERSION, TORCH_VERSION, device.str(), threads.intra_op, threads.reason,
                        threads.blas));
   con.line("config (non-defaults marked):\n" + rc.summary());
-  con.line(fmt::format("model: GPT {} layers, {} heads, embd {}, block {} | {:.3f}M parameters | "
-                       "{:.1f} MFLOP/token (training)",
-                       c.model.layers, c.model.heads, c.model.embd, c.model.block,
-                       static_cast<double>(info.params) / 1e6, info.flops_per_token / 1e6));
+  const std::string what = task.hooks.describe.empty() ? model->name() : task.hooks.describe;
+  con.line(fmt::format("model: {} | {:.3f}M parameters{}", what, static_cast<double>(info.params) / 1e6,
+                       info.flops_per_token > 0
+                           ? fmt::format(" | {:.1f} MFLOP/token (training)", info.flops_per_token / 1e6)
+                           : ""));
   con.line(fmt::format("data: {} | {} training tokens, {} validation tokens | run dir {}",
                        data->describe(), data->train_tokens(), data->val_tokens(), run_dir));
   con.line(fmt::format("levers: precision {} ({}) | micro_batch {} x accum {} | activation "
@@ -262,11 +262,7 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   if (counting_allocator_installed()) summary["peak_tensor_mb"] = static_cast<double>(tensor_bytes_peak()) / 1e6;
   summary["peak_rss_mb"] = static_cast<double>(rss_peak_bytes()) / 1e6;
   summary["optimizer_state_mb"] = static_cast<double>(step->optimizer().state_bytes()) / 1e6;
-  if (evaluate && c.data.source == "builtin:arith" && c.train.answer_samples > 0) {
-    auto acc = arith_answer_accuracy(model, c, c.train.answer_samples);
-    summary["answer_accuracy"] = acc.fraction();
-    summary["answer_samples"] = acc.total;
-  }
+  if (evaluate && task.hooks.extend_summary) task.hooks.extend_summary(summary);
   const CheckpointWriterStats cs = writer->stats();
   const auto listing = list_checkpoints(writer->root());
   summary["checkpoint"] = {
@@ -289,7 +285,7 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   summary["torch_version"] = TORCH_VERSION;
 
   if (healthy)
-    save_safetensors(run_dir + "/final/model.safetensors", model->named_parameter_list(),
+    save_safetensors(run_dir + "/final/model.safetensors", module_tensors(*model),
                      {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
   write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n");
   write_report(run_dir);

@@ -47,7 +47,7 @@ const KeySpec* find_key(const std::string& key);
 
 // Where a resolved value came from.
 struct ValueOrigin {
-  enum class Kind { kDefault, kEnv, kFile, kOverride } kind = Kind::kDefault;
+  enum class Kind { kDefault, kEnv, kFile, kOverride, kCode } kind = Kind::kDefault;
   std::string where;  // "FRUGAL_TRAIN_LR", "examples/demo.toml:12", "--set"
   std::string describe() const;
 };
@@ -70,6 +70,12 @@ std::map<std::string, std::string> process_environment();
 ResolvedConfig resolve_config(const std::string& file, const std::vector<std::string>& overrides,
                               const std::map<std::string, std::string>& env);
 
+// A Config a program filled in directly (every field of config.h is a lever): each value is
+// checked against the schema as if it came from a file, then the cross-key checks run. Values
+// that differ from the built-in defaults get the origin "code". Throws ConfigError naming the key.
+//   frugal::Config c;  c.precision.mode = frugal::PrecisionMode::kBf16;  c.train.steps = 200;
+//   frugal::Trainer t(frugal::resolve_config(c), task);
+ResolvedConfig resolve_config(const Config& config);
 // Cross-key checks (heads divide embd, ...). Called by resolve_config; exposed for tests.
 void validate_config(const Config& c);
 

@@ -1,9 +1,14 @@
 // Where training and validation batches come from. A BatchSource hands out micro-batches by
 // index; for the in-memory sources the batch of index i is a pure function of (seed, i), so a
 // resumed run draws exactly the batches the uninterrupted run would have.
+//
+// A user dataset implements train_batch, val_batch and describe (the rest have defaults), or goes
+// through an adapter: DatasetSource (data/dataset_source.h) for torch::data datasets and any
+// per-sample function; make_batch_source(config) for data.source (shards, text, builtin).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <memory>
@@ -16,17 +21,21 @@
 
 namespace frugal {
 
-// One micro-batch, on the host. What x and y hold depends on the source:
+// One micro-batch, on the host, batch dimension first. What x and y hold depends on the source:
 //  - token sources (builtin:arith, text:PATH, shards:DIR): x int64 (B, T) token ids, y int64
-//    (B, T) next-token targets;
+//    (B, T) next-token targets (the reference GPT);
 //  - records:DIR: x float32 inputs, (B, C, H, W) images or (B, F) table rows, y int64 (B) class
-//    ids (record_source.h).
+//    ids (record_source.h);
+//  - a user task: whatever its LossFn reads; y may be undefined.
 // A source may hand out page-locked (pinned) tensors; moving them with
 // `.to(device, /*non_blocking=*/true)` then overlaps the copy with compute on CUDA.
 struct Batch {
   at::Tensor x;
   at::Tensor y;
 };
+
+// The batch on `device` (non-blocking copies; undefined tensors stay undefined).
+Batch to_device(const Batch& b, c10::Device device);
 
 class BatchSource {
  public:
@@ -36,8 +45,9 @@ class BatchSource {
   // Validation batch number `index`; the same batches at every evaluation.
   virtual Batch val_batch(int64_t index) = 0;
   virtual std::string describe() const = 0;
-  virtual int64_t train_tokens() const = 0;
-  virtual int64_t val_tokens() const = 0;
+  // Size of each split in items (tokens, or samples); 0 = unknown.
+  virtual int64_t train_tokens() const;
+  virtual int64_t val_tokens() const;
   // Cross-entropy (nats/token) of predicting validation tokens from training unigram
   // frequencies: the loss a model that ignores context would reach. NaN when unknown.
   virtual double unigram_baseline() const;

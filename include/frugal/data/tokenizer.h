@@ -42,8 +42,13 @@ std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& d
                                                int threads, const std::string& model_path,
                                                const std::string& work_dir);
 
-// The helper executable: $FRUGAL_SPM, else `frugal-spm` beside the running program or one
-// folder up, else the build-tree path compiled in.
+// The helper executable, the first that exists of: $FRUGAL_SPM; `frugal-spm` beside the running
+// program or one folder up; <program dir>/../libexec/frugal/frugal-spm (an installed `frugal`);
+// the path a program registered with set_spm_helper_path() (<frugal/frugal.h> does that for
+// programs built against the installed CMake package); the install path compiled in; else the
+// build-tree path compiled in.
 std::string spm_helper_path();
+// Registers an installed helper for spm_helper_path(). Returns true (for static registration).
+bool set_spm_helper_path(const std::string& path);
 
 }  // namespace frugal

@@ -10,7 +10,8 @@
 //   clip to train.grad_clip                       after unscaling, on the global norm
 //   optimizer step (FusedAdamW)
 //
-// Activation checkpointing acts inside the model's forward (Gpt::set_block_runner).
+// The model is any torch::nn::Module with a LossFn (train/task.h). Activation checkpointing acts
+// inside the model's forward (a task hook; for the GPT, Gpt::set_block_runner).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,6 +22,7 @@
 #include "frugal/core/config.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
+#include "frugal/train/task.h"
 #include "frugal/train/loss_scaler.h"
 #include "frugal/train/optimizer.h"
 #include "frugal/train/precision.h"
@@ -31,7 +33,7 @@ struct StepResult {
   at::Tensor loss;       // mean loss over the step's micro-batches (0-dim, on the device)
   at::Tensor grad_norm;  // global norm before clipping, after unscaling
   bool skipped = false;  // inf/NaN gradients: no optimizer step was taken
-  int64_t tokens = 0;
+  int64_t tokens = 0;     // samples x tokens_per_sample
   // Host wall time of each phase. On CUDA these time kernel launches, not the kernels (no sync
   // inside the step); on CPU they are the compute itself.
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
@@ -39,6 +41,11 @@ struct StepResult {
 
 class TrainStep {
  public:
+  // Trains `model` (already on `device`) with `loss`; each sample counts as tokens_per_sample.
+  TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
+            BatchSource& data, c10::Device device, int64_t tokens_per_sample = 1);
+  // The reference GPT: its next-token loss, model.block tokens per sample, and
+  // memory.activation_checkpointing installed on its blocks.
   TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device);
 
   // Runs iteration `iteration` (0-based) at learning rate `lr`. Reads the device only when the
@@ -52,7 +59,9 @@ class TrainStep {
 
  private:
   Config config_;
-  Gpt model_;
+  std::shared_ptr<torch::nn::Module> model_;
+  LossFn loss_;
+  int64_t tokens_per_sample_;
   BatchSource& data_;
   c10::Device device_;
   int64_t accum_;

@@ -1,7 +1,11 @@
-// The training loop. A Trainer owns the model, the data source, the optimizer and the run
-// directory runs/<name>/, runs the step, and calls callbacks at the events of callback.h.
+// The training loop. A Trainer owns the task (model, loss, data source; train/task.h), the
+// optimizer and the run directory runs/<name>/, runs the step, and calls callbacks at the events of
+// callback.h.
 //
+//   // the reference GPT on data.source (what `frugal train` runs):
 //   frugal::Trainer t(frugal::resolve_config("my.toml", {}, frugal::process_environment()));
+//   // any torch::nn::Module with its loss and data (docs/library.md):
+//   frugal::Trainer u(rc, frugal::make_task(net, my_loss));
 //   nlohmann::json summary = t.fit();
 //
 // Writes: config.toml (resolved, with origins), metrics.jsonl, summary.json,
@@ -18,6 +22,7 @@
 // from that checkpoint. A resumed run reproduces the uninterrupted one bitwise on CPU.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -25,6 +30,7 @@
 
 #include "frugal/core/config_loader.h"
 #include "frugal/train/callback.h"
+#include "frugal/train/task.h"
 
 namespace frugal {
 
@@ -38,9 +44,17 @@ struct TrainerOptions {
   bool handle_signals = false;
 };
 
+// Builds the task from the resolved config (after a resumed checkpoint's precision is adopted,
+// threads are set and torch is seeded with run.seed, so the model's initialisation is seeded).
+using TaskFactory = std::function<Task(const Config&)>;
+
 class Trainer {
  public:
+  // The reference GPT and data.source (make_gpt_task).
   explicit Trainer(ResolvedConfig config, TrainerOptions options = {});
+  // A user task. REQUIRES: task.module and task.loss are set.
+  Trainer(ResolvedConfig config, Task task, TrainerOptions options = {});
+  Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions options = {});
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

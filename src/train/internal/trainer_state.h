@@ -17,7 +17,6 @@
 #include "frugal/core/threads.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/monitor/cost_meter.h"
-#include "frugal/model/gpt.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/train_step.h"
 #include "frugal/train/trainer.h"
@@ -38,8 +37,9 @@ struct Trainer::State {
   std::string resumed_from;
   torch::Device device{torch::kCPU};
   ThreadPlan threads;
-  Gpt model{nullptr};
-  std::unique_ptr<BatchSource> data;
+  Task task;
+  std::shared_ptr<torch::nn::Module> model;  // task.module
+  std::shared_ptr<BatchSource> data;         // task.data
   std::unique_ptr<TrainStep> step;
   std::vector<std::shared_ptr<Callback>> callbacks;
   std::shared_ptr<CostMeter> cost;  // runs first each step, so every callback sees the spend

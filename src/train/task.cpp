@@ -1,0 +1,57 @@
+// Task helpers and the reference GPT's task; see task.h and gpt_task.h.
+#include "frugal/train/task.h"
+
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "frugal/train/answer_accuracy.h"
+#include "frugal/train/gpt_task.h"
+#include "frugal/train/train_step.h"
+
+namespace frugal {
+
+std::vector<std::pair<std::string, at::Tensor>> module_tensors(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) out.emplace_back(p.key(), p.value());
+  for (const auto& b : module.named_buffers(/*recurse=*/true)) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+int64_t parameter_count(const torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+Task gpt_task(Gpt model, std::shared_ptr<BatchSource> data, const Config& config) {
+  Task t;
+  t.module = model.ptr();
+  GptImpl* raw = model.get();
+  t.loss = [raw](torch::nn::Module&, const Batch& b) { return raw->loss(b.x, b.y); };
+  t.data = std::move(data);
+  const ModelConfig& m = config.model;
+  t.hooks.describe = fmt::format("GPT {} layers, {} heads, embd {}, block {}", m.layers, m.heads, m.embd, m.block);
+  t.hooks.tokens_per_sample = m.block;
+  t.hooks.flops_per_token = model->flops_per_token();
+  t.hooks.activation_checkpointing = [model](const std::string& spec) mutable {
+    install_activation_checkpointing(model, spec);
+  };
+  if (config.data.source == "builtin:arith" && config.train.answer_samples > 0) {
+    const Config c = config;
+    t.hooks.extend_summary = [model, c](nlohmann::ordered_json& summary) mutable {
+      AnswerAccuracy acc = arith_answer_accuracy(model, c, c.train.answer_samples);
+      summary["answer_accuracy"] = acc.fraction();
+      summary["answer_samples"] = acc.total;
+    };
+  }
+  return t;
+}
+
+Task make_gpt_task(const Config& config) {
+  std::shared_ptr<BatchSource> data = make_batch_source(config);  // first: bad data fails before the model
+  return gpt_task(Gpt(config.model), std::move(data), config);
+}
+
+}  // namespace frugal
