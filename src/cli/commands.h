@@ -19,5 +19,6 @@ void add_report_commands(CLI::App& app, Run* run);  // report, compare
 void add_smoke_command(CLI::App& app, Run* run);
 void add_prepare_command(CLI::App& app, Run* run);
 void add_archive_commands(CLI::App& app, Run* run);  // archive, restore
+void add_launch_command(CLI::App& app, Run* run);
 
 }  // namespace frugal::cli

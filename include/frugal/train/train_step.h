@@ -10,6 +10,9 @@
 //   clip to train.grad_clip                       after unscaling, on the global norm
 //   optimizer step (FusedAdamW)
 //
+// Data parallel (src/dist) joins through GradSync at fixed points (grad_sync.h): gradients are
+// all-reduced during the last micro-batch's backward, and all ranks agree on an fp16 skip.
+//
 // Activation checkpointing acts inside the model's forward (Gpt::set_block_runner).
 #pragma once
 
@@ -21,6 +24,7 @@
 #include "frugal/core/config.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
+#include "frugal/train/grad_sync.h"
 #include "frugal/train/loss_scaler.h"
 #include "frugal/train/optimizer.h"
 #include "frugal/train/precision.h"
@@ -39,7 +43,9 @@ struct StepResult {
 
 class TrainStep {
  public:
-  TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device);
+  // `sync` (optional, not owned, outlives the step): data-parallel hooks (grad_sync.h).
+  TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device,
+            GradSync* sync = nullptr);
 
   // Runs iteration `iteration` (0-based) at learning rate `lr`. Reads the device only when the
   // loss scaler needs the inf/NaN verdict.
@@ -58,6 +64,7 @@ class TrainStep {
   int64_t accum_;
   PrecisionPolicy precision_;
   LossScaler scaler_;
+  GradSync* sync_;
   std::unique_ptr<Optimizer> optimizer_;
 };
 

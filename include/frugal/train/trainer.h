@@ -27,6 +27,9 @@
 #include "frugal/train/callback.h"
 
 namespace frugal {
+namespace dist {
+class ProcessGroup;
+}
 
 struct TrainerOptions {
   bool overwrite = false;  // replace an existing runs/<name>/ instead of refusing
@@ -36,6 +39,9 @@ struct TrainerOptions {
   // Install SIGTERM/SIGINT/SIGUSR1 handlers for the trainer's lifetime (train/preemption.h): a
   // signal finishes the step, writes a checkpoint and stops with stop_kind "preempted".
   bool handle_signals = false;
+  // Multi-process data parallel (docs/distributed.md): the group this process belongs to, from
+  // dist::connect(). Null = a single process. Rank 0 writes the run directory; every rank trains.
+  std::shared_ptr<dist::ProcessGroup> process_group;
 };
 
 class Trainer {
