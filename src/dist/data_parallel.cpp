@@ -233,7 +233,8 @@ void DataParallel::add_to_summary(nlohmann::ordered_json& s, double step_s_total
                {"zero_gather_ms_per_step", 1e3 * gather / n},
                {"agree_ms_per_step", 1e3 * agree_s_ / n},
                {"comm_ms_per_step", 1e3 * comm / n},
-               {"comm_fraction", step_s_total > 0 ? comm / step_s_total : 0.0}};
+               // Of the time spent in steps plus the agreement after each (which runs outside the step).
+               {"comm_fraction", step_s_total + agree_s_ > 0 ? comm / (step_s_total + agree_s_) : 0.0}};
 }
 
 }  // namespace frugal::dist

@@ -178,6 +178,7 @@ void Trainer::State::rollback(Control& control) {
     return;
   }
   writer->wait();
+  if (dp) dp->any(false);  // a barrier: rank 0's last write is complete before any rank lists
   const std::string root = writer->root();
   std::string target;
   for (const auto& c : list_checkpoints(root)) {
@@ -194,7 +195,7 @@ void Trainer::State::rollback(Control& control) {
     return;
   }
   LoadedCheckpoint ck = load_checkpoint(target);
-  remove_checkpoints_after(root, ck.step);  // they hold the diverged trajectory
+  if (is_writer()) remove_checkpoints_after(root, ck.step);  // they hold the diverged trajectory
   const double lr_scale = loop.lr_scale * g.lr_factor;
   const int64_t rollbacks = loop.rollbacks + 1;
   const int64_t from = loop.step;
