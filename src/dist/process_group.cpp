@@ -32,9 +32,12 @@
 namespace frugal::dist {
 namespace {
 
+// The exception's message without a backtrace or a final full stop (ours follows).
 std::string what_of(const std::exception& e) {
-  if (auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
+  auto* ce = dynamic_cast<const c10::Error*>(&e);
+  std::string s = ce ? ce->what_without_backtrace() : e.what();
+  while (!s.empty() && (s.back() == '.' || s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
 }
 
 // The message every peer failure carries: who, what, and the way out.
