@@ -8,6 +8,7 @@
 #include <future>
 #include <thread>
 
+#include "frugal/core/errors.h"
 #include "frugal/dist/zero_adamw.h"
 #include "frugal/train/fused_adamw.h"
 
@@ -174,7 +175,7 @@ TEST(DataParallel, RefusesTheTorchOptimizer) {
   auto groups = two_ranks(29653);
   Config c;
   c.train.optimizer = OptimizerKind::kTorchAdamW;
-  EXPECT_THROW(DataParallel(groups[0], c), ConfigError);
+  EXPECT_THROW({ DataParallel dp(groups[0], c); }, ConfigError);
 }
 
 }  // namespace

@@ -2,6 +2,11 @@
 #include "frugal/dist/launcher.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
 
 #include "frugal/core/errors.h"
 #include "test_util.h"
@@ -99,6 +104,31 @@ TEST(Launch, KilledRankIsNamedWithItsSignal) {
   EXPECT_EQ(code, 128 + 9);
   EXPECT_TRUE(has(err, "rank 1 (pid")) << err;
   EXPECT_TRUE(has(err, "was killed by signal 9")) << err;
+}
+
+TEST(Launch, ForwardsAStopSignalToEveryRank) {
+  // Each rank exits 75 on SIGTERM, as frugal train does after its checkpoint; the launcher itself
+  // receives the signal (as from a scheduler) and must pass it on.
+  LaunchOptions o;
+  o.procs_per_node = 2;
+  o.master_port = 29643;
+  o.args = {"-c", "sleep 60 & p=$!; trap 'kill $p; exit 75' TERM; touch \"$MARK.$RANK\"; wait"};
+  test::TempDir dir;
+  setenv("MARK", dir.file("ready").c_str(), 1);
+  std::thread sender([&] {
+    // Signal once both ranks have their trap installed.
+    for (int i = 0; i < 3000; ++i) {
+      if (access(dir.file("ready.0").c_str(), F_OK) == 0 && access(dir.file("ready.1").c_str(), F_OK) == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(getpid(), SIGTERM);
+  });
+  testing::internal::CaptureStderr();
+  const int code = launch(o, "/bin/sh");
+  testing::internal::GetCapturedStderr();
+  sender.join();
+  unsetenv("MARK");
+  EXPECT_EQ(code, 75);
 }
 
 }  // namespace
