@@ -70,7 +70,7 @@ DistEnv dist_env_from(const Env& env) {
       throw ConfigError(
           "SLURM_NTASKS > 1 but neither MASTER_ADDR nor SLURM_LAUNCH_NODE_IPADDR is set; export "
           "MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1) in the batch script");
-    if (!get(env, "MASTER_ADDR")) d.master_addr = *get(env, "SLURM_LAUNCH_NODE_IPADDR");
+    if (auto launch_node = get(env, "SLURM_LAUNCH_NODE_IPADDR")) d.master_addr = *launch_node;
   } else if (get(env, "OMPI_COMM_WORLD_RANK") && get(env, "OMPI_COMM_WORLD_SIZE")) {
     d.launcher = "openmpi";
     d.rank = integer(env, "OMPI_COMM_WORLD_RANK", 0, 0);
