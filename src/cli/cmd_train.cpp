@@ -1,5 +1,8 @@
 // `frugal train [CONFIG] [--set section.key=value]... [--overwrite] [--resume auto|PATH] [--quiet]`
 //
+// Started by `frugal launch`, torchrun, Slurm or mpirun (dist/env.h), it joins the other ranks
+// of a data-parallel run first.
+//
 // Exit codes: 0 done (also an early stop), 75 stopped by a signal with a checkpoint written
 // (resume with --resume auto), 3 stopped by the divergence guard.
 #include <fmt/format.h>
@@ -9,6 +12,8 @@
 
 #include "cli/commands.h"
 #include "frugal/core/errors.h"
+#include "frugal/dist/env.h"
+#include "frugal/dist/process_group.h"
 #include "frugal/monitor/console.h"
 #include "frugal/train/smoke.h"
 #include "frugal/train/trainer.h"
@@ -74,7 +79,9 @@ void add_train_command(CLI::App& app, Run* run) {
   cmd->callback([args, run] {
     *run = [args] {
       ResolvedConfig rc = resolve_config(args->config, args->sets, process_environment());
-      if (rc.config.train.smoke_first) {
+      // Started by frugal launch, torchrun, Slurm or mpirun: join the other ranks.
+      const dist::DistEnv env = dist::dist_env_from(process_environment());
+      if (rc.config.train.smoke_first && env.rank == 0) {
         SmokeReport r = run_smoke(rc);
         Console::get().line(r.describe());
         if (!r.ok) throw Error("train.smoke_first: the smoke test failed at stage " + r.stage +
@@ -85,6 +92,12 @@ void add_train_command(CLI::App& app, Run* run) {
       opts.quiet = args->quiet;
       opts.resume = args->resume;
       opts.handle_signals = true;
+      if (env.distributed()) {
+        if (rc.config.run.device == "cuda") rc.config.run.device = fmt::format("cuda:{}", env.local_rank);
+        if (!args->quiet) Console::get().line("dist: " + env.describe());
+        opts.process_group = dist::connect(env, rc.config.dist, c10::Device(rc.config.run.device));
+        opts.quiet = opts.quiet || env.rank != 0;  // rank 0 speaks for the run; errors still print
+      }
       Trainer trainer(std::move(rc), opts);
       auto summary = trainer.fit();
       print_summary(summary);

@@ -20,6 +20,7 @@ void add_report_commands(CLI::App& app, Run* run);  // report, compare
 void add_smoke_command(CLI::App& app, Run* run);
 void add_prepare_command(CLI::App& app, Run* run);
 void add_archive_commands(CLI::App& app, Run* run);  // archive, restore
+void add_launch_command(CLI::App& app, Run* run);
 // `frugal help [--markdown]`: every command and flag, from the registered tables (register last).
 void add_help_command(CLI::App& app, Run* run);
 std::string cli_reference_markdown(const CLI::App& app);

@@ -327,6 +327,17 @@ std::vector<KeySpec> build_schema() {
   s.push_back(float_key("budget.grid_g_per_kwh",
                         [](Config& c) -> double& { return c.budget.grid_g_per_kwh; }, 0, 2000,
                         "grid carbon intensity in g CO2/kWh"));
+  // [dist]
+  s.push_back(enum_key<DistBackend>(
+      "dist.backend", [](Config& c) -> DistBackend& { return c.dist.backend; },
+      {{"auto", DistBackend::kAuto}, {"gloo", DistBackend::kGloo}, {"nccl", DistBackend::kNccl}},
+      "multi-process communication: auto = NCCL on CUDA where built, else Gloo"));
+  s.push_back(float_key("dist.timeout_s", [](Config& c) -> double& { return c.dist.timeout_s; }, 1, 1e6,
+                        "seconds a rank waits for a missing or silent peer before failing with an error"));
+  s.push_back(int_key("dist.zero", [](Config& c) -> int64_t& { return c.dist.zero; }, 0, 1,
+                      "1 = ZeRO-1: shard the optimizer state across ranks; 0 = every rank holds all of it"));
+  s.push_back(float_key("dist.bucket_mb", [](Config& c) -> double& { return c.dist.bucket_mb; }, 0.001, 1e5,
+                        "gradient all-reduce bucket size in MB (started during backward)"));
   return s;
 }
 

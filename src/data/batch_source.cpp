@@ -28,9 +28,10 @@ constexpr int64_t kArithValProblems = 4000;
 }  // namespace
 
 WindowSource::WindowSource(std::vector<int32_t> train, std::vector<int32_t> val,
-                           int64_t micro_batch, int64_t block, uint64_t seed, std::string what)
+                           int64_t micro_batch, int64_t block, uint64_t seed, std::string what,
+                           int64_t rank, int64_t world_size)
     : train_(std::move(train)), val_(std::move(val)), micro_batch_(micro_batch), block_(block),
-      seed_(seed), what_(std::move(what)) {
+      seed_(seed), rank_(rank), world_(world_size), what_(std::move(what)) {
   auto need = [&](const std::vector<int32_t>& t, const char* split) {
     if (static_cast<int64_t>(t.size()) <= block_)
       throw DataError(fmt::format(
@@ -55,7 +56,7 @@ Batch WindowSource::windows(const std::vector<int32_t>& tokens, uint64_t stream)
 }
 
 Batch WindowSource::train_batch(int64_t index) {
-  return windows(train_, derive_seed(seed_, kTrainStream, static_cast<uint64_t>(index)));
+  return windows(train_, derive_seed(seed_, kTrainStream, static_cast<uint64_t>(index * world_ + rank_)));
 }
 
 Batch WindowSource::val_batch(int64_t index) {
@@ -103,7 +104,7 @@ bool pin_memory_for(const std::string& device) {
   return c10::Device(device).is_cuda() && at::hasCUDA();
 }
 
-std::unique_ptr<BatchSource> make_batch_source(const Config& c) {
+std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, int64_t world_size) {
   const auto& src = c.data.source;
   const uint64_t seed = static_cast<uint64_t>(c.run.seed);
   if (src.rfind("records:", 0) == 0) {
@@ -113,6 +114,8 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c) {
     o.workers = static_cast<int>(c.data.workers);
     o.prefetch = static_cast<int>(c.data.prefetch);
     o.pin_memory = pin_memory_for(c.run.device);
+    o.rank = rank;
+    o.world_size = world_size;
     return std::make_unique<RecordSource>(open_record_dataset(src.substr(8)), o);
   }
   if (src.rfind("shards:", 0) == 0) {
@@ -124,6 +127,8 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c) {
     o.prefetch = static_cast<int>(c.data.prefetch);
     o.vocab = c.model.vocab;
     o.pin_memory = pin_memory_for(c.run.device);
+    o.rank = rank;
+    o.world_size = world_size;
     return std::make_unique<ShardSource>(open_token_dataset(src.substr(7)), o);
   }
   if (c.model.vocab < 256)
@@ -139,7 +144,8 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c) {
     return std::make_unique<WindowSource>(
         byte_tokens(train), byte_tokens(val), c.data.micro_batch, c.model.block, seed,
         fmt::format("builtin:arith ({} digits, {} training lines)", c.data.arith_digits,
-                    c.data.arith_lines));
+                    c.data.arith_lines),
+        rank, world_size);
   }
   if (src.rfind("text:", 0) == 0) {
     const std::string path = src.substr(5);
@@ -156,7 +162,7 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c) {
     std::vector<int32_t> val(tokens.end() - static_cast<long>(n_val), tokens.end());
     tokens.resize(tokens.size() - n_val);
     return std::make_unique<WindowSource>(std::move(tokens), std::move(val), c.data.micro_batch,
-                                          c.model.block, seed, "text:" + path);
+                                          c.model.block, seed, "text:" + path, rank, world_size);
   }
   throw ConfigError(fmt::format("data.source = \"{}\": unknown source kind", src));
 }

@@ -50,8 +50,8 @@ Task gpt_task(Gpt model, std::shared_ptr<BatchSource> data, const Config& config
 }
 
 Task make_gpt_task(const Config& config) {
-  std::shared_ptr<BatchSource> data = make_batch_source(config);  // first: bad data fails before the model
-  return gpt_task(Gpt(config.model), std::move(data), config);
+  // The data stays null: the Trainer builds data.source for this process's data-parallel rank.
+  return gpt_task(Gpt(config.model), nullptr, config);
 }
 
 }  // namespace frugal

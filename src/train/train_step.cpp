@@ -27,7 +27,7 @@ void install_activation_checkpointing(Gpt& model, const std::string& spec) {
 }
 
 TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
-                     BatchSource& data, c10::Device device, int64_t tokens_per_sample)
+                     BatchSource& data, c10::Device device, int64_t tokens_per_sample, GradSync* sync)
     : config_(config),
       model_(std::move(model)),
       loss_(std::move(loss)),
@@ -37,12 +37,16 @@ TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> mo
       accum_(accumulation_steps(config)),
       precision_(config.precision.mode, device),
       scaler_(precision_.loss_scaling(config.precision.loss_scaling), config.precision),
-      optimizer_(make_optimizer(config.train.optimizer, model_->parameters(), config.train)) {}
+      sync_(sync) {
+  if (sync_) optimizer_ = sync_->make_optimizer(model_->parameters(), config.train);
+  if (!optimizer_) optimizer_ = make_optimizer(config.train.optimizer, model_->parameters(), config.train);
+  if (sync_) sync_->attach(model_->parameters());
+}
 
-TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device)
+TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device, GradSync* sync)
     : TrainStep(config, model.ptr(),
                 [m = model.get()](torch::nn::Module&, const Batch& b) { return m->loss(b.x, b.y); },
-                data, device, config.model.block) {
+                data, device, config.model.block, sync) {
   install_activation_checkpointing(model, config.memory.activation_checkpointing);
 }
 
@@ -71,18 +75,21 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
       loss = loss_(*model_, to_device(b, device_)) / static_cast<double>(accum_);
     }
     r.forward_s += lap(t);
+    if (sync_) sync_->before_backward(k == accum_ - 1);
     scaler_.scale_loss(loss).backward();
     r.backward_s += lap(t);
     loss_sum += loss.detach();
     r.tokens += b.x.size(0) * tokens_per_sample_;
   }
   r.loss = loss_sum;
+  if (sync_) sync_->finish(r.loss);  // gradients and loss: the mean over all ranks
 
   std::vector<at::Tensor> grads = optimizer_->grads();
   scaler_.unscale(grads);
   r.grad_norm = global_grad_norm(grads);
   if (scaler_.enabled()) {
-    const bool found_inf = !std::isfinite(r.grad_norm.item<double>());
+    bool found_inf = !std::isfinite(r.grad_norm.item<double>());
+    if (sync_) found_inf = sync_->any(found_inf);
     r.skipped = scaler_.update(found_inf);
     const auto& s = scaler_.state();
     if (config_.precision.fallback_after > 0 && s.skipped_at_floor >= config_.precision.fallback_after &&

@@ -102,10 +102,13 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   if (!s.device.is_cuda()) install_counting_allocator();  // exact peak tensor memory
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
 
+  if (s.opts.process_group) s.dp = std::make_unique<dist::DataParallel>(s.opts.process_group, c);
+  const int64_t rank = s.dp ? s.dp->rank() : 0, world = s.dp ? s.dp->world_size() : 1;
   s.task = make_task(c);  // before the run dir: bad data must not leave a husk
   if (!s.task.module || !s.task.loss)
     throw ConfigError("the Trainer's Task needs a module and a loss function (train/task.h)");
-  if (!s.task.data) s.task.data = make_batch_source(c);
+  // data.source, this process's share of it (a task's own data is used as given on every rank).
+  if (!s.task.data) s.task.data = make_batch_source(c, rank, world);
   s.data = s.task.data;
   s.model = s.task.module;
   s.cost = std::make_shared<CostMeter>(c.budget);
@@ -119,15 +122,17 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
                                   "\"none\"",
                                   ac));
   s.step = std::make_unique<TrainStep>(c, s.model, s.task.loss, *s.data, s.device,
-                                       s.task.hooks.tokens_per_sample);
+                                       s.task.hooks.tokens_per_sample, s.dp.get());
   s.loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(s.device));
-  s.run_dir = prepare_run_dir(c, s.opts.overwrite, !s.opts.resume.empty());
-  write_file_atomic(s.run_dir + "/config.toml", s.rc.to_toml());
+  const bool writer = s.is_writer();  // rank 0 alone writes the run directory
+  s.run_dir = writer ? prepare_run_dir(c, s.opts.overwrite, !s.opts.resume.empty())
+                     : (fs::path(c.run.out_dir) / c.run.name).string();
+  if (writer) write_file_atomic(s.run_dir + "/config.toml", s.rc.to_toml());
   const std::string metrics = s.run_dir + "/metrics.jsonl";
-  if (!s.opts.resume.empty()) truncate_metrics_after(metrics, ck ? ck->step : 0);
+  if (writer && !s.opts.resume.empty()) truncate_metrics_after(metrics, ck ? ck->step : 0);
 
-  if (!s.opts.quiet) s.callbacks.push_back(std::make_shared<ProgressDisplay>());
-  s.callbacks.push_back(std::make_shared<MetricsWriter>(metrics, !s.opts.resume.empty()));
+  if (!s.opts.quiet && writer) s.callbacks.push_back(std::make_shared<ProgressDisplay>());
+  if (writer) s.callbacks.push_back(std::make_shared<MetricsWriter>(metrics, !s.opts.resume.empty()));
   s.cadence = std::make_shared<CheckpointCadence>(c.checkpoint);
   s.callbacks.push_back(s.cadence);
   if (c.early_stop.enabled) s.callbacks.push_back(std::make_shared<EarlyStopping>(c.early_stop));
@@ -148,12 +153,13 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
     con.line(fmt::format("resume: continuing from {} (step {}{})", ck->path, ck->step,
                          ck->exact ? "" : "; weights stored in reduced precision, so not bitwise"));
   }
+  if (s.dp) s.dp->broadcast_parameters(s.model->parameters());  // every rank starts from rank 0's
 
   s.info.config = &s.rc.config;
   s.info.run_dir = s.run_dir;
   s.info.params = parameter_count(*s.model);
   s.info.flops_per_token = s.task.hooks.flops_per_token;
-  s.info.tokens_per_step = c.data.micro_batch * accumulation_steps(c) * s.task.hooks.tokens_per_sample;
+  s.info.tokens_per_step = c.data.micro_batch * accumulation_steps(c) * s.task.hooks.tokens_per_sample * world;
   s.info.threads = s.threads.intra_op;
 }
 
@@ -172,6 +178,7 @@ void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
   const double lr = L.lr_scale * lr_at(step->optimizer().step_count(), c.train.steps,
                                        c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
   StepResult r = step->run(L.step, lr);
+  if (dp) r.tokens *= dp->world_size();  // every rank consumed as many (r.loss is already the mean)
   loss_sum += r.loss;
   ++L.step;
 
@@ -268,6 +275,7 @@ nlohmann::json Trainer::fit() {
   };
 
   check_signal();  // a signal during start-up (or warm-up) stops before the first step
+  if (s.dp) s.dp->agree(control);  // stops and checkpoints are decided by all ranks together
   if (s.loop.eval_pending && !control.should_stop) s.run_eval(control);
   while (s.loop.step < c.train.steps && !control.should_stop) {
     s.writer->poll();  // an async write's error surfaces here, on the trainer thread
@@ -287,6 +295,7 @@ nlohmann::json Trainer::fit() {
       control.request_stop(fmt::format("train.max_minutes = {} reached", c.train.max_minutes),
                            StopKind::kMaxMinutes);
     check_signal();
+    if (s.dp) s.dp->agree(control);
     if (control.checkpoint_requested && !control.should_stop) s.save_checkpoint();
     control.checkpoint_requested = false;
   }

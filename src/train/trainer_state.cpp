@@ -100,7 +100,14 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   // next micro-batch index.
   d.data_state = {{"kind", "index"}, {"next_micro_batch", loop.step * step->accum()}};
   // Shard sources also record their (epoch, position) cursor; it names the same place.
-  if (nlohmann::json cursor = data->state(); !cursor.is_null()) d.data_state["cursor"] = cursor;
+  if (nlohmann::json cursor = data->state(); !cursor.is_null()) {
+    d.data_state["cursor"] = cursor;
+    // Data parallel: each rank has its own cursor; rank 0's checkpoint lists them in rank order.
+    if (dp) {
+      auto all = dp->gather_strings(cursor.dump(), "cursor/" + std::to_string(loop.step));
+      for (const auto& one : all) d.data_state["cursors"].push_back(nlohmann::json::parse(one));
+    }
+  }
   return d;
 }
 
@@ -126,7 +133,16 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
                                       "accum {}; train.accum or the batch size changed since the checkpoint",
                                       ck.path, ck.data_state.value("next_micro_batch", int64_t{0}),
                                       loop.step, step->accum()));
-  if (ck.data_state.contains("cursor")) data->load_state(ck.data_state["cursor"]);
+  const nlohmann::json& cursors = ck.data_state.contains("cursors") ? ck.data_state["cursors"] : nlohmann::json();
+  if (dp && cursors.is_array()) {
+    if (static_cast<int64_t>(cursors.size()) != dp->world_size())
+      throw CheckpointError(fmt::format("{}: written by {} processes, resumed by {}; resume with the same "
+                                        "number of processes (frugal launch -n {})",
+                                        ck.path, cursors.size(), dp->world_size(), cursors.size()));
+    data->load_state(cursors[static_cast<size_t>(dp->rank())]);
+  } else if (ck.data_state.contains("cursor") && (!dp || dp->world_size() == 1)) {
+    data->load_state(ck.data_state["cursor"]);
+  }
   detail::set_cpu_rng_state_hex(st.at("rng").at("cpu").get<std::string>());
   const auto& cbs = st.at("callbacks");
   for (auto& cb : callbacks) {
@@ -140,8 +156,8 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
 void Trainer::State::save_checkpoint() {
   if (last_saved_step == loop.step) return;  // nothing new since the last save (or the resume)
   const auto t0 = detail::Clock::now();
-  CheckpointData d = capture(writer->async());
-  last_checkpoint = writer->save(loop.step, std::move(d));
+  CheckpointData d = capture(writer->async());  // a collective under ZeRO-1: every rank calls it
+  if (is_writer()) last_checkpoint = writer->save(loop.step, std::move(d));
   const double stall = seconds_since(t0);
   writer->record_stall(stall);
   last_saved_step = loop.step;
@@ -161,6 +177,7 @@ void Trainer::State::rollback(Control& control) {
     return;
   }
   writer->wait();
+  if (dp) dp->any(false);  // a barrier: rank 0's last write is complete before any rank lists
   const std::string root = writer->root();
   std::string target;
   for (const auto& c : list_checkpoints(root)) {
@@ -177,7 +194,7 @@ void Trainer::State::rollback(Control& control) {
     return;
   }
   LoadedCheckpoint ck = load_checkpoint(target);
-  remove_checkpoints_after(root, ck.step);  // they hold the diverged trajectory
+  if (is_writer()) remove_checkpoints_after(root, ck.step);  // they hold the diverged trajectory
   const double lr_scale = loop.lr_scale * g.lr_factor;
   const int64_t rollbacks = loop.rollbacks + 1;
   const int64_t from = loop.step;
@@ -262,7 +279,8 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   if (counting_allocator_installed()) summary["peak_tensor_mb"] = static_cast<double>(tensor_bytes_peak()) / 1e6;
   summary["peak_rss_mb"] = static_cast<double>(rss_peak_bytes()) / 1e6;
   summary["optimizer_state_mb"] = static_cast<double>(step->optimizer().state_bytes()) / 1e6;
-  if (evaluate && task.hooks.extend_summary) task.hooks.extend_summary(summary);
+  if (dp) dp->add_to_summary(summary, session_step_s, session_steps);
+  if (evaluate && is_writer() && task.hooks.extend_summary) task.hooks.extend_summary(summary);
   const CheckpointWriterStats cs = writer->stats();
   const auto listing = list_checkpoints(writer->root());
   summary["checkpoint"] = {
@@ -284,11 +302,13 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   summary["frugal_version"] = FRUGAL_VERSION;
   summary["torch_version"] = TORCH_VERSION;
 
-  if (healthy)
+  if (healthy && is_writer())
     save_safetensors(run_dir + "/final/model.safetensors", module_tensors(*model),
                      {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
-  write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n");
-  write_report(run_dir);
+  if (is_writer()) {
+    write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n");
+    write_report(run_dir);
+  }
   for (auto& cb : callbacks) cb->on_train_end(summary);
   return summary;
 }

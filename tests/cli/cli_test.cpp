@@ -14,7 +14,7 @@ using test::run_frugal;
 using test::tiny_sets;
 
 TEST(Cli, HelpOnEveryCommandExitsZero) {
-  for (const char* cmd : {"", "train", "sample", "doctor", "config"}) {
+  for (const char* cmd : {"", "train", "sample", "doctor", "config", "launch"}) {
     auto r = run_frugal(std::string(cmd) + " --help");
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << cmd;

@@ -182,6 +182,27 @@ struct GuardConfig {
   int64_t max_rollbacks = 2;  // then the run stops with exit code 3
 };
 
+// [dist] — multi-process data parallel (src/dist, docs/distributed.md). Read only when a launcher
+// started several processes (frugal launch, torchrun, Slurm, mpirun); a single process ignores it.
+enum class DistBackend {
+  kAuto,  // NCCL for CUDA devices (where LibTorch was built with it), Gloo otherwise
+  kGloo,  // c10d Gloo: CPU tensors (and CUDA tensors, slower than NCCL)
+  kNccl,  // c10d NCCL: CUDA only
+};
+struct DistConfig {
+  DistBackend backend = DistBackend::kAuto;
+  // Seconds a rank waits for a peer (rendezvous, any collective) before it fails with an error
+  // naming the step; a peer that died is usually noticed at once (its socket closes).
+  double timeout_s = 300;
+  // 0: every rank keeps the whole AdamW state. 1 (ZeRO-1): each rank keeps and updates
+  // 1/world_size of it, then all-gathers the parameters: optimizer memory / world_size, one more
+  // collective per step.
+  int64_t zero = 0;
+  // Gradients are all-reduced in buckets of about this many MB, each started during backward as
+  // soon as its gradients are complete (overlaps communication with the rest of backward).
+  double bucket_mb = 4;
+};
+
 // Everything a run needs. Copyable plain data.
 struct Config {
   RunConfig run;
@@ -194,6 +215,7 @@ struct Config {
   CheckpointConfig checkpoint;
   EarlyStopConfig early_stop;
   GuardConfig guard;
+  DistConfig dist;
 };
 
 // Micro-batches per optimizer step, from train.accum / train.global_batch / data.micro_batch.

@@ -38,6 +38,13 @@ class IoError : public Error {
   using Error::Error;
 };
 
+// A peer process of a multi-process run died, never arrived or stopped answering within
+// dist.timeout_s (src/dist). Exit code 1.
+class DistError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A guard (budget, divergence) stopped the run on purpose. Exit code 3.
 class GuardStop : public Error {
  public:

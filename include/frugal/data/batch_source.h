@@ -57,12 +57,15 @@ class BatchSource {
   virtual void load_state(const nlohmann::json& state);
 };
 
-// Random windows of block+1 tokens over an in-memory token buffer.
+// Random windows of block+1 tokens over an in-memory token buffer. With rank r of world w (data
+// parallel), the rank's micro-batch i is the single-process micro-batch i * w + r: the ranks'
+// micro-batches k of a step together are micro-batches k * w ... k * w + w - 1 of one process, so
+// w ranks with train.accum = a consume exactly the samples of one process with accum = a * w.
 class WindowSource : public BatchSource {
  public:
   // REQUIRES: both splits hold more than block tokens (throws DataError naming `what` otherwise).
   WindowSource(std::vector<int32_t> train, std::vector<int32_t> val, int64_t micro_batch,
-               int64_t block, uint64_t seed, std::string what);
+               int64_t block, uint64_t seed, std::string what, int64_t rank = 0, int64_t world_size = 1);
   Batch train_batch(int64_t index) override;
   Batch val_batch(int64_t index) override;
   std::string describe() const override { return what_; }
@@ -76,6 +79,7 @@ class WindowSource : public BatchSource {
   std::vector<int32_t> train_, val_;
   int64_t micro_batch_, block_;
   uint64_t seed_;
+  int64_t rank_, world_;
   std::string what_;
 };
 
@@ -89,7 +93,10 @@ std::string bytes_to_text(const std::vector<int64_t>& tokens);
 bool pin_memory_for(const std::string& device);
 
 // Builds the source named by config.data.source ("builtin:arith", "text:PATH", "shards:DIR",
-// "records:DIR"), with pinned batches when run.device is CUDA. Throws ConfigError/DataError.
-std::unique_ptr<BatchSource> make_batch_source(const Config& config);
+// "records:DIR") for rank `rank` of `world_size` data-parallel processes (shards: disjoint sample
+// streams, sampler.h; in-memory sources: interleaved micro-batches, WindowSource), with pinned
+// batches when run.device is CUDA. Throws ConfigError/DataError.
+std::unique_ptr<BatchSource> make_batch_source(const Config& config, int64_t rank = 0,
+                                               int64_t world_size = 1);
 
 }  // namespace frugal

@@ -10,8 +10,8 @@
 
 namespace frugal {
 
-// Builds the model (initialised from the current torch seed) and the data source. Throws
-// ConfigError/DataError for a bad data.source.
+// Builds the model (initialised from the current torch seed). The task's data is left null: the
+// Trainer builds data.source for its data-parallel rank (make_batch_source).
 Task make_gpt_task(const Config& config);
 
 // The GPT's task around an existing model and data source.

@@ -12,6 +12,9 @@
 //
 // The model is any torch::nn::Module with a LossFn (train/task.h). Activation checkpointing acts
 // inside the model's forward (a task hook; for the GPT, Gpt::set_block_runner).
+//
+// Data parallel (src/dist) joins through GradSync at fixed points (grad_sync.h): gradients are
+// all-reduced during the last micro-batch's backward, and all ranks agree on an fp16 skip.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,6 +26,7 @@
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
 #include "frugal/train/task.h"
+#include "frugal/train/grad_sync.h"
 #include "frugal/train/loss_scaler.h"
 #include "frugal/train/optimizer.h"
 #include "frugal/train/precision.h"
@@ -42,11 +46,14 @@ struct StepResult {
 class TrainStep {
  public:
   // Trains `model` (already on `device`) with `loss`; each sample counts as tokens_per_sample.
+  // `sync` (optional, not owned, outlives the step): data-parallel hooks (grad_sync.h).
   TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
-            BatchSource& data, c10::Device device, int64_t tokens_per_sample = 1);
+            BatchSource& data, c10::Device device, int64_t tokens_per_sample = 1,
+            GradSync* sync = nullptr);
   // The reference GPT: its next-token loss, model.block tokens per sample, and
   // memory.activation_checkpointing installed on its blocks.
-  TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device);
+  TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device,
+            GradSync* sync = nullptr);
 
   // Runs iteration `iteration` (0-based) at learning rate `lr`. Reads the device only when the
   // loss scaler needs the inf/NaN verdict.
@@ -67,6 +74,7 @@ class TrainStep {
   int64_t accum_;
   PrecisionPolicy precision_;
   LossScaler scaler_;
+  GradSync* sync_;
   std::unique_ptr<Optimizer> optimizer_;
 };
 

@@ -33,6 +33,9 @@
 #include "frugal/train/task.h"
 
 namespace frugal {
+namespace dist {
+class ProcessGroup;
+}
 
 struct TrainerOptions {
   bool overwrite = false;  // replace an existing runs/<name>/ instead of refusing
@@ -42,6 +45,9 @@ struct TrainerOptions {
   // Install SIGTERM/SIGINT/SIGUSR1 handlers for the trainer's lifetime (train/preemption.h): a
   // signal finishes the step, writes a checkpoint and stops with stop_kind "preempted".
   bool handle_signals = false;
+  // Multi-process data parallel (docs/distributed.md): the group this process belongs to, from
+  // dist::connect(). Null = a single process. Rank 0 writes the run directory; every rank trains.
+  std::shared_ptr<dist::ProcessGroup> process_group;
 };
 
 // Builds the task from the resolved config (after a resumed checkpoint's precision is adopted,

@@ -16,6 +16,7 @@
 #include "frugal/ckpt/checkpoint_writer.h"
 #include "frugal/core/threads.h"
 #include "frugal/data/batch_source.h"
+#include "frugal/dist/data_parallel.h"
 #include "frugal/monitor/cost_meter.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/train_step.h"
@@ -39,6 +40,7 @@ struct Trainer::State {
   ThreadPlan threads;
   Task task;
   std::shared_ptr<torch::nn::Module> model;  // task.module
+  std::unique_ptr<dist::DataParallel> dp;  // multi-process only; outlives `step` (declared first)
   std::shared_ptr<BatchSource> data;         // task.data
   std::unique_ptr<TrainStep> step;
   std::vector<std::shared_ptr<Callback>> callbacks;
@@ -57,6 +59,8 @@ struct Trainer::State {
   double phase_s[4] = {0, 0, 0, 0};  // this session's data, forward, backward, optimizer time
   int64_t session_steps = 0;
   double session_step_s = 0;  // wall time of this session's steps
+
+  bool is_writer() const { return !dp || dp->is_writer(); }  // this process writes the run's files
 
   // The loop (trainer.cpp).
   void train_one_step(StepMetrics& m, Control& control);

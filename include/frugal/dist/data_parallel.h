@@ -1,0 +1,87 @@
+// Multi-process data parallel: every rank holds the whole model, trains on its own share of each
+// global batch, and the ranks average their gradients so the weights stay identical.
+//
+// Gradients: parameters are grouped, in reverse order (roughly the order backward produces their
+// gradients), into buckets of about dist.bucket_mb that are contiguous ranges of the optimizer's
+// flat gradient buffer. A post-hook on each parameter's gradient accumulator counts down its
+// bucket during the step's last backward; a complete bucket is all-reduced at once (asynchronously)
+// while backward goes on, so communication overlaps the rest of backward. Buckets start in a fixed
+// order on every rank (c10d's contract). finish() waits for them. With accumulation, only the last
+// micro-batch's backward reduces (once per optimizer step).
+//
+// Same global batch: rank r of w draws its micro-batches so that one optimizer step consumes
+// exactly the samples a single process with train.accum x w would (make_batch_source with rank and
+// world); the all-reduced mean gradient is that process's gradient up to fp32 rounding.
+//
+// The trainer also calls it to agree on stops and checkpoints (agree()), to gather the ranks' data
+// cursors into rank 0's checkpoint and to start every rank from rank 0's weights.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "frugal/dist/process_group.h"
+#include "frugal/train/callback.h"
+#include "frugal/train/grad_sync.h"
+
+namespace frugal::dist {
+
+class ZeroAdamW;
+
+class DataParallel : public GradSync {
+ public:
+  // REQUIRES: config.train.optimizer = fused_adamw (the buckets live in its flat gradient buffer);
+  // ConfigError otherwise.
+  DataParallel(std::shared_ptr<ProcessGroup> pg, const Config& config);
+  ~DataParallel() override;
+
+  // GradSync (the training step's side).
+  std::unique_ptr<Optimizer> make_optimizer(const std::vector<at::Tensor>& params, const TrainConfig& t) override;
+  void attach(const std::vector<at::Tensor>& params) override;
+  void before_backward(bool last_micro_batch) override;
+  void finish(at::Tensor& loss) override;
+  bool any(bool flag) override;
+
+  // The trainer's side.
+  int64_t rank() const { return pg_->rank(); }
+  int64_t world_size() const { return pg_->world_size(); }
+  bool is_writer() const { return pg_->rank() == 0; }  // rank 0 writes every file of the run
+  // Every rank continues from rank 0's parameters.
+  void broadcast_parameters(const std::vector<at::Tensor>& params);
+  // One small all-reduce: a stop requested on any rank (signal, early stop, budget, guard,
+  // max_minutes) becomes every rank's stop, with the same kind and the requesting rank's reason;
+  // a checkpoint requested on any rank is taken by all (so ZeRO-1's gather happens together).
+  void agree(Control& control);
+  // Rank 0 gets every rank's string (rank order); the others get {}. Through the store.
+  std::vector<std::string> gather_strings(const std::string& mine, const std::string& tag);
+  // "dist" figures for summary.json: world, backend, buckets, exposed communication per step.
+  void add_to_summary(nlohmann::ordered_json& summary, double step_s_total, int64_t steps) const;
+  int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
+
+ private:
+  struct Bucket;
+  void on_grad_ready(size_t param);
+  void launch_ready();
+  at::Tensor small(std::vector<double> values) const;
+
+  std::shared_ptr<ProcessGroup> pg_;
+  DistConfig config_;
+  c10::Device comm_device_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<size_t> bucket_of_;                 // parameter index -> bucket
+  std::vector<std::shared_ptr<void>> hook_owners_;  // keeps the gradient accumulators alive
+  size_t next_launch_ = 0;
+  bool reducing_ = false;
+  int64_t agree_seq_ = 0;
+  ZeroAdamW* zero_ = nullptr;  // owned by the step's optimizer slot when dist.zero = 1
+  double wait_s_ = 0;          // blocked in finish() waiting for gradient all-reduces
+  double agree_s_ = 0;         // blocked in agree()
+  int64_t reductions_ = 0;
+};
+
+}  // namespace frugal::dist

@@ -1,0 +1,52 @@
+// `frugal launch`: start the processes of a data-parallel run on this node with the environment
+// torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), forward
+// stop signals to them, and report which rank failed; and the job files that start the same run
+// on a cluster (a SkyPilot task, a Slurm batch script). docs/distributed.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace frugal::dist {
+
+struct LaunchOptions {
+  int64_t procs_per_node = 1;
+  int64_t nodes = 1;
+  int64_t node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 29500;
+  // After the first rank fails, the others get this long to notice and exit on their own (they
+  // fail their next collective at once when the peer's socket closes), then SIGTERM, then SIGKILL.
+  double grace_s = 30;
+  std::vector<std::string> args;  // the frugal command each process runs, e.g. {"train", "cfg.toml"}
+};
+
+// Runs args under `exe` (normally /proc/self/exe) procs_per_node times and waits for all.
+// SIGINT/SIGTERM/SIGUSR1/SIGHUP sent to the launcher go to every process once (a preemption
+// notice: each rank checkpoints and they exit 75 together). Returns 0 when every rank exited 0,
+// 75 when they stopped resumably, else the first failed rank's exit code (128 + signal when
+// killed), after printing which rank failed and how. Each process gets FRUGAL_RUN_THREADS =
+// cores / procs_per_node unless the variable is set already.
+int launch(const LaunchOptions& options, const std::string& exe);
+
+struct EmitOptions {
+  std::string config;            // the TOML config the job trains
+  std::string name = "frugal";   // job / task name
+  int64_t nodes = 1;
+  int64_t procs_per_node = 1;    // processes (GPUs) per node
+  std::string accelerators;      // SkyPilot resources.accelerators, e.g. "H100:8"; "" = CPU
+  std::string bucket;            // SkyPilot: object-store bucket mounted at /ckpt for runs/; "" = none
+  std::string time = "24:00:00"; // Slurm: --time
+  int64_t port = 29500;
+  std::vector<std::string> sets; // --set overrides passed to `frugal train`
+};
+
+// A SkyPilot task YAML (spot instances; the job recovers on preemption and `--resume auto`
+// continues from the last checkpoint).
+std::string emit_skypilot(const EmitOptions& o);
+// An sbatch script (srun starts one task per process; SIGTERM 120 s before the time limit
+// checkpoints, and an exit 75 requeues the job, which resumes).
+std::string emit_slurm(const EmitOptions& o);
+
+}  // namespace frugal::dist

@@ -1,0 +1,38 @@
+// The seam through which data-parallel training (src/dist) joins the training step. A single
+// process passes no GradSync and the step is unchanged. With one, TrainStep calls it at fixed
+// points:
+//
+//   construction     make_optimizer(params)   the optimizer (e.g. ZeRO-1's sharded AdamW); null =
+//                                             the ordinary one
+//                    attach(params)           once the optimizer owns the gradients' storage
+//   each micro-batch before_backward(last)    last = this backward completes the step's gradients
+//   after backward   finish(loss)             every gradient (and the step's mean loss) is now the
+//                                             mean over all ranks
+//   fp16 scaler      any(found_inf)           all ranks skip a step together
+//
+// REQUIRES: the calls come in this order on every rank (they may run collectives).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "frugal/core/config.h"
+#include "frugal/train/optimizer.h"
+
+namespace frugal {
+
+class GradSync {
+ public:
+  virtual ~GradSync() = default;
+  virtual std::unique_ptr<Optimizer> make_optimizer(const std::vector<at::Tensor>& params,
+                                                    const TrainConfig& t) = 0;
+  virtual void attach(const std::vector<at::Tensor>& params) = 0;
+  virtual void before_backward(bool last_micro_batch) = 0;
+  // `loss` (0-dim, this rank's mean over its micro-batches) becomes the mean over ranks, in place.
+  virtual void finish(at::Tensor& loss) = 0;
+  virtual bool any(bool flag) = 0;
+};
+
+}  // namespace frugal

@@ -1,0 +1,95 @@
+// `frugal launch -n N [--port P] [--nodes K --node-rank I --master-addr H] -- train CONFIG ...`
+// `frugal launch --emit skypilot|slurm [-n N] [--nodes K] [...] CONFIG`
+//
+// Starts N local processes of a data-parallel run (dist/launcher.h), or writes the job file that
+// starts one on a cluster. docs/distributed.md.
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/errors.h"
+#include "frugal/dist/launcher.h"
+
+namespace frugal::cli {
+
+void add_launch_command(CLI::App& app, Run* run) {
+  struct Args {
+    dist::LaunchOptions launch;
+    std::string emit;
+    std::string output;
+    std::string accelerators;
+    std::string bucket;
+    std::string name;
+    std::string time = "24:00:00";
+    std::vector<std::string> sets;
+    std::vector<std::string> command;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "launch",
+      "Run data-parallel training in several processes: `frugal launch -n 2 -- train my.toml` starts 2 "
+      "ranks here with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), "
+      "forwards SIGINT/SIGTERM/SIGUSR1 to them (they checkpoint together and exit 75) and names the rank "
+      "that failed. Exit code: 0, 75, or the failed rank's code.\n`frugal launch --emit skypilot|slurm "
+      "[-n N] [--nodes K] CONFIG` instead prints a SkyPilot task (spot, resumes after preemption) or an "
+      "sbatch script. See docs/distributed.md.");
+  cmd->add_option("-n,--nproc", a->launch.procs_per_node, "processes on this node (per node for --emit)")
+      ->capture_default_str();
+  cmd->add_option("--port", a->launch.master_port, "MASTER_PORT: the TCP port rank 0 listens on for the rendezvous")
+      ->capture_default_str();
+  cmd->add_option("--nodes", a->launch.nodes, "nodes in the run (multi-node: start one launcher per node)")
+      ->capture_default_str();
+  cmd->add_option("--node-rank", a->launch.node_rank, "this node's index in [0, nodes)")->capture_default_str();
+  cmd->add_option("--master-addr", a->launch.master_addr, "MASTER_ADDR: host of rank 0")->capture_default_str();
+  cmd->add_option("--grace", a->launch.grace_s,
+                  "seconds the other ranks get to stop on their own after one failed, before SIGTERM")
+      ->capture_default_str();
+  cmd->add_option("--emit", a->emit, "write a job file instead of running: skypilot or slurm")
+      ->check(CLI::IsMember({"skypilot", "slurm"}));
+  cmd->add_option("-o,--output", a->output, "--emit: write the job file here instead of stdout");
+  cmd->add_option("--accelerators", a->accelerators,
+                  "--emit: accelerators per node, e.g. H100:8 (SkyPilot syntax; Slurm requests -n GPUs per node)");
+  cmd->add_option("--bucket", a->bucket, "--emit skypilot: a bucket mounted at /ckpt to hold runs/ across preemptions");
+  cmd->add_option("--name", a->name, "--emit: job name (default: the config file's stem)");
+  cmd->add_option("--time", a->time, "--emit slurm: wall-time limit")->capture_default_str();
+  cmd->add_option("--set", a->sets, "--emit: a --set override for `frugal train` (repeatable)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);  // one value per --set, so CONFIG may follow
+  cmd->add_option("command", a->command,
+                  "after --: the frugal command every process runs (e.g. train my.toml --set ...); with --emit: "
+                  "the CONFIG");
+  cmd->callback([a, run] {
+    *run = [a] {
+      if (!a->emit.empty()) {
+        if (a->command.size() != 1)
+          throw ConfigError("frugal launch --emit: give exactly one CONFIG file (the job runs `frugal train CONFIG`)");
+        dist::EmitOptions e;
+        e.config = a->command.front();
+        std::string stem = e.config.substr(e.config.find_last_of('/') + 1);
+        stem = stem.substr(0, stem.find('.'));
+        e.name = a->name.empty() ? "frugal-" + stem : a->name;
+        e.nodes = a->launch.nodes;
+        e.procs_per_node = a->launch.procs_per_node;
+        e.accelerators = a->accelerators;
+        e.bucket = a->bucket;
+        e.time = a->time;
+        e.port = a->launch.master_port;
+        e.sets = a->sets;
+        const std::string text = a->emit == "skypilot" ? dist::emit_skypilot(e) : dist::emit_slurm(e);
+        if (a->output.empty()) {
+          std::fputs(text.c_str(), stdout);
+        } else {
+          write_file_atomic(a->output, text);
+          std::fprintf(stderr, "wrote %s\n", a->output.c_str());
+        }
+        return 0;
+      }
+      a->launch.args = a->command;
+      return dist::launch(a->launch, "/proc/self/exe");
+    };
+  });
+}
+
+}  // namespace frugal::cli

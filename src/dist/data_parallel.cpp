@@ -1,0 +1,240 @@
+// Bucketed gradient all-reduce, stop agreement and the trainer's multi-process helpers; see
+// data_parallel.h.
+#include "frugal/dist/data_parallel.h"
+
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "frugal/core/errors.h"
+#include "frugal/dist/zero_adamw.h"
+
+namespace frugal::dist {
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+}  // namespace
+
+struct DataParallel::Bucket {
+  at::Tensor view;         // a contiguous range of the flat gradient buffer
+  int64_t params = 0;      // parameters in the bucket
+  int64_t pending = 0;     // of them, not yet accumulated in this backward
+  std::unique_ptr<Pending> work;
+};
+
+DataParallel::DataParallel(std::shared_ptr<ProcessGroup> pg, const Config& config)
+    : pg_(std::move(pg)), config_(config.dist),
+      comm_device_(pg_->backend() == "nccl" ? c10::Device(config.run.device) : c10::Device(c10::kCPU)) {
+  if (config.train.optimizer != OptimizerKind::kFusedAdamW)
+    throw ConfigError("multi-process training needs train.optimizer = \"fused_adamw\" (its flat gradient "
+                      "buffer holds the all-reduce buckets); torch_adamw is single-process only");
+}
+
+DataParallel::~DataParallel() = default;
+
+std::unique_ptr<Optimizer> DataParallel::make_optimizer(const std::vector<at::Tensor>& params,
+                                                        const TrainConfig& t) {
+  if (config_.zero == 0) return nullptr;  // the ordinary FusedAdamW
+  // The grouping of make_optimizer: matrices decay, biases and norms do not.
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto opt = std::make_unique<ZeroAdamW>(
+      std::vector<FusedAdamW::Group>{{decay, t.weight_decay}, {no_decay, 0.0}},
+      AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_);
+  zero_ = opt.get();
+  return opt;
+}
+
+void DataParallel::attach(const std::vector<at::Tensor>& params) {
+  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(config_.bucket_mb * 1e6));
+  struct Open {
+    int64_t lo = 0, hi = 0;      // element range in the flat buffer
+    std::vector<size_t> members;  // parameter indices, descending
+  };
+  std::map<const c10::StorageImpl*, Open> open;  // one open bucket per flat buffer (param group)
+  std::vector<std::pair<Open, at::Tensor>> done;  // closed buckets and a gradient of their buffer
+  auto close = [&](const c10::StorageImpl* key, const at::Tensor& g) {
+    auto it = open.find(key);
+    if (it == open.end()) return;
+    done.emplace_back(std::move(it->second), g);
+    open.erase(it);
+  };
+  // Backward meets the last parameters first: walk them in reverse; a bucket grows downwards
+  // while the next gradient of its group sits right below it in the flat buffer.
+  for (size_t k = params.size(); k-- > 0;) {
+    const at::Tensor& g = params[k].grad();
+    if (!g.defined() || !g.is_contiguous())
+      throw Error("data parallel: a parameter has no flat gradient view; the optimizer must be fused_adamw");
+    const auto* key = g.storage().unsafeGetStorageImpl();
+    const int64_t off = g.storage_offset(), n = g.numel();
+    auto it = open.find(key);
+    if (it != open.end() &&
+        (off + n != it->second.lo || (it->second.hi - it->second.lo) * static_cast<int64_t>(g.element_size()) >= cap)) {
+      close(key, g);
+      it = open.end();
+    }
+    if (it == open.end()) it = open.emplace(key, Open{off + n, off + n, {}}).first;
+    it->second.lo = off;
+    it->second.members.push_back(k);
+  }
+  while (!open.empty()) {
+    const size_t any_member = open.begin()->second.members.front();
+    close(open.begin()->first, params[any_member].grad());
+  }
+  // Launch order = expected completion order: a bucket is complete when its earliest parameter's
+  // gradient arrives, so the bucket whose smallest index is largest goes first.
+  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) {
+    return a.first.members.back() > b.first.members.back();
+  });
+  bucket_of_.assign(params.size(), 0);
+  for (auto& [o, g] : done) {
+    auto b = std::make_unique<Bucket>();
+    b->view = at::empty({0}, g.options());
+    b->view.set_(g.storage(), o.lo, {o.hi - o.lo}, {1});
+    b->params = static_cast<int64_t>(o.members.size());
+    for (size_t i : o.members) bucket_of_[i] = buckets_.size();
+    buckets_.push_back(std::move(b));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params[i]);
+    acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& out, const torch::autograd::variable_list&) {
+          on_grad_ready(i);
+          return out;
+        }));
+    hook_owners_.push_back(acc);
+  }
+}
+
+void DataParallel::before_backward(bool last_micro_batch) {
+  reducing_ = last_micro_batch;
+  if (!reducing_) return;
+  next_launch_ = 0;
+  for (auto& b : buckets_) b->pending = b->params;
+}
+
+void DataParallel::on_grad_ready(size_t param) {
+  if (!reducing_) return;
+  Bucket& b = *buckets_[bucket_of_[param]];
+  if (--b.pending == 0) launch_ready();
+}
+
+// Starts complete buckets in bucket order only, so every rank issues the same collective sequence.
+void DataParallel::launch_ready() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_]->pending <= 0) {
+    Bucket& b = *buckets_[next_launch_++];
+    b.view.div_(static_cast<double>(pg_->world_size()));  // sum of (grad / world) = the mean
+    b.work = pg_->allreduce_sum(b.view);
+  }
+}
+
+void DataParallel::finish(at::Tensor& loss) {
+  if (!reducing_) return;
+  for (auto& b : buckets_) b->pending = 0;  // a parameter that got no gradient this step
+  launch_ready();
+  at::Tensor l = loss.reshape({1});
+  if (l.device() != comm_device_) l = l.to(comm_device_);
+  l.div_(static_cast<double>(pg_->world_size()));
+  auto lw = pg_->allreduce_sum(l);
+  const auto t0 = Clock::now();
+  for (auto& b : buckets_) {
+    b->work->wait();
+    b->work.reset();
+  }
+  lw->wait();
+  wait_s_ += since(t0);
+  if (l.data_ptr() != loss.data_ptr()) loss.copy_(l.reshape({}));
+  reducing_ = false;
+  ++reductions_;
+}
+
+at::Tensor DataParallel::small(std::vector<double> values) const {
+  return at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(comm_device_);
+}
+
+bool DataParallel::any(bool flag) {
+  at::Tensor t = small({flag ? 1.0 : 0.0});
+  pg_->allreduce_max(t);
+  return t.cpu().item<double>() > 0;
+}
+
+void DataParallel::broadcast_parameters(const std::vector<at::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    at::Tensor d = p.detach();
+    if (d.device() == comm_device_) {
+      pg_->broadcast(d, 0);
+    } else {
+      at::Tensor c = d.to(comm_device_);
+      pg_->broadcast(c, 0);
+      d.copy_(c);
+    }
+  }
+}
+
+void DataParallel::agree(Control& control) {
+  const auto t0 = Clock::now();
+  const std::string prefix = fmt::format("stop/{}/", agree_seq_++);
+  const double code = control.should_stop ? static_cast<double>(control.kind) + 1 : 0.0;
+  if (code > 0) pg_->store_set(prefix + std::to_string(rank()), fmt::format("{}|{}", code, control.reason));
+  at::Tensor t = small({code, control.checkpoint_requested ? 1.0 : 0.0});
+  pg_->allreduce_max(t);
+  t = t.cpu();
+  const double global = t[0].item<double>();
+  control.checkpoint_requested = t[1].item<double>() > 0;
+  if (global > 0 && global != code) {
+    // Another rank asked for a stronger (or any) stop: adopt its kind and reason.
+    std::string reason = "a stop requested by another rank";
+    for (int64_t r = 0; r < world_size(); ++r) {
+      const std::string key = prefix + std::to_string(r);
+      if (!pg_->store_has(key)) continue;
+      const std::string v = pg_->store_get(key);
+      const size_t bar = v.find('|');
+      if (std::stod(v.substr(0, bar)) == global) {
+        reason = fmt::format("rank {}: {}", r, v.substr(bar + 1));
+        break;
+      }
+    }
+    control.should_stop = true;
+    control.kind = static_cast<StopKind>(static_cast<int>(global) - 1);
+    control.reason = reason;
+  }
+  agree_s_ += since(t0);
+}
+
+std::vector<std::string> DataParallel::gather_strings(const std::string& mine, const std::string& tag) {
+  const std::string prefix = "gather/" + tag + "/";
+  if (!is_writer()) {
+    pg_->store_set(prefix + std::to_string(rank()), mine);
+    return {};
+  }
+  std::vector<std::string> all{mine};
+  for (int64_t r = 1; r < world_size(); ++r) all.push_back(pg_->store_get(prefix + std::to_string(r)));
+  return all;
+}
+
+void DataParallel::add_to_summary(nlohmann::ordered_json& s, double step_s_total, int64_t steps) const {
+  const double n = static_cast<double>(std::max<int64_t>(1, steps));
+  const double gather = zero_ ? zero_->gather_s() : 0.0;
+  const double comm = wait_s_ + agree_s_ + gather;
+  s["dist"] = {{"world_size", world_size()},
+               {"backend", pg_->backend()},
+               {"zero", config_.zero},
+               {"buckets", buckets_.size()},
+               {"bucket_mb", config_.bucket_mb},
+               {"allreduce_wait_ms_per_step", 1e3 * wait_s_ / n},
+               {"zero_gather_ms_per_step", 1e3 * gather / n},
+               {"agree_ms_per_step", 1e3 * agree_s_ / n},
+               {"comm_ms_per_step", 1e3 * comm / n},
+               // Of the time spent in steps plus the agreement after each (which runs outside the step).
+               {"comm_fraction", step_s_total + agree_s_ > 0 ? comm / (step_s_total + agree_s_) : 0.0}};
+}
+
+}  // namespace frugal::dist

@@ -1,0 +1,141 @@
+// Local process launcher; see launcher.h.
+#include "frugal/dist/launcher.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "frugal/core/errors.h"
+
+namespace frugal::dist {
+namespace {
+
+std::atomic<int> g_pending_signal{0};
+void remember_signal(int sig) { g_pending_signal.store(sig); }
+
+struct Child {
+  int64_t rank = 0;
+  pid_t pid = -1;
+  bool done = false;
+  int code = 0;  // exit code, or 128 + signal
+};
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status))
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  return fmt::format("exited with code {}", WEXITSTATUS(status));
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& o, const std::string& exe) {
+  if (o.procs_per_node < 1 || o.nodes < 1 || o.node_rank < 0 || o.node_rank >= o.nodes)
+    throw ConfigError(fmt::format("frugal launch: need -n >= 1, --nodes >= 1 and 0 <= --node-rank < --nodes "
+                                  "(got -n {}, --nodes {}, --node-rank {})",
+                                  o.procs_per_node, o.nodes, o.node_rank));
+  if (o.args.empty()) throw ConfigError("frugal launch: no command; e.g. frugal launch -n 2 -- train my.toml");
+  const int64_t world = o.procs_per_node * o.nodes;
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const std::string threads = std::to_string(std::max<long>(1, cores / o.procs_per_node));
+
+  struct sigaction sa {};
+  sa.sa_handler = remember_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) sigaction(sig, &sa, nullptr);
+
+  std::vector<Child> children;
+  for (int64_t local = 0; local < o.procs_per_node; ++local) {
+    Child c;
+    c.rank = o.node_rank * o.procs_per_node + local;
+    std::fflush(nullptr);
+    c.pid = fork();
+    if (c.pid < 0) throw Error(fmt::format("frugal launch: fork failed: {}", std::strerror(errno)));
+    if (c.pid == 0) {
+      // Own process group: a Ctrl-C reaches the launcher only, which forwards it once.
+      setpgid(0, 0);
+      for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) signal(sig, SIG_DFL);
+      setenv("RANK", std::to_string(c.rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(o.procs_per_node).c_str(), 1);
+      setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(o.master_port).c_str(), 1);
+      setenv("FRUGAL_RUN_THREADS", threads.c_str(), 0);
+      std::vector<char*> argv;
+      argv.push_back(const_cast<char*>(exe.c_str()));
+      for (const auto& a : o.args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(exe.c_str(), argv.data());
+      std::fprintf(stderr, "frugal launch: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
+      _exit(127);
+    }
+    children.push_back(c);
+  }
+  std::fprintf(stderr, "frugal launch: started %lld process(es) (ranks %lld..%lld of %lld), master %s:%lld\n",
+               static_cast<long long>(o.procs_per_node), static_cast<long long>(children.front().rank),
+               static_cast<long long>(children.back().rank), static_cast<long long>(world),
+               o.master_addr.c_str(), static_cast<long long>(o.master_port));
+
+  using Clock = std::chrono::steady_clock;
+  const Child* first_failure = nullptr;
+  Clock::time_point failed_at;
+  bool termed = false, killed = false;
+  size_t running = children.size();
+  while (running > 0) {
+    if (int sig = g_pending_signal.exchange(0); sig != 0) {
+      for (auto& c : children)
+        if (!c.done) kill(c.pid, sig);
+    }
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (auto& c : children) {
+        if (c.pid != pid) continue;
+        c.done = true;
+        --running;
+        c.code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+        const bool failed = !(WIFEXITED(status) && (c.code == 0 || c.code == 75));
+        if (failed && !first_failure) {
+          first_failure = &c;
+          failed_at = Clock::now();
+          std::fprintf(stderr, "frugal launch: rank %lld (pid %d) %s; waiting up to %.0f s for the other ranks to stop\n",
+                       static_cast<long long>(c.rank), static_cast<int>(c.pid), describe_status(status).c_str(),
+                       o.grace_s);
+        } else if (failed) {
+          std::fprintf(stderr, "frugal launch: rank %lld (pid %d) %s\n", static_cast<long long>(c.rank),
+                       static_cast<int>(c.pid), describe_status(status).c_str());
+        }
+      }
+      continue;
+    }
+    if (first_failure) {
+      const double waited = std::chrono::duration<double>(Clock::now() - failed_at).count();
+      if (!termed && waited > o.grace_s) {
+        for (auto& c : children)
+          if (!c.done) kill(c.pid, SIGTERM);
+        termed = true;
+      } else if (!killed && waited > o.grace_s + 10) {
+        for (auto& c : children)
+          if (!c.done) kill(c.pid, SIGKILL);
+        killed = true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) signal(sig, SIG_DFL);
+  if (first_failure) return first_failure->code;
+  for (const auto& c : children)
+    if (c.code == 75) return 75;
+  return 0;
+}
+
+}  // namespace frugal::dist

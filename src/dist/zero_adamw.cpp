@@ -1,0 +1,125 @@
+// ZeRO-1 sharded AdamW; see zero_adamw.h.
+#include "frugal/dist/zero_adamw.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "frugal/core/errors.h"
+
+namespace frugal::dist {
+
+ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg)
+    : hyper_(hyper), pg_(std::move(pg)) {
+  c10::NoGradGuard no_grad;
+  const int64_t world = pg_->world_size();
+  for (auto& g : groups) {
+    if (g.params.empty()) continue;
+    const auto opts = g.params.front().options();
+    Flat f;
+    f.weight_decay = g.weight_decay;
+    for (const auto& p : g.params) f.numel += p.numel();
+    f.chunk = (f.numel + world - 1) / world;
+    f.params = at::zeros({f.chunk * world}, opts);  // the padding stays zero: AdamW keeps 0 at 0
+    f.grads = at::zeros({f.chunk * world}, opts);
+    int64_t off = 0;
+    for (auto& p : g.params) {
+      const int64_t n = p.numel();
+      at::Tensor pv = f.params.narrow(0, off, n).view(p.sizes());
+      pv.copy_(p);
+      p.set_data(pv);
+      p.mutable_grad() = f.grads.narrow(0, off, n).view(p.sizes());
+      off += n;
+    }
+    f.exp_avg = at::zeros({f.chunk}, opts);
+    f.exp_avg_sq = at::zeros({f.chunk}, opts);
+    f.denom = at::empty({f.chunk}, opts);
+    flats_.push_back(std::move(f));
+  }
+}
+
+void ZeroAdamW::zero_grad() {
+  for (auto& f : flats_) f.grads.zero_();
+}
+
+void ZeroAdamW::step() {
+  c10::NoGradGuard no_grad;
+  ++steps_;
+  const double b1 = hyper_.beta1, b2 = hyper_.beta2;
+  const double bc1 = 1 - std::pow(b1, static_cast<double>(steps_));
+  const double bc2 = 1 - std::pow(b2, static_cast<double>(steps_));
+  const double step_size = hyper_.lr / bc1;
+  const double bc2_sqrt = std::sqrt(bc2);
+  const int64_t rank = pg_->rank(), world = pg_->world_size();
+  for (auto& f : flats_) {
+    at::Tensor p = f.params.narrow(0, rank * f.chunk, f.chunk);
+    at::Tensor g = f.grads.narrow(0, rank * f.chunk, f.chunk);
+    // FusedAdamW::step's op sequence, on this rank's chunk.
+    if (f.weight_decay != 0) p.mul_(1 - hyper_.lr * f.weight_decay);
+    f.exp_avg.mul_(b1).add_(g, 1 - b1);
+    f.exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2);
+    at::sqrt_out(f.denom, f.exp_avg_sq).div_(bc2_sqrt).add_(hyper_.eps);
+    p.addcdiv_(f.exp_avg, f.denom, -step_size);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<at::Tensor> out;
+    for (int64_t r = 0; r < world; ++r) out.push_back(f.params.narrow(0, r * f.chunk, f.chunk));
+    pg_->allgather(p.clone(), out);  // a copy: the input must not alias an output
+    gather_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+}
+
+std::vector<at::Tensor> ZeroAdamW::grads() {
+  std::vector<at::Tensor> out;
+  for (const auto& f : flats_) out.push_back(f.grads);
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> ZeroAdamW::state_tensors() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  const int64_t world = pg_->world_size();
+  for (size_t i = 0; i < flats_.size(); ++i) {
+    const Flat& f = flats_[i];
+    for (const auto& [name, shard] : {std::pair<const char*, at::Tensor>{"exp_avg", f.exp_avg},
+                                      std::pair<const char*, at::Tensor>{"exp_avg_sq", f.exp_avg_sq}}) {
+      at::Tensor full = at::empty({f.chunk * world}, shard.options());
+      std::vector<at::Tensor> parts;
+      for (int64_t r = 0; r < world; ++r) parts.push_back(full.narrow(0, r * f.chunk, f.chunk));
+      pg_->allgather(shard, parts);
+      out.emplace_back("g" + std::to_string(i) + "." + name, full.narrow(0, 0, f.numel));
+    }
+  }
+  return out;
+}
+
+void ZeroAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps) {
+  c10::NoGradGuard no_grad;
+  const int64_t rank = pg_->rank();
+  for (size_t i = 0; i < flats_.size(); ++i) {
+    Flat& f = flats_[i];
+    for (auto* dst : {&f.exp_avg, &f.exp_avg_sq}) {
+      const std::string name = "g" + std::to_string(i) + (dst == &f.exp_avg ? ".exp_avg" : ".exp_avg_sq");
+      const at::Tensor* src = nullptr;
+      for (const auto& [n, t] : tensors)
+        if (n == name) src = &t;
+      if (!src || src->numel() != f.numel)
+        throw CheckpointError("optimizer state '" + name +
+                              "' is missing or has the wrong size; the model or its parameter "
+                              "grouping differs from the checkpoint's");
+      dst->zero_();
+      const int64_t lo = std::min(rank * f.chunk, f.numel);
+      const int64_t n = std::min(f.numel, lo + f.chunk) - lo;
+      if (n > 0) dst->narrow(0, 0, n).copy_(src->reshape({-1}).narrow(0, lo, n));
+    }
+  }
+  steps_ = steps;
+}
+
+int64_t ZeroAdamW::state_bytes() const {
+  int64_t n = 0;
+  for (const auto& f : flats_) n += 2 * f.chunk * static_cast<int64_t>(f.exp_avg.element_size());
+  return n;
+}
+
+}  // namespace frugal::dist

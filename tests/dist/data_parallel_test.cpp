@@ -1,0 +1,182 @@
+// DataParallel and ZeroAdamW inside one test process: two ranks on two threads, talking through a
+// real c10d Gloo group on localhost. (tests/dist/dist_train_test.cpp runs whole processes.)
+#include "frugal/dist/data_parallel.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <future>
+#include <thread>
+
+#include "frugal/core/errors.h"
+#include "frugal/dist/zero_adamw.h"
+#include "frugal/train/fused_adamw.h"
+
+namespace frugal::dist {
+namespace {
+
+// Both ranks of a 2-process group, connected concurrently (connect blocks until all arrive).
+std::vector<std::shared_ptr<ProcessGroup>> two_ranks(int64_t port) {
+  DistConfig c;
+  c.timeout_s = 30;
+  auto connect_rank = [&](int64_t rank) {
+    DistEnv e;
+    e.rank = rank;
+    e.world_size = 2;
+    e.master_port = port;
+    e.launcher = "test";
+    return connect(e, c, c10::Device(c10::kCPU));
+  };
+  auto r1 = std::async(std::launch::async, connect_rank, 1);
+  auto g0 = connect_rank(0);
+  return {g0, r1.get()};
+}
+
+// Runs f(rank) on two threads and waits for both.
+template <class F>
+void on_both(F f) {
+  auto other = std::async(std::launch::async, f, 1);
+  f(0);
+  other.get();
+}
+
+std::vector<at::Tensor> make_params(uint64_t seed) {
+  torch::manual_seed(seed);
+  // 7 x 5 (decayed) + 5 + 3 (not): odd sizes so the ZeRO chunks need padding.
+  return {torch::randn({7, 5}).requires_grad_(), torch::randn({5}).requires_grad_(),
+          torch::randn({3}).requires_grad_()};
+}
+
+TEST(ZeroAdamW, ShardedStepsMatchFusedAdamWAndHalveTheState) {
+  auto groups = two_ranks(29650);
+  const AdamWHyper h{1e-2, 0.9, 0.99, 1e-8};
+  auto ref_params = make_params(7);
+  FusedAdamW ref({{{ref_params[0]}, 0.1}, {{ref_params[1], ref_params[2]}, 0.0}}, h);
+  std::vector<std::vector<at::Tensor>> params = {make_params(7), make_params(7)};
+  std::vector<std::unique_ptr<ZeroAdamW>> opts(2);
+  for (int r = 0; r < 2; ++r)
+    opts[r] = std::make_unique<ZeroAdamW>(
+        std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1], params[r][2]}, 0.0}}, h, groups[r]);
+  for (int step = 0; step < 4; ++step) {
+    torch::manual_seed(100 + step);
+    std::vector<at::Tensor> grads;
+    for (const auto& p : ref_params) grads.push_back(torch::randn(p.sizes()));
+    torch::NoGradGuard ng;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      ref_params[i].mutable_grad().copy_(grads[i]);
+      for (int r = 0; r < 2; ++r) params[r][i].mutable_grad().copy_(grads[i]);
+    }
+    ref.step();
+    on_both([&](int64_t r) { opts[r]->step(); });
+  }
+  // The same element-wise ops on slices of the same values: equal to the last bit.
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < ref_params.size(); ++i)
+      EXPECT_TRUE(torch::equal(params[r][i], ref_params[i])) << "rank " << r << " parameter " << i;
+  // 35 + 8 elements -> chunks of 18 and 4 per rank: 2 x 22 floats of state instead of 2 x 43.
+  EXPECT_EQ(opts[0]->state_bytes(), 2 * (18 + 4) * 4);
+  EXPECT_EQ(ref.state_bytes(), 2 * (35 + 8) * 4);
+
+  // Gathered state is FusedAdamW's, name for name; loading it back gives each rank its slice.
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> states(2);
+  on_both([&](int64_t r) { states[r] = opts[r]->state_tensors(); });
+  auto want = ref.state_tensors();
+  ASSERT_EQ(states[0].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(states[0][i].first, want[i].first);
+    EXPECT_TRUE(torch::equal(states[0][i].second, want[i].second)) << want[i].first;
+  }
+  std::vector<at::Tensor> fresh = make_params(9);
+  ZeroAdamW reloaded({{{fresh[0]}, 0.1}, {{fresh[1], fresh[2]}, 0.0}}, h, groups[1]);
+  reloaded.load_state(want, 4);
+  EXPECT_EQ(reloaded.step_count(), 4);
+  std::vector<std::pair<std::string, at::Tensor>> again;
+  on_both([&](int64_t r) {
+    if (r == 0) opts[0]->state_tensors();  // rank 0's half of the gather
+    else again = reloaded.state_tensors();
+  });
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(again[i].second, want[i].second));
+}
+
+TEST(DataParallel, BucketsAverageGradientsOncePerStep) {
+  auto groups = two_ranks(29651);
+  Config c;
+  c.dist.bucket_mb = 1e-6;  // 1 byte: every parameter is a bucket of its own
+  // Rank r's loss on its input; the reference: one model, the mean of both ranks' losses.
+  // Inputs drawn up front: the global generator is not for two threads at once.
+  torch::manual_seed(1000);
+  const std::vector<std::vector<at::Tensor>> xs = {{torch::randn({4, 7}), torch::randn({4, 7})},
+                                                   {torch::randn({4, 7}), torch::randn({4, 7})}};
+  auto loss_of = [&xs](const std::vector<at::Tensor>& p, int64_t r, int micro) {
+    const at::Tensor& x = xs[r][micro];
+    return ((torch::matmul(x, p[0]) + p[1]).sum(1).tanh() * p[2].sum()).pow(2).mean();
+  };
+  std::vector<std::vector<at::Tensor>> params = {make_params(3), make_params(3)};
+  std::vector<std::unique_ptr<DataParallel>> dps(2);
+  std::vector<std::unique_ptr<FusedAdamW>> opts(2);
+  std::vector<double> losses(2);
+  on_both([&](int64_t r) {
+    dps[r] = std::make_unique<DataParallel>(groups[r], c);
+    opts[r] = std::make_unique<FusedAdamW>(
+        std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1], params[r][2]}, 0.0}},
+        AdamWHyper{});
+    dps[r]->attach(params[r]);
+    // Two micro-batches: only the second backward reduces.
+    at::Tensor total = torch::zeros({});
+    for (int micro = 0; micro < 2; ++micro) {
+      at::Tensor l = loss_of(params[r], r, micro) / 2;
+      dps[r]->before_backward(micro == 1);
+      l.backward();
+      total += l.detach();
+    }
+    dps[r]->finish(total);
+    losses[r] = total.item<double>();
+  });
+  EXPECT_EQ(dps[0]->bucket_count(), 3);
+  auto ref = make_params(3);
+  at::Tensor ref_loss = torch::zeros({});
+  for (int64_t r = 0; r < 2; ++r)
+    for (int micro = 0; micro < 2; ++micro) ref_loss = ref_loss + loss_of(ref, r, micro) / 4;
+  ref_loss.backward();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(losses[r], ref_loss.item<double>(), 1e-6);
+    for (size_t i = 0; i < ref.size(); ++i)
+      // fp32 sums in another order: agreement to a few ulps of the gradient's scale.
+      EXPECT_TRUE(torch::allclose(params[r][i].grad(), ref[i].grad(), 1e-5, 1e-6)) << "rank " << r << " param " << i;
+  }
+  // Both ranks hold bitwise the same averaged gradients.
+  for (size_t i = 0; i < ref.size(); ++i) EXPECT_TRUE(torch::equal(params[0][i].grad(), params[1][i].grad()));
+}
+
+TEST(DataParallel, AgreeSpreadsOneRanksStopWithItsReason) {
+  auto groups = two_ranks(29652);
+  Config c;
+  std::vector<std::unique_ptr<DataParallel>> dps(2);
+  std::vector<Control> controls(2);
+  controls[1].request_stop("stop signal 10 (User defined signal 1)", StopKind::kPreempted);
+  controls[0].request_checkpoint();
+  on_both([&](int64_t r) {
+    dps[r] = std::make_unique<DataParallel>(groups[r], c);
+    dps[r]->agree(controls[r]);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(controls[r].should_stop);
+    EXPECT_EQ(controls[r].kind, StopKind::kPreempted);
+    EXPECT_TRUE(controls[r].checkpoint_requested);
+  }
+  EXPECT_EQ(controls[0].reason, "rank 1: stop signal 10 (User defined signal 1)");
+  // A quiet round changes nothing.
+  std::vector<Control> quiet(2);
+  on_both([&](int64_t r) { dps[r]->agree(quiet[r]); });
+  EXPECT_FALSE(quiet[0].should_stop || quiet[1].should_stop || quiet[0].checkpoint_requested);
+}
+
+TEST(DataParallel, RefusesTheTorchOptimizer) {
+  auto groups = two_ranks(29653);
+  Config c;
+  c.train.optimizer = OptimizerKind::kTorchAdamW;
+  EXPECT_THROW({ DataParallel dp(groups[0], c); }, ConfigError);
+}
+
+}  // namespace
+}  // namespace frugal::dist

@@ -1,0 +1,225 @@
+// Whole data-parallel runs: `frugal train` processes on localhost, 2 ranks, against a single
+// process with the same global batch; a rank that dies or never arrives; a stop signal on one rank.
+// Each test uses its own MASTER_PORT (ctest runs tests in parallel).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "frugal/ckpt/checkpoint.h"
+#include "frugal/ckpt/safetensors.h"
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+namespace fs = std::filesystem;
+using test::TempDir;
+
+// A `frugal` process started with extra environment variables; output goes to `log`.
+struct Proc {
+  pid_t pid = -1;
+  std::string log;
+};
+
+Proc spawn(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
+           const std::string& log) {
+  Proc p;
+  p.log = log;
+  p.pid = fork();
+  if (p.pid == 0) {
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    (void)f;
+    dup2(fileno(stdout), fileno(stderr));
+    std::vector<char*> argv{const_cast<char*>(FRUGAL_BINARY)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(FRUGAL_BINARY, argv.data());
+    _exit(127);
+  }
+  return p;
+}
+
+// Exit code (128 + signal when killed), or -1 if it did not end within `limit_s` (then killed).
+int wait_for(const Proc& p, double limit_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  while (waitpid(p.pid, &status, WNOHANG) == 0) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
+      kill(p.pid, SIGKILL);
+      waitpid(p.pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+std::vector<std::pair<std::string, std::string>> rank_env(int rank, int port) {
+  return {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(rank)},
+          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+}
+
+std::vector<std::string> train_args(const std::string& out, const std::string& name,
+                                    const std::vector<std::string>& extra) {
+  std::vector<std::string> a{"train", "-q", "--set", "run.name=" + name, "--set", "dist.timeout_s=30"};
+  for (const auto& s : test::tiny_overrides(out)) {
+    a.push_back("--set");
+    a.push_back(s);
+  }
+  for (const auto& s : extra) {
+    a.push_back("--set");
+    a.push_back(s);
+  }
+  return a;
+}
+
+std::string joined(const std::vector<std::string>& args) {
+  std::string s;
+  for (const auto& a : args) s += " '" + a + "'";
+  return s;
+}
+
+double max_abs_diff(const std::string& a, const std::string& b) {
+  SafetensorsFile fa = load_safetensors(a), fb = load_safetensors(b);
+  double worst = 0;
+  EXPECT_EQ(fa.tensors.size(), fb.tensors.size());
+  for (const auto& [name, t] : fa.tensors) {
+    const at::Tensor* u = fb.find(name);
+    EXPECT_NE(u, nullptr) << name;
+    if (u) worst = std::max(worst, (t - *u).abs().max().item<double>());
+  }
+  return worst;
+}
+
+nlohmann::json summary_of(const std::string& run_dir) {
+  return nlohmann::json::parse(test::read_text(run_dir + "/summary.json"));
+}
+
+// Two ranks with train.accum = 2 each consume, per step, exactly the micro-batches of one process
+// with accum = 4 (data_parallel.h), so the weights agree up to fp32 summation order.
+void expect_matches_single_process(int port, const std::string& zero) {
+  TempDir dir;
+  const std::vector<std::string> common{"train.steps=6", "train.warmup_steps=2", "dist.zero=" + zero,
+                                        "dist.bucket_mb=0.01"};
+  auto single = common;
+  single.push_back("train.accum=4");
+  auto r1 = test::run_frugal(joined(train_args(dir.path(), "single", single)));
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  auto dp = common;
+  dp.push_back("train.accum=2");
+  auto r2 = test::run_frugal(fmt::format("launch -n 2 --port {} --{}", port, joined(train_args(dir.path(), "dp", dp))));
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+
+  const std::string a = dir.file("single/final/model.safetensors"), b = dir.file("dp/final/model.safetensors");
+  // Measured: ~1e-7 after 6 AdamW steps at lr 3e-3; 1e-5 leaves room for another BLAS, while a
+  // wrong batch split or a missing average moves weights by ~1e-3.
+  EXPECT_LT(max_abs_diff(a, b), 1e-5);
+  const auto s1 = summary_of(dir.file("single")), s2 = summary_of(dir.file("dp"));
+  EXPECT_NEAR(s1["final_train_loss"].get<double>(), s2["final_train_loss"].get<double>(), 1e-5);
+  EXPECT_EQ(s1["tokens"], s2["tokens"]);  // the same global batch
+  EXPECT_EQ(s2["dist"]["world_size"], 2);
+  EXPECT_EQ(s2["dist"]["zero"], std::stoi(zero));
+  if (zero == "1") {  // each rank keeps half of the AdamW moments (plus padding to equal chunks)
+    EXPECT_NEAR(s2["optimizer_state_mb"].get<double>(), s1["optimizer_state_mb"].get<double>() / 2, 1e-4);
+  } else {
+    EXPECT_DOUBLE_EQ(s2["optimizer_state_mb"].get<double>(), s1["optimizer_state_mb"].get<double>());
+  }
+  // Rank 0 alone wrote the run; only one metrics file exists.
+  EXPECT_TRUE(fs::exists(dir.file("dp/metrics.jsonl")));
+}
+
+TEST(DistTrain, TwoRanksMatchOneProcessWithTheSameGlobalBatch) { expect_matches_single_process(29660, "0"); }
+
+TEST(DistTrain, TwoRanksWithZero1MatchOneProcessWithTheSameGlobalBatch) {
+  expect_matches_single_process(29661, "1");
+}
+
+TEST(DistTrain, PeerThatNeverArrivesFailsWithinTheTimeout) {
+  TempDir dir;
+  // Rank 0 of 2 alone: the rendezvous must give up after dist.timeout_s with a clear message.
+  auto args = train_args(dir.path(), "alone", {"dist.timeout_s=2"});
+  Proc p = spawn(args, rank_env(0, 29662), dir.file("rank0.log"));
+  const int code = wait_for(p, 60);
+  const std::string log = test::read_text(dir.file("rank0.log"));
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_NE(log.find("rank 0 of 2"), std::string::npos) << log;
+  EXPECT_NE(log.find("dist.timeout_s = 2"), std::string::npos) << log;
+}
+
+TEST(DistTrain, KilledRankMakesTheOtherFailClearlyAndResumeContinues) {
+  TempDir dir;
+  const std::vector<std::string> extra{"train.steps=100000", "checkpoint.every_steps=2", "dist.timeout_s=20",
+                                       "train.eval_every=0"};
+  auto args = train_args(dir.path(), "crash", extra);
+  Proc r0 = spawn(args, rank_env(0, 29663), dir.file("rank0.log"));
+  Proc r1 = spawn(args, rank_env(1, 29663), dir.file("rank1.log"));
+  const std::string root = dir.file("crash/checkpoints");
+  // Wait for a complete checkpoint, then kill rank 1 without warning.
+  bool saved = false;
+  for (int i = 0; i < 3000 && !saved; ++i) {
+    for (const auto& c : list_checkpoints(root)) saved = saved || (c.complete && c.step >= 4);
+    if (!saved) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(saved) << test::read_text(dir.file("rank0.log"));
+  kill(r1.pid, SIGKILL);
+  EXPECT_EQ(wait_for(r1, 10), 128 + SIGKILL);
+  const int code = wait_for(r0, 60);  // dist.timeout_s = 20 bounds it; a closed socket is seen at once
+  const std::string log = test::read_text(dir.file("rank0.log"));
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_NE(log.find("rank 0 of 2"), std::string::npos) << log;
+  EXPECT_NE(log.find("failed"), std::string::npos) << log;
+  EXPECT_NE(log.find("--resume auto"), std::string::npos) << log;
+
+  // The newest complete checkpoint is intact, and a resumed 2-rank run continues from it.
+  auto list = list_checkpoints(root);
+  int64_t newest = -1;
+  for (const auto& c : list)
+    if (c.complete && newest < 0) {
+      EXPECT_EQ(verify_checkpoint(c.path), "") << c.path;
+      newest = c.step;
+    }
+  ASSERT_GE(newest, 4);
+  auto resume = train_args(dir.path(), "crash", {"checkpoint.every_steps=2", "train.eval_every=0",
+                                                 "train.steps=" + std::to_string(newest + 4)});
+  resume.push_back("--resume");
+  resume.push_back("auto");
+  auto r = test::run_frugal("launch -n 2 --port 29664 --" + joined(resume));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto s = summary_of(dir.file("crash"));
+  EXPECT_EQ(s["steps"].get<int64_t>(), newest + 4);
+  EXPECT_NE(s["checkpoint"]["resumed_from"].get<std::string>().find(checkpoint_dir_name(newest)), std::string::npos);
+}
+
+TEST(DistTrain, StopSignalOnOneRankStopsBothWithACheckpoint) {
+  TempDir dir;
+  auto args = train_args(dir.path(), "sig", {"train.steps=100000", "train.eval_every=0", "checkpoint.every_minutes=0"});
+  Proc r0 = spawn(args, rank_env(0, 29665), dir.file("rank0.log"));
+  Proc r1 = spawn(args, rank_env(1, 29665), dir.file("rank1.log"));
+  // Training has begun once rank 0 logged a step.
+  for (int i = 0; i < 3000 && !fs::exists(dir.file("sig/metrics.jsonl")); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  kill(r1.pid, SIGUSR1);  // only rank 1 is told
+  EXPECT_EQ(wait_for(r1, 60), 75) << test::read_text(dir.file("rank1.log"));
+  EXPECT_EQ(wait_for(r0, 60), 75) << test::read_text(dir.file("rank0.log"));
+  const auto s = summary_of(dir.file("sig"));
+  EXPECT_EQ(s["stop_kind"], "preempted");
+  EXPECT_NE(s["stop_reason"].get<std::string>().find("rank 1: stop signal"), std::string::npos) << s.dump();
+  const auto list = list_checkpoints(dir.file("sig/checkpoints"));
+  ASSERT_FALSE(list.empty());
+  EXPECT_EQ(list.front().step, s["steps"].get<int64_t>());
+  EXPECT_EQ(verify_checkpoint(list.front().path), "");
+}
+
+}  // namespace
+}  // namespace frugal

@@ -1,0 +1,135 @@
+// frugal launch: the job files it emits, and how it reports a failed rank.
+#include "frugal/dist/launcher.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "frugal/core/errors.h"
+#include "test_util.h"
+
+namespace frugal::dist {
+namespace {
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(Emit, SkyPilotTaskUsesSpotAndResumesAuto) {
+  EmitOptions o;
+  o.config = "examples/demo.toml";
+  o.name = "frugal-demo";
+  o.nodes = 2;
+  o.procs_per_node = 8;
+  o.accelerators = "H100:8";
+  o.bucket = "my-ckpts";
+  o.sets = {"train.steps=1000"};
+  const std::string y = emit_skypilot(o);
+  EXPECT_TRUE(has(y, "name: frugal-demo\n"));
+  EXPECT_TRUE(has(y, "num_nodes: 2\n"));
+  EXPECT_TRUE(has(y, "resources:\n  use_spot: true\n  accelerators: H100:8\n"));
+  EXPECT_TRUE(has(y, "file_mounts:\n  /ckpt:\n    name: my-ckpts\n    mode: MOUNT\n"));
+  EXPECT_TRUE(has(y, "setup: |\n"));
+  EXPECT_TRUE(has(y, "run: |\n"));
+  EXPECT_TRUE(has(y, "build/frugal launch -n 8 --nodes \"$SKYPILOT_NUM_NODES\" --node-rank \"$SKYPILOT_NODE_RANK\" "
+                     "--master-addr \"$MASTER_ADDR\" --port 29500 -- train 'examples/demo.toml' --resume auto "
+                     "--set 'train.steps=1000' --set run.out_dir=/ckpt/runs\n"));
+  // Every line is YAML: a comment, a key, or an indented block line.
+  for (size_t start = 0; start < y.size();) {
+    size_t end = y.find('\n', start);
+    const std::string line = y.substr(start, end - start);
+    EXPECT_TRUE(line.empty() || line[0] == '#' || line[0] == ' ' || line.find(':') != std::string::npos) << line;
+    start = end + 1;
+  }
+}
+
+TEST(Emit, SlurmScriptRequeuesOnPreemption) {
+  EmitOptions o;
+  o.config = "my run.toml";  // quoted for the shell
+  o.name = "job";
+  o.nodes = 4;
+  o.procs_per_node = 2;
+  o.accelerators = "A100:2";
+  const std::string s = emit_slurm(o);
+  EXPECT_EQ(s.rfind("#!/bin/bash\n", 0), 0u);
+  EXPECT_TRUE(has(s, "#SBATCH --nodes=4\n"));
+  EXPECT_TRUE(has(s, "#SBATCH --ntasks-per-node=2\n"));
+  EXPECT_TRUE(has(s, "#SBATCH --gpus-per-node=2\n"));
+  EXPECT_TRUE(has(s, "#SBATCH --requeue\n"));
+  EXPECT_TRUE(has(s, "#SBATCH --signal=TERM@120\n"));
+  EXPECT_TRUE(has(s, "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)\n"));
+  EXPECT_TRUE(has(s, "srun --kill-on-bad-exit=1 build/frugal train 'my run.toml' --resume auto\n"));
+  EXPECT_TRUE(has(s, "if [ \"$code\" -eq 75 ]; then scontrol requeue \"$SLURM_JOB_ID\"; fi\n"));
+}
+
+TEST(Emit, RejectsAMissingConfig) {
+  EXPECT_THROW(emit_slurm(EmitOptions{}), ConfigError);
+}
+
+TEST(Launch, ReportsWhichRankFailedAndReturnsItsCode) {
+  // Each rank runs a shell: rank 1 fails with 7, rank 0 finishes normally.
+  LaunchOptions o;
+  o.procs_per_node = 2;
+  o.master_port = 29640;
+  o.args = {"-c", "if [ \"$RANK\" = 1 ]; then exit 7; fi; [ \"$WORLD_SIZE\" = 2 ] && [ \"$MASTER_PORT\" = 29640 ] "
+                  "&& [ \"$LOCAL_RANK\" = 0 ] && [ -n \"$FRUGAL_RUN_THREADS\" ]"};
+  testing::internal::CaptureStderr();
+  const int code = launch(o, "/bin/sh");
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 7);
+  EXPECT_TRUE(has(err, "rank 1 (pid")) << err;
+  EXPECT_TRUE(has(err, "exited with code 7")) << err;
+}
+
+TEST(Launch, AllRanksSucceedingReturnsZero) {
+  LaunchOptions o;
+  o.procs_per_node = 3;
+  o.master_port = 29641;
+  o.args = {"-c", "[ \"$RANK\" = \"$LOCAL_RANK\" ] && [ \"$WORLD_SIZE\" = 3 ]"};
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(launch(o, "/bin/sh"), 0);
+  testing::internal::GetCapturedStderr();
+}
+
+TEST(Launch, KilledRankIsNamedWithItsSignal) {
+  LaunchOptions o;
+  o.procs_per_node = 2;
+  o.master_port = 29642;
+  o.grace_s = 0.5;  // rank 0 sleeps; it gets SIGTERM after the grace period
+  o.args = {"-c", "if [ \"$RANK\" = 1 ]; then kill -9 $$; fi; sleep 30"};
+  testing::internal::CaptureStderr();
+  const int code = launch(o, "/bin/sh");
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, 128 + 9);
+  EXPECT_TRUE(has(err, "rank 1 (pid")) << err;
+  EXPECT_TRUE(has(err, "was killed by signal 9")) << err;
+}
+
+TEST(Launch, ForwardsAStopSignalToEveryRank) {
+  // Each rank exits 75 on SIGTERM, as frugal train does after its checkpoint; the launcher itself
+  // receives the signal (as from a scheduler) and must pass it on.
+  LaunchOptions o;
+  o.procs_per_node = 2;
+  o.master_port = 29643;
+  o.args = {"-c", "sleep 60 & p=$!; trap 'kill $p; exit 75' TERM; touch \"$MARK.$RANK\"; wait"};
+  test::TempDir dir;
+  setenv("MARK", dir.file("ready").c_str(), 1);
+  std::thread sender([&] {
+    // Signal once both ranks have their trap installed.
+    for (int i = 0; i < 3000; ++i) {
+      if (access(dir.file("ready.0").c_str(), F_OK) == 0 && access(dir.file("ready.1").c_str(), F_OK) == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(getpid(), SIGTERM);
+  });
+  testing::internal::CaptureStderr();
+  const int code = launch(o, "/bin/sh");
+  testing::internal::GetCapturedStderr();
+  sender.join();
+  unsetenv("MARK");
+  EXPECT_EQ(code, 75);
+}
+
+}  // namespace
+}  // namespace frugal::dist
