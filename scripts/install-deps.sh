@@ -17,6 +17,8 @@ PACKAGES=(
   libzstd-dev libxxhash-dev # shard compression and checksums
   libsentencepiece-dev      # frugal prepare --tokenizer sentencepiece (the frugal-spm helper)
   python3-torch             # the PyTorch reference loops in bench/ (runs under /usr/bin/python3)
+  libcpp-httplib-dev        # the live dashboard ([monitor] http; header-only)
+  chromium                  # headless browser tests of report.html and the live page (ctest -L browser)
 )
 
 missing=()

@@ -1,4 +1,4 @@
-// `frugal train [CONFIG] [--set section.key=value]... [--overwrite] [--resume auto|PATH] [--quiet]`
+// `frugal train [CONFIG] [--set section.key=value]... [--overwrite] [--resume auto|PATH] [--quiet] [--json]`
 //
 // Exit codes: 0 done (also an early stop), 75 stopped by a signal with a checkpoint written
 // (resume with --resume auto), 3 stopped by the divergence guard.
@@ -21,6 +21,7 @@ struct TrainArgs {
   std::vector<std::string> sets;
   bool overwrite = false;
   bool quiet = false;
+  bool json = false;
   std::string resume;
 };
 
@@ -71,8 +72,12 @@ void add_train_command(CLI::App& app, Run* run) {
                   "start from step 0), or a checkpoint directory")
       ->type_name("auto|PATH");
   cmd->add_flag("-q,--quiet", args->quiet, "no banner or progress; only errors");
+  cmd->add_flag("--json", args->json,
+                "machine-readable progress: one JSON object per line on stdout (start, each log "
+                "step as in metrics.jsonl, each evaluation, the summary); human lines go to stderr");
   cmd->callback([args, run] {
     *run = [args] {
+      Console::get().set_json_mode(args->json);
       ResolvedConfig rc = resolve_config(args->config, args->sets, process_environment());
       if (rc.config.train.smoke_first) {
         SmokeReport r = run_smoke(rc);
@@ -83,6 +88,7 @@ void add_train_command(CLI::App& app, Run* run) {
       TrainerOptions opts;
       opts.overwrite = args->overwrite;
       opts.quiet = args->quiet;
+      opts.json = args->json;
       opts.resume = args->resume;
       opts.handle_signals = true;
       Trainer trainer(std::move(rc), opts);

@@ -36,6 +36,9 @@ struct TrainerOptions {
   // Install SIGTERM/SIGINT/SIGUSR1 handlers for the trainer's lifetime (train/preemption.h): a
   // signal finishes the step, writes a checkpoint and stops with stop_kind "preempted".
   bool handle_signals = false;
+  // Progress as one JSON object per log step on stdout (`frugal train --json`); the banner and
+  // other human lines go to stderr.
+  bool json = false;
 };
 
 class Trainer {
@@ -52,6 +55,8 @@ class Trainer {
   const std::string& run_dir() const;
   // The checkpoint this trainer resumed from ("" for a fresh run).
   const std::string& resumed_from() const;
+  // The live dashboard's address ("http://127.0.0.1:PORT/"; "" when monitor.http is off).
+  std::string dashboard_url() const;
 
  private:
   struct State;
