@@ -3,6 +3,7 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -184,6 +185,10 @@ Dashboard::Dashboard(const MonitorConfig& config, std::string run_name)
                               "address of this machine); choose another port, or 0 for any free one",
                               config.http));
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // stop() only stops a server that is already listening: wait for that, so that a Dashboard
+  // destroyed right away (a failed start-up) cannot leave the thread listening forever.
+  for (int i = 0; i < 5000 && !server_->is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 Dashboard::~Dashboard() {

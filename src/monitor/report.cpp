@@ -296,7 +296,8 @@ table{border-collapse:collapse}th,td{padding:2px 10px;text-align:left;border-bot
                       esc(summary.value("stop_reason", "?")), summary.value("steps", 0), summary.value("tokens", 0),
                       num(get(summary, "wall_s")), num(get(summary, "tokens_per_s")));
   html += headline(summary);
-  html += "<p id='levers'>Levers in effect: " + levers + "</p><div class='charts'>";
+  if (summary.contains("precision")) html += "<p id='levers'>Levers in effect: " + levers + "</p>";
+  html += "<div class='charts'>";
   html += line_chart("loss", "loss", "nats/token", {train, val});
   html += line_chart("throughput", "throughput", "tokens/s", {tps}, true);
   html += line_chart("mfu", "model FLOPs utilisation", "% of peak", {mfu}, true);

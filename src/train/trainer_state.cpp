@@ -216,6 +216,7 @@ void Trainer::State::print_banner() {
                        step->accum(), c.memory.activation_checkpointing,
                        std::get<std::string>(find_key("train.optimizer")->get(c)),
                        c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only"));
+  con.line(fmt::format("mfu: peak {:.3f} TFLOP/s, {}", info.peak_flops / 1e12, peak.source));
   if (cost->usd_per_hour() > 0 || cost->watts() > 0)
     con.line(fmt::format("budget: ${:.3f}/h{}, {:.0f} W, {:.0f} g CO2/kWh{}", cost->usd_per_hour(),
                          c.budget.spot ? " (spot)" : "", cost->watts(), c.budget.grid_g_per_kwh,
