@@ -175,6 +175,12 @@ Dashboard::Dashboard(const MonitorConfig& config, std::string run_name)
     res.set_content(render_report_html(summary, lines, o), "text/html; charset=utf-8");
   });
 
+  // httplib's default also sets SO_REUSEPORT, which lets a second run bind the same port and
+  // silently share it; SO_REUSEADDR alone still allows a quick restart.
+  server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   if (addr.port == 0) {
     port_ = server_->bind_to_any_port(host_);
   } else {
