@@ -19,6 +19,8 @@ PACKAGES=(
   libsentencepiece-dev      # frugal prepare --tokenizer sentencepiece (the frugal-spm helper)
   libjpeg62-turbo-dev libpng-dev # frugal prepare --format images|tar (JPEG and PNG decoding)
   python3-torch             # the PyTorch reference loops in bench/ (runs under /usr/bin/python3)
+  libcpp-httplib-dev        # the live dashboard ([monitor] http; header-only)
+  chromium                  # headless browser tests of report.html and the live page (ctest -L browser)
 )
 
 missing=()

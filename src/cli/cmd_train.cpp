@@ -1,4 +1,4 @@
-// `frugal train [CONFIG] [--set section.key=value]... [--overwrite] [--resume auto|PATH] [--quiet]`
+// `frugal train [CONFIG] [--set section.key=value]... [--overwrite] [--resume auto|PATH] [--quiet] [--json]`
 //
 // Started by `frugal launch`, torchrun, Slurm or mpirun (dist/env.h), it joins the other ranks
 // of a data-parallel run first.
@@ -26,6 +26,7 @@ struct TrainArgs {
   std::vector<std::string> sets;
   bool overwrite = false;
   bool quiet = false;
+  bool json = false;
   std::string resume;
 };
 
@@ -76,8 +77,12 @@ void add_train_command(CLI::App& app, Run* run) {
                   "start from step 0), or a checkpoint directory")
       ->type_name("auto|PATH");
   cmd->add_flag("-q,--quiet", args->quiet, "no banner or progress; only errors");
+  cmd->add_flag("--json", args->json,
+                "machine-readable progress: one JSON object per line on stdout (start, each log "
+                "step as in metrics.jsonl, each evaluation, the summary); human lines go to stderr");
   cmd->callback([args, run] {
     *run = [args] {
+      Console::get().set_json_mode(args->json);
       ResolvedConfig rc = resolve_config(args->config, args->sets, process_environment());
       // Started by frugal launch, torchrun, Slurm or mpirun: join the other ranks.
       const dist::DistEnv env = dist::dist_env_from(process_environment());
@@ -90,6 +95,7 @@ void add_train_command(CLI::App& app, Run* run) {
       TrainerOptions opts;
       opts.overwrite = args->overwrite;
       opts.quiet = args->quiet;
+      opts.json = args->json;
       opts.resume = args->resume;
       opts.handle_signals = true;
       if (env.distributed()) {

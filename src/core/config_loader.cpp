@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "frugal/core/config_loader.h"
+#include "frugal/monitor/dashboard.h"
 #include "frugal/core/errors.h"
 
 extern char** environ;
@@ -307,6 +308,25 @@ void validate_config(const Config& c) {
         "train.global_batch = {} disagrees with train.accum = {} x data.micro_batch = {}; set one "
         "of them",
         gb, c.train.accum, mb));
+  if (c.profile.capture_steps > 0 && c.profile.every_steps > 0 &&
+      c.profile.every_steps < c.profile.capture_steps)
+    throw ConfigError(fmt::format(
+        "profile.every_steps = {} is shorter than profile.capture_steps = {}: windows would "
+        "overlap; set every_steps >= capture_steps (or 0 to capture once)",
+        c.profile.every_steps, c.profile.capture_steps));
+  if (!c.monitor.http.empty()) {
+    const HttpAddress a = parse_http_address(c.monitor.http);
+    if (!is_loopback_host(a.host) && !c.monitor.allow_remote)
+      throw ConfigError(fmt::format(
+          "monitor.http = \"{}\" listens beyond this machine; anyone who reaches it sees the run. "
+          "Use 127.0.0.1 (and an SSH tunnel), or set monitor.allow_remote = true and a monitor.token",
+          c.monitor.http));
+    if (!is_loopback_host(a.host) && c.monitor.token.empty())
+      throw ConfigError(fmt::format(
+          "monitor.http = \"{}\" with monitor.allow_remote = true needs monitor.token (a shared "
+          "secret; set it with FRUGAL_MONITOR_TOKEN so it stays out of config files)",
+          c.monitor.http));
+  }
   if (c.model.embd % c.model.heads != 0)
     throw ConfigError(fmt::format(
         "model.heads = {} must divide model.embd = {} (each head gets embd/heads channels); "
@@ -339,6 +359,13 @@ ResolvedConfig resolve_config(const Config& config) {
   return rc;
 }
 
+std::string format_value_shown(const KeySpec& k, const Config& c) {
+  ConfigValue v = k.get(c);
+  if (k.secret && std::holds_alternative<std::string>(v) && !std::get<std::string>(v).empty())
+    return "'<redacted>'";
+  return format_value(v);
+}
+
 std::string ResolvedConfig::to_toml() const {
   std::string out = "# frugal resolved configuration; each value is followed by where it came from\n";
   std::string section;
@@ -346,6 +373,10 @@ std::string ResolvedConfig::to_toml() const {
     if (k.section() != section) {
       section = k.section();
       out += fmt::format("\n[{}]\n", section);
+    }
+    if (k.secret && !std::get<std::string>(k.get(config)).empty()) {
+      out += fmt::format("# {} = (secret, not written)  # {}\n", k.name(), origins.at(k.key).describe());
+      continue;
     }
     out += fmt::format("{} = {}  # {}\n", k.name(), format_value(k.get(config)),
                        origins.at(k.key).describe());
@@ -359,7 +390,7 @@ std::string ResolvedConfig::summary() const {
   for (const auto& k : config_schema()) width = std::max(width, k.key.size());
   for (const auto& k : config_schema()) {
     const auto& o = origins.at(k.key);
-    out += fmt::format("  {:<{}} = {}{}\n", k.key, width, format_value(k.get(config)),
+    out += fmt::format("  {:<{}} = {}{}\n", k.key, width, format_value_shown(k, config),
                        o.kind == ValueOrigin::Kind::kDefault ? "" : "   (" + o.describe() + ")");
   }
   return out;

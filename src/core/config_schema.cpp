@@ -6,6 +6,7 @@
 
 #include "frugal/core/config_loader.h"
 #include "frugal/monitor/cost_meter.h"
+#include "frugal/monitor/dashboard.h"
 
 namespace frugal {
 namespace {
@@ -338,6 +339,42 @@ std::vector<KeySpec> build_schema() {
                       "1 = ZeRO-1: shard the optimizer state across ranks; 0 = every rank holds all of it"));
   s.push_back(float_key("dist.bucket_mb", [](Config& c) -> double& { return c.dist.bucket_mb; }, 0.001, 1e5,
                         "gradient all-reduce bucket size in MB (started during backward)"));
+  // [profile]
+  s.push_back(int_key("profile.capture_steps", [](Config& c) -> int64_t& { return c.profile.capture_steps; },
+                      0, 1e6, "steps per profiler capture window (Chrome trace in runs/<name>/profile/); 0 = off"));
+  s.push_back(int_key("profile.start_step", [](Config& c) -> int64_t& { return c.profile.start_step; },
+                      0, 1e12, "the first window starts after this many steps (skips the warm-up)"));
+  s.push_back(int_key("profile.every_steps", [](Config& c) -> int64_t& { return c.profile.every_steps; },
+                      0, 1e12, "start another window every N steps; 0 = capture once"));
+  s.push_back(bool_key("profile.torch_ops", [](Config& c) -> bool& { return c.profile.torch_ops; },
+                       "record LibTorch's operator events besides frugal's phase spans"));
+  s.push_back(bool_key("profile.record_shapes", [](Config& c) -> bool& { return c.profile.record_shapes; },
+                       "record each operator's input shapes in the trace (bigger files)"));
+  s.push_back(int_key("profile.top_ops", [](Config& c) -> int64_t& { return c.profile.top_ops; }, 1, 1000,
+                      "rows of the top-operators-by-self-time table"));
+  // [monitor]
+  s.push_back(float_key("monitor.peak_tflops", [](Config& c) -> double& { return c.monitor.peak_tflops; },
+                        0, 1e6, "peak TFLOP/s for MFU; 0 = measure a dense matmul in the run's precision at start"));
+  s.push_back(bool_key("monitor.grad_noise", [](Config& c) -> bool& { return c.monitor.grad_noise; },
+                       "estimate the gradient noise scale at log steps when accum > 1"));
+  s.push_back(string_key("monitor.http", [](Config& c) -> std::string& { return c.monitor.http; },
+                         "live dashboard address HOST:PORT (port 0 = any free port); \"\" = off",
+                         [](const ConfigValue& v) -> std::string {
+                           const auto& t = std::get<std::string>(v);
+                           if (t.empty()) return "";
+                           try {
+                             parse_http_address(t);
+                           } catch (const std::exception& e) {
+                             return e.what();
+                           }
+                           return "";
+                         }));
+  s.push_back(bool_key("monitor.allow_remote", [](Config& c) -> bool& { return c.monitor.allow_remote; },
+                       "allow a non-loopback monitor.http address (requires monitor.token)"));
+  KeySpec token = string_key("monitor.token", [](Config& c) -> std::string& { return c.monitor.token; },
+                             "dashboard secret: requests need it as a Bearer token or ?token=; never written to files");
+  token.secret = true;
+  s.push_back(token);
   return s;
 }
 

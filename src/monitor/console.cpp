@@ -21,15 +21,23 @@ Console::Console() : tty_(::isatty(STDOUT_FILENO) == 1) {}
 void Console::line(const std::string& text) {
   if (quiet_) return;
   std::lock_guard<std::mutex> lock(g_mu);
+  std::FILE* out = json_mode_ ? stderr : stdout;
   if (status_shown_) std::fputs("\r\033[K", stdout);
-  std::fputs(text.c_str(), stdout);
-  std::fputc('\n', stdout);
+  std::fputs(text.c_str(), out);
+  std::fputc('\n', out);
   status_shown_ = false;
+  std::fflush(out);
+}
+
+void Console::json(const std::string& line) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::fputs(line.c_str(), stdout);
+  std::fputc('\n', stdout);
   std::fflush(stdout);
 }
 
 void Console::status(const std::string& text) {
-  if (quiet_ || !tty_) return;
+  if (quiet_ || !tty_ || json_mode_) return;
   std::lock_guard<std::mutex> lock(g_mu);
   std::fputs("\r\033[K", stdout);
   std::fputs(text.c_str(), stdout);

@@ -2,6 +2,7 @@
 #include "frugal/monitor/metrics_writer.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -28,15 +29,24 @@ void MetricsWriter::write(const std::string& line) {
     throw IoError(fmt::format("cannot append to {}: {}", path_, std::strerror(errno)));
 }
 
-void MetricsWriter::on_step_end(const StepMetrics& m, Control&) {
-  if (!m.logged) return;
+namespace {
+// JSON has no NaN/inf: such values are written as null.
+nlohmann::ordered_json finite_or_null(double x) {
+  return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr);
+}
+}  // namespace
+
+nlohmann::ordered_json step_json(const StepMetrics& m) {
   nlohmann::ordered_json j;
   j["event"] = "step";
   j["step"] = m.step;
-  j["loss"] = m.loss;
+  j["total_steps"] = m.total_steps;
+  j["loss"] = finite_or_null(m.loss);
   j["lr"] = m.lr;
-  j["grad_norm"] = m.grad_norm;
+  j["grad_norm"] = finite_or_null(m.grad_norm);
   j["tokens_per_s"] = m.tokens_per_s;
+  j["samples_per_s"] = m.samples_per_s;
+  j["mfu"] = m.mfu;
   j["step_s"] = m.step_s;
   j["data_wait_s"] = m.data_wait_s;
   j["elapsed_s"] = m.elapsed_s;
@@ -44,22 +54,31 @@ void MetricsWriter::on_step_end(const StepMetrics& m, Control&) {
   j["forward_s"] = m.forward_s;
   j["backward_s"] = m.backward_s;
   j["optimizer_s"] = m.optimizer_s;
+  j["eval_s"] = m.eval_s;
+  j["checkpoint_s"] = m.checkpoint_s;
   j["cost_usd"] = m.cost_usd;
   j["rss_mb"] = m.rss_mb;
   j["loss_scale"] = m.loss_scale;
   j["skipped_steps"] = m.skipped_steps;
-  write(j.dump());
+  j["grad_noise_scale"] = finite_or_null(m.grad_noise_scale);
+  return j;
 }
 
-void MetricsWriter::on_eval_end(const EvalMetrics& m, Control&) {
+nlohmann::ordered_json eval_json(const EvalMetrics& m) {
   nlohmann::ordered_json j;
   j["event"] = "eval";
   j["step"] = m.step;
-  j["val_loss"] = m.val_loss;
-  j["best_val_loss"] = m.best_val_loss;
+  j["val_loss"] = finite_or_null(m.val_loss);
+  j["best_val_loss"] = finite_or_null(m.best_val_loss);
   j["eval_s"] = m.eval_s;
-  write(j.dump());
+  return j;
 }
+
+void MetricsWriter::on_step_end(const StepMetrics& m, Control&) {
+  if (m.logged) write(step_json(m).dump());
+}
+
+void MetricsWriter::on_eval_end(const EvalMetrics& m, Control&) { write(eval_json(m).dump()); }
 
 void truncate_metrics_after(const std::string& path, int64_t step) {
   if (!std::filesystem::exists(path)) return;

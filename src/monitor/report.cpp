@@ -89,14 +89,18 @@ Frame frame_for(const std::vector<Series>& series, bool zero_y) {
   return f;
 }
 
+// Legend swatches, right-aligned beside the title; two rows when there are more than three.
 std::string legend(const std::vector<Series>& series) {
   std::string s;
-  double x = kW - kRight - 130 * static_cast<double>(series.size());
-  for (const auto& se : series) {
-    s += fmt::format("<rect x='{:.0f}' y='8' width='10' height='10' fill='{}'/><text x='{:.0f}' y='17' "
+  const size_t per_row = series.size() > 3 ? (series.size() + 1) / 2 : series.size();
+  const double w = series.size() > 3 ? 80 : 130;
+  for (size_t i = 0; i < series.size(); ++i) {
+    const size_t row = i / per_row, col = i % per_row;
+    const double x = kW - kRight - w * static_cast<double>(per_row) + w * static_cast<double>(col);
+    const double y = 4 + 11 * static_cast<double>(row);
+    s += fmt::format("<rect x='{:.0f}' y='{:.0f}' width='9' height='9' fill='{}'/><text x='{:.0f}' y='{:.0f}' "
                      "class='tick'>{}</text>",
-                     x, se.color, x + 14, esc(se.name));
-    x += 130;
+                     x, y, series[i].color, x + 12, y + 8, esc(series[i].name));
   }
   return s;
 }
@@ -190,14 +194,61 @@ std::string fact_rows(const Json& s) {
 
 }  // namespace
 
-std::string render_report(const std::string& run_dir) {
-  Json summary = read_json(run_dir + "/summary.json");
-  std::vector<Json> lines = read_jsonl(run_dir + "/metrics.jsonl");
+namespace {
+
+// The profiler's top-operators table (summary["profile"]["top_ops"]).
+std::string top_ops_table(const Json& summary) {
+  if (!summary.contains("profile") || !summary["profile"].contains("top_ops")) return "";
+  const Json& p = summary["profile"];
+  std::string s = fmt::format("<h2>Top operators by self time</h2><p>{} profiled step(s); traces (open in "
+                              "ui.perfetto.dev): {}</p>",
+                              p.value("captured_steps", 0), esc(p.value("traces", Json::array()).dump()));
+  if (p["top_ops"].empty()) {
+    s += fmt::format("<p id='top-ops-missing'>No operator events: {}</p>",
+                     esc(p.value("torch_ops_problem", std::string("the profiler recorded none"))));
+    return s;
+  }
+  s += "<table id='top-ops'><tr><th>operator</th><th>calls</th><th>self ms</th><th>self %</th><th>total ms</th>"
+       "<th>self ms/step</th></tr>";
+  for (const auto& r : p["top_ops"])
+    s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{}</td><td>{}</td></tr>",
+                     esc(r.value("name", "?")), r.value("calls", 0), num(get(r, "self_ms")), get(r, "self_pct"),
+                     num(get(r, "total_ms")), num(get(r, "self_ms_per_step")));
+  return s + "</table>";
+}
+
+// The headline figures, each tagged with its summary key (tests compare them to summary.json).
+std::string headline(const Json& summary) {
+  std::string s = "<div id='headline'>";
+  auto card = [&](const char* key, const std::string& label, double scale, const char* unit) {
+    const double v = get(summary, key);
+    if (!std::isfinite(v)) return;
+    s += fmt::format("<div class='card'><div class='label'>{}</div><div class='figure' data-figure='{}'>{}</div>"
+                     "<div class='unit'>{}</div></div>",
+                     esc(label), key, num(v * scale), unit);
+  };
+  card("tokens_per_s", "throughput", 1, "tokens/s");
+  card("samples_per_s", "samples", 1, "sequences/s");
+  card("mfu", "MFU", 100, "% of peak");
+  card("cost_usd", "cost", 1, "USD");
+  card("final_val_loss", "val loss", 1, "nats/token");
+  card("peak_rss_mb", "peak memory", 1, "MB resident");
+  card("grad_noise_scale", "noise scale", 1, "sequences");
+  return s + "</div>";
+}
+
+}  // namespace
+
+std::string render_report_html(const Json& summary, const std::vector<Json>& lines, const ReportPageOptions& opt) {
   Series train{"train loss", "#1f77b4", {}}, val{"val loss", "#d62728", {}}, tps{"tokens/s", "#2ca02c", {}};
-  Series rss{"RSS MB", "#9467bd", {}}, cost{"USD", "#8c564b", {}};
+  Series rss{"RSS MB", "#9467bd", {}}, cost{"USD", "#8c564b", {}}, mfu{"MFU %", "#17becf", {}};
+  Series gns{"noise scale", "#bcbd22", {}}, batch{"global batch", "#7f7f7f", {}};
   std::vector<Series> phases{{"data wait", "#7f7f7f", {}}, {"forward", "#1f77b4", {}},
-                             {"backward", "#ff7f0e", {}}, {"optimizer", "#2ca02c", {}}};
-  const char* phase_keys[] = {"data_wait_s", "forward_s", "backward_s", "optimizer_s"};
+                             {"backward", "#ff7f0e", {}},  {"optimizer", "#2ca02c", {}},
+                             {"eval", "#d62728", {}},      {"checkpoint", "#9467bd", {}}};
+  const char* phase_keys[] = {"data_wait_s", "forward_s", "backward_s", "optimizer_s", "eval_s", "checkpoint_s"};
+  const double global_batch = get(summary, "global_batch");
+  double prev_step = 0;
   for (const auto& j : lines) {
     double step = get(j, "step");
     if (j.value("event", "") == "eval") {
@@ -208,8 +259,18 @@ std::string render_report(const std::string& run_dir) {
     tps.points.push_back({step, get(j, "tokens_per_s")});
     rss.points.push_back({step, get(j, "rss_mb")});
     cost.points.push_back({step, get(j, "cost_usd")});
-    for (int p = 0; p < 4; ++p) {
+    mfu.points.push_back({step, 100 * get(j, "mfu")});
+    const double g = get(j, "grad_noise_scale");
+    if (std::isfinite(g)) {
+      gns.points.push_back({step, g});
+      if (std::isfinite(global_batch)) batch.points.push_back({step, global_batch});
+    }
+    // Phases of the logged step; eval and checkpoint time of the window, spread over its steps.
+    const double window = std::max(1.0, step - prev_step);
+    prev_step = step;
+    for (int p = 0; p < 6; ++p) {
       double v = get(j, phase_keys[p]);
+      if (p >= 4) v /= window;
       phases[p].points.push_back({step, std::isfinite(v) ? 1e3 * v : 0.0});
     }
   }
@@ -217,25 +278,43 @@ std::string render_report(const std::string& run_dir) {
       "precision <b>{}</b> ({}), accumulation <b>{}</b>, activation checkpointing <b>{}</b>",
       esc(summary.value("precision", "?")), esc(summary.value("precision_reason", "")),
       summary.value("accum", 1), esc(summary.value("activation_checkpointing", "none")));
-  std::string html = R"(<!doctype html><html><head><meta charset="utf-8"><title>frugal run report</title>
-<style>body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
+  std::string html = R"(<!doctype html><html><head><meta charset="utf-8"><title>frugal run report</title>)";
+  if (opt.refresh_s > 0)
+    html += fmt::format("<meta http-equiv='refresh' content='{}; url=/{}'>", opt.refresh_s, esc(opt.token_query));
+  html += R"(<style>body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
 h1{font-size:20px}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #ddd;background:#fff}
 .title{font-weight:600;font-size:13px}.tick{font-size:10px;fill:#555}.axis{stroke:#333}.grid{stroke:#eee}
 table{border-collapse:collapse}th,td{padding:2px 10px;text-align:left;border-bottom:1px solid #eee}
-.stop{padding:8px;background:#f4f4f4;border-left:4px solid #1f77b4}</style></head><body>)";
-  html += fmt::format("<h1>frugal run <code>{}</code></h1>", esc(summary.value("run_name", run_dir)));
-  html += fmt::format("<p class='stop' id='stop-reason'>stop reason: <b>{}</b> after {} steps, {} tokens in {} s "
+#headline{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}.card{border:1px solid #ddd;padding:6px 12px;min-width:110px}
+.card .label{font-size:11px;color:#666}.card .figure{font-size:20px;font-weight:600}.card .unit{font-size:11px;color:#666}
+.stop{padding:8px;background:#f4f4f4;border-left:4px solid #1f77b4}.live{border-left-color:#2ca02c}</style></head><body>)";
+  html += fmt::format("<h1>frugal run <code>{}</code>{}</h1>", esc(summary.value("run_name", std::string("?"))),
+                      opt.refresh_s > 0 ? " (live)" : "");
+  html += fmt::format("<p class='stop{}' id='stop-reason'>{}: <b>{}</b> after {} steps, {} tokens in {} s "
                       "({} tokens/s)</p>",
+                      opt.refresh_s > 0 ? " live" : "", opt.refresh_s > 0 ? "state" : "stop reason",
                       esc(summary.value("stop_reason", "?")), summary.value("steps", 0), summary.value("tokens", 0),
                       num(get(summary, "wall_s")), num(get(summary, "tokens_per_s")));
-  html += "<p id='levers'>Levers in effect: " + levers + "</p><div class='charts'>";
+  html += headline(summary);
+  if (summary.contains("precision")) html += "<p id='levers'>Levers in effect: " + levers + "</p>";
+  html += "<div class='charts'>";
   html += line_chart("loss", "loss", "nats/token", {train, val});
   html += line_chart("throughput", "throughput", "tokens/s", {tps}, true);
+  html += line_chart("mfu", "model FLOPs utilisation", "% of peak", {mfu}, true);
   html += stacked_chart("breakdown", "step time breakdown", "ms/step", phases);
   html += line_chart("memory", "memory (resident)", "MB", {rss}, true);
   html += line_chart("cost", "cost so far", "USD", {cost}, true);
-  html += "</div><h2>summary.json</h2><table id='summary'>" + fact_rows(summary) + "</table></body></html>\n";
+  if (!gns.points.empty())
+    html += line_chart("grad-noise", "gradient noise scale (B_simple)", "sequences", {gns, batch}, true);
+  html += "</div>" + top_ops_table(summary);
+  html += "<h2>summary.json</h2><table id='summary'>" + fact_rows(summary) + "</table></body></html>\n";
   return html;
+}
+
+std::string render_report(const std::string& run_dir) {
+  Json summary = read_json(run_dir + "/summary.json");
+  if (!summary.contains("run_name")) summary["run_name"] = run_dir;
+  return render_report_html(summary, read_jsonl(run_dir + "/metrics.jsonl"));
 }
 
 std::string write_report(const std::string& run_dir) {

@@ -9,6 +9,8 @@
 
 #include "frugal/model/activation_checkpoint.h"
 #include "frugal/monitor/console.h"
+#include "frugal/monitor/grad_noise.h"
+#include "frugal/monitor/phase_trace.h"
 #include "frugal/train/grad_clip.h"
 
 namespace frugal {
@@ -52,8 +54,10 @@ TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::De
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double lap(Clock::time_point& t) {
+// Seconds since `t`, recorded as the phase span `phase` when the profiler is capturing.
+double lap(Clock::time_point& t, const char* phase) {
   auto now = Clock::now();
+  if (PhaseTrace::active()) PhaseTrace::record(phase, t, now);
   double s = std::chrono::duration<double>(now - t).count();
   t = now;
   return s;
@@ -65,23 +69,29 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
   auto t = Clock::now();
   optimizer_->zero_grad();
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+  MicroBatchGradProbe probe(probe_grad_noise_ && accum_ > 1);  // gradient noise, log steps only
   for (int64_t k = 0; k < accum_; ++k) {
-    r.optimizer_s += lap(t);
+    r.optimizer_s += lap(t, "optimizer");
     Batch b = data_.train_batch(iteration * accum_ + k);
-    r.data_s += lap(t);
+    r.data_s += lap(t, "data");
     at::Tensor loss;
     {
       auto autocast = precision_.enter();
       loss = loss_(*model_, to_device(b, device_)) / static_cast<double>(accum_);
     }
-    r.forward_s += lap(t);
+    r.forward_s += lap(t, "forward");
     if (sync_) sync_->before_backward(k == accum_ - 1);
     scaler_.scale_loss(loss).backward();
-    r.backward_s += lap(t);
+    r.backward_s += lap(t, "backward");
+    if (probe.on()) {  // not training work: left out of the phase times
+      probe.after_backward(optimizer_->grads(), static_cast<double>(accum_) / scaler_.scale(), k + 1 == accum_);
+      t = Clock::now();
+    }
     loss_sum += loss.detach();
     r.tokens += b.x.size(0) * tokens_per_sample_;
   }
   r.loss = loss_sum;
+  r.micro_grad_sq_sum = probe.sum_sq();
   if (sync_) sync_->finish(r.loss);  // gradients and loss: the mean over all ranks
 
   std::vector<at::Tensor> grads = optimizer_->grads();
@@ -99,14 +109,14 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
       Console::get().line("precision: " + precision_.reason() + "; continuing in bf16");
     }
     if (r.skipped) {  // no step: weights, optimizer state and the LR schedule stay put
-      r.optimizer_s += lap(t);
+      r.optimizer_s += lap(t, "optimizer");
       return r;
     }
   }
   clip_to_norm(grads, r.grad_norm, config_.train.grad_clip);
   optimizer_->set_lr(lr);
   optimizer_->step();
-  r.optimizer_s += lap(t);
+  r.optimizer_s += lap(t, "optimizer");
   return r;
 }
 

@@ -17,7 +17,7 @@
 #include "frugal/monitor/console.h"
 #include "frugal/monitor/memory.h"
 #include "frugal/monitor/metrics_writer.h"
-#include "frugal/monitor/progress.h"
+#include "frugal/monitor/phase_trace.h"
 #include "frugal/train/early_stopping.h"
 #include "frugal/train/gpt_task.h"
 #include "frugal/train/divergence_guard.h"
@@ -84,6 +84,7 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   if (s.opts.handle_signals) s.signals = std::make_unique<SignalHandlers>();
   auto& con = Console::get();
   con.set_quiet(s.opts.quiet);
+  con.set_json_mode(s.opts.json);  // stdout carries only JSON lines (--json)
 
   // A checkpoint is read first: it may pin the precision that `auto` chose before.
   std::optional<LoadedCheckpoint> ck;
@@ -131,12 +132,12 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   const std::string metrics = s.run_dir + "/metrics.jsonl";
   if (writer && !s.opts.resume.empty()) truncate_metrics_after(metrics, ck ? ck->step : 0);
 
-  if (!s.opts.quiet && writer) s.callbacks.push_back(std::make_shared<ProgressDisplay>());
   if (writer) s.callbacks.push_back(std::make_shared<MetricsWriter>(metrics, !s.opts.resume.empty()));
   s.cadence = std::make_shared<CheckpointCadence>(c.checkpoint);
   s.callbacks.push_back(s.cadence);
   if (c.early_stop.enabled) s.callbacks.push_back(std::make_shared<EarlyStopping>(c.early_stop));
   if (c.guard.enabled) s.callbacks.push_back(std::make_shared<DivergenceGuard>(c.guard));
+  s.install_monitors();  // progress display, profiler, dashboard
   for (auto& cb : s.opts.callbacks) s.callbacks.push_back(cb);
 
   WriteOptions wo;
@@ -167,6 +168,7 @@ Trainer::~Trainer() = default;
 
 const std::string& Trainer::run_dir() const { return s_->run_dir; }
 const std::string& Trainer::resumed_from() const { return s_->resumed_from; }
+std::string Trainer::dashboard_url() const { return s_->dashboard ? s_->dashboard->url() : ""; }
 
 // One optimizer step and its bookkeeping; fills `m` and runs on_step_end.
 void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
@@ -177,7 +179,13 @@ void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
   // advance it. The divergence guard scales it down after each rollback.
   const double lr = L.lr_scale * lr_at(step->optimizer().step_count(), c.train.steps,
                                        c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
-  StepResult r = step->run(L.step, lr);
+  PhaseTrace::set_step(L.step + 1);
+  step->set_grad_noise_probe(c.monitor.grad_noise && next_step_logs());
+  StepResult r;
+  {
+    PhaseSpan span("step");
+    r = step->run(L.step, lr);
+  }
   if (dp) r.tokens *= dp->world_size();  // every rank consumed as many (r.loss is already the mean)
   loss_sum += r.loss;
   ++L.step;
@@ -211,6 +219,7 @@ void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
     m.tokens_per_s = static_cast<double>(L.window_tokens) / L.window_s;
     m.rss_mb = static_cast<double>(rss_now_bytes()) / 1e6;
     L.final_train = m.loss;
+    observe_logged_step(m, r);
     if (!std::isfinite(m.loss) && !step->scaler().enabled() && !c.guard.enabled)
       control.request_stop(fmt::format("loss became {} at step {}", m.loss, L.step));
     loss_sum.zero_();
@@ -226,6 +235,7 @@ void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
 // stop signal interrupted it.
 bool Trainer::State::run_eval(Control& control) {
   torch::NoGradGuard no_grad;
+  PhaseSpan span("eval");
   const auto t0 = detail::Clock::now();
   model->eval();
   at::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
@@ -245,6 +255,8 @@ bool Trainer::State::run_eval(Control& control) {
   loop.best_val = std::min(loop.best_val, loop.final_val);
   loop.last_eval_step = loop.step;
   EvalMetrics e{loop.step, loop.final_val, loop.best_val, seconds_since(t0)};
+  eval_s_window += e.eval_s;
+  eval_s_total += e.eval_s;
   for (auto& cb : callbacks) cb->on_eval_end(e, control);
   return true;
 }

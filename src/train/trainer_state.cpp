@@ -14,6 +14,7 @@
 #include "frugal/model/weights.h"
 #include "frugal/monitor/console.h"
 #include "frugal/monitor/memory.h"
+#include "frugal/monitor/phase_trace.h"
 #include "frugal/monitor/report.h"
 
 namespace frugal {
@@ -25,7 +26,7 @@ namespace {
 // The resolved value of every key, to diff a checkpoint's config against this run's.
 nlohmann::json config_values(const Config& c) {
   nlohmann::json j = nlohmann::json::object();
-  for (const auto& k : config_schema()) j[k.key] = format_value(k.get(c));
+  for (const auto& k : config_schema()) j[k.key] = format_value_shown(k, c);
   return j;
 }
 
@@ -87,6 +88,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
     cbs[cb->state_key()] = one;
   }
   st["callbacks"] = cbs;
+  st["grad_noise"] = grad_noise.to_json();
   // The ranking value for checkpoint.keep_best, only when measured at this very step.
   const std::string& metric = rc.config.checkpoint.best_metric;
   double value = NAN;
@@ -149,17 +151,21 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
     const std::string key = cb->state_key();
     if (!key.empty() && cbs.contains(key)) cb->load_state(cbs[key]);
   }
+  if (st.contains("grad_noise")) grad_noise.from_json(st["grad_noise"]);
   last_saved_step = ck.step;
   last_checkpoint = ck.path;
 }
 
 void Trainer::State::save_checkpoint() {
   if (last_saved_step == loop.step) return;  // nothing new since the last save (or the resume)
+  PhaseSpan span("checkpoint");
   const auto t0 = detail::Clock::now();
   CheckpointData d = capture(writer->async());  // a collective under ZeRO-1: every rank calls it
   if (is_writer()) last_checkpoint = writer->save(loop.step, std::move(d));
   const double stall = seconds_since(t0);
   writer->record_stall(stall);
+  checkpoint_s_window += stall;
+  checkpoint_s_total += stall;
   last_saved_step = loop.step;
   CheckpointEvent e{loop.step, last_checkpoint, stall, writer->async()};
   for (auto& cb : callbacks) cb->on_checkpoint(e);
@@ -227,6 +233,7 @@ void Trainer::State::print_banner() {
                        step->accum(), c.memory.activation_checkpointing,
                        std::get<std::string>(find_key("train.optimizer")->get(c)),
                        c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only"));
+  con.line(fmt::format("mfu: peak {:.3f} TFLOP/s, {}", info.peak_flops / 1e12, peak.source));
   if (cost->usd_per_hour() > 0 || cost->watts() > 0)
     con.line(fmt::format("budget: ${:.3f}/h{}, {:.0f} W, {:.0f} g CO2/kWh{}", cost->usd_per_hour(),
                          c.budget.spot ? " (spot)" : "", cost->watts(), c.budget.grid_g_per_kwh,
@@ -305,8 +312,10 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   if (healthy && is_writer())
     save_safetensors(run_dir + "/final/model.safetensors", module_tensors(*model),
                      {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
+  add_observability(summary);
   if (is_writer()) {
-    write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n");
+    write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "
+");
     write_report(run_dir);
   }
   for (auto& cb : callbacks) cb->on_train_end(summary);

@@ -8,6 +8,10 @@
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
 #define FRUGAL_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||         \
    (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
@@ -85,5 +89,34 @@ class AutocastGuard {
   bool prev_on_ = false;
   c10::ScalarType prev_dtype_ = c10::ScalarType::BFloat16;
 };
+
+// LibTorch profiler events (torch::autograd::profiler::KinetoEvent; the caller includes
+// <torch/csrc/autograd/profiler_kineto.h>). 1.13 reports microseconds (startUs, durationUs); 2.x
+// replaced them with nanoseconds (startNs, durationNs). Both are on the Unix-epoch clock. Detected
+// by member rather than by version number, so a release in between picks whichever it has.
+namespace detail {
+template <class E, class = void>
+struct HasStartNs : std::false_type {};
+template <class E>
+struct HasStartNs<E, std::void_t<decltype(std::declval<const E&>().startNs())>> : std::true_type {};
+}  // namespace detail
+
+template <class Event>
+int64_t profiler_event_start_us(const Event& e) {
+  if constexpr (detail::HasStartNs<Event>::value) {
+    return static_cast<int64_t>(e.startNs() / 1000);
+  } else {
+    return static_cast<int64_t>(e.startUs());
+  }
+}
+
+template <class Event>
+int64_t profiler_event_duration_us(const Event& e) {
+  if constexpr (detail::HasStartNs<Event>::value) {
+    return static_cast<int64_t>(e.durationNs() / 1000);
+  } else {
+    return static_cast<int64_t>(e.durationUs());
+  }
+}
 
 }  // namespace frugal::compat

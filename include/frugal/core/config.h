@@ -203,6 +203,39 @@ struct DistConfig {
   double bucket_mb = 4;
 };
 
+// [profile] — the profiler (src/monitor/profiler.cpp, docs/observability.md): capture windows of
+// `capture_steps` steps as Chrome-trace JSON under runs/<name>/profile/ (open in Perfetto).
+struct ProfileConfig {
+  int64_t capture_steps = 0;  // steps per capture window; 0 = profiler off
+  int64_t start_step = 5;     // the first window starts after this many steps (skip the warm-up)
+  int64_t every_steps = 0;    // start another window every N steps after that; 0 = capture once
+  // Record LibTorch's operator events (aten ops, autograd nodes) besides frugal's phase spans;
+  // false = phase spans only (tiny traces, no profiler overhead).
+  bool torch_ops = true;
+  bool record_shapes = false;  // input shapes of each op in the trace (bigger files)
+  int64_t top_ops = 15;        // rows of the top-operators table (summary.json, report.html)
+};
+
+// [monitor] — live figures: MFU's peak, the gradient-noise probe, the HTTP dashboard.
+struct MonitorConfig {
+  // Peak FLOP/s that MFU divides by, in TFLOP/s. 0 = measure at start-up with frugal doctor's
+  // dense matmul probe in the run's precision (~0.2 s); set the datasheet figure to compare
+  // machines.
+  double peak_tflops = 0;
+  // Estimate the gradient noise scale (B_simple) at log steps when accumulating (accum > 1). Costs
+  // one gradient-sized copy and one norm per micro-batch on log steps only.
+  bool grad_noise = true;
+  // "HOST:PORT" of the live dashboard (report page, /metrics for Prometheus, /api/metrics JSON);
+  // "" = off. Port 0 picks a free port and prints it.
+  std::string http;
+  // Serve on a non-loopback address. Requires a token: anyone who can reach the port sees the
+  // run's figures and config.
+  bool allow_remote = false;
+  // Shared secret: requests must send "Authorization: Bearer TOKEN" or ?token=TOKEN, else 401.
+  // Required with allow_remote; optional on loopback. Never written to config.toml or checkpoints.
+  std::string token;
+};
+
 // Everything a run needs. Copyable plain data.
 struct Config {
   RunConfig run;
@@ -216,6 +249,8 @@ struct Config {
   EarlyStopConfig early_stop;
   GuardConfig guard;
   DistConfig dist;
+  ProfileConfig profile;
+  MonitorConfig monitor;
 };
 
 // Micro-batches per optimizer step, from train.accum / train.global_batch / data.micro_batch.

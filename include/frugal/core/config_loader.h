@@ -34,6 +34,8 @@ struct KeySpec {
   // Extra check beyond type/range/choices (e.g. the prefix of data.source). Returns an error
   // text ("must be ...") or "" when the value is fine.
   std::function<std::string(const ConfigValue&)> check;
+  // A secret (monitor.token): never written to the resolved config.toml, checkpoints or logs.
+  bool secret = false;
 
   std::string section() const { return key.substr(0, key.find('.')); }
   std::string name() const { return key.substr(key.find('.') + 1); }
@@ -84,5 +86,7 @@ std::string config_reference_markdown();
 
 // Formats a value as TOML would write it.
 std::string format_value(const ConfigValue& v);
+// The same, but a secret key's non-empty value shows as '<redacted>'.
+std::string format_value_shown(const KeySpec& k, const Config& c);
 
 }  // namespace frugal

@@ -19,12 +19,19 @@ class Console {
   void status(const std::string& text);
   // Ends the status line so later output starts on a fresh line.
   void finish_status();
+  // Machine-readable mode (`frugal train --json`): human lines go to stderr, stdout carries only
+  // json() lines.
+  void set_json_mode(bool on) { json_mode_ = on; }
+  bool json_mode() const { return json_mode_; }
+  // One line of JSON on stdout (also when quiet).
+  void json(const std::string& line);
 
  private:
   Console();
   bool tty_;
   bool quiet_ = false;
   bool status_shown_ = false;
+  bool json_mode_ = false;
 };
 
 }  // namespace frugal

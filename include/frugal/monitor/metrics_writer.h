@@ -1,6 +1,7 @@
 // Writes runs/<name>/metrics.jsonl: one JSON object per logged step and per evaluation.
 //   {"event":"step","step":10,"loss":2.31,"lr":0.0006,"grad_norm":0.9,"tokens_per_s":5123,
-//    "step_s":0.38,"elapsed_s":4.1,"tokens":20480}
+//    "step_s":0.38,"elapsed_s":4.1,"tokens":20480, ...}
+// (docs/observability.md lists every field with its unit and formula)
 //   {"event":"eval","step":250,"val_loss":1.02,"best_val_loss":1.02,"eval_s":0.3}
 // Lines are flushed as written, so a crash loses at most the line being written. A resumed run
 // first cuts the file back to its checkpoint (truncate_metrics_after) and then appends, so the
@@ -9,6 +10,8 @@
 
 #include <cstdio>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "frugal/train/callback.h"
 
@@ -30,6 +33,11 @@ class MetricsWriter : public Callback {
   std::string path_;
   std::FILE* f_ = nullptr;
 };
+
+// The JSON object of a logged step, as metrics.jsonl, `frugal train --json` and the dashboard
+// show it. Non-finite values are written as null.
+nlohmann::ordered_json step_json(const StepMetrics& m);
+nlohmann::ordered_json eval_json(const EvalMetrics& m);
 
 // Rewrites `path` (atomically) keeping only complete JSON lines whose "step" is <= `step`; a
 // torn last line (a crash mid-write) is dropped. A missing file stays missing.

@@ -31,7 +31,10 @@ struct RunInfo {
   int64_t params = 0;
   double flops_per_token = 0;
   int64_t tokens_per_step = 0;
+  int64_t samples_per_step = 0;  // sequences per optimizer step (the global batch)
   int threads = 0;
+  double peak_flops = 0;         // MFU's denominator, FLOP/s ([monitor] peak_tflops or measured)
+  std::string dashboard_url;     // the live dashboard ("" = off)
 };
 
 struct StepMetrics {
@@ -53,6 +56,15 @@ struct StepMetrics {
   double rss_mb = 0;         // resident memory at this (logged) step
   double loss_scale = 1;     // the fp16 loss scale after this step (1 when not scaling)
   int64_t skipped_steps = 0; // optimizer steps skipped for inf/NaN gradients so far
+  // Logged steps only (docs/observability.md has the formulas):
+  double samples_per_s = 0;  // sequences per second over the window since the previous log step
+  double mfu = 0;            // model FLOP/s (flops_per_token x tokens/s) over the peak FLOP/s
+  // Seconds spent in evaluation and in checkpoint saves (the trainer's stall) since the previous
+  // log step; they happen between steps, outside step_s.
+  double eval_s = 0, checkpoint_s = 0;
+  // Smoothed gradient noise scale B_simple in sequences (monitor/grad_noise.h); NaN when not
+  // measured (accum = 1, monitor.grad_noise = false, or too few estimates).
+  double grad_noise_scale = 0;
 };
 
 struct EvalMetrics {

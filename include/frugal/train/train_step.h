@@ -41,6 +41,9 @@ struct StepResult {
   // Host wall time of each phase. On CUDA these time kernel launches, not the kernels (no sync
   // inside the step); on CPU they are the compute itself.
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  // Sum over micro-batches of |g_k|^2 (unscaled micro-batch gradients; monitor/grad_noise.h).
+  // Defined only on a step run with set_grad_noise_probe(true) and accum > 1.
+  at::Tensor micro_grad_sq_sum;
 };
 
 class TrainStep {
@@ -60,6 +63,9 @@ class TrainStep {
   StepResult run(int64_t iteration, double lr);
 
   int64_t accum() const { return accum_; }
+  // Measure each micro-batch's gradient norm on the following run() calls (the trainer turns it
+  // on for log steps only: it costs a gradient copy and a norm per micro-batch).
+  void set_grad_noise_probe(bool on) { probe_grad_noise_ = on; }
   PrecisionPolicy& precision() { return precision_; }
   LossScaler& scaler() { return scaler_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -76,6 +82,7 @@ class TrainStep {
   LossScaler scaler_;
   GradSync* sync_;
   std::unique_ptr<Optimizer> optimizer_;
+  bool probe_grad_noise_ = false;
 };
 
 // Installs activation checkpointing on the model per memory.activation_checkpointing.

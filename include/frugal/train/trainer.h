@@ -48,6 +48,9 @@ struct TrainerOptions {
   // Multi-process data parallel (docs/distributed.md): the group this process belongs to, from
   // dist::connect(). Null = a single process. Rank 0 writes the run directory; every rank trains.
   std::shared_ptr<dist::ProcessGroup> process_group;
+  // Progress as one JSON object per log step on stdout (`frugal train --json`); the banner and
+  // other human lines go to stderr.
+  bool json = false;
 };
 
 // Builds the task from the resolved config (after a resumed checkpoint's precision is adopted,
@@ -72,6 +75,8 @@ class Trainer {
   const std::string& run_dir() const;
   // The checkpoint this trainer resumed from ("" for a fresh run).
   const std::string& resumed_from() const;
+  // The live dashboard's address ("http://127.0.0.1:PORT/"; "" when monitor.http is off).
+  std::string dashboard_url() const;
 
  private:
   struct State;

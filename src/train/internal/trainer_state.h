@@ -18,6 +18,10 @@
 #include "frugal/data/batch_source.h"
 #include "frugal/dist/data_parallel.h"
 #include "frugal/monitor/cost_meter.h"
+#include "frugal/monitor/dashboard.h"
+#include "frugal/monitor/grad_noise.h"
+#include "frugal/monitor/mfu.h"
+#include "frugal/monitor/profiler.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/train_step.h"
 #include "frugal/train/trainer.h"
@@ -50,6 +54,15 @@ struct Trainer::State {
   RunInfo info;
   std::unique_ptr<SignalHandlers> signals;  // while the trainer lives (TrainerOptions::handle_signals)
 
+  // Observability (trainer_metrics.cpp): profiler, live dashboard, MFU's peak, noise scale, and
+  // the eval/checkpoint time that falls between steps.
+  std::shared_ptr<Profiler> profiler;
+  std::shared_ptr<Dashboard> dashboard;
+  PeakFlops peak;
+  GradNoiseScale grad_noise;
+  double eval_s_window = 0, checkpoint_s_window = 0;  // since the previous log step
+  double eval_s_total = 0, checkpoint_s_total = 0;    // this session
+
   detail::LoopState loop;
   at::Tensor loss_sum;  // fp32 sum of step losses in the open log window, on the device
   int64_t last_saved_step = -1;
@@ -65,6 +78,12 @@ struct Trainer::State {
   // The loop (trainer.cpp).
   void train_one_step(StepMetrics& m, Control& control);
   bool run_eval(Control& control);
+
+  // Observability (trainer_metrics.cpp).
+  void install_monitors();  // profiler, dashboard, JSON/TTY progress; sets info's peak and URL
+  bool next_step_logs() const;
+  void observe_logged_step(StepMetrics& m, const StepResult& r);
+  void add_observability(nlohmann::ordered_json& summary);
 
   // Checkpoints and summary (trainer_state.cpp).
   void adopt_checkpoint_config(const LoadedCheckpoint& ck);

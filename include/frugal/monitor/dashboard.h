@@ -1,0 +1,85 @@
+// The live dashboard ([monitor] http, docs/observability.md). A small HTTP server on its own
+// thread serves, for the run in progress:
+//   /              the live report page (the same charts as report.html; refreshes itself)
+//   /metrics       the latest figures in the Prometheus text format (frugal_* gauges/counters)
+//   /api/metrics   JSON: {"run": ..., "latest": <last step line>, "lines": [every metrics line]}
+//
+// The training thread only copies the new metrics line into a snapshot under a mutex at log
+// steps (and at each evaluation); requests render from a copy of that snapshot, so serving never
+// waits on, or slows, the step.
+//
+// Security: loopback addresses only unless monitor.allow_remote = true, which requires
+// monitor.token (validate_config enforces both). With a token set, every request must carry it
+// ("Authorization: Bearer TOKEN" or "?token=TOKEN"), else 401.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/config.h"
+#include "frugal/train/callback.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace frugal {
+
+struct HttpAddress {
+  std::string host;  // "127.0.0.1", "0.0.0.0", "::1", "localhost", ...
+  int port = 0;      // 0 = any free port
+};
+// Parses "HOST:PORT" (IPv6 as "[::1]:8080"); throws ConfigError naming the value.
+HttpAddress parse_http_address(const std::string& text);
+// 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback_host(const std::string& host);
+
+// The Prometheus text exposition of a metrics line (the `latest` object of /api/metrics) and the
+// run's totals; every metric has HELP and TYPE lines and a run="NAME" label.
+std::string prometheus_text(const nlohmann::json& latest, const std::string& run_name);
+
+class Dashboard : public Callback {
+ public:
+  // Binds and starts serving at once (so the port is known before training starts). Throws
+  // IoError when the address cannot be bound.
+  Dashboard(const MonitorConfig& config, std::string run_name);
+  ~Dashboard() override;  // stops the server and joins its thread
+  Dashboard(const Dashboard&) = delete;
+  Dashboard& operator=(const Dashboard&) = delete;
+
+  int port() const { return port_; }
+  std::string url() const;  // "http://HOST:PORT/"
+
+  void on_train_begin(const RunInfo& info) override;
+  void on_step_end(const StepMetrics& m, Control& control) override;
+  void on_eval_end(const EvalMetrics& m, Control& control) override;
+  void on_train_end(const nlohmann::json& summary) override;
+
+ private:
+  struct Snapshot {
+    nlohmann::json run;     // name, total steps, state ("running" / "finished")
+    nlohmann::json latest;  // the newest step line
+    // Lines are immutable once added, so a snapshot copies pointers, not the objects: the
+    // trainer holds the lock for a pointer copy per line at most.
+    std::vector<std::shared_ptr<const nlohmann::json>> lines;
+    nlohmann::json summary;  // set at the end
+  };
+  Snapshot snapshot() const;
+  bool authorised(const std::string& auth_header, const std::string& query_token) const;
+
+  MonitorConfig config_;
+  std::string run_name_;
+  std::string host_;
+  int port_ = 0;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  mutable std::mutex mu_;
+  Snapshot snap_;
+};
+
+}  // namespace frugal

@@ -1,0 +1,30 @@
+// Model FLOPs utilisation (MFU, PaLM appendix B): the model's training FLOP/s (the model's
+// flops_per_token x tokens/s; recomputation from activation checkpointing is not counted) over
+// the machine's peak FLOP/s. The peak is [monitor] peak_tflops when set, else measured at
+// start-up with frugal doctor's dense matmul probe in the run's compute dtype on the run's
+// device: an attainable peak, not a datasheet one, so MFU near 1 means the step is as fast as a
+// large matmul on this machine.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <string>
+
+#include "frugal/core/config.h"
+
+namespace frugal {
+
+// tokens_per_s x flops_per_token / peak_flops (0 when the peak is unknown).
+double model_flops_utilization(double tokens_per_s, double flops_per_token, double peak_flops);
+
+struct PeakFlops {
+  double flops = 0;    // FLOP/s
+  std::string source;  // "configured (monitor.peak_tflops)" or "measured: bf16 matmul 1024^3 on cpu"
+};
+
+// The configured peak, or a measurement of `seconds` of n x n matmuls in `dtype` on `device`.
+PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10::Device device,
+                             double seconds = 0.2);
+
+}  // namespace frugal
