@@ -7,6 +7,8 @@
 
 #include <functional>
 
+#include "frugal/tune/tuner.h"
+
 namespace frugal::cli {
 
 using Run = std::function<int()>;
@@ -18,5 +20,9 @@ void add_config_command(CLI::App& app, Run* run);
 void add_report_commands(CLI::App& app, Run* run);  // report, compare
 void add_smoke_command(CLI::App& app, Run* run);
 void add_prepare_command(CLI::App& app, Run* run);
+void add_tune_command(CLI::App& app, Run* run);
+
+// Tune progress on the console: status line on a TTY, plain lines otherwise (cmd_tune.cpp).
+TuneProgress console_tune_progress();
 
 }  // namespace frugal::cli

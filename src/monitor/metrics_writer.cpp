@@ -48,6 +48,8 @@ void MetricsWriter::on_step_end(const StepMetrics& m, Control&) {
   j["rss_mb"] = m.rss_mb;
   j["loss_scale"] = m.loss_scale;
   j["skipped_steps"] = m.skipped_steps;
+  j["micro_batch"] = m.micro_batch;
+  j["oom_backoffs"] = m.oom_backoffs;
   write(j.dump());
 }
 

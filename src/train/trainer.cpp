@@ -90,7 +90,10 @@ Trainer::Trainer(ResolvedConfig config, TrainerOptions options) : s_(std::make_u
                                   "use run.device = \"cpu\"",
                                   c.run.device));
   s.threads = apply_thread_plan(static_cast<int>(c.run.threads));
-  if (!s.device.is_cuda()) install_counting_allocator();  // exact peak tensor memory
+  if (!s.device.is_cuda()) {
+    install_counting_allocator();  // exact peak tensor memory, and memory.limit_mb
+    s.memory_limit = std::make_unique<TensorBytesLimitGuard>(resolve_tensor_bytes_limit(c.memory.limit_mb));
+  }
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
 
   s.data = make_batch_source(c);  // before the run dir: bad data must not leave a husk
@@ -175,6 +178,8 @@ void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
   session_steps += 1;
   m.loss_scale = step->scaler().scale();
   m.skipped_steps = step->scaler().state().skipped;
+  m.micro_batch = step->micro_batch_effective();
+  m.oom_backoffs = step->oom_backoffs();
   m.logged = L.step % c.train.log_every == 0 || L.step == c.train.steps;
   if (m.logged) {  // the only host syncs of the step (besides the fp16 scaler's verdict)
     m.loss = loss_sum.item<double>() / static_cast<double>(L.window_steps);
@@ -208,7 +213,11 @@ bool Trainer::State::run_eval(Control& control) {
       return false;
     }
     Batch b = data->val_batch(i);
-    sum += model->loss(b.x.to(device), b.y.to(device));
+    // In the training step's chunks, so an out-of-memory back-off covers evaluation too.
+    const int64_t k = step->chunks(), rows = b.x.size(0) / k;
+    for (int64_t j = 0; j < k; ++j)
+      sum += model->loss(b.x.narrow(0, j * rows, rows).to(device), b.y.narrow(0, j * rows, rows).to(device)) /
+             static_cast<double>(k);
   }
   model->train();
   loop.eval_pending = false;

@@ -53,6 +53,8 @@ struct StepMetrics {
   double rss_mb = 0;         // resident memory at this (logged) step
   double loss_scale = 1;     // the fp16 loss scale after this step (1 when not scaling)
   int64_t skipped_steps = 0; // optimizer steps skipped for inf/NaN gradients so far
+  int64_t micro_batch = 0;   // sequences per forward pass now (halved by out-of-memory back-offs)
+  int64_t oom_backoffs = 0;  // out-of-memory back-offs so far (train_step.h)
 };
 
 struct EvalMetrics {

@@ -11,12 +11,24 @@
 //   optimizer step (FusedAdamW)
 //
 // Activation checkpointing acts inside the model's forward (Gpt::set_block_runner).
+//
+// Out-of-memory back-off: when a forward or backward pass throws the out-of-memory error (CUDA,
+// or CPU past [memory] limit_mb), the step starts again from zeroed gradients with each fetched
+// micro-batch run in twice as many equal chunks (micro-batch halved, accumulation doubled), and
+// later steps keep the smaller chunks. The batches already fetched are reused, so no data is
+// lost or repeated, and each chunk's mean loss is divided by accum x chunks, so the step is the
+// same mean over the same tokens: the weights equal those of a run configured with the halved
+// micro-batch from the start (for sources whose micro-batch i of size m holds the samples of
+// micro-batches 2i and 2i+1 of size m/2, such as shards). A micro-batch that cannot be halved
+// into equal chunks rethrows the error.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <exception>
 #include <memory>
+#include <vector>
 
 #include "frugal/core/config.h"
 #include "frugal/data/batch_source.h"
@@ -35,6 +47,7 @@ struct StepResult {
   // Host wall time of each phase. On CUDA these time kernel launches, not the kernels (no sync
   // inside the step); on CPU they are the compute itself.
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  int64_t oom_backoffs = 0;  // out-of-memory back-offs during this step
 };
 
 class TrainStep {
@@ -45,7 +58,13 @@ class TrainStep {
   // loss scaler needs the inf/NaN verdict.
   StepResult run(int64_t iteration, double lr);
 
+  // Micro-batches fetched per step (the data cursor counts these).
   int64_t accum() const { return accum_; }
+  // Chunks each fetched micro-batch runs in (1, doubled by each out-of-memory back-off).
+  int64_t chunks() const { return chunks_; }
+  int64_t micro_batch_effective() const { return config_.data.micro_batch / chunks_; }
+  int64_t accum_effective() const { return accum_ * chunks_; }
+  int64_t oom_backoffs() const { return oom_backoffs_; }
   PrecisionPolicy& precision() { return precision_; }
   LossScaler& scaler() { return scaler_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -55,7 +74,12 @@ class TrainStep {
   Gpt model_;
   BatchSource& data_;
   c10::Device device_;
+  at::Tensor accumulate(int64_t iteration, std::vector<Batch>& fetched, StepResult& r);
+  bool back_off(const std::exception& e, int64_t iteration);
+
   int64_t accum_;
+  int64_t chunks_ = 1;
+  int64_t oom_backoffs_ = 0;
   PrecisionPolicy precision_;
   LossScaler scaler_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -17,6 +17,7 @@
 #include "frugal/core/threads.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/monitor/cost_meter.h"
+#include "frugal/monitor/memory.h"
 #include "frugal/model/gpt.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/train_step.h"
@@ -46,6 +47,7 @@ struct Trainer::State {
   std::shared_ptr<CheckpointCadence> cadence;
   std::unique_ptr<CheckpointWriter> writer;
   RunInfo info;
+  std::unique_ptr<TensorBytesLimitGuard> memory_limit;  // memory.limit_mb, for the trainer's lifetime (CPU)
   std::unique_ptr<SignalHandlers> signals;  // while the trainer lives (TrainerOptions::handle_signals)
 
   detail::LoopState loop;
