@@ -3,7 +3,7 @@
 // computed, the target tokens trained on, and target tokens per second of GPT training
 // (forward, backward with padding ignored in the loss, AdamW step).
 //
-//   dynamic_batching_bench [--jsonl FILE] [--field text] [--docs N] [--block T] [--rows B]
+//   dynamic_batching_bench [--jsonl FILE] [--field text] [--docs N (300)] [--block T (128)] [--rows B (16)]
 //
 // Without --jsonl the documents are synthetic: N byte-token documents whose lengths follow a
 // seeded log-normal distribution (median about block/4, a long tail past block), the shape of
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/omp_env.h"
 #include "frugal/core/threads.h"
 #include "frugal/data/document_reader.h"
 #include "frugal/data/packing.h"
@@ -86,8 +87,9 @@ nlohmann::json measure(const std::string& name, const std::vector<TokenRows>& ba
 }  // namespace
 
 int main(int argc, char** argv) {
+  ensure_passive_openmp(argv);  // spinning OpenMP workers fight the BLAS threads (docs/levers.md)
   std::string jsonl, field = "text";
-  int docs_n = 600;
+  int docs_n = 300;
   int64_t block = 128, rows = 16;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];

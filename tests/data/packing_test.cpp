@@ -50,7 +50,9 @@ void rebuild(const std::vector<TokenRows>& batches, std::map<int32_t, std::vecto
         }
         auto put = [&](int64_t pos, int64_t tok) {
           auto [it, fresh] = at[b.doc[i]].emplace(pos, static_cast<int32_t>(tok));
-          if (!fresh) EXPECT_EQ(it->second, tok);
+          if (!fresh) {
+            EXPECT_EQ(it->second, tok);
+          }
         };
         put(b.offset[static_cast<size_t>(r)] + t, b.x[i]);
         if (b.y[i] != kIgnoreIndex) put(b.offset[static_cast<size_t>(r)] + t + 1, b.y[i]);
