@@ -15,6 +15,7 @@ PACKAGES=(
   libfmt-dev                # formatting
   libgtest-dev googletest   # tests
   libzstd-dev libxxhash-dev # shard compression and checksums
+  libarchive-dev            # tar archives: frugal archive/restore, WebDataset input
   libsentencepiece-dev      # frugal prepare --tokenizer sentencepiece (the frugal-spm helper)
   python3-torch             # the PyTorch reference loops in bench/ (runs under /usr/bin/python3)
 )

@@ -20,9 +20,10 @@ void add_config_command(CLI::App& app, Run* run);
 void add_report_commands(CLI::App& app, Run* run);  // report, compare
 void add_smoke_command(CLI::App& app, Run* run);
 void add_prepare_command(CLI::App& app, Run* run);
+void add_archive_commands(CLI::App& app, Run* run);  // archive, restore
 void add_tune_command(CLI::App& app, Run* run);
 
-// Tune progress on the console: status line on a TTY, plain lines otherwise (cmd_tune.cpp).
+// Tune progress on the console: permanent lines, and a status line on a TTY (cmd_tune.cpp).
 TuneProgress console_tune_progress();
 
 }  // namespace frugal::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   cli::add_report_commands(app, &run);
   cli::add_smoke_command(app, &run);
   cli::add_prepare_command(app, &run);
+  cli::add_archive_commands(app, &run);
   cli::add_tune_command(app, &run);
   try {
     app.parse(argc, argv);

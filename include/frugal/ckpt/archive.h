@@ -1,0 +1,52 @@
+// Archiving stale checkpoints: `frugal archive RUNS_DIR --older-than 90d --to DIR` moves
+// checkpoints that have not been touched for a while into compressed tar archives (zstd), and
+// `frugal restore ARCHIVE --runs RUNS_DIR` puts one back (docs/formats/checkpoint.md, "Archives").
+//
+// Never archived: the newest complete checkpoint of a run (resume --auto continues from it), the
+// best one by the run's checkpoint.best_metric (keep_best), and incomplete directories (a write
+// may be in flight; retention removes crash debris). A checkpoint's age is the time since its
+// COMPLETE marker was written.
+//
+// Safety: an archive is written to a temporary file, fsynced and renamed; it is then read back
+// and every member compared (size and xxh3-64) with the checkpoint's files, and only then is the
+// checkpoint directory removed. A failure at any point leaves the checkpoint where it was.
+// Restoring extracts into a hidden temporary directory, verifies the checkpoint's checksums and
+// renames it into place; it never overwrites an existing checkpoint. Member names with ".."
+// components or absolute paths are rejected.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace frugal {
+
+// "90d", "12h", "30m", "45s", "2w" (a number and one unit) as seconds. Throws ConfigError
+// naming the text and the accepted units.
+int64_t parse_duration_seconds(const std::string& text);
+
+struct ArchiveCandidate {
+  std::string run;         // run directory name under RUNS_DIR
+  std::string path;        // the checkpoint directory
+  int64_t step = 0;
+  double age_s = 0;        // seconds since COMPLETE was written
+  uint64_t bytes = 0;      // size of its files
+  bool archive = false;    // true: will be archived; false: kept, see `reason`
+  std::string reason;      // why kept: "newest", "best", "incomplete", "younger than ..."
+};
+
+// Every checkpoint under RUNS_DIR/*/checkpoints/, with the decision for each. Pure reading.
+// Throws ConfigError when runs_dir does not exist.
+std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t older_than_s);
+
+// Archives one checkpoint to DIR/<run>/step-NNNNNNNN.tar.zst (see the safety notes above) and
+// returns the archive path. Throws IoError/CheckpointError; the checkpoint is untouched then.
+std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_dir);
+
+// Extracts an archive back to RUNS_DIR/<run>/checkpoints/step-NNNNNNNN (the run name is read from
+// the archive) and returns that path. Throws CheckpointError if the checkpoint already exists,
+// the archive is damaged, a member name is unsafe, or the restored files fail verification.
+std::string restore_checkpoint(const std::string& archive, const std::string& runs_dir);
+
+}  // namespace frugal

@@ -1,0 +1,367 @@
+// Checkpoint archives; see archive.h. The tar/zstd work is libarchive's; this file decides what
+// to archive and makes every step of the move safe to interrupt.
+#include "frugal/ckpt/archive.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "frugal/ckpt/checkpoint.h"
+#include "frugal/ckpt/retention.h"
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/errors.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kMetaName = "frugal-archive.json";
+constexpr size_t kChunk = 1 << 20;
+
+std::string hex64(uint64_t h) { return fmt::format("{:016x}", h); }
+
+// Seconds since `path` was last modified, by the wall clock.
+double age_seconds(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  return now - static_cast<double>(st.st_mtim.tv_sec) - 1e-9 * static_cast<double>(st.st_mtim.tv_nsec);
+}
+
+uint64_t dir_bytes(const std::string& dir) {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) n += e.file_size(ec);
+  return n;
+}
+
+std::string human_age(double s) {
+  if (s >= 86400) return fmt::format("{:.1f}d", s / 86400);
+  if (s >= 3600) return fmt::format("{:.1f}h", s / 3600);
+  return fmt::format("{:.0f}s", s);
+}
+
+// The run's checkpoint.best_mode, from the newest complete checkpoint's state.json.
+MetricMode best_mode_of(const std::string& checkpoint) {
+  try {
+    auto st = nlohmann::json::parse(read_file(checkpoint + "/state.json"));
+    if (st.contains("config_values") && st["config_values"].value("checkpoint.best_mode", "min") == "max")
+      return MetricMode::kMax;
+  } catch (const std::exception&) {
+  }
+  return MetricMode::kMin;
+}
+
+struct ArchiveReader {
+  struct archive* a = archive_read_new();
+  ~ArchiveReader() { archive_read_free(a); }
+};
+struct ArchiveWriter {
+  struct archive* a = archive_write_new();
+  ~ArchiveWriter() { archive_write_free(a); }
+};
+struct EntryPtr {
+  struct archive_entry* e = archive_entry_new();
+  ~EntryPtr() { archive_entry_free(e); }
+};
+
+[[noreturn]] void fail(const std::string& what, struct archive* a) {
+  throw IoError(fmt::format("{}: {}", what, a ? archive_error_string(a) : "libarchive error"));
+}
+
+void fsync_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw IoError(fmt::format("cannot fsync {}", path));
+  }
+  ::close(fd);
+}
+
+// Names inside an archive: one relative path without "." / ".." components.
+bool safe_member(const std::string& name) {
+  if (name.empty() || name.front() == '/') return false;
+  for (const auto& part : fs::path(name))
+    if (part == ".." || part == ".") return false;
+  return true;
+}
+
+// Reads every member of `archive`: calls on_member(name, size, xxh3) after streaming its bytes
+// into sink(name, data, n) (which may be empty).
+template <typename Sink, typename OnMember>
+void read_members(const std::string& archive, Sink sink, OnMember on_member) {
+  ArchiveReader r;
+  archive_read_support_filter_all(r.a);
+  archive_read_support_format_tar(r.a);
+  if (archive_read_open_filename(r.a, archive.c_str(), kChunk) != ARCHIVE_OK)
+    throw CheckpointError(fmt::format("archive {} cannot be read (damaged or not a .tar.zst): {}",
+                                      archive, archive_error_string(r.a)));
+  struct archive_entry* e = nullptr;
+  while (true) {
+    int rc = archive_read_next_header(r.a, &e);
+    if (rc == ARCHIVE_EOF) break;
+    if (rc != ARCHIVE_OK)
+      throw CheckpointError(fmt::format("archive {} is damaged: {}", archive, archive_error_string(r.a)));
+    const std::string name = archive_entry_pathname(e);
+    if (!safe_member(name))
+      throw CheckpointError(fmt::format("archive {} holds an unsafe member name \"{}\" (absolute or "
+                                        "with \"..\"); refusing to extract it",
+                                        archive, name));
+    XXH3_state_t* h = XXH3_createState();
+    XXH3_64bits_reset(h);
+    uint64_t size = 0;
+    const void* buf = nullptr;
+    size_t len = 0;
+    la_int64_t off = 0;
+    while ((rc = archive_read_data_block(r.a, &buf, &len, &off)) == ARCHIVE_OK) {
+      XXH3_64bits_update(h, buf, len);
+      sink(name, static_cast<const char*>(buf), len);
+      size += len;
+    }
+    const uint64_t digest = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    if (rc != ARCHIVE_EOF)
+      throw CheckpointError(fmt::format("archive {} is damaged in member {}: {}", archive, name,
+                                        archive_error_string(r.a)));
+    on_member(name, size, hex64(digest));
+  }
+}
+
+}  // namespace
+
+int64_t parse_duration_seconds(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  const std::string unit = text.substr(i);
+  static const std::map<std::string, int64_t> kUnits = {
+      {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"w", 7 * 86400}};
+  if (i == 0 || i > 12 || !kUnits.count(unit))
+    throw ConfigError(fmt::format("--older-than \"{}\" is not a duration; write a whole number and a "
+                                  "unit: s, m, h, d or w (e.g. 90d, 12h)",
+                                  text));
+  return std::stoll(text.substr(0, i)) * kUnits.at(unit);
+}
+
+std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t older_than_s) {
+  if (!fs::is_directory(runs_dir))
+    throw ConfigError(fmt::format("runs directory {} does not exist", runs_dir));
+  std::vector<fs::path> runs;
+  for (const auto& e : fs::directory_iterator(runs_dir))
+    if (e.is_directory() && fs::is_directory(e.path() / "checkpoints")) runs.push_back(e.path());
+  std::sort(runs.begin(), runs.end());
+
+  std::vector<ArchiveCandidate> out;
+  for (const auto& run : runs) {
+    const auto listing = list_checkpoints((run / "checkpoints").string());  // newest first
+    std::string newest;
+    for (const auto& ck : listing)
+      if (ck.complete) {
+        newest = ck.path;
+        break;
+      }
+    const std::string best = newest.empty() ? "" : best_checkpoint(listing, best_mode_of(newest));
+    for (const auto& ck : listing) {
+      ArchiveCandidate c;
+      c.run = run.filename().string();
+      c.path = ck.path;
+      c.step = ck.step;
+      c.bytes = dir_bytes(ck.path);
+      c.age_s = age_seconds(ck.path + "/COMPLETE");
+      if (!ck.complete) c.reason = "incomplete";
+      else if (ck.path == newest) c.reason = "newest";
+      else if (ck.path == best) c.reason = "best";
+      else if (c.age_s < static_cast<double>(older_than_s)) c.reason = "younger (" + human_age(c.age_s) + ")";
+      else c.archive = true;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_dir) {
+  if (!c.archive) throw CheckpointError(fmt::format("{} is not to be archived ({})", c.path, c.reason));
+  const std::string name = fs::path(c.path).filename().string();
+  const fs::path out_dir = fs::path(to_dir) / c.run;
+  fs::create_directories(out_dir);
+  const std::string target = (out_dir / (name + ".tar.zst")).string();
+  if (fs::exists(target))
+    throw CheckpointError(fmt::format("{} already exists; remove it or archive to another --to "
+                                      "directory (the checkpoint {} is left in place)",
+                                      target, c.path));
+  const std::string tmp = (out_dir / fmt::format(".tmp-{}-{}.tar.zst", name, ::getpid())).string();
+
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(c.path))
+    if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+
+  nlohmann::json meta = {{"format", "frugal-checkpoint-archive"}, {"version", 1}, {"run", c.run},
+                         {"checkpoint", name}, {"step", c.step}, {"files", nlohmann::json::object()}};
+  try {
+    ArchiveWriter w;
+    archive_write_set_format_pax_restricted(w.a);
+    if (archive_write_add_filter_zstd(w.a) != ARCHIVE_OK) fail("zstd filter unavailable", w.a);
+    if (archive_write_open_filename(w.a, tmp.c_str()) != ARCHIVE_OK)
+      fail(fmt::format("cannot create {}", tmp), w.a);
+    auto add = [&](const std::string& member, const std::string& src, const std::string* bytes) {
+      EntryPtr e;
+      archive_entry_set_pathname(e.e, member.c_str());
+      archive_entry_set_filetype(e.e, AE_IFREG);
+      archive_entry_set_perm(e.e, 0644);
+      const uint64_t size = bytes ? bytes->size() : fs::file_size(src);
+      archive_entry_set_size(e.e, static_cast<la_int64_t>(size));
+      if (archive_write_header(w.a, e.e) != ARCHIVE_OK) fail(fmt::format("writing {}", tmp), w.a);
+      if (bytes) {
+        if (archive_write_data(w.a, bytes->data(), bytes->size()) < 0) fail(fmt::format("writing {}", tmp), w.a);
+        return;
+      }
+      std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(src.c_str(), "rb"), &std::fclose);
+      if (!f) throw IoError(fmt::format("cannot read {}", src));
+      XXH3_state_t* h = XXH3_createState();
+      XXH3_64bits_reset(h);
+      std::vector<char> buf(kChunk);
+      uint64_t done = 0;
+      size_t n = 0;
+      while ((n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0) {
+        XXH3_64bits_update(h, buf.data(), n);
+        if (archive_write_data(w.a, buf.data(), n) < 0) {
+          XXH3_freeState(h);
+          fail(fmt::format("writing {}", tmp), w.a);
+        }
+        done += n;
+      }
+      const uint64_t digest = XXH3_64bits_digest(h);
+      XXH3_freeState(h);
+      if (done != size) throw IoError(fmt::format("{} changed size while being archived", src));
+      meta["files"][member] = {{"bytes", size}, {"xxh3", hex64(digest)}};
+    };
+    for (const auto& f : files) add(name + "/" + f.filename().string(), f.string(), nullptr);
+    const std::string m = meta.dump(2) + "\n";
+    add(kMetaName, "", &m);
+    if (archive_write_close(w.a) != ARCHIVE_OK) fail(fmt::format("finishing {}", tmp), w.a);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  fsync_file(tmp);
+
+  // Read back before anything is deleted: every file present, same size, same hash.
+  std::map<std::string, std::pair<uint64_t, std::string>> seen;
+  try {
+    read_members(
+        tmp, [](const std::string&, const char*, size_t) {},
+        [&](const std::string& n, uint64_t size, const std::string& h) { seen[n] = {size, h}; });
+    for (const auto& [member, want] : meta["files"].items()) {
+      auto it = seen.find(member);
+      if (it == seen.end() || it->second.first != want["bytes"].get<uint64_t>() ||
+          it->second.second != want["xxh3"].get<std::string>())
+        throw CheckpointError(fmt::format("archive {} does not read back member {} intact; the "
+                                          "checkpoint {} is left in place",
+                                          tmp, member, c.path));
+    }
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  fs::rename(tmp, target);
+  fsync_dir(out_dir.string());
+
+  // Only now does the checkpoint leave: renamed aside first (one atomic step), then deleted.
+  const fs::path trash = fs::path(c.path).parent_path() / fmt::format(".trash-{}-{}", name, ::getpid());
+  fs::rename(c.path, trash);
+  fsync_dir(fs::path(c.path).parent_path().string());
+  std::error_code ec;
+  fs::remove_all(trash, ec);
+  return target;
+}
+
+std::string restore_checkpoint(const std::string& archive, const std::string& runs_dir) {
+  if (!fs::is_regular_file(archive))
+    throw ConfigError(fmt::format("archive {} does not exist", archive));
+  fs::create_directories(runs_dir);
+  const fs::path stage = fs::path(runs_dir) / fmt::format(".tmp-restore-{}", ::getpid());
+  std::error_code ec;
+  fs::remove_all(stage, ec);
+  fs::create_directories(stage);
+  auto cleanup = [&] { fs::remove_all(stage, ec); };
+  try {
+    std::unique_ptr<FILE, int (*)(FILE*)> out(nullptr, &std::fclose);
+    std::string open_name;
+    std::string meta_text;
+    read_members(
+        archive,
+        [&](const std::string& name, const char* data, size_t n) {
+          if (name == kMetaName) {
+            meta_text.append(data, n);
+            return;
+          }
+          if (name != open_name) {
+            const fs::path p = stage / name;
+            fs::create_directories(p.parent_path());
+            out.reset(std::fopen(p.c_str(), "wb"));
+            if (!out) throw IoError(fmt::format("cannot write {}", p.string()));
+            open_name = name;
+          }
+          if (std::fwrite(data, 1, n, out.get()) != n) throw IoError(fmt::format("cannot write {}", (stage / name).string()));
+        },
+        [&](const std::string& name, uint64_t, const std::string&) {
+          if (name == open_name) {
+            if (std::fflush(out.get()) != 0 || ::fsync(fileno(out.get())) != 0)
+              throw IoError(fmt::format("cannot fsync {}", (stage / name).string()));
+            out.reset();
+            open_name.clear();
+          } else if (name != kMetaName) {  // an empty member: no data blocks were streamed
+            const fs::path p = stage / name;
+            fs::create_directories(p.parent_path());
+            write_file_atomic(p.string(), "");
+          }
+        });
+    nlohmann::json meta;
+    try {
+      meta = nlohmann::json::parse(meta_text);
+    } catch (const std::exception&) {
+      throw CheckpointError(fmt::format("{} is not a frugal checkpoint archive (no readable {})", archive, kMetaName));
+    }
+    const std::string run = meta.value("run", "");
+    const std::string name = meta.value("checkpoint", "");
+    if (!safe_member(run) || !safe_member(name) || run.find('/') != std::string::npos ||
+        name.find('/') != std::string::npos)
+      throw CheckpointError(fmt::format("{} names an unsafe run or checkpoint (\"{}\", \"{}\")", archive, run, name));
+    const fs::path staged = stage / name;
+    if (std::string bad = verify_checkpoint(staged.string()); !bad.empty())
+      throw CheckpointError(fmt::format("the checkpoint restored from {} does not verify: {}", archive, bad));
+    const fs::path dest_root = fs::path(runs_dir) / run / "checkpoints";
+    const fs::path dest = dest_root / name;
+    if (fs::exists(dest))
+      throw CheckpointError(fmt::format("{} already exists; restoring {} would overwrite it", dest.string(), archive));
+    fs::create_directories(dest_root);
+    fs::rename(staged, dest);
+    fsync_dir(dest_root.string());
+    cleanup();
+    return dest.string();
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+}
+
+}  // namespace frugal

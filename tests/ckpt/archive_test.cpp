@@ -1,0 +1,207 @@
+// Checkpoint archives: the plan never archives the newest or the best checkpoint, an archive
+// round trip restores the files bitwise, --dry-run changes nothing, and bad input is refused.
+#include "frugal/ckpt/archive.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <utime.h>
+
+#include <archive.h>
+#include <archive_entry.h>
+
+#include <ctime>
+#include <filesystem>
+#include <map>
+
+#include "frugal/ckpt/checkpoint.h"
+#include "frugal/core/errors.h"
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr int64_t kDay = 86400;
+
+// Writes RUNS/<run>/checkpoints/step-N with metric `metric` and backdates its COMPLETE marker.
+std::string make_checkpoint(const std::string& runs, const std::string& run, int64_t step,
+                            double metric, int64_t age_days, const std::string& best_mode = "min") {
+  CheckpointData d;
+  torch::manual_seed(step);
+  d.model = {{"w", torch::randn({64, 32})}};
+  d.optimizer = {{"g0.exp_avg", torch::randn({2048})}};
+  d.state = {{"loop", {{"step", step}}},
+             {"metric", {{"name", "val_loss"}, {"value", metric}}},
+             {"config_values", {{"checkpoint.best_mode", best_mode}}}};
+  d.data_state = {{"cursor", step}};
+  const std::string p = write_checkpoint(runs + "/" + run + "/checkpoints", step, d);
+  const time_t t = std::time(nullptr) - age_days * kDay;
+  struct utimbuf times {t, t};
+  utime((p + "/COMPLETE").c_str(), &times);
+  return p;
+}
+
+std::map<std::string, std::string> files_of(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out[e.path().filename()] = test::read_text(e.path());
+  return out;
+}
+
+const ArchiveCandidate& find(const std::vector<ArchiveCandidate>& plan, const std::string& run, int64_t step) {
+  for (const auto& c : plan)
+    if (c.run == run && c.step == step) return c;
+  throw std::runtime_error("not in plan");
+}
+
+TEST(Archive, DurationParsing) {
+  EXPECT_EQ(parse_duration_seconds("90d"), 90 * kDay);
+  EXPECT_EQ(parse_duration_seconds("12h"), 12 * 3600);
+  EXPECT_EQ(parse_duration_seconds("2w"), 14 * kDay);
+  EXPECT_EQ(parse_duration_seconds("0s"), 0);
+  for (const char* bad : {"", "d", "90", "9.5d", "90 d", "90y", "-3d"}) {
+    try {
+      parse_duration_seconds(bad);
+      ADD_FAILURE() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("s, m, h, d or w"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Archive, PlanNeverTakesTheNewestTheBestOrYoungOnes) {
+  test::TempDir dir;
+  const std::string runs = dir.file("runs");
+  // run a: best (lowest val_loss) is old step 10; newest is old step 40 too.
+  make_checkpoint(runs, "a", 10, 0.5, 200);
+  make_checkpoint(runs, "a", 20, 0.9, 150);
+  make_checkpoint(runs, "a", 30, 0.8, 100);
+  make_checkpoint(runs, "a", 40, 0.7, 95);
+  // run b maximises its metric: the best is step 20; step 30 is recent.
+  make_checkpoint(runs, "b", 10, 0.1, 120, "max");
+  make_checkpoint(runs, "b", 20, 0.9, 120, "max");
+  make_checkpoint(runs, "b", 30, 0.2, 10, "max");
+  make_checkpoint(runs, "b", 40, 0.3, 1, "max");
+  fs::create_directories(runs + "/b/checkpoints/step-00000050");  // incomplete (no COMPLETE)
+
+  const auto plan = plan_archive(runs, 90 * kDay);
+  EXPECT_EQ(plan.size(), 9u);
+  EXPECT_EQ(find(plan, "a", 10).reason, "best");
+  EXPECT_TRUE(find(plan, "a", 20).archive);
+  EXPECT_TRUE(find(plan, "a", 30).archive);
+  EXPECT_EQ(find(plan, "a", 40).reason, "newest");
+  EXPECT_TRUE(find(plan, "b", 10).archive);
+  EXPECT_EQ(find(plan, "b", 20).reason, "best");
+  EXPECT_FALSE(find(plan, "b", 30).archive);
+  EXPECT_NE(find(plan, "b", 30).reason.find("younger"), std::string::npos);
+  EXPECT_EQ(find(plan, "b", 40).reason, "newest");
+  EXPECT_EQ(find(plan, "b", 50).reason, "incomplete");
+  // Even with an age limit of zero the newest and the best stay.
+  for (const auto& c : plan_archive(runs, 0))
+    if (c.step == 40 || (c.run == "a" && c.step == 10) || (c.run == "b" && c.step == 20)) EXPECT_FALSE(c.archive);
+}
+
+TEST(Archive, RoundTripRestoresTheCheckpointBitwise) {
+  test::TempDir dir;
+  const std::string runs = dir.file("runs");
+  const std::string old = make_checkpoint(runs, "a", 10, 0.9, 100);
+  make_checkpoint(runs, "a", 20, 0.5, 1);
+  const auto before = files_of(old);
+
+  const auto plan = plan_archive(runs, 90 * kDay);
+  const auto& c = find(plan, "a", 10);
+  ASSERT_TRUE(c.archive);
+  const std::string arc = archive_checkpoint(c, dir.file("cold"));
+  EXPECT_EQ(arc, dir.file("cold") + "/a/step-00000010.tar.zst");
+  EXPECT_FALSE(fs::exists(old));
+  EXPECT_LT(fs::file_size(arc), 64 * 32 * 4 + 2048 * 4 + 4096);  // compressed tar, not a blow-up
+  for (const auto& e : fs::directory_iterator(runs + "/a/checkpoints"))  // no debris left behind
+    EXPECT_EQ(e.path().filename().string().rfind('.', 0), std::string::npos) << e.path();
+
+  EXPECT_EQ(restore_checkpoint(arc, runs), old);
+  EXPECT_EQ(files_of(old), before);
+  EXPECT_EQ(verify_checkpoint(old), "");
+  // Restoring again would overwrite: refused, naming the directory.
+  try {
+    restore_checkpoint(arc, runs);
+    ADD_FAILURE();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
+  }
+  // Archiving to a place that already has the archive is refused and leaves the checkpoint.
+  try {
+    archive_checkpoint(c, dir.file("cold"));
+    ADD_FAILURE();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("left in place"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(verify_checkpoint(old), "");
+}
+
+// A hand-made archive whose member escapes the staging directory.
+TEST(Archive, RestoreRejectsUnsafeMemberNamesAndDamage) {
+  test::TempDir dir;
+  const std::string evil = dir.file("evil.tar.zst");
+  {
+    struct archive* a = archive_write_new();
+    archive_write_set_format_pax_restricted(a);
+    archive_write_add_filter_zstd(a);
+    archive_write_open_filename(a, evil.c_str());
+    struct archive_entry* e = archive_entry_new();
+    archive_entry_set_pathname(e, "../../outside.txt");
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, 2);
+    archive_write_header(a, e);
+    archive_write_data(a, "hi", 2);
+    archive_entry_free(e);
+    archive_write_close(a);
+    archive_write_free(a);
+  }
+  try {
+    restore_checkpoint(evil, dir.file("runs"));
+    ADD_FAILURE();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("unsafe member name \"../../outside.txt\""), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir.path() + "/../outside.txt"));
+
+  const std::string runs = dir.file("runs");
+  make_checkpoint(runs, "a", 10, 0.9, 100);
+  make_checkpoint(runs, "a", 20, 0.5, 1);
+  const std::string arc = archive_checkpoint(find(plan_archive(runs, 0), "a", 10), dir.file("cold"));
+  const std::string cut = dir.file("cut.tar.zst");
+  test::write_text(cut, test::read_text(arc).substr(0, fs::file_size(arc) / 2));
+  EXPECT_THROW(restore_checkpoint(cut, dir.file("runs2")), CheckpointError);
+  EXPECT_FALSE(fs::exists(dir.file("runs2") + "/a"));
+}
+
+TEST(Archive, CliDryRunChangesNothingAndRealRunPrintsRestoreCommand) {
+  test::TempDir dir;
+  const std::string runs = dir.file("runs");
+  make_checkpoint(runs, "a", 10, 0.9, 100);
+  make_checkpoint(runs, "a", 20, 0.5, 100);
+  make_checkpoint(runs, "a", 30, 0.7, 100);
+  auto dry = test::run_frugal("archive " + runs + " --older-than 90d --to " + dir.file("cold") + " --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("would archive " + runs + "/a/checkpoints/step-00000010"), std::string::npos) << dry.output;
+  EXPECT_NE(dry.output.find("keep     " + runs + "/a/checkpoints/step-00000020  (best)"), std::string::npos) << dry.output;
+  EXPECT_TRUE(fs::exists(runs + "/a/checkpoints/step-00000010/COMPLETE"));
+  EXPECT_FALSE(fs::exists(dir.file("cold")));
+
+  auto bad = test::run_frugal("archive " + runs + " --older-than 3 --to " + dir.file("cold"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--older-than \"3\""), std::string::npos) << bad.output;
+
+  auto real = test::run_frugal("archive " + runs + " --older-than 90d --to " + dir.file("cold"));
+  EXPECT_EQ(real.exit_code, 0) << real.output;
+  const std::string arc = dir.file("cold") + "/a/step-00000010.tar.zst";
+  EXPECT_NE(real.output.find("restore: frugal restore " + arc), std::string::npos) << real.output;
+  EXPECT_FALSE(fs::exists(runs + "/a/checkpoints/step-00000010"));
+  auto back = test::run_frugal("restore " + arc + " --runs " + runs);
+  EXPECT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_EQ(verify_checkpoint(runs + "/a/checkpoints/step-00000010"), "");
+}
+
+}  // namespace
+}  // namespace frugal
