@@ -79,21 +79,27 @@ Config tiny_config() {
 }
 
 TEST(BatchFinder, MeasuredResultIsWithinTenPercentOfAnExhaustiveScanAndFits) {
+  // A long sequence and a narrow model: activations, which grow with the micro-batch, dominate
+  // the fixed part (weights, gradients, moments, snapshot), as they do in real runs. With a fixed
+  // part F and m per sequence, a margin moves the result by margin x budget / m sequences.
   Config c = tiny_config();
-  // Memory per sample, measured: the slope between one and two sequences.
-  const int64_t p1 = probe_training_memory(c, 1, 0).peak_bytes;
-  const int64_t p2 = probe_training_memory(c, 2, 0).peak_bytes;
-  ASSERT_GT(p2, p1);
-  const int64_t budget = p1 + 30 * (p2 - p1) + (p2 - p1) / 2;  // about 31 sequences
-  c.memory.limit_mb = 0;
-  // Exhaustive scan with no margin: the true largest micro-batch under the budget.
+  c.model.block = 128;
+  // Memory per sequence, measured around 32 sequences; the budget sits halfway to 33.
+  const int64_t p32 = probe_training_memory(c, 32, 0).peak_bytes;
+  const int64_t p33 = probe_training_memory(c, 33, 0).peak_bytes;
+  ASSERT_GT(p33, p32);
+  const int64_t budget = p32 + (p33 - p32) / 2;
+  const int64_t fixed = p32 - 32 * (p33 - p32);
+  ASSERT_LT(fixed, budget / 2) << "per-sequence memory " << (p33 - p32) << " B, fixed part " << fixed << " B";
+  // Exhaustive scan with no margin: the true largest micro-batch under the budget such that every
+  // smaller one fits too (the monotone prefix the search assumes).
   Config exact = c;
   exact.tune.memory_margin = 0;
   int64_t truth = 0;
-  for (int64_t n = 1; n <= 48; ++n) {
+  for (int64_t n = 1; n <= 64; ++n) {
     ProbeOutcome o = probe_training_memory(exact, n, budget);
-    if (o.fits) truth = n;
-    if (!o.fits && n > truth + 4) break;
+    if (!o.fits) break;
+    truth = n;
   }
   ASSERT_GE(truth, 20);
   // The finder with a 5% margin, on the same budget (memory.limit_mb works in MiB, so the
