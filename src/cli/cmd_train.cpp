@@ -8,9 +8,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <memory>
 
 #include "cli/commands.h"
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/dist/env.h"
 #include "frugal/dist/process_group.h"
@@ -53,6 +55,31 @@ void print_summary(const nlohmann::json& s) {
                          100.0 * s["answer_accuracy"].get<double>(), s["answer_samples"].get<int64_t>()));
   con.line(fmt::format("  {:<22} {}", "stop_reason", s["stop_reason"].get<std::string>()));
 }
+// train.auto_tune: runs `frugal tune` and returns its report (null when off). The report is kept
+// in runs/<name>/auto_tune.json, and a resumed run reuses that choice instead of tuning again,
+// so it continues with the settings its checkpoints were written with.
+nlohmann::json auto_tune(const ResolvedConfig& rc, const TrainArgs& args, const std::map<std::string, std::string>& env) {
+  if (!rc.config.train.auto_tune) return nullptr;
+  auto& con = Console::get();
+  const std::string path = (std::filesystem::path(rc.config.run.out_dir) / rc.config.run.name / "auto_tune.json").string();
+  if (!args.resume.empty() && std::filesystem::exists(path)) {
+    nlohmann::json j = nlohmann::json::parse(read_file(path));
+    con.line(fmt::format("auto_tune: resuming with the earlier choice in {}: {}", path, j["chosen"].dump()));
+    return j;
+  }
+  TuneReport report = run_tune(args.config, args.sets, env, console_tune_progress());
+  con.finish_status();
+  con.line(report.table());
+  if (report.best < 0) {
+    con.line("auto_tune: no candidate qualified; training with the configuration as given");
+    return nullptr;
+  }
+  nlohmann::json j = report.to_json();
+  write_file_atomic(path, j.dump(2) + "\n");
+  con.line("auto_tune: training with " + j["chosen"].get<std::string>());
+  return j;
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, Run* run) {
@@ -83,9 +110,21 @@ void add_train_command(CLI::App& app, Run* run) {
   cmd->callback([args, run] {
     *run = [args] {
       Console::get().set_json_mode(args->json);
-      ResolvedConfig rc = resolve_config(args->config, args->sets, process_environment());
+      const auto penv = process_environment();
+      ResolvedConfig rc = resolve_config(args->config, args->sets, penv);
       // Started by frugal launch, torchrun, Slurm or mpirun: join the other ranks.
-      const dist::DistEnv env = dist::dist_env_from(process_environment());
+      const dist::DistEnv env = dist::dist_env_from(penv);
+      nlohmann::json tuned;
+      if (env.distributed() && rc.config.train.auto_tune)
+        Console::get().line("auto_tune: skipped in a multi-process run (ranks must agree on one "
+                            "setting); run `frugal tune` once and train with its config");
+      else
+        tuned = auto_tune(rc, *args, penv);
+      if (!tuned.is_null()) {
+        std::vector<std::string> sets = args->sets;
+        for (const auto& s : tuned["chosen_sets"]) sets.push_back(s.get<std::string>());
+        rc = resolve_config(args->config, sets, penv);
+      }
       if (rc.config.train.smoke_first && env.rank == 0) {
         SmokeReport r = run_smoke(rc);
         Console::get().line(r.describe());
@@ -106,6 +145,10 @@ void add_train_command(CLI::App& app, Run* run) {
       }
       Trainer trainer(std::move(rc), opts);
       auto summary = trainer.fit();
+      if (!tuned.is_null()) {  // the choice travels with the run's figures
+        summary["auto_tune"] = tuned;
+        write_file_atomic(trainer.run_dir() + "/summary.json", summary.dump(2) + "\n");
+      }
       print_summary(summary);
       Console::get().line(fmt::format("wrote {}/summary.json", trainer.run_dir()));
       const std::string kind = summary.value("stop_kind", "completed");

@@ -8,6 +8,8 @@
 #include <functional>
 #include <string>
 
+#include "frugal/tune/tuner.h"
+
 namespace frugal::cli {
 
 using Run = std::function<int()>;
@@ -24,5 +26,9 @@ void add_launch_command(CLI::App& app, Run* run);
 // `frugal help [--markdown]`: every command and flag, from the registered tables (register last).
 void add_help_command(CLI::App& app, Run* run);
 std::string cli_reference_markdown(const CLI::App& app);
+void add_tune_command(CLI::App& app, Run* run);
+
+// Tune progress on the console: permanent lines, and a status line on a TTY (cmd_tune.cpp).
+TuneProgress console_tune_progress();
 
 }  // namespace frugal::cli

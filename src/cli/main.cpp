@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   cli::add_archive_commands(app, &run);
   cli::add_launch_command(app, &run);
   cli::add_help_command(app, &run);
+  cli::add_tune_command(app, &run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -205,6 +205,8 @@ std::vector<KeySpec> build_schema() {
                         0, 1e9, "stop with a checkpoint after this many minutes (summed over resumes); 0 = no limit"));
   s.push_back(bool_key("train.smoke_first", [](Config& c) -> bool& { return c.train.smoke_first; },
                        "run `frugal smoke` (2 tiny steps, checkpoint, kill, resume) before training"));
+  s.push_back(bool_key("train.auto_tune", [](Config& c) -> bool& { return c.train.auto_tune; },
+                       "run `frugal tune` first and train with its choice (recorded in summary.json)"));
   // [precision]
   s.push_back(enum_key<PrecisionMode>(
       "precision.mode", [](Config& c) -> PrecisionMode& { return c.precision.mode; },
@@ -238,6 +240,8 @@ std::vector<KeySpec> build_schema() {
                          [](Config& c) -> std::string& { return c.memory.activation_checkpointing; },
                          "\"none\", \"blocks\" or \"every:N\": recompute block activations in backward",
                          check_activation_checkpointing));
+  s.push_back(int_key("memory.limit_mb", [](Config& c) -> int64_t& { return c.memory.limit_mb; }, 0,
+                      kBig, "CPU live tensor memory limit in MiB (out-of-memory past it); 0 = cgroup limit or none"));
   // [checkpoint]
   s.push_back(bool_key("checkpoint.enabled", [](Config& c) -> bool& { return c.checkpoint.enabled; },
                        "write checkpoints on the cadence and at the end; off = only on a stop signal"));
@@ -375,6 +379,19 @@ std::vector<KeySpec> build_schema() {
                              "dashboard secret: requests need it as a Bearer token or ?token=; never written to files");
   token.secret = true;
   s.push_back(token);
+  // [tune]
+  s.push_back(float_key("tune.max_fraction", [](Config& c) -> double& { return c.tune.max_fraction; },
+                        0.001, 1, "tuning time bound, as a fraction of the run's projected time"));
+  s.push_back(int_key("tune.probe_steps", [](Config& c) -> int64_t& { return c.tune.probe_steps; }, 1,
+                      10000, "measured steps per candidate (after one warm-up step)"));
+  s.push_back(float_key("tune.loss_tolerance", [](Config& c) -> double& { return c.tune.loss_tolerance; },
+                        0, 10, "a candidate's probe loss must be within this relative distance of fp32's"));
+  s.push_back(float_key("tune.memory_margin", [](Config& c) -> double& { return c.tune.memory_margin; },
+                        0, 0.9, "batch-size finder: keep peak memory below (1 - margin) x the budget"));
+  s.push_back(int_key("tune.max_micro_batch", [](Config& c) -> int64_t& { return c.tune.max_micro_batch; },
+                      1, 1 << 20, "batch-size finder: largest micro-batch probed"));
+  s.push_back(bool_key("tune.cache", [](Config& c) -> bool& { return c.tune.cache; },
+                       "cache finder results in ~/.cache/frugal/batch_finder.json (FRUGAL_CACHE_DIR overrides)"));
   return s;
 }
 

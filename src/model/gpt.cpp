@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "frugal/data/packing.h"
+
 namespace frugal {
 namespace F = torch::nn::functional;
 
@@ -104,7 +106,8 @@ at::Tensor GptImpl::forward(const at::Tensor& idx) {
 at::Tensor GptImpl::loss(const at::Tensor& idx, const at::Tensor& targets) {
   auto logits = forward(idx);
   return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
-                                   targets.reshape({-1}));
+                                   targets.reshape({-1}), /*weight=*/{}, at::Reduction::Mean,
+                                   kIgnoreIndex);
 }
 
 at::Tensor GptImpl::forward_cached(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache) {

@@ -13,6 +13,7 @@
 
 #include "frugal/core/compat.h"
 #include "frugal/core/threads.h"
+#include "frugal/monitor/memory.h"
 
 namespace frugal {
 namespace {
@@ -100,6 +101,8 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   f["avx512f"] = has_flag(flags, "avx512f");
   f["avx512_bf16"] = has_flag(flags, "avx512_bf16");
   f["amx_bf16"] = has_flag(flags, "amx_bf16");
+  // What memory.limit_mb = 0 takes as the CPU memory budget (0 = no cgroup limit).
+  f["cgroup_memory_limit_mb"] = static_cast<double>(cgroup_memory_limit_bytes()) / (1024.0 * 1024.0);
   f["cuda_available"] = torch::cuda::is_available();
   f["cuda_devices"] = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
 

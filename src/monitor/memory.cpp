@@ -4,20 +4,26 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 #include "frugal/core/compat.h"
 
 namespace frugal {
 namespace {
 
+constexpr double kMiB = 1024.0 * 1024.0;
+
 std::atomic<int64_t> g_now{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<bool> g_installed{false};
+std::atomic<int64_t> g_limit{0};
 
 class CountingAllocator final : public c10::Allocator {
  public:
@@ -28,6 +34,14 @@ class CountingAllocator final : public c10::Allocator {
 #else
   c10::DataPtr allocate(size_t n) const override {
 #endif
+    const int64_t limit = g_limit.load();
+    if (limit > 0 && g_now.load() + static_cast<int64_t>(n) > limit)
+      compat::throw_out_of_memory(fmt::format(
+          "CPU out of memory: allocating {:.1f} MiB would take live tensor memory to {:.1f} MiB, "
+          "above [memory] limit_mb = {:.1f} MiB; lower data.micro_batch (frugal tune finds one "
+          "that fits) or raise memory.limit_mb",
+          static_cast<double>(n) / kMiB, static_cast<double>(g_now.load() + static_cast<int64_t>(n)) / kMiB,
+          static_cast<double>(limit) / kMiB));
     c10::DataPtr p = base_->allocate(n);
     void* raw = p.release_context();  // the base allocator's context is its data pointer
     if (raw) {
@@ -101,6 +115,32 @@ bool counting_allocator_installed() { return g_installed; }
 int64_t tensor_bytes_now() { return g_now.load(); }
 int64_t tensor_bytes_peak() { return g_peak.load(); }
 void reset_tensor_bytes_peak() { g_peak.store(g_now.load()); }
+void set_tensor_bytes_limit(int64_t bytes) { g_limit.store(bytes > 0 ? bytes : 0); }
+int64_t tensor_bytes_limit() { return g_limit.load(); }
+
+int64_t cgroup_memory_limit_bytes() {
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    std::string v;
+    if (!(in >> v) || v == "max") continue;
+    try {
+      const long long b = std::stoll(v);
+      // cgroup v1 reports "no limit" as a huge page-aligned number.
+      if (b > 0 && b < (int64_t{1} << 60)) return b;
+    } catch (const std::exception&) {
+    }
+  }
+  return 0;
+}
+
+int64_t resolve_tensor_bytes_limit(int64_t limit_mb) {
+  if (limit_mb > 0) return limit_mb * 1024 * 1024;
+  const int64_t cg = cgroup_memory_limit_bytes();
+  if (cg <= 0) return 0;
+  const int64_t outside = std::max<int64_t>(0, rss_now_bytes() - tensor_bytes_now());
+  return std::max<int64_t>(1, cg - outside);
+}
+
 int64_t rss_peak_bytes() { return status_kb("VmHWM"); }
 int64_t rss_now_bytes() { return status_kb("VmRSS"); }
 

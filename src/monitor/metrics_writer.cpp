@@ -61,6 +61,8 @@ nlohmann::ordered_json step_json(const StepMetrics& m) {
   j["loss_scale"] = m.loss_scale;
   j["skipped_steps"] = m.skipped_steps;
   j["grad_noise_scale"] = finite_or_null(m.grad_noise_scale);
+  j["micro_batch"] = m.micro_batch;
+  j["oom_backoffs"] = m.oom_backoffs;
   return j;
 }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 
+#include "frugal/core/compat.h"
 #include "frugal/model/activation_checkpoint.h"
 #include "frugal/monitor/console.h"
 #include "frugal/monitor/grad_noise.h"
@@ -64,34 +65,83 @@ double lap(Clock::time_point& t, const char* phase) {
 }
 }  // namespace
 
-StepResult TrainStep::run(int64_t iteration, double lr) {
-  StepResult r;
+// The forward/backward passes of one step, from zeroed gradients. `fetched` keeps the step's
+// micro-batches so that a retry after an out-of-memory back-off uses the same data.
+at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched, StepResult& r) {
   auto t = Clock::now();
   optimizer_->zero_grad();
+  r.tokens = 0;
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+  const double parts = static_cast<double>(accum_ * chunks_);
   MicroBatchGradProbe probe(probe_grad_noise_ && accum_ > 1);  // gradient noise, log steps only
   for (int64_t k = 0; k < accum_; ++k) {
     r.optimizer_s += lap(t, "optimizer");
-    Batch b = data_.train_batch(iteration * accum_ + k);
+    if (static_cast<int64_t>(fetched.size()) == k) fetched.push_back(data_.train_batch(iteration * accum_ + k));
+    const Batch& b = fetched[static_cast<size_t>(k)];
     r.data_s += lap(t, "data");
-    at::Tensor loss;
-    {
-      auto autocast = precision_.enter();
-      loss = loss_(*model_, to_device(b, device_)) / static_cast<double>(accum_);
+    const int64_t rows = b.x.size(0) / chunks_;
+    for (int64_t j = 0; j < chunks_; ++j) {
+      Batch part = b;
+      if (chunks_ > 1) {
+        part.x = b.x.narrow(0, j * rows, rows);
+        if (b.y.defined()) part.y = b.y.narrow(0, j * rows, rows);
+      }
+      at::Tensor loss;
+      {
+        auto autocast = precision_.enter();
+        loss = loss_(*model_, to_device(part, device_)) / parts;
+      }
+      r.forward_s += lap(t, "forward");
+      if (sync_) sync_->before_backward(k == accum_ - 1 && j == chunks_ - 1);
+      scaler_.scale_loss(loss).backward();
+      r.backward_s += lap(t, "backward");
+      loss_sum += loss.detach();
     }
-    r.forward_s += lap(t, "forward");
-    if (sync_) sync_->before_backward(k == accum_ - 1);
-    scaler_.scale_loss(loss).backward();
-    r.backward_s += lap(t, "backward");
     if (probe.on()) {  // not training work: left out of the phase times
       probe.after_backward(optimizer_->grads(), static_cast<double>(accum_) / scaler_.scale(), k + 1 == accum_);
       t = Clock::now();
     }
-    loss_sum += loss.detach();
     r.tokens += b.x.size(0) * tokens_per_sample_;
   }
-  r.loss = loss_sum;
+  r.optimizer_s += lap(t, "optimizer");
   r.micro_grad_sq_sum = probe.sum_sq();
+  return loss_sum;
+}
+
+// After an out-of-memory error: doubles the chunks when the micro-batch splits evenly again.
+bool TrainStep::back_off(const std::exception& e, int64_t iteration) {
+  const int64_t mb = config_.data.micro_batch;
+  if (!compat::is_out_of_memory(e)) return false;
+  if (mb % (2 * chunks_) != 0) {
+    Console::get().line(fmt::format("out of memory at step {} with micro-batch {}, which does not halve "
+                                    "into equal chunks; lower data.micro_batch or raise memory.limit_mb",
+                                    iteration + 1, mb / chunks_));
+    return false;
+  }
+  chunks_ *= 2;
+  oom_backoffs_ += 1;
+  Console::get().line(fmt::format("out of memory at step {}: micro-batch {} -> {}, accumulation {} -> {} "
+                                  "(the step is redone on the same data; global batch unchanged)",
+                                  iteration + 1, 2 * mb / chunks_, mb / chunks_, accum_ * chunks_ / 2,
+                                  accum_ * chunks_));
+  return true;
+}
+
+StepResult TrainStep::run(int64_t iteration, double lr) {
+  StepResult r;
+  std::vector<Batch> fetched;
+  at::Tensor loss_sum;
+  for (;;) {
+    try {
+      loss_sum = accumulate(iteration, fetched, r);
+      break;
+    } catch (const std::exception& e) {
+      if (!back_off(e, iteration)) throw;
+      r.oom_backoffs += 1;
+    }
+  }
+  auto t = Clock::now();
+  r.loss = loss_sum;
   if (sync_) sync_->finish(r.loss);  // gradients and loss: the mean over all ranks
 
   std::vector<at::Tensor> grads = optimizer_->grads();

@@ -100,7 +100,10 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
                                   "use run.device = \"cpu\"",
                                   c.run.device));
   s.threads = apply_thread_plan(static_cast<int>(c.run.threads));
-  if (!s.device.is_cuda()) install_counting_allocator();  // exact peak tensor memory
+  if (!s.device.is_cuda()) {
+    install_counting_allocator();  // exact peak tensor memory, and memory.limit_mb
+    s.memory_limit = std::make_unique<TensorBytesLimitGuard>(resolve_tensor_bytes_limit(c.memory.limit_mb));
+  }
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
 
   if (s.opts.process_group) s.dp = std::make_unique<dist::DataParallel>(s.opts.process_group, c);
@@ -212,6 +215,8 @@ void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
   session_steps += 1;
   m.loss_scale = step->scaler().scale();
   m.skipped_steps = step->scaler().state().skipped;
+  m.micro_batch = step->micro_batch_effective();
+  m.oom_backoffs = step->oom_backoffs();
   m.logged = L.step % c.train.log_every == 0 || L.step == c.train.steps;
   if (m.logged) {  // the only host syncs of the step (besides the fp16 scaler's verdict)
     m.loss = loss_sum.item<double>() / static_cast<double>(L.window_steps);
@@ -247,7 +252,17 @@ bool Trainer::State::run_eval(Control& control) {
       loop.eval_pending = true;
       return false;
     }
-    sum += loss(*model, to_device(data->val_batch(i), device)).detach().to(torch::kFloat);
+    Batch b = data->val_batch(i);
+    // In the training step's chunks, so an out-of-memory back-off covers evaluation too.
+    const int64_t k = step->chunks(), rows = b.x.size(0) / k;
+    for (int64_t j = 0; j < k; ++j) {
+      Batch part = b;
+      if (k > 1) {
+        part.x = b.x.narrow(0, j * rows, rows);
+        if (b.y.defined()) part.y = b.y.narrow(0, j * rows, rows);
+      }
+      sum += loss(*model, to_device(part, device)).detach().to(torch::kFloat) / static_cast<double>(k);
+    }
   }
   model->train();
   loop.eval_pending = false;

@@ -279,6 +279,10 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   summary["precision"] = step->precision().name();
   summary["precision_reason"] = step->precision().reason();
   summary["accum"] = step->accum();
+  summary["micro_batch_effective"] = step->micro_batch_effective();
+  summary["accum_effective"] = step->accum_effective();
+  summary["oom_backoffs"] = step->oom_backoffs();
+  if (tensor_bytes_limit() > 0) summary["memory_limit_mb"] = static_cast<double>(tensor_bytes_limit()) / (1024.0 * 1024.0);
   summary["optimizer_steps"] = step->optimizer().step_count();
   summary["skipped_steps"] = step->scaler().state().skipped;
   summary["loss_scale"] = step->scaler().scale();

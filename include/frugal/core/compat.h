@@ -6,11 +6,14 @@
 
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
+#include <c10/util/Exception.h>
 #include <torch/version.h>
 
 #include <cstdint>
 #include <type_traits>
 #include <utility>
+#include <cstring>
+#include <string>
 
 #define FRUGAL_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) ||         \
@@ -117,6 +120,22 @@ int64_t profiler_event_duration_us(const Event& e) {
   } else {
     return static_cast<int64_t>(e.durationUs());
   }
+// Out-of-memory errors. c10::OutOfMemoryError (a c10::Error) exists in 1.13 and 2.x alike; the
+// CUDA caching allocator throws it when VRAM runs out, and frugal's counting CPU allocator throws
+// it past [memory] limit_mb. Older builds and some backends still throw a plain c10::Error whose
+// message says "out of memory", so is_out_of_memory() also accepts that.
+using OutOfMemoryError = c10::OutOfMemoryError;
+
+[[noreturn]] inline void throw_out_of_memory(const std::string& message) {
+  throw OutOfMemoryError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                         message);
+}
+
+inline bool is_out_of_memory(const std::exception& e) {
+  if (dynamic_cast<const OutOfMemoryError*>(&e) != nullptr) return true;
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e))
+    return std::strstr(ce->what_without_backtrace(), "out of memory") != nullptr;
+  return false;
 }
 
 }  // namespace frugal::compat

@@ -79,6 +79,10 @@ struct MemoryConfig {
   // "none", "blocks" (recompute every transformer block in backward) or "every:N" (every N-th
   // block): activations of a checkpointed block are dropped in forward and recomputed in backward.
   std::string activation_checkpointing = "none";
+  // Live tensor memory allowed on CPU, in MiB: an allocation past it throws the same
+  // out-of-memory error CUDA throws, so the batch-size finder and the trainer's micro-batch
+  // back-off work on CPU too. 0 = the cgroup's memory limit if there is one, else no limit.
+  int64_t limit_mb = 0;
 };
 
 // [budget] — cost, energy and carbon accounting, and the hard spending limit.
@@ -123,6 +127,9 @@ struct TrainConfig {
   // Run `frugal smoke` (2 tiny steps through data, step, eval, checkpoint, kill, resume) before
   // the run, so a broken pipeline fails in seconds instead of hours in.
   bool smoke_first = false;
+  // Run `frugal tune` ([tune]) before training and train with the setting it chose; the choice
+  // and the table land in summary.json under "auto_tune".
+  bool auto_tune = false;
 };
 
 // Whether a smaller or a larger metric value is better (checkpoint.best_mode, early_stop.mode).
@@ -236,6 +243,22 @@ struct MonitorConfig {
   std::string token;
 };
 
+// [tune] — `frugal tune` and the batch-size finder (docs/tuning.md).
+struct TuneConfig {
+  // Time `frugal tune` may spend, as a fraction of the configured run's projected time (from the
+  // baseline candidate's measured step time x train.steps). Candidates past it are skipped.
+  double max_fraction = 0.05;
+  int64_t probe_steps = 4;       // measured optimizer steps per candidate (after one warm-up step)
+  // A candidate qualifies only if its probe loss is within this relative distance of the fp32
+  // baseline's (a precision or recompute setting must not change what is learned).
+  double loss_tolerance = 0.05;
+  double memory_margin = 0.1;    // the finder keeps peak memory below (1 - margin) x the budget
+  int64_t max_micro_batch = 1024;  // the finder never probes above this
+  // Cache finder results per (model, device, precision, sequence length, recompute, budget) in
+  // $FRUGAL_CACHE_DIR or $XDG_CACHE_HOME/frugal or ~/.cache/frugal (batch_finder.json).
+  bool cache = true;
+};
+
 // Everything a run needs. Copyable plain data.
 struct Config {
   RunConfig run;
@@ -251,6 +274,7 @@ struct Config {
   DistConfig dist;
   ProfileConfig profile;
   MonitorConfig monitor;
+  TuneConfig tune;
 };
 
 // Micro-batches per optimizer step, from train.accum / train.global_batch / data.micro_batch.

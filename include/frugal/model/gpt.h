@@ -59,6 +59,8 @@ class GptImpl : public torch::nn::Module {
   // idx: (B, T) int64 token ids, T <= block. Returns logits (B, T, vocab).
   at::Tensor forward(const at::Tensor& idx);
   // Mean cross-entropy of next-token prediction; logits are computed in fp32 for the loss.
+  // Targets equal to kIgnoreIndex (-100, data/packing.h: padding, masked positions) count
+  // neither in the sum nor in the mean.
   at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets);
 
   // Wraps each block's forward (activation checkpointing plugs in here). Identity by default.

@@ -2,6 +2,12 @@
 // heap), so frugal can install a counting CPU allocator that tracks live and peak tensor bytes
 // exactly. It wraps LibTorch's default CPU allocator and keeps the DataPtr context equal to the
 // data pointer, as ATen's raw_allocate requires.
+//
+// The same allocator enforces [memory] limit_mb: an allocation that would take live tensor bytes
+// above the limit throws compat::OutOfMemoryError (c10::OutOfMemoryError), the error the CUDA
+// allocator throws when VRAM runs out, so CPU runs exercise the same out-of-memory paths (the
+// batch-size finder's probe, the trainer's micro-batch back-off). Tests use it to inject
+// allocator failures.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +21,32 @@ bool counting_allocator_installed();
 int64_t tensor_bytes_now();
 int64_t tensor_bytes_peak();
 void reset_tensor_bytes_peak();
+
+// Live tensor bytes allowed by the counting allocator; 0 = no limit. Thread-safe. The allocator
+// must be installed for the limit to act.
+void set_tensor_bytes_limit(int64_t bytes);
+int64_t tensor_bytes_limit();
+
+// Sets the limit for the scope of the guard and restores the previous one after.
+class TensorBytesLimitGuard {
+ public:
+  explicit TensorBytesLimitGuard(int64_t bytes) : prev_(tensor_bytes_limit()) { set_tensor_bytes_limit(bytes); }
+  ~TensorBytesLimitGuard() { set_tensor_bytes_limit(prev_); }
+  TensorBytesLimitGuard(const TensorBytesLimitGuard&) = delete;
+  TensorBytesLimitGuard& operator=(const TensorBytesLimitGuard&) = delete;
+
+ private:
+  int64_t prev_;
+};
+
+// The memory limit of this process's cgroup (v2 memory.max, else v1 memory.limit_in_bytes); 0
+// when there is none.
+int64_t cgroup_memory_limit_bytes();
+
+// The tensor-byte budget [memory] limit_mb stands for: limit_mb > 0 -> that many MiB; 0 -> the
+// cgroup limit minus what the process holds outside tensors now (RSS - live tensor bytes), or 0
+// (no limit) without a cgroup limit.
+int64_t resolve_tensor_bytes_limit(int64_t limit_mb);
 
 // Process resident-set high-water mark (VmHWM) and current RSS, in bytes; 0 if unknown.
 int64_t rss_peak_bytes();

@@ -65,6 +65,8 @@ struct StepMetrics {
   // Smoothed gradient noise scale B_simple in sequences (monitor/grad_noise.h); NaN when not
   // measured (accum = 1, monitor.grad_noise = false, or too few estimates).
   double grad_noise_scale = 0;
+  int64_t micro_batch = 0;   // sequences per forward pass now (halved by out-of-memory back-offs)
+  int64_t oom_backoffs = 0;  // out-of-memory back-offs so far (train_step.h)
 };
 
 struct EvalMetrics {

@@ -15,12 +15,24 @@
 //
 // Data parallel (src/dist) joins through GradSync at fixed points (grad_sync.h): gradients are
 // all-reduced during the last micro-batch's backward, and all ranks agree on an fp16 skip.
+//
+// Out-of-memory back-off: when a forward or backward pass throws the out-of-memory error (CUDA,
+// or CPU past [memory] limit_mb), the step starts again from zeroed gradients with each fetched
+// micro-batch run in twice as many equal chunks (micro-batch halved, accumulation doubled), and
+// later steps keep the smaller chunks. The batches already fetched are reused, so no data is
+// lost or repeated, and each chunk's mean loss is divided by accum x chunks, so the step is the
+// same mean over the same samples: the weights equal those of a run configured with the halved
+// micro-batch from the start (for sources whose micro-batch i of size m holds the samples of
+// micro-batches 2i and 2i+1 of size m/2, such as shards). A micro-batch that cannot be halved
+// into equal chunks rethrows the error.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <exception>
 #include <memory>
+#include <vector>
 
 #include "frugal/core/config.h"
 #include "frugal/data/batch_source.h"
@@ -44,6 +56,7 @@ struct StepResult {
   // Sum over micro-batches of |g_k|^2 (unscaled micro-batch gradients; monitor/grad_noise.h).
   // Defined only on a step run with set_grad_noise_probe(true) and accum > 1.
   at::Tensor micro_grad_sq_sum;
+  int64_t oom_backoffs = 0;  // out-of-memory back-offs during this step
 };
 
 class TrainStep {
@@ -62,10 +75,16 @@ class TrainStep {
   // loss scaler needs the inf/NaN verdict.
   StepResult run(int64_t iteration, double lr);
 
+  // Micro-batches fetched per step (the data cursor counts these).
   int64_t accum() const { return accum_; }
   // Measure each micro-batch's gradient norm on the following run() calls (the trainer turns it
   // on for log steps only: it costs a gradient copy and a norm per micro-batch).
   void set_grad_noise_probe(bool on) { probe_grad_noise_ = on; }
+  // Chunks each fetched micro-batch runs in (1, doubled by each out-of-memory back-off).
+  int64_t chunks() const { return chunks_; }
+  int64_t micro_batch_effective() const { return config_.data.micro_batch / chunks_; }
+  int64_t accum_effective() const { return accum_ * chunks_; }
+  int64_t oom_backoffs() const { return oom_backoffs_; }
   PrecisionPolicy& precision() { return precision_; }
   LossScaler& scaler() { return scaler_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -77,7 +96,12 @@ class TrainStep {
   int64_t tokens_per_sample_;
   BatchSource& data_;
   c10::Device device_;
+  at::Tensor accumulate(int64_t iteration, std::vector<Batch>& fetched, StepResult& r);
+  bool back_off(const std::exception& e, int64_t iteration);
+
   int64_t accum_;
+  int64_t chunks_ = 1;
+  int64_t oom_backoffs_ = 0;
   PrecisionPolicy precision_;
   LossScaler scaler_;
   GradSync* sync_;

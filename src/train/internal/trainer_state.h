@@ -22,6 +22,7 @@
 #include "frugal/monitor/grad_noise.h"
 #include "frugal/monitor/mfu.h"
 #include "frugal/monitor/profiler.h"
+#include "frugal/monitor/memory.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/train_step.h"
 #include "frugal/train/trainer.h"
@@ -52,6 +53,7 @@ struct Trainer::State {
   std::shared_ptr<CheckpointCadence> cadence;
   std::unique_ptr<CheckpointWriter> writer;
   RunInfo info;
+  std::unique_ptr<TensorBytesLimitGuard> memory_limit;  // memory.limit_mb, for the trainer's lifetime (CPU)
   std::unique_ptr<SignalHandlers> signals;  // while the trainer lives (TrainerOptions::handle_signals)
 
   // Observability (trainer_metrics.cpp): profiler, live dashboard, MFU's peak, noise scale, and

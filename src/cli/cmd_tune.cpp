@@ -1,0 +1,76 @@
+// `frugal tune [CONFIG] [--out TUNED.toml] [--json REPORT.json] [--set ...]`: measures candidate
+// settings for a few steps each (tune/tuner.h), prints the table and writes the tuned config.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/config_loader.h"
+#include "frugal/monitor/console.h"
+#include "frugal/tune/tuner.h"
+
+namespace frugal::cli {
+
+TuneProgress console_tune_progress() {
+  return [](const std::string& text, bool permanent) {
+    auto& con = Console::get();
+    if (permanent) {
+      con.line(text);
+    } else {
+      con.status(text);  // TTY only: a status line redrawn in place (steps, finder probes)
+    }
+  };
+}
+
+void add_tune_command(CLI::App& app, Run* run) {
+  struct Args {
+    std::string config;
+    std::vector<std::string> sets;
+    std::string out;
+    std::string json;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "tune",
+      "Measure a few training steps per candidate setting on this machine (precision, activation "
+      "checkpointing, the batch-size finder's micro-batch when memory.limit_mb or a cgroup limit "
+      "sets a budget, loader workers for shard data), print tokens/s, peak memory, projected run "
+      "time, $ and kg CO2, and the probe loss of each, and write a complete config with the fastest "
+      "setting that fits memory.limit_mb and whose loss is within tune.loss_tolerance of fp32's.\n"
+      "Bounded by tune.max_fraction of the configured run's projected time; tune.probe_steps sets "
+      "the steps per candidate. See docs/tuning.md.");
+  cmd->add_option("config", args->config, "TOML config file (default: the built-in demo)")->check(CLI::ExistingFile);
+  cmd->add_option("--set", args->sets, "override one key, e.g. --set tune.probe_steps=3 (repeatable)")
+      ->type_name("KEY=VALUE");
+  cmd->add_option("--out", args->out,
+                  "where to write the tuned config (default: runs/<run.name>/tuned.toml); written "
+                  "atomically, every key with its origin")
+      ->type_name("TUNED.toml");
+  cmd->add_option("--json", args->json, "also write the table as JSON here")->type_name("REPORT.json");
+  cmd->callback([args, run] {
+    *run = [args] {
+      const auto env = process_environment();
+      const ResolvedConfig rc = resolve_config(args->config, args->sets, env);
+      TuneReport report = run_tune(args->config, args->sets, env, console_tune_progress());
+      auto& con = Console::get();
+      con.finish_status();
+      con.line(report.table());
+      if (args->json.size()) write_file_atomic(args->json, report.to_json().dump(2) + "\n");
+      if (report.best < 0) {
+        con.line("no candidate qualified; no tuned config written");
+        return 1;
+      }
+      const std::string out = args->out.size() ? args->out
+                                               : (std::filesystem::path(rc.config.run.out_dir) / rc.config.run.name /
+                                                  "tuned.toml").string();
+      write_file_atomic(out, tuned_config_toml(args->config, args->sets, env, report));
+      con.line(fmt::format("wrote {} ({}); train with: frugal train {}", out,
+                           report.candidates[static_cast<size_t>(report.best)].label, out));
+      return 0;
+    };
+  });
+}
+
+}  // namespace frugal::cli

@@ -1,0 +1,297 @@
+// `frugal tune`; see tuner.h.
+#include "frugal/tune/tuner.h"
+
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+
+#include "frugal/core/errors.h"
+#include "frugal/monitor/console.h"
+#include "frugal/monitor/cost_meter.h"
+#include "frugal/train/precision.h"
+#include "frugal/train/trainer.h"
+#include "frugal/tune/batch_finder.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Records the probe steps of one candidate.
+class ProbeRecorder final : public Callback {
+ public:
+  void on_step_end(const StepMetrics& m, Control&) override {
+    if (m.logged) losses.push_back(m.loss);
+    if (progress) progress(fmt::format("{}: step {}/{}", label, m.step, m.total_steps), false);
+    if (m.step == 1) return;  // the warm-up step (allocations, first-touch) is not timed
+    step_s += m.step_s;
+    measured += 1;
+    tokens = m.tokens - first_tokens;
+    backoffs = m.oom_backoffs;
+  }
+  void on_train_begin(const RunInfo& info) override { first_tokens = info.tokens_per_step; }
+  std::string label;
+  TuneProgress progress;
+  std::vector<double> losses;
+  double step_s = 0;
+  int64_t measured = 0, tokens = 0, first_tokens = 0, backoffs = 0;
+};
+
+// A temporary folder for the candidates' run directories, removed at the end.
+struct TempRoot {
+  TempRoot() {
+    std::string tmpl = (fs::temp_directory_path() / "frugal-tune-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw IoError("frugal tune: cannot create a temporary directory under " +
+                                             fs::temp_directory_path().string());
+    path = tmpl;
+  }
+  ~TempRoot() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string path;
+};
+
+std::vector<std::string> probe_sets(const Config& c, const std::string& root, size_t index) {
+  return {"run.out_dir=" + root, fmt::format("run.name=candidate-{}", index),
+          fmt::format("train.steps={}", c.tune.probe_steps + 1), "train.eval_every=0",
+          "train.eval_batches=1", "train.log_every=1", "train.answer_samples=0",
+          "train.max_minutes=0", "train.smoke_first=false", "train.auto_tune=false",
+          "checkpoint.enabled=false", "early_stop.enabled=false", "guard.enabled=false",
+          "budget.limit_usd=0"};
+}
+
+// The candidate list, in the order they run (earlier ones are likelier to matter).
+std::vector<TuneCandidate> make_candidates(const Config& c, const FinderResult* finder) {
+  const c10::Device device(c.run.device);
+  std::vector<std::string> precisions = {"fp32", "bf16"};
+  if (device.is_cuda()) precisions.push_back("fp16");
+  const int64_t mb = c.data.micro_batch, accum = accumulation_steps(c);
+  std::vector<TuneCandidate> out;
+  auto add = [&](const std::string& prec, const std::string& recompute, int64_t micro, int64_t acc,
+                 int64_t workers) {
+    TuneCandidate k;
+    k.label = fmt::format("{} recompute={} micro {}x{}", prec, recompute, micro, acc);
+    if (workers >= 0) k.label += fmt::format(" workers={}", workers);
+    k.sets = {"precision.mode=" + prec, "memory.activation_checkpointing=" + recompute,
+              fmt::format("data.micro_batch={}", micro), fmt::format("train.global_batch={}", micro * acc),
+              "train.accum=0"};
+    if (workers >= 0) k.sets.push_back(fmt::format("data.workers={}", workers));
+    for (const auto& o : out)
+      if (o.sets == k.sets) return;
+    out.push_back(k);
+  };
+  const std::string given = precision_name(c.precision.mode);
+  const std::string given_recompute = c.memory.activation_checkpointing;
+  add(given, given_recompute, mb, accum, -1);  // the baseline: the configuration as given
+  out[0].label += " (as configured)";
+  add("fp32", given_recompute, mb, accum, -1);  // the loss reference
+  for (const auto& p : precisions)
+    for (const char* r : {"none", "blocks"}) add(p, r, mb, accum, -1);
+  if (finder && finder->micro_batch != mb)
+    for (const auto& p : precisions) add(p, given_recompute, finder->micro_batch, finder->accum, -1);
+  if (c.data.source.rfind("shards:", 0) == 0 && c.data.workers > 0) add(given, given_recompute, mb, accum, 0);
+  return out;
+}
+
+void run_candidate(TuneCandidate& k, const std::string& file, const std::vector<std::string>& overrides,
+                   const std::map<std::string, std::string>& env, const std::string& root, size_t index,
+                   const CostMeter& cost, const TuneProgress& progress) {
+  const auto t0 = Clock::now();
+  std::vector<std::string> sets = overrides;
+  sets.insert(sets.end(), k.sets.begin(), k.sets.end());
+  ResolvedConfig rc = resolve_config(file, sets, env);
+  const Config target = rc.config;  // the run the projection is for
+  for (const auto& s : probe_sets(target, root, index)) sets.push_back(s);
+  rc = resolve_config(file, sets, env);
+  auto rec = std::make_shared<ProbeRecorder>();
+  rec->label = fmt::format("tune: candidate {}: {}", index + 1, k.label);
+  rec->progress = progress;
+  TrainerOptions opts;
+  opts.quiet = true;
+  opts.overwrite = true;
+  opts.callbacks.push_back(rec);
+  auto& con = Console::get();
+  const bool was_quiet = con.quiet();
+  k.ran = true;
+  try {
+    Trainer trainer(std::move(rc), opts);
+    nlohmann::json summary = trainer.fit();
+    con.set_quiet(was_quiet);
+    if (summary.contains("peak_tensor_mb")) k.peak_mb = summary["peak_tensor_mb"].get<double>();
+  } catch (const std::exception& e) {
+    con.set_quiet(was_quiet);
+    const auto* ce = dynamic_cast<const c10::Error*>(&e);
+    k.note = ce ? ce->what_without_backtrace() : e.what();
+    k.note = k.note.substr(0, k.note.find('\n'));
+    k.wall_s = since(t0);
+    if (progress) progress(fmt::format("tune: {:<44} failed: {}", k.label, k.note), true);
+    return;
+  }
+  k.wall_s = since(t0);
+  if (rec->measured > 0 && rec->step_s > 0) {
+    k.step_s = rec->step_s / static_cast<double>(rec->measured);
+    k.tokens_per_s = static_cast<double>(rec->tokens) / rec->step_s;
+  }
+  double sum = 0;
+  for (double l : rec->losses) sum += l;
+  k.loss = rec->losses.empty() ? NAN : sum / static_cast<double>(rec->losses.size());
+  k.projected_s = k.step_s * static_cast<double>(target.train.steps);
+  const CostFigures f = cost_at(k.projected_s, 1, 1, cost.usd_per_hour(), cost.watts(), target.budget.grid_g_per_kwh);
+  k.projected_usd = f.usd;
+  k.projected_kg_co2 = f.kg_co2;
+  if (rec->backoffs > 0) k.note = fmt::format("ran out of memory ({} back-offs)", rec->backoffs);
+  if (progress)
+    progress(fmt::format("tune: {:<44} {:>9.0f} tok/s  loss {:.4f}  ({:.1f} s)", k.label, k.tokens_per_s, k.loss,
+                         k.wall_s),
+             true);
+}
+
+// Marks which candidates qualify and returns the fastest of them (-1 if none).
+int choose(std::vector<TuneCandidate>& cands, const Config& c) {
+  double ref = NAN;
+  for (const auto& k : cands)
+    if (k.ran && k.note.empty() && k.sets[0] == "precision.mode=fp32" && std::isnan(ref)) ref = k.loss;
+  if (std::isnan(ref) && cands[0].ran) ref = cands[0].loss;
+  const double limit_mb = c.memory.limit_mb > 0 ? static_cast<double>(c.memory.limit_mb) * 1.048576 : 0;
+  int best = -1;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    TuneCandidate& k = cands[i];
+    if (!k.ran || !k.note.empty()) continue;
+    if (!std::isfinite(k.loss) || std::fabs(k.loss - ref) > c.tune.loss_tolerance * std::fabs(ref)) {
+      k.note = fmt::format("loss {:.4f} is more than {:.0f}% from fp32's {:.4f}", k.loss,
+                           100 * c.tune.loss_tolerance, ref);
+      continue;
+    }
+    if (limit_mb > 0 && k.peak_mb > limit_mb) {
+      k.note = fmt::format("peak {:.1f} MB exceeds memory.limit_mb", k.peak_mb);
+      continue;
+    }
+    k.qualifies = true;
+    if (best < 0 || k.tokens_per_s > cands[static_cast<size_t>(best)].tokens_per_s) best = static_cast<int>(i);
+  }
+  return best;
+}
+
+}  // namespace
+
+TuneReport run_tune(const std::string& file, const std::vector<std::string>& overrides,
+                    const std::map<std::string, std::string>& env, const TuneProgress& progress) {
+  const auto t0 = Clock::now();
+  TuneReport report;
+  const ResolvedConfig base = resolve_config(file, overrides, env);
+  Config c = base.config;
+  c.precision.mode = PrecisionPolicy(c.precision.mode, c10::Device(c.run.device)).mode();  // resolve auto once
+  const CostMeter cost(c.budget);
+  report.cost_known = cost.usd_per_hour() > 0;
+  report.energy_known = cost.watts() > 0;
+
+  std::unique_ptr<FinderResult> finder;
+  if (memory_budget(c).bytes > 0 || c10::Device(c.run.device).is_cuda()) {
+    finder = std::make_unique<FinderResult>(find_batch_size(c, [&](const std::string& s) {
+      if (progress) progress(s, false);
+    }));
+    report.finder = finder->describe();
+    if (progress) progress("batch finder: " + report.finder, true);
+  }
+  report.candidates = make_candidates(c, finder.get());
+  TempRoot root;
+  for (size_t i = 0; i < report.candidates.size(); ++i) {
+    TuneCandidate& k = report.candidates[i];
+    const double spent = since(t0);
+    if (i >= 2 && spent + report.candidates[i - 1].wall_s > report.bound_s) {
+      k.note = fmt::format("skipped: time bound ({:.0f}% of the projected run = {:.1f} s)",
+                           100 * c.tune.max_fraction, report.bound_s);
+      continue;
+    }
+    if (progress)
+      progress(fmt::format("tune: candidate {}/{}: {} (starting)", i + 1, report.candidates.size(), k.label), false);
+    run_candidate(k, file, overrides, env, root.path, i, cost, progress);
+    if (i == 0) {
+      report.projected_run_s = k.projected_s;
+      report.bound_s = c.tune.max_fraction * k.projected_s;
+    }
+  }
+  report.best = choose(report.candidates, c);
+  report.seconds = since(t0);
+  return report;
+}
+
+std::vector<std::string> TuneReport::chosen_sets() const {
+  if (best < 0) return {};
+  std::vector<std::string> s = candidates[static_cast<size_t>(best)].sets;
+  s.push_back("train.auto_tune=false");
+  return s;
+}
+
+std::string TuneReport::table() const {
+  std::string out = fmt::format("{:<3} {:<48} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8}  {}\n", "", "candidate",
+                                "tok/s", "peak MB", "run time", "run $", "run kg CO2", "loss", "note");
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const TuneCandidate& k = candidates[i];
+    const std::string mark = static_cast<int>(i) == best ? "*" : "";
+    if (!k.ran || k.step_s <= 0) {
+      out += fmt::format("{:<3} {:<48} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8}  {}\n", mark, k.label, "-", "-", "-",
+                         "-", "-", "-", k.note);
+      continue;
+    }
+    out += fmt::format("{:<3} {:<48} {:>9.0f} {:>9} {:>9.1f}s {:>10} {:>10} {:>8.4f}  {}\n", mark, k.label,
+                       k.tokens_per_s, k.peak_mb >= 0 ? fmt::format("{:.1f}", k.peak_mb) : "n/a", k.projected_s,
+                       cost_known ? fmt::format("{:.4f}", k.projected_usd) : "n/a",
+                       energy_known ? fmt::format("{:.5f}", k.projected_kg_co2) : "n/a", k.loss,
+                       k.qualifies ? (static_cast<int>(i) == best ? "chosen: fastest that qualifies" : "ok") : k.note);
+  }
+  out += fmt::format("tuning took {:.1f} s ({:.1f}% of the configured run's projected {:.1f} s; bound {:.0f}%)",
+                     seconds, projected_run_s > 0 ? 100 * seconds / projected_run_s : 0.0, projected_run_s,
+                     projected_run_s > 0 ? 100 * bound_s / projected_run_s : 0.0);
+  return out;
+}
+
+nlohmann::json TuneReport::to_json() const {
+  nlohmann::json j;
+  j["seconds"] = seconds;
+  j["bound_s"] = bound_s;
+  j["projected_run_s"] = projected_run_s;
+  if (!finder.empty()) j["batch_finder"] = finder;
+  j["chosen"] = best >= 0 ? nlohmann::json(candidates[static_cast<size_t>(best)].label) : nlohmann::json(nullptr);
+  j["chosen_sets"] = chosen_sets();
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& k : candidates) {
+    nlohmann::json r = {{"label", k.label}, {"sets", k.sets}, {"ran", k.ran}, {"qualifies", k.qualifies},
+                        {"note", k.note}};
+    if (k.ran && k.step_s > 0) {
+      r["tokens_per_s"] = k.tokens_per_s;
+      r["step_s"] = k.step_s;
+      r["loss"] = k.loss;
+      r["projected_s"] = k.projected_s;
+      if (k.peak_mb >= 0) r["peak_tensor_mb"] = k.peak_mb;
+      if (cost_known) r["projected_usd"] = k.projected_usd;
+      if (energy_known) r["projected_kg_co2"] = k.projected_kg_co2;
+    }
+    rows.push_back(r);
+  }
+  j["candidates"] = rows;
+  return j;
+}
+
+std::string tuned_config_toml(const std::string& file, const std::vector<std::string>& overrides,
+                              const std::map<std::string, std::string>& env, const TuneReport& report) {
+  std::vector<std::string> sets = overrides;
+  for (const auto& s : report.chosen_sets()) sets.push_back(s);
+  const ResolvedConfig rc = resolve_config(file, sets, env);
+  std::string head = "# written by `frugal tune`";
+  if (report.best >= 0) head += ": " + report.candidates[static_cast<size_t>(report.best)].label;
+  return head + "\n" + rc.to_toml();
+}
+
+}  // namespace frugal

@@ -1,0 +1,84 @@
+// `frugal tune` end to end on a tiny config: a table, a JSON report whose figures are
+// consistent, and a complete tuned config that `frugal train` accepts; train.auto_tune records
+// its choice in summary.json.
+#include "frugal/tune/tuner.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/config_loader.h"
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+
+// train.steps is large so that the time bound (a fraction of the projected run) never skips a
+// candidate here; the table must hold every one.
+std::string tune_sets(const test::TempDir& dir) {
+  return test::tiny_sets(dir.path()) +
+         " --set train.steps=100000 --set tune.probe_steps=2 --set tune.max_fraction=1 --set budget.usd_per_hour=2 --set budget.watts=300";
+}
+
+TEST(Tune, TinyConfigPrintsATableAndWritesAConfigThatTrainAccepts) {
+  test::TempDir dir;
+  auto r = test::run_frugal("tune" + tune_sets(dir) + " --out " + dir.file("tuned.toml") + " --json " +
+                            dir.file("tune.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("tok/s"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("chosen"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tuning took"), std::string::npos) << r.output;
+
+  const nlohmann::json j = nlohmann::json::parse(test::read_text(dir.file("tune.json")));
+  ASSERT_TRUE(j["chosen"].is_string());
+  int ran = 0, bf16 = 0;
+  for (const auto& k : j["candidates"]) {
+    if (!k["ran"].get<bool>() || !k.contains("tokens_per_s")) continue;
+    ++ran;
+    EXPECT_GT(k["tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(k["peak_tensor_mb"].get<double>(), 0);
+    // $ = projected hours x 2 $/h; kg CO2 = hours x 0.3 kW x 0.475 kg/kWh (the default grid).
+    const double hours = k["projected_s"].get<double>() / 3600;
+    EXPECT_NEAR(k["projected_usd"].get<double>(), hours * 2, 1e-9);
+    EXPECT_NEAR(k["projected_kg_co2"].get<double>(), hours * 0.3 * 0.475, 1e-9);
+    bf16 += k["label"].get<std::string>().rfind("bf16", 0) == 0;
+  }
+  EXPECT_GE(ran, 4) << "fp32 and bf16, recompute off and on";
+  EXPECT_GE(bf16, 2);
+
+  // A complete config: every key, and train.auto_tune off so training does not tune again.
+  const ResolvedConfig tuned = resolve_config(dir.file("tuned.toml"), {}, {});
+  EXPECT_FALSE(tuned.config.train.auto_tune);
+  for (const auto& s : j["chosen_sets"]) {
+    const std::string kv = s.get<std::string>();
+    const std::string key = kv.substr(0, kv.find('='));
+    EXPECT_EQ(tuned.origins.at(key).kind, ValueOrigin::Kind::kFile) << key;
+  }
+  auto t = test::run_frugal("train " + dir.file("tuned.toml") + " --set train.steps=2 --set run.name=from-tuned --quiet");
+  EXPECT_EQ(t.exit_code, 0) << t.output;
+  const nlohmann::json summary = nlohmann::json::parse(test::read_text(dir.file("from-tuned/summary.json")));
+  EXPECT_EQ(summary["stop_kind"], "completed");
+}
+
+TEST(Tune, AutoTuneTrainsWithTheChoiceAndRecordsItInTheSummary) {
+  test::TempDir dir;
+  auto r = test::run_frugal("train" + tune_sets(dir) +
+                            " --set tune.probe_steps=1 --set train.auto_tune=true --set train.steps=3 --set run.name=auto");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json s = nlohmann::json::parse(test::read_text(dir.file("auto/summary.json")));
+  ASSERT_TRUE(s.contains("auto_tune")) << s.dump(2);
+  const nlohmann::json& a = s["auto_tune"];
+  ASSERT_TRUE(a["chosen"].is_string());
+  // The run used the chosen precision.
+  for (const auto& kv : a["chosen_sets"]) {
+    const std::string set = kv.get<std::string>();
+    if (set.rfind("precision.mode=", 0) == 0) {
+      EXPECT_EQ(s["precision"], set.substr(15));
+    }
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir.file("auto/auto_tune.json")));
+}
+
+}  // namespace
+}  // namespace frugal
