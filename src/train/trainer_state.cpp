@@ -318,8 +318,7 @@ nlohmann::json Trainer::State::finish(const Control& control) {
                      {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
   add_observability(summary);
   if (is_writer()) {
-    write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "
-");
+    write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n");
     write_report(run_dir);
   }
   for (auto& cb : callbacks) cb->on_train_end(summary);

@@ -120,6 +120,8 @@ int64_t profiler_event_duration_us(const Event& e) {
   } else {
     return static_cast<int64_t>(e.durationUs());
   }
+}
+
 // Out-of-memory errors. c10::OutOfMemoryError (a c10::Error) exists in 1.13 and 2.x alike; the
 // CUDA caching allocator throws it when VRAM runs out, and frugal's counting CPU allocator throws
 // it past [memory] limit_mb. Older builds and some backends still throw a plain c10::Error whose
