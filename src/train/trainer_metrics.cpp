@@ -26,7 +26,12 @@ void Trainer::State::install_monitors() {
     callbacks.insert(callbacks.begin(), std::make_shared<ProgressDisplay>());
   }
   const c10::ScalarType dtype = step->precision().autocast() ? step->precision().dtype() : torch::kFloat;
-  peak = resolve_peak_flops(c.monitor, dtype, device);
+  {
+    // The peak probe is frugal's own start-up measurement (a 1024^3 matmul), not training work:
+    // memory.limit_mb does not apply to it, or a tight limit would fail before the first step.
+    TensorBytesLimitGuard unlimited(0);
+    peak = resolve_peak_flops(c.monitor, dtype, device);
+  }
   info.peak_flops = peak.flops;
   info.samples_per_step = c.data.micro_batch * step->accum() * (dp ? dp->world_size() : 1);
   if (c.profile.capture_steps > 0 && is_writer()) {
