@@ -1,63 +1,38 @@
-// A user MLP classifier on tabular CSV data, trained with frugal's Trainer: the model and the data
-// are the user's, every lever (precision, accumulation, checkpoints/resume, early stopping, the
-// budget, metrics, report) comes from the config. See README.md beside this file.
+// A user MLP classifier on tabular CSV data, trained with frugal's Trainer: the model is the
+// user's, the table goes through `frugal prepare --format csv` once (parsed, split, stored as
+// record shards with per-feature statistics), and every lever (precision, accumulation,
+// checkpoints/resume, early stopping, the budget, metrics, report) comes from the config. See
+// README.md beside this file.
 //
 //   mlp_csv generate data.csv [ROWS]          writes a synthetic 3-class table (8 features)
-//   mlp_csv train data.csv [--set key=value]... [--resume auto]
+//   frugal prepare data.csv --format csv --val-fraction 0.2 --out data.rec
+//   mlp_csv train data.rec [--set key=value]... [--resume auto]
 #include <torch/torch.h>
 
 #include <frugal/frugal.h>
 
 #include <cstdio>
 #include <fstream>
-#include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 namespace {
 
-// features -> hidden -> hidden -> classes, with ReLU and dropout.
+// Standardise (with the training split's statistics) -> hidden -> hidden -> classes, with ReLU and
+// dropout. mean and stdev are buffers: they travel with the checkpoint.
 struct MlpImpl : torch::nn::Module {
-  MlpImpl(int64_t features, int64_t hidden, int64_t classes)
-      : net(register_module("net", torch::nn::Sequential(
-                                       torch::nn::Linear(features, hidden), torch::nn::ReLU(),
-                                       torch::nn::Dropout(0.1), torch::nn::Linear(hidden, hidden),
-                                       torch::nn::ReLU(), torch::nn::Linear(hidden, classes)))) {}
-  at::Tensor forward(const at::Tensor& x) { return net->forward(x); }
+  MlpImpl(const std::vector<float>& mean, const std::vector<float>& stdev, int64_t hidden, int64_t classes)
+      : mean(register_buffer("mean", torch::tensor(mean))),
+        stdev(register_buffer("stdev", torch::tensor(stdev).clamp_min(1e-6))),
+        net(register_module("net", torch::nn::Sequential(
+                                       torch::nn::Linear(static_cast<int64_t>(mean.size()), hidden),
+                                       torch::nn::ReLU(), torch::nn::Dropout(0.1),
+                                       torch::nn::Linear(hidden, hidden), torch::nn::ReLU(),
+                                       torch::nn::Linear(hidden, classes)))) {}
+  at::Tensor forward(const at::Tensor& x) { return net->forward((x - mean) / stdev); }
+  at::Tensor mean, stdev;
   torch::nn::Sequential net;
 };
-
-// A CSV with a header row: numeric feature columns, then an integer class label.
-struct Table {
-  at::Tensor x;  // (rows, features) float
-  at::Tensor y;  // (rows) int64
-};
-
-Table read_csv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw frugal::DataError(path + ": cannot open the CSV file");
-  std::string line;
-  std::getline(in, line);  // header
-  std::vector<float> xs;
-  std::vector<int64_t> ys;
-  int64_t cols = -1, row = 1;
-  while (std::getline(in, line)) {
-    ++row;
-    if (line.empty()) continue;
-    std::vector<std::string> cells;
-    std::stringstream ss(line);
-    for (std::string c; std::getline(ss, c, ',');) cells.push_back(c);
-    if (cols < 0) cols = static_cast<int64_t>(cells.size());
-    if (static_cast<int64_t>(cells.size()) != cols || cols < 2)
-      throw frugal::DataError(path + ":" + std::to_string(row) + ": expected " + std::to_string(cols) +
-                              " comma-separated columns, got " + std::to_string(cells.size()));
-    for (int64_t i = 0; i + 1 < cols; ++i) xs.push_back(std::stof(cells[static_cast<size_t>(i)]));
-    ys.push_back(std::stoll(cells.back()));
-  }
-  const auto n = static_cast<int64_t>(ys.size());
-  return {torch::tensor(xs).view({n, cols - 1}), torch::tensor(ys)};
-}
 
 // Three classes around seeded centres in 8 dimensions, with overlap (so accuracy is not 100%).
 void generate(const std::string& path, int64_t rows) {
@@ -75,39 +50,51 @@ void generate(const std::string& path, int64_t rows) {
   std::printf("wrote %lld rows to %s\n", static_cast<long long>(rows), path.c_str());
 }
 
-// Rows [begin, end) of the table as a dataset split.
-frugal::DatasetSplit rows(const Table& t, int64_t begin, int64_t end) {
-  at::Tensor x = t.x.narrow(0, begin, end - begin), y = t.y.narrow(0, begin, end - begin);
-  return frugal::sample_function([x, y](int64_t i) { return torch::data::Example<>(x[i], y[i]); }, end - begin);
+// The fraction of the validation split that `net` classifies correctly: one validation batch
+// that holds the whole split, from a second records source (the trainer's own stays untouched).
+double val_accuracy(MlpImpl& net, frugal::Config c, int64_t val_records) {
+  c.data.micro_batch = val_records;
+  c.data.workers = 0;
+  std::unique_ptr<frugal::BatchSource> src = frugal::make_batch_source(c);
+  frugal::Batch b = frugal::to_device(src->val_batch(0), net.mean.device());
+  torch::NoGradGuard no_grad;
+  net.eval();
+  const double acc = net.forward(b.x).argmax(1).eq(b.y).to(torch::kFloat).mean().item<double>();
+  net.train();
+  return acc;
 }
 
-int train(const std::string& csv, std::vector<std::string> sets, const std::string& resume) {
+int train(const std::string& dataset, std::vector<std::string> sets, const std::string& resume) {
   // Defaults for this example; the command line's --set wins (it comes later).
-  sets.insert(sets.begin(), {"run.name=mlp_csv", "data.micro_batch=64", "train.steps=300",
-                             "train.warmup_steps=20", "train.lr=0.003", "train.eval_every=100",
-                             "train.eval_batches=4", "train.log_every=50", "precision.mode=fp32"});
+  sets.insert(sets.begin(), {"run.name=mlp_csv", "data.source=records:" + dataset, "data.micro_batch=64",
+                             "train.steps=300", "train.warmup_steps=20", "train.lr=0.003",
+                             "train.eval_every=100", "train.eval_batches=4", "train.log_every=50",
+                             "precision.mode=fp32"});
   frugal::ResolvedConfig rc = frugal::resolve_config("", sets, frugal::process_environment());
   const frugal::Config& c = rc.config;
 
-  Table table = read_csv(csv);
-  const int64_t n = table.y.size(0), val = std::max<int64_t>(1, n / 5);
-  const int64_t classes = table.y.max().item<int64_t>() + 1;
+  // The dataset's manifest (docs/data.md) says the columns, the classes and the training split's
+  // per-feature mean and standard deviation; the model is sized and standardised from it.
+  const frugal::RecordDataset ds = frugal::open_record_dataset(dataset);
+  if (ds.spec.content != "table")
+    throw frugal::DataError(dataset + ": expected a table (`frugal prepare --format csv`), found " + ds.spec.content);
+  std::ifstream mf(dataset + "/manifest.json");
+  const nlohmann::json manifest = nlohmann::json::parse(mf);
+  const auto mean = manifest.at("feature_stats").at("mean").get<std::vector<float>>();
+  const auto stdev = manifest.at("feature_stats").at("std").get<std::vector<float>>();
+  const int64_t classes = static_cast<int64_t>(ds.classes.size()), val_records = ds.val.size();
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
-  auto net = std::make_shared<MlpImpl>(table.x.size(1), 64, classes);
+  auto net = std::make_shared<MlpImpl>(mean, stdev, 64, classes);
 
   frugal::Task task = frugal::make_task(net, [](MlpImpl& m, const frugal::Batch& b) {
     return torch::nn::functional::cross_entropy(m.forward(b.x), b.y);
   });
-  task.data = std::make_shared<frugal::DatasetSource>(rows(table, 0, n - val), rows(table, n - val, n),
-                                                      c.data.micro_batch, static_cast<uint64_t>(c.run.seed), csv);
-  task.hooks.describe = "MLP " + std::to_string(table.x.size(1)) + "-64-64-" + std::to_string(classes);
+  // task.data stays null: the Trainer reads data.source (records:DIR) with its prefetching loader.
+  task.hooks.describe = "MLP " + std::to_string(mean.size()) + "-64-64-" + std::to_string(classes);
   // An extra figure in summary.json: accuracy on the held-out rows.
-  at::Tensor vx = table.x.narrow(0, n - val, val), vy = table.y.narrow(0, n - val, val);
-  task.hooks.extend_summary = [net, vx, vy](nlohmann::ordered_json& s) {
-    torch::NoGradGuard no_grad;
-    net->eval();
-    s["val_accuracy"] = net->forward(vx).argmax(1).eq(vy).to(torch::kFloat).mean().item<double>();
-    net->train();
+  const frugal::Config config = c;
+  task.hooks.extend_summary = [net, config, val_records](nlohmann::ordered_json& s) {
+    s["val_accuracy"] = val_accuracy(*net, config, val_records);
   };
 
   frugal::TrainerOptions o;
@@ -134,14 +121,16 @@ int main(int argc, char** argv) {
     if (args.size() >= 2 && args[0] == "train") {
       std::vector<std::string> sets;
       std::string resume;
-      for (size_t i = 2; i + 1 < args.size(); i += 2) {
+      for (size_t i = 2; i < args.size(); i += 2) {
+        if (i + 1 == args.size()) throw frugal::ConfigError(args[i] + " needs a value");
         if (args[i] == "--set") sets.push_back(args[i + 1]);
         else if (args[i] == "--resume") resume = args[i + 1];
         else throw frugal::ConfigError("unknown argument " + args[i] + " (expected --set or --resume)");
       }
       return train(args[1], sets, resume);
     }
-    std::fprintf(stderr, "usage: mlp_csv generate DATA.csv [ROWS] | mlp_csv train DATA.csv [--set k=v]... [--resume auto]\n");
+    std::fprintf(stderr, "usage: mlp_csv generate DATA.csv [ROWS] | mlp_csv train DATASET_DIR [--set k=v]... [--resume auto]\n"
+                         "(DATASET_DIR: `frugal prepare DATA.csv --format csv --val-fraction 0.2 --out DATASET_DIR`)\n");
     return 2;
   } catch (const frugal::ConfigError& e) {
     std::fprintf(stderr, "mlp_csv: config error: %s\n", e.what());

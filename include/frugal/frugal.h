@@ -19,7 +19,9 @@
 
 #include "frugal/data/batch_source.h"    // Batch, BatchSource, make_batch_source(config)
 #include "frugal/data/dataset_source.h"  // torch::data datasets and sample functions as a source
+#include "frugal/data/image.h"           // decode/resize/augment images, encode_png
 #include "frugal/data/prepare.h"         // `frugal prepare` as a function
+#include "frugal/data/record_source.h"   // records:DIR datasets (images, tables): open_record_dataset
 #include "frugal/data/tokenizer.h"
 
 #include "frugal/ckpt/checkpoint.h"      // checkpoint directories: list, verify, load

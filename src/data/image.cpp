@@ -236,4 +236,30 @@ std::vector<uint8_t> to_chw(const Image& im) {
   return out;
 }
 
+std::string encode_png(const Image& image) {
+  if (image.width <= 0 || image.height <= 0 ||
+      image.rgb.size() != static_cast<size_t>(image.width) * static_cast<size_t>(image.height) * 3)
+    throw DataError(fmt::format("encode_png: expected a non-empty {}x{} RGB image of {} bytes, got {} bytes",
+                                image.width, image.height, static_cast<size_t>(std::max(0, image.width)) *
+                                static_cast<size_t>(std::max(0, image.height)) * 3, image.rgb.size()));
+  png_image png;
+  std::memset(&png, 0, sizeof png);
+  png.version = PNG_IMAGE_VERSION;
+  png.width = static_cast<png_uint_32>(image.width);
+  png.height = static_cast<png_uint_32>(image.height);
+  png.format = PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;
+  std::string out;
+  if (png_image_write_to_memory(&png, nullptr, &size, 0, image.rgb.data(), 0, nullptr)) {
+    out.resize(size);
+    if (png_image_write_to_memory(&png, out.data(), &size, 0, image.rgb.data(), 0, nullptr)) {
+      out.resize(size);
+      return out;
+    }
+  }
+  const std::string msg = png.message;
+  png_image_free(&png);
+  throw DataError("encode_png: libpng failed: " + msg);
+}
+
 }  // namespace frugal

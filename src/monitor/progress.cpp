@@ -25,6 +25,7 @@ std::string format_rate(double r) {
 
 void ProgressDisplay::on_train_begin(const RunInfo& info) {
   plain_every_ = std::max<int64_t>(1, info.config->train.steps / 20);
+  rate_unit_ = info.item == "token" ? "tok/s" : info.item + "s/s";
 }
 
 void ProgressDisplay::on_step_end(const StepMetrics& m, Control&) {
@@ -40,14 +41,14 @@ void ProgressDisplay::on_step_end(const StepMetrics& m, Control&) {
     last_draw_s_ = m.elapsed_s;
     const int width = 20;
     int filled = static_cast<int>(width * m.step / std::max<int64_t>(1, m.total_steps));
-    con.status(fmt::format("step {}/{} [{}{}]  {}{}  {} tok/s{}  ETA {}", m.step, m.total_steps,
+    con.status(fmt::format("step {}/{} [{}{}]  {}{}  {} {}{}  ETA {}", m.step, m.total_steps,
                            std::string(filled, '#'), std::string(width - filled, '-'), loss, val,
-                           format_rate(m.tokens_per_s),
+                           format_rate(m.tokens_per_s), rate_unit_,
                            m.cost_usd > 0 ? fmt::format("  ${:.4f}", m.cost_usd) : "",
                            format_duration(eta)));
   } else if (m.step % plain_every_ == 0 || m.step == m.total_steps) {
-    con.line(fmt::format("step {}/{}  {}{}  {} tok/s  elapsed {}  ETA {}", m.step, m.total_steps,
-                         loss, val, format_rate(m.tokens_per_s), format_duration(m.elapsed_s),
+    con.line(fmt::format("step {}/{}  {}{}  {} {}  elapsed {}  ETA {}", m.step, m.total_steps,
+                         loss, val, format_rate(m.tokens_per_s), rate_unit_, format_duration(m.elapsed_s),
                          format_duration(eta)));
   }
 }

@@ -34,6 +34,7 @@ Task gpt_task(Gpt model, std::shared_ptr<BatchSource> data, const Config& config
   const ModelConfig& m = config.model;
   t.hooks.describe = fmt::format("GPT {} layers, {} heads, embd {}, block {}", m.layers, m.heads, m.embd, m.block);
   t.hooks.tokens_per_sample = m.block;
+  t.hooks.item = "token";
   t.hooks.flops_per_token = model->flops_per_token();
   t.hooks.activation_checkpointing = [model](const std::string& spec) mutable {
     install_activation_checkpointing(model, spec);

@@ -164,6 +164,7 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   s.info.params = parameter_count(*s.model);
   s.info.flops_per_token = s.task.hooks.flops_per_token;
   s.info.tokens_per_step = c.data.micro_batch * accumulation_steps(c) * s.task.hooks.tokens_per_sample * world;
+  s.info.item = s.task.hooks.item;
   s.info.threads = s.threads.intra_op;
 }
 

@@ -225,8 +225,8 @@ void Trainer::State::print_banner() {
                        info.flops_per_token > 0
                            ? fmt::format(" | {:.1f} MFLOP/token (training)", info.flops_per_token / 1e6)
                            : ""));
-  con.line(fmt::format("data: {} | {} training tokens, {} validation tokens | run dir {}",
-                       data->describe(), data->train_tokens(), data->val_tokens(), run_dir));
+  con.line(fmt::format("data: {} | {} training {}s, {} validation {}s | run dir {}", data->describe(),
+                       data->train_tokens(), task.hooks.item, data->val_tokens(), task.hooks.item, run_dir));
   con.line(fmt::format("levers: precision {} ({}) | micro_batch {} x accum {} | activation "
                        "checkpointing {} | optimizer {} | checkpoints {}",
                        step->precision().name(), step->precision().reason(), c.data.micro_batch,

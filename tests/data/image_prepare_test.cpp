@@ -36,7 +36,7 @@ std::vector<Source> make_folder(const std::string& root) {
       const Image im = test::gradient_image(40 + 3 * i, 30 + 5 * c, c * 10 + i);
       const bool jpeg = i % 2 == 0;
       Source s{fmt::format("{}/{}/img{}.{}", root, classes[c], i, jpeg ? "jpg" : "png"),
-               jpeg ? test::encode_jpeg(im) : test::encode_png(im), c};
+               jpeg ? test::encode_jpeg(im) : encode_png(im), c};
       test::write_bytes(s.path, s.bytes);
       out.push_back(s);
     }
@@ -181,7 +181,7 @@ TEST(ImagePrepare, TrainAndValFoldersAreTheSplit) {
   test::TempDir dir;
   make_folder(dir.file("in/train"));
   fs::create_directories(dir.file("in/val/dog"));
-  test::write_bytes(dir.file("in/val/dog/v.png"), test::encode_png(test::gradient_image(20, 20, 9)));
+  test::write_bytes(dir.file("in/val/dog/v.png"), encode_png(test::gradient_image(20, 20, 9)));
   const PrepareReport r = prepare_dataset(image_options(dir.file("in"), dir.file("ds")));
   EXPECT_EQ(r.train_samples, 10);
   EXPECT_EQ(r.val_samples, 1);

@@ -12,7 +12,6 @@ namespace frugal {
 namespace {
 
 using test::encode_jpeg;
-using test::encode_png;
 using test::gradient_image;
 
 TEST(Image, PngDecodesLosslessly) {
@@ -21,6 +20,14 @@ TEST(Image, PngDecodesLosslessly) {
   EXPECT_EQ(back.width, 23);
   EXPECT_EQ(back.height, 17);
   EXPECT_EQ(back.rgb, im.rgb);
+  Image bad = im;
+  bad.rgb.pop_back();  // one byte short of 23 x 17 x 3
+  try {
+    encode_png(bad);
+    FAIL() << "encode_png accepted a short pixel buffer";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("23x17 RGB image of 1173 bytes, got 1172"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Image, JpegDecodesLikeLibjpegAndCloseToTheOriginal) {

@@ -1,5 +1,5 @@
-// Test helpers: synthetic images, written as JPEG and PNG files with libjpeg and libpng directly
-// (independently of the decoder under test), and a reference decode + resize through torch.
+// Test helpers: synthetic images, written as JPEG files with libjpeg directly (independently of
+// the decoder under test; PNG files come from frugal::encode_png), and a reference decode + resize through torch.
 #pragma once
 
 #include <jpeglib.h>
@@ -57,23 +57,6 @@ inline std::string encode_jpeg(const Image& im, int quality = 95) {
   jpeg_destroy_compress(&c);
   std::string out(reinterpret_cast<char*>(buf), size);
   std::free(buf);
-  return out;
-}
-
-inline std::string encode_png(const Image& im) {
-  png_image png;
-  std::memset(&png, 0, sizeof png);
-  png.version = PNG_IMAGE_VERSION;
-  png.width = static_cast<png_uint_32>(im.width);
-  png.height = static_cast<png_uint_32>(im.height);
-  png.format = PNG_FORMAT_RGB;
-  png_alloc_size_t size = 0;
-  if (!png_image_write_to_memory(&png, nullptr, &size, 0, im.rgb.data(), 0, nullptr))
-    throw std::runtime_error(png.message);
-  std::string out(size, '\0');
-  if (!png_image_write_to_memory(&png, out.data(), &size, 0, im.rgb.data(), 0, nullptr))
-    throw std::runtime_error(png.message);
-  out.resize(size);
   return out;
 }
 

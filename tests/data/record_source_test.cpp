@@ -145,7 +145,7 @@ TEST(RecordSource, ImageBatchesAreFloatChwInTheUnitInterval) {
   for (int c = 0; c < 3; ++c) {
     std::filesystem::create_directories(dir.file(fmt::format("in/c{}", c)));
     for (int i = 0; i < 4; ++i)
-      test::write_bytes(dir.file(fmt::format("in/c{}/{}.png", c, i)), test::encode_png(test::gradient_image(12, 10, c * 4 + i)));
+      test::write_bytes(dir.file(fmt::format("in/c{}/{}.png", c, i)), encode_png(test::gradient_image(12, 10, c * 4 + i)));
   }
   PrepareOptions o;
   o.inputs = {dir.file("in")};

@@ -113,7 +113,7 @@ TEST(TarSamples, ImageSamplesPrepareIntoRecords) {
   for (int i = 0; i < 6; ++i) {
     const Image im = test::gradient_image(20, 12, i);
     m.push_back({fmt::format("train/{:03d}.{}", i, i % 2 ? "png" : "jpg"),
-                 i % 2 ? test::encode_png(im) : test::encode_jpeg(im)});
+                 i % 2 ? encode_png(im) : test::encode_jpeg(im)});
     m.push_back({fmt::format("train/{:03d}.cls", i), i < 3 ? "bird\n" : "ant\n"});
   }
   write_tar(dir.file("shard-000.tar"), m);
@@ -142,7 +142,7 @@ TEST(TarSamples, ImageSamplesPrepareIntoRecords) {
 
 TEST(TarSamples, ImageWithoutLabelAndCorruptImageNameTheMember) {
   test::TempDir dir;
-  write_tar(dir.file("nolabel.tar"), {{"a.png", test::encode_png(test::gradient_image(4, 4, 1))}});
+  write_tar(dir.file("nolabel.tar"), {{"a.png", encode_png(test::gradient_image(4, 4, 1))}});
   write_tar(dir.file("corrupt.tar"), {{"b.jpg", "not a jpeg"}, {"b.cls", "0"}});
   PrepareOptions o;
   o.out_dir = dir.file("ds");

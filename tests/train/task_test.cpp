@@ -69,7 +69,11 @@ nlohmann::json train_mlp(const std::string& out, TrainerOptions o = {}, std::vec
 
 class Recorder : public Callback {
  public:
-  void on_train_begin(const RunInfo& info) override { events.push_back("begin"); params = info.params; }
+  void on_train_begin(const RunInfo& info) override {
+    events.push_back("begin");
+    params = info.params;
+    item = info.item;
+  }
   void on_step_end(const StepMetrics& m, Control&) override {
     events.push_back("step " + std::to_string(m.step));
     if (m.logged) losses.push_back(m.loss);
@@ -83,6 +87,7 @@ class Recorder : public Callback {
   std::vector<std::string> events;
   std::vector<double> losses, val;
   int64_t params = 0;
+  std::string item;
 };
 
 TEST(UserTask, MlpTrainsThroughThePublicApiAndItsLossFalls) {
@@ -94,6 +99,7 @@ TEST(UserTask, MlpTrainsThroughThePublicApiAndItsLossFalls) {
   EXPECT_EQ(s["steps"], 40);
   EXPECT_EQ(s["stop_kind"], "completed");
   EXPECT_EQ(s["tokens"], 40 * 16);  // one item per sample
+  EXPECT_EQ(rec->item, "sample");     // the console says samples/s, not tok/s
   EXPECT_EQ(rec->params, 4 * 32 + 32 + 2 * 32 + 32 * 2 + 2);  // fc1, bn (weight, bias), fc2
   ASSERT_EQ(rec->val.size(), 4u);
   // A linear rule: chance is ln 2 = 0.693; 40 steps of AdamW reach well below it.

@@ -52,4 +52,9 @@ Image augment_image(const Image& image, uint64_t seed, const AugmentOptions& opt
 // The image as a channel-major (C, H, W) uint8 tensor's bytes: 3 * height * width bytes.
 std::vector<uint8_t> to_chw(const Image& image);
 
+// The image as PNG file bytes (libpng, 8-bit RGB, lossless): for writing image folders that
+// `frugal prepare --format images` reads, or for looking at stored samples. Throws DataError if
+// the image is empty or libpng fails.
+std::string encode_png(const Image& image);
+
 }  // namespace frugal

@@ -3,6 +3,8 @@
 // and, when stdout is not a TTY, a plain line at every ~5% of the run and at each evaluation.
 #pragma once
 
+#include <string>
+
 #include "frugal/train/callback.h"
 
 namespace frugal {
@@ -19,6 +21,7 @@ class ProgressDisplay : public Callback {
   double last_val_ = -1;
   double last_draw_s_ = -1;
   int64_t plain_every_ = 1;
+  std::string rate_unit_ = "tok/s";  // "samples/s" for tasks that count samples
 };
 
 // "1:02:03" / "2:03"

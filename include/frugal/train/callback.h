@@ -32,6 +32,7 @@ struct RunInfo {
   double flops_per_token = 0;
   int64_t tokens_per_step = 0;
   int64_t samples_per_step = 0;  // sequences per optimizer step (the global batch)
+  std::string item = "token";    // what tokens_per_step counts (TaskHooks::item): "token", "sample"
   int threads = 0;
   double peak_flops = 0;         // MFU's denominator, FLOP/s ([monitor] peak_tflops or measured)
   std::string dashboard_url;     // the live dashboard ("" = off)

@@ -50,6 +50,10 @@ struct TaskHooks {
   // Items the metrics count per sample (tokens_per_s, summary "tokens"): the context length for a
   // sequence model, 1 (each sample is one item) otherwise.
   int64_t tokens_per_sample = 1;
+  // What those items are called on the console ("token": the banner's "N training tokens" and
+  // the progress line's "tok/s"; "sample": "samples", "samples/s"). metrics.jsonl and
+  // summary.json keep their key names (tokens, tokens_per_s) whatever the item.
+  std::string item = "sample";
   // Training FLOPs (forward + backward) per counted item, for throughput and MFU figures; 0 =
   // unknown (the summary reports 0).
   double flops_per_token = 0;
