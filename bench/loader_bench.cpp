@@ -15,6 +15,9 @@
 //    batch, one close; no per-file allocation). Everything is read once before timing, so both
 //    are served from the page cache: the difference is per-sample overhead, not the disk.
 //    The four run alternately for R rounds; the JSON holds every round and the medians.
+//    Cold (when /proc/sys/vm/drop_caches is writable, i.e. as root; skipped otherwise): the first
+//    epoch from disk, raw_shard vs raw_files with the page cache dropped before each, R rounds
+//    alternately: what a first epoch (or a dataset larger than RAM) costs.
 // 2. Image prepare: M JPEGs (96x96, 10 classes) through `prepare --format images --size 32` with
 //    1 and 2 decoder threads, alternately, R rounds: images per second.
 // 3. Text prepare (unless --no-text): a synthetic corpus with the byte tokenizer and with
@@ -174,6 +177,42 @@ double source_files_epoch(const std::string& dir, int64_t n) {
   return static_cast<double>(batches * kBatch) / s;
 }
 
+// Drops the page cache (clean pages no process maps); false when not permitted.
+bool drop_page_cache() {
+  ::sync();
+  std::FILE* f = std::fopen("/proc/sys/vm/drop_caches", "w");
+  if (!f) return false;
+  const bool ok = std::fputs("3\n", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+// raw_shard vs raw_files with a cold page cache (each epoch opens the shard afresh, after the drop).
+void cold_rates(const std::string& dir, int64_t n, int rounds, nlohmann::ordered_json& j) {
+  std::vector<double> shard_rates, file_rates;
+  for (int round = 0; round < rounds; ++round) {
+    if (!drop_page_cache()) {
+      j["cold"] = "skipped: /proc/sys/vm/drop_caches is not writable (run as root)";
+      return;
+    }
+    {
+      ShardReader shard(dir + "/ds/train_000000.frs");
+      shard_rates.push_back(raw_epoch(n, [&](int64_t i, uint8_t* out) {
+        const std::string_view r = shard.record(static_cast<uint64_t>(i));
+        std::memcpy(out, r.data(), r.size());
+      }));
+    }
+    drop_page_cache();
+    file_rates.push_back(raw_epoch(n, [&](int64_t i, uint8_t* out) {
+      read_small_file(fmt::format("{}/files/{:06d}.bin", dir, i), out);
+    }));
+  }
+  j["cold_raw_shard_samples_per_s_median"] = median(shard_rates);
+  j["cold_raw_files_samples_per_s_median"] = median(file_rates);
+  j["cold_raw_shard_samples_per_s"] = shard_rates;
+  j["cold_raw_files_samples_per_s"] = file_rates;
+  j["cold_raw_shard_vs_small_files"] = median(shard_rates) / median(file_rates);
+}
+
 nlohmann::ordered_json loader_rates(const std::string& dir, int64_t n, int rounds) {
   write_inputs(dir, n);
   ShardReader shard(dir + "/ds/train_000000.frs");
@@ -208,6 +247,7 @@ nlohmann::ordered_json loader_rates(const std::string& dir, int64_t n, int round
   j["source_shard_vs_small_files_per_round"] = ratios;
   // For bench/loader_bench.sh: the PyTorch baseline reads the same files with this key.
   j["shard_samples_per_s"] = median(r["source_shard"]);
+  cold_rates(dir, n, rounds, j);
   return j;
 }
 
