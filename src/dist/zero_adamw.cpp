@@ -47,21 +47,12 @@ void ZeroAdamW::zero_grad() {
 void ZeroAdamW::step() {
   c10::NoGradGuard no_grad;
   ++steps_;
-  const double b1 = hyper_.beta1, b2 = hyper_.beta2;
-  const double bc1 = 1 - std::pow(b1, static_cast<double>(steps_));
-  const double bc2 = 1 - std::pow(b2, static_cast<double>(steps_));
-  const double step_size = hyper_.lr / bc1;
-  const double bc2_sqrt = std::sqrt(bc2);
   const int64_t rank = pg_->rank(), world = pg_->world_size();
   for (auto& f : flats_) {
     at::Tensor p = f.params.narrow(0, rank * f.chunk, f.chunk);
     at::Tensor g = f.grads.narrow(0, rank * f.chunk, f.chunk);
-    // FusedAdamW::step's op sequence, on this rank's chunk.
-    if (f.weight_decay != 0) p.mul_(1 - hyper_.lr * f.weight_decay);
-    f.exp_avg.mul_(b1).add_(g, 1 - b1);
-    f.exp_avg_sq.mul_(b2).addcmul_(g, g, 1 - b2);
-    at::sqrt_out(f.denom, f.exp_avg_sq).div_(bc2_sqrt).add_(hyper_.eps);
-    p.addcdiv_(f.exp_avg, f.denom, -step_size);
+    // FusedAdamW's update, on this rank's chunk.
+    adamw_update(p, g, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_);
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<at::Tensor> out;
     for (int64_t r = 0; r < world; ++r) out.push_back(f.params.narrow(0, r * f.chunk, f.chunk));

@@ -2,6 +2,7 @@
 #include "frugal/train/fused_adamw.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>
@@ -10,6 +11,65 @@
 
 namespace frugal {
 
+namespace {
+
+struct AdamWScalars {
+  float decay, b1, a1, b2, a2, bc2_sqrt, eps, neg_step;
+};
+
+// Elements [0, n) of the update. Separate buffers (restrict) and scalars by value, and not
+// inlined into the caller (where the restrict promise is lost), so the loop vectorises.
+[[gnu::noinline]] void adamw_span(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                int64_t n, const AdamWScalars s) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = m[i] * s.b1 + s.a1 * gi;
+    const float vi = v[i] * s.b2 + s.a2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * s.decay + s.neg_step * (mi / (std::sqrt(vi) / s.bc2_sqrt + s.eps));
+  }
+}
+
+}  // namespace
+
+void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
+                  const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& h,
+                  double weight_decay, int64_t step) {
+  const double b1 = h.beta1, b2 = h.beta2;
+  const double bc1 = 1 - std::pow(b1, static_cast<double>(step));
+  const double bc2 = 1 - std::pow(b2, static_cast<double>(step));
+  const double step_size = h.lr / bc1;
+  const double bc2_sqrt = std::sqrt(bc2);
+  const bool fused = params.device().is_cpu() && params.scalar_type() == at::kFloat &&
+                     grads.scalar_type() == at::kFloat && exp_avg.scalar_type() == at::kFloat &&
+                     exp_avg_sq.scalar_type() == at::kFloat && params.is_contiguous() &&
+                     grads.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous();
+  if (!fused) {
+    // The exact op sequence of torch::optim::AdamW::step (LibTorch 1.13 adamw.cpp).
+    if (weight_decay != 0) params.mul_(1 - h.lr * weight_decay);
+    exp_avg.mul_(b1).add_(grads, 1 - b1);
+    exp_avg_sq.mul_(b2).addcmul_(grads, grads, 1 - b2);
+    at::sqrt_out(const_cast<at::Tensor&>(scratch), exp_avg_sq).div_(bc2_sqrt).add_(h.eps);
+    params.addcdiv_(exp_avg, scratch, -step_size);
+    return;
+  }
+  // The same sequence per element, in float as ATen computes it (scalars rounded to float), in
+  // one pass. Plain arithmetic the compiler vectorises without changing results: every element
+  // rounds the same way whether it lands in a vector lane or a scalar tail.
+  float* p = params.data_ptr<float>();
+  const float* g = grads.data_ptr<float>();
+  float* m = exp_avg.data_ptr<float>();
+  float* v = exp_avg_sq.data_ptr<float>();
+  const AdamWScalars sc{static_cast<float>(1 - h.lr * weight_decay),  // x * 1.0f == x: no branch
+                        static_cast<float>(b1),        static_cast<float>(1 - b1),
+                        static_cast<float>(b2),        static_cast<float>(1 - b2),
+                        static_cast<float>(bc2_sqrt),  static_cast<float>(h.eps),
+                        static_cast<float>(-step_size)};
+  at::parallel_for(0, params.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+    adamw_span(p + begin, g + begin, m + begin, v + begin, end - begin, sc);
+  });
+}
 
 FusedAdamW::FusedAdamW(std::vector<Group> groups, AdamWHyper hyper) : hyper_(hyper) {
   c10::NoGradGuard no_grad;
@@ -49,19 +109,8 @@ void FusedAdamW::zero_grad() {
 void FusedAdamW::step() {
   c10::NoGradGuard no_grad;
   ++steps_;
-  const double b1 = hyper_.beta1, b2 = hyper_.beta2;
-  const double bc1 = 1 - std::pow(b1, static_cast<double>(steps_));
-  const double bc2 = 1 - std::pow(b2, static_cast<double>(steps_));
-  const double step_size = hyper_.lr / bc1;
-  const double bc2_sqrt = std::sqrt(bc2);
-  for (auto& f : flats_) {
-    // The exact op sequence of torch::optim::AdamW::step (LibTorch 1.13 adamw.cpp).
-    if (f.weight_decay != 0) f.params.mul_(1 - hyper_.lr * f.weight_decay);
-    f.exp_avg.mul_(b1).add_(f.grads, 1 - b1);
-    f.exp_avg_sq.mul_(b2).addcmul_(f.grads, f.grads, 1 - b2);
-    at::sqrt_out(f.denom, f.exp_avg_sq).div_(bc2_sqrt).add_(hyper_.eps);
-    f.params.addcdiv_(f.exp_avg, f.denom, -step_size);
-  }
+  for (auto& f : flats_)
+    adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_);
 }
 
 std::vector<at::Tensor> FusedAdamW::flat_grads() const {
