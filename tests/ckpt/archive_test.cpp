@@ -97,8 +97,11 @@ TEST(Archive, PlanNeverTakesTheNewestTheBestOrYoungOnes) {
   EXPECT_EQ(find(plan, "b", 40).reason, "newest");
   EXPECT_EQ(find(plan, "b", 50).reason, "incomplete");
   // Even with an age limit of zero the newest and the best stay.
-  for (const auto& c : plan_archive(runs, 0))
-    if (c.step == 40 || (c.run == "a" && c.step == 10) || (c.run == "b" && c.step == 20)) EXPECT_FALSE(c.archive);
+  for (const auto& c : plan_archive(runs, 0)) {
+    if (c.step == 40 || (c.run == "a" && c.step == 10) || (c.run == "b" && c.step == 20)) {
+      EXPECT_FALSE(c.archive);
+    }
+  }
 }
 
 TEST(Archive, RoundTripRestoresTheCheckpointBitwise) {

@@ -17,6 +17,15 @@
 
 namespace frugal {
 namespace {
+
+// A quiet run that may replace an existing run directory, with `callbacks`.
+TrainerOptions quiet_overwrite(std::vector<std::shared_ptr<Callback>> callbacks = {}) {
+  TrainerOptions o;
+  o.overwrite = true;
+  o.quiet = true;
+  o.callbacks = std::move(callbacks);
+  return o;
+}
 namespace fs = std::filesystem;
 
 std::string artifacts_dir() {
@@ -67,8 +76,10 @@ void expect_charts(const std::string& dom, std::vector<std::string> ids) {
     std::smatch m;
     EXPECT_TRUE(std::regex_search(dom, m, std::regex("<svg id=\"" + id + "\"[^>]*>(.*?)</svg>")))
         << "no chart " << id;
-    if (!m.empty()) EXPECT_TRUE(m[1].str().find("<polyline") != std::string::npos || m[1].str().find("<rect") != std::string::npos)
-        << "chart " << id << " draws nothing";
+    if (!m.empty()) {
+      EXPECT_TRUE(m[1].str().find("<polyline") != std::string::npos || m[1].str().find("<rect") != std::string::npos)
+          << "chart " << id << " draws nothing";
+    }
   }
 }
 
@@ -84,7 +95,7 @@ TEST(Browser, ReportShowsEveryChartAndTheNumbersOfSummaryJson) {
   auto sets = test::tiny_overrides(dir.path());
   for (const char* s : {"budget.usd_per_hour=3.0", "train.accum=2", "profile.capture_steps=2", "profile.start_step=10"})
     sets.push_back(s);
-  Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}}).fit();
+  Trainer(resolve_config("", sets, {}), quiet_overwrite()).fit();
   const auto summary = nlohmann::json::parse(test::read_text(dir.file("demo/summary.json")));
   const std::string png = artifacts_dir() + "/report.png";
   fs::remove(png);
@@ -128,7 +139,7 @@ TEST(Browser, LivePageShowsTheRunInProgress) {
   std::string url;
   auto cb = std::make_shared<RenderAt>(&url, dir.file("chromium"));
   fs::remove(artifacts_dir() + "/live.png");
-  Trainer t(resolve_config("", sets, {}), TrainerOptions{true, true, {cb}});
+  Trainer t(resolve_config("", sets, {}), quiet_overwrite({cb}));
   url = t.dashboard_url();
   t.fit();
   const std::string& dom = cb->dom;

@@ -17,6 +17,15 @@
 namespace frugal {
 namespace {
 
+// A quiet run that may replace an existing run directory, with `callbacks`.
+TrainerOptions quiet_overwrite(std::vector<std::shared_ptr<Callback>> callbacks = {}) {
+  TrainerOptions o;
+  o.overwrite = true;
+  o.quiet = true;
+  o.callbacks = std::move(callbacks);
+  return o;
+}
+
 TEST(GradNoise, NoNoiseMeansZeroTraceAndTheExactGradientNorm) {
   // Every micro-batch gradient equal to G: small_sq = big_sq = |G|^2.
   GradNoiseEstimate e = estimate_grad_noise(4.0, 4.0, 8, 32);
@@ -94,7 +103,7 @@ TEST(GradNoise, RunWithAccumulationReportsTheNoiseScaleAtLogSteps) {
   test::TempDir dir;
   auto sets = test::tiny_overrides(dir.path());
   sets.push_back("train.accum=4");
-  nlohmann::json s = Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}}).fit();
+  nlohmann::json s = Trainer(resolve_config("", sets, {}), quiet_overwrite()).fit();
   EXPECT_EQ(s["global_batch"], 32);
   EXPECT_EQ(s["grad_noise_estimates"], 6);  // one per log step: 30 steps / log_every 5
   ASSERT_TRUE(s.contains("grad_noise_hint"));
@@ -111,7 +120,7 @@ TEST(GradNoise, RunWithAccumulationReportsTheNoiseScaleAtLogSteps) {
   EXPECT_GT(with_value, 0);
   // Without accumulation there is nothing to compare: no estimate.
   test::TempDir dir2;
-  nlohmann::json s2 = Trainer(resolve_config("", test::tiny_overrides(dir2.path()), {}), TrainerOptions{true, true, {}}).fit();
+  nlohmann::json s2 = Trainer(resolve_config("", test::tiny_overrides(dir2.path()), {}), quiet_overwrite()).fit();
   EXPECT_FALSE(s2.contains("grad_noise_estimates"));
 }
 
