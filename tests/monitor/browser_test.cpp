@@ -13,19 +13,13 @@
 
 #include "frugal/core/config_loader.h"
 #include "frugal/train/trainer.h"
+#include "quiet_trainer.h"
 #include "test_util.h"
 
 namespace frugal {
 namespace {
 
-// A quiet run that may replace an existing run directory, with `callbacks`.
-TrainerOptions quiet_overwrite(std::vector<std::shared_ptr<Callback>> callbacks = {}) {
-  TrainerOptions o;
-  o.overwrite = true;
-  o.quiet = true;
-  o.callbacks = std::move(callbacks);
-  return o;
-}
+using test::quiet_overwrite;
 namespace fs = std::filesystem;
 
 std::string artifacts_dir() {
