@@ -3,6 +3,9 @@
 
 #include <torch/torch.h>
 
+#include <map>
+#include <string>
+
 #include "frugal/core/errors.h"
 #include "frugal/train/fused_adamw.h"
 
@@ -64,13 +67,44 @@ class TorchOptimizer : public Optimizer {
       auto it = state.find(c10::guts::to_string(params_[i].unsafeGetTensorImpl()));
       if (it == state.end()) continue;
       auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
-      out.emplace_back("p" + std::to_string(i) + ".exp_avg", s.exp_avg());
-      out.emplace_back("p" + std::to_string(i) + ".exp_avg_sq", s.exp_avg_sq());
+      const std::string p = "p" + std::to_string(i);
+      out.emplace_back(p + ".exp_avg", s.exp_avg());
+      out.emplace_back(p + ".exp_avg_sq", s.exp_avg_sq());
+      // The parameter's own step count (its bias correction): it only counts steps in which
+      // the parameter had a gradient.
+      out.emplace_back(p + ".step", at::full({1}, s.step(), at::kLong));
     }
     return out;
   }
-  void load_state(const std::vector<std::pair<std::string, at::Tensor>>&, int64_t) override {
-    throw CheckpointError("resuming optimizer state needs train.optimizer = \"fused_adamw\"");
+  // Restores each parameter's moments and step count ("p<i>.exp_avg", "p<i>.exp_avg_sq",
+  // "p<i>.step"); a parameter without saved state (it never had a gradient) starts fresh, as it
+  // would have in the uninterrupted run.
+  void load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps) override {
+    std::map<std::string, at::Tensor> by_name(tensors.begin(), tensors.end());
+    auto& state = opt_->state();
+    state.clear();
+    size_t restored = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const std::string p = "p" + std::to_string(i);
+      auto m = by_name.find(p + ".exp_avg"), v = by_name.find(p + ".exp_avg_sq"), k = by_name.find(p + ".step");
+      if (m == by_name.end() && v == by_name.end() && k == by_name.end()) continue;
+      if (m == by_name.end() || v == by_name.end() || k == by_name.end() ||
+          m->second.numel() != params_[i].numel() || v->second.numel() != params_[i].numel())
+        throw CheckpointError("optimizer state of parameter " + p + " is incomplete or has the wrong size; the "
+                              "model differs from the checkpoint's, or it was written by another optimizer");
+      auto s = std::make_unique<torch::optim::AdamWParamState>();
+      s->step(k->second.item<int64_t>());
+      s->exp_avg(m->second.reshape(params_[i].sizes()).to(params_[i].options()).clone());
+      s->exp_avg_sq(v->second.reshape(params_[i].sizes()).to(params_[i].options()).clone());
+      state[c10::guts::to_string(params_[i].unsafeGetTensorImpl())] = std::move(s);
+      restored += 3;
+    }
+    if (restored != tensors.size())
+      throw CheckpointError("the checkpoint's optimizer state (" + std::to_string(tensors.size()) +
+                            " tensors, e.g. '" + (tensors.empty() ? std::string() : tensors.front().first) +
+                            "') is not torch_adamw's for this model; resume with the train.optimizer "
+                            "the checkpoint was written with");
+    steps_ = steps;
   }
   int64_t step_count() const override { return steps_; }
   int64_t state_bytes() const override {

@@ -145,6 +145,24 @@ TEST(UserTask, StoppedAndResumedRunMatchesUninterruptedRunBitwise) {
   EXPECT_EQ(sa["final_train_loss"], resumed["final_train_loss"]);
 }
 
+TEST(UserTask, TorchAdamWRunResumesBitwiseToo) {
+  // LibTorch's per-parameter AdamW: its moments and per-parameter step counts go into the
+  // checkpoint and come back, so the resumed run ends on the uninterrupted run's weights.
+  const std::vector<std::string> torch_opt = {"train.optimizer=torch_adamw"};
+  test::TempDir a, b;
+  train_mlp(a.path(), {}, torch_opt);
+  TrainerOptions o;
+  o.handle_signals = true;
+  o.callbacks = {std::make_shared<SignalAt>(17)};
+  ASSERT_EQ(train_mlp(b.path(), o, torch_opt)["stop_kind"], "preempted");
+  TrainerOptions r;
+  r.resume = "auto";
+  auto resumed = train_mlp(b.path(), r, torch_opt);
+  EXPECT_EQ(resumed["steps"], 40);
+  EXPECT_EQ(test::read_text(a.file("mlp/final/model.safetensors")), test::read_text(b.file("mlp/final/model.safetensors")))
+      << "final weights differ after a torch_adamw resume";
+}
+
 TEST(UserTask, CallbacksSeeTheDocumentedEventsInOrder) {
   test::TempDir dir;
   auto rec = std::make_shared<Recorder>();
