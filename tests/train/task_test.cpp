@@ -163,6 +163,23 @@ TEST(UserTask, TorchAdamWRunResumesBitwiseToo) {
       << "final weights differ after a torch_adamw resume";
 }
 
+TEST(UserTask, ResumingWithTheOtherOptimizerIsACheckpointErrorNamingIt) {
+  test::TempDir b;
+  TrainerOptions o;
+  o.handle_signals = true;
+  o.callbacks = {std::make_shared<SignalAt>(13)};
+  ASSERT_EQ(train_mlp(b.path(), o)["stop_kind"], "preempted");  // fused_adamw's checkpoint
+  TrainerOptions r;
+  r.resume = "auto";
+  try {
+    train_mlp(b.path(), r, {"train.optimizer=torch_adamw"});
+    FAIL() << "a fused_adamw checkpoint resumed under torch_adamw";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not torch_adamw's"), std::string::npos) << e.what();
+  }
+  clear_preemption();
+}
+
 TEST(UserTask, CallbacksSeeTheDocumentedEventsInOrder) {
   test::TempDir dir;
   auto rec = std::make_shared<Recorder>();
