@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/internal/little_endian.h"
+#include "data/internal/manifest_shard.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 
@@ -94,14 +95,7 @@ RecordDataset open_record_dataset(const std::string& dir) {
   }
   for (const char* split : {"train", "val"}) {
     for (const auto& s : m.at("splits").at(split)) {
-      const std::string path = (fs::path(dir) / s.at("file").get<std::string>()).string();
-      std::error_code ec;
-      const auto size = fs::file_size(path, ec);
-      if (ec) throw DataError(fmt::format("dataset '{}': shard '{}' listed in the manifest is missing; "
-                                          "re-run frugal prepare", dir, path));
-      if (size != s.at("bytes").get<uint64_t>())
-        throw DataError(fmt::format("dataset '{}': shard '{}' has {} bytes, the manifest says {}; "
-                                    "re-run frugal prepare", dir, path, size, s.at("bytes").get<uint64_t>()));
+      const std::string path = internal::checked_shard_path(dir, s);
       auto reader = std::make_unique<ShardReader>(path);
       if (reader->kind() != ShardKind::kRecords)
         throw DataError(fmt::format("shard '{}' holds tokens, but a record dataset needs record shards", path));

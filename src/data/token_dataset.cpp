@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/internal/little_endian.h"
+#include "data/internal/manifest_shard.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/shard.h"
@@ -115,14 +116,7 @@ TokenDataset open_manifest(const std::string& dir) {
   for (const char* split : {"train", "val"}) {
     std::vector<std::unique_ptr<TokenFile>> files;
     for (const auto& s : m.at("splits").at(split)) {
-      const std::string path = (fs::path(dir) / s.at("file").get<std::string>()).string();
-      std::error_code ec;
-      const auto size = fs::file_size(path, ec);
-      if (ec) throw DataError(fmt::format("dataset '{}': shard '{}' listed in the manifest is missing; "
-                                          "re-run frugal prepare", dir, path));
-      if (size != s.at("bytes").get<uint64_t>())
-        throw DataError(fmt::format("dataset '{}': shard '{}' has {} bytes, the manifest says {}; "
-                                    "re-run frugal prepare", dir, path, size, s.at("bytes").get<uint64_t>()));
+      const std::string path = internal::checked_shard_path(dir, s);
       files.push_back(std::make_unique<ShardTokenFile>(path));
     }
     (std::string(split) == "train" ? d.train : d.val) = TokenStream(std::move(files));
