@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -184,6 +185,29 @@ TEST(RecordSource, WrongDatasetKindsAreNamed) {
     EXPECT_NE(std::string(e.what()).find("shards:DIR"), std::string::npos) << e.what();
   }
   EXPECT_THROW(open_record_dataset(dir.file("missing")), DataError);
+}
+
+TEST(RecordSource, AShortOrMissingShardIsNamedWithTheManifestsSize) {
+  test::TempDir dir;
+  const std::string ds = make_table(dir, 100);
+  const auto manifest = nlohmann::json::parse(test::read_text(ds + "/manifest.json"));
+  const std::string shard = ds + "/" + manifest["splits"]["train"][0]["file"].get<std::string>();
+  const uint64_t bytes = manifest["splits"]["train"][0]["bytes"].get<uint64_t>();
+  std::filesystem::resize_file(shard, bytes - 1);
+  try {
+    open_record_dataset(ds);
+    FAIL() << "a truncated shard was opened";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(fmt::format("has {} bytes, the manifest says {}", bytes - 1, bytes)),
+              std::string::npos) << e.what();
+  }
+  std::filesystem::remove(shard);
+  try {
+    open_record_dataset(ds);
+    FAIL() << "a missing shard went unnoticed";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("listed in the manifest is missing"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
