@@ -6,9 +6,17 @@
 #include <cmath>
 
 #include "frugal/data/packing.h"
+#include "frugal/model/fused_gelu.h"
 
 namespace frugal {
 namespace F = torch::nn::functional;
+
+namespace {
+// ATen's linear: one addmm with the bias fused in for a contiguous 3-D input. (The C++
+// frontend's Linear::forward runs matmul and then a separate `+= bias` pass, and its backward
+// a separate reduction: one more pass over the activations each way.)
+at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x) { return at::linear(x, m->weight, m->bias); }
+}  // namespace
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& c)
     : heads_(c.heads), dropout_(c.dropout) {
@@ -19,7 +27,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& c)
 
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads_;
-  auto qkv = qkv_->forward(x).view({B, T, 3, heads_, D}).permute({2, 0, 3, 1, 4});
+  auto qkv = linear(qkv_, x).view({B, T, 3, heads_, D}).permute({2, 0, 3, 1, 4});
   at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // (B, H, T, D)
   int64_t past = 0;
   if (cache) {
@@ -50,7 +58,7 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache)
   att = torch::softmax(att, -1);
   if (is_training() && dropout_ > 0) att = F::dropout(att, F::DropoutFuncOptions().p(dropout_).training(true));
   auto y = torch::matmul(att, v).transpose(1, 2).reshape({B, T, C});
-  return resid_drop_->forward(proj_->forward(y));
+  return resid_drop_->forward(linear(proj_, y));
 }
 
 BlockImpl::BlockImpl(const ModelConfig& c) {
@@ -64,7 +72,7 @@ BlockImpl::BlockImpl(const ModelConfig& c) {
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache) {
   auto h = x + attn_->forward(ln1_->forward(x), cache);
-  return h + mlp_drop_->forward(fc_proj_->forward(torch::gelu(fc_->forward(ln2_->forward(h)))));
+  return h + mlp_drop_->forward(linear(fc_proj_, fused_gelu(linear(fc_, ln2_->forward(h)))));
 }
 
 GptImpl::GptImpl(const ModelConfig& c) : config_(c) {

@@ -1,0 +1,60 @@
+// The fused GELU autograd op; see fused_gelu.h.
+#include "frugal/model/fused_gelu.h"
+
+#include <torch/torch.h>
+
+#include "model/internal/gelu_kernel.h"
+
+namespace frugal {
+namespace {
+
+bool own_kernel(const at::Tensor& x) {
+  return x.device().is_cpu() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16);
+}
+
+at::Tensor forward_kernel(const at::Tensor& input) {
+  if (!own_kernel(input)) return at::gelu(input);
+  at::Tensor x = input.contiguous();
+  at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+  if (x.scalar_type() == at::kFloat) {
+    internal::gelu_forward_f32(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+  } else {
+    internal::gelu_forward_bf16(reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>()),
+                                reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>()), x.numel());
+  }
+  return y;
+}
+
+at::Tensor backward_kernel(const at::Tensor& grad, const at::Tensor& input) {
+  if (!own_kernel(input) || grad.scalar_type() != input.scalar_type()) return at::gelu_backward(grad, input);
+  at::Tensor x = input.contiguous(), dy = grad.contiguous();
+  at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
+  if (x.scalar_type() == at::kFloat) {
+    internal::gelu_backward_f32(x.data_ptr<float>(), dy.data_ptr<float>(), dx.data_ptr<float>(), x.numel());
+  } else {
+    auto bits = [](const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); };
+    internal::gelu_backward_bf16(bits(x), bits(dy), bits(dx), x.numel());
+  }
+  return dx;
+}
+
+class GeluFunction : public torch::autograd::Function<GeluFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+    ctx->save_for_backward({x});
+    return forward_kernel(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    return {backward_kernel(grad[0], ctx->get_saved_variables()[0])};
+  }
+};
+
+}  // namespace
+
+at::Tensor fused_gelu(const at::Tensor& x) {
+  if (!x.requires_grad() || !torch::GradMode::is_enabled()) return forward_kernel(x);
+  return GeluFunction::apply(x);
+}
+
+}  // namespace frugal

@@ -1,0 +1,18 @@
+// Raw CPU loops of the fused GELU (exact, erf form). Built in their own translation unit, without
+// LibTorch headers, once per x86 instruction-set level and chosen at run time (see
+// gelu_kernel.cpp); frugal/model/fused_gelu.h wraps them as an autograd op.
+#pragma once
+
+#include <cstdint>
+
+namespace frugal::internal {
+
+// y = x * Phi(x), n elements.
+void gelu_forward_f32(const float* x, float* y, int64_t n);
+// dx = dy * (Phi(x) + x * phi(x)).
+void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n);
+// The same on bfloat16 bit patterns: computed in float, rounded to nearest even.
+void gelu_forward_bf16(const uint16_t* x, uint16_t* y, int64_t n);
+void gelu_backward_bf16(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n);
+
+}  // namespace frugal::internal

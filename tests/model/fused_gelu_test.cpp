@@ -1,0 +1,105 @@
+// The fused GELU against torch::gelu: values and gradients, float and bfloat16, vector tails,
+// non-contiguous inputs and non-finite values.
+#include "frugal/model/fused_gelu.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <limits>
+
+namespace frugal {
+namespace {
+
+// Values across GELU's whole range (both tails, the bend near 0), an odd count so the vector
+// loops' scalar tails run too.
+at::Tensor inputs(int64_t n = 100003) {
+  torch::manual_seed(3);
+  auto x = torch::randn({n}) * 4;
+  x.narrow(0, 0, 9).copy_(torch::tensor({0.0f, -0.0f, 1e-30f, -1e-30f, 8.0f, -8.0f, 30.0f, -30.0f, -100.0f}));
+  return x;
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+TEST(FusedGelu, ForwardMatchesTorchGeluInFloat) {
+  auto x = inputs();
+  EXPECT_LT(max_abs_diff(fused_gelu(x), torch::gelu(x)), 1e-6);
+  // Far below zero: exactly 0 (true values are below 1e-38), not NaN.
+  EXPECT_EQ(fused_gelu(torch::tensor({-30.0f, -100.0f})).abs().max().item<float>(), 0.0f);
+}
+
+TEST(FusedGelu, GradientMatchesTorchGeluInFloat) {
+  auto x = inputs();
+  auto dy = torch::randn_like(x);
+  auto a = x.clone().requires_grad_(true), b = x.clone().requires_grad_(true);
+  fused_gelu(a).backward(dy);
+  torch::gelu(b).backward(dy);
+  EXPECT_LT(max_abs_diff(a.grad(), b.grad()), 2e-6);
+}
+
+TEST(FusedGelu, BFloat16IsTheFloatResultRoundedOnce) {
+  auto x = inputs().to(torch::kBFloat16);
+  auto dy = torch::randn(x.sizes()).to(torch::kBFloat16);
+  auto a = x.clone().requires_grad_(true);
+  auto y = fused_gelu(a);
+  y.backward(dy);
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  ASSERT_EQ(a.grad().scalar_type(), torch::kBFloat16);
+  // Exact maths in float, then one rounding to bfloat16 (half an ulp: 2^-8 relative), plus the
+  // float kernel's own 1e-6.
+  auto xf = x.to(torch::kFloat).requires_grad_(true);
+  auto yf = torch::gelu(xf);
+  yf.backward(dy.to(torch::kFloat));
+  auto within_half_ulp = [](const at::Tensor& got, const at::Tensor& want) {
+    auto err = (got.to(torch::kDouble) - want.to(torch::kDouble)).abs();
+    return (err <= want.to(torch::kDouble).abs() * (1.0 / 256) + 2e-6).all().item<bool>();
+  };
+  EXPECT_TRUE(within_half_ulp(y, yf.detach()));
+  EXPECT_TRUE(within_half_ulp(a.grad(), xf.grad()));
+  // And never more than one bfloat16 step from ATen's own bfloat16 GELU (give or take 2e-6:
+  // ATen computes 0.5 * (1 + erf) and loses the far negative tail, -5.9e-9 at x = -6, to 0).
+  auto ref = torch::gelu(x).to(torch::kFloat);
+  auto ulp = (ref.abs() * (1.0 / 128)).clamp_min(2e-6);
+  EXPECT_TRUE(((y.to(torch::kFloat) - ref).abs() <= ulp).all().item<bool>());
+}
+
+TEST(FusedGelu, NonContiguousInputsAndNoGradGiveTheSameValues) {
+  auto x = torch::randn({64, 37}) * 3;
+  auto t = x.t();  // non-contiguous view
+  ASSERT_FALSE(t.is_contiguous());
+  EXPECT_TRUE(torch::equal(fused_gelu(t), fused_gelu(t.contiguous())));
+  auto g = t.clone().requires_grad_(true);
+  auto with_grad = fused_gelu(g);
+  at::Tensor without;
+  {
+    torch::NoGradGuard ng;
+    without = fused_gelu(g);
+  }
+  EXPECT_TRUE(torch::equal(with_grad.detach(), without));
+  auto dy = torch::randn({64, 37}).t();  // a non-contiguous incoming gradient too
+  with_grad.backward(dy);
+  auto ref = t.clone().requires_grad_(true);
+  torch::gelu(ref).backward(dy);
+  EXPECT_LT(max_abs_diff(g.grad(), ref.grad()), 2e-6);
+}
+
+TEST(FusedGelu, NonFiniteValuesBehaveAsInTorchGelu) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  auto y = fused_gelu(torch::tensor({nan, inf}));
+  EXPECT_TRUE(std::isnan(y[0].item<float>()));
+  EXPECT_EQ(y[1].item<float>(), inf);
+  auto a = torch::tensor({nan, 1.0f}).requires_grad_(true);
+  fused_gelu(a).sum().backward();
+  EXPECT_TRUE(std::isnan(a.grad()[0].item<float>()));  // a NaN is never hidden from the scaler
+  EXPECT_TRUE(std::isfinite(a.grad()[1].item<float>()));
+}
+
+TEST(FusedGelu, OtherDtypesFallBackToTorchGelu) {
+  auto x = torch::randn({100}, torch::kDouble);
+  EXPECT_TRUE(torch::equal(fused_gelu(x), torch::gelu(x)));
+}
+
+}  // namespace
+}  // namespace frugal
