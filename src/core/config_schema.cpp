@@ -242,6 +242,9 @@ std::vector<KeySpec> build_schema() {
                          check_activation_checkpointing));
   s.push_back(int_key("memory.limit_mb", [](Config& c) -> int64_t& { return c.memory.limit_mb; }, 0,
                       kBig, "CPU live tensor memory limit in MiB (out-of-memory past it); 0 = cgroup limit or none"));
+  s.push_back(bool_key("memory.reuse_freed", [](Config& c) -> bool& { return c.memory.reuse_freed; },
+                       "keep freed tensor memory in the process for reuse (no page faults for repeat "
+                       "sizes); false = glibc returns it to the OS"));
   // [checkpoint]
   s.push_back(bool_key("checkpoint.enabled", [](Config& c) -> bool& { return c.checkpoint.enabled; },
                        "write checkpoints on the cadence and at the end; off = only on a stop signal"));

@@ -3,10 +3,14 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -112,6 +116,18 @@ void install_counting_allocator() {
 }
 
 bool counting_allocator_installed() { return g_installed; }
+
+bool keep_freed_memory_in_process() {
+#if defined(__GLIBC__)
+  // 32 MiB is the largest mmap threshold glibc accepts on 64-bit systems; setting either value
+  // also turns off glibc's own threshold adjustment (which trims the heap again and again).
+  static const bool ok = mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024) == 1 &&
+                         mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max()) == 1;
+  return ok;
+#else
+  return false;
+#endif
+}
 int64_t tensor_bytes_now() { return g_now.load(); }
 int64_t tensor_bytes_peak() { return g_peak.load(); }
 void reset_tensor_bytes_peak() { g_peak.store(g_now.load()); }

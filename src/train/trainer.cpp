@@ -100,6 +100,7 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
                                   "use run.device = \"cpu\"",
                                   c.run.device));
   s.threads = apply_thread_plan(static_cast<int>(c.run.threads));
+  if (c.memory.reuse_freed) keep_freed_memory_in_process();
   if (!s.device.is_cuda()) {
     install_counting_allocator();  // exact peak tensor memory, and memory.limit_mb
     s.memory_limit = std::make_unique<TensorBytesLimitGuard>(resolve_tensor_bytes_limit(c.memory.limit_mb));

@@ -83,6 +83,12 @@ struct MemoryConfig {
   // out-of-memory error CUDA throws, so the batch-size finder and the trainer's micro-batch
   // back-off work on CPU too. 0 = the cgroup's memory limit if there is one, else no limit.
   int64_t limit_mb = 0;
+  // Keep memory that freed tensors hand back to the C library in the process, for the next
+  // tensors to reuse, instead of returning it to the OS after every op (glibc malloc: blocks up to
+  // 32 MiB from the heap, no trimming). LibTorch's CPU allocator has no cache of its own, so
+  // without this a step's large activations come back as fresh pages the kernel faults in and
+  // zeroes, step after step. Costs: the process keeps its peak footprint until it exits.
+  bool reuse_freed = true;
 };
 
 // [budget] — cost, energy and carbon accounting, and the hard spending limit.

@@ -22,6 +22,13 @@ int64_t tensor_bytes_now();
 int64_t tensor_bytes_peak();
 void reset_tensor_bytes_peak();
 
+// [memory] reuse_freed: makes glibc's malloc keep memory freed by tensors in the process: blocks
+// up to 32 MiB come from the heap instead of their own mmap, and the heap is never trimmed, so a
+// tensor of a size seen before reuses pages already mapped instead of faulting in fresh zeroed
+// ones. Process-wide, for the rest of the process (malloc settings cannot be put back). Returns
+// false, changing nothing, where the C library is not glibc.
+bool keep_freed_memory_in_process();
+
 // Live tensor bytes allowed by the counting allocator; 0 = no limit. Thread-safe. The allocator
 // must be installed for the limit to act.
 void set_tensor_bytes_limit(int64_t bytes);
