@@ -87,6 +87,10 @@ std::vector<bool> checkpoint_plan(const std::string& spec, int64_t layers) {
     const int64_t n = std::stol(spec.substr(6));
     for (int64_t i = 0; i < layers; i += n) plan[static_cast<size_t>(i)] = true;
   }
+  // Never the last block: backward starts with it, so its recompute would follow its forward at
+  // once, and the memory it would free is needed for that recompute anyway (the peak with it
+  // checkpointed already holds one block's activations). Keeping them saves a block's forward.
+  if (!plan.empty()) plan.back() = false;
   return plan;
 }
 

@@ -115,8 +115,10 @@ TEST(ActivationCheckpointing, GradientsEqualPlainBackwardBitwiseEvenWithDropout)
 
 TEST(ActivationCheckpointing, PlanSelectsTheDocumentedBlocks) {
   EXPECT_EQ(checkpoint_plan("none", 4), std::vector<bool>({false, false, false, false}));
-  EXPECT_EQ(checkpoint_plan("blocks", 3), std::vector<bool>({true, true, true}));
-  EXPECT_EQ(checkpoint_plan("every:2", 5), std::vector<bool>({true, false, true, false, true}));
+  EXPECT_EQ(checkpoint_plan("blocks", 3), std::vector<bool>({true, true, false}));
+  EXPECT_EQ(checkpoint_plan("every:2", 5), std::vector<bool>({true, false, true, false, false}));
+  EXPECT_EQ(checkpoint_plan("every:2", 4), std::vector<bool>({true, false, true, false}));
+  EXPECT_EQ(checkpoint_plan("blocks", 1), std::vector<bool>({false}));
 }
 
 TEST(ActivationCheckpointing, BadSpecIsAConfigError) {

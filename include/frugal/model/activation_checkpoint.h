@@ -20,7 +20,8 @@ at::Tensor checkpointed(const CheckpointedFn& fn, const at::Tensor& x,
                         const std::vector<at::Tensor>& params);
 
 // Which of `layers` blocks to checkpoint for memory.activation_checkpointing ("none", "blocks",
-// "every:N" = blocks 0, N, 2N, ...).
+// "every:N" = blocks 0, N, 2N, ...), the last block excepted: its activations are the first
+// backward needs, so dropping them would only add a recompute without lowering the peak.
 std::vector<bool> checkpoint_plan(const std::string& spec, int64_t layers);
 
 }  // namespace frugal
