@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,7 +39,9 @@ def run_frugal(frugal, out_dir, sets, skip=3):
             "--set", "train.eval_batches=1", "--set", "train.answer_samples=0"]
     for s in sets:
         args += ["--set", s]
+    faults0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+    faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults0
     rates, opt_s = [], []
     with open(os.path.join(out_dir, "demo", "metrics.jsonl")) as f:
         for line in f:
@@ -48,6 +51,7 @@ def run_frugal(frugal, out_dir, sets, skip=3):
                 opt_s.append(j["optimizer_s"])
     with open(os.path.join(out_dir, "demo", "summary.json")) as f:
         summary = json.load(f)
+    summary["minor_page_faults"] = faults
     summary["optimizer_ms_median"] = 1e3 * statistics.median(opt_s)
     summary["step_ms_median"] = 1e3 * statistics.median(
         [summary["tokens"] / summary["steps"] / r for r in rates])
@@ -167,6 +171,18 @@ def main():
                                   "pytorch_reuse_freed_runs": pyr}
         rows.append((f"frugal vs PyTorch loop ({prec}, demo)", f"{rp:,.0f} -> {rf:,.0f} tok/s", f"{rf / rp:.2f}x"))
         rows.append((f"  the same, peer given frugal's malloc settings", f"{rr:,.0f} -> {rf:,.0f} tok/s", f"{rf / rr:.2f}x"))
+
+    # 5. [memory] reuse_freed: page faults (a count) and throughput, demo fp32, on vs off.
+    on, off = alternate(a.repeats, [fr(demo, ["precision.mode=fp32", "memory.reuse_freed=true"]),
+                                    fr(demo, ["precision.mode=fp32", "memory.reuse_freed=false"])])
+    pf_on = statistics.median(x[1]["minor_page_faults"] for x in on)
+    pf_off = statistics.median(x[1]["minor_page_faults"] for x in off)
+    t_on = statistics.median(x[0] for x in on)
+    t_off = statistics.median(x[0] for x in off)
+    result["reuse_freed"] = {"page_faults_on": pf_on, "page_faults_off": pf_off, "tokens_per_s_on": t_on,
+                             "tokens_per_s_off": t_off, "speedup": t_on / t_off}
+    rows.append(("memory.reuse_freed (demo, fp32; page faults per run)", f"{pf_off:,.0f} -> {pf_on:,.0f} faults",
+                 f"{t_on / t_off:.2f}x tok/s"))
 
     result["bench_seconds"] = time.time() - t_start
     with open(os.path.join(out_dir, "compute_levers.json"), "w") as f:
