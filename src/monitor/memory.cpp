@@ -128,6 +128,7 @@ bool keep_freed_memory_in_process() {
   return false;
 #endif
 }
+
 int64_t tensor_bytes_now() { return g_now.load(); }
 int64_t tensor_bytes_peak() { return g_peak.load(); }
 void reset_tensor_bytes_peak() { g_peak.store(g_now.load()); }
