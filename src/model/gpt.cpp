@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "frugal/data/packing.h"
+#include "frugal/model/fused_attention.h"
 #include "frugal/model/fused_gelu.h"
 
 namespace frugal {
@@ -27,7 +28,12 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& c)
 
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads_;
-  auto qkv = linear(qkv_, x).view({B, T, 3, heads_, D}).permute({2, 0, 3, 1, 4});
+  const at::Tensor projected = linear(qkv_, x);  // (B, T, 3C)
+  // frugal's own kernel wherever it applies: training and scoring a whole window on CPU (no
+  // cache, no dropout on the attention weights).
+  if (!cache && T > 1 && !(is_training() && dropout_ > 0) && fused_attention_supported(projected, heads_))
+    return resid_drop_->forward(linear(proj_, fused_causal_attention(projected, heads_)));
+  auto qkv = projected.view({B, T, 3, heads_, D}).permute({2, 0, 3, 1, 4});
   at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // (B, H, T, D)
   int64_t past = 0;
   if (cache) {

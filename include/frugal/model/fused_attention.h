@@ -1,0 +1,23 @@
+// Causal self-attention as one autograd op with frugal's own CPU loops, reading q, k and v in
+// place from the qkv projection's output and writing y already laid out for the output
+// projection: no reshape copies, no work on the masked half, no per-head BLAS calls (see
+// src/model/attention_kernel.cpp). Float or bfloat16 (computed in float; the softmax kept in
+// float for the backward). Same values as softmax(q k^T / sqrt(D) + causal mask) v to within
+// 1e-5 in float, gradients likewise (tested).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+namespace frugal {
+
+// Whether fused_causal_attention runs on this tensor: a contiguous-able (B, T, 3C) CPU tensor of
+// float or bfloat16 with C divisible by `heads`. Elsewhere (CUDA, other dtypes) the caller keeps
+// ATen's path.
+bool fused_attention_supported(const at::Tensor& qkv, int64_t heads);
+
+// qkv: (B, T, 3C), the projection's output viewed as (B, T, 3, heads, D). Returns y: (B, T, C),
+// y[b, t, h*D + d] = sum_{s <= t} softmax_s(q_t . k_s / sqrt(D)) v_s[d] per head h. No dropout
+// on the attention weights. Throws std::invalid_argument where not supported.
+at::Tensor fused_causal_attention(const at::Tensor& qkv, int64_t heads);
+
+}  // namespace frugal

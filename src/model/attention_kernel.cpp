@@ -1,0 +1,294 @@
+// The causal self-attention loops; see internal/attention_kernel.h.
+//
+// What they replace: ATen's path copies q, k and v out of the qkv projection into (B*H, T, D)
+// blocks, runs one small OpenBLAS call per head for q k^T and another for p v (a 64x64 by 64x32
+// product is mostly call overhead and packing), computes the masked upper half only to throw it
+// away, and copies y back into (B, T, C). Here each (batch, head) pair is one task: its q, k, v
+// are read strided from the projection into float scratch (k and v also transposed where a
+// product wants them), the products skip the tiles above the diagonal, and y / dqkv are written
+// straight into their final layouts.
+//
+// Every product is one register tile: 8 rows by 16 columns, accumulated over the shared
+// dimension in 8 vector registers (AVX-512; two or four narrower registers each on AVX2 and
+// baseline x86-64) and stored once, so no accumulator goes through memory inside the loop.
+// Scratch rows and columns are padded to multiples of 16 so tiles never need a narrower tail.
+// Row reductions (max, sum, the backward's row dot) use 16 fixed partial sums. Results do not
+// depend on the vector width or on how many threads ran: one task per head, always the same
+// arithmetic in the same order.
+//
+// Maths per head, S = scale q k^T (j <= i only), P = softmax_rows(S), y = P v; backward:
+//   dv = P^T dy,  dP = dy v^T,  dS = P * (dP - rowsum(P * dP)),  dq = scale dS k,  dk = scale dS^T q.
+#include "model/internal/attention_kernel.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "model/internal/simd_math.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace frugal::internal {
+namespace {
+
+constexpr int kLanes = 16;  // tile width, and the padding of every scratch row
+constexpr int kRows = 8;    // tile height: independent accumulators in flight
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// 16 floats as one value (GCC/Clang vector extension: one zmm on AVX-512, lowered to narrower
+// registers elsewhere); unaligned and allowed to alias float.
+typedef float Vec __attribute__((vector_size(kLanes * sizeof(float)), aligned(alignof(float)), may_alias));
+
+FRUGAL_INLINE float load(float x) { return x; }
+FRUGAL_INLINE float load(uint16_t x) { return bf16_to_float(x); }
+FRUGAL_INLINE void store(float* p, float v) { *p = v; }
+FRUGAL_INLINE void store(uint16_t* p, float v) { *p = float_to_bf16(v); }
+
+constexpr int64_t padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// c[r][0..16) = sum_{k < K} a[r * ar + k * ak] * b[k * ldb + 0..16) for the kRows rows r (row
+// stride ldc). (ar, ak) = (lda, 1) reads A, (1, lda) reads A transposed.
+FRUGAL_INLINE void tile(const float* a, int64_t ar, int64_t ak, const float* b, int64_t ldb, int64_t K, float* c,
+                        int64_t ldc) {
+  Vec acc[kRows] = {};
+  for (int64_t k = 0; k < K; ++k) {
+    const Vec bk = *reinterpret_cast<const Vec*>(b + k * ldb);
+    for (int r = 0; r < kRows; ++r) acc[r] += a[r * ar + k * ak] * bk;
+  }
+  for (int r = 0; r < kRows; ++r) *reinterpret_cast<Vec*>(c + r * ldc) = acc[r];
+}
+
+// Row reductions in a fixed order: 16 lane-wise partials, then the tail, then the lanes in turn.
+// A NaN never wins a comparison, so the max ignores it; the NaN still reaches every softmax
+// value of its row through exp(NaN - max).
+FRUGAL_INLINE float row_max(const float* x, int64_t n) {
+  float lane[kLanes];
+  for (int l = 0; l < kLanes; ++l) lane[l] = kNegInf;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+  float m = kNegInf;
+  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
+  for (int l = 0; l < kLanes; ++l) m = lane[l] > m ? lane[l] : m;
+  return m;
+}
+
+FRUGAL_INLINE float row_dot(const float* a, const float* b, int64_t n) {
+  float lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += a[j + l] * b[j + l];
+  float s = 0.0f;
+  for (; j < n; ++j) s += a[j] * b[j];
+  for (int l = 0; l < kLanes; ++l) s += lane[l];
+  return s;
+}
+
+// Row i of S (n = i + 1 scores) becomes the softmax, in place.
+FRUGAL_INLINE void softmax_row(float* s, int64_t n) {
+  const float m = row_max(s, n);
+  float lane[kLanes] = {};
+  float sum = 0.0f;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      s[j + l] = exp_nonpositive(s[j + l] - m);
+      lane[l] += s[j + l];
+    }
+  for (; j < n; ++j) {
+    s[j] = exp_nonpositive(s[j] - m);
+    sum += s[j];
+  }
+  for (int l = 0; l < kLanes; ++l) sum += lane[l];
+  const float inv = 1.0f / sum;
+  for (j = 0; j < n; ++j) s[j] *= inv;
+}
+
+// Pointers of one (batch, head) task. Rows of qkv are 3C apart (q at +0, k at +C, v at +2C
+// from the head's first column); rows of y / dy are C apart; probs is the head's T x T block.
+template <class Elem>
+struct Head {
+  const Elem* qkv;
+  Elem* out;  // y (forward) or dqkv (backward)
+  const Elem* dy;
+  float* probs;  // written by the forward, read by the backward
+  int64_t T, D, C;
+  float scale;
+};
+
+// S (or dP) for rows < T, tiles on or below the diagonal only: x (T x D, row stride Dp) times
+// the transposed block yt (D x T, row stride Tp).
+FRUGAL_INLINE void causal_product(const float* x, const float* yt, int64_t T, int64_t D, int64_t Dp, int64_t Tp,
+                                  float* out) {
+  for (int64_t i0 = 0; i0 < T; i0 += kRows)
+    for (int64_t j0 = 0; j0 < std::min(i0 + kRows, T); j0 += kLanes)
+      tile(x + i0 * Dp, Dp, 1, yt + j0, Tp, D, out + i0 * Tp + j0, Tp);
+}
+
+template <class Elem>
+FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
+  const int64_t T = h.T, D = h.D, C = h.C, row = 3 * C, Tp = padded(T), Dp = padded(D);
+  float* q = scratch;       // Tp x Dp, times scale
+  float* kt = q + Tp * Dp;  // Dp x Tp
+  float* v = kt + Dp * Tp;  // Tp x Dp
+  float* y = v + Tp * Dp;   // Tp x Dp
+  float* s = y + Tp * Dp;   // Tp x Tp: scores, then probabilities (0 above the diagonal)
+  const float scale = h.scale;
+  for (int64_t t = 0; t < T; ++t) {
+    const Elem* __restrict r = h.qkv + t * row;
+    float* __restrict qt = q + t * Dp;
+    float* __restrict vt = v + t * Dp;
+    for (int64_t d = 0; d < D; ++d) qt[d] = load(r[d]) * scale;
+    for (int64_t d = 0; d < D; ++d) vt[d] = load(r[2 * C + d]);
+    for (int64_t d = 0; d < D; ++d) kt[d * Tp + t] = load(r[C + d]);
+  }
+  causal_product(q, kt, T, D, Dp, Tp, s);
+  for (int64_t i = 0; i < T; ++i) {
+    float* si = s + i * Tp;
+    softmax_row(si, i + 1);
+    for (int64_t j = i + 1; j < Tp; ++j) si[j] = 0.0f;
+    std::copy(si, si + T, h.probs + i * T);
+  }
+  for (int64_t i0 = 0; i0 < T; i0 += kRows)
+    for (int64_t d0 = 0; d0 < D; d0 += kLanes)
+      tile(s + i0 * Tp, Tp, 1, v + d0, Dp, std::min(i0 + kRows, T), y + i0 * Dp + d0, Dp);
+  for (int64_t t = 0; t < T; ++t) {
+    Elem* __restrict out = h.out + t * C;
+    const float* __restrict yt = y + t * Dp;
+    for (int64_t d = 0; d < D; ++d) store(out + d, yt[d]);
+  }
+}
+
+template <class Elem>
+FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
+  const int64_t T = h.T, D = h.D, C = h.C, row = 3 * C, Tp = padded(T), Dp = padded(D);
+  float* q = scratch;       // Tp x Dp
+  float* k = q + Tp * Dp;   // Tp x Dp
+  float* vt = k + Tp * Dp;  // Dp x Tp
+  float* g = vt + Dp * Tp;  // Tp x Dp: dy
+  float* dq = g + Tp * Dp;  // Tp x Dp each
+  float* dk = dq + Tp * Dp;
+  float* dv = dk + Tp * Dp;
+  float* p = dv + Tp * Dp;  // Tp x Tp: P (0 above the diagonal)
+  float* ds = p + Tp * Tp;  // Tp x Tp: dP, then dS (0 above the diagonal)
+  for (int64_t t = 0; t < T; ++t) {
+    const Elem* __restrict r = h.qkv + t * row;
+    const Elem* __restrict gr = h.dy + t * C;
+    float* __restrict qt = q + t * Dp;
+    float* __restrict kt = k + t * Dp;
+    float* __restrict gt = g + t * Dp;
+    for (int64_t d = 0; d < D; ++d) qt[d] = load(r[d]);
+    for (int64_t d = 0; d < D; ++d) kt[d] = load(r[C + d]);
+    for (int64_t d = 0; d < D; ++d) gt[d] = load(gr[d]);
+    for (int64_t d = 0; d < D; ++d) vt[d * Tp + t] = load(r[2 * C + d]);
+    std::copy(h.probs + t * T, h.probs + (t + 1) * T, p + t * Tp);
+    std::fill(p + t * Tp + T, p + (t + 1) * Tp, 0.0f);
+  }
+  causal_product(g, vt, T, D, Dp, Tp, ds);  // dP
+  for (int64_t i = 0; i < T; ++i) {
+    const float* pi = p + i * Tp;
+    float* di = ds + i * Tp;
+    const int64_t n = i + 1;
+    const float delta = row_dot(pi, di, n);
+    for (int64_t j = 0; j < n; ++j) di[j] = pi[j] * (di[j] - delta) * h.scale;
+    for (int64_t j = n; j < Tp; ++j) di[j] = 0.0f;
+  }
+  for (int64_t i0 = 0; i0 < T; i0 += kRows) {
+    const int64_t j0 = i0;  // rows j0.. of dk / dv: query rows i >= j0 contribute
+    for (int64_t d0 = 0; d0 < D; d0 += kLanes) {
+      tile(ds + i0 * Tp, Tp, 1, k + d0, Dp, std::min(i0 + kRows, T), dq + i0 * Dp + d0, Dp);
+      tile(ds + j0 * Tp + j0, 1, Tp, q + j0 * Dp + d0, Dp, T - j0, dk + j0 * Dp + d0, Dp);
+      tile(p + j0 * Tp + j0, 1, Tp, g + j0 * Dp + d0, Dp, T - j0, dv + j0 * Dp + d0, Dp);
+    }
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    Elem* __restrict out = h.out + t * row;
+    const float* __restrict a = dq + t * Dp;
+    const float* __restrict b = dk + t * Dp;
+    const float* __restrict c = dv + t * Dp;
+    for (int64_t d = 0; d < D; ++d) store(out + d, a[d]);
+    for (int64_t d = 0; d < D; ++d) store(out + C + d, b[d]);
+    for (int64_t d = 0; d < D; ++d) store(out + 2 * C + d, c[d]);
+  }
+}
+
+int thread_index() {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+// Runs task(head, scratch) for every (batch, head) pair over `threads` threads, each with its
+// own scratch of `scratch_floats` (allocated here, before any thread starts, so a failed
+// allocation throws in the caller's thread).
+template <class Elem, class Task>
+void for_each_head(const Elem* qkv, Elem* out, const Elem* dy, float* probs, const AttentionShape& s,
+                   float scale, int threads, int64_t scratch_floats, Task task) {
+  if (threads < 1) threads = 1;
+  const int64_t C = s.heads * s.head_dim, units = s.batch * s.heads, T = s.seq;
+  std::vector<float> scratch(static_cast<size_t>(threads) * static_cast<size_t>(scratch_floats));
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t b = u / s.heads, hd = (u % s.heads) * s.head_dim;
+    const bool backward = dy != nullptr;
+    Head<Elem> h{qkv + b * T * 3 * C + hd,
+                 out + b * T * (backward ? 3 * C : C) + hd,
+                 backward ? dy + b * T * C + hd : nullptr,
+                 probs + u * T * T,
+                 T,
+                 s.head_dim,
+                 C,
+                 scale};
+    task(h, scratch.data() + thread_index() * scratch_floats);
+  }
+  (void)threads;
+}
+
+int64_t forward_scratch(const AttentionShape& s) {
+  const int64_t Tp = padded(s.seq), Dp = padded(s.head_dim);
+  return 4 * Tp * Dp + Tp * Tp;
+}
+int64_t backward_scratch(const AttentionShape& s) {
+  const int64_t Tp = padded(s.seq), Dp = padded(s.head_dim);
+  return 7 * Tp * Dp + 2 * Tp * Tp;
+}
+
+}  // namespace
+
+// One clone set per element type and direction; the OpenMP loop above stays outside them.
+namespace detail {
+FRUGAL_ISA_CLONES void forward_head_f32(const Head<float>& h, float* scratch) { forward_head(h, scratch); }
+FRUGAL_ISA_CLONES void forward_head_bf16(const Head<uint16_t>& h, float* scratch) { forward_head(h, scratch); }
+FRUGAL_ISA_CLONES void backward_head_f32(const Head<float>& h, float* scratch) { backward_head(h, scratch); }
+FRUGAL_ISA_CLONES void backward_head_bf16(const Head<uint16_t>& h, float* scratch) { backward_head(h, scratch); }
+}  // namespace detail
+
+void attention_forward_f32(const float* qkv, float* y, float* probs, const AttentionShape& shape, float scale,
+                           int threads) {
+  for_each_head(qkv, y, static_cast<const float*>(nullptr), probs, shape, scale, threads, forward_scratch(shape),
+                detail::forward_head_f32);
+}
+
+void attention_backward_f32(const float* qkv, const float* probs, const float* dy, float* dqkv,
+                            const AttentionShape& shape, float scale, int threads) {
+  for_each_head(qkv, dqkv, dy, const_cast<float*>(probs), shape, scale, threads, backward_scratch(shape),
+                detail::backward_head_f32);
+}
+
+void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* probs, const AttentionShape& shape,
+                            float scale, int threads) {
+  for_each_head(qkv, y, static_cast<const uint16_t*>(nullptr), probs, shape, scale, threads,
+                forward_scratch(shape), detail::forward_head_bf16);
+}
+
+void attention_backward_bf16(const uint16_t* qkv, const float* probs, const uint16_t* dy, uint16_t* dqkv,
+                             const AttentionShape& shape, float scale, int threads) {
+  for_each_head(qkv, dqkv, dy, const_cast<float*>(probs), shape, scale, threads, backward_scratch(shape),
+                detail::backward_head_bf16);
+}
+
+}  // namespace frugal::internal
