@@ -17,10 +17,11 @@ at::Tensor forward_kernel(const at::Tensor& input) {
   at::Tensor x = input.contiguous();
   at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
   if (x.scalar_type() == at::kFloat) {
-    internal::gelu_forward_f32(x.data_ptr<float>(), y.data_ptr<float>(), x.numel());
+    internal::gelu_forward_f32(x.data_ptr<float>(), y.data_ptr<float>(), x.numel(), at::get_num_threads());
   } else {
     internal::gelu_forward_bf16(reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>()),
-                                reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>()), x.numel());
+                                reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>()), x.numel(),
+                                at::get_num_threads());
   }
   return y;
 }
@@ -30,10 +31,11 @@ at::Tensor backward_kernel(const at::Tensor& grad, const at::Tensor& input) {
   at::Tensor x = input.contiguous(), dy = grad.contiguous();
   at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
   if (x.scalar_type() == at::kFloat) {
-    internal::gelu_backward_f32(x.data_ptr<float>(), dy.data_ptr<float>(), dx.data_ptr<float>(), x.numel());
+    internal::gelu_backward_f32(x.data_ptr<float>(), dy.data_ptr<float>(), dx.data_ptr<float>(), x.numel(),
+                                at::get_num_threads());
   } else {
     auto bits = [](const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); };
-    internal::gelu_backward_bf16(bits(x), bits(dy), bits(dx), x.numel());
+    internal::gelu_backward_bf16(bits(x), bits(dy), bits(dx), x.numel(), at::get_num_threads());
   }
   return dx;
 }

@@ -34,6 +34,10 @@ FRUGAL_INLINE PhiPdf phi(float x) {
 
 }  // namespace
 
+// The loops over one span, cloned per ISA level; the public entry points below split [0, n)
+// into one span per thread.
+namespace detail {
+
 FRUGAL_ISA_CLONES void gelu_forward_f32(const float* __restrict x, float* __restrict y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * phi(x[i]).cdf;
 }
@@ -60,6 +64,24 @@ FRUGAL_ISA_CLONES void gelu_backward_bf16(const uint16_t* __restrict x, const ui
     const PhiPdf p = phi(v);
     dx[i] = float_to_bf16(bf16_to_float(dy[i]) * (p.cdf + v * p.pdf));
   }
+}
+
+}  // namespace detail
+
+void gelu_forward_f32(const float* x, float* y, int64_t n, int threads) {
+  parallel_spans(n, threads, [&](int64_t b, int64_t e) { detail::gelu_forward_f32(x + b, y + b, e - b); });
+}
+
+void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n, int threads) {
+  parallel_spans(n, threads, [&](int64_t b, int64_t e) { detail::gelu_backward_f32(x + b, dy + b, dx + b, e - b); });
+}
+
+void gelu_forward_bf16(const uint16_t* x, uint16_t* y, int64_t n, int threads) {
+  parallel_spans(n, threads, [&](int64_t b, int64_t e) { detail::gelu_forward_bf16(x + b, y + b, e - b); });
+}
+
+void gelu_backward_bf16(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n, int threads) {
+  parallel_spans(n, threads, [&](int64_t b, int64_t e) { detail::gelu_backward_bf16(x + b, dy + b, dx + b, e - b); });
 }
 
 }  // namespace frugal::internal

@@ -101,5 +101,22 @@ TEST(FusedGelu, OtherDtypesFallBackToTorchGelu) {
   EXPECT_TRUE(torch::equal(fused_gelu(x), torch::gelu(x)));
 }
 
+TEST(FusedGelu, ResultsDoNotDependOnTheThreadCount) {
+  auto x = inputs(1 << 17);  // large enough to be split over two threads
+  auto dy = torch::randn_like(x);
+  const int before = at::get_num_threads();
+  auto run = [&](int threads) {
+    at::set_num_threads(threads);
+    auto a = x.clone().requires_grad_(true);
+    auto y = fused_gelu(a);
+    y.backward(dy);
+    return std::make_pair(y.detach(), a.grad());
+  };
+  auto one = run(1), two = run(2);
+  at::set_num_threads(before);
+  EXPECT_TRUE(torch::equal(one.first, two.first));
+  EXPECT_TRUE(torch::equal(one.second, two.second));
+}
+
 }  // namespace
 }  // namespace frugal

@@ -1,6 +1,8 @@
 // Raw CPU loops of the fused GELU (exact, erf form). Built in their own translation unit, without
 // LibTorch headers, once per x86 instruction-set level and chosen at run time (see
-// gelu_kernel.cpp); frugal/model/fused_gelu.h wraps them as an autograd op.
+// gelu_kernel.cpp); frugal/model/fused_gelu.h wraps them as an autograd op. Each call splits its
+// n elements into one contiguous span per thread (up to `threads`; OpenMP): element-wise, so the
+// result does not depend on the thread count.
 #pragma once
 
 #include <cstdint>
@@ -8,11 +10,11 @@
 namespace frugal::internal {
 
 // y = x * Phi(x), n elements.
-void gelu_forward_f32(const float* x, float* y, int64_t n);
+void gelu_forward_f32(const float* x, float* y, int64_t n, int threads);
 // dx = dy * (Phi(x) + x * phi(x)).
-void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n);
+void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n, int threads);
 // The same on bfloat16 bit patterns: computed in float, rounded to nearest even.
-void gelu_forward_bf16(const uint16_t* x, uint16_t* y, int64_t n);
-void gelu_backward_bf16(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n);
+void gelu_forward_bf16(const uint16_t* x, uint16_t* y, int64_t n, int threads);
+void gelu_backward_bf16(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int64_t n, int threads);
 
 }  // namespace frugal::internal
