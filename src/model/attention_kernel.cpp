@@ -6,7 +6,11 @@
 // away, and copies y back into (B, T, C). Here each (batch, head) pair is one task: its q, k, v
 // are read strided from the projection into float scratch (k and v also transposed where a
 // product wants them), the products skip the tiles above the diagonal, and y / dqkv are written
-// straight into their final layouts.
+// straight into their final layouts. Like FlashAttention, the forward keeps only two floats per
+// query row (the row max and 1 / row sum of the softmax), not the T x T softmax that ATen's path
+// keeps for the backward: the backward recomputes the scores with the same tiles and the same
+// arithmetic, so it sees exactly the forward's probabilities (bitwise) at the cost of one more
+// q k^T product, and a long context no longer stores a (B, H, T, T) tensor per layer.
 //
 // Every product is one register tile: 8 rows by 16 columns, accumulated over the shared
 // dimension in 8 vector registers (AVX-512; two or four narrower registers each on AVX2 and
@@ -86,8 +90,8 @@ FRUGAL_INLINE float row_dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// Row i of S (n = i + 1 scores) becomes the softmax, in place.
-FRUGAL_INLINE void softmax_row(float* s, int64_t n) {
+// Row i of S (n = i + 1 scores) becomes the softmax, in place; stats gets {max, 1 / sum}.
+FRUGAL_INLINE void softmax_row(float* s, int64_t n, float* stats) {
   const float m = row_max(s, n);
   float lane[kLanes] = {};
   float sum = 0.0f;
@@ -104,16 +108,24 @@ FRUGAL_INLINE void softmax_row(float* s, int64_t n) {
   for (int l = 0; l < kLanes; ++l) sum += lane[l];
   const float inv = 1.0f / sum;
   for (j = 0; j < n; ++j) s[j] *= inv;
+  stats[0] = m;
+  stats[1] = inv;
+}
+
+// The same probabilities again from the same scores and the forward's stats.
+FRUGAL_INLINE void softmax_row_again(float* s, int64_t n, const float* stats) {
+  const float m = stats[0], inv = stats[1];
+  for (int64_t j = 0; j < n; ++j) s[j] = exp_nonpositive(s[j] - m) * inv;
 }
 
 // Pointers of one (batch, head) task. Rows of qkv are 3C apart (q at +0, k at +C, v at +2C
-// from the head's first column); rows of y / dy are C apart; probs is the head's T x T block.
+// from the head's first column); rows of y / dy are C apart; stats is the head's T x 2 block.
 template <class Elem>
 struct Head {
   const Elem* qkv;
   Elem* out;  // y (forward) or dqkv (backward)
   const Elem* dy;
-  float* probs;  // written by the forward, read by the backward
+  float* stats;  // written by the forward, read by the backward
   int64_t T, D, C;
   float scale;
 };
@@ -147,9 +159,8 @@ FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
   causal_product(q, kt, T, D, Dp, Tp, s);
   for (int64_t i = 0; i < T; ++i) {
     float* si = s + i * Tp;
-    softmax_row(si, i + 1);
+    softmax_row(si, i + 1, h.stats + 2 * i);
     for (int64_t j = i + 1; j < Tp; ++j) si[j] = 0.0f;
-    std::copy(si, si + T, h.probs + i * T);
   }
   for (int64_t i0 = 0; i0 < T; i0 += kRows)
     for (int64_t d0 = 0; d0 < D; d0 += kLanes)
@@ -164,27 +175,37 @@ FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
 template <class Elem>
 FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
   const int64_t T = h.T, D = h.D, C = h.C, row = 3 * C, Tp = padded(T), Dp = padded(D);
-  float* q = scratch;       // Tp x Dp
-  float* k = q + Tp * Dp;   // Tp x Dp
-  float* vt = k + Tp * Dp;  // Dp x Tp
-  float* g = vt + Dp * Tp;  // Tp x Dp: dy
-  float* dq = g + Tp * Dp;  // Tp x Dp each
+  float* q = scratch;        // Tp x Dp
+  float* qs = q + Tp * Dp;   // Tp x Dp: q times scale, as the forward used it
+  float* k = qs + Tp * Dp;   // Tp x Dp
+  float* kt = k + Tp * Dp;   // Dp x Tp
+  float* vt = kt + Dp * Tp;  // Dp x Tp
+  float* g = vt + Dp * Tp;   // Tp x Dp: dy
+  float* dq = g + Tp * Dp;   // Tp x Dp each
   float* dk = dq + Tp * Dp;
   float* dv = dk + Tp * Dp;
   float* p = dv + Tp * Dp;  // Tp x Tp: P (0 above the diagonal)
   float* ds = p + Tp * Tp;  // Tp x Tp: dP, then dS (0 above the diagonal)
+  const float scale = h.scale;
   for (int64_t t = 0; t < T; ++t) {
     const Elem* __restrict r = h.qkv + t * row;
     const Elem* __restrict gr = h.dy + t * C;
     float* __restrict qt = q + t * Dp;
-    float* __restrict kt = k + t * Dp;
+    float* __restrict qst = qs + t * Dp;
+    float* __restrict kr = k + t * Dp;
     float* __restrict gt = g + t * Dp;
     for (int64_t d = 0; d < D; ++d) qt[d] = load(r[d]);
-    for (int64_t d = 0; d < D; ++d) kt[d] = load(r[C + d]);
+    for (int64_t d = 0; d < D; ++d) qst[d] = qt[d] * scale;
+    for (int64_t d = 0; d < D; ++d) kr[d] = load(r[C + d]);
     for (int64_t d = 0; d < D; ++d) gt[d] = load(gr[d]);
+    for (int64_t d = 0; d < D; ++d) kt[d * Tp + t] = kr[d];
     for (int64_t d = 0; d < D; ++d) vt[d * Tp + t] = load(r[2 * C + d]);
-    std::copy(h.probs + t * T, h.probs + (t + 1) * T, p + t * Tp);
-    std::fill(p + t * Tp + T, p + (t + 1) * Tp, 0.0f);
+  }
+  causal_product(qs, kt, T, D, Dp, Tp, p);  // S, exactly as in the forward
+  for (int64_t i = 0; i < T; ++i) {
+    float* pi = p + i * Tp;
+    softmax_row_again(pi, i + 1, h.stats + 2 * i);
+    for (int64_t j = i + 1; j < Tp; ++j) pi[j] = 0.0f;
   }
   causal_product(g, vt, T, D, Dp, Tp, ds);  // dP
   for (int64_t i = 0; i < T; ++i) {
@@ -226,7 +247,7 @@ int thread_index() {
 // own scratch of `scratch_floats` (allocated here, before any thread starts, so a failed
 // allocation throws in the caller's thread).
 template <class Elem, class Task>
-void for_each_head(const Elem* qkv, Elem* out, const Elem* dy, float* probs, const AttentionShape& s,
+void for_each_head(const Elem* qkv, Elem* out, const Elem* dy, float* stats, const AttentionShape& s,
                    float scale, int threads, int64_t scratch_floats, Task task) {
   if (threads < 1) threads = 1;
   const int64_t C = s.heads * s.head_dim, units = s.batch * s.heads, T = s.seq;
@@ -238,7 +259,7 @@ void for_each_head(const Elem* qkv, Elem* out, const Elem* dy, float* probs, con
     Head<Elem> h{qkv + b * T * 3 * C + hd,
                  out + b * T * (backward ? 3 * C : C) + hd,
                  backward ? dy + b * T * C + hd : nullptr,
-                 probs + u * T * T,
+                 stats + u * T * 2,
                  T,
                  s.head_dim,
                  C,
@@ -254,7 +275,7 @@ int64_t forward_scratch(const AttentionShape& s) {
 }
 int64_t backward_scratch(const AttentionShape& s) {
   const int64_t Tp = padded(s.seq), Dp = padded(s.head_dim);
-  return 7 * Tp * Dp + 2 * Tp * Tp;
+  return 7 * Tp * Dp + 2 * Dp * Tp + 2 * Tp * Tp;
 }
 
 }  // namespace
@@ -267,27 +288,27 @@ FRUGAL_ISA_CLONES void backward_head_f32(const Head<float>& h, float* scratch) {
 FRUGAL_ISA_CLONES void backward_head_bf16(const Head<uint16_t>& h, float* scratch) { backward_head(h, scratch); }
 }  // namespace detail
 
-void attention_forward_f32(const float* qkv, float* y, float* probs, const AttentionShape& shape, float scale,
+void attention_forward_f32(const float* qkv, float* y, float* stats, const AttentionShape& shape, float scale,
                            int threads) {
-  for_each_head(qkv, y, static_cast<const float*>(nullptr), probs, shape, scale, threads, forward_scratch(shape),
+  for_each_head(qkv, y, static_cast<const float*>(nullptr), stats, shape, scale, threads, forward_scratch(shape),
                 detail::forward_head_f32);
 }
 
-void attention_backward_f32(const float* qkv, const float* probs, const float* dy, float* dqkv,
+void attention_backward_f32(const float* qkv, const float* stats, const float* dy, float* dqkv,
                             const AttentionShape& shape, float scale, int threads) {
-  for_each_head(qkv, dqkv, dy, const_cast<float*>(probs), shape, scale, threads, backward_scratch(shape),
+  for_each_head(qkv, dqkv, dy, const_cast<float*>(stats), shape, scale, threads, backward_scratch(shape),
                 detail::backward_head_f32);
 }
 
-void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* probs, const AttentionShape& shape,
+void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* stats, const AttentionShape& shape,
                             float scale, int threads) {
-  for_each_head(qkv, y, static_cast<const uint16_t*>(nullptr), probs, shape, scale, threads,
+  for_each_head(qkv, y, static_cast<const uint16_t*>(nullptr), stats, shape, scale, threads,
                 forward_scratch(shape), detail::forward_head_bf16);
 }
 
-void attention_backward_bf16(const uint16_t* qkv, const float* probs, const uint16_t* dy, uint16_t* dqkv,
+void attention_backward_bf16(const uint16_t* qkv, const float* stats, const uint16_t* dy, uint16_t* dqkv,
                              const AttentionShape& shape, float scale, int threads) {
-  for_each_head(qkv, dqkv, dy, const_cast<float*>(probs), shape, scale, threads, backward_scratch(shape),
+  for_each_head(qkv, dqkv, dy, const_cast<float*>(stats), shape, scale, threads, backward_scratch(shape),
                 detail::backward_head_bf16);
 }
 

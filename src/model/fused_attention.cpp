@@ -22,33 +22,33 @@ float scale_of(const internal::AttentionShape& s) {
 
 uint16_t* bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 
-// Returns {y, probs}.
+// Returns {y, stats}: stats holds the softmax row max and 1 / sum, (B, H, T, 2) float.
 std::pair<at::Tensor, at::Tensor> forward_kernel(const at::Tensor& qkv, int64_t heads) {
   // Named in profiles (the backward shows as the autograd node).
   RECORD_FUNCTION("frugal::fused_causal_attention", std::vector<c10::IValue>());
   const auto s = shape_of(qkv, heads);
   at::Tensor y = at::empty({s.batch, s.seq, s.heads * s.head_dim}, qkv.options());
-  at::Tensor probs = at::empty({s.batch, s.heads, s.seq, s.seq}, qkv.options().dtype(at::kFloat));
+  at::Tensor stats = at::empty({s.batch, s.heads, s.seq, 2}, qkv.options().dtype(at::kFloat));
   const int threads = at::get_num_threads();
   if (qkv.scalar_type() == at::kFloat) {
-    internal::attention_forward_f32(qkv.data_ptr<float>(), y.data_ptr<float>(), probs.data_ptr<float>(), s,
+    internal::attention_forward_f32(qkv.data_ptr<float>(), y.data_ptr<float>(), stats.data_ptr<float>(), s,
                                     scale_of(s), threads);
   } else {
-    internal::attention_forward_bf16(bits(qkv), bits(y), probs.data_ptr<float>(), s, scale_of(s), threads);
+    internal::attention_forward_bf16(bits(qkv), bits(y), stats.data_ptr<float>(), s, scale_of(s), threads);
   }
-  return {y, probs};
+  return {y, stats};
 }
 
-at::Tensor backward_kernel(const at::Tensor& qkv, const at::Tensor& probs, const at::Tensor& grad, int64_t heads) {
+at::Tensor backward_kernel(const at::Tensor& qkv, const at::Tensor& stats, const at::Tensor& grad, int64_t heads) {
   const auto s = shape_of(qkv, heads);
   at::Tensor dy = grad.to(qkv.scalar_type()).contiguous();
   at::Tensor dqkv = at::empty_like(qkv, at::MemoryFormat::Contiguous);
   const int threads = at::get_num_threads();
   if (qkv.scalar_type() == at::kFloat) {
-    internal::attention_backward_f32(qkv.data_ptr<float>(), probs.data_ptr<float>(), dy.data_ptr<float>(),
+    internal::attention_backward_f32(qkv.data_ptr<float>(), stats.data_ptr<float>(), dy.data_ptr<float>(),
                                      dqkv.data_ptr<float>(), s, scale_of(s), threads);
   } else {
-    internal::attention_backward_bf16(bits(qkv), probs.data_ptr<float>(), bits(dy), bits(dqkv), s, scale_of(s),
+    internal::attention_backward_bf16(bits(qkv), stats.data_ptr<float>(), bits(dy), bits(dqkv), s, scale_of(s),
                                       threads);
   }
   return dqkv;
@@ -57,8 +57,8 @@ at::Tensor backward_kernel(const at::Tensor& qkv, const at::Tensor& probs, const
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& qkv, int64_t heads) {
-    auto [y, probs] = forward_kernel(qkv, heads);
-    ctx->save_for_backward({qkv, probs});
+    auto [y, stats] = forward_kernel(qkv, heads);
+    ctx->save_for_backward({qkv, stats});
     ctx->saved_data["heads"] = heads;
     return y;
   }

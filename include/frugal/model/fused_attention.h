@@ -1,9 +1,10 @@
 // Causal self-attention as one autograd op with frugal's own CPU loops, reading q, k and v in
 // place from the qkv projection's output and writing y already laid out for the output
 // projection: no reshape copies, no work on the masked half, no per-head BLAS calls (see
-// src/model/attention_kernel.cpp). Float or bfloat16 (computed in float; the softmax kept in
-// float for the backward). Same values as softmax(q k^T / sqrt(D) + causal mask) v to within
-// 1e-5 in float, gradients likewise (tested).
+// src/model/attention_kernel.cpp), and no (B, H, T, T) softmax kept for the backward: two
+// floats per query row, the probabilities recomputed exactly. Float or bfloat16 (computed in
+// float). Same values as softmax(q k^T / sqrt(D) + causal mask) v to within 1e-5 in float,
+// gradients likewise (tested).
 #pragma once
 
 #include <ATen/core/Tensor.h>
