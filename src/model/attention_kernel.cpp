@@ -8,9 +8,9 @@
 // product wants them), the products skip the tiles above the diagonal, and y / dqkv are written
 // straight into their final layouts. Like FlashAttention, the forward keeps only two floats per
 // query row (the row max and 1 / row sum of the softmax), not the T x T softmax that ATen's path
-// keeps for the backward: the backward recomputes the scores with the same tiles and the same
-// arithmetic, so it sees exactly the forward's probabilities (bitwise) at the cost of one more
-// q k^T product, and a long context no longer stores a (B, H, T, T) tensor per layer.
+// keeps for the backward: the backward recomputes the scores and probabilities with the same
+// tiles and the same arithmetic as the forward, at the cost of one more q k^T product, and a
+// long context no longer stores a (B, H, T, T) tensor per layer.
 //
 // Every product is one register tile: 8 rows by 16 columns, accumulated over the shared
 // dimension in 8 vector registers (AVX-512; two or four narrower registers each on AVX2 and
@@ -201,7 +201,7 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
     for (int64_t d = 0; d < D; ++d) kt[d * Tp + t] = kr[d];
     for (int64_t d = 0; d < D; ++d) vt[d * Tp + t] = load(r[2 * C + d]);
   }
-  causal_product(qs, kt, T, D, Dp, Tp, p);  // S, exactly as in the forward
+  causal_product(qs, kt, T, D, Dp, Tp, p);  // S, as in the forward
   for (int64_t i = 0; i < T; ++i) {
     float* pi = p + i * Tp;
     softmax_row_again(pi, i + 1, h.stats + 2 * i);

@@ -2,7 +2,7 @@
 // place from the qkv projection's output and writing y already laid out for the output
 // projection: no reshape copies, no work on the masked half, no per-head BLAS calls (see
 // src/model/attention_kernel.cpp), and no (B, H, T, T) softmax kept for the backward: two
-// floats per query row, the probabilities recomputed exactly. Float or bfloat16 (computed in
+// floats per query row, the probabilities recomputed from them. Float or bfloat16 (computed in
 // float). Same values as softmax(q k^T / sqrt(D) + causal mask) v to within 1e-5 in float,
 // gradients likewise (tested).
 #pragma once
