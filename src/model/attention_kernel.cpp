@@ -6,11 +6,12 @@
 // away, and copies y back into (B, T, C). Here each (batch, head) pair is one task: its q, k, v
 // are read strided from the projection into float scratch (k and v also transposed where a
 // product wants them), the products skip the tiles above the diagonal, and y / dqkv are written
-// straight into their final layouts. Like FlashAttention, the forward keeps only two floats per
-// query row (the row max and 1 / row sum of the softmax), not the T x T softmax that ATen's path
-// keeps for the backward: the backward recomputes the scores and probabilities with the same
-// tiles and the same arithmetic as the forward, at the cost of one more q k^T product, and a
-// long context no longer stores a (B, H, T, T) tensor per layer.
+// straight into their final layouts. The forward always keeps two floats per query row (the row
+// max and 1 / row sum of the softmax); the T x T softmax itself, which ATen's path keeps for the
+// backward, only when the caller asks (fused_attention.cpp: while it is no larger than q, k, v).
+// Without it the backward recomputes the scores and probabilities with the same tiles and the
+// same arithmetic as the forward (as FlashAttention does), at the cost of one more q k^T
+// product, so a long context stores no (B, H, T, T) tensor per layer.
 //
 // Every product is one register tile: 8 rows by 16 columns, accumulated over the shared
 // dimension in 8 vector registers (AVX-512; two or four narrower registers each on AVX2 and
@@ -119,13 +120,15 @@ FRUGAL_INLINE void softmax_row_again(float* s, int64_t n, const float* stats) {
 }
 
 // Pointers of one (batch, head) task. Rows of qkv are 3C apart (q at +0, k at +C, v at +2C
-// from the head's first column); rows of y / dy are C apart; stats is the head's T x 2 block.
+// from the head's first column); rows of y / dy are C apart; stats is the head's T x 2 block,
+// probs its T x T block or null.
 template <class Elem>
 struct Head {
   const Elem* qkv;
   Elem* out;  // y (forward) or dqkv (backward)
   const Elem* dy;
   float* stats;  // written by the forward, read by the backward
+  float* probs;  // likewise where not null
   int64_t T, D, C;
   float scale;
 };
@@ -161,6 +164,7 @@ FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
     float* si = s + i * Tp;
     softmax_row(si, i + 1, h.stats + 2 * i);
     for (int64_t j = i + 1; j < Tp; ++j) si[j] = 0.0f;
+    if (h.probs) std::copy(si, si + T, h.probs + i * T);
   }
   for (int64_t i0 = 0; i0 < T; i0 += kRows)
     for (int64_t d0 = 0; d0 < D; d0 += kLanes)
@@ -201,11 +205,18 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
     for (int64_t d = 0; d < D; ++d) kt[d * Tp + t] = kr[d];
     for (int64_t d = 0; d < D; ++d) vt[d * Tp + t] = load(r[2 * C + d]);
   }
-  causal_product(qs, kt, T, D, Dp, Tp, p);  // S, as in the forward
-  for (int64_t i = 0; i < T; ++i) {
-    float* pi = p + i * Tp;
-    softmax_row_again(pi, i + 1, h.stats + 2 * i);
-    for (int64_t j = i + 1; j < Tp; ++j) pi[j] = 0.0f;
+  if (h.probs) {
+    for (int64_t i = 0; i < T; ++i) {
+      std::copy(h.probs + i * T, h.probs + (i + 1) * T, p + i * Tp);
+      std::fill(p + i * Tp + T, p + (i + 1) * Tp, 0.0f);
+    }
+  } else {
+    causal_product(qs, kt, T, D, Dp, Tp, p);  // S, as in the forward
+    for (int64_t i = 0; i < T; ++i) {
+      float* pi = p + i * Tp;
+      softmax_row_again(pi, i + 1, h.stats + 2 * i);
+      for (int64_t j = i + 1; j < Tp; ++j) pi[j] = 0.0f;
+    }
   }
   causal_product(g, vt, T, D, Dp, Tp, ds);  // dP
   for (int64_t i = 0; i < T; ++i) {
@@ -247,7 +258,7 @@ int thread_index() {
 // own scratch of `scratch_floats` (allocated here, before any thread starts, so a failed
 // allocation throws in the caller's thread).
 template <class Elem, class Task>
-void for_each_head(const Elem* qkv, Elem* out, const Elem* dy, float* stats, const AttentionShape& s,
+void for_each_head(const Elem* qkv, Elem* out, const Elem* dy, float* stats, float* probs, const AttentionShape& s,
                    float scale, int threads, int64_t scratch_floats, Task task) {
   if (threads < 1) threads = 1;
   const int64_t C = s.heads * s.head_dim, units = s.batch * s.heads, T = s.seq;
@@ -260,6 +271,7 @@ void for_each_head(const Elem* qkv, Elem* out, const Elem* dy, float* stats, con
                  out + b * T * (backward ? 3 * C : C) + hd,
                  backward ? dy + b * T * C + hd : nullptr,
                  stats + u * T * 2,
+                 probs ? probs + u * T * T : nullptr,
                  T,
                  s.head_dim,
                  C,
@@ -288,28 +300,28 @@ FRUGAL_ISA_CLONES void backward_head_f32(const Head<float>& h, float* scratch) {
 FRUGAL_ISA_CLONES void backward_head_bf16(const Head<uint16_t>& h, float* scratch) { backward_head(h, scratch); }
 }  // namespace detail
 
-void attention_forward_f32(const float* qkv, float* y, float* stats, const AttentionShape& shape, float scale,
-                           int threads) {
-  for_each_head(qkv, y, static_cast<const float*>(nullptr), stats, shape, scale, threads, forward_scratch(shape),
-                detail::forward_head_f32);
+void attention_forward_f32(const float* qkv, float* y, float* stats, float* probs, const AttentionShape& shape,
+                           float scale, int threads) {
+  for_each_head(qkv, y, static_cast<const float*>(nullptr), stats, probs, shape, scale, threads,
+                forward_scratch(shape), detail::forward_head_f32);
 }
 
-void attention_backward_f32(const float* qkv, const float* stats, const float* dy, float* dqkv,
+void attention_backward_f32(const float* qkv, const float* stats, const float* probs, const float* dy, float* dqkv,
                             const AttentionShape& shape, float scale, int threads) {
-  for_each_head(qkv, dqkv, dy, const_cast<float*>(stats), shape, scale, threads, backward_scratch(shape),
-                detail::backward_head_f32);
+  for_each_head(qkv, dqkv, dy, const_cast<float*>(stats), const_cast<float*>(probs), shape, scale, threads,
+                backward_scratch(shape), detail::backward_head_f32);
 }
 
-void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* stats, const AttentionShape& shape,
-                            float scale, int threads) {
-  for_each_head(qkv, y, static_cast<const uint16_t*>(nullptr), stats, shape, scale, threads,
+void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* stats, float* probs,
+                            const AttentionShape& shape, float scale, int threads) {
+  for_each_head(qkv, y, static_cast<const uint16_t*>(nullptr), stats, probs, shape, scale, threads,
                 forward_scratch(shape), detail::forward_head_bf16);
 }
 
-void attention_backward_bf16(const uint16_t* qkv, const float* stats, const uint16_t* dy, uint16_t* dqkv,
-                             const AttentionShape& shape, float scale, int threads) {
-  for_each_head(qkv, dqkv, dy, const_cast<float*>(stats), shape, scale, threads, backward_scratch(shape),
-                detail::backward_head_bf16);
+void attention_backward_bf16(const uint16_t* qkv, const float* stats, const float* probs, const uint16_t* dy,
+                             uint16_t* dqkv, const AttentionShape& shape, float scale, int threads) {
+  for_each_head(qkv, dqkv, dy, const_cast<float*>(stats), const_cast<float*>(probs), shape, scale, threads,
+                backward_scratch(shape), detail::backward_head_bf16);
 }
 
 }  // namespace frugal::internal

@@ -1,6 +1,7 @@
 // The fused causal attention against the textbook formula in plain ATen ops: values and
-// gradients in float and bfloat16, shapes whose rows are not a multiple of the vector width,
-// thread-count independence, non-finite values, and what it refuses.
+// gradients in float and bfloat16 (with the softmax kept for the backward and recomputed), shapes
+// whose rows are not a multiple of the vector width, thread-count independence, non-finite
+// values, and what it refuses.
 #include "frugal/model/fused_attention.h"
 
 #include <gtest/gtest.h>
@@ -44,7 +45,8 @@ at::Tensor make_qkv(int64_t B, int64_t T, int64_t heads, int64_t D, at::ScalarTy
 
 TEST(FusedAttention, MatchesTheFormulaInFloat) {
   torch::manual_seed(1);
-  // The demo's shape, then rows and head sizes that leave scalar tails in every loop.
+  // The demo's shape, then rows and head sizes that leave scalar tails in every loop; the last
+  // has T > 3 D, so its backward recomputes the softmax instead of reading it back.
   for (auto [B, T, H, D] : {std::array<int64_t, 4>{4, 64, 4, 32}, {3, 37, 3, 24}, {2, 1, 2, 8}, {1, 130, 2, 5}}) {
     SCOPED_TRACE(::testing::Message() << "B=" << B << " T=" << T << " H=" << H << " D=" << D);
     auto qkv = make_qkv(B, T, H, D);
@@ -58,18 +60,21 @@ TEST(FusedAttention, MatchesTheFormulaInFloat) {
 
 TEST(FusedAttention, MatchesTheFormulaInBfloat16) {
   torch::manual_seed(2);
-  const int64_t B = 2, T = 48, H = 4, D = 16;
-  auto qkv = make_qkv(B, T, H, D, at::kBFloat16);
-  auto dy = torch::randn({B, T, H * D}).to(at::kBFloat16);
-  auto fused = run(qkv, dy, H, true);
-  EXPECT_EQ(fused.y.scalar_type(), at::kBFloat16);
-  EXPECT_EQ(fused.dqkv.scalar_type(), at::kBFloat16);
-  // Exact maths on the same bf16 inputs: the kernel computes in float and rounds once, so it is
-  // within one bf16 rounding (2^-8 relative) of the result plus float noise.
-  auto ref = run(qkv.to(torch::kDouble), dy.to(torch::kDouble), H, false);
-  auto tol = [](const at::Tensor& r) { return r.abs() * (1.0 / 256) + 1e-4; };
-  EXPECT_TRUE(((fused.y.to(torch::kDouble) - ref.y).abs() <= tol(ref.y)).all().item<bool>());
-  EXPECT_TRUE(((fused.dqkv.to(torch::kDouble) - ref.dqkv).abs() <= tol(ref.dqkv)).all().item<bool>());
+  // T <= 3 D: the softmax is kept for the backward; T > 3 D: recomputed from the row statistics.
+  for (auto [B, T, H, D] : {std::array<int64_t, 4>{2, 48, 4, 16}, {2, 70, 2, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "T=" << T << " D=" << D);
+    auto qkv = make_qkv(B, T, H, D, at::kBFloat16);
+    auto dy = torch::randn({B, T, H * D}).to(at::kBFloat16);
+    auto fused = run(qkv, dy, H, true);
+    EXPECT_EQ(fused.y.scalar_type(), at::kBFloat16);
+    EXPECT_EQ(fused.dqkv.scalar_type(), at::kBFloat16);
+    // Exact maths on the same bf16 inputs: the kernel computes in float and rounds once, so it
+    // is within one bf16 rounding (2^-8 relative) of the result plus float noise.
+    auto ref = run(qkv.to(torch::kDouble), dy.to(torch::kDouble), H, false);
+    auto tol = [](const at::Tensor& r) { return r.abs() * (1.0 / 256) + 1e-4; };
+    EXPECT_TRUE(((fused.y.to(torch::kDouble) - ref.y).abs() <= tol(ref.y)).all().item<bool>());
+    EXPECT_TRUE(((fused.dqkv.to(torch::kDouble) - ref.dqkv).abs() <= tol(ref.dqkv)).all().item<bool>());
+  }
 }
 
 TEST(FusedAttention, ResultsDoNotDependOnTheThreadCount) {
