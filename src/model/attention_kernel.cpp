@@ -278,7 +278,6 @@ void for_each_head(const Elem* qkv, Elem* out, const Elem* dy, float* stats, flo
                  scale};
     task(h, scratch.data() + thread_index() * scratch_floats);
   }
-  (void)threads;
 }
 
 int64_t forward_scratch(const AttentionShape& s) {
