@@ -19,7 +19,7 @@ long child_minor_faults() {
 // step. With glibc's defaults they go back to the OS and return as fresh pages (each one a page
 // fault and a page the kernel zeroes); kept in the process, only the first steps fault them in.
 // Page faults of a given program are a count, not a timing. A run's faults are a fixed start-up
-// part (~70k: loading LibTorch) plus a per-step part that only the default setting pays, so the
+// part (~70k: loading LibTorch) plus a per-step part that only reuse_freed = false pays, so the
 // run is long enough (90 steps, ~2k faults per step without reuse) that halving is far from the
 // edge: 70k against 306k measured.
 TEST(MemoryReuse, TrainingWithReuseFaultsInFarFewerPages) {
