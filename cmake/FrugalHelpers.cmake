@@ -16,7 +16,8 @@ function(frugal_add_test name)
   cmake_parse_arguments(ARG "" "TEST_FILTER" "SOURCES;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE frugal_lib GTest::gtest GTest::gtest_main)
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests
+                             ${PROJECT_BINARY_DIR}/generated)
   target_include_directories(${name} SYSTEM PRIVATE ${FRUGAL_TOMLPP_INCLUDE})
   target_compile_definitions(${name} PRIVATE
     FRUGAL_BINARY="$<TARGET_FILE:frugal>"

@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# Installs every Debian package frugal needs to build, test and benchmark.
-# Idempotent and quiet: when everything is present it only runs one dpkg query (well under a
-# second). Run as root, or as a user with sudo.
+# Installs everything frugal needs to build, test and benchmark: Debian packages, and a project
+# virtual environment (.venv/) with the pinned PyTorch wheel (scripts/requirements.txt), whose
+# LibTorch 2.x (CUDA compiled in) frugal builds against.
+# Idempotent and quiet: when everything is present it runs one dpkg query and compares one file
+# (well under a second). Run as root, or as a user with sudo. FRUGAL_PYTHON picks the Python
+# that makes the environment (default: python3 on PATH, 3.9 or newer).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ccache pkg-config
-  libtorch-dev              # LibTorch 1.13 (CPU)
-  libopenblas0-pthread      # without it LibTorch falls back to the reference BLAS (~25x slower fp32 matmul)
+  python3-venv              # Debian's python3 needs it for `python3 -m venv`
   libgloo-dev               # headers c10d's ProcessGroupGloo includes
   libtomlplusplus-dev       # TOML config files
   libcli11-dev              # command-line parsing
   nlohmann-json3-dev        # JSON (metrics, manifests, summaries)
-  libfmt-dev                # formatting
   libgtest-dev googletest   # tests
   libzstd-dev libxxhash-dev # shard compression and checksums
   libarchive-dev            # tar archives: frugal archive/restore, WebDataset input
   libsentencepiece-dev      # frugal prepare --tokenizer sentencepiece (the frugal-spm helper)
   libjpeg62-turbo-dev libpng-dev # frugal prepare --format images|tar (JPEG and PNG decoding)
-  python3-torch             # the PyTorch reference loops in bench/ (runs under /usr/bin/python3)
   libcpp-httplib-dev        # the live dashboard ([monitor] http; header-only)
   chromium                  # headless browser tests of report.html and the live page (ctest -L browser)
 )
@@ -28,16 +29,35 @@ for p in "${PACKAGES[@]}"; do
   status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
   [[ "$status" == ii* ]] || missing+=("$p")
 done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
-
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-[[ $(id -u) -eq 0 ]] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-# Refresh the package lists only when an install cannot find what it needs.
-if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/frugal-apt.log 2>&1; then
-  $SUDO apt-get update -qq >>/tmp/frugal-apt.log 2>&1
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >>/tmp/frugal-apt.log 2>&1 || {
-    echo "install-deps: apt-get failed; see /tmp/frugal-apt.log" >&2; tail -20 /tmp/frugal-apt.log >&2; exit 1; }
+if [[ ${#missing[@]} -gt 0 ]]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [[ $(id -u) -eq 0 ]] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  # Refresh the package lists only when an install cannot find what it needs.
+  if ! $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/frugal-apt.log 2>&1; then
+    $SUDO apt-get update -qq >>/tmp/frugal-apt.log 2>&1
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >>/tmp/frugal-apt.log 2>&1 || {
+      echo "install-deps: apt-get failed; see /tmp/frugal-apt.log" >&2; tail -20 /tmp/frugal-apt.log >&2; exit 1; }
+  fi
 fi
-echo "install-deps: done"
+
+# The virtual environment: made once, refreshed when scripts/requirements.txt changes (the
+# marker holds the hash of the requirements it was made from).
+VENV=.venv
+MARKER=$VENV/.frugal-requirements
+want=$(sha256sum scripts/requirements.txt | cut -d' ' -f1)
+if [[ -x $VENV/bin/python && -f $MARKER && "$(cat "$MARKER")" == "$want" ]]; then
+  exit 0
+fi
+PY=${FRUGAL_PYTHON:-python3}
+command -v "$PY" >/dev/null || { echo "install-deps: $PY not found; set FRUGAL_PYTHON to a Python 3.9+" >&2; exit 1; }
+echo "install-deps: installing the Python packages of scripts/requirements.txt into $VENV (torch with CUDA: ~3 GB, about a minute)"
+start=$(date +%s)
+[[ -x $VENV/bin/python ]] || "$PY" -m venv "$VENV"
+if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements.txt \
+    >/tmp/frugal-pip.log 2>&1; then
+  echo "install-deps: pip failed; see /tmp/frugal-pip.log" >&2; tail -20 /tmp/frugal-pip.log >&2; exit 1
+fi
+echo "$want" >"$MARKER"
+echo "install-deps: done ($(( $(date +%s) - start )) s)"

@@ -30,14 +30,32 @@ int run_doctor_cmd(const DoctorArgs& a) {
              f["torch_version"].get<std::string>(), f["parallel_backend"].get<std::string>());
   fmt::print("cpu          {} | {} logical CPUs, {} physical cores\n", f["cpu"].get<std::string>(),
              f["logical_cpus"].get<int>(), f["physical_cores"].get<int>());
-  fmt::print("features     AVX-512 {} | AVX-512 BF16 {} | AMX-BF16 {} | CUDA {} ({} devices)\n",
-             b(f["avx512f"]), b(f["avx512_bf16"]), b(f["amx_bf16"]), b(f["cuda_available"]),
-             f["cuda_devices"].get<int>());
+  fmt::print("features     AVX-512 {} | AVX-512 BF16 {} | AMX-BF16 {}\n", b(f["avx512f"]), b(f["avx512_bf16"]),
+             b(f["amx_bf16"]));
+  if (f["cuda_compiled"].get<bool>())
+    fmt::print("built with   CUDA {} | cuDNN {} | NCCL {}\n", f["cuda_compiled_version"].get<std::string>(),
+               f["cudnn_version"].get<int>() > 0 ? std::to_string(f["cudnn_version"].get<int>()) : "no",
+               b(f["nccl_compiled"]));
+  else
+    fmt::print("built with   no CUDA (CPU-only LibTorch)\n");
+  fmt::print("GPUs         {}\n", f["cuda_devices"].get<int>() == 0 ? std::string("none found") : "");
+  for (const auto& g : f["gpus"]) {
+    fmt::print("  cuda:{}     {} | compute {} | {} SMs | {:.0f} GB", g["index"].get<int>(), g["name"].get<std::string>(),
+               g["compute_capability"].get<std::string>(), g["multiprocessors"].get<int>(), g["memory_gb"].get<double>());
+    if (g.contains("matmul_bf16_tflops"))
+      fmt::print(" | matmul bf16 {:.0f} TFLOP/s, fp32 {:.0f} TFLOP/s", g["matmul_bf16_tflops"].get<double>(),
+                 g["matmul_fp32_tflops"].get<double>());
+    fmt::print("\n");
+  }
   fmt::print("BLAS         {} ({})\n", f["blas_library"].get<std::string>(),
              f["blas_optimized"].get<bool>() ? "tuned" : "REFERENCE - slow");
-  fmt::print("threads      LibTorch default {}, OpenBLAS default {}; frugal uses {} for both\n",
-             f["threads_libtorch_default"].get<int>(), f["threads_blas_default"].get<int>(),
-             f["threads_frugal"].get<int>());
+  if (f["threads_blas_default"].get<int>() >= 0)
+    fmt::print("threads      LibTorch default {}, OpenBLAS default {}; frugal uses {} for both\n",
+               f["threads_libtorch_default"].get<int>(), f["threads_blas_default"].get<int>(),
+               f["threads_frugal"].get<int>());
+  else
+    fmt::print("threads      LibTorch default {}; frugal uses {} (the BLAS has no pool of its own)\n",
+               f["threads_libtorch_default"].get<int>(), f["threads_frugal"].get<int>());
   fmt::print("fp32 step    {:.1f} ms with frugal's threads, {:.1f} ms with 1 thread", f["mlp_step_ms_planned"].get<double>(),
              f["mlp_step_ms_one_thread"].get<double>());
   if (f.contains("mlp_step_ms_blas_oversubscribed"))

@@ -1,6 +1,7 @@
 // Every configuration key, declared once. Docs (docs/config.md, `frugal config --list`), env
 // variable names, parsing and range checks all come from this table, so they cannot drift.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cctype>
 
@@ -131,6 +132,9 @@ std::vector<KeySpec> build_schema() {
                       "intra-op and BLAS threads; 0 = auto (physical cores)"));
   s.push_back(string_key("run.device", [](Config& c) -> std::string& { return c.run.device; },
                          "\"cpu\", \"cuda\" or \"cuda:N\"", check_device));
+  s.push_back(bool_key("run.deterministic", [](Config& c) -> bool& { return c.run.deterministic; },
+                       "deterministic GPU kernels, so a resumed GPU run reproduces the uninterrupted one "
+                       "bitwise (slower; CPU runs are deterministic either way)"));
   // [model]
   s.push_back(int_key("model.layers", [](Config& c) -> int64_t& { return c.model.layers; }, 1,
                       1024, "transformer blocks"));
@@ -217,6 +221,8 @@ std::vector<KeySpec> build_schema() {
       "precision.loss_scaling", [](Config& c) -> LossScaling& { return c.precision.loss_scaling; },
       {{"auto", LossScaling::kAuto}, {"dynamic", LossScaling::kDynamic}, {"none", LossScaling::kNone}},
       "dynamic loss scaling: auto = on for fp16 only"));
+  s.push_back(bool_key("precision.tf32", [](Config& c) -> bool& { return c.precision.tf32; },
+                       "TF32 tensor-core math for fp32 matmuls on Ampere and newer GPUs (no effect on CPU)"));
   s.push_back(float_key("precision.init_scale",
                         [](Config& c) -> double& { return c.precision.init_scale; }, 1, 3e38,
                         "fp16: initial loss scale"));

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <sched.h>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
@@ -45,13 +46,15 @@ std::string blas_library() {
   Dl_info info{};
   if (!sym || !dladdr(sym, &info) || !info.dli_fname) return "";
   char resolved[PATH_MAX];
-  if (realpath(info.dli_fname, resolved)) return resolved;
-  return info.dli_fname;
+  std::string lib = realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
+  // The official x86 wheels link MKL statically into libtorch_cpu: sgemm_ comes from there.
+  if (lib.find("libtorch_cpu") != std::string::npos && at::globalContext().hasMKL()) lib += " (MKL, built in)";
+  return lib;
 }
 
 bool blas_is_optimized() {
   std::string lib = blas_library();
-  for (const char* name : {"openblas", "blis", "mkl"})
+  for (const char* name : {"openblas", "blis", "mkl", "MKL"})
     if (lib.find(name) != std::string::npos) return true;
   return false;
 }

@@ -7,12 +7,6 @@
 namespace frugal::dist {
 namespace {
 
-void check(const EmitOptions& o) {
-  if (o.config.empty()) throw ConfigError("frugal launch --emit: name the CONFIG the job trains");
-  if (o.nodes < 1 || o.procs_per_node < 1)
-    throw ConfigError(fmt::format("frugal launch --emit: --nodes and -n must be >= 1 (got {} and {})", o.nodes,
-                                  o.procs_per_node));
-}
 
 // Single-quoted for sh.
 std::string quote(const std::string& s) {
@@ -21,10 +15,63 @@ std::string quote(const std::string& s) {
   return out + "'";
 }
 
+// GPUs per node named by --accelerators ("H100:8" -> 8, "H100" -> 1); 0 without accelerators.
+int64_t gpus_per_node(const EmitOptions& o) {
+  if (o.accelerators.empty()) return 0;
+  const auto colon = o.accelerators.rfind(':');
+  if (colon == std::string::npos) return 1;
+  const std::string n = o.accelerators.substr(colon + 1);
+  if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos || std::stoll(n) < 1)
+    throw ConfigError(fmt::format("frugal launch --accelerators {}: the count after ':' must be a whole number "
+                                  ">= 1, as in H100:8",
+                                  o.accelerators));
+  return std::stoll(n);
+}
+
+bool sets_key(const EmitOptions& o, const std::string& key) {
+  for (const auto& s : o.sets)
+    if (s.rfind(key + "=", 0) == 0) return true;
+  return false;
+}
+
 std::string train_args(const EmitOptions& o, const std::string& extra) {
   std::string a = "train " + quote(o.config) + " --resume auto";
+  // With GPUs the job trains on them (each process takes cuda:<local rank>), unless the
+  // overrides say otherwise.
+  if (gpus_per_node(o) > 0 && !sets_key(o, "run.device")) a += " --set run.device=cuda";
   for (const auto& s : o.sets) a += " --set " + quote(s);
   return a + extra;
+}
+
+// SkyPilot storage: a bucket URI (s3://, gs://, r2://, cos://, https:// for Azure) is mounted as
+// the `source`; a bare name is a bucket SkyPilot creates or reuses by `name` (and keeps:
+// persistent). Bare names follow the common bucket rules: 3-63 lowercase letters, digits, '-'
+// and '.', starting and ending with a letter or digit.
+std::string storage_block(const std::string& bucket) {
+  if (bucket.find("://") != std::string::npos)
+    return fmt::format("file_mounts:\n  /ckpt:\n    source: {}\n    mode: MOUNT\n", bucket);
+  auto ok_char = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.'; };
+  auto ok_end = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  bool ok = bucket.size() >= 3 && bucket.size() <= 63 && ok_end(bucket.front()) && ok_end(bucket.back());
+  for (char c : bucket) ok = ok && ok_char(c);
+  if (!ok)
+    throw ConfigError(fmt::format("frugal launch --bucket '{}': a bucket name has 3-63 lowercase letters, digits, "
+                                  "'-' and '.', and starts and ends with a letter or digit; or give a URI "
+                                  "such as s3://my-bucket or gs://my-bucket",
+                                  bucket));
+  return fmt::format("file_mounts:\n  /ckpt:\n    name: {}\n    persistent: true\n    mode: MOUNT\n", bucket);
+}
+
+void check(const EmitOptions& o) {
+  if (o.config.empty()) throw ConfigError("frugal launch --emit: name the CONFIG the job trains");
+  if (o.nodes < 1 || o.procs_per_node < 1)
+    throw ConfigError(fmt::format("frugal launch --emit: --nodes and -n must be >= 1 (got {} and {})", o.nodes,
+                                  o.procs_per_node));
+  const int64_t gpus = gpus_per_node(o);
+  if (gpus > 0 && o.procs_per_node != gpus)
+    throw ConfigError(fmt::format("frugal launch --emit: --accelerators {} gives {} GPU(s) per node but -n is {}; "
+                                  "each process drives one GPU, so pass -n {}",
+                                  o.accelerators, gpus, o.procs_per_node, gpus));
 }
 
 }  // namespace
@@ -44,11 +91,12 @@ std::string emit_skypilot(const EmitOptions& o) {
   y += "resources:\n  use_spot: true\n";
   if (!o.accelerators.empty()) y += fmt::format("  accelerators: {}\n", o.accelerators);
   y += "workdir: .\n";
-  if (!o.bucket.empty())
-    y += fmt::format("file_mounts:\n  /ckpt:\n    name: {}\n    mode: MOUNT\n", o.bucket);
-  y += "setup: |\n  bash scripts/install-deps.sh\n"
+  if (!o.bucket.empty()) y += storage_block(o.bucket);
+  // install-deps.sh installs the Debian packages and the pinned CUDA wheel of PyTorch into
+  // .venv/; CMake builds against that wheel's LibTorch (CUDA compiled in).
+  y += "setup: |\n  set -e\n  bash scripts/install-deps.sh\n"
        "  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release\n"
-       "  cmake --build build -j --target frugal\n";
+       "  cmake --build build -j \"$(nproc)\" --target frugal\n";
   const std::string out_dir = o.bucket.empty() ? "" : " --set run.out_dir=/ckpt/runs";
   y += "run: |\n";
   y += "  MASTER_ADDR=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)\n";
@@ -71,7 +119,7 @@ std::string emit_slurm(const EmitOptions& o) {
   s += fmt::format("#SBATCH --job-name={}\n", o.name);
   s += fmt::format("#SBATCH --nodes={}\n", o.nodes);
   s += fmt::format("#SBATCH --ntasks-per-node={}\n", o.procs_per_node);
-  if (!o.accelerators.empty()) s += fmt::format("#SBATCH --gpus-per-node={}\n", o.procs_per_node);
+  if (gpus_per_node(o) > 0) s += fmt::format("#SBATCH --gpus-per-node={}\n", gpus_per_node(o));
   s += fmt::format("#SBATCH --time={}\n", o.time);
   s += "#SBATCH --requeue\n";
   s += "#SBATCH --signal=TERM@120\n";
@@ -79,6 +127,9 @@ std::string emit_slurm(const EmitOptions& o) {
   s += fmt::format("#SBATCH --output={}-%j.log\n\n", o.name);
   s += "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)\n";
   s += fmt::format("export MASTER_PORT={}\n\n", o.port);
+  s += "# build/frugal was built beforehand on shared storage (bash scripts/install-deps.sh; make build):\n";
+  s += "# it runs on the CUDA wheel's LibTorch in .venv/ beside it.\n";
+  s += "test -x build/frugal || { echo \"build/frugal is missing: run bash scripts/install-deps.sh && make build\" >&2; exit 2; }\n";
   s += fmt::format("srun --kill-on-bad-exit=1 build/frugal {}\n", train_args(o, ""));
   s += "code=$?\n";
   s += "if [ \"$code\" -eq 75 ]; then scontrol requeue \"$SLURM_JOB_ID\"; fi\n";

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "frugal/core/compat.h"
 #include "frugal/data/packing.h"
 #include "frugal/model/fused_attention.h"
 #include "frugal/model/fused_gelu.h"
@@ -35,6 +36,12 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache)
     return resid_drop_->forward(linear(proj_, fused_causal_attention(projected, heads_)));
   auto qkv = projected.view({B, T, 3, heads_, D}).permute({2, 0, 3, 1, 4});
   at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // (B, H, T, D)
+  // On a GPU, a whole window: ATen's fused attention (flash or memory-efficient kernels, the
+  // causal mask implicit, never a T x T matrix in memory).
+  if (!cache && T > 1 && x.is_cuda()) {
+    at::Tensor y = compat::causal_attention(q, k, v, is_training() ? dropout_ : 0.0);
+    if (y.defined()) return resid_drop_->forward(linear(proj_, y.transpose(1, 2).reshape({B, T, C})));
+  }
   int64_t past = 0;
   if (cache) {
     if (cache->k.defined()) {

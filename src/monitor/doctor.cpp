@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "frugal/core/compat.h"
+#include "frugal/core/device.h"
 #include "frugal/core/threads.h"
 #include "frugal/monitor/memory.h"
 
@@ -103,8 +104,36 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   f["amx_bf16"] = has_flag(flags, "amx_bf16");
   // What memory.limit_mb = 0 takes as the CPU memory budget (0 = no cgroup limit).
   f["cgroup_memory_limit_mb"] = static_cast<double>(cgroup_memory_limit_bytes()) / (1024.0 * 1024.0);
-  f["cuda_available"] = torch::cuda::is_available();
-  f["cuda_devices"] = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  // What was compiled in, then what was found.
+  const device::BuildInfo build = device::build_info();
+  f["cuda_compiled"] = build.cuda_compiled;
+  f["cuda_compiled_version"] = build.cuda_version;
+  f["cudnn_version"] = build.cudnn_version;
+  f["nccl_compiled"] = build.nccl_compiled;
+  f["cuda_available"] = device::cuda_available();
+  f["cuda_devices"] = device::cuda_device_count();
+  nlohmann::ordered_json gpus = nlohmann::ordered_json::array();
+  for (const auto& g : device::cuda_devices()) {
+    nlohmann::ordered_json one;
+    one["index"] = g.index;
+    one["name"] = g.name;
+    one["compute_capability"] = fmt::format("{}.{}", g.major, g.minor);
+    one["memory_gb"] = static_cast<double>(g.total_bytes) / 1e9;
+    one["multiprocessors"] = g.multiprocessors;
+    if (o.seconds_per_probe > 0) {  // the peaks MFU is measured against on this GPU
+      const c10::Device dev(c10::kCUDA, static_cast<c10::DeviceIndex>(g.index));
+      one["matmul_bf16_tflops"] = measure_matmul_gflops(8192, torch::kBFloat16, dev, o.seconds_per_probe) / 1e3;
+      one["matmul_fp32_tflops"] = measure_matmul_gflops(8192, torch::kFloat, dev, o.seconds_per_probe) / 1e3;
+    }
+    gpus.push_back(one);
+  }
+  f["gpus"] = gpus;
+  if (build.cuda_compiled && gpus.empty())
+    r.warnings.push_back("CUDA is compiled in but no GPU is visible (no driver, no device, or "
+                         "CUDA_VISIBLE_DEVICES hides them): runs use run.device = \"cpu\".");
+  if (!build.cuda_compiled)
+    r.warnings.push_back("this build has no CUDA: run.device = \"cuda\" is refused. Build against the "
+                         "official CUDA wheel (scripts/install-deps.sh) to use a GPU.");
 
   const int default_intra = at::get_num_threads();
   const int default_blas = blas_threads();
@@ -115,7 +144,7 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   if (!blas_is_optimized()) {
     r.warnings.push_back(fmt::format(
         "LibTorch's fp32 matmul goes to the reference BLAS ({}), ~25x slower than a tuned one.\n"
-        "    fix: sudo apt-get install libopenblas0-pthread   (scripts/install-deps.sh does this)",
+        "    fix (Debian's LibTorch): sudo apt-get install libopenblas0-pthread; the official wheel brings MKL",
         blas_library().empty() ? "none found" : blas_library()));
   }
 

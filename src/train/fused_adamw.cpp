@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
 
 namespace frugal {
@@ -45,6 +46,10 @@ void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::T
                      grads.scalar_type() == at::kFloat && exp_avg.scalar_type() == at::kFloat &&
                      exp_avg_sq.scalar_type() == at::kFloat && params.is_contiguous() &&
                      grads.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous();
+  // On a GPU: ATen's fused AdamW kernel, one pass over the flat buffer.
+  if (params.is_cuda() &&
+      compat::fused_adamw_cuda(params, grads, exp_avg, exp_avg_sq, step, h.lr, b1, b2, weight_decay, h.eps))
+    return;
   if (!fused) {
     // The exact op sequence of torch::optim::AdamW::step (LibTorch 1.13 adamw.cpp).
     if (weight_decay != 0) params.mul_(1 - h.lr * weight_decay);

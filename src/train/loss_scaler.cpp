@@ -5,6 +5,9 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <map>
+
+#include "frugal/core/compat.h"
 
 namespace frugal {
 
@@ -43,6 +46,23 @@ void LossScaler::unscale(const std::vector<at::Tensor>& grads) const {
   c10::NoGradGuard no_grad;
   const double inv = 1.0 / state_.scale;
   for (const auto& g : grads) g.mul_(inv);
+}
+
+at::Tensor LossScaler::unscale_and_check(const std::vector<at::Tensor>& grads) const {
+  if (!enabled_ || grads.empty()) return {};
+  c10::NoGradGuard no_grad;
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(grads.front().device());
+  at::Tensor found_inf = at::zeros({}, opts);
+  const at::Tensor inv_scale = at::full({}, 1.0 / state_.scale, opts);
+  // The kernel takes one dtype at a time (as torch.amp.GradScaler groups them).
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+  for (const auto& g : grads) by_dtype[g.scalar_type()].push_back(g);
+  bool fused = true;
+  for (auto& [dtype, group] : by_dtype) fused = fused && compat::amp_unscale_and_check(group, found_inf, inv_scale);
+  if (fused) return found_inf;
+  unscale(grads);
+  std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
+  return at::stack(norms).to(at::kFloat).norm(2).isfinite().logical_not().to(at::kFloat);
 }
 
 bool LossScaler::update(bool found_inf) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
 #include "frugal/train/fused_adamw.h"
 
@@ -64,7 +65,7 @@ class TorchOptimizer : public Optimizer {
     std::vector<std::pair<std::string, at::Tensor>> out;
     auto& state = opt_->state();
     for (size_t i = 0; i < params_.size(); ++i) {
-      auto it = state.find(c10::guts::to_string(params_[i].unsafeGetTensorImpl()));
+      auto it = state.find(compat::optimizer_state_key(params_[i]));
       if (it == state.end()) continue;
       auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
       const std::string p = "p" + std::to_string(i);
@@ -96,7 +97,7 @@ class TorchOptimizer : public Optimizer {
       s->step(k->second.item<int64_t>());
       s->exp_avg(m->second.reshape(params_[i].sizes()).to(params_[i].options()).clone());
       s->exp_avg_sq(v->second.reshape(params_[i].sizes()).to(params_[i].options()).clone());
-      state[c10::guts::to_string(params_[i].unsafeGetTensorImpl())] = std::move(s);
+      state[compat::optimizer_state_key(params_[i])] = std::move(s);
       restored += 3;
     }
     if (restored != tensors.size())

@@ -6,8 +6,10 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cstring>
 
 #include "frugal/core/compat.h"
+#include "frugal/core/device.h"
 #include "frugal/model/activation_checkpoint.h"
 #include "frugal/monitor/console.h"
 #include "frugal/monitor/grad_noise.h"
@@ -40,7 +42,8 @@ TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> mo
       accum_(accumulation_steps(config)),
       precision_(config.precision.mode, device),
       scaler_(precision_.loss_scaling(config.precision.loss_scaling), config.precision),
-      sync_(sync) {
+      sync_(sync),
+      events_(device) {
   if (sync_) optimizer_ = sync_->make_optimizer(model_->parameters(), config.train);
   if (!optimizer_) optimizer_ = make_optimizer(config.train.optimizer, model_->parameters(), config.train);
   if (sync_) sync_->attach(model_->parameters());
@@ -55,30 +58,61 @@ TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::De
 
 namespace {
 using Clock = std::chrono::steady_clock;
-// Seconds since `t`, recorded as the phase span `phase` when the profiler is capturing.
-double lap(Clock::time_point& t, const char* phase) {
-  auto now = Clock::now();
-  if (PhaseTrace::active()) PhaseTrace::record(phase, t, now);
-  double s = std::chrono::duration<double>(now - t).count();
-  t = now;
-  return s;
-}
 }  // namespace
+
+// Phase laps of one step: host time since the previous lap, recorded as the phase span `phase`
+// when the profiler is capturing. On a GPU each lap also records a CUDA event: there the host
+// returns from forward and backward long before the device has done them, so host laps measure
+// kernel launches; settle_device_times() later replaces those phases' figures by device time.
+class TrainStep::Lap {
+ public:
+  explicit Lap(TrainStep& step) : step_(step), t_(Clock::now()), mark_(step.events_.mark()) {}
+  void operator()(const char* phase, double& slot) {
+    auto now = Clock::now();
+    if (PhaseTrace::active()) PhaseTrace::record(phase, t_, now);
+    slot += std::chrono::duration<double>(now - t_).count();
+    t_ = now;
+    if (!step_.events_.active()) return;
+    const int m = step_.events_.mark();
+    // The data phase stays host time: it is the wait for the loader, not device work.
+    if (std::strcmp(phase, "data") != 0) step_.spans_.push_back({&slot, mark_, m});
+    mark_ = m;
+  }
+  // Starts the next lap now (time since the last one belongs to no phase).
+  void restart() {
+    t_ = Clock::now();
+    if (step_.events_.active()) mark_ = step_.events_.mark();
+  }
+
+ private:
+  TrainStep& step_;
+  Clock::time_point t_;
+  int mark_;
+};
+
+// Device time replaces the host laps of the device phases (one wait for the step's last event).
+void TrainStep::settle_device_times() {
+  if (!events_.active()) return;
+  for (const auto& s : spans_) *s.slot = 0.0;
+  for (const auto& s : spans_) *s.slot += events_.seconds_between(s.from, s.to);
+  spans_.clear();
+  events_.clear();
+}
 
 // The forward/backward passes of one step, from zeroed gradients. `fetched` keeps the step's
 // micro-batches so that a retry after an out-of-memory back-off uses the same data.
 at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched, StepResult& r) {
-  auto t = Clock::now();
+  Lap lap(*this);
   optimizer_->zero_grad();
   r.tokens = 0;
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
   const double parts = static_cast<double>(accum_ * chunks_);
   MicroBatchGradProbe probe(probe_grad_noise_ && accum_ > 1);  // gradient noise, log steps only
   for (int64_t k = 0; k < accum_; ++k) {
-    r.optimizer_s += lap(t, "optimizer");
+    lap("optimizer", r.optimizer_s);
     if (static_cast<int64_t>(fetched.size()) == k) fetched.push_back(data_.train_batch(iteration * accum_ + k));
     const Batch& b = fetched[static_cast<size_t>(k)];
-    r.data_s += lap(t, "data");
+    lap("data", r.data_s);
     const int64_t rows = b.x.size(0) / chunks_;
     for (int64_t j = 0; j < chunks_; ++j) {
       Batch part = b;
@@ -91,19 +125,19 @@ at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched,
         auto autocast = precision_.enter();
         loss = loss_(*model_, to_device(part, device_)) / parts;
       }
-      r.forward_s += lap(t, "forward");
+      lap("forward", r.forward_s);
       if (sync_) sync_->before_backward(k == accum_ - 1 && j == chunks_ - 1);
       scaler_.scale_loss(loss).backward();
-      r.backward_s += lap(t, "backward");
+      lap("backward", r.backward_s);
       loss_sum += loss.detach();
     }
     if (probe.on()) {  // not training work: left out of the phase times
       probe.after_backward(optimizer_->grads(), static_cast<double>(accum_) / scaler_.scale(), k + 1 == accum_);
-      t = Clock::now();
+      lap.restart();
     }
     r.tokens += b.x.size(0) * tokens_per_sample_;
   }
-  r.optimizer_s += lap(t, "optimizer");
+  lap("optimizer", r.optimizer_s);
   r.micro_grad_sq_sum = probe.sum_sq();
   return loss_sum;
 }
@@ -120,6 +154,7 @@ bool TrainStep::back_off(const std::exception& e, int64_t iteration) {
   }
   chunks_ *= 2;
   oom_backoffs_ += 1;
+  if (device_.is_cuda()) device::cuda_empty_cache();  // hand the failed attempt's blocks back
   Console::get().line(fmt::format("out of memory at step {}: micro-batch {} -> {}, accumulation {} -> {} "
                                   "(the step is redone on the same data; global batch unchanged)",
                                   iteration + 1, 2 * mb / chunks_, mb / chunks_, accum_ * chunks_ / 2,
@@ -129,6 +164,8 @@ bool TrainStep::back_off(const std::exception& e, int64_t iteration) {
 
 StepResult TrainStep::run(int64_t iteration, double lr) {
   StepResult r;
+  spans_.clear();
+  events_.clear();
   std::vector<Batch> fetched;
   at::Tensor loss_sum;
   for (;;) {
@@ -140,15 +177,16 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
       r.oom_backoffs += 1;
     }
   }
-  auto t = Clock::now();
+  Lap lap(*this);
   r.loss = loss_sum;
   if (sync_) sync_->finish(r.loss);  // gradients and loss: the mean over all ranks
 
   std::vector<at::Tensor> grads = optimizer_->grads();
-  scaler_.unscale(grads);
+  const at::Tensor found_inf_flag = scaler_.unscale_and_check(grads);
   r.grad_norm = global_grad_norm(grads);
   if (scaler_.enabled()) {
-    bool found_inf = !std::isfinite(r.grad_norm.item<double>());
+    // The step's one host synchronisation under loss scaling: skipping or taking the step.
+    bool found_inf = found_inf_flag.defined() && found_inf_flag.item<float>() != 0.0f;
     if (sync_) found_inf = sync_->any(found_inf);
     r.skipped = scaler_.update(found_inf);
     const auto& s = scaler_.state();
@@ -159,14 +197,16 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
       Console::get().line("precision: " + precision_.reason() + "; continuing in bf16");
     }
     if (r.skipped) {  // no step: weights, optimizer state and the LR schedule stay put
-      r.optimizer_s += lap(t, "optimizer");
+      lap("optimizer", r.optimizer_s);
+      settle_device_times();
       return r;
     }
   }
   clip_to_norm(grads, r.grad_norm, config_.train.grad_clip);
   optimizer_->set_lr(lr);
   optimizer_->step();
-  r.optimizer_s += lap(t, "optimizer");
+  lap("optimizer", r.optimizer_s);
+  settle_device_times();
   return r;
 }
 

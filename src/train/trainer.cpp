@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/device.h"
 #include "frugal/core/errors.h"
 #include "frugal/monitor/console.h"
 #include "frugal/monitor/memory.h"
@@ -95,10 +96,20 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   }
   const Config& c = s.rc.config;
   s.device = torch::Device(c.run.device);
-  if (s.device.is_cuda() && !torch::cuda::is_available())
-    throw ConfigError(fmt::format("run.device = \"{}\" but this LibTorch build sees no CUDA device; "
-                                  "use run.device = \"cpu\"",
-                                  c.run.device));
+  if (s.device.is_cuda()) {
+    if (!device::build_info().cuda_compiled)
+      throw ConfigError(fmt::format("run.device = \"{}\" but frugal was built against a LibTorch without "
+                                    "CUDA; rebuild against the CUDA wheel (scripts/install-deps.sh) or use "
+                                    "run.device = \"cpu\"",
+                                    c.run.device));
+    const int gpus = device::cuda_device_count();
+    if (gpus == 0 || (s.device.has_index() && s.device.index() >= gpus))
+      throw ConfigError(fmt::format("run.device = \"{}\" but this process sees {} GPU(s) (check nvidia-smi "
+                                    "and CUDA_VISIBLE_DEVICES); use run.device = \"cpu\" or \"cuda:0\"",
+                                    c.run.device, gpus));
+    device::set_deterministic(c.run.deterministic);
+    device::set_tf32(c.precision.tf32);
+  }
   s.threads = apply_thread_plan(static_cast<int>(c.run.threads));
   if (c.memory.reuse_freed) keep_freed_memory_in_process();
   if (!s.device.is_cuda()) {
@@ -292,6 +303,7 @@ nlohmann::json Trainer::fit() {
   s.session_start = detail::Clock::now();
   s.model->train();
   reset_tensor_bytes_peak();
+  device::reset_cuda_peak(s.device);
   auto check_signal = [&] {
     if (preemption_requested())
       control.request_stop(fmt::format("stop signal {} ({})", preemption_signal(),

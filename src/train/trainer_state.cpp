@@ -6,10 +6,12 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "frugal/ckpt/retention.h"
 #include "frugal/ckpt/safetensors.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/device.h"
 #include "frugal/core/errors.h"
 #include "frugal/model/weights.h"
 #include "frugal/monitor/console.h"
@@ -79,6 +81,11 @@ CheckpointData Trainer::State::capture(bool snapshot) {
                        {"skipped_at_floor", ss.skipped_at_floor}};
   st["precision"] = step->precision().name();
   st["rng"] = {{"cpu", detail::cpu_rng_state_hex()}};
+  if (device.is_cuda()) {  // every visible GPU's generator: dropout masks on the GPU resume exactly
+    nlohmann::json gpus = nlohmann::json::array();
+    for (const auto& bytes : device::cuda_rng_states()) gpus.push_back(detail::bytes_to_hex(bytes));
+    st["rng"]["cuda"] = gpus;
+  }
   st["lr_schedule"] = {{"position", step->optimizer().step_count()}, {"lr_scale", loop.lr_scale}};
   nlohmann::json cbs = nlohmann::json::object();
   for (const auto& cb : callbacks) {
@@ -146,6 +153,11 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
     data->load_state(ck.data_state["cursor"]);
   }
   detail::set_cpu_rng_state_hex(st.at("rng").at("cpu").get<std::string>());
+  if (device.is_cuda() && st.at("rng").contains("cuda")) {
+    std::vector<std::vector<uint8_t>> gpus;
+    for (const auto& h : st["rng"]["cuda"]) gpus.push_back(detail::hex_to_bytes(h.get<std::string>(), "rng.cuda"));
+    device::set_cuda_rng_states(gpus);
+  }
   const auto& cbs = st.at("callbacks");
   for (auto& cb : callbacks) {
     const std::string key = cb->state_key();
@@ -289,6 +301,11 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   summary["activation_checkpointing"] = c.memory.activation_checkpointing;
   if (counting_allocator_installed()) summary["peak_tensor_mb"] = static_cast<double>(tensor_bytes_peak()) / 1e6;
   summary["peak_rss_mb"] = static_cast<double>(rss_peak_bytes()) / 1e6;
+  if (device.is_cuda()) {  // the caching allocator's figures: live tensors and what it reserved
+    const device::MemoryFigures g = device::cuda_memory(device);
+    summary["peak_tensor_mb"] = static_cast<double>(g.allocated_peak) / 1e6;
+    summary["peak_reserved_mb"] = static_cast<double>(g.reserved_peak) / 1e6;
+  }
   summary["optimizer_state_mb"] = static_cast<double>(step->optimizer().state_bytes()) / 1e6;
   if (dp) dp->add_to_summary(summary, session_step_s, session_steps);
   if (evaluate && is_writer() && task.hooks.extend_summary) task.hooks.extend_summary(summary);

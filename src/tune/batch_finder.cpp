@@ -17,6 +17,7 @@
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/compat.h"
 #include "frugal/core/config_loader.h"
+#include "frugal/core/device.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
@@ -124,6 +125,9 @@ ProbeOutcome probe_training_memory(const Config& config, int64_t micro_batch, in
   std::optional<TensorBytesLimitGuard> limit;
   if (cpu && budget_bytes > 0) limit.emplace(base + budget_bytes);
   reset_tensor_bytes_peak();
+  // On a GPU the caching allocator is the judge (its out-of-memory error) and keeps the peak.
+  device::reset_cuda_peak(device);
+  const int64_t gpu_base = device::cuda_memory(device).allocated_now;
   ProbeOutcome out;
   try {
     RandomTokens data(micro_batch, c.model.block, c.model.vocab);
@@ -145,11 +149,13 @@ ProbeOutcome probe_training_memory(const Config& config, int64_t micro_batch, in
   } catch (const std::exception& e) {
     if (!compat::is_out_of_memory(e)) throw;
     out.out_of_memory = true;
+    if (!cpu) device::cuda_empty_cache();  // the failed probe's blocks back to the driver
   }
   {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(rng);
   }
+  if (!cpu) out.peak_bytes = device::cuda_memory(device).allocated_peak - gpu_base;
   if (cpu) {
     out.peak_bytes = tensor_bytes_peak() - base;
     if (budget_bytes > 0 &&

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -108,6 +109,26 @@ TEST(LossScaler, OverflowingRunSkipsStepsBacksOffAndNeverPutsNanInTheWeights) {
   }
   ASSERT_GE(lrs.size(), 3u);
   EXPECT_EQ(lrs[0], lrs[1]);  // step 2 reused step 1's lr: step 1 was skipped
+}
+
+TEST(LossScaler, UnscaleAndCheckUnscalesFiniteGradientsAndFlagsNonFiniteOnes) {
+  PrecisionConfig c = cfg();
+  LossScaler scaler(true, c);  // scale 1024
+  std::vector<at::Tensor> finite = {torch::full({3}, 2048.0), torch::full({2, 2}, -512.0)};
+  at::Tensor flag = scaler.unscale_and_check(finite);
+  ASSERT_TRUE(flag.defined());
+  EXPECT_EQ(flag.item<float>(), 0.0f);
+  EXPECT_TRUE(torch::equal(finite[0], torch::full({3}, 2.0)));
+  EXPECT_TRUE(torch::equal(finite[1], torch::full({2, 2}, -0.5)));
+  for (double bad : {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    std::vector<at::Tensor> g = {torch::ones({4}), torch::ones({5}).to(torch::kBFloat16)};
+    g[1][3] = bad;  // one element of the second dtype group
+    EXPECT_NE(scaler.unscale_and_check(g).item<float>(), 0.0f) << bad;
+  }
+  LossScaler off(false, c);
+  std::vector<at::Tensor> g = {torch::full({2}, 8.0)};
+  EXPECT_FALSE(off.unscale_and_check(g).defined());
+  EXPECT_TRUE(torch::equal(g[0], torch::full({2}, 8.0)));  // untouched when disabled
 }
 
 }  // namespace

@@ -93,6 +93,59 @@ class AutocastGuard {
   c10::ScalarType prev_dtype_ = c10::ScalarType::BFloat16;
 };
 
+// The key of a parameter's entry in torch::optim::Optimizer::state(): 1.13 keys it by the
+// TensorImpl's address printed as a string, 2.x by the address itself (a void*).
+inline auto optimizer_state_key(const at::Tensor& param) {
+#if FRUGAL_TORCH_AT_LEAST(2, 0)
+  return static_cast<void*>(param.unsafeGetTensorImpl());
+#else
+  return c10::guts::to_string(param.unsafeGetTensorImpl());
+#endif
+}
+
+// ATen's multi-tensor unscale-and-check (what torch.amp.GradScaler runs): grads *= inv_scale in
+// place, found_inf set non-zero where any element is inf/NaN; one kernel per call on CPU and
+// CUDA in 2.x. 1.13 has it for CUDA only: returns false there, doing nothing, and the caller
+// unscales and checks by hand.
+inline bool amp_unscale_and_check(at::TensorList grads, at::Tensor& found_inf, const at::Tensor& inv_scale) {
+#if FRUGAL_TORCH_AT_LEAST(2, 1)
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+  return true;
+#else
+  (void)grads, (void)found_inf, (void)inv_scale;
+  return false;
+#endif
+}
+
+// ATen's fused AdamW kernel (torch.optim.AdamW(fused=True)) on one CUDA buffer, with the step
+// count as a device tensor (no host synchronisation). Returns false where LibTorch has none (1.13).
+inline bool fused_adamw_cuda(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+                             const at::Tensor& exp_avg_sq, int64_t step, double lr, double beta1, double beta2,
+                             double weight_decay, double eps) {
+#if FRUGAL_TORCH_AT_LEAST(2, 1)
+  at::Tensor step_t = at::full({}, static_cast<double>(step), param.options().dtype(at::kFloat));
+  at::_fused_adamw_({param}, {grad}, {exp_avg}, {exp_avg_sq}, {}, {step_t}, lr, beta1, beta2, weight_decay, eps,
+                    /*amsgrad=*/false, /*maximize=*/false);
+  return true;
+#else
+  (void)param, (void)grad, (void)exp_avg, (void)exp_avg_sq, (void)step, (void)lr, (void)beta1, (void)beta2;
+  (void)weight_decay, (void)eps;
+  return false;
+#endif
+}
+
+// Causal attention through ATen's scaled_dot_product_attention (flash / memory-efficient kernels
+// on a GPU; q, k, v of shape (B, H, T, D)), dropout on the attention weights with probability
+// `dropout`. Undefined where LibTorch has no public SDPA (1.13): the caller computes it by hand.
+inline at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout) {
+#if FRUGAL_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true);
+#else
+  (void)q, (void)k, (void)v, (void)dropout;
+  return {};
+#endif
+}
+
 // LibTorch profiler events (torch::autograd::profiler::KinetoEvent; the caller includes
 // <torch/csrc/autograd/profiler_kineto.h>). 1.13 reports microseconds (startUs, durationUs); 2.x
 // replaced them with nanoseconds (startNs, durationNs). Both are on the Unix-epoch clock. Detected

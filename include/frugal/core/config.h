@@ -20,6 +20,10 @@ struct RunConfig {
   // 2-vCPU VM is what measures fastest (see docs/levers.md, "threads").
   int64_t threads = 0;
   std::string device = "cpu";  // "cpu" or "cuda" (or "cuda:N")
+  // Deterministic GPU kernels (cuDNN and ATen deterministic algorithms, a fixed cuBLAS
+  // workspace): a resumed run on a GPU then reproduces the uninterrupted run bitwise, at some
+  // speed. CPU runs are deterministic either way.
+  bool deterministic = false;
 };
 
 // [model] — the reference GPT decoder (src/model/gpt.cpp).
@@ -72,6 +76,10 @@ struct PrecisionConfig {
   // fp16: after this many consecutive skipped steps at the floor, switch to bf16 where it is
   // supported and say so (0 = never; keep skipping).
   int64_t fallback_after = 0;
+  // TF32 tensor-core math for fp32 matmuls and convolutions on Ampere and newer GPUs (10-bit
+  // mantissa products, fp32 accumulation). PyTorch leaves it off for matmuls; fp32 runs on a GPU
+  // are several times faster with it. No effect on the CPU.
+  bool tf32 = true;
 };
 
 // [memory] — trading compute for memory.

@@ -36,6 +36,11 @@ class LossScaler {
   at::Tensor scale_loss(const at::Tensor& loss) const;
   // Multiplies gradients by 1/scale in place (no-op when disabled).
   void unscale(const std::vector<at::Tensor>& grads) const;
+  // Unscales and checks in one pass: returns a 0-dim float tensor on the gradients' device that
+  // is non-zero when any gradient holds inf/NaN (LibTorch 2.x: one multi-tensor kernel per
+  // device, on CPU and CUDA alike, no host synchronisation; 1.13: unscale, then the finiteness of
+  // the gradients' norm). Undefined when disabled or without gradients.
+  at::Tensor unscale_and_check(const std::vector<at::Tensor>& grads) const;
   // Records the step's outcome; returns true when the optimizer step must be skipped.
   bool update(bool found_inf);
 

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "frugal/core/config.h"
+#include "frugal/core/device.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
 #include "frugal/train/task.h"
@@ -72,7 +73,8 @@ class TrainStep {
             GradSync* sync = nullptr);
 
   // Runs iteration `iteration` (0-based) at learning rate `lr`. Reads the device only when the
-  // loss scaler needs the inf/NaN verdict.
+  // loss scaler needs the inf/NaN verdict and, on a GPU, once at the end for the phase split
+  // (device time from CUDA events).
   StepResult run(int64_t iteration, double lr);
 
   // Micro-batches fetched per step (the data cursor counts these).
@@ -107,6 +109,15 @@ class TrainStep {
   GradSync* sync_;
   std::unique_ptr<Optimizer> optimizer_;
   bool probe_grad_noise_ = false;
+
+  class Lap;
+  struct Span {
+    double* slot;  // the StepResult phase the device time belongs to
+    int from, to;  // event indices
+  };
+  void settle_device_times();
+  device::EventTimer events_;
+  std::vector<Span> spans_;
 };
 
 // Installs activation checkpointing on the model per memory.activation_checkpointing.

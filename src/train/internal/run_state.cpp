@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <algorithm>
 #include <mutex>
 
 #include "frugal/core/errors.h"
@@ -67,6 +68,30 @@ LoopState loop_state_from_json(const nlohmann::json& j) {
   }
 }
 
+std::string bytes_to_hex(const std::vector<uint8_t>& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes.size());
+  for (uint8_t b : bytes) {
+    out += digits[b >> 4];
+    out += digits[b & 0xf];
+  }
+  return out;
+}
+
+std::vector<uint8_t> hex_to_bytes(const std::string& hex, const std::string& what) {
+  if (hex.size() % 2 != 0) throw CheckpointError("state.json " + what + ": odd number of hex digits");
+  auto nibble = [&](char ch) -> uint8_t {
+    if (ch >= '0' && ch <= '9') return static_cast<uint8_t>(ch - '0');
+    if (ch >= 'a' && ch <= 'f') return static_cast<uint8_t>(ch - 'a' + 10);
+    if (ch >= 'A' && ch <= 'F') return static_cast<uint8_t>(ch - 'A' + 10);
+    throw CheckpointError("state.json " + what + ": '" + std::string(1, ch) + "' is not a hex digit");
+  };
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(nibble(hex[2 * i]) << 4 | nibble(hex[2 * i + 1]));
+  return out;
+}
+
 std::string cpu_rng_state_hex() {
   auto gen = at::detail::getDefaultCPUGenerator();
   at::Tensor t;
@@ -75,17 +100,13 @@ std::string cpu_rng_state_hex() {
     t = gen.get_state();
   }
   const uint8_t* p = t.data_ptr<uint8_t>();
-  std::string out;
-  out.reserve(2 * t.numel());
-  for (int64_t i = 0; i < t.numel(); ++i) out += fmt::format("{:02x}", p[i]);
-  return out;
+  return bytes_to_hex(std::vector<uint8_t>(p, p + t.numel()));
 }
 
 void set_cpu_rng_state_hex(const std::string& hex) {
-  if (hex.size() % 2 != 0) throw CheckpointError("state.json rng.cpu: odd number of hex digits");
-  at::Tensor t = at::empty({static_cast<int64_t>(hex.size() / 2)}, at::kByte);
-  uint8_t* p = t.data_ptr<uint8_t>();
-  for (size_t i = 0; i < hex.size() / 2; ++i) p[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  const std::vector<uint8_t> bytes = hex_to_bytes(hex, "rng.cpu");
+  at::Tensor t = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+  std::copy(bytes.begin(), bytes.end(), t.data_ptr<uint8_t>());
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_state(t);

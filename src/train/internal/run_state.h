@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +38,9 @@ nlohmann::json json_double(double x);
 double double_from_json(const nlohmann::json& j);
 
 // The default CPU generator's state as hex, and back.
+// Bytes as lowercase hex and back (a CheckpointError naming `what` on malformed text).
+std::string bytes_to_hex(const std::vector<uint8_t>& bytes);
+std::vector<uint8_t> hex_to_bytes(const std::string& hex, const std::string& what);
 std::string cpu_rng_state_hex();
 void set_cpu_rng_state_hex(const std::string& hex);
 

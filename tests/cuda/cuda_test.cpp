@@ -1,0 +1,246 @@
+// The CUDA paths, run for real on a GPU (CTest label `cuda`; `ctest -L cuda`). On a machine
+// without a GPU every case here is reported as skipped with the reason, never as passed.
+//
+// bf16 and fp16 training track fp32; the loss scaler skips steps on real fp16 overflow; the
+// trainer backs off on the CUDA caching allocator's out-of-memory error; a stopped and resumed run
+// matches the uninterrupted one bitwise in deterministic mode; the loader hands over pinned host
+// batches; NCCL works with world size 1; ATen's fused AdamW on the GPU matches the CPU update.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "frugal/core/device.h"
+#include "frugal/data/batch_source.h"
+#include "frugal/dist/process_group.h"
+#include "frugal/model/gpt.h"
+#include "frugal/train/fused_adamw.h"
+#include "frugal/train/preemption.h"
+#include "frugal/train/trainer.h"
+#include "frugal_build_config.h"
+#include "test_util.h"
+
+#if FRUGAL_HAVE_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace frugal {
+namespace {
+namespace fs = std::filesystem;
+
+#define FRUGAL_REQUIRE_GPU()                                                                       \
+  do {                                                                                             \
+    if (!device::build_info().cuda_compiled) GTEST_SKIP() << "frugal was built without CUDA";     \
+    if (!device::cuda_available()) GTEST_SKIP() << "no CUDA device visible to this process";      \
+  } while (0)
+
+nlohmann::json train_on_gpu(const std::string& out, std::vector<std::string> extra, TrainerOptions o = {}) {
+  auto sets = test::tiny_overrides(out);
+  sets.push_back("run.device=cuda");
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  o.quiet = true;
+  o.overwrite = true;
+  Trainer t(resolve_config("", sets, {}), o);
+  auto s = t.fit();
+  clear_preemption();
+  return s;
+}
+
+std::vector<double> losses(const std::string& run_dir) {
+  std::vector<double> out;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("loss") && j["loss"].is_number()) out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
+TEST(Cuda, DoctorFactsNameTheGpu) {
+  FRUGAL_REQUIRE_GPU();
+  auto gpus = device::cuda_devices();
+  ASSERT_FALSE(gpus.empty());
+  EXPECT_FALSE(gpus[0].name.empty());
+  EXPECT_GT(gpus[0].total_bytes, 0);
+  EXPECT_GE(gpus[0].major, 5);
+}
+
+TEST(Cuda, GptForwardAndGradientsOnTheGpuMatchTheCpu) {
+  FRUGAL_REQUIRE_GPU();
+  device::set_tf32(false);
+  ModelConfig mc;
+  mc.layers = 2;
+  mc.heads = 4;
+  mc.embd = 64;
+  mc.block = 32;
+  torch::manual_seed(3);
+  Gpt cpu(mc);
+  Gpt gpu(mc);
+  {
+    torch::NoGradGuard ng;
+    auto src = cpu->parameters(), dst = gpu->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  gpu->to(torch::kCUDA);
+  auto x = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong), y = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong);
+  auto lc = cpu->loss(x, y);
+  auto lg = gpu->loss(x.cuda(), y.cuda());  // ATen's fused attention on the GPU, frugal's kernel on the CPU
+  EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-4);
+  lc.backward();
+  lg.backward();
+  auto gc = cpu->parameters(), gg = gpu->parameters();
+  for (size_t i = 0; i < gc.size(); ++i)
+    EXPECT_TRUE(torch::allclose(gg[i].grad().cpu(), gc[i].grad(), 1e-3, 1e-5)) << "parameter " << i;
+}
+
+TEST(Cuda, Bf16AndFp16TrainingTrackFp32) {
+  FRUGAL_REQUIRE_GPU();
+  test::TempDir a, b, c;
+  train_on_gpu(a.path(), {"precision.mode=fp32", "precision.tf32=false"});
+  auto sb = train_on_gpu(b.path(), {"precision.mode=bf16"});
+  auto sc = train_on_gpu(c.path(), {"precision.mode=fp16"});
+  EXPECT_EQ(sb["precision"], "bf16");
+  EXPECT_EQ(sc["precision"], "fp16");
+  auto la = losses(a.path() + "/demo"), lb = losses(b.path() + "/demo"), lc = losses(c.path() + "/demo");
+  ASSERT_FALSE(la.empty());
+  ASSERT_EQ(la.size(), lb.size());
+  ASSERT_EQ(la.size(), lc.size());
+  EXPECT_LT(la.back(), la.front()) << "fp32 did not learn";
+  // Reduced precision follows the fp32 curve: within 5% at every logged step.
+  for (size_t i = 0; i < la.size(); ++i) {
+    EXPECT_NEAR(lb[i], la[i], 0.05 * la[i]) << "bf16, log line " << i;
+    EXPECT_NEAR(lc[i], la[i], 0.05 * la[i]) << "fp16, log line " << i;
+  }
+}
+
+TEST(Cuda, LossScalerSkipsStepsOnRealFp16Overflow) {
+  FRUGAL_REQUIRE_GPU();
+  test::TempDir d;
+  // 2^40 times the loss overflows fp16 (max 65504) in backward: the first steps must be skipped
+  // and the scale backed off until the gradients are finite, and training then goes on.
+  auto s = train_on_gpu(d.path(), {"precision.mode=fp16", "precision.init_scale=1099511627776",
+                                   "precision.backoff_factor=0.5"});
+  EXPECT_GT(s["skipped_steps"].get<int64_t>(), 0);
+  EXPECT_LT(s["loss_scale"].get<double>(), 1099511627776.0);
+  EXPECT_GT(s["optimizer_steps"].get<int64_t>(), 0);
+  auto l = losses(d.path() + "/demo");
+  ASSERT_FALSE(l.empty());
+  EXPECT_TRUE(std::isfinite(l.back()));
+}
+
+TEST(Cuda, OutOfMemoryOnTheCachingAllocatorBacksOffTheMicroBatch) {
+  FRUGAL_REQUIRE_GPU();
+#if FRUGAL_HAVE_CUDA
+  // Cap this process at a sliver of the GPU so that micro-batch 64 of a wide model does not fit
+  // and 8 does.
+  const auto gpus = device::cuda_devices();
+  const double cap_bytes = 160e6;
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(cap_bytes / static_cast<double>(gpus[0].total_bytes), 0);
+  test::TempDir d;
+  nlohmann::json s;
+  try {
+    s = train_on_gpu(d.path(), {"model.embd=512", "model.layers=4", "model.heads=8", "model.block=256",
+                                "data.micro_batch=64", "train.steps=3", "precision.mode=fp32",
+                                "train.eval_every=0"});
+  } catch (...) {
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, 0);
+    throw;
+  }
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, 0);
+  EXPECT_GT(s["oom_backoffs"].get<int64_t>(), 0);
+  EXPECT_LT(s["micro_batch_effective"].get<int64_t>(), 64);
+  EXPECT_EQ(s["steps"], 3);
+#endif
+}
+
+// Raises a signal at the end of step `step`, as a spot reclaim notice would.
+class SignalAt : public Callback {
+ public:
+  explicit SignalAt(int64_t step) : step_(step) {}
+  void on_step_end(const StepMetrics& m, Control&) override {
+    if (m.step == step_) std::raise(SIGUSR1);
+  }
+
+ private:
+  int64_t step_;
+};
+
+TEST(Cuda, StoppedAndResumedRunMatchesTheUninterruptedOneBitwiseInDeterministicMode) {
+  FRUGAL_REQUIRE_GPU();
+  test::TempDir a, b;
+  // Dropout draws from the GPU's generator: its state must travel in the checkpoint.
+  const std::vector<std::string> x = {"run.deterministic=true", "model.dropout=0.1", "precision.mode=bf16",
+                                      "checkpoint.every_steps=7", "checkpoint.keep_last=5"};
+  train_on_gpu(a.path(), x);
+  TrainerOptions o;
+  o.handle_signals = true;
+  o.callbacks = {std::make_shared<SignalAt>(14)};
+  auto stopped = train_on_gpu(b.path(), x, o);
+  ASSERT_EQ(stopped["stop_kind"], "preempted");
+  TrainerOptions r;
+  r.resume = "auto";
+  r.overwrite = false;
+  auto done = train_on_gpu(b.path(), x, r);
+  EXPECT_EQ(done["stop_kind"], "completed");
+  EXPECT_EQ(test::read_text(a.path() + "/demo/final/model.safetensors"),
+            test::read_text(b.path() + "/demo/final/model.safetensors"))
+      << "final weights differ";
+}
+
+TEST(Cuda, LoaderHandsOverPinnedBatchesAndCopiesThemWithoutBlocking) {
+  FRUGAL_REQUIRE_GPU();
+  test::TempDir d;
+  auto sets = test::tiny_overrides(d.path());
+  sets.push_back("run.device=cuda");
+  Config c = resolve_config("", sets, {}).config;
+  auto src = make_batch_source(c, 0, 1);
+  Batch b = src->train_batch(0);
+  EXPECT_TRUE(b.x.is_pinned());
+  Batch g = to_device(b, c10::Device(c10::kCUDA, 0));
+  EXPECT_TRUE(g.x.is_cuda());
+  EXPECT_TRUE(torch::equal(g.x.cpu(), b.x));
+}
+
+TEST(Cuda, NcclProcessGroupWithWorldSizeOneReducesOnTheGpu) {
+  FRUGAL_REQUIRE_GPU();
+  if (!device::build_info().nccl_compiled) GTEST_SKIP() << "this build has no NCCL process group";
+  DistConfig dc;
+  dc.backend = DistBackend::kNccl;
+  dist::DistEnv env;
+  env.master_port = 29631;
+  auto pg = dist::connect(env, dc, c10::Device(c10::kCUDA, 0));
+  EXPECT_EQ(pg->backend(), "nccl");
+  at::Tensor t = torch::full({4}, 3.0, torch::TensorOptions().device(torch::kCUDA));
+  pg->allreduce_sum(t)->wait();
+  EXPECT_TRUE(torch::equal(t.cpu(), torch::full({4}, 3.0)));
+}
+
+TEST(Cuda, FusedAdamWOnTheGpuMatchesTheCpuUpdate) {
+  FRUGAL_REQUIRE_GPU();
+  torch::manual_seed(0);
+  auto p = torch::randn({4099}), g = torch::randn({4099}), m = torch::zeros({4099}), v = torch::zeros({4099});
+  auto pc = p.cuda(), gc = g.cuda(), mc = m.cuda(), vc = v.cuda();
+  AdamWHyper h;
+  h.lr = 1e-3;
+  for (int64_t step = 1; step <= 5; ++step) {
+    adamw_update(p, g, m, v, torch::empty_like(p), h, 0.1, step);
+    adamw_update(pc, gc, mc, vc, torch::empty_like(pc), h, 0.1, step);
+  }
+  EXPECT_TRUE(torch::allclose(pc.cpu(), p, 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(vc.cpu(), v, 1e-6, 1e-9));
+}
+
+TEST(Cuda, SummaryReportsTheCachingAllocatorsPeakAndDevicePhaseTimes) {
+  FRUGAL_REQUIRE_GPU();
+  test::TempDir d;
+  auto s = train_on_gpu(d.path(), {});
+  EXPECT_GT(s["peak_tensor_mb"].get<double>(), 0.0);
+  EXPECT_GE(s["peak_reserved_mb"].get<double>(), s["peak_tensor_mb"].get<double>());
+}
+
+}  // namespace
+}  // namespace frugal
