@@ -3,16 +3,21 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <thread>
+#include <utility>
 
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
 namespace frugal::dist {
 namespace {
+namespace fs = std::filesystem;
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -29,12 +34,12 @@ TEST(Emit, SkyPilotTaskUsesSpotAndResumesAuto) {
   EXPECT_TRUE(has(y, "name: frugal-demo\n"));
   EXPECT_TRUE(has(y, "num_nodes: 2\n"));
   EXPECT_TRUE(has(y, "resources:\n  use_spot: true\n  accelerators: H100:8\n"));
-  EXPECT_TRUE(has(y, "file_mounts:\n  /ckpt:\n    name: my-ckpts\n    mode: MOUNT\n"));
+  EXPECT_TRUE(has(y, "file_mounts:\n  /ckpt:\n    name: my-ckpts\n    persistent: true\n    mode: MOUNT\n"));
   EXPECT_TRUE(has(y, "setup: |\n"));
   EXPECT_TRUE(has(y, "run: |\n"));
   EXPECT_TRUE(has(y, "build/frugal launch -n 8 --nodes \"$SKYPILOT_NUM_NODES\" --node-rank \"$SKYPILOT_NODE_RANK\" "
                      "--master-addr \"$MASTER_ADDR\" --port 29500 -- train 'examples/demo.toml' --resume auto "
-                     "--set 'train.steps=1000' --set run.out_dir=/ckpt/runs\n"));
+                     "--set run.device=cuda --set 'train.steps=1000' --set run.out_dir=/ckpt/runs\n"));
   // Every line is YAML: a comment, a key, or an indented block line.
   for (size_t start = 0; start < y.size();) {
     size_t end = y.find('\n', start);
@@ -59,8 +64,111 @@ TEST(Emit, SlurmScriptRequeuesOnPreemption) {
   EXPECT_TRUE(has(s, "#SBATCH --requeue\n"));
   EXPECT_TRUE(has(s, "#SBATCH --signal=TERM@120\n"));
   EXPECT_TRUE(has(s, "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)\n"));
-  EXPECT_TRUE(has(s, "srun --kill-on-bad-exit=1 build/frugal train 'my run.toml' --resume auto\n"));
+  EXPECT_TRUE(has(s, "srun --kill-on-bad-exit=1 build/frugal train 'my run.toml' --resume auto --set run.device=cuda\n"));
   EXPECT_TRUE(has(s, "if [ \"$code\" -eq 75 ]; then scontrol requeue \"$SLURM_JOB_ID\"; fi\n"));
+}
+
+// The Python of the project's environment (scripts/install-deps.sh installs PyYAML there).
+std::string venv_python() { return std::string(FRUGAL_SOURCE_DIR) + "/.venv/bin/python"; }
+
+// Runs a shell command; returns its exit code and output.
+std::pair<int, std::string> shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// The emitted task read by a real YAML parser (PyYAML), checked key by key.
+TEST(Emit, SkyPilotTaskParsesAsYamlWithGpuTrainingAndTheBucketMounted) {
+  ASSERT_TRUE(fs::exists(venv_python())) << "run scripts/install-deps.sh (it makes .venv/ with PyYAML)";
+  test::TempDir d;
+  for (const std::string bucket : {"my-ckpts", "s3://team-bucket/frugal"}) {
+    EmitOptions o;
+    o.config = "examples/demo.toml";
+    o.name = "gpt";
+    o.nodes = 2;
+    o.procs_per_node = 8;
+    o.accelerators = "H100:8";
+    o.bucket = bucket;
+    test::write_text(d.file("task.yaml"), emit_skypilot(o));
+    const std::string check = R"PY(
+import sys, yaml
+t = yaml.safe_load(open(sys.argv[1]))
+assert t["name"] == "gpt" and t["num_nodes"] == 2, t
+assert t["resources"] == {"use_spot": True, "accelerators": "H100:8"}, t["resources"]
+m = t["file_mounts"]["/ckpt"]
+if "://" in sys.argv[2]:
+    assert m == {"source": sys.argv[2], "mode": "MOUNT"}, m
+else:
+    assert m == {"name": sys.argv[2], "persistent": True, "mode": "MOUNT"}, m
+setup = t["setup"].splitlines()
+assert "bash scripts/install-deps.sh" in setup, setup
+assert any(l.startswith("cmake --build build") and "--target frugal" in l for l in setup), setup
+assert "--set run.device=cuda" in t["run"] and "--resume auto" in t["run"], t["run"]
+assert "--set run.out_dir=/ckpt/runs" in t["run"], t["run"]
+print("ok")
+)PY";
+    test::write_text(d.file("check.py"), check);
+    auto [code, out] = shell(venv_python() + " " + d.file("check.py") + " " + d.file("task.yaml") + " '" + bucket + "'");
+    EXPECT_EQ(code, 0) << out;
+    EXPECT_TRUE(has(out, "ok")) << out;
+  }
+}
+
+TEST(Emit, SlurmScriptPassesBashSyntaxCheckAndRequestsTheGpus) {
+  test::TempDir d;
+  EmitOptions o;
+  o.config = "it's.toml";  // a quote inside the path
+  o.nodes = 2;
+  o.procs_per_node = 4;
+  o.accelerators = "H100:4";
+  const std::string s = emit_slurm(o);
+  test::write_text(d.file("job.sbatch"), s);
+  auto [code, out] = shell("bash -n " + d.file("job.sbatch"));
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_TRUE(has(s, "#SBATCH --gpus-per-node=4\n"));
+  EXPECT_TRUE(has(s, "--set run.device=cuda"));
+  o.accelerators = "";  // CPU nodes: no GPU request, no device override
+  const std::string cpu = emit_slurm(o);
+  EXPECT_FALSE(has(cpu, "--gpus-per-node"));
+  EXPECT_FALSE(has(cpu, "run.device"));
+}
+
+TEST(Emit, AnExplicitDeviceOverrideIsKept) {
+  EmitOptions o;
+  o.config = "c.toml";
+  o.procs_per_node = 2;
+  o.accelerators = "A100:2";
+  o.sets = {"run.device=cpu"};
+  const std::string y = emit_skypilot(o);
+  EXPECT_FALSE(has(y, "--set run.device=cuda"));
+  EXPECT_TRUE(has(y, "--set 'run.device=cpu'"));
+}
+
+TEST(Emit, RejectsGpuCountsThatDisagreeAndMalformedBuckets) {
+  EmitOptions o;
+  o.config = "c.toml";
+  o.procs_per_node = 1;
+  o.accelerators = "H100:8";
+  try {
+    emit_skypilot(o);
+    FAIL() << "-n 1 with 8 GPUs per node was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(has(e.what(), "pass -n 8")) << e.what();
+  }
+  o.procs_per_node = 8;
+  o.accelerators = "H100:x";
+  EXPECT_THROW(emit_skypilot(o), ConfigError);
+  o.accelerators = "H100:8";
+  for (const char* bad : {"My_Bucket", "ab", "-dash", "bucket/path"}) {
+    o.bucket = bad;
+    EXPECT_THROW(emit_skypilot(o), ConfigError) << bad;
+  }
 }
 
 TEST(Emit, RejectsAMissingConfig) {
