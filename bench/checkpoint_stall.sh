@@ -6,6 +6,9 @@
 #   bench/checkpoint_stall.sh [BUILD/frugal] [extra --set ...]
 # Default model: 8 layers, embd 256 (6.4M parameters, ~77 MB per checkpoint with AdamW moments).
 set -euo pipefail
+# Python: the project venv (the PyTorch wheel frugal builds against), else python3.
+PY="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"
+[[ -x $PY ]] || PY=python3
 BIN=${1:-build/frugal}
 shift || true
 STEPS=${STEPS:-60}
@@ -19,7 +22,7 @@ COMMON=(--set model.layers=8 --set model.embd=256 --set model.heads=8 --set mode
 for mode in false true; do
   "$BIN" train -q "${COMMON[@]}" --set checkpoint.async=$mode --set run.out_dir="$WORK/$mode" >/dev/null
 done
-/usr/bin/python3 - "$WORK" <<'PY'
+"$PY" - "$WORK" <<'PY'
 import json, sys
 work = sys.argv[1]
 out = {"bench": "checkpoint_stall"}

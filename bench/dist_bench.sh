@@ -8,6 +8,9 @@
 #   bench/dist_bench.sh [BUILD/frugal] [extra --set ...]
 # Default model: 4 layers, embd 256 (3.2M parameters). PORT picks the rendezvous port.
 set -euo pipefail
+# Python: the project venv (the PyTorch wheel frugal builds against), else python3.
+PY="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"
+[[ -x $PY ]] || PY=python3
 BIN=${1:-build/frugal}
 shift || true
 STEPS=${STEPS:-40}
@@ -22,7 +25,7 @@ COMMON=(--set model.layers=4 --set model.embd=256 --set model.heads=8 --set mode
   --set run.out_dir="$WORK/dp" >/dev/null
 "$BIN" launch -n 2 --port $((PORT + 1)) -- train -q "${COMMON[@]}" --set train.accum=1 --set dist.zero=1 \
   --set run.out_dir="$WORK/zero" >/dev/null
-/usr/bin/python3 - "$WORK" <<'PY'
+"$PY" - "$WORK" <<'PY'
 import json, sys
 work = sys.argv[1]
 out = {"bench": "dist", "processes": 2}

@@ -5,6 +5,9 @@
 # cold-cache rounds (they drop the page cache).
 # Usage: bench/loader_bench.sh [BUILD_DIR [loader_bench options: --records N --rounds R --images M --no-text]]
 set -euo pipefail
+# Python: the project venv (the PyTorch wheel frugal builds against), else python3.
+PY="$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python"
+[[ -x $PY ]] || PY=python3
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 [[ $# -gt 0 ]] && shift
@@ -12,7 +15,7 @@ cmake --build "$BUILD" --target loader_bench frugal-spm frugal >/dev/null
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 "$BUILD/loader_bench" "$WORK" "$@" > "$WORK/cpp.json"
-/usr/bin/python3 bench/torch_loader_baseline.py "$WORK" > "$WORK/torch.json"
+"$PY" bench/torch_loader_baseline.py "$WORK" > "$WORK/torch.json"
 # The demo on token shards: two licence texts, byte tokens.
 "$BUILD/frugal" prepare /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 \
   --out "$WORK/text_shards" --quiet >/dev/null
@@ -21,7 +24,7 @@ for p in fp32 bf16; do
     --set train.steps=200 --set run.out_dir="$WORK/runs" --set run.name=$p --set precision.mode=$p \
     --quiet >/dev/null
 done
-/usr/bin/python3 - "$WORK/cpp.json" "$WORK/torch.json" "$WORK/runs" <<'PY'
+"$PY" - "$WORK/cpp.json" "$WORK/torch.json" "$WORK/runs" <<'PY'
 import json, sys
 out = json.load(open(sys.argv[1]))
 out.update(json.load(open(sys.argv[2])))

@@ -1,25 +1,68 @@
-#!/usr/bin/python3
-"""The peer: the same GPT, data, batch and precision as `frugal train`, written as an idiomatic
-PyTorch training loop (what a practitioner would write). bench/compute_levers.py runs it beside
-frugal, alternating, and compares median per-step throughput.
+#!/usr/bin/env python3
+"""The peer: the GPT that `frugal train` trains (same architecture, initialisation, data, batch,
+optimizer settings, learning-rate schedule and precision), written as a PyTorch 2.x training loop
+the way a practitioner writes one today:
 
-Run with Debian's /usr/bin/python3 (torch 1.13). Prints one JSON object.
+  - attention is F.scaled_dot_product_attention(is_causal=True): no mask is built per step;
+  - the optimizer is torch.optim.AdamW(fused=True) (one fused kernel per step, CPU and CUDA);
+  - bf16/fp16 through torch.autocast, fp16 with torch.amp.GradScaler;
+  - optionally torch.compile on the model (--compile).
+
+Timing: the wall time between the ends of consecutive steps (each step ends with loss.item(),
+which also waits for the GPU), the same window as frugal's per-step elapsed_s in metrics.jsonl;
+the median over the steps after --warmup. Under --compile the first step compiles: it is
+reported as first_step_s / compile_s and is never inside the timed window.
+
+Prints one JSON object on the last line of stdout. Run it with the project's venv interpreter
+(.venv/bin/python: the PyTorch wheel frugal is built against), e.g.
+
+  .venv/bin/python bench/peer_gpt.py --text corpus.txt --dtype bf16 --threads 2 --compile
+  .venv/bin/python bench/peer_gpt.py --shards DIR --vocab 50257 --layers 12 --heads 12 \\
+      --embd 768 --block 1024 --batch 8 --device cuda --dtype bf16 --compile
+
+Data: --text PATH trains on byte tokens of the file's first (1 - --val-fraction) part, as
+frugal's data.source = "text:PATH" does; --shards DIR reads llm.c token files (*_train_*.bin,
+256 int32 header words with magic 20240520, then uint16 tokens), as frugal's "shards:DIR" does.
+Batches are random windows (nanoGPT's get_batch), built on the host in the training thread;
+the time spent building them is reported as data_ms_median / data_wait_fraction.
 """
 import argparse
+import glob
 import json
 import math
+import mmap
+import os
+import resource
 import statistics
+import struct
+import sys
 import time
+import warnings
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+# The wheel warns at import when NumPy is absent; nothing here uses NumPy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+# Read-only memory maps of token files are never written to; torch warns about them anyway.
+warnings.filterwarnings("ignore", message="The given buffer is not writable")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import die, physical_cores  # noqa: E402
+
+LLMC_MAGIC = 20240520
+LLMC_HEADER_BYTES = 256 * 4
 
 
 class Block(nn.Module):
+    """Pre-LN transformer block: causal self-attention and a GELU MLP (exact erf GELU, as
+    frugal's fused GELU computes), each added to the residual stream."""
+
     def __init__(self, embd, heads, dropout):
         super().__init__()
         self.heads = heads
+        self.dropout = dropout
         self.ln1 = nn.LayerNorm(embd)
         self.qkv = nn.Linear(embd, 3 * embd)
         self.proj = nn.Linear(embd, embd)
@@ -30,11 +73,11 @@ class Block(nn.Module):
 
     def attn(self, x):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
-        att = att.masked_fill(mask, float("-inf")).softmax(-1)
-        return self.drop(self.proj((att @ v).transpose(1, 2).reshape(B, T, C)))
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                           is_causal=True)
+        return self.drop(self.proj(y.transpose(1, 2).reshape(B, T, C)))
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -42,13 +85,19 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, block, layers, heads, embd, dropout=0.0):
+    """frugal's reference GPT (src/model/gpt.cpp): learned positions, pre-LN blocks, final
+    LayerNorm, output head tied to the token embedding, GPT-2 initialisation."""
+
+    def __init__(self, vocab, block, layers, heads, embd, dropout=0.0, checkpoint_blocks=False):
         super().__init__()
+        self.checkpoint_blocks = checkpoint_blocks
         self.wte = nn.Embedding(vocab, embd)
         self.wpe = nn.Embedding(block, embd)
         self.drop = nn.Dropout(dropout)
         self.blocks = nn.ModuleList([Block(embd, heads, dropout) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(embd)
+        # N(0, 0.02), residual projections (attention proj, MLP fc_proj) N(0, 0.02/sqrt(2L)),
+        # biases zero, LayerNorms ones/zeros: the same rule, by the same names, as frugal.
         for name, p in self.named_parameters():
             if "ln" in name:
                 continue
@@ -61,60 +110,199 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         T = idx.size(1)
-        x = self.drop(self.wte(idx) + self.wpe(torch.arange(T)))
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
         for b in self.blocks:
-            x = b(x)
+            if self.checkpoint_blocks and self.training:
+                x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
+            else:
+                x = b(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)
+        # The loss in fp32, as frugal computes it.
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
+def flops_per_token(layers, embd, vocab, block):
+    """Training FLOPs per token, frugal's formula (docs/model.md): 6 x matmul parameters (head
+    included) + 12 x layers x block x embd for the attention products."""
+    return 6.0 * (layers * 12.0 * embd * embd + vocab * embd) + 12.0 * layers * block * embd
+
+
+def lr_at(step, total, warmup, peak, min_ratio):
+    """frugal's schedule (include/frugal/train/lr_schedule.h): linear warm-up, cosine to a floor."""
+    if warmup > 0 and step < warmup:
+        return peak * (step + 1) / warmup
+    floor = peak * min_ratio
+    decay = total - warmup
+    if decay <= 1:
+        return peak
+    progress = min(1.0, (step - warmup) / (decay - 1))
+    return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def load_text(path, val_fraction):
+    """Byte tokens of the file's training split: all but its last val_fraction (frugal's split)."""
+    try:
+        raw = open(path, "rb").read()
+    except OSError as e:
+        die(f"peer_gpt: cannot read --text '{path}': {e.strerror}")
+    n_train = len(raw) - int(len(raw) * val_fraction)
+    return torch.frombuffer(bytearray(raw[:n_train]), dtype=torch.uint8)
+
+
+def load_llmc_train(directory):
+    """The concatenated *_train_*.bin files of an llm.c dataset, memory-mapped (uint16 tokens)."""
+    files = sorted(glob.glob(os.path.join(directory, "*_train_*.bin")))
+    if not files:
+        die(f"peer_gpt: no llm.c '*_train_*.bin' files in '{directory}'")
+    parts = []
+    for path in files:
+        with open(path, "rb") as f:
+            header = struct.unpack("<3i", f.read(12))
+            if header[0] != LLMC_MAGIC or header[1] != 1:
+                die(f"peer_gpt: '{path}' is not an llm.c version-1 token file (magic {header[0]}, "
+                    f"version {header[1]})")
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        parts.append(torch.frombuffer(mm, dtype=torch.uint16, offset=LLMC_HEADER_BYTES, count=header[2]))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--text", required=True)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="UTF-8 text file, byte-level tokens (frugal's text:PATH)")
+    src.add_argument("--shards", help="folder of llm.c token files (frugal's shards:DIR)")
+    ap.add_argument("--val-fraction", type=float, default=0.1, help="text: held-out tail, as data.val_fraction")
+    ap.add_argument("--vocab", type=int, default=256, help="vocabulary (256 for bytes, 50257 for GPT-2 tokens)")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--embd", type=int, default=128)
     ap.add_argument("--block", type=int, default=64)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--batch", type=int, default=32, help="sequences per step (frugal's data.micro_batch)")
+    ap.add_argument("--dropout", type=float, default=0.0)
+    ap.add_argument("--steps", type=int, default=30, help="timed steps (after --warmup)")
+    ap.add_argument("--warmup", "--warmup-skip", type=int, default=3, dest="warmup",
+                    help="untimed steps first (the first one compiles under --compile)")
     ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--warmup-skip", type=int, default=3, help="steps excluded from the median")
+    ap.add_argument("--lr-warmup-steps", type=int, default=50, help="learning-rate warm-up steps (train.warmup_steps)")
+    ap.add_argument("--dtype", "--precision", choices=["fp32", "bf16", "fp16"], default="fp32", dest="dtype",
+                    help="fp32, or autocast to bf16 / fp16 (fp16 with torch.amp.GradScaler)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="intra-op threads; 0 = the physical cores (bench/compute_levers.py sweeps 1..cores)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--compile-mode", default="default",
+                    help="torch.compile mode (default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)")
+    ap.add_argument("--activation-checkpointing", action="store_true",
+                    help="torch.utils.checkpoint around every block (recompute in backward)")
+    ap.add_argument("--no-tf32", action="store_true", help="CUDA fp32 matmuls without TF32 (frugal's precision.tf32=false)")
+    ap.add_argument("--seed", type=int, default=1337)
     a = ap.parse_args()
+    if a.embd % a.heads:
+        ap.error(f"--heads {a.heads} must divide --embd {a.embd}")
+    if a.steps < 1 or a.warmup < 1:
+        ap.error("--steps and --warmup must be at least 1 (the first step is never timed)")
 
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(1337)
-    data = torch.frombuffer(bytearray(open(a.text, "rb").read()), dtype=torch.uint8).long()
-    model = GPT(256, a.block, a.layers, a.heads, a.embd)
+    device = torch.device(a.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(f"peer_gpt: --device {a.device} but no CUDA device is available", file=sys.stderr)
+        return 2
+    threads = a.threads or physical_cores()
+    torch.set_num_threads(threads)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+        # frugal's precision.tf32 default; PyTorch's own default leaves fp32 matmuls in full fp32.
+        torch.backends.cuda.matmul.allow_tf32 = not a.no_tf32
+        torch.backends.cudnn.allow_tf32 = not a.no_tf32
+    torch.manual_seed(a.seed)
+
+    data = load_text(a.text, a.val_fraction) if a.text else load_llmc_train(a.shards)
+    if len(data) <= a.block + 1:
+        die(f"peer_gpt: {len(data)} training tokens, a window needs --block + 1 = {a.block + 1}")
+    offsets = torch.arange(a.block + 1)
+    gen = torch.Generator().manual_seed(a.seed)
+    pin = device.type == "cuda"
+
+    def get_batch():
+        ix = torch.randint(len(data) - a.block - 1, (a.batch,), generator=gen)
+        w = data[ix[:, None] + offsets].to(torch.long)
+        x, y = w[:, :-1], w[:, 1:]
+        if pin:
+            x, y = x.pin_memory(), y.pin_memory()
+        return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+    model = GPT(a.vocab, a.block, a.layers, a.heads, a.embd, a.dropout, a.activation_checkpointing).to(device)
+    params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.99))
-    gen = torch.Generator().manual_seed(1337)
-    times, losses = [], []
-    for step in range(a.steps):
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.99), eps=1e-8, fused=True)
+    step_fn = torch.compile(model, mode=None if a.compile_mode == "default" else a.compile_mode) if a.compile else model
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.dtype)
+    scaler = torch.amp.GradScaler(device.type) if a.dtype == "fp16" else None
+    total = a.warmup + a.steps
+
+    times, data_s, losses = [], [], []
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+    t_prev = time.perf_counter()
+    for step in range(total):
         t0 = time.perf_counter()
-        ix = torch.randint(len(data) - a.block - 1, (a.batch,), generator=gen)
-        x = torch.stack([data[i:i + a.block] for i in ix])
-        y = torch.stack([data[i + 1:i + 1 + a.block] for i in ix])
-        lr = a.lr * min(1.0, (step + 1) / 50)
+        x, y = get_batch()
+        data_s.append(time.perf_counter() - t0)
         for g in opt.param_groups:
-            g["lr"] = lr
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            loss = model(x, y)
+            g["lr"] = lr_at(step, total, a.lr_warmup_steps, a.lr, 0.1)
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = step_fn(x, y)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        losses.append(loss.item())
-        times.append(time.perf_counter() - t0)
-    per_step = [a.batch * a.block / t for t in times[a.warmup_skip:]]
-    print(json.dumps({"program": "pytorch_peer", "precision": a.precision, "threads": a.threads,
-                      "tokens_per_s_median": statistics.median(per_step),
-                      "step_ms_median": 1e3 * statistics.median(times[a.warmup_skip:]),
-                      "final_loss": losses[-1], "torch": torch.__version__}))
+        losses.append(loss.item())  # the step's end: waits for the device
+        t = time.perf_counter()
+        times.append(t - t_prev)
+        t_prev = t
+
+    timed = times[a.warmup:]
+    step_med = statistics.median(timed)
+    tokens = a.batch * a.block
+    fpt = flops_per_token(a.layers, a.embd, a.vocab, a.block)
+    out = {
+        "program": "pytorch_peer", "torch": torch.__version__, "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "dtype": a.dtype, "precision": a.dtype, "compile": a.compile,
+        "compile_mode": a.compile_mode if a.compile else None, "threads": threads,
+        "activation_checkpointing": a.activation_checkpointing,
+        "model": {"layers": a.layers, "heads": a.heads, "embd": a.embd, "block": a.block, "vocab": a.vocab},
+        "batch": a.batch, "params": params, "flops_per_token": fpt,
+        "warmup_steps_untimed": a.warmup, "timed_steps": len(timed),
+        "step_ms_median": 1e3 * step_med,
+        "tokens_per_s_median": tokens / step_med,
+        "tokens_per_s_window": tokens * len(timed) / sum(timed),
+        "first_step_s": times[0],
+        # Compilation happens inside the first step; what it added over a normal step.
+        "compile_s": max(0.0, times[0] - step_med) if a.compile else 0.0,
+        "data_ms_median": 1e3 * statistics.median(data_s[a.warmup:]),
+        "data_wait_fraction": sum(data_s[a.warmup:]) / sum(timed),
+        "step_ms": [round(1e3 * t, 3) for t in timed],
+        "final_loss": losses[-1],
+        "loss_scale": scaler.get_scale() if scaler else None,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
+    }
+    if device.type == "cuda":
+        out["peak_tensor_mb"] = torch.cuda.max_memory_allocated(device) / 1e6
+        out["peak_reserved_mb"] = torch.cuda.max_memory_reserved(device) / 1e6
+    print(json.dumps(out))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -3,7 +3,7 @@
 image as float in [0, 1] (what frugal's records source hands the trainer), through
 torch.utils.data.DataLoader (batch 64, shuffled, 2 workers). Prints
 {"torch_dataloader_small_files_samples_per_s": ...}.
-Run with Debian's /usr/bin/python3 (python3-torch)."""
+Run with the project venv's Python (.venv/bin/python: torch and numpy)."""
 import json
 import os
 import sys

@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+"""The GPU benchmark: frugal against PyTorch eager and torch.compile (bench/peer_gpt.py, the same
+wheel) on the GPT-2 124M shape (12 layers, 12 heads, 768 wide, vocabulary 50257, block 1024),
+trained from llm.c-format token shards at the same micro-batch on every side.
+
+Rows (each side's runs alternate, --repeats rounds; medians):
+  - bf16: tokens/s and MFU of frugal, PyTorch eager, torch.compile (compile time apart);
+  - fp16 with dynamic loss scaling (frugal's precision.mode = fp16, the peer's GradScaler):
+    tokens/s, MFU against the fp16 matmul peak, skipped steps, final loss scale;
+  - activation checkpointing (frugal memory.activation_checkpointing = blocks, the peer's
+    torch.utils.checkpoint per block) against none: peak tensor memory and step time, bf16;
+  - checkpoint stall, sync against async (checkpoint.async): the trainer's stall per save, the
+    write time and bytes of a checkpoint (summary.json's "checkpoint" figures), bf16;
+  - data wait: the fraction of step time the trainer waited for its batch (frugal's prefetching
+    loader: metrics.jsonl data_wait_s; the peer builds its batch inline: data_ms).
+
+Throughput is timed over the same window on every side: the wall time between the ends of
+consecutive steps (frugal: elapsed_s differences in metrics.jsonl, logged every step; the peer:
+after each step's loss.item()), the median over the steps after the warm-up. MFU = tokens/s x
+FLOPs per token (frugal's formula, docs/model.md) / peak, against two peaks: this GPU's dense
+matmul measured here (torch.mm 8192^3, median of repeats, bench/matmul_peak.py) and the
+datasheet's dense figure where the GPU is known (H100 SXM and H200: 989 TFLOP/s bf16/fp16).
+
+The shards hold uniformly random tokens (seeded): throughput does not depend on what the tokens
+say, and the bench needs no download. Files: *_train_*.bin and *_val_*.bin, each a header of 256
+int32 words (20240520, 1, token count) and uint16 tokens, what frugal's shards:DIR reads.
+
+  .venv/bin/python bench/gpu_bench.py [--out DIR] [--batch 16] [--steps 30] [--repeats 2]
+  .venv/bin/python bench/gpu_bench.py --smoke     # on the CPU: a tiny shape, every row, 3 steps
+  .venv/bin/python bench/gpu_bench.py --dry-run   # write and verify the shards, print the commands
+
+Writes gpu_*.json (one file per row) into --out (default bench/results/<today>/; with --smoke
+bench/out/gpu_smoke/) and prints a table. Exits 2 when no CUDA device is visible (or frugal is built without CUDA), 1 when a run
+fails.
+"""
+import argparse
+import ctypes
+import json
+import os
+import shlex
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import torch  # noqa: E402
+
+import matmul_peak  # noqa: E402
+from bench_common import ROOT, die, results_dir, source_revision, venv_python  # noqa: E402
+from peer_gpt import flops_per_token  # noqa: E402
+
+LLMC_MAGIC = 20240520
+GPT2 = dict(layers=12, heads=12, embd=768, block=1024, vocab=50257)
+SMOKE = dict(layers=2, heads=2, embd=64, block=32, vocab=50257)
+SKIP = 3  # untimed steps at the start of every run (the peer's first one compiles under --compile)
+
+# Dense (no sparsity) tensor-core peaks from NVIDIA's datasheets, TFLOP/s, for bf16 and fp16.
+# Matched against torch.cuda.get_device_name(); the first matching entry wins.
+DATASHEET = [
+    ("H100 PCIe", 756.0, "NVIDIA H100 PCIe datasheet, bf16/fp16 dense"),
+    ("H100 NVL", 835.0, "NVIDIA H100 NVL datasheet, bf16/fp16 dense"),
+    ("H100", 989.0, "NVIDIA H100 SXM datasheet, bf16/fp16 dense (989.4)"),
+    ("H200", 989.0, "NVIDIA H200 datasheet, bf16/fp16 dense (as H100 SXM)"),
+    ("A100", 312.0, "NVIDIA A100 datasheet, bf16/fp16 dense"),
+]
+
+
+def datasheet_peak(name):
+    for key, tflops, source in DATASHEET:
+        if key in name:
+            return tflops, source
+    return None, None
+
+
+def write_llmc_shard(path, tokens):
+    """One llm.c token file: 256 little-endian int32 header words, then uint16 tokens."""
+    header = struct.pack("<256i", LLMC_MAGIC, 1, tokens.numel(), *([0] * 253))
+    t = tokens.to(torch.uint16).contiguous()
+    with open(path, "wb") as f:
+        f.write(header)
+        f.write(ctypes.string_at(t.data_ptr(), 2 * t.numel()))  # host byte order: little-endian x86/ARM
+
+
+def make_shards(directory, vocab, train_tokens, val_tokens, train_files=2, seed=1234):
+    """Seeded uniform random tokens in [0, vocab), split over train_files training shards and one
+    validation shard; each file read back and checked. Returns the file list."""
+    os.makedirs(directory, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    files = []
+    per = train_tokens // train_files
+    for i in range(train_files):
+        files.append((os.path.join(directory, f"synthetic_train_{i + 1:06d}.bin"), per))
+    files.append((os.path.join(directory, "synthetic_val_000000.bin"), val_tokens))
+    for path, n in files:
+        write_llmc_shard(path, torch.randint(0, vocab, (n,), generator=g, dtype=torch.int32))
+        with open(path, "rb") as f:
+            magic, version, count = struct.unpack("<3i", f.read(12))
+        size = os.path.getsize(path)
+        if (magic, version, count) != (LLMC_MAGIC, 1, n) or size != 1024 + 2 * n:
+            die(f"gpu_bench: shard {path} reads back wrong (magic {magic}, version {version}, "
+                f"{count} tokens, {size} bytes)", 1)
+    return [p for p, _ in files]
+
+
+def run_cmd(args, env=None, what=""):
+    p = subprocess.run(args, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        die(f"gpu_bench: {what} failed (exit {p.returncode}): {shlex.join(args)}\n{p.stderr[-3000:]}", 1)
+    return p.stdout
+
+
+class Bench:
+    def __init__(self, a, shape, device, shards, work, peaks):
+        self.a, self.shape, self.device, self.shards, self.work, self.peaks = a, shape, device, shards, work, peaks
+        self.fpt = flops_per_token(shape["layers"], shape["embd"], shape["vocab"], shape["block"])
+        self.tokens_per_step = a.batch * shape["block"]
+        self.commands = []
+        self.runs = 0
+
+    def frugal_args(self, dtype, name, extra=(), steps=None):
+        s = self.shape
+        sets = [f"run.device={self.device}", f"run.out_dir={self.work}/runs", f"run.name={name}",
+                f"data.source=shards:{self.shards}", f"model.vocab={s['vocab']}", f"model.layers={s['layers']}",
+                f"model.heads={s['heads']}", f"model.embd={s['embd']}", f"model.block={s['block']}",
+                f"data.micro_batch={self.a.batch}", f"precision.mode={dtype}",
+                f"train.steps={(steps or self.a.steps) + SKIP}", "train.log_every=1", "train.eval_every=0",
+                "train.eval_batches=1", "checkpoint.enabled=false", "checkpoint.every_minutes=0",
+                "monitor.peak_tflops=" + (f"{self.peaks[dtype] / 1e3:.6g}" if self.peaks[dtype] else "<measured>"),
+                *extra]
+        args = [self.a.frugal, "train", "--quiet"]
+        for x in sets:
+            args += ["--set", x]
+        return args
+
+    def peer_args(self, dtype, compile_=False, ckpt=False):
+        s = self.shape
+        args = [venv_python(), os.path.join(HERE, "peer_gpt.py"), "--shards", self.shards, "--device", self.device,
+                "--dtype", dtype, "--vocab", str(s["vocab"]), "--layers", str(s["layers"]), "--heads", str(s["heads"]),
+                "--embd", str(s["embd"]), "--block", str(s["block"]), "--batch", str(self.a.batch),
+                "--steps", str(self.a.steps), "--warmup", str(SKIP)]
+        if compile_:
+            args.append("--compile")
+        if ckpt:
+            args.append("--activation-checkpointing")
+        return args
+
+    def frugal(self, dtype, name, extra=(), steps=None):
+        self.runs += 1
+        name = f"{name}-{self.runs}"  # a fresh run folder for every run
+        args = self.frugal_args(dtype, name, extra, steps)
+        self.commands.append(shlex.join(args))
+        if self.a.dry_run:
+            return None
+        run_cmd(args, what="frugal train")
+        run_dir = os.path.join(self.work, "runs", name)
+        elapsed, wait = {}, {}
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            for line in f:
+                j = json.loads(line)
+                if j["event"] == "step":
+                    elapsed[j["step"]] = j["elapsed_s"]
+                    wait[j["step"]] = j["data_wait_s"]
+        timed = [s for s in sorted(elapsed) if s > SKIP and s - 1 in elapsed]
+        step_s = [elapsed[s] - elapsed[s - 1] for s in timed]
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            summary = json.load(f)
+        shutil.rmtree(run_dir, ignore_errors=True)  # checkpoints of the GPT-2 shape are 1.5 GB each
+        med = statistics.median(step_s)
+        return {"tokens_per_s": self.tokens_per_step / med, "step_ms_median": 1e3 * med,
+                "step_ms": [round(1e3 * x, 3) for x in step_s],
+                "data_wait_ms_median": 1e3 * statistics.median(wait[s] for s in timed),
+                "data_wait_fraction": sum(wait[s] for s in timed) / sum(step_s),
+                "peak_tensor_mb": summary.get("peak_tensor_mb"), "peak_reserved_mb": summary.get("peak_reserved_mb"),
+                "skipped_steps": summary.get("skipped_steps"), "loss_scale": summary.get("loss_scale"),
+                "final_train_loss": summary.get("final_train_loss"), "checkpoint": summary.get("checkpoint"),
+                "frugal_reported_mfu": summary.get("mfu"), "flops_per_token": summary.get("flops_per_token"),
+                "frugal_version": summary.get("frugal_version"), "torch_version": summary.get("torch_version")}
+
+    def peer(self, dtype, compile_=False, ckpt=False):
+        args = self.peer_args(dtype, compile_, ckpt)
+        self.commands.append(shlex.join(args))
+        if self.a.dry_run:
+            return None
+        # On the CPU (--smoke) the peer gets the passive OpenMP wait policy frugal sets for itself.
+        env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE") if self.device == "cpu" else None
+        j = json.loads(run_cmd(args, env=env, what="peer_gpt.py").strip().splitlines()[-1])
+        return {"tokens_per_s": j["tokens_per_s_median"], "step_ms_median": j["step_ms_median"], "step_ms": j["step_ms"],
+                "data_wait_ms_median": j["data_ms_median"], "data_wait_fraction": j["data_wait_fraction"],
+                "peak_tensor_mb": j.get("peak_tensor_mb"), "peak_reserved_mb": j.get("peak_reserved_mb"),
+                "compile_s": j["compile_s"], "loss_scale": j["loss_scale"], "final_train_loss": j["final_loss"],
+                "torch_version": j["torch"]}
+
+    def mfu(self, tokens_per_s, dtype):
+        """MFU against the measured peak and against the datasheet (None where unknown)."""
+        achieved = tokens_per_s * self.fpt / 1e9  # GFLOP/s
+        ds = self.peaks.get("datasheet_tflops")
+        return achieved / self.peaks[dtype], (achieved / (ds * 1e3) if ds else None)
+
+
+def summarize(bench, runs, dtype):
+    """Medians over the alternating rounds of one side."""
+    tps = statistics.median(r["tokens_per_s"] for r in runs)
+    mfu, mfu_ds = bench.mfu(tps, dtype)
+    out = {"tokens_per_s": tps, "mfu_measured_peak": mfu, "mfu_datasheet": mfu_ds,
+           "step_ms_median": statistics.median(r["step_ms_median"] for r in runs),
+           "data_wait_fraction": statistics.median(r["data_wait_fraction"] for r in runs),
+           "data_wait_ms_median": statistics.median(r["data_wait_ms_median"] for r in runs),
+           "runs": runs}
+    for k in ("peak_tensor_mb", "peak_reserved_mb", "compile_s"):
+        vals = [r[k] for r in runs if r.get(k) is not None]
+        if vals:
+            out[k] = statistics.median(vals)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=None, help="results folder (default bench/results/<today>)")
+    ap.add_argument("--frugal", default=os.path.join(ROOT, "build", "frugal"), help="frugal built with CUDA")
+    ap.add_argument("--device", default="cuda", help="cuda or cuda:N")
+    ap.add_argument("--batch", type=int, default=16, help="micro-batch of every side (sequences of 1024 tokens)")
+    ap.add_argument("--steps", type=int, default=30, help="timed steps per run (after 3 untimed ones)")
+    ap.add_argument("--repeats", type=int, default=2, help="alternating rounds")
+    ap.add_argument("--train-tokens", type=int, default=20_000_000, help="tokens in the training shards")
+    ap.add_argument("--ckpt-every", type=int, default=10, help="checkpoint-stall rows: a save every N steps")
+    ap.add_argument("--keep-last", type=int, default=2,
+                    help="checkpoint-stall rows: checkpoints kept (older ones are rotated out, as in training)")
+    ap.add_argument("--datasheet-tflops", type=float, default=0,
+                    help="dense bf16/fp16 peak of the GPU for MFU (0 = from the table of known GPUs)")
+    ap.add_argument("--work", default=None, help="folder for shards and runs (default: a temporary one, removed)")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile side")
+    ap.add_argument("--smoke", action="store_true",
+                    help="on the CPU: tiny shape, 3 timed steps, 1 round, every row (tests the bench itself)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="write and verify the shards and print every command, run nothing (no GPU needed)")
+    a = ap.parse_args()
+
+    shape = SMOKE if a.smoke else GPT2
+    if a.smoke:
+        a.device, a.batch, a.steps, a.repeats, a.ckpt_every = "cpu", 4, 3, 1, 2
+        a.train_tokens = min(a.train_tokens, 200_000)
+    elif not a.dry_run:
+        if not torch.cuda.is_available():
+            die(f"gpu_bench: no CUDA device is visible to PyTorch {torch.__version__} (built for CUDA "
+                f"{torch.version.cuda}); this benchmark needs a GPU. `--smoke` tests it on the CPU, "
+                "`--dry-run` prints its commands.", 2)
+    if not a.dry_run and not os.access(a.frugal, os.X_OK):
+        die(f"gpu_bench: {a.frugal} is not an executable; build frugal first (make build)", 2)
+
+    date = time.strftime("%Y-%m-%d")
+    # A smoke run's figures are CPU figures of a toy model: never into bench/results/.
+    out = a.out or (os.path.join(ROOT, "bench", "out", "gpu_smoke") if a.smoke else results_dir(date))
+    work = a.work or tempfile.mkdtemp(prefix="frugal-gpu-bench-")
+    shards = os.path.join(work, "shards")
+    t0 = time.time()
+    if a.dry_run and not a.work:
+        a.train_tokens = min(a.train_tokens, 2_000_000)  # the commands only need the files to exist
+    files = make_shards(shards, shape["vocab"], a.train_tokens, max(shape["block"] * a.batch * 4, a.train_tokens // 20))
+    print(f"gpu_bench: {len(files)} llm.c shards in {shards} ({sum(os.path.getsize(f) for f in files) / 1e6:.1f} MB, "
+          f"{time.time() - t0:.1f} s)", file=sys.stderr)
+
+    # The machine: frugal doctor (must see the GPU) and the wheel's matmul peak.
+    machine = {"bench": "gpu_machine", "date": date, "source": source_revision(), "shape": shape,
+               "batch": a.batch, "steps_timed": a.steps, "repeats": a.repeats, "smoke": a.smoke,
+               "shards": {"files": [os.path.basename(f) for f in files], "train_tokens": a.train_tokens,
+                          "tokens": "uniform random, seeded"}}
+    if a.dry_run:  # the peaks are measured on the GPU; the commands show where they go
+        peaks = {"bf16": None, "fp16": None, "datasheet_tflops": None}
+    else:
+        doc = json.loads(run_cmd([a.frugal, "doctor", "--json"], what="frugal doctor"))
+        machine["doctor"] = {k: doc.get(k) for k in ("torch_version", "frugal_version", "cuda_compiled",
+                                                    "cuda_compiled_version", "cudnn_version", "nccl_compiled",
+                                                    "cuda_available", "cuda_devices", "gpus", "cpu")}
+        if a.device.startswith("cuda") and not doc.get("cuda_available"):
+            die(f"gpu_bench: {a.frugal} sees no CUDA device (cuda_compiled = {doc.get('cuda_compiled')}); build "
+                "frugal against the CUDA wheel (scripts/install-deps.sh, make build)", 2)
+        mm = matmul_peak.run(a.device, 1024 if a.smoke else 8192, 2 if a.smoke else 5, 0.2 if a.smoke else 1.0)
+        machine["matmul"] = mm
+        name = mm["device_name"]
+        ds, ds_source = (a.datasheet_tflops, "--datasheet-tflops") if a.datasheet_tflops else datasheet_peak(name)
+        peaks = {"bf16": mm["gflops"]["bf16"], "fp16": mm["gflops"].get("fp16", mm["gflops"]["bf16"]),
+                 "datasheet_tflops": ds}
+        machine.update({"device_name": name, "matmul_bf16_tflops": mm["gflops"]["bf16"] / 1e3,
+                        "matmul_fp16_tflops": mm["gflops"].get("fp16", float("nan")) / 1e3,
+                        "datasheet_tflops": ds, "datasheet_source": ds_source})
+
+    b = Bench(a, shape, a.device, shards, work, peaks)
+    compile_ = not a.no_compile
+
+    # bf16: frugal, eager, compile; and activation checkpointing on frugal and eager, alternating.
+    sides = [("frugal", lambda: b.frugal("bf16", "bf16")), ("eager", lambda: b.peer("bf16"))]
+    if compile_:
+        sides.append(("compile", lambda: b.peer("bf16", compile_=True)))
+    sides += [("frugal_ckpt", lambda: b.frugal("bf16", "bf16_ckpt", ["memory.activation_checkpointing=blocks"])),
+              ("eager_ckpt", lambda: b.peer("bf16", ckpt=True))]
+    fp16_sides = [("frugal", lambda: b.frugal("fp16", "fp16")), ("eager", lambda: b.peer("fp16"))]
+    if compile_:
+        fp16_sides.append(("compile", lambda: b.peer("fp16", compile_=True)))
+    stall_steps = max(a.steps, 3 * a.ckpt_every)
+    stall_sides = [(mode, lambda m=mode: b.frugal("bf16", f"stall_{m}", [
+        "checkpoint.enabled=true", f"checkpoint.every_steps={a.ckpt_every}", f"checkpoint.keep_last={a.keep_last}",
+        f"checkpoint.async={'true' if m == 'async' else 'false'}"], steps=stall_steps)) for mode in ("sync", "async")]
+
+    res = {}
+    rounds = {id(g): {k: [] for k, _ in g} for g in (sides, fp16_sides, stall_sides)}
+    for _ in range(a.repeats):
+        for g in (sides, fp16_sides, stall_sides):
+            for k, fn in g:
+                rounds[id(g)][k].append(fn())
+
+    if a.dry_run:
+        print("\n".join(b.commands))
+        print(f"gpu_bench: dry run: {len(files)} shards written and verified; {len(b.commands)} commands above "
+              f"({a.repeats} rounds)" + ("" if a.work else "; the temporary folder is removed"), file=sys.stderr)
+        if not a.work:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
+
+    os.makedirs(out, exist_ok=True)
+    common = {"date": date, "device": a.device, "device_name": machine["device_name"], "shape": shape,
+              "batch": a.batch, "smoke": a.smoke, "flops_per_token": b.fpt}
+
+    def save(name, obj):
+        obj = dict({"bench": name}, **common, **obj)
+        with open(os.path.join(out, name + ".json"), "w") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
+        res[name] = obj
+
+    bf = {k: summarize(b, v, "bf16") for k, v in rounds[id(sides)].items()}
+    obj = {"dtype": "bf16", "sides": {k: bf[k] for k in bf if not k.endswith("_ckpt")}}
+    obj["frugal_over_eager"] = bf["frugal"]["tokens_per_s"] / bf["eager"]["tokens_per_s"]
+    if compile_:
+        obj["frugal_over_compile"] = bf["frugal"]["tokens_per_s"] / bf["compile"]["tokens_per_s"]
+    save("gpu_bf16", obj)
+    fp = {k: summarize(b, v, "fp16") for k, v in rounds[id(fp16_sides)].items()}
+    for k, v in fp.items():
+        v["skipped_steps"] = [r.get("skipped_steps") for r in v["runs"]]
+        v["loss_scale"] = [r.get("loss_scale") for r in v["runs"]]
+    obj = {"dtype": "fp16", "loss_scaling": "dynamic", "sides": fp,
+           "frugal_over_eager": fp["frugal"]["tokens_per_s"] / fp["eager"]["tokens_per_s"]}
+    if compile_:
+        obj["frugal_over_compile"] = fp["frugal"]["tokens_per_s"] / fp["compile"]["tokens_per_s"]
+    save("gpu_fp16", obj)
+    ck = {}
+    for side in ("frugal", "eager"):
+        base, rec = bf[side], bf[side + "_ckpt"]
+        ck[side] = {"peak_tensor_mb_none": base.get("peak_tensor_mb"), "peak_tensor_mb_ckpt": rec.get("peak_tensor_mb"),
+                    "step_ms_none": base["step_ms_median"], "step_ms_ckpt": rec["step_ms_median"],
+                    "time_overhead": rec["step_ms_median"] / base["step_ms_median"] - 1,
+                    "tokens_per_s_ckpt": rec["tokens_per_s"], "runs_ckpt": rec["runs"]}
+        if base.get("peak_tensor_mb") and rec.get("peak_tensor_mb"):
+            ck[side]["memory_saved"] = 1 - rec["peak_tensor_mb"] / base["peak_tensor_mb"]
+    save("gpu_activation_checkpointing", {"dtype": "bf16", "frugal_mode": "blocks",
+                                          "eager_mode": "torch.utils.checkpoint per block", "sides": ck})
+    st = {}
+    for mode, runs in rounds[id(stall_sides)].items():
+        cps = [r["checkpoint"] for r in runs]
+        st[mode] = {"saves": cps[0]["saves"], "bytes": cps[0]["bytes"],
+                    "stall_s_mean": statistics.median(c["stall_s_mean"] for c in cps),
+                    "stall_s_max": statistics.median(c["stall_s_max"] for c in cps),
+                    "write_s_mean": statistics.median(c["write_s_mean"] for c in cps),
+                    "step_ms_median": statistics.median(r["step_ms_median"] for r in runs), "runs": runs}
+    st["stall_ratio_async_over_sync"] = (st["async"]["stall_s_mean"] / st["sync"]["stall_s_mean"]
+                                         if st["sync"]["stall_s_mean"] > 0 else None)
+    save("gpu_checkpoint_stall", {"dtype": "bf16", "every_steps": a.ckpt_every, "steps": stall_steps, "modes": st})
+    machine["bench_seconds"] = time.time() - t0
+    with open(os.path.join(out, "gpu_machine.json"), "w") as f:
+        json.dump(machine, f, indent=2)
+        f.write("\n")
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def pct(x):
+        return "n/a" if x is None else f"{100 * x:.1f}%"
+
+    def mb(x):  # the peer reports tensor memory on CUDA only
+        return "n/a" if x is None else f"{x:,.0f}"
+    print(f"\n{machine['device_name']}: matmul bf16 {peaks['bf16'] / 1e3:.1f} TFLOP/s measured, datasheet "
+          f"{peaks['datasheet_tflops'] or 'n/a'}; shape {shape}, micro-batch {a.batch}")
+    print(f"{'row':34} {'tokens/s':>12} {'MFU meas.':>10} {'MFU sheet':>10} {'peak MB':>10} {'data wait':>10}")
+    for dt, group in (("bf16", bf), ("fp16", fp)):
+        for k, v in group.items():
+            if k.endswith("_ckpt"):
+                continue
+            extra = f"  (compile {v['compile_s']:.0f} s)" if v.get("compile_s") else ""
+            print(f"{dt + ' ' + k:34} {v['tokens_per_s']:12,.0f} {pct(v['mfu_measured_peak']):>10} "
+                  f"{pct(v['mfu_datasheet']):>10} {mb(v.get('peak_tensor_mb')):>10} "
+                  f"{pct(v['data_wait_fraction']):>10}{extra}")
+    for side, v in ck.items():
+        print(f"{'activation ckpt ' + side:34} {mb(v['peak_tensor_mb_none'])} -> {mb(v['peak_tensor_mb_ckpt'])} MB,"
+              f" {v['step_ms_none']:.0f} -> {v['step_ms_ckpt']:.0f} ms/step")
+    for mode in ("sync", "async"):
+        v = st[mode]
+        print(f"{'checkpoint ' + mode:34} stall {1e3 * v['stall_s_mean']:.0f} ms mean, {1e3 * v['stall_s_max']:.0f} ms max;"
+              f" write {1e3 * v['write_s_mean']:.0f} ms; {v['bytes'] / 1e6:.0f} MB x {v['saves']} saves")
+    print(f"\nresults: {out}/ ({', '.join(sorted(res))}, gpu_machine)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The GPU check: on a GPU node with PyTorch installed (no internet needed), build frugal against
+# that node's PyTorch, run the CUDA tests (ctest -L cuda) and the GPU benchmark, and leave the
+# logs and JSON in one folder.
+#
+#   bash scripts/gpu-check.sh [--out DIR] [--build-dir DIR] [--no-bench] [--smoke]
+#
+#   --out DIR        where the logs and the benchmark JSON go (default bench/results/<date>-gpu)
+#   --build-dir DIR  the CMake build folder (default build-gpu)
+#   --no-bench       build and test only
+#   --smoke          the benchmark at a tiny shape (bench/gpu_bench.py --smoke): proves the steps
+#                    on a machine without a GPU, where ctest -L cuda reports every case as skipped
+#
+# Steps, each timed and logged to OUT/gpu-check.log: 1. facts (nvidia-smi, python3's torch, cmake,
+# ninja, nvcc); 2. configure and build with Ninja against python3's torch (FRUGAL_PYTHON); 3.
+# `frugal doctor --json`; 4. `ctest -L cuda`; 5. bench/gpu_bench.py. Exit status: 0 when every
+# step passed, 1 when a step failed (the log says which), 2 when the node lacks what the
+# check needs (the message names it).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+OUT="bench/results/$(date +%F)-gpu"
+BUILD=build-gpu
+BENCH=1
+SMOKE=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) OUT=$2; shift 2 ;;
+    --build-dir) BUILD=$2; shift 2 ;;
+    --no-bench) BENCH=0; shift ;;
+    --smoke) SMOKE=1; shift ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --smoke, --help)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+LOG="$OUT/gpu-check.log"
+: >"$LOG"
+START=$(date +%s)
+say() { echo "gpu-check [$(( $(date +%s) - START ))s] $*" | tee -a "$LOG"; }
+need() { command -v "$1" >/dev/null || { say "missing: $1 ($2)"; exit 2; }; }
+
+# 1. The node.
+PY=${FRUGAL_PYTHON:-}
+if [[ -z $PY ]]; then
+  if [[ -x .venv/bin/python ]]; then PY=$ROOT/.venv/bin/python; else PY=$(command -v python3 || true); fi
+fi
+[[ -n $PY ]] || { say "missing: python3 with torch (set FRUGAL_PYTHON)"; exit 2; }
+need cmake "CMake 3.18 or newer"
+GEN=()
+if command -v ninja >/dev/null; then GEN=(-G Ninja); fi
+if ! "$PY" -c 'import torch' 2>/dev/null; then say "missing: $PY cannot import torch (set FRUGAL_PYTHON)"; exit 2; fi
+say "python: $PY, $("$PY" -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' 2>/dev/null)"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$LOG" | sed 's/^/gpu-check: GPU /'
+else
+  say "no nvidia-smi on this machine: the CUDA tests will report themselves skipped"
+fi
+command -v nvcc >/dev/null && say "nvcc: $(nvcc --version | tail -1)"
+"$PY" -c 'import torch,sys; sys.exit(0 if torch.version.cuda else 1)' ||
+  say "warning: $PY's torch has no CUDA; frugal will build CPU-only"
+
+# 2. Build.
+say "configure: $BUILD (${GEN[*]:-Unix Makefiles}) against $PY"
+if ! cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTHON="$PY" >>"$LOG" 2>&1; then
+  say "configure failed (the end of $LOG says why: a missing library names its package)"; tail -15 "$LOG" >&2; exit 1
+fi
+say "build: frugal and the tests"
+if ! cmake --build "$BUILD" -j "$(nproc)" --target frugal frugal_tests >>"$LOG" 2>&1; then
+  say "build failed"; grep -m5 -E "error" "$LOG" >&2; exit 1
+fi
+
+# 3. What the build and the node offer.
+"$BUILD/frugal" doctor --json >"$OUT/doctor.json" 2>>"$LOG" || { say "frugal doctor failed"; exit 1; }
+say "doctor: $("$PY" -c 'import json,sys; f=json.load(open(sys.argv[1])); print("cuda_compiled", f["cuda_compiled"], "| gpus", [g["name"] for g in f["gpus"]])' "$OUT/doctor.json")"
+
+# 4. The CUDA tests.
+status=0
+say "ctest -L cuda"
+(cd "$BUILD" && ctest -L cuda --output-on-failure --timeout 600) >"$OUT/ctest-cuda.log" 2>&1 || status=1
+tail -n 25 "$OUT/ctest-cuda.log" | tee -a "$LOG"
+
+# 5. The GPU benchmark.
+if [[ $BENCH -eq 1 ]]; then
+  args=(--frugal "$BUILD/frugal" --out "$OUT")
+  [[ $SMOKE -eq 1 ]] && args=(--frugal "$BUILD/frugal" --smoke)
+  say "bench/gpu_bench.py ${args[*]}"
+  PYTHONUNBUFFERED=1 "$PY" bench/gpu_bench.py "${args[@]}" 2>&1 | tee "$OUT/gpu-bench.log" | tee -a "$LOG"
+  rc=${PIPESTATUS[0]}
+  [[ $rc -eq 0 ]] || { say "gpu_bench.py exited $rc"; [[ $rc -eq 2 && $SMOKE -eq 0 ]] || status=1; }
+fi
+say "done in $(( $(date +%s) - START )) s; logs and JSON in $OUT"
+exit $status
