@@ -21,6 +21,7 @@
 #include "frugal/train/preemption.h"
 #include "frugal/train/trainer.h"
 #include "frugal_build_config.h"
+#include "signal_at.h"
 #include "test_util.h"
 
 #if FRUGAL_HAVE_CUDA
@@ -157,18 +158,6 @@ TEST(Cuda, OutOfMemoryOnTheCachingAllocatorBacksOffTheMicroBatch) {
 #endif
 }
 
-// Raises a signal at the end of step `step`, as a spot reclaim notice would.
-class SignalAt : public Callback {
- public:
-  explicit SignalAt(int64_t step) : step_(step) {}
-  void on_step_end(const StepMetrics& m, Control&) override {
-    if (m.step == step_) std::raise(SIGUSR1);
-  }
-
- private:
-  int64_t step_;
-};
-
 TEST(Cuda, StoppedAndResumedRunMatchesTheUninterruptedOneBitwiseInDeterministicMode) {
   FRUGAL_REQUIRE_GPU();
   test::TempDir a, b;
@@ -178,7 +167,7 @@ TEST(Cuda, StoppedAndResumedRunMatchesTheUninterruptedOneBitwiseInDeterministicM
   train_on_gpu(a.path(), x);
   TrainerOptions o;
   o.handle_signals = true;
-  o.callbacks = {std::make_shared<SignalAt>(14)};
+  o.callbacks = {std::make_shared<test::SignalAt>(14)};
   auto stopped = train_on_gpu(b.path(), x, o);
   ASSERT_EQ(stopped["stop_kind"], "preempted");
   TrainerOptions r;

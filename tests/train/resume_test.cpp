@@ -15,6 +15,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/trainer.h"
+#include "signal_at.h"
 #include "test_util.h"
 
 namespace frugal {
@@ -35,19 +36,6 @@ std::vector<nlohmann::json> metrics_without_timing(const std::string& path) {
   }
   return out;
 }
-
-// Raises a signal at the end of step `step`, as a spot reclaim notice would.
-class SignalAt : public Callback {
- public:
-  SignalAt(int64_t step, int sig) : step_(step), sig_(sig) {}
-  void on_step_end(const StepMetrics& m, Control&) override {
-    if (m.step == step_) std::raise(sig_);
-  }
-
- private:
-  int64_t step_;
-  int sig_;
-};
 
 nlohmann::json train(const std::string& out, std::vector<std::string> extra, TrainerOptions o = {}) {
   auto sets = test::tiny_overrides(out);
@@ -75,7 +63,7 @@ void interrupted_then_resumed(const std::string& dir, std::vector<std::string> e
                               const std::string& final_kind = "completed") {
   TrainerOptions o;
   o.handle_signals = true;
-  o.callbacks = {std::make_shared<SignalAt>(stop_at, SIGUSR1)};
+  o.callbacks = {std::make_shared<test::SignalAt>(stop_at, SIGUSR1)};
   auto s = train(dir, extra, o);
   ASSERT_EQ(s["stop_kind"], "preempted");
   ASSERT_EQ(s["steps"], stop_at);
@@ -115,7 +103,7 @@ TEST(Resume, FromAnOlderCheckpointTruncatesMetricsAndStillMatches) {
   train(a.path(), {});
   TrainerOptions o;
   o.handle_signals = true;
-  o.callbacks = {std::make_shared<SignalAt>(23, SIGTERM)};
+  o.callbacks = {std::make_shared<test::SignalAt>(23, SIGTERM)};
   train(b.path(), {}, o);
   TrainerOptions r;
   r.resume = b.path() + "/demo/checkpoints/step-00000014";
@@ -128,7 +116,7 @@ TEST(Resume, AutoSkipsACorruptNewestCheckpointAndStillMatches) {
   train(a.path(), {});
   TrainerOptions o;
   o.handle_signals = true;
-  o.callbacks = {std::make_shared<SignalAt>(16, SIGTERM)};
+  o.callbacks = {std::make_shared<test::SignalAt>(16, SIGTERM)};
   train(b.path(), {}, o);
   const std::string newest = b.path() + "/demo/checkpoints/step-00000016/model.safetensors";
   std::string bytes = test::read_text(newest);
@@ -166,7 +154,7 @@ TEST(Stops, PreemptionWritesACheckpointAndSkipsTheFinalWeights) {
   test::TempDir dir;
   TrainerOptions o;
   o.handle_signals = true;
-  o.callbacks = {std::make_shared<SignalAt>(9, SIGINT)};
+  o.callbacks = {std::make_shared<test::SignalAt>(9, SIGINT)};
   auto s = train(dir.path(), {"checkpoint.enabled=false"}, o);
   EXPECT_EQ(s["stop_kind"], "preempted");
   EXPECT_NE(s["stop_reason"].get<std::string>().find("signal"), std::string::npos);

@@ -13,6 +13,7 @@
 
 #include "frugal/frugal.h"
 #include "frugal/train/preemption.h"
+#include "signal_at.h"
 #include "test_util.h"
 
 namespace frugal {
@@ -112,23 +113,12 @@ TEST(UserTask, MlpTrainsThroughThePublicApiAndItsLossFalls) {
   EXPECT_TRUE(names.count("fc1.weight") && names.count("bn.running_mean") && names.count("bn.num_batches_tracked"));
 }
 
-class SignalAt : public Callback {
- public:
-  explicit SignalAt(int64_t step) : step_(step) {}
-  void on_step_end(const StepMetrics& m, Control&) override {
-    if (m.step == step_) std::raise(SIGUSR1);
-  }
-
- private:
-  int64_t step_;
-};
-
 TEST(UserTask, StoppedAndResumedRunMatchesUninterruptedRunBitwise) {
   test::TempDir a, b;
   train_mlp(a.path());
   TrainerOptions o;
   o.handle_signals = true;
-  o.callbacks = {std::make_shared<SignalAt>(13)};
+  o.callbacks = {std::make_shared<test::SignalAt>(13)};
   auto stopped = train_mlp(b.path(), o);
   ASSERT_EQ(stopped["stop_kind"], "preempted");
   ASSERT_EQ(stopped["steps"], 13);
@@ -153,7 +143,7 @@ TEST(UserTask, TorchAdamWRunResumesBitwiseToo) {
   train_mlp(a.path(), {}, torch_opt);
   TrainerOptions o;
   o.handle_signals = true;
-  o.callbacks = {std::make_shared<SignalAt>(17)};
+  o.callbacks = {std::make_shared<test::SignalAt>(17)};
   ASSERT_EQ(train_mlp(b.path(), o, torch_opt)["stop_kind"], "preempted");
   TrainerOptions r;
   r.resume = "auto";
@@ -167,7 +157,7 @@ TEST(UserTask, ResumingWithTheOtherOptimizerIsACheckpointErrorNamingIt) {
   test::TempDir b;
   TrainerOptions o;
   o.handle_signals = true;
-  o.callbacks = {std::make_shared<SignalAt>(13)};
+  o.callbacks = {std::make_shared<test::SignalAt>(13)};
   ASSERT_EQ(train_mlp(b.path(), o)["stop_kind"], "preempted");  // fused_adamw's checkpoint
   TrainerOptions r;
   r.resume = "auto";
