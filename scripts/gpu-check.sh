@@ -49,7 +49,8 @@ fi
 [[ -n $PY ]] || { say "missing: python3 with torch (set FRUGAL_PYTHON)"; exit 2; }
 need cmake "CMake 3.18 or newer"
 GEN=()
-if command -v ninja >/dev/null; then GEN=(-G Ninja); fi
+# Ninja for a new build folder; an existing one keeps the generator it was made with.
+if command -v ninja >/dev/null && [[ ! -f $BUILD/CMakeCache.txt ]]; then GEN=(-G Ninja); fi
 if ! "$PY" -c 'import torch' 2>/dev/null; then say "missing: $PY cannot import torch (set FRUGAL_PYTHON)"; exit 2; fi
 say "python: $PY, $("$PY" -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())' 2>/dev/null)"
 if command -v nvidia-smi >/dev/null; then
