@@ -129,7 +129,7 @@ class Bench:
         sets = [f"run.device={self.device}", f"run.out_dir={self.work}/runs", f"run.name={name}",
                 f"data.source=shards:{self.shards}", f"model.vocab={s['vocab']}", f"model.layers={s['layers']}",
                 f"model.heads={s['heads']}", f"model.embd={s['embd']}", f"model.block={s['block']}",
-                f"data.micro_batch={self.a.batch}", f"precision.mode={dtype}",
+                f"data.micro_batch={self.a.batch}", *self.precision_sets(dtype),
                 f"train.steps={(steps or self.a.steps) + SKIP}", "train.log_every=1", "train.eval_every=0",
                 "train.eval_batches=1", "checkpoint.enabled=false", "checkpoint.every_minutes=0",
                 "monitor.peak_tflops=" + (f"{self.peaks[dtype] / 1e3:.6g}" if self.peaks[dtype] else "<measured>"),
@@ -138,6 +138,14 @@ class Bench:
         for x in sets:
             args += ["--set", x]
         return args
+
+    def precision_sets(self, dtype):
+        """frugal's precision keys for `dtype`. frugal refuses fp16 on a CPU (it is far slower than
+        fp32 there), so a --smoke run on the CPU exercises the fp16 row's loss-scaling path in fp32
+        with the dynamic loss scaler instead."""
+        if dtype == "fp16" and not self.device.startswith("cuda"):
+            return ["precision.mode=fp32", "precision.loss_scaling=dynamic"]
+        return [f"precision.mode={dtype}"]
 
     def peer_args(self, dtype, compile_=False, ckpt=False):
         s = self.shape
