@@ -228,9 +228,10 @@ void Trainer::State::rollback(Control& control) {
 void Trainer::State::print_banner() {
   const Config& c = rc.config;
   auto& con = Console::get();
-  con.line(fmt::format("frugal {} | LibTorch {} | device {} | threads {} ({}), BLAS threads {}",
-                       FRUGAL_VERSION, TORCH_VERSION, device.str(), threads.intra_op, threads.reason,
-                       threads.blas));
+  // threads.blas < 0: the BLAS has no pool of its own (the wheel's MKL follows LibTorch's threads).
+  const std::string blas = threads.blas >= 0 ? fmt::format(", BLAS threads {}", threads.blas) : "";
+  con.line(fmt::format("frugal {} | LibTorch {} | device {} | threads {} ({}){}", FRUGAL_VERSION, TORCH_VERSION,
+                       device.str(), threads.intra_op, threads.reason, blas));
   con.line("config (non-defaults marked):\n" + rc.summary());
   const std::string what = task.hooks.describe.empty() ? model->name() : task.hooks.describe;
   con.line(fmt::format("model: {} | {:.3f}M parameters{}", what, static_cast<double>(info.params) / 1e6,
