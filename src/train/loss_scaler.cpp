@@ -8,6 +8,7 @@
 #include <map>
 
 #include "frugal/core/compat.h"
+#include "frugal/train/grad_clip.h"
 
 namespace frugal {
 
@@ -61,8 +62,7 @@ at::Tensor LossScaler::unscale_and_check(const std::vector<at::Tensor>& grads) c
   for (auto& [dtype, group] : by_dtype) fused = fused && compat::amp_unscale_and_check(group, found_inf, inv_scale);
   if (fused) return found_inf;
   unscale(grads);
-  std::vector<at::Tensor> norms = at::_foreach_norm(grads, 2);
-  return at::stack(norms).to(at::kFloat).norm(2).isfinite().logical_not().to(at::kFloat);
+  return global_grad_norm(grads).isfinite().logical_not().to(at::kFloat);
 }
 
 bool LossScaler::update(bool found_inf) {
