@@ -8,19 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# TOML, CLI, JSON, HTTP, xxHash, GoogleTest and the Gloo headers come with the tree (third_party/).
 PACKAGES=(
   build-essential cmake ccache pkg-config
   python3-venv              # Debian's python3 needs it for `python3 -m venv`
-  libgloo-dev               # headers c10d's ProcessGroupGloo includes
-  libtomlplusplus-dev       # TOML config files
-  libcli11-dev              # command-line parsing
-  nlohmann-json3-dev        # JSON (metrics, manifests, summaries)
-  libgtest-dev googletest   # tests
-  libzstd-dev libxxhash-dev # shard compression and checksums
+  # The optional features (CMake switches each off, and says so, when its library is absent):
+  libzstd-dev               # zstd-compressed shards (prepare --zstd)
   libarchive-dev            # tar archives: frugal archive/restore, WebDataset input
   libsentencepiece-dev      # frugal prepare --tokenizer sentencepiece (the frugal-spm helper)
   libjpeg62-turbo-dev libpng-dev # frugal prepare --format images|tar (JPEG and PNG decoding)
-  libcpp-httplib-dev        # the live dashboard ([monitor] http; header-only)
   chromium                  # headless browser tests of report.html and the live page (ctest -L browser)
 )
 

@@ -4,6 +4,14 @@
 #include <string>
 #include <vector>
 
+#include "frugal/core/features.h"
+
+// Skips the running test (GTEST_SKIP: CTest lists it as skipped, with the reason) when this build
+// of frugal lacks an optional feature (frugal/core/features.h). At the top of a TEST body.
+#define FRUGAL_NEED_FEATURE(name)                                                                  \
+  if (!::frugal::have_feature(name))                                                               \
+  GTEST_SKIP() << "this build has no " << (name) << " (frugal doctor lists the features of a build)"
+
 namespace frugal::test {
 
 // A fresh directory under the system temp dir, removed when the object dies.

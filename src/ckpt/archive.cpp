@@ -2,12 +2,17 @@
 // to archive and makes every step of the move safe to interrupt.
 #include "frugal/ckpt/archive.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define XXH_INLINE_ALL  // xxHash header-only (third_party/xxhash)
 #include <xxhash.h>
+
+#include "frugal_build_config.h"  // FRUGAL_HAVE_LIBARCHIVE
+#if FRUGAL_HAVE_LIBARCHIVE
+#include <archive.h>
+#include <archive_entry.h>
+#endif
 
 #include <algorithm>
 #include <cctype>
@@ -24,6 +29,7 @@
 #include "frugal/ckpt/retention.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/features.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -69,6 +75,7 @@ MetricMode best_mode_of(const std::string& checkpoint) {
   return MetricMode::kMin;
 }
 
+#if FRUGAL_HAVE_LIBARCHIVE
 struct ArchiveReader {
   struct archive* a = archive_read_new();
   ~ArchiveReader() { archive_read_free(a); }
@@ -143,6 +150,7 @@ void read_members(const std::string& archive, Sink sink, OnMember on_member) {
     on_member(name, size, hex64(digest));
   }
 }
+#endif  // FRUGAL_HAVE_LIBARCHIVE
 
 }  // namespace
 
@@ -196,6 +204,8 @@ std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t 
 }
 
 std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_dir) {
+  require_feature("libarchive", "frugal archive (a checkpoint archive is a .tar.zst)");
+#if FRUGAL_HAVE_LIBARCHIVE
   if (!c.archive) throw CheckpointError(fmt::format("{} is not to be archived ({})", c.path, c.reason));
   const std::string name = fs::path(c.path).filename().string();
   const fs::path out_dir = fs::path(to_dir) / c.run;
@@ -292,9 +302,14 @@ std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_
   std::error_code ec;
   fs::remove_all(trash, ec);
   return target;
+#else
+  return {};
+#endif
 }
 
 std::string restore_checkpoint(const std::string& archive, const std::string& runs_dir) {
+  require_feature("libarchive", "frugal restore (a checkpoint archive is a .tar.zst)");
+#if FRUGAL_HAVE_LIBARCHIVE
   if (!fs::is_regular_file(archive))
     throw ConfigError(fmt::format("archive {} does not exist", archive));
   fs::create_directories(runs_dir);
@@ -362,6 +377,9 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
     cleanup();
     throw;
   }
+#else
+  return {};
+#endif
 }
 
 }  // namespace frugal

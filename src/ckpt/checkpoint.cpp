@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <unistd.h>
+#define XXH_INLINE_ALL  // xxHash header-only (third_party/xxhash)
 #include <xxhash.h>
 
 #include <algorithm>

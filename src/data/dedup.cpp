@@ -7,6 +7,7 @@
 // confirmed by exact Jaccard, so precision does not depend on the banding.
 #include "frugal/data/dedup.h"
 
+#define XXH_INLINE_ALL  // xxHash header-only (third_party/xxhash)
 #include <xxhash.h>
 
 #include <algorithm>

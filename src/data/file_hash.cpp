@@ -2,6 +2,7 @@
 #include "frugal/data/file_hash.h"
 
 #include <fmt/format.h>
+#define XXH_INLINE_ALL  // xxHash header-only (third_party/xxhash)
 #include <xxhash.h>
 
 #include <cerrno>

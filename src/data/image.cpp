@@ -6,8 +6,12 @@
 #include "frugal/data/image.h"
 
 #include <fmt/format.h>
+
+#include "frugal_build_config.h"  // FRUGAL_HAVE_IMAGES
+#if FRUGAL_HAVE_IMAGES
 #include <jpeglib.h>
 #include <png.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -15,12 +19,14 @@
 #include <cstring>
 
 #include "frugal/core/errors.h"
+#include "frugal/core/features.h"
 #include "frugal/data/rng.h"
 
 namespace frugal {
 
 namespace {
 
+#if FRUGAL_HAVE_IMAGES
 struct JpegError {
   jpeg_error_mgr mgr;
   std::jmp_buf jump;
@@ -99,6 +105,7 @@ Image decode_png(std::string_view bytes, const std::string& what) {
   png_image_free(&png);
   return out;
 }
+#endif  // FRUGAL_HAVE_IMAGES
 
 // One axis of the antialiased bilinear filter (PIL's precompute_coeffs; torch's
 // _compute_indices_weights_aa): output i reads inputs [first[i], first[i] + count[i]).
@@ -152,9 +159,12 @@ class Draws {
 }  // namespace
 
 Image decode_image(std::string_view bytes, const std::string& what, int min_side) {
+  require_feature("images", fmt::format("decoding the image {}", what));
+#if FRUGAL_HAVE_IMAGES
   const auto* b = reinterpret_cast<const uint8_t*>(bytes.data());
   if (bytes.size() >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff) return decode_jpeg(bytes, what, min_side);
   if (bytes.size() >= 8 && std::memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) return decode_png(bytes, what);
+#endif
   throw DataError(fmt::format("{}: not a JPEG or PNG image (unknown signature, {} bytes); remove the "
                               "file or convert it", what, bytes.size()));
 }
@@ -242,6 +252,8 @@ std::string encode_png(const Image& image) {
     throw DataError(fmt::format("encode_png: expected a non-empty {}x{} RGB image of {} bytes, got {} bytes",
                                 image.width, image.height, static_cast<size_t>(std::max(0, image.width)) *
                                 static_cast<size_t>(std::max(0, image.height)) * 3, image.rgb.size()));
+  require_feature("images", "writing a PNG image");
+#if FRUGAL_HAVE_IMAGES
   png_image png;
   std::memset(&png, 0, sizeof png);
   png.version = PNG_IMAGE_VERSION;
@@ -260,6 +272,9 @@ std::string encode_png(const Image& image) {
   const std::string msg = png.message;
   png_image_free(&png);
   throw DataError("encode_png: libpng failed: " + msg);
+#else
+  return {};
+#endif
 }
 
 }  // namespace frugal

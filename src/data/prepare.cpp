@@ -17,6 +17,7 @@
 
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/features.h"
 #include "frugal/core/threads.h"
 #include "frugal/data/document_reader.h"
 #include "frugal/data/file_hash.h"
@@ -281,6 +282,12 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     throw ConfigError("--val-fraction must be in [0, 1), --shard-tokens and --shard-records positive");
   if (o.image_size < 1 || o.image_size > 4096 || o.augment < 0)
     throw ConfigError(fmt::format("--size {} must be in [1, 4096] and --augment {} at least 0", o.image_size, o.augment));
+  // What this build lacks is refused before any work (see features.h).
+  if (o.zstd) require_feature("zstd", "prepare --zstd");
+  if (o.format == InputFormat::kImages || o.format == InputFormat::kTar)
+    require_feature("images", fmt::format("prepare --format {}", format_name(o.format)));
+  if (o.format == InputFormat::kTar) require_feature("libarchive", "prepare --format tar");
+  if (o.tokenizer.rfind("sentencepiece", 0) == 0) require_sentencepiece("prepare --tokenizer sentencepiece");
   const std::string out = fs::path(o.out_dir).lexically_normal().string();
   if (fs::exists(out) && !fs::exists(out + "/manifest.json") && !fs::is_empty(out))
     throw ConfigError(fmt::format("--out {}: the folder exists and is not a frugal dataset; choose a new "

@@ -8,8 +8,13 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#define XXH_INLINE_ALL  // xxHash header-only (third_party/xxhash)
 #include <xxhash.h>
+
+#include "frugal_build_config.h"  // FRUGAL_HAVE_ZSTD
+#if FRUGAL_HAVE_ZSTD
 #include <zstd.h>
+#endif
 
 #include <cerrno>
 #include <cstring>
@@ -18,6 +23,7 @@
 #include "data/internal/little_endian.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/features.h"
 #include "frugal/data/file_hash.h"
 
 namespace frugal {
@@ -58,6 +64,7 @@ std::string dtype_name(ShardDtype d) {
 ShardWriter::ShardWriter(std::string path, ShardKind kind, ShardDtype dtype,
                          ShardWriterOptions options)
     : path_(std::move(path)), kind_(kind), dtype_(dtype), opts_(options) {
+  if (opts_.zstd) require_feature("zstd", fmt::format("writing the zstd-compressed shard '{}'", path_));
   if ((kind_ == ShardKind::kTokens) == (dtype_ == ShardDtype::kBytes))
     throw DataError(fmt::format("{}: token shards need dtype uint16 or uint32, record shards bytes",
                                 path_));
@@ -118,10 +125,12 @@ void ShardWriter::flush_block() {
   const uint32_t raw = static_cast<uint32_t>(block_.size());
   std::string payload;
   if (opts_.zstd) {
+#if FRUGAL_HAVE_ZSTD
     payload.resize(ZSTD_compressBound(block_.size()));
     size_t n = ZSTD_compress(payload.data(), payload.size(), block_.data(), block_.size(), opts_.zstd_level);
     if (ZSTD_isError(n)) throw DataError(fmt::format("{}: zstd: {}", path_, ZSTD_getErrorName(n)));
     payload.resize(n);
+#endif
   } else {
     payload.swap(block_);
   }
@@ -232,6 +241,7 @@ void ShardReader::parse() {
   kind_ = static_cast<ShardKind>(kind);
   dtype_ = static_cast<ShardDtype>(dtype);
   compressed_ = (flags & kFlagZstd) != 0;
+  if (compressed_) require_feature("zstd", fmt::format("reading the zstd-compressed shard '{}'", path_));
   items_ = get_u64(h + 24);
   const uint64_t nblocks = get_u64(h + 32), index_offset = get_u64(h + 40);
   items_per_block_ = get_u32(h + 48);
@@ -298,10 +308,12 @@ const uint8_t* ShardReader::block_data(uint64_t b) const {
   std::lock_guard<std::mutex> lock(inflate_mu_);
   if (!inflated_[b]) {
     auto out = std::make_unique<std::string>(k.raw_size, '\0');
+#if FRUGAL_HAVE_ZSTD
     size_t n = ZSTD_decompress(out->data(), out->size(), stored, k.stored_size);
     if (ZSTD_isError(n) || n != k.raw_size)
       fail(k.offset, fmt::format("block {} does not decompress to {} bytes ({})", b, k.raw_size,
                                  ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong size"));
+#endif
     inflated_[b] = std::move(out);
     verified_[b].store(1, std::memory_order_release);
   }

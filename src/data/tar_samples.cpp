@@ -1,14 +1,19 @@
 // WebDataset-style tar reading; see tar_samples.h.
 #include "frugal/data/tar_samples.h"
 
+#include <fmt/format.h>
+
+#include "frugal_build_config.h"  // FRUGAL_HAVE_LIBARCHIVE
+#if FRUGAL_HAVE_LIBARCHIVE
 #include <archive.h>
 #include <archive_entry.h>
-#include <fmt/format.h>
+#endif
 
 #include <memory>
 #include <unordered_map>
 
 #include "frugal/core/errors.h"
+#include "frugal/core/features.h"
 
 namespace frugal {
 
@@ -35,6 +40,8 @@ std::pair<std::string, std::string> split_member_name(const std::string& name, c
 }
 
 std::vector<TarSample> read_tar_samples(const std::string& path) {
+  require_feature("libarchive", fmt::format("reading the tar archive '{}'", path));
+#if FRUGAL_HAVE_LIBARCHIVE
   std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
   archive_read_support_filter_all(a.get());
   archive_read_support_format_tar(a.get());
@@ -76,6 +83,9 @@ std::vector<TarSample> read_tar_samples(const std::string& path) {
                                   "each key may carry each extension once", path, key, ext, name));
   }
   return samples;
+#else
+  return {};
+#endif
 }
 
 }  // namespace frugal

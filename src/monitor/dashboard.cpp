@@ -1,4 +1,4 @@
-// The live dashboard; see dashboard.h. Uses cpp-httplib (Debian's libcpp-httplib-dev, header-only).
+// The live dashboard; see dashboard.h. Uses cpp-httplib (header-only, third_party/httplib).
 #include "frugal/monitor/dashboard.h"
 
 #include <httplib.h>

@@ -13,6 +13,7 @@
 
 #include "frugal/core/compat.h"
 #include "frugal/core/device.h"
+#include "frugal/core/features.h"
 #include "frugal/core/threads.h"
 #include "frugal/monitor/memory.h"
 
@@ -110,6 +111,14 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   f["cuda_compiled_version"] = build.cuda_version;
   f["cudnn_version"] = build.cudnn_version;
   f["nccl_compiled"] = build.nccl_compiled;
+  nlohmann::ordered_json features = nlohmann::ordered_json::object();
+  for (const Feature& x : build_features()) {
+    features[x.name] = x.compiled;
+    if (!x.compiled)
+      r.warnings.push_back(fmt::format("this build has no {} ({}): {} is refused. Install {} and rebuild.",
+                                       x.name, x.library, x.enables, x.package));
+  }
+  f["build_features"] = features;
   f["cuda_available"] = device::cuda_available();
   f["cuda_devices"] = device::cuda_device_count();
   nlohmann::ordered_json gpus = nlohmann::ordered_json::array();

@@ -7,8 +7,11 @@
 #include <torch/torch.h>
 #include <utime.h>
 
+#include "frugal_build_config.h"  // FRUGAL_HAVE_LIBARCHIVE
+#if FRUGAL_HAVE_LIBARCHIVE
 #include <archive.h>
 #include <archive_entry.h>
+#endif
 
 #include <ctime>
 #include <filesystem>
@@ -105,6 +108,7 @@ TEST(Archive, PlanNeverTakesTheNewestTheBestOrYoungOnes) {
 }
 
 TEST(Archive, RoundTripRestoresTheCheckpointBitwise) {
+  FRUGAL_NEED_FEATURE("libarchive");
   test::TempDir dir;
   const std::string runs = dir.file("runs");
   const std::string old = make_checkpoint(runs, "a", 10, 0.9, 100);
@@ -141,6 +145,7 @@ TEST(Archive, RoundTripRestoresTheCheckpointBitwise) {
   EXPECT_EQ(verify_checkpoint(old), "");
 }
 
+#if FRUGAL_HAVE_LIBARCHIVE
 // A hand-made archive whose member escapes the staging directory.
 TEST(Archive, RestoreRejectsUnsafeMemberNamesAndDamage) {
   test::TempDir dir;
@@ -178,8 +183,10 @@ TEST(Archive, RestoreRejectsUnsafeMemberNamesAndDamage) {
   EXPECT_THROW(restore_checkpoint(cut, dir.file("runs2")), CheckpointError);
   EXPECT_FALSE(fs::exists(dir.file("runs2") + "/a"));
 }
+#endif
 
 TEST(Archive, CliDryRunChangesNothingAndRealRunPrintsRestoreCommand) {
+  FRUGAL_NEED_FEATURE("libarchive");
   test::TempDir dir;
   const std::string runs = dir.file("runs");
   make_checkpoint(runs, "a", 10, 0.9, 100);

@@ -7,6 +7,7 @@
 
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/features.h"
 #include "frugal/train/trainer.h"
 #include "frugal_build_config.h"
 #include "test_util.h"
@@ -22,6 +23,36 @@ TEST(Device, BuildInfoSaysWhatWasCompiledIn) {
   EXPECT_EQ(b.cuda_version.empty(), !b.cuda_compiled);
   EXPECT_FALSE(b.torch_version.empty());
   EXPECT_EQ(static_cast<int>(device::cuda_devices().size()), device::cuda_device_count());
+}
+
+// The optional features say what CMake compiled in (the generated header), and a missing one is
+// refused with a message that names the caller's action, the library, the package and the switch.
+TEST(Features, EachFeatureReportsWhatWasCompiledInAndAnAbsentOneRefusesByName) {
+  const std::vector<std::pair<std::string, int>> expected = {{"zstd", FRUGAL_HAVE_ZSTD},
+                                                             {"libarchive", FRUGAL_HAVE_LIBARCHIVE},
+                                                             {"images", FRUGAL_HAVE_IMAGES},
+                                                             {"sentencepiece", FRUGAL_HAVE_SENTENCEPIECE}};
+  ASSERT_EQ(build_features().size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const Feature& f = build_features()[i];
+    EXPECT_EQ(f.name, expected[i].first);
+    EXPECT_EQ(f.compiled, expected[i].second == 1) << f.name;
+    EXPECT_EQ(have_feature(f.name), f.compiled) << f.name;
+    if (f.compiled) {
+      EXPECT_NO_THROW(require_feature(f.name, "the test"));
+      continue;
+    }
+    try {
+      require_feature(f.name, "the test's action");
+      ADD_FAILURE() << f.name << " is absent but require_feature did not throw";
+    } catch (const ConfigError& e) {
+      const std::string m = e.what();
+      for (const std::string& part : {std::string("the test's action"), f.library, f.package})
+        EXPECT_NE(m.find(part), std::string::npos) << part << " missing from: " << m;
+      EXPECT_NE(m.find("-DFRUGAL_WITH_"), std::string::npos) << m;
+    }
+  }
+  EXPECT_THROW(have_feature("zstandard"), std::logic_error);  // a typo in frugal's own code
 }
 
 TEST(Device, CudaRunIsRefusedWithTheReasonWhenNoGpuIsVisible) {

@@ -16,6 +16,7 @@
 #include "image_writers.h"
 #include "test_util.h"
 
+#if FRUGAL_HAVE_IMAGES
 namespace frugal {
 namespace {
 namespace fs = std::filesystem;
@@ -207,3 +208,9 @@ TEST(ImagePrepare, CliPreparesAFolderAndSaysHowToTrain) {
 
 }  // namespace
 }  // namespace frugal
+
+#else
+TEST(ImagePrepare, NeedsTheImagesFeature) {
+  GTEST_SKIP() << "this build has no images (frugal doctor lists the features of a build)";
+}
+#endif  // FRUGAL_HAVE_IMAGES

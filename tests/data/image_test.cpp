@@ -8,6 +8,7 @@
 #include "frugal/core/errors.h"
 #include "image_writers.h"
 
+#if FRUGAL_HAVE_IMAGES
 namespace frugal {
 namespace {
 
@@ -123,3 +124,9 @@ TEST(Image, ChwPutsEachChannelInItsOwnPlane) {
 
 }  // namespace
 }  // namespace frugal
+
+#else
+TEST(Image, NeedsTheImagesFeature) {
+  GTEST_SKIP() << "this build has no images (frugal doctor lists the features of a build)";
+}
+#endif  // FRUGAL_HAVE_IMAGES

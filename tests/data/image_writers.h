@@ -2,9 +2,12 @@
 // the decoder under test; PNG files come from frugal::encode_png), and a reference decode + resize through torch.
 #pragma once
 
-#include <jpeglib.h>
-#include <png.h>
 #include <torch/torch.h>
+
+#include "frugal_build_config.h"  // FRUGAL_HAVE_IMAGES
+#if FRUGAL_HAVE_IMAGES
+#include <jpeglib.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -34,6 +37,7 @@ inline Image gradient_image(int w, int h, int salt) {
   return im;
 }
 
+#if FRUGAL_HAVE_IMAGES  // the libjpeg writer and reference decoder
 inline std::string encode_jpeg(const Image& im, int quality = 95) {
   jpeg_compress_struct c;
   jpeg_error_mgr err;
@@ -82,6 +86,7 @@ inline Image reference_decode_jpeg(const std::string& bytes) {
   jpeg_destroy_decompress(&c);
   return im;
 }
+#endif
 
 // Resize through torch's antialiased bilinear interpolation: (3, h, w) float in [0, 255].
 inline torch::Tensor reference_resize(const Image& im, int w, int h) {

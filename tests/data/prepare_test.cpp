@@ -153,6 +153,7 @@ TEST(Prepare, RefusesToReplaceAFolderThatIsNotADataset) {
 }
 
 TEST(Prepare, SentencePieceTrainsAModelAndTokenisesTheSameWithOneOrTwoThreads) {
+  FRUGAL_NEED_FEATURE("sentencepiece");
   test::TempDir dir;
   test::write_text(dir.file("c.txt"), corpus(300, 6));
   PrepareOptions o = small({dir.file("c.txt")}, dir.file("sp"));

@@ -142,6 +142,7 @@ TEST(RecordSource, BatchesDoNotDependOnTheWorkerCount) {
 }
 
 TEST(RecordSource, ImageBatchesAreFloatChwInTheUnitInterval) {
+  FRUGAL_NEED_FEATURE("images");
   test::TempDir dir;
   for (int c = 0; c < 3; ++c) {
     std::filesystem::create_directories(dir.file(fmt::format("in/c{}", c)));

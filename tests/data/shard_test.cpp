@@ -55,6 +55,7 @@ void read_everything(const std::string& path) {
 }
 
 TEST(Shard, TokenShardsRoundTripInEveryDtypeWithAndWithoutZstd) {
+  FRUGAL_NEED_FEATURE("zstd");
   test::TempDir dir;
   for (ShardDtype d : {ShardDtype::kUint16, ShardDtype::kUint32}) {
     for (bool zstd : {false, true}) {
@@ -81,6 +82,7 @@ TEST(Shard, TokenShardsRoundTripInEveryDtypeWithAndWithoutZstd) {
 }
 
 TEST(Shard, RecordShardsRoundTripVariableLengthRecordsIncludingEmptyOnes) {
+  FRUGAL_NEED_FEATURE("zstd");
   test::TempDir dir;
   for (bool zstd : {false, true}) {
     auto recs = random_records(300, 11);
@@ -96,6 +98,25 @@ TEST(Shard, RecordShardsRoundTripVariableLengthRecordsIncludingEmptyOnes) {
     for (size_t i : {size_t{299}, size_t{0}, size_t{150}}) EXPECT_EQ(r.record(i), recs[i]);
     for (size_t i = 0; i < recs.size(); ++i) ASSERT_EQ(r.record(i), recs[i]) << i;
   }
+}
+
+// A build without libzstd refuses to write a compressed shard before it creates any file, with a
+// message naming the feature and the package (the case a bare GPU node meets).
+TEST(Shard, WithoutZstdACompressedShardIsRefusedBeforeAnyFileIsMade) {
+  if (have_feature("zstd")) GTEST_SKIP() << "this build has zstd; the refusal is for builds without it";
+  test::TempDir dir;
+  ShardWriterOptions o;
+  o.zstd = true;
+  try {
+    ShardWriter w(dir.file("z.frs"), ShardKind::kTokens, ShardDtype::kUint16, o);
+    ADD_FAILURE() << "a zstd shard writer was made without zstd";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("z.frs"), std::string::npos) << m;
+    EXPECT_NE(m.find("libzstd-dev"), std::string::npos) << m;
+    EXPECT_NE(m.find("FRUGAL_WITH_ZSTD"), std::string::npos) << m;
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
 TEST(Shard, TokenOutsideTheDtypeIsRefusedByTheWriter) {
@@ -141,6 +162,7 @@ TEST(Shard, EveryFlippedByteIsDetected) {
 }
 
 TEST(Shard, FlippedByteInAZstdBlockIsDetected) {
+  FRUGAL_NEED_FEATURE("zstd");
   test::TempDir dir;
   write_tokens(dir.file("z.frs"), random_tokens(3000, 300, 9), ShardDtype::kUint16, true, 1024);
   std::string b = test::read_text(dir.file("z.frs"));

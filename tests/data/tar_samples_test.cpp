@@ -3,8 +3,6 @@
 // samples into a token dataset.
 #include "frugal/data/tar_samples.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -16,6 +14,10 @@
 #include "frugal/data/token_dataset.h"
 #include "image_writers.h"
 #include "test_util.h"
+
+#if FRUGAL_HAVE_LIBARCHIVE && FRUGAL_HAVE_IMAGES
+#include <archive.h>
+#include <archive_entry.h>
 
 namespace frugal {
 namespace {
@@ -174,3 +176,9 @@ TEST(TarSamples, TextSamplesPrepareIntoTokens) {
 
 }  // namespace
 }  // namespace frugal
+
+#else
+TEST(TarSamples, NeedsTheLibarchiveAndImagesFeatures) {
+  GTEST_SKIP() << "this build lacks libarchive or images (frugal doctor lists the features of a build)";
+}
+#endif  // FRUGAL_HAVE_LIBARCHIVE && FRUGAL_HAVE_IMAGES

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -48,6 +49,9 @@ std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& d
 // programs built against the installed CMake package); the install path compiled in; else the
 // build-tree path compiled in.
 std::string spm_helper_path();
+// Throws ConfigError (naming `what`) when this build has no SentencePiece helper and FRUGAL_SPM
+// names none either (see frugal/core/features.h).
+void require_sentencepiece(std::string_view what);
 // Registers an installed helper for spm_helper_path(). Returns true (for static registration).
 bool set_spm_helper_path(const std::string& path);
 

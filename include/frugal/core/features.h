@@ -1,0 +1,37 @@
+// The optional parts of a frugal build. Each needs a system library that a bare GPU node may lack;
+// CMake switches a feature off, and says so, when its library is absent at configure time
+// (FRUGAL_WITH_<NAME> = AUTO, the default; ON makes it required, OFF leaves it out). Everything
+// else frugal needs is LibTorch or comes with the source tree (third_party/).
+//
+// Code that needs a feature calls require_feature() before it starts work, so a build without
+// the library refuses with a message naming the feature, the library and the way out, instead of
+// failing half-way (or not compiling at all).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace frugal {
+
+struct Feature {
+  std::string name;     // "zstd", "libarchive", "images", "sentencepiece"
+  bool compiled;        // in this build
+  std::string library;  // what it needs: "libzstd"
+  std::string enables;  // what it is for, for `frugal doctor`
+  std::string package;  // the Debian package that provides the library at build time
+};
+
+// Every optional feature, in a fixed order.
+const std::vector<Feature>& build_features();
+
+// Whether `name` (one of build_features()'s names) was compiled in. Throws std::logic_error for an
+// unknown name (a typo in frugal's own code).
+bool have_feature(std::string_view name);
+
+// Throws ConfigError when `name` is not compiled in:
+//   "<what> needs <library>, which this frugal was built without (CMake did not find it). Install
+//    <package> and rebuild (cmake -DFRUGAL_WITH_<NAME>=ON makes it required)."
+void require_feature(std::string_view name, std::string_view what);
+
+}  // namespace frugal
