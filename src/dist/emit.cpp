@@ -92,11 +92,12 @@ std::string emit_skypilot(const EmitOptions& o) {
   if (!o.accelerators.empty()) y += fmt::format("  accelerators: {}\n", o.accelerators);
   y += "workdir: .\n";
   if (!o.bucket.empty()) y += storage_block(o.bucket);
-  // install-deps.sh installs the Debian packages and the pinned CUDA wheel of PyTorch into
-  // .venv/; CMake builds against that wheel's LibTorch (CUDA compiled in).
-  y += "setup: |\n  set -e\n  bash scripts/install-deps.sh\n"
-       "  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release\n"
-       "  cmake --build build -j \"$(nproc)\" --target frugal\n";
+  // scripts/job-setup.sh: install-deps.sh (the Debian packages and the pinned CUDA wheel of
+  // PyTorch in .venv/), then build/frugal against that wheel's LibTorch (CUDA compiled in). CI runs
+  // the same script first in a fresh clone, and this setup text verbatim at its end.
+  y += "# setup: scripts/install-deps.sh (Debian packages, the CUDA wheel of PyTorch in .venv/), then\n"
+       "# build/frugal built against it.\n";
+  y += "setup: |\n  set -e\n  bash scripts/job-setup.sh\n";
   const std::string out_dir = o.bucket.empty() ? "" : " --set run.out_dir=/ckpt/runs";
   y += "run: |\n";
   y += "  MASTER_ADDR=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)\n";
@@ -127,9 +128,9 @@ std::string emit_slurm(const EmitOptions& o) {
   s += fmt::format("#SBATCH --output={}-%j.log\n\n", o.name);
   s += "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)\n";
   s += fmt::format("export MASTER_PORT={}\n\n", o.port);
-  s += "# build/frugal was built beforehand on shared storage (bash scripts/install-deps.sh; make build):\n";
+  s += "# build/frugal was built beforehand on shared storage (bash scripts/job-setup.sh):\n";
   s += "# it runs on the CUDA wheel's LibTorch in .venv/ beside it.\n";
-  s += "test -x build/frugal || { echo \"build/frugal is missing: run bash scripts/install-deps.sh && make build\" >&2; exit 2; }\n";
+  s += "test -x build/frugal || { echo \"build/frugal is missing: run bash scripts/job-setup.sh\" >&2; exit 2; }\n";
   s += fmt::format("srun --kill-on-bad-exit=1 build/frugal {}\n", train_args(o, ""));
   s += "code=$?\n";
   s += "if [ \"$code\" -eq 75 ]; then scontrol requeue \"$SLURM_JOB_ID\"; fi\n";

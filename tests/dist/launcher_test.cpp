@@ -106,9 +106,7 @@ if "://" in sys.argv[2]:
     assert m == {"source": sys.argv[2], "mode": "MOUNT"}, m
 else:
     assert m == {"name": sys.argv[2], "persistent": True, "mode": "MOUNT"}, m
-setup = t["setup"].splitlines()
-assert "bash scripts/install-deps.sh" in setup, setup
-assert any(l.startswith("cmake --build build") and "--target frugal" in l for l in setup), setup
+assert t["setup"].splitlines() == ["set -e", "bash scripts/job-setup.sh"], t["setup"]
 assert "--set run.device=cuda" in t["run"] and "--resume auto" in t["run"], t["run"]
 assert "--set run.out_dir=/ckpt/runs" in t["run"], t["run"]
 print("ok")
