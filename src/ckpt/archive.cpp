@@ -39,7 +39,7 @@ namespace {
 constexpr const char* kMetaName = "frugal-archive.json";
 constexpr size_t kChunk = 1 << 20;
 
-std::string hex64(uint64_t h) { return fmt::format("{:016x}", h); }
+[[maybe_unused]] std::string hex64(uint64_t h) { return fmt::format("{:016x}", h); }
 
 // Seconds since `path` was last modified, by the wall clock.
 double age_seconds(const std::string& path) {

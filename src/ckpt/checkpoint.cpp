@@ -229,6 +229,11 @@ std::optional<std::string> find_resumable(const std::string& root,
 }
 
 LoadedCheckpoint load_checkpoint(const std::string& path) {
+  // A path that names nothing is bad input (exit 2), not a damaged checkpoint.
+  if (!fs::is_directory(path))
+    throw ConfigError(fmt::format("cannot resume from {}: {}; --resume takes a checkpoint directory or "
+                                  "auto (the newest sound checkpoint of the run)",
+                                  path, fs::exists(path) ? "it is not a directory" : "no such directory"));
   std::string problem = verify_checkpoint(path);
   if (!problem.empty())
     throw CheckpointError(fmt::format("cannot resume from {}: {}; pick another checkpoint or use "

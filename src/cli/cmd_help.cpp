@@ -1,10 +1,15 @@
-// `frugal help [--markdown]`: the command-line reference, generated from the CLI's own option
-// tables (every subcommand, positional argument and flag with its help text). docs/cli.md is this
-// command's --markdown output; tests/cli/cli_reference_test.cpp fails when the two drift apart.
+// `frugal help [COMMAND...] [--markdown]`: the command-line reference, generated from the CLI's own
+// option tables (every subcommand, positional argument and flag with its help text), or one
+// command's help. docs/cli.md is the --markdown output; tests/cli/cli_reference_test.cpp fails when
+// the two drift apart. Also the check of words the parser would misread (unknown_words_message).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "frugal/core/errors.h"
 
 #include "cli/commands.h"
 
@@ -66,7 +71,111 @@ void describe_command(const CLI::App& app, const std::string& path, std::string&
     describe_command(*sub, path + " " + sub->get_name(), out);
 }
 
+std::vector<const CLI::App*> subcommands_of(const CLI::App& app) {
+  return app.get_subcommands([](const CLI::App*) { return true; });
+}
+
+// Edit distance, for "did you mean".
+size_t distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'x'?)" for the closest of `choices` within a third of the word's length, or "".
+std::string suggestion(const std::string& word, const std::vector<std::string>& choices) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : choices) {
+    const size_t d = distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best);
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+std::vector<std::string> command_names(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : subcommands_of(app)) names.push_back(sub->get_name());
+  return names;
+}
+
+// The option of `app` (or of an enclosing command: --help, --version) that `word` names, or null.
+const CLI::Option* find_option(const CLI::App* app, const std::string& word) {
+  for (; app; app = app->get_parent()) {
+    for (const CLI::Option* o : app->get_options()) {
+      if (word.rfind("--", 0) == 0) {
+        for (const auto& l : o->get_lnames())
+          if (word.compare(2, std::string::npos, l) == 0) return o;
+      } else {
+        for (const auto& sn : o->get_snames())
+          if (word.compare(1, std::string::npos, sn) == 0) return o;
+      }
+    }
+  }
+  return nullptr;
+}
+
+bool looks_numeric(const std::string& w) {
+  char* end = nullptr;
+  std::strtod(w.c_str(), &end);
+  return end && *end == '\0' && end != w.c_str();
+}
+
 }  // namespace
+
+std::string unknown_words_message(const CLI::App& app, const std::vector<std::string>& args) {
+  const CLI::App* at = &app;
+  std::string path = "frugal";
+  bool command_seen = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& w = args[i];
+    if (w == "--") break;  // what follows belongs to another program (frugal launch -- ...)
+    if (w.size() > 1 && w[0] == '-' && !looks_numeric(w)) {
+      // --name or --name=value; -x, or -xVALUE (a short option with its value attached)
+      const std::string name = w[1] == '-' ? w.substr(0, w.find('=')) : w.substr(0, 2);
+      const CLI::Option* o = find_option(at, name);
+      if (!o) {
+        std::vector<std::string> choices;
+        for (const CLI::App* a = at; a; a = a->get_parent())
+          for (const CLI::Option* opt : a->get_options())
+            for (const auto& l : opt->get_lnames()) choices.push_back("--" + l);
+        return fmt::format("unknown option '{}' for `{}`{}; `{} --help` lists its options", name, path,
+                           suggestion(name, choices), path);
+      }
+      // An option that takes a value: the next word is that value, whatever it looks like.
+      if (o->get_type_size_max() > 0 && name == w && i + 1 < args.size()) ++i;
+      continue;
+    }
+    const CLI::App* sub = nullptr;
+    for (const CLI::App* s : subcommands_of(*at))
+      if (s->get_name() == w) sub = s;
+    if (sub) {
+      at = sub;
+      path += " " + w;
+      command_seen = true;
+    } else if (!command_seen && at == &app) {
+      const auto names = command_names(app);
+      return fmt::format("unknown command '{}'{}; the commands are: {} (`frugal help` describes each)", w,
+                         suggestion(w, names), joined(names));
+    }
+  }
+  return "";
+}
 
 std::string cli_reference_markdown(const CLI::App& app) {
   std::string out =
@@ -82,15 +191,35 @@ std::string cli_reference_markdown(const CLI::App& app) {
 
 void add_help_command(CLI::App& app, Run* run) {
   auto markdown = std::make_shared<bool>(false);
-  auto* cmd = app.add_subcommand("help", "Print the reference of every command and flag (docs/cli.md).");
+  auto words = std::make_shared<std::vector<std::string>>();
+  auto* cmd = app.add_subcommand("help", "Print the reference of every command and flag (docs/cli.md), or of one command.");
+  cmd->add_option("command", *words, "a command (`frugal help train`): print its help only");
   cmd->add_flag("--markdown", *markdown, "print it as Markdown (docs/cli.md is this output)");
   CLI::App* root = &app;
-  cmd->callback([markdown, root, run] {
-    *run = [markdown, root] {
-      if (*markdown)
+  cmd->callback([markdown, words, root, run] {
+    *run = [markdown, words, root] {
+      const CLI::App* at = root;
+      std::string path = "frugal";
+      for (const std::string& w : *words) {
+        const CLI::App* next = nullptr;
+        for (const CLI::App* s : subcommands_of(*at))
+          if (s->get_name() == w) next = s;
+        if (!next) {
+          const auto names = command_names(*at);
+          throw ConfigError(fmt::format("frugal help: '{}' is not a command of `{}`{}; {}", w, path,
+                                        suggestion(w, names),
+                                        names.empty() ? "it has no subcommands" : "the commands are: " + joined(names)));
+        }
+        at = next;
+        path += " " + w;
+      }
+      if (*markdown && at == root)
         fmt::print("{}", cli_reference_markdown(*root));
-      else
-        fmt::print("{}", root->help("frugal", CLI::AppFormatMode::All));
+      else if (*markdown)
+        throw ConfigError("frugal help --markdown prints the whole reference; leave out the command");
+      else  // the formatter directly: App::help() would show the help of the command being run (help)
+        fmt::print("{}", at->get_formatter()->make_help(at, path, at == root ? CLI::AppFormatMode::All
+                                                                              : CLI::AppFormatMode::Normal));
       return 0;
     };
   });

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "frugal/tune/tuner.h"
 
@@ -25,6 +26,11 @@ void add_archive_commands(CLI::App& app, Run* run);  // archive, restore
 void add_launch_command(CLI::App& app, Run* run);
 // `frugal help [--markdown]`: every command and flag, from the registered tables (register last).
 void add_help_command(CLI::App& app, Run* run);
+// "" when every option word of `args` (argv without the program) is one the commands on its
+// path know and the first non-option word is a command; otherwise the message to print: the word
+// that was not understood, the closest choice, and where the choices are listed. Words after
+// "--" are not looked at.
+std::string unknown_words_message(const CLI::App& app, const std::vector<std::string>& args);
 std::string cli_reference_markdown(const CLI::App& app);
 void add_tune_command(CLI::App& app, Run* run);
 

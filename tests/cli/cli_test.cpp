@@ -48,6 +48,49 @@ TEST(Cli, MissingConfigFileAndUnknownFlagExitTwo) {
   EXPECT_EQ(run_frugal("").exit_code, 2);
 }
 
+// An option no command knows is named as such (not read as the config file's name), with the
+// closest choice; an unknown command lists the commands; words after "--" belong to the launched
+// program and are not checked.
+TEST(Cli, UnknownOptionsAndCommandsAreNamedWithTheClosestChoice) {
+  auto bogus = run_frugal("train --bogus x");
+  EXPECT_EQ(bogus.exit_code, 2) << bogus.output;
+  EXPECT_NE(bogus.output.find("unknown option '--bogus' for `frugal train`"), std::string::npos) << bogus.output;
+  EXPECT_EQ(bogus.output.find("File does not exist"), std::string::npos) << bogus.output;
+  auto typo = run_frugal("train --sett train.steps=3");
+  EXPECT_EQ(typo.exit_code, 2) << typo.output;
+  EXPECT_NE(typo.output.find("'--sett' for `frugal train` (did you mean '--set'?)"), std::string::npos) << typo.output;
+  auto joined = run_frugal("train --sett=train.steps=3");
+  EXPECT_NE(joined.output.find("unknown option '--sett'"), std::string::npos) << joined.output;
+  auto command = run_frugal("trian");
+  EXPECT_EQ(command.exit_code, 2) << command.output;
+  EXPECT_NE(command.output.find("unknown command 'trian' (did you mean 'train'?)"), std::string::npos) << command.output;
+  EXPECT_NE(command.output.find("prepare"), std::string::npos) << command.output;  // the list
+  auto launched = run_frugal("launch --emit slurm -n 1 -- --dashed-name.toml");
+  EXPECT_EQ(launched.exit_code, 0) << launched.output;
+  EXPECT_NE(launched.output.find("--dashed-name.toml"), std::string::npos) << launched.output;
+  // Known options, short and long, with the value attached or apart, keep working.
+  auto known = run_frugal("launch --emit slurm -n1 --time=01:00:00 --name job -- c.toml");
+  EXPECT_EQ(known.exit_code, 0) << known.output;
+}
+
+TEST(Cli, HelpForOneCommandAndForAnUnknownOne) {
+  auto train = run_frugal("help train");
+  EXPECT_EQ(train.exit_code, 0) << train.output;
+  EXPECT_NE(train.output.find("--resume"), std::string::npos) << train.output;
+  EXPECT_EQ(train.output.find("--prompt"), std::string::npos) << "only train's help:\n" << train.output;
+  auto bogus = run_frugal("help trian");
+  EXPECT_EQ(bogus.exit_code, 2) << bogus.output;
+  EXPECT_NE(bogus.output.find("'trian' is not a command of `frugal` (did you mean 'train'?)"), std::string::npos)
+      << bogus.output;
+}
+
+TEST(Cli, ResumeFromAPathThatDoesNotExistIsBadInput) {
+  test::TempDir dir;
+  auto r = run_frugal("train --resume " + dir.file("nope") + " --set run.out_dir=" + dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(dir.file("nope") + ": no such directory"), std::string::npos) << r.output;
+}
+
 TEST(Cli, MissingTextDataExitsTwoAndLeavesNoRunDirectory) {
   test::TempDir dir;
   auto r = run_frugal("train --set data.source=text:/nonexistent/c.txt --set run.out_dir=" + dir.path());
