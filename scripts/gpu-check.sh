@@ -63,7 +63,10 @@ command -v nvcc >/dev/null && say "nvcc: $(nvcc --version | tail -1)"
   say "warning: $PY's torch has no CUDA; frugal will build CPU-only"
 
 # 2. Build.
-say "configure: $BUILD (${GEN[*]:-Unix Makefiles}) against $PY"
+if [[ ${#GEN[@]} -gt 0 ]]; then generator=Ninja
+elif [[ -f $BUILD/CMakeCache.txt ]]; then generator=$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$BUILD/CMakeCache.txt")
+else generator="Unix Makefiles"; fi
+say "configure: $BUILD ($generator) against $PY"
 if ! cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTHON="$PY" >>"$LOG" 2>&1; then
   say "configure failed (the end of $LOG says why: a missing library names its package)"; tail -15 "$LOG" >&2; exit 1
 fi

@@ -193,6 +193,7 @@ TEST(Shard, CorruptBlockErrorNamesTheFileAndTheBlockOffset) {
 }
 
 TEST(Shard, TruncationAtEveryCutPointIsDetected) {
+  FRUGAL_NEED_FEATURE("zstd");
   test::TempDir dir;
   for (bool zstd : {false, true}) {
     write_tokens(dir.file("good.frs"), random_tokens(120, 1000, 2), ShardDtype::kUint16, zstd, 64);
