@@ -74,6 +74,9 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   loop.loss_sum = loss_sum.item<double>();
   nlohmann::json& st = d.state;
   st["loop"] = detail::to_json(loop);
+  // The wall time of every session up to this capture (tokens_per_s and train.max_minutes after a
+  // resume count all of it, not only the last session's).
+  st["loop"]["elapsed_s"] = loop.elapsed_s + seconds_since(session_start);
   st["optimizer_steps"] = step->optimizer().step_count();
   const ScaleState& ss = step->scaler().state();
   st["loss_scaler"] = {{"enabled", step->scaler().enabled()}, {"scale", ss.scale},

@@ -150,6 +150,30 @@ TEST(Resume, ExplicitBadPathNamesIt) {
   }
 }
 
+// Throughput after a resume counts the wall time of every session: the checkpoint carries the
+// time up to its capture, and the resumed summary adds its own session to it.
+TEST(Resume, WallTimeAndTokensPerSecondSpanEverySession) {
+  test::TempDir dir;
+  TrainerOptions o;
+  o.handle_signals = true;
+  o.callbacks = {std::make_shared<test::SignalAt>(9, SIGINT)};
+  const auto first = train(dir.path(), {"checkpoint.enabled=false"}, o);
+  ASSERT_EQ(first["stop_kind"], "preempted");
+  std::ifstream in(dir.path() + "/demo/checkpoints/step-00000009/state.json");
+  const auto state = nlohmann::json::parse(in);
+  const double saved = state.at("loop").at("elapsed_s").get<double>();
+  EXPECT_GT(saved, 0.0) << "the checkpoint does not carry the wall time of its session";
+  EXPECT_LE(saved, first["wall_s"].get<double>());
+  TrainerOptions r;
+  r.resume = "auto";
+  const auto resumed = train(dir.path(), {"checkpoint.enabled=false"}, r);
+  ASSERT_EQ(resumed["stop_kind"], "completed");
+  const double wall = resumed["wall_s"].get<double>();
+  EXPECT_GT(wall, saved) << "the resumed run's wall time leaves out the first session";
+  EXPECT_NEAR(resumed["tokens_per_s"].get<double>(), resumed["tokens"].get<double>() / wall,
+              1e-6 * resumed["tokens_per_s"].get<double>());
+}
+
 TEST(Stops, PreemptionWritesACheckpointAndSkipsTheFinalWeights) {
   test::TempDir dir;
   TrainerOptions o;
