@@ -212,7 +212,7 @@ std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_
   fs::create_directories(out_dir);
   const std::string target = (out_dir / (name + ".tar.zst")).string();
   if (fs::exists(target))
-    throw CheckpointError(fmt::format("{} already exists; remove it or archive to another --to "
+    throw ConfigError(fmt::format("{} already exists; remove it or archive to another --to "
                                       "directory (the checkpoint {} is left in place)",
                                       target, c.path));
   const std::string tmp = (out_dir / fmt::format(".tmp-{}-{}.tar.zst", name, ::getpid())).string();
@@ -367,7 +367,9 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
     const fs::path dest_root = fs::path(runs_dir) / run / "checkpoints";
     const fs::path dest = dest_root / name;
     if (fs::exists(dest))
-      throw CheckpointError(fmt::format("{} already exists; restoring {} would overwrite it", dest.string(), archive));
+      throw ConfigError(fmt::format("{} already exists; restoring {} would overwrite it (move or remove that "
+                                    "checkpoint first, or restore into another --runs directory)",
+                                    dest.string(), archive));
     fs::create_directories(dest_root);
     fs::rename(staged, dest);
     fsync_dir(dest_root.string());

@@ -128,18 +128,18 @@ TEST(Archive, RoundTripRestoresTheCheckpointBitwise) {
   EXPECT_EQ(restore_checkpoint(arc, runs), old);
   EXPECT_EQ(files_of(old), before);
   EXPECT_EQ(verify_checkpoint(old), "");
-  // Restoring again would overwrite: refused, naming the directory.
+  // Restoring again would overwrite: refused as bad input (exit 2), naming the directory.
   try {
     restore_checkpoint(arc, runs);
     ADD_FAILURE();
-  } catch (const CheckpointError& e) {
+  } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
   }
   // Archiving to a place that already has the archive is refused and leaves the checkpoint.
   try {
     archive_checkpoint(c, dir.file("cold"));
     ADD_FAILURE();
-  } catch (const CheckpointError& e) {
+  } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("left in place"), std::string::npos) << e.what();
   }
   EXPECT_EQ(verify_checkpoint(old), "");
@@ -211,6 +211,9 @@ TEST(Archive, CliDryRunChangesNothingAndRealRunPrintsRestoreCommand) {
   auto back = test::run_frugal("restore " + arc + " --runs " + runs);
   EXPECT_EQ(back.exit_code, 0) << back.output;
   EXPECT_EQ(verify_checkpoint(runs + "/a/checkpoints/step-00000010"), "");
+  auto again = test::run_frugal("restore " + arc + " --runs " + runs);  // would overwrite: bad input
+  EXPECT_EQ(again.exit_code, 2) << again.output;
+  EXPECT_NE(again.output.find("already exists"), std::string::npos) << again.output;
 }
 
 }  // namespace
