@@ -131,6 +131,9 @@ void run_candidate(TuneCandidate& k, const std::string& file, const std::vector<
     if (summary.contains("peak_tensor_mb")) k.peak_mb = summary["peak_tensor_mb"].get<double>();
   } catch (const std::exception& e) {
     con.set_quiet(was_quiet);
+    // Bad input in the configuration as given (a missing data file, a bad value) fails every
+    // candidate alike: it is the user's to fix, reported once (exit 2), not as a table of failures.
+    if (index == 0 && (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const DataError*>(&e))) throw;
     const auto* ce = dynamic_cast<const c10::Error*>(&e);
     k.note = ce ? ce->what_without_backtrace() : e.what();
     k.note = k.note.substr(0, k.note.find('\n'));

@@ -61,6 +61,20 @@ TEST(Tune, TinyConfigPrintsATableAndWritesAConfigThatTrainAccepts) {
   EXPECT_EQ(summary["stop_kind"], "completed");
 }
 
+// A missing data file is the user's to fix: exit 2 with the cause once, not a table of candidates
+// that all failed the same way (and no tuned config).
+TEST(Tune, BadInputExitsTwoOnceInsteadOfFailingEveryCandidate) {
+  test::TempDir dir;
+  auto r = test::run_frugal("tune" + tune_sets(dir) + " --set data.source=text:" + dir.file("missing.txt") +
+                            " --out " + dir.file("tuned.toml"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  const std::string cause = dir.file("missing.txt");
+  const size_t first = r.output.find(cause);
+  ASSERT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(cause, first + 1), std::string::npos) << "reported more than once:\n" << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("tuned.toml")));
+}
+
 TEST(Tune, AutoTuneTrainsWithTheChoiceAndRecordsItInTheSummary) {
   test::TempDir dir;
   auto r = test::run_frugal("train" + tune_sets(dir) +
