@@ -13,6 +13,7 @@
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/arith.h"
+#include "frugal/data/document_reader.h"
 #include "frugal/data/rng.h"
 #include "frugal/data/record_source.h"
 #include "frugal/data/shard_source.h"
@@ -157,6 +158,7 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
     } catch (const IoError& e) {
       throw DataError(e.what());
     }
+    require_text(text, path, "data.source");
     const size_t n_val = static_cast<size_t>(static_cast<double>(text.size()) * c.data.val_fraction);
     std::vector<int32_t> tokens = byte_tokens(text);
     std::vector<int32_t> val(tokens.end() - static_cast<long>(n_val), tokens.end());

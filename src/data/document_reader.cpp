@@ -40,8 +40,21 @@ bool blank(std::string_view line) {
 
 }  // namespace
 
+void require_text(std::string_view bytes, const std::string& path, const std::string& what) {
+  size_t odd = 0;
+  for (unsigned char ch : bytes)
+    if ((ch < 0x20 && (ch < '\t' || ch > '\r')) || ch == 0x7f) ++odd;
+  if (bytes.empty() || odd * 100 <= bytes.size()) return;
+  throw DataError(fmt::format(
+      "{}: '{}' does not look like text: {:.1f}% of its {} bytes are NUL or control bytes (a binary "
+      "file, a token shard, an image?); give a UTF-8 text file, or for token files prepare shards "
+      "with `frugal prepare` and train on shards:DIR",
+      what, path, 100.0 * static_cast<double>(odd) / static_cast<double>(bytes.size()), bytes.size()));
+}
+
 void split_documents(const std::string& text, const std::string& path, InputFormat format,
                      const std::string& jsonl_field, std::vector<std::string>* docs) {
+  require_text(text, path, "prepare");
   size_t pos = 0, line_no = 0;
   std::string doc;
   while (pos < text.size()) {

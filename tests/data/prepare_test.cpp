@@ -8,7 +8,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
+#include "frugal/data/batch_source.h"
+#include "frugal/data/document_reader.h"
 #include "frugal/data/file_hash.h"
 #include "frugal/data/token_dataset.h"
 #include "test_util.h"
@@ -69,6 +72,37 @@ TEST(Prepare, ByteDatasetReproducesTheDocumentsAndTheManifestTellsTheTruth) {
     EXPECT_EQ(s["xxh64"], hex64(xxh64_file(dir.file("ds/" + s["file"].get<std::string>()))));
   for (const auto& e : fs::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << "temporary folder left behind";
+}
+
+// A binary file given as text (to prepare, or as data.source = "text:PATH") is refused with the
+// file and the fraction of non-text bytes; text with tabs, CRLF, UTF-8 and a few escapes is not.
+TEST(Prepare, BinaryInputIsRefusedNamingTheFileAndTheFraction) {
+  test::TempDir dir;
+  std::string binary(1000, 'a');
+  for (int i = 0; i < 50; ++i) binary[static_cast<size_t>(i) * 20] = '\0';  // 5% NUL
+  test::write_text(dir.file("blob.bin"), binary);
+  try {
+    prepare_dataset(small({dir.file("blob.bin")}, dir.file("ds")));
+    ADD_FAILURE() << "a binary file was prepared as text";
+  } catch (const DataError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("prepare: '" + dir.file("blob.bin") + "' does not look like text: 5.0% of its 1000 bytes"),
+              std::string::npos) << m;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ds/manifest.json")));
+  const Config c = resolve_config("", {"data.source=text:" + dir.file("blob.bin")}, {}).config;
+  try {
+    make_batch_source(c);
+    ADD_FAILURE() << "a binary file was read as a text source";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("data.source: '" + dir.file("blob.bin") + "' does not look like text"),
+              std::string::npos) << e.what();
+  }
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "caf\xc3\xa9\tline " + std::to_string(i) + "\r\n";
+  text += "\x1b[1mbold\x1b[0m\f\n";  // two escapes: under 1%
+  EXPECT_NO_THROW(require_text(text, "t.txt", "prepare"));
+  EXPECT_THROW(require_text(std::string(100, '\x01'), "c.txt", "prepare"), DataError);
 }
 
 TEST(Prepare, RerunOnUnchangedInputsIsANoOpAndAnyChangeRebuilds) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "frugal/data/prepare.h"
@@ -17,5 +18,11 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
 // and line. Empty documents are skipped.
 void split_documents(const std::string& text, const std::string& path, InputFormat format,
                      const std::string& jsonl_field, std::vector<std::string>* docs);
+
+// Throws DataError when `bytes` (the contents of `path`) do not look like text: more than 1% of
+// them NUL or control bytes other than tab, line feed, vertical tab, form feed and carriage return
+// (a binary file, a token shard, an image). The message names `what` (the setting or command),
+// the file and the fraction, and what to give instead. UTF-8 (bytes >= 0x80) counts as text.
+void require_text(std::string_view bytes, const std::string& path, const std::string& what);
 
 }  // namespace frugal
