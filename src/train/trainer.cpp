@@ -170,6 +170,10 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
                          ck->exact ? "" : "; weights stored in reduced precision, so not bitwise"));
   }
   if (s.dp) s.dp->broadcast_parameters(s.model->parameters());  // every rank starts from rank 0's
+  if (c.train.warmup_steps > 0 && c.train.warmup_steps >= c.train.steps)
+    con.line(fmt::format("warning: train.steps = {} ends within the warm-up (train.warmup_steps = {}): the "
+                         "learning rate never reaches train.lr = {}; set train.warmup_steps below train.steps",
+                         c.train.steps, c.train.warmup_steps, c.train.lr));
 
   s.info.config = &s.rc.config;
   s.info.run_dir = s.run_dir;

@@ -73,6 +73,17 @@ TEST(Cli, UnknownOptionsAndCommandsAreNamedWithTheClosestChoice) {
   EXPECT_EQ(known.exit_code, 0) << known.output;
 }
 
+TEST(Cli, ARunShorterThanItsWarmUpIsWarnedAbout) {
+  test::TempDir dir;
+  auto short_run = run_frugal("train" + tiny_sets(dir.path()) + " --set train.steps=3 --set train.warmup_steps=10");
+  EXPECT_EQ(short_run.exit_code, 0) << short_run.output;
+  EXPECT_NE(short_run.output.find("warning: train.steps = 3 ends within the warm-up (train.warmup_steps = 10)"),
+            std::string::npos) << short_run.output;
+  auto long_run = run_frugal("train" + tiny_sets(dir.path()) + " --set train.steps=3 --set train.warmup_steps=2 --overwrite");
+  EXPECT_EQ(long_run.exit_code, 0) << long_run.output;
+  EXPECT_EQ(long_run.output.find("ends within the warm-up"), std::string::npos) << long_run.output;
+}
+
 TEST(Cli, HelpForOneCommandAndForAnUnknownOne) {
   auto train = run_frugal("help train");
   EXPECT_EQ(train.exit_code, 0) << train.output;
