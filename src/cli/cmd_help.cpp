@@ -3,12 +3,14 @@
 // command's help. docs/cli.md is the --markdown output; tests/cli/cli_reference_test.cpp fails when
 // the two drift apart. Also the check of words the parser would misread (unknown_words_message).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "frugal/core/config_loader.h"  // edit_distance
 #include "frugal/core/errors.h"
 
 #include "cli/commands.h"
@@ -75,37 +77,22 @@ std::vector<const CLI::App*> subcommands_of(const CLI::App& app) {
   return app.get_subcommands([](const CLI::App*) { return true; });
 }
 
-// Edit distance, for "did you mean".
-size_t distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // " (did you mean 'x'?)" for the closest of `choices` within a third of the word's length, or "".
 std::string suggestion(const std::string& word, const std::vector<std::string>& choices) {
   std::string best;
   size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
   for (const auto& c : choices) {
-    const size_t d = distance(word, c);
+    const size_t d = edit_distance(word, c);
     if (d < best_d) best_d = d, best = c;
   }
   return best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best);
 }
 
-std::string joined(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
+// The subcommand of `app` named `name`, or null.
+const CLI::App* find_subcommand(const CLI::App& app, const std::string& name) {
+  for (const CLI::App* s : subcommands_of(app))
+    if (s->get_name() == name) return s;
+  return nullptr;
 }
 
 std::vector<std::string> command_names(const CLI::App& app) {
@@ -161,17 +148,14 @@ std::string unknown_words_message(const CLI::App& app, const std::vector<std::st
       if (o->get_type_size_max() > 0 && name == w && i + 1 < args.size()) ++i;
       continue;
     }
-    const CLI::App* sub = nullptr;
-    for (const CLI::App* s : subcommands_of(*at))
-      if (s->get_name() == w) sub = s;
-    if (sub) {
+    if (const CLI::App* sub = find_subcommand(*at, w)) {
       at = sub;
       path += " " + w;
       command_seen = true;
     } else if (!command_seen && at == &app) {
       const auto names = command_names(app);
       return fmt::format("unknown command '{}'{}; the commands are: {} (`frugal help` describes each)", w,
-                         suggestion(w, names), joined(names));
+                         suggestion(w, names), fmt::join(names, ", "));
     }
   }
   return "";
@@ -201,14 +185,12 @@ void add_help_command(CLI::App& app, Run* run) {
       const CLI::App* at = root;
       std::string path = "frugal";
       for (const std::string& w : *words) {
-        const CLI::App* next = nullptr;
-        for (const CLI::App* s : subcommands_of(*at))
-          if (s->get_name() == w) next = s;
+        const CLI::App* next = find_subcommand(*at, w);
         if (!next) {
           const auto names = command_names(*at);
           throw ConfigError(fmt::format("frugal help: '{}' is not a command of `{}`{}; {}", w, path,
                                         suggestion(w, names),
-                                        names.empty() ? "it has no subcommands" : "the commands are: " + joined(names)));
+                                        names.empty() ? "it has no subcommands" : fmt::format("the commands are: {}", fmt::join(names, ", "))));
         }
         at = next;
         path += " " + w;

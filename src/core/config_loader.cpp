@@ -19,18 +19,6 @@
 extern char** environ;
 
 namespace frugal {
-namespace {
-
-const char* type_name(ValueType t) {
-  switch (t) {
-    case ValueType::kBool: return "a boolean";
-    case ValueType::kInt: return "an integer";
-    case ValueType::kFloat: return "a number";
-    case ValueType::kString: return "a string";
-    case ValueType::kEnum: return "a string";
-  }
-  return "?";
-}
 
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -43,6 +31,19 @@ size_t edit_distance(const std::string& a, const std::string& b) {
     std::swap(prev, cur);
   }
   return prev[b.size()];
+}
+
+namespace {
+
+const char* type_name(ValueType t) {
+  switch (t) {
+    case ValueType::kBool: return "a boolean";
+    case ValueType::kInt: return "an integer";
+    case ValueType::kFloat: return "a number";
+    case ValueType::kString: return "a string";
+    case ValueType::kEnum: return "a string";
+  }
+  return "?";
 }
 
 std::string suggestion(const std::string& key) {

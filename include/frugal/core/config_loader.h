@@ -84,6 +84,10 @@ void validate_config(const Config& c);
 // docs/config.md, generated from the schema (`frugal config --markdown`).
 std::string config_reference_markdown();
 
+// Levenshtein distance (insertions, deletions, substitutions), for "did you mean" suggestions of
+// config keys and of command-line words.
+size_t edit_distance(const std::string& a, const std::string& b);
+
 // Formats a value as TOML would write it.
 std::string format_value(const ConfigValue& v);
 // The same, but a secret key's non-empty value shows as '<redacted>'.
