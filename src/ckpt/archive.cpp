@@ -102,6 +102,29 @@ void fsync_file(const std::string& path) {
   ::close(fd);
 }
 
+// An archive member's name as frugal writes it: a repack by plain `tar -C DIR -cf - .` prefixes
+// "./" and lists directories with a trailing "/"; both are accepted.
+std::string normal_member(std::string name) {
+  while (name.rfind("./", 0) == 0) name.erase(0, 2);
+  while (!name.empty() && name.back() == '/') name.pop_back();
+  return name;
+}
+
+// xxh3-64 of a file, streamed.
+std::string file_xxh3(const std::string& path, uint64_t* size) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) throw IoError(fmt::format("cannot read {}", path));
+  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> h(XXH3_createState(), &XXH3_freeState);
+  XXH3_64bits_reset(h.get());
+  std::vector<char> buf(kChunk);
+  *size = 0;
+  for (size_t n = 0; (n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0;) {
+    XXH3_64bits_update(h.get(), buf.data(), n);
+    *size += n;
+  }
+  return hex64(XXH3_64bits_digest(h.get()));
+}
+
 // Names inside an archive: one relative path without "." / ".." components.
 bool safe_member(const std::string& name) {
   if (name.empty() || name.front() == '/') return false;
@@ -126,7 +149,12 @@ void read_members(const std::string& archive, Sink sink, OnMember on_member) {
     if (rc == ARCHIVE_EOF) break;
     if (rc != ARCHIVE_OK)
       throw CheckpointError(fmt::format("archive {} is damaged: {}", archive, archive_error_string(r.a)));
-    const std::string name = archive_entry_pathname(e);
+    const std::string name = normal_member(archive_entry_pathname(e));
+    if (archive_entry_filetype(e) == AE_IFDIR) continue;  // directories are implied by file names
+    if (archive_entry_filetype(e) != AE_IFREG)
+      throw CheckpointError(fmt::format("archive {} holds \"{}\", which is not a regular file (a link or a "
+                                        "device); a checkpoint archive holds only files",
+                                        archive, name));
     if (!safe_member(name))
       throw CheckpointError(fmt::format("archive {} holds an unsafe member name \"{}\" (absolute or "
                                         "with \"..\"); refusing to extract it",
@@ -149,6 +177,36 @@ void read_members(const std::string& archive, Sink sink, OnMember on_member) {
                                         archive_error_string(r.a)));
     on_member(name, size, hex64(digest));
   }
+}
+
+// Whether `archive` holds every file of the checkpoint directory `dir` (named `name` inside the
+// archive) with the same size and xxh3-64.
+bool archive_holds(const std::string& archive, const std::string& name, const std::string& dir) {
+  std::map<std::string, std::pair<uint64_t, std::string>> seen;
+  try {
+    read_members(
+        archive, [](const std::string&, const char*, size_t) {},
+        [&](const std::string& n, uint64_t size, const std::string& h) { seen[n] = {size, h}; });
+  } catch (const CheckpointError&) {
+    return false;  // damaged: not the archive of this checkpoint
+  }
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    uint64_t size = 0;
+    const std::string h = file_xxh3(e.path().string(), &size);
+    auto it = seen.find(name + "/" + e.path().filename().string());
+    if (it == seen.end() || it->second != std::make_pair(size, h)) return false;
+  }
+  return true;
+}
+
+// Removes an archived checkpoint: renamed aside first (one atomic step), then deleted.
+void remove_archived(const std::string& path, const std::string& name) {
+  const fs::path trash = fs::path(path).parent_path() / fmt::format(".trash-{}-{}", name, ::getpid());
+  fs::rename(path, trash);
+  fsync_dir(fs::path(path).parent_path().string());
+  std::error_code ec;
+  fs::remove_all(trash, ec);
 }
 #endif  // FRUGAL_HAVE_LIBARCHIVE
 
@@ -211,10 +269,16 @@ std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_
   const fs::path out_dir = fs::path(to_dir) / c.run;
   fs::create_directories(out_dir);
   const std::string target = (out_dir / (name + ".tar.zst")).string();
-  if (fs::exists(target))
-    throw ConfigError(fmt::format("{} already exists; remove it or archive to another --to "
-                                      "directory (the checkpoint {} is left in place)",
-                                      target, c.path));
+  if (fs::exists(target)) {
+    // A run killed after its archive was renamed into place but before the checkpoint left: if the
+    // archive holds exactly the checkpoint's files, finish the move; anything else is refused.
+    if (!archive_holds(target, name, c.path))
+      throw ConfigError(fmt::format("{} already exists and does not hold the files of {}; remove it or "
+                                    "archive to another --to directory (the checkpoint is left in place)",
+                                    target, c.path));
+    remove_archived(c.path, name);
+    return target;
+  }
   const std::string tmp = (out_dir / fmt::format(".tmp-{}-{}.tar.zst", name, ::getpid())).string();
 
   std::vector<fs::path> files;
@@ -294,13 +358,7 @@ std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_
   }
   fs::rename(tmp, target);
   fsync_dir(out_dir.string());
-
-  // Only now does the checkpoint leave: renamed aside first (one atomic step), then deleted.
-  const fs::path trash = fs::path(c.path).parent_path() / fmt::format(".trash-{}-{}", name, ::getpid());
-  fs::rename(c.path, trash);
-  fsync_dir(fs::path(c.path).parent_path().string());
-  std::error_code ec;
-  fs::remove_all(trash, ec);
+  remove_archived(c.path, name);  // only now does the checkpoint leave
   return target;
 #else
   return {};

@@ -71,6 +71,7 @@ struct ReadState {
   std::string bytes;
   nlohmann::json json;
   std::string problem;  // "" when the marker and state.json agree
+  bool definite = true;  // false: a file could not be read (see CheckpointCheck)
 };
 
 ReadState read_state(const fs::path& dir) {
@@ -81,16 +82,36 @@ ReadState read_state(const fs::path& dir) {
   }
   try {
     r.bytes = read_file((dir / kState).string());
-    if (read_file((dir / kMarker).string()) != marker_text(r.bytes)) {
+    const std::string marker = read_file((dir / kMarker).string());
+    if (marker != marker_text(r.bytes)) {
       r.problem = fmt::format("{}: checksum of {} does not match {}", dir.string(), kState, kMarker);
       return r;
     }
     r.json = nlohmann::json::parse(r.bytes);
-  } catch (const std::exception& e) {
+  } catch (const nlohmann::json::exception& e) {
     r.problem = fmt::format("{}: cannot read {}: {}", dir.string(), kState, e.what());
+    return r;
+  } catch (const std::exception& e) {  // an I/O error: the files may well be sound
+    r.problem = fmt::format("{}: cannot read {}: {}", dir.string(), kState, e.what());
+    r.definite = false;
+    return r;
   }
+  // A directory copied or renamed to another step's name would resume at the wrong step.
+  const int64_t named = parse_step(dir.filename().string());
+  const auto& step = r.json.is_object() && r.json.contains("step") ? r.json["step"] : nlohmann::json();
+  if (named >= 0 && (!step.is_number_integer() || step.get<int64_t>() != named))
+    r.problem = fmt::format("{}: {} records step {} but the directory is named for step {} (was it copied "
+                            "or renamed?)",
+                            dir.string(), kState, step.dump(), named);
   return r;
 }
+
+// check_checkpoint() without its guard against fields of the wrong type (below).
+CheckpointCheck verify_files(const std::string& path);
+
+// The body of write_checkpoint() after its temp directory exists (below).
+std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std::string& root,
+                       int64_t step, const CheckpointData& data, const WriteOptions& o);
 
 }  // namespace
 
@@ -117,15 +138,30 @@ std::string checkpoint_dir_name(int64_t step) { return fmt::format("{}{:08d}", k
 std::string write_checkpoint(const std::string& root, int64_t step, const CheckpointData& data,
                              const WriteOptions& o) {
   static std::atomic<int> counter{0};
-  auto stage = [&](WriteStage s) {
-    if (o.after_stage) o.after_stage(s);
-  };
   const fs::path final_dir = fs::path(root) / checkpoint_dir_name(step);
   const fs::path tmp = fs::path(root) / fmt::format(".tmp-{}-{}-{}", checkpoint_dir_name(step),
                                                     ::getpid(), counter++);
   std::error_code ec;
   fs::create_directories(tmp, ec);
   if (ec) throw IoError(fmt::format("cannot create checkpoint directory {}: {}", tmp.string(), ec.message()));
+  try {
+    return write_into(tmp, final_dir, root, step, data, o);
+  } catch (...) {
+    // A failed write (a full disk, a bad tensor) removes its own temp directory, so repeated
+    // failures never pile up; a kill leaves it for retention, which removes temp directories of
+    // processes that are gone.
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+namespace {
+std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std::string& root,
+                       int64_t step, const CheckpointData& data, const WriteOptions& o) {
+  auto stage = [&](WriteStage s) {
+    if (o.after_stage) o.after_stage(s);
+  };
+  std::error_code ec;
   stage(WriteStage::kTempDir);
 
   nlohmann::json files = nlohmann::json::object();
@@ -168,6 +204,7 @@ std::string write_checkpoint(const std::string& root, int64_t step, const Checkp
   stage(WriteStage::kMarker);
   return final_dir.string();
 }
+}  // namespace
 
 std::vector<CheckpointInfo> list_checkpoints(const std::string& root) {
   std::vector<CheckpointInfo> out;
@@ -190,33 +227,52 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& root) {
   return out;
 }
 
-std::string verify_checkpoint(const std::string& path) {
+std::string verify_checkpoint(const std::string& path) { return check_checkpoint(path).problem; }
+
+CheckpointCheck check_checkpoint(const std::string& path) {
+  try {
+    return verify_files(path);
+  } catch (const nlohmann::json::exception& e) {  // a field of the wrong type
+    return {fmt::format("{}: state.json is malformed: {}", path, e.what()), true};
+  }
+}
+
+namespace {
+CheckpointCheck verify_files(const std::string& path) {
   const fs::path dir(path);
   ReadState r = read_state(dir);
-  if (!r.problem.empty()) return r.problem;
+  if (!r.problem.empty()) return {r.problem, r.definite};
+  if (!r.json.is_object()) return {fmt::format("{}: state.json is not a JSON object", path)};
   if (r.json.value("format", "") != "frugal-checkpoint")
-    return fmt::format("{}: state.json is not a frugal checkpoint", path);
-  if (r.json.value("version", 0) != kCheckpointVersion)
-    return fmt::format("{}: checkpoint version {} but this frugal reads version {}", path,
-                       r.json.value("version", 0), kCheckpointVersion);
+    return {fmt::format("{}: state.json is not a frugal checkpoint", path)};
+  if (r.json.value("version", 0) != kCheckpointVersion)  // another frugal's: not ours to judge
+    return {fmt::format("{}: checkpoint version {} but this frugal reads version {}", path,
+                        r.json.value("version", 0), kCheckpointVersion),
+            false};
   if (!r.json.contains("files") || !r.json["files"].is_object())
-    return fmt::format("{}: state.json lists no files", path);
+    return {fmt::format("{}: state.json lists no files", path)};
   for (const auto& [name, f] : r.json["files"].items()) {
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+      return {fmt::format("{}: state.json lists \"{}\", which is not a file name inside the checkpoint", path, name)};
+    std::error_code ec;
+    if (!fs::is_regular_file(dir / name, ec))
+      return {fmt::format("{}/{}: missing or not a regular file", path, name), !ec || ec == std::errc::no_such_file_or_directory};
     std::string bytes;
     try {
       bytes = read_file((dir / name).string());
-    } catch (const std::exception& e) {
-      return fmt::format("{}: {}", path, e.what());
+    } catch (const std::exception& e) {  // an I/O error: the file may well be sound
+      return {fmt::format("{}: {}", path, e.what()), false};
     }
     if (bytes.size() != f["bytes"].get<size_t>())
-      return fmt::format("{}/{}: {} bytes, state.json says {} (truncated or replaced)", path, name,
-                         bytes.size(), f["bytes"].get<size_t>());
+      return {fmt::format("{}/{}: {} bytes, state.json says {} (truncated or replaced)", path, name,
+                          bytes.size(), f["bytes"].get<size_t>())};
     if (xxh3_hex(bytes) != f["xxh3"].get<std::string>())
-      return fmt::format("{}/{}: xxh3 {} does not match state.json's {} (the file is corrupt)",
-                         path, name, xxh3_hex(bytes), f["xxh3"].get<std::string>());
+      return {fmt::format("{}/{}: xxh3 {} does not match state.json's {} (the file is corrupt)",
+                          path, name, xxh3_hex(bytes), f["xxh3"].get<std::string>())};
   }
-  return "";
+  return {};
 }
+}  // namespace
 
 std::optional<std::string> find_resumable(const std::string& root,
                                           const std::function<void(const std::string&)>& warn) {
@@ -242,13 +298,20 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
   const fs::path dir(path);
   LoadedCheckpoint c;
   c.path = path;
-  c.state = nlohmann::json::parse(read_file((dir / kState).string()));
-  c.step = c.state["step"].get<int64_t>();
-  c.exact = c.state.value("exact", false);
-  const bool master = c.state["files"].contains("master.safetensors");
-  c.weights = load_safetensors((dir / (master ? "master.safetensors" : "model.safetensors")).string()).tensors;
-  c.optimizer = load_safetensors((dir / "optimizer.safetensors").string()).tensors;
-  c.data_state = nlohmann::json::parse(read_file((dir / "data_state.json").string()));
+  try {
+    c.state = nlohmann::json::parse(read_file((dir / kState).string()));
+    c.step = c.state.at("step").get<int64_t>();
+    c.exact = c.state.value("exact", false);
+    const bool master = c.state.at("files").contains("master.safetensors");
+    c.weights = load_safetensors((dir / (master ? "master.safetensors" : "model.safetensors")).string()).tensors;
+    c.optimizer = load_safetensors((dir / "optimizer.safetensors").string()).tensors;
+    c.data_state = nlohmann::json::parse(read_file((dir / "data_state.json").string()));
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(fmt::format("cannot resume from {}: state.json or data_state.json is malformed: {}",
+                                      path, e.what()));
+  } catch (const IoError& e) {
+    throw CheckpointError(fmt::format("cannot resume from {}: {}", path, e.what()));
+  }
   return c;
 }
 

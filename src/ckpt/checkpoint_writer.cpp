@@ -19,13 +19,16 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::write_now(int64_t step, const CheckpointData& data) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string path = write_checkpoint(root_, step, data, options_);
+  note_written(path);
   apply_retention(root_, retention_);
-  stats_.last_write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  stats_.write_s_total += stats_.last_write_s;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::error_code ec;
   int64_t bytes = 0;
   for (const auto& e : std::filesystem::directory_iterator(path, ec))
     bytes += static_cast<int64_t>(e.file_size(ec));
+  std::lock_guard<std::mutex> lock(stats_mu_);  // the trainer thread may be reading stats()
+  stats_.last_write_s = seconds;
+  stats_.write_s_total += seconds;
   stats_.last_bytes = bytes;
 }
 
@@ -40,7 +43,10 @@ void CheckpointWriter::join() {
 
 std::string CheckpointWriter::save(int64_t step, CheckpointData data) {
   join();  // one write in flight at most; surfaces the previous write's error
-  ++stats_.saves;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.saves;
+  }
   if (!async_) {
     write_now(step, data);
   } else {
@@ -64,11 +70,15 @@ void CheckpointWriter::poll() {
 }
 
 void CheckpointWriter::record_stall(double seconds) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.stall_s_total += seconds;
   stats_.stall_s_max = std::max(stats_.stall_s_max, seconds);
 }
 
-CheckpointWriterStats CheckpointWriter::stats() const { return stats_; }
+CheckpointWriterStats CheckpointWriter::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
 
 NamedTensors snapshot_tensors(const NamedTensors& tensors) {
   NamedTensors out;

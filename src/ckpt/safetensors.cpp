@@ -4,7 +4,11 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <unordered_set>
+
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/atomic_file.h"
@@ -61,23 +65,28 @@ const at::Tensor* SafetensorsFile::find(const std::string& name) const {
 
 std::string encode_safetensors(const NamedTensors& tensors,
                                const std::map<std::string, std::string>& metadata) {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  // The header is written as text, in the tensors' order: building it as an ordered JSON object
+  // costs a linear key search per tensor (quadratic for many tensors).
+  std::string json = "{";
+  if (!metadata.empty()) json += "\"__metadata__\":" + nlohmann::json(metadata).dump();
+  std::unordered_set<std::string> seen;
   std::vector<at::Tensor> cpu;
   cpu.reserve(tensors.size());
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (name == "__metadata__" || header.contains(name))
+    if (name == "__metadata__" || !seen.insert(name).second)
       throw CheckpointError(fmt::format("safetensors: duplicate or reserved tensor name '{}'", name));
     at::Tensor c = t.detach().to(at::kCPU).contiguous();
     uint64_t bytes = c.numel() * c.element_size();
-    header[name] = {{"dtype", dtype_name(c.scalar_type())},
-                    {"shape", c.sizes().vec()},
-                    {"data_offsets", {offset, offset + bytes}}};
+    const nlohmann::ordered_json entry = {{"dtype", dtype_name(c.scalar_type())},
+                                          {"shape", c.sizes().vec()},
+                                          {"data_offsets", {offset, offset + bytes}}};
+    if (json.size() > 1) json += ',';
+    json += nlohmann::json(name).dump() + ":" + entry.dump();
     offset += bytes;
     cpu.push_back(std::move(c));
   }
-  std::string json = header.dump();
+  json += '}';
   while (json.size() % 8 != 0) json.push_back(' ');  // align the data to 8 bytes, as the spec advises
   std::string out;
   out.reserve(8 + json.size() + offset);
@@ -103,9 +112,10 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
   uint64_t n = get_u64_le(bytes);
   if (n > 100'000'000 || 8 + n > bytes.size())
     throw fail(fmt::format("header length {} does not fit in the file's {} bytes", n, bytes.size()));
-  nlohmann::ordered_json header;
+  // A sorted-map JSON (O(log n) per key); the file order is recovered from the data offsets.
+  nlohmann::json header;
   try {
-    header = nlohmann::ordered_json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
+    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<long>(n));
   } catch (const nlohmann::json::exception& e) {
     throw fail(std::string("header is not JSON: ") + e.what());
   }
@@ -113,9 +123,17 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
   const uint64_t data_start = 8 + n;
   const uint64_t data_size = bytes.size() - data_start;
   SafetensorsFile out;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  struct Entry {
+    std::string name;
+    c10::ScalarType dtype;
+    std::vector<int64_t> shape;
+    uint64_t begin, end;
+  };
+  std::vector<Entry> entries;
+  entries.reserve(header.size());
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
+      if (!it->is_object()) throw fail("__metadata__ must be an object of strings");
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (!m->is_string()) throw fail("__metadata__ values must be strings");
         out.metadata[m.key()] = m->get<std::string>();
@@ -123,36 +141,55 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
       continue;
     }
     const auto& e = *it;
-    c10::ScalarType dtype;
+    Entry x{it.key(), c10::ScalarType::Float, {}, 0, 0};
     if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() ||
-        !dtype_from_name(e["dtype"].get<std::string>(), &dtype))
+        !dtype_from_name(e["dtype"].get<std::string>(), &x.dtype))
       throw fail(fmt::format("tensor '{}' has a missing or unsupported dtype", it.key()));
     if (!e.contains("shape") || !e["shape"].is_array() || !e.contains("data_offsets") ||
-        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
-      throw fail(fmt::format("tensor '{}' lacks shape or data_offsets", it.key()));
-    std::vector<int64_t> shape;
+        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2 ||
+        !e["data_offsets"][0].is_number_unsigned() || !e["data_offsets"][1].is_number_unsigned())
+      throw fail(fmt::format("tensor '{}' lacks shape or data_offsets (two non-negative integers)", it.key()));
+    // Element and byte counts are checked for overflow: a shape whose product wraps around could
+    // otherwise match a small data range.
     uint64_t numel = 1;
+    bool too_many = false;  // the product passed the file size (a later 0 does not undo that)
+    const uint64_t max_bytes = bytes.size();
     for (const auto& d : e["shape"]) {
       if (!d.is_number_unsigned()) throw fail(fmt::format("tensor '{}' has a bad shape", it.key()));
-      shape.push_back(d.get<int64_t>());
-      numel *= d.get<uint64_t>();
+      const uint64_t dim = d.get<uint64_t>();
+      if (dim > static_cast<uint64_t>(INT64_MAX))
+        throw fail(fmt::format("tensor '{}' has a dimension of {}, over the largest a tensor can have ({})",
+                               it.key(), dim, INT64_MAX));
+      if (dim != 0 && numel > max_bytes / dim)
+        too_many = true;
+      else
+        numel *= dim;
+      x.shape.push_back(static_cast<int64_t>(dim));
     }
-    uint64_t begin = e["data_offsets"][0].get<uint64_t>();
-    uint64_t end = e["data_offsets"][1].get<uint64_t>();
-    uint64_t want = numel * c10::elementSize(dtype);
-    if (begin > end || end > data_size)
+    if (too_many)  // even with a 0 further on: such a shape overflows sizes computed along the way
+      throw fail(fmt::format("tensor '{}' has shape {}, whose dimensions multiply past the {} bytes of the file",
+                             it.key(), e["shape"].dump(), max_bytes));
+    x.begin = e["data_offsets"][0].get<uint64_t>();
+    x.end = e["data_offsets"][1].get<uint64_t>();
+    if (x.begin > x.end || x.end > data_size)
       throw fail(fmt::format("tensor '{}' data [{}, {}) lies outside the {} data bytes (truncated?)",
-                             it.key(), begin, end, data_size));
-    if (end - begin != want)
-      throw fail(fmt::format("tensor '{}' has {} bytes but its shape needs {}", it.key(), end - begin, want));
-    ranges.emplace_back(begin, end);
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(dtype));
-    if (want > 0) std::memcpy(t.data_ptr(), bytes.data() + data_start + begin, want);
-    out.tensors.emplace_back(it.key(), std::move(t));
+                             it.key(), x.begin, x.end, data_size));
+    if (numel * c10::elementSize(x.dtype) != x.end - x.begin)  // numel <= file size: no overflow
+      throw fail(fmt::format("tensor '{}' has {} bytes but its shape {} needs {}", it.key(), x.end - x.begin,
+                             e["shape"].dump(), numel * c10::elementSize(x.dtype)));
+    entries.push_back(std::move(x));
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second) throw fail("tensor data ranges overlap");
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end != b.end ? a.end < b.end : a.name < b.name;
+  });
+  for (size_t i = 1; i < entries.size(); ++i)
+    if (entries[i].begin < entries[i - 1].end) throw fail("tensor data ranges overlap");
+  out.tensors.reserve(entries.size());
+  for (auto& x : entries) {
+    at::Tensor t = at::empty(x.shape, at::TensorOptions().dtype(x.dtype));
+    if (x.end > x.begin) std::memcpy(t.data_ptr(), bytes.data() + data_start + x.begin, x.end - x.begin);
+    out.tensors.emplace_back(std::move(x.name), std::move(t));
+  }
   return out;
 }
 

@@ -2,16 +2,33 @@
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 
+#include <csignal>
 #include <cstdio>
+#include <memory>
+#include <string>
 
 #include "cli/commands.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/omp_env.h"
 #include "frugal/monitor/console.h"
+#include "frugal/train/preemption.h"
 
 int main(int argc, char** argv) {
   using namespace frugal;
+  // `frugal train`: a stop signal from the first moment on is a preemption (exit 75, resumable),
+  // not a kill (143). The signals are blocked across the OpenMP re-exec (a blocked signal stays
+  // pending through exec), then caught; the trainer checks the flag before its first step.
+  const bool train = argc > 1 && std::string(argv[1]) == "train";
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaddset(&stops, sig);
+  if (train) sigprocmask(SIG_BLOCK, &stops, nullptr);
   ensure_passive_openmp(argv);
+  std::unique_ptr<SignalHandlers> early_signals;
+  if (train) {
+    early_signals = std::make_unique<SignalHandlers>();
+    sigprocmask(SIG_UNBLOCK, &stops, nullptr);
+  }
   CLI::App app{
       "frugal: cheaper deep-learning training. Every cost lever is one config switch, measured.\n"
       "Exit codes: 0 done, 2 bad input, 3 stopped by a guard, 75 preempted (resumable)."};

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cctype>
+#include <regex>
 
 #include "frugal/core/config_loader.h"
 #include "frugal/monitor/cost_meter.h"
@@ -113,6 +114,21 @@ std::string check_metric(const ConfigValue& v) {
   const auto& s = std::get<std::string>(v);
   if (s == "val_loss" || s == "loss" || s == "grad_norm") return "";
   return "must be \"val_loss\", \"loss\" or \"grad_norm\"";
+}
+
+// The spelling only; train/deadline.cpp resolves it (SLURM_JOB_END_TIME) when the run starts.
+std::string check_deadline(const ConfigValue& v) {
+  const auto& s = std::get<std::string>(v);
+  static const std::regex iso(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(Z|\+00:00))");
+  if (s.empty() || s == "auto" || s == "slurm" || std::regex_match(s, iso)) return "";
+  if (s.size() <= 15 && s.find_first_not_of("0123456789") == std::string::npos) return "";
+  return "must be \"auto\", \"slurm\", \"\", a UTC time like \"2026-11-24T18:00:00Z\" or Unix seconds";
+}
+
+std::string check_notice_url(const ConfigValue& v) {
+  const auto& s = std::get<std::string>(v);
+  if (s.empty() || (s.rfind("http://", 0) == 0 && s.size() > 7)) return "";
+  return "must be \"\" or an http:// URL (the cloud metadata endpoints are plain HTTP)";
 }
 
 const std::vector<std::pair<std::string, MetricMode>> kMetricModes = {{"min", MetricMode::kMin},
@@ -284,6 +300,18 @@ std::vector<KeySpec> build_schema() {
                        "keep fp32 master weights when weights_dtype is not fp32 (bitwise resume)"));
   s.push_back(bool_key("checkpoint.async", [](Config& c) -> bool& { return c.checkpoint.async; },
                        "snapshot to host memory and write on a background thread"));
+  s.push_back(string_key("checkpoint.deadline", [](Config& c) -> std::string& { return c.checkpoint.deadline; },
+                         "when the job ends: \"auto\" (Slurm's end time if any), \"slurm\", \"\" (none), "
+                         "\"2026-11-24T18:00:00Z\" or Unix seconds; the run checkpoints and exits 75 in time",
+                         check_deadline));
+  s.push_back(float_key("checkpoint.deadline_margin_s",
+                        [](Config& c) -> double& { return c.checkpoint.deadline_margin_s; }, 0, 1e7,
+                        "seconds kept free before checkpoint.deadline besides one step (and an evaluation when one is due) and the longest save"));
+  s.push_back(string_key("checkpoint.notice_url", [](Config& c) -> std::string& { return c.checkpoint.notice_url; },
+                         "preemption-notice URL polled during training (cloud metadata); \"\" = none",
+                         check_notice_url));
+  s.push_back(float_key("checkpoint.notice_poll_s", [](Config& c) -> double& { return c.checkpoint.notice_poll_s; },
+                        0.05, 3600, "seconds between polls of checkpoint.notice_url"));
   // [early_stop]
   s.push_back(bool_key("early_stop.enabled", [](Config& c) -> bool& { return c.early_stop.enabled; },
                        "stop when early_stop.metric stops improving"));

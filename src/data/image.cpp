@@ -27,6 +27,14 @@ namespace frugal {
 namespace {
 
 #if FRUGAL_HAVE_IMAGES
+// Refuses a declared size over kMaxImagePixels before the decoder allocates anything for it.
+void check_declared_size(uint64_t width, uint64_t height, const std::string& what, const char* format) {
+  if (width * height > static_cast<uint64_t>(kMaxImagePixels))
+    throw DataError(fmt::format("{}: the {} declares {}x{} = {} pixels, over the limit of {} pixels "
+                                "(a decompression bomb, or an image to downscale before prepare)",
+                                what, format, width, height, width * height, kMaxImagePixels));
+}
+
 struct JpegError {
   jpeg_error_mgr mgr;
   std::jmp_buf jump;
@@ -60,6 +68,12 @@ Image decode_jpeg(std::string_view bytes, const std::string& what, int min_side)
   jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
                static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
+  try {
+    check_declared_size(cinfo.image_width, cinfo.image_height, what, "JPEG");
+  } catch (...) {
+    jpeg_destroy_decompress(&cinfo);
+    throw;
+  }
   cinfo.out_color_space = JCS_RGB;
   if (min_side > 0) {
     // Decode at 1/8, 1/4 or 1/2 size when the image stays large enough: the DCT does the first
@@ -96,6 +110,19 @@ Image decode_png(std::string_view bytes, const std::string& what) {
     throw DataError(fmt::format("{}: cannot decode PNG: {}; remove or replace the file", what, msg));
   };
   if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size())) fail();
+  try {
+    check_declared_size(png.width, png.height, what, "PNG");
+    // Deflate expands at most 1032:1 and a PNG row holds at least one filter byte plus one bit
+    // per pixel: a file too small to hold its declared rows is refused before allocating them.
+    const uint64_t min_raw = static_cast<uint64_t>(png.height) * (1 + (static_cast<uint64_t>(png.width) + 7) / 8);
+    if (min_raw > 1032 * static_cast<uint64_t>(bytes.size()) + 4096)
+      throw DataError(fmt::format("{}: the PNG declares {}x{} pixels but its {} bytes cannot hold them "
+                                  "(truncated or crafted file); remove or replace the file",
+                                  what, png.width, png.height, bytes.size()));
+  } catch (...) {
+    png_image_free(&png);
+    throw;
+  }
   png.format = PNG_FORMAT_RGB;
   Image out;
   out.width = static_cast<int>(png.width);

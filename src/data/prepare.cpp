@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
 #include "frugal/core/threads.h"
@@ -150,9 +151,27 @@ nlohmann::json write_split(const std::string& dir, const char* split, const std:
     const auto bytes = static_cast<int64_t>(fs::file_size(dir + "/" + name));
     r->bytes_out += bytes;
     ++r->shards;
-    files.push_back({{"file", name}, {"tokens", n}, {"bytes", bytes}, {"xxh64", hex64(hash)}});
+    files.push_back({{"file", name}, {"tokens", n}, {"bytes", bytes}, {"xxh64", hex64(hash)},
+                     {"index_xxh64", hex64(w.index_hash())}});
   }
   return files;
+}
+
+// OUT.tmp-PID folders of a prepare that was killed (its pid no longer runs): they can be as
+// large as the dataset, so they go before a new one is written.
+void remove_dead_temp_dirs(const std::string& out, const std::function<void(const std::string&)>& say) {
+  const fs::path parent = fs::absolute(out).parent_path();
+  const std::string prefix = fs::path(out).filename().string() + ".tmp-";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) != 0) continue;
+    const std::string pid = n.substr(prefix.size());
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (process_alive(std::stoll(pid))) continue;  // another prepare of the same OUT is running
+    fs::remove_all(e.path(), ec);
+    if (!ec) say(fmt::format("removed {} (left by a prepare that was killed)", e.path().string()));
+  }
 }
 
 // Moves the finished temporary folder to `out`, atomically replacing an older dataset there.
@@ -288,7 +307,16 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     require_feature("images", fmt::format("prepare --format {}", format_name(o.format)));
   if (o.format == InputFormat::kTar) require_feature("libarchive", "prepare --format tar");
   if (o.tokenizer.rfind("sentencepiece", 0) == 0) require_sentencepiece("prepare --tokenizer sentencepiece");
-  const std::string out = fs::path(o.out_dir).lexically_normal().string();
+  // "data/out/" names the folder data/out: without the trailing separator, so that OUT.tmp-PID is
+  // its sibling and not a folder inside it.
+  fs::path out_path = fs::path(o.out_dir).lexically_normal();
+  if (!out_path.has_filename() && out_path.has_relative_path()) out_path = out_path.parent_path();
+  const std::string leaf = out_path.filename().string();
+  if (leaf.empty() || leaf == "." || leaf == "..")
+    throw ConfigError(fmt::format("--out {}: name the dataset folder itself (for example --out data/mine), not "
+                                  "the current, parent or root folder",
+                                  o.out_dir));
+  const std::string out = out_path.string();
   if (fs::exists(out) && !fs::exists(out + "/manifest.json") && !fs::is_empty(out))
     throw ConfigError(fmt::format("--out {}: the folder exists and is not a frugal dataset; choose a new "
                                   "folder (prepare replaces only earlier datasets)", out));
@@ -296,6 +324,7 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
   r.out_dir = out;
   r.threads = o.threads > 0 ? o.threads : usable_cpu_count();
 
+  remove_dead_temp_dirs(out, say);
   say("hashing inputs");
   const std::vector<std::string> files = expand_inputs(o.inputs);
   r.sources = static_cast<int64_t>(files.size());

@@ -73,11 +73,13 @@ class SplitWriter {
     if (!w_) return;
     const uint64_t n = w_->items();
     const uint64_t hash = w_->finish();
+    const uint64_t index_hash = w_->index_hash();
     w_.reset();
     const auto bytes = static_cast<int64_t>(fs::file_size(dir_ + "/" + name_));
     r_->bytes_out += bytes;
     ++r_->shards;
-    files_.push_back({{"file", name_}, {"records", n}, {"bytes", bytes}, {"xxh64", hex64(hash)}});
+    files_.push_back({{"file", name_}, {"records", n}, {"bytes", bytes}, {"xxh64", hex64(hash)},
+                      {"index_xxh64", hex64(index_hash)}});
   }
 
   std::string dir_, split_, name_;

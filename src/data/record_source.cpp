@@ -44,7 +44,7 @@ size_t RecordSplit::file_of(int64_t i) const {
   return static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin()) - 1;
 }
 
-std::string_view RecordSplit::record(int64_t i) const {
+std::string RecordSplit::record(int64_t i) const {
   const size_t f = file_of(i);
   return shards_[f]->record(static_cast<uint64_t>(i - starts_[f]));
 }
@@ -90,17 +90,22 @@ RecordDataset open_record_dataset(const std::string& dir) {
     d.classes = m.at("classes").get<std::vector<std::string>>();
   } catch (const DataError& e) {
     throw DataError(fmt::format("'{}': {}", mpath, e.what()));
-  } catch (const std::exception& e) {
-    throw DataError(fmt::format("'{}': malformed record description: {}", mpath, e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(internal::malformed_manifest(mpath, e));
   }
-  for (const char* split : {"train", "val"}) {
-    for (const auto& s : m.at("splits").at(split)) {
-      const std::string path = internal::checked_shard_path(dir, s);
-      auto reader = std::make_unique<ShardReader>(path);
-      if (reader->kind() != ShardKind::kRecords)
-        throw DataError(fmt::format("shard '{}' holds tokens, but a record dataset needs record shards", path));
-      (std::string(split) == "train" ? d.train : d.val).add(std::move(reader));
+  try {
+    for (const char* split : {"train", "val"}) {
+      for (const auto& s : m.at("splits").at(split)) {
+        const std::string path = internal::checked_shard_path(dir, s);
+        auto reader = std::make_unique<ShardReader>(path);
+        if (reader->kind() != ShardKind::kRecords)
+          throw DataError(fmt::format("shard '{}' holds tokens, but a record dataset needs record shards", path));
+        internal::check_shard_identity(dir, s, *reader);
+        (std::string(split) == "train" ? d.train : d.val).add(std::move(reader));
+      }
     }
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(internal::malformed_manifest(mpath, e));
   }
   return d;
 }
@@ -133,7 +138,7 @@ RecordBatch RecordSource::build(const RecordSplit& split, const std::vector<int6
   const int64_t n = data_.spec.values();
   const int64_t classes = static_cast<int64_t>(data_.classes.size());
   for (int64_t r = 0; r < rows; ++r) {
-    const std::string_view rec = split.record(indices[static_cast<size_t>(r)]);
+    const std::string rec = split.record(indices[static_cast<size_t>(r)]);
     if (rec.size() != data_.spec.bytes)
       throw DataError(fmt::format("{} has {} bytes, the manifest says every record has {}; re-run frugal prepare",
                                   split.locate(indices[static_cast<size_t>(r)]), rec.size(), data_.spec.bytes));
@@ -193,8 +198,10 @@ Batch RecordSource::val_batch(int64_t index) {
 double RecordSource::unigram_baseline() const {
   const size_t classes = data_.classes.size();
   std::vector<double> counts(classes, 0.0);
-  auto label = [](const RecordSplit& s, int64_t i) {
-    return static_cast<int64_t>(get_u64(reinterpret_cast<const uint8_t*>(s.record(i).data())));
+  auto label = [](const RecordSplit& s, int64_t i) -> int64_t {
+    const std::string r = s.record(i);
+    if (r.size() < 8) return -1;  // no label field; the loader reports such a record when it reads it
+    return static_cast<int64_t>(get_u64(reinterpret_cast<const uint8_t*>(r.data())));
   };
   for (int64_t i = 0; i < data_.train.size(); ++i) {
     const int64_t l = label(data_.train, i);

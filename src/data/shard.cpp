@@ -19,6 +19,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <list>
+#include <unordered_map>
 
 #include "data/internal/little_endian.h"
 #include "frugal/core/atomic_file.h"
@@ -39,7 +41,67 @@ constexpr size_t kHeaderHashed = 56;  // the header checksum covers bytes [0, 56
 constexpr size_t kBlockEntryBytes = 24;
 constexpr size_t kRecordEntryBytes = 12;
 constexpr size_t kFooterBytes = 16;
+// zstd cannot expand data by more than this: a block of at most 128 KiB needs a 3-byte header and
+// at least 1 byte of content (an RLE block), so 4 stored bytes give at most 128 KiB. A declared
+// raw size beyond stored * kMaxZstdRatio is a lie, refused before anything is allocated.
+constexpr uint64_t kMaxZstdRatio = 32768;
+
+// The process-wide cache of decompressed blocks (see shard.h).
+class InflatedCache {
+ public:
+  using Key = std::pair<uint64_t, uint64_t>;  // reader id, block
+  std::shared_ptr<const std::string> get(Key k) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(k);
+    if (it == map_.end()) return nullptr;
+    lru_.splice(lru_.begin(), lru_, it->second.second);  // most recently used first
+    return it->second.first;
+  }
+  void put(Key k, std::shared_ptr<const std::string> v) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (map_.count(k)) return;
+    bytes_ += v->size();
+    lru_.push_front(k);
+    map_.emplace(k, std::make_pair(std::move(v), lru_.begin()));
+    trim();
+  }
+  void set_limit(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    limit_ = bytes;
+    trim();
+  }
+  size_t bytes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bytes_;
+  }
+
+ private:
+  void trim() {  // a block in use elsewhere stays alive through its shared_ptr, outside the count
+    while (bytes_ > limit_ && !lru_.empty()) {
+      auto it = map_.find(lru_.back());
+      bytes_ -= it->second.first->size();
+      map_.erase(it);
+      lru_.pop_back();
+    }
+  }
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return std::hash<uint64_t>()(k.first * 1000003u ^ k.second); }
+  };
+  std::mutex mu_;
+  std::list<Key> lru_;
+  std::unordered_map<Key, std::pair<std::shared_ptr<const std::string>, std::list<Key>::iterator>, KeyHash> map_;
+  size_t bytes_ = 0, limit_ = size_t{64} << 20;
+};
+
+InflatedCache& inflated_cache() {
+  static InflatedCache* cache = new InflatedCache();  // never destroyed: readers may outlive statics
+  return *cache;
+}
+std::atomic<uint64_t> next_reader_id{1};
 }  // namespace
+
+void set_shard_cache_limit(size_t bytes) { inflated_cache().set_limit(bytes); }
+size_t shard_cache_bytes() { return inflated_cache().bytes(); }
 
 size_t dtype_width(ShardDtype d) {
   switch (d) {
@@ -157,7 +219,8 @@ uint64_t ShardWriter::finish() {
     append_u32(index, r.length);
   }
   std::string footer;
-  append_u64(footer, xxh64_bytes(index));
+  index_hash_ = xxh64_bytes(index);
+  append_u64(footer, index_hash_);
   footer.append(kEndMagic, 8);
   write_raw(index.data(), index.size());
   write_raw(footer.data(), footer.size());
@@ -258,6 +321,7 @@ void ShardReader::parse() {
   if (std::memcmp(footer + 8, kEndMagic, 8) != 0) fail(file_size_ - 8, "bad end magic");
   const uint64_t index_hash = XXH64(map_ + index_offset, index_bytes, 0);
   if (get_u64(footer) != index_hash) fail(index_offset, "index checksum mismatch");
+  index_hash_ = index_hash;
 
   const uint8_t* p = map_ + index_offset;
   uint64_t next = kHeaderBytes, raw_total = 0;
@@ -268,6 +332,10 @@ void ShardReader::parse() {
     if (k.offset != next || k.offset + k.stored_size > index_offset ||
         (!compressed_ && k.stored_size != k.raw_size))
       fail(index_offset + b * kBlockEntryBytes, fmt::format("block {} entry is inconsistent", b));
+    if (compressed_ && k.raw_size > static_cast<uint64_t>(k.stored_size) * kMaxZstdRatio)
+      fail(index_offset + b * kBlockEntryBytes,
+           fmt::format("block {} declares {} bytes decompressed from {} stored, more than zstd can expand "
+                       "to (at most {}x)", b, k.raw_size, k.stored_size, kMaxZstdRatio));
     next = k.offset + k.stored_size;
     raw_total += k.raw_size;
   }
@@ -291,10 +359,10 @@ void ShardReader::parse() {
   }
   verified_ = std::make_unique<std::atomic<uint8_t>[]>(nblocks);
   for (uint64_t b = 0; b < nblocks; ++b) verified_[b].store(0, std::memory_order_relaxed);
-  if (compressed_) inflated_.resize(nblocks);
+  id_ = next_reader_id.fetch_add(1);
 }
 
-const uint8_t* ShardReader::block_data(uint64_t b) const {
+ShardReader::BlockView ShardReader::block_data(uint64_t b) const {
   const Block& k = blocks_[b];
   const uint8_t* stored = map_ + k.offset;
   if (!verified_[b].load(std::memory_order_acquire)) {
@@ -304,20 +372,30 @@ const uint8_t* ShardReader::block_data(uint64_t b) const {
                                  b, k.stored_size, hex64(k.checksum), hex64(got)));
     if (!compressed_) verified_[b].store(1, std::memory_order_release);
   }
-  if (!compressed_) return stored;
-  std::lock_guard<std::mutex> lock(inflate_mu_);
-  if (!inflated_[b]) {
-    auto out = std::make_unique<std::string>(k.raw_size, '\0');
+  if (!compressed_) return {stored, nullptr};
+  if (auto hit = inflated_cache().get({id_, b})) return {reinterpret_cast<const uint8_t*>(hit->data()), hit};
 #if FRUGAL_HAVE_ZSTD
-    size_t n = ZSTD_decompress(out->data(), out->size(), stored, k.stored_size);
-    if (ZSTD_isError(n) || n != k.raw_size)
-      fail(k.offset, fmt::format("block {} does not decompress to {} bytes ({})", b, k.raw_size,
-                                 ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong size"));
+  // The frame states its own size: a block whose frame disagrees with the index is refused before
+  // the buffer is allocated.
+  const unsigned long long framed = ZSTD_getFrameContentSize(stored, k.stored_size);
+  if (framed != k.raw_size)
+    fail(k.offset, fmt::format("block {}: the zstd frame holds {} bytes, the index says {}", b,
+                               framed == ZSTD_CONTENTSIZE_UNKNOWN ? std::string("an unknown number of")
+                               : framed == ZSTD_CONTENTSIZE_ERROR ? std::string("no valid frame, so no")
+                                                                  : std::to_string(framed),
+                               k.raw_size));
+  auto out = std::make_shared<std::string>(k.raw_size, '\0');
+  size_t n = ZSTD_decompress(out->data(), out->size(), stored, k.stored_size);
+  if (ZSTD_isError(n) || n != k.raw_size)
+    fail(k.offset, fmt::format("block {} does not decompress to {} bytes ({})", b, k.raw_size,
+                               ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong size"));
+#else
+  auto out = std::make_shared<std::string>();
 #endif
-    inflated_[b] = std::move(out);
-    verified_[b].store(1, std::memory_order_release);
-  }
-  return reinterpret_cast<const uint8_t*>(inflated_[b]->data());
+  verified_[b].store(1, std::memory_order_release);
+  std::shared_ptr<const std::string> held = std::move(out);
+  inflated_cache().put({id_, b}, held);
+  return {reinterpret_cast<const uint8_t*>(held->data()), held};
 }
 
 void ShardReader::read_tokens(uint64_t start, size_t n, int32_t* out) const {
@@ -328,7 +406,8 @@ void ShardReader::read_tokens(uint64_t start, size_t n, int32_t* out) const {
   while (n > 0) {
     const uint64_t b = start / items_per_block_, off = start % items_per_block_;
     const size_t take = static_cast<size_t>(std::min<uint64_t>(n, items_per_block_ - off));
-    const uint8_t* d = block_data(b);
+    const BlockView view = block_data(b);
+    const uint8_t* d = view.data;
     if (dtype_ == ShardDtype::kUint16) {
       for (size_t i = 0; i < take; ++i) out[i] = get_u16(d + 2 * (off + i));
     } else {
@@ -340,12 +419,12 @@ void ShardReader::read_tokens(uint64_t start, size_t n, int32_t* out) const {
   }
 }
 
-std::string_view ShardReader::record(uint64_t i) const {
+std::string ShardReader::record(uint64_t i) const {
   if (kind_ != ShardKind::kRecords) throw DataError(path_ + ": record() on a token shard");
   if (i >= items_) throw DataError(fmt::format("{}: record {} is past the end ({} records)", path_, i, items_));
   const uint8_t* e = record_index_ + i * kRecordEntryBytes;
-  const uint8_t* d = block_data(get_u32(e));
-  return {reinterpret_cast<const char*>(d + get_u32(e + 4)), get_u32(e + 8)};
+  const BlockView view = block_data(get_u32(e));
+  return {reinterpret_cast<const char*>(view.data + get_u32(e + 4)), get_u32(e + 8)};
 }
 
 uint64_t ShardReader::token_offset(uint64_t i) const {

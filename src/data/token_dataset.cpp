@@ -39,6 +39,7 @@ class ShardTokenFile : public TokenFile {
   uint64_t size() const override { return r_.size(); }
   void read(uint64_t start, size_t n, int32_t* out) const override { r_.read_tokens(start, n, out); }
   uint64_t byte_offset(uint64_t token) const override { return r_.token_offset(token); }
+  const ShardReader& reader() const { return r_; }
 
  private:
   ShardReader r_;
@@ -111,15 +112,20 @@ TokenDataset open_manifest(const std::string& dir) {
   TokenDataset d;
   d.dir = dir;
   d.format = "frugal";
-  d.vocab = m.at("tokenizer").at("vocab").get<int64_t>();
-  d.tokenizer = m.at("tokenizer").at("name").get<std::string>();
-  for (const char* split : {"train", "val"}) {
-    std::vector<std::unique_ptr<TokenFile>> files;
-    for (const auto& s : m.at("splits").at(split)) {
-      const std::string path = internal::checked_shard_path(dir, s);
-      files.push_back(std::make_unique<ShardTokenFile>(path));
+  try {
+    d.vocab = m.at("tokenizer").at("vocab").get<int64_t>();
+    d.tokenizer = m.at("tokenizer").at("name").get<std::string>();
+    for (const char* split : {"train", "val"}) {
+      std::vector<std::unique_ptr<TokenFile>> files;
+      for (const auto& s : m.at("splits").at(split)) {
+        auto f = std::make_unique<ShardTokenFile>(internal::checked_shard_path(dir, s));
+        internal::check_shard_identity(dir, s, f->reader());
+        files.push_back(std::move(f));
+      }
+      (std::string(split) == "train" ? d.train : d.val) = TokenStream(std::move(files));
     }
-    (std::string(split) == "train" ? d.train : d.val) = TokenStream(std::move(files));
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(internal::malformed_manifest(mpath, e));
   }
   return d;
 }

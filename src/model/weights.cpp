@@ -7,30 +7,42 @@
 #include <fmt/format.h>
 
 #include <set>
+#include <unordered_map>
 
 #include "frugal/core/errors.h"
 
 namespace frugal {
 
 void load_parameters(const NamedTensors& params, const SafetensorsFile& file, const std::string& origin) {
+  std::unordered_map<std::string, const at::Tensor*> stored;  // one lookup per parameter, not a scan
+  stored.reserve(file.tensors.size());
+  for (const auto& [name, t] : file.tensors) stored.emplace(name, &t);
   std::set<std::string> wanted;
   for (const auto& [name, p] : params) {
     wanted.insert(name);
-    const at::Tensor* t = file.find(name);
-    if (!t)
+    auto it = stored.find(name);
+    if (it == stored.end())
       throw CheckpointError(fmt::format("{}: tensor '{}' is missing (was it written by a model with "
                                         "the same [model] config?)",
                                         origin, name));
-    if (t->sizes() != p.sizes())
+    const at::Tensor& t = *it->second;
+    if (t.sizes() != p.sizes())
       throw CheckpointError(fmt::format("{}: tensor '{}' has shape {} but the model expects {}; "
                                         "the [model] config differs from the one that wrote it",
-                                        origin, name, c10::str(t->sizes()), c10::str(p.sizes())));
+                                        origin, name, c10::str(t.sizes()), c10::str(p.sizes())));
+    // Floating weights load into floating parameters of any width (bf16 -> fp32); an integer or
+    // bool tensor is not a weight of this parameter, and casting it would train on garbage.
+    if (t.is_floating_point() != p.is_floating_point() || (t.scalar_type() == at::kBool) != (p.scalar_type() == at::kBool))
+      throw CheckpointError(fmt::format("{}: tensor '{}' is stored as {} but the parameter is {}; "
+                                        "a floating-point weight is needed (was the file written for "
+                                        "another model?)",
+                                        origin, name, c10::toString(t.scalar_type()), c10::toString(p.scalar_type())));
   }
   for (const auto& [name, t] : file.tensors)
     if (!wanted.count(name))
       throw CheckpointError(fmt::format("{}: unexpected tensor '{}' that the model does not have", origin, name));
   c10::NoGradGuard no_grad;
-  for (const auto& [name, p] : params) p.copy_(*file.find(name));
+  for (const auto& [name, p] : params) p.copy_(*stored.at(name));
 }
 
 }  // namespace frugal

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -142,6 +143,21 @@ void CostMeter::on_step_end(const StepMetrics& m, Control& control) {
     control.request_stop(fmt::format("budget: ${:.4f} spent of the ${:.2f} limit (budget.limit_usd)",
                                            figures_.usd, budget_.limit_usd),
                          StopKind::kBudget);
+}
+
+void CostMeter::save_state(nlohmann::json& out) const {
+  nlohmann::json fired = nlohmann::json::array();
+  for (size_t i = 0; i < fractions_.size(); ++i)
+    if (fired_[i]) fired.push_back(fractions_[i]);
+  out = {{"fired_fractions", fired}, {"alerts", alerts_fired_}};
+}
+
+void CostMeter::load_state(const nlohmann::json& in) {
+  if (!in.is_object()) return;
+  for (const auto& f : in.value("fired_fractions", nlohmann::json::array()))
+    for (size_t i = 0; i < fractions_.size(); ++i)
+      if (f.is_number() && std::abs(f.get<double>() - fractions_[i]) < 1e-12) fired_[i] = true;
+  alerts_fired_ = in.value("alerts", std::vector<std::string>{});
 }
 
 void CostMeter::add_to_summary(nlohmann::ordered_json& s) const {

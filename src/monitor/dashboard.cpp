@@ -2,9 +2,13 @@
 #include "frugal/monitor/dashboard.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -13,6 +17,82 @@
 #include "frugal/monitor/report.h"
 
 namespace frugal {
+
+// httplib's server, with what a server that must never hold up its process needs: every open
+// client connection is known, each one is cut after a deadline (a header line a second keeps
+// httplib's per-read timeout happy forever), and shutdown closes them all at once instead of
+// waiting for each client to finish.
+class GuardedHttpServer : public httplib::Server {
+ public:
+  static constexpr int kWorkers = 32;
+  static constexpr double kConnectionDeadlineS = 10;
+
+  GuardedHttpServer() {
+    new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+    set_read_timeout(2, 0);
+    set_write_timeout(2, 0);
+    set_keep_alive_timeout(2);
+    watchdog_ = std::thread([this] { watch(); });
+  }
+  ~GuardedHttpServer() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();
+  }
+
+  // Cuts every open connection and refuses new ones; the workers then return at once.
+  void drop_all_clients() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+    for (const auto& [sock, t0] : open_) ::shutdown(sock, SHUT_RDWR);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  bool process_and_close_socket(socket_t sock) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closing_) {
+        ::shutdown(sock, SHUT_RDWR);
+        ::close(sock);
+        return false;
+      }
+      open_[sock] = Clock::now();
+    }
+    const bool ok = httplib::detail::process_server_socket(
+        svr_sock_, sock, keep_alive_max_count_, keep_alive_timeout_sec_, read_timeout_sec_, read_timeout_usec_,
+        write_timeout_sec_, write_timeout_usec_,
+        [this](httplib::Stream& strm, bool close_connection, bool& connection_closed) {
+          return process_request(strm, close_connection, connection_closed, nullptr);
+        });
+    // Closed under the lock: the watchdog never shuts down a descriptor number reused meanwhile.
+    std::lock_guard<std::mutex> lock(mu_);
+    open_.erase(sock);
+    ::shutdown(sock, SHUT_RDWR);
+    ::close(sock);
+    return ok;
+  }
+
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!quit_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(200));
+      const auto now = Clock::now();
+      for (const auto& [sock, t0] : open_)
+        if (std::chrono::duration<double>(now - t0).count() > kConnectionDeadlineS) ::shutdown(sock, SHUT_RDWR);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<socket_t, Clock::time_point> open_;
+  bool closing_ = false, quit_ = false;
+  std::thread watchdog_;
+};
 
 HttpAddress parse_http_address(const std::string& text) {
   auto bad = [&](const std::string& why) {
@@ -121,7 +201,7 @@ std::string prometheus_text(const nlohmann::json& latest, const std::string& run
 }
 
 Dashboard::Dashboard(const MonitorConfig& config, std::string run_name)
-    : config_(config), run_name_(std::move(run_name)), server_(std::make_unique<httplib::Server>()) {
+    : config_(config), run_name_(std::move(run_name)), server_(std::make_unique<GuardedHttpServer>()) {
   const HttpAddress addr = parse_http_address(config.http);
   host_ = addr.host;
   snap_.run = {{"run_name", run_name_}, {"state", "starting"}};
@@ -198,6 +278,7 @@ Dashboard::Dashboard(const MonitorConfig& config, std::string run_name)
 }
 
 Dashboard::~Dashboard() {
+  server_->drop_all_clients();  // no client may delay the exit
   server_->stop();
   if (thread_.joinable()) thread_.join();
 }

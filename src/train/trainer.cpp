@@ -4,21 +4,28 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/ckpt/retention.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/device.h"
+#include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/monitor/console.h"
 #include "frugal/monitor/memory.h"
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/monitor/phase_trace.h"
+#include "frugal/train/deadline.h"
 #include "frugal/train/early_stopping.h"
 #include "frugal/train/gpt_task.h"
 #include "frugal/train/divergence_guard.h"
@@ -32,8 +39,10 @@ using detail::seconds_since;
 
 namespace {
 
-// Prepares runs/<name>/: refuses to clobber an earlier run unless asked to or resuming.
-std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming) {
+// Prepares runs/<name>/: refuses to clobber an earlier run unless asked to or resuming, and
+// locks it (one process per run directory: a second one would delete the first one's in-flight
+// checkpoint writes as debris).
+std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming, std::unique_ptr<DirLock>& lock) {
   fs::path dir = fs::path(c.run.out_dir) / c.run.name;
   bool used = fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "summary.json") ||
               fs::exists(dir / "final") || fs::exists(dir / "checkpoints");
@@ -43,13 +52,46 @@ std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming) {
         "replace it, or choose another name with --set run.name=NAME",
         dir.string()));
   std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError(fmt::format("cannot create run directory {}: {}", dir.string(), ec.message()));
+  if (!lock) lock = std::make_unique<DirLock>(dir.string());  // a resume took it already
   if (used && overwrite && !resuming) {
     for (const char* f : {"metrics.jsonl", "summary.json", "final", "config.toml", "checkpoints"})
       fs::remove_all(dir / f, ec);
   }
-  fs::create_directories(dir, ec);
-  if (ec) throw IoError(fmt::format("cannot create run directory {}: {}", dir.string(), ec.message()));
+  // Temp directories of checkpoint writes whose process died (a kill, a full disk) go now, before
+  // the first save needs the space. The lock says no other process writes here, so every one is
+  // stale, whatever pid its name carries (pids are reused, in containers from 1 up).
+  for (const auto& p : remove_stale_debris((dir / "checkpoints").string(), /*all=*/true))
+    Console::get().line(fmt::format("removed {} (left by a run that was killed while saving)", p));
   return dir.string();
+}
+
+// FRUGAL_FAULT_KILL_AT=STAGE:N (tests/chaos/chaos_test.sh): SIGKILL this process right after STAGE
+// (a write_stage_name) of its Nth checkpoint write, as a power cut or the OOM killer would; unset
+// in normal use.
+std::function<void(WriteStage)> fault_kill_hook() {
+  const char* env = std::getenv("FRUGAL_FAULT_KILL_AT");
+  if (!env || !*env) return {};
+  const std::string v(env);
+  const size_t colon = v.find(':');
+  const std::string stage = v.substr(0, colon);
+  const std::string nth = colon == std::string::npos ? "1" : v.substr(colon + 1);
+  bool known = false;
+  for (WriteStage w : {WriteStage::kTempDir, WriteStage::kModel, WriteStage::kMaster, WriteStage::kOptimizer,
+                       WriteStage::kDataState, WriteStage::kState, WriteStage::kRenamed, WriteStage::kMarker})
+    known = known || stage == write_stage_name(w);
+  if (!known || nth.empty() || nth.size() > 9 || nth.find_first_not_of("0123456789") != std::string::npos)
+    throw ConfigError(fmt::format("FRUGAL_FAULT_KILL_AT = \"{}\" must be STAGE:N with STAGE one of temp_dir, model, "
+                                  "master, optimizer, data_state, state, renamed, marker and N a save number "
+                                  "(1 = the first); unset it for a normal run",
+                                  v));
+  const int64_t n = std::stoll(nth);
+  auto saves = std::make_shared<std::atomic<int64_t>>(0);
+  return [stage, n, saves](WriteStage now) {
+    if (now == WriteStage::kTempDir) ++*saves;  // every write starts with this stage
+    if (*saves == n && stage == write_stage_name(now)) ::raise(SIGKILL);
+  };
 }
 
 // The checkpoint to resume from: "" for a fresh run.
@@ -87,7 +129,13 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   con.set_quiet(s.opts.quiet);
   con.set_json_mode(s.opts.json);  // stdout carries only JSON lines (--json)
 
-  // A checkpoint is read first: it may pin the precision that `auto` chose before.
+  // A checkpoint is read first: it may pin the precision that `auto` chose before. A resume locks
+  // the run directory before it picks a checkpoint, so a run still writing there is named rather
+  // than read from mid-rotation.
+  const fs::path run_path = fs::path(s.rc.config.run.out_dir) / s.rc.config.run.name;
+  if (!s.opts.resume.empty() && (!s.opts.process_group || s.opts.process_group->rank() == 0) &&
+      fs::is_directory(run_path))
+    s.run_lock = std::make_unique<DirLock>(run_path.string());
   std::optional<LoadedCheckpoint> ck;
   const std::string ck_path = choose_checkpoint(s.rc.config, s.opts.resume);
   if (!ck_path.empty()) {
@@ -141,7 +189,7 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
                                        s.task.hooks.tokens_per_sample, s.dp.get());
   s.loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(s.device));
   const bool writer = s.is_writer();  // rank 0 alone writes the run directory
-  s.run_dir = writer ? prepare_run_dir(c, s.opts.overwrite, !s.opts.resume.empty())
+  s.run_dir = writer ? prepare_run_dir(c, s.opts.overwrite, !s.opts.resume.empty(), s.run_lock)
                      : (fs::path(c.run.out_dir) / c.run.name).string();
   if (writer) write_file_atomic(s.run_dir + "/config.toml", s.rc.to_toml());
   const std::string metrics = s.run_dir + "/metrics.jsonl";
@@ -151,6 +199,17 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   s.cadence = std::make_shared<CheckpointCadence>(c.checkpoint);
   s.callbacks.push_back(s.cadence);
   if (c.early_stop.enabled) s.callbacks.push_back(std::make_shared<EarlyStopping>(c.early_stop));
+  const std::optional<Deadline> deadline = resolve_deadline(c.checkpoint.deadline);
+  if (deadline && deadline->unix_s <= unix_now())  // stopping at once would requeue forever
+    throw ConfigError(fmt::format("the deadline {} ({}) has passed; set checkpoint.deadline to a later time, or "
+                                  "\"\" for none",
+                                  format_utc(deadline->unix_s), deadline->source));
+  if (deadline || !c.checkpoint.notice_url.empty()) {
+    s.callbacks.push_back(std::make_shared<DeadlineGuard>(c.checkpoint, deadline, c.train.eval_every));
+    if (deadline)
+      con.line(fmt::format("deadline: {} ({}); the run checkpoints and exits 75 in time for it",
+                           format_utc(deadline->unix_s), deadline->source));
+  }
   if (c.guard.enabled) s.callbacks.push_back(std::make_shared<DivergenceGuard>(c.guard));
   s.install_monitors();  // progress display, profiler, dashboard
   for (auto& cb : s.opts.callbacks) s.callbacks.push_back(cb);
@@ -158,6 +217,7 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   WriteOptions wo;
   wo.weights_dtype = c.checkpoint.weights_dtype;
   wo.exact_resume = c.checkpoint.exact_resume;
+  wo.after_stage = fault_kill_hook();
   s.writer = std::make_unique<CheckpointWriter>(
       s.run_dir + "/checkpoints", wo,
       RetentionPolicy{c.checkpoint.keep_last, c.checkpoint.keep_best, c.checkpoint.best_mode},
@@ -219,7 +279,7 @@ void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
   m.lr = lr;
   m.step_s = step_s;
   m.tokens = L.tokens;
-  m.elapsed_s = L.elapsed_s + seconds_since(session_start);
+  m.elapsed_s = billed_s();
   m.data_wait_s = r.data_s;  // the trainer blocked on the batch source for this long
   session_step_s += step_s;
   m.forward_s = r.forward_s;
@@ -305,6 +365,7 @@ nlohmann::json Trainer::fit() {
   m.total_steps = c.train.steps;
   m.tokens = s.loop.tokens;
   s.session_start = detail::Clock::now();
+  s.startup_s = std::chrono::duration<double>(s.session_start - s.constructed).count();
   s.model->train();
   reset_tensor_bytes_peak();
   device::reset_cuda_peak(s.device);
@@ -315,8 +376,7 @@ nlohmann::json Trainer::fit() {
                            StopKind::kPreempted);
   };
   auto over_time = [&] {
-    return c.train.max_minutes > 0 &&
-           s.loop.elapsed_s + seconds_since(s.session_start) >= c.train.max_minutes * 60;
+    return c.train.max_minutes > 0 && s.billed_s() >= c.train.max_minutes * 60;
   };
 
   check_signal();  // a signal during start-up (or warm-up) stops before the first step

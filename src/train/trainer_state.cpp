@@ -77,6 +77,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   // The wall time of every session up to this capture (tokens_per_s and train.max_minutes after a
   // resume count all of it, not only the last session's).
   st["loop"]["elapsed_s"] = loop.elapsed_s + seconds_since(session_start);
+  st["loop"]["startup_s"] = loop.startup_s + startup_s;
   st["optimizer_steps"] = step->optimizer().step_count();
   const ScaleState& ss = step->scaler().state();
   st["loss_scaler"] = {{"enabled", step->scaler().enabled()}, {"scale", ss.scale},
@@ -91,7 +92,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   }
   st["lr_schedule"] = {{"position", step->optimizer().step_count()}, {"lr_scale", loop.lr_scale}};
   nlohmann::json cbs = nlohmann::json::object();
-  for (const auto& cb : callbacks) {
+  for (const auto& cb : stateful_callbacks()) {
     if (cb->state_key().empty()) continue;
     nlohmann::json one;
     cb->save_state(one);
@@ -162,7 +163,7 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
     device::set_cuda_rng_states(gpus);
   }
   const auto& cbs = st.at("callbacks");
-  for (auto& cb : callbacks) {
+  for (auto& cb : stateful_callbacks()) {
     const std::string key = cb->state_key();
     if (!key.empty() && cbs.contains(key)) cb->load_state(cbs[key]);
   }
@@ -182,7 +183,7 @@ void Trainer::State::save_checkpoint() {
   checkpoint_s_window += stall;
   checkpoint_s_total += stall;
   last_saved_step = loop.step;
-  CheckpointEvent e{loop.step, last_checkpoint, stall, writer->async()};
+  CheckpointEvent e{loop.step, last_checkpoint, stall, writer->async(), writer->stats().last_write_s};
   for (auto& cb : callbacks) cb->on_checkpoint(e);
 }
 
@@ -219,7 +220,15 @@ void Trainer::State::rollback(Control& control) {
   const double lr_scale = loop.lr_scale * g.lr_factor;
   const int64_t rollbacks = loop.rollbacks + 1;
   const int64_t from = loop.step;
+  // The time and money spent on the diverged steps stay spent: billing and the cost meter's
+  // alerts carry across the rollback (restore() would take the checkpoint's).
+  const double elapsed_s = loop.elapsed_s, startup = loop.startup_s;
+  nlohmann::json cost_state;
+  cost->save_state(cost_state);
   restore(ck);
+  loop.elapsed_s = elapsed_s;
+  loop.startup_s = startup;
+  cost->load_state(cost_state);
   loop.lr_scale = lr_scale;
   loop.rollbacks = rollbacks;
   rollback_log.push_back({{"at_step", from}, {"to_step", ck.step}, {"reason", why}, {"lr_scale", lr_scale}});
@@ -276,6 +285,7 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   summary["steps"] = loop.step;
   summary["tokens"] = loop.tokens;
   summary["wall_s"] = wall_s;
+  summary["startup_s"] = loop.startup_s + startup_s;  // billed, not part of wall_s or tokens_per_s
   summary["tokens_per_s"] = static_cast<double>(loop.tokens) / wall_s;
   summary["final_train_loss"] = loop.final_train;
   summary["final_val_loss"] = loop.final_val;

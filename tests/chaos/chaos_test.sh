@@ -3,7 +3,7 @@
 # killing it with SIGKILL at random steps (at least 5 times; no warning, no checkpoint on the way
 # out, often in the middle of a checkpoint write) and resuming each time with --resume auto. The
 # final weights (byte for byte) and metrics.jsonl (minus the timing fields) must be identical,
-# in fp32 and bf16.
+# in fp32 and bf16. Then one kill after each stage of a checkpoint write (fp32), same check.
 #
 #   tests/chaos/chaos_test.sh BUILD/frugal            # CI: 300 steps, 5 kills per precision (< 60 s)
 #   tests/chaos/chaos_test.sh BUILD/frugal --long     # manual: 2000 steps, 25 kills per precision
@@ -81,4 +81,32 @@ for prec in fp32 bf16; do
   echo "chaos: $prec OK: killed at steps ${at[*]} (metrics lines seen when killed); final weights identical" \
        "(cmp), $lines metrics lines identical minus timing"
 done
+# Kills inside a checkpoint write, at each of its stages in turn: right after the temp directory,
+# each file, state.json, the rename and the COMPLETE marker (FRUGAL_FAULT_KILL_AT=STAGE:2, the
+# process's second save), alternating synchronous and asynchronous saves, each followed by
+# --resume auto. The end must again equal the uninterrupted fp32 run.
+run=$WORK/stages-fp32
+i=0
+for stage in temp_dir model master optimizer data_state state renamed marker; do
+  async=false; (( i % 2 )) && async=true
+  i=$((i + 1))
+  rc=0
+  # (a subshell, so that its shell, not this one, reports the kill, to /dev/null)
+  ( FRUGAL_FAULT_KILL_AT=$stage:2 "$BIN" train -q --resume auto "${COMMON[@]}" --set precision.mode=fp32 \
+    --set checkpoint.async=$async --set run.out_dir="$run" >"$WORK/run.log" 2>&1; exit $? ) 2>/dev/null || rc=$?
+  if (( rc != 137 )); then
+    cat "$WORK/run.log"; echo "chaos: FAIL: the run to be killed after stage $stage exited $rc, not 137 (SIGKILL)"
+    exit 1
+  fi
+done
+"$BIN" train -q --resume auto "${COMMON[@]}" --set precision.mode=fp32 --set run.out_dir="$run" \
+  >"$WORK/run.log" 2>&1 || { cat "$WORK/run.log"; echo "chaos: FAIL: the resume after the write kills failed"; exit 1; }
+cmp "$WORK/ref-fp32/demo/final/model.safetensors" "$run/demo/final/model.safetensors" ||
+  { echo "chaos: FAIL: final weights differ after kills inside checkpoint writes"; exit 1; }
+diff <(strip_timing "$WORK/ref-fp32/demo/metrics.jsonl") <(strip_timing "$run/demo/metrics.jsonl") >"$WORK/diff.txt" ||
+  { head -n 20 "$WORK/diff.txt"; echo "chaos: FAIL: metrics.jsonl differs after kills inside checkpoint writes"; exit 1; }
+leftover=$(find "$run/demo/checkpoints" -maxdepth 1 -name '.tmp-*' -o -maxdepth 1 -name '.trash-*' | wc -l)
+(( leftover == 0 )) || { ls -a "$run/demo/checkpoints"; echo "chaos: FAIL: $leftover temp directories left"; exit 1; }
+echo "chaos: fp32 OK: killed after each of the 8 stages of a checkpoint write (sync and async); final weights" \
+     "and metrics identical, no temp directory left"
 echo "chaos: PASS"

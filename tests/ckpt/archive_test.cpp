@@ -14,6 +14,7 @@
 #endif
 
 #include <ctime>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -135,7 +136,14 @@ TEST(Archive, RoundTripRestoresTheCheckpointBitwise) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
   }
-  // Archiving to a place that already has the archive is refused and leaves the checkpoint.
+  // A rerun after a kill between the archive's rename and the checkpoint's removal finds an
+  // archive that holds exactly the checkpoint's files: it completes the move.
+  EXPECT_EQ(archive_checkpoint(c, dir.file("cold")), arc);
+  EXPECT_FALSE(fs::exists(old));
+  EXPECT_EQ(restore_checkpoint(arc, runs), old);
+  // An archive there that does not hold these files is refused and the checkpoint stays.
+  const std::string good_archive = test::read_text(arc);
+  test::write_text(arc, good_archive.substr(0, good_archive.size() / 2));
   try {
     archive_checkpoint(c, dir.file("cold"));
     ADD_FAILURE();
@@ -143,6 +151,26 @@ TEST(Archive, RoundTripRestoresTheCheckpointBitwise) {
     EXPECT_NE(std::string(e.what()).find("left in place"), std::string::npos) << e.what();
   }
   EXPECT_EQ(verify_checkpoint(old), "");
+}
+
+// An archive unpacked and repacked by plain tar ("./" prefixes, directory entries) restores.
+TEST(Archive, ARepackByPlainTarRestores) {
+  FRUGAL_NEED_FEATURE("libarchive");
+  if (std::system("tar --version >/dev/null 2>&1 && zstd --version >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "needs tar and zstd on PATH";
+  test::TempDir dir;
+  const std::string runs = dir.file("runs");
+  const std::string old = make_checkpoint(runs, "a", 10, 0.9, 100);
+  make_checkpoint(runs, "a", 20, 0.5, 1);
+  const auto before = files_of(old);
+  const std::string arc = archive_checkpoint(find(plan_archive(runs, 90 * kDay), "a", 10), dir.file("cold"));
+  fs::create_directories(dir.file("x"));
+  const std::string repacked = dir.file("repacked.tar.zst");
+  ASSERT_EQ(std::system(("tar --zstd -xf '" + arc + "' -C '" + dir.file("x") + "' && tar --zstd -C '" +
+                         dir.file("x") + "' -cf '" + repacked + "' .").c_str()),
+            0);
+  EXPECT_EQ(restore_checkpoint(repacked, runs), old);
+  EXPECT_EQ(files_of(old), before);
 }
 
 #if FRUGAL_HAVE_LIBARCHIVE

@@ -107,6 +107,33 @@ TEST(Checkpoint, InterruptedWriteAtEveryStageLeavesThePreviousCheckpointLoadable
   EXPECT_EQ(fs::path(*find_resumable(dir.path(), nullptr)).filename(), "step-00000020");
 }
 
+// A write that fails (here: after the model file, as a full disk would) removes its temp
+// directory; repeated failures must not fill the disk with partial checkpoints.
+TEST(Checkpoint, AFailedWriteRemovesItsTempDirectory) {
+  test::TempDir dir;
+  WriteOptions o;
+  o.after_stage = [](WriteStage now) {
+    if (now == WriteStage::kModel) throw IoError("No space left on device");
+  };
+  for (int i = 0; i < 3; ++i) EXPECT_THROW(write_checkpoint(dir.path(), 20, sample(20), o), IoError);
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+// A checkpoint directory copied or renamed to another step's name is not sound: resuming from
+// it would continue at the wrong step.
+TEST(Checkpoint, ADirectoryWhoseNameDisagreesWithItsStepIsNotSound) {
+  test::TempDir dir;
+  write_checkpoint(dir.path(), 10, sample(10));
+  fs::copy(dir.file("step-00000010"), dir.file("step-00000040"), fs::copy_options::recursive);
+  const std::string problem = verify_checkpoint(dir.file("step-00000040"));
+  EXPECT_NE(problem.find("step 10"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("step 40"), std::string::npos) << problem;
+  auto listing = list_checkpoints(dir.path());
+  ASSERT_EQ(listing.size(), 2u);
+  EXPECT_FALSE(listing[0].complete);
+  EXPECT_EQ(fs::path(*find_resumable(dir.path(), nullptr)).filename(), "step-00000010");
+}
+
 TEST(Checkpoint, CorruptNewestIsReportedAndThePreviousUsed) {
   test::TempDir dir;
   write_checkpoint(dir.path(), 10, sample(10));

@@ -64,7 +64,7 @@ std::vector<std::pair<int64_t, std::vector<float>>> all_records(const std::strin
   std::vector<std::pair<int64_t, std::vector<float>>> out;
   for (const RecordSplit* split : {&ds.train, &ds.val}) {
     for (int64_t i = 0; i < split->size(); ++i) {
-      const std::string_view rec = split->record(i);
+      const std::string rec = split->record(i);
       std::pair<int64_t, std::vector<float>> r;
       std::memcpy(&r.first, rec.data(), 8);
       r.second.resize(static_cast<size_t>(n));

@@ -90,6 +90,59 @@ TEST(Image, CorruptFilesAreErrorsThatNameTheFile) {
   EXPECT_NE(message(flipped, "cats/flipped.jpg").find("cats/flipped.jpg"), std::string::npos);
 }
 
+// Rewrites the width and height a PNG's IHDR chunk declares (and its CRC, which libpng checks).
+std::string png_declaring(std::string png, uint32_t width, uint32_t height) {
+  auto put32 = [&](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) png[at + i] = static_cast<char>(v >> (24 - 8 * i));
+  };
+  put32(16, width);
+  put32(20, height);
+  uint32_t crc = 0xffffffffu;  // CRC-32 of the chunk type and data, bytes [12, 29)
+  for (size_t i = 12; i < 29; ++i) {
+    crc ^= static_cast<uint8_t>(png[i]);
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xedb88320u & (0u - (crc & 1u)));
+  }
+  put32(29, ~crc);
+  return png;
+}
+
+// Rewrites the height and width in a baseline JPEG's SOF0 segment.
+std::string jpeg_declaring(std::string jpeg, uint16_t width, uint16_t height) {
+  const size_t sof = jpeg.find("\xff\xc0");
+  EXPECT_NE(sof, std::string::npos);
+  jpeg[sof + 5] = static_cast<char>(height >> 8);
+  jpeg[sof + 6] = static_cast<char>(height & 0xff);
+  jpeg[sof + 7] = static_cast<char>(width >> 8);
+  jpeg[sof + 8] = static_cast<char>(width & 0xff);
+  return jpeg;
+}
+
+std::string decode_error(const std::string& bytes, const std::string& what) {
+  try {
+    decode_image(bytes, what);
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// A 1 KB PNG declaring 50000x50000 once cost 3.3 GB before failing: the declared size is now
+// checked against kMaxImagePixels and against what the file's bytes can hold, before allocating.
+TEST(Image, DeclaredSizesAreCheckedBeforeAnyPixelIsAllocated) {
+  const std::string png = encode_png(gradient_image(8, 8, 1));
+  ASSERT_EQ(png.substr(12, 4), "IHDR");
+  EXPECT_EQ(decode_image(png_declaring(png, 8, 8), "same.png").rgb, decode_image(png, "x.png").rgb);  // the CRC is right
+  const std::string bomb = decode_error(png_declaring(png, 50000, 50000), "bomb.png");
+  EXPECT_NE(bomb.find("bomb.png: the PNG declares 50000x50000 = 2500000000 pixels, over the limit"), std::string::npos) << bomb;
+  // Under the pixel limit, but no 100-byte file holds 8000 rows of 8000 pixels.
+  const std::string lie = decode_error(png_declaring(png, 8000, 8000), "lie.png");
+  EXPECT_NE(lie.find("lie.png: the PNG declares 8000x8000 pixels but its"), std::string::npos) << lie;
+
+  const std::string jpeg = encode_jpeg(gradient_image(16, 16, 2));
+  const std::string jbomb = decode_error(jpeg_declaring(jpeg, 60000, 60000), "bomb.jpg");
+  EXPECT_NE(jbomb.find("bomb.jpg: the JPEG declares 60000x60000 = 3600000000 pixels, over the limit"), std::string::npos) << jbomb;
+}
+
 TEST(Image, AugmentationIsAPureFunctionOfTheSeed) {
   const Image im = gradient_image(32, 32, 6);
   const AugmentOptions o;

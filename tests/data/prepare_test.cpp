@@ -4,6 +4,9 @@
 #include "frugal/data/prepare.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -120,6 +123,45 @@ TEST(Prepare, RerunOnUnchangedInputsIsANoOpAndAnyChangeRebuilds) {
   test::write_text(dir.file("c.txt"), corpus(30, 2));  // same size, other content: rebuild
   EXPECT_FALSE(prepare_dataset(o).up_to_date);
   EXPECT_TRUE(prepare_dataset(o).up_to_date);
+}
+
+// A killed prepare leaves OUT.tmp-PID (as large as the dataset); the next prepare of the same
+// OUT removes it, but never the temp folder of a prepare that is still running.
+TEST(Prepare, RemovesTheTempFolderOfAKilledPrepareButNotOfALiveOne) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.txt"), corpus(30, 1));
+  const std::string dead = dir.file("ds.tmp-99999999"), live = dir.file("ds.tmp-" + std::to_string(::getppid()));
+  for (const auto& d : {dead, live}) {
+    fs::create_directories(d);
+    test::write_text(d + "/train-00000.shard", std::string(4096, 'x'));
+  }
+  std::vector<std::string> said;
+  prepare_dataset(small({dir.file("c.txt")}, dir.file("ds")), [&](const std::string& s) { said.push_back(s); });
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(std::any_of(said.begin(), said.end(), [&](const std::string& s) { return s.find(dead) != std::string::npos; }));
+}
+
+// "--out ds/" is the folder ds: its temp folder is the sibling ds.tmp-PID (a killed prepare's is
+// found and removed), and the dataset lands in ds with nothing temporary inside it.
+TEST(Prepare, AnOutFolderWithATrailingSlashIsTheSameFolder) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.txt"), corpus(30, 1));
+  const std::string dead = dir.file("ds.tmp-99999999");
+  fs::create_directories(dead);
+  prepare_dataset(small({dir.file("c.txt")}, dir.file("ds") + "/"));
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(dir.file("ds/manifest.json")));
+  for (const auto& e : fs::directory_iterator(dir.file("ds")))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  for (const char* bad : {".", "..", "/"}) {
+    try {
+      prepare_dataset(small({dir.file("c.txt")}, bad));
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("name the dataset folder itself"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Prepare, OutputIsByteIdenticalForOneAndTwoThreads) {

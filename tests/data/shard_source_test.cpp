@@ -37,8 +37,9 @@ void write_dataset(const std::string& dir, const std::vector<int32_t>& train,
       o.block_bytes = 256;
       ShardWriter w(dir + "/" + file, ShardKind::kTokens, ShardDtype::kUint16, o);
       w.add_tokens(tokens->data() + n, std::min(shard_tokens, tokens->size() - n));
-      w.finish();
-      m["splits"][split].push_back({{"file", file}, {"bytes", std::filesystem::file_size(dir + "/" + file)}});
+      const uint64_t hash = w.finish();
+      m["splits"][split].push_back({{"file", file}, {"bytes", std::filesystem::file_size(dir + "/" + file)},
+                                    {"xxh64", hex64(hash)}, {"index_xxh64", hex64(w.index_hash())}});
     }
   }
   test::write_text(dir + "/manifest.json", m.dump());
@@ -128,6 +129,57 @@ TEST(ShardSource, CorruptShardStopsTheTrainerThreadWithFileAndOffset) {
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find(shard + "' is corrupt at byte offset 832"), std::string::npos)
         << e.what();
+  }
+}
+
+// Two same-size shards swapped (or one replaced by a same-size shard of another dataset) pass the
+// size check; the manifest's hashes catch them at open, before a step trains on them.
+TEST(ShardSource, SwappedSameSizeShardsAreRefusedAtOpen) {
+  for (bool index_hash : {true, false}) {  // new manifests; older ones with the file hash only
+    test::TempDir dir;
+    write_dataset(dir.path(), stream(2000, 7), stream(300, 8), 1000);
+    if (!index_hash) {
+      auto m = nlohmann::json::parse(test::read_text(dir.file("manifest.json")));
+      for (auto& e : m["splits"]["train"]) e.erase("index_xxh64");
+      test::write_text(dir.file("manifest.json"), m.dump());
+    }
+    EXPECT_NO_THROW(open_token_dataset(dir.path()));
+    const std::string a = test::read_text(dir.file("train_0.frs")), b = test::read_text(dir.file("train_1.frs"));
+    ASSERT_EQ(a.size(), b.size());
+    test::write_text(dir.file("train_0.frs"), b);
+    test::write_text(dir.file("train_1.frs"), a);
+    try {
+      open_token_dataset(dir.path());
+      FAIL() << "swapped shards were accepted (index_hash " << index_hash << ")";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(dir.file("train_0.frs") + "' does not hold what the manifest lists"),
+                std::string::npos) << e.what();
+    }
+  }
+}
+
+// A manifest that parses but lacks a key or has a wrong type is bad input (DataError, exit 2)
+// naming the manifest, not a raw JSON-library error (exit 1).
+TEST(ShardSource, AManifestWithAMissingKeyOrAWrongTypeNamesTheFile) {
+  test::TempDir dir;
+  write_dataset(dir.path(), stream(500, 1), stream(100, 1), 1000);
+  const auto good = nlohmann::json::parse(test::read_text(dir.file("manifest.json")));
+  auto missing = good;
+  missing["tokenizer"].erase("vocab");
+  auto wrong = good;
+  wrong["splits"]["val"] = "val_0.frs";
+  auto wrong_type = good;
+  wrong_type["tokenizer"]["vocab"] = "many";
+  for (const nlohmann::json& m : {missing, wrong, wrong_type}) {
+    test::write_text(dir.file("manifest.json"), m.dump());
+    try {
+      open_token_dataset(dir.path());
+      FAIL() << m.dump();
+    } catch (const DataError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(dir.file("manifest.json") + "' is malformed"), std::string::npos) << msg;
+      EXPECT_EQ(msg.find("[json.exception"), std::string::npos) << msg;
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "frugal/core/errors.h"
 #include "frugal/data/file_hash.h"
+#include "data/internal/little_endian.h"
 #include "test_util.h"
 
 namespace frugal {
@@ -169,6 +170,69 @@ TEST(Shard, FlippedByteInAZstdBlockIsDetected) {
   b[100] = static_cast<char>(b[100] ^ 1);
   test::write_text(dir.file("z.frs"), b);
   EXPECT_THROW(read_everything(dir.file("z.frs")), DataError);
+}
+
+// Rewrites a single-block zstd token shard's header and index so that it declares `raw` bytes
+// (raw / 2 uint16 tokens) with every checksum recomputed: a well-formed lie.
+std::string declare_raw_size(std::string b, uint32_t raw) {
+  auto* p = reinterpret_cast<uint8_t*>(b.data());
+  const uint64_t index_offset = detail::get_u64(p + 40);
+  detail::put_u64(p + 24, raw / 2);                    // tokens
+  detail::put_u32(p + 48, raw / 2);                    // tokens per block: still one block
+  detail::put_u64(p + 56, xxh64_bytes(std::string_view(b.data(), 56)));
+  detail::put_u32(p + index_offset + 12, raw);         // the block's raw size
+  detail::put_u64(p + index_offset + 24, xxh64_bytes(std::string_view(b.data() + index_offset, 24)));
+  return b;
+}
+
+// A 100-odd-byte shard that declares a 4 GiB block must be refused from its sizes, before any
+// buffer is allocated (it used to allocate 4.4 GB first); one that declares a size zstd could
+// reach but its frame disagrees with is refused before decompressing.
+TEST(Shard, DeclaredSizesAreCheckedBeforeAllocating) {
+  FRUGAL_NEED_FEATURE("zstd");
+  test::TempDir dir;
+  write_tokens(dir.file("z.frs"), random_tokens(32, 300, 4), ShardDtype::kUint16, true, 64);
+  const std::string good = test::read_text(dir.file("z.frs"));
+  ASSERT_LT(good.size(), 300u);
+  EXPECT_NO_THROW(read_everything(dir.file("z.frs")));
+  test::write_text(dir.file("huge.frs"), declare_raw_size(good, 0xFFFFFFFEu));
+  try {
+    ShardReader r(dir.file("huge.frs"));
+    FAIL() << "a block declaring 4 GiB was accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than zstd can expand"), std::string::npos) << e.what();
+  }
+  test::write_text(dir.file("lie.frs"), declare_raw_size(good, 1000));
+  ShardReader r(dir.file("lie.frs"));
+  std::vector<int32_t> out(1);
+  try {
+    r.read_tokens(0, 1, out.data());
+    FAIL() << "a block whose frame disagrees with the index was read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("the zstd frame holds 64 bytes, the index says 1000"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Decompressed blocks are cached in a bounded process-wide cache: reading a dataset many times
+// the limit keeps memory at the limit, and the data stays right.
+TEST(Shard, DecompressedBlocksStayWithinTheCacheLimit) {
+  FRUGAL_NEED_FEATURE("zstd");
+  test::TempDir dir;
+  const auto tokens = random_tokens(64 * 1024, 60000, 8);  // 128 KiB raw in 1 KiB blocks
+  write_tokens(dir.file("big.frs"), tokens, ShardDtype::kUint16, true, 1024);
+  set_shard_cache_limit(16 * 1024);
+  {
+    ShardReader r(dir.file("big.frs"));
+    std::vector<int32_t> out(tokens.size());
+    for (int pass = 0; pass < 2; ++pass) {
+      r.read_tokens(0, out.size(), out.data());
+      EXPECT_EQ(out, tokens);
+      EXPECT_LE(shard_cache_bytes(), 16u * 1024) << "pass " << pass;
+    }
+    EXPECT_GT(shard_cache_bytes(), 0u);
+  }
+  set_shard_cache_limit(size_t{64} << 20);
 }
 
 TEST(Shard, CorruptBlockErrorNamesTheFileAndTheBlockOffset) {

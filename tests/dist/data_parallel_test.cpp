@@ -5,6 +5,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -169,6 +176,44 @@ TEST(DataParallel, AgreeSpreadsOneRanksStopWithItsReason) {
   std::vector<Control> quiet(2);
   on_both([&](int64_t r) { dps[r]->agree(quiet[r]); });
   EXPECT_FALSE(quiet[0].should_stop || quiet[1].should_stop || quiet[0].checkpoint_requested);
+}
+
+// MASTER_PORT taken by another program that accepts connections and never answers: a rank must
+// fail within dist.timeout_s (plus a few seconds), naming the cause, instead of waiting forever.
+TEST(ProcessGroup, APortAnsweredByAnotherProgramFailsWithinTheTimeout) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  std::atomic<bool> quit{false};
+  std::vector<int> held;
+  std::thread silent([&] {  // accepts and says nothing
+    while (!quit) {
+      pollfd p{listener, POLLIN, 0};
+      if (::poll(&p, 1, 50) > 0) held.push_back(::accept(listener, nullptr, nullptr));
+    }
+  });
+  DistConfig c;
+  c.timeout_s = 1;
+  DistEnv e;
+  e.rank = 1;
+  e.world_size = 2;
+  e.master_port = ntohs(a.sin_port);
+  e.launcher = "test";
+  try {
+    connect(e, c, c10::Device(c10::kCPU));
+    ADD_FAILURE() << "connected to a program that is not a c10d store";
+  } catch (const DistError& err) {
+    EXPECT_NE(std::string(err.what()).find("rank 1 of 2"), std::string::npos) << err.what();
+  }
+  quit = true;
+  silent.join();
+  for (int fd : held) ::close(fd);
+  ::close(listener);
 }
 
 TEST(DataParallel, RefusesTheTorchOptimizer) {

@@ -101,6 +101,13 @@ double max_abs_diff(const std::string& a, const std::string& b) {
   return worst;
 }
 
+// Returns once rank 0 has logged a step (training has begun on every rank), and 200 ms more.
+void wait_for_training(const std::string& run_dir) {
+  for (int i = 0; i < 3000 && !fs::exists(run_dir + "/metrics.jsonl"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+}
+
 nlohmann::json summary_of(const std::string& run_dir) {
   return nlohmann::json::parse(test::read_text(run_dir + "/summary.json"));
 }
@@ -206,9 +213,7 @@ TEST(DistTrain, StopSignalOnOneRankStopsBothWithACheckpoint) {
   Proc r0 = spawn(args, rank_env(0, 29665), dir.file("rank0.log"));
   Proc r1 = spawn(args, rank_env(1, 29665), dir.file("rank1.log"));
   // Training has begun once rank 0 logged a step.
-  for (int i = 0; i < 3000 && !fs::exists(dir.file("sig/metrics.jsonl")); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  wait_for_training(dir.file("sig"));
   kill(r1.pid, SIGUSR1);  // only rank 1 is told
   EXPECT_EQ(wait_for(r1, 60), 75) << test::read_text(dir.file("rank1.log"));
   EXPECT_EQ(wait_for(r0, 60), 75) << test::read_text(dir.file("rank0.log"));
@@ -219,6 +224,26 @@ TEST(DistTrain, StopSignalOnOneRankStopsBothWithACheckpoint) {
   ASSERT_FALSE(list.empty());
   EXPECT_EQ(list.front().step, s["steps"].get<int64_t>());
   EXPECT_EQ(verify_checkpoint(list.front().path), "");
+}
+
+// A rank stopped by SIGSTOP (a suspended job, a debugger) neither exits nor answers: the other
+// rank must fail within dist.timeout_s (plus the heartbeat check) and name the stopped rank.
+TEST(DistTrain, AStoppedRankIsNamedByTheOther) {
+  TempDir dir;
+  auto args = train_args(dir.path(), "stopped", {"train.steps=100000", "train.eval_every=0", "dist.timeout_s=4"});
+  Proc r0 = spawn(args, rank_env(0, 29666), dir.file("rank0.log"));
+  Proc r1 = spawn(args, rank_env(1, 29666), dir.file("rank1.log"));
+  wait_for_training(dir.file("stopped"));
+  kill(r1.pid, SIGSTOP);
+  const int code = wait_for(r0, 60);
+  kill(r1.pid, SIGKILL);
+  kill(r1.pid, SIGCONT);
+  wait_for(r1, 10);
+  const std::string log = test::read_text(dir.file("rank0.log"));
+  EXPECT_EQ(code, 1) << log;
+  EXPECT_NE(log.find("rank 0 of 2"), std::string::npos) << log;
+  EXPECT_NE(log.find("Rank 1 is not answering"), std::string::npos) << log;
+  EXPECT_NE(log.find("--resume auto"), std::string::npos) << log;
 }
 
 }  // namespace

@@ -83,6 +83,42 @@ TEST(CostMeter, AlertsFireOnceEachAndTheLimitRequestsAGuardStop) {
   EXPECT_NE(control.reason.find("budget"), std::string::npos);
 }
 
+// A resumed run must not fire (and run alert_command for) an alert the first session fired: the
+// fired fractions travel in the checkpoint.
+TEST(CostMeter, FiredAlertsSurviveAResume) {
+  BudgetConfig b;
+  b.usd_per_hour = 3600;
+  b.limit_usd = 10;
+  b.alert_at = "0.5,0.8";
+  Config c;
+  c.train.steps = 100;
+  RunInfo info;
+  info.config = &c;
+  Control control;
+  StepMetrics m;
+  CostMeter first(b);
+  first.on_train_begin(info);
+  m.step = 6;
+  m.elapsed_s = 6;  // $6: the 50% alert fires
+  first.on_step_end(m, control);
+  ASSERT_EQ(first.alerts_fired().size(), 1u);
+  nlohmann::json saved;
+  first.save_state(saved);
+
+  CostMeter resumed(b);
+  resumed.load_state(nlohmann::json::parse(saved.dump()));  // through text, as state.json
+  resumed.on_train_begin(info);
+  m.step = 7;
+  m.elapsed_s = 7;
+  resumed.on_step_end(m, control);
+  EXPECT_EQ(resumed.alerts_fired().size(), 1u) << "the 50% alert fired again after the resume";
+  m.step = 8;
+  m.elapsed_s = 8.5;  // 85%: the 80% alert is new
+  resumed.on_step_end(m, control);
+  ASSERT_EQ(resumed.alerts_fired().size(), 2u);
+  EXPECT_NE(resumed.alerts_fired()[1].find("85%"), std::string::npos) << resumed.alerts_fired()[1];
+}
+
 TEST(CostMeter, BudgetStopEndsTheCliRunWithExitCodeThree) {
   test::TempDir dir;
   const std::string sets = test::tiny_sets(dir.path());
@@ -98,7 +134,9 @@ TEST(CostMeter, BudgetStopEndsTheCliRunWithExitCodeThree) {
     auto j = nlohmann::json::parse(line);
     if (j["event"] == "step") longest_step_s = std::max(longest_step_s, j["step_s"].get<double>());
   }
-  EXPECT_LE(s["cost_usd"].get<double>(), 0.5 + 100.0 * longest_step_s);
+  // Start-up is billed too (data, model, probes before step 1).
+  EXPECT_GT(s["startup_s"].get<double>(), 0.0);
+  EXPECT_LE(s["cost_usd"].get<double>(), 0.5 + 100.0 * (longest_step_s + s["startup_s"].get<double>()));
   EXPECT_NE(s["stop_reason"].get<std::string>().find("budget.limit_usd"), std::string::npos);
   EXPECT_EQ(s["stop_kind"], "budget");
   // The stop wrote a checkpoint of the last step, so the run can be resumed with a larger budget.

@@ -8,7 +8,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <regex>
+#include <thread>
 
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
@@ -194,6 +202,60 @@ TEST(Dashboard, BusyPortIsAnIoErrorNamingTheAddress) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find(c.http), std::string::npos) << e.what();
   }
+}
+
+int connect_to(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// 60 connections that never send a byte must not make the page unreachable (each is dropped
+// after the 2 s read timeout, 32 at a time); a client that drip-feeds header lines must not
+// delay the shutdown (a preempted run exits 75 within the grace period, or is SIGKILLed).
+TEST(Dashboard, IdleConnectionsDoNotBlockThePageAndASlowClientDoesNotDelayShutdown) {
+  MonitorConfig mc;
+  mc.http = "127.0.0.1:0";
+  auto d = std::make_unique<Dashboard>(mc, "guarded");
+  const int port = d->port();
+  std::vector<int> idle;
+  for (int i = 0; i < 60; ++i) idle.push_back(connect_to(port));
+  httplib::Client cli("127.0.0.1", port);
+  cli.set_read_timeout(20, 0);  // with 8 workers and a 5 s read timeout the page came after ~40 s
+  auto r = cli.Get("/metrics");
+  ASSERT_TRUE(r) << "the page is unreachable behind 60 idle connections";
+  EXPECT_EQ(r->status, 200);
+  for (int fd : idle) ::close(fd);
+
+  const int slow = connect_to(port);
+  ASSERT_GE(slow, 0);
+  const std::string start = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+  ASSERT_EQ(::send(slow, start.data(), start.size(), MSG_NOSIGNAL), static_cast<ssize_t>(start.size()));
+  constexpr int kLines = 300;  // one every 100 ms: 30 s, far past any reasonable grace period
+  std::atomic<int> sent{0};
+  std::thread dripper([&] {
+    for (int i = 0; i < kLines; ++i) {
+      const std::string line = "X-Slow-" + std::to_string(i) + ": 1\r\n";
+      if (::send(slow, line.data(), line.size(), MSG_NOSIGNAL) < 0) return;
+      ++sent;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  d.reset();  // stops the server; must not wait for the slow client
+  const int at_exit = sent.load();
+  EXPECT_LT(at_exit, kLines) << "shutdown waited for the slow client to finish its request";
+  char byte;
+  EXPECT_LE(::recv(slow, &byte, 1, 0), 0) << "the slow client's connection is still open";
+  dripper.join();
+  ::close(slow);
 }
 
 }  // namespace

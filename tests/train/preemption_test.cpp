@@ -6,7 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <csignal>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
 
 namespace frugal {
 namespace {
@@ -61,6 +67,41 @@ TEST(Preemption, SigtermThenSigintStillLeavesOneGracefulSigint) {
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A stop signal that arrives while `frugal train` starts (here: before its main(), held pending
+// through exec as across the OpenMP re-exec) is a preemption: checkpoint, exit 75. It used to stay
+// unhandled (exit 143 when it arrived before the trainer existed; here, ignored: exit 0).
+TEST(Preemption, AStopSignalDuringStartUpExits75) {
+  test::TempDir dir;
+  std::vector<std::string> args = {"frugal", "train"};
+  for (const auto& o : test::tiny_overrides(dir.path())) {
+    args.push_back("--set");
+    args.push_back(o);
+  }
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigprocmask(SIG_BLOCK, &term, nullptr);
+    kill(getpid(), SIGTERM);  // pending until frugal unblocks it
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(FRUGAL_BINARY, argv.data());
+    _exit(126);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 75);
+  const auto summary = test::read_text(dir.file("demo/summary.json"));
+  EXPECT_NE(summary.find("\"stop_kind\": \"preempted\""), std::string::npos) << summary;
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -164,14 +167,40 @@ TEST(Resume, WallTimeAndTokensPerSecondSpanEverySession) {
   const double saved = state.at("loop").at("elapsed_s").get<double>();
   EXPECT_GT(saved, 0.0) << "the checkpoint does not carry the wall time of its session";
   EXPECT_LE(saved, first["wall_s"].get<double>());
+  // Start-up time is billed across sessions, and the cost meter's fired alerts travel along.
+  const double startup = state.at("loop").at("startup_s").get<double>();
+  EXPECT_GT(startup, 0.0);
+  EXPECT_TRUE(state.at("callbacks").contains("cost_meter")) << state.at("callbacks").dump();
   TrainerOptions r;
   r.resume = "auto";
   const auto resumed = train(dir.path(), {"checkpoint.enabled=false"}, r);
   ASSERT_EQ(resumed["stop_kind"], "completed");
   const double wall = resumed["wall_s"].get<double>();
   EXPECT_GT(wall, saved) << "the resumed run's wall time leaves out the first session";
+  EXPECT_GT(resumed["startup_s"].get<double>(), startup) << "the second start-up is not billed";
   EXPECT_NEAR(resumed["tokens_per_s"].get<double>(), resumed["tokens"].get<double>() / wall,
               1e-6 * resumed["tokens_per_s"].get<double>());
+}
+
+// One process per run directory: a second `--resume auto` while the first still runs would delete
+// the first one's in-flight checkpoint writes. It is refused, naming the holder.
+TEST(Resume, ASecondProcessOnALiveRunDirectoryIsRefusedWithTheHoldersPid) {
+  test::TempDir dir;
+  auto sets = test::tiny_overrides(dir.path());
+  TrainerOptions o;
+  o.quiet = true;
+  auto first = std::make_unique<Trainer>(resolve_config("", sets, {}), o);
+  TrainerOptions r;
+  r.quiet = true;
+  r.resume = "auto";
+  try {
+    Trainer second(resolve_config("", sets, {}), r);
+    FAIL() << "two trainers hold one run directory";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("pid " + std::to_string(::getpid())), std::string::npos) << e.what();
+  }
+  first.reset();  // released with its holder
+  EXPECT_NO_THROW(Trainer(resolve_config("", sets, {}), r));
 }
 
 TEST(Stops, PreemptionWritesACheckpointAndSkipsTheFinalWeights) {
@@ -214,6 +243,25 @@ TEST(Stops, GuardRollsBackWithALowerLrThenGivesUp) {
   EXPECT_DOUBLE_EQ(s["lr_scale"].get<double>(), 0.25);
   EXPECT_NE(s["stop_reason"].get<std::string>().find("after 2 rollback"), std::string::npos) << s["stop_reason"];
   EXPECT_FALSE(fs::exists(dir.path() + "/demo/final"));
+}
+
+TEST(Stops, ARollbackBillsTheDivergedStepsOnce) {
+  // The checkpoint rolled back to records the time up to it; taking that as the time billed so far
+  // would count it twice (wall_s above the time fit() took).
+  test::TempDir dir;
+  auto sets = test::tiny_overrides(dir.path());
+  for (const char* s : {"guard.spike_factor=0.5", "guard.spike_windows=1", "guard.max_rollbacks=2",
+                        "checkpoint.every_steps=5"})
+    sets.push_back(s);
+  TrainerOptions o;
+  o.quiet = true;
+  Trainer t(resolve_config("", sets, {}), o);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = t.fit();
+  const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  clear_preemption();
+  ASSERT_EQ(s["rollbacks"].size(), 2u);
+  EXPECT_LE(s["wall_s"].get<double>(), fit_s);
 }
 
 TEST(Stops, GuardWithoutACheckpointStopsAndSaysSo) {

@@ -63,8 +63,13 @@ std::string write_checkpoint(const std::string& root, int64_t step, const Checkp
 struct CheckpointInfo {
   std::string path;
   int64_t step = 0;
-  bool complete = false;          // COMPLETE present and state.json matches its checksum
+  bool complete = false;          // COMPLETE present, state.json matches its checksum and its step
+                                  // matches the directory's name
   std::optional<double> metric;   // state.json "metric".value, when recorded
+  bool corrupt = false;           // complete, but verify_checkpoint() found a damaged file (set by
+                                  // apply_retention(), which verifies; list_checkpoints() does not)
+  bool unverified = false;        // complete, but its files could not be read (an I/O error) or it
+                                  // is another checkpoint version's: neither sound nor corrupt
 };
 
 // step-* directories under root, newest (highest step) first. Cheap: reads COMPLETE and
@@ -74,6 +79,16 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& root);
 // Full check: COMPLETE, state.json's checksum, every file's size and xxh3-64. Returns "" when the
 // checkpoint is sound, else what is wrong, naming the file.
 std::string verify_checkpoint(const std::string& path);
+
+// verify_checkpoint() with the kind of problem: `definite` when the bytes were read and are wrong
+// (a size or checksum mismatch, a missing file, a step that disagrees with the directory name),
+// not when a file could not be read or the checkpoint is another version's. Retention deletes
+// only definitely corrupt checkpoints.
+struct CheckpointCheck {
+  std::string problem;  // "" when sound
+  bool definite = true;
+};
+CheckpointCheck check_checkpoint(const std::string& path);
 
 // The newest checkpoint under root that verifies. Each newer one that does not is reported
 // through `warn` (path and problem). nullopt when none verifies.

@@ -9,12 +9,13 @@
 // rethrown on the trainer thread by the next save(), wait() or poll().
 //
 // Owns its thread: the destructor joins it (without throwing). Not thread-safe: call from the
-// trainer thread only.
+// trainer thread only (stats() may be read while a write runs).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -63,6 +64,7 @@ class CheckpointWriter {
   std::thread thread_;
   std::atomic<bool> done_{true};
   std::exception_ptr error_;
+  mutable std::mutex stats_mu_;  // stats_ is written by the writer thread, read by the trainer
   CheckpointWriterStats stats_;
 };
 

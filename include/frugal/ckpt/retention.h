@@ -1,10 +1,17 @@
 // Which checkpoints to delete. A pure function, plan_retention(), decides from a listing; the
-// caller deletes. Rules, in order of precedence:
-//   1. the newest complete checkpoint is never deleted;
-//   2. the keep_best complete checkpoints with the best metric (min or max) are kept;
-//   3. the keep_last newest complete checkpoints are kept;
-//   4. an incomplete directory newer than the newest complete one is kept (a write may be in
-//      flight); older incomplete ones are debris of a crash and are deleted.
+// caller deletes. A checkpoint is "sound" when it is complete and verified (or, in a listing
+// plan_retention() is given, complete and marked neither corrupt nor unverified).
+// Rules, in order of precedence:
+//   1. the newest sound checkpoint is never deleted;
+//   2. the keep_best sound checkpoints with the best metric (min or max) are kept;
+//   3. the keep_last newest sound checkpoints are kept;
+//   4. an incomplete directory newer than the newest sound one is kept (a write may be in
+//      flight); older incomplete ones are debris of a crash and are deleted;
+//   5. a corrupt checkpoint (COMPLETE, but a file fails its checksum) is deleted once a sound one
+//      exists: it can never be resumed from, and counting it as the newest would make rule 3
+//      delete every sound checkpoint written after a fall-back resume;
+//   6. an unverified checkpoint (complete, but a file could not be read, or another checkpoint
+//      version's) is never deleted and never counted as sound.
 // Rotation runs only after a new checkpoint is complete (the writer calls it after COMPLETE), so
 // a crash during a save can never leave fewer complete checkpoints than before.
 #pragma once
@@ -28,9 +35,21 @@ struct RetentionPolicy {
 std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listing,
                                         const RetentionPolicy& policy);
 
-// Lists root, plans and deletes; also removes stale hidden temp directories (".tmp-*" and
-// ".trash-*") not belonging to a write in progress in this process. Returns what was deleted.
+// Lists root, verifies (each checkpoint's files are read and hashed once per process: the
+// newest until keep_last sound ones are found, and the keep_best candidates), plans and
+// deletes; also removes stale debris (remove_stale_debris). Returns what was deleted.
 std::vector<std::string> apply_retention(const std::string& root, const RetentionPolicy& policy);
+
+// Records that this process has just written the checkpoint at path (its files hashed as they
+// were written), so apply_retention() does not read it back to verify it.
+void note_written(const std::string& path);
+
+// Removes the hidden temp directories (".tmp-*") and half-deleted ones (".trash-*") under root
+// whose writing process is gone (its pid, part of the name, no longer runs). A live process's
+// directories, including this one's, are left alone. With `all`, every one goes: for a caller that
+// holds the run directory's lock (DirLock) before its own first write, when no live writer can
+// exist and a matching pid only means the pid was reused. Returns what was deleted.
+std::vector<std::string> remove_stale_debris(const std::string& root, bool all = false);
 
 // Deletes every step-* directory under root with a step above `step` (a divergence rollback:
 // they hold the diverged trajectory, and resume must never pick them). Returns what was deleted.

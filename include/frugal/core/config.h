@@ -177,6 +177,17 @@ struct CheckpointConfig {
   // Snapshot tensors to host memory, then write on a background thread while training goes on:
   // the trainer waits only for the copy (and for a previous write still in flight).
   bool async = false;
+  // Deadline-aware stops (train/deadline.h): when the job ends. "auto" = the Slurm job's end time
+  // (SLURM_JOB_END_TIME) when there is one; "slurm" = the same, required; "" = none; or a UTC time
+  // "2026-11-24T18:00:00Z" or Unix seconds. The run checkpoints and exits 75 while one more step,
+  // the longest measured save and deadline_margin_s still fit.
+  std::string deadline = "auto";
+  double deadline_margin_s = 60;
+  // A preemption-notice URL polled every notice_poll_s (AWS:
+  // http://169.254.169.254/latest/meta-data/spot/instance-action, GCP:
+  // http://metadata.google.internal/computeMetadata/v1/instance/preempted); "" = none.
+  std::string notice_url;
+  double notice_poll_s = 5;
 };
 
 // [early_stop] — stop when a metric stops improving.

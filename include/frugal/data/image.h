@@ -22,12 +22,19 @@ struct Image {
   std::vector<uint8_t> rgb;
 };
 
+// The most pixels an image may declare (PIL's decompression-bomb error threshold): at 3 bytes
+// per pixel a decode holds at most about 540 MB. Larger declared sizes are refused from the
+// header, before any pixel memory is allocated.
+inline constexpr int64_t kMaxImagePixels = 178'956'970;
+
 // Decodes a JPEG or PNG held in memory (recognised by its signature, not by the file name).
 // Grayscale is replicated to RGB; a PNG's alpha is composited on black; 16-bit PNGs are reduced
 // to 8 bits. `min_side`, when positive, lets the JPEG decoder scale down by 1/2, 1/4 or 1/8 in the
 // DCT (much faster for large photos) as long as both sides stay at least `min_side` pixels.
 // Throws DataError naming `what` (the file, or archive:member) for anything that is not a
-// complete, valid JPEG or PNG, including truncated files and libjpeg's "corrupt data" warnings.
+// complete, valid JPEG or PNG, including truncated files and libjpeg's "corrupt data" warnings,
+// for a declared size over kMaxImagePixels, and for a PNG whose file is too small to hold the
+// rows it declares (deflate expands at most 1032:1).
 Image decode_image(std::string_view bytes, const std::string& what, int min_side = 0);
 
 // Resizes to width x height with an antialiased bilinear (triangle) filter whose support widens

@@ -51,7 +51,7 @@ class RecordSplit {
   void add(std::unique_ptr<ShardReader> shard);
   int64_t size() const { return total_; }
   // Record i of the split (REQUIRES i < size()), and "SHARD record J" for error messages.
-  std::string_view record(int64_t i) const;
+  std::string record(int64_t i) const;  // a copy (see ShardReader::record)
   std::string locate(int64_t i) const;
 
  private:

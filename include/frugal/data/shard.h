@@ -53,6 +53,9 @@ class ShardWriter {
   uint64_t finish();
 
   uint64_t items() const { return items_; }
+  // After finish(): the xxhash64 of the index (it lists every block's checksum, so it identifies
+  // the content). Manifests record it as "index_xxh64"; readers compare it at open, for free.
+  uint64_t index_hash() const { return index_hash_; }
 
  private:
   void flush_block();
@@ -78,6 +81,7 @@ class ShardWriter {
   };
   std::vector<RecordEntry> records_;
   bool finished_ = false;
+  uint64_t index_hash_ = 0;
 };
 
 // Read access to one shard through a read-only memory map. Thread-safe: any number of threads
@@ -95,11 +99,12 @@ class ShardReader {
   uint64_t size() const { return items_; }  // tokens or records
   uint64_t file_bytes() const { return file_size_; }
   bool compressed() const { return compressed_; }
+  uint64_t index_hash() const { return index_hash_; }  // see ShardWriter::index_hash()
 
   // Token shards: copies tokens [start, start + n) into out. REQUIRES start + n <= size().
   void read_tokens(uint64_t start, size_t n, int32_t* out) const;
-  // Record shards: record i. The view stays valid while the reader lives.
-  std::string_view record(uint64_t i) const;
+  // Record shards: a copy of record i (a zstd block it lies in may leave the cache meanwhile).
+  std::string record(uint64_t i) const;
   // The byte offset in the file of token i (uncompressed), or of the block holding it (zstd):
   // where to look when token i is wrong.
   uint64_t token_offset(uint64_t i) const;
@@ -112,7 +117,12 @@ class ShardReader {
     uint32_t stored_size, raw_size;
     uint64_t checksum;
   };
-  const uint8_t* block_data(uint64_t b) const;  // verified, decompressed bytes of block b
+  // Verified, decompressed bytes of block b; `hold` keeps a decompressed block alive while used.
+  struct BlockView {
+    const uint8_t* data = nullptr;
+    std::shared_ptr<const std::string> hold;
+  };
+  BlockView block_data(uint64_t b) const;
   [[noreturn]] void fail(uint64_t offset, const std::string& what) const;
   void parse();
 
@@ -127,8 +137,14 @@ class ShardReader {
   std::vector<Block> blocks_;
   const uint8_t* record_index_ = nullptr;  // 12 bytes per record, inside the map
   std::unique_ptr<std::atomic<uint8_t>[]> verified_;
-  mutable std::mutex inflate_mu_;
-  mutable std::vector<std::unique_ptr<std::string>> inflated_;  // zstd blocks, decompressed once
+  uint64_t index_hash_ = 0;
+  uint64_t id_ = 0;  // this reader's key in the process-wide cache of decompressed blocks
 };
+
+// zstd blocks are decompressed into one cache shared by every reader of the process, bounded in
+// bytes (least recently used out first; 64 MiB unless set), so memory stays flat however large the
+// dataset. Tests set a small limit; the figure in use is for tests and `doctor`.
+void set_shard_cache_limit(size_t bytes);
+size_t shard_cache_bytes();
 
 }  // namespace frugal

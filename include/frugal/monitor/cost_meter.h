@@ -53,6 +53,10 @@ class CostMeter : public Callback {
   void on_train_begin(const RunInfo& info) override;
   void on_step_end(const StepMetrics& m, Control& control) override;
   void on_train_end(const nlohmann::json& summary) override {}
+  // The alerts already fired survive a resume: none fires twice, and the summary lists them all.
+  std::string state_key() const override { return "cost_meter"; }
+  void save_state(nlohmann::json& out) const override;
+  void load_state(const nlohmann::json& in) override;
 
   const CostFigures& figures() const { return figures_; }
   double usd_per_hour() const { return usd_per_hour_; }

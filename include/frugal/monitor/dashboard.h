@@ -11,6 +11,11 @@
 // Security: loopback addresses only unless monitor.allow_remote = true, which requires
 // monitor.token (validate_config enforces both). With a token set, every request must carry it
 // ("Authorization: Bearer TOKEN" or "?token=TOKEN"), else 401.
+//
+// Clients never hold the run: a connection may stay idle 2 s between reads and lives 10 s at
+// most (keep-alive included); 32 connections are served at once, further ones wait for a free
+// worker. Shutting down closes every open connection at once, so a slow or stalled client cannot
+// delay the exit (a preempted run must exit 75 within the scheduler's grace period).
 #pragma once
 
 #include <memory>
@@ -24,11 +29,9 @@
 #include "frugal/core/config.h"
 #include "frugal/train/callback.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace frugal {
+
+class GuardedHttpServer;  // dashboard.cpp: httplib's server with connection limits
 
 struct HttpAddress {
   std::string host;  // "127.0.0.1", "0.0.0.0", "::1", "localhost", ...
@@ -76,7 +79,7 @@ class Dashboard : public Callback {
   std::string run_name_;
   std::string host_;
   int port_ = 0;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<GuardedHttpServer> server_;
   std::thread thread_;
   mutable std::mutex mu_;
   Snapshot snap_;

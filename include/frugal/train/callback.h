@@ -111,6 +111,7 @@ struct CheckpointEvent {
   std::string path;     // checkpoints/step-NNNNNNNN (complete once the writer finished)
   double stall_s = 0;   // time the trainer was blocked by this save
   bool async = false;
+  double last_write_s = 0;  // the whole write of the newest finished save (sync: this one)
 };
 
 class Callback {

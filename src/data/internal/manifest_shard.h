@@ -12,8 +12,21 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/errors.h"
+#include "frugal/data/file_hash.h"
+#include "frugal/data/shard.h"
 
 namespace frugal::internal {
+
+// "MANIFEST: a key is missing or has the wrong type (...)": a manifest that parses as JSON but
+// lacks what the readers need (edited by hand, or from another tool).
+inline std::string malformed_manifest(const std::string& mpath, const nlohmann::json::exception& e) {
+  std::string what = e.what();
+  const size_t bracket = what.find("] ");  // drop the library's "[json.exception.type_error.302] "
+  if (bracket != std::string::npos) what = what.substr(bracket + 2);
+  return fmt::format("dataset manifest '{}' is malformed: {}; re-run frugal prepare to write a new one "
+                     "(docs/formats/shards.md lists the keys)",
+                     mpath, what);
+}
 
 // DIR/entry["file"], after checking that it exists and has entry["bytes"] bytes. Throws DataError
 // naming the dataset and the shard otherwise.
@@ -28,6 +41,26 @@ inline std::string checked_shard_path(const std::string& dir, const nlohmann::js
     throw DataError(fmt::format("dataset '{}': shard '{}' has {} bytes, the manifest says {}; "
                                 "re-run frugal prepare", dir, path, size, entry.at("bytes").get<uint64_t>()));
   return path;
+}
+
+// Checks that the shard opened from `entry` holds what the manifest lists: same-size shards
+// swapped or replaced would otherwise train silently on the wrong data. Compares the index hash
+// (free: the reader has checked it already); manifests written before it existed are checked by
+// the whole file's xxhash64.
+inline void check_shard_identity(const std::string& dir, const nlohmann::json& entry, const ShardReader& r) {
+  std::string listed, found;
+  if (entry.contains("index_xxh64")) {
+    listed = entry.at("index_xxh64").get<std::string>();
+    found = hex64(r.index_hash());
+  } else if (entry.contains("xxh64")) {
+    listed = entry.at("xxh64").get<std::string>();
+    found = hex64(xxh64_file(r.path()));
+  }
+  if (listed != found)
+    throw DataError(fmt::format("dataset '{}': shard '{}' does not hold what the manifest lists for it (hash {}, "
+                                "manifest {}): shards were swapped, replaced or copied from another dataset; "
+                                "re-run frugal prepare",
+                                dir, r.path(), found, listed));
 }
 
 }  // namespace frugal::internal

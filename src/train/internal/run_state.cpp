@@ -41,6 +41,7 @@ nlohmann::json to_json(const LoopState& s) {
           {"last_eval_step", s.last_eval_step},
           {"eval_pending", s.eval_pending},
           {"elapsed_s", s.elapsed_s},
+          {"startup_s", s.startup_s},
           {"lr_scale", s.lr_scale},
           {"rollbacks", s.rollbacks}};
 }
@@ -60,6 +61,7 @@ LoopState loop_state_from_json(const nlohmann::json& j) {
     s.last_eval_step = j.at("last_eval_step").get<int64_t>();
     s.eval_pending = j.at("eval_pending").get<bool>();
     s.elapsed_s = j.at("elapsed_s").get<double>();
+    s.startup_s = j.value("startup_s", 0.0);  // absent in checkpoints of earlier versions
     s.lr_scale = j.at("lr_scale").get<double>();
     s.rollbacks = j.at("rollbacks").get<int64_t>();
     return s;

@@ -24,7 +24,9 @@ struct LoopState {
   double final_train = std::numeric_limits<double>::quiet_NaN();
   int64_t last_eval_step = -1;
   bool eval_pending = false;   // a stop signal interrupted the evaluation at `step`
-  double elapsed_s = 0;        // wall time of earlier sessions (for train.max_minutes)
+  double elapsed_s = 0;        // wall time of earlier sessions' training (tokens_per_s)
+  double startup_s = 0;        // start-up time of earlier sessions (billed and counted by
+                               // train.max_minutes, not by tokens_per_s)
   double lr_scale = 1;         // product of guard.lr_factor over rollbacks
   int64_t rollbacks = 0;
 };

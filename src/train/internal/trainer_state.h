@@ -14,6 +14,7 @@
 #include "frugal/ckpt/cadence.h"
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/ckpt/checkpoint_writer.h"
+#include "frugal/core/dir_lock.h"
 #include "frugal/core/threads.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/dist/data_parallel.h"
@@ -37,6 +38,8 @@ inline double seconds_since(Clock::time_point t0) {
 }  // namespace detail
 
 struct Trainer::State {
+  // First, so that it is released last: after the checkpoint writer has finished.
+  std::unique_ptr<DirLock> run_lock;  // held while this process owns the run directory
   ResolvedConfig rc;
   TrainerOptions opts;
   std::string run_dir;
@@ -70,7 +73,17 @@ struct Trainer::State {
   int64_t last_saved_step = -1;
   std::string last_checkpoint;
   nlohmann::json rollback_log = nlohmann::json::array();
-  detail::Clock::time_point session_start = detail::Clock::now();
+  detail::Clock::time_point constructed = detail::Clock::now();  // this process's start-up began
+  detail::Clock::time_point session_start = detail::Clock::now();  // reset when fit() begins
+  double startup_s = 0;  // this session's start-up (construction to fit()): data, model, probes
+  // Wall time billed so far, over every session: start-ups included (the cost meter, max_minutes).
+  // The callbacks whose state a checkpoint carries: the list, and the cost meter beside it.
+  std::vector<std::shared_ptr<Callback>> stateful_callbacks() const {
+    auto all = callbacks;
+    all.push_back(cost);
+    return all;
+  }
+  double billed_s() const { return loop.elapsed_s + loop.startup_s + startup_s + detail::seconds_since(session_start); }
   double phase_s[4] = {0, 0, 0, 0};  // this session's data, forward, backward, optimizer time
   int64_t session_steps = 0;
   double session_step_s = 0;  // wall time of this session's steps

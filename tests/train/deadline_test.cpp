@@ -1,0 +1,229 @@
+// Deadline-aware stops: the deadline's sources, the pure decision with a fake clock, a fake
+// preemption-notice endpoint on loopback, and a real run that stops in time with a checkpoint and
+// exit code 75.
+#include "frugal/train/deadline.h"
+
+#include <httplib.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "frugal/ckpt/checkpoint.h"
+#include "frugal/core/errors.h"
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+
+std::function<const char*(const char*)> env_with(std::map<std::string, std::string> vars) {
+  auto held = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+  return [held](const char* name) -> const char* {
+    auto it = held->find(name);
+    return it == held->end() ? nullptr : it->second.c_str();
+  };
+}
+
+TEST(Deadline, ResolvesEverySourceAndRefusesNonsense) {
+  const auto none = env_with({});
+  EXPECT_FALSE(resolve_deadline("", none));
+  EXPECT_FALSE(resolve_deadline("auto", none));  // not in a Slurm job: no deadline
+  const auto slurm = env_with({{"SLURM_JOB_END_TIME", "1795543200"}});
+  auto d = resolve_deadline("auto", slurm);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->unix_s, 1795543200.0);
+  EXPECT_EQ(d->source, "SLURM_JOB_END_TIME");
+  EXPECT_EQ(resolve_deadline("slurm", slurm)->unix_s, 1795543200.0);
+  EXPECT_THROW(resolve_deadline("slurm", none), ConfigError);
+  EXPECT_EQ(resolve_deadline("2026-11-24T18:00:00Z", none)->unix_s, 1795543200.0);
+  EXPECT_EQ(resolve_deadline("1795543200", none)->unix_s, 1795543200.0);
+  for (const char* bad : {"tomorrow", "2026-11-24T18:00:00", "2026-11-24 18:00"}) {
+    try {
+      resolve_deadline(bad, none);
+      ADD_FAILURE() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(resolve_deadline("auto", env_with({{"SLURM_JOB_END_TIME", "soon"}})), ConfigError);
+}
+
+TEST(Deadline, StopsWhenTheNextStepASaveAndTheMarginWouldNotFit) {
+  EXPECT_FALSE(must_stop_for_deadline(80, 100, 1, 10, 5));  // 96 < 100
+  EXPECT_TRUE(must_stop_for_deadline(84, 100, 1, 10, 5));   // 100: no room left
+  EXPECT_TRUE(must_stop_for_deadline(120, 100, 0, 0, 0));   // already past it
+}
+
+// The guard with a fake clock: it learns the save time from the checkpoints it sees and stops,
+// as a preemption (exit 75), at the last step that leaves room for the final save.
+TEST(Deadline, TheGuardStopsAtTheLastStepThatLeavesRoomForTheSave) {
+  CheckpointConfig cc;
+  cc.deadline_margin_s = 5;
+  double now = 0;
+  DeadlineGuard g(cc, Deadline{100, "test"}, 0, [&] { return now; });
+  CheckpointEvent save;
+  save.last_write_s = 10;  // a save measured at 10 s
+  g.on_checkpoint(save);
+  EXPECT_EQ(g.save_s(), 10);
+  StepMetrics m;
+  m.total_steps = 1000;
+  m.step_s = 1;
+  Control control;
+  int64_t stopped_at = -1;
+  for (int64_t step = 1; step <= 1000 && !control.should_stop; ++step) {
+    now = static_cast<double>(step);  // one second per step
+    m.step = step;
+    g.on_step_end(m, control);
+    if (control.should_stop) stopped_at = step;
+  }
+  EXPECT_EQ(stopped_at, 84);  // 84 + 1 + 10 + 5 = 100
+  EXPECT_EQ(control.kind, StopKind::kPreempted);
+  EXPECT_NE(control.reason.find("deadline (test)"), std::string::npos) << control.reason;
+}
+
+// An evaluation step needs room for the evaluation too: with 20 s evaluations every 10 steps the
+// guard stops at step 70 (70 + 20 + 1 + 10 + 5 > 100), not at 84 as without them.
+TEST(Deadline, AStepThatEvaluatesLeavesRoomForTheEvaluation) {
+  CheckpointConfig cc;
+  cc.deadline_margin_s = 5;
+  double now = 0;
+  DeadlineGuard g(cc, Deadline{100, "test"}, /*eval_every=*/10, [&] { return now; });
+  CheckpointEvent save;
+  save.last_write_s = 10;
+  g.on_checkpoint(save);
+  Control control;
+  EvalMetrics ev;
+  ev.eval_s = 20;
+  g.on_eval_end(ev, control);
+  StepMetrics m;
+  m.total_steps = 1000;
+  m.step_s = 1;
+  int64_t stopped_at = -1;
+  for (int64_t step = 1; step <= 1000 && !control.should_stop; ++step) {
+    now = static_cast<double>(step);
+    m.step = step;
+    g.on_step_end(m, control);
+    if (control.should_stop) stopped_at = step;
+  }
+  EXPECT_EQ(stopped_at, 70);
+  EXPECT_NE(control.reason.find("an evaluation and one more step"), std::string::npos) << control.reason;
+}
+
+TEST(Deadline, ANoticeUrlWithoutAHostOrWithABadPortIsRefused) {
+  for (const char* url : {"http://:8080/notice", "http://metadata:99999/x", "http://metadata:abc/x", "http://"}) {
+    CheckpointConfig cc;
+    cc.notice_url = url;
+    try {
+      DeadlineGuard g(cc, std::nullopt);
+      ADD_FAILURE() << url << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(url), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("1 to 65535"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A fake metadata endpoint on loopback: 404 (AWS: nothing scheduled) until a notice is posted.
+struct FakeMetadata {
+  httplib::Server server;
+  std::thread thread;
+  std::atomic<int> requests{0};
+  std::atomic<bool> reclaim{false};
+  std::string quiet_body;  // "" = answer 404; else 200 with this body (GCP answers "FALSE")
+  bool token_only;         // AWS IMDSv2 only: 401 without a session token from PUT /latest/api/token
+  int port = 0;
+  explicit FakeMetadata(std::string quiet = "", bool imds_v2 = false)
+      : quiet_body(std::move(quiet)), token_only(imds_v2) {
+    server.Put("/latest/api/token", [](const httplib::Request& req, httplib::Response& res) {
+      if (req.get_header_value("X-aws-ec2-metadata-token-ttl-seconds").empty()) {
+        res.status = 400;
+        return;
+      }
+      res.set_content("session-token-1", "text/plain");
+    });
+    server.Get("/notice", [this](const httplib::Request& req, httplib::Response& res) {
+      ++requests;
+      if (token_only && req.get_header_value("X-aws-ec2-metadata-token") != "session-token-1") {
+        res.status = 401;
+      } else if (reclaim) {
+        res.set_content(R"({"action": "terminate", "time": "2026-11-24T18:02:00Z"})", "application/json");
+      } else if (quiet_body.empty()) {
+        res.status = 404;
+      } else {
+        res.set_content(quiet_body, "text/plain");
+      }
+    });
+    port = server.bind_to_any_port("127.0.0.1");
+    thread = std::thread([this] { server.listen_after_bind(); });
+    while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeMetadata() {
+    server.stop();
+    thread.join();
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port) + "/notice"; }
+};
+
+TEST(Deadline, APreemptionNoticeStopsTheRunAsPreempted) {
+  // AWS-style 404, GCP-style "FALSE", and AWS with IMDSv2 required (a session token first).
+  for (const auto& [quiet, imds_v2] : std::vector<std::pair<std::string, bool>>{{"", false}, {"FALSE", false},
+                                                                               {"", true}}) {
+    FakeMetadata meta(quiet, imds_v2);
+    CheckpointConfig cc;
+    cc.notice_url = meta.url();
+    cc.notice_poll_s = 0.02;
+    DeadlineGuard g(cc, std::nullopt);
+    StepMetrics m;
+    m.total_steps = 100;
+    Control control;
+    while (meta.requests < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    g.on_step_end(m, control);
+    EXPECT_FALSE(control.should_stop) << "a quiet endpoint (" << quiet << ", IMDSv2 " << imds_v2
+                                      << ") was taken for a notice";
+    meta.reclaim = true;
+    for (int i = 0; i < 2000 && !control.should_stop; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      g.on_step_end(m, control);
+    }
+    ASSERT_TRUE(control.should_stop) << "IMDSv2 " << imds_v2;
+    EXPECT_EQ(control.kind, StopKind::kPreempted);
+    EXPECT_NE(control.reason.find("terminate"), std::string::npos) << control.reason;
+  }
+}
+
+// End to end: a run whose deadline arrives while it trains stops with a sound checkpoint and exit
+// code 75 (the emitted Slurm script requeues on 75), and resumes from it.
+TEST(Deadline, ARunStopsBeforeItsDeadlineWithACheckpointAndExit75) {
+  test::TempDir dir;
+  const double deadline = unix_now() + 8;
+  // 2 s of training at most before the margin of 6 s is reached, whatever the machine's speed.
+  const std::string sets = test::tiny_sets(dir.path()) + " --set train.steps=1000000 --set checkpoint.deadline=" +
+                           std::to_string(static_cast<int64_t>(deadline)) + " --set checkpoint.deadline_margin_s=6";
+  auto r = test::run_frugal("train" + sets);
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  auto s = nlohmann::json::parse(test::read_text(dir.file("demo/summary.json")));
+  EXPECT_EQ(s["stop_kind"], "preempted");
+  EXPECT_NE(s["stop_reason"].get<std::string>().find("deadline (checkpoint.deadline)"), std::string::npos)
+      << s["stop_reason"];
+  const std::string ck = s["checkpoint"]["latest"].get<std::string>();
+  ASSERT_FALSE(ck.empty());
+  EXPECT_EQ(verify_checkpoint(ck), "");
+}
+
+// A deadline already past is bad input (exit 2): stopping at once with 75 would make the scheduler
+// requeue the job forever.
+TEST(Deadline, ADeadlineInThePastIsRefused) {
+  test::TempDir dir;
+  auto r = test::run_frugal("train" + test::tiny_sets(dir.path()) + " --set checkpoint.deadline=2001-09-09T01:46:40Z");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("2001-09-09T01:46:40Z (checkpoint.deadline) has passed"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace frugal
