@@ -66,15 +66,19 @@ RecordDataset open_record_dataset(const std::string& dir) {
   } catch (const std::exception& e) {
     throw DataError(fmt::format("cannot read dataset manifest '{}': {}", mpath, e.what()));
   }
-  if (m.value("format", "") != "frugal-dataset" || m.value("kind", "") != "records")
-    throw DataError(fmt::format("'{}' is not a frugal record-dataset manifest (kind \"{}\"); token datasets "
-                                "are read with data.source = \"shards:DIR\"", mpath, m.value("kind", "")));
-  if (m.value("format_version", 0) != 1)
-    throw DataError(fmt::format("'{}': format_version {} is not supported (this build reads 1)", mpath,
-                                m.value("format_version", 0)));
+  if (!m.is_object())
+    throw DataError(fmt::format("'{}' is not a frugal record-dataset manifest: it holds a JSON {}, not an object",
+                                mpath, m.type_name()));
   RecordDataset d;
   d.dir = dir;
-  try {
+  try {  // value() throws on a field of the wrong type: that is a malformed manifest too
+    if (m.value("format", "") != "frugal-dataset" || m.value("kind", "") != "records")
+      throw DataError(fmt::format("not a frugal record-dataset manifest (kind {}); token datasets are read with "
+                                  "data.source = \"shards:DIR\"",
+                                  m.contains("kind") ? m["kind"].dump() : "missing"));
+    if (m.value("format_version", 0) != 1)
+      throw DataError(fmt::format("format_version {} is not supported (this build reads 1)",
+                                  m["format_version"].dump()));
     const auto& rec = m.at("record");
     d.spec.content = rec.at("content").get<std::string>();
     const std::string dtype = rec.at("dtype").get<std::string>();

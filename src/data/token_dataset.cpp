@@ -104,15 +104,18 @@ TokenDataset open_manifest(const std::string& dir) {
   } catch (const std::exception& e) {
     throw DataError(fmt::format("cannot read dataset manifest '{}': {}", mpath, e.what()));
   }
-  if (m.value("format", "") != "frugal-dataset" || m.value("kind", "") != "tokens")
-    throw DataError(fmt::format("'{}' is not a frugal token-dataset manifest (format/kind)", mpath));
-  if (m.value("format_version", 0) != 1)
-    throw DataError(fmt::format("'{}': format_version {} is not supported (this build reads 1)", mpath,
-                                m.value("format_version", 0)));
+  if (!m.is_object())
+    throw DataError(fmt::format("'{}' is not a frugal token-dataset manifest: it holds a JSON {}, not an object",
+                                mpath, m.type_name()));
   TokenDataset d;
   d.dir = dir;
   d.format = "frugal";
-  try {
+  try {  // value() throws on a field of the wrong type: that is a malformed manifest too
+    if (m.value("format", "") != "frugal-dataset" || m.value("kind", "") != "tokens")
+      throw DataError(fmt::format("'{}' is not a frugal token-dataset manifest (format/kind)", mpath));
+    if (m.value("format_version", 0) != 1)
+      throw DataError(fmt::format("'{}': format_version {} is not supported (this build reads 1)", mpath,
+                                  m["format_version"].dump()));
     d.vocab = m.at("tokenizer").at("vocab").get<int64_t>();
     d.tokenizer = m.at("tokenizer").at("name").get<std::string>();
     for (const char* split : {"train", "val"}) {

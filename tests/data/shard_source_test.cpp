@@ -183,6 +183,29 @@ TEST(ShardSource, AManifestWithAMissingKeyOrAWrongTypeNamesTheFile) {
   }
 }
 
+// Found by the manifest fuzz target: a manifest that is valid JSON but not an object (here "")
+// or whose format fields have the wrong type escaped as a raw JSON-library error.
+TEST(ShardSource, AManifestThatIsNotAnObjectOrHasAWrongTypedFormatNamesTheFile) {
+  test::TempDir dir;
+  write_dataset(dir.path(), stream(500, 1), stream(100, 1), 1000);
+  auto good = nlohmann::json::parse(test::read_text(dir.file("manifest.json")));
+  auto version = good;
+  version["format_version"] = "1";
+  auto format = good;
+  format["format"] = 7;
+  for (const std::string& text : {std::string("\"\""), std::string("[1, 2]"), version.dump(), format.dump()}) {
+    test::write_text(dir.file("manifest.json"), text);
+    try {
+      open_token_dataset(dir.path());
+      FAIL() << text;
+    } catch (const DataError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(dir.file("manifest.json")), std::string::npos) << msg;
+      EXPECT_EQ(msg.find("[json.exception"), std::string::npos) << msg;
+    }
+  }
+}
+
 TEST(ShardSource, ManifestVocabLargerThanTheModelIsAConfigError) {
   test::TempDir dir;
   write_dataset(dir.path(), stream(500, 1), stream(100, 1), 1000);
