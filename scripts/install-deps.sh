@@ -19,6 +19,8 @@ PACKAGES=(
   libjpeg62-turbo-dev libpng-dev # frugal prepare --format images|tar (JPEG and PNG decoding)
   chromium                  # headless browser tests of report.html and the live page (ctest -L browser)
 )
+# --fuzz: also clang with libFuzzer, for scripts/fuzz.sh (CI runs it; GPU jobs need none of it).
+[[ "${1:-}" == "--fuzz" ]] && PACKAGES+=(clang)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of fuzz/ (docs/fuzzing.md) with clang and AddressSanitizer, and
+# runs each for a bounded time from a seed corpus of valid files the target writes itself.
+#
+#   scripts/fuzz.sh [--seconds N] [--out DIR] [TARGET...]     (TARGET: shard manifest safetensors checkpoint)
+#
+# Prints one JSON line per target ({"target", "runs", "seconds", "crashes"}), writes them to
+# OUT/fuzz-summary.json, and exits 1 when any target found a crash (its input is kept as
+# OUT/<target>-crash-*; replay with `OUT/<target>_fuzz FILE`). Needs clang (Debian's `clang`
+# package, with libFuzzer) and the project's .venv (scripts/install-deps.sh).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+seconds=30
+out="$root/build-fuzz"
+targets=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) seconds="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=(shard manifest safetensors checkpoint)
+bash "$root/scripts/install-deps.sh" --fuzz  # clang with libFuzzer, and the .venv
+command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found; apt-get install clang" >&2; exit 2; }
+torch=$("$root/.venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null) ||
+  { echo "fuzz.sh: no .venv with torch; run scripts/install-deps.sh" >&2; exit 2; }
+
+mkdir -p "$out/obj" "$out/generated"
+zstd=0
+[ -f /usr/include/zstd.h ] && zstd=1
+cat > "$out/generated/frugal_build_config.h.new" <<CFG
+#define FRUGAL_HAVE_CUDA 0
+#define FRUGAL_HAVE_NCCL 0
+#define FRUGAL_HAVE_ZSTD $zstd
+#define FRUGAL_HAVE_LIBARCHIVE 0
+#define FRUGAL_HAVE_IMAGES 0
+#define FRUGAL_HAVE_SENTENCEPIECE 0
+CFG
+cmp -s "$out/generated/frugal_build_config.h.new" "$out/generated/frugal_build_config.h" ||
+  mv "$out/generated/frugal_build_config.h.new" "$out/generated/frugal_build_config.h"
+rm -f "$out/generated/frugal_build_config.h.new"
+
+cxx=(clang++)
+command -v ccache >/dev/null && cxx=(ccache clang++)
+flags=(-std=c++17 -O1 -g -fsanitize=fuzzer-no-link,address -D_GNU_SOURCE -DFMT_HEADER_ONLY=1
+       -I"$root/include" -I"$root/src" -I"$root/fuzz" -I"$out/generated"
+       -isystem "$root/third_party/nlohmann_json" -isystem "$root/third_party/xxhash"
+       -isystem "$torch/include" -isystem "$torch/include/torch/csrc/api/include" -w)
+torch_libs=(-L"$torch/lib" -Wl,-rpath,"$torch/lib" -ltorch -ltorch_cpu -lc10)
+zstd_libs=()
+[ "$zstd" = 1 ] && zstd_libs=(-lzstd)
+
+common=(src/core/atomic_file.cpp src/core/features.cpp)
+sources_of() {
+  case "$1" in
+    shard) echo fuzz/shard_fuzz.cpp src/data/shard.cpp src/data/file_hash.cpp "${common[@]}" ;;
+    manifest) echo fuzz/manifest_fuzz.cpp src/data/token_dataset.cpp src/data/shard.cpp src/data/file_hash.cpp "${common[@]}" ;;
+    safetensors) echo fuzz/safetensors_fuzz.cpp src/ckpt/safetensors.cpp src/model/weights.cpp "${common[@]}" ;;
+    checkpoint) echo fuzz/checkpoint_fuzz.cpp src/ckpt/checkpoint.cpp src/ckpt/safetensors.cpp \
+                  src/train/internal/run_state.cpp "${common[@]}" ;;
+    *) echo "fuzz.sh: unknown target $1 (shard, manifest, safetensors, checkpoint)" >&2; exit 2 ;;
+  esac
+}
+
+compile() {  # one object per source, shared by the targets, rebuilt when the source is newer
+  local src="$1" obj="$out/obj/$(echo "$1" | tr '/' '_').o"
+  if [ ! -f "$obj" ] || [ "$root/$src" -nt "$obj" ] || [ -n "$(find "$root/include" "$root/src" "$root/fuzz" -name '*.h' -newer "$obj" -print -quit)" ]; then
+    "${cxx[@]}" "${flags[@]}" -c "$root/$src" -o "$obj"
+  fi
+  echo "$obj"
+}
+
+status=0
+: > "$out/fuzz-summary.json"
+for t in "${targets[@]}"; do
+  objs=()
+  for s in $(sources_of "$t"); do objs+=("$(compile "$s")"); done
+  libs=("${zstd_libs[@]}")
+  case "$t" in safetensors|checkpoint) libs+=("${torch_libs[@]}") ;; esac
+  bin="$out/${t}_fuzz"
+  clang++ -fsanitize=fuzzer,address "${objs[@]}" "${libs[@]}" -o "$bin"
+  seeds="$out/seeds/$t" corpus="$out/corpus/$t"
+  rm -rf "$seeds"
+  rm -f "$out/$t-"crash-* "$out/$t-"leak-* "$out/$t-"oom-* "$out/$t-"timeout-*
+  mkdir -p "$seeds" "$corpus"
+  FRUGAL_FUZZ_SEEDS="$seeds" ASAN_OPTIONS=detect_leaks=0 "$bin" -runs=0 "$seeds" > "$out/$t.log" 2>&1
+  set +e
+  ( cd "$out" && ASAN_OPTIONS=detect_leaks=0 "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 \
+      -malloc_limit_mb=1024 -artifact_prefix="$out/$t-" -print_final_stats=1 "$corpus" "$seeds" >> "$out/$t.log" 2>&1 )
+  rc=$?
+  set -e
+  runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$out/$t.log" | tail -1 | grep -o '[0-9]*$' || echo 0)
+  crashes=$(ls "$out" | grep -c "^$t-\(crash\|leak\|oom\|timeout\)-" || true)
+  [ "$rc" = 0 ] || [ "$crashes" -gt 0 ] || crashes=1
+  line="{\"target\": \"$t\", \"runs\": ${runs:-0}, \"seconds\": $seconds, \"crashes\": $crashes}"
+  echo "$line" | tee -a "$out/fuzz-summary.json"
+  if [ "$crashes" -gt 0 ]; then
+    status=1
+    echo "fuzz.sh: $t crashed; see $out/$t.log" >&2
+    tail -30 "$out/$t.log" >&2
+  fi
+done
+exit $status
