@@ -30,10 +30,7 @@ PrecisionPolicy::PrecisionPolicy(PrecisionMode requested, c10::Device device)
       // Measure at a size typical of small models' matmuls.
       const double fp32 = measure_matmul_gflops(512, false, 0.15);
       const double bf16 = measure_matmul_gflops(512, true, 0.15);
-      const bool fast = bf16 > 1.5 * fp32;
-      mode_ = fast ? PrecisionMode::kBf16 : PrecisionMode::kFp32;
-      reason_ = fmt::format("auto: bf16 matmul {:.0f} GFLOP/s vs fp32 {:.0f} ({:.2f}x) on this CPU -> {}",
-                            bf16, fp32, bf16 / fp32, fast ? "bf16" : "fp32 (bf16 is not fast here)");
+      mode_ = auto_precision(bf16, fp32, &reason_);
     }
   }
   // LibTorch 2.x can autocast to fp16 on the CPU, but CPUs without fp16 matrix units run it far
@@ -42,6 +39,15 @@ PrecisionPolicy::PrecisionPolicy(PrecisionMode requested, c10::Device device)
     throw ConfigError(
         "precision.mode = \"fp16\" needs a CUDA device: on the CPU fp16 autocast runs far slower than fp32 "
         "(no fp16 matrix units). Use precision.mode = \"bf16\" (or \"auto\") on CPU");
+}
+
+PrecisionMode auto_precision(double bf16_gflops, double fp32_gflops, std::string* reason) {
+  const bool fast = fp32_gflops > 0 && bf16_gflops >= kAutoBf16MinSpeedup * fp32_gflops;
+  if (reason)
+    *reason = fmt::format("auto: bf16 matmul {:.0f} GFLOP/s vs fp32 {:.0f} ({:.2f}x; bf16 from {}x) on this CPU -> {}",
+                          bf16_gflops, fp32_gflops, fp32_gflops > 0 ? bf16_gflops / fp32_gflops : 0.0,
+                          kAutoBf16MinSpeedup, fast ? "bf16" : "fp32 (bf16 is not fast enough here)");
+  return fast ? PrecisionMode::kBf16 : PrecisionMode::kFp32;
 }
 
 std::string PrecisionPolicy::name() const { return precision_name(mode_); }

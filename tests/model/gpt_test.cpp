@@ -59,6 +59,35 @@ TEST(Gpt, GenerationPastTheBlockKeepsGoing) {
   EXPECT_EQ(out, m->generate(std::vector<int64_t>(20, 65), 30, 0.8, 7));  // seeded sampling
 }
 
+// Past the block the cache restarts from the newest block/2 tokens (gpt.h): each greedy token must
+// be the argmax of an uncached forward over exactly that window, so positions after a restart
+// (and a prompt longer than the block) are checked, not only determinism.
+TEST(Gpt, GreedyGenerationPastTheBlockEqualsAFullForwardOverItsWindow) {
+  torch::manual_seed(4);
+  const ModelConfig c = small();
+  Gpt m(c);
+  m->eval();
+  std::vector<int64_t> prompt;
+  for (int64_t i = 0; i < 20; ++i) prompt.push_back((i * 37) % 256);  // longer than the block (16)
+  const auto out = m->generate(prompt, 40, 0.0, 0);
+  ASSERT_EQ(out.size(), 40u);
+  torch::NoGradGuard ng;
+  std::vector<int64_t> seq = prompt;
+  size_t start = 0;
+  int restarts = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (static_cast<int64_t>(seq.size() - start) > c.block) {
+      start = seq.size() - static_cast<size_t>(c.block / 2);
+      ++restarts;
+    }
+    const std::vector<int64_t> window(seq.begin() + static_cast<std::ptrdiff_t>(start), seq.end());
+    auto logits = m->forward(torch::tensor(window).view({1, -1}));
+    EXPECT_EQ(logits[0][static_cast<int64_t>(window.size()) - 1].argmax().item<int64_t>(), out[i]) << "token " << i;
+    seq.push_back(out[i]);
+  }
+  EXPECT_GE(restarts, 4);  // the prompt's, then one every block/2 tokens
+}
+
 TEST(Gpt, ParameterCountAndFlopsFollowTheFormula) {
   auto c = small();
   Gpt m(c);

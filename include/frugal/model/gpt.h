@@ -68,7 +68,9 @@ class GptImpl : public torch::nn::Module {
   void set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
 
   // Greedy (temperature 0) or sampled continuation of `prompt` with a KV cache; stops after
-  // max_new tokens or when `stop` returns true for a generated token.
+  // max_new tokens or when `stop` returns true for a generated token. The context is at most one
+  // block: when it would grow past it (a long prompt, a long generation), the cache restarts from
+  // the newest block/2 tokens, so each token is predicted from the tokens since that restart.
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new,
                                 double temperature, uint64_t seed,
                                 const std::function<bool(int64_t)>& stop = nullptr);

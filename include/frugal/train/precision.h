@@ -45,4 +45,10 @@ class PrecisionPolicy {
 
 std::string precision_name(PrecisionMode m);
 
+// The CPU decision of `mode = "auto"` from measured matmul speeds: bf16 when it is at least
+// kAutoBf16MinSpeedup times fp32 (below that, its rounding is not worth the little time it saves),
+// else fp32. `reason` receives the figures and the choice.
+inline constexpr double kAutoBf16MinSpeedup = 1.5;
+PrecisionMode auto_precision(double bf16_gflops, double fp32_gflops, std::string* reason);
+
 }  // namespace frugal
