@@ -388,13 +388,14 @@ std::string ResolvedConfig::to_toml() const {
 std::string ResolvedConfig::summary() const {
   std::string out;
   size_t width = 0;
-  for (const auto& k : config_schema()) width = std::max(width, k.key.size());
+  for (const auto& k : config_schema())
+    if (origins.at(k.key).kind != ValueOrigin::Kind::kDefault) width = std::max(width, k.key.size());
   for (const auto& k : config_schema()) {
     const auto& o = origins.at(k.key);
-    out += fmt::format("  {:<{}} = {}{}\n", k.key, width, format_value_shown(k, config),
-                       o.kind == ValueOrigin::Kind::kDefault ? "" : "   (" + o.describe() + ")");
+    if (o.kind == ValueOrigin::Kind::kDefault) continue;
+    out += fmt::format("  {:<{}} = {}   ({})\n", k.key, width, format_value_shown(k, config), o.describe());
   }
-  return out;
+  return out.empty() ? "  (all defaults)\n" : out;
 }
 
 }  // namespace frugal

@@ -135,6 +135,18 @@ TokenDataset open_manifest(const std::string& dir) {
 
 }  // namespace
 
+std::optional<ManifestTokenizer> manifest_tokenizer(const std::string& dir) {
+  try {
+    const nlohmann::json m = nlohmann::json::parse(read_file((fs::path(dir) / "manifest.json").string()));
+    const auto& t = m.at("tokenizer");
+    const auto& v = t.at("vocab");
+    if (v.is_number_integer() && v.get<int64_t>() > 0)
+      return ManifestTokenizer{t.value("name", std::string("unknown")), v.get<int64_t>()};
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
 std::unique_ptr<TokenFile> open_llmc_bin(const std::string& path) {
   return std::make_unique<LlmcBinFile>(path);
 }

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "frugal/monitor/doctor.h"
 
 namespace frugal {
@@ -17,9 +19,19 @@ PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10:
   if (c.peak_tflops > 0) return {c.peak_tflops * 1e12, "configured (monitor.peak_tflops)"};
   // 1024^3 on CPU (what frugal doctor measures); a GPU needs a bigger problem to reach its peak.
   const int64_t n = device.is_cuda() ? 8192 : 1024;
-  const double gflops = measure_matmul_gflops(n, dtype, device, seconds);
-  return {gflops * 1e9, fmt::format("measured: {} matmul {}^3 on {}, {:.1f} GFLOP/s", c10::toString(dtype), n,
-                                    device.str(), gflops)};
+  constexpr int kBursts = 5;
+  double gflops = 0;
+  for (int i = 0; i < kBursts; ++i) gflops = std::max(gflops, measure_matmul_gflops(n, dtype, device, seconds / kBursts));
+  return {gflops * 1e9, fmt::format("measured: {} matmul {}^3 on {}, best of {}, {:.1f} GFLOP/s", c10::toString(dtype), n,
+                                    device.str(), kBursts, gflops)};
+}
+
+std::string mfu_note(double mfu, const std::string& peak_source) {
+  if (!(mfu > 1)) return "";
+  return fmt::format("MFU above 100% means the peak it is measured against ({}) is below what training reached: "
+                     "the machine was slower while the peak was measured (a shared or throttled machine) or the "
+                     "configured peak is too low; set monitor.peak_tflops to the hardware's peak for a stable figure",
+                     peak_source);
 }
 
 }  // namespace frugal

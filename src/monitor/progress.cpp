@@ -3,8 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <time.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <ctime>
 
 #include "frugal/monitor/console.h"
 
@@ -23,8 +27,24 @@ std::string format_rate(double r) {
   return fmt::format("{:.0f}", r);
 }
 
+std::string format_utc_seconds(double unix_s) {
+  const auto t = static_cast<std::time_t>(unix_s);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
+                     tm.tm_min, tm.tm_sec);
+}
+
+ProgressDisplay::ProgressDisplay(double interval_s, std::function<double()> clock)
+    : interval_s_(interval_s), clock_(std::move(clock)) {
+  if (!clock_)
+    clock_ = [] {
+      return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    };
+}
+
 void ProgressDisplay::on_train_begin(const RunInfo& info) {
-  plain_every_ = std::max<int64_t>(1, info.config->train.steps / 20);
+  log_every_ = std::max<int64_t>(1, info.config->train.log_every);
   rate_unit_ = info.item == "token" ? "tok/s" : info.item + "s/s";
 }
 
@@ -33,24 +53,30 @@ void ProgressDisplay::on_step_end(const StepMetrics& m, Control&) {
   const double eta = m.step > 0 ? m.elapsed_s / static_cast<double>(m.step) *
                                       static_cast<double>(m.total_steps - m.step)
                                 : 0;
-  std::string loss = last_loss_ >= 0 ? fmt::format("loss {:.4f}", last_loss_) : "loss -";
-  std::string val = last_val_ >= 0 ? fmt::format("  val {:.4f}", last_val_) : "";
+  // Until the first log step there is neither a loss nor a measured rate: say when they come.
+  const bool measured = last_loss_ >= 0;
+  const std::string loss = measured ? fmt::format("loss {:.4f}", last_loss_)
+                                    : fmt::format("first loss at step {}", std::min(log_every_, m.total_steps));
+  const std::string val = last_val_ >= 0 ? fmt::format("  val {:.4f}", last_val_) : "";
+  const std::string rate = m.tokens_per_s > 0 ? fmt::format("  {} {}", format_rate(m.tokens_per_s), rate_unit_) : "";
   auto& con = Console::get();
+  const bool last = m.step == m.total_steps;
   if (con.is_tty()) {
-    if (m.step != m.total_steps && m.elapsed_s - last_draw_s_ < 0.1) return;  // ~10 redraws/s
+    if (!last && m.elapsed_s - last_draw_s_ < 0.1) return;  // ~10 redraws/s
     last_draw_s_ = m.elapsed_s;
     const int width = 20;
     int filled = static_cast<int>(width * m.step / std::max<int64_t>(1, m.total_steps));
-    con.status(fmt::format("step {}/{} [{}{}]  {}{}  {} {}{}  ETA {}", m.step, m.total_steps,
-                           std::string(filled, '#'), std::string(width - filled, '-'), loss, val,
-                           format_rate(m.tokens_per_s), rate_unit_,
-                           m.cost_usd > 0 ? fmt::format("  ${:.4f}", m.cost_usd) : "",
-                           format_duration(eta)));
-  } else if (m.step % plain_every_ == 0 || m.step == m.total_steps) {
-    con.line(fmt::format("step {}/{}  {}{}  {} {}  elapsed {}  ETA {}", m.step, m.total_steps,
-                         loss, val, format_rate(m.tokens_per_s), rate_unit_, format_duration(m.elapsed_s),
-                         format_duration(eta)));
+    con.status(fmt::format("step {}/{} [{}{}]  {}{}{}{}  ETA {}", m.step, m.total_steps,
+                           std::string(filled, '#'), std::string(width - filled, '-'), loss, val, rate,
+                           m.cost_usd > 0 ? fmt::format("  ${:.4f}", m.cost_usd) : "", format_duration(eta)));
+    return;
   }
+  // A pipe: on a time interval, at log steps (a fresh loss), and at the end.
+  const bool due = m.logged && (last_line_s_ < 0 || m.elapsed_s - last_line_s_ >= interval_s_);
+  if (!due && !last) return;
+  last_line_s_ = m.elapsed_s;
+  con.line(fmt::format("{} step {}/{}  {}{}{}  elapsed {}  ETA {}", format_utc_seconds(clock_()), m.step,
+                       m.total_steps, loss, val, rate, format_duration(m.elapsed_s), format_duration(eta)));
 }
 
 void ProgressDisplay::on_eval_end(const EvalMetrics& m, Control&) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -12,9 +13,72 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
+#include "frugal/data/token_dataset.h"
 
 namespace frugal {
+
+std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
+  if (!std::isfinite(lo) || !std::isfinite(hi)) lo = 0, hi = 1;
+  if (hi < lo) std::swap(lo, hi);
+  if (hi == lo) {
+    const double pad = lo == 0 ? 1 : std::fabs(lo) * 0.1;
+    lo -= pad, hi += pad;
+  }
+  max_ticks = std::max(max_ticks, 2);
+  const double raw = (hi - lo) / (max_ticks - 1);
+  // The smallest round step whose ticks, rounded outward to cover [lo, hi], number at most
+  // max_ticks. 2.5 only for steps of 1 and up: below, it would cost a decimal (0.25).
+  for (double mag = std::pow(10.0, std::floor(std::log10(raw))); ; mag *= 10) {
+    for (double m : {1.0, 2.0, 2.5, 5.0}) {
+      const double step = m * mag;
+      if (step < raw * (1 - 1e-9) || (m == 2.5 && step < 1)) continue;
+      const double first = std::floor(lo / step + 1e-9), last = std::ceil(hi / step - 1e-9);
+      if (last - first + 1 > max_ticks) continue;
+      std::vector<double> t;
+      for (double k = first; k <= last; ++k) t.push_back(k == 0 ? 0.0 : k * step);
+      if (t.size() < 2) t.push_back((last + 1) * step);
+      return t;
+    }
+  }
+}
+
+namespace {
+int decimals_for(double magnitude, int significant) {
+  return std::clamp(significant - 1 - static_cast<int>(std::floor(std::log10(magnitude))), 0, 9);
+}
+std::string with_commas(double x) {
+  std::string digits = fmt::format("{:.0f}", std::fabs(x));
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
+  return (x < 0 ? "-" : "") + digits;
+}
+}  // namespace
+
+std::string format_figure(double x) {
+  if (!std::isfinite(x)) return std::isnan(x) ? "-" : (x > 0 ? "inf" : "-inf");
+  if (x == 0) return "0";
+  const double a = std::fabs(x);
+  if (a >= 1e9) return with_commas(x / 1e6) + "M";
+  if (a >= 1e6) return fmt::format("{:.{}f}M", x / 1e6, decimals_for(a / 1e6, 3));  // 1.23M, 45.6M
+  if (a >= 1000) return with_commas(x);                                              // 14,200
+  return fmt::format("{:.{}f}", x, decimals_for(a, 3));  // 3 significant digits: 45.6, 1.53, 0.000965
+}
+
+std::string format_tick(double v, double step) {
+  if (v == 0) return "0";
+  const double a = std::fabs(v);
+  if (a >= 1e6 && step >= 1e5) return fmt::format("{:g}M", v / 1e6);
+  if (a >= 1e4 && step >= 1000) return fmt::format("{:g}k", v / 1e3);
+  // As many decimals as the step has (steps below 1 are 1, 2 or 5 times a power of ten); below
+  // 1e-4 steps, a short power-of-ten form such as "3e-5" keeps the label within 6 characters.
+  const int decimals = decimals_for(step, 1);
+  if (decimals > 4) {
+    const int exp = static_cast<int>(std::floor(std::log10(a)));
+    return fmt::format("{:g}e{}", std::round(v / std::pow(10.0, exp) * 10) / 10, exp);
+  }
+  return fmt::format("{:.{}f}", v, decimals);
+}
 namespace {
 
 using Json = nlohmann::json;
@@ -39,17 +103,14 @@ std::string esc(const std::string& s) {
   return o;
 }
 
-std::string num(double x) {
-  if (x == 0) return "0";
-  if (std::fabs(x) >= 1e4) return fmt::format("{:.3g}", x);
-  return fmt::format("{:.4g}", x);
-}
+std::string num(double x) { return format_figure(x); }
 
-constexpr double kW = 560, kH = 260, kLeft = 60, kRight = 12, kTop = 28, kBottom = 36;
+constexpr double kW = 560, kH = 260, kLeft = 64, kRight = 12, kTop = 28, kBottom = 36;
 
-// Axes with 5 ticks each, and a title; maps data to pixels.
+// Axes with round ticks (nice_ticks) and titles clear of the tick labels; maps data to pixels.
 struct Frame {
   double x0, x1, y0, y1;
+  std::vector<double> xt, yt;  // tick values; x0..x1 and y0..y1 run from the first tick to the last
   double px(double x) const { return kLeft + (x - x0) / (x1 - x0) * (kW - kLeft - kRight); }
   double py(double y) const { return kH - kBottom - (y - y0) / (y1 - y0) * (kH - kTop - kBottom); }
   std::string axes(const std::string& title, const std::string& xl, const std::string& yl) const {
@@ -57,35 +118,40 @@ struct Frame {
         "<text x='{}' y='18' class='title'>{}</text><line x1='{}' y1='{}' x2='{}' y2='{}' class='axis'/>"
         "<line x1='{}' y1='{}' x2='{}' y2='{}' class='axis'/>",
         kLeft, esc(title), kLeft, kH - kBottom, kW - kRight, kH - kBottom, kLeft, kTop, kLeft, kH - kBottom);
-    for (int i = 0; i <= 4; ++i) {
-      double xv = x0 + (x1 - x0) * i / 4, yv = y0 + (y1 - y0) * i / 4;
-      s += fmt::format("<text x='{:.1f}' y='{}' class='tick' text-anchor='middle'>{}</text>", px(xv),
-                       kH - kBottom + 14, num(xv));
-      s += fmt::format("<text x='{}' y='{:.1f}' class='tick' text-anchor='end'>{}</text>", kLeft - 4,
-                       py(yv) + 4, num(yv));
+    const double xstep = xt.size() > 1 ? xt[1] - xt[0] : 1, ystep = yt.size() > 1 ? yt[1] - yt[0] : 1;
+    for (double xv : xt)
+      s += fmt::format("<text x='{:.1f}' y='{}' class='tick' data-axis='x' text-anchor='middle'>{}</text>", px(xv),
+                       kH - kBottom + 13, format_tick(xv, xstep));
+    for (double yv : yt) {
+      s += fmt::format("<text x='{}' y='{:.1f}' class='tick' data-axis='y' text-anchor='end'>{}</text>", kLeft - 4,
+                       py(yv) + 4, format_tick(yv, ystep));
       s += fmt::format("<line x1='{}' y1='{:.1f}' x2='{}' y2='{:.1f}' class='grid'/>", kLeft, py(yv),
                        kW - kRight, py(yv));
     }
-    s += fmt::format("<text x='{}' y='{}' class='tick' text-anchor='middle'>{}</text>", (kLeft + kW) / 2,
-                     kH - 6, esc(xl));
-    s += fmt::format("<text x='12' y='{}' class='tick' transform='rotate(-90 12 {})' text-anchor='middle'>{}</text>",
+    // Axis titles: below the x tick labels, and left of the widest y tick label (at most 6
+    // characters, ~36 px at 10 px).
+    s += fmt::format("<text x='{}' y='{}' class='axis-title' text-anchor='middle'>{}</text>", (kLeft + kW) / 2,
+                     kH - 4, esc(xl));
+    s += fmt::format("<text x='10' y='{}' class='axis-title' transform='rotate(-90 10 {})' text-anchor='middle'>{}</text>",
                      (kTop + kH - kBottom) / 2, (kTop + kH - kBottom) / 2, esc(yl));
     return s;
   }
 };
 
 Frame frame_for(const std::vector<Series>& series, bool zero_y) {
-  Frame f{1e300, -1e300, 1e300, -1e300};
+  Frame f{1e300, -1e300, 1e300, -1e300, {}, {}};
   for (const auto& s : series)
     for (auto [x, y] : s.points) {
       if (!std::isfinite(y)) continue;
       f.x0 = std::min(f.x0, x), f.x1 = std::max(f.x1, x);
       f.y0 = std::min(f.y0, y), f.y1 = std::max(f.y1, y);
     }
-  if (f.x0 > f.x1) f = {0, 1, 0, 1};
+  if (f.x0 > f.x1) f = {0, 1, 0, 1, {}, {}};
   if (zero_y) f.y0 = std::min(0.0, f.y0);
-  if (f.x1 == f.x0) f.x1 = f.x0 + 1;
-  if (f.y1 == f.y0) f.y1 = f.y0 + 1;
+  f.xt = nice_ticks(f.x0, f.x1, 6);
+  f.yt = nice_ticks(f.y0, f.y1, 5);
+  f.x0 = f.xt.front(), f.x1 = f.xt.back();
+  f.y0 = f.yt.front(), f.y1 = f.yt.back();
   return f;
 }
 
@@ -243,6 +309,7 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
   Series train{"train loss", "#1f77b4", {}}, val{"val loss", "#d62728", {}}, tps{"tokens/s", "#2ca02c", {}};
   Series rss{"RSS MB", "#9467bd", {}}, cost{"USD", "#8c564b", {}}, mfu{"MFU %", "#17becf", {}};
   Series gns{"noise scale", "#bcbd22", {}}, batch{"global batch", "#7f7f7f", {}};
+  Series lr{"learning rate", "#e377c2", {}}, gnorm{"grad norm", "#ff7f0e", {}};
   std::vector<Series> phases{{"data wait", "#7f7f7f", {}}, {"forward", "#1f77b4", {}},
                              {"backward", "#ff7f0e", {}},  {"optimizer", "#2ca02c", {}},
                              {"eval", "#d62728", {}},      {"checkpoint", "#9467bd", {}}};
@@ -260,6 +327,8 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
     rss.points.push_back({step, get(j, "rss_mb")});
     cost.points.push_back({step, get(j, "cost_usd")});
     mfu.points.push_back({step, 100 * get(j, "mfu")});
+    lr.points.push_back({step, get(j, "lr")});
+    gnorm.points.push_back({step, get(j, "grad_norm")});
     const double g = get(j, "grad_noise_scale");
     if (std::isfinite(g)) {
       gns.points.push_back({step, g});
@@ -283,7 +352,7 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
     html += fmt::format("<meta http-equiv='refresh' content='{}; url=/{}'>", opt.refresh_s, esc(opt.token_query));
   html += R"(<style>body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
 h1{font-size:20px}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #ddd;background:#fff}
-.title{font-weight:600;font-size:13px}.tick{font-size:10px;fill:#555}.axis{stroke:#333}.grid{stroke:#eee}
+.title{font-weight:600;font-size:13px}.tick{font-size:10px;fill:#555}.axis-title{font-size:11px;fill:#333}.axis{stroke:#333}.grid{stroke:#eee}
 table{border-collapse:collapse}th,td{padding:2px 10px;text-align:left;border-bottom:1px solid #eee}
 #headline{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}.card{border:1px solid #ddd;padding:6px 12px;min-width:110px}
 .card .label{font-size:11px;color:#666}.card .figure{font-size:20px;font-weight:600}.card .unit{font-size:11px;color:#666}
@@ -299,6 +368,8 @@ table{border-collapse:collapse}th,td{padding:2px 10px;text-align:left;border-bot
   if (summary.contains("precision")) html += "<p id='levers'>Levers in effect: " + levers + "</p>";
   html += "<div class='charts'>";
   html += line_chart("loss", "loss", "nats/token", {train, val});
+  html += line_chart("lr", "learning rate", "lr", {lr}, true);
+  html += line_chart("grad-norm", "gradient norm (before clipping)", "L2 norm", {gnorm}, true);
   html += line_chart("throughput", "throughput", "tokens/s", {tps}, true);
   html += line_chart("mfu", "model FLOPs utilisation", "% of peak", {mfu}, true);
   html += stacked_chart("breakdown", "step time breakdown", "ms/step", phases);
@@ -307,14 +378,20 @@ table{border-collapse:collapse}th,td{padding:2px 10px;text-align:left;border-bot
   if (!gns.points.empty())
     html += line_chart("grad-noise", "gradient noise scale (B_simple)", "sequences", {gns, batch}, true);
   html += "</div>" + top_ops_table(summary);
-  html += "<h2>summary.json</h2><table id='summary'>" + fact_rows(summary) + "</table></body></html>\n";
+  html += "<h2>summary.json</h2><table id='summary'>" + fact_rows(summary) + "</table>";
+  if (!opt.config_toml.empty())
+    html += "<details id='config'><summary>resolved configuration (config.toml)</summary><pre>" + esc(opt.config_toml) +
+            "</pre></details>";
+  html += "</body></html>\n";
   return html;
 }
 
 std::string render_report(const std::string& run_dir) {
   Json summary = read_json(run_dir + "/summary.json");
   if (!summary.contains("run_name")) summary["run_name"] = run_dir;
-  return render_report_html(summary, read_jsonl(run_dir + "/metrics.jsonl"));
+  ReportPageOptions o;
+  if (std::filesystem::exists(run_dir + "/config.toml")) o.config_toml = read_file(run_dir + "/config.toml");
+  return render_report_html(summary, read_jsonl(run_dir + "/metrics.jsonl"), o);
 }
 
 std::string write_report(const std::string& run_dir) {
@@ -322,6 +399,26 @@ std::string write_report(const std::string& run_dir) {
   write_file_atomic(path, render_report(run_dir));
   return path;
 }
+
+namespace {
+// The tokenizer behind a run's per-token losses: a token dataset's (its manifest), bytes for
+// the text and arithmetic sources, none for record datasets (losses per sample).
+std::string run_tokenizer(const Config& c) {
+  const std::string& src = c.data.source;
+  if (src.rfind("records:", 0) == 0) return "none (records)";
+  if (src.rfind("shards:", 0) == 0) {
+    const auto t = manifest_tokenizer(src.substr(7));
+    return t ? fmt::format("{} ({} symbols)", t->name, t->vocab) : "unknown (" + src + ")";
+  }
+  return "bytes (256 symbols)";
+}
+
+std::optional<ResolvedConfig> run_config(const std::string& dir) {
+  const std::string path = dir + "/config.toml";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  return resolve_config(path, {}, {});
+}
+}  // namespace
 
 std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
   Json a = read_json(a_dir + "/summary.json"), b = read_json(b_dir + "/summary.json");
@@ -341,6 +438,23 @@ std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
   const double sa = get(a, "tokens_per_s"), sb = get(b, "tokens_per_s");
   if (sa > 0 && sb > 0) out += fmt::format("\nB trains {:.2f}x {} than A (tokens/s).\n", sb >= sa ? sb / sa : sa / sb,
                                           sb >= sa ? "faster" : "slower");
+  // What was changed between the two (their resolved config.toml), and whether their losses can
+  // be compared at all.
+  const auto ca = run_config(a_dir), cb = run_config(b_dir);
+  if (ca && cb) {
+    std::string diff;
+    for (const auto& k : config_schema()) {
+      if (k.key == "run.name" || k.key == "run.out_dir") continue;
+      const std::string x = format_value_shown(k, ca->config), y = format_value_shown(k, cb->config);
+      if (x != y) diff += fmt::format("  {:<30} {:>20} {:>20}\n", k.key, x, y);
+    }
+    out += diff.empty() ? "\nconfig: the same (run.name and run.out_dir aside)\n" : "\nconfig differences (A, B):\n" + diff;
+    const std::string ta = run_tokenizer(ca->config), tb = run_tokenizer(cb->config);
+    if (ta != tb)
+      out += fmt::format("\nwarning: A's tokenizer is {}, B's is {}: losses per token are not comparable between "
+                         "them (a token is a different amount of text); compare speeds and costs only\n",
+                         ta, tb);
+  }
   return out;
 }
 

@@ -75,7 +75,9 @@ void Trainer::State::add_observability(nlohmann::ordered_json& summary) {
   const double wall = summary.value("wall_s", 0.0);
   const double tps = summary.value("tokens_per_s", 0.0);
   summary["samples_per_s"] = wall > 0 ? static_cast<double>(loop.step * info.samples_per_step) / wall : 0.0;
-  summary["mfu"] = model_flops_utilization(tps, info.flops_per_token, info.peak_flops);
+  const double mfu = model_flops_utilization(tps, info.flops_per_token, info.peak_flops);
+  summary["mfu"] = mfu;
+  if (!mfu_note(mfu, peak.source).empty()) summary["mfu_note"] = mfu_note(mfu, peak.source);
   summary["peak_tflops"] = info.peak_flops / 1e12;
   summary["peak_source"] = peak.source;
   const double n_steps = static_cast<double>(std::max<int64_t>(1, session_steps));

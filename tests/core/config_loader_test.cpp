@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
@@ -41,6 +43,18 @@ TEST(ConfigLoader, PrecedenceIsDefaultThenEnvThenFileThenSet) {
   EXPECT_EQ(rc.origins.at("train.warmup_steps").describe(), "env FRUGAL_TRAIN_WARMUP_STEPS");
   EXPECT_EQ(rc.origins.at("train.steps").describe(), "file " + dir.file("c.toml") + ":2");
   EXPECT_EQ(rc.origins.at("train.lr").describe(), "--set");
+}
+
+// The banner lists what differs from the defaults, with its origin, not every key (100+ lines).
+TEST(ConfigLoader, TheSummaryListsOnlyTheValuesThatAreNotDefaults) {
+  const std::string some = resolve_config("", {"train.lr=0.002", "model.layers=6"}, {{"FRUGAL_TRAIN_STEPS", "77"}}).summary();
+  EXPECT_NE(some.find("train.lr"), std::string::npos) << some;
+  EXPECT_NE(some.find("(--set)"), std::string::npos) << some;
+  EXPECT_NE(some.find("train.steps"), std::string::npos) << some;
+  EXPECT_NE(some.find("FRUGAL_TRAIN_STEPS"), std::string::npos) << some;
+  EXPECT_EQ(some.find("model.heads"), std::string::npos) << some;
+  EXPECT_EQ(std::count(some.begin(), some.end(), '\n'), 3) << some;
+  EXPECT_EQ(resolve_config("", {}, {}).summary(), "  (all defaults)\n");
 }
 
 TEST(ConfigLoader, ResolvedTomlLoadsBackToTheSameConfig) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -61,7 +62,12 @@ std::map<std::string, double> headline_figures(const std::string& dom) {
   std::map<std::string, double> out;
   std::regex re("data-figure=\"([a-z_]+)\">([^<]+)<");
   for (auto it = std::sregex_iterator(dom.begin(), dom.end(), re); it != std::sregex_iterator(); ++it)
-    out[(*it)[1].str()] = std::stod((*it)[2].str());
+  {
+    std::string shown = (*it)[2].str();  // "14,214", "1.23M", "45.7" (report.h: format_figure)
+    shown.erase(std::remove(shown.begin(), shown.end(), ','), shown.end());
+    const bool mega = !shown.empty() && shown.back() == 'M';
+    out[(*it)[1].str()] = std::stod(shown) * (mega ? 1e6 : 1);
+  }
   return out;
 }
 
@@ -77,7 +83,7 @@ void expect_charts(const std::string& dom, std::vector<std::string> ids) {
   }
 }
 
-// Shown with 4 significant digits (3 from 10^4 up): within 0.6% of the value.
+// Shown with 3 significant digits (whole numbers from 1,000 up): within 0.6% of the value.
 void expect_shown(double shown, double value, const std::string& what) {
   EXPECT_NEAR(shown, value, 6e-3 * std::fabs(value) + 1e-12) << what;
 }
@@ -96,7 +102,17 @@ TEST(Browser, ReportShowsEveryChartAndTheNumbersOfSummaryJson) {
   const std::string dom = render("file://" + dir.file("demo/report.html"), png, dir.file("chromium"));
   ASSERT_NE(dom.find("</html>"), std::string::npos) << "chromium rendered nothing:\n" << dom;
 
-  expect_charts(dom, {"loss", "throughput", "mfu", "breakdown", "memory", "cost", "grad-noise"});
+  expect_charts(dom, {"loss", "lr", "grad-norm", "throughput", "mfu", "breakdown", "memory", "cost", "grad-noise"});
+  // Every tick label on the page is a round number a person would write (no "1.4e+04", at most
+  // 6 characters, so it stays clear of the axis title).
+  std::regex tick_re("data-axis=\"[xy]\"[^>]*>([^<]*)<");
+  int ticks = 0;
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), tick_re); it != std::sregex_iterator(); ++it, ++ticks) {
+    const std::string t = (*it)[1].str();
+    EXPECT_LE(t.size(), 6u) << t;
+    EXPECT_EQ(t.find("e+"), std::string::npos) << t;
+  }
+  EXPECT_GT(ticks, 40);
   const auto figures = headline_figures(dom);
   for (const char* k : {"tokens_per_s", "samples_per_s", "mfu", "cost_usd", "final_val_loss", "peak_rss_mb"}) {
     ASSERT_TRUE(figures.count(k)) << "headline lacks " << k;

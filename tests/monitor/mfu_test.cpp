@@ -33,7 +33,17 @@ TEST(Mfu, MeasuredPeakIsAPositiveMatmulRate) {
   MonitorConfig c;
   PeakFlops p = resolve_peak_flops(c, c10::kFloat, c10::kCPU, 0.05);
   EXPECT_GT(p.flops, 1e8);  // any CPU of this century does 0.1 GFLOP/s
-  EXPECT_NE(p.source.find("measured: Float matmul 1024^3 on cpu"), std::string::npos) << p.source;
+  EXPECT_NE(p.source.find("measured: Float matmul 1024^3 on cpu, best of 5"), std::string::npos) << p.source;
+}
+
+// An MFU above 100% is never shown bare: the note says why and what to set.
+TEST(Mfu, AboveOneHundredPercentComesWithItsReason) {
+  EXPECT_EQ(mfu_note(0.45, "measured: x"), "");
+  EXPECT_EQ(mfu_note(1.0, "measured: x"), "");
+  const std::string note = mfu_note(1.12, "measured: Float matmul 1024^3 on cpu, best of 5, 90.0 GFLOP/s");
+  EXPECT_NE(note.find("above 100%"), std::string::npos) << note;
+  EXPECT_NE(note.find("90.0 GFLOP/s"), std::string::npos) << note;
+  EXPECT_NE(note.find("monitor.peak_tflops"), std::string::npos) << note;
 }
 
 TEST(Mfu, RunReportsMfuSamplesPerSecondAndEvalCheckpointTime) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <regex>
 
 #include "frugal/core/config_loader.h"
@@ -27,9 +28,12 @@ TEST(Report, TrainingWritesASelfContainedReportWithEveryChart) {
   sets.push_back("budget.usd_per_hour=3.0");
   Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}}).fit();
   std::string html = test::read_text(dir.file("demo/report.html"));
-  for (const char* id : {"id='loss'", "id='throughput'", "id='breakdown'", "id='memory'", "id='cost'"})
+  for (const char* id : {"id='loss'", "id='lr'", "id='grad-norm'", "id='throughput'", "id='breakdown'",
+                         "id='memory'", "id='cost'", "id='config'"})
     EXPECT_NE(html.find(id), std::string::npos) << id;
-  EXPECT_EQ(html.find("http"), std::string::npos);  // nothing loaded from the network
+  EXPECT_NE(html.find("lr = "), std::string::npos);  // the resolved config.toml, folded
+  EXPECT_EQ(html.find("e+0"), std::string::npos);    // no engineering notation anywhere
+  EXPECT_EQ(html.find("://"), std::string::npos);  // nothing loaded from the network
   EXPECT_EQ(html.find("<script"), std::string::npos);
   // The train-loss line has one point per logged step (30 steps / log_every 5 = 6).
   std::smatch m;
@@ -53,6 +57,84 @@ TEST(Report, CompareShowsTheSpeedRatioAndMissingRunsAreDataErrors) {
   auto r = test::run_frugal("report " + a.path());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("metrics.jsonl"), std::string::npos) << r.output;
+}
+
+// Ticks are round: a step of 1, 2, 2.5 or 5 times a power of ten, covering the data, at most as
+// many as asked; their labels fit the 6 characters the axis titles leave room for.
+TEST(Report, TicksAreRoundAndCoverTheData) {
+  auto expect_round = [](double lo, double hi, int max) {
+    const auto t = nice_ticks(lo, hi, max);
+    ASSERT_GE(t.size(), 2u);
+    EXPECT_LE(static_cast<int>(t.size()), max) << lo << ".." << hi;
+    EXPECT_LE(t.front(), lo);
+    EXPECT_GE(t.back(), hi);
+    const double step = t[1] - t[0];
+    const double mantissa = step / std::pow(10.0, std::floor(std::log10(step)));
+    EXPECT_TRUE(std::fabs(mantissa - 1) < 1e-6 || std::fabs(mantissa - 2) < 1e-6 ||
+                (std::fabs(mantissa - 2.5) < 1e-6 && step >= 1) || std::fabs(mantissa - 5) < 1e-6 ||
+                std::fabs(mantissa - 10) < 1e-6)
+        << step;
+    for (double v : t) {
+      EXPECT_NEAR(std::remainder(v, step), 0, step * 1e-6) << v;
+      EXPECT_LE(format_tick(v, step).size(), 6u) << format_tick(v, step);
+    }
+  };
+  expect_round(0, 1.0, 5);
+  expect_round(1.083, 2.71, 5);        // a loss curve
+  expect_round(0, 23617, 5);           // tokens/s
+  expect_round(0, 0.0009651, 5);       // dollars of a short run
+  expect_round(2e-4, 6e-4, 5);         // a learning rate
+  expect_round(0, 6e-5, 5);            // a small one
+  expect_round(0, 1'048'576, 5);       // bytes
+  expect_round(1, 30, 6);              // steps
+  expect_round(3, 3, 5);               // a flat line
+  EXPECT_EQ(nice_ticks(0, 23617, 5), (std::vector<double>{0, 10000, 20000, 30000}));
+  EXPECT_EQ(format_tick(20000, 10000), "20k");
+  const auto dollars = nice_ticks(0, 0.0009651, 5);
+  ASSERT_EQ(dollars.size(), 3u);
+  EXPECT_NEAR(dollars[1], 0.0005, 1e-15);
+  EXPECT_NEAR(dollars[2], 0.001, 1e-15);
+  EXPECT_EQ(format_tick(dollars[1], dollars[1] - dollars[0]), "0.0005");
+  EXPECT_EQ(format_tick(250, 250), "250");
+  EXPECT_EQ(format_tick(3e-5, 1e-5), "3e-5");
+  EXPECT_EQ(format_tick(1.5, 0.5), "1.5");
+  EXPECT_EQ(format_tick(0.0004, 0.0002), "0.0004");
+}
+
+// Headline figures are read by people: grouped digits or M, 3 significant digits, no "e+04".
+TEST(Report, HeadlineFiguresAvoidEngineeringNotation) {
+  EXPECT_EQ(format_figure(14213.7), "14,214");
+  EXPECT_EQ(format_figure(1234567), "1.23M");
+  EXPECT_EQ(format_figure(45.678), "45.7");
+  EXPECT_EQ(format_figure(1.534), "1.53");
+  EXPECT_EQ(format_figure(0.0009651), "0.000965");
+  EXPECT_EQ(format_figure(0), "0");
+  EXPECT_EQ(format_figure(-2.5), "-2.50");
+}
+
+// compare names what differs between the two configurations, and warns when their per-token
+// losses come from different tokenizers.
+TEST(Report, CompareListsTheConfigDifferencesAndWarnsAboutDifferentTokenizers) {
+  test::TempDir a, b, ds;
+  for (const auto* d : {&a, &b})
+    test::write_text(d->file("summary.json"), R"({"run_name":"r","tokens_per_s":100.0,"final_val_loss":1.5})");
+  test::write_text(ds.file("manifest.json"),
+                   R"({"format":"frugal-dataset","kind":"tokens","tokenizer":{"name":"sentencepiece","vocab":8000}})");
+  test::write_text(a.file("config.toml"), resolve_config("", {"train.lr=0.001", "run.name=a"}, {}).to_toml());
+  test::write_text(b.file("config.toml"), resolve_config("", {"train.lr=0.003", "run.name=b"}, {}).to_toml());
+  std::string same_data = compare_runs(a.path(), b.path());
+  EXPECT_NE(same_data.find("config differences (A, B):"), std::string::npos) << same_data;
+  EXPECT_NE(same_data.find("train.lr"), std::string::npos) << same_data;
+  EXPECT_EQ(same_data.find("run.name"), std::string::npos) << same_data;
+  EXPECT_EQ(same_data.find("warning"), std::string::npos) << same_data;
+  test::write_text(b.file("config.toml"),
+                   resolve_config("", {"train.lr=0.001", "data.source=shards:" + ds.path()}, {}).to_toml());
+  std::string other = compare_runs(a.path(), b.path());
+  EXPECT_NE(other.find("data.source"), std::string::npos) << other;
+  EXPECT_NE(other.find("warning: A's tokenizer is bytes (256 symbols), B's is sentencepiece (8000 symbols)"),
+            std::string::npos) << other;
+  test::write_text(b.file("config.toml"), resolve_config("", {"train.lr=0.001", "run.name=b"}, {}).to_toml());
+  EXPECT_NE(compare_runs(a.path(), b.path()).find("config: the same"), std::string::npos);
 }
 
 }  // namespace

@@ -61,7 +61,8 @@ struct ResolvedConfig {
   // The resolved config as TOML, each value followed by a comment naming its origin. Loading it
   // back gives the same Config.
   std::string to_toml() const;
-  // A short human table for the start of a run (non-default values marked).
+  // A short human table for the start of a run: the values that are not defaults, each with its
+  // origin ("  (all defaults)" when none); the whole resolved config is to_toml()'s.
   std::string summary() const;
 };
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,5 +59,14 @@ struct TokenDataset {
 // Opens DIR. Throws DataError if it holds neither a manifest nor llm.c files, or if a listed
 // shard is missing or does not match its manifest hash size.
 TokenDataset open_token_dataset(const std::string& dir);
+
+// The tokenizer DIR/manifest.json records (tokenizer.name and .vocab), without opening any shard;
+// nullopt when there is no readable manifest or it records no vocabulary (open_token_dataset then
+// says what is wrong).
+struct ManifestTokenizer {
+  std::string name;
+  int64_t vocab = 0;
+};
+std::optional<ManifestTokenizer> manifest_tokenizer(const std::string& dir);
 
 }  // namespace frugal

@@ -18,12 +18,18 @@ namespace frugal {
 // tokens_per_s x flops_per_token / peak_flops (0 when the peak is unknown).
 double model_flops_utilization(double tokens_per_s, double flops_per_token, double peak_flops);
 
+// "" for an MFU up to 1; above it, why that can be (the measured peak was taken while the machine
+// was slower than during training, or the configured peak is too low) and what to do.
+std::string mfu_note(double mfu, const std::string& peak_source);
+
 struct PeakFlops {
   double flops = 0;    // FLOP/s
   std::string source;  // "configured (monitor.peak_tflops)" or "measured: bf16 matmul 1024^3 on cpu"
 };
 
-// The configured peak, or a measurement of `seconds` of n x n matmuls in `dtype` on `device`.
+// The configured peak, or the best of 5 measurements of n x n matmuls in `dtype` on `device`,
+// `seconds` in all: the best, because a burst slowed by another process (a shared machine, a
+// page fault) says nothing about what the hardware can do, and a low peak inflates MFU.
 PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10::Device device,
                              double seconds = 0.2);
 

@@ -17,7 +17,18 @@ namespace frugal {
 struct ReportPageOptions {
   int refresh_s = 0;        // > 0: the page reloads itself every refresh_s seconds (live dashboard)
   std::string token_query;  // appended to the reload URL ("?token=..."); "" = none
+  std::string config_toml;  // the run's resolved config.toml, shown folded; "" = none
 };
+
+// Round tick values covering [lo, hi]: at most max_ticks of them (at least 2), a step of 1, 2 or 5
+// times a power of ten (or 2.5 for steps of 1 and up), the first at or below lo and the last at or
+// above hi.
+std::vector<double> nice_ticks(double lo, double hi, int max_ticks);
+// A tick label with as many decimals as the step needs: "0.5", "0.0002", "500"; "12.5k" or "2M"
+// for large values on steps of 1,000 or more; "3e-5" on steps below 1e-4.
+std::string format_tick(double v, double step);
+// A headline figure for people: "14,200", "1.23M", "45.6", "0.000965"; never "1.4e+04".
+std::string format_figure(double x);
 
 // Renders the page from a summary object and the metrics lines (each a step or eval object).
 std::string render_report_html(const nlohmann::json& summary, const std::vector<nlohmann::json>& lines,
