@@ -21,6 +21,7 @@
 #include "frugal/core/device.h"
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
+#include "frugal/data/token_dataset.h"
 #include "frugal/monitor/console.h"
 #include "frugal/monitor/memory.h"
 #include "frugal/monitor/metrics_writer.h"
@@ -94,6 +95,20 @@ std::function<void(WriteStage)> fault_kill_hook() {
   };
 }
 
+// data.source = "shards:DIR" records its vocabulary in the manifest: a model.vocab left at its
+// default takes it from there, so that the two need not be kept in step by hand.
+void adopt_dataset_vocab(ResolvedConfig& rc) {
+  const std::string& src = rc.config.data.source;
+  if (src.rfind("shards:", 0) != 0) return;
+  ValueOrigin& origin = rc.origins.at("model.vocab");
+  if (origin.kind != ValueOrigin::Kind::kDefault) return;  // set on purpose: checked against the data later
+  const std::string dir = src.substr(7);
+  const std::optional<ManifestTokenizer> tok = manifest_tokenizer(dir);
+  if (!tok || tok->vocab == rc.config.model.vocab) return;
+  rc.config.model.vocab = tok->vocab;
+  origin = ValueOrigin{ValueOrigin::Kind::kFile, (fs::path(dir) / "manifest.json").string() + " tokenizer.vocab"};
+}
+
 // The checkpoint to resume from: "" for a fresh run.
 std::string choose_checkpoint(const Config& c, const std::string& resume) {
   if (resume.empty()) return "";
@@ -121,6 +136,7 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
     : s_(std::make_unique<State>()) {
   State& s = *s_;
   s.rc = std::move(config);
+  adopt_dataset_vocab(s.rc);
   s.opts = std::move(options);
   // Installed first, so a stop signal during start-up (data, model, precision measurement) is
   // honoured too: fit() checks the flag before the first step.
@@ -298,6 +314,8 @@ void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
   if (m.logged) {  // the only host syncs of the step (besides the fp16 scaler's verdict)
     m.loss = loss_sum.item<double>() / static_cast<double>(L.window_steps);
     m.grad_norm = r.grad_norm.item<double>();
+    logged_grad_norm = m.grad_norm;
+    logged_grad_norm_step = L.step;
     m.tokens_per_s = static_cast<double>(L.window_tokens) / L.window_s;
     m.rss_mb = static_cast<double>(rss_now_bytes()) / 1e6;
     L.final_train = m.loss;

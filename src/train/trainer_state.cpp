@@ -105,6 +105,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   double value = NAN;
   if (metric == "val_loss" && loop.last_eval_step == loop.step) value = loop.final_val;
   if (metric == "loss" && loop.window_steps == 0) value = loop.final_train;
+  if (metric == "grad_norm" && logged_grad_norm_step == loop.step) value = logged_grad_norm;
   if (!std::isnan(value)) st["metric"] = {{"name", metric}, {"value", value}};
   st["config_toml"] = rc.to_toml();
   st["config_values"] = config_values(rc.config);
@@ -244,7 +245,7 @@ void Trainer::State::print_banner() {
   const std::string blas = threads.blas >= 0 ? fmt::format(", BLAS threads {}", threads.blas) : "";
   con.line(fmt::format("frugal {} | LibTorch {} | device {} | threads {} ({}){}", FRUGAL_VERSION, TORCH_VERSION,
                        device.str(), threads.intra_op, threads.reason, blas));
-  con.line("config (non-defaults marked):\n" + rc.summary());
+  con.line(fmt::format("config (besides the defaults; all of it in {}/config.toml):\n{}", run_dir, rc.summary()));
   const std::string what = task.hooks.describe.empty() ? model->name() : task.hooks.describe;
   con.line(fmt::format("model: {} | {:.3f}M parameters{}", what, static_cast<double>(info.params) / 1e6,
                        info.flops_per_token > 0

@@ -281,6 +281,19 @@ TEST(Prepare, CliPreparesOnceThenTrainsFromTheShards) {
   const std::string metrics = test::read_text(dir.file("demo/metrics.jsonl"));
   EXPECT_NE(metrics.find("\"data_wait_s\""), std::string::npos);
 
+  // model.vocab left at its default follows the manifest's tokenizer.vocab (here raised to 300,
+  // as a tokenizer with more symbols would have it); set on purpose, it is checked against it.
+  auto m = nlohmann::json::parse(test::read_text(dir.file("ds/manifest.json")));
+  m["tokenizer"]["vocab"] = 300;
+  test::write_text(dir.file("ds/manifest.json"), m.dump(1));
+  auto wide = test::run_frugal(train);
+  ASSERT_EQ(wide.exit_code, 0) << wide.output;
+  const std::string toml = test::read_text(dir.file("demo/config.toml"));
+  EXPECT_NE(toml.find("vocab = 300  # file " + dir.file("ds/manifest.json") + " tokenizer.vocab"), std::string::npos) << toml;
+  auto narrow = test::run_frugal(train + " --set model.vocab=256");
+  EXPECT_EQ(narrow.exit_code, 2) << narrow.output;
+  EXPECT_NE(narrow.output.find("set model.vocab = 300"), std::string::npos) << narrow.output;
+
   auto bad = test::run_frugal(fmt::format("prepare '{}' --out '{}' --format jsonl --quiet", dir.file("arith.txt"), dir.file("j")));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("arith.txt:1"), std::string::npos) << bad.output;

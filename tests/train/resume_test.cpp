@@ -8,10 +8,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/ckpt/safetensors.h"
@@ -243,6 +245,34 @@ TEST(Stops, GuardRollsBackWithALowerLrThenGivesUp) {
   EXPECT_DOUBLE_EQ(s["lr_scale"].get<double>(), 0.25);
   EXPECT_NE(s["stop_reason"].get<std::string>().find("after 2 rollback"), std::string::npos) << s["stop_reason"];
   EXPECT_FALSE(fs::exists(dir.path() + "/demo/final"));
+}
+
+// checkpoint.best_metric = "grad_norm" was accepted but never recorded, so keep_best kept nothing:
+// each checkpoint at a log step records the gradient norm of that step, and keep_best keeps the
+// smallest.
+TEST(Checkpoints, GradNormAsTheBestMetricIsRecordedAndRanked) {
+  test::TempDir dir;
+  auto s = train(dir.path(), {"checkpoint.every_steps=5", "checkpoint.keep_last=1", "checkpoint.keep_best=1",
+                              "checkpoint.best_metric=grad_norm", "train.log_every=5"});
+  std::map<int64_t, double> norms;  // step -> grad_norm, from metrics.jsonl
+  std::ifstream in(dir.path() + "/demo/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("grad_norm") && j["grad_norm"].is_number()) norms[j["step"].get<int64_t>()] = j["grad_norm"];
+  }
+  ASSERT_GE(norms.size(), 4u);
+  int64_t best_step = -1;
+  for (const auto& [step, g] : norms)
+    if (step % 5 == 0 && (best_step < 0 || g < norms[best_step])) best_step = step;
+  std::vector<int64_t> kept;
+  for (const auto& c : list_checkpoints(dir.path() + "/demo/checkpoints")) {
+    kept.push_back(c.step);
+    ASSERT_TRUE(c.metric.has_value()) << c.path;
+    EXPECT_DOUBLE_EQ(*c.metric, norms.at(c.step)) << c.path;
+  }
+  // The newest, and the one with the smallest gradient norm.
+  EXPECT_NE(std::find(kept.begin(), kept.end(), s["steps"].get<int64_t>()), kept.end());
+  EXPECT_NE(std::find(kept.begin(), kept.end(), best_step), kept.end()) << best_step;
 }
 
 TEST(Stops, ARollbackBillsTheDivergedStepsOnce) {

@@ -87,6 +87,8 @@ struct Trainer::State {
   double phase_s[4] = {0, 0, 0, 0};  // this session's data, forward, backward, optimizer time
   int64_t session_steps = 0;
   double session_step_s = 0;  // wall time of this session's steps
+  double logged_grad_norm = 0;  // the gradient norm of the newest log step (checkpoint.best_metric)
+  int64_t logged_grad_norm_step = -1;
 
   bool is_writer() const { return !dp || dp->is_writer(); }  // this process writes the run's files
 
