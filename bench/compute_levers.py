@@ -155,7 +155,7 @@ def alternate(repeats, fns):
 
 
 def doctor(frugal):
-    p = subprocess.run([frugal, "doctor", "--json"], capture_output=True, text=True)
+    p = subprocess.run([frugal, "doctor", "--json", "--no-save"], capture_output=True, text=True)
     if p.returncode != 0:
         die(f"compute_levers: `{frugal} doctor --json` exited {p.returncode}:\n{p.stderr[-2000:]}", 1)
     return json.loads(p.stdout)

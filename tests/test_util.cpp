@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -13,6 +14,21 @@
 
 namespace frugal::test {
 namespace fs = std::filesystem;
+
+namespace {
+// Every test process (and the frugal processes it starts) keeps frugal's per-machine cache (the
+// thread choice `frugal doctor` saves) in a directory of its own, never in the user's home.
+struct PrivateCacheDir {
+  PrivateCacheDir() {
+    const fs::path dir = fs::temp_directory_path() / ("frugal-test-cache-" + std::to_string(::getpid()));
+    ::setenv("FRUGAL_CACHE_DIR", dir.c_str(), /*overwrite=*/1);
+  }
+  ~PrivateCacheDir() {
+    std::error_code ec;
+    fs::remove_all(fs::temp_directory_path() / ("frugal-test-cache-" + std::to_string(::getpid())), ec);
+  }
+} const private_cache_dir;
+}  // namespace
 
 TempDir::TempDir() {
   std::random_device rd;

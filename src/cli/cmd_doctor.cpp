@@ -12,11 +12,13 @@ namespace {
 struct DoctorArgs {
   bool json = false;
   double seconds = 0.3;
+  bool no_save = false;
 };
 
 int run_doctor_cmd(const DoctorArgs& a) {
   DoctorOptions o;
   o.seconds_per_probe = a.seconds;
+  o.save_thread_choice = !a.no_save;
   DoctorReport r = run_doctor(o);
   if (a.json) {
     nlohmann::ordered_json j = r.facts;
@@ -79,10 +81,13 @@ void add_doctor_command(CLI::App& app, Run* run) {
   auto* cmd = app.add_subcommand(
       "doctor",
       "Check this machine: LibTorch build, CPU features, CUDA, BLAS (warns about the slow "
-      "reference BLAS), thread oversubscription, measured fp32/bf16 matmul GFLOP/s, free disk.");
+      "reference BLAS), thread oversubscription, measured fp32/bf16 matmul GFLOP/s, free disk. Saves the "
+      "thread count it measured fastest, which frugal train follows (--no-save: measure only).");
   cmd->add_flag("--json", args->json, "print the facts as JSON");
   cmd->add_option("--seconds", args->seconds, "time budget per measurement")
       ->check(CLI::Range(0.05, 10.0))->capture_default_str();
+  cmd->add_flag("--no-save", args->no_save,
+                "measure only: do not save the thread choice that frugal train (run.threads = 0) follows");
   cmd->callback([args, run] { *run = [args] { return run_doctor_cmd(*args); }; });
 }
 

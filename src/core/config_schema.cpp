@@ -145,7 +145,7 @@ std::vector<KeySpec> build_schema() {
   s.push_back(int_key("run.seed", [](Config& c) -> int64_t& { return c.run.seed; }, 0, 9.0e15,
                       "seed for initialisation, data order and dropout"));
   s.push_back(int_key("run.threads", [](Config& c) -> int64_t& { return c.run.threads; }, 0, 1024,
-                      "intra-op and BLAS threads; 0 = auto (physical cores)"));
+                      "intra-op and BLAS threads; 0 = auto (what frugal doctor measured fastest here, else physical cores)"));
   s.push_back(string_key("run.device", [](Config& c) -> std::string& { return c.run.device; },
                          "\"cpu\", \"cuda\" or \"cuda:N\"", check_device));
   s.push_back(bool_key("run.deterministic", [](Config& c) -> bool& { return c.run.deterministic; },
@@ -161,7 +161,7 @@ std::vector<KeySpec> build_schema() {
   s.push_back(int_key("model.block", [](Config& c) -> int64_t& { return c.model.block; }, 2,
                       1 << 20, "context length in tokens"));
   s.push_back(int_key("model.vocab", [](Config& c) -> int64_t& { return c.model.vocab; }, 2,
-                      1 << 24, "vocabulary size (256 for byte-level data)"));
+                      1 << 24, "vocabulary size (256 for byte-level data); unset, a shards:DIR dataset's manifest sets it"));
   s.push_back(float_key("model.dropout", [](Config& c) -> double& { return c.model.dropout; }, 0,
                         0.9, "dropout probability; 0 = off"));
   // [data]

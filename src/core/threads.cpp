@@ -8,11 +8,17 @@
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <climits>
 #include <cstdlib>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <thread>
+
+#include "frugal/core/atomic_file.h"
 
 namespace frugal {
 
@@ -82,13 +88,62 @@ bool set_blas_threads(int n) {
   return true;
 }
 
-ThreadPlan apply_thread_plan(int requested) {
+std::string thread_choice_path() {
+  if (const char* d = std::getenv("FRUGAL_CACHE_DIR"); d && *d) return std::string(d) + "/threads.json";
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/frugal/threads.json";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/frugal/threads.json";
+}
+
+std::optional<MeasuredThreads> read_thread_choice() {
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_file(thread_choice_path()));
+    MeasuredThreads m;
+    m.threads = j.at("threads").get<int>();
+    m.physical_cores = j.at("physical_cores").get<int>();
+    m.logical_cpus = j.at("logical_cpus").get<int>();
+    m.measured_utc = j.value("measured_utc", "");
+    // Another machine's (a copied home directory) or another CPU set's (a container limit) choice
+    // says nothing about this one.
+    if (m.threads < 1 || m.physical_cores != physical_core_count() || m.logical_cpus != usable_cpu_count())
+      return std::nullopt;
+    return m;
+  } catch (const std::exception&) {
+    return std::nullopt;  // none yet, or unreadable: the default plan
+  }
+}
+
+void save_thread_choice(int threads) {
+  const std::string path = thread_choice_path();
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  const nlohmann::json j = {
+      {"threads", threads},
+      {"physical_cores", physical_core_count()},
+      {"logical_cpus", usable_cpu_count()},
+      {"measured_utc", fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1,
+                                   tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)},
+      {"written_by", "frugal doctor"}};
+  write_file_atomic(path, j.dump(1) + "\n");
+}
+
+ThreadPlan apply_thread_plan(int requested, bool use_doctor_choice) {
   ThreadPlan plan;
   plan.physical_cores = physical_core_count();
   plan.logical_cpus = usable_cpu_count();
+  const std::optional<MeasuredThreads> measured =
+      requested > 0 || !use_doctor_choice ? std::nullopt : read_thread_choice();
   if (requested > 0) {
     plan.intra_op = requested;
     plan.reason = "run.threads";
+  } else if (measured) {
+    plan.intra_op = std::min(measured->threads, plan.logical_cpus);
+    plan.reason = fmt::format("auto: frugal doctor measured {} thread(s) fastest here on {} ({}; run it again "
+                              "to re-measure)",
+                              measured->threads, measured->measured_utc, thread_choice_path());
   } else {
     plan.intra_op = std::max(1, std::min(plan.physical_cores, plan.logical_cpus));
     plan.reason = fmt::format("auto: {} physical core(s), {} usable CPU(s)", plan.physical_cores,

@@ -5,9 +5,11 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -43,6 +45,11 @@ bool has_flag(const std::string& flags, const std::string& f) {
 
 // Median seconds of a small transformer-like fp32 training step (MLP 512 -> 2048 -> 512, batch
 // 1024): matmuls from the BLAS plus element-wise ops from OpenMP, the mix that oversubscribes.
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 double mlp_step_seconds(double budget_s) {
   torch::manual_seed(0);
   auto w1 = torch::randn({2048, 512}).mul_(0.02).requires_grad_();
@@ -88,6 +95,10 @@ double measure_matmul_gflops(int64_t n, c10::ScalarType dtype, c10::Device devic
     elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   }
   return 2.0 * static_cast<double>(n * n * n) * static_cast<double>(reps) / elapsed / 1e9;
+}
+
+int recommend_threads(double planned_step_s, double one_thread_step_s, int planned_threads) {
+  return one_thread_step_s < 0.9 * planned_step_s ? 1 : planned_threads;
 }
 
 DoctorReport run_doctor(const DoctorOptions& o) {
@@ -157,21 +168,38 @@ DoctorReport run_doctor(const DoctorOptions& o) {
         blas_library().empty() ? "none found" : blas_library()));
   }
 
-  // Threads: measure the planned setting against one thread and against the untuned defaults.
-  ThreadPlan plan = apply_thread_plan(0);
-  f["threads_frugal"] = plan.intra_op;
-  const double planned_s = mlp_step_seconds(o.seconds_per_probe);
-  apply_thread_plan(1);
-  const double one_s = mlp_step_seconds(o.seconds_per_probe);
-  // Oversubscribed: OpenMP at the planned count with OpenBLAS's pool at every CPU.
+  // Threads: the default plan (physical cores) against one thread, alternating 3 rounds of each
+  // (a shared machine's speed drifts from second to second) and comparing medians. The choice is
+  // saved (threads.h: thread_choice_path) and `frugal train` with run.threads = 0 follows it, so
+  // the two never disagree.
+  ThreadPlan plan = apply_thread_plan(0, /*use_doctor_choice=*/false);
+  std::vector<double> planned_runs, one_runs;
+  for (int round = 0; round < 3; ++round) {
+    apply_thread_plan(0, false);
+    planned_runs.push_back(mlp_step_seconds(o.seconds_per_probe / 3));
+    apply_thread_plan(1);
+    one_runs.push_back(mlp_step_seconds(o.seconds_per_probe / 3));
+  }
+  const double planned_s = median_of(planned_runs), one_s = median_of(one_runs);
+  // Oversubscribed: OpenMP at the planned count with OpenBLAS's own pool at every CPU.
   at::set_num_threads(plan.intra_op);
   bool blas_pool = set_blas_threads(std::max(plan.logical_cpus, 2) * plan.intra_op);
   const double over_s = blas_pool ? mlp_step_seconds(o.seconds_per_probe) : planned_s;
-  apply_thread_plan(0);
+  const int recommended = recommend_threads(planned_s, one_s, plan.intra_op);
+  if (o.save_thread_choice) {
+    try {
+      save_thread_choice(recommended);
+      f["threads_choice_file"] = thread_choice_path();
+    } catch (const std::exception& e) {
+      r.warnings.push_back(fmt::format("cannot save the thread choice: {}; frugal train keeps its default", e.what()));
+    }
+  }
+  const ThreadPlan used = apply_thread_plan(0);
+  f["threads_frugal"] = used.intra_op;
   f["mlp_step_ms_planned"] = planned_s * 1e3;
   f["mlp_step_ms_one_thread"] = one_s * 1e3;
   if (blas_pool) f["mlp_step_ms_blas_oversubscribed"] = over_s * 1e3;
-  f["threads_recommended"] = one_s < planned_s * 0.95 ? 1 : plan.intra_op;
+  f["threads_recommended"] = recommended;
   if (blas_pool && over_s > planned_s * 1.3)
     r.warnings.push_back(fmt::format(
         "oversubscription: with OpenBLAS's own pool of {} threads beside {} OpenMP threads an fp32 "
@@ -180,11 +208,13 @@ DoctorReport run_doctor(const DoctorOptions& o) {
         "set OPENBLAS_NUM_THREADS and OMP_NUM_THREADS to the same count.",
         std::max(plan.logical_cpus, 2) * plan.intra_op, plan.intra_op, over_s * 1e3,
         planned_s * 1e3, over_s / planned_s));
-  if (one_s < planned_s * 0.8)
+  if (recommended < plan.intra_op)
     r.warnings.push_back(fmt::format(
-        "one thread ({:.1f} ms/step) beats {} threads ({:.1f} ms/step) right now: the CPUs are "
-        "shared or busy. Consider [run] threads = 1.",
-        one_s * 1e3, plan.intra_op, planned_s * 1e3));
+        "one thread ({:.1f} ms/step) beats {} threads ({:.1f} ms/step), medians of 3 alternating rounds: the "
+        "CPUs are shared or busy. frugal train (run.threads = 0) now uses 1 thread here{}; run frugal doctor "
+        "again to re-measure, or set run.threads.",
+        one_s * 1e3, plan.intra_op, planned_s * 1e3,
+        o.save_thread_choice ? " (saved in " + thread_choice_path() + ")" : ""));
 
   const double fp32 = measure_matmul_gflops(1024, false, o.seconds_per_probe);
   const double bf16 = measure_matmul_gflops(1024, true, o.seconds_per_probe);

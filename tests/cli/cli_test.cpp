@@ -1,10 +1,19 @@
 // The `frugal` tool as a user runs it: help, exit codes for bad input, train then sample.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/ckpt/safetensors.h"
+#include "frugal/core/config_loader.h"
+#include "frugal/core/threads.h"
+#include "frugal/model/gpt.h"
+#include "frugal/model/weights.h"
+#include "frugal/monitor/doctor.h"
 #include "test_util.h"
 
 namespace frugal {
@@ -125,6 +134,21 @@ TEST(Cli, TrainThenSampleFromTheRun) {
   auto s = run_frugal("sample " + dir.file("demo") + " --prompt '12+7=' --max-tokens 4");
   ASSERT_EQ(s.exit_code, 0) << s.output;
   EXPECT_EQ(s.output.rfind("12+7=", 0), 0u) << s.output;
+  // Without a stop text exactly 4 tokens follow the prompt: the model's greedy continuation.
+  auto four = run_frugal("sample " + dir.file("demo") + " --prompt '12+7=' --max-tokens 4 --stop ''");
+  ASSERT_EQ(four.exit_code, 0) << four.output;
+  Config c = resolve_config(dir.file("demo/config.toml"), {}, {}).config;
+  at::set_num_threads(1);  // as the run (run.threads = 1): the same summation order
+  Gpt model(c.model);
+  const std::string weights = dir.file("demo/final/model.safetensors");
+  load_parameters(model->named_parameter_list(), load_safetensors(weights), weights);
+  const std::string prompt = "12+7=";
+  std::string expected = prompt;
+  for (int64_t t : model->generate(std::vector<int64_t>(prompt.begin(), prompt.end()), 4, 0.0, 0))
+    expected.push_back(static_cast<char>(t));
+  ASSERT_EQ(expected.size(), prompt.size() + 4);
+  if (expected.back() != '\n') expected += "\n";
+  EXPECT_EQ(four.output, expected);
   // A second train into the same run directory is refused without --overwrite: exit 2.
   auto again = run_frugal("train" + tiny_sets(dir.path()));
   EXPECT_EQ(again.exit_code, 2) << again.output;
@@ -145,6 +169,38 @@ TEST(Cli, DoctorJsonReportsMeasuredMatmulSpeed) {
   EXPECT_GT(j["matmul_bf16_gflops"].get<double>(), 0);
   EXPECT_TRUE(j["blas_library"].is_string());
   EXPECT_TRUE(j["warnings"].is_array());
+  // What the doctor recommends is what train then uses (it saves its choice; train reads it).
+  EXPECT_EQ(j["threads_frugal"], j["threads_recommended"]) << r.output;
+  const std::string saved = j["threads_choice_file"].get<std::string>();
+  EXPECT_EQ(saved, std::string(std::getenv("FRUGAL_CACHE_DIR")) + "/threads.json");
+  test::TempDir dir;
+  std::string sets;
+  for (const auto& o : test::tiny_overrides(dir.path()))
+    if (o != "run.threads=1") sets += " --set " + o;
+  auto t = run_frugal("train" + sets + " --set train.steps=2");
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  EXPECT_NE(t.output.find(fmt::format("threads {} (auto: frugal doctor measured {} thread(s) fastest here",
+                                      j["threads_recommended"].get<int>(), j["threads_recommended"].get<int>())),
+            std::string::npos)
+      << t.output;
+}
+
+// The saved choice is used only on the CPU set it was measured on, and only for run.threads = 0.
+TEST(Threads, TheDoctorsChoiceAppliesToAutoOnTheSameCpusOnly) {
+  EXPECT_EQ(recommend_threads(10.0, 8.5, 2), 1);  // one thread >= 10% faster
+  EXPECT_EQ(recommend_threads(10.0, 9.5, 2), 2);  // within noise: keep the planned count
+  save_thread_choice(1);
+  ASSERT_TRUE(read_thread_choice().has_value());
+  const ThreadPlan plan = apply_thread_plan(0);
+  EXPECT_EQ(plan.intra_op, 1);
+  EXPECT_NE(plan.reason.find("frugal doctor measured 1 thread(s)"), std::string::npos) << plan.reason;
+  EXPECT_EQ(apply_thread_plan(3).intra_op, 3);  // run.threads wins
+  EXPECT_EQ(apply_thread_plan(0, /*use_doctor_choice=*/false).reason.find("doctor"), std::string::npos);
+  auto j = nlohmann::json::parse(test::read_text(thread_choice_path()));
+  j["logical_cpus"] = j["logical_cpus"].get<int>() + 7;  // measured on another CPU set
+  test::write_text(thread_choice_path(), j.dump());
+  EXPECT_FALSE(read_thread_choice().has_value());
+  EXPECT_EQ(apply_thread_plan(0).reason.find("doctor"), std::string::npos);
 }
 
 }  // namespace

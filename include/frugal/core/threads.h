@@ -4,6 +4,7 @@
 // itself and says what it chose.
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace frugal {
@@ -19,9 +20,24 @@ struct ThreadPlan {
 int physical_core_count();
 int usable_cpu_count();
 
-// Chooses and applies thread counts; requested <= 0 means auto (physical cores, capped by the
-// CPUs this process may use).
-ThreadPlan apply_thread_plan(int requested);
+// The thread count `frugal doctor` measured fastest on this machine, kept with the CPU counts it
+// was measured for in thread_choice_path(): $FRUGAL_CACHE_DIR/threads.json, else
+// $XDG_CACHE_HOME/frugal/threads.json, else ~/.cache/frugal/threads.json.
+struct MeasuredThreads {
+  int threads = 0;
+  int physical_cores = 0, logical_cpus = 0;
+  std::string measured_utc;  // "2026-11-24T18:02:11Z"
+};
+std::string thread_choice_path();
+// The saved choice when it exists and was measured with this process's CPU counts.
+std::optional<MeasuredThreads> read_thread_choice();
+// Saves (atomically) `threads` for this process's CPU counts.
+void save_thread_choice(int threads);
+
+// Chooses and applies thread counts. requested > 0: that many. requested <= 0 (auto): the count
+// `frugal doctor` measured fastest here (read_thread_choice) when `use_doctor_choice` and there
+// is one, else the physical cores, capped by the CPUs this process may use.
+ThreadPlan apply_thread_plan(int requested, bool use_doctor_choice = true);
 
 // BLAS facts: the shared object that provides sgemm_ (resolved through Debian alternatives), and
 // whether it is a tuned BLAS (OpenBLAS, BLIS, MKL) rather than the reference one.

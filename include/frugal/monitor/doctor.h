@@ -15,7 +15,12 @@ namespace frugal {
 struct DoctorOptions {
   double seconds_per_probe = 0.3;  // time budget of each measurement
   std::string disk_path = ".";     // where free space is reported
+  bool save_thread_choice = true;  // save the measured thread count for frugal train (threads.h)
 };
+
+// The thread count to use from medians of step times: 1 when one thread is at least 10% faster
+// than the planned count (a shared or busy machine), else the planned count.
+int recommend_threads(double planned_step_s, double one_thread_step_s, int planned_threads);
 
 struct DoctorReport {
   nlohmann::ordered_json facts;
