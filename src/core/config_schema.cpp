@@ -421,8 +421,14 @@ std::vector<KeySpec> build_schema() {
                         0.001, 1, "tuning time bound, as a fraction of the run's projected time"));
   s.push_back(int_key("tune.probe_steps", [](Config& c) -> int64_t& { return c.tune.probe_steps; }, 1,
                       10000, "measured steps per candidate (after one warm-up step)"));
+  s.push_back(int_key("tune.rounds", [](Config& c) -> int64_t& { return c.tune.rounds; }, 1, 100,
+                      "measurement rounds, candidates in turn; each candidate's tokens/s is its median"));
+  s.push_back(float_key("tune.min_speedup", [](Config& c) -> double& { return c.tune.min_speedup; }, 0, 10,
+                        "a candidate must beat the configuration as given by this fraction to replace it"));
   s.push_back(float_key("tune.loss_tolerance", [](Config& c) -> double& { return c.tune.loss_tolerance; },
-                        0, 10, "a candidate's probe loss must be within this relative distance of fp32's"));
+                        0, 10, "a candidate's loss must be within this relative distance of fp32's"));
+  s.push_back(int_key("tune.loss_check_steps", [](Config& c) -> int64_t& { return c.tune.loss_check_steps; },
+                      0, 1000000, "steps the chosen candidate and fp32 train to compare losses; 0 = probe losses"));
   s.push_back(float_key("tune.memory_margin", [](Config& c) -> double& { return c.tune.memory_margin; },
                         0, 0.9, "batch-size finder: keep peak memory below (1 - margin) x the budget"));
   s.push_back(int_key("tune.max_micro_batch", [](Config& c) -> int64_t& { return c.tune.max_micro_batch; },

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -62,9 +63,9 @@ struct TempRoot {
   std::string path;
 };
 
-std::vector<std::string> probe_sets(const Config& c, const std::string& root, size_t index) {
+std::vector<std::string> probe_sets(int64_t steps, const std::string& root, size_t index) {
   return {"run.out_dir=" + root, fmt::format("run.name=candidate-{}", index),
-          fmt::format("train.steps={}", c.tune.probe_steps + 1), "train.eval_every=0",
+          fmt::format("train.steps={}", steps), "train.eval_every=0",
           "train.eval_batches=1", "train.log_every=1", "train.answer_samples=0",
           "train.max_minutes=0", "train.smoke_first=false", "train.auto_tune=false",
           "checkpoint.enabled=false", "early_stop.enabled=false", "guard.enabled=false",
@@ -104,18 +105,26 @@ std::vector<TuneCandidate> make_candidates(const Config& c, const FinderResult* 
   return out;
 }
 
-void run_candidate(TuneCandidate& k, const std::string& file, const std::vector<std::string>& overrides,
-                   const std::map<std::string, std::string>& env, const std::string& root, size_t index,
-                   const CostMeter& cost, const TuneProgress& progress) {
-  const auto t0 = Clock::now();
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Trains candidate k for `steps` steps (the first one untimed) through the real Trainer; returns the
+// recorder, or throws what the Trainer threw.
+std::shared_ptr<ProbeRecorder> train_candidate(const TuneCandidate& k, int64_t steps, const std::string& file,
+                                               const std::vector<std::string>& overrides,
+                                               const std::map<std::string, std::string>& env,
+                                               const std::string& root, size_t index, const std::string& what,
+                                               const TuneProgress& progress, double* peak_mb) {
   std::vector<std::string> sets = overrides;
   sets.insert(sets.end(), k.sets.begin(), k.sets.end());
+  for (const auto& s : probe_sets(steps, root, index)) sets.push_back(s);
   ResolvedConfig rc = resolve_config(file, sets, env);
-  const Config target = rc.config;  // the run the projection is for
-  for (const auto& s : probe_sets(target, root, index)) sets.push_back(s);
-  rc = resolve_config(file, sets, env);
   auto rec = std::make_shared<ProbeRecorder>();
-  rec->label = fmt::format("tune: candidate {}: {}", index + 1, k.label);
+  rec->label = fmt::format("tune: {} {}: {}", what, index + 1, k.label);
   rec->progress = progress;
   TrainerOptions opts;
   opts.quiet = true;
@@ -123,70 +132,135 @@ void run_candidate(TuneCandidate& k, const std::string& file, const std::vector<
   opts.callbacks.push_back(rec);
   auto& con = Console::get();
   const bool was_quiet = con.quiet();
-  k.ran = true;
   try {
     Trainer trainer(std::move(rc), opts);
     nlohmann::json summary = trainer.fit();
     con.set_quiet(was_quiet);
-    if (summary.contains("peak_tensor_mb")) k.peak_mb = summary["peak_tensor_mb"].get<double>();
-  } catch (const std::exception& e) {
+    if (peak_mb && summary.contains("peak_tensor_mb")) *peak_mb = summary["peak_tensor_mb"].get<double>();
+  } catch (...) {
     con.set_quiet(was_quiet);
+    throw;
+  }
+  return rec;
+}
+
+// One measurement round of candidate k: appends its tokens/s and step time; the probe loss and
+// peak memory come from its first round (the same start and data each round).
+void run_candidate(TuneCandidate& k, const std::string& file, const std::vector<std::string>& overrides,
+                   const std::map<std::string, std::string>& env, const std::string& root, size_t index,
+                   const CostMeter& cost, const TuneProgress& progress) {
+  const auto t0 = Clock::now();
+  const Config target = resolve_config(file, [&] {
+                          std::vector<std::string> s = overrides;
+                          s.insert(s.end(), k.sets.begin(), k.sets.end());
+                          return s;
+                        }(), env).config;  // the run the projection is for
+  const bool first = !k.ran;
+  k.ran = true;
+  std::shared_ptr<ProbeRecorder> rec;
+  try {
+    rec = train_candidate(k, target.tune.probe_steps + 1, file, overrides, env, root, index,
+                          fmt::format("round {}, candidate", k.round_tokens_per_s.size() + 1), progress,
+                          first ? &k.peak_mb : nullptr);
+  } catch (const std::exception& e) {
     // Bad input in the configuration as given (a missing data file, a bad value) fails every
     // candidate alike: it is the user's to fix, reported once (exit 2), not as a table of failures.
-    if (index == 0 && (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const DataError*>(&e))) throw;
+    if (index == 0 && first && (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const DataError*>(&e))) throw;
     const auto* ce = dynamic_cast<const c10::Error*>(&e);
     k.note = ce ? ce->what_without_backtrace() : e.what();
     k.note = k.note.substr(0, k.note.find('\n'));
+    k.failed = true;
     k.wall_s = since(t0);
     if (progress) progress(fmt::format("tune: {:<44} failed: {}", k.label, k.note), true);
     return;
   }
   k.wall_s = since(t0);
   if (rec->measured > 0 && rec->step_s > 0) {
-    k.step_s = rec->step_s / static_cast<double>(rec->measured);
-    k.tokens_per_s = static_cast<double>(rec->tokens) / rec->step_s;
+    k.round_step_s.push_back(rec->step_s / static_cast<double>(rec->measured));
+    k.round_tokens_per_s.push_back(static_cast<double>(rec->tokens) / rec->step_s);
   }
-  double sum = 0;
-  for (double l : rec->losses) sum += l;
-  k.loss = rec->losses.empty() ? NAN : sum / static_cast<double>(rec->losses.size());
+  k.step_s = median(k.round_step_s);
+  k.tokens_per_s = median(k.round_tokens_per_s);
+  if (first) {
+    double sum = 0;
+    for (double l : rec->losses) sum += l;
+    k.loss = rec->losses.empty() ? NAN : sum / static_cast<double>(rec->losses.size());
+  }
   k.projected_s = k.step_s * static_cast<double>(target.train.steps);
   const CostFigures f = cost_at(k.projected_s, 1, 1, cost.usd_per_hour(), cost.watts(), target.budget.grid_g_per_kwh);
   k.projected_usd = f.usd;
   k.projected_kg_co2 = f.kg_co2;
-  if (rec->backoffs > 0) k.note = fmt::format("ran out of memory ({} back-offs)", rec->backoffs);
+  if (rec->backoffs > 0) {
+    k.note = fmt::format("ran out of memory ({} back-offs)", rec->backoffs);
+    k.failed = true;
+  }
   if (progress)
-    progress(fmt::format("tune: {:<44} {:>9.0f} tok/s  loss {:.4f}  ({:.1f} s)", k.label, k.tokens_per_s, k.loss,
-                         k.wall_s),
+    progress(fmt::format("tune: {:<44} {:>9.0f} tok/s  loss {:.4f}  ({:.1f} s)", k.label,
+                         k.round_tokens_per_s.empty() ? 0.0 : k.round_tokens_per_s.back(), k.loss, k.wall_s),
              true);
 }
 
-// Marks which candidates qualify and returns the fastest of them (-1 if none).
-int choose(std::vector<TuneCandidate>& cands, const Config& c) {
-  double ref = NAN;
-  for (const auto& k : cands)
-    if (k.ran && k.note.empty() && k.sets[0] == "precision.mode=fp32" && std::isnan(ref)) ref = k.loss;
-  if (std::isnan(ref) && cands[0].ran) ref = cands[0].loss;
-  const double limit_mb = c.memory.limit_mb > 0 ? static_cast<double>(c.memory.limit_mb) * 1.048576 : 0;
+// The loss check: candidate k trains `steps` steps from the run's start; its loss is the mean over
+// the last quarter of them.
+void check_loss(TuneCandidate& k, int64_t steps, const std::string& file, const std::vector<std::string>& overrides,
+                const std::map<std::string, std::string>& env, const std::string& root, size_t index,
+                const TuneProgress& progress) {
+  try {
+    auto rec = train_candidate(k, steps, file, overrides, env, root, index, "loss check, candidate", progress, nullptr);
+    const size_t n = rec->losses.size();
+    if (n == 0) throw std::runtime_error("no loss was logged");
+    const size_t from = n - std::max<size_t>(1, n / 4);
+    double sum = 0;
+    for (size_t i = from; i < n; ++i) sum += rec->losses[i];
+    k.check_loss = sum / static_cast<double>(n - from);
+    if (!std::isfinite(k.check_loss)) throw std::runtime_error(fmt::format("the loss became {}", k.check_loss));
+  } catch (const std::exception& e) {
+    k.check_loss = NAN;
+    k.failed = true;  // never checked again: the loop that asks for checks ends
+    k.note = fmt::format("failed in the loss check: {}", std::string(e.what()).substr(0, 200));
+  }
+}
+
+}  // namespace
+
+int choose_candidate(std::vector<TuneCandidate>& cands, const TuneRules& rules) {
+  int ref = -1;
+  for (size_t i = 0; i < cands.size() && ref < 0; ++i)
+    if (cands[i].ran && !cands[i].failed && cands[i].sets[0] == "precision.mode=fp32") ref = static_cast<int>(i);
+  if (ref < 0 && !cands.empty() && cands[0].ran && !cands[0].failed) ref = 0;
+  if (ref < 0) return -1;  // nothing ran: nothing to compare with
   int best = -1;
   for (size_t i = 0; i < cands.size(); ++i) {
     TuneCandidate& k = cands[i];
-    if (!k.ran || !k.note.empty()) continue;
-    if (!std::isfinite(k.loss) || std::fabs(k.loss - ref) > c.tune.loss_tolerance * std::fabs(ref)) {
-      k.note = fmt::format("loss {:.4f} is more than {:.0f}% from fp32's {:.4f}", k.loss,
-                           100 * c.tune.loss_tolerance, ref);
+    if (!k.ran || k.failed) continue;
+    k.qualifies = false;
+    k.note.clear();
+    const TuneCandidate& r = cands[static_cast<size_t>(ref)];
+    const bool checked = std::isfinite(k.check_loss) && std::isfinite(r.check_loss);
+    const double mine = checked ? k.check_loss : k.loss, theirs = checked ? r.check_loss : r.loss;
+    if (!std::isfinite(mine) || std::fabs(mine - theirs) > rules.loss_tolerance * std::fabs(theirs)) {
+      k.note = fmt::format("{} {:.4f} is more than {:.0f}% from fp32's {:.4f}",
+                           checked ? fmt::format("loss after {} steps", rules.loss_check_steps) : std::string("probe loss"),
+                           mine, 100 * rules.loss_tolerance, theirs);
       continue;
     }
-    if (limit_mb > 0 && k.peak_mb > limit_mb) {
+    if (rules.limit_mb > 0 && k.peak_mb > rules.limit_mb) {
       k.note = fmt::format("peak {:.1f} MB exceeds memory.limit_mb", k.peak_mb);
       continue;
     }
     k.qualifies = true;
     if (best < 0 || k.tokens_per_s > cands[static_cast<size_t>(best)].tokens_per_s) best = static_cast<int>(i);
   }
+  // Within the machine's noise of the configuration as given, keep it: a change must pay.
+  if (best > 0 && cands[0].qualifies && cands[static_cast<size_t>(best)].tokens_per_s <
+                                            (1 + rules.min_speedup) * cands[0].tokens_per_s) {
+    TuneCandidate& k = cands[static_cast<size_t>(best)];
+    k.note = fmt::format("fastest, but only {:+.1f}% over the configuration as given (tune.min_speedup = {:.0f}%)",
+                         100 * (k.tokens_per_s / cands[0].tokens_per_s - 1), 100 * rules.min_speedup);
+    best = 0;
+  }
   return best;
 }
-
-}  // namespace
 
 TuneReport run_tune(const std::string& file, const std::vector<std::string>& overrides,
                     const std::map<std::string, std::string>& env, const TuneProgress& progress) {
@@ -208,24 +282,73 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
     if (progress) progress("batch finder: " + report.finder, true);
   }
   report.candidates = make_candidates(c, finder.get());
+  auto& cands = report.candidates;
   TempRoot root;
-  for (size_t i = 0; i < report.candidates.size(); ++i) {
-    TuneCandidate& k = report.candidates[i];
+  // Round 1: every candidate in turn, within the time bound (the baseline and the fp32 reference
+  // always); then more rounds of those that ran while a whole round still fits the bound.
+  double longest = 0;  // the estimate of the next candidate's time: the longest one so far
+  for (size_t i = 0; i < cands.size(); ++i) {
+    TuneCandidate& k = cands[i];
     const double spent = since(t0);
-    if (i >= 2 && spent + report.candidates[i - 1].wall_s > report.bound_s) {
+    if (i >= 2 && spent + longest > report.bound_s) {
       k.note = fmt::format("skipped: time bound ({:.0f}% of the projected run = {:.1f} s)",
                            100 * c.tune.max_fraction, report.bound_s);
       continue;
     }
-    if (progress)
-      progress(fmt::format("tune: candidate {}/{}: {} (starting)", i + 1, report.candidates.size(), k.label), false);
+    if (progress) progress(fmt::format("tune: round 1, candidate {}/{}: {} (starting)", i + 1, cands.size(), k.label), false);
     run_candidate(k, file, overrides, env, root.path, i, cost, progress);
+    longest = std::max(longest, k.wall_s);
     if (i == 0) {
       report.projected_run_s = k.projected_s;
       report.bound_s = c.tune.max_fraction * k.projected_s;
     }
   }
-  report.best = choose(report.candidates, c);
+  report.rounds = 1;
+  for (int64_t round = 2; round <= c.tune.rounds; ++round) {
+    double round_s = 0;
+    for (const auto& k : cands)
+      if (k.ran && !k.failed) round_s += k.wall_s;
+    if (since(t0) + round_s > report.bound_s) break;
+    for (size_t i = 0; i < cands.size(); ++i)
+      if (cands[i].ran && !cands[i].failed) run_candidate(cands[i], file, overrides, env, root.path, i, cost, progress);
+    report.rounds = round;
+  }
+  if (cands[0].ran && !cands[0].failed) report.projected_run_s = cands[0].projected_s;  // from the median
+  TuneRules rules;
+  rules.loss_tolerance = c.tune.loss_tolerance;
+  rules.min_speedup = c.tune.min_speedup;
+  rules.limit_mb = c.memory.limit_mb > 0 ? static_cast<double>(c.memory.limit_mb) * 1.048576 : 0;
+  rules.loss_check_steps = c.tune.loss_check_steps;
+  report.best = choose_candidate(cands, rules);
+  // The loss check: the choice (unless it is the fp32 reference itself) and the reference train
+  // longer from the same start; a choice whose loss drifts is dropped and the next one checked.
+  int ref = -1;
+  for (size_t i = 0; i < cands.size() && ref < 0; ++i)
+    if (cands[i].ran && !cands[i].failed && cands[i].sets[0] == "precision.mode=fp32") ref = static_cast<int>(i);
+  const int64_t n = c.tune.loss_check_steps;
+  while (n > 0 && report.best >= 0 && ref >= 0 && report.best != ref && cands[static_cast<size_t>(ref)].sets != cands[static_cast<size_t>(report.best)].sets &&
+         !std::isfinite(cands[static_cast<size_t>(report.best)].check_loss)) {
+    TuneCandidate& b = cands[static_cast<size_t>(report.best)];
+    TuneCandidate& r = cands[static_cast<size_t>(ref)];
+    const double need = static_cast<double>(n) * ((std::isfinite(r.check_loss) ? 0 : r.step_s) + b.step_s);
+    if (since(t0) + need > report.bound_s) {
+      report.loss_check = fmt::format("loss check skipped: {} steps of {} and fp32 would pass the time bound; "
+                                      "the probe losses were compared",
+                                      n, b.label);
+      break;
+    }
+    if (progress) progress(fmt::format("tune: loss check: {} and fp32, {} steps each", b.label, n), false);
+    if (!std::isfinite(r.check_loss))
+      check_loss(r, n, file, overrides, env, root.path, static_cast<size_t>(ref), progress);
+    check_loss(b, n, file, overrides, env, root.path, static_cast<size_t>(report.best), progress);
+    if (!std::isfinite(r.check_loss)) {
+      report.loss_check = "loss check failed for the fp32 reference: " + r.note;
+      break;
+    }
+    report.loss_check = fmt::format("loss check ({} steps, mean of the last quarter): fp32 {:.4f}, {} {:.4f}", n,
+                                    r.check_loss, b.label, b.check_loss);
+    report.best = choose_candidate(cands, rules);
+  }
   report.seconds = since(t0);
   return report;
 }
@@ -248,12 +371,22 @@ std::string TuneReport::table() const {
                          "-", "-", "-", k.note);
       continue;
     }
+    std::string note = k.qualifies ? "ok" : k.note;
+    if (static_cast<int>(i) == best)
+      note = i == 0 ? "chosen: the configuration as given"
+                    : fmt::format("chosen: fastest that qualifies, {:+.1f}% over the configuration as given",
+                                  candidates[0].tokens_per_s > 0 ? 100 * (k.tokens_per_s / candidates[0].tokens_per_s - 1)
+                                                                 : 0.0);
+    else if (k.qualifies && !k.note.empty())
+      note = k.note;
     out += fmt::format("{:<3} {:<48} {:>9.0f} {:>9} {:>9.1f}s {:>10} {:>10} {:>8.4f}  {}\n", mark, k.label,
                        k.tokens_per_s, k.peak_mb >= 0 ? fmt::format("{:.1f}", k.peak_mb) : "n/a", k.projected_s,
                        cost_known ? fmt::format("{:.4f}", k.projected_usd) : "n/a",
-                       energy_known ? fmt::format("{:.5f}", k.projected_kg_co2) : "n/a", k.loss,
-                       k.qualifies ? (static_cast<int>(i) == best ? "chosen: fastest that qualifies" : "ok") : k.note);
+                       energy_known ? fmt::format("{:.5f}", k.projected_kg_co2) : "n/a", k.loss, note);
   }
+  out += fmt::format("tok/s: the median of {} round(s), candidates in turn; loss: the mean over the probe steps\n",
+                     rounds);
+  if (!loss_check.empty()) out += loss_check + "\n";
   out += fmt::format("tuning took {:.1f} s ({:.1f}% of the configured run's projected {:.1f} s; bound {:.0f}%)",
                      seconds, projected_run_s > 0 ? 100 * seconds / projected_run_s : 0.0, projected_run_s,
                      projected_run_s > 0 ? 100 * bound_s / projected_run_s : 0.0);
@@ -265,6 +398,8 @@ nlohmann::json TuneReport::to_json() const {
   j["seconds"] = seconds;
   j["bound_s"] = bound_s;
   j["projected_run_s"] = projected_run_s;
+  j["rounds"] = rounds;
+  if (!loss_check.empty()) j["loss_check"] = loss_check;
   if (!finder.empty()) j["batch_finder"] = finder;
   j["chosen"] = best >= 0 ? nlohmann::json(candidates[static_cast<size_t>(best)].label) : nlohmann::json(nullptr);
   j["chosen_sets"] = chosen_sets();
@@ -274,8 +409,10 @@ nlohmann::json TuneReport::to_json() const {
                         {"note", k.note}};
     if (k.ran && k.step_s > 0) {
       r["tokens_per_s"] = k.tokens_per_s;
+      r["round_tokens_per_s"] = k.round_tokens_per_s;
       r["step_s"] = k.step_s;
       r["loss"] = k.loss;
+      if (std::isfinite(k.check_loss)) r["check_loss"] = k.check_loss;
       r["projected_s"] = k.projected_s;
       if (k.peak_mb >= 0) r["peak_tensor_mb"] = k.peak_mb;
       if (cost_known) r["projected_usd"] = k.projected_usd;

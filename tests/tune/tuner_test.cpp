@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -18,7 +19,75 @@ namespace {
 // candidate here; the table must hold every one.
 std::string tune_sets(const test::TempDir& dir) {
   return test::tiny_sets(dir.path()) +
-         " --set train.steps=100000 --set tune.probe_steps=2 --set tune.max_fraction=1 --set budget.usd_per_hour=2 --set budget.watts=300";
+         " --set train.steps=100000 --set tune.probe_steps=2 --set tune.max_fraction=1 --set budget.usd_per_hour=2 "
+         "--set budget.watts=300 --set tune.rounds=2 --set tune.loss_check_steps=8";
+}
+
+// A measured candidate, as the tuner records one.
+TuneCandidate measured(const std::string& precision, std::vector<double> rounds, double loss, double peak_mb = 10) {
+  TuneCandidate k;
+  k.label = precision;
+  k.sets = {"precision.mode=" + precision};
+  k.ran = true;
+  k.round_tokens_per_s = rounds;
+  std::sort(rounds.begin(), rounds.end());
+  k.tokens_per_s = rounds[rounds.size() / 2];
+  k.loss = loss;
+  k.peak_mb = peak_mb;
+  return k;
+}
+
+// The choice from injected measurements: the fastest candidate that qualifies, by its median over
+// the rounds (one lucky round does not win), never one whose loss is off or that does not fit.
+TEST(Tune, TheChoiceIsTheFastestQualifyingCandidateByItsMedian) {
+  std::vector<TuneCandidate> c = {
+      measured("bf16", {10000, 10000, 10000}, 2.00),       // 0: as configured
+      measured("fp32", {6000, 6100, 5900}, 2.00),          // 1: the loss reference
+      measured("fp16", {30000, 30000, 30000}, 2.50),       // 2: fastest, but learns differently
+      measured("bf16", {25000, 25000, 25000}, 2.01, 500),  // 3: fast, but over the memory limit
+      measured("bf16", {40000, 9000, 9500}, 2.00),         // 4: one lucky round
+      measured("bf16", {12000, 12500, 12200}, 2.02)};      // 5: steadily the fastest that qualifies
+  TuneRules rules;
+  rules.limit_mb = 100;
+  EXPECT_EQ(choose_candidate(c, rules), 5);
+  EXPECT_FALSE(c[2].qualifies);
+  EXPECT_NE(c[2].note.find("probe loss 2.5000 is more than 5% from fp32's 2.0000"), std::string::npos) << c[2].note;
+  EXPECT_FALSE(c[3].qualifies);
+  EXPECT_NE(c[3].note.find("exceeds memory.limit_mb"), std::string::npos) << c[3].note;
+  EXPECT_TRUE(c[4].qualifies);
+  EXPECT_TRUE(c[1].qualifies);
+}
+
+// A candidate within tune.min_speedup of the configuration as given does not replace it; when
+// the configuration as given does not qualify, the fastest that does is chosen regardless.
+TEST(Tune, OnlyACandidateThatBeatsTheConfigurationAsGivenByTheMarginReplacesIt) {
+  std::vector<TuneCandidate> c = {measured("bf16", {10000}, 2.0), measured("fp32", {6000}, 2.0),
+                                  measured("bf16", {10400}, 2.0)};
+  TuneRules rules;  // min_speedup 5%
+  EXPECT_EQ(choose_candidate(c, rules), 0);
+  EXPECT_NE(c[2].note.find("only +4.0% over the configuration as given"), std::string::npos) << c[2].note;
+  c[2] = measured("bf16", {10600}, 2.0);
+  EXPECT_EQ(choose_candidate(c, rules), 2);
+  c[2] = measured("bf16", {10400}, 2.0);
+  c[0].loss = 3.0;  // the configuration as given learns differently (a broken fp16, say)
+  EXPECT_EQ(choose_candidate(c, rules), 2);
+}
+
+// With a loss check for both the candidate and the fp32 reference, their check losses decide
+// (the probe's few steps agree where a longer run does not).
+TEST(Tune, TheLossCheckDecidesWhenTheCandidateAndTheReferenceHaveOne) {
+  std::vector<TuneCandidate> c = {measured("fp32", {6000}, 2.0), measured("fp32", {6000}, 2.0),
+                                  measured("bf16", {20000}, 2.0)};
+  TuneRules rules;
+  rules.loss_check_steps = 40;
+  EXPECT_EQ(choose_candidate(c, rules), 2);
+  c[0].check_loss = 1.50;  // the reference is the first fp32 candidate
+  c[2].check_loss = 1.70;
+  EXPECT_EQ(choose_candidate(c, rules), 0);
+  EXPECT_NE(c[2].note.find("loss after 40 steps 1.7000 is more than 5% from fp32's 1.5000"), std::string::npos)
+      << c[2].note;
+  c[2].check_loss = 1.52;
+  EXPECT_EQ(choose_candidate(c, rules), 2);
 }
 
 TEST(Tune, TinyConfigPrintsATableAndWritesAConfigThatTrainAccepts) {
@@ -29,6 +98,7 @@ TEST(Tune, TinyConfigPrintsATableAndWritesAConfigThatTrainAccepts) {
   EXPECT_NE(r.output.find("tok/s"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("chosen"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("tuning took"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the median of 2 round(s)"), std::string::npos) << r.output;
 
   const nlohmann::json j = nlohmann::json::parse(test::read_text(dir.file("tune.json")));
   ASSERT_TRUE(j["chosen"].is_string());
@@ -46,6 +116,12 @@ TEST(Tune, TinyConfigPrintsATableAndWritesAConfigThatTrainAccepts) {
   }
   EXPECT_GE(ran, 4) << "fp32 and bf16, recompute off and on";
   EXPECT_GE(bf16, 2);
+  EXPECT_EQ(j["rounds"], 2);
+  for (const auto& k : j["candidates"])
+    if (k.contains("round_tokens_per_s")) EXPECT_EQ(k["round_tokens_per_s"].size(), 2u) << k.dump();
+  // A chosen candidate other than fp32 itself passed the loss check against fp32.
+  const std::string chosen = j["chosen"].get<std::string>();
+  if (chosen.rfind("fp32", 0) != 0) EXPECT_TRUE(j.contains("loss_check")) << j.dump(1);
 
   // A complete config: every key, and train.auto_tune off so training does not tune again.
   const ResolvedConfig tuned = resolve_config(dir.file("tuned.toml"), {}, {});

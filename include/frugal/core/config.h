@@ -274,9 +274,19 @@ struct TuneConfig {
   // baseline candidate's measured step time x train.steps). Candidates past it are skipped.
   double max_fraction = 0.05;
   int64_t probe_steps = 4;       // measured optimizer steps per candidate (after one warm-up step)
-  // A candidate qualifies only if its probe loss is within this relative distance of the fp32
-  // baseline's (a precision or recompute setting must not change what is learned).
+  // Measurement rounds: every candidate runs once per round, in turn, so that a machine whose speed
+  // drifts slows all of them alike; a candidate's tokens/s is the median of its rounds.
+  int64_t rounds = 3;
+  // A candidate replaces the configuration as given only when its median tokens/s beats the given
+  // configuration's by this fraction (below it, the difference is within the machine's noise).
+  double min_speedup = 0.05;
+  // A candidate qualifies only if its loss is within this relative distance of the fp32
+  // reference's (a precision or recompute setting must not change what is learned).
   double loss_tolerance = 0.05;
+  // Before a candidate other than the fp32 reference is chosen, it and the reference train this
+  // many steps from the same start, and their mean losses over the last quarter must agree within
+  // loss_tolerance (the probe's few steps cannot tell); 0 = compare the probe losses only.
+  int64_t loss_check_steps = 40;
   double memory_margin = 0.1;    // the finder keeps peak memory below (1 - margin) x the budget
   int64_t max_micro_batch = 1024;  // the finder never probes above this
   // Cache finder results per (model, device, precision, sequence length, recompute, budget) in

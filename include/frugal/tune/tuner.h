@@ -6,18 +6,25 @@
 //   (and fp16 on CUDA) x activation checkpointing off/on, the batch-size finder's micro-batch
 //   when there is a memory budget (global batch kept), and for shard data 0 loader workers
 //   (the loader's core given to the model's intra-op threads).
-// Each runs 1 warm-up step plus tune.probe_steps measured steps. A candidate qualifies when it ran
-// without an out-of-memory back-off, its peak tensor memory is within memory.limit_mb (when set)
-// and its mean probe loss is within tune.loss_tolerance (relative) of the fp32 reference's.
-// Among qualifying candidates the highest tokens/s wins.
+// Each runs 1 warm-up step plus tune.probe_steps measured steps, once per round (tune.rounds),
+// the candidates in turn, so that a machine whose speed drifts slows all of them alike; a
+// candidate's tokens/s is the median of its rounds. A candidate qualifies when it ran without an
+// out-of-memory back-off, its peak tensor memory is within memory.limit_mb (when set) and its loss
+// is within tune.loss_tolerance (relative) of the fp32 reference's. Among qualifying candidates the
+// highest median tokens/s wins, but it replaces the configuration as given only when it beats it
+// by tune.min_speedup; and before a candidate other than the fp32 reference is chosen, it and the
+// reference train tune.loss_check_steps steps from the same start and their losses over the last
+// quarter are compared (a few probe steps cannot tell a precision that learns differently).
 //
 // Time bound: after the baseline, candidates run only while the time spent stays within
 // tune.max_fraction of the configured run's projected time (baseline step time x train.steps);
-// the rest are listed as skipped. The baseline and the fp32 reference always run.
+// the rest are listed as skipped. The baseline and the fp32 reference always run once; further
+// rounds and the loss check run only while they fit the bound (the report says what was skipped).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,10 +39,13 @@ struct TuneCandidate {
   std::string label;              // e.g. "bf16 recompute=blocks micro 16x2"
   std::vector<std::string> sets;  // KEY=VALUE overrides on top of the tuned config file
   bool ran = false;
+  bool failed = false;            // an error or an out-of-memory back-off (the note says which)
   std::string note;               // why skipped, the error, or why it does not qualify
   bool qualifies = false;
-  double tokens_per_s = 0;
-  double step_s = 0;              // mean measured step time
+  std::vector<double> round_tokens_per_s, round_step_s;  // one per round it ran
+  double tokens_per_s = 0;        // median over the rounds
+  double step_s = 0;              // median of the rounds' mean measured step times
+  double check_loss = std::numeric_limits<double>::quiet_NaN();  // loss check (tune.loss_check_steps)
   double peak_mb = -1;            // peak live tensor memory (CPU); -1 = not measured
   double loss = 0;                // mean training loss over the probe steps
   double projected_s = 0;         // step_s x train.steps
@@ -52,6 +62,8 @@ struct TuneReport {
   bool cost_known = false;        // a price ([budget]) was configured
   bool energy_known = false;      // a power draw was configured
   std::string finder;             // the batch-size finder's one-line result, if it ran
+  int64_t rounds = 0;             // measurement rounds that ran
+  std::string loss_check;         // what the loss check did, one line ("" = not needed)
 
   std::string table() const;      // the printed table
   nlohmann::json to_json() const;
@@ -60,6 +72,19 @@ struct TuneReport {
 };
 
 using TuneProgress = std::function<void(const std::string& line, bool permanent)>;
+
+// The choice among measured candidates (candidates[0] is the configuration as given; the first
+// fp32 one that ran is the loss reference): sets each one's `qualifies` and why not in `note`, and
+// returns the index of the fastest qualifying one by median tokens/s, or 0 when that one does not
+// beat the configuration as given (qualifying) by min_speedup; -1 when none qualifies. Losses are
+// the loss check's when both it and the reference have one, else the probe's.
+struct TuneRules {
+  double loss_tolerance = 0.05;
+  double min_speedup = 0.05;
+  double limit_mb = 0;            // peak tensor memory limit; 0 = none
+  int64_t loss_check_steps = 0;   // for the notes
+};
+int choose_candidate(std::vector<TuneCandidate>& candidates, const TuneRules& rules);
 
 // Tunes the config resolved from (file, overrides, env). Throws ConfigError/DataError like
 // training would.
