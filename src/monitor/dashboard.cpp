@@ -14,6 +14,7 @@
 
 #include "frugal/core/errors.h"
 #include "frugal/monitor/metrics_writer.h"
+#include "frugal/monitor/progress.h"
 #include "frugal/monitor/report.h"
 
 namespace frugal {
@@ -243,8 +244,14 @@ Dashboard::Dashboard(const MonitorConfig& config, std::string run_name)
       for (const char* k : {"tokens_per_s", "samples_per_s", "mfu", "cost_usd", "grad_noise_scale"})
         if (l.contains(k)) summary[k] = l[k];
       for (const auto& [k, v] : s.run.items()) summary[k] = v;
-      summary["stop_reason"] = fmt::format("running, step {} of {}", l.value("step", 0),
-                                           s.run.value("total_steps", int64_t{0}));
+      const int64_t step = l.value("step", int64_t{0}), total = s.run.value("total_steps", int64_t{0});
+      const double elapsed = l.value("elapsed_s", 0.0);
+      // The time left at the pace so far (start-up and evaluations included).
+      summary["stop_reason"] = fmt::format(
+          "running, step {} of {}{}", step, total,
+          step > 0 && total > step ? ", ETA " + format_duration(elapsed / static_cast<double>(step) *
+                                                                 static_cast<double>(total - step))
+                                   : "");
     }
     ReportPageOptions o;
     o.refresh_s = 2;

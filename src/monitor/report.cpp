@@ -348,8 +348,19 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
       esc(summary.value("precision", "?")), esc(summary.value("precision_reason", "")),
       summary.value("accum", 1), esc(summary.value("activation_checkpointing", "none")));
   std::string html = R"(<!doctype html><html><head><meta charset="utf-8"><title>frugal run report</title>)";
-  if (opt.refresh_s > 0)
-    html += fmt::format("<meta http-equiv='refresh' content='{}; url=/{}'>", opt.refresh_s, esc(opt.token_query));
+  if (opt.refresh_s > 0) {
+    // The live page fetches itself and swaps its body in place: no flash, no jump to the top, and
+    // a failed fetch (the run ended, the network blinked) leaves the last figures standing. Without
+    // scripts, a plain reload.
+    // The URL as a JS string literal: JSON's quoting, and no "<" that could close the script.
+    std::string url = Json("/" + opt.token_query).dump();
+    for (size_t at = url.find('<'); at != std::string::npos; at = url.find('<', at)) url.replace(at, 1, "\\u003c");
+    html += fmt::format(
+        "<script>setInterval(function(){{fetch({},{{cache:'no-store'}}).then(function(r){{return r.ok?r.text():null}})"
+        ".then(function(t){{if(t)document.body.innerHTML=new DOMParser().parseFromString(t,'text/html').body.innerHTML}})"
+        ".catch(function(){{}})}},{});</script><noscript><meta http-equiv='refresh' content='{}; url=/{}'></noscript>",
+        url, 1000 * opt.refresh_s, opt.refresh_s, esc(opt.token_query));
+  }
   html += R"(<style>body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
 h1{font-size:20px}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #ddd;background:#fff}
 .title{font-weight:600;font-size:13px}.tick{font-size:10px;fill:#555}.axis-title{font-size:11px;fill:#333}.axis{stroke:#333}.grid{stroke:#eee}

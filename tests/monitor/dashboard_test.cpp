@@ -154,8 +154,11 @@ TEST(Dashboard, ServesMetricsApiAndLivePageWhileTraining) {
     if (j["event"] == "step" && j["step"] == 20) EXPECT_EQ(j["loss"], api["latest"]["loss"]);
   }
   const std::string& page = fetch->got[2].body;
-  EXPECT_NE(page.find("http-equiv='refresh'"), std::string::npos);
-  EXPECT_NE(page.find("running, step 20 of 30"), std::string::npos);
+  // The page updates itself in place (a plain reload only without scripts) and says how long is left.
+  EXPECT_NE(page.find("<script>setInterval(function(){fetch(\"/\",{cache:'no-store'})"), std::string::npos) << page.substr(0, 600);
+  EXPECT_NE(page.find("<noscript><meta http-equiv='refresh'"), std::string::npos);
+  EXPECT_EQ(page.find("<meta http-equiv='refresh'"), page.find("<noscript>") + 10);  // none outside <noscript>
+  EXPECT_TRUE(std::regex_search(page, std::regex("running, step 20 of 30, ETA [0-9]+:[0-9]{2}"))) << page;
   EXPECT_NE(page.find("id='loss'"), std::string::npos);
 }
 

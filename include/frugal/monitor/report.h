@@ -15,7 +15,7 @@
 namespace frugal {
 
 struct ReportPageOptions {
-  int refresh_s = 0;        // > 0: the page reloads itself every refresh_s seconds (live dashboard)
+  int refresh_s = 0;        // > 0: the page updates itself in place every refresh_s seconds (live dashboard)
   std::string token_query;  // appended to the reload URL ("?token=..."); "" = none
   std::string config_toml;  // the run's resolved config.toml, shown folded; "" = none
 };
