@@ -18,6 +18,7 @@
 #include "frugal/core/features.h"
 #include "frugal/core/threads.h"
 #include "frugal/monitor/memory.h"
+#include "frugal/train/precision.h"
 
 namespace frugal {
 namespace {
@@ -221,8 +222,10 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   f["matmul_fp32_gflops"] = fp32;
   f["matmul_bf16_gflops"] = bf16;
   f["bf16_speedup"] = bf16 / fp32;
-  f["bf16_fast"] = bf16 > 1.5 * fp32;
-  if (!(bf16 > 1.5 * fp32))
+  // The same decision precision.mode = "auto" makes (precision.h), so the warning cannot disagree.
+  const bool bf16_fast = auto_precision(bf16, fp32, nullptr) == PrecisionMode::kBf16;
+  f["bf16_fast"] = bf16_fast;
+  if (!bf16_fast)
     r.warnings.push_back(fmt::format(
         "bf16 matmul ({:.0f} GFLOP/s) is not much faster than fp32 ({:.0f}) here{}: "
         "[precision] mode = \"auto\" will keep fp32.",

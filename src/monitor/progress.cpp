@@ -3,14 +3,11 @@
 
 #include <fmt/format.h>
 
-#include <time.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <ctime>
 
 #include "frugal/monitor/console.h"
+#include "frugal/train/deadline.h"
 
 namespace frugal {
 
@@ -27,20 +24,9 @@ std::string format_rate(double r) {
   return fmt::format("{:.0f}", r);
 }
 
-std::string format_utc_seconds(double unix_s) {
-  const auto t = static_cast<std::time_t>(unix_s);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                     tm.tm_min, tm.tm_sec);
-}
-
 ProgressDisplay::ProgressDisplay(double interval_s, std::function<double()> clock)
     : interval_s_(interval_s), clock_(std::move(clock)) {
-  if (!clock_)
-    clock_ = [] {
-      return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    };
+  if (!clock_) clock_ = unix_now;
 }
 
 void ProgressDisplay::on_train_begin(const RunInfo& info) {
@@ -75,7 +61,7 @@ void ProgressDisplay::on_step_end(const StepMetrics& m, Control&) {
   const bool due = m.logged && (last_line_s_ < 0 || m.elapsed_s - last_line_s_ >= interval_s_);
   if (!due && !last) return;
   last_line_s_ = m.elapsed_s;
-  con.line(fmt::format("{} step {}/{}  {}{}{}  elapsed {}  ETA {}", format_utc_seconds(clock_()), m.step,
+  con.line(fmt::format("{} step {}/{}  {}{}{}  elapsed {}  ETA {}", format_utc(clock_()), m.step,
                        m.total_steps, loss, val, rate, format_duration(m.elapsed_s), format_duration(eta)));
 }
 

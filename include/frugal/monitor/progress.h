@@ -39,7 +39,5 @@ class ProgressDisplay : public Callback {
 std::string format_duration(double seconds);
 // "41.2k"
 std::string format_rate(double per_s);
-// "2026-11-24T18:02:11Z"
-std::string format_utc_seconds(double unix_s);
 
 }  // namespace frugal
