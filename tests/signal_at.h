@@ -5,7 +5,7 @@
 #include <csignal>
 #include <cstdint>
 
-#include "frugal/train/callback.h"
+#include "frugal/core/callback.h"
 
 namespace frugal::test {
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <cmath>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -85,6 +86,32 @@ std::string tiny_sets(const std::string& out_dir) {
   std::string s;
   for (const auto& o : tiny_overrides(out_dir)) s += " --set " + o;
   return s;
+}
+
+Config tiny_config() {
+  Config c;
+  c.model.layers = 2;
+  c.model.heads = 2;
+  c.model.embd = 32;
+  c.model.block = 16;
+  c.train.lr = 1e-2;
+  c.precision.mode = PrecisionMode::kFp32;
+  return c;
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+std::vector<double> step_losses(const std::string& metrics_path) {
+  std::vector<double> out;
+  for (const auto& j : read_jsonl(metrics_path))
+    if (j.value("event", "") == "step") out.push_back(j["loss"].is_number() ? j["loss"].get<double>() : std::nan(""));
+  return out;
 }
 
 }  // namespace frugal::test

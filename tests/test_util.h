@@ -4,6 +4,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/config.h"
 #include "frugal/core/features.h"
 
 // Skips the running test (GTEST_SKIP: CTest lists it as skipped, with the reason) when this build
@@ -43,5 +46,13 @@ std::string read_text(const std::string& path);
 std::vector<std::string> tiny_overrides(const std::string& out_dir);
 // The same as command-line arguments: " --set k=v --set ...".
 std::string tiny_sets(const std::string& out_dir);
+// A Config (not resolved from files) for in-process pieces: a 2-layer, 2-head GPT of width 32 with
+// block 16, learning rate 1e-2, fp32.
+Config tiny_config();
+
+// One JSON value per line of a JSON-lines file (metrics.jsonl); empty when the file is missing.
+std::vector<nlohmann::json> read_jsonl(const std::string& path);
+// The "loss" of every "step" line of a metrics.jsonl, in order (null losses as NaN).
+std::vector<double> step_losses(const std::string& metrics_path);
 
 }  // namespace frugal::test

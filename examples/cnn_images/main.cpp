@@ -135,7 +135,7 @@ int train(const std::string& dataset, std::vector<std::string> sets, const std::
   std::printf("%s | val_loss %.4f | val_accuracy %.3f | %s | %s\n", s["precision"].get<std::string>().c_str(),
               s["final_val_loss"].get<double>(), s["val_accuracy"].get<double>(),
               s["stop_kind"].get<std::string>().c_str(), trainer.run_dir().c_str());
-  return s["stop_kind"] == "preempted" ? 75 : 0;
+  return frugal::exit_status(frugal::exit_code_for(trainer.stop_kind()));
 }
 
 }  // namespace

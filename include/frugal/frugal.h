@@ -13,9 +13,11 @@
 // CMake package: find_package(frugal) and target_link_libraries(app frugal::frugal).
 #pragma once
 
+#include "frugal/core/callback.h"        // the event list and Callback
 #include "frugal/core/config.h"          // the config structs: every lever, with its default
 #include "frugal/core/config_loader.h"   // TOML + FRUGAL_* env + --set -> ResolvedConfig
 #include "frugal/core/errors.h"          // ConfigError, DataError, CheckpointError, IoError
+#include "frugal/core/exit_code.h"       // the exit-code table: exit_code_for(trainer.stop_kind())
 
 #include "frugal/data/batch_source.h"    // Batch, BatchSource, make_batch_source(config)
 #include "frugal/data/dataset_source.h"  // torch::data datasets and sample functions as a source
@@ -30,7 +32,6 @@
 #include "frugal/model/gpt.h"            // the reference GPT decoder
 #include "frugal/model/weights.h"
 
-#include "frugal/train/callback.h"       // the event list and Callback
 #include "frugal/train/gpt_task.h"
 #include "frugal/train/smoke.h"
 #include "frugal/train/task.h"           // Task: module + loss + data + hooks

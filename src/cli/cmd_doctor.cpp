@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "cli/commands.h"
-#include "frugal/monitor/doctor.h"
+#include "frugal/tune/doctor.h"
 
 namespace frugal::cli {
 

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "frugal/core/console.h"
 #include "frugal/data/prepare.h"
-#include "frugal/monitor/console.h"
 
 namespace frugal::cli {
 

@@ -13,10 +13,12 @@
 
 #include "cli/commands.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/console.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/exit_code.h"
+#include "frugal/dist/data_parallel.h"
 #include "frugal/dist/env.h"
 #include "frugal/dist/process_group.h"
-#include "frugal/monitor/console.h"
 #include "frugal/train/smoke.h"
 #include "frugal/train/trainer.h"
 
@@ -143,7 +145,7 @@ void add_train_command(CLI::App& app, Run* run) {
       if (env.distributed()) {
         if (rc.config.run.device == "cuda") rc.config.run.device = fmt::format("cuda:{}", env.local_rank);
         if (!args->quiet) Console::get().line("dist: " + env.describe());
-        opts.process_group = dist::connect(env, rc.config.dist, c10::Device(rc.config.run.device));
+        opts.data_parallel = dist::data_parallel_plan(dist::connect(env, rc.config.dist, c10::Device(rc.config.run.device)));
         opts.quiet = opts.quiet || env.rank != 0;  // rank 0 speaks for the run; errors still print
       }
       Trainer trainer(std::move(rc), opts);
@@ -154,14 +156,12 @@ void add_train_command(CLI::App& app, Run* run) {
       }
       print_summary(summary);
       Console::get().line(fmt::format("wrote {}/summary.json", trainer.run_dir()));
-      const std::string kind = summary.value("stop_kind", "completed");
-      if (kind == "preempted") {
+      const ExitCode code = exit_code_for(trainer.stop_kind());
+      if (code == ExitCode::kPreempted)
         Console::get().line(fmt::format("preempted: checkpoint {}; continue with --resume auto",
                                         summary["checkpoint"].value("latest", std::string())));
-        return static_cast<int>(kExitPreempted);
-      }
-      if (kind == "guard" || kind == "budget") throw GuardStop(summary["stop_reason"].get<std::string>());
-      return 0;
+      if (code == ExitCode::kGuardStop) throw GuardStop(summary["stop_reason"].get<std::string>());
+      return exit_status(code);
     };
   });
 }

@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/config_loader.h"
-#include "frugal/monitor/console.h"
+#include "frugal/core/console.h"
 #include "frugal/tune/tuner.h"
 
 namespace frugal::cli {

@@ -8,9 +8,10 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "frugal/core/console.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/exit_code.h"
 #include "frugal/core/omp_env.h"
-#include "frugal/monitor/console.h"
 #include "frugal/train/preemption.h"
 
 int main(int argc, char** argv) {
@@ -50,7 +51,7 @@ int main(int argc, char** argv) {
   if (const std::string bad = cli::unknown_words_message(app, std::vector<std::string>(argv + 1, argv + argc));
       !bad.empty()) {
     std::fprintf(stderr, "frugal: %s\n", bad.c_str());
-    return kExitBadInput;
+    return exit_status(ExitCode::kBadInput);
   }
   try {
     app.parse(argc, argv);
@@ -58,24 +59,24 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
-    return kExitBadInput;
+    return exit_status(ExitCode::kBadInput);
   }
-  auto fail = [](const char* kind, const std::string& what, int code) {
+  auto fail = [](const char* kind, const std::string& what, const std::exception& e) {
     Console::get().finish_status();
     std::fprintf(stderr, "frugal: %s: %s\n", kind, what.c_str());
-    return code;
+    return exit_status(exit_code_for(e));
   };
   try {
     return run();
   } catch (const ConfigError& e) {
-    return fail("config error", e.what(), kExitBadInput);
+    return fail("config error", e.what(), e);
   } catch (const DataError& e) {
-    return fail("data error", e.what(), kExitBadInput);
+    return fail("data error", e.what(), e);
   } catch (const GuardStop& e) {
-    return fail("stopped", e.what(), kExitGuard);
+    return fail("stopped", e.what(), e);
   } catch (const c10::Error& e) {
-    return fail("error", e.what_without_backtrace(), kExitFailure);
+    return fail("error", e.what_without_backtrace(), e);
   } catch (const std::exception& e) {
-    return fail("error", e.what(), kExitFailure);
+    return fail("error", e.what(), e);
   }
 }

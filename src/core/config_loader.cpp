@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "frugal/core/config_loader.h"
-#include "frugal/monitor/dashboard.h"
+#include "frugal/core/config_values.h"
 #include "frugal/core/errors.h"
 
 extern char** environ;

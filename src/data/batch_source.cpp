@@ -14,8 +14,8 @@
 #include "frugal/core/errors.h"
 #include "frugal/data/arith.h"
 #include "frugal/data/document_reader.h"
-#include "frugal/data/rng.h"
 #include "frugal/data/record_source.h"
+#include "frugal/data/rng.h"
 #include "frugal/data/shard_source.h"
 #include <nlohmann/json.hpp>
 
@@ -106,9 +106,9 @@ bool pin_memory_for(const std::string& device) {
 }
 
 std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, int64_t world_size) {
-  const auto& src = c.data.source;
+  const DataSource& src = c.data.source;
   const uint64_t seed = static_cast<uint64_t>(c.run.seed);
-  if (src.rfind("records:", 0) == 0) {
+  if (src.kind == DataSource::Kind::kRecords) {
     RecordSourceOptions o;
     o.micro_batch = c.data.micro_batch;
     o.seed = seed;
@@ -117,9 +117,9 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
     o.pin_memory = pin_memory_for(c.run.device);
     o.rank = rank;
     o.world_size = world_size;
-    return std::make_unique<RecordSource>(open_record_dataset(src.substr(8)), o);
+    return std::make_unique<RecordSource>(open_record_dataset(src.path), o);
   }
-  if (src.rfind("shards:", 0) == 0) {
+  if (src.kind == DataSource::Kind::kShards) {
     ShardSourceOptions o;
     o.micro_batch = c.data.micro_batch;
     o.block = c.model.block;
@@ -130,14 +130,14 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
     o.pin_memory = pin_memory_for(c.run.device);
     o.rank = rank;
     o.world_size = world_size;
-    return std::make_unique<ShardSource>(open_token_dataset(src.substr(7)), o);
+    return std::make_unique<ShardSource>(open_token_dataset(src.path), o);
   }
   if (c.model.vocab < 256)
     throw ConfigError(fmt::format(
         "data.source = \"{}\" uses byte-level tokens (256 symbols) but model.vocab = {}; set "
         "model.vocab = 256",
-        src, c.model.vocab));
-  if (src == "builtin:arith") {
+        to_string(src), c.model.vocab));
+  if (src.kind == DataSource::Kind::kArith) {
     ArithTask task(c.data.arith_digits);
     std::string train = task.train_text(c.data.arith_lines, seed);
     std::string val;
@@ -148,8 +148,8 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
                     c.data.arith_lines),
         rank, world_size);
   }
-  if (src.rfind("text:", 0) == 0) {
-    const std::string path = src.substr(5);
+  if (src.kind == DataSource::Kind::kText) {
+    const std::string& path = src.path;
     if (!std::filesystem::is_regular_file(path))
       throw DataError(fmt::format("data.source: text file '{}' does not exist or is not a file", path));
     std::string text;
@@ -166,7 +166,7 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
     return std::make_unique<WindowSource>(std::move(tokens), std::move(val), c.data.micro_batch,
                                           c.model.block, seed, "text:" + path, rank, world_size);
   }
-  throw ConfigError(fmt::format("data.source = \"{}\": unknown source kind", src));
+  throw ConfigError(fmt::format("data.source = \"{}\": unknown source kind", to_string(src)));
 }
 
 }  // namespace frugal

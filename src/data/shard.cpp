@@ -22,11 +22,11 @@
 #include <list>
 #include <unordered_map>
 
-#include "data/internal/little_endian.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
 #include "frugal/data/file_hash.h"
+#include "data/internal/little_endian.h"
 
 namespace frugal {
 using namespace detail;
@@ -127,9 +127,8 @@ ShardWriter::ShardWriter(std::string path, ShardKind kind, ShardDtype dtype,
                          ShardWriterOptions options)
     : path_(std::move(path)), kind_(kind), dtype_(dtype), opts_(options) {
   if (opts_.zstd) require_feature("zstd", fmt::format("writing the zstd-compressed shard '{}'", path_));
-  if ((kind_ == ShardKind::kTokens) == (dtype_ == ShardDtype::kBytes))
-    throw DataError(fmt::format("{}: token shards need dtype uint16 or uint32, record shards bytes",
-                                path_));
+  FRUGAL_INTERNAL_ASSERT((kind_ == ShardKind::kTokens) != (dtype_ == ShardDtype::kBytes),
+                         path_ + ": token shards need dtype uint16 or uint32, record shards bytes");
   if (opts_.block_bytes < 64) opts_.block_bytes = 64;
   if (kind_ == ShardKind::kTokens)
     items_per_block_ = opts_.block_bytes / static_cast<uint32_t>(dtype_width(dtype_));
@@ -152,7 +151,7 @@ void ShardWriter::write_raw(const void* p, size_t n) {
 }
 
 void ShardWriter::add_tokens(const int32_t* tokens, size_t n) {
-  if (kind_ != ShardKind::kTokens) throw DataError(path_ + ": add_tokens on a record shard");
+  FRUGAL_INTERNAL_ASSERT(kind_ == ShardKind::kTokens, path_ + ": add_tokens on a record shard");
   const uint32_t max = dtype_ == ShardDtype::kUint16 ? 0xffffu : 0xffffffffu;
   const size_t w = dtype_width(dtype_);
   for (size_t i = 0; i < n; ++i) {
@@ -170,7 +169,7 @@ void ShardWriter::add_tokens(const int32_t* tokens, size_t n) {
 }
 
 void ShardWriter::add_record(std::string_view record) {
-  if (kind_ != ShardKind::kRecords) throw DataError(path_ + ": add_record on a token shard");
+  FRUGAL_INTERNAL_ASSERT(kind_ == ShardKind::kRecords, path_ + ": add_record on a token shard");
   if (record.size() >= 0xffffffffu - block_.size()) flush_block();
   if (record.size() >= 0xffffffffu)
     throw DataError(fmt::format("{}: a record of {} bytes exceeds the 4 GiB limit", path_, record.size()));
@@ -203,7 +202,7 @@ void ShardWriter::flush_block() {
 }
 
 uint64_t ShardWriter::finish() {
-  if (finished_) throw DataError(path_ + ": finish() called twice");
+  FRUGAL_INTERNAL_ASSERT(!finished_, path_ + ": finish() called twice");
   flush_block();
   const uint64_t index_offset = file_offset_;
   std::string index;
@@ -399,7 +398,7 @@ ShardReader::BlockView ShardReader::block_data(uint64_t b) const {
 }
 
 void ShardReader::read_tokens(uint64_t start, size_t n, int32_t* out) const {
-  if (kind_ != ShardKind::kTokens) throw DataError(path_ + ": read_tokens on a record shard");
+  FRUGAL_INTERNAL_ASSERT(kind_ == ShardKind::kTokens, path_ + ": read_tokens on a record shard");
   if (start + n > items_)
     throw DataError(fmt::format("{}: tokens [{}, {}) are past the end ({} tokens)", path_, start,
                                 start + n, items_));
@@ -420,7 +419,7 @@ void ShardReader::read_tokens(uint64_t start, size_t n, int32_t* out) const {
 }
 
 std::string ShardReader::record(uint64_t i) const {
-  if (kind_ != ShardKind::kRecords) throw DataError(path_ + ": record() on a token shard");
+  FRUGAL_INTERNAL_ASSERT(kind_ == ShardKind::kRecords, path_ + ": record() on a token shard");
   if (i >= items_) throw DataError(fmt::format("{}: record {} is past the end ({} records)", path_, i, items_));
   const uint8_t* e = record_index_ + i * kRecordEntryBytes;
   const BlockView view = block_data(get_u32(e));

@@ -41,7 +41,7 @@ DataParallel::~DataParallel() = default;
 
 std::unique_ptr<Optimizer> DataParallel::make_optimizer(const std::vector<at::Tensor>& params,
                                                         const TrainConfig& t) {
-  if (config_.zero == 0) return nullptr;  // the ordinary FusedAdamW
+  if (config_.zero == ZeroStage::kNone) return nullptr;  // the ordinary FusedAdamW
   // The grouping of make_optimizer: matrices decay, biases and norms do not.
   std::vector<at::Tensor> decay, no_decay;
   for (const auto& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
@@ -182,13 +182,13 @@ void DataParallel::broadcast_parameters(const std::vector<at::Tensor>& params) {
 void DataParallel::agree(Control& control) {
   const auto t0 = Clock::now();
   const std::string prefix = fmt::format("stop/{}/", agree_seq_++);
-  const double code = control.should_stop ? static_cast<double>(control.kind) + 1 : 0.0;
-  if (code > 0) pg_->store_set(prefix + std::to_string(rank()), fmt::format("{}|{}", code, control.reason));
-  at::Tensor t = small({code, control.checkpoint_requested ? 1.0 : 0.0});
+  const double code = control.should_stop() ? static_cast<double>(control.stop_kind()) + 1 : 0.0;
+  if (code > 0) pg_->store_set(prefix + std::to_string(rank()), fmt::format("{}|{}", code, control.stop_reason()));
+  at::Tensor t = small({code, control.checkpoint_requested() ? 1.0 : 0.0});
   pg_->allreduce_max(t);
   t = t.cpu();
   const double global = t[0].item<double>();
-  control.checkpoint_requested = t[1].item<double>() > 0;
+  if (t[1].item<double>() > 0) control.request_checkpoint();  // taken by all when asked by one
   if (global > 0 && global != code) {
     // Another rank asked for a stronger (or any) stop: adopt its kind and reason.
     std::string reason = "a stop requested by another rank";
@@ -202,9 +202,7 @@ void DataParallel::agree(Control& control) {
         break;
       }
     }
-    control.should_stop = true;
-    control.kind = static_cast<StopKind>(static_cast<int>(global) - 1);
-    control.reason = reason;
+    control.agree_stop(reason, static_cast<StopKind>(static_cast<int>(global) - 1));
   }
   agree_s_ += since(t0);
 }
@@ -226,7 +224,7 @@ void DataParallel::add_to_summary(nlohmann::ordered_json& s, double step_s_total
   const double comm = wait_s_ + agree_s_ + gather;
   s["dist"] = {{"world_size", world_size()},
                {"backend", pg_->backend()},
-               {"zero", config_.zero},
+               {"zero", static_cast<int64_t>(config_.zero)},
                {"buckets", buckets_.size()},
                {"bucket_mb", config_.bucket_mb},
                {"allreduce_wait_ms_per_step", 1e3 * wait_s_ / n},
@@ -235,6 +233,15 @@ void DataParallel::add_to_summary(nlohmann::ordered_json& s, double step_s_total
                {"comm_ms_per_step", 1e3 * comm / n},
                // Of the time spent in steps plus the agreement after each (which runs outside the step).
                {"comm_fraction", step_s_total + agree_s_ > 0 ? comm / (step_s_total + agree_s_) : 0.0}};
+}
+
+DataParallelPlan data_parallel_plan(std::shared_ptr<ProcessGroup> pg) {
+  DataParallelPlan plan;
+  plan.rank = pg->rank();
+  plan.make = [pg](const Config& config) -> std::unique_ptr<DataParallelism> {
+    return std::make_unique<DataParallel>(pg, config);
+  };
+  return plan;
 }
 
 }  // namespace frugal::dist

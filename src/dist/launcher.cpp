@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "frugal/core/errors.h"
+#include "frugal/core/exit_code.h"
 
 namespace frugal::dist {
 namespace {
@@ -103,7 +104,8 @@ int launch(const LaunchOptions& o, const std::string& exe) {
         c.done = true;
         --running;
         c.code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-        const bool failed = !(WIFEXITED(status) && (c.code == 0 || c.code == 75));
+        const bool failed = !(WIFEXITED(status) && (c.code == exit_status(ExitCode::kDone) ||
+                                                      c.code == exit_status(ExitCode::kPreempted)));
         if (failed && !first_failure) {
           first_failure = &c;
           failed_at = Clock::now();
@@ -134,8 +136,8 @@ int launch(const LaunchOptions& o, const std::string& exe) {
   for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) signal(sig, SIG_DFL);
   if (first_failure) return first_failure->code;
   for (const auto& c : children)
-    if (c.code == 75) return 75;
-  return 0;
+    if (c.code == exit_status(ExitCode::kPreempted)) return c.code;
+  return exit_status(ExitCode::kDone);
 }
 
 }  // namespace frugal::dist

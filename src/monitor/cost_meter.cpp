@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/console.h"
 #include "frugal/core/errors.h"
-#include "frugal/monitor/console.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -33,23 +33,6 @@ CostFigures cost_at(double elapsed_s, int64_t step, int64_t total_steps, double 
   return f;
 }
 
-std::vector<double> parse_alert_fractions(const std::string& text) {
-  std::vector<double> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (item.empty()) continue;
-    char* end = nullptr;
-    double x = std::strtod(item.c_str(), &end);
-    if (*end != '\0' || !(x > 0 && x <= 1))
-      throw ConfigError(fmt::format("budget.alert_at: '{}' is not a fraction in (0, 1]", item));
-    out.push_back(x);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
 
 std::string default_price_table_path() {
   if (const char* env = std::getenv("FRUGAL_PRICE_TABLE")) return env;
@@ -128,7 +111,20 @@ void CostMeter::alert(double fraction) {
   if (rc != 0) Console::get().line(fmt::format("budget alert command exited with status {}", rc));
 }
 
+void CostMeter::on_step_metrics(StepMetrics& m) {
+  figures_ = cost_at(m.elapsed_s, m.step, total_steps_, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
+  m.cost_usd = figures_.usd;
+}
+
+void CostMeter::add_to_banner(std::vector<std::string>& lines) const {
+  if (usd_per_hour_ <= 0 && watts_ <= 0) return;
+  lines.push_back(fmt::format("budget: ${:.3f}/h{}, {:.0f} W, {:.0f} g CO2/kWh{}", usd_per_hour_,
+                              budget_.spot ? " (spot)" : "", watts_, budget_.grid_g_per_kwh,
+                              budget_.limit_usd > 0 ? fmt::format(", limit ${:.2f}", budget_.limit_usd) : ""));
+}
+
 void CostMeter::on_step_end(const StepMetrics& m, Control& control) {
+  // The same figures on_step_metrics made (recomputed: a caller may run only this event).
   figures_ = cost_at(m.elapsed_s, m.step, total_steps_, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
   if (budget_.limit_usd <= 0) return;
   for (size_t i = 0; i < fractions_.size(); ++i) {
@@ -160,7 +156,7 @@ void CostMeter::load_state(const nlohmann::json& in) {
   alerts_fired_ = in.value("alerts", std::vector<std::string>{});
 }
 
-void CostMeter::add_to_summary(nlohmann::ordered_json& s) const {
+void CostMeter::add_to_summary(nlohmann::ordered_json& s) {
   s["cost_usd"] = figures_.usd;
   s["usd_per_hour"] = usd_per_hour_;
   s["energy_kwh"] = figures_.kwh;

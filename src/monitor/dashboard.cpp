@@ -95,29 +95,6 @@ class GuardedHttpServer : public httplib::Server {
   std::thread watchdog_;
 };
 
-HttpAddress parse_http_address(const std::string& text) {
-  auto bad = [&](const std::string& why) {
-    return ConfigError(fmt::format("monitor.http = \"{}\": {}; expected HOST:PORT, e.g. \"127.0.0.1:8080\" "
-                                   "(port 0 = any free port)",
-                                   text, why));
-  };
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) throw bad("no HOST:PORT");
-  HttpAddress a;
-  a.host = text.substr(0, colon);
-  if (a.host.size() >= 2 && a.host.front() == '[' && a.host.back() == ']') a.host = a.host.substr(1, a.host.size() - 2);
-  const std::string port = text.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
-    throw bad("the port is not a number");
-  a.port = std::stoi(port);
-  if (a.port > 65535) throw bad("the port is above 65535");
-  if (a.host.empty() || a.host.find_first_of(" /?#") != std::string::npos) throw bad("bad host");
-  return a;
-}
-
-bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
 
 namespace {
 

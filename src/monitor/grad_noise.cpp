@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
+
 namespace frugal {
 
 GradNoiseEstimate estimate_grad_noise(double small_sq, double big_sq, double b_small, double b_big) {
@@ -58,6 +60,29 @@ void MicroBatchGradProbe::after_backward(const std::vector<at::Tensor>& grads, d
   prev_.resize(grads.size());
   for (size_t i = 0; i < grads.size(); ++i)
     prev_[i] = grads[i].defined() ? grads[i].to(torch::kFloat, /*non_blocking=*/false, /*copy=*/true) : at::Tensor();
+}
+
+void GradNoiseMeter::on_step_metrics(StepMetrics& m) {
+  if (!m.logged) return;
+  if (std::isfinite(m.micro_grad_sq) && std::isfinite(m.grad_norm)) {
+    const double b_small = static_cast<double>(micro_batch_), k = static_cast<double>(accum_);
+    scale_.add(estimate_grad_noise(m.micro_grad_sq, m.grad_norm * m.grad_norm, b_small, b_small * k));
+  }
+  m.grad_noise_scale = scale_.b_simple();
+}
+
+void GradNoiseMeter::add_to_summary(nlohmann::ordered_json& summary) {
+  if (scale_.count() == 0) return;
+  const double gns = scale_.b_simple();
+  summary["grad_noise_scale"] = std::isfinite(gns) ? nlohmann::ordered_json(gns) : nlohmann::ordered_json(nullptr);
+  summary["grad_noise_estimates"] = scale_.count();
+  const double batch = static_cast<double>(global_batch_);
+  summary["grad_noise_hint"] =
+      !std::isfinite(gns) ? "too noisy to estimate yet (the mean-gradient estimate is not positive)"
+      : gns > 2 * batch   ? fmt::format("a larger global batch (up to ~{:.0f} sequences) would likely cut the "
+                                        "steps needed nearly in proportion", gns)
+      : gns < 0.5 * batch ? "the global batch is above the noise scale: a smaller batch would waste fewer tokens"
+                          : "the global batch is near the noise scale (a good trade-off)";
 }
 
 }  // namespace frugal

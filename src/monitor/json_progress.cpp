@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "frugal/monitor/console.h"
+#include "frugal/core/console.h"
 #include "frugal/monitor/metrics_writer.h"
 
 namespace frugal {

@@ -48,12 +48,12 @@ nlohmann::ordered_json step_json(const StepMetrics& m) {
   j["samples_per_s"] = m.samples_per_s;
   j["mfu"] = m.mfu;
   j["step_s"] = m.step_s;
-  j["data_wait_s"] = m.data_wait_s;
+  j["data_wait_s"] = m.phases.data_s;
   j["elapsed_s"] = m.elapsed_s;
   j["tokens"] = m.tokens;
-  j["forward_s"] = m.forward_s;
-  j["backward_s"] = m.backward_s;
-  j["optimizer_s"] = m.optimizer_s;
+  j["forward_s"] = m.phases.forward_s;
+  j["backward_s"] = m.phases.backward_s;
+  j["optimizer_s"] = m.phases.optimizer_s;
   j["eval_s"] = m.eval_s;
   j["checkpoint_s"] = m.checkpoint_s;
   j["cost_usd"] = m.cost_usd;

@@ -2,10 +2,11 @@
 #include "frugal/monitor/mfu.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 
-#include "frugal/monitor/doctor.h"
+#include "frugal/core/matmul_probe.h"
 
 namespace frugal {
 
@@ -32,6 +33,22 @@ std::string mfu_note(double mfu, const std::string& peak_source) {
                      "the machine was slower while the peak was measured (a shared or throttled machine) or the "
                      "configured peak is too low; set monitor.peak_tflops to the hardware's peak for a stable figure",
                      peak_source);
+}
+
+void MfuMeter::on_step_metrics(StepMetrics& m) {
+  if (m.logged) m.mfu = model_flops_utilization(m.tokens_per_s, flops_per_token_, peak_.flops);
+}
+
+void MfuMeter::add_to_banner(std::vector<std::string>& lines) const {
+  lines.push_back(fmt::format("mfu: peak {:.3f} TFLOP/s, {}", peak_.flops / 1e12, peak_.source));
+}
+
+void MfuMeter::add_to_summary(nlohmann::ordered_json& summary) {
+  const double mfu = model_flops_utilization(summary.value("tokens_per_s", 0.0), flops_per_token_, peak_.flops);
+  summary["mfu"] = mfu;
+  if (!mfu_note(mfu, peak_.source).empty()) summary["mfu_note"] = mfu_note(mfu, peak_.source);
+  summary["peak_tflops"] = peak_.flops / 1e12;
+  summary["peak_source"] = peak_.source;
 }
 
 }  // namespace frugal

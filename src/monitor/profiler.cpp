@@ -14,9 +14,9 @@
 
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/compat.h"
+#include "frugal/core/console.h"
 #include "frugal/core/errors.h"
-#include "frugal/monitor/console.h"
-#include "frugal/monitor/phase_trace.h"
+#include "frugal/core/phase_trace.h"
 
 namespace frugal {
 namespace tp = torch::autograd::profiler;

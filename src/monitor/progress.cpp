@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "frugal/monitor/console.h"
-#include "frugal/train/deadline.h"
+#include "frugal/core/console.h"
+#include "frugal/core/wall_clock.h"
 
 namespace frugal {
 

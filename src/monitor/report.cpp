@@ -415,11 +415,11 @@ namespace {
 // The tokenizer behind a run's per-token losses: a token dataset's (its manifest), bytes for
 // the text and arithmetic sources, none for record datasets (losses per sample).
 std::string run_tokenizer(const Config& c) {
-  const std::string& src = c.data.source;
-  if (src.rfind("records:", 0) == 0) return "none (records)";
-  if (src.rfind("shards:", 0) == 0) {
-    const auto t = manifest_tokenizer(src.substr(7));
-    return t ? fmt::format("{} ({} symbols)", t->name, t->vocab) : "unknown (" + src + ")";
+  const DataSource& src = c.data.source;
+  if (src.kind == DataSource::Kind::kRecords) return "none (records)";
+  if (src.kind == DataSource::Kind::kShards) {
+    const auto t = manifest_tokenizer(src.path);
+    return t ? fmt::format("{} ({} symbols)", t->name, t->vocab) : "unknown (" + to_string(src) + ")";
   }
   return "bytes (256 symbols)";
 }

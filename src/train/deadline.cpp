@@ -17,19 +17,6 @@
 
 namespace frugal {
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string format_utc(double unix_s) {
-  const std::time_t t = static_cast<std::time_t>(unix_s);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 namespace {
 std::optional<double> parse_unix_seconds(const std::string& t) {
   if (t.empty() || t.size() > 15 || t.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;

@@ -35,8 +35,8 @@ EarlyStopDecision next_early_stop(const EarlyStopState& s, double value, int64_t
     d.stop = true;
     d.reason = n.has_best ? fmt::format("early stop: {} did not improve on {:.6g} (step {}) by more than "
                                         "{} for {} evaluations",
-                                        c.metric, n.best, n.best_step, c.min_delta, n.bad)
-                          : fmt::format("early stop: {} was not finite for {} evaluations", c.metric, n.bad);
+                                        metric_name(c.metric), n.best, n.best_step, c.min_delta, n.bad)
+                          : fmt::format("early stop: {} was not finite for {} evaluations", metric_name(c.metric), n.bad);
   }
   return d;
 }
@@ -48,12 +48,12 @@ void EarlyStopping::observe(double value, int64_t step, Control& control) {
 }
 
 void EarlyStopping::on_step_end(const StepMetrics& m, Control& control) {
-  if (!m.logged || config_.metric == "val_loss") return;
-  observe(config_.metric == "loss" ? m.loss : m.grad_norm, m.step, control);
+  if (!m.logged || config_.metric == Metric::kValLoss) return;
+  observe(config_.metric == Metric::kLoss ? m.loss : m.grad_norm, m.step, control);
 }
 
 void EarlyStopping::on_eval_end(const EvalMetrics& m, Control& control) {
-  if (config_.metric == "val_loss") observe(m.val_loss, m.step, control);
+  if (config_.metric == Metric::kValLoss) observe(m.val_loss, m.step, control);
 }
 
 void EarlyStopping::save_state(nlohmann::json& out) const {

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "frugal/core/errors.h"
-#include "frugal/monitor/doctor.h"
+#include "frugal/core/matmul_probe.h"
 
 namespace frugal {
 

@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/ckpt/checkpoint.h"
+#include "frugal/core/console.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/memory.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
-#include "frugal/monitor/console.h"
-#include "frugal/monitor/memory.h"
 #include "frugal/train/trainer.h"
 
 namespace frugal {

@@ -36,10 +36,10 @@ Task gpt_task(Gpt model, std::shared_ptr<BatchSource> data, const Config& config
   t.hooks.tokens_per_sample = m.block;
   t.hooks.item = "token";
   t.hooks.flops_per_token = model->flops_per_token();
-  t.hooks.activation_checkpointing = [model](const std::string& spec) mutable {
+  t.hooks.activation_checkpointing = [model](const ActivationCheckpointing& spec) mutable {
     install_activation_checkpointing(model, spec);
   };
-  if (config.data.source == "builtin:arith" && config.train.answer_samples > 0) {
+  if (config.data.source.kind == DataSource::Kind::kArith && config.train.answer_samples > 0) {
     const Config c = config;
     t.hooks.extend_summary = [model, c](nlohmann::ordered_json& summary) mutable {
       AnswerAccuracy acc = arith_answer_accuracy(model, c, c.train.answer_samples);

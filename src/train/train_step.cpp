@@ -9,16 +9,16 @@
 #include <cstring>
 
 #include "frugal/core/compat.h"
+#include "frugal/core/console.h"
 #include "frugal/core/device.h"
-#include "frugal/model/activation_checkpoint.h"
-#include "frugal/monitor/console.h"
+#include "frugal/core/phase_trace.h"
+#include "frugal/model/activation_checkpointing.h"
 #include "frugal/monitor/grad_noise.h"
-#include "frugal/monitor/phase_trace.h"
 #include "frugal/train/grad_clip.h"
 
 namespace frugal {
 
-void install_activation_checkpointing(Gpt& model, const std::string& spec) {
+void install_activation_checkpointing(Gpt& model, const ActivationCheckpointing& spec) {
   std::vector<bool> plan = checkpoint_plan(spec, model->config().layers);
   if (std::none_of(plan.begin(), plan.end(), [](bool b) { return b; })) {
     model->set_block_runner(nullptr);
@@ -31,23 +31,36 @@ void install_activation_checkpointing(Gpt& model, const std::string& spec) {
   });
 }
 
-TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
-                     BatchSource& data, c10::Device device, int64_t tokens_per_sample, GradSync* sync)
+TrainStep::TrainStep(const Config& config, const RunPlan& plan, std::shared_ptr<torch::nn::Module> model,
+                     LossFn loss, BatchSource& data, c10::Device device, GradSync* sync)
     : config_(config),
       model_(std::move(model)),
       loss_(std::move(loss)),
-      tokens_per_sample_(tokens_per_sample),
+      tokens_per_sample_(plan.tokens_per_sample),
       data_(data),
       device_(device),
-      accum_(accumulation_steps(config)),
-      precision_(config.precision.mode, device),
-      scaler_(precision_.loss_scaling(config.precision.loss_scaling), config.precision),
+      accum_(plan.accum),
+      precision_(plan.precision),
+      scaler_(plan.loss_scaling, config.precision),
       sync_(sync),
       events_(device) {
   if (sync_) optimizer_ = sync_->make_optimizer(model_->parameters(), config.train);
   if (!optimizer_) optimizer_ = make_optimizer(config.train.optimizer, model_->parameters(), config.train);
   if (sync_) sync_->attach(model_->parameters());
 }
+
+namespace {
+RunPlan single_process_plan(const Config& config, int64_t tokens_per_sample, c10::Device device) {
+  TaskHooks hooks;
+  hooks.tokens_per_sample = tokens_per_sample;
+  return plan_run(config, hooks, 1, PrecisionPolicy(config.precision.mode, device));
+}
+}  // namespace
+
+TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
+                     BatchSource& data, c10::Device device, int64_t tokens_per_sample, GradSync* sync)
+    : TrainStep(config, single_process_plan(config, tokens_per_sample, device), std::move(model), std::move(loss),
+                data, device, sync) {}
 
 TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device, GradSync* sync)
     : TrainStep(config, model.ptr(),
@@ -109,10 +122,10 @@ at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched,
   const double parts = static_cast<double>(accum_ * chunks_);
   MicroBatchGradProbe probe(probe_grad_noise_ && accum_ > 1);  // gradient noise, log steps only
   for (int64_t k = 0; k < accum_; ++k) {
-    lap("optimizer", r.optimizer_s);
+    lap("optimizer", r.phases.optimizer_s);
     if (static_cast<int64_t>(fetched.size()) == k) fetched.push_back(data_.train_batch(iteration * accum_ + k));
     const Batch& b = fetched[static_cast<size_t>(k)];
-    lap("data", r.data_s);
+    lap("data", r.phases.data_s);
     const int64_t rows = b.x.size(0) / chunks_;
     for (int64_t j = 0; j < chunks_; ++j) {
       Batch part = b;
@@ -125,10 +138,10 @@ at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched,
         auto autocast = precision_.enter();
         loss = loss_(*model_, to_device(part, device_)) / parts;
       }
-      lap("forward", r.forward_s);
+      lap("forward", r.phases.forward_s);
       if (sync_) sync_->before_backward(k == accum_ - 1 && j == chunks_ - 1);
       scaler_.scale_loss(loss).backward();
-      lap("backward", r.backward_s);
+      lap("backward", r.phases.backward_s);
       loss_sum += loss.detach();
     }
     if (probe.on()) {  // not training work: left out of the phase times
@@ -137,7 +150,7 @@ at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched,
     }
     r.tokens += b.x.size(0) * tokens_per_sample_;
   }
-  lap("optimizer", r.optimizer_s);
+  lap("optimizer", r.phases.optimizer_s);
   r.micro_grad_sq_sum = probe.sum_sq();
   return loss_sum;
 }
@@ -197,7 +210,7 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
       Console::get().line("precision: " + precision_.reason() + "; continuing in bf16");
     }
     if (r.skipped) {  // no step: weights, optimizer state and the LR schedule stay put
-      lap("optimizer", r.optimizer_s);
+      lap("optimizer", r.phases.optimizer_s);
       settle_device_times();
       return r;
     }
@@ -205,7 +218,7 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
   clip_to_norm(grads, r.grad_norm, config_.train.grad_clip);
   optimizer_->set_lr(lr);
   optimizer_->step();
-  lap("optimizer", r.optimizer_s);
+  lap("optimizer", r.phases.optimizer_s);
   settle_device_times();
   return r;
 }

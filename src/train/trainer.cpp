@@ -1,5 +1,5 @@
-// The training loop; see trainer.h. Checkpoint capture/restore and the run summary live in
-// trainer_state.cpp; this file holds construction and the loop.
+// The Trainer's start-up; see trainer.h. The loop is in trainer_loop.cpp, checkpoint capture,
+// restore and the summary in trainer_state.cpp, the callbacks' wiring in callback_connector.cpp.
 #include "frugal/train/trainer.h"
 
 #include <torch/torch.h>
@@ -18,20 +18,15 @@
 
 #include "frugal/ckpt/retention.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/console.h"
 #include "frugal/core/device.h"
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/memory.h"
 #include "frugal/data/token_dataset.h"
-#include "frugal/monitor/console.h"
-#include "frugal/monitor/memory.h"
 #include "frugal/monitor/metrics_writer.h"
-#include "frugal/monitor/phase_trace.h"
-#include "frugal/train/deadline.h"
-#include "frugal/train/early_stopping.h"
 #include "frugal/train/gpt_task.h"
-#include "frugal/train/divergence_guard.h"
-#include "frugal/train/lr_schedule.h"
-#include "frugal/train/preemption.h"
+#include "train/internal/callback_connector.h"
 #include "train/internal/trainer_state.h"
 
 namespace frugal {
@@ -98,11 +93,11 @@ std::function<void(WriteStage)> fault_kill_hook() {
 // data.source = "shards:DIR" records its vocabulary in the manifest: a model.vocab left at its
 // default takes it from there, so that the two need not be kept in step by hand.
 void adopt_dataset_vocab(ResolvedConfig& rc) {
-  const std::string& src = rc.config.data.source;
-  if (src.rfind("shards:", 0) != 0) return;
+  const DataSource& src = rc.config.data.source;
+  if (src.kind != DataSource::Kind::kShards) return;
   ValueOrigin& origin = rc.origins.at("model.vocab");
   if (origin.kind != ValueOrigin::Kind::kDefault) return;  // set on purpose: checked against the data later
-  const std::string dir = src.substr(7);
+  const std::string& dir = src.path;
   const std::optional<ManifestTokenizer> tok = manifest_tokenizer(dir);
   if (!tok || tok->vocab == rc.config.model.vocab) return;
   rc.config.model.vocab = tok->vocab;
@@ -141,288 +136,173 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   // Installed first, so a stop signal during start-up (data, model, precision measurement) is
   // honoured too: fit() checks the flag before the first step.
   if (s.opts.handle_signals) s.signals = std::make_unique<SignalHandlers>();
-  auto& con = Console::get();
-  con.set_quiet(s.opts.quiet);
-  con.set_json_mode(s.opts.json);  // stdout carries only JSON lines (--json)
-
-  // A checkpoint is read first: it may pin the precision that `auto` chose before. A resume locks
-  // the run directory before it picks a checkpoint, so a run still writing there is named rather
-  // than read from mid-rotation.
-  const fs::path run_path = fs::path(s.rc.config.run.out_dir) / s.rc.config.run.name;
-  if (!s.opts.resume.empty() && (!s.opts.process_group || s.opts.process_group->rank() == 0) &&
-      fs::is_directory(run_path))
-    s.run_lock = std::make_unique<DirLock>(run_path.string());
-  std::optional<LoadedCheckpoint> ck;
-  const std::string ck_path = choose_checkpoint(s.rc.config, s.opts.resume);
-  if (!ck_path.empty()) {
-    ck = load_checkpoint(ck_path);
-    s.adopt_checkpoint_config(*ck);
-  }
-  const Config& c = s.rc.config;
-  s.device = torch::Device(c.run.device);
-  if (s.device.is_cuda()) {
-    if (!device::build_info().cuda_compiled)
-      throw ConfigError(fmt::format("run.device = \"{}\" but frugal was built against a LibTorch without "
-                                    "CUDA; rebuild against the CUDA wheel (scripts/install-deps.sh) or use "
-                                    "run.device = \"cpu\"",
-                                    c.run.device));
-    const int gpus = device::cuda_device_count();
-    if (gpus == 0 || (s.device.has_index() && s.device.index() >= gpus))
-      throw ConfigError(fmt::format("run.device = \"{}\" but this process sees {} GPU(s) (check nvidia-smi "
-                                    "and CUDA_VISIBLE_DEVICES); use run.device = \"cpu\" or \"cuda:0\"",
-                                    c.run.device, gpus));
-    device::set_deterministic(c.run.deterministic);
-    device::set_tf32(c.precision.tf32);
-  }
-  s.threads = apply_thread_plan(static_cast<int>(c.run.threads));
-  if (c.memory.reuse_freed) keep_freed_memory_in_process();
-  if (!s.device.is_cuda()) {
-    install_counting_allocator();  // exact peak tensor memory, and memory.limit_mb
-    s.memory_limit = std::make_unique<TensorBytesLimitGuard>(resolve_tensor_bytes_limit(c.memory.limit_mb));
-  }
-  torch::manual_seed(static_cast<uint64_t>(c.run.seed));
-
-  if (s.opts.process_group) s.dp = std::make_unique<dist::DataParallel>(s.opts.process_group, c);
-  const int64_t rank = s.dp ? s.dp->rank() : 0, world = s.dp ? s.dp->world_size() : 1;
-  s.task = make_task(c);  // before the run dir: bad data must not leave a husk
-  if (!s.task.module || !s.task.loss)
-    throw ConfigError("the Trainer's Task needs a module and a loss function (train/task.h)");
-  // data.source, this process's share of it (a task's own data is used as given on every rank).
-  if (!s.task.data) s.task.data = make_batch_source(c, rank, world);
-  s.data = s.task.data;
-  s.model = s.task.module;
-  s.cost = std::make_shared<CostMeter>(c.budget);
-  s.model->to(s.device);
-  const std::string& ac = c.memory.activation_checkpointing;
-  if (s.task.hooks.activation_checkpointing)
-    s.task.hooks.activation_checkpointing(ac);
-  else if (ac != "none")
-    throw ConfigError(fmt::format("memory.activation_checkpointing = \"{}\" needs a model that supports it "
-                                  "(TaskHooks::activation_checkpointing); this task has none, so set it to "
-                                  "\"none\"",
-                                  ac));
-  s.step = std::make_unique<TrainStep>(c, s.model, s.task.loss, *s.data, s.device,
-                                       s.task.hooks.tokens_per_sample, s.dp.get());
-  s.loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(s.device));
-  const bool writer = s.is_writer();  // rank 0 alone writes the run directory
-  s.run_dir = writer ? prepare_run_dir(c, s.opts.overwrite, !s.opts.resume.empty(), s.run_lock)
-                     : (fs::path(c.run.out_dir) / c.run.name).string();
-  if (writer) write_file_atomic(s.run_dir + "/config.toml", s.rc.to_toml());
-  const std::string metrics = s.run_dir + "/metrics.jsonl";
-  if (writer && !s.opts.resume.empty()) truncate_metrics_after(metrics, ck ? ck->step : 0);
-
-  if (writer) s.callbacks.push_back(std::make_shared<MetricsWriter>(metrics, !s.opts.resume.empty()));
-  s.cadence = std::make_shared<CheckpointCadence>(c.checkpoint);
-  s.callbacks.push_back(s.cadence);
-  if (c.early_stop.enabled) s.callbacks.push_back(std::make_shared<EarlyStopping>(c.early_stop));
-  const std::optional<Deadline> deadline = resolve_deadline(c.checkpoint.deadline);
-  if (deadline && deadline->unix_s <= unix_now())  // stopping at once would requeue forever
-    throw ConfigError(fmt::format("the deadline {} ({}) has passed; set checkpoint.deadline to a later time, or "
-                                  "\"\" for none",
-                                  format_utc(deadline->unix_s), deadline->source));
-  if (deadline || !c.checkpoint.notice_url.empty()) {
-    s.callbacks.push_back(std::make_shared<DeadlineGuard>(c.checkpoint, deadline, c.train.eval_every));
-    if (deadline)
-      con.line(fmt::format("deadline: {} ({}); the run checkpoints and exits 75 in time for it",
-                           format_utc(deadline->unix_s), deadline->source));
-  }
-  if (c.guard.enabled) s.callbacks.push_back(std::make_shared<DivergenceGuard>(c.guard));
-  s.install_monitors();  // progress display, profiler, dashboard
-  for (auto& cb : s.opts.callbacks) s.callbacks.push_back(cb);
-
-  WriteOptions wo;
-  wo.weights_dtype = c.checkpoint.weights_dtype;
-  wo.exact_resume = c.checkpoint.exact_resume;
-  wo.after_stage = fault_kill_hook();
-  s.writer = std::make_unique<CheckpointWriter>(
-      s.run_dir + "/checkpoints", wo,
-      RetentionPolicy{c.checkpoint.keep_last, c.checkpoint.keep_best, c.checkpoint.best_mode},
-      c.checkpoint.async);
-  if (ck) {
-    s.restore(*ck);
-    s.resumed_from = ck->path;
-    s.cadence->resumed_at(ck->step);
-    con.line(fmt::format("resume: continuing from {} (step {}{})", ck->path, ck->step,
-                         ck->exact ? "" : "; weights stored in reduced precision, so not bitwise"));
-  }
+  Console::get().set_quiet(s.opts.quiet);
+  Console::get().set_json_mode(s.opts.json);  // stdout carries only JSON lines (--json)
+  const std::optional<LoadedCheckpoint> ck = s.open_checkpoint();
+  s.set_up_device();
+  s.build_task(make_task);  // before the run dir: bad data must not leave a husk
+  s.make_plan(ck);
+  s.open_run_dir(ck);
+  s.connect();
+  if (ck) s.continue_from(*ck);
   if (s.dp) s.dp->broadcast_parameters(s.model->parameters());  // every rank starts from rank 0's
-  if (c.train.warmup_steps > 0 && c.train.warmup_steps >= c.train.steps)
-    con.line(fmt::format("warning: train.steps = {} ends within the warm-up (train.warmup_steps = {}): the "
-                         "learning rate never reaches train.lr = {}; set train.warmup_steps below train.steps",
-                         c.train.steps, c.train.warmup_steps, c.train.lr));
-
-  s.info.config = &s.rc.config;
-  s.info.run_dir = s.run_dir;
-  s.info.params = parameter_count(*s.model);
-  s.info.flops_per_token = s.task.hooks.flops_per_token;
-  s.info.tokens_per_step = c.data.micro_batch * accumulation_steps(c) * s.task.hooks.tokens_per_sample * world;
-  s.info.item = s.task.hooks.item;
-  s.info.threads = s.threads.intra_op;
+  s.describe_run();
 }
 
 Trainer::~Trainer() = default;
 
 const std::string& Trainer::run_dir() const { return s_->run_dir; }
 const std::string& Trainer::resumed_from() const { return s_->resumed_from; }
-std::string Trainer::dashboard_url() const { return s_->dashboard ? s_->dashboard->url() : ""; }
+std::string Trainer::dashboard_url() const { return s_->dashboard_url; }
+StopKind Trainer::stop_kind() const { return s_->stopped; }
 
-// One optimizer step and its bookkeeping; fills `m` and runs on_step_end.
-void Trainer::State::train_one_step(StepMetrics& m, Control& control) {
+// A resume locks the run directory before it picks a checkpoint, so a run still writing there is
+// named rather than read from mid-rotation. A checkpoint is read first: it may pin the precision
+// that `auto` chose before.
+std::optional<LoadedCheckpoint> Trainer::State::open_checkpoint() {
+  const fs::path run_path = fs::path(rc.config.run.out_dir) / rc.config.run.name;
+  if (!opts.resume.empty() && opts.data_parallel.rank == 0 && fs::is_directory(run_path))
+    run_lock = std::make_unique<DirLock>(run_path.string());
+  const std::string path = choose_checkpoint(rc.config, opts.resume);
+  if (path.empty()) return std::nullopt;
+  LoadedCheckpoint ck = load_checkpoint(path);
+  report_config_changes(ck);
+  return ck;
+}
+
+void Trainer::State::set_up_device() {
   const Config& c = rc.config;
-  detail::LoopState& L = loop;
-  const auto t0 = detail::Clock::now();
-  // The schedule follows optimizer steps actually taken: a skipped (inf/NaN) step does not
-  // advance it. The divergence guard scales it down after each rollback.
-  const double lr = L.lr_scale * lr_at(step->optimizer().step_count(), c.train.steps,
-                                       c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
-  PhaseTrace::set_step(L.step + 1);
-  step->set_grad_noise_probe(c.monitor.grad_noise && next_step_logs());
-  StepResult r;
+  device = torch::Device(c.run.device);
+  if (device.is_cuda()) {
+    if (!device::build_info().cuda_compiled)
+      throw ConfigError(fmt::format("run.device = \"{}\" but frugal was built against a LibTorch without "
+                                    "CUDA; rebuild against the CUDA wheel (scripts/install-deps.sh) or use "
+                                    "run.device = \"cpu\"",
+                                    c.run.device));
+    const int gpus = device::cuda_device_count();
+    if (gpus == 0 || (device.has_index() && device.index() >= gpus))
+      throw ConfigError(fmt::format("run.device = \"{}\" but this process sees {} GPU(s) (check nvidia-smi "
+                                    "and CUDA_VISIBLE_DEVICES); use run.device = \"cpu\" or \"cuda:0\"",
+                                    c.run.device, gpus));
+    device::set_deterministic(c.run.deterministic);
+    device::set_tf32(c.precision.tf32);
+  }
+  threads = apply_thread_plan(static_cast<int>(c.run.threads));
+  if (c.memory.reuse_freed) keep_freed_memory_in_process();
+  if (!device.is_cuda()) {
+    install_counting_allocator();  // exact peak tensor memory, and memory.limit_mb
+    memory_limit = std::make_unique<TensorBytesLimitGuard>(resolve_tensor_bytes_limit(c.memory.limit_mb));
+  }
+  torch::manual_seed(static_cast<uint64_t>(c.run.seed));
+}
+
+// The task (model, loss, data), on the device, with activation checkpointing installed, and the
+// data-parallel side when this is one of several processes.
+void Trainer::State::build_task(const TaskFactory& make_task) {
+  const Config& c = rc.config;
+  if (opts.data_parallel.make) dp = opts.data_parallel.make(c);
+  const int64_t rank = dp ? dp->rank() : 0, world = dp ? dp->world_size() : 1;
+  task = make_task(c);
+  if (!task.module || !task.loss)
+    throw ConfigError("the Trainer's Task needs a module and a loss function (train/task.h)");
+  // data.source, this process's share of it (a task's own data is used as given on every rank).
+  if (!task.data) task.data = make_batch_source(c, rank, world);
+  data = task.data;
+  model = task.module;
+  model->to(device);
+  const ActivationCheckpointing& ac = c.memory.activation_checkpointing;
+  if (task.hooks.activation_checkpointing)
+    task.hooks.activation_checkpointing(ac);
+  else if (ac.enabled())
+    throw ConfigError(fmt::format("memory.activation_checkpointing = \"{}\" needs a model that supports it "
+                                  "(TaskHooks::activation_checkpointing); this task has none, so set it to "
+                                  "\"none\"",
+                                  to_string(ac)));
+}
+
+// Everything resolved once: the batch arithmetic, the precision (measured for `auto`, or the one a
+// resumed checkpoint trained in), MFU's peak in that precision; then the step that follows it.
+void Trainer::State::make_plan(const std::optional<LoadedCheckpoint>& ck) {
+  const Config& c = rc.config;
+  std::string warning;
+  const PrecisionMode mode =
+      precision_to_continue(c.precision.mode, ck ? ck->state.value("precision", "") : "", &warning);
+  if (!warning.empty()) Console::get().line("resume: warning: " + warning);
+  plan = plan_run(c, task.hooks, dp ? dp->world_size() : 1, PrecisionPolicy(mode, device));
   {
-    PhaseSpan span("step");
-    r = step->run(L.step, lr);
+    // The peak probe is frugal's own start-up measurement (a 1024^3 matmul), not training work:
+    // memory.limit_mb does not apply to it, or a tight limit would fail before the first step.
+    TensorBytesLimitGuard unlimited(0);
+    const c10::ScalarType dtype = plan.precision.autocast() ? plan.precision.dtype() : torch::kFloat;
+    plan.peak = resolve_peak_flops(c.monitor, dtype, device);
   }
-  if (dp) r.tokens *= dp->world_size();  // every rank consumed as many (r.loss is already the mean)
-  loss_sum += r.loss;
-  ++L.step;
-
-  const double step_s = seconds_since(t0);
-  L.window_steps += 1;
-  L.window_tokens += r.tokens;
-  L.window_s += step_s;
-  L.tokens += r.tokens;
-  m.step = L.step;
-  m.lr = lr;
-  m.step_s = step_s;
-  m.tokens = L.tokens;
-  m.elapsed_s = billed_s();
-  m.data_wait_s = r.data_s;  // the trainer blocked on the batch source for this long
-  session_step_s += step_s;
-  m.forward_s = r.forward_s;
-  m.backward_s = r.backward_s;
-  m.optimizer_s = r.optimizer_s;
-  phase_s[0] += r.data_s;
-  phase_s[1] += r.forward_s;
-  phase_s[2] += r.backward_s;
-  phase_s[3] += r.optimizer_s;
-  session_steps += 1;
-  m.loss_scale = step->scaler().scale();
-  m.skipped_steps = step->scaler().state().skipped;
-  m.micro_batch = step->micro_batch_effective();
-  m.oom_backoffs = step->oom_backoffs();
-  m.logged = L.step % c.train.log_every == 0 || L.step == c.train.steps;
-  if (m.logged) {  // the only host syncs of the step (besides the fp16 scaler's verdict)
-    m.loss = loss_sum.item<double>() / static_cast<double>(L.window_steps);
-    m.grad_norm = r.grad_norm.item<double>();
-    logged_grad_norm = m.grad_norm;
-    logged_grad_norm_step = L.step;
-    m.tokens_per_s = static_cast<double>(L.window_tokens) / L.window_s;
-    m.rss_mb = static_cast<double>(rss_now_bytes()) / 1e6;
-    L.final_train = m.loss;
-    observe_logged_step(m, r);
-    if (!std::isfinite(m.loss) && !step->scaler().enabled() && !c.guard.enabled)
-      control.request_stop(fmt::format("loss became {} at step {}", m.loss, L.step));
-    loss_sum.zero_();
-    L.window_steps = L.window_tokens = 0;
-    L.window_s = 0;
-  }
-  cost->on_step_end(m, control);
-  m.cost_usd = cost->figures().usd;
-  for (auto& cb : callbacks) cb->on_step_end(m, control);
+  step = std::make_unique<TrainStep>(c, plan, model, task.loss, *data, device, dp.get());
+  loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
 }
 
-// A validation pass at the current step. Returns false (and marks the evaluation pending) when a
-// stop signal interrupted it.
-bool Trainer::State::run_eval(Control& control) {
-  torch::NoGradGuard no_grad;
-  PhaseSpan span("eval");
-  const auto t0 = detail::Clock::now();
-  model->eval();
-  at::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
-  const int64_t n = rc.config.train.eval_batches;
-  const LossFn& loss = task.eval_loss ? task.eval_loss : task.loss;
-  for (int64_t i = 0; i < n; ++i) {
-    if (preemption_requested()) {
-      model->train();
-      loop.eval_pending = true;
-      return false;
-    }
-    Batch b = data->val_batch(i);
-    // In the training step's chunks, so an out-of-memory back-off covers evaluation too.
-    const int64_t k = step->chunks(), rows = b.x.size(0) / k;
-    for (int64_t j = 0; j < k; ++j) {
-      Batch part = b;
-      if (k > 1) {
-        part.x = b.x.narrow(0, j * rows, rows);
-        if (b.y.defined()) part.y = b.y.narrow(0, j * rows, rows);
-      }
-      sum += loss(*model, to_device(part, device)).detach().to(torch::kFloat) / static_cast<double>(k);
-    }
-  }
-  model->train();
-  loop.eval_pending = false;
-  loop.final_val = sum.item<double>() / static_cast<double>(n);
-  loop.best_val = std::min(loop.best_val, loop.final_val);
-  loop.last_eval_step = loop.step;
-  EvalMetrics e{loop.step, loop.final_val, loop.best_val, seconds_since(t0)};
-  eval_s_window += e.eval_s;
-  eval_s_total += e.eval_s;
-  for (auto& cb : callbacks) cb->on_eval_end(e, control);
-  return true;
+// runs/<name>/ (rank 0 alone writes it): prepared, its resolved config.toml, and metrics.jsonl cut
+// back to the checkpoint a resume continues from.
+void Trainer::State::open_run_dir(const std::optional<LoadedCheckpoint>& ck) {
+  const Config& c = rc.config;
+  run_dir = is_writer() ? prepare_run_dir(c, opts.overwrite, !opts.resume.empty(), run_lock)
+                        : (fs::path(c.run.out_dir) / c.run.name).string();
+  if (!is_writer()) return;
+  write_file_atomic(run_dir + "/config.toml", rc.to_toml());
+  if (!opts.resume.empty()) truncate_metrics_after(run_dir + "/metrics.jsonl", ck ? ck->step : 0);
 }
 
-nlohmann::json Trainer::fit() {
-  State& s = *s_;
-  const Config& c = s.rc.config;
-  s.print_banner();
-  s.cost->on_train_begin(s.info);
-  for (auto& cb : s.callbacks) cb->on_train_begin(s.info);
+// The callbacks (callback_connector.cpp) and the checkpoint writer.
+void Trainer::State::connect() {
+  const Config& c = rc.config;
+  detail::ConnectorContext ctx;
+  ctx.config = &c;
+  ctx.plan = &plan;
+  ctx.run_dir = run_dir;
+  ctx.writer = is_writer();
+  ctx.resuming = !opts.resume.empty();
+  ctx.quiet = opts.quiet;
+  ctx.json = opts.json;
+  ctx.device = device;
+  ctx.user = opts.callbacks;
+  detail::Connection connection = detail::connect_callbacks(ctx);
+  callbacks = std::move(connection.callbacks);
+  cadence = connection.cadence;
+  dashboard_url = connection.dashboard_url;
+  WriteOptions wo;
+  wo.weights_dtype = c.checkpoint.weights_dtype;
+  wo.exact_resume = c.checkpoint.exact_resume;
+  wo.after_stage = fault_kill_hook();
+  writer = std::make_unique<CheckpointWriter>(
+      run_dir + "/checkpoints", wo, RetentionPolicy{c.checkpoint.keep_last, c.checkpoint.keep_best, c.checkpoint.best_mode},
+      c.checkpoint.async);
+}
 
-  Control control;
-  StepMetrics m;
-  m.total_steps = c.train.steps;
-  m.tokens = s.loop.tokens;
-  s.session_start = detail::Clock::now();
-  s.startup_s = std::chrono::duration<double>(s.session_start - s.constructed).count();
-  s.model->train();
-  reset_tensor_bytes_peak();
-  device::reset_cuda_peak(s.device);
-  auto check_signal = [&] {
-    if (preemption_requested())
-      control.request_stop(fmt::format("stop signal {} ({})", preemption_signal(),
-                                       strsignal(preemption_signal())),
-                           StopKind::kPreempted);
-  };
-  auto over_time = [&] {
-    return c.train.max_minutes > 0 && s.billed_s() >= c.train.max_minutes * 60;
-  };
+void Trainer::State::continue_from(const LoadedCheckpoint& ck) {
+  restore(ck);
+  resumed_from = ck.path;
+  cadence->resumed_at(ck.step);
+  Console::get().line(fmt::format("resume: continuing from {} (step {}{})", ck.path, ck.step,
+                                  ck.exact ? "" : "; weights stored in reduced precision, so not bitwise"));
+}
 
-  check_signal();  // a signal during start-up (or warm-up) stops before the first step
-  if (s.dp) s.dp->agree(control);  // stops and checkpoints are decided by all ranks together
-  if (s.loop.eval_pending && !control.should_stop) s.run_eval(control);
-  while (s.loop.step < c.train.steps && !control.should_stop) {
-    s.writer->poll();  // an async write's error surfaces here, on the trainer thread
-    s.train_one_step(m, control);
-    if (control.rollback_requested) {
-      s.rollback(control);
-      continue;
-    }
-    check_signal();
-    if (c.train.eval_every > 0 && s.loop.step % c.train.eval_every == 0) {
-      if (control.kind == StopKind::kPreempted && control.should_stop)
-        s.loop.eval_pending = true;  // the resumed run evaluates this step first
-      else if (!control.should_stop)
-        s.run_eval(control);
-    }
-    if (over_time())
-      control.request_stop(fmt::format("train.max_minutes = {} reached", c.train.max_minutes),
-                           StopKind::kMaxMinutes);
-    check_signal();
-    if (s.dp) s.dp->agree(control);
-    if (control.checkpoint_requested && !control.should_stop) s.save_checkpoint();
-    control.checkpoint_requested = false;
-  }
-  return s.finish(control);
+// What the callbacks learn at on_train_begin, and a warning for a run that ends in its warm-up.
+void Trainer::State::describe_run() {
+  const Config& c = rc.config;
+  if (c.train.warmup_steps > 0 && c.train.warmup_steps >= c.train.steps)
+    Console::get().line(fmt::format("warning: train.steps = {} ends within the warm-up (train.warmup_steps = {}): "
+                                    "the learning rate never reaches train.lr = {}; set train.warmup_steps below "
+                                    "train.steps",
+                                    c.train.steps, c.train.warmup_steps, c.train.lr));
+  info.config = &rc.config;
+  info.run_dir = run_dir;
+  info.params = parameter_count(*model);
+  info.flops_per_token = plan.flops_per_token;
+  info.tokens_per_step = plan.items_per_step;
+  info.samples_per_step = plan.global_batch;
+  info.item = plan.item;
+  info.threads = threads.intra_op;
+  info.peak_flops = plan.peak.flops;
+  info.dashboard_url = dashboard_url;
 }
 
 }  // namespace frugal

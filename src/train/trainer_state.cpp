@@ -1,4 +1,4 @@
-// Trainer helpers: checkpoint capture and restore, divergence rollback, the banner and the final
+// The Trainer's checkpoints (capture, restore, save, divergence rollback), its banner and its
 // summary; see internal/trainer_state.h.
 #include "train/internal/trainer_state.h"
 
@@ -11,12 +11,12 @@
 #include "frugal/ckpt/retention.h"
 #include "frugal/ckpt/safetensors.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/console.h"
 #include "frugal/core/device.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/memory.h"
+#include "frugal/core/phase_trace.h"
 #include "frugal/model/weights.h"
-#include "frugal/monitor/console.h"
-#include "frugal/monitor/memory.h"
-#include "frugal/monitor/phase_trace.h"
 #include "frugal/monitor/report.h"
 
 namespace frugal {
@@ -34,33 +34,19 @@ nlohmann::json config_values(const Config& c) {
 
 }  // namespace
 
-void Trainer::State::adopt_checkpoint_config(const LoadedCheckpoint& ck) {
-  auto& con = Console::get();
-  Config& c = rc.config;
-  // precision.mode = auto measures at start-up and could choose differently now; an fp16 run
-  // may have fallen back to bf16. Either way the checkpoint's precision continues.
-  const std::string was = ck.state.value("precision", "");
-  const std::string now = precision_name(c.precision.mode);
-  if (!was.empty() && was != now) {
-    if (c.precision.mode == PrecisionMode::kAuto || (c.precision.mode == PrecisionMode::kFp16 && was == "bf16")) {
-      c.precision.mode = was == "bf16" ? PrecisionMode::kBf16 : was == "fp16" ? PrecisionMode::kFp16 : PrecisionMode::kFp32;
-    } else {
-      con.line(fmt::format("resume: warning: the checkpoint trained in {}, this run asks for {}; "
-                           "the continuation will not match an uninterrupted run",
-                           was, now));
-    }
+// A resumed run whose config differs from the checkpoint's says where (the precision is settled
+// by precision_to_continue, run_plan.h).
+void Trainer::State::report_config_changes(const LoadedCheckpoint& ck) const {
+  if (!ck.state.contains("config_values")) return;
+  const nlohmann::json mine = config_values(rc.config);
+  std::vector<std::string> diffs;
+  for (const auto& [k, v] : ck.state["config_values"].items()) {
+    if (k == "run.name" || k == "run.out_dir" || k == "precision.mode") continue;
+    if (mine.contains(k) && mine[k] != v)
+      diffs.push_back(fmt::format("{} ({} -> {})", k, v.get<std::string>(), mine[k].get<std::string>()));
   }
-  if (ck.state.contains("config_values")) {
-    const nlohmann::json mine = config_values(c);
-    std::vector<std::string> diffs;
-    for (const auto& [k, v] : ck.state["config_values"].items()) {
-      if (k == "run.name" || k == "run.out_dir" || k == "precision.mode") continue;
-      if (mine.contains(k) && mine[k] != v)
-        diffs.push_back(fmt::format("{} ({} -> {})", k, v.get<std::string>(), mine[k].get<std::string>()));
-    }
-    if (!diffs.empty())
-      con.line(fmt::format("resume: config differs from the checkpoint's in {}", fmt::join(diffs, ", ")));
-  }
+  if (!diffs.empty())
+    Console::get().line(fmt::format("resume: config differs from the checkpoint's in {}", fmt::join(diffs, ", ")));
 }
 
 CheckpointData Trainer::State::capture(bool snapshot) {
@@ -92,21 +78,20 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   }
   st["lr_schedule"] = {{"position", step->optimizer().step_count()}, {"lr_scale", loop.lr_scale}};
   nlohmann::json cbs = nlohmann::json::object();
-  for (const auto& cb : stateful_callbacks()) {
+  for (const auto& cb : callbacks) {
     if (cb->state_key().empty()) continue;
     nlohmann::json one;
     cb->save_state(one);
     cbs[cb->state_key()] = one;
   }
   st["callbacks"] = cbs;
-  st["grad_noise"] = grad_noise.to_json();
   // The ranking value for checkpoint.keep_best, only when measured at this very step.
-  const std::string& metric = rc.config.checkpoint.best_metric;
+  const Metric metric = rc.config.checkpoint.best_metric;
   double value = NAN;
-  if (metric == "val_loss" && loop.last_eval_step == loop.step) value = loop.final_val;
-  if (metric == "loss" && loop.window_steps == 0) value = loop.final_train;
-  if (metric == "grad_norm" && logged_grad_norm_step == loop.step) value = logged_grad_norm;
-  if (!std::isnan(value)) st["metric"] = {{"name", metric}, {"value", value}};
+  if (metric == Metric::kValLoss && loop.last_eval_step == loop.step) value = loop.final_val;
+  if (metric == Metric::kLoss && loop.window_steps == 0) value = loop.final_train;
+  if (metric == Metric::kGradNorm && logged_grad_norm_step == loop.step) value = logged_grad_norm;
+  if (!std::isnan(value)) st["metric"] = {{"name", metric_name(metric)}, {"value", value}};
   st["config_toml"] = rc.to_toml();
   st["config_values"] = config_values(rc.config);
   st["frugal_version"] = FRUGAL_VERSION;
@@ -163,12 +148,13 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
     for (const auto& h : st["rng"]["cuda"]) gpus.push_back(detail::hex_to_bytes(h.get<std::string>(), "rng.cuda"));
     device::set_cuda_rng_states(gpus);
   }
-  const auto& cbs = st.at("callbacks");
-  for (auto& cb : stateful_callbacks()) {
+  nlohmann::json cbs = st.at("callbacks");
+  // Checkpoints of frugal 0.1 kept the noise scale's averages beside the callbacks.
+  if (!cbs.contains("grad_noise") && st.contains("grad_noise")) cbs["grad_noise"] = st["grad_noise"];
+  for (auto& cb : callbacks) {
     const std::string key = cb->state_key();
     if (!key.empty() && cbs.contains(key)) cb->load_state(cbs[key]);
   }
-  if (st.contains("grad_noise")) grad_noise.from_json(st["grad_noise"]);
   last_saved_step = ck.step;
   last_checkpoint = ck.path;
 }
@@ -189,9 +175,9 @@ void Trainer::State::save_checkpoint() {
 }
 
 void Trainer::State::rollback(Control& control) {
-  control.rollback_requested = false;
+  control.clear_rollback_request();
   const GuardConfig& g = rc.config.guard;
-  const std::string why = control.rollback_reason;
+  const std::string why = control.rollback_reason();
   if (loop.rollbacks >= g.max_rollbacks) {
     control.request_stop(fmt::format("divergence guard: {}; stopped after {} rollback(s) "
                                      "(guard.max_rollbacks = {})",
@@ -204,7 +190,7 @@ void Trainer::State::rollback(Control& control) {
   const std::string root = writer->root();
   std::string target;
   for (const auto& c : list_checkpoints(root)) {
-    if (c.complete && c.step <= control.rollback_max_step && verify_checkpoint(c.path).empty()) {
+    if (c.complete && c.step <= control.rollback_max_step() && verify_checkpoint(c.path).empty()) {
       target = c.path;
       break;
     }
@@ -212,7 +198,7 @@ void Trainer::State::rollback(Control& control) {
   if (target.empty()) {
     control.request_stop(fmt::format("divergence guard: {}; no sound checkpoint at or before step {} to "
                                      "roll back to (set checkpoint.every_steps to keep some)",
-                                     why, control.rollback_max_step),
+                                     why, control.rollback_max_step()),
                          StopKind::kGuard);
     return;
   }
@@ -221,15 +207,18 @@ void Trainer::State::rollback(Control& control) {
   const double lr_scale = loop.lr_scale * g.lr_factor;
   const int64_t rollbacks = loop.rollbacks + 1;
   const int64_t from = loop.step;
-  // The time and money spent on the diverged steps stay spent: billing and the cost meter's
-  // alerts carry across the rollback (restore() would take the checkpoint's).
+  // The time and money spent on the diverged steps stay spent: billing and the state that
+  // describes the world (the cost meter's alerts) carry across the rollback (restore() would take
+  // the checkpoint's).
   const double elapsed_s = loop.elapsed_s, startup = loop.startup_s;
-  nlohmann::json cost_state;
-  cost->save_state(cost_state);
+  std::vector<nlohmann::json> kept(callbacks.size());
+  for (size_t i = 0; i < callbacks.size(); ++i)
+    if (callbacks[i]->state_survives_rollback()) callbacks[i]->save_state(kept[i]);
   restore(ck);
   loop.elapsed_s = elapsed_s;
   loop.startup_s = startup;
-  cost->load_state(cost_state);
+  for (size_t i = 0; i < callbacks.size(); ++i)
+    if (callbacks[i]->state_survives_rollback()) callbacks[i]->load_state(kept[i]);
   loop.lr_scale = lr_scale;
   loop.rollbacks = rollbacks;
   rollback_log.push_back({{"at_step", from}, {"to_step", ck.step}, {"reason", why}, {"lr_scale", lr_scale}});
@@ -238,7 +227,7 @@ void Trainer::State::rollback(Control& control) {
                                   why, from, ck.step, lr_scale, rollbacks, g.max_rollbacks));
 }
 
-void Trainer::State::print_banner() {
+void Trainer::State::print_banner() const {
   const Config& c = rc.config;
   auto& con = Console::get();
   // threads.blas < 0: the BLAS has no pool of its own (the wheel's MKL follows LibTorch's threads).
@@ -248,27 +237,24 @@ void Trainer::State::print_banner() {
   con.line(fmt::format("config (besides the defaults; all of it in {}/config.toml):\n{}", run_dir, rc.summary()));
   const std::string what = task.hooks.describe.empty() ? model->name() : task.hooks.describe;
   con.line(fmt::format("model: {} | {:.3f}M parameters{}", what, static_cast<double>(info.params) / 1e6,
-                       info.flops_per_token > 0
-                           ? fmt::format(" | {:.1f} MFLOP/token (training)", info.flops_per_token / 1e6)
+                       plan.flops_per_token > 0
+                           ? fmt::format(" | {:.1f} MFLOP/token (training)", plan.flops_per_token / 1e6)
                            : ""));
   con.line(fmt::format("data: {} | {} training {}s, {} validation {}s | run dir {}", data->describe(),
-                       data->train_tokens(), task.hooks.item, data->val_tokens(), task.hooks.item, run_dir));
+                       data->train_tokens(), plan.item, data->val_tokens(), plan.item, run_dir));
   con.line(fmt::format("levers: precision {} ({}) | micro_batch {} x accum {} | activation "
                        "checkpointing {} | optimizer {} | checkpoints {}",
-                       step->precision().name(), step->precision().reason(), c.data.micro_batch,
-                       step->accum(), c.memory.activation_checkpointing,
-                       std::get<std::string>(find_key("train.optimizer")->get(c)),
+                       plan.precision.name(), plan.precision.reason(), plan.micro_batch, plan.accum,
+                       to_string(plan.activation_checkpointing), std::get<std::string>(find_key("train.optimizer")->get(c)),
                        c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only"));
-  con.line(fmt::format("mfu: peak {:.3f} TFLOP/s, {}", info.peak_flops / 1e12, peak.source));
-  if (cost->usd_per_hour() > 0 || cost->watts() > 0)
-    con.line(fmt::format("budget: ${:.3f}/h{}, {:.0f} W, {:.0f} g CO2/kWh{}", cost->usd_per_hour(),
-                         c.budget.spot ? " (spot)" : "", cost->watts(), c.budget.grid_g_per_kwh,
-                         c.budget.limit_usd > 0 ? fmt::format(", limit ${:.2f}", c.budget.limit_usd) : ""));
+  std::vector<std::string> lines;
+  for (const auto& cb : callbacks) cb->add_to_banner(lines);
+  for (const auto& l : lines) con.line(l);
 }
 
 nlohmann::json Trainer::State::finish(const Control& control) {
   const Config& c = rc.config;
-  const StopKind kind = control.should_stop ? control.kind : StopKind::kCompleted;
+  const StopKind kind = stopped = control.stop_kind();
   const bool healthy = kind != StopKind::kPreempted && kind != StopKind::kGuard;
   // Past the budget, no more compute is spent on a final evaluation; the weights are still saved.
   const bool evaluate = healthy && kind != StopKind::kBudget;
@@ -278,9 +264,23 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   }
   if ((c.checkpoint.enabled && healthy) || kind == StopKind::kPreempted) save_checkpoint();
   writer->wait();
-  const double session_s = seconds_since(session_start);
-  const double wall_s = loop.elapsed_s + session_s;
+  nlohmann::ordered_json summary = loop_summary(control, evaluate);
+  if (healthy && is_writer())
+    save_safetensors(run_dir + "/final/model.safetensors", module_tensors(*model),
+                     {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
+  for (auto& cb : callbacks) cb->add_to_summary(summary);
+  if (is_writer()) {
+    write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n");
+    write_report(run_dir);
+  }
+  for (auto& cb : callbacks) cb->on_train_end(summary);
+  return summary;
+}
 
+// The loop's own figures for summary.json (the callbacks add theirs after).
+nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool evaluated) {
+  const Config& c = rc.config;
+  const double wall_s = loop.elapsed_s + seconds_since(session_start);
   nlohmann::ordered_json summary;
   summary["run_name"] = c.run.name;
   summary["steps"] = loop.step;
@@ -288,32 +288,52 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   summary["wall_s"] = wall_s;
   summary["startup_s"] = loop.startup_s + startup_s;  // billed, not part of wall_s or tokens_per_s
   summary["tokens_per_s"] = static_cast<double>(loop.tokens) / wall_s;
+  summary["samples_per_s"] = wall_s > 0 ? static_cast<double>(loop.step * plan.global_batch) / wall_s : 0.0;
   summary["final_train_loss"] = loop.final_train;
   summary["final_val_loss"] = loop.final_val;
   summary["best_val_loss"] = loop.best_val;
   summary["unigram_baseline_loss"] = data->unigram_baseline();
   summary["params"] = info.params;
-  summary["flops_per_token"] = info.flops_per_token;
-  summary["stop_reason"] = control.should_stop ? control.reason : "completed";
-  summary["stop_kind"] = stop_kind_name(kind);
-  cost->add_to_summary(summary);
+  summary["flops_per_token"] = plan.flops_per_token;
+  summary["stop_reason"] = control.should_stop() ? control.stop_reason() : "completed";
+  summary["stop_kind"] = stop_kind_name(control.stop_kind());
   const double n_steps = static_cast<double>(std::max<int64_t>(1, session_steps));
-  summary["data_ms_per_step"] = 1e3 * phase_s[0] / n_steps;
-  summary["forward_ms_per_step"] = 1e3 * phase_s[1] / n_steps;
-  summary["backward_ms_per_step"] = 1e3 * phase_s[2] / n_steps;
-  summary["optimizer_ms_per_step"] = 1e3 * phase_s[3] / n_steps;
-  summary["data_wait_fraction"] = session_step_s > 0 ? phase_s[0] / session_step_s : 0.0;
-  summary["precision"] = step->precision().name();
+  summary["data_ms_per_step"] = 1e3 * session_phases.data_s / n_steps;
+  summary["forward_ms_per_step"] = 1e3 * session_phases.forward_s / n_steps;
+  summary["backward_ms_per_step"] = 1e3 * session_phases.backward_s / n_steps;
+  summary["optimizer_ms_per_step"] = 1e3 * session_phases.optimizer_s / n_steps;
+  summary["data_wait_fraction"] = session_step_s > 0 ? session_phases.data_s / session_step_s : 0.0;
+  summary["eval_ms_per_step"] = 1e3 * eval_s_total / n_steps;
+  summary["checkpoint_ms_per_step"] = 1e3 * checkpoint_s_total / n_steps;
+  summary["eval_s_total"] = eval_s_total;
+  summary["checkpoint_s_total"] = checkpoint_s_total;
+  summary["precision"] = step->precision().name();  // it may have fallen back from fp16 during the run
   summary["precision_reason"] = step->precision().reason();
-  summary["accum"] = step->accum();
+  summary["global_batch"] = plan.global_batch;
+  summary["accum"] = plan.accum;
   summary["micro_batch_effective"] = step->micro_batch_effective();
   summary["accum_effective"] = step->accum_effective();
   summary["oom_backoffs"] = step->oom_backoffs();
-  if (tensor_bytes_limit() > 0) summary["memory_limit_mb"] = static_cast<double>(tensor_bytes_limit()) / (1024.0 * 1024.0);
   summary["optimizer_steps"] = step->optimizer().step_count();
   summary["skipped_steps"] = step->scaler().state().skipped;
   summary["loss_scale"] = step->scaler().scale();
-  summary["activation_checkpointing"] = c.memory.activation_checkpointing;
+  summary["activation_checkpointing"] = to_string(plan.activation_checkpointing);
+  add_memory_summary(summary);
+  if (dp) dp->add_to_summary(summary, session_step_s, session_steps);
+  if (evaluated && is_writer() && task.hooks.extend_summary) task.hooks.extend_summary(summary);
+  add_checkpoint_summary(summary);
+  summary["rollbacks"] = rollback_log;
+  summary["lr_scale"] = loop.lr_scale;
+  summary["device"] = device.str();
+  summary["threads"] = threads.intra_op;
+  summary["data"] = data->describe();
+  summary["frugal_version"] = FRUGAL_VERSION;
+  summary["torch_version"] = TORCH_VERSION;
+  return summary;
+}
+
+void Trainer::State::add_memory_summary(nlohmann::ordered_json& summary) const {
+  if (tensor_bytes_limit() > 0) summary["memory_limit_mb"] = static_cast<double>(tensor_bytes_limit()) / (1024.0 * 1024.0);
   if (counting_allocator_installed()) summary["peak_tensor_mb"] = static_cast<double>(tensor_bytes_peak()) / 1e6;
   summary["peak_rss_mb"] = static_cast<double>(rss_peak_bytes()) / 1e6;
   if (device.is_cuda()) {  // the caching allocator's figures: live tensors and what it reserved
@@ -322,8 +342,9 @@ nlohmann::json Trainer::State::finish(const Control& control) {
     summary["peak_reserved_mb"] = static_cast<double>(g.reserved_peak) / 1e6;
   }
   summary["optimizer_state_mb"] = static_cast<double>(step->optimizer().state_bytes()) / 1e6;
-  if (dp) dp->add_to_summary(summary, session_step_s, session_steps);
-  if (evaluate && is_writer() && task.hooks.extend_summary) task.hooks.extend_summary(summary);
+}
+
+void Trainer::State::add_checkpoint_summary(nlohmann::ordered_json& summary) const {
   const CheckpointWriterStats cs = writer->stats();
   const auto listing = list_checkpoints(writer->root());
   summary["checkpoint"] = {
@@ -335,26 +356,8 @@ nlohmann::json Trainer::State::finish(const Control& control) {
       {"write_s_mean", cs.saves ? cs.write_s_total / static_cast<double>(cs.saves) : 0.0},
       {"bytes", cs.last_bytes},
       {"latest", last_checkpoint},
-      {"best", best_checkpoint(listing, c.checkpoint.best_mode)},
+      {"best", best_checkpoint(listing, rc.config.checkpoint.best_mode)},
       {"resumed_from", resumed_from}};
-  summary["rollbacks"] = rollback_log;
-  summary["lr_scale"] = loop.lr_scale;
-  summary["device"] = device.str();
-  summary["threads"] = threads.intra_op;
-  summary["data"] = data->describe();
-  summary["frugal_version"] = FRUGAL_VERSION;
-  summary["torch_version"] = TORCH_VERSION;
-
-  if (healthy && is_writer())
-    save_safetensors(run_dir + "/final/model.safetensors", module_tensors(*model),
-                     {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
-  add_observability(summary);
-  if (is_writer()) {
-    write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n");
-    write_report(run_dir);
-  }
-  for (auto& cb : callbacks) cb->on_train_end(summary);
-  return summary;
 }
 
 }  // namespace frugal

@@ -19,9 +19,9 @@
 #include "frugal/core/config_loader.h"
 #include "frugal/core/device.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/memory.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
-#include "frugal/monitor/memory.h"
 #include "frugal/train/train_step.h"
 
 namespace frugal {
@@ -201,7 +201,7 @@ FinderResult find_batch_size(const Config& config, const std::function<void(cons
       "gpt layers={} heads={} embd={} vocab={} block={} | device={} | precision={} | recompute={} | "
       "optimizer={} | budget={} | margin={} | torch={}",
       c.model.layers, c.model.heads, c.model.embd, c.model.vocab, c.model.block, device.str(),
-      precision_name(c.precision.mode), c.memory.activation_checkpointing, option_name(c, "train.optimizer"),
+      precision_name(c.precision.mode), to_string(c.memory.activation_checkpointing), option_name(c, "train.optimizer"),
       r.budget.bytes, c.tune.memory_margin, TORCH_VERSION);
   const std::string cache_path = batch_finder_cache_path();
   nlohmann::json cache = nlohmann::json::object();

@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <memory>
 
+#include "frugal/core/console.h"
 #include "frugal/core/errors.h"
-#include "frugal/monitor/console.h"
 #include "frugal/monitor/cost_meter.h"
 #include "frugal/train/precision.h"
 #include "frugal/train/trainer.h"
@@ -93,7 +93,7 @@ std::vector<TuneCandidate> make_candidates(const Config& c, const FinderResult* 
     out.push_back(k);
   };
   const std::string given = precision_name(c.precision.mode);
-  const std::string given_recompute = c.memory.activation_checkpointing;
+  const std::string given_recompute = to_string(c.memory.activation_checkpointing);
   add(given, given_recompute, mb, accum, -1);  // the baseline: the configuration as given
   out[0].label += " (as configured)";
   add("fp32", given_recompute, mb, accum, -1);  // the loss reference
@@ -101,7 +101,7 @@ std::vector<TuneCandidate> make_candidates(const Config& c, const FinderResult* 
     for (const char* r : {"none", "blocks"}) add(p, r, mb, accum, -1);
   if (finder && finder->micro_batch != mb)
     for (const auto& p : precisions) add(p, given_recompute, finder->micro_batch, finder->accum, -1);
-  if (c.data.source.rfind("shards:", 0) == 0 && c.data.workers > 0) add(given, given_recompute, mb, accum, 0);
+  if (c.data.source.kind == DataSource::Kind::kShards && c.data.workers > 0) add(given, given_recompute, mb, accum, 0);
   return out;
 }
 

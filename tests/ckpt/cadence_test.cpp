@@ -57,11 +57,11 @@ TEST(Cadence, CallbackRequestsAndLearnsFromTheSave) {
   StepMetrics m;
   m.step = 2;
   cad.on_step_end(m, ctl);
-  EXPECT_TRUE(ctl.checkpoint_requested);
+  EXPECT_TRUE(ctl.checkpoint_requested());
   cad.on_checkpoint({2, "p", 0.1, false});
   Control again;
   cad.on_step_end(m, again);  // same step: already saved
-  EXPECT_FALSE(again.checkpoint_requested);
+  EXPECT_FALSE(again.checkpoint_requested());
 }
 
 }  // namespace

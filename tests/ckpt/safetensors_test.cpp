@@ -145,16 +145,5 @@ TEST(Safetensors, AnIntegerTensorIsNotLoadedIntoAFloatParameter) {
   EXPECT_TRUE(torch::equal(p, torch::full({3}, 2.0)));
 }
 
-TEST(AtomicFile, ReplacesWholeAndLeavesNoTemporaryFile) {
-  test::TempDir dir;
-  write_file_atomic(dir.file("sub/f.txt"), "one");
-  write_file_atomic(dir.file("sub/f.txt"), "two");
-  EXPECT_EQ(read_file(dir.file("sub/f.txt")), "two");
-  int entries = 0;
-  for ([[maybe_unused]] auto& e : std::filesystem::directory_iterator(dir.file("sub"))) ++entries;
-  EXPECT_EQ(entries, 1);
-  EXPECT_THROW(write_file_atomic("/proc/nonexistent/x", "y"), IoError);
-}
-
 }  // namespace
 }  // namespace frugal

@@ -13,7 +13,7 @@
 #include "frugal/core/threads.h"
 #include "frugal/model/gpt.h"
 #include "frugal/model/weights.h"
-#include "frugal/monitor/doctor.h"
+#include "frugal/tune/doctor.h"
 #include "test_util.h"
 
 namespace frugal {
@@ -183,24 +183,6 @@ TEST(Cli, DoctorJsonReportsMeasuredMatmulSpeed) {
                                       j["threads_recommended"].get<int>(), j["threads_recommended"].get<int>())),
             std::string::npos)
       << t.output;
-}
-
-// The saved choice is used only on the CPU set it was measured on, and only for run.threads = 0.
-TEST(Threads, TheDoctorsChoiceAppliesToAutoOnTheSameCpusOnly) {
-  EXPECT_EQ(recommend_threads(10.0, 8.5, 2), 1);  // one thread >= 10% faster
-  EXPECT_EQ(recommend_threads(10.0, 9.5, 2), 2);  // within noise: keep the planned count
-  save_thread_choice(1);
-  ASSERT_TRUE(read_thread_choice().has_value());
-  const ThreadPlan plan = apply_thread_plan(0);
-  EXPECT_EQ(plan.intra_op, 1);
-  EXPECT_NE(plan.reason.find("frugal doctor measured 1 thread(s)"), std::string::npos) << plan.reason;
-  EXPECT_EQ(apply_thread_plan(3).intra_op, 3);  // run.threads wins
-  EXPECT_EQ(apply_thread_plan(0, /*use_doctor_choice=*/false).reason.find("doctor"), std::string::npos);
-  auto j = nlohmann::json::parse(test::read_text(thread_choice_path()));
-  j["logical_cpus"] = j["logical_cpus"].get<int>() + 7;  // measured on another CPU set
-  test::write_text(thread_choice_path(), j.dump());
-  EXPECT_FALSE(read_thread_choice().has_value());
-  EXPECT_EQ(apply_thread_plan(0).reason.find("doctor"), std::string::npos);
 }
 
 }  // namespace

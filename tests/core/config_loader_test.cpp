@@ -69,7 +69,7 @@ TEST(ConfigLoader, ResolvedTomlLoadsBackToTheSameConfig) {
   EXPECT_EQ(back.config.run.name, "x-1");
   EXPECT_DOUBLE_EQ(back.config.train.lr, 0.00125);
   EXPECT_DOUBLE_EQ(back.config.model.dropout, 0.1);
-  EXPECT_EQ(back.config.data.source, "text:/tmp/a b.txt");
+  EXPECT_EQ(to_string(back.config.data.source), "text:/tmp/a b.txt");
   EXPECT_NE(rc.to_toml().find("lr = 0.00125  # --set"), std::string::npos);
 }
 

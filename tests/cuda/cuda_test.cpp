@@ -50,17 +50,6 @@ nlohmann::json train_on_gpu(const std::string& out, std::vector<std::string> ext
   return s;
 }
 
-std::vector<double> losses(const std::string& run_dir) {
-  std::vector<double> out;
-  std::ifstream in(run_dir + "/metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("loss") && j["loss"].is_number()) out.push_back(j["loss"].get<double>());
-  }
-  return out;
-}
-
 TEST(Cuda, DoctorFactsNameTheGpu) {
   FRUGAL_REQUIRE_GPU();
   auto gpus = device::cuda_devices();
@@ -106,7 +95,7 @@ TEST(Cuda, Bf16AndFp16TrainingTrackFp32) {
   auto sc = train_on_gpu(c.path(), {"precision.mode=fp16"});
   EXPECT_EQ(sb["precision"], "bf16");
   EXPECT_EQ(sc["precision"], "fp16");
-  auto la = losses(a.path() + "/demo"), lb = losses(b.path() + "/demo"), lc = losses(c.path() + "/demo");
+  auto la = test::step_losses(a.path() + "/demo/metrics.jsonl"), lb = test::step_losses(b.path() + "/demo/metrics.jsonl"), lc = test::step_losses(c.path() + "/demo/metrics.jsonl");
   ASSERT_FALSE(la.empty());
   ASSERT_EQ(la.size(), lb.size());
   ASSERT_EQ(la.size(), lc.size());
@@ -128,7 +117,7 @@ TEST(Cuda, LossScalerSkipsStepsOnRealFp16Overflow) {
   EXPECT_GT(s["skipped_steps"].get<int64_t>(), 0);
   EXPECT_LT(s["loss_scale"].get<double>(), 1099511627776.0);
   EXPECT_GT(s["optimizer_steps"].get<int64_t>(), 0);
-  auto l = losses(d.path() + "/demo");
+  auto l = test::step_losses(d.path() + "/demo/metrics.jsonl");
   ASSERT_FALSE(l.empty());
   EXPECT_TRUE(std::isfinite(l.back()));
 }

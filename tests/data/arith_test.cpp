@@ -85,7 +85,7 @@ TEST(WindowSource, TooShortSplitNamesTheSplitAndTheNeed) {
 
 TEST(BatchSource, MissingTextFileIsADataError) {
   Config c;
-  c.data.source = "text:/nonexistent/corpus.txt";
+  c.data.source = {DataSource::Kind::kText, "/nonexistent/corpus.txt"};
   try {
     make_batch_source(c);
     FAIL();
@@ -100,7 +100,7 @@ TEST(BatchSource, TextSourceHoldsOutTheEnd) {
   text += std::string(1000, 'b');
   test::write_text(dir.file("t.txt"), text);
   Config c;
-  c.data.source = "text:" + dir.file("t.txt");
+  c.data.source = {DataSource::Kind::kText, dir.file("t.txt")};
   c.data.val_fraction = 0.25;
   c.model.block = 16;
   auto s = make_batch_source(c);

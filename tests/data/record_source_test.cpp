@@ -157,7 +157,7 @@ TEST(RecordSource, ImageBatchesAreFloatChwInTheUnitInterval) {
   o.val_fraction = 0.25;
   prepare_dataset(o);
   Config c;
-  c.data.source = "records:" + dir.file("ds");
+  c.data.source = {DataSource::Kind::kRecords, dir.file("ds")};
   c.data.micro_batch = 4;
   auto src = make_batch_source(c);  // the factory builds the records source
   const Batch b = src->train_batch(0);

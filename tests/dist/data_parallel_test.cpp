@@ -167,15 +167,15 @@ TEST(DataParallel, AgreeSpreadsOneRanksStopWithItsReason) {
     dps[r]->agree(controls[r]);
   });
   for (int r = 0; r < 2; ++r) {
-    EXPECT_TRUE(controls[r].should_stop);
-    EXPECT_EQ(controls[r].kind, StopKind::kPreempted);
-    EXPECT_TRUE(controls[r].checkpoint_requested);
+    EXPECT_TRUE(controls[r].should_stop());
+    EXPECT_EQ(controls[r].stop_kind(), StopKind::kPreempted);
+    EXPECT_TRUE(controls[r].checkpoint_requested());
   }
-  EXPECT_EQ(controls[0].reason, "rank 1: stop signal 10 (User defined signal 1)");
+  EXPECT_EQ(controls[0].stop_reason(), "rank 1: stop signal 10 (User defined signal 1)");
   // A quiet round changes nothing.
   std::vector<Control> quiet(2);
   on_both([&](int64_t r) { dps[r]->agree(quiet[r]); });
-  EXPECT_FALSE(quiet[0].should_stop || quiet[1].should_stop || quiet[0].checkpoint_requested);
+  EXPECT_FALSE(quiet[0].should_stop() || quiet[1].should_stop() || quiet[0].checkpoint_requested());
 }
 
 // MASTER_PORT taken by another program that accepts connections and never answers: a rank must

@@ -68,7 +68,7 @@ TEST(CostMeter, AlertsFireOnceEachAndTheLimitRequestsAGuardStop) {
   Control control;
   StepMetrics m;
   int last = 0;
-  for (int step = 1; step <= 20 && !control.should_stop; ++step) {
+  for (int step = 1; step <= 20 && !control.should_stop(); ++step) {
     last = step;
     m.step = step;
     m.elapsed_s = step;  // $1 per step
@@ -78,9 +78,9 @@ TEST(CostMeter, AlertsFireOnceEachAndTheLimitRequestsAGuardStop) {
   EXPECT_NE(meter.alerts_fired()[0].find("50%"), std::string::npos);
   // After step 10 ($10 spent) one more step would cross the $10 limit: a guard stop, not later.
   EXPECT_EQ(last, 10);
-  EXPECT_TRUE(control.should_stop);
-  EXPECT_EQ(control.kind, StopKind::kBudget);
-  EXPECT_NE(control.reason.find("budget"), std::string::npos);
+  EXPECT_TRUE(control.should_stop());
+  EXPECT_EQ(control.stop_kind(), StopKind::kBudget);
+  EXPECT_NE(control.stop_reason().find("budget"), std::string::npos);
 }
 
 // A resumed run must not fire (and run alert_command for) an alert the first session fired: the

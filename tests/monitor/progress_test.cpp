@@ -7,7 +7,7 @@
 #include <string>
 
 #include "frugal/core/config.h"
-#include "frugal/monitor/console.h"
+#include "frugal/core/console.h"
 
 namespace frugal {
 namespace {

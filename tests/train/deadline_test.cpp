@@ -76,15 +76,15 @@ TEST(Deadline, TheGuardStopsAtTheLastStepThatLeavesRoomForTheSave) {
   m.step_s = 1;
   Control control;
   int64_t stopped_at = -1;
-  for (int64_t step = 1; step <= 1000 && !control.should_stop; ++step) {
+  for (int64_t step = 1; step <= 1000 && !control.should_stop(); ++step) {
     now = static_cast<double>(step);  // one second per step
     m.step = step;
     g.on_step_end(m, control);
-    if (control.should_stop) stopped_at = step;
+    if (control.should_stop()) stopped_at = step;
   }
   EXPECT_EQ(stopped_at, 84);  // 84 + 1 + 10 + 5 = 100
-  EXPECT_EQ(control.kind, StopKind::kPreempted);
-  EXPECT_NE(control.reason.find("deadline (test)"), std::string::npos) << control.reason;
+  EXPECT_EQ(control.stop_kind(), StopKind::kPreempted);
+  EXPECT_NE(control.stop_reason().find("deadline (test)"), std::string::npos) << control.stop_reason();
 }
 
 // An evaluation step needs room for the evaluation too: with 20 s evaluations every 10 steps the
@@ -105,14 +105,14 @@ TEST(Deadline, AStepThatEvaluatesLeavesRoomForTheEvaluation) {
   m.total_steps = 1000;
   m.step_s = 1;
   int64_t stopped_at = -1;
-  for (int64_t step = 1; step <= 1000 && !control.should_stop; ++step) {
+  for (int64_t step = 1; step <= 1000 && !control.should_stop(); ++step) {
     now = static_cast<double>(step);
     m.step = step;
     g.on_step_end(m, control);
-    if (control.should_stop) stopped_at = step;
+    if (control.should_stop()) stopped_at = step;
   }
   EXPECT_EQ(stopped_at, 70);
-  EXPECT_NE(control.reason.find("an evaluation and one more step"), std::string::npos) << control.reason;
+  EXPECT_NE(control.stop_reason().find("an evaluation and one more step"), std::string::npos) << control.stop_reason();
 }
 
 TEST(Deadline, ANoticeUrlWithoutAHostOrWithABadPortIsRefused) {
@@ -184,16 +184,16 @@ TEST(Deadline, APreemptionNoticeStopsTheRunAsPreempted) {
     Control control;
     while (meta.requests < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     g.on_step_end(m, control);
-    EXPECT_FALSE(control.should_stop) << "a quiet endpoint (" << quiet << ", IMDSv2 " << imds_v2
+    EXPECT_FALSE(control.should_stop()) << "a quiet endpoint (" << quiet << ", IMDSv2 " << imds_v2
                                       << ") was taken for a notice";
     meta.reclaim = true;
-    for (int i = 0; i < 2000 && !control.should_stop; ++i) {
+    for (int i = 0; i < 2000 && !control.should_stop(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       g.on_step_end(m, control);
     }
-    ASSERT_TRUE(control.should_stop) << "IMDSv2 " << imds_v2;
-    EXPECT_EQ(control.kind, StopKind::kPreempted);
-    EXPECT_NE(control.reason.find("terminate"), std::string::npos) << control.reason;
+    ASSERT_TRUE(control.should_stop()) << "IMDSv2 " << imds_v2;
+    EXPECT_EQ(control.stop_kind(), StopKind::kPreempted);
+    EXPECT_NE(control.stop_reason().find("terminate"), std::string::npos) << control.stop_reason();
   }
 }
 

@@ -79,8 +79,8 @@ TEST(DivergenceGuard, CallbackRequestsARollbackToTheGoodStep) {
   m.step = 10;
   m.loss = 50.0;
   g.on_step_end(m, ctl);
-  EXPECT_TRUE(ctl.rollback_requested);
-  EXPECT_EQ(ctl.rollback_max_step, 5);
+  EXPECT_TRUE(ctl.rollback_requested());
+  EXPECT_EQ(ctl.rollback_max_step(), 5);
   nlohmann::json j;
   g.save_state(j);
   EXPECT_EQ(j["good_step"], 5);

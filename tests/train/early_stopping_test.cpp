@@ -98,15 +98,15 @@ TEST(EarlyStopping, CallbackStateSurvivesSaveAndLoad) {
   EXPECT_EQ(b.state().bad, 1);
   EXPECT_EQ(b.state().best, 2.0);
   b.on_eval_end({3, 2.6, 2.0, 0}, ctl);
-  EXPECT_FALSE(ctl.should_stop);
+  EXPECT_FALSE(ctl.should_stop());
   b.on_eval_end({4, 2.7, 2.0, 0}, ctl);
-  EXPECT_TRUE(ctl.should_stop);
-  EXPECT_EQ(ctl.kind, StopKind::kEarlyStop);
+  EXPECT_TRUE(ctl.should_stop());
+  EXPECT_EQ(ctl.stop_kind(), StopKind::kEarlyStop);
 }
 
 TEST(EarlyStopping, StepMetricCountsLogStepsOnly) {
   auto c = cfg(1);
-  c.metric = "loss";
+  c.metric = Metric::kLoss;
   EarlyStopping e(c);
   Control ctl;
   StepMetrics m;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -16,14 +17,6 @@
 namespace frugal {
 namespace {
 namespace fs = std::filesystem;
-
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
 
 nlohmann::json train_tiny(const std::string& out_dir, std::vector<std::string> extra = {},
                           std::vector<std::shared_ptr<Callback>> cbs = {}) {
@@ -36,7 +29,7 @@ nlohmann::json train_tiny(const std::string& out_dir, std::vector<std::string> e
 TEST(Trainer, ShortRunLowersTheLossAndWritesEveryFile) {
   test::TempDir dir;
   auto s = train_tiny(dir.path(), {"train.steps=60", "train.lr=0.01"});
-  auto lines = read_jsonl(dir.file("demo/metrics.jsonl"));
+  auto lines = test::read_jsonl(dir.file("demo/metrics.jsonl"));
   std::vector<double> losses;
   for (const auto& l : lines)
     if (l["event"] == "step") losses.push_back(l["loss"].get<double>());
@@ -65,7 +58,7 @@ TEST(Trainer, SummaryJsonHasTheDocumentedSchema) {
   EXPECT_LE(s["best_val_loss"].get<double>(), s["final_val_loss"].get<double>());
   // metrics.jsonl: a step line every log_every steps and an eval line at 15 and 30.
   int steps = 0, evals = 0;
-  for (const auto& l : read_jsonl(dir.file("demo/metrics.jsonl"))) {
+  for (const auto& l : test::read_jsonl(dir.file("demo/metrics.jsonl"))) {
     if (l["event"] == "step") {
       ++steps;
       for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "tokens"})
@@ -119,6 +112,53 @@ TEST(Trainer, RefusesToOverwriteAnEarlierRunUnlessAsked) {
     EXPECT_NE(std::string(e.what()).find("--overwrite"), std::string::npos);
   }
   EXPECT_TRUE(fs::exists(dir.file("demo/summary.json")));  // nothing lost
+}
+
+}  // namespace
+}  // namespace frugal
+
+namespace frugal {
+namespace {
+
+// Records, on each log step, the figures the producers (cost meter, MFU meter) fill.
+class ProducedFigures : public Callback {
+ public:
+  void on_step_end(const StepMetrics& m, Control&) override {
+    if (!m.logged) return;
+    ++logged;
+    // The cost of exactly this step's billed time (a cost meter running after this callback would
+    // leave the previous step's figure), and a fresh MFU (make_step_metrics resets it to 0).
+    if (std::abs(m.cost_usd - m.elapsed_s * 3.6 / 3600.0) < 1e-12) ++cost_current;
+    if (m.mfu > 0) ++mfu_filled;
+  }
+  int logged = 0, cost_current = 0, mfu_filled = 0;
+};
+
+TEST(Trainer, ObserversSeeTheFiguresProducersFilledForTheSameStep) {
+  test::TempDir dir;
+  auto seen = std::make_shared<ProducedFigures>();
+  train_tiny(dir.path(), {"train.steps=12", "train.log_every=3", "budget.usd_per_hour=3.6", "monitor.peak_tflops=1"},
+             {seen});
+  EXPECT_EQ(seen->logged, 4);
+  EXPECT_EQ(seen->cost_current, 4);
+  EXPECT_EQ(seen->mfu_filled, 4);
+}
+
+class ClaimsTheCostMetersKey : public Callback {
+ public:
+  std::string state_key() const override { return "cost_meter"; }
+};
+
+TEST(Trainer, TwoCallbacksWithOneStateKeyAreRefusedBeforeTheFirstStep) {
+  test::TempDir dir;
+  try {
+    train_tiny(dir.path(), {}, {std::make_shared<ClaimsTheCostMetersKey>()});
+    FAIL() << "a second callback with the state key cost_meter was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("\"cost_meter\""), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir.file("demo/metrics.jsonl")) &&
+               !test::read_text(dir.file("demo/metrics.jsonl")).empty());
 }
 
 }  // namespace

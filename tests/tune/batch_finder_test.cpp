@@ -11,7 +11,7 @@
 
 #include "frugal/core/compat.h"
 #include "frugal/core/config_loader.h"
-#include "frugal/monitor/memory.h"
+#include "frugal/core/memory.h"
 #include "test_util.h"
 
 namespace frugal {

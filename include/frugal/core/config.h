@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace frugal {
@@ -37,11 +38,23 @@ struct ModelConfig {
 };
 
 // [data] — where tokens come from and how they are batched.
+// data.source: where the training data comes from. Spelled "builtin:arith" (seeded arithmetic
+// lines, docs/data.md), "text:PATH" (any UTF-8 file, byte-level tokens), "shards:DIR" (a token
+// dataset `frugal prepare` wrote, or llm.c .bin files) or "records:DIR" (an image or table
+// dataset `frugal prepare` wrote).
+struct DataSource {
+  enum class Kind { kArith, kText, kShards, kRecords };
+  Kind kind = Kind::kArith;
+  std::string path;  // the file (text) or directory (shards, records); "" for builtin:arith
+  bool operator==(const DataSource& o) const { return kind == o.kind && path == o.path; }
+  bool operator!=(const DataSource& o) const { return !(*this == o); }
+};
+std::string to_string(const DataSource& s);
+// The spelling parsed; nullopt when it is not one of the forms above.
+std::optional<DataSource> parse_data_source(const std::string& text);
+
 struct DataConfig {
-  // "builtin:arith" (seeded arithmetic lines, docs/data.md), "text:PATH" (any UTF-8 file,
-  // byte-level tokens), "shards:DIR" (a token dataset `frugal prepare` wrote, or llm.c .bin
-  // files) or "records:DIR" (an image or table dataset `frugal prepare` wrote).
-  std::string source = "builtin:arith";
+  DataSource source;  // builtin:arith by default
   int64_t micro_batch = 32;     // sequences per forward/backward pass
   double val_fraction = 0.1;    // text: the last fraction of the file is held out for validation
   int64_t arith_digits = 2;     // arith: operands have 1..arith_digits digits
@@ -82,11 +95,25 @@ struct PrecisionConfig {
   bool tf32 = true;
 };
 
+// memory.activation_checkpointing: which transformer blocks drop their activations in forward
+// and recompute them in backward. Spelled "none", "blocks" (every block) or "every:N" (blocks 0,
+// N, 2N, ...).
+struct ActivationCheckpointing {
+  enum class Mode { kNone, kBlocks, kEvery };
+  Mode mode = Mode::kNone;
+  int64_t every = 0;  // kEvery: the N of "every:N" (>= 1)
+  bool enabled() const { return mode != Mode::kNone; }
+  bool operator==(const ActivationCheckpointing& o) const { return mode == o.mode && every == o.every; }
+  bool operator!=(const ActivationCheckpointing& o) const { return !(*this == o); }
+};
+std::string to_string(const ActivationCheckpointing& a);
+// The spelling parsed; nullopt when it is not one of the forms above.
+std::optional<ActivationCheckpointing> parse_activation_checkpointing(const std::string& text);
+
 // [memory] — trading compute for memory.
 struct MemoryConfig {
-  // "none", "blocks" (recompute every transformer block in backward) or "every:N" (every N-th
-  // block): activations of a checkpointed block are dropped in forward and recomputed in backward.
-  std::string activation_checkpointing = "none";
+  // Recompute block activations in backward instead of keeping them (see above).
+  ActivationCheckpointing activation_checkpointing;
   // Live tensor memory allowed on CPU, in MiB: an allocation past it throws the same
   // out-of-memory error CUDA throws, so the batch-size finder and the trainer's micro-batch
   // back-off work on CPU too. 0 = the cgroup's memory limit if there is one, else no limit.
@@ -149,6 +176,12 @@ struct TrainConfig {
 // Whether a smaller or a larger metric value is better (checkpoint.best_mode, early_stop.mode).
 enum class MetricMode { kMin, kMax };
 
+// A figure the run measures that checkpoints are ranked by (checkpoint.best_metric) and early
+// stopping watches (early_stop.metric): "val_loss" (per evaluation), "loss" (the training loss of
+// a log window) or "grad_norm" (the gradient norm at a log step).
+enum class Metric { kValLoss, kLoss, kGradNorm };
+const char* metric_name(Metric m);
+
 // Storage dtype of model.safetensors in a checkpoint.
 enum class WeightsDtype { kFp32, kBf16, kFp16 };
 
@@ -165,9 +198,9 @@ struct CheckpointConfig {
   double mtbf_minutes = 120;   // expected minutes between preemptions, for auto_interval
   int64_t keep_last = 3;       // newest complete checkpoints kept (>= 1)
   int64_t keep_best = 1;       // complete checkpoints kept by best_metric (0 = none)
-  // Metric that ranks checkpoints for keep_best: "val_loss" (a checkpoint counts only if an
-  // evaluation ran at its step; align every_steps with train.eval_every), "loss" or "grad_norm".
-  std::string best_metric = "val_loss";
+  // Metric that ranks checkpoints for keep_best: val_loss (a checkpoint counts only if an
+  // evaluation ran at its step; align every_steps with train.eval_every), loss or grad_norm.
+  Metric best_metric = Metric::kValLoss;
   MetricMode best_mode = MetricMode::kMin;
   // model.safetensors dtype. bf16/fp16 halve the bytes other tools read; the exact fp32 master
   // weights are still stored beside them (master.safetensors) unless exact_resume = false, which
@@ -193,9 +226,8 @@ struct CheckpointConfig {
 // [early_stop] — stop when a metric stops improving.
 struct EarlyStopConfig {
   bool enabled = false;
-  // "val_loss" (counted per evaluation) or a step metric ("loss", "grad_norm"; counted per log
-  // step).
-  std::string metric = "val_loss";
+  // val_loss (counted per evaluation) or a step metric (loss, grad_norm; counted per log step).
+  Metric metric = Metric::kValLoss;
   MetricMode mode = MetricMode::kMin;
   int64_t patience = 5;   // evaluations without improvement before stopping
   double min_delta = 0;   // an improvement must beat the best by more than this (absolute)
@@ -221,6 +253,9 @@ enum class DistBackend {
   kGloo,  // c10d Gloo: CPU tensors (and CUDA tensors, slower than NCCL)
   kNccl,  // c10d NCCL: CUDA only
 };
+// dist.zero: how much of the training state is sharded across ranks (ZeRO stages; 1 is the only
+// one frugal implements). Spelled as the stage number, 0 or 1.
+enum class ZeroStage : int64_t { kNone = 0, kOptimizerState = 1 };
 struct DistConfig {
   DistBackend backend = DistBackend::kAuto;
   // Seconds a rank waits for a peer (rendezvous, any collective) before it fails with an error
@@ -229,7 +264,7 @@ struct DistConfig {
   // 0: every rank keeps the whole AdamW state. 1 (ZeRO-1): each rank keeps and updates
   // 1/world_size of it, then all-gathers the parameters: optimizer memory / world_size, one more
   // collective per step.
-  int64_t zero = 0;
+  ZeroStage zero = ZeroStage::kNone;
   // Gradients are all-reduced in buckets of about this many MB, each started during backward as
   // soon as its gradients are complete (overlaps communication with the rest of backward).
   double bucket_mb = 4;

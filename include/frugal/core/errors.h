@@ -1,6 +1,11 @@
 // The small exception taxonomy frugal throws. Every user-facing error says what was wrong, where
-// (file, key, line, shard, offset) and what to do. Only the CLI's main() maps these to exit codes
-// (see exit_code()); the library itself never exits, so the trainer can still write a checkpoint.
+// (file, key, line, shard, offset) and what to do. Exit codes come from one table
+// (core/exit_code.h); the library itself never exits, so the trainer can still write a checkpoint.
+//
+// Two channels, as c10 has TORCH_CHECK and TORCH_INTERNAL_ASSERT:
+//   FRUGAL_CHECK(cond, ConfigError, message)   bad input from the user: exit 2 (or the error's code)
+//   FRUGAL_INTERNAL_ASSERT(cond, message)      an invariant of frugal's own code broke: a bug,
+//                                              exit 1, reported as one (InternalError)
 #pragma once
 
 #include <stdexcept>
@@ -51,13 +56,28 @@ class GuardStop : public Error {
   using Error::Error;
 };
 
-// Exit codes, the contract documented in README.md and docs/cli.md.
-enum ExitCode : int {
-  kExitOk = 0,
-  kExitFailure = 1,
-  kExitBadInput = 2,
-  kExitGuard = 3,
-  kExitPreempted = 75,
+// A bug in frugal: a call that its own code should never make (a record added to a token shard,
+// a writer finished twice). Exit code 1; the message names the file and line and asks for a report.
+class InternalError : public Error {
+ public:
+  using Error::Error;
 };
 
+namespace detail {
+[[noreturn]] void throw_internal_error(const char* file, int line, const char* condition, const std::string& message);
+}  // namespace detail
+
 }  // namespace frugal
+
+// Throws ErrorType(message) unless `cond` holds: a user-facing check. `message` says what was
+// wrong, where and what to do.
+#define FRUGAL_CHECK(cond, ErrorType, message) \
+  do {                                         \
+    if (!(cond)) throw ErrorType(message);     \
+  } while (false)
+
+// Throws InternalError unless `cond` holds: an invariant of frugal's own code.
+#define FRUGAL_INTERNAL_ASSERT(cond, message)                                              \
+  do {                                                                                     \
+    if (!(cond)) ::frugal::detail::throw_internal_error(__FILE__, __LINE__, #cond, message); \
+  } while (false)

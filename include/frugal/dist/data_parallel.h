@@ -25,15 +25,15 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "frugal/core/callback.h"
 #include "frugal/dist/process_group.h"
-#include "frugal/train/callback.h"
-#include "frugal/train/grad_sync.h"
+#include "frugal/train/data_parallelism.h"
 
 namespace frugal::dist {
 
 class ZeroAdamW;
 
-class DataParallel : public GradSync {
+class DataParallel : public DataParallelism {
  public:
   // REQUIRES: config.train.optimizer = fused_adamw (the buckets live in its flat gradient buffer);
   // ConfigError otherwise.
@@ -47,20 +47,18 @@ class DataParallel : public GradSync {
   void finish(at::Tensor& loss) override;
   bool any(bool flag) override;
 
-  // The trainer's side.
-  int64_t rank() const { return pg_->rank(); }
-  int64_t world_size() const { return pg_->world_size(); }
-  bool is_writer() const { return pg_->rank() == 0; }  // rank 0 writes every file of the run
-  // Every rank continues from rank 0's parameters.
-  void broadcast_parameters(const std::vector<at::Tensor>& params);
+  // DataParallelism (the trainer's side).
+  int64_t rank() const override { return pg_->rank(); }
+  int64_t world_size() const override { return pg_->world_size(); }
+  void broadcast_parameters(const std::vector<at::Tensor>& params) override;
   // One small all-reduce: a stop requested on any rank (signal, early stop, budget, guard,
   // max_minutes) becomes every rank's stop, with the same kind and the requesting rank's reason;
   // a checkpoint requested on any rank is taken by all (so ZeRO-1's gather happens together).
-  void agree(Control& control);
-  // Rank 0 gets every rank's string (rank order); the others get {}. Through the store.
-  std::vector<std::string> gather_strings(const std::string& mine, const std::string& tag);
-  // "dist" figures for summary.json: world, backend, buckets, exposed communication per step.
-  void add_to_summary(nlohmann::ordered_json& summary, double step_s_total, int64_t steps) const;
+  void agree(Control& control) override;
+  // Through the store.
+  std::vector<std::string> gather_strings(const std::string& mine, const std::string& tag) override;
+  // World, backend, buckets, exposed communication per step.
+  void add_to_summary(nlohmann::ordered_json& summary, double step_s_total, int64_t steps) const override;
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
 
  private:
@@ -83,5 +81,8 @@ class DataParallel : public GradSync {
   double agree_s_ = 0;         // blocked in agree()
   int64_t reductions_ = 0;
 };
+
+// The Trainer's entry into a multi-process run over `pg` (TrainerOptions::data_parallel).
+DataParallelPlan data_parallel_plan(std::shared_ptr<ProcessGroup> pg);
 
 }  // namespace frugal::dist

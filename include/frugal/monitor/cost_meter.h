@@ -12,8 +12,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "frugal/core/callback.h"
 #include "frugal/core/config.h"
-#include "frugal/train/callback.h"
+#include "frugal/core/config_values.h"
 
 namespace frugal {
 
@@ -42,8 +43,6 @@ std::vector<PriceEntry> load_price_table(const std::string& path);
 // The default table shipped with frugal (FRUGAL_PRICE_TABLE overrides the path).
 std::string default_price_table_path();
 
-// Parses budget.alert_at ("0.5,0.8,0.95"); throws ConfigError.
-std::vector<double> parse_alert_fractions(const std::string& text);
 
 class CostMeter : public Callback {
  public:
@@ -51,19 +50,24 @@ class CostMeter : public Callback {
   explicit CostMeter(const BudgetConfig& budget);
 
   void on_train_begin(const RunInfo& info) override;
+  // A producer: the spend so far into StepMetrics::cost_usd.
+  void on_step_metrics(StepMetrics& m) override;
+  // Alerts, and a budget stop before the next step would cross budget.limit_usd.
   void on_step_end(const StepMetrics& m, Control& control) override;
-  void on_train_end(const nlohmann::json& summary) override {}
+  // The price, power and limit, when a price is known.
+  void add_to_banner(std::vector<std::string>& lines) const override;
+  void add_to_summary(nlohmann::ordered_json& summary) override;
   // The alerts already fired survive a resume: none fires twice, and the summary lists them all.
+  // Money spent stays spent: a divergence rollback keeps this state.
   std::string state_key() const override { return "cost_meter"; }
   void save_state(nlohmann::json& out) const override;
   void load_state(const nlohmann::json& in) override;
+  bool state_survives_rollback() const override { return true; }
 
   const CostFigures& figures() const { return figures_; }
   double usd_per_hour() const { return usd_per_hour_; }
   double watts() const { return watts_; }
   const std::vector<std::string>& alerts_fired() const { return alerts_fired_; }
-  // The figures for summary.json.
-  void add_to_summary(nlohmann::ordered_json& summary) const;
 
  private:
   void alert(double fraction);

@@ -26,21 +26,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/callback.h"
 #include "frugal/core/config.h"
-#include "frugal/train/callback.h"
+#include "frugal/core/config_values.h"
 
 namespace frugal {
 
 class GuardedHttpServer;  // dashboard.cpp: httplib's server with connection limits
 
-struct HttpAddress {
-  std::string host;  // "127.0.0.1", "0.0.0.0", "::1", "localhost", ...
-  int port = 0;      // 0 = any free port
-};
-// Parses "HOST:PORT" (IPv6 as "[::1]:8080"); throws ConfigError naming the value.
-HttpAddress parse_http_address(const std::string& text);
-// 127.0.0.0/8, ::1 and "localhost".
-bool is_loopback_host(const std::string& host);
 
 // The Prometheus text exposition of a metrics line (the `latest` object of /api/metrics) and the
 // run's totals; every metric has HELP and TYPE lines and a run="NAME" label.

@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/callback.h"
+
 namespace frugal {
 
 struct GradNoiseEstimate {
@@ -50,6 +52,26 @@ class GradNoiseScale {
   double decay_;
   double ema_g2_ = 0, ema_s_ = 0;
   int64_t count_ = 0;
+};
+
+// The noise-scale producer: at log steps with a measured StepMetrics::micro_grad_sq, adds one
+// estimate and fills StepMetrics::grad_noise_scale; its averages are checkpointed, and the summary
+// gets the scale with a hint. Connected when monitor.grad_noise is on and accum > 1.
+class GradNoiseMeter : public Callback {
+ public:
+  // micro_batch: b_small (sequences per micro-batch); accum: micro-batches per step on each
+  // process; global_batch: sequences per optimizer step (the hint compares against it).
+  GradNoiseMeter(int64_t micro_batch, int64_t accum, int64_t global_batch)
+      : micro_batch_(micro_batch), accum_(accum), global_batch_(global_batch) {}
+  void on_step_metrics(StepMetrics& m) override;
+  void add_to_summary(nlohmann::ordered_json& summary) override;
+  std::string state_key() const override { return "grad_noise"; }
+  void save_state(nlohmann::json& out) const override { out = scale_.to_json(); }
+  void load_state(const nlohmann::json& in) override { scale_.from_json(in); }
+
+ private:
+  int64_t micro_batch_, accum_, global_batch_;
+  GradNoiseScale scale_;
 };
 
 // Measures each micro-batch's gradient norm inside a step from the running sum in .grad: after

@@ -6,7 +6,7 @@
 // Human lines (banner, alerts, the final table) go to stderr in this mode (Console::json_mode).
 #pragma once
 
-#include "frugal/train/callback.h"
+#include "frugal/core/callback.h"
 
 namespace frugal {
 

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "frugal/train/callback.h"
+#include "frugal/core/callback.h"
 
 namespace frugal {
 

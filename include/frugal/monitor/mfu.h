@@ -10,7 +10,10 @@
 #include <c10/core/ScalarType.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "frugal/core/callback.h"
 #include "frugal/core/config.h"
 
 namespace frugal {
@@ -32,5 +35,20 @@ struct PeakFlops {
 // page fault) says nothing about what the hardware can do, and a low peak inflates MFU.
 PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10::Device device,
                              double seconds = 0.2);
+
+// The MFU producer: fills StepMetrics::mfu at log steps (from the window's tokens/s), adds the
+// run's MFU and its peak to summary.json and the peak to the banner.
+class MfuMeter : public Callback {
+ public:
+  MfuMeter(PeakFlops peak, double flops_per_token) : peak_(std::move(peak)), flops_per_token_(flops_per_token) {}
+  void on_step_metrics(StepMetrics& m) override;
+  void add_to_banner(std::vector<std::string>& lines) const override;
+  // Reads the summary's tokens_per_s.
+  void add_to_summary(nlohmann::ordered_json& summary) override;
+
+ private:
+  PeakFlops peak_;
+  double flops_per_token_;
+};
 
 }  // namespace frugal

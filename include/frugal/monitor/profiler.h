@@ -18,8 +18,8 @@
 #include <c10/core/Device.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/callback.h"
 #include "frugal/core/config.h"
-#include "frugal/train/callback.h"
 
 namespace frugal {
 
@@ -62,7 +62,7 @@ class Profiler : public Callback {
   void on_step_end(const StepMetrics& m, Control& control) override;
   // Closes a window still open (the run ended inside it) and adds summary["profile"]: the trace
   // files, the steps captured and the top-operators table.
-  void add_to_summary(nlohmann::ordered_json& summary);
+  void add_to_summary(nlohmann::ordered_json& summary) override;
 
   const std::vector<std::string>& traces() const { return traces_; }
 

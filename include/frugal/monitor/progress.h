@@ -10,7 +10,7 @@
 #include <functional>
 #include <string>
 
-#include "frugal/train/callback.h"
+#include "frugal/core/callback.h"
 
 namespace frugal {
 

@@ -22,14 +22,11 @@
 #include <string>
 #include <thread>
 
+#include "frugal/core/callback.h"
 #include "frugal/core/config.h"
-#include "frugal/train/callback.h"
+#include "frugal/core/wall_clock.h"
 
 namespace frugal {
-
-// Seconds since the Unix epoch, by the wall clock; and such a time as "2026-11-24T18:00:00Z".
-double unix_now();
-std::string format_utc(double unix_s);
 
 struct Deadline {
   double unix_s = 0;    // when the job ends

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <string>
 
+#include "frugal/core/callback.h"
 #include "frugal/core/config.h"
-#include "frugal/train/callback.h"
 
 namespace frugal {
 

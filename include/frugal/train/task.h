@@ -57,9 +57,9 @@ struct TaskHooks {
   // Training FLOPs (forward + backward) per counted item, for throughput and MFU figures; 0 =
   // unknown (the summary reports 0).
   double flops_per_token = 0;
-  // Installs activation checkpointing for memory.activation_checkpointing (the spec string:
-  // "none", "blocks", "every:N"). Without this hook any spec other than "none" is a ConfigError.
-  std::function<void(const std::string& spec)> activation_checkpointing;
+  // Installs activation checkpointing for memory.activation_checkpointing (none, every block, or
+  // every N-th). Without this hook any setting other than "none" is a ConfigError.
+  std::function<void(const ActivationCheckpointing& spec)> activation_checkpointing;
   // Adds model-specific figures to summary.json after the final evaluation (e.g. the reference
   // GPT's answer_accuracy on builtin:arith). Not called when the run stopped unhealthy.
   std::function<void(nlohmann::ordered_json& summary)> extend_summary;

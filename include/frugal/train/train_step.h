@@ -34,15 +34,17 @@
 #include <memory>
 #include <vector>
 
+#include "frugal/core/callback.h"
 #include "frugal/core/config.h"
 #include "frugal/core/device.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
-#include "frugal/train/task.h"
 #include "frugal/train/grad_sync.h"
 #include "frugal/train/loss_scaler.h"
 #include "frugal/train/optimizer.h"
 #include "frugal/train/precision.h"
+#include "frugal/train/run_plan.h"
+#include "frugal/train/task.h"
 
 namespace frugal {
 
@@ -51,9 +53,9 @@ struct StepResult {
   at::Tensor grad_norm;  // global norm before clipping, after unscaling
   bool skipped = false;  // inf/NaN gradients: no optimizer step was taken
   int64_t tokens = 0;     // samples x tokens_per_sample
-  // Host wall time of each phase. On CUDA these time kernel launches, not the kernels (no sync
-  // inside the step); on CPU they are the compute itself.
-  double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  // Time of each phase: host wall time on a CPU; on a GPU, device time from CUDA events for
+  // forward, backward and optimizer (read once at the end of the step), host time for data.
+  PhaseTimes phases;
   // Sum over micro-batches of |g_k|^2 (unscaled micro-batch gradients; monitor/grad_noise.h).
   // Defined only on a step run with set_grad_noise_probe(true) and accum > 1.
   at::Tensor micro_grad_sq_sum;
@@ -62,8 +64,13 @@ struct StepResult {
 
 class TrainStep {
  public:
-  // Trains `model` (already on `device`) with `loss`; each sample counts as tokens_per_sample.
-  // `sync` (optional, not owned, outlives the step): data-parallel hooks (grad_sync.h).
+  // Trains `model` (already on `device`) with `loss` as `plan` resolved it (accumulation,
+  // precision, loss scaling, items per sample). `sync` (optional, not owned, outlives the step):
+  // data-parallel hooks (grad_sync.h).
+  TrainStep(const Config& config, const RunPlan& plan, std::shared_ptr<torch::nn::Module> model, LossFn loss,
+            BatchSource& data, c10::Device device, GradSync* sync = nullptr);
+  // A single-process step planned from `config` alone (precision.mode = auto is measured here);
+  // each sample counts as tokens_per_sample.
   TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
             BatchSource& data, c10::Device device, int64_t tokens_per_sample = 1,
             GradSync* sync = nullptr);
@@ -121,6 +128,6 @@ class TrainStep {
 };
 
 // Installs activation checkpointing on the model per memory.activation_checkpointing.
-void install_activation_checkpointing(Gpt& model, const std::string& spec);
+void install_activation_checkpointing(Gpt& model, const ActivationCheckpointing& spec);
 
 }  // namespace frugal

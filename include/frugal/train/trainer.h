@@ -13,9 +13,9 @@
 // ConfigError/DataError for bad input, IoError for disk trouble, CheckpointError for a checkpoint
 // that cannot be resumed from.
 //
-// Stops: fit() returns normally for every stop; summary["stop_kind"] says why ("completed",
-// "callback", "early_stop", "max_minutes", "preempted" after a stop signal, "guard" when the
-// divergence guard gave up). The CLI maps "preempted" to exit 75 and "guard" to exit 3.
+// Stops: fit() returns normally for every stop; stop_kind() and summary["stop_kind"] say why
+// ("completed", "callback", "early_stop", "max_minutes", "preempted" after a stop signal, "guard"
+// when the divergence guard gave up, "budget"); core/exit_code.h maps them to exit codes.
 //
 // Resume: TrainerOptions::resume = "auto" continues from the newest checkpoint under
 // runs/<name>/checkpoints that verifies (or starts afresh when there is none); a path continues
@@ -28,14 +28,12 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "frugal/core/callback.h"
 #include "frugal/core/config_loader.h"
-#include "frugal/train/callback.h"
+#include "frugal/train/data_parallelism.h"
 #include "frugal/train/task.h"
 
 namespace frugal {
-namespace dist {
-class ProcessGroup;
-}
 
 struct TrainerOptions {
   bool overwrite = false;  // replace an existing runs/<name>/ instead of refusing
@@ -45,9 +43,9 @@ struct TrainerOptions {
   // Install SIGTERM/SIGINT/SIGUSR1 handlers for the trainer's lifetime (train/preemption.h): a
   // signal finishes the step, writes a checkpoint and stops with stop_kind "preempted".
   bool handle_signals = false;
-  // Multi-process data parallel (docs/distributed.md): the group this process belongs to, from
-  // dist::connect(). Null = a single process. Rank 0 writes the run directory; every rank trains.
-  std::shared_ptr<dist::ProcessGroup> process_group;
+  // Multi-process data parallel (docs/distributed.md): dist::data_parallel_plan(dist::connect(...)).
+  // The default is a single process. Rank 0 writes the run directory; every rank trains.
+  DataParallelPlan data_parallel;
   // Progress as one JSON object per log step on stdout (`frugal train --json`); the banner and
   // other human lines go to stderr.
   bool json = false;
@@ -71,6 +69,9 @@ class Trainer {
   // Trains to the end (or until a callback requests a stop) and returns the summary that was
   // also written to summary.json.
   nlohmann::json fit();
+  // Why fit() stopped (kCompleted before it ran); exit_code_for(stop_kind()) (core/exit_code.h)
+  // is what a program should return.
+  StopKind stop_kind() const;
 
   const std::string& run_dir() const;
   // The checkpoint this trainer resumed from ("" for a fresh run).

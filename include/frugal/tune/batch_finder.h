@@ -8,7 +8,7 @@
 // alone pick sizes that later run out of memory at the first evaluation or save).
 //
 //   CPU:  the budget is [memory] limit_mb (or the cgroup limit); the counting allocator
-//         (monitor/memory.h) gives the exact peak of live tensor bytes, and a probe fits when
+//         (core/memory.h) gives the exact peak of live tensor bytes, and a probe fits when
 //         peak <= (1 - tune.memory_margin) x budget. The allocator also enforces the budget, so a
 //         probe that overshoots throws the out-of-memory error instead of swapping.
 //   CUDA: the budget is what the device has free; a probe fits when it raises no out-of-memory

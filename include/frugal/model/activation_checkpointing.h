@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "frugal/core/config.h"
+
 namespace frugal {
 
 using CheckpointedFn = std::function<at::Tensor(const at::Tensor&)>;
@@ -19,9 +21,9 @@ using CheckpointedFn = std::function<at::Tensor(const at::Tensor&)>;
 at::Tensor checkpointed(const CheckpointedFn& fn, const at::Tensor& x,
                         const std::vector<at::Tensor>& params);
 
-// Which of `layers` blocks to checkpoint for memory.activation_checkpointing ("none", "blocks",
-// "every:N" = blocks 0, N, 2N, ...), the last block excepted: its activations are the first
-// backward needs, so dropping them would only add a recompute without lowering the peak.
-std::vector<bool> checkpoint_plan(const std::string& spec, int64_t layers);
+// Which of `layers` blocks to checkpoint for memory.activation_checkpointing (none, every block, or
+// blocks 0, N, 2N, ...), the last block excepted: its activations are the first backward needs,
+// so dropping them would only add a recompute without lowering the peak.
+std::vector<bool> checkpoint_plan(const ActivationCheckpointing& spec, int64_t layers);
 
 }  // namespace frugal

@@ -4,8 +4,6 @@
 // exposes oversubscription, and free disk.
 #pragma once
 
-#include <c10/core/Device.h>
-#include <c10/core/ScalarType.h>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -28,10 +26,5 @@ struct DoctorReport {
 };
 
 DoctorReport run_doctor(const DoctorOptions& options);
-
-// Measured dense matmul throughput (n x n x n) in GFLOP/s for a dtype, over ~seconds.
-double measure_matmul_gflops(int64_t n, bool bf16, double seconds);
-// The same in any dtype on any device (CUDA timings synchronise before and after).
-double measure_matmul_gflops(int64_t n, c10::ScalarType dtype, c10::Device device, double seconds);
 
 }  // namespace frugal

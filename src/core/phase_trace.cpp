@@ -1,5 +1,5 @@
 // Phase spans; see phase_trace.h.
-#include "frugal/monitor/phase_trace.h"
+#include "frugal/core/phase_trace.h"
 
 #include <mutex>
 

@@ -1,7 +1,7 @@
 // Activation checkpointing via a custom autograd function; see activation_checkpoint.h.
 // LibTorch facts this relies on (probed on 1.13): Function::apply runs forward with grad mode
 // off; a std::vector<Tensor> argument must be passed as TensorList or autograd ignores it.
-#include "frugal/model/activation_checkpoint.h"
+#include "frugal/model/activation_checkpointing.h"
 
 #include <ATen/Context.h>
 #include <torch/torch.h>
@@ -79,13 +79,12 @@ at::Tensor checkpointed(const CheckpointedFn& fn, const at::Tensor& x,
   return CheckpointFunction::apply(h, x, at::TensorList(params));
 }
 
-std::vector<bool> checkpoint_plan(const std::string& spec, int64_t layers) {
+std::vector<bool> checkpoint_plan(const ActivationCheckpointing& spec, int64_t layers) {
   std::vector<bool> plan(static_cast<size_t>(layers), false);
-  if (spec == "blocks") {
+  if (spec.mode == ActivationCheckpointing::Mode::kBlocks) {
     plan.assign(plan.size(), true);
-  } else if (spec.rfind("every:", 0) == 0) {
-    const int64_t n = std::stol(spec.substr(6));
-    for (int64_t i = 0; i < layers; i += n) plan[static_cast<size_t>(i)] = true;
+  } else if (spec.mode == ActivationCheckpointing::Mode::kEvery) {
+    for (int64_t i = 0; i < layers; i += spec.every) plan[static_cast<size_t>(i)] = true;
   }
   // Never the last block: backward starts with it, so its recompute would follow its forward at
   // once, and the memory it would free is needed for that recompute anyway (the peak with it

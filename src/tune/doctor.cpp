@@ -1,5 +1,5 @@
 // Machine diagnosis; see doctor.h.
-#include "frugal/monitor/doctor.h"
+#include "frugal/tune/doctor.h"
 
 #include <sys/statvfs.h>
 
@@ -16,8 +16,9 @@
 #include "frugal/core/compat.h"
 #include "frugal/core/device.h"
 #include "frugal/core/features.h"
+#include "frugal/core/matmul_probe.h"
+#include "frugal/core/memory.h"
 #include "frugal/core/threads.h"
-#include "frugal/monitor/memory.h"
 #include "frugal/train/precision.h"
 
 namespace frugal {
@@ -71,32 +72,6 @@ double mlp_step_seconds(double budget_s) {
 }
 
 }  // namespace
-
-double measure_matmul_gflops(int64_t n, bool bf16, double seconds) {
-  return measure_matmul_gflops(n, bf16 ? torch::kBFloat16 : torch::kFloat, torch::kCPU, seconds);
-}
-
-double measure_matmul_gflops(int64_t n, c10::ScalarType dtype, c10::Device device, double seconds) {
-  torch::NoGradGuard no_grad;
-  auto opts = torch::TensorOptions().dtype(dtype).device(device);
-  auto a = torch::randn({n, n}).to(opts), b = torch::randn({n, n}).to(opts);
-  auto sync = [&] {
-    if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
-  };
-  torch::mm(a, b);  // warm-up (oneDNN primitive creation, cuBLAS handles)
-  sync();
-  int64_t reps = 0;
-  auto t0 = Clock::now();
-  double elapsed = 0;
-  while (elapsed < seconds || reps < 2) {
-    torch::mm(a, b);
-    ++reps;
-    if (device.is_cuda() && reps % 8 != 0) continue;  // keep the GPU queue full between checks
-    sync();
-    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  return 2.0 * static_cast<double>(n * n * n) * static_cast<double>(reps) / elapsed / 1e9;
-}
 
 int recommend_threads(double planned_step_s, double one_thread_step_s, int planned_threads) {
   return one_thread_step_s < 0.9 * planned_step_s ? 1 : planned_threads;

@@ -1,5 +1,5 @@
 // Counting CPU allocator and RSS readings; see memory.h.
-#include "frugal/monitor/memory.h"
+#include "frugal/core/memory.h"
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>

@@ -1,5 +1,5 @@
 // Names of stop kinds; see callback.h.
-#include "frugal/train/callback.h"
+#include "frugal/core/callback.h"
 
 namespace frugal {
 

@@ -1,5 +1,5 @@
 // Console; see console.h.
-#include "frugal/monitor/console.h"
+#include "frugal/core/console.h"
 
 #include <unistd.h>
 

@@ -1,0 +1,23 @@
+// Config values with structure (an address, a list of fractions), parsed in one place: the schema
+// checks them when a config is loaded (config_schema.cpp), and the components that use them
+// (the dashboard, the cost meter) parse them the same way.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace frugal {
+
+struct HttpAddress {
+  std::string host;  // "127.0.0.1", "0.0.0.0", "::1", "localhost", ...
+  int port = 0;      // 0 = any free port
+};
+// Parses "HOST:PORT" (IPv6 as "[::1]:8080"); throws ConfigError naming the value.
+HttpAddress parse_http_address(const std::string& text);
+// 127.0.0.0/8, ::1 and "localhost".
+bool is_loopback_host(const std::string& host);
+
+// Parses budget.alert_at ("0.5,0.8,0.95"); throws ConfigError.
+std::vector<double> parse_alert_fractions(const std::string& text);
+
+}  // namespace frugal

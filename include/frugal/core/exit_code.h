@@ -1,0 +1,35 @@
+// The one table of exit codes: what `frugal` returns, what the launcher passes on, what a program
+// built on the library should return. README.md and docs/cli.md document the same table.
+//
+//   0  done             the run completed, or stopped early on purpose (early stopping, max_minutes)
+//   1  bug or failure   an unexpected error: I/O, a checkpoint that cannot be read, a peer process
+//                       lost, a bug in frugal (InternalError)
+//   2  bad input        config, data or arguments (ConfigError, DataError)
+//   3  guard stop       a guard stopped the run on purpose: divergence, the spending limit (GuardStop)
+//   75 preempted        a stop signal or deadline: checkpoint written, continue with --resume auto
+#pragma once
+
+#include <exception>
+
+#include "frugal/core/callback.h"
+
+namespace frugal {
+
+enum class ExitCode : int {
+  kDone = 0,
+  kFailure = 1,
+  kBadInput = 2,
+  kGuardStop = 3,
+  kPreempted = 75,
+};
+
+inline int exit_status(ExitCode c) { return static_cast<int>(c); }
+
+// The code for an error that ended a command (errors.h's taxonomy; anything else is kFailure).
+ExitCode exit_code_for(const std::exception& e);
+// The code for a training run that returned normally, by why it stopped.
+ExitCode exit_code_for(StopKind k);
+// "done", "bad input", ... (the table above), for messages.
+const char* exit_code_meaning(ExitCode c);
+
+}  // namespace frugal

@@ -1,0 +1,17 @@
+// The machine's dense matmul throughput, measured: the denominator of MFU (monitor/mfu.h), the
+// evidence behind precision.mode = "auto" (train/precision.h) and a line of `frugal doctor`.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+
+namespace frugal {
+
+// Measured dense matmul throughput (n x n x n) in GFLOP/s on the CPU, fp32 or bf16, over ~seconds.
+double measure_matmul_gflops(int64_t n, bool bf16, double seconds);
+// The same in any dtype on any device (CUDA timings synchronise before and after).
+double measure_matmul_gflops(int64_t n, c10::ScalarType dtype, c10::Device device, double seconds);
+
+}  // namespace frugal

@@ -1,0 +1,44 @@
+// The resolved plan of a run: what the configuration, the task and the start-up measurements
+// decided, computed once when the Trainer starts and read by every consumer (the step, the
+// callbacks, the banner, the summary), never recomputed from the config (STYLE.md: "Resolve
+// once"). The config itself stays as the user wrote it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "frugal/core/config.h"
+#include "frugal/monitor/mfu.h"
+#include "frugal/train/precision.h"
+
+namespace frugal {
+
+struct TaskHooks;
+
+struct RunPlan {
+  // micro_batch sequences per forward pass, accum of them per optimizer step on each of
+  // world_size processes: global_batch = micro_batch x accum x world_size sequences per step.
+  int64_t micro_batch = 1, accum = 1, world_size = 1, global_batch = 1;
+  int64_t tokens_per_sample = 1;  // items per sequence (TaskHooks::tokens_per_sample)
+  int64_t items_per_step = 1;     // global_batch x tokens_per_sample: what tokens/s counts
+  std::string item = "sample";    // what those items are called on the console
+  double flops_per_token = 0;     // training FLOPs per item (0 = unknown)
+  // The compute precision: `auto` measured, or the precision a resumed checkpoint trained in.
+  PrecisionPolicy precision{PrecisionMode::kFp32, c10::Device(c10::kCPU)};
+  bool loss_scaling = false;      // the dynamic loss scaler runs (fp16, or precision.loss_scaling)
+  ActivationCheckpointing activation_checkpointing;  // memory.activation_checkpointing
+  bool grad_noise = false;        // monitor.grad_noise and accum > 1: the noise scale is measured
+  PeakFlops peak;                 // MFU's denominator (configured, or measured once in the run's dtype)
+};
+
+// The plan for `config` on `world_size` processes with `precision` already resolved. `peak` is
+// left empty (the Trainer measures it; a probe of a few steps does not need it).
+RunPlan plan_run(const Config& config, const TaskHooks& hooks, int64_t world_size, PrecisionPolicy precision);
+
+// The precision a run continues in: a resumed checkpoint's, when the config asks for `auto` (which
+// could measure differently now) or for fp16 after the checkpoint fell back to bf16; else the
+// config's. `checkpoint` is the checkpoint's precision name ("" for a fresh run). Sets *warning
+// when the two differ and the config's wins (the continuation is then not the uninterrupted run).
+PrecisionMode precision_to_continue(PrecisionMode configured, const std::string& checkpoint, std::string* warning);
+
+}  // namespace frugal

@@ -1,0 +1,56 @@
+// Structured config values; see config_values.h.
+#include "frugal/core/config_values.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "frugal/core/errors.h"
+
+namespace frugal {
+
+HttpAddress parse_http_address(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return ConfigError(fmt::format("monitor.http = \"{}\": {}; expected HOST:PORT, e.g. \"127.0.0.1:8080\" "
+                                   "(port 0 = any free port)",
+                                   text, why));
+  };
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) throw bad("no HOST:PORT");
+  HttpAddress a;
+  a.host = text.substr(0, colon);
+  if (a.host.size() >= 2 && a.host.front() == '[' && a.host.back() == ']') a.host = a.host.substr(1, a.host.size() - 2);
+  const std::string port = text.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    throw bad("the port is not a number");
+  a.port = std::stoi(port);
+  if (a.port > 65535) throw bad("the port is above 65535");
+  if (a.host.empty() || a.host.find_first_of(" /?#") != std::string::npos) throw bad("bad host");
+  return a;
+}
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+std::vector<double> parse_alert_fractions(const std::string& text) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    char* end = nullptr;
+    double x = std::strtod(item.c_str(), &end);
+    if (*end != '\0' || !(x > 0 && x <= 1))
+      throw ConfigError(fmt::format("budget.alert_at: '{}' is not a fraction in (0, 1]", item));
+    out.push_back(x);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace frugal

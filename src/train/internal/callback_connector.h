@@ -1,0 +1,45 @@
+// The one place that names the concrete callbacks and wires them from the config (Lightning's
+// _CallbackConnector): the producers first (cost, MFU, noise scale fill the step's figures), then
+// the observers (progress, metrics file, checkpoint cadence, early stopping, deadline, divergence
+// guard, profiler, dashboard), then the user's, and last the time limit. The loop iterates the
+// list through the Callback interface only.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "frugal/ckpt/cadence.h"
+#include "frugal/core/callback.h"
+#include "frugal/core/config.h"
+#include "frugal/train/run_plan.h"
+
+namespace frugal::detail {
+
+struct ConnectorContext {
+  const Config* config = nullptr;
+  const RunPlan* plan = nullptr;
+  std::string run_dir;
+  bool writer = true;     // this process writes the run directory (rank 0)
+  bool resuming = false;  // metrics.jsonl is appended to, not started
+  bool quiet = false, json = false;
+  c10::Device device{c10::kCPU};
+  std::vector<std::shared_ptr<Callback>> user;  // TrainerOptions::callbacks
+};
+
+struct Connection {
+  std::vector<std::shared_ptr<Callback>> callbacks;  // in the order the loop calls them
+  std::shared_ptr<CheckpointCadence> cadence;        // the loop tells it where a resume started
+  std::string dashboard_url;                         // "" = no dashboard
+};
+
+// Throws ConfigError for a deadline that has passed and for two callbacks sharing a state key.
+Connection connect_callbacks(const ConnectorContext& ctx);
+
+// ConfigError when two callbacks keep their checkpointed state under the same key (one would
+// overwrite the other's in every checkpoint).
+void check_state_keys(const std::vector<std::shared_ptr<Callback>>& callbacks);
+
+}  // namespace frugal::detail

@@ -1,0 +1,191 @@
+// The training loop; see trainer.h. A step produces, then is observed: the TrainStep runs the
+// maths, read_step() turns its result and the loop's counters into plain readings (the only host
+// reads of device values, on log steps), make_step_metrics() makes the step's figures, the
+// producers among the callbacks fill theirs, and then every callback observes.
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "frugal/core/device.h"
+#include "frugal/core/memory.h"
+#include "frugal/core/phase_trace.h"
+#include "frugal/train/lr_schedule.h"
+#include "train/internal/trainer_state.h"
+
+namespace frugal {
+using detail::seconds_since;
+
+nlohmann::json Trainer::fit() {
+  State& s = *s_;
+  const Config& c = s.rc.config;
+  Control control;
+  s.begin_session(control);
+  while (s.loop.step < c.train.steps && !control.should_stop()) {
+    s.writer->poll();  // an async write's error surfaces here, on the trainer thread
+    s.train_one_step(control);
+    if (control.rollback_requested()) {
+      s.rollback(control);
+      continue;
+    }
+    s.check_signal(control);
+    s.maybe_eval(control);
+    s.check_signal(control);
+    if (s.dp) s.dp->agree(control);  // stops and checkpoints are decided by all ranks together
+    if (control.checkpoint_requested() && !control.should_stop()) s.save_checkpoint();
+    control.clear_checkpoint_request();
+  }
+  return s.finish(control);
+}
+
+// The banner, on_train_begin, this session's clocks; then what must happen before step 1: a
+// signal during start-up stops at once, and an evaluation a stop signal interrupted runs first.
+void Trainer::State::begin_session(Control& control) {
+  print_banner();
+  for (auto& cb : callbacks) cb->on_train_begin(info);
+  last_metrics.total_steps = rc.config.train.steps;
+  last_metrics.tokens = loop.tokens;
+  session_start = detail::Clock::now();
+  startup_s = std::chrono::duration<double>(session_start - constructed).count();
+  model->train();
+  reset_tensor_bytes_peak();
+  device::reset_cuda_peak(device);
+  check_signal(control);
+  if (dp) dp->agree(control);
+  if (loop.eval_pending && !control.should_stop()) run_eval(control);
+}
+
+// One optimizer step: run it, make its figures, let the producers fill theirs, then observe.
+void Trainer::State::train_one_step(Control& control) {
+  const Config& c = rc.config;
+  // The schedule follows optimizer steps actually taken: a skipped (inf/NaN) step does not
+  // advance it. The divergence guard scales it down after each rollback.
+  const double lr = loop.lr_scale * lr_at(step->optimizer().step_count(), c.train.steps, c.train.warmup_steps,
+                                          c.train.lr, c.train.min_lr_ratio);
+  PhaseTrace::set_step(loop.step + 1);
+  step->set_grad_noise_probe(plan.grad_noise && next_step_logs());
+  const auto t0 = detail::Clock::now();
+  StepResult r;
+  {
+    PhaseSpan span("step");
+    r = step->run(loop.step, lr);
+  }
+  StepMetrics m = make_step_metrics(read_step(r, lr, seconds_since(t0)), last_metrics);
+  for (auto& cb : callbacks) cb->on_step_metrics(m);
+  for (auto& cb : callbacks) cb->on_step_end(m, control);
+  last_metrics = m;
+}
+
+// The loop's counters after a step, and its readings; on log steps the only host reads of the
+// step's device values (besides the fp16 scaler's verdict), and the log window closes.
+StepReadings Trainer::State::read_step(const StepResult& r, double lr, double step_s) {
+  const int64_t tokens = r.tokens * (dp ? dp->world_size() : 1);  // every rank consumed as many
+  loss_sum += r.loss;  // r.loss is already the mean over ranks
+  ++loop.step;
+  loop.window_steps += 1;
+  loop.window_tokens += tokens;
+  loop.window_s += step_s;
+  loop.tokens += tokens;
+  session_step_s += step_s;
+  session_phases += r.phases;
+  session_steps += 1;
+  StepReadings in;
+  in.step = loop.step;
+  in.total_steps = rc.config.train.steps;
+  in.logged = loop.step % rc.config.train.log_every == 0 || loop.step == rc.config.train.steps;
+  in.lr = lr;
+  in.step_s = step_s;
+  in.phases = r.phases;
+  in.tokens = loop.tokens;
+  in.elapsed_s = billed_s();
+  in.skipped_steps = step->scaler().state().skipped;
+  in.loss_scale = step->scaler().scale();
+  in.micro_batch = step->micro_batch_effective();
+  in.oom_backoffs = step->oom_backoffs();
+  if (!in.logged) return in;
+  in.window_steps = loop.window_steps;
+  in.window_tokens = loop.window_tokens;
+  in.window_s = loop.window_s;
+  in.window_loss_sum = loss_sum.item<double>();
+  in.grad_norm = r.grad_norm.item<double>();
+  if (r.micro_grad_sq_sum.defined() && !r.skipped) in.micro_grad_sq_sum = r.micro_grad_sq_sum.item<double>();
+  in.accum = step->accum();
+  in.samples_per_step = plan.global_batch;
+  in.rss_mb = static_cast<double>(rss_now_bytes()) / 1e6;
+  in.eval_s = eval_s_window;
+  in.checkpoint_s = checkpoint_s_window;
+  eval_s_window = checkpoint_s_window = 0;
+  loop.final_train = in.window_loss_sum / static_cast<double>(in.window_steps);
+  logged_grad_norm = in.grad_norm;
+  logged_grad_norm_step = loop.step;
+  loss_sum.zero_();
+  loop.window_steps = loop.window_tokens = 0;
+  loop.window_s = 0;
+  return in;
+}
+
+bool Trainer::State::next_step_logs() const {
+  const int64_t next = loop.step + 1;
+  return next % rc.config.train.log_every == 0 || next == rc.config.train.steps;
+}
+
+void Trainer::State::check_signal(Control& control) const {
+  if (preemption_requested())
+    control.request_stop(fmt::format("stop signal {} ({})", preemption_signal(), strsignal(preemption_signal())),
+                         StopKind::kPreempted);
+}
+
+// Every train.eval_every steps; a stop signal defers it to the resumed run (which evaluates this
+// step first), any other stop makes it the final evaluation's job.
+void Trainer::State::maybe_eval(Control& control) {
+  const int64_t every = rc.config.train.eval_every;
+  if (every <= 0 || loop.step % every != 0) return;
+  if (control.stop_kind() == StopKind::kPreempted)
+    loop.eval_pending = true;
+  else if (!control.should_stop())
+    run_eval(control);
+}
+
+// A validation pass at the current step. Returns false (and marks the evaluation pending) when a
+// stop signal interrupted it.
+bool Trainer::State::run_eval(Control& control) {
+  torch::NoGradGuard no_grad;
+  PhaseSpan span("eval");
+  const auto t0 = detail::Clock::now();
+  model->eval();
+  at::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+  const int64_t n = rc.config.train.eval_batches;
+  const LossFn& loss = task.eval_loss ? task.eval_loss : task.loss;
+  for (int64_t i = 0; i < n; ++i) {
+    if (preemption_requested()) {
+      model->train();
+      loop.eval_pending = true;
+      return false;
+    }
+    Batch b = data->val_batch(i);
+    // In the training step's chunks, so an out-of-memory back-off covers evaluation too.
+    const int64_t k = step->chunks(), rows = b.x.size(0) / k;
+    for (int64_t j = 0; j < k; ++j) {
+      Batch part = b;
+      if (k > 1) {
+        part.x = b.x.narrow(0, j * rows, rows);
+        if (b.y.defined()) part.y = b.y.narrow(0, j * rows, rows);
+      }
+      sum += loss(*model, to_device(part, device)).detach().to(torch::kFloat) / static_cast<double>(k);
+    }
+  }
+  model->train();
+  loop.eval_pending = false;
+  loop.final_val = sum.item<double>() / static_cast<double>(n);
+  loop.best_val = std::min(loop.best_val, loop.final_val);
+  loop.last_eval_step = loop.step;
+  EvalMetrics e{loop.step, loop.final_val, loop.best_val, seconds_since(t0), billed_s()};
+  eval_s_window += e.eval_s;
+  eval_s_total += e.eval_s;
+  for (auto& cb : callbacks) cb->on_eval_end(e, control);
+  return true;
+}
+
+}  // namespace frugal
