@@ -110,7 +110,7 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
 std::vector<double> step_losses(const std::string& metrics_path) {
   std::vector<double> out;
   for (const auto& j : read_jsonl(metrics_path))
-    if (j.value("event", "") == "step") out.push_back(j["loss"].is_number() ? j["loss"].get<double>() : std::nan(""));
+    if (j.value("event", "") == "step" && j["loss"].is_number()) out.push_back(j["loss"].get<double>());
   return out;
 }
 

@@ -52,7 +52,8 @@ Config tiny_config();
 
 // One JSON value per line of a JSON-lines file (metrics.jsonl); empty when the file is missing.
 std::vector<nlohmann::json> read_jsonl(const std::string& path);
-// The "loss" of every "step" line of a metrics.jsonl, in order (null losses as NaN).
+// The "loss" of every "step" line of a metrics.jsonl that has a number there, in order (a
+// non-finite loss is written as null and left out).
 std::vector<double> step_losses(const std::string& metrics_path);
 
 }  // namespace frugal::test

@@ -12,6 +12,7 @@
 #include <frugal/frugal.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -133,7 +134,7 @@ int train(const std::string& dataset, std::vector<std::string> sets, const std::
   frugal::Trainer trainer(rc, task, o);
   nlohmann::json s = trainer.fit();
   std::printf("%s | val_loss %.4f | val_accuracy %.3f | %s | %s\n", s["precision"].get<std::string>().c_str(),
-              s["final_val_loss"].get<double>(), s["val_accuracy"].get<double>(),
+              s["final_val_loss"].get<double>(), s.value("val_accuracy", std::nan("")),
               s["stop_kind"].get<std::string>().c_str(), trainer.run_dir().c_str());
   return frugal::exit_status(frugal::exit_code_for(trainer.stop_kind()));
 }
@@ -161,15 +162,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: cnn_images generate IMAGES_DIR [PER_CLASS] | cnn_images train DATASET_DIR "
                          "[--set k=v]... [--resume auto]\n(DATASET_DIR: `frugal prepare IMAGES_DIR --format images "
                          "--size 24 --augment 2 --out DATASET_DIR`)\n");
-    return 2;
-  } catch (const frugal::ConfigError& e) {
-    std::fprintf(stderr, "cnn_images: config error: %s\n", e.what());
-    return 2;
-  } catch (const frugal::DataError& e) {
-    std::fprintf(stderr, "cnn_images: data error: %s\n", e.what());
-    return 2;
+    return frugal::exit_status(frugal::ExitCode::kBadInput);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "cnn_images: error: %s\n", e.what());
-    return 1;
+    // The exit-code table (frugal/core/exit_code.h): 2 for bad config or data, 3 for a guard, else 1.
+    std::fprintf(stderr, "cnn_images: %s: %s\n", frugal::error_label(e), e.what());
+    return frugal::exit_status(frugal::exit_code_for(e));
   }
 }

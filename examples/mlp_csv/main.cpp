@@ -11,6 +11,7 @@
 
 #include <frugal/frugal.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -104,7 +105,7 @@ int train(const std::string& dataset, std::vector<std::string> sets, const std::
   frugal::Trainer trainer(rc, task, o);
   nlohmann::json s = trainer.fit();
   std::printf("val_loss %.4f | val_accuracy %.3f | %s | %s\n", s["final_val_loss"].get<double>(),
-              s["val_accuracy"].get<double>(), s["stop_reason"].get<std::string>().c_str(),
+              s.value("val_accuracy", std::nan("")), s["stop_reason"].get<std::string>().c_str(),
               trainer.run_dir().c_str());
   return frugal::exit_status(frugal::exit_code_for(trainer.stop_kind()));
 }
@@ -131,15 +132,10 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "usage: mlp_csv generate DATA.csv [ROWS] | mlp_csv train DATASET_DIR [--set k=v]... [--resume auto]\n"
                          "(DATASET_DIR: `frugal prepare DATA.csv --format csv --val-fraction 0.2 --out DATASET_DIR`)\n");
-    return 2;
-  } catch (const frugal::ConfigError& e) {
-    std::fprintf(stderr, "mlp_csv: config error: %s\n", e.what());
-    return 2;
-  } catch (const frugal::DataError& e) {
-    std::fprintf(stderr, "mlp_csv: data error: %s\n", e.what());
-    return 2;
+    return frugal::exit_status(frugal::ExitCode::kBadInput);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "mlp_csv: error: %s\n", e.what());
-    return 1;
+    // The exit-code table (frugal/core/exit_code.h): 2 for bad config or data, 3 for a guard, else 1.
+    std::fprintf(stderr, "mlp_csv: %s: %s\n", frugal::error_label(e), e.what());
+    return frugal::exit_status(frugal::exit_code_for(e));
   }
 }

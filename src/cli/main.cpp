@@ -61,22 +61,16 @@ int main(int argc, char** argv) {
     app.exit(e);
     return exit_status(ExitCode::kBadInput);
   }
-  auto fail = [](const char* kind, const std::string& what, const std::exception& e) {
+  auto fail = [](const std::string& what, const std::exception& e) {
     Console::get().finish_status();
-    std::fprintf(stderr, "frugal: %s: %s\n", kind, what.c_str());
+    std::fprintf(stderr, "frugal: %s: %s\n", error_label(e), what.c_str());
     return exit_status(exit_code_for(e));
   };
   try {
     return run();
-  } catch (const ConfigError& e) {
-    return fail("config error", e.what(), e);
-  } catch (const DataError& e) {
-    return fail("data error", e.what(), e);
-  } catch (const GuardStop& e) {
-    return fail("stopped", e.what(), e);
   } catch (const c10::Error& e) {
-    return fail("error", e.what_without_backtrace(), e);
+    return fail(e.what_without_backtrace(), e);
   } catch (const std::exception& e) {
-    return fail("error", e.what(), e);
+    return fail(e.what(), e);
   }
 }

@@ -16,4 +16,17 @@ const char* stop_kind_name(StopKind k) {
   return "?";
 }
 
+int stop_severity(StopKind k) {
+  switch (k) {
+    case StopKind::kCompleted: return 0;
+    case StopKind::kMaxMinutes: return 1;
+    case StopKind::kCallback:
+    case StopKind::kEarlyStop: return 2;
+    case StopKind::kPreempted: return 3;
+    case StopKind::kBudget: return 4;
+    case StopKind::kGuard: return 5;
+  }
+  return 0;
+}
+
 }  // namespace frugal

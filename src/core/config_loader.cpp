@@ -299,16 +299,14 @@ int64_t accumulation_steps(const Config& c) {
 
 void validate_config(const Config& c) {
   const int64_t mb = c.data.micro_batch, gb = c.train.global_batch;
-  if (gb > 0 && gb % mb != 0)
-    throw ConfigError(fmt::format(
-        "train.global_batch = {} is not a multiple of data.micro_batch = {}; accumulation needs "
-        "global_batch = micro_batch x accum (e.g. global_batch = {})",
-        gb, mb, (gb / mb + 1) * mb));
-  if (gb > 0 && c.train.accum > 0 && gb != c.train.accum * mb)
-    throw ConfigError(fmt::format(
-        "train.global_batch = {} disagrees with train.accum = {} x data.micro_batch = {}; set one "
-        "of them",
-        gb, c.train.accum, mb));
+  FRUGAL_CHECK(gb == 0 || gb % mb == 0, ConfigError,
+               fmt::format("train.global_batch = {} is not a multiple of data.micro_batch = {}; accumulation needs "
+                           "global_batch = micro_batch x accum (e.g. global_batch = {})",
+                           gb, mb, (gb / mb + 1) * mb));
+  FRUGAL_CHECK(gb == 0 || c.train.accum == 0 || gb == c.train.accum * mb, ConfigError,
+               fmt::format("train.global_batch = {} disagrees with train.accum = {} x data.micro_batch = {}; set "
+                           "one of them",
+                           gb, c.train.accum, mb));
   if (c.profile.capture_steps > 0 && c.profile.every_steps > 0 &&
       c.profile.every_steps < c.profile.capture_steps)
     throw ConfigError(fmt::format(

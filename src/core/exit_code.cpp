@@ -24,6 +24,14 @@ ExitCode exit_code_for(StopKind k) {
   return ExitCode::kFailure;
 }
 
+const char* error_label(const std::exception& e) {
+  if (dynamic_cast<const ConfigError*>(&e)) return "config error";
+  if (dynamic_cast<const DataError*>(&e)) return "data error";
+  if (dynamic_cast<const GuardStop*>(&e)) return "stopped";
+  if (dynamic_cast<const InternalError*>(&e)) return "internal error";
+  return "error";
+}
+
 const char* exit_code_meaning(ExitCode c) {
   switch (c) {
     case ExitCode::kDone: return "done";

@@ -236,11 +236,11 @@ nlohmann::json RecordSource::state() const {
 
 void RecordSource::load_state(const nlohmann::json& state) {
   const SampleCursor c = cursor_from_json(state);
-  const int64_t k = c.epoch * sampler_->per_epoch() + c.position;
-  if (c.position >= sampler_->per_epoch() || k % opts_.micro_batch != 0)
+  const int64_t k = sampler_->index_of(c);
+  if (c.position >= sampler_->per_epoch(c.epoch) || k % opts_.micro_batch != 0)
     throw DataError(fmt::format("data cursor {} does not fall on a batch boundary of this dataset "
                                 "(micro_batch {}, {} records per epoch); was it saved with other "
-                                "data settings?", state.dump(), opts_.micro_batch, sampler_->per_epoch()));
+                                "data settings?", state.dump(), opts_.micro_batch, sampler_->per_epoch(c.epoch)));
   loader_->seek(k / opts_.micro_batch);
 }
 

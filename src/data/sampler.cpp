@@ -36,7 +36,6 @@ EpochSampler::EpochSampler(int64_t n, uint64_t seed, int64_t rank, int64_t world
     throw ConfigError(fmt::format("rank {} is outside [0, world_size = {})", rank, world_size));
   if (n < world_size)
     throw DataError(fmt::format("{} samples cannot be shared by {} ranks", n, world_size));
-  per_epoch_ = (n_ - rank_ + world_ - 1) / world_;
   half_bits_ = 1;
   while ((int64_t{1} << (2 * half_bits_)) < n_) ++half_bits_;
 }
@@ -58,13 +57,19 @@ int64_t EpochSampler::permute(int64_t epoch, int64_t p) const {
   return static_cast<int64_t>(x);
 }
 
-int64_t EpochSampler::sample(const SampleCursor& c) const {
-  return permute(c.epoch, rank_ + c.position * world_);
+int64_t EpochSampler::before(int64_t epoch) const {
+  const int64_t places = epoch * n_;  // places of the global stream before the epoch
+  return places > rank_ ? (places - rank_ + world_ - 1) / world_ : 0;
 }
 
-SampleCursor EpochSampler::advance(const SampleCursor& c, int64_t k) const {
-  const int64_t total = c.position + k;
-  return {c.epoch + total / per_epoch_, total % per_epoch_};
+SampleCursor EpochSampler::at(int64_t k) const {
+  const int64_t epoch = (k * world_ + rank_) / n_;
+  return {epoch, k - before(epoch)};
+}
+
+int64_t EpochSampler::sample(const SampleCursor& c) const {
+  const int64_t place = index_of(c) * world_ + rank_;
+  return permute(c.epoch, place - c.epoch * n_);
 }
 
 }  // namespace frugal

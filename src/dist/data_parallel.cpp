@@ -182,7 +182,10 @@ void DataParallel::broadcast_parameters(const std::vector<at::Tensor>& params) {
 void DataParallel::agree(Control& control) {
   const auto t0 = Clock::now();
   const std::string prefix = fmt::format("stop/{}/", agree_seq_++);
-  const double code = control.should_stop() ? static_cast<double>(control.stop_kind()) + 1 : 0.0;
+  // The stop of the highest severity wins on every rank (core/callback.h), the kind breaking ties.
+  const double code = control.should_stop() ? stop_severity(control.stop_kind()) * 16.0 +
+                                                  static_cast<double>(control.stop_kind()) + 1
+                                            : 0.0;
   if (code > 0) pg_->store_set(prefix + std::to_string(rank()), fmt::format("{}|{}", code, control.stop_reason()));
   at::Tensor t = small({code, control.checkpoint_requested() ? 1.0 : 0.0});
   pg_->allreduce_max(t);
@@ -202,7 +205,7 @@ void DataParallel::agree(Control& control) {
         break;
       }
     }
-    control.agree_stop(reason, static_cast<StopKind>(static_cast<int>(global) - 1));
+    control.agree_stop(reason, static_cast<StopKind>(static_cast<int>(global) % 16 - 1));
   }
   agree_s_ += since(t0);
 }

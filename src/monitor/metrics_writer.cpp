@@ -15,8 +15,11 @@
 
 namespace frugal {
 
-MetricsWriter::MetricsWriter(std::string path, bool append) : path_(std::move(path)) {
-  f_ = std::fopen(path_.c_str(), append ? "a" : "w");
+MetricsWriter::MetricsWriter(std::string path, bool append) : path_(std::move(path)), append_(append) {}
+
+void MetricsWriter::open() {
+  if (f_) return;
+  f_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
   if (!f_) throw IoError(fmt::format("cannot open {} for writing: {}", path_, std::strerror(errno)));
 }
 
@@ -25,6 +28,7 @@ MetricsWriter::~MetricsWriter() {
 }
 
 void MetricsWriter::write(const std::string& line) {
+  open();
   if (std::fputs(line.c_str(), f_) < 0 || std::fputc('\n', f_) < 0 || std::fflush(f_) != 0)
     throw IoError(fmt::format("cannot append to {}: {}", path_, std::strerror(errno)));
 }

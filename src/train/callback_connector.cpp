@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "frugal/ckpt/cadence.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/monitor/cost_meter.h"
@@ -28,9 +29,10 @@ namespace {
 void add_producers(const ConnectorContext& ctx, std::vector<std::shared_ptr<Callback>>& out) {
   const Config& c = *ctx.config;
   const RunPlan& plan = *ctx.plan;
-  // Nothing else stops a run whose loss became NaN: no fp16 scaler skipping such steps, no guard.
-  // First in the list, so its reason wins over the stops it causes elsewhere.
-  if (!plan.loss_scaling && !c.guard.enabled) out.push_back(std::make_shared<NonFiniteLossStop>());
+  // Without the guard nothing else stops a run whose loss became NaN (the loss scaler skips such
+  // steps while it runs; the stop reads that per step). First in the list, so its reason wins
+  // over the stops it causes elsewhere.
+  if (!c.guard.enabled) out.push_back(std::make_shared<NonFiniteLossStop>());
   out.push_back(std::make_shared<CostMeter>(c.budget));
   out.push_back(std::make_shared<MfuMeter>(plan.peak, plan.flops_per_token));
   if (plan.grad_noise) out.push_back(std::make_shared<GradNoiseMeter>(plan.micro_batch, plan.accum, plan.global_batch));
@@ -71,8 +73,7 @@ Connection connect_callbacks(const ConnectorContext& ctx) {
   if (ctx.writer && ctx.json) cbs.push_back(std::make_shared<JsonProgress>());
   if (ctx.writer && !ctx.json && !ctx.quiet) cbs.push_back(std::make_shared<ProgressDisplay>());
   if (ctx.writer) cbs.push_back(std::make_shared<MetricsWriter>(ctx.run_dir + "/metrics.jsonl", ctx.resuming));
-  out.cadence = std::make_shared<CheckpointCadence>(c.checkpoint);
-  cbs.push_back(out.cadence);
+  cbs.push_back(std::make_shared<CheckpointCadence>(c.checkpoint));
   if (c.early_stop.enabled) cbs.push_back(std::make_shared<EarlyStopping>(c.early_stop));
   const std::optional<Deadline> deadline = checked_deadline(c);
   if (deadline || !c.checkpoint.notice_url.empty())
@@ -86,7 +87,7 @@ Connection connect_callbacks(const ConnectorContext& ctx) {
     cbs.push_back(dashboard);
   }
   for (const auto& cb : ctx.user) cbs.push_back(cb);
-  if (c.train.max_minutes > 0) cbs.push_back(std::make_shared<TimeLimit>(c.train.max_minutes));
+  if (c.train.max_minutes > 0) cbs.push_back(std::make_shared<TimeLimit>(c.train.max_minutes, c.train.eval_every));
   check_state_keys(cbs);
   return out;
 }

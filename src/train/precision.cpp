@@ -18,8 +18,8 @@ std::string precision_name(PrecisionMode m) {
   return "?";
 }
 
-PrecisionPolicy::PrecisionPolicy(PrecisionMode requested, c10::Device device)
-    : mode_(requested), device_(device), reason_("precision.mode") {
+PrecisionPolicy::PrecisionPolicy(PrecisionMode requested, c10::Device device, std::string why)
+    : mode_(requested), device_(device), reason_(why.empty() ? "precision.mode" : std::move(why)) {
   if (requested == PrecisionMode::kAuto) {
     if (device.is_cuda()) {
       // bf16 autocast on CUDA needs Ampere or newer; the matmul probe below runs on the CPU, so

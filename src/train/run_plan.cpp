@@ -2,6 +2,11 @@
 #include "frugal/train/run_plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <vector>
+
+#include "frugal/core/errors.h"
 
 #include "frugal/train/task.h"
 
@@ -20,8 +25,27 @@ RunPlan plan_run(const Config& c, const TaskHooks& hooks, int64_t world_size, Pr
   p.loss_scaling = precision.loss_scaling(c.precision.loss_scaling);
   p.precision = std::move(precision);
   p.activation_checkpointing = c.memory.activation_checkpointing;
-  p.grad_noise = c.monitor.grad_noise && p.accum > 1;
+  p.grad_noise_wanted = c.monitor.grad_noise;
+  p.grad_noise = p.grad_noise_wanted && p.accum > 1;
   return p;
+}
+
+void continue_global_batch(RunPlan& p, int64_t global_batch, int64_t from_world) {
+  const int64_t per_step = p.micro_batch * p.world_size;  // sequences per micro-batch round
+  if (global_batch % per_step != 0) {
+    std::vector<int64_t> fit;
+    for (int64_t w = 1; w <= global_batch / p.micro_batch; ++w)
+      if (global_batch % (p.micro_batch * w) == 0) fit.push_back(w);
+    throw ConfigError(fmt::format(
+        "resume: the checkpoint was written by {} process(es) with a global batch of {} sequences per step, which {} "
+        "process(es) of data.micro_batch = {} cannot split into whole micro-batches; resume with {} process(es) "
+        "(or a data.micro_batch that divides {} / {})",
+        from_world, global_batch, p.world_size, p.micro_batch, fmt::join(fit, ", "), global_batch, p.world_size));
+  }
+  p.accum = global_batch / per_step;
+  p.global_batch = global_batch;
+  p.items_per_step = global_batch * p.tokens_per_sample;
+  p.grad_noise = p.grad_noise_wanted && p.accum > 1;
 }
 
 PrecisionMode precision_to_continue(PrecisionMode configured, const std::string& checkpoint, std::string* warning) {

@@ -17,8 +17,10 @@ StepMetrics make_step_metrics(const StepReadings& r, const StepMetrics& previous
   m.elapsed_s = r.elapsed_s;
   m.skipped_steps = r.skipped_steps;
   m.loss_scale = r.loss_scale;
+  m.loss_scaling = r.loss_scaling;
   m.micro_batch = r.micro_batch;
   m.oom_backoffs = r.oom_backoffs;
+  m.micro_grad_sq = std::nan("");  // measured at log steps only (below)
   if (!r.logged) return m;
   const double steps = static_cast<double>(r.window_steps);
   m.loss = r.window_loss_sum / steps;

@@ -13,7 +13,7 @@ void TimeLimit::check(double elapsed_s, Control& control) const {
 }
 
 void NonFiniteLossStop::on_step_end(const StepMetrics& m, Control& control) {
-  if (m.logged && !std::isfinite(m.loss))
+  if (m.logged && !m.loss_scaling && !std::isfinite(m.loss))
     control.request_stop(fmt::format("loss became {} at step {}", m.loss, m.step));
 }
 

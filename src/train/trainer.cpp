@@ -142,8 +142,9 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   s.set_up_device();
   s.build_task(make_task);  // before the run dir: bad data must not leave a husk
   s.make_plan(ck);
+  s.connect();  // before the run dir too: a bad price table or a state-key clash leaves nothing
   s.open_run_dir(ck);
-  s.connect();
+  s.open_checkpoint_writer();
   if (ck) s.continue_from(*ck);
   if (s.dp) s.dp->broadcast_parameters(s.model->parameters());  // every rank starts from rank 0's
   s.describe_run();
@@ -203,8 +204,8 @@ void Trainer::State::build_task(const TaskFactory& make_task) {
   if (opts.data_parallel.make) dp = opts.data_parallel.make(c);
   const int64_t rank = dp ? dp->rank() : 0, world = dp ? dp->world_size() : 1;
   task = make_task(c);
-  if (!task.module || !task.loss)
-    throw ConfigError("the Trainer's Task needs a module and a loss function (train/task.h)");
+  FRUGAL_CHECK(task.module && task.loss, ConfigError,
+               "the Trainer's Task needs a module and a loss function (train/task.h)");
   // data.source, this process's share of it (a task's own data is used as given on every rank).
   if (!task.data) task.data = make_batch_source(c, rank, world);
   data = task.data;
@@ -213,11 +214,11 @@ void Trainer::State::build_task(const TaskFactory& make_task) {
   const ActivationCheckpointing& ac = c.memory.activation_checkpointing;
   if (task.hooks.activation_checkpointing)
     task.hooks.activation_checkpointing(ac);
-  else if (ac.enabled())
-    throw ConfigError(fmt::format("memory.activation_checkpointing = \"{}\" needs a model that supports it "
-                                  "(TaskHooks::activation_checkpointing); this task has none, so set it to "
-                                  "\"none\"",
-                                  to_string(ac)));
+  else
+    FRUGAL_CHECK(!ac.enabled(), ConfigError,
+                 fmt::format("memory.activation_checkpointing = \"{}\" needs a model that supports it "
+                             "(TaskHooks::activation_checkpointing); this task has none, so set it to \"none\"",
+                             to_string(ac)));
 }
 
 // Everything resolved once: the batch arithmetic, the precision (measured for `auto`, or the one a
@@ -228,7 +229,9 @@ void Trainer::State::make_plan(const std::optional<LoadedCheckpoint>& ck) {
   const PrecisionMode mode =
       precision_to_continue(c.precision.mode, ck ? ck->state.value("precision", "") : "", &warning);
   if (!warning.empty()) Console::get().line("resume: warning: " + warning);
-  plan = plan_run(c, task.hooks, dp ? dp->world_size() : 1, PrecisionPolicy(mode, device));
+  const std::string why = mode != c.precision.mode ? "resumed: the checkpoint trained in " + precision_name(mode) : "";
+  plan = plan_run(c, task.hooks, dp ? dp->world_size() : 1, PrecisionPolicy(mode, device, why));
+  if (ck) continue_on_this_world(*ck);
   {
     // The peak probe is frugal's own start-up measurement (a 1024^3 matmul), not training work:
     // memory.limit_mb does not apply to it, or a tight limit would fail before the first step.
@@ -238,6 +241,20 @@ void Trainer::State::make_plan(const std::optional<LoadedCheckpoint>& ck) {
   }
   step = std::make_unique<TrainStep>(c, plan, model, task.loss, *data, device, dp.get());
   loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
+}
+
+// Elastic resume: a checkpoint written by another number of processes continues with its global
+// batch (the data order is a function of the step and the seed, not of the world size).
+void Trainer::State::continue_on_this_world(const LoadedCheckpoint& ck) {
+  const int64_t from = checkpoint_world_size(ck);
+  if (from == plan.world_size) return;
+  const int64_t old_accum = plan.accum;
+  const int64_t global = ck.state.contains("global_batch") ? ck.state["global_batch"].get<int64_t>()
+                                                          : plan.global_batch / plan.world_size * from;
+  continue_global_batch(plan, global, from);
+  Console::get().line(fmt::format("resume: {} -> {} process(es): accumulation {} -> {} keeps the global batch of {} "
+                                  "sequences and the data order",
+                                  from, plan.world_size, old_accum, plan.accum, plan.global_batch));
 }
 
 // runs/<name>/ (rank 0 alone writes it): prepared, its resolved config.toml, and metrics.jsonl cut
@@ -251,13 +268,13 @@ void Trainer::State::open_run_dir(const std::optional<LoadedCheckpoint>& ck) {
   if (!opts.resume.empty()) truncate_metrics_after(run_dir + "/metrics.jsonl", ck ? ck->step : 0);
 }
 
-// The callbacks (callback_connector.cpp) and the checkpoint writer.
+// The callbacks (callback_connector.cpp). They touch nothing on disk before on_train_begin.
 void Trainer::State::connect() {
   const Config& c = rc.config;
   detail::ConnectorContext ctx;
   ctx.config = &c;
   ctx.plan = &plan;
-  ctx.run_dir = run_dir;
+  ctx.run_dir = (fs::path(c.run.out_dir) / c.run.name).string();
   ctx.writer = is_writer();
   ctx.resuming = !opts.resume.empty();
   ctx.quiet = opts.quiet;
@@ -266,8 +283,11 @@ void Trainer::State::connect() {
   ctx.user = opts.callbacks;
   detail::Connection connection = detail::connect_callbacks(ctx);
   callbacks = std::move(connection.callbacks);
-  cadence = connection.cadence;
   dashboard_url = connection.dashboard_url;
+}
+
+void Trainer::State::open_checkpoint_writer() {
+  const Config& c = rc.config;
   WriteOptions wo;
   wo.weights_dtype = c.checkpoint.weights_dtype;
   wo.exact_resume = c.checkpoint.exact_resume;
@@ -280,7 +300,6 @@ void Trainer::State::connect() {
 void Trainer::State::continue_from(const LoadedCheckpoint& ck) {
   restore(ck);
   resumed_from = ck.path;
-  cadence->resumed_at(ck.step);
   Console::get().line(fmt::format("resume: continuing from {} (step {}{})", ck.path, ck.step,
                                   ck.exact ? "" : "; weights stored in reduced precision, so not bitwise"));
 }
@@ -303,6 +322,7 @@ void Trainer::State::describe_run() {
   info.threads = threads.intra_op;
   info.peak_flops = plan.peak.flops;
   info.dashboard_url = dashboard_url;
+  info.start_step = loop.step;
 }
 
 }  // namespace frugal

@@ -102,6 +102,7 @@ StepReadings Trainer::State::read_step(const StepResult& r, double lr, double st
   in.elapsed_s = billed_s();
   in.skipped_steps = step->scaler().state().skipped;
   in.loss_scale = step->scaler().scale();
+  in.loss_scaling = step->scaler().enabled();
   in.micro_batch = step->micro_batch_effective();
   in.oom_backoffs = step->oom_backoffs();
   if (!in.logged) return in;

@@ -65,6 +65,8 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   st["loop"]["elapsed_s"] = loop.elapsed_s + seconds_since(session_start);
   st["loop"]["startup_s"] = loop.startup_s + startup_s;
   st["optimizer_steps"] = step->optimizer().step_count();
+  st["global_batch"] = plan.global_batch;  // sequences per step over every process (elastic resume)
+  st["world_size"] = plan.world_size;
   const ScaleState& ss = step->scaler().state();
   st["loss_scaler"] = {{"enabled", step->scaler().enabled()}, {"scale", ss.scale},
                        {"growth_tracker", ss.growth_tracker}, {"skipped", ss.skipped},
@@ -97,7 +99,10 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   st["frugal_version"] = FRUGAL_VERSION;
   // The in-memory sources draw micro-batch i as a pure function of (seed, i): the cursor is the
   // next micro-batch index.
-  d.data_state = {{"kind", "index"}, {"next_micro_batch", loop.step * step->accum()}};
+  d.data_state = {{"kind", "index"},
+                  {"next_micro_batch", loop.step * step->accum()},
+                  {"next_sample", loop.step * plan.global_batch},
+                  {"world_size", plan.world_size}};
   // Shard sources also record their (epoch, position) cursor; it names the same place.
   if (nlohmann::json cursor = data->state(); !cursor.is_null()) {
     d.data_state["cursor"] = cursor;
@@ -126,22 +131,7 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
   step->scaler().set_state(ss);
   loop = detail::loop_state_from_json(st.at("loop"));
   loss_sum = torch::full({}, loop.loss_sum, torch::TensorOptions().dtype(torch::kFloat).device(device));
-  const int64_t expect = loop.step * step->accum();
-  if (ck.data_state.value("next_micro_batch", expect) != expect)
-    throw CheckpointError(fmt::format("{}: data_state.json's next_micro_batch {} does not match step {} x "
-                                      "accum {}; train.accum or the batch size changed since the checkpoint",
-                                      ck.path, ck.data_state.value("next_micro_batch", int64_t{0}),
-                                      loop.step, step->accum()));
-  const nlohmann::json& cursors = ck.data_state.contains("cursors") ? ck.data_state["cursors"] : nlohmann::json();
-  if (dp && cursors.is_array()) {
-    if (static_cast<int64_t>(cursors.size()) != dp->world_size())
-      throw CheckpointError(fmt::format("{}: written by {} processes, resumed by {}; resume with the same "
-                                        "number of processes (frugal launch -n {})",
-                                        ck.path, cursors.size(), dp->world_size(), cursors.size()));
-    data->load_state(cursors[static_cast<size_t>(dp->rank())]);
-  } else if (ck.data_state.contains("cursor") && (!dp || dp->world_size() == 1)) {
-    data->load_state(ck.data_state["cursor"]);
-  }
+  restore_data_position(ck);
   detail::set_cpu_rng_state_hex(st.at("rng").at("cpu").get<std::string>());
   if (device.is_cuda() && st.at("rng").contains("cuda")) {
     std::vector<std::vector<uint8_t>> gpus;
@@ -157,6 +147,43 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
   }
   last_saved_step = ck.step;
   last_checkpoint = ck.path;
+}
+
+// The processes that wrote `ck`: state.json's world_size, else (older checkpoints) the number of
+// data cursors, else one.
+int64_t Trainer::State::checkpoint_world_size(const LoadedCheckpoint& ck) {
+  if (ck.state.contains("world_size")) return ck.state["world_size"].get<int64_t>();
+  const nlohmann::json& cursors = ck.data_state.contains("cursors") ? ck.data_state["cursors"] : nlohmann::json();
+  return cursors.is_array() ? static_cast<int64_t>(cursors.size()) : 1;
+}
+
+// Where the data continues: every source draws micro-batch `step x accum` next as a pure function
+// of the step (and the sampler's rank and world size), so the position only needs checking; the
+// shard and record sources also take their cursors, to start prefetching there. On another
+// number of processes the cursors describe other streams and are not used.
+void Trainer::State::restore_data_position(const LoadedCheckpoint& ck) {
+  const int64_t world = plan.world_size;
+  if (ck.data_state.contains("next_sample")) {
+    const int64_t expect = loop.step * plan.global_batch, got = ck.data_state["next_sample"].get<int64_t>();
+    if (got != expect)
+      throw CheckpointError(fmt::format("{}: data_state.json's next_sample {} does not match step {} x the global batch "
+                                        "{}; data.micro_batch, train.accum or train.global_batch changed since the "
+                                        "checkpoint",
+                                        ck.path, got, loop.step, plan.global_batch));
+  } else if (checkpoint_world_size(ck) == world) {
+    const int64_t expect = loop.step * step->accum();
+    if (ck.data_state.value("next_micro_batch", expect) != expect)
+      throw CheckpointError(fmt::format("{}: data_state.json's next_micro_batch {} does not match step {} x "
+                                        "accum {}; train.accum or the batch size changed since the checkpoint",
+                                        ck.path, ck.data_state.value("next_micro_batch", int64_t{0}), loop.step,
+                                        step->accum()));
+  }
+  if (checkpoint_world_size(ck) != world) return;
+  const nlohmann::json& cursors = ck.data_state.contains("cursors") ? ck.data_state["cursors"] : nlohmann::json();
+  if (dp && cursors.is_array())
+    data->load_state(cursors[static_cast<size_t>(dp->rank())]);
+  else if (!dp && ck.data_state.contains("cursor"))
+    data->load_state(ck.data_state["cursor"]);
 }
 
 void Trainer::State::save_checkpoint() {

@@ -74,6 +74,33 @@ TEST(WindowSource, BatchesArePureFunctionsOfSeedAndIndex) {
   EXPECT_TRUE(torch::equal(b5.x.narrow(1, 1, 7), b5.y.narrow(1, 0, 7)));
 }
 
+// A step's micro-batches (4 of them in all) hold the same sequences on 1, 2 or 4 ranks: the
+// in-memory sources need no cursor to resume on another number of processes.
+TEST(WindowSource, AStepsSequencesAreTheSameForAnyWorldSize) {
+  Config c;
+  c.data.micro_batch = 3;
+  c.model.block = 8;
+  c.data.arith_lines = 500;
+  auto step_rows = [&](int64_t world, int64_t step) {
+    std::multiset<std::vector<int64_t>> rows;
+    const int64_t accum = 4 / world;
+    for (int64_t r = 0; r < world; ++r) {
+      auto src = make_batch_source(c, r, world);
+      for (int64_t k = 0; k < accum; ++k) {
+        const at::Tensor x = src->train_batch(step * accum + k).x.contiguous();
+        for (int64_t i = 0; i < x.size(0); ++i)
+          rows.insert(std::vector<int64_t>(x[i].data_ptr<int64_t>(), x[i].data_ptr<int64_t>() + x.size(1)));
+      }
+    }
+    return rows;
+  };
+  for (int64_t step : {0, 1, 7}) {
+    const auto one = step_rows(1, step);
+    EXPECT_EQ(step_rows(2, step), one) << "step " << step;
+    EXPECT_EQ(step_rows(4, step), one) << "step " << step;
+  }
+}
+
 TEST(WindowSource, TooShortSplitNamesTheSplitAndTheNeed) {
   try {
     WindowSource s(std::vector<int32_t>(100, 1), std::vector<int32_t>(5, 1), 2, 8, 0, "text:x");

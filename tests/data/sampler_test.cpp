@@ -15,7 +15,7 @@ namespace {
 
 std::vector<int64_t> epoch_order(const EpochSampler& s, int64_t epoch) {
   std::vector<int64_t> v;
-  for (int64_t p = 0; p < s.per_epoch(); ++p) v.push_back(s.sample({epoch, p}));
+  for (int64_t p = 0; p < s.per_epoch(epoch); ++p) v.push_back(s.sample({epoch, p}));
   return v;
 }
 
@@ -55,6 +55,39 @@ TEST(EpochSampler, RanksAreDisjointAndCoverEachEpoch) {
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen.count(i), 1u) << i << " world " << world;
   }
   EXPECT_THROW(EpochSampler(10, 1, 2, 2), ConfigError);
+}
+
+// The samples of a step (global batch G) are the same set for any world size, across epoch
+// boundaries too: what an elastic resume relies on. 103 samples: no world size above 1 divides it.
+TEST(EpochSampler, AStepsSamplesAreTheSameForAnyWorldSize) {
+  const int64_t n = 103, global = 12, steps = 30;  // 30 steps of 12 cross three epoch boundaries
+  auto step_samples = [&](int64_t world, int64_t step) {
+    std::multiset<int64_t> out;
+    const int64_t share = global / world;  // samples per rank per step
+    for (int64_t r = 0; r < world; ++r) {
+      EpochSampler s(n, 5, r, world);
+      for (int64_t k = step * share; k < (step + 1) * share; ++k) out.insert(s.sample(s.at(k)));
+    }
+    return out;
+  };
+  for (int64_t step = 0; step < steps; ++step) {
+    const auto one = step_samples(1, step);
+    for (int64_t world : {2, 3, 4, 6}) EXPECT_EQ(step_samples(world, step), one) << "world " << world << " step " << step;
+  }
+}
+
+TEST(EpochSampler, CursorAndIndexRoundTripForEveryRank) {
+  for (int64_t world : {1, 3, 4}) {
+    for (int64_t r = 0; r < world; ++r) {
+      EpochSampler s(10, 3, r, world);
+      for (int64_t k = 0; k < 40; ++k) {
+        const SampleCursor c = s.at(k);
+        ASSERT_LT(c.position, s.per_epoch(c.epoch)) << k;
+        EXPECT_EQ(s.index_of(c), k);
+        EXPECT_EQ(s.advance(c, 3), s.at(k + 3));
+      }
+    }
+  }
 }
 
 TEST(EpochSampler, CursorAdvancesAcrossEpochsAndRoundTripsThroughJson) {

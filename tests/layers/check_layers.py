@@ -26,7 +26,9 @@ LAYERS = [
 ]
 SIDEWAYS = set()
 RANK = {area: i for i, layer in enumerate(LAYERS) for area in layer}
-INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:frugal/([a-z_]+)/|([a-z_]+)/internal/)')
+# A quoted or angled include of a frugal header: "frugal/<area>/x.h" (public) or "<area>/x.h",
+# "<area>/internal/x.h" (relative to src/), and the umbrella "frugal/frugal.h".
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
 
 
 def area_of(root, path):
@@ -58,7 +60,23 @@ def scan(root):
                         m = INCLUDE.match(line)
                         if not m:
                             continue
-                        theirs = m.group(1) or m.group(2)
+                        target = m.group(1)
+                        if ".." in target.split("/"):
+                            errors.append(f"{rel}:{no}: includes through '..': {line.strip()}; name the header "
+                                          "by its area (\"frugal/<area>/x.h\" or \"<area>/internal/x.h\")")
+                            continue
+                        parts = target.split("/")
+                        if parts[0] == "frugal" and len(parts) == 2:  # the umbrella header, frugal/frugal.h
+                            if parts[1] == "frugal.h":
+                                errors.append(f"{rel}:{no}: includes the umbrella frugal/frugal.h (every area); "
+                                              "include the headers it needs")
+                            continue
+                        theirs = parts[1] if parts[0] == "frugal" and len(parts) > 2 else parts[0]
+                        if len(parts) < 2 or (parts[0] != "frugal" and theirs not in RANK):
+                            continue  # a library's header (<torch/...>, <fmt/...>, "httplib.h")
+                        if "internal" in parts and theirs != mine:
+                            errors.append(f"{rel}:{no}: includes {theirs}'s internal header {target}; internals "
+                                          f"are for their own area only (move it to include/frugal/{theirs}/)")
                         if theirs == "third_party" or theirs == mine:
                             continue
                         edges[(mine, theirs)] = edges.get((mine, theirs), 0) + 1

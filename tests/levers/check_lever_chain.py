@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks docs/levers.md's lever chain: for every lever, its config key exists (docs/config.md is
 generated from the schema, so a key there is a key of the code), its header and test file exist,
-the test file is named after the header and includes it, and its bench key names raw results under
+the test file is named after the header and includes it, the lever's name is its config section, key
+or header, and its bench key names raw results under
 bench/results/<date>/ (a JSON file whose name starts with the key), or is "—" with a reason.
 
   tests/levers/check_lever_chain.py [ROOT]     # exit 0 when every link of every lever resolves
@@ -35,12 +36,17 @@ def check(root):
     for lever, key, header, test, bench in table:
         where = f"lever '{lever}'"
         section, _, name = key.partition(".")
-        if not re.search(rf"^## \[{re.escape(section)}\]$.*?^\| `{re.escape(name)}` \|", config_md, flags=re.S | re.M):
+        sec = re.search(rf"^## \[{re.escape(section)}\]$(.*?)(?=^## |\Z)", config_md, flags=re.S | re.M)
+        if not sec or not re.search(rf"^\| `{re.escape(name)}` \|", sec.group(1), flags=re.M):
             errors.append(f"{where}: config key {key} is not in docs/config.md (the schema)")
         for path in (header, test):
             if not os.path.isfile(os.path.join(root, path)):
                 errors.append(f"{where}: {path} does not exist")
         stem = os.path.splitext(os.path.basename(header))[0]
+        # A reader finds the lever by its name: it is the config section, the key or the header.
+        if lever not in (section, name, stem):
+            errors.append(f"{where}: the name is neither the config section [{section}], the key {name} nor the "
+                          f"header {stem}.h")
         if os.path.basename(test) != stem + "_test.cpp":
             errors.append(f"{where}: the test of {header} is {stem}_test.cpp, not {os.path.basename(test)}")
         include = header.replace("include/", "", 1)

@@ -74,6 +74,7 @@ TEST(StepMetrics, StepsBetweenLogStepsKeepTheNewestLogFigures) {
   EXPECT_DOUBLE_EQ(m.mfu, 0.4);
   EXPECT_DOUBLE_EQ(m.grad_noise_scale, 64);
   EXPECT_DOUBLE_EQ(m.cost_usd, 0.5);  // until the cost meter updates it
+  EXPECT_TRUE(std::isnan(m.micro_grad_sq));  // measured at log steps only: never carried over
 }
 
 TEST(StepMetrics, AnUnmeasuredOrSkippedStepHasNoMicroBatchFigure) {

@@ -27,6 +27,26 @@ TEST(TimeLimit, StopsWhenBilledTimeReachesTheLimitAfterAStepOrAnEvaluation) {
   EXPECT_EQ(after_step.stop_kind(), StopKind::kMaxMinutes);
 }
 
+// At a step with an evaluation due the evaluation runs first, so early stopping (or any stop it
+// causes) decides, and the limit is checked after it, as the time it took counts.
+TEST(TimeLimit, AtAnEvaluationStepTheLimitWaitsForTheEvaluation) {
+  TimeLimit limit(1.0, /*eval_every=*/10);
+  StepMetrics m;
+  m.elapsed_s = 61;
+  m.step = 20;
+  Control at_eval_step;
+  limit.on_step_end(m, at_eval_step);
+  EXPECT_FALSE(at_eval_step.should_stop());
+  EvalMetrics e;
+  e.elapsed_s = 62;
+  limit.on_eval_end(e, at_eval_step);
+  EXPECT_EQ(at_eval_step.stop_kind(), StopKind::kMaxMinutes);
+  m.step = 21;
+  Control between;
+  limit.on_step_end(m, between);
+  EXPECT_EQ(between.stop_kind(), StopKind::kMaxMinutes);
+}
+
 TEST(TimeLimit, ZeroMeansNoLimit) {
   TimeLimit limit(0);
   Control c;
@@ -34,6 +54,23 @@ TEST(TimeLimit, ZeroMeansNoLimit) {
   m.elapsed_s = 1e9;
   limit.on_step_end(m, c);
   EXPECT_FALSE(c.should_stop());
+}
+
+// While the loss scaler runs it skips inf/NaN steps itself; after an fp16 run fell back to bf16 it
+// does not, and a NaN loss must stop the run.
+TEST(NonFiniteLossStop, LeavesNaNToTheLossScalerOnlyWhileItRuns) {
+  NonFiniteLossStop stop;
+  StepMetrics m;
+  m.logged = true;
+  m.loss = std::nan("");
+  m.loss_scaling = true;
+  Control scaled;
+  stop.on_step_end(m, scaled);
+  EXPECT_FALSE(scaled.should_stop());
+  m.loss_scaling = false;  // fell back to bf16
+  Control after_fallback;
+  stop.on_step_end(m, after_fallback);
+  EXPECT_TRUE(after_fallback.should_stop());
 }
 
 TEST(NonFiniteLossStop, StopsOnANaNOrInfiniteLogWindowOnly) {
@@ -57,6 +94,29 @@ TEST(NonFiniteLossStop, StopsOnANaNOrInfiniteLogWindowOnly) {
     EXPECT_EQ(c.stop_kind(), StopKind::kCallback);
     EXPECT_NE(c.stop_reason().find("at step 7"), std::string::npos) << c.stop_reason();
   }
+}
+
+// Stops requested at one step: the one that must decide what happens next wins (a guard that gave
+// up over the time limit, a stop signal over the time limit, the budget over a stop signal).
+TEST(Control, AStopOfHigherSeverityReplacesAnEarlierOne) {
+  Control time_then_guard;
+  time_then_guard.request_stop("train.max_minutes = 1 reached", StopKind::kMaxMinutes);
+  time_then_guard.request_stop("divergence guard: gave up", StopKind::kGuard);
+  EXPECT_EQ(time_then_guard.stop_kind(), StopKind::kGuard);
+  EXPECT_EQ(time_then_guard.stop_reason(), "divergence guard: gave up");
+  Control time_then_signal;
+  time_then_signal.request_stop("time", StopKind::kMaxMinutes);
+  time_then_signal.request_stop("stop signal 15", StopKind::kPreempted);
+  EXPECT_EQ(time_then_signal.stop_kind(), StopKind::kPreempted);
+  Control budget_then_signal;
+  budget_then_signal.request_stop("budget", StopKind::kBudget);
+  budget_then_signal.request_stop("stop signal 15", StopKind::kPreempted);
+  EXPECT_EQ(budget_then_signal.stop_kind(), StopKind::kBudget);
+  Control early_then_time;
+  early_then_time.request_stop("early stop", StopKind::kEarlyStop);
+  early_then_time.request_stop("time", StopKind::kMaxMinutes);
+  EXPECT_EQ(early_then_time.stop_kind(), StopKind::kEarlyStop);
+  EXPECT_GT(stop_severity(StopKind::kGuard), stop_severity(StopKind::kBudget));
 }
 
 TEST(Control, TheFirstStopWinsAndAnAgreedStopReplacesIt) {

@@ -36,8 +36,8 @@ class CheckpointCadence : public Callback {
   explicit CheckpointCadence(const CheckpointConfig& c) : config_(c) {}
   void on_step_end(const StepMetrics& m, Control& control) override;
   void on_checkpoint(const CheckpointEvent& e) override;
-  // The step a resumed run starts from counts as a save.
-  void resumed_at(int64_t step) { last_save_step_ = step; }
+  // The step a resumed run starts from counts as a save (RunInfo::start_step).
+  void on_train_begin(const RunInfo& info) override { last_save_step_ = info.start_step; }
 
  private:
   CheckpointConfig config_;

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,7 @@ struct RunInfo {
   int threads = 0;
   double peak_flops = 0;         // MFU's denominator, FLOP/s ([monitor] peak_tflops or measured)
   std::string dashboard_url;     // the live dashboard ("" = off)
+  int64_t start_step = 0;        // the step this session starts from (a resumed checkpoint's; 0 fresh)
 };
 
 // Where a step's wall time went (seconds). `data` is the wait for the batch source; on a GPU the
@@ -74,6 +76,8 @@ struct StepMetrics {
   double cost_usd = 0;       // spend so far ([budget]; filled by the cost meter, a producer)
   double rss_mb = 0;         // resident memory at this (logged) step
   double loss_scale = 1;     // the fp16 loss scale after this step (1 when not scaling)
+  bool loss_scaling = false; // the loss scaler ran this step (it skips inf/NaN steps itself);
+                             // false again after an fp16 run fell back to bf16
   int64_t skipped_steps = 0; // optimizer steps skipped for inf/NaN gradients so far
   // Logged steps only (docs/observability.md has the formulas):
   double samples_per_s = 0;  // sequences per second over the window since the previous log step
@@ -82,9 +86,9 @@ struct StepMetrics {
   // log step; they happen between steps, outside step_s.
   double eval_s = 0, checkpoint_s = 0;
   // Mean over this step's micro-batches of |g_k|^2 (unscaled micro-batch gradient norms squared);
-  // NaN unless measured (logged steps with accum > 1 and monitor.grad_noise). The input of the
-  // noise-scale producer.
-  double micro_grad_sq = 0;
+  // NaN unless measured at this step (log steps with accum > 1 and monitor.grad_noise). The input
+  // of the noise-scale producer.
+  double micro_grad_sq = std::numeric_limits<double>::quiet_NaN();
   // Smoothed gradient noise scale B_simple in sequences (monitor/grad_noise.h, a producer); NaN
   // when not measured (accum = 1, monitor.grad_noise = false, or too few estimates).
   double grad_noise_scale = 0;
@@ -104,20 +108,27 @@ struct EvalMetrics {
 // kGuard: divergence (weights not trusted); kBudget: the spending limit (weights fine, checkpointed).
 enum class StopKind { kCompleted, kCallback, kEarlyStop, kMaxMinutes, kPreempted, kGuard, kBudget };
 const char* stop_kind_name(StopKind k);
+// When several stops are requested at one step, the one that must decide what happens next wins:
+// a divergence the guard gave up on (the weights are not to be saved as final), then the spending
+// limit (no requeue may continue it), then a stop signal (checkpoint, exit 75), then the
+// callbacks' and early stopping's stops, and last the time limit. Equal ranks: the first wins.
+int stop_severity(StopKind k);
 
 // What the callbacks asked of the loop during one step. Callbacks request; the loop reads the
 // requests and clears the ones it acted on.
 class Control {
  public:
-  // The first stop requested wins (its reason and kind are kept).
+  // A stop replaces an earlier one only when it ranks higher (stop_severity); else the first
+  // request's reason and kind are kept.
   void request_stop(std::string why, StopKind k = StopKind::kCallback) {
-    if (!should_stop_) {
+    if (!should_stop_ || stop_severity(k) > stop_severity(kind_)) {
       reason_ = std::move(why);
       kind_ = k;
     }
     should_stop_ = true;
   }
-  // The stop all ranks of a data-parallel run agreed on (dist): it replaces a local one.
+  // The stop every rank of a data-parallel run agreed on (dist): it replaces a local one, so that
+  // all ranks end with the same kind and reason.
   void agree_stop(std::string why, StopKind k) {
     should_stop_ = true;
     reason_ = std::move(why);

@@ -31,5 +31,8 @@ ExitCode exit_code_for(const std::exception& e);
 ExitCode exit_code_for(StopKind k);
 // "done", "bad input", ... (the table above), for messages.
 const char* exit_code_meaning(ExitCode c);
+// How a program names an error it ends with: "config error", "data error", "stopped" (a guard),
+// "internal error" or "error" (`frugal: config error: ...`).
+const char* error_label(const std::exception& e);
 
 }  // namespace frugal

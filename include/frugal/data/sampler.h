@@ -3,11 +3,17 @@
 // Epoch e visits every sample exactly once in the order perm_e(0), perm_e(1), ...; perm_e is a
 // bijection on [0, n) computed in O(1) per position (a keyed Feistel network with cycle
 // walking), so no permutation table is stored and any position can be jumped to directly.
-// Rank r of world_size w takes the global positions p = r, r + w, r + 2w, ... of each epoch:
-// ranks are disjoint and together cover the epoch (rank r gets ceil((n - r) / w) samples).
 //
-// A rank's stream is the concatenation of its epochs, so its k-th sample is a pure function of
-// (seed, rank, world_size, k): a resumed run that restores the cursor continues exactly.
+// The global stream is the epochs one after the other: place q is perm_{q / n}(q % n). Rank r of
+// world_size w takes the places r, r + w, r + 2w, ... of the global stream, across epoch
+// boundaries: its k-th sample is place k * w + r. So ranks are disjoint and together cover every
+// epoch, and the places k * w + r of ranks r < w for k in [a, b) are exactly the places
+// [a * w, b * w): the samples of a data-parallel step are the single process's samples of that
+// step for any world size, which is what lets a run resume on another number of processes
+// (docs/distributed.md, "Elastic resume"). A rank sees floor or ceil of n / w samples of an epoch.
+//
+// A rank's k-th sample is a pure function of (seed, rank, world_size, k): a resumed run continues
+// exactly.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +22,7 @@
 
 namespace frugal {
 
-// Where a rank stands in its sample stream: `position` samples into `epoch`.
+// Where a rank stands in its sample stream: `position` of its samples into `epoch`.
 struct SampleCursor {
   int64_t epoch = 0;
   int64_t position = 0;
@@ -30,18 +36,23 @@ class EpochSampler {
   // REQUIRES: n > 0, 0 <= rank < world_size, n >= world_size (ConfigError otherwise).
   EpochSampler(int64_t n, uint64_t seed, int64_t rank = 0, int64_t world_size = 1, bool shuffle = true);
   int64_t dataset_size() const { return n_; }
-  int64_t per_epoch() const { return per_epoch_; }  // samples this rank sees per epoch
-  // The global sample index at `cursor` (REQUIRES position < per_epoch()).
+  // Samples this rank sees in `epoch` (the same for every epoch when n is a multiple of w).
+  int64_t per_epoch(int64_t epoch = 0) const { return before(epoch + 1) - before(epoch); }
+  // The global sample index at `cursor` (REQUIRES position < per_epoch(epoch)).
   int64_t sample(const SampleCursor& cursor) const;
   // The cursor `k` samples after `c` (crossing epochs as needed).
-  SampleCursor advance(const SampleCursor& c, int64_t k) const;
-  // The cursor of the rank's k-th sample from the very start.
-  SampleCursor at(int64_t k) const { return advance({}, k); }
+  SampleCursor advance(const SampleCursor& c, int64_t k) const { return at(index_of(c) + k); }
+  // The cursor of the rank's k-th sample from the very start, and back.
+  SampleCursor at(int64_t k) const;
+  int64_t index_of(const SampleCursor& c) const { return before(c.epoch) + c.position; }
   // perm_epoch(p): the global permutation of [0, n) for one epoch.
   int64_t permute(int64_t epoch, int64_t p) const;
 
  private:
-  int64_t n_, rank_, world_, per_epoch_;
+  // This rank's samples in the epochs before `epoch`: its places below epoch * n.
+  int64_t before(int64_t epoch) const;
+
+  int64_t n_, rank_, world_;
   uint64_t seed_;
   bool shuffle_;
   int half_bits_;  // the Feistel domain is 2^(2 * half_bits_) >= n

@@ -19,18 +19,23 @@ namespace frugal {
 
 class MetricsWriter : public Callback {
  public:
-  // append = false truncates the file; true appends (a resumed run).
+  // append = false truncates the file; true appends (a resumed run). The file is opened when the
+  // run begins (on_train_begin) or at the first line, not here: constructing the writer touches
+  // nothing on disk.
   explicit MetricsWriter(std::string path, bool append = false);
   ~MetricsWriter() override;
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
+  void on_train_begin(const RunInfo& info) override { open(); }
   void on_step_end(const StepMetrics& m, Control& control) override;
   void on_eval_end(const EvalMetrics& m, Control& control) override;
 
  private:
+  void open();
   void write(const std::string& line);
   std::string path_;
+  bool append_;
   std::FILE* f_ = nullptr;
 };
 

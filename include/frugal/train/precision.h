@@ -16,8 +16,9 @@ namespace frugal {
 class PrecisionPolicy {
  public:
   // Resolves kAuto by measurement and checks that the device supports the mode. Throws
-  // ConfigError for fp16 on a CPU build whose autocast has no fp16 (LibTorch < 2.x).
-  PrecisionPolicy(PrecisionMode requested, c10::Device device);
+  // ConfigError for fp16 on a CPU build whose autocast has no fp16 (LibTorch < 2.x). `why`
+  // replaces the reason of a mode given explicitly ("" = "precision.mode").
+  PrecisionPolicy(PrecisionMode requested, c10::Device device, std::string why = "");
 
   PrecisionMode mode() const { return mode_; }
   bool autocast() const { return mode_ == PrecisionMode::kBf16 || mode_ == PrecisionMode::kFp16; }

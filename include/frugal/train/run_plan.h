@@ -27,6 +27,7 @@ struct RunPlan {
   PrecisionPolicy precision{PrecisionMode::kFp32, c10::Device(c10::kCPU)};
   bool loss_scaling = false;      // the dynamic loss scaler runs (fp16, or precision.loss_scaling)
   ActivationCheckpointing activation_checkpointing;  // memory.activation_checkpointing
+  bool grad_noise_wanted = false; // monitor.grad_noise
   bool grad_noise = false;        // monitor.grad_noise and accum > 1: the noise scale is measured
   PeakFlops peak;                 // MFU's denominator (configured, or measured once in the run's dtype)
 };
@@ -34,6 +35,13 @@ struct RunPlan {
 // The plan for `config` on `world_size` processes with `precision` already resolved. `peak` is
 // left empty (the Trainer measures it; a probe of a few steps does not need it).
 RunPlan plan_run(const Config& config, const TaskHooks& hooks, int64_t world_size, PrecisionPolicy precision);
+
+// Elastic resume: a run checkpointed with `from_world` processes and a global batch of
+// `global_batch` sequences continues on plan.world_size processes with the same global batch and
+// the same data order; the accumulation adjusts (accum = global_batch / (micro_batch x world)).
+// ConfigError before any step when the new world size cannot split the global batch into whole
+// micro-batches, naming the world sizes that can.
+void continue_global_batch(RunPlan& plan, int64_t global_batch, int64_t from_world);
 
 // The precision a run continues in: a resumed checkpoint's, when the config asks for `auto` (which
 // could measure differently now) or for fp16 after the checkpoint fell back to bf16; else the

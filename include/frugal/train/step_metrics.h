@@ -21,6 +21,7 @@ struct StepReadings {
   double elapsed_s = 0;               // billed wall time so far, over every session
   int64_t skipped_steps = 0;          // optimizer steps skipped for inf/NaN gradients so far
   double loss_scale = 1;
+  bool loss_scaling = false;          // the loss scaler ran this step
   int64_t micro_batch = 0, oom_backoffs = 0;
   // The log window (the steps since the previous log step, this one included): logged steps only.
   int64_t window_steps = 0, window_tokens = 0;

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "frugal/ckpt/cadence.h"
 #include "frugal/core/callback.h"
 #include "frugal/core/config.h"
 #include "frugal/train/run_plan.h"
@@ -31,7 +30,6 @@ struct ConnectorContext {
 
 struct Connection {
   std::vector<std::shared_ptr<Callback>> callbacks;  // in the order the loop calls them
-  std::shared_ptr<CheckpointCadence> cadence;        // the loop tells it where a resume started
   std::string dashboard_url;                         // "" = no dashboard
 };
 

@@ -14,7 +14,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "frugal/ckpt/cadence.h"
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/ckpt/checkpoint_writer.h"
 #include "frugal/core/dir_lock.h"
@@ -53,7 +52,6 @@ struct Trainer::State {
   RunPlan plan;                              // resolved once at start-up
   std::unique_ptr<TrainStep> step;
   std::vector<std::shared_ptr<Callback>> callbacks;  // from the connector, in calling order
-  std::shared_ptr<CheckpointCadence> cadence;
   std::string dashboard_url;
   std::unique_ptr<CheckpointWriter> writer;
   RunInfo info;
@@ -88,8 +86,10 @@ struct Trainer::State {
   void set_up_device();
   void build_task(const TaskFactory& make_task);
   void make_plan(const std::optional<LoadedCheckpoint>& ck);
+  void continue_on_this_world(const LoadedCheckpoint& ck);
   void open_run_dir(const std::optional<LoadedCheckpoint>& ck);
   void connect();
+  void open_checkpoint_writer();
   void continue_from(const LoadedCheckpoint& ck);
   void describe_run();
 
@@ -103,9 +103,11 @@ struct Trainer::State {
   void check_signal(Control& control) const;
 
   // Checkpoints, banner and summary (trainer_state.cpp).
+  static int64_t checkpoint_world_size(const LoadedCheckpoint& ck);
   void report_config_changes(const LoadedCheckpoint& ck) const;
   CheckpointData capture(bool snapshot);
   void restore(const LoadedCheckpoint& ck);
+  void restore_data_position(const LoadedCheckpoint& ck);
   void save_checkpoint();
   void rollback(Control& control);
   void print_banner() const;
