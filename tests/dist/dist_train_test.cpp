@@ -64,6 +64,7 @@ int wait_for(const Proc& p, double limit_s) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
+// ctest runs tests side by side: every test here rendezvouses on a port no other test uses.
 std::vector<std::pair<std::string, std::string>> rank_env(int rank, int port) {
   return {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(rank)},
           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
@@ -264,7 +265,7 @@ TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch
     v.insert(v.end(), more);
     return v;
   };
-  auto full = test::run_frugal(fmt::format("launch -n 2 --port 29666 --{}",
+  auto full = test::run_frugal(fmt::format("launch -n 2 --port 29670 --{}",
                                            joined(train_args(dir.path(), "full", with(common, {"train.accum=2"})))));
   ASSERT_EQ(full.exit_code, 0) << full.output;
 
@@ -285,7 +286,7 @@ TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch
   auto one = test::run_frugal(joined(resume_args("one")));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   killed_after_step_4("four");
-  auto four = test::run_frugal(fmt::format("launch -n 4 --port 29667 --{}", joined(resume_args("four"))));
+  auto four = test::run_frugal(fmt::format("launch -n 4 --port 29671 --{}", joined(resume_args("four"))));
   ASSERT_EQ(four.exit_code, 0) << four.output;
 
   const auto s_full = summary_of(dir.file("full"));
@@ -307,7 +308,7 @@ TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch
   EXPECT_EQ(summary_of(dir.file("four"))["accum"], 1);
 
   killed_after_step_4("three");
-  auto three = test::run_frugal(fmt::format("launch -n 3 --port 29668 --{}", joined(resume_args("three"))));
+  auto three = test::run_frugal(fmt::format("launch -n 3 --port 29672 --{}", joined(resume_args("three"))));
   EXPECT_EQ(three.exit_code, 2) << three.output;
   EXPECT_NE(three.output.find("resume with 1, 2, 4 process(es)"), std::string::npos) << three.output;
   for (const auto& c : list_checkpoints(dir.file("three/checkpoints"))) EXPECT_LE(c.step, 4) << c.path;
