@@ -455,7 +455,7 @@ def render_stacked_levers(R):
                 f"{r2(r['speedup_vs_previous'])} tok/s, {signed(r['memory_vs_previous'])} memory")
             lever = f" (`{r['lever']}`)" if r["lever"] != "baseline" else ""
             lines.append(f"| {r['label']}{lever} | {n0(r['tokens_per_s'])} | {vs} | {n1(r['peak_tensor_mb'])} | "
-                         f"${r['usd_per_million_tokens']:.4f} |")
+                         f"${r['usd_per_million_tokens']:.3g} |")
         lines += ["", f"Last row against the baseline: {r2(s['speedup_total'])} tokens/s; the fastest row "
                       f"(\"{s['fastest_row']}\") {r2(s['fastest_speedup_vs_baseline'])}."]
     lines += ["", "Not in this CPU table (they need a GPU): " + "; ".join(j["gpu_only_levers"]) + "."]
@@ -517,8 +517,8 @@ def render_tune_demo(R):
     if not j:
         return not_measured("no bench/results/<date>/tune_demo.json", "`bench/tune_demo.py` writes it.")
     u = j["unbounded"]
-    return "\n".join([f"The demo config with a short probe ({provenance(j, R.path('tune_demo'))}; "
-                      f"{machine_line(j)}):", f"`{u['command']}`", "", "```", u["console"], "```"])
+    return "\n".join([f"The demo config with a short probe, measured by {provenance(j, R.path('tune_demo'))}; "
+                      f"{machine_line(j)}:", "", f"`{u['command']}`", "", "```", u["console"], "```"])
 
 
 def render_tune_demo_notes(R):

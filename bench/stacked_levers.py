@@ -8,7 +8,8 @@ activation checkpointing (memory for time):
      built inline on the trainer thread (data.workers = 0, like a DataLoader with
      num_workers = 0), OpenMP's default wait policy, one intra-op thread per physical core
      (LibTorch's default count);
-  2. + passive OpenMP workers ([run] threads: frugal's wait policy);
+  2. + passive OpenMP workers (OMP_WAIT_POLICY=PASSIVE, which frugal sets for itself; docs/levers.md,
+     "threads");
   3. + fused AdamW (train.optimizer = fused_adamw);
   4. + memory.reuse_freed;
   5. + a loader thread building batches ahead (data.workers = 1, data.prefetch = 4);
@@ -48,7 +49,8 @@ LEVERS = [
     ("baseline: fp32, torch_adamw, glibc malloc defaults, inline batches, default OpenMP waits", "baseline",
      ["precision.mode=fp32", "train.optimizer=torch_adamw", "memory.reuse_freed=false", "data.workers=0",
       "memory.activation_checkpointing=none"], {"OMP_WAIT_POLICY": None, "FRUGAL_NO_REEXEC": "1"}),
-    ("+ passive OpenMP workers", "run.threads (wait policy)", [], {"OMP_WAIT_POLICY": "PASSIVE"}),
+    ("+ passive OpenMP workers (what frugal sets for itself)", "OMP_WAIT_POLICY=PASSIVE", [],
+     {"OMP_WAIT_POLICY": "PASSIVE"}),
     ("+ fused AdamW", "train.optimizer = fused_adamw", ["train.optimizer=fused_adamw"], {}),
     ("+ freed memory kept for reuse", "memory.reuse_freed = true", ["memory.reuse_freed=true"], {}),
     ("+ loader thread, 4 batches ahead", "data.workers = 1, data.prefetch = 4",
