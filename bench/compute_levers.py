@@ -45,7 +45,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_common import ROOT, die, physical_cores, results_dir, source_revision, venv_python  # noqa: E402
+from bench_common import (ROOT, alternate, die, machine_facts, physical_cores, results_dir,  # noqa: E402
+                          source_revision, venv_python)
 
 PY = venv_python()
 SKIP = 3  # untimed steps at the start of every run, on every side
@@ -79,9 +80,9 @@ def median_step_rate(step_s, tokens_per_step):
     return tokens_per_step / statistics.median(step_s)
 
 
-def run_frugal(frugal, work, sets, tokens_per_step, skip=SKIP):
-    """Runs frugal train in a fresh run folder under `work` (removed afterwards). Returns (median
-    tokens/s over the wall time between steps, summary)."""
+def run_frugal(frugal, work, sets, tokens_per_step, skip=SKIP, env=None):
+    """Runs frugal train in a fresh run folder under `work` (removed afterwards), with `env` as its
+    environment when given. Returns (median tokens/s over the wall time between steps, summary)."""
     out_dir = tempfile.mkdtemp(prefix="run-", dir=work)
     args = [frugal, "train", "--quiet", "--set", f"run.out_dir={out_dir}",
             "--set", "train.log_every=1", "--set", "train.eval_every=0",
@@ -89,7 +90,7 @@ def run_frugal(frugal, work, sets, tokens_per_step, skip=SKIP):
     for s in sets:
         args += ["--set", s]
     faults0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
-    p = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     if p.returncode != 0:
         die(f"compute_levers: `{' '.join(args)}` exited {p.returncode}:\n{p.stderr[-2000:]}", 1)
     faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults0
@@ -145,15 +146,6 @@ def model_sets(m):
             f"model.block={m['block']}", f"data.micro_batch={m['batch']}"]
 
 
-def alternate(repeats, fns):
-    """Runs each fn in turn, `repeats` rounds; returns lists of results per fn."""
-    res = [[] for _ in fns]
-    for _ in range(repeats):
-        for i, fn in enumerate(fns):
-            res[i].append(fn())
-    return res
-
-
 def doctor(frugal):
     p = subprocess.run([frugal, "doctor", "--json", "--no-save"], capture_output=True, text=True)
     if p.returncode != 0:
@@ -178,7 +170,8 @@ def main():
     ap.add_argument("--shapes", default="demo,mid", help="peer rows: comma-separated shapes (demo, mid, wide, deep)")
     ap.add_argument("--dtypes", default="fp32,bf16", help="peer rows: comma-separated dtypes (fp32, bf16)")
     ap.add_argument("--no-compile", action="store_true", help="peer rows without the torch.compile side")
-    ap.add_argument("--results", default=None, help="results folder (default bench/results/<today>)")
+    ap.add_argument("--results", default=None,
+                    help="results folder (default bench/results/<today>; with --quick bench/out/quick/<today>)")
     a = ap.parse_args()
     parts = [p for p in a.only.split(",") if p]
     for p in parts:
@@ -199,7 +192,7 @@ def main():
         die(f"compute_levers: {ob} is missing; build it (cmake --build build --target optimizer_bench)")
 
     date = time.strftime("%Y-%m-%d")
-    res_dir = a.results or results_dir(date)
+    res_dir = a.results or results_dir(date, a.quick)
     os.makedirs(res_dir, exist_ok=True)
     out_dir = os.path.join(ROOT, "bench", "out")
     os.makedirs(out_dir, exist_ok=True)
@@ -218,7 +211,8 @@ def main():
     cores = physical_cores()
     t_start = time.time()
     common = {"date": date, "repeats": a.repeats, "quick": a.quick, "source": source_revision(),
-              "command": " ".join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}
+              "command": " ".join([os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)] + sys.argv[1:]),
+              "machine_facts": machine_facts()}
     rows, combined = [], dict(common)
 
     def save(name, obj):

@@ -2,6 +2,7 @@
 // Prints one JSON object.
 //
 //   loader_bench DIR [--records N] [--rounds R] [--images M] [--no-text]
+//   loader_bench DIR --source-shard-only [--records N] [--rounds R]
 //
 // 1. Loader. N image records (3x32x32 uint8 + int64 label = 3080 bytes, the layout of
 //    `prepare --format images`) are written once as a record dataset (one shard + manifest) and
@@ -21,8 +22,11 @@
 // 2. Image prepare: M JPEGs (96x96, 10 classes) through `prepare --format images --size 32` with
 //    1 and 2 decoder threads, alternately, R rounds: images per second.
 // 3. Text prepare (unless --no-text): a synthetic corpus with the byte tokenizer and with
-//    SentencePiece, 1 and 2 threads: tokenising MB/s.
+//    SentencePiece, 1 and 2 threads alternately, R rounds: tokenising MB/s (medians).
 // DIR/files is left for the PyTorch DataLoader baseline (bench/torch_loader_baseline.py).
+// --source-shard-only times R epochs of the training batches from the record shard an earlier
+// run left in DIR (after one untimed epoch), nothing else: bench/loader_bench.py alternates it
+// with the PyTorch DataLoader baseline, one epoch each per round.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -245,7 +249,7 @@ nlohmann::ordered_json loader_rates(const std::string& dir, int64_t n, int round
   std::vector<double> ratios;
   for (int i = 0; i < rounds; ++i) ratios.push_back(r["source_shard"][i] / r["source_files"][i]);
   j["source_shard_vs_small_files_per_round"] = ratios;
-  // For bench/loader_bench.sh: the PyTorch baseline reads the same files with this key.
+  // For bench/loader_bench.py: the PyTorch baseline reads the same files with this key.
   j["shard_samples_per_s"] = median(r["source_shard"]);
   cold_rates(dir, n, rounds, j);
   return j;
@@ -299,7 +303,7 @@ std::string synthetic_corpus(size_t bytes) {
   return s;
 }
 
-nlohmann::ordered_json text_prepare_rates(const std::string& dir) {
+nlohmann::ordered_json text_prepare_rates(const std::string& dir, int rounds) {
   nlohmann::ordered_json j;
   const std::string corpus = dir + "/corpus.txt";
   write_file_atomic(corpus, synthetic_corpus(16u << 20));
@@ -313,21 +317,27 @@ nlohmann::ordered_json text_prepare_rates(const std::string& dir) {
   train_sp.force = true;
   prepare_dataset(train_sp);
   j["corpus_mb"] = static_cast<double>(fs::file_size(corpus)) / 1e6;
+  j["sentencepiece_vocab"] = train_sp.vocab;
   for (std::string tok : {std::string("bytes"), "sentencepiece:" + dir + "/sp_model/tokenizer.model"}) {
     const std::string name = tok == "bytes" ? "bytes" : "sentencepiece_4000";
-    for (int threads : {1, 2}) {
-      PrepareOptions o;
-      o.inputs = {corpus};
-      o.out_dir = fmt::format("{}/prep_{}_{}", dir, name, threads);
-      o.tokenizer = tok;
-      o.threads = threads;
-      o.force = true;
-      PrepareReport r = prepare_dataset(o);
-      j[fmt::format("prepare_{}_tokenise_mb_per_s_threads_{}", name, threads)] =
-          static_cast<double>(r.bytes_kept) / 1e6 / r.tokenize_s;
-      j[fmt::format("prepare_{}_total_mb_per_s_threads_{}", name, threads)] =
-          static_cast<double>(r.bytes_in) / 1e6 / r.seconds;
-      fs::remove_all(o.out_dir);
+    std::map<int, std::vector<double>> tokenise, total;
+    for (int round = 0; round < rounds; ++round)
+      for (int threads : {1, 2}) {
+        PrepareOptions o;
+        o.inputs = {corpus};
+        o.out_dir = fmt::format("{}/prep_{}_{}", dir, name, threads);
+        o.tokenizer = tok;
+        o.threads = threads;
+        o.force = true;
+        PrepareReport r = prepare_dataset(o);
+        tokenise[threads].push_back(static_cast<double>(r.bytes_kept) / 1e6 / r.tokenize_s);
+        total[threads].push_back(static_cast<double>(r.bytes_in) / 1e6 / r.seconds);
+        fs::remove_all(o.out_dir);
+      }
+    for (int t : {1, 2}) {
+      j[fmt::format("prepare_{}_tokenise_mb_per_s_threads_{}", name, t)] = median(tokenise[t]);
+      j[fmt::format("prepare_{}_total_mb_per_s_threads_{}", name, t)] = median(total[t]);
+      j[fmt::format("prepare_{}_tokenise_mb_per_s_threads_{}_runs", name, t)] = tokenise[t];
     }
   }
   return j;
@@ -337,16 +347,18 @@ nlohmann::ordered_json text_prepare_rates(const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: loader_bench DIR [--records N] [--rounds R] [--images M] [--no-text]\n");
+    std::fprintf(stderr,
+                 "usage: loader_bench DIR [--records N] [--rounds R] [--images M] [--no-text] [--source-shard-only]\n");
     return 2;
   }
   const std::string dir = argv[1];
   int64_t n = 20000;
   int rounds = 5, images = 2000;
-  bool text = true;
+  bool text = true, source_shard_only = false;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--records" && i + 1 < argc) n = std::stoll(argv[++i]);
+    if (a == "--source-shard-only") source_shard_only = true;
+    else if (a == "--records" && i + 1 < argc) n = std::stoll(argv[++i]);
     else if (a == "--rounds" && i + 1 < argc) rounds = std::stoi(argv[++i]);
     else if (a == "--images" && i + 1 < argc) images = std::stoi(argv[++i]);
     else if (a == "--no-text") text = false;
@@ -355,11 +367,25 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (source_shard_only) {
+    if (!fs::exists(dir + "/ds/manifest.json")) {
+      std::fprintf(stderr, "loader_bench: %s/ds holds no record dataset; run loader_bench %s first\n", dir.c_str(),
+                   dir.c_str());
+      return 2;
+    }
+    source_shard_epoch(dir + "/ds", n);  // untimed: page cache, block checksums, worker start
+    std::vector<double> rates;
+    for (int round = 0; round < rounds; ++round) rates.push_back(source_shard_epoch(dir + "/ds", n));
+    nlohmann::ordered_json j;
+    j["source_shard_samples_per_s"] = rates;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
   nlohmann::ordered_json j = loader_rates(dir, n, rounds);
   const nlohmann::ordered_json img = image_prepare_rates(dir, images, rounds);
   for (auto& [k, v] : img.items()) j[k] = v;
   if (text) {
-    const nlohmann::ordered_json txt = text_prepare_rates(dir);  // the loop must not outlive it
+    const nlohmann::ordered_json txt = text_prepare_rates(dir, rounds);  // the loop must not outlive it
     for (auto& [k, v] : txt.items()) j[k] = v;
   }
   std::printf("%s\n", j.dump(2).c_str());

@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
-"""Regenerates the benchmark tables of docs/levers.md from the raw JSON under bench/results/, so
-no figure in them is copied by hand. Each table lives between two marker comments:
+"""Regenerates every measured figure of docs/levers.md, docs/tuning.md and README.md from the raw
+JSON under bench/results/, so no figure in them is copied by hand. Figures live between marker
+comments, a table or paragraph on lines of its own, or a span inside a sentence:
 
     <!-- bench-table:NAME -->
     ... (replaced on every run)
     <!-- /bench-table:NAME -->
 
-NAME is one of: machine, peer, precision, levers (from the newest bench/results/<date>/ that
-holds a machine.json, written by bench/compute_levers.py) and gpu (from the newest one that
-holds a gpu_machine.json, written by bench/gpu_bench.py; smoke runs are never rendered). Text
-outside the markers is left alone.
+    ... prose <!-- bench:NAME -->(replaced)<!-- /bench:NAME --> prose ...
 
-  bench/render_tables.py                      # rewrite docs/levers.md in place
-  bench/render_tables.py --check              # exit 1 if docs/levers.md is not what the JSON gives
-  bench/render_tables.py --results bench/results/2026-11-23 --doc docs/levers.md
+Each NAME is rendered from the newest bench/results/<date>/ folder holding the JSON it needs
+(the compute-levers tables from the newest holding machine.json, all from that one run; GPU
+tables from the newest holding gpu_machine.json); smoke runs and --quick passes are never
+rendered unless --allow-quick. Text outside the markers is left alone, and `--check` also fails
+when a number with a unit (tok/s, ms, MB, x, %, page faults, ...) stands outside the markers
+and is not on the short allow-list of bench/figure_lint.py (config defaults, targets, formula
+constants): a hand-copied figure cannot creep back.
+
+  bench/render_tables.py                      # rewrite the three docs in place
+  bench/render_tables.py --check              # exit 1 if a doc is not what the JSON gives, or
+                                              # holds a figure outside the markers
+  bench/render_tables.py --results bench/results/2026-11-25 --doc docs/levers.md
+  bench/render_tables.py --results DIR --allow-quick --write-to DIR/docs   # leave the docs alone
 """
 import argparse
 import json
@@ -23,27 +31,65 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import figure_lint  # noqa: E402
+
 RESULTS = os.path.join(HERE, "results")
+DOCS = ["docs/levers.md", "docs/tuning.md", "README.md"]
+MARKER = re.compile(r"<!-- bench-table:(\w+) -->.*?<!-- /bench-table:\1 -->|<!-- bench:(\w+) -->.*?<!-- /bench:\2 -->",
+                    re.S)
 
 
-def load(d, name):
-    path = os.path.join(d, name + ".json")
-    if not os.path.exists(path):
+class Results:
+    """Finds each result file: in --results when given, else in the newest bench/results/<date>/
+    that holds it (the compute_levers files: the folder of the newest machine.json)."""
+
+    def __init__(self, folder=None, gpu_folder=None, allow_quick=False):
+        self.folder, self.gpu_folder, self.allow_quick = folder, gpu_folder, allow_quick
+        self.used = set()
+
+    def _load(self, d, name):
+        path = os.path.join(d, name + ".json")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            j = json.load(f)
+        if j.get("smoke") or (j.get("quick") and not self.allow_quick):
+            return None
+        return j
+
+    def _newest(self, name):
+        if not os.path.isdir(RESULTS):
+            return None
+        for d in sorted(os.listdir(RESULTS), reverse=True):
+            path = os.path.join(RESULTS, d)
+            if os.path.isdir(path) and self._load(path, name):
+                return path
         return None
-    with open(path) as f:
-        j = json.load(f)
-    return None if j.get("smoke") else j
+
+    def folder_of(self, name):
+        if name.startswith("gpu_"):
+            return self.gpu_folder or self._newest("gpu_machine")
+        if name in COMPUTE_LEVERS:
+            return self.folder or self._newest("machine")
+        return self.folder or self._newest(name)
+
+    def get(self, name):
+        d = self.folder_of(name)
+        j = self._load(d, name) if d else None
+        if j:
+            self.used.add(rel(d))
+        return j
+
+    def path(self, name):
+        d = self.folder_of(name)
+        return f"{rel(d)}/{name}.json" if d else f"bench/results/<date>/{name}.json"
 
 
-def newest(marker):
-    """The newest results/<date>/ folder that holds `marker` (and is not a smoke run)."""
-    if not os.path.isdir(RESULTS):
-        return None
-    for d in sorted(os.listdir(RESULTS), reverse=True):
-        path = os.path.join(RESULTS, d)
-        if os.path.isdir(path) and load(path, marker):
-            return path
-    return None
+# The files bench/compute_levers.py writes in one run (rendered together, from one folder).
+COMPUTE_LEVERS = {"machine", "activation_checkpointing", "fused_adamw", "reuse_freed"} | {
+    f"precision_{s}" for s in ("demo", "mid", "wide")} | {
+    f"peer_{s}_{d}" for s in ("demo", "mid", "wide", "deep") for d in ("fp32", "bf16")}
 
 
 def rel(path):
@@ -54,8 +100,16 @@ def n0(x):
     return "n/a" if x is None else f"{x:,.0f}"
 
 
+def n1(x):
+    return "n/a" if x is None else f"{x:,.1f}"
+
+
 def r2(x):
     return "n/a" if x is None else f"{x:.2f}x"
+
+
+def r1(x):
+    return "n/a" if x is None else f"{x:.1f}x"
 
 
 def pct(x, digits=0):
@@ -66,12 +120,16 @@ def signed(x):
     return "n/a" if x is None else f"{100 * x:+.0f}%"
 
 
+def ms(s):
+    return f"{1e3 * s:,.0f} ms"
+
+
 def met(ok):
     return "met" if ok else "**not met**"
 
 
-def runs(xs):
-    return " / ".join(n0(x) for x in xs)
+def runs(xs, fmt=n0):
+    return " / ".join(fmt(x) for x in xs)
 
 
 def span(xs):
@@ -80,21 +138,46 @@ def span(xs):
     return lo if lo == hi else f"{lo}-{hi}"
 
 
-def not_measured(what, how):
+def commit(j):
+    src = j.get("source") or {}
+    return f"{src.get('commit', 'unknown')[:12]}{' with local changes' if src.get('modified') else ''}"
+
+
+def provenance(j, path):
+    """'`COMMAND`, DATE, source C, raw JSON `PATH`' of a result file."""
+    return f"`{j.get('command', '?')}`, {j['date']}, source {commit(j)}; raw JSON `{path}`"
+
+
+def machine_line(j):
+    """'CPU, N physical cores (load average a at the start, b at the end)' of a result file."""
+    m = j.get("machine") or {}
+    load, end = m.get("loadavg_1_5_15"), j.get("machine_end_loadavg_1_5_15")
+    loads = ""
+    if load:
+        loads = f" (load average {load[0]:.1f} at the start" + (f", {end[0]:.1f} at the end)" if end else ")")
+    return f"{m.get('cpu', 'unknown CPU')}, {m.get('physical_cores', '?')} physical cores{loads}"
+
+
+def not_measured(what, how="`make bench` writes it."):
     return f"_Not measured yet: {what}. {how}_"
 
 
-def render_machine(d):
-    m = load(d, "machine") if d else None
+def not_measured_span(name):
+    return f"(not measured yet: `make bench` writes {name}.json)"
+
+
+# ---- compute_levers.py: machine, peer, precision, other levers ------------------------------
+
+def render_machine(R):
+    m = R.get("machine")
     if not m:
-        return not_measured("no bench/results/<date>/machine.json", "`make bench` writes it.")
+        return not_measured("no bench/results/<date>/machine.json")
     s, e = m["doctor_start"], m["doctor_end"]
     ps, pe = m["python_matmul_start"], m["python_matmul_end"]
     lines = [
-        f"Measured {m['date']} by `{m.get('command', 'bench/compute_levers.py')}` (raw JSON: `{rel(d)}/`, "
-        f"alternating rounds: {m['repeats']}{', quick' if m.get('quick') else ''}; source "
-        f"{(m.get('source') or {}).get('commit', 'unknown')[:12]}"
-        f"{' with local changes' if (m.get('source') or {}).get('modified') else ''}).",
+        f"Measured {m['date']} by `{m.get('command', 'bench/compute_levers.py')}` (raw JSON: "
+        f"`{os.path.dirname(R.path('machine'))}/`, alternating rounds: {m['repeats']}"
+        f"{', quick' if m.get('quick') else ''}; source {commit(m)}; {m['bench_seconds'] / 60:.0f} min).",
         "",
         f"Machine: {s['cpu']}, {m['physical_cores']} physical cores ({s['logical_cpus']} logical), "
         f"AVX-512 BF16 {'yes' if s.get('avx512_bf16') else 'no'}, AMX {'yes' if s.get('amx_bf16') else 'no'}; "
@@ -120,100 +203,377 @@ def render_machine(d):
     return "\n".join(lines)
 
 
-def render_peer(d):
+def render_peer(R):
     rows, notes = [], []
-    if d:
-        for shape in ("demo", "mid", "wide", "deep"):
-            for dtype in ("fp32", "bf16"):
-                p = load(d, f"peer_{shape}_{dtype}")
-                if not p:
-                    continue
-                m = p["model"]
-                th = p["threads"]
-                comp = "n/a" if "compile_tokens_per_s" not in p else (
-                    f"{n0(p['compile_tokens_per_s'])} ({th['compile']} thr.; compile {span(p['compile_s'])} s)")
-                vs_c = "n/a" if "ratio_vs_compile" not in p else (
-                    f"{r2(p['ratio_vs_compile'])} ({met(p['targets']['vs_compile_met'])})")
-                rows.append(f"| {shape} ({m['layers']}x{m['heads']}x{m['embd']}, block {m['block']}, batch "
-                            f"{m['batch']}, {p['data']}) | {dtype} | {n0(p['frugal_tokens_per_s'])} ({th['frugal']} thr.) "
-                            f"| {n0(p['eager_tokens_per_s'])} ({th['eager']} thr.) | {comp} | "
-                            f"{r2(p['ratio_vs_eager'])} ({met(p['targets']['vs_eager_met'])}) | {vs_c} |")
-                per = f"{shape} {dtype}: frugal {runs(p['frugal_runs'])}; eager {runs(p['eager_runs'])}"
-                if "compile_runs" in p:
-                    per += f"; compiled {runs(p['compile_runs'])}"
-                if "eager_reuse_freed_runs" in p:
-                    per += (f"; eager with frugal's malloc settings {runs(p['eager_reuse_freed_runs'])} "
-                            f"(median {n0(p['eager_reuse_freed_tokens_per_s'])})")
-                notes.append(f"- {per}")
+    for shape in ("demo", "mid", "wide", "deep"):
+        for dtype in ("fp32", "bf16"):
+            p = R.get(f"peer_{shape}_{dtype}")
+            if not p:
+                continue
+            m = p["model"]
+            th = p["threads"]
+            comp = "n/a" if "compile_tokens_per_s" not in p else (
+                f"{n0(p['compile_tokens_per_s'])} ({th['compile']} thr.; compile {span(p['compile_s'])} s)")
+            vs_c = "n/a" if "ratio_vs_compile" not in p else (
+                f"{r2(p['ratio_vs_compile'])} ({met(p['targets']['vs_compile_met'])})")
+            rows.append(f"| {shape} ({m['layers']}x{m['heads']}x{m['embd']}, block {m['block']}, batch "
+                        f"{m['batch']}, {p['data']}) | {dtype} | {n0(p['frugal_tokens_per_s'])} ({th['frugal']} thr.) "
+                        f"| {n0(p['eager_tokens_per_s'])} ({th['eager']} thr.) | {comp} | "
+                        f"{r2(p['ratio_vs_eager'])} ({met(p['targets']['vs_eager_met'])}) | {vs_c} |")
+            per = f"{shape} {dtype}: frugal {runs(p['frugal_runs'])}; eager {runs(p['eager_runs'])}"
+            if "compile_runs" in p:
+                per += f"; compiled {runs(p['compile_runs'])}"
+            if "eager_reuse_freed_runs" in p:
+                per += (f"; eager with frugal's malloc settings {runs(p['eager_reuse_freed_runs'])} "
+                        f"(median {n0(p['eager_reuse_freed_tokens_per_s'])})")
+            notes.append(f"- {per}")
     if not rows:
-        return not_measured("no bench/results/<date>/peer_*.json", "`make bench` writes them.")
+        return not_measured("no bench/results/<date>/peer_*.json")
     head = ["| shape | dtype | frugal tok/s | PyTorch eager tok/s | torch.compile tok/s | frugal / eager (target "
             "1.3x) | frugal / compile (target 1.0x) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     return "\n".join(head + rows + ["", "Per run (tokens/s, in the order they ran):", ""] + notes)
 
 
-def render_precision(d):
-    m = load(d, "machine") if d else None
+def render_precision(R):
+    m = R.get("machine")
     rows = []
-    if d:
-        for shape in ("demo", "mid", "wide"):
-            p = load(d, f"precision_{shape}")
-            if not p:
-                continue
-            t = (m or {}).get("bf16_target", {}).get(shape)
-            share = f"{pct(t['fraction_of_matmul_ratio'])} ({met(t['met'])})" if t else "n/a (no target)"
-            rows.append(f"| {shape} (embd {p['model']['embd']}) | {n0(p['fp32_tokens_per_s'])} | "
-                        f"{n0(p['bf16_tokens_per_s'])} | {r2(p['speedup'])} | {share} | "
-                        f"{pct(p['mfu_fp32'])} / {pct(p['mfu_bf16'])} |")
+    for shape in ("demo", "mid", "wide"):
+        p = R.get(f"precision_{shape}")
+        if not p:
+            continue
+        t = (m or {}).get("bf16_target", {}).get(shape)
+        share = f"{pct(t['fraction_of_matmul_ratio'])} ({met(t['met'])})" if t else "n/a (no target)"
+        rows.append(f"| {shape} (embd {p['model']['embd']}) | {n0(p['fp32_tokens_per_s'])} | "
+                    f"{n0(p['bf16_tokens_per_s'])} | {r2(p['speedup'])} | {share} | "
+                    f"{pct(p['mfu_fp32'])} / {pct(p['mfu_bf16'])} |")
     if not rows:
-        return not_measured("no bench/results/<date>/precision_*.json", "`make bench` writes them.")
+        return not_measured("no bench/results/<date>/precision_*.json")
     ratio = r2(m["matmul_bf16_over_fp32"]) if m else "n/a"
     head = [f"| shape | fp32 tok/s | bf16 tok/s | bf16 speed-up | share of the matmul ratio {ratio} "
             "(target 90%) | MFU fp32 / bf16 |", "| --- | --- | --- | --- | --- | --- |"]
     return "\n".join(head + rows)
 
 
-def render_levers(d):
+def render_levers(R):
     rows = []
-    if d:
-        a = load(d, "activation_checkpointing")
-        if a:
-            rows.append(f"| activation checkpointing, 12 blocks, fp32 | {n0(a['peak_tensor_mb_none'])} MB, "
-                        f"{n0(a['step_ms_none'])} ms/step | {n0(a['peak_tensor_mb_blocks'])} MB, "
-                        f"{n0(a['step_ms_blocks'])} ms/step | {signed(-a['memory_saved'])} memory, "
-                        f"{signed(a['time_overhead'])} time |")
-        f = load(d, "fused_adamw")
-        if f:
-            rows.append(f"| AdamW step, {f['params'] / 1e6:.1f}M parameters (`bench/optimizer_bench`) | "
-                        f"torch_adamw {f['optimizer_ms_torch']:.1f} ms | fused_adamw {f['optimizer_ms_fused']:.1f} ms | "
-                        f"{r2(f['speedup'])} |")
-        r = load(d, "reuse_freed")
-        if r:
-            rows.append(f"| `memory.reuse_freed`, demo fp32 (page faults per run) | off: {n0(r['page_faults_off'])} | "
-                        f"on: {n0(r['page_faults_on'])} | {r2(r['speedup'])} tok/s |")
+    a = R.get("activation_checkpointing")
+    if a:
+        rows.append(f"| activation checkpointing, 12 blocks, fp32 | {n0(a['peak_tensor_mb_none'])} MB, "
+                    f"{n0(a['step_ms_none'])} ms/step | {n0(a['peak_tensor_mb_blocks'])} MB, "
+                    f"{n0(a['step_ms_blocks'])} ms/step | {signed(-a['memory_saved'])} memory, "
+                    f"{signed(a['time_overhead'])} time |")
+    f = R.get("fused_adamw")
+    if f:
+        rows.append(f"| AdamW step, {f['params'] / 1e6:.1f}M parameters (`bench/optimizer_bench`) | "
+                    f"torch_adamw {f['optimizer_ms_torch']:.1f} ms | fused_adamw {f['optimizer_ms_fused']:.1f} ms | "
+                    f"{r2(f['speedup'])} |")
+    r = R.get("reuse_freed")
+    if r:
+        rows.append(f"| `memory.reuse_freed`, demo fp32 (page faults per run) | off: {n0(r['page_faults_off'])} | "
+                    f"on: {n0(r['page_faults_on'])} | {r2(r['speedup'])} tok/s |")
     if not rows:
-        return not_measured("no lever results in bench/results/<date>/", "`make bench` writes them.")
+        return not_measured("no lever results in bench/results/<date>/")
     return "\n".join(["| lever | baseline | lever on | effect |", "| --- | --- | --- | --- |"] + rows)
 
 
-def render_gpu(d):
-    m = load(d, "gpu_machine") if d else None
+def render_reuse_freed(R):
+    r = R.get("reuse_freed")
+    if not r:
+        return not_measured_span("reuse_freed")
+    s = r["speedup"]
+    verdict = ("no speed difference this machine can resolve" if abs(s - 1) < 0.05 else
+               f"{'faster' if s > 1 else 'slower'} by {abs(100 * (s - 1)):.0f}%")
+    return (f"in `make bench` ({r['date']}, {r['repeats']} alternating pairs of demo runs, fp32; "
+            f"`{R.path('reuse_freed')}`): {n0(r['page_faults_off'])} page faults per run with `reuse_freed = false`, "
+            f"{n0(r['page_faults_on'])} with the default ({signed(r['page_faults_on'] / r['page_faults_off'] - 1)}), "
+            f"and throughput {r2(s)}, {verdict}")
+
+
+def render_fused_adamw(R):
+    f = R.get("fused_adamw")
+    if not f:
+        return not_measured_span("fused_adamw")
+    return (f"{r2(f['speedup'])} faster than `torch::optim::AdamW` for a {f['params'] / 1e6:.1f}M-parameter GPT on "
+            f"this CPU ({f['optimizer_ms_fused']:.1f} vs {f['optimizer_ms_torch']:.1f} ms per step, medians of "
+            f"alternating rounds; {f['date']}, `{R.path('fused_adamw')}`)")
+
+
+# ---- the other CPU benchmarks ---------------------------------------------------------------
+
+def render_threads(R):
+    t = R.get("threads")
+    if not t:
+        return not_measured("no bench/results/<date>/threads.json", "`bench/threads_bench.py` writes it.")
+    m = t["model"]
+    lines = [f"Measured by {provenance(t, R.path('threads'))}; {machine_line(t)}. Demo GPT ({m['layers']} layers x "
+             f"{m['embd']} wide, block {m['block']}, micro-batch {m['batch']}), fp32, {t['steps_timed']} timed steps "
+             f"per run, medians of {t['repeats']} alternating rounds:", "",
+             "| setting | tokens/s (median) | per run |", "| --- | --- | --- |"]
+    for s in t["settings"]:
+        lines.append(f"| {s['label']} | {n0(s['tokens_per_s'])} | {runs(s['runs'])} |")
+    if "passive_over_default_policy" in t:
+        lines += ["", f"Passive workers against the default wait policy: {r2(t['passive_over_default_policy'])}; "
+                      f"against one thread: {r2(t['passive_over_one_thread'])}."]
+    return "\n".join(lines)
+
+
+def render_checkpoint_stall(R):
+    c = R.get("checkpoint_stall")
+    if not c:
+        return not_measured("no bench/results/<date>/checkpoint_stall.json", "`bench/checkpoint_stall.py` writes it.")
+    s, a = c["modes"]["sync"], c["modes"]["async"]
+    lines = [f"Measured by {provenance(c, R.path('checkpoint_stall'))}; {machine_line(c)}. GPT 8 layers, embd 256, "
+             f"{c['params'] / 1e6:.1f}M parameters, {s['bytes'] / 1e6:,.0f} MB per checkpoint with AdamW moments, "
+             f"a save every {c['every_steps']} of {c['steps']} steps ({s['saves']} saves per run), fp32; medians of "
+             f"{c['repeats']} alternating rounds:", "",
+             "| mode | trainer stall per save (mean / max) | write time per save | run wall time |",
+             "| --- | --- | --- | --- |",
+             f"| sync | {ms(s['stall_s_mean'])} / {ms(s['stall_s_max'])} | {ms(s['write_s_mean'])} | "
+             f"{s['wall_s']:.1f} s |",
+             f"| async | {ms(a['stall_s_mean'])} / {ms(a['stall_s_max'])} | {ms(a['write_s_mean'])} (in the "
+             f"background) | {a['wall_s']:.1f} s |"]
+    return "\n".join(lines)
+
+
+def render_checkpoint_wall(R):
+    c = R.get("checkpoint_stall")
+    if not c:
+        return not_measured_span("checkpoint_stall")
+    s, a = c["modes"]["sync"]["wall_s"], c["modes"]["async"]["wall_s"]
+    return f"total wall time of the runs above: {s:.1f} s sync, {a:.1f} s async ({signed(a / s - 1)})"
+
+
+def render_smoke_time(R):
+    d = R.get("demo_run")
+    if not d:
+        return not_measured_span("demo_run")
+    return (f"{d['smoke_s']:.1f} s for the demo model from start to exit (median of {d['repeats']}; "
+            f"{d['date']}, `{R.path('demo_run')}`)")
+
+
+def render_loader(R):
+    j = R.get("loader")
+    if not j:
+        return not_measured("no bench/results/<date>/loader.json", "`bench/loader_bench.py` writes it.")
+    c, t, d = j["loader_bench"], j["torch"], j["data_wait"]
+    lines = [f"Measured by {provenance(j, R.path('loader'))}; {machine_line(j)}"
+             f"{'' if j.get('root') else '; not as root, so without the cold-cache rows'}. One shuffled epoch of "
+             f"{c['records']:,} image records (3x32x32 uint8 + int64 label, {c['record_bytes']:,} bytes), batch "
+             f"{c['batch']}, {c['workers']} workers, prefetch 4; medians of {c['rounds']} alternating rounds:", "",
+             "| path | samples/s (median) | shard vs this path |", "|---|---|---|",
+             f"| raw record bytes from one record shard, page cache warm | {n0(c['raw_shard_samples_per_s_median'])} | |",
+             f"| raw record bytes from {c['records']:,} small files (open/read/close in C++), page cache warm | "
+             f"{n0(c['raw_files_samples_per_s_median'])} | {r1(c['raw_shard_vs_small_files'])} |",
+             f"| training batches (float ({c['batch']}, 3, 32, 32) + labels) from the shard, `RecordSource` | "
+             f"{n0(c['source_shard_samples_per_s_median'])} | |",
+             f"| the same batches from the small files (C++, same conversion), page cache warm | "
+             f"{n0(c['source_files_samples_per_s_median'])} | {r1(c['source_shard_vs_small_files'])} |",
+             f"| the same small files through a PyTorch `DataLoader` (map-style Dataset, 2 workers; PyTorch "
+             f"{t['torch_version']}), against the shard's batches in the same rounds ({n0(t['frugal_source_shard_samples_per_s_median'])}) | "
+             f"{n0(t['torch_dataloader_small_files_samples_per_s_median'])} | {r1(t['shard_vs_torch_dataloader'])} |"]
+    cold = "cold_raw_shard_samples_per_s_median" in c
+    if cold:
+        lines += [f"| first epoch from disk (page cache dropped): raw bytes from the shard | "
+                  f"{n0(c['cold_raw_shard_samples_per_s_median'])} | |",
+                  f"| first epoch from disk: raw bytes from the small files | "
+                  f"{n0(c['cold_raw_files_samples_per_s_median'])} | {r1(c['cold_raw_shard_vs_small_files'])} |"]
+    lines += ["", f"Against the target (at least 10x the small-file path): the PyTorch `DataLoader` over the same "
+                  f"files is {r1(t['shard_vs_torch_dataloader'])} slower than the shard"
+              + (f", and a first epoch from disk {r1(c['cold_raw_shard_vs_small_files'])} (one open and a random read "
+                 f"per sample, against a memory map read ahead in large pages)" if cold else "")
+              + f". The strongest possible small-file reader (C++, no per-file allocation, every file already in "
+                f"RAM) narrows the gap to {r1(c['raw_shard_vs_small_files'])} on raw bytes and "
+                f"{r1(c['source_shard_vs_small_files'])} on finished batches, where both paths spend most of their "
+                f"time converting pixels to float."]
+    lines += ["", f"Data wait in training (same run): the demo GPT on token shards ({d['data']}, {d['steps']} steps) "
+                  f"waited for data {pct(d['fp32']['data_wait_fraction'], 2)} of step time in fp32 "
+                  f"({n0(d['fp32']['tokens_per_s'])} tok/s) and {pct(d['bf16']['data_wait_fraction'], 2)} in bf16 "
+                  f"({n0(d['bf16']['tokens_per_s'])} tok/s), against a target of 2%."]
+    k1, k2 = "image_prepare_decode_images_per_s_threads_{}_median", "image_prepare_total_images_per_s_threads_{}_median"
+    lines += ["", f"`prepare` throughput, 1 vs 2 threads (medians of {c['rounds']} alternating rounds): "
+                  f"`--format images` ({c['image_prepare_images']:,} {c['image_prepare_source']}) decoded "
+                  f"{n0(c[k1.format(1)])} vs {n0(c[k1.format(2)])} images/s ({n0(c[k2.format(1)])} vs "
+                  f"{n0(c[k2.format(2)])} images/s end to end, shard writing included)"]
+    if "corpus_mb" in c:
+        b, sp = "prepare_bytes_{}_mb_per_s_threads_{}", "prepare_sentencepiece_4000_{}_mb_per_s_threads_{}"
+        lines[-1] += (f"; the byte tokenizer tokenised a {c['corpus_mb']:.1f} MB corpus at "
+                      f"{n0(c[b.format('tokenise', 1)])} vs {n0(c[b.format('tokenise', 2)])} MB/s "
+                      f"({n0(c[b.format('total', 1)])} vs {n0(c[b.format('total', 2)])} MB/s end to end: reading, "
+                      f"hashing and writing included); SentencePiece ({c.get('sentencepiece_vocab', 4000)} pieces) "
+                      f"{n1(c[sp.format('tokenise', 1)])} vs {n1(c[sp.format('tokenise', 2)])} MB/s.")
+    else:
+        lines[-1] += "."
+    return "\n".join(lines)
+
+
+def render_dist(R):
+    j = R.get("dist")
+    if not j:
+        return not_measured("no bench/results/<date>/dist.json", "`bench/dist_bench.py` writes it.")
+    r = j["runs"]
+    lines = [f"Measured by {provenance(j, R.path('dist'))}; {machine_line(j)}. {j['params'] / 1e6:.2f}M parameters, "
+             f"fp32, {j['steps']} steps, medians of {j['repeats']} alternating rounds:", "",
+             "| run | step ms | communication (ms/step) | communication / step time | AdamW state per rank |",
+             "| --- | --- | --- | --- | --- |"]
+    for name in ("single", "dp", "zero"):
+        v = r[name]
+        if "comm_fraction" in v:
+            parts = [f"all-reduce wait {v['allreduce_wait_ms_per_step']:.1f}"]
+            if v.get("zero_gather_ms_per_step"):
+                parts.append(f"parameter all-gather {v['zero_gather_ms_per_step']:.1f}")
+            parts.append(f"agreement {v['agree_ms_per_step']:.1f}")
+            comm = f"{v['comm_ms_per_step']:.1f} ({', '.join(parts)})"
+            frac = pct(v["comm_fraction"], 1)
+        else:
+            comm = frac = "—"
+        state = f"{v['optimizer_state_mb_per_rank']:.2f} MB"
+        if name == "zero":
+            state += f" ({j['zero1_state_ratio']:.2f} x)"
+        lines.append(f"| {v['label']} | {n0(v['step_ms'])} | {comm} | {frac} | {state} |")
+    b = r["dp"].get("buckets")
+    if b:
+        lines += ["", f"Gradients went in {b} all-reduce buckets per step."]
+    return "\n".join(lines)
+
+
+def render_stacked_levers(R):
+    j = R.get("stacked_levers")
+    if not j:
+        return not_measured("no bench/results/<date>/stacked_levers.json", "`bench/stacked_levers.py` writes it.")
+    p = j["price"]
+    lines = [f"Measured by {provenance(j, R.path('stacked_levers'))}; {machine_line(j)}. Data: {j['data']}; "
+             f"{j['steps_timed']} timed steps per run, all rows alternating, medians of {j['repeats']} rounds; $ at "
+             f"`{p['instance']}` in `{p['table']}` ({p['provider']}, on-demand ${p['usd_per_hour']:.2f}/h)."]
+    for s in j["shapes"]:
+        m = s["model"]
+        lines += ["", f"**{s['shape']}** ({m['layers']} layers x {m['heads']} heads x {m['embd']} wide, block "
+                      f"{m['block']}, micro-batch {m['batch']}):", "",
+                  "| configuration (each row adds one lever) | tokens/s | vs row above | peak tensor MB | "
+                  "$ per 1M tokens |", "| --- | --- | --- | --- | --- |"]
+        for r in s["rows"]:
+            vs = "—" if "speedup_vs_previous" not in r else (
+                f"{r2(r['speedup_vs_previous'])} tok/s, {signed(r['memory_vs_previous'])} memory")
+            lever = f" (`{r['lever']}`)" if r["lever"] != "baseline" else ""
+            lines.append(f"| {r['label']}{lever} | {n0(r['tokens_per_s'])} | {vs} | {n1(r['peak_tensor_mb'])} | "
+                         f"${r['usd_per_million_tokens']:.3g} |")
+        lines += ["", f"Last row against the baseline: {r2(s['speedup_total'])} tokens/s; the fastest row "
+                      f"(\"{s['fastest_row']}\") {r2(s['fastest_speedup_vs_baseline'])}."]
+    lines += ["", "Not in this CPU table (they need a GPU): " + "; ".join(j["gpu_only_levers"]) + "."]
+    return "\n".join(lines)
+
+
+# ---- docs/tuning.md and README.md -----------------------------------------------------------
+
+def render_dynamic_batching(R):
+    j = R.get("dynamic_batching")
+    if not j:
+        return not_measured("no bench/results/<date>/dynamic_batching.json", "`bench/dynamic_batching.py` writes it.")
+    s = j["strategies"]
+    lines = [f"Measured by {provenance(j, R.path('dynamic_batching'))}; {machine_line(j)}. {j['documents']} "
+             f"documents ({j['documents_source']}), {j['document_tokens']:,} document tokens, block {j['block']}, "
+             f"{j['rows_per_batch']} rows per batch, {j['model']}; target tokens/s are medians of {j['repeats']} "
+             f"rounds (the strategies in turn):", "",
+             "| strategy | batches | padding fraction | target tokens | target tokens/s (median; per round) |",
+             "| --- | --- | --- | --- | --- |"]
+    for name, v in s.items():
+        lines.append(f"| {name} | {v['batches']} | {v['padding_fraction']:.3f} | {v['target_tokens']:,} | "
+                     f"{n0(v['target_tokens_per_s'])} ({', '.join(n0(x) for x in v['target_tokens_per_s_runs'])}) |")
+    lines += ["", f"The padding fractions are exact and do not depend on the machine. Packing computes "
+                  f"{pct(j['positions_pack_over_pad'])} and bucketing {pct(j['positions_bucket_over_pad'])} of the "
+                  f"positions naive padding computes, and at this document-length distribution they train on "
+                  f"{r1(j['speedup_pack_over_pad'])} (packing) and {r1(j['speedup_bucket_over_pad'])} (bucketing) "
+                  f"the useful tokens per second of padding."]
+    return "\n".join(lines)
+
+
+def render_demo_rss(R):
+    d = R.get("demo_run")
+    if not d:
+        return not_measured_span("demo_run")
+    s = d["summary"]
+    return (f"the demo run of `bench/demo_run.py` peaked at {n0(s['peak_rss_mb'])} MB resident against "
+            f"{n1(s['peak_tensor_mb'])} MB of tensors; {d['date']}")
+
+
+def render_demo_time(R):
+    d = R.get("demo_run")
+    if not d:
+        return not_measured_span("demo_run")
+    s = d["summary"]
+    return (f"{s['steps']} steps in {d['train_process_s']:.0f} s from start to exit ({n0(s['tokens_per_s'])} tok/s, "
+            f"{s['precision']}; {d['machine']['cpu']}, {d['machine']['physical_cores']} cores; {d['date']}, "
+            f"`{R.path('demo_run')}`)")
+
+
+def render_venv_size(R):
+    d = R.get("demo_run")
+    if not d or not d.get("venv_bytes"):
+        return not_measured_span("demo_run")
+    return f"{d['venv_bytes'] / 1e9:.1f} GB on disk"
+
+
+def render_tune_demo(R):
+    j = R.get("tune_demo")
+    if not j:
+        return not_measured("no bench/results/<date>/tune_demo.json", "`bench/tune_demo.py` writes it.")
+    u = j["unbounded"]
+    return "\n".join([f"The demo config with a short probe, measured by {provenance(j, R.path('tune_demo'))}; "
+                      f"{machine_line(j)}:", "", f"`{u['command']}`", "", "```", u["console"], "```"])
+
+
+def render_tune_demo_notes(R):
+    j = R.get("tune_demo")
+    if not j:
+        return not_measured("no bench/results/<date>/tune_demo.json", "`bench/tune_demo.py` writes it.")
+    u, b = j["unbounded"]["report"], j["default_bound"]["report"]
+    ran = [c for c in u["candidates"] if c.get("ran")]
+    losses = [c["loss"] for c in ran]
+    spread = (max(losses) - min(losses)) / min(losses)
+    probe = next((s.split("=")[1] for s in j["unbounded"]["sets"] if s.startswith("tune.probe_steps=")), "?")
+    text = (f"The probe losses of the {len(ran)} candidates agree within {spread:.1e} (relative) after {probe} "
+            f"steps")
+    chosen = next(c for c in u["candidates"] if c["label"] == u["chosen"])
+    ref = next((c for c in u["candidates"] if c["label"].startswith("fp32 recompute=none")), None)
+    verb = "stays" if "(as configured)" in chosen["label"] else "is chosen"
+    if ref and ref is not chosen and chosen.get("check_loss") and ref.get("check_loss"):
+        d = abs(chosen["check_loss"] - ref["check_loss"]) / ref["check_loss"]
+        text += (f"; after the loss check's steps `{chosen['label']}` is within {100 * d:.2g}% of fp32's loss, "
+                 f"so it {verb}")
+    else:
+        text += f"; `{u['chosen']}` {verb}"
+    skipped = [c for c in b["candidates"] if not c.get("ran")]
+    last = [ln for ln in j["default_bound"]["console"].splitlines() if ln.startswith("tuning took")]
+    text += (f". With the default bound, the same command without `tune.max_fraction=1` ran "
+             f"{len(b['candidates']) - len(skipped)} of the {len(b['candidates'])} candidates in {b['rounds']} "
+             f"round(s)")
+    if skipped:
+        text += f" and skipped {len(skipped)} (`{skipped[0]['note']}`)"
+    text += f"; it reported `{b['loss_check']}`" if b.get("loss_check") else ""
+    text += (f" and `{last[0]}`" if last else "")
+    text += (f": a demo run projected at {b['projected_run_s']:.0f} s leaves tuning little room.")
+    return text
+
+
+def render_gpu(R):
+    m = R.get("gpu_machine")
     if not m:
         return not_measured("no GPU results", "On a CUDA machine: `.venv/bin/python bench/gpu_bench.py` "
                             "(writes bench/results/<date>/gpu_*.json), then `bench/render_tables.py`.")
+    d = os.path.dirname(R.path("gpu_machine"))
     s = m["shape"]
     gpt2 = (s["layers"], s["heads"], s["embd"], s["vocab"], s["block"]) == (12, 12, 768, 50257, 1024)
-    lines = [f"Measured {m['date']} on {m['device_name']} (raw JSON: `{rel(d)}/gpu_*.json`): "
-             f"{'the GPT-2 124M shape' if gpt2 else 'GPT'} ({s['layers']} layers, {s['heads']} heads, {s['embd']} wide, vocabulary {s['vocab']}, block "
+    lines = [f"Measured {m['date']} on {m['device_name']} (raw JSON: `{d}/gpu_*.json`): "
+             f"{'the GPT-2 124M shape' if gpt2 else 'GPT'} ({s['layers']} layers, {s['heads']} heads, {s['embd']} wide, "
+             f"vocabulary {s['vocab']}, block "
              f"{s['block']}), micro-batch {m['batch']}, {m['steps_timed']} timed steps, alternating rounds: "
-             f"{m['repeats']}; matmul {m.get('matmul', {}).get('n', 8192)}^3 measured bf16 {m['matmul_bf16_tflops']:.0f} TFLOP/s, fp16 "
-             f"{m['matmul_fp16_tflops']:.0f} TFLOP/s; datasheet "
+             f"{m['repeats']}; matmul {m.get('matmul', {}).get('n', 8192)}^3 measured bf16 {m['matmul_bf16_tflops']:.0f} "
+             f"TFLOP/s, fp16 {m['matmul_fp16_tflops']:.0f} TFLOP/s; datasheet "
              f"{m['datasheet_tflops'] if m.get('datasheet_tflops') else 'n/a'} TFLOP/s "
              f"({m.get('datasheet_source') or 'unknown GPU'}).", "",
              "| run | tokens/s | MFU (measured peak) | MFU (datasheet) | peak tensor MB | data wait |",
              "| --- | --- | --- | --- | --- | --- |"]
     for dt in ("bf16", "fp16"):
-        g = load(d, f"gpu_{dt}")
+        g = R.get(f"gpu_{dt}")
         if not g:
             continue
         for side, v in g["sides"].items():
@@ -223,14 +583,14 @@ def render_gpu(d):
             lines.append(f"| {dt} {side}{extra} | {n0(v['tokens_per_s'])} | {pct(v['mfu_measured_peak'], 1)} | "
                          f"{pct(v['mfu_datasheet'], 1)} | {n0(v.get('peak_tensor_mb'))} | "
                          f"{pct(v['data_wait_fraction'], 2)} |")
-    a = load(d, "gpu_activation_checkpointing")
+    a = R.get("gpu_activation_checkpointing")
     if a:
         lines += ["", "| activation checkpointing, bf16 | peak tensor MB, none -> on | step ms, none -> on |",
                   "| --- | --- | --- |"]
         for side, v in a["sides"].items():
             lines.append(f"| {side} | {n0(v['peak_tensor_mb_none'])} -> {n0(v['peak_tensor_mb_ckpt'])} | "
                          f"{n0(v['step_ms_none'])} -> {n0(v['step_ms_ckpt'])} ({signed(v['time_overhead'])}) |")
-    c = load(d, "gpu_checkpoint_stall")
+    c = R.get("gpu_checkpoint_stall")
     if c:
         lines += ["", f"| checkpoint every {c['every_steps']} steps, bf16 | trainer stall per save (mean / max) | "
                       "write per save | checkpoint size |", "| --- | --- | --- | --- |"]
@@ -242,53 +602,84 @@ def render_gpu(d):
 
 
 RENDERERS = {"machine": render_machine, "peer": render_peer, "precision": render_precision,
-             "levers": render_levers, "gpu": render_gpu}
+             "levers": render_levers, "gpu": render_gpu, "threads": render_threads, "reuse_freed": render_reuse_freed,
+             "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
+             "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,
+             "dist": render_dist, "stacked_levers": render_stacked_levers,
+             "dynamic_batching": render_dynamic_batching, "demo_rss": render_demo_rss, "demo_time": render_demo_time,
+             "venv_size": render_venv_size, "tune_demo": render_tune_demo, "tune_demo_notes": render_tune_demo_notes}
+
+
+def render_doc(text, doc, R):
+    """The doc with every marker's body rendered; raises SystemExit on an unknown name or a span
+    body that would hold a line break."""
+    found = []
+
+    def replace(mt):
+        block = mt.group(1) is not None
+        name = mt.group(1) or mt.group(2)
+        if name not in RENDERERS:
+            raise SystemExit(f"render_tables: {doc}: unknown figure '{name}' (known: {', '.join(sorted(RENDERERS))})")
+        found.append(name)
+        body = RENDERERS[name](R)
+        if block:
+            return f"<!-- bench-table:{name} -->\n{body}\n<!-- /bench-table:{name} -->"
+        if "\n" in body:
+            raise SystemExit(f"render_tables: {doc}: '{name}' renders several lines; use a bench-table marker")
+        return f"<!-- bench:{name} -->{body}<!-- /bench:{name} -->"
+
+    return MARKER.sub(replace, text), found
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--doc", default=os.path.join(ROOT, "docs", "levers.md"))
-    ap.add_argument("--results", default=None, help="CPU results folder (default: the newest with machine.json)")
+    ap.add_argument("--doc", action="append", default=None,
+                    help=f"a doc to render (repeatable; default: {', '.join(DOCS)})")
+    ap.add_argument("--results", default=None, help="take every CPU result from this folder (default: the newest "
+                                                    "folder holding each file)")
     ap.add_argument("--gpu-results", default=None, help="GPU results folder (default: the newest with gpu_machine.json)")
-    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if the doc is out of date")
+    ap.add_argument("--allow-quick", action="store_true", help="render results of --quick passes too")
+    ap.add_argument("--write-to", default=None, help="write the rendered docs under this folder instead of in place")
+    ap.add_argument("--check", action="store_true",
+                    help="change nothing; exit 1 if a doc is out of date or holds a figure outside the markers")
     a = ap.parse_args()
-    cpu = a.results or newest("machine")
-    gpu = a.gpu_results or newest("gpu_machine")
     for path in (a.results, a.gpu_results):
         if path and not os.path.isdir(path):
             print(f"render_tables: results folder '{path}' does not exist", file=sys.stderr)
             return 2
-    for path in (a.results, a.gpu_results):
-        if path and not load(path, "machine") and not load(path, "gpu_machine"):
-            print(f"render_tables: '{path}' holds no machine.json or gpu_machine.json that is not a smoke run; "
-                  "its tables say 'not measured'", file=sys.stderr)
-    text = open(a.doc).read()
-    found = []
-
-    def replace(mt):
-        name = mt.group(1)
-        if name not in RENDERERS:
-            raise SystemExit(f"render_tables: {a.doc}: unknown table '{name}' (known: {', '.join(RENDERERS)})")
-        found.append(name)
-        body = RENDERERS[name](gpu if name == "gpu" else cpu)
-        return f"<!-- bench-table:{name} -->\n{body}\n<!-- /bench-table:{name} -->"
-
-    new = re.sub(r"<!-- bench-table:(\w+) -->.*?<!-- /bench-table:\1 -->", replace, text, flags=re.S)
-    if not found:
-        print(f"render_tables: {a.doc} has no <!-- bench-table:NAME --> markers", file=sys.stderr)
-        return 2
-    if a.check:
-        if new != text:
-            print(f"render_tables: {rel(a.doc)} differs from what {rel(cpu) if cpu else 'bench/results'} gives; "
-                  "run bench/render_tables.py", file=sys.stderr)
-            return 1
-        return 0
-    if new != text:
-        with open(a.doc, "w") as f:
-            f.write(new)
-    print(f"render_tables: {rel(a.doc)}: {', '.join(found)} from {rel(cpu) if cpu else '(no CPU results)'}"
-          f"{'; gpu from ' + rel(gpu) if gpu else ''}{'' if new != text else ' (unchanged)'}")
-    return 0
+    R = Results(a.results, a.gpu_results, a.allow_quick)
+    docs = a.doc or [os.path.join(ROOT, d) for d in DOCS]
+    failed = False
+    if a.check and not figure_lint.self_test():
+        print("render_tables: the figure check does not flag a planted figure; bench/figure_lint.py is broken",
+              file=sys.stderr)
+        failed = True
+    for doc in docs:
+        text = open(doc).read()
+        new, found = render_doc(text, rel(doc), R)
+        if not found:
+            print(f"render_tables: {rel(doc)} has no <!-- bench-table:NAME --> or <!-- bench:NAME --> markers",
+                  file=sys.stderr)
+            return 2
+        if a.check:
+            if new != text:
+                print(f"render_tables: {rel(doc)} differs from what bench/results/ gives; run bench/render_tables.py",
+                      file=sys.stderr)
+                failed = True
+            for line in figure_lint.problems(rel(os.path.abspath(doc)), text):
+                print(f"render_tables: {line}", file=sys.stderr)
+                failed = True
+            continue
+        out = doc if not a.write_to else os.path.join(a.write_to, rel(os.path.abspath(doc)))
+        if out != doc or new != text:
+            os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+            with open(out, "w") as f:
+                f.write(new)
+        print(f"render_tables: {rel(out) if out.startswith(ROOT) else out}: {len(found)} figures "
+              f"({', '.join(found)}){'' if new != text else ' (unchanged)'}")
+    if not a.check:
+        print(f"render_tables: from {', '.join(sorted(R.used)) or '(no results)'}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Data parallel on this machine (docs/levers.md and docs/distributed.md): 2 local processes
+against 1, and ZeRO-1 against plain data parallel. The same model trains with the same global
+batch of 16 sequences per step: one process with accumulation 2, two ranks (`frugal launch -n 2`,
+Gloo on localhost) with accumulation 1 each, and two ranks with dist.zero = 1. The three run
+alternately for --rounds rounds; the table gives medians over the rounds of the step time
+(summary.json wall_s / steps), the communication time per step (all-reduce waits not hidden
+behind backward, the per-step stop agreement, ZeRO-1's parameter all-gather) and its fraction of
+step time, and the AdamW state per rank (summary.json optimizer_state_mb).
+
+Default model: 4 layers, embd 256, 8 heads, block 64, micro-batch 8 (3.2M parameters), fp32.
+On a machine with few cores the two processes share the cores one process already used, so
+step time is no measure of data parallel's speed-up here; the communication fraction and the
+state per rank are the figures that carry over.
+
+Writes bench/results/<date>/dist.json and prints a table.
+
+  .venv/bin/python bench/dist_bench.py [--frugal build/frugal] [--rounds 2] [--steps 30]
+      [--port 29690] [--quick] [--set KEY=VALUE ...]
+"""
+import argparse
+import itertools
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_common import (alternate, common_fields, frugal_binary, median, results_dir, run,  # noqa: E402
+                          save_result, shown)
+
+MODEL = ["model.layers=4", "model.embd=256", "model.heads=8", "model.block=64", "data.micro_batch=8"]
+DIST_FIELDS = ("comm_fraction", "comm_ms_per_step", "allreduce_wait_ms_per_step", "zero_gather_ms_per_step",
+               "agree_ms_per_step")
+RUNS = {"single": ("1 process, accum 2", 1, ["train.accum=2"]),
+        "dp": ("2 processes", 2, ["train.accum=1"]),
+        "zero": ("2 processes, ZeRO-1", 2, ["train.accum=1", "dist.zero=1"])}
+
+
+def one_run(frugal, work, sets, name, ports):
+    label, procs, extra = RUNS[name]
+    out_dir = tempfile.mkdtemp(prefix=f"{name}-", dir=work)
+    train = ["train", "-q", "--set", f"run.out_dir={out_dir}"]
+    for s in sets + extra:
+        train += ["--set", s]
+    args = [frugal] + train if procs == 1 else [frugal, "launch", "-n", str(procs), "--port", str(next(ports)), "--"] + train
+    run(args, "dist_bench")
+    with open(os.path.join(out_dir, "demo", "summary.json")) as f:
+        s = json.load(f)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    row = {"step_ms": 1e3 * s["wall_s"] / s["steps"], "tokens_per_s": s["tokens_per_s"],
+           "optimizer_state_mb_per_rank": s["optimizer_state_mb"], "params": s["params"]}
+    if "dist" in s:
+        row.update({k: s["dist"][k] for k in DIST_FIELDS})
+        row["buckets"] = s["dist"].get("buckets")
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--frugal", default=None, help="the frugal binary (default build/frugal)")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds")
+    ap.add_argument("--steps", type=int, default=30, help="training steps per run")
+    ap.add_argument("--port", type=int, default=29690, help="first rendezvous port (each launch takes the next)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="extra frugal --set KEY=VALUE")
+    ap.add_argument("--quick", action="store_true", help="1 round of 6 steps (a smoke run of the bench)")
+    ap.add_argument("--results", default=None, help="results folder (default bench/results/<today>)")
+    a = ap.parse_args()
+    if a.quick:
+        a.rounds, a.steps = 1, 6
+    frugal = frugal_binary(a.frugal)
+    t0 = time.time()
+    common = common_fields("dist", a.quick, a.rounds)
+    sets = MODEL + [f"train.steps={a.steps}", "train.eval_every=0", "train.answer_samples=0",
+                    "checkpoint.enabled=false", "precision.mode=fp32"] + a.sets
+    ports = itertools.count(a.port)
+    work = tempfile.mkdtemp(prefix="frugal-dist-")
+    try:
+        res = alternate(a.rounds, [lambda n=n: one_run(frugal, work, sets, n, ports) for n in RUNS])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = {"model": MODEL, "steps": a.steps, "global_batch": 16, "processes": 2, "backend": "gloo", "sets": sets,
+           "params": res[0][0]["params"], "runs": {}}
+    for name, runs in zip(RUNS, res):
+        row = {"label": RUNS[name][0], "processes": RUNS[name][1], "rounds": runs}
+        for k in runs[0]:
+            if k not in ("params", "buckets") and runs[0][k] is not None:
+                row[k] = median([r[k] for r in runs])
+        row["buckets"] = runs[0].get("buckets")
+        out["runs"][name] = row
+    out["zero1_state_ratio"] = (out["runs"]["zero"]["optimizer_state_mb_per_rank"]
+                                / out["runs"]["dp"]["optimizer_state_mb_per_rank"])
+    path = save_result(a.results or results_dir(quick=a.quick), common, out, t0)
+    print(f"{out['params'] / 1e6:.2f}M parameters, {a.steps} steps, medians of {a.rounds} alternating rounds")
+    for name, v in out["runs"].items():
+        comm = f", communication {v['comm_ms_per_step']:.1f} ms/step ({100 * v['comm_fraction']:.1f}%)" \
+            if "comm_fraction" in v else ""
+        print(f"{v['label']:22} step {v['step_ms']:.0f} ms{comm}, AdamW state {v['optimizer_state_mb_per_rank']:.2f} MB/rank")
+    print(f"\nwrote {shown(path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
