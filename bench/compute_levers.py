@@ -82,7 +82,12 @@ def median_step_rate(step_s, tokens_per_step):
 
 def run_frugal(frugal, work, sets, tokens_per_step, skip=SKIP, env=None):
     """Runs frugal train in a fresh run folder under `work` (removed afterwards), with `env` as its
-    environment when given. Returns (median tokens/s over the wall time between steps, summary)."""
+    environment when given, else this environment with OMP_WAIT_POLICY=PASSIVE unless it is set:
+    the policy the peers run with, so that frugal and the peers compare on equal terms (frugal
+    alone keeps OpenMP's default; bench/threads_bench.py measures the two policies).
+    Returns (median tokens/s over the wall time between steps, summary)."""
+    if env is None:
+        env = dict(os.environ, OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "PASSIVE"))
     out_dir = tempfile.mkdtemp(prefix="run-", dir=work)
     args = [frugal, "train", "--quiet", "--set", f"run.out_dir={out_dir}",
             "--set", "train.log_every=1", "--set", "train.eval_every=0",
@@ -126,7 +131,7 @@ REUSE_FREED_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=33554432:glibc
 
 def run_peer(text, dtype, threads, model, steps, compile_=False, extra_env=None):
     """Runs bench/peer_gpt.py; returns its JSON object. The peer runs with the same passive OpenMP
-    wait policy frugal sets for itself, and OMP_NUM_THREADS = its thread count (inductor's C++
+    wait policy as frugal's runs here (run_frugal), and OMP_NUM_THREADS = its thread count (inductor's C++
     kernels read it)."""
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS=str(threads), **(extra_env or {}))
     args = [PY, os.path.join(HERE, "peer_gpt.py"), "--text", text, "--dtype", dtype,

@@ -6,16 +6,15 @@ activation checkpointing (memory for time):
 
   1. baseline: fp32, torch::optim::AdamW, glibc's malloc defaults (reuse_freed off), batches
      built inline on the trainer thread (data.workers = 0, like a DataLoader with
-     num_workers = 0), OpenMP's default wait policy, one intra-op thread per physical core
-     (LibTorch's default count);
-  2. + passive OpenMP workers (OMP_WAIT_POLICY=PASSIVE, which frugal sets for itself; docs/levers.md,
-     "threads");
-  3. + fused AdamW (train.optimizer = fused_adamw);
-  4. + memory.reuse_freed;
-  5. + a loader thread building batches ahead (data.workers = 1, data.prefetch = 4);
-  6. + bf16 autocast (precision.mode = bf16; what precision = auto picks where bf16 matmuls
+     num_workers = 0), OpenMP's default wait policy (which frugal keeps for a process alone on
+     its machine; docs/levers.md, "threads"), one intra-op thread per physical core (LibTorch's
+     default count);
+  2. + fused AdamW (train.optimizer = fused_adamw);
+  3. + memory.reuse_freed;
+  4. + a loader thread building batches ahead (data.workers = 1, data.prefetch = 4);
+  5. + bf16 autocast (precision.mode = bf16; what precision = auto picks where bf16 matmuls
      are fast);
-  7. + activation checkpointing (memory.activation_checkpointing = blocks).
+  6. + activation checkpointing (memory.activation_checkpointing = blocks).
 
 All rows run alternately (--rounds rounds) on token shards that `frugal prepare` makes of the
 licence texts in /usr/share/common-licenses (byte tokens). Each row: tokens/s (the median over
@@ -49,8 +48,6 @@ LEVERS = [
     ("baseline: fp32, torch_adamw, glibc malloc defaults, inline batches, default OpenMP waits", "baseline",
      ["precision.mode=fp32", "train.optimizer=torch_adamw", "memory.reuse_freed=false", "data.workers=0",
       "memory.activation_checkpointing=none"], {"OMP_WAIT_POLICY": None, "FRUGAL_NO_REEXEC": "1"}),
-    ("+ passive OpenMP workers (what frugal sets for itself)", "OMP_WAIT_POLICY=PASSIVE", [],
-     {"OMP_WAIT_POLICY": "PASSIVE"}),
     ("+ fused AdamW", "train.optimizer = fused_adamw", ["train.optimizer=fused_adamw"], {}),
     ("+ freed memory kept for reuse", "memory.reuse_freed = true", ["memory.reuse_freed=true"], {}),
     ("+ loader thread, 4 batches ahead", "data.workers = 1, data.prefetch = 4",

@@ -2,14 +2,15 @@
 """The threads lever (docs/levers.md, "threads"): the demo GPT's tokens/s with one intra-op
 thread, with one per physical core under OpenMP's default wait policy (idle workers spin a while
 before they sleep: what a LibTorch program gets when nobody sets OMP_WAIT_POLICY), and with one
-per physical core under the passive policy frugal sets for itself.
+per physical core under the passive policy (what frugal sets for ranks that share a machine;
+alone, frugal keeps OpenMP's default, the faster of the two here).
 
 The settings run alternately (--rounds rounds, A B C A B C ...) on generated addition problems
 (the demo's data, as a text file), fp32 pinned so that precision "auto" does not decide per run;
 throughput is the median over the steps after the 3rd of the wall time between steps
 (metrics.jsonl, compute_levers.run_frugal), and the table gives each setting's median over the
 rounds. The default-policy runs set FRUGAL_NO_REEXEC=1 with OMP_WAIT_POLICY unset, which keeps
-frugal from re-executing itself with the passive policy.
+frugal from re-executing itself with another policy.
 
 Writes bench/results/<date>/threads.json and prints a table.
 
@@ -35,7 +36,7 @@ def settings(cores):
     if cores > 1:
         rows += [(f"{cores} threads, default OpenMP wait policy (workers spin before sleeping)", cores,
                   {"OMP_WAIT_POLICY": None, "FRUGAL_NO_REEXEC": "1"}),
-                 (f"{cores} threads, passive OpenMP workers (what frugal does)", cores,
+                 (f"{cores} threads, passive OpenMP workers (what frugal sets for ranks that share a machine)", cores,
                   {"OMP_WAIT_POLICY": "PASSIVE"})]
     return rows
 

@@ -27,10 +27,13 @@ function(frugal_add_test name)
   if(FRUGAL_PCH)
     target_precompile_headers(${name} REUSE_FROM frugal_lib)
   endif()
+  # Tests run side by side (ctest -j): like ranks sharing a machine, the frugal processes they
+  # start run with passive OpenMP workers, so that none spins on cores another test computes on.
   if(ARG_TEST_FILTER)
     gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_FILTER "${ARG_TEST_FILTER}"
-                         PROPERTIES LABELS "${ARG_LABELS}")
+                         PROPERTIES ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE" LABELS "${ARG_LABELS}")
   else()
-    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60
+                         PROPERTIES ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE" LABELS "${ARG_LABELS}")
   endif()
 endfunction()

@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stops);
   for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaddset(&stops, sig);
   if (train) sigprocmask(SIG_BLOCK, &stops, nullptr);
-  ensure_passive_openmp(argv);
+  choose_openmp_wait_policy(argv);
   std::unique_ptr<SignalHandlers> early_signals;
   if (train) {
     early_signals = std::make_unique<SignalHandlers>();

@@ -2,9 +2,12 @@
 // set it was measured on only; a set count always wins.
 #include "frugal/core/threads.h"
 
+#include <map>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/omp_env.h"
 #include "frugal/tune/doctor.h"
 #include "test_util.h"
 
@@ -27,6 +30,26 @@ TEST(Threads, TheDoctorsChoiceAppliesToAutoOnTheSameCpusOnly) {
   test::write_text(thread_choice_path(), j.dump());
   EXPECT_FALSE(read_thread_choice().has_value());
   EXPECT_EQ(apply_thread_plan(0).reason.find("doctor"), std::string::npos);
+}
+
+// A process alone on its machine keeps OpenMP's spinning workers (faster, docs/levers.md); one of
+// several ranks on the same machine gets passive workers; a policy the user set is never changed.
+TEST(Threads, OpenMpWorkersArePassiveOnlyWhereRanksShareTheMachine) {
+  auto policy = [](std::map<std::string, std::string> env) {
+    return openmp_wait_policy_for([&](const char* name) -> const char* {
+      auto it = env.find(name);
+      return it == env.end() ? nullptr : it->second.c_str();
+    });
+  };
+  EXPECT_EQ(policy({}), "");
+  EXPECT_EQ(policy({{"WORLD_SIZE", "1"}, {"RANK", "0"}}), "");
+  EXPECT_EQ(policy({{"WORLD_SIZE", "2"}, {"RANK", "1"}}), "PASSIVE");
+  EXPECT_EQ(policy({{"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "1"}}), "");  // one rank per node
+  EXPECT_EQ(policy({{"WORLD_SIZE", "8"}, {"LOCAL_WORLD_SIZE", "4"}}), "PASSIVE");
+  EXPECT_EQ(policy({{"SLURM_NTASKS_PER_NODE", "2(x3)"}}), "PASSIVE");
+  EXPECT_EQ(policy({{"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}}), "PASSIVE");
+  EXPECT_EQ(policy({{"WORLD_SIZE", "two"}}), "");
+  EXPECT_EQ(policy({{"WORLD_SIZE", "2"}, {"OMP_WAIT_POLICY", "ACTIVE"}}), "");
 }
 
 }  // namespace

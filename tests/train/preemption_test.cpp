@@ -70,7 +70,8 @@ TEST(Preemption, SigtermThenSigintStillLeavesOneGracefulSigint) {
 }
 
 // A stop signal that arrives while `frugal train` starts (here: before its main(), held pending
-// through exec as across the OpenMP re-exec) is a preemption: checkpoint, exit 75. It used to stay
+// through exec and across the OpenMP re-exec, which LOCAL_WORLD_SIZE=2 asks for) is a preemption:
+// checkpoint, exit 75. It used to stay
 // unhandled (exit 143 when it arrived before the trainer existed; here, ignored: exit 0).
 TEST(Preemption, AStopSignalDuringStartUpExits75) {
   test::TempDir dir;
@@ -87,6 +88,9 @@ TEST(Preemption, AStopSignalDuringStartUpExits75) {
     sigaddset(&term, SIGTERM);
     sigprocmask(SIG_BLOCK, &term, nullptr);
     kill(getpid(), SIGTERM);  // pending until frugal unblocks it
+    unsetenv("OMP_WAIT_POLICY");  // ranks sharing the machine: frugal re-executes itself as PASSIVE
+    unsetenv("FRUGAL_NO_REEXEC");
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
     const int null = open("/dev/null", O_WRONLY);
     dup2(null, 1);
     dup2(null, 2);

@@ -1,16 +1,26 @@
 // OpenMP's wait policy must be chosen before libgomp starts, i.e. before main() of any program
 // linked against LibTorch. By default idle OpenMP workers spin for a while after each parallel
-// region; on a machine with few cores they then compete with OpenBLAS's own threads during the
-// next matmul. Measured on a 2-vCPU VM (docs/levers.md, "threads"): the demo GPT trained at
-// ~6.3k tok/s with 2 threads and spinning workers, ~14k tok/s with passive workers, ~11k with 1
-// thread.
+// region, which keeps them ready for the next one: with the wheel's LibTorch (MKL on OpenMP) and
+// the cores to itself, the demo GPT trains 1.2x faster than with passive workers
+// (docs/levers.md, "threads"). Where several processes share this machine's cores (ranks of a
+// `frugal launch`, torchrun or Slurm job), each process's spinning workers take cores from the
+// others, so those processes run with passive workers.
 #pragma once
+
+#include <functional>
+#include <string>
 
 namespace frugal {
 
-// If OMP_WAIT_POLICY is unset, sets it to PASSIVE and re-executes the program (argv as given) so
+// The OMP_WAIT_POLICY this process should run with, from its environment: "" (keep OpenMP's
+// default) unless the launcher variables say other processes of the job share this machine
+// (LOCAL_WORLD_SIZE, else WORLD_SIZE, SLURM_NTASKS_PER_NODE or OMPI_COMM_WORLD_LOCAL_SIZE above 1),
+// then "PASSIVE". A policy already set in the environment is kept ("").
+std::string openmp_wait_policy_for(const std::function<const char*(const char*)>& getenv);
+
+// Sets the policy openmp_wait_policy_for chooses and re-executes the program (argv as given) so
 // that libgomp reads it at start-up. Returns only when nothing needs to change (or exec failed).
 // Call first thing in main(). FRUGAL_NO_REEXEC=1 disables it.
-void ensure_passive_openmp(char** argv);
+void choose_openmp_wait_policy(char** argv);
 
 }  // namespace frugal
