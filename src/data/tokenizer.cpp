@@ -65,6 +65,14 @@ class ByteTokenizer : public Tokenizer {
     for (auto& t : pool) t.join();
     return out;
   }
+  std::string decode(const std::vector<int32_t>& ids, const std::string&) const override {
+    std::string text;
+    for (int32_t id : ids) {
+      if (id < 0 || id > 255) throw DataError(fmt::format("token {} is not a byte (0..255)", id));
+      text.push_back(static_cast<char>(id));
+    }
+    return text;
+  }
 };
 
 pid_t spawn_helper(const std::vector<std::string>& args, const std::string& out_file,
@@ -162,6 +170,26 @@ class SentencePieceTokenizer : public Tokenizer {
       for (const char* ext : {"in", "out", "err"}) fs::remove(file(s, ext));
     }
     return out;
+  }
+
+  std::string decode(const std::vector<int32_t>& ids, const std::string& work_dir) const override {
+    const std::string in = work_dir + "/spm_decode.in", out = work_dir + "/spm_decode.out",
+                      err = work_dir + "/spm_decode.err";
+    {
+      std::ofstream f(in, std::ios::binary);
+      for (int32_t id : ids) {
+        if (id < 0 || id >= vocab_)
+          throw DataError(fmt::format("token {} is outside the SentencePiece vocabulary (0..{})", id, vocab_ - 1));
+        uint8_t b[4];
+        detail::put_u32(b, static_cast<uint32_t>(id));
+        f.write(reinterpret_cast<const char*>(b), 4);
+      }
+      if (!f.flush()) throw IoError("cannot write " + in);
+    }
+    wait_helper(spawn_helper({"decode", model_, in, out}, "/dev/null", err), err, "decoding");
+    std::string text = read_file(out);
+    for (const auto& f : {in, out, err}) fs::remove(f);
+    return text;
   }
 
  private:

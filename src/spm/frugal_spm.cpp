@@ -5,6 +5,7 @@
 //   frugal-spm info MODEL                            prints "vocab N eos E"
 //   frugal-spm encode MODEL IN OUT                   IN:  (u64 length, bytes)* per document
 //                                                    OUT: (u32 count, u32 token*)* per document
+//   frugal-spm decode MODEL IN OUT                   IN:  u32 token*; OUT: the text's bytes
 // Integers are little-endian. Errors go to stderr with exit code 1.
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
@@ -61,6 +62,25 @@ int encode(const std::string& model, const std::string& in_path, const std::stri
   return out ? 0 : fail("cannot write '" + out_path + "'");
 }
 
+int decode(const std::string& model, const std::string& in_path, const std::string& out_path) {
+  sentencepiece::SentencePieceProcessor sp;
+  auto st = sp.Load(model);
+  if (!st.ok()) return fail("cannot load model '" + model + "': " + st.ToString());
+  std::ifstream in(in_path, std::ios::binary);
+  std::ofstream out(out_path, std::ios::binary);
+  if (!in || !out) return fail("cannot open '" + in_path + "' or '" + out_path + "'");
+  std::vector<int> ids;
+  unsigned char b[4];
+  while (in.read(reinterpret_cast<char*>(b), 4))
+    ids.push_back(static_cast<int>(b[0] | b[1] << 8 | b[2] << 16 | static_cast<uint32_t>(b[3]) << 24));
+  std::string text;
+  st = sp.Decode(ids, &text);
+  if (!st.ok()) return fail("decode: " + st.ToString());
+  out << text;
+  out.flush();
+  return out ? 0 : fail("cannot write '" + out_path + "'");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,5 +103,6 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (a.size() == 4 && a[0] == "encode") return encode(a[1], a[2], a[3]);
-  return fail("usage: frugal-spm train|info|encode ... (a helper of `frugal prepare`)");
+  if (a.size() == 4 && a[0] == "decode") return decode(a[1], a[2], a[3]);
+  return fail("usage: frugal-spm train|info|encode|decode ... (a helper of `frugal prepare` and `frugal sample`)");
 }

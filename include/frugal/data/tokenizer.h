@@ -1,4 +1,5 @@
-// Tokenisers for `frugal prepare`: byte-level (vocabulary 256, no model) and SentencePiece.
+// Tokenisers for `frugal prepare` and `frugal sample`: byte-level (vocabulary 256, no model) and
+// SentencePiece.
 //
 // SentencePiece runs in a helper process, `frugal-spm` (built beside `frugal`), because Debian's
 // libsentencepiece carries its own copy of protobuf whose symbols clash with the protobuf that
@@ -27,6 +28,9 @@ class Tokenizer {
   // depend on the thread count. `work_dir` is a scratch directory the call may use.
   virtual std::vector<std::vector<int32_t>> encode(const std::vector<std::string>& docs, int threads,
                                                    const std::string& work_dir) const = 0;
+  // The text of `ids` (what `frugal sample` prints). `work_dir` is a scratch directory the call
+  // may use. Ids outside the vocabulary throw DataError.
+  virtual std::string decode(const std::vector<int32_t>& ids, const std::string& work_dir) const = 0;
   // The model file to copy into the dataset ("" for bytes).
   virtual std::string model_path() const = 0;
 };

@@ -1,0 +1,113 @@
+// `frugal sample` speaks the run's own tokenizer: a SentencePiece run's prompt is encoded with the
+// dataset's model and its output decoded with it (bytes would print garbage); a run whose
+// tokenizer frugal cannot apply is refused with exit 2; without final/ the newest sound
+// checkpoint's weights are used.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "frugal/data/tokenizer.h"
+#include "test_util.h"
+
+namespace frugal {
+namespace {
+namespace fs = std::filesystem;
+
+// The JSON object `frugal sample --json` printed (its last line that starts with '{').
+nlohmann::json sample_json(const std::string& output) {
+  const size_t at = output.rfind("\n{");
+  return nlohmann::json::parse(output.substr(at == std::string::npos ? 0 : at + 1));
+}
+
+std::string train_sets(const std::string& out_dir, const std::string& source) {
+  std::string s = test::tiny_sets(out_dir) + " --set data.source=" + source;
+  for (const char* o : {"train.steps=6", "train.eval_every=0", "train.answer_samples=0", "checkpoint.every_steps=3",
+                        "checkpoint.keep_last=5"})
+    s += std::string(" --set ") + o;
+  return s;
+}
+
+TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
+  FRUGAL_NEED_FEATURE("sentencepiece");
+  test::TempDir dir;
+  // Lines of 9 words from 27 in varying order: enough variety for SentencePiece to learn words.
+  const std::vector<std::string> words = {"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "number",
+                                          "seven", "river", "mountain", "green", "yellow", "market", "street",
+                                          "window", "garden", "table", "letter", "morning", "evening", "winter",
+                                          "summer", "happy", "silver", "golden"};
+  std::string corpus;
+  for (size_t i = 0; i < 600; ++i) {
+    for (size_t k = 0; k < 9; ++k) corpus += (k ? " " : "") + words[(i * 7 + k * k * 3 + i / 5) % words.size()];
+    corpus += "\n\n";
+  }
+  test::write_text(dir.file("corpus.txt"), corpus);
+  auto prep = test::run_frugal(fmt::format("prepare '{}' --out '{}' --tokenizer sentencepiece --vocab 600 --quiet",
+                                           dir.file("corpus.txt"), dir.file("ds")));
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  auto train = test::run_frugal("train" + train_sets(dir.path(), "shards:" + dir.file("ds")));
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+
+  const std::string prompt = "the quick brown fox";
+  auto r = test::run_frugal(fmt::format("sample '{}' --prompt '{}' --max-tokens 6 --stop '' --json",
+                                        dir.file("demo"), prompt));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = sample_json(r.output);
+  EXPECT_EQ(j["tokenizer"], "sentencepiece");
+  const auto spm = load_sentencepiece(dir.file("ds/tokenizer.model"));
+  const auto expected_prompt = spm->encode({prompt}, 1, dir.path()).at(0);
+  EXPECT_EQ(j["prompt_tokens"].get<std::vector<int32_t>>(), expected_prompt);
+  EXPECT_LT(expected_prompt.size(), prompt.size());  // pieces, not bytes
+  EXPECT_EQ(spm->decode(expected_prompt, dir.path()), prompt);
+  const auto tokens = j["tokens"].get<std::vector<int32_t>>();
+  ASSERT_EQ(tokens.size(), 6u);
+  EXPECT_EQ(j["text"].get<std::string>(), spm->decode(tokens, dir.path()));
+
+  // The plain output is the prompt and the same decoded text.
+  auto plain = test::run_frugal(fmt::format("sample '{}' --prompt '{}' --max-tokens 6 --stop ''", dir.file("demo"), prompt));
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(plain.output.rfind(prompt + j["text"].get<std::string>(), 0), 0u) << plain.output;
+
+  // A tokenizer frugal does not know: refused before any generation, exit 2, naming it.
+  auto manifest = nlohmann::json::parse(test::read_text(dir.file("ds/manifest.json")));
+  manifest["tokenizer"]["name"] = "gpt2-hf";
+  test::write_text(dir.file("ds/manifest.json"), manifest.dump());
+  auto unknown = test::run_frugal(fmt::format("sample '{}' --prompt 'the'", dir.file("demo")));
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("tokenizer 'gpt2-hf'"), std::string::npos) << unknown.output;
+  // Token files without a manifest (llm.c's GPT-2 ids): refused too.
+  fs::remove(dir.file("ds/manifest.json"));
+  test::write_text(dir.file("ds/train.bin"), std::string(64, '\0'));
+  auto llmc = test::run_frugal(fmt::format("sample '{}' --prompt 'the'", dir.file("demo")));
+  EXPECT_EQ(llmc.exit_code, 2) << llmc.output;
+  EXPECT_NE(llmc.output.find("without a manifest"), std::string::npos) << llmc.output;
+}
+
+TEST(Sample, WithoutFinalWeightsTheNewestSoundCheckpointIsUsed) {
+  test::TempDir dir;
+  auto train = test::run_frugal("train" + train_sets(dir.path(), "builtin:arith"));
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  fs::remove_all(dir.file("demo/final"));
+  // The newest checkpoint is damaged: the one before it is used.
+  const std::string newest = dir.file("demo/checkpoints/step-00000006/model.safetensors");
+  ASSERT_TRUE(fs::exists(newest));
+  std::string bytes = test::read_text(newest);
+  bytes[bytes.size() - 1] ^= 0x5a;
+  test::write_text(newest, bytes);
+  auto r = test::run_frugal(fmt::format("sample '{}' --prompt '1+2=' --max-tokens 3 --json", dir.file("demo")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(sample_json(r.output)["weights"], dir.file("demo/checkpoints/step-00000003/model.safetensors"));
+  EXPECT_EQ(sample_json(r.output)["tokenizer"], "bytes");
+  EXPECT_NE(r.output.find("newest sound checkpoint, step 3"), std::string::npos) << r.output;
+  fs::remove_all(dir.file("demo/checkpoints"));
+  auto none = test::run_frugal(fmt::format("sample '{}' --prompt '1+2='", dir.file("demo")));
+  EXPECT_EQ(none.exit_code, 2) << none.output;
+  EXPECT_NE(none.output.find("no weights in"), std::string::npos) << none.output;
+}
+
+}  // namespace
+}  // namespace frugal
