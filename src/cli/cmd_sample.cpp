@@ -73,8 +73,9 @@ std::unique_ptr<Tokenizer> run_tokenizer(const Config& c, const std::string& cfg
       for (const auto& e : fs::directory_iterator(src.path, ec)) bins = bins || e.path().extension() == ".bin";
     if (bins)
       throw ConfigError(fmt::format(
-          "{}: the run trained on {}, token files without a manifest (llm.c's GPT-2 tokens); frugal sample "
-          "cannot encode or decode them: it knows the byte and SentencePiece tokenizers of `frugal prepare`",
+          "{}: the run trained on {}, token files without a manifest (llm.c or nanoGPT .bin files, whose "
+          "tokenizer they do not record); frugal sample cannot encode or decode them: it knows the byte and "
+          "SentencePiece tokenizers of `frugal prepare`",
           cfg, src.path));
     throw ConfigError(fmt::format("{}: the run's dataset {} (data.source) has no readable manifest.json, so its "
                                   "tokenizer is unknown; put the dataset back where the run read it", cfg, src.path));

@@ -45,22 +45,29 @@ class ShardTokenFile : public TokenFile {
   ShardReader r_;
 };
 
+// uint16 tokens after a header of `header_` bytes: llm.c's (1024 bytes) or nanoGPT's (none).
 class LlmcBinFile : public TokenFile {
  public:
-  explicit LlmcBinFile(std::string path) : path_(std::move(path)) {
+  LlmcBinFile(std::string path, uint64_t header) : path_(std::move(path)), header_(header) {
     int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw DataError(fmt::format("cannot open '{}': {}", path_, std::strerror(errno)));
     struct stat st{};
     ::fstat(fd, &st);
     bytes_ = static_cast<uint64_t>(st.st_size);
-    if (bytes_ < kLlmcHeaderBytes) {
+    if (bytes_ < header_ || bytes_ == 0) {
       ::close(fd);
-      fail(bytes_, fmt::format("truncated: {} bytes, the header alone needs {}", bytes_, kLlmcHeaderBytes));
+      fail(bytes_, header_ ? fmt::format("truncated: {} bytes, the header alone needs {}", bytes_, header_)
+                           : std::string("empty: no tokens"));
     }
     void* m = ::mmap(nullptr, bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
     ::close(fd);
     if (m == MAP_FAILED) throw DataError(fmt::format("cannot map '{}': {}", path_, std::strerror(errno)));
     map_ = static_cast<const uint8_t*>(m);
+    if (header_ == 0) {
+      tokens_ = bytes_ / 2;
+      if (bytes_ % 2) release_and_fail(bytes_ - 1, fmt::format("{} bytes is not a whole number of uint16 tokens", bytes_));
+      return;
+    }
     const uint32_t magic = get_u32(map_), version = get_u32(map_ + 4);
     tokens_ = get_u32(map_ + 8);
     if (magic != kLlmcMagic) release_and_fail(0, fmt::format("magic {} is not llm.c's {}", magic, kLlmcMagic));
@@ -77,14 +84,15 @@ class LlmcBinFile : public TokenFile {
   const std::string& path() const override { return path_; }
   uint64_t size() const override { return tokens_; }
   void read(uint64_t start, size_t n, int32_t* out) const override {
-    const uint8_t* p = map_ + kLlmcHeaderBytes + 2 * start;
+    const uint8_t* p = map_ + header_ + 2 * start;
     for (size_t i = 0; i < n; ++i) out[i] = get_u16(p + 2 * i);
   }
-  uint64_t byte_offset(uint64_t token) const override { return kLlmcHeaderBytes + 2 * token; }
+  uint64_t byte_offset(uint64_t token) const override { return header_ + 2 * token; }
 
  private:
   [[noreturn]] void fail(uint64_t offset, const std::string& what) const {
-    throw DataError(fmt::format("llm.c token file '{}' is invalid at byte offset {}: {}", path_, offset, what));
+    throw DataError(fmt::format("{} token file '{}' is invalid at byte offset {}: {}", header_ ? "llm.c" : "nanoGPT",
+                                path_, offset, what));
   }
   [[noreturn]] void release_and_fail(uint64_t offset, const std::string& what) {
     ::munmap(const_cast<uint8_t*>(map_), bytes_);
@@ -92,6 +100,7 @@ class LlmcBinFile : public TokenFile {
     fail(offset, what);
   }
   std::string path_;
+  uint64_t header_ = 0;
   const uint8_t* map_ = nullptr;
   uint64_t bytes_ = 0, tokens_ = 0;
 };
@@ -148,7 +157,11 @@ std::optional<ManifestTokenizer> manifest_tokenizer(const std::string& dir) {
 }
 
 std::unique_ptr<TokenFile> open_llmc_bin(const std::string& path) {
-  return std::make_unique<LlmcBinFile>(path);
+  return std::make_unique<LlmcBinFile>(path, kLlmcHeaderBytes);
+}
+
+std::unique_ptr<TokenFile> open_nanogpt_bin(const std::string& path) {
+  return std::make_unique<LlmcBinFile>(path, 0);
 }
 
 TokenStream::TokenStream(std::vector<std::unique_ptr<TokenFile>> files) {
@@ -193,13 +206,28 @@ TokenDataset open_token_dataset(const std::string& dir) {
     if (name.find("_train_") != std::string::npos) train.push_back(e.path().string());
     else if (name.find("_val_") != std::string::npos) val.push_back(e.path().string());
   }
-  if (train.empty() || val.empty())
-    throw DataError(fmt::format("dataset '{}' has no manifest.json and no llm.c '*_train_*.bin' and "
-                                "'*_val_*.bin' files; prepare it with `frugal prepare`", dir));
-  std::sort(train.begin(), train.end());
-  std::sort(val.begin(), val.end());
   TokenDataset d;
   d.dir = dir;
+  if (train.empty() && val.empty() && fs::is_regular_file(fs::path(dir) / "train.bin") &&
+      fs::is_regular_file(fs::path(dir) / "val.bin")) {
+    // nanoGPT's prepare.py: train.bin and val.bin, uint16 tokens without a header.
+    d.format = "nanoGPT";
+    d.tokenizer = "gpt2 or the dataset's own (nanoGPT convention)";
+    auto one = [&](const char* name) {
+      std::vector<std::unique_ptr<TokenFile>> files;
+      files.push_back(open_nanogpt_bin((fs::path(dir) / name).string()));
+      return TokenStream(std::move(files));
+    };
+    d.train = one("train.bin");
+    d.val = one("val.bin");
+    return d;
+  }
+  if (train.empty() || val.empty())
+    throw DataError(fmt::format("dataset '{}' has no manifest.json, no llm.c '*_train_*.bin' and '*_val_*.bin' "
+                                "files and no nanoGPT 'train.bin' and 'val.bin'; prepare it with `frugal prepare`",
+                                dir));
+  std::sort(train.begin(), train.end());
+  std::sort(val.begin(), val.end());
   d.format = "llm.c";
   d.tokenizer = "gpt2 (llm.c convention)";
   auto open_all = [](const std::vector<std::string>& paths) {

@@ -254,6 +254,38 @@ TEST(ShardSource, ReadsLlmcBinFiles) {
   }
 }
 
+// nanoGPT's prepare.py writes train.bin and val.bin: uint16 tokens, no header.
+TEST(ShardSource, ReadsNanoGptBinFilesAndRefusesAnOddSize) {
+  test::TempDir dir;
+  auto raw = [](const std::vector<int32_t>& tokens) {
+    std::string s(2 * tokens.size(), '\0');
+    for (size_t i = 0; i < tokens.size(); ++i)
+      detail::put_u16(reinterpret_cast<uint8_t*>(s.data()) + 2 * i, static_cast<uint16_t>(tokens[i]));
+    return s;
+  };
+  std::vector<int32_t> t(700), v(90);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>((i * 7919) % 50257);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i + 1000);
+  test::write_text(dir.file("train.bin"), raw(t));
+  test::write_text(dir.file("val.bin"), raw(v));
+  TokenDataset d = open_token_dataset(dir.path());
+  EXPECT_EQ(d.format, "nanoGPT");
+  ASSERT_EQ(d.train.size(), 700u);
+  ASSERT_EQ(d.val.size(), 90u);
+  std::vector<int32_t> out(5);
+  d.train.read(0, 5, out.data());  // the first token is the file's first two bytes: no header skipped
+  EXPECT_EQ(out, (std::vector<int32_t>{t[0], t[1], t[2], t[3], t[4]}));
+  d.val.read(85, 5, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{v[85], v[86], v[87], v[88], v[89]}));
+  test::write_text(dir.file("val.bin"), raw(v) + "x");
+  try {
+    open_token_dataset(dir.path());
+    FAIL() << "an odd-sized nanoGPT file was read";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("val.bin' is invalid at byte offset 180"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ShardSource, TruncatedOrForeignLlmcFileIsRefusedWithItsName) {
   test::TempDir dir;
   std::string good = llmc_file(std::vector<int32_t>(100, 7));

@@ -30,6 +30,9 @@ class TokenFile {
 // count), then uint16 tokens. Throws DataError naming the file and offset if the header or the
 // size is wrong.
 std::unique_ptr<TokenFile> open_llmc_bin(const std::string& path);
+// A nanoGPT token file (`train.bin`, `val.bin` of its prepare.py scripts): uint16 tokens, no
+// header. Throws DataError naming the file if it is empty or has an odd number of bytes.
+std::unique_ptr<TokenFile> open_nanogpt_bin(const std::string& path);
 
 class TokenStream {
  public:
