@@ -114,6 +114,7 @@ void add_train_command(CLI::App& app, Run* run) {
                 "step as in metrics.jsonl, each evaluation, the summary); human lines go to stderr");
   cmd->callback([args, run] {
     *run = [args] {
+      const double launch_s = process_age_s();
       Console::get().set_json_mode(args->json);
       const auto penv = process_environment();
       ResolvedConfig rc = resolve_config(args->config, args->sets, penv);
@@ -125,8 +126,8 @@ void add_train_command(CLI::App& app, Run* run) {
                             "setting); run `frugal tune` once and train with its config");
       else
         tuned = auto_tune(rc, *args, penv);
+      std::vector<std::string> sets = args->sets;
       if (!tuned.is_null()) {
-        std::vector<std::string> sets = args->sets;
         for (const auto& s : tuned["chosen_sets"]) sets.push_back(s.get<std::string>());
         rc = resolve_config(args->config, sets, penv);
       }
@@ -142,6 +143,13 @@ void add_train_command(CLI::App& app, Run* run) {
       opts.json = args->json;
       opts.resume = args->resume;
       opts.handle_signals = true;
+      if (rc.config.plan.before_train) {
+        if (env.distributed() || !args->resume.empty())
+          Console::get().line("plan.before_train: skipped in a multi-process or resumed run; the cost meter's "
+                              "budget.limit_usd still applies (run `frugal plan` once beforehand)");
+        else
+          plan_before_training(args->config, sets, penv, launch_s, args->quiet, opts.callbacks);
+      }
       if (env.distributed()) {
         if (rc.config.run.device == "cuda") rc.config.run.device = fmt::format("cuda:{}", env.local_rank);
         if (!args->quiet) Console::get().line("dist: " + env.describe());

@@ -6,8 +6,12 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "frugal/core/callback.h"
 
 #include "frugal/tune/tuner.h"
 
@@ -33,6 +37,18 @@ void add_help_command(CLI::App& app, Run* run);
 std::string unknown_words_message(const CLI::App& app, const std::vector<std::string>& args);
 std::string cli_reference_markdown(const CLI::App& app);
 void add_tune_command(CLI::App& app, Run* run);
+
+void add_plan_command(CLI::App& app, Run* run);
+// Seconds since this process started (its launch: exec, libraries, the OpenMP re-exec), from
+// /proc; 0 where that cannot be read (cmd_plan.cpp).
+double process_age_s();
+// plan.before_train for `frugal train` (cmd_plan.cpp): plans the run (progress and table on the
+// console unless quiet), throws GuardStop when budget.limit_usd is below the central projected
+// cost (nothing written), else adds the plan's callback: the banner line, runs/<name>/plan.json
+// and summary.json's "plan".
+void plan_before_training(const std::string& config, const std::vector<std::string>& sets,
+                          const std::map<std::string, std::string>& env, double launch_s, bool quiet,
+                          std::vector<std::shared_ptr<Callback>>& callbacks);
 
 // Tune progress on the console: permanent lines, and a status line on a TTY (cmd_tune.cpp).
 TuneProgress console_tune_progress();

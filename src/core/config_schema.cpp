@@ -424,6 +424,16 @@ std::vector<KeySpec> build_schema() {
                       1, 1 << 20, "batch-size finder: largest micro-batch probed"));
   s.push_back(bool_key(FRUGAL_FIELD(tune, cache),
                        "cache finder results in ~/.cache/frugal/batch_finder.json (FRUGAL_CACHE_DIR overrides)"));
+  // [plan]
+  s.push_back(bool_key(FRUGAL_FIELD(plan, before_train),
+                       "`frugal train` probes and projects the run first, shows it in the banner and exits 3 "
+                       "before step 1 when budget.limit_usd is below the projected cost"));
+  s.push_back(int_key(FRUGAL_FIELD(plan, probe_steps), 3, 100000,
+                      "steps the plan's probe measures (after one warm-up step)"));
+  s.push_back(float_key(FRUGAL_FIELD(plan, max_probe_s), 1, 1e6,
+                        "the probe stops after this many seconds of steps (3 measured at least)"));
+  s.push_back(float_key(FRUGAL_FIELD(plan, margin), 0, 10,
+                        "smallest relative half-width of each term of the projected range"));
   return s;
 }
 

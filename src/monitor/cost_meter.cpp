@@ -60,7 +60,7 @@ std::vector<PriceEntry> load_price_table(const std::string& path) {
       throw ConfigError(fmt::format("price table {}:{}: [{}] needs usd_per_hour = a number >= 0", path,
                                     node.source().begin.line, name.str()));
     out.push_back({std::string(name.str()), *usd, (*t)["spot_usd_per_hour"].value_or(0.0),
-                   (*t)["watts"].value_or(0.0)});
+                   (*t)["watts"].value_or(0.0), (*t)["peak_tflops"].value_or(0.0)});
   }
   return out;
 }

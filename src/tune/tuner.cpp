@@ -19,6 +19,7 @@
 #include "frugal/train/precision.h"
 #include "frugal/train/trainer.h"
 #include "frugal/tune/batch_finder.h"
+#include "tune/internal/temp_root.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -46,21 +47,6 @@ class ProbeRecorder final : public Callback {
   std::vector<double> losses;
   double step_s = 0;
   int64_t measured = 0, tokens = 0, first_tokens = 0, backoffs = 0;
-};
-
-// A temporary folder for the candidates' run directories, removed at the end.
-struct TempRoot {
-  TempRoot() {
-    std::string tmpl = (fs::temp_directory_path() / "frugal-tune-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw IoError("frugal tune: cannot create a temporary directory under " +
-                                             fs::temp_directory_path().string());
-    path = tmpl;
-  }
-  ~TempRoot() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string path;
 };
 
 std::vector<std::string> probe_sets(int64_t steps, const std::string& root, size_t index) {
@@ -283,7 +269,7 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
   }
   report.candidates = make_candidates(c, finder.get());
   auto& cands = report.candidates;
-  TempRoot root;
+  detail::TempRoot root("frugal-tune");
   // Round 1: every candidate in turn, within the time bound (the baseline and the fp32 reference
   // always); then more rounds of those that ran while a whole round still fits the bound.
   double longest = 0;  // the estimate of the next candidate's time: the longest one so far
@@ -296,7 +282,7 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
       continue;
     }
     if (progress) progress(fmt::format("tune: round 1, candidate {}/{}: {} (starting)", i + 1, cands.size(), k.label), false);
-    run_candidate(k, file, overrides, env, root.path, i, cost, progress);
+    run_candidate(k, file, overrides, env, root.path(), i, cost, progress);
     longest = std::max(longest, k.wall_s);
     if (i == 0) {
       report.projected_run_s = k.projected_s;
@@ -310,7 +296,7 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
       if (k.ran && !k.failed) round_s += k.wall_s;
     if (since(t0) + round_s > report.bound_s) break;
     for (size_t i = 0; i < cands.size(); ++i)
-      if (cands[i].ran && !cands[i].failed) run_candidate(cands[i], file, overrides, env, root.path, i, cost, progress);
+      if (cands[i].ran && !cands[i].failed) run_candidate(cands[i], file, overrides, env, root.path(), i, cost, progress);
     report.rounds = round;
   }
   if (cands[0].ran && !cands[0].failed) report.projected_run_s = cands[0].projected_s;  // from the median
@@ -339,8 +325,8 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
     }
     if (progress) progress(fmt::format("tune: loss check: {} and fp32, {} steps each", b.label, n), false);
     if (!std::isfinite(r.check_loss))
-      check_loss(r, n, file, overrides, env, root.path, static_cast<size_t>(ref), progress);
-    check_loss(b, n, file, overrides, env, root.path, static_cast<size_t>(report.best), progress);
+      check_loss(r, n, file, overrides, env, root.path(), static_cast<size_t>(ref), progress);
+    check_loss(b, n, file, overrides, env, root.path(), static_cast<size_t>(report.best), progress);
     if (!std::isfinite(r.check_loss)) {
       report.loss_check = "loss check failed for the fp32 reference: " + r.note;
       break;

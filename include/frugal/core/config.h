@@ -329,6 +329,20 @@ struct TuneConfig {
   bool cache = true;
 };
 
+// [plan] — `frugal plan`: the projected time and cost of a run before it starts (docs/plan.md).
+struct PlanConfig {
+  // `frugal train` probes the run first (below), shows the projection in its banner and refuses to
+  // start (exit 3) when budget.limit_usd is below the central projected cost. The probe costs its
+  // own time: start-up, 1 + probe_steps steps, the final evaluation and save (the table says how
+  // long it took; a few seconds for the demo).
+  bool before_train = false;
+  int64_t probe_steps = 20;  // measured steps (after one warm-up step); more narrow the range
+  double max_probe_s = 60;   // the probe stops after this many seconds of steps (3 measured at least)
+  // The smallest relative half-width of every term's range: the drift between the probe and the
+  // run that the probe cannot see (docs/plan.md has the measured error on a 2-core machine).
+  double margin = 0.15;
+};
+
 // Everything a run needs. Copyable plain data.
 struct Config {
   RunConfig run;
@@ -345,6 +359,7 @@ struct Config {
   ProfileConfig profile;
   MonitorConfig monitor;
   TuneConfig tune;
+  PlanConfig plan;
 };
 
 // Micro-batches per optimizer step, from train.accum / train.global_batch / data.micro_batch.

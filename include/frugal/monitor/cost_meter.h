@@ -31,12 +31,14 @@ struct CostFigures {
 CostFigures cost_at(double elapsed_s, int64_t step, int64_t total_steps, double usd_per_hour,
                     double watts, double grid_g_per_kwh);
 
-// A price-table row: data/prices.toml, [instance-name] usd_per_hour, spot_usd_per_hour, watts.
+// A price-table row: data/prices.toml, [instance-name] usd_per_hour, spot_usd_per_hour, watts,
+// peak_tflops (the accelerators' dense bf16 peak, for `frugal plan --instance`; 0 = not given).
 struct PriceEntry {
   std::string name;
   double usd_per_hour = 0;
   double spot_usd_per_hour = 0;
   double watts = 0;
+  double peak_tflops = 0;
 };
 // Reads the table; throws ConfigError naming the file and the bad entry.
 std::vector<PriceEntry> load_price_table(const std::string& path);

@@ -1,0 +1,114 @@
+// `frugal plan`: what a run will cost before it is paid for (docs/plan.md). The figures the
+// projection needs (tune/projection.h) come from one of:
+//
+//   a probe       (default) the configured run trains plan.probe_steps steps after one warm-up
+//                 step through the real Trainer, in a temporary run directory, quietly, with its
+//                 own evaluation and checkpoint settings: its start-up, every step's wall time
+//                 (evaluations and saves taken out), one evaluation, one save's stall and what
+//                 follows the last step are measured. plan.max_probe_s bounds the steps' time.
+//   a run         (from_run) a finished or partial run directory: the step time of each log
+//                 window of metrics.jsonl, its evaluations, and summary.json's start-up, save
+//                 stall and end (a partial run estimates the start-up and end).
+//
+// and are projected onto the configured run (train.steps, the cadences, the price) on this
+// machine, or onto a price-table instance (instance): step and evaluation times scaled by the
+// ratio of peak FLOP/s (measured here, the instance's configured peak_tflops there), a rough
+// model whose range widens by kCrossMachineSpread each way.
+//
+// `frugal train` with plan.before_train makes the same plan first, shows it in the banner, refuses
+// to start (GuardStop, exit 3) when budget.limit_usd is below the central projected cost, and
+// records projected against measured in summary.json ("plan").
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "frugal/core/callback.h"
+#include "frugal/core/config_loader.h"
+#include "frugal/tune/projection.h"
+
+namespace frugal {
+
+// How far apart a projection onto another machine by peak FLOP/s may be, each way: a small model
+// is bound by memory and launch latency long before FLOP/s, so the ratio of peaks is an upper
+// bound on the speed-up, not a measurement.
+constexpr double kCrossMachineSpread = 3.0;
+
+// The measured inputs of a projection and where they came from.
+struct PlanFigures {
+  std::string source;             // "probe" or "run"
+  std::string describe;           // one line: "a probe on this machine (cpu): 21 steps in 3.4 s"
+  std::vector<double> step_s;     // seconds per step, in order (warm-up excluded)
+  double first_step_s = -1;       // the warm-up step; < 0 = not measured
+  double launch_s = 0, startup_s = 0, eval_s = 0, save_s = 0, finish_s = 0;
+  bool saved = false;             // a save was measured (else save_s is 0)
+  double peak_flops = 0;          // where they were measured (0 = unknown)
+  int64_t tokens_per_step = 0;    // tokens (or samples: item) per optimizer step; 0 = unknown
+  std::string item = "token";
+  std::string device;
+  double probe_s = 0;             // the probe's own wall time (0 for a run directory)
+};
+
+using PlanProgress = std::function<void(const std::string& line, bool permanent)>;
+
+struct CostPlanOptions {
+  std::string from_run;           // measure from this run directory instead of probing
+  std::string instance;           // project onto this price-table row ("" = this machine)
+  double peak_tflops = 0;         // the instance's peak; 0 = its peak_tflops in the price table
+  double launch_s = 0;            // the process's launch before the Trainer (the CLI measures its own)
+  PlanProgress progress;          // status while probing (may be empty)
+};
+
+struct CostPlan {
+  std::string run_name;
+  int64_t steps = 0;
+  int64_t tokens = 0;             // steps x the figures' tokens_per_step (0 = unknown)
+  bool spot_billed = false;       // budget.spot: the run is billed at the spot price
+  double limit_usd = 0;           // budget.limit_usd
+  PlanFigures figures;
+  ProjectionInputs inputs;
+  Projection projection;
+  std::string target;             // "this machine (cpu)" or "gpu-1xh100 (scaled by peak FLOP/s: ...)"
+
+  // The scenario the configured price bills (spot when budget.spot).
+  const Scenario& billed() const { return spot_billed ? projection.spot : projection.on_demand; }
+  std::string table() const;
+  nlohmann::json to_json() const;
+  // One line for the training banner.
+  std::string banner_line() const;
+};
+
+// The prices for `budget`, or for the price-table row `instance` when one is named (its on-demand
+// and spot prices and watts; budget.watts still wins when set). Throws ConfigError for a name not
+// in the table, listing the table's names. *peak_tflops receives the row's peak (0 = none).
+MachinePrices resolve_prices(const BudgetConfig& budget, const std::string& instance, double* peak_tflops = nullptr);
+
+// The probe (see the top of this file). Throws what the Trainer throws for the config
+// (ConfigError, DataError: bad input, reported once).
+PlanFigures probe_figures(const std::string& file, const std::vector<std::string>& overrides,
+                          const std::map<std::string, std::string>& env, const PlanProgress& progress);
+// The figures of a run directory. Throws ConfigError when it holds no metrics.jsonl with two step
+// lines (nothing to measure from).
+PlanFigures run_dir_figures(const std::string& run_dir);
+
+CostPlan make_cost_plan(const std::string& file, const std::vector<std::string>& overrides,
+                        const std::map<std::string, std::string>& env, const CostPlanOptions& options);
+
+// "" when budget.limit_usd is 0, no price is known or the limit covers the billed scenario's
+// central cost; otherwise the reason the run should not start: the figures and what to do.
+std::string budget_shortfall(const CostPlan& plan);
+
+// The callback `frugal train` adds with plan.before_train: the banner line, <run_dir>/plan.json
+// (written when training begins), and summary.json's "plan" (the projection, and the trainer's
+// measured time beside its projected share).
+std::shared_ptr<Callback> plan_callback(const CostPlan& plan);
+
+// 0.05 ms, 250 ms, 42.0 s, 3.5 min, 2.10 h; "never" for an infinite time.
+std::string describe_duration(double seconds);
+
+}  // namespace frugal

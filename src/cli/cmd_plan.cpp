@@ -1,0 +1,135 @@
+// `frugal plan [CONFIG] [--from RUN_DIR] [--instance NAME] [--peak-tflops X] [--json FILE] [--set ...]`:
+// the projected wall time, dollars (on demand and spot), kWh and kg CO2 of the configured run,
+// with a range, from a short probe on this machine or a run directory (tune/cost_plan.h), and
+// plan.before_train's check in `frugal train`.
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/config_loader.h"
+#include "frugal/core/console.h"
+#include "frugal/core/errors.h"
+#include "frugal/core/exit_code.h"
+#include "frugal/tune/cost_plan.h"
+
+namespace frugal::cli {
+
+namespace fs = std::filesystem;
+
+double process_age_s() {
+  // /proc/self/stat field 22 is the start time in clock ticks since boot (after the command name,
+  // which may hold spaces, in parentheses); /proc/uptime's first field is seconds since boot.
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  double up = 0;
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos || !(uptime >> up)) return 0;
+  std::istringstream fields(text.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && (fields >> field); ++i) {
+    if (i == 22) return std::max(0.0, up - std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK)));
+  }
+  return 0;
+}
+
+namespace {
+
+std::string default_plan_path(const Config& c) { return (fs::path(c.run.out_dir) / c.run.name / "plan.json").string(); }
+
+}  // namespace
+
+void plan_before_training(const std::string& config, const std::vector<std::string>& sets,
+                          const std::map<std::string, std::string>& env, double launch_s, bool quiet,
+                          std::vector<std::shared_ptr<Callback>>& callbacks) {
+  auto& con = Console::get();
+  CostPlanOptions o;
+  o.launch_s = launch_s;
+  if (!quiet) o.progress = console_tune_progress();
+  const CostPlan plan = make_cost_plan(config, sets, env, o);
+  con.finish_status();
+  if (!quiet) con.line(plan.table());
+  // A refusal writes nothing: no run directory, no plan.json; the message carries the figures.
+  if (const std::string why = budget_shortfall(plan); !why.empty())
+    throw GuardStop("plan.before_train: " + why + "; nothing was trained and nothing written (`frugal plan` "
+                    "prints the whole projection)");
+  callbacks.push_back(plan_callback(plan));  // writes runs/<name>/plan.json once the run directory is made
+}
+
+void add_plan_command(CLI::App& app, Run* run) {
+  struct Args {
+    std::string config;
+    std::vector<std::string> sets;
+    std::string from;
+    std::string instance;
+    double peak_tflops = 0;
+    std::string json;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "plan",
+      "Project the configured run before paying for it: wall time, steps, $ on demand and on spot, "
+      "kWh and kg CO2, each with a low-central-high range, and where the time goes (start-up, steps, "
+      "evaluations, checkpoints, with the Young-Daly interval and the expected preemption loss on spot). "
+      "The figures come from a short probe on this machine (plan.probe_steps steps through the real "
+      "trainer, its own time reported) or from a run directory (--from).\n"
+      "Exit 3 when budget.limit_usd is below the central projected cost (what `frugal train` with "
+      "plan.before_train = true refuses). See docs/plan.md.");
+  cmd->add_option("config", args->config,
+                  "TOML config file (default: the built-in demo, or RUN_DIR/config.toml with --from)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--set", args->sets, "override one key, e.g. --set train.steps=5000 (repeatable)")
+      ->type_name("KEY=VALUE");
+  cmd->add_option("--from", args->from,
+                  "measure from this finished or partial run directory (metrics.jsonl, summary.json) "
+                  "instead of probing")
+      ->type_name("RUN_DIR")
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--instance", args->instance,
+                  "project onto this row of the price table (data/prices.toml): its prices and watts, "
+                  "step and evaluation times scaled by peak FLOP/s measured here over its peak_tflops "
+                  "(a rough model: the range widens 3x each way)")
+      ->type_name("NAME");
+  cmd->add_option("--peak-tflops", args->peak_tflops,
+                  "the instance's peak TFLOP/s, instead of its peak_tflops in the price table")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--json", args->json, "write the plan as JSON here (default: runs/<run.name>/plan.json)")
+      ->type_name("FILE");
+  cmd->callback([args, run] {
+    *run = [args] {
+      const double launch_s = process_age_s();
+      const auto env = process_environment();
+      std::string config = args->config;
+      if (config.empty() && !args->from.empty() && fs::exists(fs::path(args->from) / "config.toml"))
+        config = (fs::path(args->from) / "config.toml").string();
+      if (args->peak_tflops > 0 && args->instance.empty())
+        throw ConfigError("--peak-tflops is the peak of the --instance the run is projected onto; name one with --instance");
+      CostPlanOptions o;
+      o.from_run = args->from;
+      o.instance = args->instance;
+      o.peak_tflops = args->peak_tflops;
+      o.launch_s = launch_s;
+      o.progress = console_tune_progress();
+      const CostPlan plan = make_cost_plan(config, args->sets, env, o);
+      auto& con = Console::get();
+      con.finish_status();
+      con.line(plan.table());
+      const std::string path = args->json.empty() ? default_plan_path(resolve_config(config, args->sets, env).config)
+                                                  : args->json;
+      write_file_atomic(path, plan.to_json().dump(2) + "\n");
+      con.line("wrote " + path);
+      const std::string why = budget_shortfall(plan);
+      if (why.empty()) return exit_status(ExitCode::kDone);
+      con.line("budget: " + why);
+      return exit_status(ExitCode::kGuardStop);
+    };
+  });
+}
+
+}  // namespace frugal::cli

@@ -1,0 +1,325 @@
+// `frugal plan`: the figures (a probe through the real Trainer, or a run directory), the prices
+// and the projection; see cost_plan.h. The table, the JSON and the training callback are in
+// cost_plan_report.cpp.
+#include "frugal/tune/cost_plan.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "frugal/core/console.h"
+#include "frugal/core/errors.h"
+#include "frugal/monitor/cost_meter.h"
+#include "frugal/train/trainer.h"
+#include "tune/internal/temp_root.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Measures the probe run: the wall time between consecutive step ends with the evaluations and
+// saves between them taken out, each evaluation and save, and what follows the last step.
+class PlanProbe final : public Callback {
+ public:
+  PlanProbe(double max_probe_s, PlanProgress progress) : max_probe_s_(max_probe_s), progress_(std::move(progress)) {}
+
+  void on_train_begin(const RunInfo& info) override {
+    peak_flops = info.peak_flops;
+    tokens_per_step = info.tokens_per_step;
+    item = info.item;
+    last_ = begun = Clock::now();
+  }
+  void on_step_end(const StepMetrics& m, Control& control) override {
+    const auto now = Clock::now();
+    const double dt = std::max(0.0, seconds(now - last_) - between_s_);
+    between_s_ = 0;
+    last_ = now;
+    if (m.step == 1) {
+      first_step_s = dt;
+    } else {
+      step_s.push_back(dt);
+      measured_s_ += dt;
+    }
+    if (progress_) progress_(fmt::format("plan: probe step {}/{} ({:.1f} ms)", m.step, m.total_steps, 1e3 * dt), false);
+    if (step_s.size() >= 3 && measured_s_ > max_probe_s_ && m.step < m.total_steps)
+      control.request_stop(fmt::format("plan.max_probe_s = {} s reached", max_probe_s_));
+  }
+  void on_eval_end(const EvalMetrics& e, Control&) override {
+    eval_s.push_back(e.eval_s);
+    between_s_ += e.eval_s;
+  }
+  void on_checkpoint(const CheckpointEvent& e) override {
+    save_s.push_back(e.stall_s);
+    between_s_ += e.stall_s;
+  }
+  // After the run: the time since the last step's end, less its evaluations and saves.
+  double finish_s(Clock::time_point end) const { return std::max(0.0, seconds(end - last_) - between_s_); }
+
+  Clock::time_point begun;
+  double peak_flops = 0, first_step_s = -1;
+  int64_t tokens_per_step = 0;
+  std::string item = "token";
+  std::vector<double> step_s, eval_s, save_s;
+
+ private:
+  double max_probe_s_;
+  PlanProgress progress_;
+  Clock::time_point last_;
+  double between_s_ = 0, measured_s_ = 0;
+};
+
+// The probe's overrides: its own run directory, 1 + probe_steps steps, nothing that would stop,
+// roll back, serve or profile it. Evaluation and checkpoint settings stay as configured.
+std::vector<std::string> probe_sets(const Config& c, const std::string& root) {
+  return {"run.out_dir=" + root, "run.name=plan-probe", fmt::format("train.steps={}", c.plan.probe_steps + 1),
+          "train.max_minutes=0", "train.smoke_first=false", "train.auto_tune=false", "early_stop.enabled=false",
+          "guard.enabled=false", "budget.limit_usd=0", "plan.before_train=false", "monitor.http=",
+          "profile.capture_steps=0", "checkpoint.notice_url=", "checkpoint.deadline="};
+}
+
+std::vector<nlohmann::json> read_json_lines(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+double number(const nlohmann::json& j, const char* key, double fallback = 0) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
+}
+
+// What follows the last step besides the final evaluation and save, in a finished run: the last
+// line of metrics.jsonl is the final evaluation's, and summary.json is written after the final
+// save, the task's figures and the final weights. -1 when the file times say nothing (a copy
+// that did not keep them).
+double finish_from_files(const std::string& dir, double save_s) {
+  std::error_code e1, e2;
+  const auto metrics = fs::last_write_time(fs::path(dir) / "metrics.jsonl", e1);
+  const auto summary = fs::last_write_time(fs::path(dir) / "summary.json", e2);
+  if (e1 || e2) return -1;
+  const double s = std::chrono::duration<double>(summary - metrics).count() - save_s;
+  return s >= 0 && s < 3600 ? s : -1;
+}
+
+}  // namespace
+
+std::string describe_duration(double s) {
+  if (!std::isfinite(s)) return "never";
+  if (s < 0.01) return fmt::format("{:.2f} ms", 1e3 * s);
+  if (s < 1) return fmt::format("{:.0f} ms", 1e3 * s);
+  if (s < 120) return fmt::format("{:.1f} s", s);
+  if (s < 7200) return fmt::format("{:.1f} min", s / 60);
+  return fmt::format("{:.2f} h", s / 3600);
+}
+
+MachinePrices resolve_prices(const BudgetConfig& b, const std::string& instance, double* peak_tflops) {
+  MachinePrices p;
+  p.grid_g_per_kwh = b.grid_g_per_kwh;
+  const std::string name = instance.empty() ? b.instance : instance;
+  PriceEntry row;
+  if (!name.empty()) {
+    const std::string path = default_price_table_path();
+    const std::vector<PriceEntry> table = load_price_table(path);
+    std::string names;
+    for (const auto& e : table) names += (names.empty() ? "" : ", ") + e.name;
+    const auto hit = std::find_if(table.begin(), table.end(), [&](const PriceEntry& e) { return e.name == name; });
+    if (hit == table.end())
+      throw ConfigError(fmt::format("{} \"{}\" is not in the price table {}; known: {} (add a row, or point "
+                                    "FRUGAL_PRICE_TABLE at your own table)",
+                                    instance.empty() ? "budget.instance =" : "--instance", name, path, names));
+    row = *hit;
+    p.name = name;
+  }
+  p.usd_per_hour = row.usd_per_hour;
+  p.spot_usd_per_hour = row.spot_usd_per_hour;
+  p.watts = row.watts;
+  if (instance.empty() && b.usd_per_hour > 0) (b.spot ? p.spot_usd_per_hour : p.usd_per_hour) = b.usd_per_hour;
+  if (b.watts > 0) p.watts = b.watts;
+  if (peak_tflops) *peak_tflops = row.peak_tflops;
+  return p;
+}
+
+PlanFigures probe_figures(const std::string& file, const std::vector<std::string>& overrides,
+                          const std::map<std::string, std::string>& env, const PlanProgress& progress) {
+  const Config target = resolve_config(file, overrides, env).config;
+  detail::TempRoot root("frugal-plan");
+  std::vector<std::string> sets = overrides;
+  for (auto& s : probe_sets(target, root.path())) sets.push_back(std::move(s));
+  auto probe = std::make_shared<PlanProbe>(target.plan.max_probe_s, progress);
+  TrainerOptions opts;
+  opts.quiet = true;
+  opts.overwrite = true;
+  opts.callbacks.push_back(probe);
+  auto& con = Console::get();
+  const bool was_quiet = con.quiet(), was_json = con.json_mode();
+  const auto t0 = Clock::now();
+  Clock::time_point end;
+  try {
+    {
+      Trainer trainer(resolve_config(file, sets, env), opts);
+      trainer.fit();
+    }  // its end (loader threads joined, memory returned) is part of a run's end too
+    end = Clock::now();
+  } catch (...) {
+    con.set_quiet(was_quiet);
+    con.set_json_mode(was_json);
+    throw;
+  }
+  con.set_quiet(was_quiet);
+  con.set_json_mode(was_json);
+  if (probe->step_s.empty())  // a stop signal during the probe, say
+    throw Error("plan: the probe was stopped before it measured a step after the warm-up; nothing to project from");
+  PlanFigures f;
+  f.source = "probe";
+  f.step_s = probe->step_s;
+  f.first_step_s = probe->first_step_s;
+  f.startup_s = seconds(probe->begun - t0);
+  f.eval_s = median_of(probe->eval_s);
+  f.saved = !probe->save_s.empty();
+  f.save_s = median_of(probe->save_s);
+  f.finish_s = probe->finish_s(end);
+  f.peak_flops = probe->peak_flops;
+  f.tokens_per_step = probe->tokens_per_step;
+  f.item = probe->item;
+  f.device = target.run.device;
+  f.probe_s = seconds(end - t0);
+  f.describe = fmt::format("a probe on this machine ({}): 1 + {} steps, {} evaluation(s), {} save(s) in {}", f.device,
+                           f.step_s.size(), probe->eval_s.size(), probe->save_s.size(), describe_duration(f.probe_s));
+  return f;
+}
+
+// A run directory's figures; see cost_plan.h.
+PlanFigures run_dir_figures(const std::string& dir) {
+  std::vector<nlohmann::json> steps, evals;
+  for (auto& j : read_json_lines(dir + "/metrics.jsonl")) {
+    const std::string event = j.value("event", "");
+    if (event == "step" && j.contains("step") && j.contains("elapsed_s")) steps.push_back(std::move(j));
+    if (event == "eval") evals.push_back(std::move(j));
+  }
+  if (steps.size() < 2)
+    throw ConfigError(fmt::format("--from {}: {}/metrics.jsonl holds {} step line(s); a step time needs two (a run "
+                                  "logs one every train.log_every steps)",
+                                  dir, dir, steps.size()));
+  PlanFigures f;
+  f.source = "run";
+  // One figure per log window: its wall time less its evaluations and saves, per step.
+  std::vector<double> saves;
+  for (size_t i = 1; i < steps.size(); ++i) {
+    const auto &a = steps[i - 1], &b = steps[i];
+    const double n = number(b, "step") - number(a, "step");
+    const double t = number(b, "elapsed_s") - number(a, "elapsed_s") - number(b, "eval_s") - number(b, "checkpoint_s");
+    if (n > 0 && t > 0) f.step_s.push_back(t / n);
+    if (number(b, "checkpoint_s") > 0) saves.push_back(number(b, "checkpoint_s"));
+  }
+  if (f.step_s.empty()) throw ConfigError(fmt::format("--from {}: no log window of metrics.jsonl moves forward in steps and time", dir));
+  std::vector<double> eval_s;
+  for (const auto& e : evals) eval_s.push_back(number(e, "eval_s"));
+  f.eval_s = median_of(eval_s);
+  const double step = median_of(f.step_s);
+  const nlohmann::json& first = steps.front();
+  f.startup_s = std::max(0.0, number(first, "elapsed_s") - number(first, "step") * step - number(first, "eval_s") -
+                                  number(first, "checkpoint_s"));
+  f.saved = !saves.empty();
+  f.save_s = median_of(saves);
+  const fs::path summary_path = fs::path(dir) / "summary.json";
+  std::string end = "a partial run: start-up estimated, its end not measured";
+  if (fs::exists(summary_path)) {
+    std::ifstream in(summary_path);
+    const nlohmann::json s = nlohmann::json::parse(in, nullptr, false);
+    if (s.is_object()) {
+      f.startup_s = number(s, "startup_s", f.startup_s);
+      f.peak_flops = number(s, "peak_tflops") * 1e12;
+      f.device = s.value("device", "");
+      if (number(s, "steps") > 0) f.tokens_per_step = std::llround(number(s, "tokens") / number(s, "steps"));
+      if (s.contains("checkpoint") && number(s["checkpoint"], "saves") > 0) {
+        f.saved = true;
+        f.save_s = number(s["checkpoint"], "stall_s_mean");
+      }
+      f.finish_s = finish_from_files(dir, f.save_s);
+      end = "its end from the file times of metrics.jsonl and summary.json";
+      if (f.finish_s < 0) {  // copied without its file times: the summary's own clock, which stops earlier
+        f.finish_s = std::max(0.0, number(s, "wall_s") + number(s, "startup_s") - number(steps.back(), "elapsed_s") -
+                                       f.eval_s - f.save_s);
+        end = "its end up to the summary's wall_s (the task's figures and the final weights not counted)";
+      }
+    }
+  }
+  f.describe = fmt::format("run directory {}: {} log windows, {} evaluation(s); {} (its launch is not recorded)", dir,
+                           f.step_s.size(), eval_s.size(), end);
+  return f;
+}
+
+CostPlan make_cost_plan(const std::string& file, const std::vector<std::string>& overrides,
+                        const std::map<std::string, std::string>& env, const CostPlanOptions& options) {
+  const Config c = resolve_config(file, overrides, env).config;  // bad input fails before any probe
+  CostPlan plan;
+  plan.run_name = c.run.name;
+  plan.steps = c.train.steps;
+  plan.spot_billed = c.budget.spot;
+  plan.limit_usd = c.budget.limit_usd;
+  double peak_tflops = 0;
+  const MachinePrices prices = resolve_prices(c.budget, options.instance, &peak_tflops);
+  if (options.peak_tflops > 0) peak_tflops = options.peak_tflops;
+  if (!options.instance.empty() && peak_tflops <= 0)
+    throw ConfigError(fmt::format("--instance {}: the price table gives no peak_tflops for it, so the figures "
+                                  "measured here cannot be scaled to it; pass --peak-tflops, add peak_tflops "
+                                  "to its row, or price this machine's figures at its rate with --set "
+                                  "budget.instance={}",
+                                  options.instance, options.instance));
+  if (options.from_run.empty()) {
+    if (options.progress)
+      options.progress(fmt::format("plan: probing 1 + {} steps of {} on {} (start-up, steps, evaluation, save)",
+                                   c.plan.probe_steps, c.run.name, c.run.device), true);
+    plan.figures = probe_figures(file, overrides, env, options.progress);
+    plan.figures.launch_s = options.launch_s;
+  } else {
+    plan.figures = run_dir_figures(options.from_run);
+  }
+  const PlanFigures& f = plan.figures;
+  plan.tokens = plan.steps * f.tokens_per_step;
+  ProjectionInputs& in = plan.inputs;
+  in.steps = c.train.steps;
+  in.step_s = f.step_s;
+  in.first_step_s = f.first_step_s;
+  in.launch_s = f.launch_s;
+  in.startup_s = f.startup_s;
+  in.eval_s = f.eval_s;
+  in.eval_every = c.train.eval_every;
+  in.save_s = f.save_s;
+  in.checkpoint = c.checkpoint;
+  in.finish_s = f.finish_s;
+  in.margin = c.plan.margin;
+  in.prices = prices;
+  in.mtbf_s = c.checkpoint.mtbf_minutes * 60;
+  plan.target = fmt::format("this machine ({})", c.run.device);
+  if (!options.instance.empty()) {
+    if (f.peak_flops <= 0)
+      throw ConfigError(fmt::format("--instance {}: the peak FLOP/s where the figures were measured is unknown "
+                                    "(a partial run directory has no summary.json); set monitor.peak_tflops or probe here",
+                                    options.instance));
+    in.compute_scale = f.peak_flops / (peak_tflops * 1e12);
+    in.scale_spread = kCrossMachineSpread;
+    plan.target = fmt::format("{} (step and evaluation times x {:.3g}: peak {:.3g} TFLOP/s measured here over its "
+                              "{:.3g} TFLOP/s; a rough model, range widened {}x each way)",
+                              options.instance, in.compute_scale, f.peak_flops / 1e12, peak_tflops, kCrossMachineSpread);
+  }
+  plan.projection = project_run(in);
+  return plan;
+}
+
+}  // namespace frugal
