@@ -33,6 +33,10 @@ ALLOW = [
     ("docs/levers.md", "`dist.bucket_mb`, 4 MB by default", "a config default"),
     ("docs/tuning.md", "`tune.min_speedup` (5%)", "a config default"),
     ("docs/tuning.md", "(5% by default)", "a config default"),
+    ("docs/plan.md", "`plan.margin` (default 15%)", "a config default"),
+    ("docs/plan.md", "widen 3x each way", "the rule for projections onto another machine (a constant in the code)"),
+    ("docs/plan.md", "carry the 3x range above", "the same rule"),
+    ("docs/plan.md", "`cpu-2vcpu` row, $0.08/h", "the price table's row (data/prices.toml)"),
 ]
 
 

@@ -94,7 +94,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--shapes", default="demo,mid")
     ap.add_argument("--date", default=None)
+    ap.add_argument("--quick", action="store_true",
+                    help="one demo run (a smoke run of the bench), written under bench/out/quick/")
     a = ap.parse_args()
+    if a.quick:
+        a.repeats, a.shapes = 1, "demo"
     if not os.access(a.frugal, os.X_OK):
         die(f"{a.frugal} is not an executable; build it first (make build)")
     shapes = a.shapes.split(",")
@@ -112,12 +116,12 @@ def main():
                       f"measured {r['measured_s']:7.1f} s, error {r['error_pct']:+5.1f}%, "
                       f"{'inside' if r['within_range'] else 'OUTSIDE'} the range; probe {r['probe_s']:.1f} s",
                       flush=True)
-    result = {"bench": "plan_accuracy", "date": a.date or time.strftime("%Y-%m-%d"),
+    result = {"bench": "plan_accuracy", "date": a.date or time.strftime("%Y-%m-%d"), "quick": a.quick,
               "machine": {"physical_cores": physical_cores(), "cpus": os.cpu_count()},
               "source": source_revision(), "price": "cpu-2vcpu ($0.08/h on demand)",
               "shapes": {k: " ".join(v) or "examples/demo.toml as shipped" for k, v in SHAPES.items() if k in shapes},
               "rows": rows, "summary": summarise(rows)}
-    folder = results_dir(a.date)
+    folder = results_dir(a.date, quick=a.quick)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, "plan_accuracy.json")
     with open(path, "w") as f:

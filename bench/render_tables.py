@@ -35,7 +35,7 @@ sys.path.insert(0, HERE)
 import figure_lint  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
-DOCS = ["docs/levers.md", "docs/tuning.md", "README.md"]
+DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "README.md"]
 MARKER = re.compile(r"<!-- bench-table:(\w+) -->.*?<!-- /bench-table:\1 -->|<!-- bench:(\w+) -->.*?<!-- /bench:\2 -->",
                     re.S)
 
@@ -604,7 +604,29 @@ def render_gpu(R):
     return "\n".join(lines)
 
 
-RENDERERS = {"machine": render_machine, "peer": render_peer, "precision": render_precision,
+def render_plan_accuracy(R):
+    p = R.get("plan_accuracy")
+    if not p:
+        return not_measured("no bench/results/<date>/plan_accuracy.json", "`bench/plan_accuracy.py` writes it.")
+    lines = [f"Measured by `bench/plan_accuracy.py`, {p['date']}, source {commit(p)}; raw JSON "
+             f"`{R.path('plan_accuracy')}`; {p['machine'].get('physical_cores', '?')} physical cores; priced at "
+             f"{p['price']}:", "",
+             "| shape | steps | projected s (low-high) | measured s | error of the central | projected $ | measured $ | probe |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in p["rows"]:
+        ps, pu = r["projected_s"], r["projected_usd"]
+        lines.append(f"| {r['shape']} #{r['repeat']} | {r['steps']} | {ps['central']:.1f} ({ps['low']:.1f}-{ps['high']:.1f}) | "
+                     f"{r['measured_s']:.1f} | {r['error_pct']:+.1f}% | ${pu['central']:.3g} | ${r['measured_usd']:.3g} | "
+                     f"{r['probe_s']:.1f} s |")
+    lines.append("")
+    for shape, s in p["summary"].items():
+        lines.append(f"- {shape}: {s['within_range']} of {s['runs']} measured times inside the projected range "
+                     f"(+-{s['median_half_width_pct']:.0f}%); the central projection off by {s['median_abs_error_pct']:.1f}% "
+                     f"(median) and {s['max_abs_error_pct']:.1f}% (max).")
+    return "\n".join(lines)
+
+
+RENDERERS = {"plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
              "levers": render_levers, "gpu": render_gpu, "threads": render_threads, "reuse_freed": render_reuse_freed,
              "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,

@@ -32,6 +32,7 @@ BENCHES=(
   "loader|bench/loader_bench.py"
   "tune_demo|bench/tune_demo.py"
   "demo_run|bench/demo_run.py"
+  "plan_accuracy|bench/plan_accuracy.py"
 )
 TARGETS=(frugal optimizer_bench loader_bench dynamic_batching_bench)
 
