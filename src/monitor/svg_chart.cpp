@@ -77,10 +77,10 @@ Frame frame_for(const std::vector<Series>& series, bool zero_y) {
 }
 
 // Legend swatches, right-aligned beside the title; two rows when there are more than three.
-std::string legend(const std::vector<std::pair<std::string, std::string>>& series) {
+std::string legend(const std::vector<std::pair<std::string, std::string>>& series, bool compact = false) {
   std::string s;
   const size_t per_row = series.size() > 3 ? (series.size() + 1) / 2 : series.size();
-  const double w = series.size() > 3 ? 80 : 130;
+  const double w = compact || series.size() > 3 ? 80 : 130;
   for (size_t i = 0; i < series.size(); ++i) {
     const size_t row = i / per_row, col = i % per_row;
     const double x = kW - kRight - w * static_cast<double>(per_row) + w * static_cast<double>(col);
@@ -145,29 +145,31 @@ std::string stacked_chart(const std::string& id, const std::string& title, const
 }
 
 std::string scatter_chart(const std::string& id, const std::string& title, const std::string& xl,
-                          const std::string& yl, const std::vector<PointSeries>& series) {
+                          const std::string& yl, const std::vector<PointSeries>& series, double y_clip) {
+  auto y_of = [&](double y) { return std::isfinite(y_clip) ? std::min(y, y_clip) : y; };
   std::vector<Series> all(1);
   for (const auto& se : series)
     for (const auto& p : se.points)
-      if (std::isfinite(p.x)) all[0].points.emplace_back(p.x, p.y);
+      if (std::isfinite(p.x)) all[0].points.emplace_back(p.x, y_of(p.y));
   Frame f = frame_for(all, false);
   std::string s = fmt::format("<svg id='{}' class='chart' viewBox='0 0 {} {}' width='{}' height='{}'>", id,
                               kW, kH, kW, kH);
-  s += f.axes(title, xl, yl) + legend(names(series));
+  s += f.axes(title, xl, yl) + legend(names(series), true);
   for (const auto& se : series) {
     std::string pts;
     for (auto [x, y] : se.line)
-      if (std::isfinite(x) && std::isfinite(y)) pts += fmt::format("{:.1f},{:.1f} ", f.px(x), f.py(y));
+      if (std::isfinite(x) && std::isfinite(y)) pts += fmt::format("{:.1f},{:.1f} ", f.px(x), f.py(y_of(y)));
     if (!pts.empty())
       s += fmt::format("<polyline class='front' data-name='{}' fill='none' stroke='{}' stroke-width='1.5' "
                        "stroke-dasharray='4 3' points='{}'/>",
                        escape_html(se.name), se.color, pts);
     for (const auto& p : se.points) {
       if (!std::isfinite(p.x) || !std::isfinite(p.y)) continue;
-      s += fmt::format("<circle class='point' data-series='{}' data-label='{}' cx='{:.1f}' cy='{:.1f}' r='4' "
-                       "fill='{}'><title>{}</title></circle>",
-                       escape_html(se.name), escape_html(p.label), f.px(p.x), f.py(p.y), se.color,
-                       escape_html(p.label));
+      const bool clipped = p.y > y_of(p.y);  // drawn hollow at the top edge
+      s += fmt::format("<circle class='point{}' data-series='{}' data-label='{}' cx='{:.1f}' cy='{:.1f}' r='4' "
+                       "fill='{}' stroke='{}'><title>{}</title></circle>",
+                       clipped ? " clipped" : "", escape_html(se.name), escape_html(p.label), f.px(p.x),
+                       f.py(y_of(p.y)), clipped ? "none" : se.color, se.color, escape_html(p.label));
     }
   }
   return s + "</svg>";

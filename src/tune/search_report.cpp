@@ -183,6 +183,19 @@ std::string figure(const Json& v, const char* f = "{}") {
 
 const char* kRungColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
 
+// Where the charts cut off far-off metrics: the best plus four times the distance from the best to
+// the median of all measurements (in the worse direction), when some lie beyond it.
+double metric_clip(const Json& j) {
+  std::vector<double> m;
+  for (const auto& t : j["trials"])
+    for (const auto& r : t["rungs"])
+      if (r["metric"].is_number()) m.push_back(r["metric"].get<double>());
+  if (m.size() < 3 || j["mode"] != "min") return NAN;
+  std::sort(m.begin(), m.end());
+  const double clip = m.front() + 4 * (m[m.size() / 2] - m.front());
+  return clip > m.front() && clip < m.back() ? clip : NAN;
+}
+
 // One scatter per cost axis: every trial at every rung it reached (a series per rung), each rung's
 // Pareto front dashed.
 std::string pareto_chart(const Json& j, bool by_speed) {
@@ -191,18 +204,19 @@ std::string pareto_chart(const Json& j, bool by_speed) {
   std::vector<chart::PointSeries> series;
   for (const auto& p : j["pareto"]) {
     const int64_t k = p["rung"].get<int64_t>();
-    chart::PointSeries s{fmt::format("rung {} ({} steps)", k, p["steps"].get<int64_t>()),
-                         kRungColors[static_cast<size_t>(k) % 8], {}, {}};
+    chart::PointSeries s{fmt::format("{} steps", p["steps"].get<int64_t>()), kRungColors[static_cast<size_t>(k) % 8],
+                         {}, {}};
     std::map<std::string, std::pair<double, double>> at;
     for (const auto& t : j["trials"])
       for (const auto& r : t["rungs"]) {
         if (r["rung"].get<int64_t>() != k || !r["metric"].is_number() || r["steps"].get<int64_t>() <= 0) continue;
-        const double spent = usd ? r["cost_usd"].get<double>() : r["wall_s"].get<double>() / 3600.0;
+        const double spent = usd ? r["cost_usd"].get<double>() : r["wall_s"].get<double>();
         const double x = by_speed ? (r["tokens_per_s"].is_number() ? r["tokens_per_s"].get<double>() : NAN)
                                   : spent / r["steps"].get<double>() * static_cast<double>(max_steps);
         const double y = r["metric"].get<double>();
         const std::string id = t["id"].get<std::string>();
-        s.points.push_back({x, y, id + ": " + values_text(t["values"])});
+        s.points.push_back({x, y, fmt::format("{} at {} steps: {} {}", id, r["steps"].get<int64_t>(),
+                                              format_figure(y), values_text(t["values"]))});
         at[id] = {x, y};
       }
     for (const auto& id : p[by_speed ? "by_tokens_per_s" : "by_cost"])
@@ -211,10 +225,10 @@ std::string pareto_chart(const Json& j, bool by_speed) {
     series.push_back(std::move(s));
   }
   const std::string metric = j["metric"].get<std::string>();
-  if (by_speed)
-    return chart::scatter_chart("pareto-speed", metric + " vs throughput", "tokens/s", metric, series);
-  return chart::scatter_chart("pareto-cost", metric + " vs projected full-run cost",
-                              usd ? "USD for train.steps" : "hours for train.steps (no [budget] price)", metric, series);
+  if (by_speed) return chart::scatter_chart("pareto-speed", metric + " vs speed", "tokens/s", metric, series, metric_clip(j));
+  return chart::scatter_chart("pareto-cost", metric + " vs cost",
+                              usd ? "projected USD for train.steps" : "projected seconds for train.steps (no price set)",
+                              metric, series, metric_clip(j));
 }
 
 std::string trial_rows(const Json& j) {
@@ -226,7 +240,7 @@ std::string trial_rows(const Json& j) {
                         chart::escape(t["id"].get<std::string>()), chart::escape(values_text(t["values"])),
                         t["rung"].get<int64_t>(), t["steps"].get<int64_t>(), figure(t["metric"]),
                         figure(t["tokens_per_s"]), figure(t["cost_usd"]), figure(t["kg_co2"]),
-                        figure(t["projected_usd"]), chart::escape(t["status"].get<std::string>() +
+                        figure(t[j.value("cost_axis", "usd") == "usd" ? "projected_usd" : "projected_s"]), chart::escape(t["status"].get<std::string>() +
                                                                   (t["note"].get<std::string>().empty() ? "" : ": " + t["note"].get<std::string>())));
   return rows;
 }
@@ -262,7 +276,8 @@ std::string render_search_html(const Json& j) {
   h += "<div class='charts'>" + pareto_chart(j, false) + pareto_chart(j, true) + "</div>";
   h += "<h2>Trials, best first</h2><table id='trials'><tr><th>rank</th><th>trial</th><th>values</th><th>rung</th>"
        "<th>steps</th><th>" + chart::escape(metric) + "</th><th>tokens/s</th><th>USD</th><th>kg CO2</th>"
-       "<th>USD for train.steps</th><th>status</th></tr>" + trial_rows(j) + "</table>";
+       "<th>" + std::string(j.value("cost_axis", "usd") == "usd" ? "USD" : "seconds") +
+       " for train.steps</th><th>status</th></tr>" + trial_rows(j) + "</table>";
   h += "<h2>Decisions</h2><table id='decisions'><tr><th>rung</th><th>ranked</th><th>went on</th></tr>";
   for (const auto& d : j["decisions"])
     h += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>", d["rung"].get<int64_t>(),

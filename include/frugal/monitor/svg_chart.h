@@ -3,6 +3,7 @@
 // One place draws them, so every page looks alike.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,8 +42,10 @@ struct PointSeries {
   std::vector<std::pair<double, double>> line;  // drawn joined in the series' colour (a Pareto front); may be empty
 };
 
-// Points per series, with an optional line per series; x titled `xl`.
+// Points per series, with an optional line per series; x titled `xl`. Values of y above y_clip (NaN =
+// none) are drawn hollow at y_clip, so that a few far-off points (a diverged trial) do not flatten
+// the rest; their labels keep the value.
 std::string scatter_chart(const std::string& id, const std::string& title, const std::string& xl,
-                          const std::string& yl, const std::vector<PointSeries>& series);
+                          const std::string& yl, const std::vector<PointSeries>& series, double y_clip = NAN);
 
 }  // namespace frugal::chart
