@@ -378,18 +378,32 @@ void write_small(const test::TempDir& dir) {
                                        "[space]\n\"train.lr\" = [0.003, 0.01, 0.03]\n\"model.layers\" = [1, 2]\n");
 }
 
-TEST(Search, KilledOutrightAndResumedItRepeatsNoFinishedTrialRungAndDecidesTheSame) {
+// Waits until the search's state records `n` finished trial-rungs (at most two minutes).
+void wait_for_trial_rungs(const std::string& state, int64_t n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (finished_trial_rungs(state) < n && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+TEST(Search, StoppedBySignalOrKilledOutrightAndResumedItRepeatsNoFinishedTrialRungAndDecidesTheSame) {
   test::TempDir dir;
   write_small(dir);
   const auto u = test::run_frugal("search " + dir.file("s.toml") + " --out " + dir.file("u"));
   ASSERT_EQ(u.exit_code, 0) << u.output;
-  const pid_t pid = spawn_frugal({"search", dir.file("s.toml"), "--out", dir.file("k")}, dir.file("k.log"));
-  const auto t0 = std::chrono::steady_clock::now();
-  while (finished_trial_rungs(dir.file("k/search_state.json")) < 2 &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);  // no chance to stop its trials or save anything
+  const std::string state = dir.file("k/search_state.json");
+  // SIGTERM: the running trial checkpoints, the search writes what it has and exits 75.
+  pid_t pid = spawn_frugal({"search", dir.file("s.toml"), "--out", dir.file("k")}, dir.file("k.log"));
+  wait_for_trial_rungs(state, 1);
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
   int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << test::read_text(dir.file("k.log"));
+  EXPECT_EQ(WEXITSTATUS(status), 75) << test::read_text(dir.file("k.log"));
+  EXPECT_EQ(read_json(dir.file("k/search.json"))["status"], "interrupted");
+  // SIGKILL of the resumed search: no chance to stop its trials or save anything.
+  pid = spawn_frugal({"search", dir.file("s.toml"), "--out", dir.file("k"), "--resume", "auto"}, dir.file("k.log"));
+  wait_for_trial_rungs(state, finished_trial_rungs(state) + 2);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   const int64_t before = finished_trial_rungs(dir.file("k/search_state.json"));
   EXPECT_GE(before, 2);
@@ -402,7 +416,7 @@ TEST(Search, KilledOutrightAndResumedItRepeatsNoFinishedTrialRungAndDecidesTheSa
   EXPECT_NE(r.output.find("resumed at rung"), std::string::npos) << r.output;
   const json U = read_json(dir.file("u/search.json")), K = read_json(dir.file("k/search.json"));
   EXPECT_EQ(decisions_and_metrics(K), decisions_and_metrics(U));
-  EXPECT_EQ(K["sessions"], 2);
+  EXPECT_EQ(K["sessions"], 3);
   EXPECT_EQ(K["compute"]["trial_steps"], U["compute"]["trial_steps"]);
   expect_no_step_trained_twice(K);
   expect_no_step_trained_twice(U);

@@ -13,8 +13,8 @@
 // search resumed with `resume = "auto"` after any stop (a kill included) repeats no finished
 // trial-rung; a trial stopped mid-rung resumes from its newest checkpoint.
 //
-// Budget: search.max_usd (the trials' spend, from their cost meters, with the running ones' time
-// at their price) and search.max_hours (the search's wall time over all its sessions). Reaching
+// Budget: search.max_usd (the trials' spend, from their cost meters; a running one's as of its
+// newest logged step) and search.max_hours (the search's wall time over all its sessions). Reaching
 // one stops the running trials (each checkpoints), ranks what is known and writes the outputs.
 //
 // Outputs in <out>/: search.json (trials, rungs, decisions, figures, skipped draws, Pareto

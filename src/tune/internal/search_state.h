@@ -40,7 +40,7 @@ struct TrialState {
   int64_t steps = 0;        // the step its latest summary.json reached
   // The latest summary.json's totals (cost meter), counted in the search's spend.
   double spent_usd = 0, spent_kg_co2 = 0, spent_kwh = 0, spent_s = 0;
-  double usd_per_hour = 0;  // its price ([budget]), for the spend of a running trial
+  double usd_per_hour = 0;  // its price ([budget]); 0 = its costs are not in dollars
 };
 
 struct SkippedDraw {
