@@ -31,6 +31,7 @@ BENCHES=(
   "dynamic_batching|bench/dynamic_batching.py"
   "loader|bench/loader_bench.py"
   "tune_demo|bench/tune_demo.py"
+  "search|bench/search_bench.py"
   "demo_run|bench/demo_run.py"
   "plan_accuracy|bench/plan_accuracy.py"
 )

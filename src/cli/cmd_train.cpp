@@ -1,4 +1,5 @@
-// `frugal train [CONFIG] [--set section.key=value]... [--overwrite] [--resume auto|PATH] [--quiet] [--json]`
+// `frugal train [CONFIG] [--set section.key=value]... [--overwrite] [--resume auto|PATH] [--quiet] [--json]
+//  [--stop-at-step N]`
 //
 // Started by `frugal launch`, torchrun, Slurm or mpirun (dist/env.h), it joins the other ranks
 // of a data-parallel run first.
@@ -32,6 +33,7 @@ struct TrainArgs {
   bool quiet = false;
   bool json = false;
   std::string resume;
+  int64_t stop_at_step = 0;
 };
 
 void print_summary(const nlohmann::json& s) {
@@ -112,6 +114,12 @@ void add_train_command(CLI::App& app, Run* run) {
   cmd->add_flag("--json", args->json,
                 "machine-readable progress: one JSON object per line on stdout (start, each log "
                 "step as in metrics.jsonl, each evaluation, the summary); human lines go to stderr");
+  cmd->add_option("--stop-at-step", args->stop_at_step,
+                  "end the run after step N (with its evaluation, a checkpoint and summary.json) "
+                  "without changing its schedule, which still follows train.steps; --resume auto "
+                  "later continues it exactly (frugal search runs its rungs so)")
+      ->type_name("N")
+      ->check(CLI::PositiveNumber);
   cmd->callback([args, run] {
     *run = [args] {
       const double launch_s = process_age_s();
@@ -150,6 +158,7 @@ void add_train_command(CLI::App& app, Run* run) {
         else
           plan_before_training(args->config, sets, penv, launch_s, args->quiet, opts.callbacks);
       }
+      opts.stop_at_step = args->stop_at_step;
       if (env.distributed()) {
         if (rc.config.run.device == "cuda") rc.config.run.device = fmt::format("cuda:{}", env.local_rank);
         if (!args->quiet) Console::get().line("dist: " + env.describe());

@@ -37,6 +37,7 @@ void add_help_command(CLI::App& app, Run* run);
 std::string unknown_words_message(const CLI::App& app, const std::vector<std::string>& args);
 std::string cli_reference_markdown(const CLI::App& app);
 void add_tune_command(CLI::App& app, Run* run);
+void add_search_command(CLI::App& app, Run* run);
 
 void add_plan_command(CLI::App& app, Run* run);
 // Seconds since this process started (its launch: exec, libraries, the OpenMP re-exec), from

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   cli::add_help_command(app, &run);
   cli::add_tune_command(app, &run);
   cli::add_plan_command(app, &run);
+  cli::add_search_command(app, &run);
   // Words the parser would misread (an unknown option taken for a file name, say) are named first.
   if (const std::string bad = cli::unknown_words_message(app, std::vector<std::string>(argv + 1, argv + argc));
       !bad.empty()) {

@@ -248,6 +248,12 @@ void apply_override(ResolvedConfig& rc, const std::string& text) {
 
 }  // namespace
 
+ConfigValue parse_config_value(const KeySpec& k, const std::string& text, const std::string& where) {
+  ConfigValue v = parse_text(k, text, where);
+  check_value(k, v, where);
+  return v;
+}
+
 std::string format_value(const ConfigValue& v) {
   return std::visit(
       [](const auto& x) -> std::string {

@@ -16,6 +16,7 @@
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/token_dataset.h"
+#include "frugal/monitor/svg_chart.h"
 
 namespace frugal {
 
@@ -83,136 +84,12 @@ namespace {
 
 using Json = nlohmann::json;
 
-struct Series {
-  std::string name;
-  std::string color;
-  std::vector<std::pair<double, double>> points;  // (x, y)
-};
+using chart::Series;
+using chart::line_chart;
+using chart::stacked_chart;
 
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
-
+std::string esc(const std::string& s) { return chart::escape(s); }
 std::string num(double x) { return format_figure(x); }
-
-constexpr double kW = 560, kH = 260, kLeft = 64, kRight = 12, kTop = 28, kBottom = 36;
-
-// Axes with round ticks (nice_ticks) and titles clear of the tick labels; maps data to pixels.
-struct Frame {
-  double x0, x1, y0, y1;
-  std::vector<double> xt, yt;  // tick values; x0..x1 and y0..y1 run from the first tick to the last
-  double px(double x) const { return kLeft + (x - x0) / (x1 - x0) * (kW - kLeft - kRight); }
-  double py(double y) const { return kH - kBottom - (y - y0) / (y1 - y0) * (kH - kTop - kBottom); }
-  std::string axes(const std::string& title, const std::string& xl, const std::string& yl) const {
-    std::string s = fmt::format(
-        "<text x='{}' y='18' class='title'>{}</text><line x1='{}' y1='{}' x2='{}' y2='{}' class='axis'/>"
-        "<line x1='{}' y1='{}' x2='{}' y2='{}' class='axis'/>",
-        kLeft, esc(title), kLeft, kH - kBottom, kW - kRight, kH - kBottom, kLeft, kTop, kLeft, kH - kBottom);
-    const double xstep = xt.size() > 1 ? xt[1] - xt[0] : 1, ystep = yt.size() > 1 ? yt[1] - yt[0] : 1;
-    for (double xv : xt)
-      s += fmt::format("<text x='{:.1f}' y='{}' class='tick' data-axis='x' text-anchor='middle'>{}</text>", px(xv),
-                       kH - kBottom + 13, format_tick(xv, xstep));
-    for (double yv : yt) {
-      s += fmt::format("<text x='{}' y='{:.1f}' class='tick' data-axis='y' text-anchor='end'>{}</text>", kLeft - 4,
-                       py(yv) + 4, format_tick(yv, ystep));
-      s += fmt::format("<line x1='{}' y1='{:.1f}' x2='{}' y2='{:.1f}' class='grid'/>", kLeft, py(yv),
-                       kW - kRight, py(yv));
-    }
-    // Axis titles: below the x tick labels, and left of the widest y tick label (at most 6
-    // characters, ~36 px at 10 px).
-    s += fmt::format("<text x='{}' y='{}' class='axis-title' text-anchor='middle'>{}</text>", (kLeft + kW) / 2,
-                     kH - 4, esc(xl));
-    s += fmt::format("<text x='10' y='{}' class='axis-title' transform='rotate(-90 10 {})' text-anchor='middle'>{}</text>",
-                     (kTop + kH - kBottom) / 2, (kTop + kH - kBottom) / 2, esc(yl));
-    return s;
-  }
-};
-
-Frame frame_for(const std::vector<Series>& series, bool zero_y) {
-  Frame f{1e300, -1e300, 1e300, -1e300, {}, {}};
-  for (const auto& s : series)
-    for (auto [x, y] : s.points) {
-      if (!std::isfinite(y)) continue;
-      f.x0 = std::min(f.x0, x), f.x1 = std::max(f.x1, x);
-      f.y0 = std::min(f.y0, y), f.y1 = std::max(f.y1, y);
-    }
-  if (f.x0 > f.x1) f = {0, 1, 0, 1, {}, {}};
-  if (zero_y) f.y0 = std::min(0.0, f.y0);
-  f.xt = nice_ticks(f.x0, f.x1, 6);
-  f.yt = nice_ticks(f.y0, f.y1, 5);
-  f.x0 = f.xt.front(), f.x1 = f.xt.back();
-  f.y0 = f.yt.front(), f.y1 = f.yt.back();
-  return f;
-}
-
-// Legend swatches, right-aligned beside the title; two rows when there are more than three.
-std::string legend(const std::vector<Series>& series) {
-  std::string s;
-  const size_t per_row = series.size() > 3 ? (series.size() + 1) / 2 : series.size();
-  const double w = series.size() > 3 ? 80 : 130;
-  for (size_t i = 0; i < series.size(); ++i) {
-    const size_t row = i / per_row, col = i % per_row;
-    const double x = kW - kRight - w * static_cast<double>(per_row) + w * static_cast<double>(col);
-    const double y = 4 + 11 * static_cast<double>(row);
-    s += fmt::format("<rect x='{:.0f}' y='{:.0f}' width='9' height='9' fill='{}'/><text x='{:.0f}' y='{:.0f}' "
-                     "class='tick'>{}</text>",
-                     x, y, series[i].color, x + 12, y + 8, esc(series[i].name));
-  }
-  return s;
-}
-
-std::string line_chart(const std::string& id, const std::string& title, const std::string& yl,
-                       const std::vector<Series>& series, bool zero_y = false) {
-  Frame f = frame_for(series, zero_y);
-  std::string s = fmt::format("<svg id='{}' class='chart' viewBox='0 0 {} {}' width='{}' height='{}'>", id,
-                              kW, kH, kW, kH);
-  s += f.axes(title, "step", yl) + legend(series);
-  for (const auto& se : series) {
-    std::string pts;
-    for (auto [x, y] : se.points)
-      if (std::isfinite(y)) pts += fmt::format("{:.1f},{:.1f} ", f.px(x), f.py(y));
-    s += fmt::format("<polyline class='series' data-name='{}' fill='none' stroke='{}' stroke-width='2' points='{}'/>",
-                     esc(se.name), se.color, pts);
-  }
-  return s + "</svg>";
-}
-
-// Stacked bars: one bar per logged step, segments in series order.
-std::string stacked_chart(const std::string& id, const std::string& title, const std::string& yl,
-                          const std::vector<Series>& series) {
-  std::vector<Series> totals{{"total", "", {}}};
-  for (size_t i = 0; i < series.front().points.size(); ++i) {
-    double sum = 0;
-    for (const auto& se : series) sum += se.points[i].second;
-    totals[0].points.push_back({series.front().points[i].first, sum});
-  }
-  Frame f = frame_for(totals, true);
-  std::string s = fmt::format("<svg id='{}' class='chart' viewBox='0 0 {} {}' width='{}' height='{}'>", id,
-                              kW, kH, kW, kH);
-  s += f.axes(title, "step", yl) + legend(series);
-  const size_t n = series.front().points.size();
-  const double bw = std::max(1.0, (kW - kLeft - kRight) / std::max<double>(1, static_cast<double>(n)) * 0.8);
-  for (size_t i = 0; i < n; ++i) {
-    double base = 0;
-    for (const auto& se : series) {
-      double x = se.points[i].first, h = se.points[i].second;
-      s += fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' fill='{}'/>",
-                       f.px(x) - bw / 2, f.py(base + h), bw, std::max(0.0, f.py(base) - f.py(base + h)), se.color);
-      base += h;
-    }
-  }
-  return s + "</svg>";
-}
 
 Json read_json(const std::string& path) {
   try {
@@ -361,13 +238,7 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
         ".catch(function(){{}})}},{});</script><noscript><meta http-equiv='refresh' content='{}; url=/{}'></noscript>",
         url, 1000 * opt.refresh_s, opt.refresh_s, esc(opt.token_query));
   }
-  html += R"(<style>body{font:14px system-ui,sans-serif;margin:24px;color:#222;max-width:1200px}
-h1{font-size:20px}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #ddd;background:#fff}
-.title{font-weight:600;font-size:13px}.tick{font-size:10px;fill:#555}.axis-title{font-size:11px;fill:#333}.axis{stroke:#333}.grid{stroke:#eee}
-table{border-collapse:collapse}th,td{padding:2px 10px;text-align:left;border-bottom:1px solid #eee}
-#headline{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}.card{border:1px solid #ddd;padding:6px 12px;min-width:110px}
-.card .label{font-size:11px;color:#666}.card .figure{font-size:20px;font-weight:600}.card .unit{font-size:11px;color:#666}
-.stop{padding:8px;background:#f4f4f4;border-left:4px solid #1f77b4}.live{border-left-color:#2ca02c}</style></head><body>)";
+  html += "<style>" + chart::page_style() + "</style></head><body>";
   html += fmt::format("<h1>frugal run <code>{}</code>{}</h1>", esc(summary.value("run_name", std::string("?"))),
                       opt.refresh_s > 0 ? " (live)" : "");
   html += fmt::format("<p class='stop{}' id='stop-reason'>{}: <b>{}</b> after {} steps, {} tokens in {} s "

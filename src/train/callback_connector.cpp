@@ -20,6 +20,7 @@
 #include "frugal/train/deadline.h"
 #include "frugal/train/divergence_guard.h"
 #include "frugal/train/early_stopping.h"
+#include "frugal/train/stop_at_step.h"
 #include "frugal/train/stop_rules.h"
 
 namespace frugal::detail {
@@ -87,6 +88,7 @@ Connection connect_callbacks(const ConnectorContext& ctx) {
     cbs.push_back(dashboard);
   }
   for (const auto& cb : ctx.user) cbs.push_back(cb);
+  if (ctx.stop_at_step > 0) cbs.push_back(std::make_shared<StopAtStep>(ctx.stop_at_step));
   if (c.train.max_minutes > 0) cbs.push_back(std::make_shared<TimeLimit>(c.train.max_minutes, c.train.eval_every));
   check_state_keys(cbs);
   return out;

@@ -281,6 +281,7 @@ void Trainer::State::connect() {
   ctx.json = opts.json;
   ctx.device = device;
   ctx.user = opts.callbacks;
+  ctx.stop_at_step = opts.stop_at_step;
   detail::Connection connection = detail::connect_callbacks(ctx);
   callbacks = std::move(connection.callbacks);
   dashboard_url = connection.dashboard_url;

@@ -49,6 +49,9 @@ struct TrainerOptions {
   // Progress as one JSON object per log step on stdout (`frugal train --json`); the banner and
   // other human lines go to stderr.
   bool json = false;
+  // End the run after this step, keeping the schedule of train.steps (train/stop_at_step.h;
+  // `frugal train --stop-at-step N`); 0 = run to the end.
+  int64_t stop_at_step = 0;
 };
 
 // Builds the task from the resolved config (after a resumed checkpoint's precision is adopted,

@@ -1,7 +1,8 @@
 // The one place that names the concrete callbacks and wires them from the config (Lightning's
 // _CallbackConnector): the producers first (cost, MFU, noise scale fill the step's figures), then
 // the observers (progress, metrics file, checkpoint cadence, early stopping, deadline, divergence
-// guard, profiler, dashboard), then the user's, and last the time limit. The loop iterates the
+// guard, profiler, dashboard), then the user's, the stop at a step
+// (TrainerOptions::stop_at_step), and last the time limit. The loop iterates the
 // list through the Callback interface only.
 #pragma once
 
@@ -26,6 +27,7 @@ struct ConnectorContext {
   bool quiet = false, json = false;
   c10::Device device{c10::kCPU};
   std::vector<std::shared_ptr<Callback>> user;  // TrainerOptions::callbacks
+  int64_t stop_at_step = 0;                     // TrainerOptions::stop_at_step (0 = none)
 };
 
 struct Connection {

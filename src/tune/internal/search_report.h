@@ -1,0 +1,19 @@
+// The outputs of `frugal search`: search.json, search.html and best.toml in the search folder.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "frugal/tune/halving.h"
+#include "frugal/tune/search.h"
+#include "tune/internal/search_runner.h"
+
+namespace frugal::detail {
+
+// search.json's object (docs/search.md lists its fields).
+nlohmann::json search_json(const SearchContext& ctx, const HalvingPlan& plan);
+
+// Writes search.json, search.html and best.toml (when a trial measured its metric) and fills the
+// outcome's folder, best trial, best.toml path and table.
+SearchOutcome write_search_outputs(const SearchContext& ctx, const HalvingPlan& plan, SearchOutcome outcome);
+
+}  // namespace frugal::detail

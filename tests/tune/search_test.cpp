@@ -1,0 +1,498 @@
+// `frugal search`: the halving rule as pure functions (rungs, survivors, decisions, ranking, Pareto
+// fronts), the search file's checks and its seeded sampling, and whole searches of a tiny GPT run
+// through the binary: the halving search keeps the trial that running every trial to the end ranks
+// best and measures each rung exactly as the straight run does; the same seed gives the same
+// decisions, also with two trials at once; a search killed outright and resumed repeats no finished
+// trial-rung; a budget stops it with exit 3 and a larger one lets it finish; a bad space is an error
+// before any trial and an invalid combination is skipped and counted.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "frugal/core/errors.h"
+#include "frugal/tune/halving.h"
+#include "frugal/tune/search_space.h"
+#include "test_util.h"
+
+extern char** environ;
+
+namespace frugal {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// ---- the halving rule ------------------------------------------------------------------------
+
+TEST(Halving, RungStepsDivideTheFullLengthByEtaPerRung) {
+  EXPECT_EQ(rung_steps_for(600, 3, 2), (std::vector<int64_t>{150, 300, 600}));
+  EXPECT_EQ(rung_steps_for(600, 3, 3), (std::vector<int64_t>{67, 200, 600}));
+  EXPECT_EQ(rung_steps_for(40, 1, 2), (std::vector<int64_t>{40}));
+  EXPECT_THROW(rung_steps_for(4, 4, 2), ConfigError);  // 1, 1, 2, 4: two rungs coincide
+  EXPECT_THROW(rung_steps_for(600, 3, 1), ConfigError);
+}
+
+TEST(Halving, PlanKeepsTheBestFractionAndCountsTrialSteps) {
+  EXPECT_EQ(survivors(0, 2), 0);
+  EXPECT_EQ(survivors(1, 2), 1);  // the last one always goes on
+  EXPECT_EQ(survivors(5, 2), 2);
+  EXPECT_EQ(survivors(8, 3), 2);
+  const HalvingPlan p = halving_plan(8, {150, 300, 600}, 2);
+  EXPECT_EQ(p.trials, (std::vector<int64_t>{8, 4, 2}));
+  EXPECT_EQ(p.trial_steps, 8 * 150 + 4 * 150 + 2 * 300);  // each rung resumes the last one's step
+  EXPECT_EQ(p.full_trial_steps, 8 * 600);
+  EXPECT_EQ(p.trial_rungs, 14);
+  const HalvingPlan q = halving_plan(9, {10, 30, 90}, 3);
+  EXPECT_EQ(q.trials, (std::vector<int64_t>{9, 3, 1}));
+  EXPECT_EQ(q.trial_steps, 9 * 10 + 3 * 20 + 1 * 60);
+}
+
+TEST(Halving, DecisionPromotesTheBestThatCanContinueAndNeverAFailure) {
+  std::vector<RungEntry> e = {{"t000", 2.0, true}, {"t001", NAN, false}, {"t002", 1.0, true},
+                              {"t003", 1.5, false},  // ended on its own: ranked, but nothing left to train
+                              {"t004", 1.5, true},   {"t005", 1.0, true}, {"t006", 3.0, true}, {"t007", 2.5, true}};
+  RungDecision d = decide_rung(0, e, 2, MetricMode::kMin);
+  EXPECT_EQ(d.ranked, (std::vector<std::string>{"t002", "t005", "t003", "t004", "t000", "t007", "t006", "t001"}));
+  EXPECT_EQ(d.promoted, (std::vector<std::string>{"t002", "t005", "t004", "t000"}));  // 8 / 2 = 4, t003 skipped
+  EXPECT_EQ(d.stopped, (std::vector<std::string>{"t003", "t007", "t006", "t001"}));
+  d = decide_rung(1, e, 2, MetricMode::kMax);  // larger is better: the order turns, failures stay last
+  EXPECT_EQ(d.ranked.front(), "t006");
+  EXPECT_EQ(d.ranked.back(), "t001");
+  EXPECT_EQ(d.promoted, (std::vector<std::string>{"t006", "t007", "t000", "t004"}));
+  // Only failures: nobody goes on.
+  d = decide_rung(0, {{"t000", NAN, true}, {"t001", INFINITY, true}}, 2, MetricMode::kMin);
+  EXPECT_TRUE(d.promoted.empty());
+}
+
+TEST(Halving, RankingComparesTrialsAtEqualRungsThenByCost) {
+  std::vector<Standing> s = {{"t000", 0, 0.5, 1.0},  // best metric, but stopped at the first rung
+                             {"t001", 2, 1.2, 5.0},
+                             {"t002", 2, 1.1, 9.0},
+                             {"t003", 2, 1.1, 3.0},  // the tie goes to the cheaper
+                             {"t004", -1, NAN, 0.0},
+                             {"t005", 1, 0.9, 1.0}};
+  EXPECT_EQ(rank_standings(s, MetricMode::kMin),
+            (std::vector<std::string>{"t003", "t002", "t001", "t005", "t000", "t004"}));
+}
+
+TEST(Halving, ParetoFrontKeepsThePointsNoOtherBeats) {
+  // (cost, loss): the front is a, c, d; b is beaten by a, e by d; f is not a number.
+  const std::vector<std::pair<double, double>> p = {{1, 3}, {2, 3.5}, {2, 2}, {4, 1}, {5, 1}, {NAN, 0}};
+  EXPECT_EQ(pareto_front(p), (std::vector<size_t>{0, 2, 3}));
+  EXPECT_TRUE(pareto_front({}).empty());
+}
+
+// ---- the search file ---------------------------------------------------------------------------
+
+std::string error_of(const std::string& path) {
+  try {
+    load_search_spec(path, {}, {});
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(SearchSpace, UnknownKeysEmptyRangesAndRejectedValuesAreErrorsNamingTheKeyAndLine) {
+  test::TempDir dir;
+  const std::string f = dir.file("s.toml");
+  auto expect = [&](const std::string& space, std::vector<std::string> words) {
+    test::write_text(f, "[train]\nsteps = 40\n[space]\n" + space + "\n");
+    const std::string e = error_of(f);
+    for (const auto& w : words) EXPECT_NE(e.find(w), std::string::npos) << space << " -> " << e;
+  };
+  expect("\"train.lrr\" = [0.1]", {"unknown config key 'train.lrr'", "s.toml:4", "did you mean 'train.lr'"});
+  expect("\"train.lr\" = { range = [0.01, 0.01] }", {"train.lr", "is empty"});
+  expect("\"train.lr\" = { range = [0.1, 0.01] }", {"is empty"});
+  expect("\"train.lr\" = []", {"train.lr", "empty"});
+  expect("\"train.lr\" = { log_range = [0, 0.1] }", {"low > 0"});
+  expect("\"model.layers\" = [2, 0]", {"model.layers", "out of range", "allowed"});
+  expect("\"precision.mode\" = [\"fp8\"]", {"precision.mode", "not a known choice"});
+  expect("\"precision.mode\" = { range = [1, 2] }", {"list its choices"});
+  expect("\"model.layers\" = { range = [1.5, 3] }", {"integer"});
+  expect("\"train.steps\" = [10, 20]", {"cannot be searched over"});
+  expect("\"train.lr\" = 0.1", {"expected a list of choices"});
+  expect("", {"no [space] entries"});
+  test::write_text(f, "[search]\nrungz = 3\n[space]\n\"train.lr\" = [0.1]\n");
+  EXPECT_NE(error_of(f).find("unknown key search.rungz"), std::string::npos) << error_of(f);
+  test::write_text(f, "[search]\nmetric = \"answer_accuracy\"\n[space]\n\"train.lr\" = [0.1]\n");
+  EXPECT_NE(error_of(f).find("search.mode"), std::string::npos) << error_of(f);
+  test::write_text(f, "[search]\nrung_steps = [10, 20]\n[train]\nsteps = 40\n[space]\n\"train.lr\" = [0.1]\n");
+  EXPECT_NE(error_of(f).find("full length"), std::string::npos) << error_of(f);
+}
+
+TEST(SearchSpace, DottedAndQuotedKeysAndFixedSectionsAreRead) {
+  test::TempDir dir;
+  test::write_text(dir.file("s.toml"), "[search]\nrungs = 2\n[train]\nsteps = 100\n[space]\ntrain.lr = { log_range = "
+                                       "[1e-4, 1e-2] }\n\"model.layers\" = { choices = [1, 2] }\n");
+  const SearchSpec s = load_search_spec(dir.file("s.toml"), {"train.warmup_steps=3"}, {});
+  ASSERT_EQ(s.params.size(), 2u);
+  EXPECT_EQ(s.params[0].key, "model.layers");
+  EXPECT_EQ(s.params[1].key, "train.lr");
+  EXPECT_EQ(s.params[1].kind, SearchParam::Kind::kLogRange);
+  EXPECT_EQ(s.fixed, (std::vector<std::string>{"train.steps=100", "train.warmup_steps=3"}));
+  EXPECT_EQ(s.rung_steps, (std::vector<int64_t>{50, 100}));
+  EXPECT_EQ(s.out, (fs::path("runs") / "s").string());
+}
+
+TEST(SearchSpace, SamplingIsAPureFunctionOfTheSeedAndTheDrawAndCoversTheRanges) {
+  test::TempDir dir;
+  test::write_text(dir.file("s.toml"), "[search]\nseed = 3\n[space]\n\"train.lr\" = { log_range = [1e-5, 1e-1] }\n"
+                                       "\"data.micro_batch\" = { range = [4, 6] }\n\"model.embd\" = [32, 64]\n");
+  SearchSpec s = load_search_spec(dir.file("s.toml"), {}, {});
+  std::set<std::string> micro, embd;
+  std::map<int, int> decades;
+  for (int d = 0; d < 400; ++d) {
+    const auto v = sample_point(s, d);
+    EXPECT_EQ(v, sample_point(s, d));
+    micro.insert(v[0].second);
+    embd.insert(v[1].second);
+    const double lr = std::stod(v[2].second);
+    ASSERT_GE(lr, 1e-5);
+    ASSERT_LE(lr, 1e-1);
+    decades[static_cast<int>(std::floor(std::log10(lr)))]++;
+  }
+  EXPECT_EQ(micro, (std::set<std::string>{"4", "5", "6"}));  // both ends of an integer range
+  EXPECT_EQ(embd, (std::set<std::string>{"32", "64"}));
+  for (int e = -5; e <= -2; ++e) EXPECT_GT(decades[e], 60) << "decade 1e" << e;  // log-uniform: ~100 each
+  const auto first = sample_point(s, 0);
+  s.seed = 4;
+  EXPECT_NE(sample_point(s, 0), first);
+}
+
+TEST(SearchSpace, ACombinationTheConfigRejectsIsAProblemOfThatTrialOnly) {
+  test::TempDir dir;
+  test::write_text(dir.file("s.toml"), "[model]\nembd = 32\n[space]\n\"model.heads\" = [2, 3]\n");
+  const SearchSpec s = load_search_spec(dir.file("s.toml"), {}, {});
+  EXPECT_EQ(trial_problem(s, {{"model.heads", "2"}}, {}), "");
+  EXPECT_NE(trial_problem(s, {{"model.heads", "3"}}, {}).find("must divide model.embd"), std::string::npos);
+}
+
+// ---- whole searches, through the binary ---------------------------------------------------------
+
+// A GPT small enough that a trial process takes about a second: 40 steps, evaluations every 10.
+constexpr const char* kBase = R"([run]
+threads = 1
+[model]
+layers = 1
+heads = 2
+embd = 32
+block = 16
+[data]
+micro_batch = 8
+arith_lines = 2000
+[train]
+steps = 40
+warmup_steps = 5
+eval_every = 10
+eval_batches = 2
+log_every = 5
+answer_samples = 0
+[precision]
+mode = "fp32"
+[monitor]
+peak_tflops = 1.0
+)";
+
+json read_json(const std::string& path) { return json::parse(test::read_text(path)); }
+
+json trial(const json& search, const std::string& id) {
+  for (const auto& t : search["trials"])
+    if (t["id"] == id) return t;
+  ADD_FAILURE() << "no trial " << id;
+  return json::object();
+}
+
+// The trial processes of one trial, from its trial.log: where each began and ended.
+struct Session {
+  int64_t start = -1, end = -1;
+};
+std::vector<Session> sessions(const std::string& log) {
+  std::vector<Session> out;
+  std::ifstream in(log);
+  std::string line;
+  std::smatch m;
+  const std::regex resumed("^resume: continuing from .* \\(step ([0-9]+)"), fresh("starting from step 0"),
+      steps("^  steps +([0-9]+)$");
+  while (std::getline(in, line)) {
+    if (line.rfind("== frugal search:", 0) == 0) out.push_back({});
+    if (out.empty()) continue;
+    if (std::regex_search(line, m, resumed)) out.back().start = std::stoll(m[1]);
+    if (std::regex_search(line, fresh)) out.back().start = 0;
+    if (std::regex_search(line, m, steps)) out.back().end = std::stoll(m[1]);
+  }
+  return out;
+}
+
+// No step of any trial was trained twice: every process began where the previous one ended.
+void expect_no_step_trained_twice(const json& search) {
+  for (const auto& t : search["trials"]) {
+    const auto s = sessions(t["run_dir"].get<std::string>() + "/trial.log");
+    ASSERT_FALSE(s.empty()) << t["id"];
+    // A search killed between counting a launch and starting it counts one more than ran.
+    EXPECT_LE(static_cast<int64_t>(s.size()), t["sessions"].get<int64_t>()) << t["id"];
+    int64_t at = 0;
+    for (const auto& x : s) {
+      if (x.start < 0 && x.end < 0) continue;  // stopped by the search's death before it began: trained nothing
+      EXPECT_EQ(x.start, at) << t["id"] << ": a process began at step " << x.start << ", the previous ended at " << at;
+      at = x.end;
+    }
+    EXPECT_EQ(at, t["steps"].get<int64_t>()) << t["id"];
+  }
+}
+
+// The decisions and every measurement, without timings: what must be the same for the same seed.
+json decisions_and_metrics(const json& search) {
+  json out = {{"decisions", search["decisions"]}, {"best", search["best"]}};
+  for (const auto& t : search["trials"]) {
+    json rungs = json::array();
+    for (const auto& r : t["rungs"]) rungs.push_back({r["rung"], r["steps"], r["metric"]});
+    out["trials"][t["id"].get<std::string>()] = {{"values", t["values"]}, {"rank", t["rank"]}, {"rungs", rungs},
+                                                 {"status", t["status"]}};
+  }
+  return out;
+}
+
+double eval_at(const std::string& run_dir, int64_t step) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    const json j = json::parse(line);
+    if (j["event"] == "eval" && j["step"] == step) return j["val_loss"].is_number() ? j["val_loss"].get<double>() : NAN;
+  }
+  ADD_FAILURE() << run_dir << " has no evaluation at step " << step;
+  return NAN;
+}
+
+// The planted case: one learning rate (8.0) diverges; of the others, the largest clearly learns
+// fastest in 40 steps, so the best trial is not a near tie.
+void write_planted(const test::TempDir& dir, int64_t rungs, const std::string& name) {
+  test::write_text(dir.file("base.toml"), kBase);
+  test::write_text(dir.file(name), fmt::format("[search]\nbase = \"base.toml\"\nseed = 7\nmax_trials = 8\nrungs = {}\n"
+                                               "eta = 2\n[space]\n\"train.lr\" = [0.0003, 0.001, 0.003, 8.0]\n"
+                                               "\"model.layers\" = [1, 2]\n",
+                                               rungs));
+}
+
+TEST(Search, HalvingKeepsTheTrialFullRunsRankBestMeasuresRungsExactlyAndRepeatsItsDecisions) {
+  test::TempDir dir;
+  write_planted(dir, 3, "halving.toml");
+  write_planted(dir, 1, "full.toml");  // the same trials, every one trained to the end
+  const auto h = test::run_frugal("search " + dir.file("halving.toml") + " --out " + dir.file("h"));
+  ASSERT_EQ(h.exit_code, 0) << h.output;
+  EXPECT_NE(h.output.find("search [14/14]"), std::string::npos) << h.output;  // one line per trial-rung
+  const auto f = test::run_frugal("search " + dir.file("full.toml") + " --out " + dir.file("f"));
+  ASSERT_EQ(f.exit_code, 0) << f.output;
+  const json H = read_json(dir.file("h/search.json")), F = read_json(dir.file("f/search.json"));
+  ASSERT_EQ(H["trials"].size(), 8u);  // the 8 combinations, each once
+  EXPECT_EQ(H["rung_steps"], json({10, 20, 40}));
+  EXPECT_EQ(H["best"], F["best"]) << "halving chose " << H["best"] << ", the full runs rank " << F["best"] << " best";
+  for (const auto& t : H["trials"]) {
+    const json full = trial(F, t["id"].get<std::string>());
+    EXPECT_EQ(t["values"], full["values"]);
+    // Every rung's measurement is the straight run's evaluation at that step, bitwise: the trial
+    // stopped and resumed is the trial that ran straight through (same schedule, same weights).
+    for (const auto& r : t["rungs"]) {
+      if (!r["metric"].is_number()) continue;
+      EXPECT_EQ(r["metric"].get<double>(), eval_at(full["run_dir"].get<std::string>(), r["steps"].get<int64_t>()))
+          << t["id"] << " rung " << r["rung"];
+    }
+    if (t["values"]["train.lr"] == "8.0") {  // the diverging learning rate never gets past the first rung
+      EXPECT_LE(t["rung"].get<int64_t>(), 0) << t.dump();
+      EXPECT_TRUE(t["status"] == "stopped" || t["status"] == "failed") << t.dump();
+    }
+  }
+  const json best = trial(H, H["best"].get<std::string>());
+  EXPECT_EQ(best["rung"], 2);
+  EXPECT_EQ(best["metric"], trial(F, best["id"].get<std::string>())["metric"]);
+  // Compute: the rungs resumed, so the search trained 8 x 10 + 4 x 10 + 2 x 20 steps (less where a
+  // trial failed early), against 8 x 40 for the full runs; no step twice.
+  EXPECT_LE(H["compute"]["trial_steps"].get<int64_t>(), 160);
+  EXPECT_GT(H["compute"]["trial_steps"].get<int64_t>(), 100);
+  EXPECT_LE(F["compute"]["trial_steps"].get<int64_t>(), 8 * 40);
+  EXPECT_LT(H["compute"]["trial_steps"].get<int64_t>(), F["compute"]["trial_steps"].get<int64_t>());
+  expect_no_step_trained_twice(H);
+  // Outputs: the best configuration trains as it is; the page is self-contained and has its charts.
+  const std::string toml = test::read_text(dir.file("h/best.toml"));
+  EXPECT_NE(toml.find("lr = " + best["values"]["train.lr"].get<std::string>()), std::string::npos) << toml;
+  const std::string html = test::read_text(dir.file("h/search.html"));
+  for (const char* id : {"id='pareto-cost'", "id='pareto-speed'", "id='trials'", "id='decisions'", "class='front'"})
+    EXPECT_NE(html.find(id), std::string::npos) << id;
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("://"), std::string::npos);
+  ASSERT_FALSE(H["pareto"].empty());
+  // The same space and seed give the same trials and decisions, also with two trials at once.
+  const auto p = test::run_frugal("search " + dir.file("halving.toml") + " --out " + dir.file("p") + " --parallel 2");
+  ASSERT_EQ(p.exit_code, 0) << p.output;
+  const json P = read_json(dir.file("p/search.json"));
+  EXPECT_EQ(decisions_and_metrics(P), decisions_and_metrics(H));
+  EXPECT_EQ(P["max_running"], 2);
+  EXPECT_EQ(H["max_running"], 1);
+}
+
+pid_t spawn_frugal(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> all = {FRUGAL_BINARY};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawn(&pid, FRUGAL_BINARY, &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+int64_t finished_trial_rungs(const std::string& state_path) {
+  try {
+    const json s = read_json(state_path);
+    int64_t n = 0;
+    for (const auto& t : s["trials"]) n += static_cast<int64_t>(t["results"].size());
+    return n;
+  } catch (const std::exception&) {
+    return 0;  // not written yet
+  }
+}
+
+void write_small(const test::TempDir& dir) {
+  test::write_text(dir.file("base.toml"), kBase);
+  test::write_text(dir.file("s.toml"), "[search]\nbase = \"base.toml\"\nseed = 11\nmax_trials = 4\nrungs = 2\n"
+                                       "[space]\n\"train.lr\" = [0.003, 0.01, 0.03]\n\"model.layers\" = [1, 2]\n");
+}
+
+// Waits until the search's state records `n` finished trial-rungs (at most two minutes).
+void wait_for_trial_rungs(const std::string& state, int64_t n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (finished_trial_rungs(state) < n && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+TEST(Search, StoppedBySignalOrKilledOutrightAndResumedItRepeatsNoFinishedTrialRungAndDecidesTheSame) {
+  test::TempDir dir;
+  write_small(dir);
+  const auto u = test::run_frugal("search " + dir.file("s.toml") + " --out " + dir.file("u"));
+  ASSERT_EQ(u.exit_code, 0) << u.output;
+  const std::string state = dir.file("k/search_state.json");
+  // SIGTERM: the running trial checkpoints, the search writes what it has and exits 75.
+  pid_t pid = spawn_frugal({"search", dir.file("s.toml"), "--out", dir.file("k")}, dir.file("k.log"));
+  wait_for_trial_rungs(state, 1);
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << test::read_text(dir.file("k.log"));
+  EXPECT_EQ(WEXITSTATUS(status), 75) << test::read_text(dir.file("k.log"));
+  EXPECT_EQ(read_json(dir.file("k/search.json"))["status"], "interrupted");
+  // SIGKILL of the resumed search: no chance to stop its trials or save anything.
+  pid = spawn_frugal({"search", dir.file("s.toml"), "--out", dir.file("k"), "--resume", "auto"}, dir.file("k.log"));
+  wait_for_trial_rungs(state, finished_trial_rungs(state) + 2);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const int64_t before = finished_trial_rungs(dir.file("k/search_state.json"));
+  EXPECT_GE(before, 2);
+  EXPECT_LT(before, 6) << "the search had finished before it was killed";
+  const auto again = test::run_frugal("search " + dir.file("s.toml") + " --out " + dir.file("k"));
+  EXPECT_EQ(again.exit_code, 2) << again.output;  // a folder holding a search needs --resume auto
+  EXPECT_NE(again.output.find("--resume auto"), std::string::npos) << again.output;
+  const auto r = test::run_frugal("search " + dir.file("s.toml") + " --out " + dir.file("k") + " --resume auto");
+  ASSERT_EQ(r.exit_code, 0) << test::read_text(dir.file("k.log")) << r.output;
+  EXPECT_NE(r.output.find("resumed at rung"), std::string::npos) << r.output;
+  const json U = read_json(dir.file("u/search.json")), K = read_json(dir.file("k/search.json"));
+  EXPECT_EQ(decisions_and_metrics(K), decisions_and_metrics(U));
+  EXPECT_EQ(K["sessions"], 3);
+  EXPECT_EQ(K["compute"]["trial_steps"], U["compute"]["trial_steps"]);
+  expect_no_step_trained_twice(K);
+  expect_no_step_trained_twice(U);
+  // Resuming a finished search trains nothing and writes the same ranking.
+  const auto done = test::run_frugal("search " + dir.file("s.toml") + " --out " + dir.file("k") + " --resume auto");
+  ASSERT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_EQ(decisions_and_metrics(read_json(dir.file("k/search.json"))), decisions_and_metrics(U));
+  EXPECT_EQ(read_json(dir.file("k/search.json"))["compute"]["trial_sessions"], K["compute"]["trial_sessions"]);
+}
+
+TEST(Search, ABudgetStopRanksWhatWasMeasuredExitsThreeAndALargerBudgetFinishesIt) {
+  test::TempDir dir;
+  test::write_text(dir.file("base.toml"), kBase);
+  test::write_text(dir.file("s.toml"), "[search]\nbase = \"base.toml\"\nseed = 5\nmax_trials = 6\nrungs = 2\n"
+                                       "[budget]\nusd_per_hour = 360000\n"  // $100 per second of training
+                                       "[space]\n\"train.lr\" = [0.003, 0.01, 0.03]\n\"model.layers\" = [1, 2]\n");
+  const std::string search = "search " + dir.file("s.toml") + " --out " + dir.file("b");
+  // A time budget already spent: the search stops before it trains anything, and says so.
+  auto r = test::run_frugal(search + " --max-hours 0.000000001");
+  ASSERT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("search.max_hours"), std::string::npos) << r.output;
+  json B = read_json(dir.file("b/search.json"));
+  EXPECT_EQ(B["status"], "budget");
+  EXPECT_EQ(B["compute"]["trial_sessions"], 0);
+  EXPECT_TRUE(B["best"].is_null());
+  // A dollar budget of about four of the nine trial-rungs (each 20 steps, ~$3 here; the machine's
+  // speed moves it): the running trial is stopped with a checkpoint, the rest are not started.
+  r = test::run_frugal(search + " --resume auto --max-hours 0 --max-usd 13");
+  ASSERT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("search.max_usd"), std::string::npos) << r.output;
+  B = read_json(dir.file("b/search.json"));
+  EXPECT_EQ(B["status"], "budget");
+  EXPECT_EQ(B["sessions"], 2);
+  const double spent = B["spent"]["usd"].get<double>();
+  EXPECT_GT(spent, 0.0);
+  EXPECT_LT(spent, 13 * 1.5) << "the running trial was not stopped in time";
+  int64_t measured = 0;
+  for (const auto& t : B["trials"]) measured += static_cast<int64_t>(t["rungs"].size());
+  EXPECT_LT(measured, 9);
+  if (measured > 0) {  // ranked from what was measured
+    EXPECT_FALSE(B["best"].is_null());
+    EXPECT_TRUE(fs::exists(dir.file("b/best.toml")));
+  }
+  // The budget is not part of what is searched: a larger one continues the same search to its end.
+  r = test::run_frugal(search + " --resume auto --max-usd 100000");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json C = read_json(dir.file("b/search.json"));
+  EXPECT_EQ(C["status"], "completed");
+  EXPECT_EQ(C["sessions"], 3);
+  expect_no_step_trained_twice(C);
+  // A changed space is refused: it would not be the same search.
+  r = test::run_frugal(search + " --resume auto --set train.weight_decay=0.0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("fixed"), std::string::npos) << r.output;
+}
+
+TEST(Search, ABadSpaceStopsBeforeAnyTrialAndAnInvalidCombinationIsSkippedAndCounted) {
+  test::TempDir dir;
+  test::write_text(dir.file("base.toml"), kBase);
+  test::write_text(dir.file("bad.toml"), "[search]\nbase = \"base.toml\"\n[space]\n\"model.layres\" = [1, 2]\n");
+  auto r = test::run_frugal("search " + dir.file("bad.toml") + " --out " + dir.file("bad"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("did you mean 'model.layers'"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("bad/trials")));
+  // model.heads = 3 does not divide model.embd = 32: that trial is skipped, the search goes on.
+  test::write_text(dir.file("heads.toml"), "[search]\nbase = \"base.toml\"\nmax_trials = 4\nrungs = 1\n[train]\n"
+                                           "steps = 10\n[space]\n\"model.heads\" = [2, 3]\n");
+  r = test::run_frugal("search " + dir.file("heads.toml") + " --out " + dir.file("heads"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json S = read_json(dir.file("heads/search.json"));
+  ASSERT_EQ(S["trials"].size(), 1u);  // the space holds 2 points, one of them invalid
+  EXPECT_EQ(S["trials"][0]["values"]["model.heads"], "2");
+  EXPECT_GE(S["skipped_invalid"].get<int64_t>(), 1);
+  EXPECT_NE(S["skipped"][0]["why"].get<std::string>().find("must divide model.embd"), std::string::npos);
+  EXPECT_NE(r.output.find("invalid"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace frugal
