@@ -35,7 +35,7 @@ sys.path.insert(0, HERE)
 import figure_lint  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
-DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "README.md"]
+DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "docs/search.md", "README.md"]
 MARKER = re.compile(r"<!-- bench-table:(\w+) -->.*?<!-- /bench-table:\1 -->|<!-- bench:(\w+) -->.*?<!-- /bench:\2 -->",
                     re.S)
 
@@ -626,7 +626,32 @@ def render_plan_accuracy(R):
     return "\n".join(lines)
 
 
-RENDERERS = {"plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
+def render_search(R):
+    j = R.get("search")
+    if not j:
+        return not_measured("no bench/results/<date>/search.json", "`bench/search_bench.py` writes it.")
+    lines = [f"Measured by {provenance(j, R.path('search'))}; {machine_line(j)}:", "",
+             "| seed | side | trial-steps | trials' time (s) | wall (s) | winner | its val_loss |",
+             "| --- | --- | ---: | ---: | ---: | --- | ---: |"]
+    for s in j["searches"]:
+        for side, label in (("halving", "halving"), ("full", "every trial to the end")):
+            r = s[side]
+            winner = r["best"]
+            if side == "halving":
+                winner += " (" + ", ".join(f"{k.split('.')[-1]} {v}" for k, v in sorted(r["best_values"].items())) + ")"
+            lines.append(f"| {s['seed']} | {label} | {r['trial_steps']} | {r['trial_s']:.1f} | {r['wall_s']:.1f} | "
+                         f"{winner} | {r['best_metric']:.4f} |")
+    f = j["fraction_of_full"]
+    regrets = [s["regret"] for s in j["searches"]]
+    lines += ["", f"Over the {len(j['searches'])} searches, halving used {pct(f['trial_steps'])} of the trial-steps, "
+                  f"{pct(f['trial_s'])} of the trials' training time and {pct(f['wall_s'])} of the wall time "
+                  f"({j['halving_wall_s']:.0f} s against {j['full_wall_s']:.0f} s). It picked the same winner as the "
+                  f"full runs in {j['agree']} of {j['of']} searches (largest regret, the winner's loss minus the best "
+                  f"full run's: {max(regrets):.4g})."]
+    return "\n".join(lines)
+
+
+RENDERERS = {"search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
              "levers": render_levers, "gpu": render_gpu, "threads": render_threads, "reuse_freed": render_reuse_freed,
              "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,
