@@ -132,6 +132,17 @@ def alternate(rounds, fns):
     return res
 
 
+def environment(changes):
+    """This process's environment with `changes` applied: a value of None removes the variable."""
+    env = dict(os.environ)
+    for k, v in changes.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
 def median(xs):
     return statistics.median(xs)
 

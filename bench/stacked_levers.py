@@ -39,7 +39,7 @@ import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_common import (ROOT, alternate, common_fields, die, frugal_binary, median,  # noqa: E402
+from bench_common import (ROOT, alternate, common_fields, die, environment, frugal_binary, median,  # noqa: E402
                           physical_cores, results_dir, run, save_result, shown)
 from compute_levers import SHAPES, SKIP, model_sets, run_frugal  # noqa: E402
 
@@ -70,16 +70,6 @@ def stacked():
         env.update(changes)
         rows.append((label, lever, [f"{k}={v}" for k, v in sets.items()], dict(env)))
     return rows
-
-
-def environment(changes):
-    env = dict(os.environ)
-    for k, v in changes.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
-    return env
 
 
 def price(instance):

@@ -25,7 +25,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_common import (alternate, common_fields, frugal_binary, median, physical_cores,  # noqa: E402
+from bench_common import (alternate, common_fields, environment, frugal_binary, median, physical_cores,  # noqa: E402
                           results_dir, save_result, shown)
 from compute_levers import SHAPES, SKIP, make_arith_text, model_sets, run_frugal  # noqa: E402
 
@@ -39,16 +39,6 @@ def settings(cores):
                  (f"{cores} threads, passive OpenMP workers (what frugal sets for ranks that share a machine)", cores,
                   {"OMP_WAIT_POLICY": "PASSIVE"})]
     return rows
-
-
-def environment(changes):
-    env = dict(os.environ)
-    for k, v in changes.items():
-        if v is None:
-            env.pop(k, None)
-        else:
-            env[k] = v
-    return env
 
 
 def main():

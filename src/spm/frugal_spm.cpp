@@ -39,13 +39,22 @@ void write_u32(std::ostream& out, uint32_t v) {
   out.write(b, 4);
 }
 
+// Loads `model` into sp and opens both files; "" when all went well, else what failed.
+std::string open_all(sentencepiece::SentencePieceProcessor& sp, const std::string& model, std::ifstream& in,
+                     const std::string& in_path, std::ofstream& out, const std::string& out_path) {
+  const auto st = sp.Load(model);
+  if (!st.ok()) return "cannot load model '" + model + "': " + st.ToString();
+  in.open(in_path, std::ios::binary);
+  out.open(out_path, std::ios::binary);
+  if (!in || !out) return "cannot open '" + in_path + "' or '" + out_path + "'";
+  return "";
+}
+
 int encode(const std::string& model, const std::string& in_path, const std::string& out_path) {
   sentencepiece::SentencePieceProcessor sp;
-  auto st = sp.Load(model);
-  if (!st.ok()) return fail("cannot load model '" + model + "': " + st.ToString());
-  std::ifstream in(in_path, std::ios::binary);
-  std::ofstream out(out_path, std::ios::binary);
-  if (!in || !out) return fail("cannot open '" + in_path + "' or '" + out_path + "'");
+  std::ifstream in;
+  std::ofstream out;
+  if (const std::string why = open_all(sp, model, in, in_path, out, out_path); !why.empty()) return fail(why);
   uint64_t n;
   std::string doc;
   std::vector<int> ids;
@@ -53,7 +62,7 @@ int encode(const std::string& model, const std::string& in_path, const std::stri
     doc.resize(n);
     if (!in.read(doc.data(), static_cast<std::streamsize>(n))) return fail("truncated input " + in_path);
     ids.clear();
-    st = sp.Encode(doc, &ids);
+    const auto st = sp.Encode(doc, &ids);
     if (!st.ok()) return fail("encode: " + st.ToString());
     write_u32(out, static_cast<uint32_t>(ids.size()));
     for (int id : ids) write_u32(out, static_cast<uint32_t>(id));
@@ -64,17 +73,15 @@ int encode(const std::string& model, const std::string& in_path, const std::stri
 
 int decode(const std::string& model, const std::string& in_path, const std::string& out_path) {
   sentencepiece::SentencePieceProcessor sp;
-  auto st = sp.Load(model);
-  if (!st.ok()) return fail("cannot load model '" + model + "': " + st.ToString());
-  std::ifstream in(in_path, std::ios::binary);
-  std::ofstream out(out_path, std::ios::binary);
-  if (!in || !out) return fail("cannot open '" + in_path + "' or '" + out_path + "'");
+  std::ifstream in;
+  std::ofstream out;
+  if (const std::string why = open_all(sp, model, in, in_path, out, out_path); !why.empty()) return fail(why);
   std::vector<int> ids;
   unsigned char b[4];
   while (in.read(reinterpret_cast<char*>(b), 4))
     ids.push_back(static_cast<int>(b[0] | b[1] << 8 | b[2] << 16 | static_cast<uint32_t>(b[3]) << 24));
   std::string text;
-  st = sp.Decode(ids, &text);
+  const auto st = sp.Decode(ids, &text);
   if (!st.ok()) return fail("decode: " + st.ToString());
   out << text;
   out.flush();
