@@ -19,6 +19,7 @@
 #include "frugal/train/precision.h"
 #include "frugal/train/trainer.h"
 #include "frugal/tune/batch_finder.h"
+#include "frugal/tune/projection.h"  // median_of
 #include "tune/internal/temp_root.h"
 
 namespace frugal {
@@ -91,13 +92,6 @@ std::vector<TuneCandidate> make_candidates(const Config& c, const FinderResult* 
   return out;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Trains candidate k for `steps` steps (the first one untimed) through the real Trainer; returns the
 // recorder, or throws what the Trainer threw.
 std::shared_ptr<ProbeRecorder> train_candidate(const TuneCandidate& k, int64_t steps, const std::string& file,
@@ -165,8 +159,8 @@ void run_candidate(TuneCandidate& k, const std::string& file, const std::vector<
     k.round_step_s.push_back(rec->step_s / static_cast<double>(rec->measured));
     k.round_tokens_per_s.push_back(static_cast<double>(rec->tokens) / rec->step_s);
   }
-  k.step_s = median(k.round_step_s);
-  k.tokens_per_s = median(k.round_tokens_per_s);
+  k.step_s = median_of(k.round_step_s);
+  k.tokens_per_s = median_of(k.round_tokens_per_s);
   if (first) {
     double sum = 0;
     for (double l : rec->losses) sum += l;
