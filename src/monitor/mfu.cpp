@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 
 #include "frugal/core/matmul_probe.h"
 
@@ -22,9 +23,18 @@ PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10:
   const int64_t n = device.is_cuda() ? 8192 : 1024;
   constexpr int kBursts = 5;
   double gflops = 0;
-  for (int i = 0; i < kBursts; ++i) gflops = std::max(gflops, measure_matmul_gflops(n, dtype, device, seconds / kBursts));
+  int bursts = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  // 5 bursts (each some products past its warm-up: about 0.05 s at 1024^3 in fp32 on 2 cores),
+  // unless they outlast 5 budgets: a product far slower than the budget (bf16 without hardware
+  // support, seconds per product) is measured once, not five times.
+  while (bursts < kBursts && (bursts == 0 || std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+                                                     .count() < kBursts * seconds)) {
+    gflops = std::max(gflops, measure_matmul_gflops(n, dtype, device, seconds / kBursts));
+    ++bursts;
+  }
   return {gflops * 1e9, fmt::format("measured: {} matmul {}^3 on {}, best of {}, {:.1f} GFLOP/s", c10::toString(dtype), n,
-                                    device.str(), kBursts, gflops)};
+                                    device.str(), bursts, gflops)};
 }
 
 std::string mfu_note(double mfu, const std::string& peak_source) {

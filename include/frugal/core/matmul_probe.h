@@ -9,7 +9,8 @@
 
 namespace frugal {
 
-// Measured dense matmul throughput (n x n x n) in GFLOP/s on the CPU, fp32 or bf16, over ~seconds.
+// Measured dense matmul throughput (n x n x n) in GFLOP/s on the CPU, fp32 or bf16, over ~seconds
+// (at least two products after a warm-up; one alone when the warm-up product outlasts `seconds`).
 double measure_matmul_gflops(int64_t n, bool bf16, double seconds);
 // The same in any dtype on any device (CUDA timings synchronise before and after).
 double measure_matmul_gflops(int64_t n, c10::ScalarType dtype, c10::Device device, double seconds);

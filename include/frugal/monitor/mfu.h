@@ -30,8 +30,8 @@ struct PeakFlops {
   std::string source;  // "configured (monitor.peak_tflops)" or "measured: bf16 matmul 1024^3 on cpu"
 };
 
-// The configured peak, or the best of 5 measurements of n x n matmuls in `dtype` on `device`,
-// `seconds` in all: the best, because a burst slowed by another process (a shared machine, a
+// The configured peak, or the best of up to 5 measurements of n x n matmuls in `dtype` on
+// `device`, `seconds` in all (fewer when one outlasts the budget): the best, because a burst slowed by another process (a shared machine, a
 // page fault) says nothing about what the hardware can do, and a low peak inflates MFU.
 PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10::Device device,
                              double seconds = 0.2);
