@@ -34,13 +34,17 @@ void add_prepare_command(CLI::App& app, Run* run) {
                   "text: documents separated by blank lines; jsonl: one JSON object per line; images: a "
                   "folder with one sub-folder of .jpg/.jpeg/.png files per class (or train/ and val/ "
                   "folders of those); tar: WebDataset-style tars (key.jpg|key.png + key.cls -> records, "
-                  "key.txt -> tokens); csv: a header row, numeric feature columns and a label column")
-      ->check(CLI::IsMember({"text", "jsonl", "images", "tar", "csv"}))->capture_default_str();
-  cmd->add_option("--jsonl-field", a->o.jsonl_field, "jsonl: the string field holding the document")
+                  "key.txt -> tokens); csv: a header row, numeric feature columns and a label column; "
+                  "parquet: Parquet files, the string column --text-column as documents, or without it numeric "
+                  "feature columns and a label column as records")
+      ->check(CLI::IsMember({"text", "jsonl", "images", "tar", "csv", "parquet"}))->capture_default_str();
+  cmd->add_option("--jsonl-field,--text-column", a->o.jsonl_field,
+                  "jsonl: the string field holding the document; parquet: the string column holding it")
       ->capture_default_str();
   cmd->add_option("--tokenizer", a->o.tokenizer,
                   "bytes (vocab 256) | sentencepiece (train one with --vocab pieces on the input) | "
-                  "sentencepiece:PATH.model (use an existing model)")
+                  "sentencepiece:PATH.model (use an existing model) | hf:PATH/tokenizer.json (a Hugging Face "
+                  "tokenizer, run by the tokenizers library in FRUGAL_PYTHON)")
       ->capture_default_str();
   cmd->add_option("--vocab", a->o.vocab, "sentencepiece: vocabulary size to train")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 22))->capture_default_str();
@@ -60,13 +64,14 @@ void add_prepare_command(CLI::App& app, Run* run) {
                   "images: store N seeded augmented variants (random crop with padding, horizontal flip, "
                   "colour jitter) of every training image besides the original")
       ->check(CLI::Range(0, 1000))->capture_default_str();
-  cmd->add_option("--seed", a->o.seed, "images, tar, csv: seed of the validation hold-out and the augmentations")
+  cmd->add_option("--seed", a->o.seed, "images, tar, csv, parquet: seed of the validation hold-out and the augmentations")
       ->capture_default_str();
-  cmd->add_option("--label-column", a->o.label_column, "csv: the label column (default: the last column)");
-  cmd->add_option("--shard-records", a->o.shard_records, "images, tar, csv: records per shard file")
+  cmd->add_option("--label-column", a->o.label_column,
+                  "csv, parquet: the label column (default: the last column)");
+  cmd->add_option("--shard-records", a->o.shard_records, "images, tar, csv, parquet: records per shard file")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
   cmd->add_option("--val-fraction", a->o.val_fraction,
-                  "text: the last fraction of the token stream held out for validation; images, csv: the "
+                  "text: the last fraction of the token stream held out for validation; images, csv, parquet tables: the "
                   "fraction of samples held out (seeded), unless an images folder has train/ and val/")
       ->check(CLI::Range(0.0, 0.9))->capture_default_str();
   cmd->add_option("--shard-tokens", a->o.shard_tokens, "tokens per shard file")
@@ -82,6 +87,7 @@ void add_prepare_command(CLI::App& app, Run* run) {
                     : a->format == "images" ? InputFormat::kImages
                     : a->format == "tar"    ? InputFormat::kTar
                     : a->format == "csv"    ? InputFormat::kCsv
+                    : a->format == "parquet" ? InputFormat::kParquet
                                             : InputFormat::kText;
       a->o.pixels = a->pixels == "fp16" ? PixelStorage::kFp16 : PixelStorage::kUint8;
       a->o.dedup.mode = a->dedup == "near" ? DedupMode::kNear : a->dedup == "exact" ? DedupMode::kExact : DedupMode::kNone;

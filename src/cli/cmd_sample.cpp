@@ -1,6 +1,6 @@
 // `frugal sample RUN_DIR --prompt TEXT`: generate from a run's weights with a KV cache, encoding
-// the prompt and decoding the output with the tokenizer the run was trained with (bytes or the
-// dataset's SentencePiece model); a run whose tokenizer frugal cannot apply is refused, never
+// the prompt and decoding the output with the tokenizer the run was trained with (bytes, or the
+// dataset's SentencePiece model or Hugging Face tokenizer.json); a run whose tokenizer frugal cannot apply is refused, never
 // answered with text in the wrong encoding.
 #include <torch/torch.h>
 
@@ -21,6 +21,7 @@
 #include "frugal/data/token_dataset.h"
 #include "frugal/data/tokenizer.h"
 #include "frugal/model/gpt.h"
+#include "frugal/model/scripted_module.h"
 #include "frugal/model/weights.h"
 
 namespace frugal::cli {
@@ -89,32 +90,17 @@ std::unique_ptr<Tokenizer> run_tokenizer(const Config& c, const std::string& cfg
     require_sentencepiece("frugal sample of a SentencePiece run");
     return load_sentencepiece(model);
   }
+  if (m->name == "hf") {
+    const std::string json = (fs::path(src.path) / "tokenizer.json").string();
+    if (!fs::is_regular_file(json))
+      throw ConfigError(fmt::format("{}: the run's dataset {} was tokenised with a Hugging Face tokenizer but its "
+                                    "tokenizer.json is missing", cfg, src.path));
+    return load_hf_tokenizer(json);
+  }
   throw ConfigError(fmt::format("{}: the run's dataset {} names tokenizer '{}', which frugal sample does not know "
-                                "(bytes, sentencepiece)", cfg, src.path, m->name));
+                                "(bytes, sentencepiece, hf)", cfg, src.path, m->name));
 }
 
-// final/model.safetensors, else the newest sound checkpoint's weights (a run that stopped early).
-std::string run_weights(const std::string& run_dir) {
-  const std::string final_weights = run_dir + "/final/model.safetensors";
-  if (fs::is_regular_file(final_weights)) return final_weights;
-  const std::string root = run_dir + "/checkpoints";
-  std::string problems;
-  if (fs::is_directory(root)) {
-    auto list = list_checkpoints(root);
-    std::sort(list.begin(), list.end(), [](const auto& x, const auto& y) { return x.step > y.step; });
-    for (const auto& ck : list) {
-      const std::string why = ck.complete ? verify_checkpoint(ck.path) : "incomplete";
-      if (why.empty()) {
-        fmt::print(stderr, "frugal sample: {} has no final/ weights; using the newest sound checkpoint, step {}\n",
-                   run_dir, ck.step);
-        return ck.path + "/model.safetensors";
-      }
-      problems += fmt::format("; {}: {}", ck.path, why);
-    }
-  }
-  throw ConfigError(fmt::format("no weights in {}: neither final/model.safetensors nor a sound checkpoint under "
-                                "{}{} (pass --weights PATH)", run_dir, root, problems));
-}
 
 // The text after the first `stop` in `text` is cut off; "" stops never.
 std::string cut_at(const std::string& text, const std::string& stop) {
@@ -129,12 +115,15 @@ int run_sample(const SampleArgs& a) {
     throw ConfigError(fmt::format("{} is not a run directory: {} is missing", a.run_dir, cfg));
   // The run's own resolved file says everything; the environment must not change the model.
   Config c = resolve_config(cfg, {}, {}).config;
+  FRUGAL_CHECK(torchscript_path(c.model.source).empty(), ConfigError,
+               fmt::format("{}: the run trained model.source = \"{}\"; frugal sample generates from the reference "
+                           "GPT only (load the scripted module in Python to generate)", cfg, c.model.source));
   apply_thread_plan(static_cast<int>(c.run.threads));
   const auto tokenizer = run_tokenizer(c, cfg);
   if (tokenizer->vocab() > c.model.vocab)
     throw ConfigError(fmt::format("{}: the run's tokenizer ({}) has {} tokens but model.vocab = {}", cfg,
                                   tokenizer->name(), tokenizer->vocab(), c.model.vocab));
-  const std::string weights = a.weights.empty() ? run_weights(a.run_dir) : a.weights;
+  const std::string weights = a.weights.empty() ? run_weights(a.run_dir, "sample") : a.weights;
   if (!fs::is_regular_file(weights)) throw ConfigError(fmt::format("--weights {}: no such file", weights));
   Gpt model(c.model);
   load_parameters(model->named_parameter_list(), load_safetensors(weights), weights);
@@ -173,13 +162,35 @@ int run_sample(const SampleArgs& a) {
 }
 }  // namespace
 
+std::string run_weights(const std::string& run_dir, const char* command) {
+  const std::string final_weights = run_dir + "/final/model.safetensors";
+  if (fs::is_regular_file(final_weights)) return final_weights;
+  const std::string root = run_dir + "/checkpoints";
+  std::string problems;
+  if (fs::is_directory(root)) {
+    auto list = list_checkpoints(root);
+    std::sort(list.begin(), list.end(), [](const auto& x, const auto& y) { return x.step > y.step; });
+    for (const auto& ck : list) {
+      const std::string why = ck.complete ? verify_checkpoint(ck.path) : "incomplete";
+      if (why.empty()) {
+        fmt::print(stderr, "frugal {}: {} has no final/ weights; using the newest sound checkpoint, step {}\n",
+                   command, run_dir, ck.step);
+        return ck.path + "/model.safetensors";
+      }
+      problems += fmt::format("; {}: {}", ck.path, why);
+    }
+  }
+  throw ConfigError(fmt::format("no weights in {}: neither final/model.safetensors nor a sound checkpoint under "
+                                "{}{} (pass --weights PATH)", run_dir, root, problems));
+}
+
 void add_sample_command(CLI::App& app, Run* run) {
   auto args = std::make_shared<SampleArgs>();
   auto* cmd = app.add_subcommand(
       "sample",
       "Generate text from a run's weights (greedy by default, with a KV cache), with the tokenizer the run "
-      "was trained with (bytes or its dataset's SentencePiece model). Without final/ it uses the newest "
-      "sound checkpoint.");
+      "was trained with (bytes, or its dataset's SentencePiece model or Hugging Face tokenizer.json). Without "
+      "final/ it uses the newest sound checkpoint.");
   cmd->add_option("run_dir", args->run_dir, "run directory, e.g. runs/demo")->required()
       ->check(CLI::ExistingDirectory);
   cmd->add_option("-p,--prompt", args->prompt, "prompt text; \\n and \\t are unescaped")

@@ -40,6 +40,12 @@ void add_tune_command(CLI::App& app, Run* run);
 void add_search_command(CLI::App& app, Run* run);
 
 void add_plan_command(CLI::App& app, Run* run);
+// `frugal export RUN_DIR --out DIR`: a run's GPT in the Hugging Face GPT-2 layout (cmd_export.cpp).
+void add_export_command(CLI::App& app, Run* run);
+// RUN_DIR/final/model.safetensors, else the newest sound checkpoint's weights (a run that stopped
+// early; `command` names the caller in the note printed then). Throws ConfigError when neither
+// exists (cmd_sample.cpp).
+std::string run_weights(const std::string& run_dir, const char* command);
 // Seconds since this process started (its launch: exec, libraries, the OpenMP re-exec), from
 // /proc; 0 where that cannot be read (cmd_plan.cpp).
 double process_age_s();

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   cli::Run run;
   cli::add_train_command(app, &run);
   cli::add_sample_command(app, &run);
+  cli::add_export_command(app, &run);
   cli::add_doctor_command(app, &run);
   cli::add_config_command(app, &run);
   cli::add_report_commands(app, &run);

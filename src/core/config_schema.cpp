@@ -147,6 +147,18 @@ std::string check_notice_url(const ConfigValue& v) {
   return "must be \"\" or an http:// URL (the cloud metadata endpoints are plain HTTP)";
 }
 
+std::string check_model_source(const ConfigValue& v) {
+  const auto& s = std::get<std::string>(v);
+  if (s == "gpt" || (s.rfind("torchscript:", 0) == 0 && s.size() > 12)) return "";
+  return "must be \"gpt\" (the reference GPT) or \"torchscript:FILE\" (a scripted module)";
+}
+
+std::string check_init_from(const ConfigValue& v) {
+  const auto& s = std::get<std::string>(v);
+  if (s.empty() || (s.rfind("hf:", 0) == 0 && s.size() > 3)) return "";
+  return "must be \"\" (random initialisation) or \"hf:DIR\" (a Hugging Face GPT-2 directory)";
+}
+
 const std::vector<std::pair<std::string, MetricMode>> kMetricModes = {{"min", MetricMode::kMin},
                                                                       {"max", MetricMode::kMax}};
 
@@ -180,6 +192,21 @@ std::vector<KeySpec> build_schema() {
                       1 << 24, "vocabulary size (256 for byte-level data); unset, a shards:DIR dataset's manifest sets it"));
   s.push_back(float_key(FRUGAL_FIELD(model, dropout), 0,
                         0.9, "dropout probability; 0 = off"));
+  s.push_back(enum_key<ModelConfig::Activation>(
+      FRUGAL_FIELD(model, activation),
+      {{"gelu", ModelConfig::Activation::kGelu}, {"gelu_tanh", ModelConfig::Activation::kGeluTanh}},
+      "MLP nonlinearity: \"gelu\" (exact, erf; frugal's fused CPU kernel) or \"gelu_tanh\" (GPT-2's tanh "
+      "approximation); unset, model.init_from's config.json sets it"));
+  s.push_back(float_key(FRUGAL_FIELD(model, norm_eps), 1e-12, 1e-1,
+                        "LayerNorm epsilon; unset, model.init_from's config.json sets it"));
+  s.push_back(string_key(FRUGAL_FIELD(model, source),
+                         "what is trained: \"gpt\" (the reference GPT) or \"torchscript:FILE\" (a module scripted in "
+                         "Python whose forward(x, y) returns the mean loss; docs/library.md)",
+                         check_model_source));
+  s.push_back(string_key(FRUGAL_FIELD(model, init_from),
+                         "initial weights: \"\" = random (run.seed), \"hf:DIR\" = a Hugging Face GPT-2 directory "
+                         "(config.json + model.safetensors), whose config.json sets the model keys left unset",
+                         check_init_from));
   // [data]
   s.push_back(spelled_key<DataSource>(FRUGAL_FIELD(data, source), parse_data_source,
                                       "must be \"builtin:arith\", \"text:PATH\", \"shards:DIR\" or \"records:DIR\"",
@@ -193,7 +220,7 @@ std::vector<KeySpec> build_schema() {
   s.push_back(int_key(FRUGAL_FIELD(data, arith_lines),
                       10, 1e8, "arith: training problems generated"));
   s.push_back(int_key(FRUGAL_FIELD(data, workers), 0, 64,
-                      "shards, records: loader threads; 0 = build batches inline on the trainer thread"));
+                      "shards, records and a task's DatasetSource: loader threads; 0 = build batches inline on the trainer thread"));
   s.push_back(int_key(FRUGAL_FIELD(data, prefetch), 1,
                       1024, "shards, records: batches built ahead of the trainer at most"));
   // [train]
@@ -320,6 +347,9 @@ std::vector<KeySpec> build_schema() {
                         "an improvement must beat the best by more than this"));
   s.push_back(int_key(FRUGAL_FIELD(early_stop, warmup),
                       0, 1e9, "first evaluations ignored"));
+  s.push_back(string_key(FRUGAL_FIELD(early_stop, task_metric),
+                         "\"\" = watch early_stop.metric; else a figure the task's eval_metrics hook returns (e.g. "
+                         "\"accuracy\" with early_stop.mode = \"max\"), counted per evaluation"));
   // [guard]
   s.push_back(bool_key(FRUGAL_FIELD(guard, enabled),
                        "roll back to the last good checkpoint when the loss diverges"));

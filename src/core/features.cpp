@@ -21,6 +21,8 @@ const std::vector<Feature>& build_features() {
        "image input (prepare --format images|tar) and PNG output", "libjpeg-dev libpng-dev"},
       {"sentencepiece", FRUGAL_HAVE_SENTENCEPIECE != 0, "libsentencepiece",
        "the SentencePiece tokenizer (its helper program frugal-spm)", "libsentencepiece-dev"},
+      {"parquet", FRUGAL_HAVE_PARQUET != 0, "Apache Arrow C++ (the pyarrow wheel's)",
+       "Parquet input (prepare --format parquet)", "pyarrow==26.0.1 into FRUGAL_PYTHON (scripts/install-deps.sh)"},
   };
   return features;
 }

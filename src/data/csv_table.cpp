@@ -136,6 +136,12 @@ CsvTable read_csv_table(const std::vector<std::string>& files, const std::string
     }
   }
   if (raw_labels.empty()) throw DataError(fmt::format("the CSV inputs hold no data rows ({} files)", files.size()));
+  set_class_labels(&t, raw_labels);
+  return t;
+}
+
+void set_class_labels(CsvTable* tp, const std::vector<std::string>& raw_labels) {
+  CsvTable& t = *tp;
   std::vector<int64_t> ids(raw_labels.size());
   bool numeric = true;
   for (size_t i = 0; i < raw_labels.size() && numeric; ++i) numeric = parse_class_id(raw_labels[i], &ids[i]);
@@ -156,7 +162,6 @@ CsvTable read_csv_table(const std::vector<std::string>& files, const std::string
     t.labels.reserve(raw_labels.size());
     for (const auto& l : raw_labels) t.labels.push_back(names.at(l));
   }
-  return t;
 }
 
 }  // namespace frugal

@@ -76,7 +76,20 @@ std::vector<int64_t> DatasetSource::val_indices(int64_t index) const {
   return out;
 }
 
-Batch DatasetSource::train_batch(int64_t index) { return train_.get_batch(train_indices(index)); }
+DatasetSource::~DatasetSource() = default;
+
+void DatasetSource::set_workers(int workers, int prefetch) {
+  loader_.reset();
+  if (workers <= 0) return;
+  loader_ = std::make_unique<PrefetchLoader<Batch>>(
+      [this](int64_t k) { return train_.get_batch(train_indices(k)); }, workers, prefetch);
+}
+
+Batch DatasetSource::train_batch(int64_t index) {
+  if (!loader_) return train_.get_batch(train_indices(index));
+  loader_->seek(index);  // a no-op in order; a resumed or retried run jumps
+  return loader_->next();
+}
 Batch DatasetSource::val_batch(int64_t index) { return val_.get_batch(val_indices(index)); }
 
 std::string DatasetSource::describe() const {

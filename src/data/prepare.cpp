@@ -48,6 +48,7 @@ const char* format_name(InputFormat f) {
     case InputFormat::kImages: return "images";
     case InputFormat::kTar: return "tar";
     case InputFormat::kCsv: return "csv";
+    case InputFormat::kParquet: return "parquet";
   }
   return "?";
 }
@@ -60,14 +61,17 @@ nlohmann::json options_key(const PrepareOptions& o) {
                       {"val_fraction", o.val_fraction},
                       {"shard_tokens", o.shard_tokens},
                       {"zstd", o.zstd}};
-  if (o.format == InputFormat::kJsonl) k["jsonl_field"] = o.jsonl_field;
+  if (o.format == InputFormat::kJsonl || o.format == InputFormat::kParquet) k["jsonl_field"] = o.jsonl_field;
   if (o.tokenizer == "sentencepiece") k["vocab"] = o.vocab;
   if (o.tokenizer.rfind("sentencepiece:", 0) == 0) k["model_xxh64"] = hex64(xxh64_file(o.tokenizer.substr(14)));
+  if (o.tokenizer.rfind("hf:", 0) == 0 && fs::is_regular_file(o.tokenizer.substr(3)))
+    k["model_xxh64"] = hex64(xxh64_file(o.tokenizer.substr(3)));
   if (o.dedup.mode == DedupMode::kNear) {
     k["near_threshold"] = o.dedup.near_threshold;
     k["shingle_words"] = o.dedup.shingle_words;
   }
-  if (o.format == InputFormat::kImages || o.format == InputFormat::kTar || o.format == InputFormat::kCsv) {
+  if (o.format == InputFormat::kImages || o.format == InputFormat::kTar || o.format == InputFormat::kCsv ||
+      o.format == InputFormat::kParquet) {
     k["seed"] = o.seed;
     k["shard_records"] = o.shard_records;
   }
@@ -76,7 +80,7 @@ nlohmann::json options_key(const PrepareOptions& o) {
     k["pixels"] = o.pixels == PixelStorage::kUint8 ? "uint8" : "fp16";
     k["augment"] = o.augment;
   }
-  if (o.format == InputFormat::kCsv) k["label_column"] = o.label_column;
+  if (o.format == InputFormat::kCsv || o.format == InputFormat::kParquet) k["label_column"] = o.label_column;
   return k;
 }
 
@@ -195,7 +199,20 @@ std::unique_ptr<Tokenizer> make_tokenizer(const PrepareOptions& o, const std::ve
     fs::copy_file(o.tokenizer.substr(14), tmp + "/tokenizer.model");
     return load_sentencepiece(tmp + "/tokenizer.model");
   }
-  throw ConfigError(fmt::format("--tokenizer {}: expected bytes, sentencepiece or sentencepiece:PATH.model",
+  if (o.tokenizer.rfind("hf:", 0) == 0) {
+    const std::string src = o.tokenizer.substr(3);
+    if (!fs::is_regular_file(src))
+      throw ConfigError(fmt::format("--tokenizer {}: {} is not a file (a Hugging Face tokenizer.json)", o.tokenizer,
+                                    src));
+    fs::copy_file(src, tmp + "/tokenizer.json");
+    try {
+      return load_hf_tokenizer(tmp + "/tokenizer.json");
+    } catch (const DataError& e) {  // the message names the copy; the user knows the file by its own path
+      throw DataError(fmt::format("--tokenizer {}: {}", o.tokenizer, e.what()));
+    }
+  }
+  throw ConfigError(fmt::format("--tokenizer {}: expected bytes, sentencepiece, sentencepiece:PATH.model or "
+                                "hf:PATH/tokenizer.json",
                                 o.tokenizer));
 }
 
@@ -245,8 +262,10 @@ void prepare_tokens(const PrepareOptions& o, std::vector<std::string> docs, cons
   m["kind"] = "tokens";
   m["dtype"] = dtype_name(dtype);
   m["tokenizer"] = {{"name", tok->name()}, {"vocab", r.vocab}, {"separator", sep}};
-  if (!tok->model_path().empty())
-    m["tokenizer"]["model"] = {{"file", "tokenizer.model"}, {"xxh64", hex64(xxh64_file(tmp + "/tokenizer.model"))}};
+  if (!tok->model_path().empty()) {
+    const std::string file = fs::path(tok->model_path()).filename().string();  // tokenizer.model or .json
+    m["tokenizer"]["model"] = {{"file", file}, {"xxh64", hex64(xxh64_file(tmp + "/" + file))}};
+  }
   m["splits"]["train"] = write_split(tmp, "train", stream, 0, static_cast<size_t>(r.train_tokens), o, dtype, &r);
   m["splits"]["val"] = write_split(tmp, "val", stream, static_cast<size_t>(r.train_tokens), stream.size(), o, dtype, &r);
   m["counts"] = {{"documents_in", r.documents_in}, {"documents", r.documents},
@@ -306,6 +325,7 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
   if (o.format == InputFormat::kImages || o.format == InputFormat::kTar)
     require_feature("images", fmt::format("prepare --format {}", format_name(o.format)));
   if (o.format == InputFormat::kTar) require_feature("libarchive", "prepare --format tar");
+  if (o.format == InputFormat::kParquet) require_feature("parquet", "prepare --format parquet");
   if (o.tokenizer.rfind("sentencepiece", 0) == 0) require_sentencepiece("prepare --tokenizer sentencepiece");
   // "data/out/" names the folder data/out: without the trailing separator, so that OUT.tmp-PID is
   // its sibling and not a folder inside it.
@@ -348,10 +368,20 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
       detail::prepare_image_folders(o, tmp, &m, &r, say);
       tokens = false;
     } else if (o.format == InputFormat::kCsv) {
-      detail::prepare_csv(o, files, tmp, &m, &r, say);
+      detail::prepare_table(o, read_csv_table(files, o.label_column), tmp, &m, &r, say);
       tokens = false;
     } else if (o.format == InputFormat::kTar) {
       tokens = !read_tars(o, files, tmp, &m, &r, say, &docs);
+    } else if (o.format == InputFormat::kParquet) {
+      // Documents when the files have the text column, else a table of features and a label.
+      tokens = parquet_has_text_column(files, o.jsonl_field);
+      if (tokens) {
+        read_parquet_documents(files, o.jsonl_field, &docs);
+        say(fmt::format("read {} Parquet files, {} documents from column '{}'", files.size(), docs.size(),
+                        o.jsonl_field));
+      } else {
+        detail::prepare_table(o, read_parquet_table(files, o.label_column), tmp, &m, &r, say);
+      }
     } else {
       for (const auto& f : files) {
         split_documents(read_file(f), f, o.format, o.jsonl_field, &docs);

@@ -321,10 +321,9 @@ void prepare_tar_images(const PrepareOptions& o, std::vector<std::pair<std::stri
   prepare_images(o, std::move(items), classes, tmp, m, r, say);
 }
 
-void prepare_csv(const PrepareOptions& o, const std::vector<std::string>& files, const std::string& tmp,
-                 nlohmann::ordered_json* m, PrepareReport* r, const PrepareProgress& say) {
+void prepare_table(const PrepareOptions& o, const CsvTable& t, const std::string& tmp, nlohmann::ordered_json* m,
+                   PrepareReport* r, const PrepareProgress& say) {
   const auto t0 = Clock::now();
-  const CsvTable t = read_csv_table(files, o.label_column);
   const int64_t n = t.rows();
   const size_t F = t.features.size();
   say(fmt::format("parsed {} rows x {} features", n, F));

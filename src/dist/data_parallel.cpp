@@ -39,15 +39,12 @@ DataParallel::DataParallel(std::shared_ptr<ProcessGroup> pg, const Config& confi
 
 DataParallel::~DataParallel() = default;
 
-std::unique_ptr<Optimizer> DataParallel::make_optimizer(const std::vector<at::Tensor>& params,
+std::unique_ptr<Optimizer> DataParallel::make_optimizer(const std::vector<ParamGroup>& groups,
                                                         const TrainConfig& t) {
   if (config_.zero == ZeroStage::kNone) return nullptr;  // the ordinary FusedAdamW
-  // The grouping of make_optimizer: matrices decay, biases and norms do not.
-  std::vector<at::Tensor> decay, no_decay;
-  for (const auto& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  auto opt = std::make_unique<ZeroAdamW>(
-      std::vector<FusedAdamW::Group>{{decay, t.weight_decay}, {no_decay, 0.0}},
-      AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_);
+  std::vector<FusedAdamW::Group> fused;
+  for (const auto& g : groups) fused.push_back({g.params, g.weight_decay});
+  auto opt = std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_);
   zero_ = opt.get();
   return opt;
 }

@@ -74,10 +74,10 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache)
   return resid_drop_->forward(linear(proj_, y));
 }
 
-BlockImpl::BlockImpl(const ModelConfig& c) {
-  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd})));
+BlockImpl::BlockImpl(const ModelConfig& c) : activation_(c.activation) {
+  ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd}).eps(c.norm_eps)));
   attn_ = register_module("attn", CausalSelfAttention(c));
-  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd})));
+  ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd}).eps(c.norm_eps)));
   fc_ = register_module("fc", torch::nn::Linear(c.embd, 4 * c.embd));
   fc_proj_ = register_module("fc_proj", torch::nn::Linear(4 * c.embd, c.embd));
   mlp_drop_ = register_module("mlp_drop", torch::nn::Dropout(c.dropout));
@@ -85,7 +85,10 @@ BlockImpl::BlockImpl(const ModelConfig& c) {
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache) {
   auto h = x + attn_->forward(ln1_->forward(x), cache);
-  return h + mlp_drop_->forward(linear(fc_proj_, fused_gelu(linear(fc_, ln2_->forward(h)))));
+  const at::Tensor up = linear(fc_, ln2_->forward(h));
+  // GPT-2's tanh approximation runs on ATen's kernel; the exact form on frugal's fused one.
+  const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh ? at::gelu(up, "tanh") : fused_gelu(up);
+  return h + mlp_drop_->forward(linear(fc_proj_, act));
 }
 
 GptImpl::GptImpl(const ModelConfig& c) : config_(c) {
@@ -94,7 +97,7 @@ GptImpl::GptImpl(const ModelConfig& c) : config_(c) {
   drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
   for (int64_t i = 0; i < c.layers; ++i)
     blocks_.push_back(register_module("h" + std::to_string(i), Block(c)));
-  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd})));
+  ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd}).eps(c.norm_eps)));
 
   // GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * layers).
   torch::NoGradGuard no_grad;

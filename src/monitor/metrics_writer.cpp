@@ -67,7 +67,18 @@ nlohmann::ordered_json step_json(const StepMetrics& m) {
   j["grad_noise_scale"] = finite_or_null(m.grad_noise_scale);
   j["micro_batch"] = m.micro_batch;
   j["oom_backoffs"] = m.oom_backoffs;
+  if (!m.user.empty()) {
+    nlohmann::ordered_json u = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : m.user) u[name] = finite_or_null(value);
+    j["user"] = u;
+  }
   return j;
+}
+
+bool valid_metric_name(const std::string& name) {
+  return !name.empty() && name.size() <= 64 &&
+         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-/") ==
+             std::string::npos;
 }
 
 nlohmann::ordered_json eval_json(const EvalMetrics& m) {
@@ -77,6 +88,11 @@ nlohmann::ordered_json eval_json(const EvalMetrics& m) {
   j["val_loss"] = finite_or_null(m.val_loss);
   j["best_val_loss"] = finite_or_null(m.best_val_loss);
   j["eval_s"] = m.eval_s;
+  if (!m.task.empty()) {
+    nlohmann::ordered_json t = nlohmann::ordered_json::object();
+    for (const auto& [name, value] : m.task) t[name] = finite_or_null(value);
+    j["metrics"] = t;
+  }
   return j;
 }
 

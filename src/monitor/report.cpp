@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <vector>
@@ -193,12 +194,25 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
   const char* phase_keys[] = {"data_wait_s", "forward_s", "backward_s", "optimizer_s", "eval_s", "checkpoint_s"};
   const double global_batch = get(summary, "global_batch");
   double prev_step = 0;
+  // A chart per task evaluation figure ("metrics" on eval lines) and per user scalar ("user" on
+  // step lines), in name order.
+  std::map<std::string, Series> task_figures, user_scalars;
+  auto add_named = [](std::map<std::string, Series>& to, const Json& obj, double step) {
+    if (!obj.is_object()) return;
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+      Series& ser = to[it.key()];
+      if (ser.name.empty()) ser = {it.key(), "#1f77b4", {}};
+      ser.points.push_back({step, it.value().is_number() ? it.value().get<double>() : std::nan("")});
+    }
+  };
   for (const auto& j : lines) {
     double step = get(j, "step");
     if (j.value("event", "") == "eval") {
       val.points.push_back({step, get(j, "val_loss")});
+      if (j.contains("metrics")) add_named(task_figures, j["metrics"], step);
       continue;
     }
+    if (j.contains("user")) add_named(user_scalars, j["user"], step);
     train.points.push_back({step, get(j, "loss")});
     tps.points.push_back({step, get(j, "tokens_per_s")});
     rss.points.push_back({step, get(j, "rss_mb")});
@@ -259,6 +273,11 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
   html += line_chart("cost", "cost so far", "USD", {cost}, true);
   if (!gns.points.empty())
     html += line_chart("grad-noise", "gradient noise scale (B_simple)", "sequences", {gns, batch}, true);
+  int chart_no = 0;
+  for (const auto& [name, ser] : task_figures)
+    html += line_chart(fmt::format("task-metric-{}", chart_no++), "evaluation: " + name, name, {ser});
+  for (const auto& [name, ser] : user_scalars)
+    html += line_chart(fmt::format("user-scalar-{}", chart_no++), "logged: " + name, name, {ser});
   html += "</div>" + top_ops_table(summary);
   html += "<h2>summary.json</h2><table id='summary'>" + fact_rows(summary) + "</table>";
   if (!opt.config_toml.empty())

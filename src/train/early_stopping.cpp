@@ -6,11 +6,14 @@
 
 #include <cmath>
 
+#include "frugal/core/errors.h"
+
 namespace frugal {
 
 EarlyStopDecision next_early_stop(const EarlyStopState& s, double value, int64_t step,
                                   const EarlyStopConfig& c) {
   EarlyStopDecision d{s, false, ""};
+  const std::string watched = c.task_metric.empty() ? std::string(metric_name(c.metric)) : c.task_metric;
   EarlyStopState& n = d.state;
   ++n.seen;
   if (n.seen <= c.warmup) return d;
@@ -35,8 +38,8 @@ EarlyStopDecision next_early_stop(const EarlyStopState& s, double value, int64_t
     d.stop = true;
     d.reason = n.has_best ? fmt::format("early stop: {} did not improve on {:.6g} (step {}) by more than "
                                         "{} for {} evaluations",
-                                        metric_name(c.metric), n.best, n.best_step, c.min_delta, n.bad)
-                          : fmt::format("early stop: {} was not finite for {} evaluations", metric_name(c.metric), n.bad);
+                                        watched, n.best, n.best_step, c.min_delta, n.bad)
+                          : fmt::format("early stop: {} was not finite for {} evaluations", watched, n.bad);
   }
   return d;
 }
@@ -48,11 +51,23 @@ void EarlyStopping::observe(double value, int64_t step, Control& control) {
 }
 
 void EarlyStopping::on_step_end(const StepMetrics& m, Control& control) {
-  if (!m.logged || config_.metric == Metric::kValLoss) return;
+  if (!m.logged || config_.metric == Metric::kValLoss || !config_.task_metric.empty()) return;
   observe(config_.metric == Metric::kLoss ? m.loss : m.grad_norm, m.step, control);
 }
 
 void EarlyStopping::on_eval_end(const EvalMetrics& m, Control& control) {
+  if (!config_.task_metric.empty()) {
+    auto it = m.task.find(config_.task_metric);
+    if (it == m.task.end()) {
+      std::string names;
+      for (const auto& kv : m.task) names += (names.empty() ? "" : ", ") + kv.first;
+      throw ConfigError(fmt::format("early_stop.task_metric = \"{}\" but the task's evaluation reported {}; name one "
+                                    "of the figures its TaskHooks::eval_metrics returns",
+                                    config_.task_metric, names.empty() ? "no figures of its own" : "{" + names + "}"));
+    }
+    observe(it->second, m.step, control);
+    return;
+  }
   if (config_.metric == Metric::kValLoss) observe(m.val_loss, m.step, control);
 }
 

@@ -3,8 +3,11 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <map>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
@@ -33,19 +36,18 @@ class FusedOptimizer : public Optimizer {
 
 class TorchOptimizer : public Optimizer {
  public:
-  TorchOptimizer(const std::vector<at::Tensor>& decay, const std::vector<at::Tensor>& no_decay,
-                 const TrainConfig& t) {
+  TorchOptimizer(const std::vector<ParamGroup>& param_groups, const TrainConfig& t) {
     // Every option set per group: a group with its own options does not inherit the defaults.
     auto opts = [&](double wd) {
       return std::make_unique<torch::optim::AdamWOptions>(
           torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).eps(1e-8).weight_decay(wd));
     };
     std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(decay, opts(t.weight_decay));
-    groups.emplace_back(no_decay, opts(0.0));
+    for (const auto& g : param_groups) {
+      groups.emplace_back(g.params, opts(g.weight_decay));
+      params_.insert(params_.end(), g.params.begin(), g.params.end());
+    }
     opt_ = std::make_unique<torch::optim::AdamW>(groups, *opts(t.weight_decay));
-    params_ = decay;
-    params_.insert(params_.end(), no_decay.begin(), no_decay.end());
   }
   void set_lr(double lr) override {
     for (auto& g : opt_->param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
@@ -122,14 +124,50 @@ class TorchOptimizer : public Optimizer {
 
 }  // namespace
 
+std::vector<ParamGroup> default_param_groups(const std::vector<at::Tensor>& params, double weight_decay) {
+  std::vector<ParamGroup> g(2);
+  g[0].weight_decay = weight_decay;
+  for (const auto& p : params) g[p.dim() >= 2 ? 0 : 1].params.push_back(p);
+  return g;
+}
+
+void check_param_groups(const std::vector<ParamGroup>& groups, const std::vector<at::Tensor>& params,
+                        const std::string& origin) {
+  std::map<const c10::TensorImpl*, size_t> index;  // trainable parameter -> its position
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i].requires_grad()) index.emplace(params[i].unsafeGetTensorImpl(), i);
+  std::vector<int> seen(params.size(), 0);
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (!(groups[g].weight_decay >= 0) || !std::isfinite(groups[g].weight_decay))
+      throw ConfigError(fmt::format("{}: group {} has weight_decay {}; it must be finite and >= 0", origin, g,
+                                    groups[g].weight_decay));
+    for (const auto& p : groups[g].params) {
+      auto it = index.find(p.unsafeGetTensorImpl());
+      if (it == index.end())
+        throw ConfigError(fmt::format("{}: group {} holds a tensor of shape {} that is not a trainable parameter "
+                                      "of the module", origin, g, c10::str(p.sizes())));
+      if (++seen[it->second] > 1)
+        throw ConfigError(fmt::format("{}: parameter {} (shape {}) is in more than one group", origin, it->second,
+                                      c10::str(p.sizes())));
+    }
+  }
+  for (const auto& [impl, i] : index)
+    if (seen[i] == 0)
+      throw ConfigError(fmt::format("{}: parameter {} (shape {}) is in no group; every trainable parameter must "
+                                    "be in exactly one", origin, i, c10::str(params[i].sizes())));
+}
+
+std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<ParamGroup>& groups,
+                                          const TrainConfig& t) {
+  if (kind == OptimizerKind::kTorchAdamW) return std::make_unique<TorchOptimizer>(groups, t);
+  std::vector<FusedAdamW::Group> fused;
+  for (const auto& g : groups) fused.push_back({g.params, g.weight_decay});
+  return std::make_unique<FusedOptimizer>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8});
+}
+
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<at::Tensor>& params,
                                           const TrainConfig& t) {
-  std::vector<at::Tensor> decay, no_decay;
-  for (const auto& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  if (kind == OptimizerKind::kTorchAdamW) return std::make_unique<TorchOptimizer>(decay, no_decay, t);
-  return std::make_unique<FusedOptimizer>(
-      std::vector<FusedAdamW::Group>{{decay, t.weight_decay}, {no_decay, 0.0}},
-      AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8});
+  return make_optimizer(kind, default_param_groups(params, t.weight_decay), t);
 }
 
 }  // namespace frugal

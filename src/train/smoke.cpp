@@ -18,6 +18,8 @@
 #include "frugal/core/memory.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
+#include "frugal/model/hf_gpt2.h"
+#include "frugal/model/scripted_module.h"
 #include "frugal/train/trainer.h"
 
 namespace frugal {
@@ -65,6 +67,11 @@ ResolvedConfig smoke_config(const ResolvedConfig& rc, const std::string& dir, co
   c.early_stop.enabled = false;
   c.guard.enabled = false;
   if (c.precision.mode == PrecisionMode::kFp16) c.precision.mode = PrecisionMode::kFp32;  // CPU
+  FRUGAL_CHECK(torchscript_path(c.model.source).empty(), ConfigError,
+               fmt::format("the smoke test checks the reference GPT's shapes, memory and resume; model.source = "
+                           "\"{}\" is not covered (train it for 2 steps instead: --set train.steps=2)",
+                           c.model.source));
+  adopt_hf_gpt2_shape(s);  // the shape of model.init_from's checkpoint, as the Trainer takes it
   return s;
 }
 

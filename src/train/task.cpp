@@ -6,9 +6,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/model/hf_gpt2.h"
+#include "frugal/model/scripted_module.h"
 #include "frugal/train/answer_accuracy.h"
 #include "frugal/train/gpt_task.h"
+#include "frugal/train/model_task.h"
 #include "frugal/train/train_step.h"
+
+#include "frugal/core/errors.h"
 
 namespace frugal {
 
@@ -51,8 +56,37 @@ Task gpt_task(Gpt model, std::shared_ptr<BatchSource> data, const Config& config
 }
 
 Task make_gpt_task(const Config& config) {
+  Gpt model(config.model);
+  // Pretrained weights replace the random ones (a resumed run's checkpoint replaces both).
+  const std::string hf = hf_init_dir(config.model);
+  if (!hf.empty()) load_hf_gpt2(model->named_parameter_list(), config.model, hf);
   // The data stays null: the Trainer builds data.source for this process's data-parallel rank.
-  return gpt_task(Gpt(config.model), nullptr, config);
+  Task t = gpt_task(model, nullptr, config);
+  if (!hf.empty()) t.hooks.describe += ", from " + config.model.init_from;
+  return t;
+}
+
+Task scripted_task(const Config& config) {
+  const std::string path = torchscript_path(config.model.source);
+  FRUGAL_CHECK(config.model.init_from.empty(), ConfigError,
+               fmt::format("model.init_from = \"{}\" loads GPT-2 weights into the reference GPT, but model.source = "
+                           "\"{}\"; a scripted module brings its own weights (set model.init_from = \"\")",
+                           config.model.init_from, config.model.source));
+  ScriptedModule module(path);
+  Task t;
+  t.module = module.ptr();
+  ScriptedModuleImpl* raw = module.get();
+  t.loss = [raw](torch::nn::Module&, const Batch& b) { return raw->forward(b.x, b.y); };
+  const bool records = config.data.source.kind == DataSource::Kind::kRecords;
+  t.hooks.describe = fmt::format("TorchScript {} ({} parameters)", path, parameter_count(*raw));
+  t.hooks.tokens_per_sample = records ? 1 : config.model.block;
+  t.hooks.item = records ? "sample" : "token";
+  t.hooks.flops_per_token = 6.0 * static_cast<double>(parameter_count(*raw));
+  return t;
+}
+
+Task make_model_task(const Config& config) {
+  return torchscript_path(config.model.source).empty() ? make_gpt_task(config) : scripted_task(config);
 }
 
 }  // namespace frugal

@@ -32,7 +32,8 @@ void install_activation_checkpointing(Gpt& model, const ActivationCheckpointing&
 }
 
 TrainStep::TrainStep(const Config& config, const RunPlan& plan, std::shared_ptr<torch::nn::Module> model,
-                     LossFn loss, BatchSource& data, c10::Device device, GradSync* sync)
+                     LossFn loss, BatchSource& data, c10::Device device, GradSync* sync,
+                     std::vector<ParamGroup> groups)
     : config_(config),
       model_(std::move(model)),
       loss_(std::move(loss)),
@@ -44,8 +45,13 @@ TrainStep::TrainStep(const Config& config, const RunPlan& plan, std::shared_ptr<
       scaler_(plan.loss_scaling, config.precision),
       sync_(sync),
       events_(device) {
-  if (sync_) optimizer_ = sync_->make_optimizer(model_->parameters(), config.train);
-  if (!optimizer_) optimizer_ = make_optimizer(config.train.optimizer, model_->parameters(), config.train);
+  if (groups.empty()) {
+    groups = default_param_groups(model_->parameters(), config.train.weight_decay);
+  } else {
+    check_param_groups(groups, model_->parameters(), "TaskHooks::param_groups");
+  }
+  if (sync_) optimizer_ = sync_->make_optimizer(groups, config.train);
+  if (!optimizer_) optimizer_ = make_optimizer(config.train.optimizer, groups, config.train);
   if (sync_) sync_->attach(model_->parameters());
 }
 

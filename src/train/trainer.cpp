@@ -23,9 +23,11 @@
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
+#include "frugal/data/dataset_source.h"
 #include "frugal/data/token_dataset.h"
 #include "frugal/monitor/metrics_writer.h"
-#include "frugal/train/gpt_task.h"
+#include "frugal/model/hf_gpt2.h"
+#include "frugal/train/model_task.h"
 #include "train/internal/callback_connector.h"
 #include "train/internal/trainer_state.h"
 
@@ -121,7 +123,7 @@ std::string choose_checkpoint(const Config& c, const std::string& resume) {
 }  // namespace
 
 Trainer::Trainer(ResolvedConfig config, TrainerOptions options)
-    : Trainer(std::move(config), TaskFactory(make_gpt_task), std::move(options)) {}
+    : Trainer(std::move(config), TaskFactory(make_model_task), std::move(options)) {}
 
 Trainer::Trainer(ResolvedConfig config, Task task, TrainerOptions options)
     : Trainer(std::move(config), TaskFactory([t = std::move(task)](const Config&) { return t; }),
@@ -131,6 +133,7 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
     : s_(std::make_unique<State>()) {
   State& s = *s_;
   s.rc = std::move(config);
+  adopt_hf_gpt2_shape(s.rc);  // before the dataset's vocabulary: the checkpoint's is the model's
   adopt_dataset_vocab(s.rc);
   s.opts = std::move(options);
   // Installed first, so a stop signal during start-up (data, model, precision measurement) is
@@ -208,6 +211,10 @@ void Trainer::State::build_task(const TaskFactory& make_task) {
                "the Trainer's Task needs a module and a loss function (train/task.h)");
   // data.source, this process's share of it (a task's own data is used as given on every rank).
   if (!task.data) task.data = make_batch_source(c, rank, world);
+  // A task's own dataset gets data.workers loader threads too (the sources of data.source have
+  // their own loaders).
+  if (auto* ds = dynamic_cast<DatasetSource*>(task.data.get()))
+    ds->set_workers(static_cast<int>(c.data.workers), static_cast<int>(c.data.prefetch));
   data = task.data;
   model = task.module;
   model->to(device);
@@ -239,7 +246,9 @@ void Trainer::State::make_plan(const std::optional<LoadedCheckpoint>& ck) {
     const c10::ScalarType dtype = plan.precision.autocast() ? plan.precision.dtype() : torch::kFloat;
     plan.peak = resolve_peak_flops(c.monitor, dtype, device);
   }
-  step = std::make_unique<TrainStep>(c, plan, model, task.loss, *data, device, dp.get());
+  step = std::make_unique<TrainStep>(c, plan, model, task.loss, *data, device, dp.get(),
+                                     task.hooks.param_groups ? task.hooks.param_groups(*model)
+                                                             : std::vector<ParamGroup>{});
   loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
 }
 

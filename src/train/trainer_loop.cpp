@@ -8,10 +8,13 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "frugal/core/device.h"
+#include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
 #include "frugal/core/phase_trace.h"
+#include "frugal/monitor/metrics_writer.h"
 #include "frugal/train/lr_schedule.h"
 #include "train/internal/trainer_state.h"
 
@@ -61,9 +64,19 @@ void Trainer::State::begin_session(Control& control) {
 void Trainer::State::train_one_step(Control& control) {
   const Config& c = rc.config;
   // The schedule follows optimizer steps actually taken: a skipped (inf/NaN) step does not
-  // advance it. The divergence guard scales it down after each rollback.
-  const double lr = loop.lr_scale * lr_at(step->optimizer().step_count(), c.train.steps, c.train.warmup_steps,
-                                          c.train.lr, c.train.min_lr_ratio);
+  // advance it. The divergence guard scales it down after each rollback. A task's own schedule
+  // (TaskHooks::lr_schedule) replaces warm-up and cosine.
+  const int64_t taken = step->optimizer().step_count();
+  double base = 0;
+  if (task.hooks.lr_schedule) {
+    base = task.hooks.lr_schedule(taken, c.train.steps);
+    FRUGAL_CHECK(std::isfinite(base) && base >= 0, ConfigError,
+                 fmt::format("TaskHooks::lr_schedule({}, {}) returned {}; a learning rate must be finite and >= 0",
+                             taken, c.train.steps, base));
+  } else {
+    base = lr_at(taken, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
+  }
+  const double lr = loop.lr_scale * base;
   PhaseTrace::set_step(loop.step + 1);
   step->set_grad_noise_probe(plan.grad_noise && next_step_logs());
   const auto t0 = detail::Clock::now();
@@ -74,6 +87,9 @@ void Trainer::State::train_one_step(Control& control) {
   }
   StepMetrics m = make_step_metrics(read_step(r, lr, seconds_since(t0)), last_metrics);
   for (auto& cb : callbacks) cb->on_step_metrics(m);
+  for (const auto& [name, value] : m.user)
+    FRUGAL_CHECK(valid_metric_name(name), ConfigError,
+                 fmt::format("StepMetrics::user: scalar name '{}' must be 1-64 letters, digits or _ . - /", name));
   for (auto& cb : callbacks) cb->on_step_end(m, control);
   last_metrics = m;
 }
@@ -149,6 +165,30 @@ void Trainer::State::maybe_eval(Control& control) {
     run_eval(control);
 }
 
+namespace {
+// Adds one validation batch's task figures to `sums`; every batch must name the same figures.
+void add_eval_figures(const std::vector<std::pair<std::string, double>>& got, int64_t batch,
+                      std::map<std::string, double>& sums) {
+  std::map<std::string, double> now;
+  for (const auto& [name, value] : got) {
+    FRUGAL_CHECK(valid_metric_name(name), ConfigError,
+                 fmt::format("TaskHooks::eval_metrics: figure name '{}' must be 1-64 letters, digits or _ . - /", name));
+    FRUGAL_CHECK(now.emplace(name, value).second, ConfigError,
+                 fmt::format("TaskHooks::eval_metrics returned '{}' twice for validation batch {}", name, batch));
+  }
+  if (batch > 0) {
+    std::vector<std::string> a, b;
+    for (const auto& kv : sums) a.push_back(kv.first);
+    for (const auto& kv : now) b.push_back(kv.first);
+    FRUGAL_CHECK(a == b, ConfigError,
+                 fmt::format("TaskHooks::eval_metrics returned {{{}}} for validation batch {} but {{{}}} for batch 0; "
+                             "every batch must return the same figures",
+                             fmt::join(b, ", "), batch, fmt::join(a, ", ")));
+  }
+  for (const auto& [name, value] : now) sums[name] += value;
+}
+}  // namespace
+
 // A validation pass at the current step. Returns false (and marks the evaluation pending) when a
 // stop signal interrupted it.
 bool Trainer::State::run_eval(Control& control) {
@@ -159,6 +199,7 @@ bool Trainer::State::run_eval(Control& control) {
   at::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
   const int64_t n = rc.config.train.eval_batches;
   const LossFn& loss = task.eval_loss ? task.eval_loss : task.loss;
+  std::map<std::string, double> figures;  // the task's own (TaskHooks::eval_metrics), summed over batches
   for (int64_t i = 0; i < n; ++i) {
     if (preemption_requested()) {
       model->train();
@@ -176,13 +217,16 @@ bool Trainer::State::run_eval(Control& control) {
       }
       sum += loss(*model, to_device(part, device)).detach().to(torch::kFloat) / static_cast<double>(k);
     }
+    if (task.hooks.eval_metrics) add_eval_figures(task.hooks.eval_metrics(*model, to_device(b, device)), i, figures);
   }
   model->train();
   loop.eval_pending = false;
   loop.final_val = sum.item<double>() / static_cast<double>(n);
   loop.best_val = std::min(loop.best_val, loop.final_val);
   loop.last_eval_step = loop.step;
-  EvalMetrics e{loop.step, loop.final_val, loop.best_val, seconds_since(t0), billed_s()};
+  EvalMetrics e{loop.step, loop.final_val, loop.best_val, seconds_since(t0), billed_s(), {}};
+  for (const auto& [name, total] : figures) e.task[name] = total / static_cast<double>(n);
+  final_metrics = e.task;
   eval_s_window += e.eval_s;
   eval_s_total += e.eval_s;
   for (auto& cb : callbacks) cb->on_eval_end(e, control);

@@ -319,6 +319,7 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
   summary["final_train_loss"] = loop.final_train;
   summary["final_val_loss"] = loop.final_val;
   summary["best_val_loss"] = loop.best_val;
+  if (!final_metrics.empty()) summary["final_metrics"] = final_metrics;  // the task's own figures
   summary["unigram_baseline_loss"] = data->unigram_baseline();
   summary["params"] = info.params;
   summary["flops_per_token"] = plan.flops_per_token;

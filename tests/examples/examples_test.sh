@@ -3,6 +3,7 @@
 #
 #   examples_test.sh gpt_text FRUGAL SOURCE_DIR
 #   examples_test.sh cnn_images CNN_IMAGES_BINARY SOURCE_DIR FRUGAL
+#   examples_test.sh torchscript_lm FRUGAL SOURCE_DIR PYTHON
 set -euo pipefail
 name=$1
 frugal=$2
@@ -27,6 +28,20 @@ case $name in
     val=$(value "$summary" final_val_loss)
     awk -v v="$val" 'BEGIN { exit !(v < 5.5) }' || { echo "FAIL: final_val_loss $val is not below 5.5"; exit 1; }
     echo "gpt_text: final_val_loss $val"
+    ;;
+  torchscript_lm)
+    # $4 is the Python with torch that scripts the model.
+    FRUGAL_EXAMPLE_DIR=$work PYTHON=$cli bash "$src/examples/torchscript_lm/run.sh" "$frugal" \
+      /usr/share/common-licenses/GPL-3 --set train.steps=60 --set train.warmup_steps=5 --set train.eval_every=30 \
+      --set train.eval_batches=2 --set run.threads=1 --quiet
+    summary=$work/torchscript_lm/summary.json
+    grep -q '"stop_kind": "completed"' "$summary" || { echo "FAIL: run did not complete"; cat "$summary"; exit 1; }
+    grep -Eq "^source = [\"']torchscript:" "$work/torchscript_lm/config.toml" ||
+      { echo "FAIL: the run did not train the scripted module"; exit 1; }
+    # 60 steps must take a byte model well under uniform guessing (ln 256 = 5.55).
+    val=$(value "$summary" final_val_loss)
+    awk -v v="$val" 'BEGIN { exit !(v < 4.0) }' || { echo "FAIL: final_val_loss $val is not below 4.0"; exit 1; }
+    echo "torchscript_lm: final_val_loss $val"
     ;;
   cnn_images)
     cd "$work"

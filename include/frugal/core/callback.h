@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,10 @@ struct StepMetrics {
   double grad_noise_scale = 0;
   int64_t micro_batch = 0;   // sequences per forward pass now (halved by out-of-memory back-offs)
   int64_t oom_backoffs = 0;  // out-of-memory back-offs so far (train_step.h)
+  // Scalars of the user's own (name -> value), set by a callback in on_step_metrics on log steps:
+  // metrics.jsonl's "user" object on that step's line, a chart each in the report. Names are
+  // letters, digits and _ . - / (at most 64 characters); a non-finite value is written as null.
+  std::map<std::string, double> user;
 };
 
 struct EvalMetrics {
@@ -102,6 +107,10 @@ struct EvalMetrics {
   double best_val_loss = 0;
   double eval_s = 0;
   double elapsed_s = 0;  // billed wall time so far, this evaluation included
+  // The task's own figures of this evaluation (TaskHooks::eval_metrics: the mean of each over the
+  // validation batches): metrics.jsonl's "metrics" object on the eval line, summary.json's
+  // "final_metrics", a chart each in the report, and early_stop.task_metric's input.
+  std::map<std::string, double> task;
 };
 
 // Why a run stopped; summary.json's "stop_kind" (core/exit_code.h maps it to the exit code).

@@ -35,6 +35,21 @@ struct ModelConfig {
   int64_t block = 64;     // context length in tokens
   int64_t vocab = 256;    // vocabulary size; 256 for byte-level data
   double dropout = 0.0;   // dropout on attention, MLP and embeddings (0 = off; deterministic either way)
+  // The MLP's nonlinearity: exact GELU (erf form, frugal's fused CPU kernel) or the tanh
+  // approximation GPT-2 was trained with (Hugging Face's "gelu_new"; ATen's kernel).
+  enum class Activation { kGelu, kGeluTanh };
+  Activation activation = Activation::kGelu;
+  double norm_eps = 1e-5;  // LayerNorm epsilon (GPT-2's layer_norm_epsilon)
+  // Where the initial weights come from: "" = random GPT-2 initialisation from run.seed;
+  // "hf:DIR" = a Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors, the
+  // transformers layout): its config.json sets the keys above that the run leaves unset
+  // (model/hf_gpt2.h, docs/library.md "Hugging Face GPT-2").
+  std::string init_from;
+  // What is trained: "gpt" = the reference GPT above; "torchscript:FILE" = a module scripted in
+  // Python (torch.jit.script(module).save(FILE)) whose forward(x, y) returns the mean loss of the
+  // batch (model/scripted_module.h, docs/library.md "A model written in Python"); the GPT's shape
+  // keys above then do not apply.
+  std::string source = "gpt";
 };
 
 // [data] — where tokens come from and how they are batched.
@@ -232,6 +247,9 @@ struct EarlyStopConfig {
   int64_t patience = 5;   // evaluations without improvement before stopping
   double min_delta = 0;   // an improvement must beat the best by more than this (absolute)
   int64_t warmup = 0;     // first evaluations ignored entirely (curricula where loss rises first)
+  // "" = watch `metric`; else a figure the task's eval_metrics hook returns (e.g. "accuracy", with
+  // mode = "max"), counted per evaluation.
+  std::string task_metric;
 };
 
 // [guard] — divergence guard: roll back to the last good checkpoint with a lower learning rate.

@@ -30,4 +30,14 @@ struct CsvTable {
 // label column, or an empty table.
 CsvTable read_csv_table(const std::vector<std::string>& files, const std::string& label_column);
 
+// The same table from Parquet files (`prepare --format parquet` without a text column; builds
+// with FRUGAL_WITH_PARQUET): every numeric column but the label column is a feature (stored as
+// float32), all files need the same columns, labels are integer or string cells classed as for
+// CSV. Errors name the file, and the column and row of a null cell or a non-numeric feature.
+CsvTable read_parquet_table(const std::vector<std::string>& files, const std::string& label_column);
+
+// Sets t->labels and t->classes from the label cells: all non-negative integers -> their values
+// (classes "0" ... "max"); otherwise each distinct string is a class, ids in sorted order.
+void set_class_labels(CsvTable* t, const std::vector<std::string>& raw_labels);
+
 }  // namespace frugal

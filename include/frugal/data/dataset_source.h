@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "frugal/data/batch_source.h"
+#include "frugal/data/prefetch_loader.h"
 #include "frugal/data/sampler.h"
 
 namespace frugal {
@@ -72,6 +73,13 @@ class DatasetSource : public BatchSource {
   // Evaluations need a validation split: with val.size == 0, val_batch throws DataError.
   DatasetSource(DatasetSplit train, DatasetSplit val, int64_t micro_batch, uint64_t seed, std::string what,
                 bool shuffle = true);
+  ~DatasetSource() override;
+  // Builds training batches on `workers` threads, at most `prefetch` ahead (data.workers and
+  // data.prefetch; the Trainer sets them for a Task's DatasetSource). 0 workers = inline on the
+  // caller's thread, the default. Batch k is the same either way (it is a function of k), so a
+  // resumed run draws the same batches; the training split's get_batch must then be safe to call
+  // from several threads at once (a read-only dataset is).
+  void set_workers(int workers, int prefetch);
   Batch train_batch(int64_t index) override;
   Batch val_batch(int64_t index) override;
   std::string describe() const override;
@@ -87,6 +95,7 @@ class DatasetSource : public BatchSource {
   int64_t micro_batch_;
   EpochSampler sampler_;
   std::string what_;
+  std::unique_ptr<PrefetchLoader<Batch>> loader_;  // set_workers(> 0)
 };
 
 }  // namespace frugal

@@ -1,5 +1,6 @@
 // Reading raw corpora into documents for `frugal prepare`: plain text (documents separated by
-// blank lines) and JSONL (one object per line, one string field per document).
+// blank lines), JSONL (one object per line, one string field per document) and Parquet (one
+// string column; in builds with FRUGAL_WITH_PARQUET).
 #pragma once
 
 #include <string>
@@ -18,6 +19,15 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
 // and line. Empty documents are skipped.
 void split_documents(const std::string& text, const std::string& path, InputFormat format,
                      const std::string& jsonl_field, std::vector<std::string>* docs);
+
+// True when every Parquet file has `column` as a string column (so `prepare --format parquet` reads
+// documents); false when none has it (a table of features and a label). A column of another type
+// in any file, or present in some files only, is a DataError naming the file.
+bool parquet_has_text_column(const std::vector<std::string>& files, const std::string& column);
+// Appends the non-null, non-empty cells of string column `column` of each file, in file and row
+// order. Errors name the file (a truncated or corrupt Parquet file, a missing column).
+void read_parquet_documents(const std::vector<std::string>& files, const std::string& column,
+                            std::vector<std::string>* docs);
 
 // Throws DataError when `bytes` (the contents of `path`) do not look like text: more than 1% of
 // them NUL or control bytes other than tab, line feed, vertical tab, form feed and carriage return

@@ -30,6 +30,8 @@ enum class InputFormat {
   kImages, // a folder with one sub-folder of JPEG/PNG files per class -> record shards
   kTar,    // WebDataset-style tars: key.jpg/key.png + key.cls -> records; key.txt -> tokens
   kCsv,    // a header row, numeric feature columns and a label column -> record shards
+  kParquet,// Parquet files (FRUGAL_WITH_PARQUET): the string column `jsonl_field` -> documents;
+           // without that column, numeric feature columns and a label column -> record shards
 };
 
 // How image pixels are stored in record shards.
@@ -43,9 +45,10 @@ struct PrepareOptions {
   std::vector<std::string> inputs;  // files, or folders (all regular files inside, sorted)
   std::string out_dir;
   InputFormat format = InputFormat::kText;
-  std::string jsonl_field = "text";
-  // "bytes" (vocab 256), "sentencepiece" (train a model of `vocab` pieces on the input) or
-  // "sentencepiece:PATH.model" (use an existing model).
+  std::string jsonl_field = "text";  // jsonl: the document's field; parquet: its string column
+  // "bytes" (vocab 256), "sentencepiece" (train a model of `vocab` pieces on the input),
+  // "sentencepiece:PATH.model" (use an existing model) or "hf:PATH/tokenizer.json" (a Hugging
+  // Face tokenizer, run by the `tokenizers` library: data/tokenizer.h).
   std::string tokenizer = "bytes";
   int64_t vocab = 8000;  // sentencepiece training only
   DedupOptions dedup;
@@ -60,7 +63,7 @@ struct PrepareOptions {
   PixelStorage pixels = PixelStorage::kUint8;
   int augment = 0;                  // augmented variants stored per training image (besides the original)
   uint64_t seed = 0;                // the validation hold-out and the augmentation draws
-  std::string label_column;         // csv: the label column; empty = the last column
+  std::string label_column;         // csv, parquet: the label column; empty = the last column
   int64_t shard_records = 65536;    // records per record shard file
 };
 

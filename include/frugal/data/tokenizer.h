@@ -1,5 +1,5 @@
-// Tokenisers for `frugal prepare` and `frugal sample`: byte-level (vocabulary 256, no model) and
-// SentencePiece.
+// Tokenisers for `frugal prepare` and `frugal sample`: byte-level (vocabulary 256, no model),
+// SentencePiece, and Hugging Face tokenizer.json files.
 //
 // SentencePiece runs in a helper process, `frugal-spm` (built beside `frugal`), because Debian's
 // libsentencepiece carries its own copy of protobuf whose symbols clash with the protobuf that
@@ -20,7 +20,7 @@ namespace frugal {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  virtual std::string name() const = 0;  // "bytes" or "sentencepiece"
+  virtual std::string name() const = 0;  // "bytes", "sentencepiece" or "hf"
   virtual int64_t vocab() const = 0;
   // Tokens appended after every document in the stream (documents are never glued together).
   virtual std::vector<int32_t> separator() const = 0;
@@ -46,6 +46,19 @@ std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path);
 std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& docs, int64_t vocab,
                                                int threads, const std::string& model_path,
                                                const std::string& work_dir);
+
+// A Hugging Face tokenizer.json, run by the reference `tokenizers` library in a helper process:
+// `hf_tokenizer_python()` running src/spm/frugal_hf_tokenizer.py (so the ids are the library's
+// own). Documents end with the tokenizer's end-of-text token (<|endoftext|>, </s>, ...), else the
+// ids of "\n\n". Throws DataError when the file does not load, ConfigError when that Python has no
+// `tokenizers` package.
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json);
+// $FRUGAL_PYTHON, else the Python the build took LibTorch from (.venv/bin/python), else
+// /usr/bin/python3.
+std::string hf_tokenizer_python();
+// $FRUGAL_HF_TOKENIZER, else frugal_hf_tokenizer.py beside the running program or in
+// <program dir>/../libexec/frugal/, else the installed path, else the source tree's.
+std::string hf_tokenizer_helper_path();
 
 // The helper executable, the first that exists of: $FRUGAL_SPM; `frugal-spm` beside the running
 // program or one folder up; <program dir>/../libexec/frugal/frugal-spm (an installed `frugal`);

@@ -49,6 +49,7 @@ class BlockImpl : public torch::nn::Module {
   CausalSelfAttention attn_{nullptr};
   torch::nn::Linear fc_{nullptr}, fc_proj_{nullptr};
   torch::nn::Dropout mlp_drop_{nullptr};
+  ModelConfig::Activation activation_;
 };
 TORCH_MODULE(Block);
 

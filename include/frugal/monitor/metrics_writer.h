@@ -43,6 +43,9 @@ class MetricsWriter : public Callback {
 // show it. Non-finite values are written as null.
 nlohmann::ordered_json step_json(const StepMetrics& m);
 nlohmann::ordered_json eval_json(const EvalMetrics& m);
+// A name for a user scalar (StepMetrics::user) or a task figure (EvalMetrics::task): 1 to 64
+// letters, digits, '_', '.', '-' or '/'.
+bool valid_metric_name(const std::string& name);
 
 // Rewrites `path` (atomically) keeping only complete JSON lines whose "step" is <= `step`; a
 // torn last line (a crash mid-write) is dropped. A missing file stays missing.

@@ -2,7 +2,7 @@
 // process passes no GradSync and the step is unchanged. With one, TrainStep calls it at fixed
 // points:
 //
-//   construction     make_optimizer(params)   the optimizer (e.g. ZeRO-1's sharded AdamW); null =
+//   construction     make_optimizer(groups)   the optimizer (e.g. ZeRO-1's sharded AdamW); null =
 //                                             the ordinary one
 //                    attach(params)           once the optimizer owns the gradients' storage
 //   each micro-batch before_backward(last)    last = this backward completes the step's gradients
@@ -26,7 +26,7 @@ namespace frugal {
 class GradSync {
  public:
   virtual ~GradSync() = default;
-  virtual std::unique_ptr<Optimizer> make_optimizer(const std::vector<at::Tensor>& params,
+  virtual std::unique_ptr<Optimizer> make_optimizer(const std::vector<ParamGroup>& groups,
                                                     const TrainConfig& t) = 0;
   virtual void attach(const std::vector<at::Tensor>& params) = 0;
   virtual void before_backward(bool last_micro_batch) = 0;

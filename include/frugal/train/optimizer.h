@@ -1,6 +1,7 @@
 // The optimizer behind the training step: frugal's FusedAdamW (default) or LibTorch's AdamW
 // (train.optimizer = "torch_adamw", the per-parameter reference the benchmark compares with).
-// Both decay weight matrices only (biases, LayerNorm and rank-1 tensors are not decayed).
+// By default both decay weight matrices only (biases, LayerNorm and rank-1 tensors are not
+// decayed); a task may give its own parameter groups (TaskHooks::param_groups).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -29,7 +30,25 @@ class Optimizer {
   virtual int64_t state_bytes() const = 0;
 };
 
-// `params` in a stable order (the model's named_parameters order).
+// One AdamW parameter group: its tensors and their decoupled weight decay (the learning rate is
+// the schedule's for every group).
+struct ParamGroup {
+  std::vector<at::Tensor> params;
+  double weight_decay = 0;
+};
+
+// The default grouping: `weight_decay` on tensors of rank >= 2, none on the rest.
+std::vector<ParamGroup> default_param_groups(const std::vector<at::Tensor>& params, double weight_decay);
+
+// Throws ConfigError unless `groups` hold every tensor of `params` that requires a gradient
+// exactly once and nothing else (`origin` names who made the groups).
+void check_param_groups(const std::vector<ParamGroup>& groups, const std::vector<at::Tensor>& params,
+                        const std::string& origin);
+
+// `groups` in a stable order (the model's named_parameters order within each group).
+std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<ParamGroup>& groups,
+                                          const TrainConfig& t);
+// The default grouping of `params` (default_param_groups with train.weight_decay).
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<at::Tensor>& params,
                                           const TrainConfig& t);
 

@@ -37,11 +37,17 @@
 
 #include "frugal/core/config.h"
 #include "frugal/data/batch_source.h"
+#include "frugal/train/optimizer.h"  // ParamGroup
 
 namespace frugal {
 
 // The loss of one micro-batch (see the contracts above). The module is Task::module.
 using LossFn = std::function<at::Tensor(torch::nn::Module&, const Batch&)>;
+
+// Named figures of one validation batch, e.g. {{"accuracy", 0.93}} (TaskHooks::eval_metrics).
+using EvalMetricsFn =
+    std::function<std::vector<std::pair<std::string, double>>(torch::nn::Module&, const Batch&)>;
+
 
 // Optional model-specific extras. Every field may be left empty.
 struct TaskHooks {
@@ -63,6 +69,18 @@ struct TaskHooks {
   // Adds model-specific figures to summary.json after the final evaluation (e.g. the reference
   // GPT's answer_accuracy on builtin:arith). Not called when the run stopped unhealthy.
   std::function<void(nlohmann::ordered_json& summary)> extend_summary;
+  // The task's own evaluation figures: called for every validation batch (module in eval mode,
+  // under NoGradGuard, the batch on run.device); each name's mean over the evaluation's batches
+  // lands in EvalMetrics::task (metrics.jsonl "metrics", the report, summary "final_metrics") and
+  // early_stop.task_metric may watch one. Every batch must return the same names.
+  EvalMetricsFn eval_metrics;
+  // The optimizer's parameter groups, e.g. no weight decay on norms and biases; empty = decay
+  // (train.weight_decay) on tensors of rank >= 2 and none on the rest. Together they must hold
+  // every parameter that requires a gradient, each once (checked when the run starts).
+  std::function<std::vector<ParamGroup>(torch::nn::Module&)> param_groups;
+  // The learning rate of optimizer step `step` (0-based) of `total` (train.steps); empty = linear
+  // warm-up and cosine decay from train.lr (lr_schedule.h). Must be finite and >= 0.
+  std::function<double(int64_t step, int64_t total)> lr_schedule;
 };
 
 struct Task {

@@ -66,9 +66,10 @@ class TrainStep {
  public:
   // Trains `model` (already on `device`) with `loss` as `plan` resolved it (accumulation,
   // precision, loss scaling, items per sample). `sync` (optional, not owned, outlives the step):
-  // data-parallel hooks (grad_sync.h).
+  // data-parallel hooks (grad_sync.h). `groups`: the optimizer's parameter groups (checked with
+  // check_param_groups); empty = default_param_groups (decay on tensors of rank >= 2).
   TrainStep(const Config& config, const RunPlan& plan, std::shared_ptr<torch::nn::Module> model, LossFn loss,
-            BatchSource& data, c10::Device device, GradSync* sync = nullptr);
+            BatchSource& data, c10::Device device, GradSync* sync = nullptr, std::vector<ParamGroup> groups = {});
   // A single-process step planned from `config` alone (precision.mode = auto is measured here);
   // each sample counts as tokens_per_sample.
   TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,

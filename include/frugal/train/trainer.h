@@ -60,7 +60,8 @@ using TaskFactory = std::function<Task(const Config&)>;
 
 class Trainer {
  public:
-  // The reference GPT and data.source (make_gpt_task).
+  // The model that model.source names (the reference GPT unless "torchscript:FILE") and
+  // data.source (make_model_task, train/model_task.h).
   explicit Trainer(ResolvedConfig config, TrainerOptions options = {});
   // A user task. REQUIRES: task.module and task.loss are set.
   Trainer(ResolvedConfig config, Task task, TrainerOptions options = {});

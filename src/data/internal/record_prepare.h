@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frugal/data/csv_table.h"
 #include "frugal/data/prepare.h"
 #include "frugal/data/tar_samples.h"
 
@@ -34,9 +35,10 @@ void prepare_tar_images(const PrepareOptions& o, std::vector<std::pair<std::stri
                         const std::string& tmp, nlohmann::ordered_json* m, PrepareReport* r,
                         const PrepareProgress& say);
 
-// CSV files.
-void prepare_csv(const PrepareOptions& o, const std::vector<std::string>& files, const std::string& tmp,
-                 nlohmann::ordered_json* m, PrepareReport* r, const PrepareProgress& say);
+// A table (CSV or Parquet files read by csv_table.h): one record per row, float32 features and
+// the label, rows held out by `held_out`.
+void prepare_table(const PrepareOptions& o, const CsvTable& t, const std::string& tmp, nlohmann::ordered_json* m,
+                   PrepareReport* r, const PrepareProgress& say);
 
 // The samples held out for validation: round(n * fraction) of them (at least 1 when fraction > 0
 // and n > 1), chosen by a seeded permutation of [0, n).

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,6 +74,7 @@ struct Trainer::State {
   double session_step_s = 0;  // wall time of this session's steps
   double eval_s_window = 0, checkpoint_s_window = 0;  // since the previous log step
   double eval_s_total = 0, checkpoint_s_total = 0;    // this session
+  std::map<std::string, double> final_metrics;          // the newest evaluation's task figures
   double logged_grad_norm = 0;  // the gradient norm of the newest log step (checkpoint.best_metric)
   int64_t logged_grad_norm_step = -1;
   StopKind stopped = StopKind::kCompleted;  // why fit() returned

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""frugal's helper for Hugging Face tokenizers (a tokenizer.json), run by frugal as a separate
+process with the Python that has the `tokenizers` package (FRUGAL_PYTHON, else the build's),
+the way frugal-spm runs SentencePiece: the tokenizer is the reference library itself, not a copy.
+
+  frugal_hf_tokenizer.py info   TOKENIZER_JSON            -> "vocab N separator ID..." (the
+                                                          end-of-text token, else the ids of
+                                                          a blank line)
+  frugal_hf_tokenizer.py encode TOKENIZER_JSON IN OUT     IN: per document u64 length + UTF-8
+                                                          bytes; OUT: per document u32 count +
+                                                          u32 ids (little-endian), no special
+                                                          tokens added
+  frugal_hf_tokenizer.py decode TOKENIZER_JSON IN OUT     IN: u32 ids; OUT: the text (UTF-8)
+
+Exits 3 with a one-line message on stderr when `tokenizers` is missing, 2 on bad input.
+"""
+import struct
+import sys
+
+# Tokens that end a document in the tokenizers people ship, first match wins: GPT-2's, Llama's and
+# T5's, and others'.
+EOS_NAMES = ["<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>", "[SEP]"]
+
+
+def load(path):
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        print(f"the Python package 'tokenizers' is not installed in {sys.executable} (pip install tokenizers; "
+              "scripts/install-deps.sh installs it into .venv; FRUGAL_PYTHON names another Python)", file=sys.stderr)
+        sys.exit(3)
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # the library's own message names what is wrong with the file
+        print(f"{path}: not a tokenizer.json the tokenizers library can load: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def separator(tok):
+    """What frugal puts after every document: the end-of-text token, else the ids of a blank line."""
+    for name in EOS_NAMES:
+        i = tok.token_to_id(name)
+        if i is not None:
+            return [i]
+    return tok.encode("\n\n", add_special_tokens=False).ids
+
+
+def read_docs(path):
+    data = open(path, "rb").read()
+    docs, off = [], 0
+    while off < len(data):
+        (n,) = struct.unpack_from("<Q", data, off)
+        off += 8
+        docs.append(data[off:off + n].decode("utf-8", errors="replace"))
+        off += n
+    return docs
+
+
+def main(argv):
+    if len(argv) < 2 or argv[0] not in ("info", "encode", "decode"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    tok = load(argv[1])
+    if argv[0] == "info":
+        print(f"vocab {tok.get_vocab_size(with_added_tokens=True)} separator {' '.join(map(str, separator(tok)))}")
+        return 0
+    if len(argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    if argv[0] == "encode":
+        docs = read_docs(argv[2])
+        with open(argv[3], "wb") as out:
+            for enc in tok.encode_batch(docs, add_special_tokens=False):
+                out.write(struct.pack(f"<I{len(enc.ids)}I", len(enc.ids), *enc.ids))
+        return 0
+    data = open(argv[2], "rb").read()
+    ids = list(struct.unpack(f"<{len(data) // 4}I", data))
+    with open(argv[3], "wb") as out:
+        out.write(tok.decode(ids, skip_special_tokens=False).encode("utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
