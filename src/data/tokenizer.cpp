@@ -307,6 +307,36 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json) 
   return std::make_unique<HfTokenizer>(tokenizer_json);
 }
 
+int64_t nanogpt_meta_vocab(const std::string& meta_pkl) {
+  const std::string tmp = (fs::temp_directory_path() / fmt::format("frugal-meta-{}", ::getpid())).string();
+  std::vector<std::string> argv{hf_tokenizer_helper_path(), "meta", meta_pkl};
+  int rc = 0;
+  const std::string python = hf_tokenizer_python();
+  const pid_t pid = spawn_process(python, argv, tmp + ".out", tmp + ".err", {}, &rc);
+  if (rc != 0)
+    throw ConfigError(fmt::format("reading {}: cannot start Python '{}': {}; set FRUGAL_PYTHON, or set model.vocab "
+                                  "by hand", meta_pkl, python, std::strerror(rc)));
+  std::string out;
+  try {
+    wait_process(pid, tmp + ".err", "reading the nanoGPT vocabulary");
+    out = read_file(tmp + ".out");
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp + ".out", ec);
+    fs::remove(tmp + ".err", ec);
+    throw;
+  }
+  std::error_code ec;
+  fs::remove(tmp + ".out", ec);
+  fs::remove(tmp + ".err", ec);
+  std::istringstream in(out);
+  std::string word;
+  int64_t vocab = 0;
+  in >> word >> vocab;
+  if (word != "vocab" || vocab < 2) throw DataError(fmt::format("{}: no vocab_size could be read", meta_pkl));
+  return vocab;
+}
+
 std::string hf_tokenizer_python() {
   if (const char* env = std::getenv("FRUGAL_PYTHON"); env && *env) return env;
   std::error_code ec;

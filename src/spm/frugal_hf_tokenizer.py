@@ -11,9 +11,13 @@ the way frugal-spm runs SentencePiece: the tokenizer is the reference library it
                                                           u32 ids (little-endian), no special
                                                           tokens added
   frugal_hf_tokenizer.py decode TOKENIZER_JSON IN OUT     IN: u32 ids; OUT: the text (UTF-8)
+  frugal_hf_tokenizer.py meta   META_PKL                  -> "vocab N": a nanoGPT dataset's
+                                                          meta.pkl vocab_size (read without
+                                                          running any code the file names)
 
 Exits 3 with a one-line message on stderr when `tokenizers` is missing, 2 on bad input.
 """
+import pickle
 import struct
 import sys
 
@@ -56,10 +60,34 @@ def read_docs(path):
     return docs
 
 
+class PlainUnpickler(pickle.Unpickler):
+    """Builds dicts, lists, strings and numbers only: a pickle that names a class or function (code
+    that unpickling would run) is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"it names {module}.{name}; frugal reads plain data only")
+
+
+def meta_vocab(path):
+    try:
+        with open(path, "rb") as f:
+            meta = PlainUnpickler(f).load()
+        vocab = meta["vocab_size"]
+        if not isinstance(vocab, int) or vocab < 2:
+            raise ValueError(f"vocab_size is {vocab!r}")
+    except Exception as e:
+        print(f"{path}: not a nanoGPT meta.pkl with an integer vocab_size: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(f"vocab {vocab}")
+    return 0
+
+
 def main(argv):
-    if len(argv) < 2 or argv[0] not in ("info", "encode", "decode"):
+    if len(argv) < 2 or argv[0] not in ("info", "encode", "decode", "meta"):
         print(__doc__, file=sys.stderr)
         return 2
+    if argv[0] == "meta":
+        return meta_vocab(argv[1])
     tok = load(argv[1])
     if argv[0] == "info":
         print(f"vocab {tok.get_vocab_size(with_added_tokens=True)} separator {' '.join(map(str, separator(tok)))}")

@@ -25,6 +25,7 @@
 #include "frugal/core/memory.h"
 #include "frugal/data/dataset_source.h"
 #include "frugal/data/token_dataset.h"
+#include "frugal/data/tokenizer.h"
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/model/hf_gpt2.h"
 #include "frugal/train/model_task.h"
@@ -92,8 +93,9 @@ std::function<void(WriteStage)> fault_kill_hook() {
   };
 }
 
-// data.source = "shards:DIR" records its vocabulary in the manifest: a model.vocab left at its
-// default takes it from there, so that the two need not be kept in step by hand.
+// data.source = "shards:DIR" records its vocabulary in the manifest (or, for nanoGPT's
+// train.bin/val.bin, in meta.pkl): a model.vocab left at its default takes it from there, so that
+// the two need not be kept in step by hand.
 void adopt_dataset_vocab(ResolvedConfig& rc) {
   const DataSource& src = rc.config.data.source;
   if (src.kind != DataSource::Kind::kShards) return;
@@ -101,6 +103,12 @@ void adopt_dataset_vocab(ResolvedConfig& rc) {
   if (origin.kind != ValueOrigin::Kind::kDefault) return;  // set on purpose: checked against the data later
   const std::string& dir = src.path;
   const std::optional<ManifestTokenizer> tok = manifest_tokenizer(dir);
+  const fs::path meta = fs::path(dir) / "meta.pkl";
+  if (!tok && fs::is_regular_file(meta) && fs::is_regular_file(fs::path(dir) / "train.bin")) {
+    rc.config.model.vocab = nanogpt_meta_vocab(meta.string());
+    origin = ValueOrigin{ValueOrigin::Kind::kFile, meta.string() + " vocab_size"};
+    return;
+  }
   if (!tok || tok->vocab == rc.config.model.vocab) return;
   rc.config.model.vocab = tok->vocab;
   origin = ValueOrigin{ValueOrigin::Kind::kFile, (fs::path(dir) / "manifest.json").string() + " tokenizer.vocab"};

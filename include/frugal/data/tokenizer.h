@@ -53,6 +53,10 @@ std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& d
 // ids of "\n\n". Throws DataError when the file does not load, ConfigError when that Python has no
 // `tokenizers` package.
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json);
+// The vocab_size of a nanoGPT dataset's meta.pkl (its prepare.py writes one for character-level
+// data), read by the helper above with an unpickler that builds plain data only. Throws DataError
+// naming the file when it is not such a file, ConfigError when no Python can be started.
+int64_t nanogpt_meta_vocab(const std::string& meta_pkl);
 // $FRUGAL_PYTHON, else the Python the build took LibTorch from (.venv/bin/python), else
 // /usr/bin/python3.
 std::string hf_tokenizer_python();
