@@ -230,27 +230,50 @@ class SentencePieceTokenizer : public Tokenizer {
   int64_t vocab_ = 0, eos_ = -1;
 };
 
+// Runs src/spm/frugal_hf_tokenizer.py with `args` in hf_tokenizer_python(), stdout and stderr to
+// files, the tokenizers library's threads capped at `threads`; throws as wait_process does.
+void run_python_helper(const std::vector<std::string>& args, const std::string& out, const std::string& err,
+                       int threads, const std::string& what) {
+  const std::string python = hf_tokenizer_python();
+  std::vector<std::string> argv{hf_tokenizer_helper_path()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  int rc = 0;
+  const pid_t pid =
+      spawn_process(python, argv, out, err, {fmt::format("RAYON_NUM_THREADS={}", std::max(1, threads))}, &rc);
+  if (rc != 0)
+    throw ConfigError(fmt::format("{}: cannot start Python '{}': {}; set FRUGAL_PYTHON to a Python with the "
+                                  "'tokenizers' package", what, python, std::strerror(rc)));
+  wait_process(pid, err, what);
+}
+
+// BASE.out and BASE.err in the temp directory (a helper's answer), removed when this goes.
+struct ScratchFiles {
+  explicit ScratchFiles(const char* what)
+      : base((fs::temp_directory_path() / fmt::format("frugal-{}-{}", what, ::getpid())).string()) {}
+  ~ScratchFiles() {
+    std::error_code ec;
+    fs::remove(out(), ec);
+    fs::remove(err(), ec);
+  }
+  std::string out() const { return base + ".out"; }
+  std::string err() const { return base + ".err"; }
+  std::string base;
+};
+
 // A Hugging Face tokenizer.json, run by the `tokenizers` library in a Python helper process
 // (src/spm/frugal_hf_tokenizer.py): one process per call, the library's own threads inside it.
 class HfTokenizer : public Tokenizer {
  public:
   explicit HfTokenizer(std::string path) : path_(std::move(path)) {
-    const std::string tmp = (fs::temp_directory_path() / fmt::format("frugal-hf-info-{}", ::getpid())).string();
-    struct Cleanup {
-      std::string base;
-      ~Cleanup() {
-        std::error_code ec;
-        fs::remove(base + ".out", ec);
-        fs::remove(base + ".err", ec);
-      }
-    } cleanup{tmp};
-    run({"info", path_}, tmp + ".out", tmp + ".err", 1, "loading tokenizer '" + path_ + "'");
-    std::istringstream in(read_file(tmp + ".out"));
+    const ScratchFiles tmp("hf-info");
+    run_python_helper({"info", path_}, tmp.out(), tmp.err(), 1, "loading tokenizer '" + path_ + "'");
+    const std::string answer = read_file(tmp.out());
+    std::istringstream in(answer);
     std::string w1, w2;
     in >> w1 >> vocab_ >> w2;
     for (int32_t id; in >> id;) separator_.push_back(id);
     if (w1 != "vocab" || w2 != "separator" || vocab_ <= 0)
-      throw DataError("cannot read the tokenizer " + path_ + ": the helper answered '" + read_file(tmp + ".out") + "'");
+      throw DataError("cannot read the tokenizer " + path_ + ": the helper answered '" + answer + "'");
   }
   std::string name() const override { return "hf"; }
   int64_t vocab() const override { return vocab_; }
@@ -262,7 +285,7 @@ class HfTokenizer : public Tokenizer {
     const std::string in = work_dir + "/hf_encode.in", out = work_dir + "/hf_encode.out",
                       err = work_dir + "/hf_encode.err";
     write_docs(in, docs, 0, docs.size());
-    run({"encode", path_, in, out}, "/dev/null", err, threads, "Hugging Face tokenizer encoding");
+    run_python_helper({"encode", path_, in, out}, "/dev/null", err, threads, "Hugging Face tokenizer encoding");
     std::vector<std::vector<int32_t>> ids(docs.size());
     read_ids(out, ids, 0, docs.size());
     for (const auto& f : {in, out, err}) fs::remove(f);
@@ -273,27 +296,13 @@ class HfTokenizer : public Tokenizer {
     const std::string in = work_dir + "/hf_decode.in", out = work_dir + "/hf_decode.out",
                       err = work_dir + "/hf_decode.err";
     write_ids(in, ids, vocab_, "tokenizer.json");
-    run({"decode", path_, in, out}, "/dev/null", err, 1, "Hugging Face tokenizer decoding");
+    run_python_helper({"decode", path_, in, out}, "/dev/null", err, 1, "Hugging Face tokenizer decoding");
     std::string text = read_file(out);
     for (const auto& f : {in, out, err}) fs::remove(f);
     return text;
   }
 
  private:
-  static void run(const std::vector<std::string>& args, const std::string& out, const std::string& err, int threads,
-                  const std::string& what) {
-    const std::string python = hf_tokenizer_python(), helper = hf_tokenizer_helper_path();
-    std::vector<std::string> argv{helper};
-    argv.insert(argv.end(), args.begin(), args.end());
-    int rc = 0;
-    const pid_t pid = spawn_process(python, argv, out, err, {fmt::format("RAYON_NUM_THREADS={}", std::max(1, threads))},
-                                    &rc);
-    if (rc != 0)
-      throw ConfigError(fmt::format("{}: cannot start Python '{}': {}; set FRUGAL_PYTHON to a Python with the "
-                                    "'tokenizers' package", what, python, std::strerror(rc)));
-    wait_process(pid, err, what);
-  }
-
   std::string path_;
   int64_t vocab_ = 0;
   std::vector<int32_t> separator_;
@@ -308,27 +317,9 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json) 
 }
 
 int64_t nanogpt_meta_vocab(const std::string& meta_pkl) {
-  const std::string tmp = (fs::temp_directory_path() / fmt::format("frugal-meta-{}", ::getpid())).string();
-  std::vector<std::string> argv{hf_tokenizer_helper_path(), "meta", meta_pkl};
-  int rc = 0;
-  const std::string python = hf_tokenizer_python();
-  const pid_t pid = spawn_process(python, argv, tmp + ".out", tmp + ".err", {}, &rc);
-  if (rc != 0)
-    throw ConfigError(fmt::format("reading {}: cannot start Python '{}': {}; set FRUGAL_PYTHON, or set model.vocab "
-                                  "by hand", meta_pkl, python, std::strerror(rc)));
-  std::string out;
-  try {
-    wait_process(pid, tmp + ".err", "reading the nanoGPT vocabulary");
-    out = read_file(tmp + ".out");
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(tmp + ".out", ec);
-    fs::remove(tmp + ".err", ec);
-    throw;
-  }
-  std::error_code ec;
-  fs::remove(tmp + ".out", ec);
-  fs::remove(tmp + ".err", ec);
+  const ScratchFiles tmp("meta");
+  run_python_helper({"meta", meta_pkl}, tmp.out(), tmp.err(), 1, "reading the nanoGPT vocabulary");
+  const std::string out = read_file(tmp.out());
   std::istringstream in(out);
   std::string word;
   int64_t vocab = 0;
