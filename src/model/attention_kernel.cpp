@@ -14,19 +14,26 @@
 // product, so a long context stores no (B, H, T, T) tensor per layer.
 //
 // Every product is one register tile: 8 rows by 16 columns, accumulated over the shared
-// dimension in 8 vector registers (AVX-512; two or four narrower registers each on AVX2 and
-// baseline x86-64) and stored once, so no accumulator goes through memory inside the loop.
+// dimension in 8 vector registers and stored once, so no accumulator goes through memory inside
+// the loop. The tile is written per vector width: one 16-float register per row on AVX-512 (8
+// rows at once), two 8-float registers per row on AVX2 (4 rows at a time, as 8 accumulators, 2
+// loads and a broadcast fit AVX2's 16 registers), four 4-float ones elsewhere (2 rows). Each
+// entry point is compiled once per x86 level and the best is picked at the first call.
 // Scratch rows and columns are padded to multiples of 16 so tiles never need a narrower tail.
 // Row reductions (max, sum, the backward's row dot) use 16 fixed partial sums. Results do not
-// depend on the vector width or on how many threads ran: one task per head, always the same
-// arithmetic in the same order.
+// depend on how many threads ran: one task per head, always the same arithmetic in the same
+// order (each output element is one sum over the shared dimension in index order, whatever
+// the vector width).
 //
 // Maths per head, S = scale q k^T (j <= i only), P = softmax_rows(S), y = P v; backward:
 //   dv = P^T dy,  dP = dy v^T,  dS = P * (dP - rowsum(P * dP)),  dq = scale dS k,  dk = scale dS^T q.
 #include "model/internal/attention_kernel.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "model/internal/simd_math.h"
@@ -42,9 +49,21 @@ constexpr int kLanes = 16;  // tile width, and the padding of every scratch row
 constexpr int kRows = 8;    // tile height: independent accumulators in flight
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// 16 floats as one value (GCC/Clang vector extension: one zmm on AVX-512, lowered to narrower
-// registers elsewhere); unaligned and allowed to alias float.
-typedef float Vec __attribute__((vector_size(kLanes * sizeof(float)), aligned(alignof(float)), may_alias));
+// 16, 8 or 4 floats as one value (GCC/Clang vector extension: a zmm, ymm or xmm register),
+// moved from and to float arrays with memcpy (unaligned loads and stores; an alignment
+// attribute on the type would be dropped where it is a template argument).
+typedef float Vec16 __attribute__((vector_size(16 * sizeof(float))));
+typedef float Vec8 __attribute__((vector_size(8 * sizeof(float))));
+typedef float Vec4 __attribute__((vector_size(4 * sizeof(float))));
+
+template <class V>
+FRUGAL_INLINE void load_vec(V* v, const float* p) {
+  std::memcpy(v, p, sizeof *v);
+}
+template <class V>
+FRUGAL_INLINE void store_vec(float* p, const V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
 FRUGAL_INLINE float load(float x) { return x; }
 FRUGAL_INLINE float load(uint16_t x) { return bf16_to_float(x); }
@@ -54,15 +73,26 @@ FRUGAL_INLINE void store(uint16_t* p, float v) { *p = float_to_bf16(v); }
 constexpr int64_t padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
 // c[r][0..16) = sum_{k < K} a[r * ar + k * ak] * b[k * ldb + 0..16) for the kRows rows r (row
-// stride ldc). (ar, ak) = (lda, 1) reads A, (1, lda) reads A transposed.
+// stride ldc). (ar, ak) = (lda, 1) reads A, (1, lda) reads A transposed. V is the register
+// type: 16 / |V| registers per row, kRows * |V| / 16 rows per pass, 8 accumulators in all.
+template <class V>
 FRUGAL_INLINE void tile(const float* a, int64_t ar, int64_t ak, const float* b, int64_t ldb, int64_t K, float* c,
                         int64_t ldc) {
-  Vec acc[kRows] = {};
-  for (int64_t k = 0; k < K; ++k) {
-    const Vec bk = *reinterpret_cast<const Vec*>(b + k * ldb);
-    for (int r = 0; r < kRows; ++r) acc[r] += a[r * ar + k * ak] * bk;
+  constexpr int kWidth = sizeof(V) / sizeof(float), kCols = kLanes / kWidth, kPass = kRows / kCols;
+  for (int r0 = 0; r0 < kRows; r0 += kPass) {
+    V acc[kPass][kCols] = {};
+    const float* ar0 = a + r0 * ar;
+    for (int64_t k = 0; k < K; ++k) {
+      V bk[kCols];
+      for (int j = 0; j < kCols; ++j) load_vec(&bk[j], b + k * ldb + j * kWidth);
+      for (int r = 0; r < kPass; ++r) {
+        const float x = ar0[r * ar + k * ak];
+        for (int j = 0; j < kCols; ++j) acc[r][j] += x * bk[j];
+      }
+    }
+    for (int r = 0; r < kPass; ++r)
+      for (int j = 0; j < kCols; ++j) store_vec(c + (r0 + r) * ldc + j * kWidth, acc[r][j]);
   }
-  for (int r = 0; r < kRows; ++r) *reinterpret_cast<Vec*>(c + r * ldc) = acc[r];
 }
 
 // Row reductions in a fixed order: 16 lane-wise partials, then the tail, then the lanes in turn.
@@ -135,14 +165,15 @@ struct Head {
 
 // S (or dP) for rows < T, tiles on or below the diagonal only: x (T x D, row stride Dp) times
 // the transposed block yt (D x T, row stride Tp).
+template <class V>
 FRUGAL_INLINE void causal_product(const float* x, const float* yt, int64_t T, int64_t D, int64_t Dp, int64_t Tp,
                                   float* out) {
   for (int64_t i0 = 0; i0 < T; i0 += kRows)
     for (int64_t j0 = 0; j0 < std::min(i0 + kRows, T); j0 += kLanes)
-      tile(x + i0 * Dp, Dp, 1, yt + j0, Tp, D, out + i0 * Tp + j0, Tp);
+      tile<V>(x + i0 * Dp, Dp, 1, yt + j0, Tp, D, out + i0 * Tp + j0, Tp);
 }
 
-template <class Elem>
+template <class V, class Elem>
 FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
   const int64_t T = h.T, D = h.D, C = h.C, row = 3 * C, Tp = padded(T), Dp = padded(D);
   float* q = scratch;       // Tp x Dp, times scale
@@ -159,7 +190,7 @@ FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
     for (int64_t d = 0; d < D; ++d) vt[d] = load(r[2 * C + d]);
     for (int64_t d = 0; d < D; ++d) kt[d * Tp + t] = load(r[C + d]);
   }
-  causal_product(q, kt, T, D, Dp, Tp, s);
+  causal_product<V>(q, kt, T, D, Dp, Tp, s);
   for (int64_t i = 0; i < T; ++i) {
     float* si = s + i * Tp;
     softmax_row(si, i + 1, h.stats + 2 * i);
@@ -168,7 +199,7 @@ FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
   }
   for (int64_t i0 = 0; i0 < T; i0 += kRows)
     for (int64_t d0 = 0; d0 < D; d0 += kLanes)
-      tile(s + i0 * Tp, Tp, 1, v + d0, Dp, std::min(i0 + kRows, T), y + i0 * Dp + d0, Dp);
+      tile<V>(s + i0 * Tp, Tp, 1, v + d0, Dp, std::min(i0 + kRows, T), y + i0 * Dp + d0, Dp);
   for (int64_t t = 0; t < T; ++t) {
     Elem* __restrict out = h.out + t * C;
     const float* __restrict yt = y + t * Dp;
@@ -176,7 +207,7 @@ FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
   }
 }
 
-template <class Elem>
+template <class V, class Elem>
 FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
   const int64_t T = h.T, D = h.D, C = h.C, row = 3 * C, Tp = padded(T), Dp = padded(D);
   float* q = scratch;        // Tp x Dp
@@ -211,14 +242,14 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
       std::fill(p + i * Tp + T, p + (i + 1) * Tp, 0.0f);
     }
   } else {
-    causal_product(qs, kt, T, D, Dp, Tp, p);  // S, as in the forward
+    causal_product<V>(qs, kt, T, D, Dp, Tp, p);  // S, as in the forward
     for (int64_t i = 0; i < T; ++i) {
       float* pi = p + i * Tp;
       softmax_row_again(pi, i + 1, h.stats + 2 * i);
       for (int64_t j = i + 1; j < Tp; ++j) pi[j] = 0.0f;
     }
   }
-  causal_product(g, vt, T, D, Dp, Tp, ds);  // dP
+  causal_product<V>(g, vt, T, D, Dp, Tp, ds);  // dP
   for (int64_t i = 0; i < T; ++i) {
     const float* pi = p + i * Tp;
     float* di = ds + i * Tp;
@@ -230,9 +261,9 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
   for (int64_t i0 = 0; i0 < T; i0 += kRows) {
     const int64_t j0 = i0;  // rows j0.. of dk / dv: query rows i >= j0 contribute
     for (int64_t d0 = 0; d0 < D; d0 += kLanes) {
-      tile(ds + i0 * Tp, Tp, 1, k + d0, Dp, std::min(i0 + kRows, T), dq + i0 * Dp + d0, Dp);
-      tile(ds + j0 * Tp + j0, 1, Tp, q + j0 * Dp + d0, Dp, T - j0, dk + j0 * Dp + d0, Dp);
-      tile(p + j0 * Tp + j0, 1, Tp, g + j0 * Dp + d0, Dp, T - j0, dv + j0 * Dp + d0, Dp);
+      tile<V>(ds + i0 * Tp, Tp, 1, k + d0, Dp, std::min(i0 + kRows, T), dq + i0 * Dp + d0, Dp);
+      tile<V>(ds + j0 * Tp + j0, 1, Tp, q + j0 * Dp + d0, Dp, T - j0, dk + j0 * Dp + d0, Dp);
+      tile<V>(p + j0 * Tp + j0, 1, Tp, g + j0 * Dp + d0, Dp, T - j0, dv + j0 * Dp + d0, Dp);
     }
   }
   for (int64_t t = 0; t < T; ++t) {
@@ -291,36 +322,99 @@ int64_t backward_scratch(const AttentionShape& s) {
 
 }  // namespace
 
-// One clone set per element type and direction; the OpenMP loop above stays outside them.
+// One entry point per element type, direction and x86 level; the OpenMP loop above stays
+// outside them. (Not target_clones: the register tile differs per level, which a clone cannot
+// see at compile time.)
 namespace detail {
-FRUGAL_ISA_CLONES void forward_head_f32(const Head<float>& h, float* scratch) { forward_head(h, scratch); }
-FRUGAL_ISA_CLONES void forward_head_bf16(const Head<uint16_t>& h, float* scratch) { forward_head(h, scratch); }
-FRUGAL_ISA_CLONES void backward_head_f32(const Head<float>& h, float* scratch) { backward_head(h, scratch); }
-FRUGAL_ISA_CLONES void backward_head_bf16(const Head<uint16_t>& h, float* scratch) { backward_head(h, scratch); }
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define FRUGAL_ATTENTION_LEVELS 1
+#define FRUGAL_LEVEL_ENTRIES(name, Elem, body)                                                      \
+  __attribute__((target("arch=x86-64-v4"))) void name##_v4(const Head<Elem>& h, float* scratch) { \
+    body<Vec16>(h, scratch);                                                                      \
+  }                                                                                               \
+  __attribute__((target("arch=x86-64-v3"))) void name##_v3(const Head<Elem>& h, float* scratch) { \
+    body<Vec8>(h, scratch);                                                                       \
+  }                                                                                               \
+  void name##_v1(const Head<Elem>& h, float* scratch) { body<Vec4>(h, scratch); }
+#else
+#define FRUGAL_LEVEL_ENTRIES(name, Elem, body) \
+  void name##_v1(const Head<Elem>& h, float* scratch) { body<Vec4>(h, scratch); }
+#endif
+FRUGAL_LEVEL_ENTRIES(forward_head_f32, float, forward_head)
+FRUGAL_LEVEL_ENTRIES(forward_head_bf16, uint16_t, forward_head)
+FRUGAL_LEVEL_ENTRIES(backward_head_f32, float, backward_head)
+FRUGAL_LEVEL_ENTRIES(backward_head_bf16, uint16_t, backward_head)
+#undef FRUGAL_LEVEL_ENTRIES
+
+int detected_level() {
+#ifdef FRUGAL_ATTENTION_LEVELS
+  return __builtin_cpu_supports("x86-64-v4") ? 4 : __builtin_cpu_supports("x86-64-v3") ? 3 : 1;
+#else
+  return 1;
+#endif
+}
+
+std::atomic<int>& level_in_use() {
+  static std::atomic<int> level{detected_level()};
+  return level;
+}
+
+template <class Elem>
+using HeadFn = void (*)(const Head<Elem>&, float*);
+
+template <class Elem>
+HeadFn<Elem> pick(HeadFn<Elem> v4, HeadFn<Elem> v3, HeadFn<Elem> v1) {
+  const int level = level_in_use().load(std::memory_order_relaxed);
+  return level == 4 ? v4 : level == 3 ? v3 : v1;
+}
 }  // namespace detail
+
+std::vector<int> attention_levels() {
+  std::vector<int> out{1};
+  const int best = detail::detected_level();
+  if (best >= 3) out.push_back(3);
+  if (best >= 4) out.push_back(4);
+  return out;
+}
+
+int attention_level() { return detail::level_in_use().load(); }
+
+void set_attention_level(int level) {
+  const auto ok = attention_levels();
+  if (std::find(ok.begin(), ok.end(), level) == ok.end())
+    throw std::invalid_argument("attention kernel: x86-64 level " + std::to_string(level) +
+                                " is not available on this CPU (available: the levels attention_levels() lists)");
+  detail::level_in_use().store(level);
+}
+
+#ifdef FRUGAL_ATTENTION_LEVELS
+#define FRUGAL_BEST(name) detail::pick(detail::name##_v4, detail::name##_v3, detail::name##_v1)
+#else
+#define FRUGAL_BEST(name) detail::name##_v1
+#endif
 
 void attention_forward_f32(const float* qkv, float* y, float* stats, float* probs, const AttentionShape& shape,
                            float scale, int threads) {
   for_each_head(qkv, y, static_cast<const float*>(nullptr), stats, probs, shape, scale, threads,
-                forward_scratch(shape), detail::forward_head_f32);
+                forward_scratch(shape), FRUGAL_BEST(forward_head_f32));
 }
 
 void attention_backward_f32(const float* qkv, const float* stats, const float* probs, const float* dy, float* dqkv,
                             const AttentionShape& shape, float scale, int threads) {
   for_each_head(qkv, dqkv, dy, const_cast<float*>(stats), const_cast<float*>(probs), shape, scale, threads,
-                backward_scratch(shape), detail::backward_head_f32);
+                backward_scratch(shape), FRUGAL_BEST(backward_head_f32));
 }
 
 void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* stats, float* probs,
                             const AttentionShape& shape, float scale, int threads) {
   for_each_head(qkv, y, static_cast<const uint16_t*>(nullptr), stats, probs, shape, scale, threads,
-                forward_scratch(shape), detail::forward_head_bf16);
+                forward_scratch(shape), FRUGAL_BEST(forward_head_bf16));
 }
 
 void attention_backward_bf16(const uint16_t* qkv, const float* stats, const float* probs, const uint16_t* dy,
                              uint16_t* dqkv, const AttentionShape& shape, float scale, int threads) {
   for_each_head(qkv, dqkv, dy, const_cast<float*>(stats), const_cast<float*>(probs), shape, scale, threads,
-                backward_scratch(shape), detail::backward_head_bf16);
+                backward_scratch(shape), FRUGAL_BEST(backward_head_bf16));
 }
 
 }  // namespace frugal::internal

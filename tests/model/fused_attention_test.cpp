@@ -11,6 +11,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "model/internal/attention_kernel.h"
+
 namespace frugal {
 namespace {
 
@@ -75,6 +77,33 @@ TEST(FusedAttention, MatchesTheFormulaInBfloat16) {
     EXPECT_TRUE(((fused.y.to(torch::kDouble) - ref.y).abs() <= tol(ref.y)).all().item<bool>());
     EXPECT_TRUE(((fused.dqkv.to(torch::kDouble) - ref.dqkv).abs() <= tol(ref.dqkv)).all().item<bool>());
   }
+}
+
+// The loops are compiled once per x86-64 level with a register tile of that level's width; each
+// level this CPU can run (the baseline always) computes the formula, values and gradients, on a
+// shape whose rows and head size leave tails in every tile.
+TEST(FusedAttention, EveryCpuLevelMatchesTheFormula) {
+  const int before = internal::attention_level();
+  const auto levels = internal::attention_levels();
+  ASSERT_EQ(levels.front(), 1);
+  EXPECT_EQ(before, levels.back()) << "the best level is the one in use";
+  for (int level : levels) {
+    SCOPED_TRACE(::testing::Message() << "x86-64 level " << level);
+    internal::set_attention_level(level);
+    torch::manual_seed(7);
+    for (auto [B, T, H, D] : {std::array<int64_t, 4>{2, 64, 4, 32}, {2, 45, 3, 20}}) {
+      auto qkv = make_qkv(B, T, H, D);
+      auto dy = torch::randn({B, T, H * D});
+      auto fused = run(qkv, dy, H, true);
+      auto ref = run(qkv.to(torch::kDouble), dy.to(torch::kDouble), H, false);
+      EXPECT_LT(max_abs_diff(fused.y, ref.y), 1e-5);
+      EXPECT_LT(max_abs_diff(fused.dqkv, ref.dqkv), 2e-5);
+      auto half = run(qkv.to(at::kBFloat16), dy.to(at::kBFloat16), H, true);
+      EXPECT_LT(max_abs_diff(half.y, ref.y), 0.05);
+    }
+  }
+  internal::set_attention_level(before);
+  EXPECT_THROW(internal::set_attention_level(2), std::invalid_argument);
 }
 
 TEST(FusedAttention, ResultsDoNotDependOnTheThreadCount) {

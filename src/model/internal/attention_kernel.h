@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace frugal::internal {
 
@@ -31,5 +32,13 @@ void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* stats, floa
                             const AttentionShape& shape, float scale, int threads);
 void attention_backward_bf16(const uint16_t* qkv, const float* stats, const float* probs, const uint16_t* dy,
                              uint16_t* dqkv, const AttentionShape& shape, float scale, int threads);
+
+// The loops exist per x86-64 level: 1 (any x86-64 CPU, and every other architecture), 3 (AVX2
+// and FMA), 4 (AVX-512). The best level the CPU supports is used; attention_levels() lists the
+// ones it can run, and set_attention_level() picks one of them for the whole process (tests run
+// each in turn; std::invalid_argument for a level the CPU lacks).
+std::vector<int> attention_levels();
+int attention_level();
+void set_attention_level(int level);
 
 }  // namespace frugal::internal
