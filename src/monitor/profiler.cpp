@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -78,6 +79,7 @@ nlohmann::json chrome_trace(const std::vector<TraceEvent>& events, const nlohman
     nlohmann::json j = {{"ph", "X"}, {"name", e.name}, {"cat", e.cat}, {"pid", pid},
                         {"tid", e.tid}, {"ts", e.ts_us}, {"dur", e.dur_us}};
     if (e.cat == "phase") j["args"] = {{"step", e.step}};
+    if (!e.input_dims.empty()) j["args"] = {{"Input Dims", e.input_dims}};
     list.push_back(std::move(j));
   }
   return {{"traceEvents", std::move(list)}, {"displayTimeUnit", "ms"}, {"otherData", other_data}};
@@ -130,6 +132,10 @@ void Profiler::open(int64_t after_step) {
       tpi::ProfilerConfig cfg(tpi::ProfilerState::KINETO, config_.record_shapes);
       std::set<tpi::ActivityType> acts{tpi::ActivityType::CPU};
       if (device_.is_cuda()) acts.insert(tpi::ActivityType::CUDA);
+      // On a CPU run, LibTorch's profiler still asks the CUDA driver for devices and logs an
+      // "ERROR ... gpuGetDeviceCount failed" line where there is no driver. Its log level is
+      // read when it first starts; a level the user set is kept.
+      if (!device_.is_cuda()) setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
       tp::prepareProfiler(cfg, acts);
       tp::enableProfiler(cfg, acts);
       torch_open_ = true;
@@ -162,6 +168,8 @@ void Profiler::close(int64_t last_step) {
                   : 1000000 + 1000 * static_cast<int64_t>(e.deviceIndex()) + e.deviceResourceId();
       t.ts_us = compat::profiler_event_start_us(e);
       t.dur_us = compat::profiler_event_duration_us(e);
+      if (config_.record_shapes && e.hasShapes())
+        for (const auto& dims : e.shapes()) t.input_dims.emplace_back(dims.begin(), dims.end());
       events.push_back(std::move(t));
     }
   }

@@ -80,7 +80,12 @@ TEST(Profiler, CaptureWritesAChromeTraceWithPhaseSpansOperatorsAndATopOpsTable) 
   for (const char* s : {"profile.capture_steps=3", "profile.start_step=13", "profile.top_ops=8",
                         "checkpoint.every_steps=15"})
     sets.push_back(s);
+  // LibTorch's profiler logs to standard error by itself; on a CPU run it must not print an
+  // ERROR line about a CUDA driver the machine does not need.
+  ::testing::internal::CaptureStderr();
   nlohmann::json summary = Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}}).fit();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("gpuGetDeviceCount"), std::string::npos) << err;
 
   const std::string trace_path = dir.file("demo/profile/trace-steps-000014-000016.json");
   ASSERT_TRUE(std::filesystem::exists(trace_path));
@@ -100,6 +105,7 @@ TEST(Profiler, CaptureWritesAChromeTraceWithPhaseSpansOperatorsAndATopOpsTable) 
       ++ops;
       const std::string n = e["name"];
       saw_matmul |= n == "aten::mm" || n == "aten::addmm" || n == "aten::matmul" || n == "aten::linear";
+      EXPECT_FALSE(e.contains("args")) << n << ": input shapes without profile.record_shapes";
     }
   }
   for (const char* p : {"step", "data", "forward", "backward", "optimizer", "eval", "checkpoint"})
@@ -128,6 +134,32 @@ TEST(Profiler, CaptureWritesAChromeTraceWithPhaseSpansOperatorsAndATopOpsTable) 
   const std::string html = test::read_text(dir.file("demo/report.html"));
   EXPECT_NE(html.find("id='top-ops'"), std::string::npos);
   EXPECT_NE(html.find("<td>" + rows[0]["name"].get<std::string>() + "</td>"), std::string::npos);
+}
+
+TEST(Profiler, RecordShapesPutsEachOperatorsInputDimsInTheTrace) {
+  test::TempDir dir;
+  auto sets = test::tiny_overrides(dir.path());
+  for (const char* s : {"profile.capture_steps=1", "profile.start_step=2", "profile.record_shapes=true"})
+    sets.push_back(s);
+  const ResolvedConfig cfg = resolve_config("", sets, {});
+  Trainer(cfg, TrainerOptions{true, true, {}}).fit();
+  nlohmann::json trace =
+      nlohmann::json::parse(test::read_text(dir.file("demo/profile/trace-steps-000003-000003.json")));
+  // The output head's forward: (tokens, embd) x (embd, vocab), as aten::mm's first two inputs.
+  const int64_t tokens = cfg.config.data.micro_batch * cfg.config.model.block, embd = cfg.config.model.embd;
+  const std::vector<int64_t> x{tokens, embd};
+  bool saw_head = false;
+  int64_t with_dims = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X" || e["cat"] != "op" || !e.contains("args")) continue;
+    ASSERT_TRUE(e["args"]["Input Dims"].is_array()) << e.dump();
+    ++with_dims;
+    if (e["name"] != "aten::mm") continue;
+    const auto dims = e["args"]["Input Dims"].get<std::vector<std::vector<int64_t>>>();
+    saw_head |= dims.size() >= 2 && dims[0] == x && dims[1].size() == 2 && dims[1][0] == embd;
+  }
+  EXPECT_GT(with_dims, 50);
+  EXPECT_TRUE(saw_head) << "no aten::mm with inputs (" << tokens << ", " << embd << ") x (" << embd << ", vocab)";
 }
 
 TEST(Profiler, PhaseSpansOnlyWhenTorchOpsAreOff) {

@@ -31,6 +31,9 @@ struct TraceEvent {
   int64_t ts_us = 0;
   int64_t dur_us = 0;
   int64_t step = 0;  // phases: the step they belong to
+  // ops, with profile.record_shapes: each input's dimensions (empty for a non-tensor input),
+  // written as the event's "Input Dims" argument, the key PyTorch's own traces use.
+  std::vector<std::vector<int64_t>> input_dims = {};
 };
 
 struct OpStat {
