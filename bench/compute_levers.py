@@ -12,7 +12,10 @@ perf_counter after each step's loss.item()), the median over the steps after the
 The peer rows, per shape and dtype: each side (frugal, PyTorch eager, PyTorch compiled) first
 runs short calibrations at 1..physical-cores threads and keeps its fastest count; then the three
 sides alternate --repeats times. torch.compile's compilation happens in the peer's first step,
-outside the timed window; it is reported separately (compile_s).
+outside the timed window; it is reported separately (compile_s). Alternating with them,
+bench/matmul_floor.py times the step's matmuls alone at eager's thread count: eager's step time
+over that floor is the ceiling of any loop's speed-up over eager through the same BLAS
+(ceiling_vs_eager; targets.vs_eager_within_ceiling says whether the 1.3x target lies under it).
 
 Shapes: "demo" is the demo GPT (4 layers x 4 heads x 128 wide, block 64, micro-batch 32) on
 generated addition problems like builtin:arith's ("41+38=79" lines); "mid" is 4 x 4 x 256,
@@ -57,6 +60,10 @@ ALL_PARTS = ("precision", "ckpt", "adamw", "peer", "reuse_freed")
 TARGET_VS_EAGER = 1.3
 TARGET_VS_COMPILE = 1.0
 TARGET_BF16_FRACTION = 0.9
+# Below this bf16/fp32 matmul ratio (bf16 products emulated, e.g. on a CPU without AVX-512 BF16 or
+# AMX), bf16 rows are skipped unless --force-bf16: every bf16 run would take minutes per step,
+# and frugal's precision = "auto" trains such a machine in fp32 anyway.
+BF16_USABLE_RATIO = 0.5
 
 SHAPES = {
     "demo": dict(layers=4, heads=4, embd=128, block=64, batch=32, data="arith"),
@@ -146,6 +153,18 @@ def run_peer(text, dtype, threads, model, steps, compile_=False, extra_env=None)
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def run_floor(dtype, threads, model, steps):
+    """Runs bench/matmul_floor.py (the step's matmuls alone) with the peer's environment."""
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE", OMP_NUM_THREADS=str(threads))
+    args = [PY, os.path.join(HERE, "matmul_floor.py"), "--dtype", dtype, "--threads", str(threads),
+            "--steps", str(steps), "--layers", str(model["layers"]), "--heads", str(model["heads"]),
+            "--embd", str(model["embd"]), "--block", str(model["block"]), "--batch", str(model["batch"])]
+    p = subprocess.run(args, capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        die(f"compute_levers: `{' '.join(args)}` exited {p.returncode}:\n{p.stderr[-3000:]}", 1)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
 def model_sets(m):
     return [f"model.layers={m['layers']}", f"model.heads={m['heads']}", f"model.embd={m['embd']}",
             f"model.block={m['block']}", f"data.micro_batch={m['batch']}"]
@@ -175,6 +194,8 @@ def main():
     ap.add_argument("--shapes", default="demo,mid", help="peer rows: comma-separated shapes (demo, mid, wide, deep)")
     ap.add_argument("--dtypes", default="fp32,bf16", help="peer rows: comma-separated dtypes (fp32, bf16)")
     ap.add_argument("--no-compile", action="store_true", help="peer rows without the torch.compile side")
+    ap.add_argument("--force-bf16", action="store_true",
+                    help=f"run the bf16 rows even where bf16 matmul is under {BF16_USABLE_RATIO}x fp32's speed")
     ap.add_argument("--results", default=None,
                     help="results folder (default bench/results/<today>; with --quick bench/out/quick/<today>)")
     a = ap.parse_args()
@@ -238,6 +259,18 @@ def main():
 
     # The machine: frugal doctor and the wheel's matmul from Python, now and at the end.
     doc0, mm0 = doctor(a.frugal), python_matmul()
+    bf16_skipped = None
+    if doc0["bf16_speedup"] < BF16_USABLE_RATIO and not a.force_bf16 and ("bf16" in dtypes or "precision" in parts):
+        bf16_skipped = {"bf16_speedup": doc0["bf16_speedup"], "matmul_bf16_gflops": doc0["matmul_bf16_gflops"],
+                        "matmul_fp32_gflops": doc0["matmul_fp32_gflops"], "usable_ratio": BF16_USABLE_RATIO,
+                        "skipped": [f"peer_{s}_bf16" for s in shapes if "peer" in parts and "bf16" in dtypes]
+                        + (["precision_demo", "precision_mid", "precision_wide"] if "precision" in parts else []),
+                        "reason": f"bf16 matmul runs at {doc0['bf16_speedup']:.3f}x fp32's speed on this CPU "
+                                  f"(AVX-512 BF16: {doc0.get('avx512_bf16')}, AMX: {doc0.get('amx_bf16')}): "
+                                  f"bf16 products are emulated; --force-bf16 runs them anyway"}
+        print(f"compute_levers: skipping the bf16 rows: {bf16_skipped['reason']}", file=sys.stderr)
+        dtypes = [d for d in dtypes if d != "bf16"]
+        parts = [p for p in parts if p != "precision"]
 
     # 1. bf16 vs fp32 (frugal), alternating: the demo, mid and wide shapes.
     if "precision" in parts:
@@ -315,6 +348,8 @@ def main():
                 fns = [lambda s=side: sides[s](best[s], steps) for side in sides]
                 if shape == "demo":  # the eager peer once more, with frugal's malloc settings
                     fns.append(lambda: run_peer(text, dtype, best["eager"], m, steps, extra_env=REUSE_FREED_ENV))
+                # The step's matmuls alone, at eager's thread count: what no loop can go below.
+                fns.append(lambda: run_floor(dtype, best["eager"], m, steps))
                 runs = alternate(a.repeats, fns)
                 rf = [x[0] for x in runs[0]]
                 re_ = [x["tokens_per_s_median"] for x in runs[1]]
@@ -341,10 +376,24 @@ def main():
                 if shape == "demo":
                     rr = [x["tokens_per_s_median"] for x in runs[i]]
                     obj.update({"eager_reuse_freed_tokens_per_s": statistics.median(rr), "eager_reuse_freed_runs": rr})
+                # The ceiling: eager's step over the floor bounds the speed-up of any loop that runs
+                # the same matmuls (docstring of bench/matmul_floor.py).
+                floor_ms = statistics.median(x["floor_ms_median"] for x in runs[-1])
+                eager_ms = statistics.median(statistics.median(x["step_ms"]) for x in runs[1])
+                frugal_ms = statistics.median(x[1]["step_ms_median"] for x in runs[0])
+                obj.update({"matmul_floor": {"threads": best["eager"], "gemms": runs[-1][0]["gemms"],
+                                             "gflop_per_step": runs[-1][0]["gflop"], "floor_ms_median": floor_ms,
+                                             "floor_runs_ms": [x["floor_ms_median"] for x in runs[-1]],
+                                             "eager_step_ms_median": eager_ms, "frugal_step_ms_median": frugal_ms,
+                                             "eager_outside_matmuls_ms": eager_ms - floor_ms,
+                                             "frugal_outside_matmuls_ms": frugal_ms - floor_ms},
+                            "ceiling_vs_eager": eager_ms / floor_ms})
+                obj["targets"]["vs_eager_within_ceiling"] = TARGET_VS_EAGER <= obj["ceiling_vs_eager"]
                 save(f"peer_{shape}_{dtype}", obj)
                 rows.append((f"frugal vs PyTorch eager ({dtype}, {shape})",
                              f"{obj['eager_tokens_per_s']:,.0f} -> {obj['frugal_tokens_per_s']:,.0f} tok/s",
-                             f"{obj['ratio_vs_eager']:.2f}x (target {TARGET_VS_EAGER}x)"))
+                             f"{obj['ratio_vs_eager']:.2f}x (target {TARGET_VS_EAGER}x, "
+                             f"ceiling {obj['ceiling_vs_eager']:.2f}x)"))
                 if "compile" in sides:
                     rows.append((f"frugal vs torch.compile ({dtype}, {shape})",
                                  f"{obj['compile_tokens_per_s']:,.0f} -> {obj['frugal_tokens_per_s']:,.0f} tok/s",
@@ -375,6 +424,9 @@ def main():
                "python_matmul_bf16_over_fp32": statistics.median([mm0["bf16_over_fp32"], mm1["bf16_over_fp32"]]),
                "physical_cores": cores, "python": PY, "corpus": corpus,
                "bench_seconds": time.time() - t_start}
+    if bf16_skipped:
+        machine["bf16_skipped"] = bf16_skipped
+        rows.append(("bf16 rows", "skipped", f"bf16 matmul {doc0['bf16_speedup']:.3f}x fp32 here"))
     if "precision" in parts:
         bf16_target = {}
         for name in ("demo", "mid"):

@@ -195,6 +195,8 @@ def render_machine(R):
         f"The bf16 target below is judged against {r2(m['matmul_bf16_over_fp32'])}, the median of the doctor's "
         f"two ratios.",
     ]
+    if m.get("bf16_skipped"):
+        lines += ["", f"bf16 rows skipped on this machine: {m['bf16_skipped']['reason']}."]
     c = m.get("corpus")
     if c:
         src = "; ".join(f"{x['source']} {x['bytes']:,} B" for x in c["sources"])
@@ -216,22 +218,31 @@ def render_peer(R):
                 f"{n0(p['compile_tokens_per_s'])} ({th['compile']} thr.; compile {span(p['compile_s'])} s)")
             vs_c = "n/a" if "ratio_vs_compile" not in p else (
                 f"{r2(p['ratio_vs_compile'])} ({met(p['targets']['vs_compile_met'])})")
+            ceiling = "n/a" if "ceiling_vs_eager" not in p else (
+                f"{r2(p['ceiling_vs_eager'])} ({p['matmul_floor']['floor_ms_median']:.0f} of "
+                f"{p['matmul_floor']['eager_step_ms_median']:.0f} ms)")
             rows.append(f"| {shape} ({m['layers']}x{m['heads']}x{m['embd']}, block {m['block']}, batch "
                         f"{m['batch']}, {p['data']}) | {dtype} | {n0(p['frugal_tokens_per_s'])} ({th['frugal']} thr.) "
                         f"| {n0(p['eager_tokens_per_s'])} ({th['eager']} thr.) | {comp} | "
-                        f"{r2(p['ratio_vs_eager'])} ({met(p['targets']['vs_eager_met'])}) | {vs_c} |")
+                        f"{r2(p['ratio_vs_eager'])} ({met(p['targets']['vs_eager_met'])}) | {vs_c} | {ceiling} |")
             per = f"{shape} {dtype}: frugal {runs(p['frugal_runs'])}; eager {runs(p['eager_runs'])}"
             if "compile_runs" in p:
                 per += f"; compiled {runs(p['compile_runs'])}"
             if "eager_reuse_freed_runs" in p:
                 per += (f"; eager with frugal's malloc settings {runs(p['eager_reuse_freed_runs'])} "
                         f"(median {n0(p['eager_reuse_freed_tokens_per_s'])})")
+            if "matmul_floor" in p:
+                per += f"; matmul floor (ms per step) {', '.join(f'{x:.0f}' for x in p['matmul_floor']['floor_runs_ms'])}"
             notes.append(f"- {per}")
     if not rows:
         return not_measured("no bench/results/<date>/peer_*.json")
     head = ["| shape | dtype | frugal tok/s | PyTorch eager tok/s | torch.compile tok/s | frugal / eager (target "
-            "1.3x) | frugal / compile (target 1.0x) |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    return "\n".join(head + rows + ["", "Per run (tokens/s, in the order they ran):", ""] + notes)
+            "1.3x) | frugal / compile (target 1.0x) | ceiling over eager (matmul floor of eager's step) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    why = ("The ceiling is eager's step time over the step's matmuls alone (`bench/matmul_floor.py`, the same "
+           "linear and head products at eager's thread count, alternating with the sides): no loop that runs those products "
+           "through the same BLAS can be faster than eager by more. n/a: measured before the floor was.")
+    return "\n".join(head + rows + ["", why, "", "Per run (tokens/s, in the order they ran):", ""] + notes)
 
 
 def render_precision(R):
@@ -246,6 +257,8 @@ def render_precision(R):
         rows.append(f"| {shape} (embd {p['model']['embd']}) | {n0(p['fp32_tokens_per_s'])} | "
                     f"{n0(p['bf16_tokens_per_s'])} | {r2(p['speedup'])} | {share} | "
                     f"{pct(p['mfu_fp32'])} / {pct(p['mfu_bf16'])} |")
+    if not rows and m and m.get("bf16_skipped"):
+        return f"Not measured in this run: {m['bf16_skipped']['reason']}."
     if not rows:
         return not_measured("no bench/results/<date>/precision_*.json")
     ratio = r2(m["matmul_bf16_over_fp32"]) if m else "n/a"
