@@ -196,7 +196,7 @@ def render_machine(R):
         f"two ratios.",
     ]
     if m.get("bf16_skipped"):
-        lines += ["", f"bf16 rows skipped on this machine: {m['bf16_skipped']['reason']}."]
+        lines[-1] = f"bf16 rows skipped on this machine: {m['bf16_skipped']['reason']}."
     c = m.get("corpus")
     if c:
         src = "; ".join(f"{x['source']} {x['bytes']:,} B" for x in c["sources"])

@@ -32,8 +32,10 @@ int run_doctor_cmd(const DoctorArgs& a) {
              f["torch_version"].get<std::string>(), f["parallel_backend"].get<std::string>());
   fmt::print("cpu          {} | {} logical CPUs, {} physical cores\n", f["cpu"].get<std::string>(),
              f["logical_cpus"].get<int>(), f["physical_cores"].get<int>());
-  fmt::print("features     AVX-512 {} | AVX-512 BF16 {} | AMX-BF16 {}\n", b(f["avx512f"]), b(f["avx512_bf16"]),
-             b(f["amx_bf16"]));
+  const int level = f["kernel_level"].get<int>();
+  fmt::print("features     AVX2 {} | AVX-512 {} | AVX-512 BF16 {} | AMX-BF16 {} | frugal's kernels: {}\n", b(f["avx2"]),
+             b(f["avx512f"]), b(f["avx512_bf16"]), b(f["amx_bf16"]),
+             level == 4 ? "x86-64-v4 (AVX-512)" : level == 3 ? "x86-64-v3 (AVX2)" : "baseline");
   if (f["cuda_compiled"].get<bool>())
     fmt::print("built with   CUDA {} | cuDNN {} | NCCL {}\n", f["cuda_compiled_version"].get<std::string>(),
                f["cudnn_version"].get<int>() > 0 ? std::to_string(f["cudnn_version"].get<int>()) : "no",

@@ -20,6 +20,7 @@
 #include "frugal/core/memory.h"
 #include "frugal/core/threads.h"
 #include "frugal/train/precision.h"
+#include "model/internal/attention_kernel.h"
 
 namespace frugal {
 namespace {
@@ -90,6 +91,10 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   f["avx512f"] = has_flag(flags, "avx512f");
   f["avx512_bf16"] = has_flag(flags, "avx512_bf16");
   f["amx_bf16"] = has_flag(flags, "amx_bf16");
+  f["avx2"] = has_flag(flags, "avx2");
+  // The x86-64 level frugal's own CPU kernels (attention) run at on this CPU: 4 (AVX-512),
+  // 3 (AVX2 and FMA) or 1 (baseline; also every other architecture).
+  f["kernel_level"] = internal::attention_level();
   // What memory.limit_mb = 0 takes as the CPU memory budget (0 = no cgroup limit).
   f["cgroup_memory_limit_mb"] = static_cast<double>(cgroup_memory_limit_bytes()) / (1024.0 * 1024.0);
   // What was compiled in, then what was found.

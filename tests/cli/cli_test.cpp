@@ -14,6 +14,7 @@
 #include "frugal/model/gpt.h"
 #include "frugal/model/weights.h"
 #include "frugal/tune/doctor.h"
+#include "model/internal/attention_kernel.h"
 #include "test_util.h"
 
 namespace frugal {
@@ -169,6 +170,8 @@ TEST(Cli, DoctorJsonReportsMeasuredMatmulSpeed) {
   EXPECT_GT(j["matmul_bf16_gflops"].get<double>(), 0);
   EXPECT_TRUE(j["blas_library"].is_string());
   EXPECT_TRUE(j["warnings"].is_array());
+  // The level frugal's own kernels run at: the best this CPU has.
+  EXPECT_EQ(j["kernel_level"].get<int>(), internal::attention_levels().back()) << r.output;
   // What the doctor recommends is what train then uses (it saves its choice; train reads it).
   EXPECT_EQ(j["threads_frugal"], j["threads_recommended"]) << r.output;
   const std::string saved = j["threads_choice_file"].get<std::string>();
