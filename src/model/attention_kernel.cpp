@@ -6,12 +6,15 @@
 // away, and copies y back into (B, T, C). Here each (batch, head) pair is one task: its q, k, v
 // are read strided from the projection into float scratch (k and v also transposed where a
 // product wants them), the products skip the tiles above the diagonal, and y / dqkv are written
-// straight into their final layouts. The forward always keeps two floats per query row (the row
-// max and 1 / row sum of the softmax); the T x T softmax itself, which ATen's path keeps for the
-// backward, only when the caller asks (fused_attention.cpp: while it is no larger than q, k, v).
-// Without it the backward recomputes the scores and probabilities with the same tiles and the
-// same arithmetic as the forward (as FlashAttention does), at the cost of one more q k^T
-// product, so a long context stores no (B, H, T, T) tensor per layer.
+// straight into their final layouts. Float heads whose size is a multiple of 16 and whose length
+// is a multiple of 8 (the common shapes) skip most scratch copies: the tiles read v, q, k and dy
+// where they stand and write y and dqkv in place (the same arithmetic, so the same bits). The
+// forward always keeps two floats per query row (the row max and 1 / row sum of the softmax);
+// the T x T softmax itself, which ATen's path keeps for the backward, only when the caller asks
+// (fused_attention.cpp: while it is no larger than q, k, v). Without it the backward recomputes
+// the scores and probabilities with the same tiles and the same arithmetic as the forward (as
+// FlashAttention does), at the cost of one more q k^T product, so a long context stores no
+// (B, H, T, T) tensor per layer.
 //
 // Every product is one register tile: 8 rows by 16 columns, accumulated over the shared
 // dimension in 8 vector registers and stored once, so no accumulator goes through memory inside
@@ -34,6 +37,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "model/internal/simd_math.h"
@@ -163,14 +167,22 @@ struct Head {
   float scale;
 };
 
-// S (or dP) for rows < T, tiles on or below the diagonal only: x (T x D, row stride Dp) times
+// S (or dP) for rows < T, tiles on or below the diagonal only: x (T x D, row stride xs) times
 // the transposed block yt (D x T, row stride Tp).
 template <class V>
-FRUGAL_INLINE void causal_product(const float* x, const float* yt, int64_t T, int64_t D, int64_t Dp, int64_t Tp,
+FRUGAL_INLINE void causal_product(const float* x, int64_t xs, const float* yt, int64_t T, int64_t D, int64_t Tp,
                                   float* out) {
   for (int64_t i0 = 0; i0 < T; i0 += kRows)
     for (int64_t j0 = 0; j0 < std::min(i0 + kRows, T); j0 += kLanes)
-      tile<V>(x + i0 * Dp, Dp, 1, yt + j0, Tp, D, out + i0 * Tp + j0, Tp);
+      tile<V>(x + i0 * xs, xs, 1, yt + j0, Tp, D, out + i0 * Tp + j0, Tp);
+}
+
+// Float heads whose size is a multiple of the tile width and whose length is a multiple of the
+// tile height are read and written in place (qkv, dy, y, dqkv rows), without scratch copies: a
+// tile then never reaches past the head's own columns or past the last row.
+template <class Elem>
+FRUGAL_INLINE bool in_place(const Head<Elem>& h) {
+  return std::is_same<Elem, float>::value && h.D % kLanes == 0 && h.T % kRows == 0;
 }
 
 template <class V, class Elem>
@@ -182,20 +194,30 @@ FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
   float* y = v + Tp * Dp;   // Tp x Dp
   float* s = y + Tp * Dp;   // Tp x Tp: scores, then probabilities (0 above the diagonal)
   const float scale = h.scale;
+  const bool direct = in_place(h);
   for (int64_t t = 0; t < T; ++t) {
     const Elem* __restrict r = h.qkv + t * row;
     float* __restrict qt = q + t * Dp;
     float* __restrict vt = v + t * Dp;
     for (int64_t d = 0; d < D; ++d) qt[d] = load(r[d]) * scale;
-    for (int64_t d = 0; d < D; ++d) vt[d] = load(r[2 * C + d]);
+    if (!direct)
+      for (int64_t d = 0; d < D; ++d) vt[d] = load(r[2 * C + d]);
     for (int64_t d = 0; d < D; ++d) kt[d * Tp + t] = load(r[C + d]);
   }
-  causal_product<V>(q, kt, T, D, Dp, Tp, s);
+  causal_product<V>(q, Dp, kt, T, D, Tp, s);
   for (int64_t i = 0; i < T; ++i) {
     float* si = s + i * Tp;
     softmax_row(si, i + 1, h.stats + 2 * i);
     for (int64_t j = i + 1; j < Tp; ++j) si[j] = 0.0f;
     if (h.probs) std::copy(si, si + T, h.probs + i * T);
+  }
+  if constexpr (std::is_same<Elem, float>::value) {
+    if (direct) {  // y = P v, v read from qkv and y written to its place in (B, T, C)
+      for (int64_t i0 = 0; i0 < T; i0 += kRows)
+        for (int64_t d0 = 0; d0 < D; d0 += kLanes)
+          tile<V>(s + i0 * Tp, Tp, 1, h.qkv + 2 * C + d0, row, i0 + kRows, h.out + i0 * C + d0, C);
+      return;
+    }
   }
   for (int64_t i0 = 0; i0 < T; i0 += kRows)
     for (int64_t d0 = 0; d0 < D; d0 += kLanes)
@@ -222,6 +244,8 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
   float* p = dv + Tp * Dp;  // Tp x Tp: P (0 above the diagonal)
   float* ds = p + Tp * Tp;  // Tp x Tp: dP, then dS (0 above the diagonal)
   const float scale = h.scale;
+  const bool direct = in_place(h);
+  const bool recompute = h.probs == nullptr;
   for (int64_t t = 0; t < T; ++t) {
     const Elem* __restrict r = h.qkv + t * row;
     const Elem* __restrict gr = h.dy + t * C;
@@ -229,11 +253,15 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
     float* __restrict qst = qs + t * Dp;
     float* __restrict kr = k + t * Dp;
     float* __restrict gt = g + t * Dp;
-    for (int64_t d = 0; d < D; ++d) qt[d] = load(r[d]);
-    for (int64_t d = 0; d < D; ++d) qst[d] = qt[d] * scale;
-    for (int64_t d = 0; d < D; ++d) kr[d] = load(r[C + d]);
-    for (int64_t d = 0; d < D; ++d) gt[d] = load(gr[d]);
-    for (int64_t d = 0; d < D; ++d) kt[d * Tp + t] = kr[d];
+    if (!direct) {  // in place, q, k and dy are read from qkv and dy themselves
+      for (int64_t d = 0; d < D; ++d) qt[d] = load(r[d]);
+      for (int64_t d = 0; d < D; ++d) kr[d] = load(r[C + d]);
+      for (int64_t d = 0; d < D; ++d) gt[d] = load(gr[d]);
+    }
+    if (recompute) {
+      for (int64_t d = 0; d < D; ++d) qst[d] = load(r[d]) * scale;
+      for (int64_t d = 0; d < D; ++d) kt[d * Tp + t] = load(r[C + d]);
+    }
     for (int64_t d = 0; d < D; ++d) vt[d * Tp + t] = load(r[2 * C + d]);
   }
   if (h.probs) {
@@ -242,14 +270,18 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
       std::fill(p + i * Tp + T, p + (i + 1) * Tp, 0.0f);
     }
   } else {
-    causal_product<V>(qs, kt, T, D, Dp, Tp, p);  // S, as in the forward
+    causal_product<V>(qs, Dp, kt, T, D, Tp, p);  // S, as in the forward
     for (int64_t i = 0; i < T; ++i) {
       float* pi = p + i * Tp;
       softmax_row_again(pi, i + 1, h.stats + 2 * i);
       for (int64_t j = i + 1; j < Tp; ++j) pi[j] = 0.0f;
     }
   }
-  causal_product<V>(g, vt, T, D, Dp, Tp, ds);  // dP
+  if constexpr (std::is_same<Elem, float>::value) {
+    causal_product<V>(direct ? h.dy : g, direct ? C : Dp, vt, T, D, Tp, ds);  // dP
+  } else {
+    causal_product<V>(g, Dp, vt, T, D, Tp, ds);
+  }
   for (int64_t i = 0; i < T; ++i) {
     const float* pi = p + i * Tp;
     float* di = ds + i * Tp;
@@ -257,6 +289,21 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
     const float delta = row_dot(pi, di, n);
     for (int64_t j = 0; j < n; ++j) di[j] = pi[j] * (di[j] - delta) * h.scale;
     for (int64_t j = n; j < Tp; ++j) di[j] = 0.0f;
+  }
+  if constexpr (std::is_same<Elem, float>::value) {
+    if (direct) {  // dq = dS k, dk = dS^T q, dv = P^T dy, written to their places in dqkv
+      const float* qkv = h.qkv;
+      float* out = h.out;
+      for (int64_t i0 = 0; i0 < T; i0 += kRows) {
+        const int64_t j0 = i0;
+        for (int64_t d0 = 0; d0 < D; d0 += kLanes) {
+          tile<V>(ds + i0 * Tp, Tp, 1, qkv + C + d0, row, i0 + kRows, out + i0 * row + d0, row);
+          tile<V>(ds + j0 * Tp + j0, 1, Tp, qkv + j0 * row + d0, row, T - j0, out + j0 * row + C + d0, row);
+          tile<V>(p + j0 * Tp + j0, 1, Tp, h.dy + j0 * C + d0, C, T - j0, out + j0 * row + 2 * C + d0, row);
+        }
+      }
+      return;
+    }
   }
   for (int64_t i0 = 0; i0 < T; i0 += kRows) {
     const int64_t j0 = i0;  // rows j0.. of dk / dv: query rows i >= j0 contribute

@@ -105,4 +105,6 @@ at::Tensor fused_causal_attention(const at::Tensor& qkv, int64_t heads) {
   return AttentionFunction::apply(x, heads);
 }
 
+int fused_attention_cpu_level() { return internal::attention_level(); }
+
 }  // namespace frugal

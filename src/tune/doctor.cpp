@@ -19,8 +19,8 @@
 #include "frugal/core/matmul_probe.h"
 #include "frugal/core/memory.h"
 #include "frugal/core/threads.h"
+#include "frugal/model/fused_attention.h"
 #include "frugal/train/precision.h"
-#include "model/internal/attention_kernel.h"
 
 namespace frugal {
 namespace {
@@ -94,7 +94,7 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   f["avx2"] = has_flag(flags, "avx2");
   // The x86-64 level frugal's own CPU kernels (attention) run at on this CPU: 4 (AVX-512),
   // 3 (AVX2 and FMA) or 1 (baseline; also every other architecture).
-  f["kernel_level"] = internal::attention_level();
+  f["kernel_level"] = fused_attention_cpu_level();
   // What memory.limit_mb = 0 takes as the CPU memory budget (0 = no cgroup limit).
   f["cgroup_memory_limit_mb"] = static_cast<double>(cgroup_memory_limit_bytes()) / (1024.0 * 1024.0);
   // What was compiled in, then what was found.

@@ -62,9 +62,12 @@ void expect_matches_formula(int64_t B, int64_t T, int64_t H, int64_t D, bool als
 
 TEST(FusedAttention, MatchesTheFormulaInFloat) {
   torch::manual_seed(1);
-  // The demo's shape, then rows and head sizes that leave scalar tails in every loop; the last
-  // has T > 3 D, so its backward recomputes the softmax instead of reading it back.
-  for (auto [B, T, H, D] : {std::array<int64_t, 4>{4, 64, 4, 32}, {3, 37, 3, 24}, {2, 1, 2, 8}, {1, 130, 2, 5}})
+  // The demo's shape (read and written in place), then rows and head sizes that leave scalar
+  // tails in every loop, the last with T > 3 D, so that its backward recomputes the softmax
+  // instead of reading it back; then two more in-place shapes: one whose kept softmax rows need
+  // padding, one that recomputes.
+  for (auto [B, T, H, D] : {std::array<int64_t, 4>{4, 64, 4, 32}, {3, 37, 3, 24}, {2, 1, 2, 8}, {1, 130, 2, 5},
+                            {2, 40, 3, 32}, {2, 104, 2, 16}})
     expect_matches_formula(B, T, H, D);
 }
 

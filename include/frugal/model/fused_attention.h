@@ -22,4 +22,8 @@ bool fused_attention_supported(const at::Tensor& qkv, int64_t heads);
 // on the attention weights. Throws std::invalid_argument where not supported.
 at::Tensor fused_causal_attention(const at::Tensor& qkv, int64_t heads);
 
+// The x86-64 level the CPU loops run at here: 4 (AVX-512), 3 (AVX2 and FMA) or 1 (baseline, and
+// every other architecture). `frugal doctor` reports it.
+int fused_attention_cpu_level();
+
 }  // namespace frugal
