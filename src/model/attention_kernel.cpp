@@ -185,6 +185,18 @@ FRUGAL_INLINE bool in_place(const Head<Elem>& h) {
   return std::is_same<Elem, float>::value && h.D % kLanes == 0 && h.T % kRows == 0;
 }
 
+// The same pointer as float where Elem is float; null otherwise (in_place is false then, so the
+// null is never used).
+template <class Elem>
+FRUGAL_INLINE auto float_view(Elem* p) {
+  using F = std::conditional_t<std::is_const<Elem>::value, const float, float>;
+  if constexpr (std::is_same<std::remove_const_t<Elem>, float>::value) {
+    return static_cast<F*>(p);
+  } else {
+    return static_cast<F*>(nullptr);
+  }
+}
+
 template <class V, class Elem>
 FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
   const int64_t T = h.T, D = h.D, C = h.C, row = 3 * C, Tp = padded(T), Dp = padded(D);
@@ -211,17 +223,14 @@ FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
     for (int64_t j = i + 1; j < Tp; ++j) si[j] = 0.0f;
     if (h.probs) std::copy(si, si + T, h.probs + i * T);
   }
-  if constexpr (std::is_same<Elem, float>::value) {
-    if (direct) {  // y = P v, v read from qkv and y written to its place in (B, T, C)
-      for (int64_t i0 = 0; i0 < T; i0 += kRows)
-        for (int64_t d0 = 0; d0 < D; d0 += kLanes)
-          tile<V>(s + i0 * Tp, Tp, 1, h.qkv + 2 * C + d0, row, i0 + kRows, h.out + i0 * C + d0, C);
-      return;
-    }
-  }
+  // y = P v; in place, v is read from qkv and y written to its place in (B, T, C).
+  const float* vsrc = direct ? float_view(h.qkv) + 2 * C : v;
+  float* yd = direct ? float_view(h.out) : y;
+  const int64_t ldv = direct ? row : Dp, ldy = direct ? C : Dp;
   for (int64_t i0 = 0; i0 < T; i0 += kRows)
     for (int64_t d0 = 0; d0 < D; d0 += kLanes)
-      tile<V>(s + i0 * Tp, Tp, 1, v + d0, Dp, std::min(i0 + kRows, T), y + i0 * Dp + d0, Dp);
+      tile<V>(s + i0 * Tp, Tp, 1, vsrc + d0, ldv, std::min(i0 + kRows, T), yd + i0 * ldy + d0, ldy);
+  if (direct) return;
   for (int64_t t = 0; t < T; ++t) {
     Elem* __restrict out = h.out + t * C;
     const float* __restrict yt = y + t * Dp;
@@ -277,11 +286,16 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
       for (int64_t j = i + 1; j < Tp; ++j) pi[j] = 0.0f;
     }
   }
-  if constexpr (std::is_same<Elem, float>::value) {
-    causal_product<V>(direct ? h.dy : g, direct ? C : Dp, vt, T, D, Tp, ds);  // dP
-  } else {
-    causal_product<V>(g, Dp, vt, T, D, Tp, ds);
-  }
+  // In place, q, k and dy are read from qkv and dy, and dq, dk, dv written to their places in
+  // dqkv; otherwise all go through the scratch blocks.
+  const float* qsrc = direct ? float_view(h.qkv) : q;
+  const float* ksrc = direct ? float_view(h.qkv) + C : k;
+  const float* gsrc = direct ? float_view(h.dy) : g;
+  float* dqd = direct ? float_view(h.out) : dq;
+  float* dkd = direct ? float_view(h.out) + C : dk;
+  float* dvd = direct ? float_view(h.out) + 2 * C : dv;
+  const int64_t ldqk = direct ? row : Dp, ldg = direct ? C : Dp, ldo = direct ? row : Dp;
+  causal_product<V>(gsrc, ldg, vt, T, D, Tp, ds);  // dP
   for (int64_t i = 0; i < T; ++i) {
     const float* pi = p + i * Tp;
     float* di = ds + i * Tp;
@@ -290,29 +304,15 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
     for (int64_t j = 0; j < n; ++j) di[j] = pi[j] * (di[j] - delta) * h.scale;
     for (int64_t j = n; j < Tp; ++j) di[j] = 0.0f;
   }
-  if constexpr (std::is_same<Elem, float>::value) {
-    if (direct) {  // dq = dS k, dk = dS^T q, dv = P^T dy, written to their places in dqkv
-      const float* qkv = h.qkv;
-      float* out = h.out;
-      for (int64_t i0 = 0; i0 < T; i0 += kRows) {
-        const int64_t j0 = i0;
-        for (int64_t d0 = 0; d0 < D; d0 += kLanes) {
-          tile<V>(ds + i0 * Tp, Tp, 1, qkv + C + d0, row, i0 + kRows, out + i0 * row + d0, row);
-          tile<V>(ds + j0 * Tp + j0, 1, Tp, qkv + j0 * row + d0, row, T - j0, out + j0 * row + C + d0, row);
-          tile<V>(p + j0 * Tp + j0, 1, Tp, h.dy + j0 * C + d0, C, T - j0, out + j0 * row + 2 * C + d0, row);
-        }
-      }
-      return;
-    }
-  }
   for (int64_t i0 = 0; i0 < T; i0 += kRows) {
     const int64_t j0 = i0;  // rows j0.. of dk / dv: query rows i >= j0 contribute
     for (int64_t d0 = 0; d0 < D; d0 += kLanes) {
-      tile<V>(ds + i0 * Tp, Tp, 1, k + d0, Dp, std::min(i0 + kRows, T), dq + i0 * Dp + d0, Dp);
-      tile<V>(ds + j0 * Tp + j0, 1, Tp, q + j0 * Dp + d0, Dp, T - j0, dk + j0 * Dp + d0, Dp);
-      tile<V>(p + j0 * Tp + j0, 1, Tp, g + j0 * Dp + d0, Dp, T - j0, dv + j0 * Dp + d0, Dp);
+      tile<V>(ds + i0 * Tp, Tp, 1, ksrc + d0, ldqk, std::min(i0 + kRows, T), dqd + i0 * ldo + d0, ldo);
+      tile<V>(ds + j0 * Tp + j0, 1, Tp, qsrc + j0 * ldqk + d0, ldqk, T - j0, dkd + j0 * ldo + d0, ldo);
+      tile<V>(p + j0 * Tp + j0, 1, Tp, gsrc + j0 * ldg + d0, ldg, T - j0, dvd + j0 * ldo + d0, ldo);
     }
   }
+  if (direct) return;
   for (int64_t t = 0; t < T; ++t) {
     Elem* __restrict out = h.out + t * row;
     const float* __restrict a = dq + t * Dp;
@@ -373,8 +373,7 @@ int64_t backward_scratch(const AttentionShape& s) {
 // outside them. (Not target_clones: the register tile differs per level, which a clone cannot
 // see at compile time.)
 namespace detail {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-#define FRUGAL_ATTENTION_LEVELS 1
+#ifdef FRUGAL_X86_LEVELS
 #define FRUGAL_LEVEL_ENTRIES(name, Elem, body)                                                      \
   __attribute__((target("arch=x86-64-v4"))) void name##_v4(const Head<Elem>& h, float* scratch) { \
     body<Vec16>(h, scratch);                                                                      \
@@ -394,7 +393,7 @@ FRUGAL_LEVEL_ENTRIES(backward_head_bf16, uint16_t, backward_head)
 #undef FRUGAL_LEVEL_ENTRIES
 
 int detected_level() {
-#ifdef FRUGAL_ATTENTION_LEVELS
+#ifdef FRUGAL_X86_LEVELS
   return __builtin_cpu_supports("x86-64-v4") ? 4 : __builtin_cpu_supports("x86-64-v3") ? 3 : 1;
 #else
   return 1;
@@ -428,13 +427,16 @@ int attention_level() { return detail::level_in_use().load(); }
 
 void set_attention_level(int level) {
   const auto ok = attention_levels();
-  if (std::find(ok.begin(), ok.end(), level) == ok.end())
+  if (std::find(ok.begin(), ok.end(), level) == ok.end()) {
+    std::string listed;
+    for (int l : ok) listed += (listed.empty() ? "" : ", ") + std::to_string(l);
     throw std::invalid_argument("attention kernel: x86-64 level " + std::to_string(level) +
-                                " is not available on this CPU (available: the levels attention_levels() lists)");
+                                " is not available on this CPU (available: " + listed + ")");
+  }
   detail::level_in_use().store(level);
 }
 
-#ifdef FRUGAL_ATTENTION_LEVELS
+#ifdef FRUGAL_X86_LEVELS
 #define FRUGAL_BEST(name) detail::pick(detail::name##_v4, detail::name##_v3, detail::name##_v1)
 #else
 #define FRUGAL_BEST(name) detail::name##_v1

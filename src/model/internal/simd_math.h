@@ -12,7 +12,9 @@
 
 // "arch=x86-64-vN" clones need GCC 12 (tested); other compilers build the baseline loop only.
 // The best clone (AVX-512, AVX2, baseline) is picked when the program loads.
+// FRUGAL_X86_LEVELS: functions can be compiled per x86-64 level (target attributes) here.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define FRUGAL_X86_LEVELS 1
 #define FRUGAL_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define FRUGAL_ISA_CLONES
