@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include "frugal/core/compat.h"
 #include "model/internal/gelu_kernel.h"
 
 namespace frugal {
@@ -54,7 +55,47 @@ class GeluFunction : public torch::autograd::Function<GeluFunction> {
   }
 };
 
+// GELU(u + b) on a 2-D float u, keeping GELU'(u + b) for the backward in place of u: the backward
+// is then dx = dy * d plus the bias gradient's column sums, in one pass with no transcendental
+// maths, and u (which only GELU's backward needed) is freed after the forward.
+class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& u, const at::Tensor& bias) {
+    RECORD_FUNCTION("frugal::linear_gelu", std::vector<c10::IValue>());
+    at::Tensor x = u.contiguous(), b = bias.contiguous();
+    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor d = at::empty_like(x, at::MemoryFormat::Contiguous);
+    internal::bias_gelu_forward_f32(x.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(),
+                                    d.data_ptr<float>(), x.size(0), x.size(1), at::get_num_threads());
+    ctx->save_for_backward({d});
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const at::Tensor d = ctx->get_saved_variables()[0];
+    const at::Tensor dy = grad[0].contiguous();
+    at::Tensor dx = at::empty_like(d, at::MemoryFormat::Contiguous);
+    at::Tensor db = at::empty({d.size(1)}, d.options());
+    internal::bias_gelu_backward_f32(d.data_ptr<float>(), dy.data_ptr<float>(), dx.data_ptr<float>(),
+                                     db.data_ptr<float>(), d.size(0), d.size(1), at::get_num_threads());
+    return {dx, db};
+  }
+};
+
 }  // namespace
+
+at::Tensor linear_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  const bool fused = bias.defined() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+                     weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat &&
+                     weight.dim() == 2 && bias.dim() == 1 && bias.size(0) == weight.size(0) && x.dim() >= 1 && torch::GradMode::is_enabled() &&
+                     (x.requires_grad() || weight.requires_grad() || bias.requires_grad()) &&
+                     !compat::autocast_enabled(c10::DeviceType::CPU);
+  if (!fused) return fused_gelu(at::linear(x, weight, bias));
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = weight.size(0);
+  const at::Tensor u = x.reshape({-1, x.size(-1)}).mm(weight.t());
+  return BiasGeluFunction::apply(u, bias).view(sizes);
+}
 
 at::Tensor fused_gelu(const at::Tensor& x) {
   if (!x.requires_grad() || !torch::GradMode::is_enabled()) return forward_kernel(x);

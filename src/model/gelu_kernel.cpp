@@ -9,9 +9,13 @@
 //   Phi(x) = 0.5 * (1 + erf(x / sqrt 2)),   phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
 //   erf(z) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-z^2),   t = 1 / (1 + p z),  z >= 0
 // so exp(-x^2 / 2) serves both Phi and phi: one exponential per element, forward or backward.
+// The biased form (linear_gelu) adds the bias on the way in and writes GELU' next to GELU, so its
+// backward is a product and a column sum with no exponential at all.
 #include "model/internal/gelu_kernel.h"
 
 #include "model/internal/simd_math.h"
+
+#include <vector>
 
 namespace frugal::internal {
 namespace {
@@ -66,7 +70,71 @@ FRUGAL_ISA_CLONES void gelu_backward_bf16(const uint16_t* __restrict x, const ui
   }
 }
 
+// One row's columns [0, n) of the biased form: v = u + b; y = GELU(v), d = GELU'(v).
+FRUGAL_ISA_CLONES void bias_gelu_forward_row_f32(const float* __restrict u, const float* __restrict b,
+                                                 float* __restrict y, float* __restrict d, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float v = u[j] + b[j];
+    const PhiPdf p = phi(v);
+    y[j] = v * p.cdf;
+    d[j] = p.cdf + v * p.pdf;
+  }
+}
+
+// Rows [0, rows) of a row-major block with `cols` columns: dx = dy * d, and `sum` = the block's
+// column sums of dx.
+FRUGAL_ISA_CLONES void bias_gelu_backward_rows_f32(const float* __restrict d, const float* __restrict dy,
+                                                   float* __restrict dx, float* __restrict sum, int64_t rows,
+                                                   int64_t cols) {
+  for (int64_t j = 0; j < cols; ++j) sum[j] = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* __restrict dr = d + r * cols;
+    const float* __restrict gr = dy + r * cols;
+    float* __restrict xr = dx + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float g = gr[j] * dr[j];
+      xr[j] = g;
+      sum[j] += g;
+    }
+  }
+}
+
+// out[j] = sum over k < blocks of partial[k * cols + j], k in order.
+FRUGAL_ISA_CLONES void add_rows_f32(const float* __restrict partial, float* __restrict out, int64_t blocks,
+                                    int64_t cols) {
+  for (int64_t j = 0; j < cols; ++j) out[j] = 0.0f;
+  for (int64_t k = 0; k < blocks; ++k)
+    for (int64_t j = 0; j < cols; ++j) out[j] += partial[k * cols + j];
+}
+
 }  // namespace detail
+
+void bias_gelu_forward_f32(const float* u, const float* b, float* y, float* d, int64_t rows, int64_t cols,
+                           int threads) {
+  // Rows are independent: one span of whole rows per thread.
+  parallel_spans(rows, threads, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      detail::bias_gelu_forward_row_f32(u + r * cols, b, y + r * cols, d + r * cols, cols);
+  }, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, cols)), 1);
+}
+
+void bias_gelu_backward_f32(const float* d, const float* dy, float* dx, float* db, int64_t rows, int64_t cols,
+                            int threads) {
+  // Rows go in fixed blocks of kSumRows, each summed on its own (whichever thread takes it), then
+  // the blocks' sums are added in block order: the same result for any thread count, and a
+  // rounding error that grows with the block length rather than the row count.
+  constexpr int64_t kSumRows = 64;
+  const int64_t blocks = (rows + kSumRows - 1) / kSumRows;
+  std::vector<float> partial(static_cast<size_t>(blocks * cols));
+  parallel_spans(blocks, threads, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k) {
+      const int64_t r0 = k * kSumRows, n = std::min(rows, r0 + kSumRows) - r0;
+      detail::bias_gelu_backward_rows_f32(d + r0 * cols, dy + r0 * cols, dx + r0 * cols, partial.data() + k * cols, n,
+                                          cols);
+    }
+  }, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, kSumRows * cols)), 1);
+  detail::add_rows_f32(partial.data(), db, blocks, cols);
+}
 
 void gelu_forward_f32(const float* x, float* y, int64_t n, int threads) {
   parallel_spans(n, threads, [&](int64_t b, int64_t e) { detail::gelu_forward_f32(x + b, y + b, e - b); });

@@ -85,9 +85,11 @@ BlockImpl::BlockImpl(const ModelConfig& c) : activation_(c.activation) {
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache) {
   auto h = x + attn_->forward(ln1_->forward(x), cache);
-  const at::Tensor up = linear(fc_, ln2_->forward(h));
+  const at::Tensor in = ln2_->forward(h);
   // GPT-2's tanh approximation runs on ATen's kernel; the exact form on frugal's fused one.
-  const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh ? at::gelu(up, "tanh") : fused_gelu(up);
+  const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh
+                             ? at::gelu(linear(fc_, in), "tanh")
+                             : linear_gelu(in, fc_->weight, fc_->bias);
   return h + mlp_drop_->forward(linear(fc_proj_, act));
 }
 

@@ -1,5 +1,6 @@
 // The fused GELU against torch::gelu: values and gradients, float and bfloat16, vector tails,
-// non-contiguous inputs and non-finite values.
+// non-contiguous inputs and non-finite values; and linear_gelu (bias, GELU and its derivative in
+// one pass) against the formula in double.
 #include "frugal/model/fused_gelu.h"
 
 #include <gtest/gtest.h>
@@ -111,6 +112,22 @@ TEST(FusedGelu, OtherDtypesFallBackToTorchGelu) {
   EXPECT_TRUE(torch::equal(fused_gelu(x), torch::gelu(x)));
 }
 
+TEST(FusedGelu, EveryElementIsComputedWhenTheCountDoesNotSplitEvenly) {
+  // 2 x 16384 + 1 elements over two threads: the second span must reach the last element.
+  auto x = inputs(2 * 16384 + 1);
+  auto dy = torch::randn_like(x);
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  auto a = x.clone().requires_grad_(true);
+  auto y = fused_gelu(a);
+  y.backward(dy);
+  at::set_num_threads(before);
+  auto b = x.clone().requires_grad_(true);
+  torch::gelu(b).backward(dy);
+  EXPECT_LT(max_abs_diff(y, torch::gelu(x)), 2e-6);
+  EXPECT_LT(max_abs_diff(a.grad(), b.grad()), 2e-6);
+}
+
 TEST(FusedGelu, ResultsDoNotDependOnTheThreadCount) {
   auto x = inputs(1 << 17);  // large enough to be split over two threads
   auto dy = torch::randn_like(x);
@@ -126,6 +143,106 @@ TEST(FusedGelu, ResultsDoNotDependOnTheThreadCount) {
   at::set_num_threads(before);
   EXPECT_TRUE(torch::equal(one.first, two.first));
   EXPECT_TRUE(torch::equal(one.second, two.second));
+}
+
+// linear_gelu's three inputs, double copies of them, and GELU(x W^T + b) with its gradients in
+// double (C library erf): the reference.
+struct LinearGeluCase {
+  at::Tensor x, w, b, dy;
+};
+
+LinearGeluCase linear_gelu_case(std::vector<int64_t> x_sizes, int64_t out) {
+  torch::manual_seed(11);
+  const int64_t in = x_sizes.back();
+  std::vector<int64_t> y_sizes = x_sizes;
+  y_sizes.back() = out;
+  return {torch::randn(x_sizes), torch::randn({out, in}) / std::sqrt(static_cast<double>(in)) * 3,
+          torch::randn({out}), torch::randn(y_sizes)};
+}
+
+struct Grads {
+  at::Tensor y, dx, dw, db;
+};
+
+Grads run_linear_gelu(const LinearGeluCase& c, bool reference) {
+  const auto type = reference ? torch::kDouble : torch::kFloat;
+  auto leaf = [&](const at::Tensor& t) { return t.detach().to(type).clone().requires_grad_(true); };
+  auto x = leaf(c.x), w = leaf(c.w), b = leaf(c.b);
+  at::Tensor y = reference ? exact_gelu(at::linear(x, w, b)) : linear_gelu(x, w, b);
+  y.backward(c.dy.to(type));
+  return {y.detach(), x.grad(), w.grad(), b.grad()};
+}
+
+double max_rel_diff(const at::Tensor& got, const at::Tensor& want) {
+  auto w = want.to(torch::kDouble);
+  return ((got.to(torch::kDouble) - w).abs() / (w.abs() + 1)).max().item<double>();
+}
+
+TEST(LinearGelu, MatchesTheFormulaInDouble) {
+  // 3-D like the model's activations; 7 x 37 = 259 rows (not a multiple of the 64-row blocks the
+  // bias gradient is summed in) and 83 columns (vector tails).
+  for (auto sizes : {std::vector<int64_t>{7, 37, 48}, std::vector<int64_t>{300, 16}}) {
+    const auto c = linear_gelu_case(sizes, 83);
+    const Grads got = run_linear_gelu(c, false), want = run_linear_gelu(c, true);
+    ASSERT_EQ(got.y.sizes(), want.y.sizes());
+    EXPECT_LT(max_rel_diff(got.y, want.y), 2e-6);
+    EXPECT_LT(max_rel_diff(got.dx, want.dx), 2e-5);
+    EXPECT_LT(max_rel_diff(got.dw, want.dw), 2e-5);
+    EXPECT_LT(max_rel_diff(got.db, want.db), 2e-5);  // summed over every row, blocks and tail
+  }
+}
+
+TEST(LinearGelu, AgreesWithLinearThenFusedGelu) {
+  const auto c = linear_gelu_case({5, 64, 32}, 128);
+  auto x = c.x.clone().requires_grad_(true), w = c.w.clone().requires_grad_(true),
+       b = c.b.clone().requires_grad_(true);
+  auto y = fused_gelu(at::linear(x, w, b));
+  y.backward(c.dy);
+  const Grads got = run_linear_gelu(c, false);
+  EXPECT_LT(max_abs_diff(got.y, y), 1e-5);
+  EXPECT_LT(max_abs_diff(got.dx, x.grad()), 1e-4);
+  EXPECT_LT(max_abs_diff(got.dw, w.grad()), 1e-3);  // sums over 320 rows
+  EXPECT_LT(max_abs_diff(got.db, b.grad()), 1e-3);
+}
+
+TEST(LinearGelu, BiasGradientDoesNotDependOnTheThreadCount) {
+  // 2000 rows x 640 columns: enough work to be split over two threads.
+  const auto c = linear_gelu_case({2000, 32}, 640);
+  const int before = at::get_num_threads();
+  at::set_num_threads(1);
+  const Grads one = run_linear_gelu(c, false);
+  at::set_num_threads(2);
+  const Grads two = run_linear_gelu(c, false);
+  at::set_num_threads(before);
+  EXPECT_TRUE(torch::equal(one.y, two.y));
+  EXPECT_TRUE(torch::equal(one.dx, two.dx));
+  EXPECT_TRUE(torch::equal(one.db, two.db));
+}
+
+TEST(LinearGelu, WithoutGradientsOrInOtherDtypesItIsFusedGeluOfLinear) {
+  const auto c = linear_gelu_case({4, 9, 24}, 40);
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_TRUE(torch::equal(linear_gelu(c.x, c.w, c.b), fused_gelu(at::linear(c.x, c.w, c.b))));
+  }
+  auto xd = c.x.to(torch::kDouble).requires_grad_(true);
+  auto wd = c.w.to(torch::kDouble), bd = c.b.to(torch::kDouble);
+  EXPECT_TRUE(torch::equal(linear_gelu(xd, wd, bd), fused_gelu(at::linear(xd, wd, bd))));
+  // No bias: the plain product, then GELU.
+  auto x = c.x.clone().requires_grad_(true);
+  EXPECT_TRUE(torch::equal(linear_gelu(x, c.w, at::Tensor()).detach(), fused_gelu(at::linear(c.x, c.w))));
+  // A bias of the wrong length is ATen's error, not a read past its end.
+  EXPECT_THROW(linear_gelu(x, c.w, torch::zeros({39})), c10::Error);
+}
+
+TEST(LinearGelu, ANanReachesTheOutputAndEveryGradient) {
+  auto c = linear_gelu_case({3, 16}, 24);
+  c.x[1][5] = std::numeric_limits<float>::quiet_NaN();
+  const Grads got = run_linear_gelu(c, false);
+  EXPECT_TRUE(got.y[1].isnan().all().item<bool>());
+  EXPECT_FALSE(got.y[0].isnan().any().item<bool>());
+  EXPECT_TRUE(got.db.isnan().all().item<bool>());  // the scaler must see it
+  EXPECT_TRUE(got.dw.isnan().any().item<bool>());
 }
 
 }  // namespace

@@ -11,4 +11,12 @@ namespace frugal {
 
 at::Tensor fused_gelu(const at::Tensor& x);
 
+// GELU(x W^T + b), the MLP's first layer and its activation. When training in float on the CPU,
+// the product runs without the bias, and one pass adds the bias, applies GELU and keeps GELU's
+// derivative (in place of the pre-activation, so no more memory); the backward is then one pass
+// that multiplies by the derivative and sums the bias gradient, with no transcendental maths and
+// the same result for any thread count. Otherwise (no gradient, autocast, other dtypes or
+// devices, no bias) it is fused_gelu(linear(x, W, b)).
+at::Tensor linear_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
 }  // namespace frugal

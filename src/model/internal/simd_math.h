@@ -61,16 +61,17 @@ FRUGAL_INLINE uint16_t float_to_bf16(float f) {
 }
 
 // Runs fn(begin, end) over [0, n) in up to `threads` contiguous spans, in parallel where the
-// including file is compiled with OpenMP. Spans start at multiples of 64 elements (whole cache
-// lines, whole vectors) and are at least `grain` long; below that, one call on this thread.
+// including file is compiled with OpenMP. Spans start at multiples of `align` (by default 64
+// elements: whole cache lines, whole vectors) and are at least `grain` long; below that, one
+// call on this thread.
 template <class Fn>
-void parallel_spans(int64_t n, int threads, Fn fn, int64_t grain = 1 << 14) {
+void parallel_spans(int64_t n, int threads, Fn fn, int64_t grain = 1 << 14, int64_t align = 64) {
   const int64_t spans = std::max<int64_t>(1, std::min<int64_t>(threads, n / grain));
   if (spans == 1) {
     fn(int64_t{0}, n);
     return;
   }
-  const int64_t step = (n / spans + 63) / 64 * 64;
+  const int64_t step = ((n + spans - 1) / spans + align - 1) / align * align;  // spans * step >= n
 #pragma omp parallel for num_threads(static_cast<int>(spans)) schedule(static, 1)
   for (int64_t i = 0; i < spans; ++i) {
     const int64_t begin = std::min(n, i * step), end = std::min(n, begin + step);
