@@ -76,6 +76,12 @@ FRUGAL_INLINE void store(uint16_t* p, float v) { *p = float_to_bf16(v); }
 
 constexpr int64_t padded(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
+// One past the last column of row i's diagonal block: the tiles that take P or dS as their
+// left operand read row i up to here (the `p v` and `dS k` products, K = the block's end) and
+// read columns i0..i0 + kRows of the rows below transposed (the `P^T dy` and `dS^T q` ones).
+// So the entries from i + 1 to here must be 0; those past it are never read.
+constexpr int64_t block_end(int64_t i) { return i / kRows * kRows + kRows; }
+
 // c[r][0..16) = sum_{k < K} a[r * ar + k * ak] * b[k * ldb + 0..16) for the kRows rows r (row
 // stride ldc). (ar, ak) = (lda, 1) reads A, (1, lda) reads A transposed. V is the register
 // type: 16 / |V| registers per row, kRows * |V| / 16 rows per pass, 8 accumulators in all.
@@ -220,8 +226,10 @@ FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
   for (int64_t i = 0; i < T; ++i) {
     float* si = s + i * Tp;
     softmax_row(si, i + 1, h.stats + 2 * i);
-    for (int64_t j = i + 1; j < Tp; ++j) si[j] = 0.0f;
-    if (h.probs) std::copy(si, si + T, h.probs + i * T);
+    const int64_t end = block_end(i);
+    for (int64_t j = i + 1; j < end; ++j) si[j] = 0.0f;
+    // The backward's copy: the row up to its block's end (the rest of probs is never read).
+    if (h.probs) std::copy(si, si + std::min(end, T), h.probs + i * T);
   }
   // y = P v; in place, v is read from qkv and y written to its place in (B, T, C).
   const float* vsrc = direct ? float_view(h.qkv) + 2 * C : v;
@@ -250,7 +258,7 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
   float* dq = g + Tp * Dp;   // Tp x Dp each
   float* dk = dq + Tp * Dp;
   float* dv = dk + Tp * Dp;
-  float* p = dv + Tp * Dp;  // Tp x Tp: P (0 above the diagonal)
+  float* p = dv + Tp * Dp;  // Tp x Tp: P (0 above the diagonal), unless read from probs in place
   float* ds = p + Tp * Tp;  // Tp x Tp: dP, then dS (0 above the diagonal)
   const float scale = h.scale;
   const bool direct = in_place(h);
@@ -273,17 +281,24 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
     }
     for (int64_t d = 0; d < D; ++d) vt[d * Tp + t] = load(r[2 * C + d]);
   }
-  if (h.probs) {
+  // P: the forward's probs in place where every block is whole (T a multiple of kRows: no tile
+  // reads past row or column T), else copied up to each row's block end (zeros past T).
+  int64_t ldp = Tp;
+  if (h.probs && T % kRows == 0) {
+    p = h.probs;
+    ldp = T;
+  } else if (h.probs) {
     for (int64_t i = 0; i < T; ++i) {
-      std::copy(h.probs + i * T, h.probs + (i + 1) * T, p + i * Tp);
-      std::fill(p + i * Tp + T, p + (i + 1) * Tp, 0.0f);
+      const int64_t end = block_end(i);
+      std::copy(h.probs + i * T, h.probs + i * T + std::min(end, T), p + i * Tp);
+      for (int64_t j = T; j < end; ++j) p[i * Tp + j] = 0.0f;
     }
   } else {
     causal_product<V>(qs, Dp, kt, T, D, Tp, p);  // S, as in the forward
     for (int64_t i = 0; i < T; ++i) {
       float* pi = p + i * Tp;
       softmax_row_again(pi, i + 1, h.stats + 2 * i);
-      for (int64_t j = i + 1; j < Tp; ++j) pi[j] = 0.0f;
+      for (int64_t j = i + 1; j < block_end(i); ++j) pi[j] = 0.0f;
     }
   }
   // In place, q, k and dy are read from qkv and dy, and dq, dk, dv written to their places in
@@ -297,19 +312,19 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
   const int64_t ldqk = direct ? row : Dp, ldg = direct ? C : Dp, ldo = direct ? row : Dp;
   causal_product<V>(gsrc, ldg, vt, T, D, Tp, ds);  // dP
   for (int64_t i = 0; i < T; ++i) {
-    const float* pi = p + i * Tp;
+    const float* pi = p + i * ldp;
     float* di = ds + i * Tp;
     const int64_t n = i + 1;
     const float delta = row_dot(pi, di, n);
     for (int64_t j = 0; j < n; ++j) di[j] = pi[j] * (di[j] - delta) * h.scale;
-    for (int64_t j = n; j < Tp; ++j) di[j] = 0.0f;
+    for (int64_t j = n; j < block_end(i); ++j) di[j] = 0.0f;
   }
   for (int64_t i0 = 0; i0 < T; i0 += kRows) {
     const int64_t j0 = i0;  // rows j0.. of dk / dv: query rows i >= j0 contribute
     for (int64_t d0 = 0; d0 < D; d0 += kLanes) {
       tile<V>(ds + i0 * Tp, Tp, 1, ksrc + d0, ldqk, std::min(i0 + kRows, T), dqd + i0 * ldo + d0, ldo);
       tile<V>(ds + j0 * Tp + j0, 1, Tp, qsrc + j0 * ldqk + d0, ldqk, T - j0, dkd + j0 * ldo + d0, ldo);
-      tile<V>(p + j0 * Tp + j0, 1, Tp, gsrc + j0 * ldg + d0, ldg, T - j0, dvd + j0 * ldo + d0, ldo);
+      tile<V>(p + j0 * ldp + j0, 1, ldp, gsrc + j0 * ldg + d0, ldg, T - j0, dvd + j0 * ldo + d0, ldo);
     }
   }
   if (direct) return;
