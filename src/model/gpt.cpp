@@ -18,6 +18,23 @@ namespace {
 // frontend's Linear::forward runs matmul and then a separate `+= bias` pass, and its backward
 // a separate reduction: one more pass over the activations each way.)
 at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x) { return at::linear(x, m->weight, m->bias); }
+
+// residual + (y W^T + b). On the CPU in float, the bias is added to the residual (one pass, where
+// the separate sum stood) and the product accumulates onto that in place (beta = 1), so ATen's
+// copy of the bias into the product's output, a pass over the activations, is gone. Elsewhere
+// (autocast, other dtypes, GPUs, whose linear adds the bias in the product's epilogue), the
+// plain sum.
+at::Tensor residual_linear(const at::Tensor& residual, const at::Tensor& y, const torch::nn::Linear& m) {
+  const at::Tensor& w = m->weight;
+  const at::Tensor& b = m->bias;
+  const bool cpu_float = b.defined() && y.device().is_cpu() && y.scalar_type() == at::kFloat &&
+                         residual.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat &&
+                         b.scalar_type() == at::kFloat && !compat::autocast_enabled(c10::DeviceType::CPU);
+  if (!cpu_float) return residual + linear(m, y);
+  at::Tensor out = at::add(residual.reshape({-1, residual.size(-1)}), b);
+  out.addmm_(y.reshape({-1, y.size(-1)}), w.t());
+  return out.view(residual.sizes());
+}
 }  // namespace
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& c)
@@ -27,20 +44,26 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& c)
   resid_drop_ = register_module("resid_drop", torch::nn::Dropout(c.dropout));
 }
 
-at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache) {
+at::Tensor CausalSelfAttentionImpl::project(const at::Tensor& y, const at::Tensor& residual) {
+  if (!residual.defined()) return resid_drop_->forward(linear(proj_, y));
+  if (is_training() && dropout_ > 0) return residual + resid_drop_->forward(linear(proj_, y));
+  return residual_linear(residual, y, proj_);
+}
+
+at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache, const at::Tensor& residual) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads_;
   const at::Tensor projected = linear(qkv_, x);  // (B, T, 3C)
   // frugal's own kernel wherever it applies: training and scoring a whole window on CPU (no
   // cache, no dropout on the attention weights).
   if (!cache && T > 1 && !(is_training() && dropout_ > 0) && fused_attention_supported(projected, heads_))
-    return resid_drop_->forward(linear(proj_, fused_causal_attention(projected, heads_)));
+    return project(fused_causal_attention(projected, heads_), residual);
   auto qkv = projected.view({B, T, 3, heads_, D}).permute({2, 0, 3, 1, 4});
   at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // (B, H, T, D)
   // On a GPU, a whole window: ATen's fused attention (flash or memory-efficient kernels, the
   // causal mask implicit, never a T x T matrix in memory).
   if (!cache && T > 1 && x.is_cuda()) {
     at::Tensor y = compat::causal_attention(q, k, v, is_training() ? dropout_ : 0.0);
-    if (y.defined()) return resid_drop_->forward(linear(proj_, y.transpose(1, 2).reshape({B, T, C})));
+    if (y.defined()) return project(y.transpose(1, 2).reshape({B, T, C}), residual);
   }
   int64_t past = 0;
   if (cache) {
@@ -71,7 +94,7 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache)
   att = torch::softmax(att, -1);
   if (is_training() && dropout_ > 0) att = F::dropout(att, F::DropoutFuncOptions().p(dropout_).training(true));
   auto y = torch::matmul(att, v).transpose(1, 2).reshape({B, T, C});
-  return resid_drop_->forward(linear(proj_, y));
+  return project(y, residual);
 }
 
 BlockImpl::BlockImpl(const ModelConfig& c) : activation_(c.activation) {
@@ -84,13 +107,14 @@ BlockImpl::BlockImpl(const ModelConfig& c) : activation_(c.activation) {
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache) {
-  auto h = x + attn_->forward(ln1_->forward(x), cache);
+  const at::Tensor h = attn_->forward(ln1_->forward(x), cache, x);
   const at::Tensor in = ln2_->forward(h);
   // GPT-2's tanh approximation runs on ATen's kernel; the exact form on frugal's fused one.
   const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh
                              ? at::gelu(linear(fc_, in), "tanh")
                              : linear_gelu(in, fc_->weight, fc_->bias);
-  return h + mlp_drop_->forward(linear(fc_proj_, act));
+  if (is_training() && mlp_drop_->options.p() > 0) return h + mlp_drop_->forward(linear(fc_proj_, act));
+  return residual_linear(h, act, fc_proj_);
 }
 
 GptImpl::GptImpl(const ModelConfig& c) : config_(c) {

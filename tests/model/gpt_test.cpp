@@ -1,4 +1,6 @@
-// The GPT decoder: causality, KV-cache decoding, sizes and the FLOP formula.
+// The GPT decoder: causality, KV-cache decoding, sizes and the FLOP formula, and the float fast
+// paths (fused attention, linear_gelu, the residual fused into the output projections) against
+// the same weights in double, which take ATen's plain paths.
 #include "frugal/model/gpt.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +33,39 @@ TEST(Gpt, ChangingAFutureTokenNeverChangesPastLogits) {
     // Positions before t are bitwise unchanged; position t itself must change.
     EXPECT_TRUE(torch::equal(out.narrow(1, 0, t), base.narrow(1, 0, t))) << "t=" << t;
     EXPECT_FALSE(torch::allclose(out.narrow(1, t, 1), base.narrow(1, t, 1))) << "t=" << t;
+  }
+}
+
+TEST(Gpt, FloatTrainingForwardAndGradientsMatchTheSameWeightsInDouble) {
+  torch::manual_seed(7);
+  ModelConfig c = small();
+  c.embd = 64;  // head size 32: the attention kernel reads and writes its heads in place
+  Gpt fast(c), plain(c);
+  {
+    torch::NoGradGuard ng;
+    // Every weight random, biases and LayerNorms included, so no term of the sum can be lost
+    // unnoticed (GPT-2's initialisation sets the biases to 0).
+    for (auto& p : fast->parameters()) p.normal_(0, 0.2);
+    auto src = fast->parameters(), dst = plain->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  plain->to(torch::kDouble);
+  fast->train();
+  plain->train();
+  auto idx = torch::randint(0, 256, {3, 16}, torch::kLong);
+  auto weight = torch::randn({3, 16, 256});
+  auto y_fast = fast->forward(idx), y_plain = plain->forward(idx);
+  (y_fast * weight).sum().backward();
+  (y_plain * weight.to(torch::kDouble)).sum().backward();
+  auto rel = [](const at::Tensor& got, const at::Tensor& want) {
+    return (got.to(torch::kDouble) - want).abs().max().item<double>() / (want.abs().max().item<double>() + 1e-12);
+  };
+  EXPECT_LT(rel(y_fast, y_plain), 1e-5);
+  auto gf = fast->named_parameters(), gp = plain->named_parameters();
+  for (const auto& item : gf) {
+    SCOPED_TRACE(item.key());
+    ASSERT_TRUE(item.value().grad().defined());
+    EXPECT_LT(rel(item.value().grad(), gp[item.key()].grad()), 1e-4);
   }
 }
 

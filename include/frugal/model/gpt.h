@@ -28,10 +28,14 @@ struct LayerKv {
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const ModelConfig& c);
-  // x: (B, T, C). With `cache`, x holds only the new positions; keys/values are appended.
-  at::Tensor forward(const at::Tensor& x, LayerKv* cache = nullptr);
+  // x: (B, T, C). With `cache`, x holds only the new positions; keys/values are appended. With
+  // `residual` (B, T, C), returns residual + the attention's output (the sum fused into the
+  // output projection where it can be).
+  at::Tensor forward(const at::Tensor& x, LayerKv* cache = nullptr, const at::Tensor& residual = {});
 
  private:
+  at::Tensor project(const at::Tensor& y, const at::Tensor& residual);
+
   int64_t heads_;
   double dropout_;
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
