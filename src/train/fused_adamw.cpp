@@ -15,7 +15,7 @@ namespace frugal {
 namespace {
 
 struct AdamWScalars {
-  float decay, b1, a1, b2, a2, bc2_sqrt, eps, neg_step;
+  float decay, b1, a1, b2, a2, bc2_sqrt, eps, neg_step, grad_scale;
 };
 
 // Elements [0, n) of the update. Separate buffers (restrict) and scalars by value, and not
@@ -23,7 +23,7 @@ struct AdamWScalars {
 [[gnu::noinline]] void adamw_span(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
                 int64_t n, const AdamWScalars s) {
   for (int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] * s.grad_scale;  // x * 1.0f == x: no branch
     const float mi = m[i] * s.b1 + s.a1 * gi;
     const float vi = v[i] * s.b2 + s.a2 * gi * gi;
     m[i] = mi;
@@ -36,7 +36,7 @@ struct AdamWScalars {
 
 void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
                   const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& h,
-                  double weight_decay, int64_t step) {
+                  double weight_decay, int64_t step, const at::Tensor& grad_scale) {
   const double b1 = h.beta1, b2 = h.beta2;
   const double bc1 = 1 - std::pow(b1, static_cast<double>(step));
   const double bc2 = 1 - std::pow(b2, static_cast<double>(step));
@@ -46,6 +46,7 @@ void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::T
                      grads.scalar_type() == at::kFloat && exp_avg.scalar_type() == at::kFloat &&
                      exp_avg_sq.scalar_type() == at::kFloat && params.is_contiguous() &&
                      grads.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous();
+  if (grad_scale.defined() && !fused) grads.mul_(grad_scale.to(grads.scalar_type()));
   // On a GPU: ATen's fused AdamW kernel, one pass over the flat buffer.
   if (params.is_cuda() &&
       compat::fused_adamw_cuda(params, grads, exp_avg, exp_avg_sq, step, h.lr, b1, b2, weight_decay, h.eps))
@@ -70,7 +71,9 @@ void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::T
                         static_cast<float>(b1),        static_cast<float>(1 - b1),
                         static_cast<float>(b2),        static_cast<float>(1 - b2),
                         static_cast<float>(bc2_sqrt),  static_cast<float>(h.eps),
-                        static_cast<float>(-step_size)};
+                        static_cast<float>(-step_size),
+                        // The coefficient as mul_ would apply it: rounded to float.
+                        grad_scale.defined() ? grad_scale.to(at::kFloat).item<float>() : 1.0f};
   at::parallel_for(0, params.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
     adamw_span(p + begin, g + begin, m + begin, v + begin, end - begin, sc);
   });
@@ -111,11 +114,11 @@ void FusedAdamW::zero_grad() {
   for (auto& f : flats_) f.grads.zero_();
 }
 
-void FusedAdamW::step() {
+void FusedAdamW::step(const at::Tensor& grad_scale) {
   c10::NoGradGuard no_grad;
   ++steps_;
   for (auto& f : flats_)
-    adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_);
+    adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_, grad_scale);
 }
 
 std::vector<at::Tensor> FusedAdamW::flat_grads() const {

@@ -12,10 +12,16 @@ at::Tensor global_grad_norm(const std::vector<at::Tensor>& grads) {
   return at::stack(norms).to(at::kFloat).norm(2);
 }
 
-void clip_to_norm(const std::vector<at::Tensor>& grads, const at::Tensor& norm, double max_norm) {
-  if (max_norm <= 0) return;
+at::Tensor clip_coefficient(const at::Tensor& norm, double max_norm) {
+  if (max_norm <= 0) return {};
   c10::NoGradGuard no_grad;
-  at::Tensor coef = (max_norm / (norm + 1e-6)).clamp_max(1.0);
+  return (max_norm / (norm + 1e-6)).clamp_max(1.0);
+}
+
+void clip_to_norm(const std::vector<at::Tensor>& grads, const at::Tensor& norm, double max_norm) {
+  const at::Tensor coef = clip_coefficient(norm, max_norm);
+  if (!coef.defined()) return;
+  c10::NoGradGuard no_grad;
   for (const auto& g : grads) g.mul_(coef.to(g.scalar_type()));
 }
 

@@ -18,10 +18,12 @@ namespace {
 
 class FusedOptimizer : public Optimizer {
  public:
+  using Optimizer::step;
   FusedOptimizer(std::vector<FusedAdamW::Group> groups, AdamWHyper h) : opt_(std::move(groups), h) {}
   void set_lr(double lr) override { opt_.set_lr(lr); }
   void zero_grad() override { opt_.zero_grad(); }
   void step() override { opt_.step(); }
+  void step(const at::Tensor& grad_scale) override { opt_.step(grad_scale); }
   std::vector<at::Tensor> grads() override { return opt_.flat_grads(); }
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() override { return opt_.state_tensors(); }
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& t, int64_t steps) override {
@@ -123,6 +125,14 @@ class TorchOptimizer : public Optimizer {
 };
 
 }  // namespace
+
+void Optimizer::step(const at::Tensor& grad_scale) {
+  if (grad_scale.defined()) {
+    c10::NoGradGuard no_grad;
+    for (auto& g : grads()) g.mul_(grad_scale.to(g.scalar_type()));
+  }
+  step();
+}
 
 std::vector<ParamGroup> default_param_groups(const std::vector<at::Tensor>& params, double weight_decay) {
   std::vector<ParamGroup> g(2);

@@ -221,9 +221,8 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
       return r;
     }
   }
-  clip_to_norm(grads, r.grad_norm, config_.train.grad_clip);
   optimizer_->set_lr(lr);
-  optimizer_->step();
+  optimizer_->step(clip_coefficient(r.grad_norm, config_.train.grad_clip));
   lap("optimizer", r.phases.optimizer_s);
   settle_device_times();
   return r;

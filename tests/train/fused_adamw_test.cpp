@@ -1,5 +1,6 @@
 // FusedAdamW against LibTorch's AdamW, step for step.
 #include "frugal/train/fused_adamw.h"
+#include "frugal/train/grad_clip.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -84,6 +85,31 @@ TEST(FusedAdamW, UpdateOfABufferEqualsTheUpdateOfItsSlicesBitwise) {
   const double moved = (p - p0).abs().mean().item<double>();
   EXPECT_GT(moved, 1e-3);
   EXPECT_LT(moved, 5 * 3e-3 + 1e-3);
+}
+
+TEST(FusedAdamW, AGradScaleInsideTheUpdateEqualsScalingTheGradientsFirstBitwise) {
+  // The clip coefficient folded into the update pass must give the bits of clip-then-update
+  // (mul_ in place, then the plain update), step after step, and leave the gradients untouched.
+  torch::manual_seed(6);
+  const int64_t n = 100003;
+  at::Tensor p = torch::randn({n}), p2 = p.clone();
+  at::Tensor m = torch::zeros({n}), v = torch::zeros({n}), m2 = m.clone(), v2 = v.clone();
+  at::Tensor scratch = torch::empty({n});
+  const AdamWHyper h{3e-3, 0.9, 0.95, 1e-8};
+  for (int64_t step = 1; step <= 4; ++step) {
+    at::Tensor g = torch::randn({n}) * 3;
+    // As the training step makes it: min(1, max_norm / (norm + 1e-6)), a 0-dim float tensor.
+    const at::Tensor coef = clip_coefficient(global_grad_norm({g}), 100.0);
+    ASSERT_LT(coef.item<float>(), 1.0f);
+    const at::Tensor g_before = g.clone();
+    adamw_update(p, g, m, v, scratch, h, 0.1, step, coef);
+    EXPECT_TRUE(torch::equal(g, g_before)) << "step " << step;
+    at::Tensor g2 = g.clone();
+    clip_to_norm({g2}, global_grad_norm({g2}), 100.0);
+    adamw_update(p2, g2, m2, v2, scratch, h, 0.1, step);
+    ASSERT_TRUE(torch::equal(p, p2)) << "step " << step;
+    ASSERT_TRUE(torch::equal(m, m2) && torch::equal(v, v2)) << "step " << step;
+  }
 }
 
 TEST(FusedAdamW, ParametersBecomeViewsOfOneBufferAndKeepTheirValues) {

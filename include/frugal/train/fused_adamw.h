@@ -34,9 +34,11 @@ struct AdamWHyper {
 // One AdamW update of flat, equally sized, contiguous buffers (step = the 1-based step count
 // after this update, for the bias corrections); `scratch` is a buffer of the same size used off
 // the CPU path. Shared by FusedAdamW and ZeroAdamW (dist/zero_adamw.h, on its slice).
+// `grad_scale` (0-dim, or undefined for 1) multiplies the gradients first: inside the CPU pass
+// (the gradients are left as they are), elsewhere in place beforehand; the same bits either way.
 void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
                   const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& hyper,
-                  double weight_decay, int64_t step);
+                  double weight_decay, int64_t step, const at::Tensor& grad_scale = {});
 
 class FusedAdamW {
  public:
@@ -50,7 +52,7 @@ class FusedAdamW {
   void set_lr(double lr) { hyper_.lr = lr; }
   double lr() const { return hyper_.lr; }
   // One AdamW step over every parameter (a parameter that got no gradient counts as zero).
-  void step();
+  void step(const at::Tensor& grad_scale = {});
   // Sets every gradient to zero (the gradients stay allocated views into the flat buffer).
   void zero_grad();
   int64_t step_count() const { return steps_; }

@@ -12,6 +12,9 @@ namespace frugal {
 // Total L2 norm of `grads` (a 0-dim fp32 tensor; inf/NaN if any gradient holds one).
 at::Tensor global_grad_norm(const std::vector<at::Tensor>& grads);
 
+// min(1, max_norm / (norm + 1e-6)) as a 0-dim tensor beside `norm`; undefined when max_norm <= 0
+// (no clipping). Optimizer::step(coefficient) applies it.
+at::Tensor clip_coefficient(const at::Tensor& norm, double max_norm);
 // Scales `grads` in place so their global norm is at most max_norm, given their `norm`.
 void clip_to_norm(const std::vector<at::Tensor>& grads, const at::Tensor& norm, double max_norm);
 

@@ -21,6 +21,10 @@ class Optimizer {
   virtual void set_lr(double lr) = 0;
   virtual void zero_grad() = 0;
   virtual void step() = 0;
+  // The step on the gradients times `grad_scale` (a 0-dim tensor, e.g. the clip coefficient; an
+  // undefined one is 1). By default the gradients are scaled in place first; FusedAdamW folds the
+  // factor into its update pass on the CPU (the same bits, one pass over the gradients fewer).
+  virtual void step(const at::Tensor& grad_scale);
   // The gradients the step will use (for unscaling and clipping).
   virtual std::vector<at::Tensor> grads() = 0;
   // Moments as named tensors plus the step count, for checkpoints.
