@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import figure_lint  # noqa: E402
+from compute_levers import BF16_USABLE_RATIO  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "docs/search.md", "README.md"]
@@ -195,8 +196,8 @@ def render_machine(R):
         f"The bf16 target below is judged against {r2(m['matmul_bf16_over_fp32'])}, the median of the doctor's "
         f"two ratios.",
     ]
-    if m.get("bf16_skipped"):
-        lines[-1] = f"bf16 rows skipped on this machine: {m['bf16_skipped']['reason']}."
+    if bf16_unusable(m):
+        lines[-1] = f"bf16 rows skipped on this machine: {bf16_unusable(m)}."
     c = m.get("corpus")
     if c:
         src = "; ".join(f"{x['source']} {x['bytes']:,} B" for x in c["sources"])
@@ -226,6 +227,8 @@ def render_peer(R):
                         f"| {n0(p['eager_tokens_per_s'])} ({th['eager']} thr.) | {comp} | "
                         f"{r2(p['ratio_vs_eager'])} ({met(p['targets']['vs_eager_met'])}) | {vs_c} | {ceiling} |")
             per = f"{shape} {dtype}: frugal {runs(p['frugal_runs'])}; eager {runs(p['eager_runs'])}"
+            if "ratio_vs_eager_rounds" in p:
+                per += f"; frugal / eager per round {', '.join(r2(x) for x in p['ratio_vs_eager_rounds'])}"
             if "compile_runs" in p:
                 per += f"; compiled {runs(p['compile_runs'])}"
             if "eager_reuse_freed_runs" in p:
@@ -239,10 +242,26 @@ def render_peer(R):
     head = ["| shape | dtype | frugal tok/s | PyTorch eager tok/s | torch.compile tok/s | frugal / eager (target "
             "1.3x) | frugal / compile (target 1.0x) | ceiling over eager (matmul floor of eager's step) |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    why = ("The ceiling is eager's step time over the step's matmuls alone (`bench/matmul_floor.py`, the same "
+    why = ("frugal / eager and frugal / compile: the median over the alternating rounds of each round's ratio "
+           "(the sides of a round run back to back, on the same state of a shared machine). "
+           "The ceiling is eager's step time over the step's matmuls alone (`bench/matmul_floor.py`, the same "
            "linear and head products at eager's thread count, alternating with the sides): no loop that runs those products "
            "through the same BLAS can be faster than eager by more. n/a: measured before the floor was.")
     return "\n".join(head + rows + ["", why, "", "Per run (tokens/s, in the order they ran):", ""] + notes)
+
+
+def bf16_unusable(m):
+    """Why the bench's machine has no bf16 rows, or None: the skip its run recorded, or, for a run
+    that recorded none (asked for no bf16 rows), the same test on the doctor's figures."""
+    if not m:
+        return None
+    if m.get("bf16_skipped"):
+        return m["bf16_skipped"]["reason"]
+    s = m.get("doctor_start") or {}
+    if "bf16_speedup" in s and s["bf16_speedup"] < BF16_USABLE_RATIO:
+        return (f"bf16 matmul runs at {s['bf16_speedup']:.3f}x fp32's speed on this CPU (AVX-512 BF16: "
+                f"{s.get('avx512_bf16')}, AMX: {s.get('amx_bf16')}): bf16 products are emulated")
+    return None
 
 
 def render_precision(R):
@@ -257,8 +276,8 @@ def render_precision(R):
         rows.append(f"| {shape} (embd {p['model']['embd']}) | {n0(p['fp32_tokens_per_s'])} | "
                     f"{n0(p['bf16_tokens_per_s'])} | {r2(p['speedup'])} | {share} | "
                     f"{pct(p['mfu_fp32'])} / {pct(p['mfu_bf16'])} |")
-    if not rows and m and m.get("bf16_skipped"):
-        return f"Not measured in this run: {m['bf16_skipped']['reason']}."
+    if not rows and bf16_unusable(m):
+        return f"Not measured in this run: {bf16_unusable(m)}."
     if not rows:
         return not_measured("no bench/results/<date>/precision_*.json")
     ratio = r2(m["matmul_bf16_over_fp32"]) if m else "n/a"
