@@ -167,6 +167,13 @@ def run_floor(dtype, threads, model, steps):
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+def bf16_emulated(doc):
+    """Why bf16 rows are not worth running, from `frugal doctor --json`'s figures (bench/render_tables.py
+    says the same for a run that recorded no skip)."""
+    return (f"bf16 matmul runs at {doc['bf16_speedup']:.3f}x fp32's speed on this CPU "
+            f"(AVX-512 BF16: {doc.get('avx512_bf16')}, AMX: {doc.get('amx_bf16')}): bf16 products are emulated")
+
+
 def model_sets(m):
     return [f"model.layers={m['layers']}", f"model.heads={m['heads']}", f"model.embd={m['embd']}",
             f"model.block={m['block']}", f"data.micro_batch={m['batch']}"]
@@ -268,9 +275,7 @@ def main():
                         "matmul_fp32_gflops": doc0["matmul_fp32_gflops"], "usable_ratio": BF16_USABLE_RATIO,
                         "skipped": [f"peer_{s}_bf16" for s in shapes if "peer" in parts and "bf16" in dtypes]
                         + (["precision_demo", "precision_mid", "precision_wide"] if "precision" in parts else []),
-                        "reason": f"bf16 matmul runs at {doc0['bf16_speedup']:.3f}x fp32's speed on this CPU "
-                                  f"(AVX-512 BF16: {doc0.get('avx512_bf16')}, AMX: {doc0.get('amx_bf16')}): "
-                                  f"bf16 products are emulated; --force-bf16 runs them anyway"}
+                        "reason": bf16_emulated(doc0) + "; --force-bf16 runs them anyway"}
         if bf16_skipped["skipped"]:
             print(f"compute_levers: skipping the bf16 rows: {bf16_skipped['reason']}", file=sys.stderr)
         dtypes = [d for d in dtypes if d != "bf16"]

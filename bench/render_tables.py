@@ -33,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import figure_lint  # noqa: E402
-from compute_levers import BF16_USABLE_RATIO  # noqa: E402
+from compute_levers import BF16_USABLE_RATIO, bf16_emulated  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "docs/search.md", "README.md"]
@@ -259,8 +259,7 @@ def bf16_unusable(m):
         return m["bf16_skipped"]["reason"]
     s = m.get("doctor_start") or {}
     if "bf16_speedup" in s and s["bf16_speedup"] < BF16_USABLE_RATIO:
-        return (f"bf16 matmul runs at {s['bf16_speedup']:.3f}x fp32's speed on this CPU (AVX-512 BF16: "
-                f"{s.get('avx512_bf16')}, AMX: {s.get('amx_bf16')}): bf16 products are emulated")
+        return bf16_emulated(s)
     return None
 
 

@@ -85,11 +85,13 @@ class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
 }  // namespace
 
 at::Tensor linear_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  const bool fused = bias.defined() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
-                     weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat &&
-                     weight.dim() == 2 && bias.dim() == 1 && bias.size(0) == weight.size(0) && x.dim() >= 1 && torch::GradMode::is_enabled() &&
-                     (x.requires_grad() || weight.requires_grad() || bias.requires_grad()) &&
-                     !compat::autocast_enabled(c10::DeviceType::CPU);
+  const bool float_cpu = bias.defined() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+                         weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat &&
+                         !compat::autocast_enabled(c10::DeviceType::CPU);
+  const bool shapes = weight.dim() == 2 && bias.dim() == 1 && bias.size(0) == weight.size(0) && x.dim() >= 1;
+  const bool training = torch::GradMode::is_enabled() &&
+                        (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
+  const bool fused = float_cpu && shapes && training;
   if (!fused) return fused_gelu(at::linear(x, weight, bias));
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
