@@ -2,6 +2,7 @@
 #include "frugal/core/device.h"
 
 #include <ATen/Context.h>
+#include <ATen/Functions.h>  // at::empty
 #include <ATen/core/Generator.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>

@@ -22,7 +22,7 @@
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::archive_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -245,4 +245,4 @@ TEST(Archive, CliDryRunChangesNothingAndRealRunPrintsRestoreCommand) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::archive_test

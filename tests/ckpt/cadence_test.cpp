@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-namespace frugal {
+namespace frugal::cadence_test {
 namespace {
 
 CheckpointConfig steps_only(int64_t n) {
@@ -65,4 +65,4 @@ TEST(Cadence, CallbackRequestsAndLearnsFromTheSave) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::cadence_test

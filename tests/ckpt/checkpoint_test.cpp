@@ -11,7 +11,7 @@
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::checkpoint_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -199,4 +199,4 @@ TEST(Checkpoint, RewritingAnUnfinishedStepReplacesIt) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::checkpoint_test

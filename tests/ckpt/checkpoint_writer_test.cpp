@@ -10,7 +10,7 @@
 #include "frugal/core/atomic_file.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::checkpoint_writer_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -70,4 +70,4 @@ TEST(CheckpointWriter, RotatesAfterEachCompletedSave) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::checkpoint_writer_test

@@ -15,7 +15,7 @@
 
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::retention_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -192,4 +192,4 @@ TEST(Retention, BestCheckpointRespectsMode) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::retention_test

@@ -9,7 +9,7 @@
 #include "frugal/model/weights.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::safetensors_test {
 namespace {
 
 NamedTensors sample() {
@@ -146,4 +146,4 @@ TEST(Safetensors, AnIntegerTensorIsNotLoadedIntoAFloatParameter) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::safetensors_test

@@ -4,7 +4,7 @@
 
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::cli_reference_test {
 namespace {
 
 TEST(CliReference, DocsCliMdMatchesTheBinarysOwnTables) {
@@ -25,4 +25,4 @@ TEST(CliReference, EveryCommandAndFlagHasHelpText) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::cli_reference_test

@@ -17,7 +17,7 @@
 #include "model/internal/attention_kernel.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::cli_test {
 namespace {
 using test::run_frugal;
 
@@ -189,4 +189,4 @@ TEST(Cli, DoctorJsonReportsMeasuredMatmulSpeed) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::cli_test

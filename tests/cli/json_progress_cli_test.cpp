@@ -11,7 +11,7 @@
 
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::json_progress_cli_test {
 namespace {
 
 struct Output {
@@ -77,4 +77,4 @@ TEST(JsonProgressCli, EveryStdoutLineIsAJsonObject) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::json_progress_cli_test

@@ -10,7 +10,7 @@
 
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::safety_cli_test {
 namespace {
 using test::run_frugal;
 
@@ -79,4 +79,4 @@ TEST(SafetyCli, ExistingRunWithoutResumeOrOverwriteIsRefusedWithBothHints) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::safety_cli_test

@@ -14,7 +14,7 @@
 #include "frugal/data/tokenizer.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::sample_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -110,4 +110,4 @@ TEST(Sample, WithoutFinalWeightsTheNewestSoundCheckpointIsUsed) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::sample_test

@@ -9,7 +9,7 @@
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::atomic_file_test {
 namespace {
 
 TEST(AtomicFile, ReplacesWholeAndLeavesNoTemporaryFile) {
@@ -24,4 +24,4 @@ TEST(AtomicFile, ReplacesWholeAndLeavesNoTemporaryFile) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::atomic_file_test

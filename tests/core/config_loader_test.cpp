@@ -8,7 +8,7 @@
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::config_loader_test {
 namespace {
 
 using test::TempDir;
@@ -188,4 +188,4 @@ TEST(ConfigSchema, EveryKeyHasHelpEnvNameAndAValidDefault) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::config_loader_test

@@ -13,7 +13,7 @@
 #include "test_util.h"
 #include "train/internal/run_state.h"
 
-namespace frugal {
+namespace frugal::device_test {
 namespace {
 
 TEST(Device, BuildInfoSaysWhatWasCompiledIn) {
@@ -110,4 +110,4 @@ TEST(Device, GpuConfigKeysParseWithTheirDefaults) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::device_test

@@ -9,7 +9,7 @@
 #include "frugal/data/shard.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::exit_code_test {
 namespace {
 
 TEST(ExitCode, ErrorsMapToTheDocumentedCodes) {
@@ -62,4 +62,4 @@ TEST(ExitCode, TheCliReturnsTheTablesCodes) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::exit_code_test

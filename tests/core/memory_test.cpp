@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-namespace frugal {
+namespace frugal::memory_test {
 namespace {
 
 TEST(MemoryReuse, KeepingFreedMemoryIsAvailableOnGlibc) {
@@ -17,4 +17,4 @@ TEST(MemoryReuse, KeepingFreedMemoryIsAvailableOnGlibc) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::memory_test

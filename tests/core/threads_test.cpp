@@ -11,7 +11,7 @@
 #include "frugal/tune/doctor.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::threads_test {
 namespace {
 
 // The saved choice is used only on the CPU set it was measured on, and only for run.threads = 0.
@@ -53,4 +53,4 @@ TEST(Threads, OpenMpWorkersArePassiveOnlyWhereRanksShareTheMachine) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::threads_test

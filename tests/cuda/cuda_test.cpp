@@ -28,7 +28,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
-namespace frugal {
+namespace frugal::cuda_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -222,4 +222,4 @@ TEST(Cuda, SummaryReportsTheCachingAllocatorsPeakAndDevicePhaseTimes) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::cuda_test

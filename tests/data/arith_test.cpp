@@ -12,7 +12,7 @@
 #include "frugal/data/batch_source.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::arith_test {
 namespace {
 
 TEST(Arith, SameSeedSameTextOtherSeedOtherText) {
@@ -137,4 +137,4 @@ TEST(BatchSource, TextSourceHoldsOutTheEnd) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::arith_test

@@ -8,7 +8,7 @@
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::csv_table_test {
 namespace {
 
 std::string error_of(const std::vector<std::string>& files, const std::string& label = "") {
@@ -74,4 +74,4 @@ TEST(CsvTable, StructuralErrorsAreNamed) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::csv_table_test

@@ -7,7 +7,7 @@
 #include <random>
 #include <set>
 
-namespace frugal {
+namespace frugal::dedup_test {
 namespace {
 
 TEST(Dedup, NormalisationLowercasesAndCollapsesWhitespace) {
@@ -113,4 +113,4 @@ TEST(Dedup, NoneModeKeepsEverything) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::dedup_test

@@ -8,6 +8,8 @@
 
 #include <cstring>
 #include <filesystem>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/errors.h"
@@ -17,7 +19,7 @@
 #include "test_util.h"
 
 #if FRUGAL_HAVE_IMAGES
-namespace frugal {
+namespace frugal::image_prepare_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -207,7 +209,7 @@ TEST(ImagePrepare, CliPreparesAFolderAndSaysHowToTrain) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::image_prepare_test
 
 #else
 TEST(ImagePrepare, NeedsTheImagesFeature) {

@@ -9,7 +9,7 @@
 #include "image_writers.h"
 
 #if FRUGAL_HAVE_IMAGES
-namespace frugal {
+namespace frugal::image_test {
 namespace {
 
 using test::encode_jpeg;
@@ -176,7 +176,7 @@ TEST(Image, ChwPutsEachChannelInItsOwnPlane) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::image_test
 
 #else
 TEST(Image, NeedsTheImagesFeature) {

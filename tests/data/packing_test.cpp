@@ -7,7 +7,7 @@
 #include <map>
 #include <random>
 
-namespace frugal {
+namespace frugal::packing_test {
 namespace {
 
 constexpr int32_t kPad = 0;
@@ -196,4 +196,4 @@ TEST(Packing, TinyInputsAreHandled) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::packing_test

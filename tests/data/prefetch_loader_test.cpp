@@ -12,7 +12,7 @@
 
 #include "frugal/core/errors.h"
 
-namespace frugal {
+namespace frugal::prefetch_loader_test {
 namespace {
 
 std::vector<int64_t> make_batch(int64_t k) { return {k, k * k, 7 * k + 1}; }
@@ -70,4 +70,4 @@ TEST(PrefetchLoader, BuildsNoMoreThanPrefetchAheadAndJoinsOnDestruction) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::prefetch_loader_test

@@ -9,6 +9,8 @@
 #include <algorithm>
 
 #include <filesystem>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/config_loader.h"
@@ -19,7 +21,7 @@
 #include "frugal/data/token_dataset.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::prepare_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -300,4 +302,4 @@ TEST(Prepare, CliPreparesOnceThenTrainsFromTheShards) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::prepare_test

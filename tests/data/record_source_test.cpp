@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <filesystem>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -18,7 +20,7 @@
 #include "image_writers.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::record_source_test {
 namespace {
 
 // A table whose first feature is the row number and label = row % 3: every batch row names
@@ -212,4 +214,4 @@ TEST(RecordSource, AShortOrMissingShardIsNamedWithTheManifestsSize) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::record_source_test

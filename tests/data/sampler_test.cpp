@@ -10,7 +10,7 @@
 
 #include "frugal/core/errors.h"
 
-namespace frugal {
+namespace frugal::sampler_test {
 namespace {
 
 std::vector<int64_t> epoch_order(const EpochSampler& s, int64_t epoch) {
@@ -99,4 +99,4 @@ TEST(EpochSampler, CursorAdvancesAcrossEpochsAndRoundTripsThroughJson) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::sampler_test

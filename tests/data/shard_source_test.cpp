@@ -15,7 +15,7 @@
 #include "data/internal/little_endian.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::shard_source_test {
 namespace {
 
 std::vector<int32_t> stream(size_t n, uint32_t salt) {
@@ -304,4 +304,4 @@ TEST(ShardSource, TruncatedOrForeignLlmcFileIsRefusedWithItsName) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::shard_source_test

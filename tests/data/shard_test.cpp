@@ -12,7 +12,7 @@
 #include "data/internal/little_endian.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::shard_test {
 namespace {
 
 std::vector<int32_t> random_tokens(size_t n, int32_t max, uint32_t seed) {
@@ -275,4 +275,4 @@ TEST(Shard, TruncationAtEveryCutPointIsDetected) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::shard_test

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/errors.h"
@@ -19,7 +21,7 @@
 #include <archive.h>
 #include <archive_entry.h>
 
-namespace frugal {
+namespace frugal::tar_samples_test {
 namespace {
 
 // Writes a ustar archive with the given (name, contents) members, in order, with libarchive.
@@ -175,7 +177,7 @@ TEST(TarSamples, TextSamplesPrepareIntoTokens) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::tar_samples_test
 
 #else
 TEST(TarSamples, NeedsTheLibarchiveAndImagesFeatures) {

@@ -19,7 +19,7 @@
 #include "frugal/dist/zero_adamw.h"
 #include "frugal/train/fused_adamw.h"
 
-namespace frugal::dist {
+namespace frugal::dist::data_parallel_test {
 namespace {
 
 // Both ranks of a 2-process group, connected concurrently (connect blocks until all arrive).
@@ -224,4 +224,4 @@ TEST(DataParallel, RefusesTheTorchOptimizer) {
 }
 
 }  // namespace
-}  // namespace frugal::dist
+}  // namespace frugal::dist::data_parallel_test

@@ -19,7 +19,7 @@
 #include "frugal/ckpt/safetensors.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::dist_train_test {
 namespace {
 namespace fs = std::filesystem;
 using test::TempDir;
@@ -315,4 +315,4 @@ TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::dist_train_test

@@ -5,7 +5,7 @@
 
 #include "frugal/core/errors.h"
 
-namespace frugal::dist {
+namespace frugal::dist::env_test {
 namespace {
 
 TEST(DistEnv, NoLauncherVariablesIsASingleProcess) {
@@ -91,4 +91,4 @@ TEST(DistEnv, MalformedOrInconsistentVariablesNameTheVariable) {
 }
 
 }  // namespace
-}  // namespace frugal::dist
+}  // namespace frugal::dist::env_test

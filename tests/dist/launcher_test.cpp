@@ -15,7 +15,7 @@
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
-namespace frugal::dist {
+namespace frugal::dist::launcher_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -238,4 +238,4 @@ TEST(Launch, ForwardsAStopSignalToEveryRank) {
 }
 
 }  // namespace
-}  // namespace frugal::dist
+}  // namespace frugal::dist::launcher_test

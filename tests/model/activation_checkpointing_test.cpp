@@ -11,7 +11,7 @@
 #include "frugal/train/train_step.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::activation_checkpointing_test {
 namespace {
 
 ActivationCheckpointing spelled(const std::string& spec) { return parse_activation_checkpointing(spec).value(); }
@@ -56,4 +56,4 @@ TEST(ActivationCheckpointing, BadSpecIsAConfigError) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::activation_checkpointing_test

@@ -13,7 +13,7 @@
 
 #include "model/internal/attention_kernel.h"
 
-namespace frugal {
+namespace frugal::fused_attention_test {
 namespace {
 
 // softmax(q k^T / sqrt(D) with -inf above the diagonal) v, heads interleaved back into (B, T, C).
@@ -167,4 +167,4 @@ TEST(FusedAttention, RefusesWhatItCannotRun) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::fused_attention_test

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <limits>
 
-namespace frugal {
+namespace frugal::fused_gelu_test {
 namespace {
 
 // Values across GELU's whole range (both tails, the bend near 0), an odd count so the vector
@@ -246,4 +246,4 @@ TEST(LinearGelu, ANanReachesTheOutputAndEveryGradient) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::fused_gelu_test

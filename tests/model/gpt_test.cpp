@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-namespace frugal {
+namespace frugal::gpt_test {
 namespace {
 
 ModelConfig small() {
@@ -146,4 +146,4 @@ TEST(Gpt, LongerThanBlockIsAClearError) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::gpt_test

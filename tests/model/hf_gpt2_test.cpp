@@ -14,7 +14,7 @@
 #include "frugal/model/gpt.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::hf_gpt2_test {
 namespace {
 
 ModelConfig small() {
@@ -201,4 +201,4 @@ TEST(HfGpt2, TheTanhActivationIsGpt2sAndDiffersFromTheExactOne) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::hf_gpt2_test

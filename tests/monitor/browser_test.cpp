@@ -17,7 +17,7 @@
 #include "quiet_trainer.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::browser_test {
 namespace {
 
 using test::quiet_overwrite;
@@ -175,4 +175,4 @@ TEST(Browser, LivePageShowsTheRunInProgress) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::browser_test

@@ -10,7 +10,7 @@
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::cost_meter_test {
 namespace {
 
 TEST(CostMeter, TimePriceAndPowerGiveDollarsKwhAndCarbon) {
@@ -144,4 +144,4 @@ TEST(CostMeter, BudgetStopEndsTheCliRunWithExitCodeThree) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::cost_meter_test

@@ -23,7 +23,7 @@
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::dashboard_test {
 namespace {
 
 std::string config_error(const std::vector<std::string>& sets) {
@@ -262,4 +262,4 @@ TEST(Dashboard, IdleConnectionsDoNotBlockThePageAndASlowClientDoesNotDelayShutdo
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::dashboard_test

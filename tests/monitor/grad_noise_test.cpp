@@ -15,7 +15,7 @@
 #include "quiet_trainer.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::grad_noise_test {
 namespace {
 
 using test::quiet_overwrite;
@@ -119,4 +119,4 @@ TEST(GradNoise, RunWithAccumulationReportsTheNoiseScaleAtLogSteps) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::grad_noise_test

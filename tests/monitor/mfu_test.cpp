@@ -12,7 +12,7 @@
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::mfu_test {
 namespace {
 
 TEST(Mfu, IsModelFlopsPerSecondOverThePeak) {
@@ -83,4 +83,4 @@ TEST(Mfu, RunReportsMfuSamplesPerSecondAndEvalCheckpointTime) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::mfu_test

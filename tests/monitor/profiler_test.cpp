@@ -14,7 +14,7 @@
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::profiler_test {
 namespace {
 
 TEST(Profiler, SelfTimeSubtractsDirectChildrenOnTheSameTrack) {
@@ -180,4 +180,4 @@ TEST(Profiler, PhaseSpansOnlyWhenTorchOpsAreOff) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::profiler_test

@@ -9,7 +9,7 @@
 #include "frugal/core/config.h"
 #include "frugal/core/console.h"
 
-namespace frugal {
+namespace frugal::progress_test {
 namespace {
 
 // Feeds `steps` steps of `step_s` seconds each, log steps every `log_every`; returns stdout.
@@ -62,4 +62,4 @@ TEST(Progress, NoLineShowsALossOrARateNotYetMeasured) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::progress_test

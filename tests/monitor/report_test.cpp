@@ -13,7 +13,7 @@
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::report_test {
 namespace {
 
 int count(const std::string& s, const std::string& what) {
@@ -138,4 +138,4 @@ TEST(Report, CompareListsTheConfigDifferencesAndWarnsAboutDifferentTokenizers) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::report_test

@@ -19,7 +19,7 @@
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::deadline_test {
 namespace {
 
 std::function<const char*(const char*)> env_with(std::map<std::string, std::string> vars) {
@@ -226,4 +226,4 @@ TEST(Deadline, ADeadlineInThePastIsRefused) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::deadline_test

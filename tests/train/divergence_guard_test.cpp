@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-namespace frugal {
+namespace frugal::divergence_guard_test {
 namespace {
 
 GuardConfig cfg(double factor = 2.0, int64_t windows = 2) {
@@ -87,4 +87,4 @@ TEST(DivergenceGuard, CallbackRequestsARollbackToTheGoodStep) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::divergence_guard_test

@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-namespace frugal {
+namespace frugal::early_stopping_test {
 namespace {
 
 EarlyStopConfig cfg(int64_t patience, double delta = 0, int64_t warmup = 0, MetricMode mode = MetricMode::kMin) {
@@ -123,4 +123,4 @@ TEST(EarlyStopping, StepMetricCountsLogStepsOnly) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::early_stopping_test

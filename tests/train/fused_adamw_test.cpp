@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-namespace frugal {
+namespace frugal::fused_adamw_test {
 namespace {
 
 struct Pair {
@@ -142,4 +142,4 @@ TEST(FusedAdamW, StateRoundTripsThroughStateTensors) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::fused_adamw_test

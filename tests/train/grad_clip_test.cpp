@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-namespace frugal {
+namespace frugal::grad_clip_test {
 namespace {
 
 TEST(GradClip, MatchesTorchClipGradNorm) {
@@ -29,4 +29,4 @@ TEST(GradClip, MatchesTorchClipGradNorm) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::grad_clip_test

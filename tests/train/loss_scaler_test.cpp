@@ -12,7 +12,7 @@
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::loss_scaler_test {
 namespace {
 
 PrecisionConfig cfg() {
@@ -132,4 +132,4 @@ TEST(LossScaler, UnscaleAndCheckUnscalesFiniteGradientsAndFlagsNonFiniteOnes) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::loss_scaler_test

@@ -6,7 +6,7 @@
 
 #include "frugal/train/grad_clip.h"
 
-namespace frugal {
+namespace frugal::lr_schedule_test {
 namespace {
 
 TEST(LrSchedule, WarmsUpLinearlyThenDecaysToTheFloor) {
@@ -20,4 +20,4 @@ TEST(LrSchedule, WarmsUpLinearlyThenDecaysToTheFloor) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::lr_schedule_test

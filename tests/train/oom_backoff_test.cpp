@@ -18,7 +18,7 @@
 #include "frugal/tune/batch_finder.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::oom_backoff_test {
 namespace {
 
 constexpr int64_t kMiB = 1024 * 1024;
@@ -113,4 +113,4 @@ TEST(OomBackoff, MicroBatchThatCannotHalveRethrowsTheError) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::oom_backoff_test

@@ -10,7 +10,7 @@
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::precision_test {
 namespace {
 
 TEST(Precision, Bf16LossCurveTracksFp32) {
@@ -58,4 +58,4 @@ TEST(Precision, AutoChoosesBf16FromOneAndAHalfTimesFp32On) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::precision_test

@@ -14,7 +14,7 @@
 
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::preemption_test {
 namespace {
 
 TEST(Preemption, EachStopSignalSetsTheFlag) {
@@ -109,4 +109,4 @@ TEST(Preemption, AStopSignalDuringStartUpExits75) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::preemption_test

@@ -23,7 +23,7 @@
 #include "signal_at.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::resume_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -310,4 +310,4 @@ TEST(Stops, MaxMinutesStopsWithACheckpoint) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::resume_test

@@ -8,7 +8,7 @@
 #include "frugal/train/task.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::run_plan_test {
 namespace {
 
 RunPlan plan_for(int64_t micro, int64_t accum, int64_t world) {
@@ -67,4 +67,4 @@ TEST(RunPlan, AResumeContinuesInTheCheckpointsPrecisionWhereTheConfigAllowsIt) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::run_plan_test

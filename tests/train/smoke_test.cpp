@@ -6,7 +6,7 @@
 
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::smoke_test {
 namespace {
 
 ResolvedConfig tiny(const std::string& out, std::vector<std::string> extra = {}) {
@@ -58,4 +58,4 @@ TEST(Smoke, EveryStageReportsItsOwnFailure) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::smoke_test

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-namespace frugal {
+namespace frugal::step_metrics_test {
 namespace {
 
 StepReadings logged_step() {
@@ -96,4 +96,4 @@ TEST(PhaseTimes, AddsPhaseByPhase) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::step_metrics_test

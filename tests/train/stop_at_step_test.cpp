@@ -13,7 +13,7 @@
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::stop_at_step_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -88,4 +88,4 @@ TEST(StopAtStep, StoppedBetweenEvaluationsAndResumedMatchesTheStraightRunBitwise
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::stop_at_step_test

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-namespace frugal {
+namespace frugal::stop_rules_test {
 namespace {
 
 TEST(TimeLimit, StopsWhenBilledTimeReachesTheLimitAfterAStepOrAnEvaluation) {
@@ -140,4 +140,4 @@ TEST(Control, TheFirstStopWinsAndAnAgreedStopReplacesIt) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::stop_rules_test

@@ -15,7 +15,7 @@
 #include "frugal/frugal.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::task_hooks_test {
 namespace {
 
 // Sample i: 3 seeded features, label 1 when the first is positive.
@@ -235,4 +235,4 @@ TEST(TaskHooks, DataWorkersBuildADatasetSourcesBatchesOnOtherThreadsWithTheSameR
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::task_hooks_test

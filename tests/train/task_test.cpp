@@ -16,7 +16,7 @@
 #include "signal_at.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::task_test {
 namespace {
 
 struct MlpImpl : torch::nn::Module {
@@ -268,4 +268,4 @@ TEST(DatasetSource, EmptySplitsAreDataErrorsNamingTheSource) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::task_test

@@ -14,7 +14,7 @@
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::train_step_test {
 namespace {
 
 // Micro-batch i of size B is rows [i*B, (i+1)*B) of a fixed table, so 4 x 4 and 1 x 16 see the
@@ -97,4 +97,4 @@ TEST(TrainStep, GlobalBatchMustBeAMultipleOfMicroBatch) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::train_step_test

@@ -14,7 +14,7 @@
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::trainer_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -115,9 +115,9 @@ TEST(Trainer, RefusesToOverwriteAnEarlierRunUnlessAsked) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::trainer_test
 
-namespace frugal {
+namespace frugal::trainer_test {
 namespace {
 
 // Records, on each log step, the figures the producers (cost meter, MFU meter) fill.
@@ -162,4 +162,4 @@ TEST(Trainer, TwoCallbacksWithOneStateKeyAreRefusedBeforeTheFirstStep) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::trainer_test

@@ -14,7 +14,7 @@
 #include "frugal/core/memory.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::batch_finder_test {
 namespace {
 
 TEST(BatchFinder, SearchFindsTheLargestFittingSizeOfAFakeMemoryModel) {
@@ -144,4 +144,4 @@ TEST(BatchFinder, FindsUnderMemoryLimitKeepsTheGlobalBatchAndCaches) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::batch_finder_test

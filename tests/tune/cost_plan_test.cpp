@@ -16,7 +16,7 @@
 #include "frugal/tune/projection.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::cost_plan_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -260,4 +260,4 @@ TEST(PlanAccuracy, ADemoShapedRunTakesAndCostsWhatItsPlanProjected) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::cost_plan_test

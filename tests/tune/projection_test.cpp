@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-namespace frugal {
+namespace frugal::projection_test {
 namespace {
 
 // 100 steps of 0.1 s after a 0.5 s first step; no margin, so low = central = high.
@@ -217,4 +217,4 @@ TEST(Projection, HelpersCountAndSummarise) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::projection_test

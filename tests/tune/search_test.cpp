@@ -32,7 +32,7 @@
 
 extern char** environ;
 
-namespace frugal {
+namespace frugal::search_test {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -495,4 +495,4 @@ TEST(Search, ABadSpaceStopsBeforeAnyTrialAndAnInvalidCombinationIsSkippedAndCoun
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::search_test

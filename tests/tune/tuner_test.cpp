@@ -12,7 +12,7 @@
 #include "frugal/core/config_loader.h"
 #include "test_util.h"
 
-namespace frugal {
+namespace frugal::tuner_test {
 namespace {
 
 // train.steps is large so that the time bound (a fraction of the projected run) never skips a
@@ -171,4 +171,4 @@ TEST(Tune, AutoTuneTrainsWithTheChoiceAndRecordsItInTheSummary) {
 }
 
 }  // namespace
-}  // namespace frugal
+}  // namespace frugal::tuner_test
