@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of fuzz/ (docs/fuzzing.md) with clang and AddressSanitizer, and
-# runs each for a bounded time from a seed corpus of valid files the target writes itself.
+# runs each for a bounded time from a seed corpus of valid files the target writes itself (the
+# sources compile, and the targets run, as many at a time as there are cores).
 #
 #   scripts/fuzz.sh [--seconds N] [--out DIR] [TARGET...]     (TARGET: shard manifest safetensors checkpoint)
 #
@@ -71,19 +72,25 @@ compile() {  # one object per source, shared by the targets, rebuilt when the so
   if [ ! -f "$obj" ] || [ "$root/$src" -nt "$obj" ] || [ -n "$(find "$root/include" "$root/src" "$root/fuzz" -name '*.h' -newer "$obj" -print -quit)" ]; then
     "${cxx[@]}" "${flags[@]}" -c "$root/$src" -o "$obj"
   fi
-  echo "$obj"
 }
+obj_of() { echo "$out/obj/$(echo "$1" | tr '/' '_').o"; }
 
-status=0
-: > "$out/fuzz-summary.json"
-for t in "${targets[@]}"; do
-  objs=()
-  for s in $(sources_of "$t"); do objs+=("$(compile "$s")"); done
-  libs=("${zstd_libs[@]}")
+# Every source once, as many at a time as there are cores.
+jobs=$(nproc)
+sources=$(for t in "${targets[@]}"; do sources_of "$t"; done | tr ' ' '\n' | sort -u)
+pids=()
+for s in $sources; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  compile "$s" & pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || { echo "fuzz.sh: a source failed to compile (above)" >&2; exit 1; }; done
+
+fuzz_one() {  # links and runs one target; its result line goes to $out/$t.result
+  local t="$1" objs=() libs=("${zstd_libs[@]}")
+  for s in $(sources_of "$t"); do objs+=("$(obj_of "$s")"); done
   case "$t" in safetensors|checkpoint) libs+=("${torch_libs[@]}") ;; esac
-  bin="$out/${t}_fuzz"
+  local bin="$out/${t}_fuzz" seeds="$out/seeds/$t" corpus="$out/corpus/$t"
   clang++ -fsanitize=fuzzer,address "${objs[@]}" "${libs[@]}" -o "$bin"
-  seeds="$out/seeds/$t" corpus="$out/corpus/$t"
   rm -rf "$seeds"
   rm -f "$out/$t-"crash-* "$out/$t-"leak-* "$out/$t-"oom-* "$out/$t-"timeout-*
   mkdir -p "$seeds" "$corpus"
@@ -91,14 +98,35 @@ for t in "${targets[@]}"; do
   set +e
   ( cd "$out" && ASAN_OPTIONS=detect_leaks=0 "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 \
       -malloc_limit_mb=1024 -artifact_prefix="$out/$t-" -print_final_stats=1 "$corpus" "$seeds" >> "$out/$t.log" 2>&1 )
-  rc=$?
+  local rc=$?
   set -e
+  local runs crashes
   runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$out/$t.log" | tail -1 | grep -o '[0-9]*$' || echo 0)
   crashes=$(ls "$out" | grep -c "^$t-\(crash\|leak\|oom\|timeout\)-" || true)
   [ "$rc" = 0 ] || [ "$crashes" -gt 0 ] || crashes=1
-  line="{\"target\": \"$t\", \"runs\": ${runs:-0}, \"seconds\": $seconds, \"crashes\": $crashes}"
+  echo "{\"target\": \"$t\", \"runs\": ${runs:-0}, \"seconds\": $seconds, \"crashes\": $crashes}" > "$out/$t.result"
+}
+
+# The targets side by side, one per core (each fuzzer is one process on one core).
+rm -f "$out"/*.result
+pids=()
+for t in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  fuzz_one "$t" & pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || true; done
+
+status=0
+: > "$out/fuzz-summary.json"
+for t in "${targets[@]}"; do
+  if [ ! -f "$out/$t.result" ]; then
+    echo "fuzz.sh: $t did not build or run; see $out/$t.log" >&2
+    status=1
+    continue
+  fi
+  line=$(cat "$out/$t.result")
   echo "$line" | tee -a "$out/fuzz-summary.json"
-  if [ "$crashes" -gt 0 ]; then
+  if ! echo "$line" | grep -q '"crashes": 0}'; then
     status=1
     echo "fuzz.sh: $t crashed; see $out/$t.log" >&2
     tail -30 "$out/$t.log" >&2
