@@ -67,20 +67,22 @@ sources_of() {
   esac
 }
 
+obj_of() { echo "$out/obj/$(echo "$1" | tr '/' '_').o"; }
 compile() {  # one object per source, shared by the targets, rebuilt when the source is newer
-  local src="$1" obj="$out/obj/$(echo "$1" | tr '/' '_').o"
+  local src="$1" obj
+  obj=$(obj_of "$1")
   if [ ! -f "$obj" ] || [ "$root/$src" -nt "$obj" ] || [ -n "$(find "$root/include" "$root/src" "$root/fuzz" -name '*.h' -newer "$obj" -print -quit)" ]; then
     "${cxx[@]}" "${flags[@]}" -c "$root/$src" -o "$obj"
   fi
 }
-obj_of() { echo "$out/obj/$(echo "$1" | tr '/' '_').o"; }
+jobs=$(nproc)
+wait_for_a_core() { while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done; }
 
 # Every source once, as many at a time as there are cores.
-jobs=$(nproc)
 sources=$(for t in "${targets[@]}"; do sources_of "$t"; done | tr ' ' '\n' | sort -u)
 pids=()
 for s in $sources; do
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  wait_for_a_core
   compile "$s" & pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p" || { echo "fuzz.sh: a source failed to compile (above)" >&2; exit 1; }; done
@@ -111,7 +113,7 @@ fuzz_one() {  # links and runs one target; its result line goes to $out/$t.resul
 rm -f "$out"/*.result
 pids=()
 for t in "${targets[@]}"; do
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+  wait_for_a_core
   fuzz_one "$t" & pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p" || true; done
