@@ -30,8 +30,10 @@ int32 words (20240520, 1, token count) and uint16 tokens, what frugal's shards:D
   .venv/bin/python bench/gpu_bench.py --dry-run   # write and verify the shards, print the commands
 
 Writes gpu_*.json (one file per row) into --out (default bench/results/<today>/; with --smoke
-bench/out/gpu_smoke/) and prints a table. Exits 2 when no CUDA device is visible (or frugal is built without CUDA), 1 when a run
-fails.
+bench/out/gpu_smoke/) and prints a table. Each run prints a line as it ends (its tokens/s, or why it
+failed). A failed run does not stop the others: it is listed in gpu_machine.json ("failures"),
+the rows it leaves without a side are written without it, and the exit status is 1. Exits 2
+when no CUDA device is visible (or frugal is built without CUDA).
 """
 import argparse
 import ctypes
@@ -109,10 +111,18 @@ def make_shards(directory, vocab, train_tokens, val_tokens, train_files=2, seed=
     return [p for p, _ in files]
 
 
+class RunFailed(Exception):
+    """One run (frugal train or the peer) exited non-zero: the bench records it and goes on."""
+
+
 def run_cmd(args, env=None, what=""):
+    """The command's standard output; RunFailed (its exit status, command line and the end of its
+    standard error) when it fails."""
     p = subprocess.run(args, capture_output=True, text=True, env=env)
     if p.returncode != 0:
-        die(f"gpu_bench: {what} failed (exit {p.returncode}): {shlex.join(args)}\n{p.stderr[-3000:]}", 1)
+        last = ([x for x in p.stderr.splitlines() if x.strip()] or ["(nothing on standard error)"])[-1]
+        raise RunFailed(f"{what} failed (exit {p.returncode}): {last[:300]}",
+                        f"{shlex.join(args)}\n{p.stderr[-3000:]}")
     return p.stdout
 
 
@@ -282,7 +292,10 @@ def main():
     if a.dry_run:  # the peaks are measured on the GPU; the commands show where they go
         peaks = {"bf16": None, "fp16": None, "datasheet_tflops": None}
     else:
-        doc = json.loads(run_cmd([a.frugal, "doctor", "--json"], what="frugal doctor"))
+        try:
+            doc = json.loads(run_cmd([a.frugal, "doctor", "--json"], what="frugal doctor"))
+        except RunFailed as e:
+            die(f"gpu_bench: {e.args[0]}\n{e.args[1]}", 1)
         machine["doctor"] = {k: doc.get(k) for k in ("torch_version", "frugal_version", "cuda_compiled",
                                                     "cuda_compiled_version", "cudnn_version", "nccl_compiled",
                                                     "cuda_available", "cuda_devices", "gpus", "cpu")}
@@ -317,11 +330,24 @@ def main():
         f"checkpoint.async={'true' if m == 'async' else 'false'}"], steps=stall_steps)) for mode in ("sync", "async")]
 
     res = {}
-    rounds = {id(g): {k: [] for k, _ in g} for g in (sides, fp16_sides, stall_sides)}
-    for _ in range(a.repeats):
-        for g in (sides, fp16_sides, stall_sides):
+    groups = (("bf16", sides), ("fp16", fp16_sides), ("checkpoint stall", stall_sides))
+    rounds = {id(g): {k: [] for k, _ in g} for _, g in groups}
+    failures = []
+    for r in range(a.repeats):
+        for label, g in groups:
             for k, fn in g:
-                rounds[id(g)][k].append(fn())
+                t = time.time()
+                try:
+                    run = fn()
+                except RunFailed as e:
+                    failures.append({"round": r + 1, "row": label, "side": k, "error": e.args[0], "detail": e.args[1]})
+                    print(f"gpu_bench: round {r + 1}/{a.repeats} {label} {k}: FAILED after {time.time() - t:.0f} s: "
+                          f"{e.args[1][-1500:]}", file=sys.stderr)
+                    continue
+                if run is not None:
+                    rounds[id(g)][k].append(run)
+                    print(f"gpu_bench: round {r + 1}/{a.repeats} {label} {k}: {run['tokens_per_s']:,.0f} tokens/s, "
+                          f"step {run['step_ms_median']:.1f} ms (median), {time.time() - t:.0f} s", file=sys.stderr)
 
     if a.dry_run:
         print("\n".join(b.commands))
@@ -342,23 +368,27 @@ def main():
             f.write("\n")
         res[name] = obj
 
-    bf = {k: summarize(b, v, "bf16") for k, v in rounds[id(sides)].items()}
-    obj = {"dtype": "bf16", "sides": {k: bf[k] for k in bf if not k.endswith("_ckpt")}}
-    obj["frugal_over_eager"] = bf["frugal"]["tokens_per_s"] / bf["eager"]["tokens_per_s"]
-    if compile_:
-        obj["frugal_over_compile"] = bf["frugal"]["tokens_per_s"] / bf["compile"]["tokens_per_s"]
-    save("gpu_bf16", obj)
-    fp = {k: summarize(b, v, "fp16") for k, v in rounds[id(fp16_sides)].items()}
+    def ratios(obj, group):  # frugal over each peer side that ran
+        for peer in ("eager", "compile"):
+            if "frugal" in group and peer in group:
+                obj[f"frugal_over_{peer}"] = group["frugal"]["tokens_per_s"] / group[peer]["tokens_per_s"]
+        return obj
+
+    # A side with no successful run is left out of its row; a row with no side is not written.
+    bf = {k: summarize(b, v, "bf16") for k, v in rounds[id(sides)].items() if v}
+    bf_sides = {k: bf[k] for k in bf if not k.endswith("_ckpt")}
+    if bf_sides:
+        save("gpu_bf16", ratios({"dtype": "bf16", "sides": bf_sides}, bf))
+    fp = {k: summarize(b, v, "fp16") for k, v in rounds[id(fp16_sides)].items() if v}
     for k, v in fp.items():
         v["skipped_steps"] = [r.get("skipped_steps") for r in v["runs"]]
         v["loss_scale"] = [r.get("loss_scale") for r in v["runs"]]
-    obj = {"dtype": "fp16", "loss_scaling": "dynamic", "sides": fp,
-           "frugal_over_eager": fp["frugal"]["tokens_per_s"] / fp["eager"]["tokens_per_s"]}
-    if compile_:
-        obj["frugal_over_compile"] = fp["frugal"]["tokens_per_s"] / fp["compile"]["tokens_per_s"]
-    save("gpu_fp16", obj)
+    if fp:
+        save("gpu_fp16", ratios({"dtype": "fp16", "loss_scaling": "dynamic", "sides": fp}, fp))
     ck = {}
     for side in ("frugal", "eager"):
+        if side not in bf or side + "_ckpt" not in bf:
+            continue
         base, rec = bf[side], bf[side + "_ckpt"]
         ck[side] = {"peak_tensor_mb_none": base.get("peak_tensor_mb"), "peak_tensor_mb_ckpt": rec.get("peak_tensor_mb"),
                     "step_ms_none": base["step_ms_median"], "step_ms_ckpt": rec["step_ms_median"],
@@ -366,20 +396,26 @@ def main():
                     "tokens_per_s_ckpt": rec["tokens_per_s"], "runs_ckpt": rec["runs"]}
         if base.get("peak_tensor_mb") and rec.get("peak_tensor_mb"):
             ck[side]["memory_saved"] = 1 - rec["peak_tensor_mb"] / base["peak_tensor_mb"]
-    save("gpu_activation_checkpointing", {"dtype": "bf16", "frugal_mode": "blocks",
-                                          "eager_mode": "torch.utils.checkpoint per block", "sides": ck})
+    if ck:
+        save("gpu_activation_checkpointing", {"dtype": "bf16", "frugal_mode": "blocks",
+                                              "eager_mode": "torch.utils.checkpoint per block", "sides": ck})
     st = {}
     for mode, runs in rounds[id(stall_sides)].items():
+        if not runs:
+            continue
         cps = [r["checkpoint"] for r in runs]
         st[mode] = {"saves": cps[0]["saves"], "bytes": cps[0]["bytes"],
                     "stall_s_mean": statistics.median(c["stall_s_mean"] for c in cps),
                     "stall_s_max": statistics.median(c["stall_s_max"] for c in cps),
                     "write_s_mean": statistics.median(c["write_s_mean"] for c in cps),
                     "step_ms_median": statistics.median(r["step_ms_median"] for r in runs), "runs": runs}
-    st["stall_ratio_async_over_sync"] = (st["async"]["stall_s_mean"] / st["sync"]["stall_s_mean"]
-                                         if st["sync"]["stall_s_mean"] > 0 else None)
-    save("gpu_checkpoint_stall", {"dtype": "bf16", "every_steps": a.ckpt_every, "steps": stall_steps, "modes": st})
+    if "sync" in st and "async" in st:
+        st["stall_ratio_async_over_sync"] = (st["async"]["stall_s_mean"] / st["sync"]["stall_s_mean"]
+                                             if st["sync"]["stall_s_mean"] > 0 else None)
+    if st:
+        save("gpu_checkpoint_stall", {"dtype": "bf16", "every_steps": a.ckpt_every, "steps": stall_steps, "modes": st})
     machine["bench_seconds"] = time.time() - t0
+    machine["failures"] = failures
     with open(os.path.join(out, "gpu_machine.json"), "w") as f:
         json.dump(machine, f, indent=2)
         f.write("\n")
@@ -406,11 +442,15 @@ def main():
         print(f"{'activation ckpt ' + side:34} {mb(v['peak_tensor_mb_none'])} -> {mb(v['peak_tensor_mb_ckpt'])} MB,"
               f" {v['step_ms_none']:.0f} -> {v['step_ms_ckpt']:.0f} ms/step")
     for mode in ("sync", "async"):
+        if mode not in st:
+            continue
         v = st[mode]
         print(f"{'checkpoint ' + mode:34} stall {1e3 * v['stall_s_mean']:.0f} ms mean, {1e3 * v['stall_s_max']:.0f} ms max;"
               f" write {1e3 * v['write_s_mean']:.0f} ms; {v['bytes'] / 1e6:.0f} MB x {v['saves']} saves")
-    print(f"\nresults: {out}/ ({', '.join(sorted(res))}, gpu_machine)")
-    return 0
+    for f in failures:
+        print(f"{'FAILED round ' + str(f['round']) + ' ' + f['row'] + ' ' + f['side']:34} {f['error']}")
+    print(f"\nresults: {out}/ ({', '.join(sorted(res) + ['gpu_machine'])})")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

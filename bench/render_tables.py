@@ -628,10 +628,14 @@ def render_gpu(R):
     if c:
         lines += ["", f"| checkpoint every {c['every_steps']} steps, bf16 | trainer stall per save (mean / max) | "
                       "write per save | checkpoint size |", "| --- | --- | --- | --- |"]
-        for mode in ("sync", "async"):
+        for mode in [x for x in ("sync", "async") if x in c["modes"]]:
             v = c["modes"][mode]
             lines.append(f"| {mode} | {1e3 * v['stall_s_mean']:.0f} ms / {1e3 * v['stall_s_max']:.0f} ms | "
                          f"{1e3 * v['write_s_mean']:.0f} ms | {v['bytes'] / 1e6:,.0f} MB |")
+    failed = m.get("failures") or []
+    if failed:
+        lines += ["", "Failed runs (left out of the rows above): " + "; ".join(
+            f"round {f['round']} {f['row']} {f['side']} ({f['error']})" for f in failed) + "."]
     return "\n".join(lines)
 
 

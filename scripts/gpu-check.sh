@@ -4,10 +4,14 @@
 # logs and JSON in one folder.
 #
 #   bash scripts/gpu-check.sh [--out DIR] [--build-dir DIR] [--no-bench] [--smoke]
+#                             [--repeats N] [--steps N] [--test-timeout S]
 #
 #   --out DIR        where the logs and the benchmark JSON go (default bench/results/<date>-gpu)
 #   --build-dir DIR  the CMake build folder (default build-gpu)
 #   --no-bench       build and test only
+#   --repeats N      the benchmark's alternating rounds (bench/gpu_bench.py --repeats; default 2)
+#   --steps N        the benchmark's timed steps per run (default 30)
+#   --test-timeout S a CUDA test running longer than S seconds fails (default 600)
 #   --smoke          the benchmark at a tiny shape (bench/gpu_bench.py --smoke): proves the steps
 #                    on a machine without a GPU, where ctest -L cuda reports every case as skipped
 #
@@ -24,14 +28,20 @@ OUT="bench/results/$(date +%F)-gpu"
 BUILD=build-gpu
 BENCH=1
 SMOKE=0
+BENCH_ARGS=()
+TEST_TIMEOUT=600
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) OUT=$2; shift 2 ;;
     --build-dir) BUILD=$2; shift 2 ;;
     --no-bench) BENCH=0; shift ;;
     --smoke) SMOKE=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --smoke, --help)" >&2; exit 2 ;;
+    --repeats|--steps) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: $1 takes a positive whole number, not '${2:-}'" >&2; exit 2; }
+                       BENCH_ARGS+=("$1" "$2"); shift 2 ;;
+    --test-timeout) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: --test-timeout takes seconds (a positive whole number), not '${2:-}'" >&2; exit 2; }
+                    TEST_TIMEOUT=$2; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --smoke, --repeats N, --steps N, --test-timeout S, --help)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$OUT"
@@ -82,12 +92,12 @@ say "doctor: $("$PY" -c 'import json,sys; f=json.load(open(sys.argv[1])); print(
 # 4. The CUDA tests.
 status=0
 say "ctest -L cuda"
-(cd "$BUILD" && ctest -L cuda --output-on-failure --timeout 600) >"$OUT/ctest-cuda.log" 2>&1 || status=1
+(cd "$BUILD" && ctest -L cuda --output-on-failure --timeout "$TEST_TIMEOUT") >"$OUT/ctest-cuda.log" 2>&1 || status=1
 tail -n 25 "$OUT/ctest-cuda.log" | tee -a "$LOG"
 
 # 5. The GPU benchmark.
 if [[ $BENCH -eq 1 ]]; then
-  args=(--frugal "$BUILD/frugal" --out "$OUT")
+  args=(--frugal "$BUILD/frugal" --out "$OUT" "${BENCH_ARGS[@]}")
   [[ $SMOKE -eq 1 ]] && args=(--frugal "$BUILD/frugal" --smoke)
   say "bench/gpu_bench.py ${args[*]}"
   PYTHONUNBUFFERED=1 "$PY" bench/gpu_bench.py "${args[@]}" 2>&1 | tee "$OUT/gpu-bench.log" | tee -a "$LOG"
