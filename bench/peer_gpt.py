@@ -210,6 +210,8 @@ def main():
     threads = a.threads or physical_cores()
     torch.set_num_threads(threads)
     if device.type == "cuda":
+        if device.index is None:  # "cuda": the current device, as frugal's run.device = "cuda" means
+            device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
         # frugal's precision.tf32 default; PyTorch's own default leaves fp32 matmuls in full fp32.
         torch.backends.cuda.matmul.allow_tf32 = not a.no_tf32

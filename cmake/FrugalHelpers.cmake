@@ -15,6 +15,7 @@ endfunction()
 function(frugal_add_test name)
   cmake_parse_arguments(ARG "" "TEST_FILTER" "SOURCES;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
+  set_target_properties(${name} PROPERTIES ENABLE_EXPORTS ON)  # crash reports name test functions
   target_link_libraries(${name} PRIVATE frugal_lib GTest::gtest GTest::gtest_main)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests
                              ${PROJECT_BINARY_DIR}/generated)

@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "frugal/core/crash_report.h"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +31,11 @@ struct PrivateCacheDir {
     fs::remove_all(fs::temp_directory_path() / ("frugal-test-cache-" + std::to_string(::getpid())), ec);
   }
 } const private_cache_dir;
+
+// A test that crashes (a fatal signal) prints a backtrace, as the frugal command does.
+struct CrashReport {
+  CrashReport() { install_crash_report("frugal_tests"); }
+} const crash_report;
 }  // namespace
 
 TempDir::TempDir() {

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "frugal/core/console.h"
+#include "frugal/core/crash_report.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
 #include "frugal/core/omp_env.h"
@@ -16,6 +17,7 @@
 
 int main(int argc, char** argv) {
   using namespace frugal;
+  install_crash_report("frugal");
   // `frugal train`: a stop signal from the first moment on is a preemption (exit 75, resumable),
   // not a kill (143). The signals are blocked across the OpenMP re-exec (a blocked signal stays
   // pending through exec), then caught; the trainer checks the flag before its first step.

@@ -30,9 +30,9 @@ constexpr int64_t kArithValProblems = 4000;
 
 WindowSource::WindowSource(std::vector<int32_t> train, std::vector<int32_t> val,
                            int64_t micro_batch, int64_t block, uint64_t seed, std::string what,
-                           int64_t rank, int64_t world_size)
+                           int64_t rank, int64_t world_size, bool pin_memory)
     : train_(std::move(train)), val_(std::move(val)), micro_batch_(micro_batch), block_(block),
-      seed_(seed), rank_(rank), world_(world_size), what_(std::move(what)) {
+      seed_(seed), rank_(rank), world_(world_size), pin_memory_(pin_memory), what_(std::move(what)) {
   auto need = [&](const std::vector<int32_t>& t, const char* split) {
     if (static_cast<int64_t>(t.size()) <= block_)
       throw DataError(fmt::format(
@@ -47,13 +47,19 @@ WindowSource::WindowSource(std::vector<int32_t> train, std::vector<int32_t> val,
 Batch WindowSource::windows(const std::vector<int32_t>& tokens, uint64_t stream) {
   std::mt19937_64 rng(stream);
   std::uniform_int_distribution<int64_t> start(0, static_cast<int64_t>(tokens.size()) - block_ - 1);
-  at::Tensor buf = at::empty({micro_batch_, block_ + 1}, at::kLong);
-  int64_t* p = buf.data_ptr<int64_t>();
+  // Inputs and targets are written straight into their own (pinned, for a GPU) host tensors.
+  const auto host = at::TensorOptions().dtype(at::kLong).pinned_memory(pin_memory_);
+  at::Tensor x = at::empty({micro_batch_, block_}, host), y = at::empty({micro_batch_, block_}, host);
+  int64_t* px = x.data_ptr<int64_t>();
+  int64_t* py = y.data_ptr<int64_t>();
   for (int64_t b = 0; b < micro_batch_; ++b) {
     const int32_t* src = tokens.data() + start(rng);
-    for (int64_t t = 0; t <= block_; ++t) *p++ = src[t];
+    for (int64_t t = 0; t < block_; ++t) {
+      *px++ = src[t];
+      *py++ = src[t + 1];
+    }
   }
-  return {buf.narrow(1, 0, block_).contiguous(), buf.narrow(1, 1, block_).contiguous()};
+  return {x, y};
 }
 
 Batch WindowSource::train_batch(int64_t index) {
@@ -146,7 +152,7 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
         byte_tokens(train), byte_tokens(val), c.data.micro_batch, c.model.block, seed,
         fmt::format("builtin:arith ({} digits, {} training lines)", c.data.arith_digits,
                     c.data.arith_lines),
-        rank, world_size);
+        rank, world_size, pin_memory_for(c.run.device));
   }
   if (src.kind == DataSource::Kind::kText) {
     const std::string& path = src.path;
@@ -164,7 +170,8 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
     std::vector<int32_t> val(tokens.end() - static_cast<long>(n_val), tokens.end());
     tokens.resize(tokens.size() - n_val);
     return std::make_unique<WindowSource>(std::move(tokens), std::move(val), c.data.micro_batch,
-                                          c.model.block, seed, "text:" + path, rank, world_size);
+                                          c.model.block, seed, "text:" + path, rank, world_size,
+                                          pin_memory_for(c.run.device));
   }
   throw ConfigError(fmt::format("data.source = \"{}\": unknown source kind", to_string(src)));
 }

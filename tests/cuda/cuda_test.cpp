@@ -130,6 +130,9 @@ TEST(Cuda, OutOfMemoryOnTheCachingAllocatorBacksOffTheMicroBatch) {
   // 4 can.
   const auto gpus = device::cuda_devices();
   const double cap_bytes = 600e6;
+  // The caching allocator of a device exists from its first allocation on; a cap set before that
+  // is refused ("Allocator not initialized for device").
+  (void)torch::empty({1}, torch::TensorOptions().device(torch::kCUDA));
   c10::cuda::CUDACachingAllocator::setMemoryFraction(cap_bytes / static_cast<double>(gpus[0].total_bytes), 0);
   test::TempDir d;
   nlohmann::json s;
@@ -210,7 +213,12 @@ TEST(Cuda, FusedAdamWOnTheGpuMatchesTheCpuUpdate) {
     adamw_update(pc, gc, mc, vc, torch::empty_like(pc), h, 0.1, step);
   }
   EXPECT_TRUE(torch::allclose(pc.cpu(), p, 1e-6, 1e-6));
-  EXPECT_TRUE(torch::allclose(vc.cpu(), v, 1e-6, 1e-9));
+  // ATen's CUDA kernel forms the second moment as fma(b2, v, fma(-b2, g*g, g*g)) with b2 rounded
+  // to float: its (1 - b2) is 1 - 0.999f, 1.3e-5 away (relative) from the CPU's float(1 - 0.999).
+  // Both moments must still agree to well within that; a wrong update (a missing bias
+  // correction, decay on the moments, scaled gradients) is off by far more.
+  EXPECT_TRUE(torch::allclose(mc.cpu(), m, 1e-5, 1e-9));
+  EXPECT_TRUE(torch::allclose(vc.cpu(), v, 5e-5, 1e-12));
 }
 
 TEST(Cuda, SummaryReportsTheCachingAllocatorsPeakAndDevicePhaseTimes) {

@@ -64,8 +64,10 @@ class BatchSource {
 class WindowSource : public BatchSource {
  public:
   // REQUIRES: both splits hold more than block tokens (throws DataError naming `what` otherwise).
+  // pin_memory: batches in page-locked host memory (pin_memory_for), for non-blocking copies.
   WindowSource(std::vector<int32_t> train, std::vector<int32_t> val, int64_t micro_batch,
-               int64_t block, uint64_t seed, std::string what, int64_t rank = 0, int64_t world_size = 1);
+               int64_t block, uint64_t seed, std::string what, int64_t rank = 0, int64_t world_size = 1,
+               bool pin_memory = false);
   Batch train_batch(int64_t index) override;
   Batch val_batch(int64_t index) override;
   std::string describe() const override { return what_; }
@@ -80,6 +82,7 @@ class WindowSource : public BatchSource {
   int64_t micro_batch_, block_;
   uint64_t seed_;
   int64_t rank_, world_;
+  bool pin_memory_;
   std::string what_;
 };
 
