@@ -41,6 +41,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import struct
 import subprocess
@@ -120,9 +121,13 @@ def run_cmd(args, env=None, what=""):
     standard error) when it fails."""
     p = subprocess.run(args, capture_output=True, text=True, env=env)
     if p.returncode != 0:
-        last = ([x for x in p.stderr.splitlines() if x.strip()] or ["(nothing on standard error)"])[-1]
-        raise RunFailed(f"{what} failed (exit {p.returncode}): {last[:300]}",
-                        f"{shlex.join(args)}\n{p.stderr[-3000:]}")
+        lines = [x for x in p.stderr.splitlines() if x.strip()] or ["(nothing on standard error)"]
+        # A crash report (frugal's "killed by SIGSEGV ...", then its phase line) says more than
+        # its last backtrace line; otherwise the last line of standard error.
+        crash = [i for i, x in enumerate(lines) if ": killed by " in x]
+        why = " ".join(lines[crash[0]:crash[0] + 3:2]) if crash else lines[-1]
+        how = f"killed by signal {signal.Signals(-p.returncode).name}" if p.returncode < 0 else f"exit {p.returncode}"
+        raise RunFailed(f"{what} failed ({how}): {why[:400]}", f"{shlex.join(args)}\n{p.stderr[-6000:]}")
     return p.stdout
 
 

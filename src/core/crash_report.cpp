@@ -1,10 +1,14 @@
 // Fatal-signal report; see crash_report.h.
 #include "frugal/core/crash_report.h"
 
+#include <dlfcn.h>
 #include <execinfo.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 #include <initializer_list>
 
@@ -12,12 +16,24 @@ namespace frugal {
 namespace {
 
 const char* g_program = "frugal";
-char g_alt_stack[64 * 1024];  // a stack overflow still gets its report
+char g_alt_stack[64 * 1024];  // a stack overflow on the main thread still gets its report
 
+// write(2) only: async-signal-safe. A short write loses part of the report, nothing else.
 void put(const char* s) {
-  // write(2) only: async-signal-safe. A short write loses part of the report, nothing else.
   ssize_t ignored = ::write(STDERR_FILENO, s, std::strlen(s));
   (void)ignored;
+}
+
+void put_number(uint64_t v, int base) {
+  char buf[24];
+  int i = sizeof buf - 1;
+  buf[i] = '\0';
+  do {
+    buf[--i] = "0123456789abcdef"[v % static_cast<uint64_t>(base)];
+    v /= static_cast<uint64_t>(base);
+  } while (v != 0 && i > 0);
+  if (base == 16) put("0x");
+  put(buf + i);
 }
 
 const char* signal_name(int sig) {
@@ -30,13 +46,46 @@ const char* signal_name(int sig) {
   return "a fatal signal";
 }
 
-void on_fatal_signal(int sig) {
+void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   put("\n");
   put(g_program);
   put(": killed by ");
   put(signal_name(sig));
   put(". This is a bug in frugal or a library it calls, not in your input: please report it with\n"
-      "the backtrace below, `frugal doctor --json` and the run's config.toml.\nbacktrace:\n");
+      "this report, `frugal doctor --json` and the run's config.toml.\n");
+  const char* phase = CrashPhase::current().load();
+  put("phase: ");
+  put(phase ? phase : "(none named)");
+  const auto tid = static_cast<uint64_t>(::syscall(SYS_gettid));
+  put(tid == static_cast<uint64_t>(::getpid()) ? " | main thread" : " | thread ");
+  if (tid != static_cast<uint64_t>(::getpid())) put_number(tid, 10);
+  put(" | fault address ");
+  put_number(reinterpret_cast<uintptr_t>(info ? info->si_addr : nullptr), 16);
+  put("\n");
+#if defined(__x86_64__) && defined(REG_RIP)
+  // The faulting instruction, and the word on top of the stack: when a call jumped to a bad
+  // address (a destroyed object's vtable, an unloaded library) the backtrace below cannot unwind
+  // past it, but that word is the caller's return address.
+  if (context) {
+    auto& regs = static_cast<ucontext_t*>(context)->uc_mcontext.gregs;
+    void* where[2] = {reinterpret_cast<void*>(regs[REG_RIP]), *reinterpret_cast<void* const*>(regs[REG_RSP])};
+    put("instruction, then the return address on top of the stack:\n");
+    ::backtrace_symbols_fd(where, 2, STDERR_FILENO);
+    Dl_info in{};
+    if (::dladdr(where[0], &in) == 0) {
+      // The unwinder cannot start from an address outside every loaded object (it may even fault
+      // reading it): the interrupted context becomes the caller's, as if the bad call had
+      // returned, so the backtrace below passes through the signal frame into the caller.
+      put("(the instruction address is outside every loaded object: a call through a bad pointer; the "
+          "backtrace continues from its caller)\n");
+      regs[REG_RIP] = reinterpret_cast<greg_t>(where[1]);
+      regs[REG_RSP] += static_cast<greg_t>(sizeof(void*));
+    }
+  }
+#else
+  (void)context;
+#endif
+  put("backtrace:\n");
   void* frames[64];
   const int n = ::backtrace(frames, 64);
   ::backtrace_symbols_fd(frames, n, STDERR_FILENO);
@@ -47,8 +96,14 @@ void on_fatal_signal(int sig) {
 
 }  // namespace
 
+std::atomic<const char*>& CrashPhase::current() noexcept {
+  static std::atomic<const char*> phase{nullptr};
+  return phase;
+}
+
 void install_crash_report(const char* program) {
   g_program = program;
+  (void)CrashPhase::current();  // the static exists before any signal
   // The first backtrace() loads libgcc's unwinder (which allocates): do it now, not in the handler.
   void* warm[1];
   (void)::backtrace(warm, 1);
@@ -57,9 +112,9 @@ void install_crash_report(const char* program) {
   ss.ss_size = sizeof g_alt_stack;
   ::sigaltstack(&ss, nullptr);
   struct sigaction sa {};
-  sa.sa_handler = on_fatal_signal;
+  sa.sa_sigaction = on_fatal_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND | SA_ONSTACK;
+  sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
   for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) ::sigaction(sig, &sa, nullptr);
 }
 

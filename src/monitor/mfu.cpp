@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "frugal/core/compat.h"
+#include "frugal/core/device.h"
 #include "frugal/core/matmul_probe.h"
 
 namespace frugal {
@@ -20,7 +22,22 @@ PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10:
                              double seconds) {
   if (c.peak_tflops > 0) return {c.peak_tflops * 1e12, "configured (monitor.peak_tflops)"};
   // 1024^3 on CPU (what frugal doctor measures); a GPU needs a bigger problem to reach its peak.
-  const int64_t n = device.is_cuda() ? 8192 : 1024;
+  int64_t n = device.is_cuda() ? 8192 : 1024;
+  // A GPU short of memory (another process on it, a cap on the caching allocator) gets a smaller
+  // probe, and none at all rather than a failed run: MFU is then not reported.
+  for (;;) {
+    try {
+      (void)measure_matmul_gflops(n, dtype, device, 0.0);  // one product: does it fit?
+      break;
+    } catch (const std::exception& e) {
+      if (!compat::is_out_of_memory(e)) throw;
+      device::cuda_empty_cache();
+      if (n <= 1024)
+        return {0.0, fmt::format("not measured: a {}^3 {} matmul does not fit in {}'s free memory; set "
+                                 "monitor.peak_tflops for MFU", n, c10::toString(dtype), device.str())};
+      n /= 2;
+    }
+  }
   constexpr int kBursts = 5;
   double gflops = 0;
   int bursts = 0;

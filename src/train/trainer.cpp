@@ -19,6 +19,7 @@
 #include "frugal/ckpt/retention.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
+#include "frugal/core/crash_report.h"
 #include "frugal/core/device.h"
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
@@ -161,7 +162,10 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   s.describe_run();
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  CrashPhase phase("trainer teardown");
+  s_.reset();
+}
 
 const std::string& Trainer::run_dir() const { return s_->run_dir; }
 const std::string& Trainer::resumed_from() const { return s_->resumed_from; }

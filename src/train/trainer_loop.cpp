@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "frugal/core/crash_report.h"
 #include "frugal/core/device.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
@@ -25,7 +26,10 @@ nlohmann::json Trainer::fit() {
   State& s = *s_;
   const Config& c = s.rc.config;
   Control control;
-  s.begin_session(control);
+  {
+    CrashPhase phase("session start");
+    s.begin_session(control);
+  }
   while (s.loop.step < c.train.steps && !control.should_stop()) {
     s.writer->poll();  // an async write's error surfaces here, on the trainer thread
     s.train_one_step(control);
@@ -40,6 +44,7 @@ nlohmann::json Trainer::fit() {
     if (control.checkpoint_requested() && !control.should_stop()) s.save_checkpoint();
     control.clear_checkpoint_request();
   }
+  CrashPhase phase("finish (final evaluation, checkpoint, weights, summary)");
   return s.finish(control);
 }
 
@@ -83,6 +88,7 @@ void Trainer::State::train_one_step(Control& control) {
   StepResult r;
   {
     PhaseSpan span("step");
+    CrashPhase phase("step");
     r = step->run(loop.step, lr);
   }
   StepMetrics m = make_step_metrics(read_step(r, lr, seconds_since(t0)), last_metrics);
@@ -194,6 +200,7 @@ void add_eval_figures(const std::vector<std::pair<std::string, double>>& got, in
 bool Trainer::State::run_eval(Control& control) {
   torch::NoGradGuard no_grad;
   PhaseSpan span("eval");
+  CrashPhase phase("eval");
   const auto t0 = detail::Clock::now();
   model->eval();
   at::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));

@@ -12,6 +12,7 @@
 #include "frugal/ckpt/safetensors.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
+#include "frugal/core/crash_report.h"
 #include "frugal/core/device.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
@@ -189,6 +190,7 @@ void Trainer::State::restore_data_position(const LoadedCheckpoint& ck) {
 void Trainer::State::save_checkpoint() {
   if (last_saved_step == loop.step) return;  // nothing new since the last save (or the resume)
   PhaseSpan span("checkpoint");
+  CrashPhase phase("checkpoint");
   const auto t0 = detail::Clock::now();
   CheckpointData d = capture(writer->async());  // a collective under ZeRO-1: every rank calls it
   if (is_writer()) last_checkpoint = writer->save(loop.step, std::move(d));

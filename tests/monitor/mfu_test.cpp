@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "frugal/core/config_loader.h"
+#include "frugal/core/memory.h"
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
@@ -34,6 +35,17 @@ TEST(Mfu, MeasuredPeakIsAPositiveMatmulRate) {
   PeakFlops p = resolve_peak_flops(c, c10::kFloat, c10::kCPU, 0.05);
   EXPECT_GT(p.flops, 1e8);  // any CPU of this century does 0.1 GFLOP/s
   EXPECT_NE(p.source.find("measured: Float matmul 1024^3 on cpu, best of 5"), std::string::npos) << p.source;
+}
+
+// A device without room for the probe's matrices (CPU: the counting allocator's limit, the same
+// out-of-memory error a full GPU raises) leaves the peak unmeasured instead of failing the run.
+TEST(Mfu, AProbeThatDoesNotFitLeavesThePeakUnmeasured) {
+  install_counting_allocator();
+  TensorBytesLimitGuard limit(tensor_bytes_now() + (int64_t{1} << 20));  // 1 MiB: a 1024^2 fp32 matrix is 4
+  PeakFlops p = resolve_peak_flops(MonitorConfig{}, c10::kFloat, c10::kCPU, 0.05);
+  EXPECT_EQ(p.flops, 0.0);
+  EXPECT_NE(p.source.find("not measured: a 1024^3 Float matmul does not fit"), std::string::npos) << p.source;
+  EXPECT_NE(p.source.find("monitor.peak_tflops"), std::string::npos) << p.source;
 }
 
 // An MFU above 100% is never shown bare: the note says why and what to set.
