@@ -126,7 +126,12 @@ def run_cmd(args, env=None, what=""):
         # its last backtrace line; otherwise the last line of standard error.
         crash = [i for i, x in enumerate(lines) if ": killed by " in x]
         why = " ".join(lines[crash[0]:crash[0] + 3:2]) if crash else lines[-1]
-        how = f"killed by signal {signal.Signals(-p.returncode).name}" if p.returncode < 0 else f"exit {p.returncode}"
+        how = f"exit {p.returncode}"
+        if p.returncode < 0:
+            try:
+                how = f"killed by signal {signal.Signals(-p.returncode).name}"
+            except ValueError:  # a real-time signal has no name
+                how = f"killed by signal {-p.returncode}"
         raise RunFailed(f"{what} failed ({how}): {why[:400]}", f"{shlex.join(args)}\n{p.stderr[-6000:]}")
     return p.stdout
 
@@ -344,10 +349,13 @@ def main():
                 t = time.time()
                 try:
                     run = fn()
-                except RunFailed as e:
-                    failures.append({"round": r + 1, "row": label, "side": k, "error": e.args[0], "detail": e.args[1]})
+                except (RunFailed, OSError, ValueError, KeyError, IndexError) as e:
+                    # A run that failed, or one that exited 0 but left unreadable figures
+                    # (metrics.jsonl, summary.json, the peer's JSON line).
+                    error, detail = e.args if isinstance(e, RunFailed) else (f"{type(e).__name__}: {e}", repr(e))
+                    failures.append({"round": r + 1, "row": label, "side": k, "error": error, "detail": detail})
                     print(f"gpu_bench: round {r + 1}/{a.repeats} {label} {k}: FAILED after {time.time() - t:.0f} s: "
-                          f"{e.args[1][-1500:]}", file=sys.stderr)
+                          f"{detail[-1500:]}", file=sys.stderr)
                     continue
                 if run is not None:
                     rounds[id(g)][k].append(run)
@@ -363,6 +371,10 @@ def main():
         return 0
 
     os.makedirs(out, exist_ok=True)
+    # A row this run cannot write must not leave an earlier run's file beside this run's.
+    for name in ("gpu_bf16", "gpu_fp16", "gpu_activation_checkpointing", "gpu_checkpoint_stall", "gpu_machine"):
+        if os.path.exists(os.path.join(out, name + ".json")):
+            os.remove(os.path.join(out, name + ".json"))
     common = {"date": date, "device": a.device, "device_name": machine["device_name"], "shape": shape,
               "batch": a.batch, "smoke": a.smoke, "flops_per_token": b.fpt}
 

@@ -63,24 +63,29 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   put_number(reinterpret_cast<uintptr_t>(info ? info->si_addr : nullptr), 16);
   put("\n");
 #if defined(__x86_64__) && defined(REG_RIP)
-  // The faulting instruction, and the word on top of the stack: when a call jumped to a bad
-  // address (a destroyed object's vtable, an unloaded library) the backtrace below cannot unwind
-  // past it, but that word is the caller's return address.
-  if (context) {
-    auto& regs = static_cast<ucontext_t*>(context)->uc_mcontext.gregs;
-    void* where[2] = {reinterpret_cast<void*>(regs[REG_RIP]), *reinterpret_cast<void* const*>(regs[REG_RSP])};
-    put("instruction, then the return address on top of the stack:\n");
+  greg_t* regs = context ? static_cast<ucontext_t*>(context)->uc_mcontext.gregs : nullptr;
+  const greg_t saved_ip = regs ? regs[REG_RIP] : 0, saved_sp = regs ? regs[REG_RSP] : 0;
+  void* where[2] = {reinterpret_cast<void*>(saved_ip), nullptr};
+  // A call through a bad pointer (a destroyed object's vtable, an unloaded library): the fault is
+  // the fetch of the instruction itself, at an address outside every loaded object (JIT code
+  // faults on data, not on its own address). The unwinder has no frame to start from there (it
+  // may even fault reading it), but the call has just pushed the caller's return address on top
+  // of the stack (mapped: it was written). Only then is that word read: after a stack overflow
+  // the stack pointer may point into the guard page.
+  Dl_info in{};
+  const bool bad_call = regs && sig == SIGSEGV && info && info->si_addr == where[0] && ::dladdr(where[0], &in) == 0;
+  if (bad_call) where[1] = *reinterpret_cast<void* const*>(saved_sp);
+  if (bad_call && ::dladdr(where[1], &in) != 0) {
+    put("a call through a bad pointer: the instruction address, then the caller's return address:\n");
     ::backtrace_symbols_fd(where, 2, STDERR_FILENO);
-    Dl_info in{};
-    if (::dladdr(where[0], &in) == 0) {
-      // The unwinder cannot start from an address outside every loaded object (it may even fault
-      // reading it): the interrupted context becomes the caller's, as if the bad call had
-      // returned, so the backtrace below passes through the signal frame into the caller.
-      put("(the instruction address is outside every loaded object: a call through a bad pointer; the "
-          "backtrace continues from its caller)\n");
-      regs[REG_RIP] = reinterpret_cast<greg_t>(where[1]);
-      regs[REG_RSP] += static_cast<greg_t>(sizeof(void*));
-    }
+    // The interrupted context becomes the caller's, as if the bad call had returned, so that the
+    // backtrace passes through the signal frame into the caller; restored afterwards, so that a
+    // core dump shows the crash as it happened.
+    regs[REG_RIP] = reinterpret_cast<greg_t>(where[1]);
+    regs[REG_RSP] = saved_sp + static_cast<greg_t>(sizeof(void*));
+  } else if (regs) {
+    put("instruction:\n");
+    ::backtrace_symbols_fd(where, 1, STDERR_FILENO);
   }
 #else
   (void)context;
@@ -89,6 +94,12 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   void* frames[64];
   const int n = ::backtrace(frames, 64);
   ::backtrace_symbols_fd(frames, n, STDERR_FILENO);
+#if defined(__x86_64__) && defined(REG_RIP)
+  if (regs) {
+    regs[REG_RIP] = saved_ip;
+    regs[REG_RSP] = saved_sp;
+  }
+#endif
   // SA_RESETHAND restored the default action: the signal, raised again (or the faulting
   // instruction, re-run on return), ends the process as it would have without this report.
   ::raise(sig);
@@ -102,6 +113,10 @@ std::atomic<const char*>& CrashPhase::current() noexcept {
 }
 
 void install_crash_report(const char* program) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  (void)program;
+  return;  // the sanitizer's own report (with its symbolised stack) is the better one
+#endif
   g_program = program;
   (void)CrashPhase::current();  // the static exists before any signal
   // The first backtrace() loads libgcc's unwinder (which allocates): do it now, not in the handler.

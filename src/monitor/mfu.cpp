@@ -23,21 +23,6 @@ PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10:
   if (c.peak_tflops > 0) return {c.peak_tflops * 1e12, "configured (monitor.peak_tflops)"};
   // 1024^3 on CPU (what frugal doctor measures); a GPU needs a bigger problem to reach its peak.
   int64_t n = device.is_cuda() ? 8192 : 1024;
-  // A GPU short of memory (another process on it, a cap on the caching allocator) gets a smaller
-  // probe, and none at all rather than a failed run: MFU is then not reported.
-  for (;;) {
-    try {
-      (void)measure_matmul_gflops(n, dtype, device, 0.0);  // one product: does it fit?
-      break;
-    } catch (const std::exception& e) {
-      if (!compat::is_out_of_memory(e)) throw;
-      device::cuda_empty_cache();
-      if (n <= 1024)
-        return {0.0, fmt::format("not measured: a {}^3 {} matmul does not fit in {}'s free memory; set "
-                                 "monitor.peak_tflops for MFU", n, c10::toString(dtype), device.str())};
-      n /= 2;
-    }
-  }
   constexpr int kBursts = 5;
   double gflops = 0;
   int bursts = 0;
@@ -47,7 +32,20 @@ PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10:
   // support, seconds per product) is measured once, not five times.
   while (bursts < kBursts && (bursts == 0 || std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
                                                      .count() < kBursts * seconds)) {
-    gflops = std::max(gflops, measure_matmul_gflops(n, dtype, device, seconds / kBursts));
+    try {
+      gflops = std::max(gflops, measure_matmul_gflops(n, dtype, device, seconds / kBursts));
+    } catch (const std::exception& e) {
+      // A device short of memory (another process on the GPU, a cap on the caching allocator)
+      // gets a smaller probe, and none at all rather than a failed run: MFU is then not reported.
+      if (!compat::is_out_of_memory(e)) throw;
+      device::cuda_empty_cache();
+      if (bursts > 0) break;  // memory ran short after a burst that fit: that burst's figure stands
+      if (n <= 1024)
+        return {0.0, fmt::format("not measured: a {}^3 {} matmul does not fit in {}'s free memory; set "
+                                 "monitor.peak_tflops for MFU", n, c10::toString(dtype), device.str())};
+      n /= 2;
+      continue;
+    }
     ++bursts;
   }
   return {gflops * 1e9, fmt::format("measured: {} matmul {}^3 on {}, best of {}, {:.1f} GFLOP/s", c10::toString(dtype), n,

@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include "frugal/core/crash_report.h"
 
@@ -16,6 +17,16 @@ namespace frugal::crash_report_test {
   std::fputs("not reached\n", stderr);  // keeps raise() out of tail position: this frame shows
 }
 
+// Recurses until the stack runs out (each frame keeps a buffer the compiler cannot drop).
+[[gnu::noinline]] int overflow_the_stack(int depth) {
+  if (depth < 0) return 0;  // never: the stack runs out long before
+  volatile char frame[1024];
+  frame[0] = static_cast<char>(depth);
+  const int below = overflow_the_stack(depth + 1);
+  asm volatile("" : : "r"(frame) : "memory");  // the frame stays live across the call: no loop
+  return below + frame[0];
+}
+
 [[gnu::noinline]] void call_a_bad_pointer(void (*volatile f)()) {
   CrashPhase phase("checkpoint");
   install_crash_report("crash_report_test");
@@ -25,8 +36,20 @@ namespace frugal::crash_report_test {
 
 namespace {
 
-TEST(CrashReport, AFatalSignalPrintsWhatHappenedAndABacktraceThenKillsWithTheSameSignal) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+// Death tests in the "threadsafe" style (a fresh process runs the test up to the statement), the
+// global style flag restored after each.
+class CrashReport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    style_ = GTEST_FLAG_GET(death_test_style);
+    }
+  void TearDown() override { GTEST_FLAG_SET(death_test_style, style_); }
+
+ private:
+  std::string style_;
+};
+
+TEST_F(CrashReport, AFatalSignalPrintsWhatHappenedAndABacktraceThenKillsWithTheSameSignal) {
   // The report names the program, the signal and the frames (this function among them: -rdynamic).
   EXPECT_EXIT(crash_in_a_named_function(SIGSEGV), ::testing::KilledBySignal(SIGSEGV),
               "crash_report_test: killed by SIGSEGV.*phase: \\(none named\\) \\| main thread \\| fault address"
@@ -37,15 +60,25 @@ TEST(CrashReport, AFatalSignalPrintsWhatHappenedAndABacktraceThenKillsWithTheSam
 // A call through a bad pointer (a destroyed object's vtable, say) leaves the unwinder nothing to
 // start from; the report still names the phase, the faulting address and the caller (the return
 // address on top of the stack), and the backtrace continues from that caller.
-TEST(CrashReport, ACallThroughABadPointerNamesThePhaseTheAddressAndTheCaller) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+TEST_F(CrashReport, ACallThroughABadPointerNamesThePhaseTheAddressAndTheCaller) {
   EXPECT_EXIT(call_a_bad_pointer(reinterpret_cast<void (*)()>(uintptr_t{0x10})), ::testing::KilledBySignal(SIGSEGV),
               "phase: checkpoint \\| main thread \\| fault address 0x10\n"
-              "instruction, then the return address on top of the stack:\n.*\n.*call_a_bad_pointer"
-              ".*backtrace:\n.*call_a_bad_pointer");
+              "a call through a bad pointer: the instruction address, then the caller's return address:\n"
+              ".*\n.*call_a_bad_pointer.*backtrace:\n.*call_a_bad_pointer");
 }
 
-TEST(CrashReport, PhasesNestAndRestore) {
+// A stack overflow's report runs on the alternate signal stack and still gets its backtrace (the
+// handler never reads the exhausted stack's guard page).
+TEST_F(CrashReport, AStackOverflowIsReportedWithItsBacktrace) {
+  EXPECT_EXIT(
+      {
+        install_crash_report("crash_report_test");
+        std::printf("%d\n", overflow_the_stack(0));
+      },
+      ::testing::KilledBySignal(SIGSEGV), "killed by SIGSEGV.*instruction:\n.*backtrace:\n.*overflow_the_stack");
+}
+
+TEST_F(CrashReport, PhasesNestAndRestore) {
   EXPECT_EQ(CrashPhase::current().load(), nullptr);
   {
     CrashPhase outer("step");
