@@ -5,9 +5,11 @@ machine), alternating A/B rounds, and the atomic write of a result file."""
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,16 +44,37 @@ def physical_cores():
     return len(cores) if cores else len(allowed)
 
 
-def source_revision():
-    """{"commit": ..., "modified": bool} of the checkout, or None outside git."""
+def source_revision(root=None):
+    """{"commit": ..., "modified": bool, "tree": ...} of the checkout, or None outside git.
+
+    "tree" is the git tree id of the working tree as it ran (tracked and untracked files, less the
+    ignored ones): equal to `git rev-parse COMMIT^{tree}` of the commit whose code this is. It names
+    the code even where the git metadata is older than the files (a copy of the working tree sent
+    to another machine reads "modified" against a stale HEAD)."""
+    root = root or ROOT
+
+    def git(*args, **kw):
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, check=True,
+                              **kw).stdout.strip()
     try:
-        commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip() != ""
-        return {"commit": commit, "modified": dirty}
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no") != ""
     except (OSError, subprocess.CalledProcessError):
         return None
+    out = {"commit": commit, "modified": dirty}
+    try:  # a scratch index, so the checkout's own index is left as it was
+        with tempfile.TemporaryDirectory() as tmp:
+            index = os.path.join(tmp, "index")
+            real = git("rev-parse", "--git-path", "index")
+            real = real if os.path.isabs(real) else os.path.join(root, real)
+            if os.path.exists(real):
+                shutil.copyfile(real, index)  # unchanged files are not hashed again
+            env = dict(os.environ, GIT_INDEX_FILE=index)
+            git("add", "-A", env=env)
+            out["tree"] = git("write-tree", env=env)
+    except (OSError, subprocess.CalledProcessError):
+        pass  # a read-only checkout: the commit and "modified" still say something
+    return out
 
 
 def results_dir(date=None, quick=False):

@@ -62,6 +62,9 @@ from peer_gpt import flops_per_token  # noqa: E402
 LLMC_MAGIC = 20240520
 GPT2 = dict(layers=12, heads=12, embd=768, block=1024, vocab=50257)
 SMOKE = dict(layers=2, heads=2, embd=64, block=32, vocab=50257)
+# The files a run writes into the results folder (save() refuses any other name, so that the
+# clean-up of an earlier run's files knows them all).
+ROW_FILES = ("gpu_bf16", "gpu_fp16", "gpu_activation_checkpointing", "gpu_checkpoint_stall", "gpu_machine")
 SKIP = 3  # untimed steps at the start of every run (the peer's first one compiles under --compile)
 
 # Dense (no sparsity) tensor-core peaks from NVIDIA's datasheets, TFLOP/s, for bf16 and fp16.
@@ -372,13 +375,14 @@ def main():
 
     os.makedirs(out, exist_ok=True)
     # A row this run cannot write must not leave an earlier run's file beside this run's.
-    for name in ("gpu_bf16", "gpu_fp16", "gpu_activation_checkpointing", "gpu_checkpoint_stall", "gpu_machine"):
+    for name in ROW_FILES:
         if os.path.exists(os.path.join(out, name + ".json")):
             os.remove(os.path.join(out, name + ".json"))
     common = {"date": date, "device": a.device, "device_name": machine["device_name"], "shape": shape,
               "batch": a.batch, "smoke": a.smoke, "flops_per_token": b.fpt}
 
     def save(name, obj):
+        assert name in ROW_FILES, name
         obj = dict({"bench": name}, **common, **obj)
         with open(os.path.join(out, name + ".json"), "w") as f:
             json.dump(obj, f, indent=2)

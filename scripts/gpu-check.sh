@@ -6,7 +6,8 @@
 #   bash scripts/gpu-check.sh [--out DIR] [--build-dir DIR] [--no-bench] [--smoke]
 #                             [--repeats N] [--steps N] [--test-timeout S]
 #
-#   --out DIR        where the logs and the benchmark JSON go (default bench/results/<date>-gpu)
+#   --out DIR        where the logs and the benchmark JSON go (default bench/results/<date>-gpu;
+#                    with --smoke, bench/out/gpu_smoke: a smoke pass never lands among the results)
 #   --build-dir DIR  the CMake build folder (default build-gpu)
 #   --no-bench       build and test only
 #   --repeats N      the benchmark's alternating rounds (bench/gpu_bench.py --repeats; default 2)
@@ -24,7 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-OUT="bench/results/$(date +%F)-gpu"
+OUT=""
 BUILD=build-gpu
 BENCH=1
 SMOKE=0
@@ -40,10 +41,13 @@ while [[ $# -gt 0 ]]; do
                        BENCH_ARGS+=("$1" "$2"); shift 2 ;;
     --test-timeout) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: --test-timeout takes seconds (a positive whole number), not '${2:-}'" >&2; exit 2; }
                     TEST_TIMEOUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --smoke, --repeats N, --steps N, --test-timeout S, --help)" >&2; exit 2 ;;
   esac
 done
+if [[ -z $OUT ]]; then
+  if [[ $SMOKE -eq 1 ]]; then OUT=bench/out/gpu_smoke; else OUT="bench/results/$(date +%F)-gpu"; fi
+fi
 mkdir -p "$OUT"
 LOG="$OUT/gpu-check.log"
 : >"$LOG"
@@ -98,7 +102,7 @@ tail -n 25 "$OUT/ctest-cuda.log" | tee -a "$LOG"
 # 5. The GPU benchmark.
 if [[ $BENCH -eq 1 ]]; then
   args=(--frugal "$BUILD/frugal" --out "$OUT" "${BENCH_ARGS[@]}")
-  [[ $SMOKE -eq 1 ]] && args=(--frugal "$BUILD/frugal" --smoke)
+  [[ $SMOKE -eq 1 ]] && args=(--frugal "$BUILD/frugal" --out "$OUT" --smoke)
   say "bench/gpu_bench.py ${args[*]}"
   PYTHONUNBUFFERED=1 "$PY" bench/gpu_bench.py "${args[@]}" 2>&1 | tee "$OUT/gpu-bench.log" | tee -a "$LOG"
   rc=${PIPESTATUS[0]}

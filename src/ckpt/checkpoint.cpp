@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/crash_report.h"
 #include "frugal/core/errors.h"
 
 namespace frugal {
@@ -165,22 +166,34 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
   stage(WriteStage::kTempDir);
 
   nlohmann::json files = nlohmann::json::object();
+  // Each file's encoding and write is a phase of its own for a crash report (on the thread that
+  // drives the run; an async writer's thread is not named).
   auto put = [&](const char* name, const std::string& bytes) {
     write_file_atomic((tmp / name).string(), bytes);
     files[name] = {{"bytes", bytes.size()}, {"xxh3", xxh3_hex(bytes)}};
   };
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"frugal_step", std::to_string(step)}};
   const c10::ScalarType dtype = storage_dtype(o.weights_dtype);
-  NamedTensors stored;
-  for (const auto& [n, t] : data.model)
-    stored.emplace_back(n, t.is_floating_point() ? t.to(dtype) : t);
-  put("model.safetensors", encode_safetensors(stored, meta));
-  stage(WriteStage::kModel);
+  {
+    CrashPhase phase("write model.safetensors");
+    NamedTensors stored;
+    for (const auto& [n, t] : data.model)
+      stored.emplace_back(n, t.is_floating_point() ? t.to(dtype) : t);
+    put("model.safetensors", encode_safetensors(stored, meta));
+    stage(WriteStage::kModel);
+  }
   const bool master = dtype != c10::kFloat && o.exact_resume;
-  if (master) put("master.safetensors", encode_safetensors(data.model, meta));
+  if (master) {
+    CrashPhase phase("write master.safetensors");
+    put("master.safetensors", encode_safetensors(data.model, meta));
+  }
   stage(WriteStage::kMaster);
-  put("optimizer.safetensors", encode_safetensors(data.optimizer, meta));
-  stage(WriteStage::kOptimizer);
+  {
+    CrashPhase phase("write optimizer.safetensors");
+    put("optimizer.safetensors", encode_safetensors(data.optimizer, meta));
+    stage(WriteStage::kOptimizer);
+  }
+  CrashPhase phase("write state.json, rename, mark complete");
   put("data_state.json", (data.data_state.is_null() ? nlohmann::json::object() : data.data_state).dump(2) + "\n");
   stage(WriteStage::kDataState);
 

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include "frugal/core/crash_report.h"
+
 #include <chrono>
 #include <filesystem>
 
@@ -19,6 +21,7 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::write_now(int64_t step, const CheckpointData& data) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string path = write_checkpoint(root_, step, data, options_);
+  CrashPhase phase("retention");
   note_written(path);
   apply_retention(root_, retention_);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstring>
+#include <atomic>
 #include <initializer_list>
 
 namespace frugal {
@@ -53,9 +54,10 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   put(signal_name(sig));
   put(". This is a bug in frugal or a library it calls, not in your input: please report it with\n"
       "this report, `frugal doctor --json` and the run's config.toml.\n");
-  const char* phase = CrashPhase::current().load();
+  char phase[512];
+  CrashPhase::chain(phase, sizeof phase);
   put("phase: ");
-  put(phase ? phase : "(none named)");
+  put(phase[0] ? phase : "(none named)");
   const auto tid = static_cast<uint64_t>(::syscall(SYS_gettid));
   put(tid == static_cast<uint64_t>(::getpid()) ? " | main thread" : " | thread ");
   if (tid != static_cast<uint64_t>(::getpid())) put_number(tid, 10);
@@ -107,9 +109,50 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
 
 }  // namespace
 
-std::atomic<const char*>& CrashPhase::current() noexcept {
-  static std::atomic<const char*> phase{nullptr};
-  return phase;
+namespace {
+// The phase chain: statics only, so that the handler reads it without touching the heap or a
+// destroyed object.
+std::atomic<const char*> g_phase_names[CrashPhase::kMaxDepth];
+std::atomic<int> g_phase_depth{0};
+std::atomic<bool> g_phase_owned{false};
+
+// True on the thread that owns the chain: the first to name a phase.
+bool owns_the_chain() noexcept {
+  thread_local const bool mine = [] {
+    bool expected = false;
+    return g_phase_owned.compare_exchange_strong(expected, true);
+  }();
+  return mine;
+}
+
+void append(char* out, size_t size, size_t& at, const char* s) noexcept {
+  for (; *s && at + 1 < size; ++s) out[at++] = *s;
+  out[at] = '\0';
+}
+}  // namespace
+
+CrashPhase::CrashPhase(const char* name) noexcept : kept_(owns_the_chain()) {
+  if (!kept_) return;
+  const int d = g_phase_depth.load(std::memory_order_relaxed);
+  if (d < kMaxDepth) g_phase_names[d].store(name, std::memory_order_relaxed);
+  g_phase_depth.store(d + 1, std::memory_order_release);
+}
+
+CrashPhase::~CrashPhase() {
+  if (kept_) g_phase_depth.store(g_phase_depth.load(std::memory_order_relaxed) - 1, std::memory_order_release);
+}
+
+void CrashPhase::chain(char* out, size_t size) noexcept {
+  if (size == 0) return;
+  size_t at = 0;
+  out[0] = '\0';
+  const int depth = g_phase_depth.load(std::memory_order_acquire);
+  for (int i = 0; i < depth && i < kMaxDepth; ++i) {
+    if (i > 0) append(out, size, at, " > ");
+    const char* name = g_phase_names[i].load(std::memory_order_relaxed);
+    append(out, size, at, name ? name : "?");
+  }
+  if (depth > kMaxDepth) append(out, size, at, " > ...");
 }
 
 void install_crash_report(const char* program) {
@@ -118,7 +161,6 @@ void install_crash_report(const char* program) {
   return;  // the sanitizer's own report (with its symbolised stack) is the better one
 #endif
   g_program = program;
-  (void)CrashPhase::current();  // the static exists before any signal
   // The first backtrace() loads libgcc's unwinder (which allocates): do it now, not in the handler.
   void* warm[1];
   (void)::backtrace(warm, 1);

@@ -44,7 +44,7 @@ nlohmann::json Trainer::fit() {
     if (control.checkpoint_requested() && !control.should_stop()) s.save_checkpoint();
     control.clear_checkpoint_request();
   }
-  CrashPhase phase("finish (final evaluation, checkpoint, weights, summary)");
+  CrashPhase phase("finish");
   return s.finish(control);
 }
 
@@ -88,7 +88,6 @@ void Trainer::State::train_one_step(Control& control) {
   StepResult r;
   {
     PhaseSpan span("step");
-    CrashPhase phase("step");
     r = step->run(loop.step, lr);
   }
   StepMetrics m = make_step_metrics(read_step(r, lr, seconds_since(t0)), last_metrics);
@@ -200,7 +199,6 @@ void add_eval_figures(const std::vector<std::pair<std::string, double>>& got, in
 bool Trainer::State::run_eval(Control& control) {
   torch::NoGradGuard no_grad;
   PhaseSpan span("eval");
-  CrashPhase phase("eval");
   const auto t0 = detail::Clock::now();
   model->eval();
   at::Tensor sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));

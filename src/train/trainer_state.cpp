@@ -52,13 +52,16 @@ void Trainer::State::report_config_changes(const LoadedCheckpoint& ck) const {
 
 CheckpointData Trainer::State::capture(bool snapshot) {
   CheckpointData d;
-  d.model = module_tensors(*model);
-  d.optimizer = step->optimizer().state_tensors();
-  if (snapshot) {
-    d.model = snapshot_tensors(d.model);
-    d.optimizer = snapshot_tensors(d.optimizer);
+  {
+    CrashPhase phase(snapshot ? "capture: weights and optimizer state, copied to the host" : "capture: weights and optimizer state");
+    d.model = module_tensors(*model);
+    d.optimizer = step->optimizer().state_tensors();
+    if (snapshot) {
+      d.model = snapshot_tensors(d.model);
+      d.optimizer = snapshot_tensors(d.optimizer);
+    }
+    loop.loss_sum = loss_sum.item<double>();
   }
-  loop.loss_sum = loss_sum.item<double>();
   nlohmann::json& st = d.state;
   st["loop"] = detail::to_json(loop);
   // The wall time of every session up to this capture (tokens_per_s and train.max_minutes after a
@@ -75,12 +78,14 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   st["precision"] = step->precision().name();
   st["rng"] = {{"cpu", detail::cpu_rng_state_hex()}};
   if (device.is_cuda()) {  // every visible GPU's generator: dropout masks on the GPU resume exactly
+    CrashPhase phase("capture: GPU random-number state");
     nlohmann::json gpus = nlohmann::json::array();
     for (const auto& bytes : device::cuda_rng_states()) gpus.push_back(detail::bytes_to_hex(bytes));
     st["rng"]["cuda"] = gpus;
   }
   st["lr_schedule"] = {{"position", step->optimizer().step_count()}, {"lr_scale", loop.lr_scale}};
   nlohmann::json cbs = nlohmann::json::object();
+  CrashPhase callbacks_phase("capture: callbacks' state");
   for (const auto& cb : callbacks) {
     if (cb->state_key().empty()) continue;
     nlohmann::json one;
@@ -105,6 +110,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
                   {"next_sample", loop.step * plan.global_batch},
                   {"world_size", plan.world_size}};
   // Shard sources also record their (epoch, position) cursor; it names the same place.
+  CrashPhase data_phase("capture: data cursor");
   if (nlohmann::json cursor = data->state(); !cursor.is_null()) {
     d.data_state["cursor"] = cursor;
     // Data parallel: each rank has its own cursor; rank 0's checkpoint lists them in rank order.
@@ -190,16 +196,19 @@ void Trainer::State::restore_data_position(const LoadedCheckpoint& ck) {
 void Trainer::State::save_checkpoint() {
   if (last_saved_step == loop.step) return;  // nothing new since the last save (or the resume)
   PhaseSpan span("checkpoint");
-  CrashPhase phase("checkpoint");
   const auto t0 = detail::Clock::now();
   CheckpointData d = capture(writer->async());  // a collective under ZeRO-1: every rank calls it
-  if (is_writer()) last_checkpoint = writer->save(loop.step, std::move(d));
+  if (is_writer()) {
+    CrashPhase phase(writer->async() ? "hand over to the checkpoint writer" : "write");
+    last_checkpoint = writer->save(loop.step, std::move(d));
+  }
   const double stall = seconds_since(t0);
   writer->record_stall(stall);
   checkpoint_s_window += stall;
   checkpoint_s_total += stall;
   last_saved_step = loop.step;
   CheckpointEvent e{loop.step, last_checkpoint, stall, writer->async(), writer->stats().last_write_s};
+  CrashPhase phase("callbacks' on_checkpoint");
   for (auto& cb : callbacks) cb->on_checkpoint(e);
 }
 
@@ -288,20 +297,28 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   // Past the budget, no more compute is spent on a final evaluation; the weights are still saved.
   const bool evaluate = healthy && kind != StopKind::kBudget;
   if (evaluate && loop.last_eval_step != loop.step) {
+    CrashPhase phase("final evaluation");
     Control ignored;  // the run is over; a stop request from this evaluation changes nothing
     run_eval(ignored);
   }
-  if ((c.checkpoint.enabled && healthy) || kind == StopKind::kPreempted) save_checkpoint();
-  writer->wait();
+  {
+    CrashPhase phase("final checkpoint");
+    if ((c.checkpoint.enabled && healthy) || kind == StopKind::kPreempted) save_checkpoint();
+    writer->wait();
+  }
+  CrashPhase phase("summary");
   nlohmann::ordered_json summary = loop_summary(control, evaluate);
-  if (healthy && is_writer())
+  if (healthy && is_writer()) {
+    CrashPhase weights("final weights");
     save_safetensors(run_dir + "/final/model.safetensors", module_tensors(*model),
                      {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
+  }
   for (auto& cb : callbacks) cb->add_to_summary(summary);
   if (is_writer()) {
     write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n");
     write_report(run_dir);
   }
+  CrashPhase end("callbacks' on_train_end");
   for (auto& cb : callbacks) cb->on_train_end(summary);
   return summary;
 }

@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "frugal/core/crash_report.h"
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
@@ -105,6 +107,24 @@ TEST(Checkpoint, InterruptedWriteAtEveryStageLeavesThePreviousCheckpointLoadable
   write_checkpoint(dir.path(), 10, sample(10));
   write_checkpoint(dir.path(), 20, sample(20));
   EXPECT_EQ(fs::path(*find_resumable(dir.path(), nullptr)).filename(), "step-00000020");
+}
+
+// A crash while a file is encoded or written names that file in the report's phase (the chain
+// as the write's stage hook sees it, from inside each phase).
+TEST(Checkpoint, EachFileWriteIsAPhaseForACrashReport) {
+  test::TempDir dir;
+  std::map<WriteStage, std::string> seen;
+  WriteOptions o;
+  o.after_stage = [&seen](WriteStage now) {
+    char buf[256];
+    CrashPhase::chain(buf, sizeof buf);
+    seen[now] = buf;
+  };
+  CrashPhase outer("checkpoint");
+  write_checkpoint(dir.path(), 5, sample(5), o);
+  EXPECT_EQ(seen[WriteStage::kModel], "checkpoint > write model.safetensors");
+  EXPECT_EQ(seen[WriteStage::kOptimizer], "checkpoint > write optimizer.safetensors");
+  EXPECT_EQ(seen[WriteStage::kMarker], "checkpoint > write state.json, rename, mark complete");
 }
 
 // A write that fails (here: after the model file, as a full disk would) removes its temp

@@ -4,7 +4,10 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "frugal/core/crash_report.h"
 
@@ -28,6 +31,7 @@ namespace frugal::crash_report_test {
 }
 
 [[gnu::noinline]] void call_a_bad_pointer(void (*volatile f)()) {
+  CrashPhase outer("finish");
   CrashPhase phase("checkpoint");
   install_crash_report("crash_report_test");
   f();
@@ -62,7 +66,7 @@ TEST_F(CrashReport, AFatalSignalPrintsWhatHappenedAndABacktraceThenKillsWithTheS
 // address on top of the stack), and the backtrace continues from that caller.
 TEST_F(CrashReport, ACallThroughABadPointerNamesThePhaseTheAddressAndTheCaller) {
   EXPECT_EXIT(call_a_bad_pointer(reinterpret_cast<void (*)()>(uintptr_t{0x10})), ::testing::KilledBySignal(SIGSEGV),
-              "phase: checkpoint \\| main thread \\| fault address 0x10\n"
+              "phase: finish > checkpoint \\| main thread \\| fault address 0x10\n"
               "a call through a bad pointer: the instruction address, then the caller's return address:\n"
               ".*\n.*call_a_bad_pointer.*backtrace:\n.*call_a_bad_pointer");
 }
@@ -78,17 +82,52 @@ TEST_F(CrashReport, AStackOverflowIsReportedWithItsBacktrace) {
       ::testing::KilledBySignal(SIGSEGV), "killed by SIGSEGV.*instruction:\n.*backtrace:\n.*overflow_the_stack");
 }
 
+std::string chain() {
+  char buf[512];
+  CrashPhase::chain(buf, sizeof buf);
+  return buf;
+}
+
 TEST_F(CrashReport, PhasesNestAndRestore) {
-  EXPECT_EQ(CrashPhase::current().load(), nullptr);
+  EXPECT_EQ(chain(), "");
   {
     CrashPhase outer("step");
     {
       CrashPhase inner("checkpoint");
-      EXPECT_STREQ(CrashPhase::current().load(), "checkpoint");
+      EXPECT_EQ(chain(), "step > checkpoint");
     }
-    EXPECT_STREQ(CrashPhase::current().load(), "step");
+    EXPECT_EQ(chain(), "step");
   }
-  EXPECT_EQ(CrashPhase::current().load(), nullptr);
+  EXPECT_EQ(chain(), "");
+}
+
+// Deeper than kMaxDepth the inner names are elided, and the chain still unwinds to empty; a
+// buffer too small for the chain holds its start, terminated.
+TEST_F(CrashReport, ADeepChainIsElidedAndASmallBufferTruncated) {
+  {
+    std::vector<std::unique_ptr<CrashPhase>> phases;
+    for (int i = 0; i < CrashPhase::kMaxDepth + 2; ++i) phases.push_back(std::make_unique<CrashPhase>("p"));
+    std::string expect = "p";
+    for (int i = 1; i < CrashPhase::kMaxDepth; ++i) expect += " > p";
+    EXPECT_EQ(chain(), expect + " > ...");
+    char small[6];
+    CrashPhase::chain(small, sizeof small);
+    EXPECT_STREQ(small, "p > p");
+    while (!phases.empty()) phases.pop_back();  // innermost first, as scopes unwind
+  }
+  EXPECT_EQ(chain(), "");
+}
+
+// The chain belongs to the thread that drives the work (this one, the first to name a phase): a
+// phase named on another thread (an async checkpoint writer) neither shows nor disturbs it.
+TEST_F(CrashReport, PhasesOfAnotherThreadAreNotMixedIn) {
+  CrashPhase mine("step");
+  std::thread other([] {
+    CrashPhase theirs("write model.safetensors");
+    EXPECT_EQ(chain(), "step");
+  });
+  other.join();
+  EXPECT_EQ(chain(), "step");
 }
 
 }  // namespace

@@ -9,8 +9,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "frugal/ckpt/safetensors.h"
+#include "frugal/core/crash_report.h"
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
@@ -159,6 +161,40 @@ TEST(Trainer, TwoCallbacksWithOneStateKeyAreRefusedBeforeTheFirstStep) {
   }
   EXPECT_FALSE(fs::exists(dir.file("demo/metrics.jsonl")) &&
                !test::read_text(dir.file("demo/metrics.jsonl")).empty());
+}
+
+// What a crash report would name as the phase, seen from inside the callbacks the trainer calls.
+class RecordsTheCrashPhase : public Callback {
+ public:
+  std::string state_key() const override { return "records_the_crash_phase"; }
+  void on_step_end(const StepMetrics&, Control&) override { seen.insert("on_step_end: " + chain()); }
+  void save_state(nlohmann::json&) const override { seen.insert("save_state: " + chain()); }
+  void on_checkpoint(const CheckpointEvent&) override { seen.insert("on_checkpoint: " + chain()); }
+  void on_train_end(const nlohmann::json&) override { seen.insert("on_train_end: " + chain()); }
+  mutable std::set<std::string> seen;
+
+ private:
+  static std::string chain() {
+    char buf[512];
+    CrashPhase::chain(buf, sizeof buf);
+    return buf;
+  }
+};
+
+// A crash report names where in the run it happened: the step, the periodic checkpoint and its
+// parts, the final checkpoint inside the run's finish.
+TEST(Trainer, ACrashReportWouldNameThePhaseOfTheRun) {
+  test::TempDir dir;
+  auto rec = std::make_shared<RecordsTheCrashPhase>();
+  train_tiny(dir.path(), {"train.steps=6", "checkpoint.every_steps=4", "checkpoint.async=false"}, {rec});
+  const std::set<std::string> expect = {
+      "on_step_end: ",  // after the step's own phase has closed
+      "save_state: checkpoint > capture: callbacks' state",
+      "on_checkpoint: checkpoint > callbacks' on_checkpoint",
+      "save_state: finish > final checkpoint > checkpoint > capture: callbacks' state",
+      "on_checkpoint: finish > final checkpoint > checkpoint > callbacks' on_checkpoint",
+      "on_train_end: finish > summary > callbacks' on_train_end"};
+  EXPECT_EQ(rec->seen, expect);
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "frugal/core/crash_report.h"
+
 namespace frugal {
 
 struct PhaseSpanRecord {
@@ -36,10 +38,11 @@ class PhaseTrace {
   static std::atomic<int64_t> step_;
 };
 
-// Records [construction, destruction) as a span named `name` (a string literal) when active.
+// Records [construction, destruction) as a span named `name` (a string literal) when active, and
+// names the same phase for a crash report (CrashPhase) all the while.
 class PhaseSpan {
  public:
-  explicit PhaseSpan(const char* name) : name_(name), begin_(PhaseTrace::Clock::now()) {}
+  explicit PhaseSpan(const char* name) : name_(name), begin_(PhaseTrace::Clock::now()), crash_phase_(name) {}
   ~PhaseSpan() {
     if (PhaseTrace::active()) PhaseTrace::record(name_, begin_, PhaseTrace::Clock::now());
   }
@@ -49,6 +52,7 @@ class PhaseSpan {
  private:
   const char* name_;
   PhaseTrace::Clock::time_point begin_;
+  CrashPhase crash_phase_;
 };
 
 }  // namespace frugal
