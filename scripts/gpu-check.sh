@@ -18,7 +18,8 @@
 #
 # Steps, each timed and logged to OUT/gpu-check.log: 1. facts (nvidia-smi, python3's torch, cmake,
 # ninja, nvcc); 2. configure and build with Ninja against python3's torch (FRUGAL_PYTHON); 3.
-# `frugal doctor --json`; 4. `ctest -L cuda`; 5. bench/gpu_bench.py. Exit status: 0 when every
+# `frugal doctor --json`; 4. the CPU tests of checkpoints, directory removal and the crash report
+# on this node; 5. `ctest -L cuda`; 6. bench/gpu_bench.py. Exit status: 0 when every
 # step passed, 1 when a step failed (the log says which), 2 when the node lacks what the
 # check needs (the message names it).
 set -uo pipefail
@@ -41,7 +42,7 @@ while [[ $# -gt 0 ]]; do
                        BENCH_ARGS+=("$1" "$2"); shift 2 ;;
     --test-timeout) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: --test-timeout takes seconds (a positive whole number), not '${2:-}'" >&2; exit 2; }
                     TEST_TIMEOUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --smoke, --repeats N, --steps N, --test-timeout S, --help)" >&2; exit 2 ;;
   esac
 done
@@ -91,15 +92,22 @@ fi
 
 # 3. What the build and the node offer.
 "$BUILD/frugal" doctor --json >"$OUT/doctor.json" 2>>"$LOG" || { say "frugal doctor failed"; exit 1; }
-say "doctor: $("$PY" -c 'import json,sys; f=json.load(open(sys.argv[1])); print("cuda_compiled", f["cuda_compiled"], "| gpus", [g["name"] for g in f["gpus"]])' "$OUT/doctor.json")"
+say "doctor: $("$PY" -c 'import json,sys; f=json.load(open(sys.argv[1])); print("cuda_compiled", f["cuda_compiled"], "| gpus", [g["name"] for g in f["gpus"]], "| std::filesystem from", f.get("std_filesystem_library"))' "$OUT/doctor.json")"
 
-# 4. The CUDA tests.
+# 4. The node's own toolchain and libraries on the CPU paths the CUDA tests rely on: checkpoint
+# writes, directory removal, which std::filesystem the program binds, the crash report. A failure
+# here is the node's, not the GPU's.
 status=0
+say "ctest -R 'RemoveTree|Checkpoint|CrashReport' (CPU, on this node)"
+(cd "$BUILD" && ctest -R 'RemoveTree|Checkpoint|CrashReport' --output-on-failure --timeout "$TEST_TIMEOUT") >"$OUT/ctest-cpu-node.log" 2>&1 || status=1
+tail -n 6 "$OUT/ctest-cpu-node.log" | tee -a "$LOG"
+
+# 5. The CUDA tests.
 say "ctest -L cuda"
 (cd "$BUILD" && ctest -L cuda --output-on-failure --timeout "$TEST_TIMEOUT") >"$OUT/ctest-cuda.log" 2>&1 || status=1
 tail -n 25 "$OUT/ctest-cuda.log" | tee -a "$LOG"
 
-# 5. The GPU benchmark.
+# 6. The GPU benchmark.
 if [[ $BENCH -eq 1 ]]; then
   args=(--frugal "$BUILD/frugal" --out "$OUT" "${BENCH_ARGS[@]}")
   [[ $SMOKE -eq 1 ]] && args=(--frugal "$BUILD/frugal" --out "$OUT" --smoke)

@@ -1,5 +1,6 @@
 #include "test_util.h"
 
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/crash_report.h"
 
 #include <sys/wait.h>
@@ -28,7 +29,7 @@ struct PrivateCacheDir {
   }
   ~PrivateCacheDir() {
     std::error_code ec;
-    fs::remove_all(fs::temp_directory_path() / ("frugal-test-cache-" + std::to_string(::getpid())), ec);
+    remove_tree(fs::temp_directory_path() / ("frugal-test-cache-" + std::to_string(::getpid())), ec);
   }
 } const private_cache_dir;
 
@@ -52,7 +53,7 @@ TempDir::TempDir() {
 
 TempDir::~TempDir() {
   std::error_code ec;
-  fs::remove_all(path_, ec);
+  remove_tree(path_, ec);
 }
 
 CommandResult run_frugal(const std::string& args, const std::string& env_prefix) {

@@ -206,7 +206,7 @@ void remove_archived(const std::string& path, const std::string& name) {
   fs::rename(path, trash);
   fsync_dir(fs::path(path).parent_path().string());
   std::error_code ec;
-  fs::remove_all(trash, ec);
+  remove_tree(trash, ec);
 }
 #endif  // FRUGAL_HAVE_LIBARCHIVE
 
@@ -373,9 +373,9 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
   fs::create_directories(runs_dir);
   const fs::path stage = fs::path(runs_dir) / fmt::format(".tmp-restore-{}", ::getpid());
   std::error_code ec;
-  fs::remove_all(stage, ec);
+  remove_tree(stage, ec);
   fs::create_directories(stage);
-  auto cleanup = [&] { fs::remove_all(stage, ec); };
+  auto cleanup = [&] { remove_tree(stage, ec); };
   try {
     std::unique_ptr<FILE, int (*)(FILE*)> out(nullptr, &std::fclose);
     std::string open_name;

@@ -65,7 +65,7 @@ void remove_dir_safely(const fs::path& dir) {
   std::error_code ec;
   fs::rename(dir, trash, ec);
   if (ec) throw IoError(fmt::format("cannot move {} aside for removal: {}", dir.string(), ec.message()));
-  fs::remove_all(trash, ec);
+  remove_tree(trash, ec);
 }
 
 struct ReadState {
@@ -151,7 +151,7 @@ std::string write_checkpoint(const std::string& root, int64_t step, const Checkp
     // A failed write (a full disk, a bad tensor) removes its own temp directory, so repeated
     // failures never pile up; a kill leaves it for retention, which removes temp directories of
     // processes that are gone.
-    fs::remove_all(tmp, ec);
+    remove_tree(tmp, ec);
     throw;
   }
 }

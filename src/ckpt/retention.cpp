@@ -71,9 +71,9 @@ void remove_hidden_first(const std::string& root, const std::string& p) {
   // Hide first, then delete: a crash mid-delete leaves only a hidden directory.
   std::error_code ec;
   fs::path trash = fs::path(root) / fmt::format(".trash-{}-{}", fs::path(p).filename().string(), ::getpid());
-  fs::remove_all(trash, ec);
+  remove_tree(trash, ec);
   fs::rename(p, trash, ec);
-  if (!ec) fs::remove_all(trash, ec);
+  if (!ec) remove_tree(trash, ec);
 }
 }  // namespace
 
@@ -158,7 +158,7 @@ std::vector<std::string> remove_stale_debris(const std::string& root, bool all) 
     const std::string n = e.path().filename().string();
     if (n.rfind(".tmp-", 0) != 0 && n.rfind(".trash-", 0) != 0) continue;
     if (!all && process_alive(debris_pid(n))) continue;  // a write or removal still in progress
-    fs::remove_all(e.path(), ec);
+    remove_tree(e.path(), ec);
     if (!ec) removed.push_back(e.path().string());
   }
   return removed;

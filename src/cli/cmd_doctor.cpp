@@ -45,6 +45,7 @@ int run_doctor_cmd(const DoctorArgs& a) {
   std::string built_in;
   for (const auto& [name, on] : f["build_features"].items()) built_in += fmt::format("{}{} {}", built_in.empty() ? "" : " | ", name, b(on.get<bool>()));
   fmt::print("optional     {}\n", built_in);
+  fmt::print("libstdc++    std::filesystem from {}\n", f["std_filesystem_library"].get<std::string>());
   fmt::print("GPUs         {}\n", f["cuda_devices"].get<int>() == 0 ? std::string("none found") : "");
   for (const auto& g : f["gpus"]) {
     fmt::print("  cuda:{}     {} | compute {} | {} SMs | {:.0f} GB", g["index"].get<int>(), g["name"].get<std::string>(),

@@ -15,6 +15,7 @@
 
 #include "cli/commands.h"
 #include "frugal/ckpt/checkpoint.h"
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/threads.h"
@@ -133,7 +134,7 @@ int run_sample(const SampleArgs& a) {
   fs::create_directories(work);
   struct Cleanup {
     std::string dir;
-    ~Cleanup() { std::error_code ec; fs::remove_all(dir, ec); }
+    ~Cleanup() { std::error_code ec; remove_tree(dir, ec); }
   } cleanup{work};
   const auto encoded = tokenizer->encode({prompt}, 1, work).at(0);
   if (encoded.empty()) throw ConfigError(fmt::format("--prompt '{}' encodes to no tokens", a.prompt));

@@ -2,6 +2,8 @@
 #include "frugal/core/atomic_file.h"
 
 #include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,6 +20,20 @@ namespace frugal {
 namespace fs = std::filesystem;
 
 namespace {
+// nftw() takes a plain function: the walk's count and first error live here, one walk per thread.
+thread_local uintmax_t t_removed = 0;
+thread_local int t_error = 0;
+
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
+  if (::remove(path) != 0) {  // children come first (FTW_DEPTH): a directory is empty by now
+    if (errno == ENOENT) return 0;  // gone meanwhile: what was wanted
+    t_error = errno;
+    return 1;  // stops the walk
+  }
+  ++t_removed;
+  return 0;
+}
+
 [[noreturn]] void io_fail(const char* what, const std::string& path) {
   throw IoError(fmt::format("{} failed for {}: {}", what, path, std::strerror(errno)));
 }
@@ -65,6 +81,28 @@ void write_file_atomic(const std::string& path, std::string_view data) {
     io_fail("rename", path);
   }
   fsync_dir(dir.string());
+}
+
+uintmax_t remove_tree(const std::string& path, std::error_code& ec) noexcept {
+  ec.clear();
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) ec = std::error_code(errno, std::system_category());
+    return 0;
+  }
+  t_removed = 0;
+  t_error = 0;
+  // FTW_PHYS: a symbolic link is removed, not followed; FTW_DEPTH: a directory after its entries.
+  if (::nftw(path.c_str(), remove_entry, 32, FTW_DEPTH | FTW_PHYS) != 0)
+    ec = std::error_code(t_error != 0 ? t_error : errno, std::system_category());
+  return t_removed;
+}
+
+uintmax_t remove_tree(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t n = remove_tree(path, ec);
+  if (ec) throw IoError(fmt::format("cannot remove {}: {}", path, ec.message()));
+  return n;
 }
 
 std::string read_file(const std::string& path) {

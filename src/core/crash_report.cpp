@@ -2,6 +2,7 @@
 #include "frugal/core/crash_report.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <execinfo.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -37,6 +38,57 @@ void put_number(uint64_t v, int base) {
   put(buf + i);
 }
 
+// Prints "<label>: " and the /proc/self/maps line of the mapping that holds `addr` (its range,
+// permissions and file: a library, [heap], a stack, an anonymous mapping such as JIT code or a
+// GPU driver's reserved range), or "not mapped". open/read only: async-signal-safe.
+void put_mapping(const char* label, uintptr_t addr) {
+  put(label);
+  put(": ");
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    put("(/proc/self/maps unreadable)\n");
+    return;
+  }
+  static char chunk[4096], line[512];
+  size_t len = 0;
+  bool found = false;
+  auto check = [&]() {  // line[0, len): "start-end perms offset dev inode [path]"
+    line[len] = '\0';
+    uintptr_t lo = 0, hi = 0;
+    size_t i = 0;
+    auto hex = [&](uintptr_t& v) {
+      for (; i < len; ++i) {
+        const char c = line[i];
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) break;
+        v = v * 16 + static_cast<uintptr_t>(d);
+      }
+    };
+    hex(lo);
+    if (i < len && line[i] == '-') ++i;
+    hex(hi);
+    if (addr >= lo && addr < hi) {
+      put(line);
+      put("\n");
+      found = true;
+    }
+  };
+  ssize_t n;
+  while (!found && (n = ::read(fd, chunk, sizeof chunk)) > 0) {
+    for (ssize_t k = 0; k < n && !found; ++k) {
+      if (chunk[k] == '\n') {
+        check();
+        len = 0;
+      } else if (len + 1 < sizeof line) {
+        line[len++] = chunk[k];
+      }
+    }
+  }
+  if (!found && len > 0) check();
+  ::close(fd);
+  if (!found) put("not mapped\n");
+}
+
 const char* signal_name(int sig) {
   switch (sig) {
     case SIGSEGV: return "SIGSEGV (invalid memory access)";
@@ -64,6 +116,9 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   put(" | fault address ");
   put_number(reinterpret_cast<uintptr_t>(info ? info->si_addr : nullptr), 16);
   put("\n");
+  // What lies at the fault address: nothing (a null or wild pointer), a page without access (a
+  // guard page, a GPU driver's reserved range: a device pointer read on the host), a heap.
+  if (info && (sig == SIGSEGV || sig == SIGBUS)) put_mapping("memory at the fault address", reinterpret_cast<uintptr_t>(info->si_addr));
 #if defined(__x86_64__) && defined(REG_RIP)
   greg_t* regs = context ? static_cast<ucontext_t*>(context)->uc_mcontext.gregs : nullptr;
   const greg_t saved_ip = regs ? regs[REG_RIP] : 0, saved_sp = regs ? regs[REG_RSP] : 0;
@@ -88,6 +143,9 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   } else if (regs) {
     put("instruction:\n");
     ::backtrace_symbols_fd(where, 1, STDERR_FILENO);
+    // Code outside every loaded object (JIT-compiled kernels, say) has no unwind information:
+    // the backtrace below stops at the signal frame; the mapping at least says what it is.
+    if (::dladdr(where[0], &in) == 0) put_mapping("memory at the instruction", static_cast<uintptr_t>(saved_ip));
   }
 #else
   (void)context;

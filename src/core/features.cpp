@@ -1,10 +1,12 @@
 // The optional parts of a frugal build; see features.h.
 #include "frugal/core/features.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <stdexcept>
 
 #include "frugal/core/errors.h"
@@ -47,6 +49,15 @@ void require_feature(std::string_view name, std::string_view what) {
       "{} needs {}, which this frugal was built without (CMake did not find it). Install {} and "
       "rebuild (cmake -DFRUGAL_WITH_{}=ON makes it required); `frugal doctor` lists the features of this build",
       what, f.library, f.package, upper));
+}
+
+std::string std_filesystem_library() {
+  // The address of an out-of-line libstdc++ function, as this program sees it (through its GOT:
+  // the definition the dynamic linker bound), then the object that holds it.
+  auto* status = static_cast<std::filesystem::file_status (*)(const std::filesystem::path&)>(&std::filesystem::status);
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(status), &info) == 0 || info.dli_fname == nullptr) return "";
+  return info.dli_fname;
 }
 
 }  // namespace frugal

@@ -173,7 +173,7 @@ void remove_dead_temp_dirs(const std::string& out, const std::function<void(cons
     const std::string pid = n.substr(prefix.size());
     if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
     if (process_alive(std::stoll(pid))) continue;  // another prepare of the same OUT is running
-    fs::remove_all(e.path(), ec);
+    remove_tree(e.path(), ec);
     if (!ec) say(fmt::format("removed {} (left by a prepare that was killed)", e.path().string()));
   }
 }
@@ -186,7 +186,7 @@ void publish(const std::string& tmp, const std::string& out) {
   } else {
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0)
       throw IoError(fmt::format("cannot swap '{}' into place at '{}': {}", tmp, out, std::strerror(errno)));
-    fs::remove_all(tmp);  // now the previous dataset
+    remove_tree(tmp);  // now the previous dataset
   }
   fsync_dir(fs::absolute(out).parent_path().string());
 }
@@ -356,7 +356,7 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
   }
 
   const std::string tmp = fmt::format("{}.tmp-{}", out, ::getpid());
-  fs::remove_all(tmp);
+  remove_tree(tmp);
   fs::create_directories(tmp);
   try {
     nlohmann::ordered_json m;
@@ -405,7 +405,7 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     publish(tmp, out);
   } catch (...) {
     std::error_code ec;
-    fs::remove_all(tmp, ec);
+    remove_tree(tmp, ec);
     throw;
   }
   r.seconds = since(t0);

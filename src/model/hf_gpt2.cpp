@@ -274,7 +274,7 @@ void write_hf_gpt2(const NamedTensors& params, const ModelConfig& m, const std::
   fs::create_directories(parent);
   const fs::path tmp = parent / fmt::format(".tmp-export-{}-{}", out.filename().string(), ::getpid());
   std::error_code ec;
-  fs::remove_all(tmp, ec);
+  remove_tree(tmp, ec);
   try {
     fs::create_directories(tmp);
     // transformers refuses a safetensors file without {"format": "pt"} in its metadata.
@@ -284,7 +284,7 @@ void write_hf_gpt2(const NamedTensors& params, const ModelConfig& m, const std::
     fs::rename(tmp, out);
     fsync_dir(parent.string());
   } catch (...) {
-    fs::remove_all(tmp, ec);
+    remove_tree(tmp, ec);
     throw;
   }
 }

@@ -112,7 +112,7 @@ Profiler::~Profiler() {
 void Profiler::on_train_begin(const RunInfo& info) {
   total_steps_ = info.config ? info.config->train.steps : 0;
   std::error_code ec;
-  std::filesystem::remove_all(dir_, ec);  // traces of an earlier run under this name
+  remove_tree(dir_, ec);  // traces of an earlier run under this name
   if (profile_window_opens_after(config_, 0)) open(0);
 }
 

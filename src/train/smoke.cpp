@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/ckpt/checkpoint.h"
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
@@ -187,7 +188,7 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
                                         r.loss_resumed, r.loss_uninterrupted));
   });
   std::error_code ec;
-  fs::remove_all(dir, ec);
+  remove_tree(dir, ec);
   Console::get().set_quiet(was_quiet);
   r.ok = r.stage.empty();
   return r;

@@ -57,7 +57,7 @@ std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming, std:
   if (!lock) lock = std::make_unique<DirLock>(dir.string());  // a resume took it already
   if (used && overwrite && !resuming) {
     for (const char* f : {"metrics.jsonl", "summary.json", "final", "config.toml", "checkpoints"})
-      fs::remove_all(dir / f, ec);
+      remove_tree(dir / f, ec);
   }
   // Temp directories of checkpoint writes whose process died (a kill, a full disk) go now, before
   // the first save needs the space. The lock says no other process writes here, so every one is

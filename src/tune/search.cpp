@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/threads.h"
@@ -111,7 +112,7 @@ std::unique_ptr<DirLock> prepare_folder(const std::string& dir, const SearchOpti
   const bool held = fs::exists(dir + "/search_state.json") || fs::exists(dir + "/trials");
   if (held && o.overwrite) {
     for (const char* f : {"search_state.json", "trials", "search.json", "search.html", "best.toml"})
-      fs::remove_all(fs::path(dir) / f);
+      remove_tree(fs::path(dir) / f);
   } else if (held && o.resume != "auto") {
     throw ConfigError(fmt::format("the search folder {} already holds a search; pass --resume auto to continue it, "
                                   "--overwrite to start again, or choose another --out",

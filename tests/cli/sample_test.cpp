@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/atomic_file.h"
 #include "frugal/data/tokenizer.h"
 #include "test_util.h"
 
@@ -91,7 +92,7 @@ TEST(Sample, WithoutFinalWeightsTheNewestSoundCheckpointIsUsed) {
   test::TempDir dir;
   auto train = test::run_frugal("train" + train_sets(dir.path(), "builtin:arith"));
   ASSERT_EQ(train.exit_code, 0) << train.output;
-  fs::remove_all(dir.file("demo/final"));
+  remove_tree(dir.file("demo/final"));
   // The newest checkpoint is damaged: the one before it is used.
   const std::string newest = dir.file("demo/checkpoints/step-00000006/model.safetensors");
   ASSERT_TRUE(fs::exists(newest));
@@ -103,7 +104,7 @@ TEST(Sample, WithoutFinalWeightsTheNewestSoundCheckpointIsUsed) {
   EXPECT_EQ(sample_json(r.output)["weights"], dir.file("demo/checkpoints/step-00000003/model.safetensors"));
   EXPECT_EQ(sample_json(r.output)["tokenizer"], "bytes");
   EXPECT_NE(r.output.find("newest sound checkpoint, step 3"), std::string::npos) << r.output;
-  fs::remove_all(dir.file("demo/checkpoints"));
+  remove_tree(dir.file("demo/checkpoints"));
   auto none = test::run_frugal(fmt::format("sample '{}' --prompt '1+2='", dir.file("demo")));
   EXPECT_EQ(none.exit_code, 2) << none.output;
   EXPECT_NE(none.output.find("no weights in"), std::string::npos) << none.output;

@@ -1,5 +1,6 @@
 // A process that dies of a bug says so, with a backtrace, and still dies of the same signal.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <csignal>
 #include <cstdint>
@@ -28,6 +29,14 @@ namespace frugal::crash_report_test {
   const int below = overflow_the_stack(depth + 1);
   asm volatile("" : : "r"(frame) : "memory");  // the frame stays live across the call: no loop
   return below + frame[0];
+}
+
+// Reads a page mapped without access (as a host read of a GPU driver's reserved range would).
+[[gnu::noinline]] void read_a_page_without_access() {
+  install_crash_report("crash_report_test");
+  void* page = ::mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  std::fprintf(stderr, "page at %p\n", page);
+  std::printf("%d\n", *static_cast<volatile int*>(page));
 }
 
 [[gnu::noinline]] void call_a_bad_pointer(void (*volatile f)()) {
@@ -67,8 +76,19 @@ TEST_F(CrashReport, AFatalSignalPrintsWhatHappenedAndABacktraceThenKillsWithTheS
 TEST_F(CrashReport, ACallThroughABadPointerNamesThePhaseTheAddressAndTheCaller) {
   EXPECT_EXIT(call_a_bad_pointer(reinterpret_cast<void (*)()>(uintptr_t{0x10})), ::testing::KilledBySignal(SIGSEGV),
               "phase: finish > checkpoint \\| main thread \\| fault address 0x10\n"
+              "memory at the fault address: not mapped\n"
               "a call through a bad pointer: the instruction address, then the caller's return address:\n"
               ".*\n.*call_a_bad_pointer.*backtrace:\n.*call_a_bad_pointer");
+}
+
+// The report says what lies at the fault address: here a mapping without access (its
+// /proc/self/maps line, "---p"); for a wild pointer, nothing ("not mapped", below).
+TEST_F(CrashReport, TheFaultAddressIsPlacedInTheProcessMemoryMap) {
+  EXPECT_EXIT(read_a_page_without_access(), ::testing::KilledBySignal(SIGSEGV),
+              "page at 0x[0-9a-f]+\n.*fault address 0x[0-9a-f]+\n"
+              "memory at the fault address: [0-9a-f]+-[0-9a-f]+ ---p ");
+  EXPECT_EXIT(call_a_bad_pointer(reinterpret_cast<void (*)()>(uintptr_t{0x10})), ::testing::KilledBySignal(SIGSEGV),
+              "fault address 0x10\nmemory at the fault address: not mapped\n");
 }
 
 // A stack overflow's report runs on the alternate signal stack and still gets its backtrace (the

@@ -17,6 +17,7 @@
 
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/ckpt/safetensors.h"
+#include "frugal/core/atomic_file.h"
 #include "test_util.h"
 
 namespace frugal::dist_train_test {
@@ -272,8 +273,8 @@ TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch
   // What a kill right after step 4's checkpoint leaves behind, in a run directory of its own.
   auto killed_after_step_4 = [&](const std::string& name) {
     fs::copy(dir.file("full"), dir.file(name), fs::copy_options::recursive);
-    fs::remove_all(dir.file(name + "/checkpoints/step-00000008"));
-    fs::remove_all(dir.file(name + "/final"));
+    remove_tree(dir.file(name + "/checkpoints/step-00000008"));
+    remove_tree(dir.file(name + "/final"));
     fs::remove(dir.file(name + "/summary.json"));
   };
   auto resume_args = [&](const std::string& name) {

@@ -3,8 +3,10 @@
 // one, never a torn mix. Throws IoError naming the path and the failing call.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 namespace frugal {
 
@@ -16,5 +18,15 @@ std::string read_file(const std::string& path);
 
 // fsyncs a directory so that a rename inside it is durable.
 void fsync_dir(const std::string& dir);
+
+// Removes `path` and, for a directory, everything under it (symbolic links are removed, never
+// followed); returns how many entries it removed; a path that does not exist removes nothing and
+// is no error. Like std::filesystem::remove_all(path, ec), without it: the official LibTorch
+// wheel exports its own build of std::filesystem's internals, and a remove_all that starts in one
+// libstdc++ build and continues in another faults (pytorch/pytorch#133437). This walks the tree
+// with POSIX nftw() from the C library instead. `ec` is set to the first error (the walk stops).
+uintmax_t remove_tree(const std::string& path, std::error_code& ec) noexcept;
+// The same, throwing IoError naming the path and the error.
+uintmax_t remove_tree(const std::string& path);
 
 }  // namespace frugal

@@ -34,4 +34,11 @@ bool have_feature(std::string_view name);
 //    <package> and rebuild (cmake -DFRUGAL_WITH_<NAME>=ON makes it required)."
 void require_feature(std::string_view name, std::string_view what);
 
+// The file of the shared library this program's std::filesystem calls resolve to (the definition
+// of std::filesystem::status the dynamic linker picked). It should be libstdc++: the official
+// LibTorch wheel's libtorch_cpu.so exports its own build of std::filesystem, which wins where it
+// is looked up first (the build links libstdc++ ahead of it; CMakeLists.txt). `frugal doctor`
+// reports it and warns otherwise. "" when it cannot be told.
+std::string std_filesystem_library();
+
 }  // namespace frugal

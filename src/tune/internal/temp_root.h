@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 
 namespace frugal::detail {
@@ -23,7 +24,7 @@ class TempRoot {
   }
   ~TempRoot() {
     std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    remove_tree(path_, ec);
   }
   TempRoot(const TempRoot&) = delete;
   TempRoot& operator=(const TempRoot&) = delete;
