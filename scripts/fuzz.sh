@@ -55,7 +55,7 @@ torch_libs=(-L"$torch/lib" -Wl,-rpath,"$torch/lib" -ltorch -ltorch_cpu -lc10)
 zstd_libs=()
 [ "$zstd" = 1 ] && zstd_libs=(-lzstd)
 
-common=(src/core/atomic_file.cpp src/core/errors.cpp src/core/features.cpp)
+common=(src/core/atomic_file.cpp src/core/crash_report.cpp src/core/errors.cpp src/core/features.cpp)
 sources_of() {
   case "$1" in
     shard) echo fuzz/shard_fuzz.cpp src/data/shard.cpp src/data/file_hash.cpp "${common[@]}" ;;
