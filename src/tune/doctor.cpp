@@ -104,14 +104,13 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   f["cudnn_version"] = build.cudnn_version;
   f["nccl_compiled"] = build.nccl_compiled;
   // Which copy of std::filesystem this program uses (libstdc++'s, not the wheel's).
-  f["std_filesystem_library"] = std_filesystem_library();
-  if (f["std_filesystem_library"].get<std::string>().find("libstdc++") == std::string::npos)
+  const std::string fs_library = std_filesystem_library();
+  f["std_filesystem_library"] = fs_library;
+  if (fs_library.find("libstdc++") == std::string::npos)
     r.warnings.push_back(fmt::format("std::filesystem resolves to {} instead of libstdc++: LibTorch's exported copy "
                                      "can fault when a call continues in the other (pytorch/pytorch#133437). Link "
                                      "libstdc++ ahead of LibTorch (frugal's CMakeLists.txt does: -lstdc++ first)",
-                                     f["std_filesystem_library"].get<std::string>().empty()
-                                         ? std::string("an unknown library")
-                                         : f["std_filesystem_library"].get<std::string>()));
+                                     fs_library.empty() ? "an unknown library" : fs_library));
   nlohmann::ordered_json features = nlohmann::ordered_json::object();
   for (const Feature& x : build_features()) {
     features[x.name] = x.compiled;
