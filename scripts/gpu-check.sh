@@ -99,7 +99,7 @@ say "doctor: $("$PY" -c 'import json,sys; f=json.load(open(sys.argv[1])); print(
 # here is the node's, not the GPU's.
 status=0
 say "ctest -R 'RemoveTree|Checkpoint|CrashReport' (CPU, on this node)"
-(cd "$BUILD" && ctest -R 'RemoveTree|Checkpoint|CrashReport' --output-on-failure --timeout "$TEST_TIMEOUT") >"$OUT/ctest-cpu-node.log" 2>&1 || status=1
+(cd "$BUILD" && ctest -R 'RemoveTree|Checkpoint|CrashReport' -j "$(nproc)" --output-on-failure --timeout "$TEST_TIMEOUT") >"$OUT/ctest-cpu-node.log" 2>&1 || status=1
 tail -n 6 "$OUT/ctest-cpu-node.log" | tee -a "$LOG"
 
 # 5. The CUDA tests.
