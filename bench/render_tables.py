@@ -617,6 +617,17 @@ def render_gpu(R):
             lines.append(f"| {dt} {side}{extra} | {n0(v['tokens_per_s'])} | {pct(v['mfu_measured_peak'], 1)} | "
                          f"{pct(v['mfu_datasheet'], 1)} | {n0(v.get('peak_tensor_mb'))} | "
                          f"{pct(v['data_wait_fraction'], 2)} |")
+    ratios = []
+    for dt in ("bf16", "fp16"):
+        g = R.get(f"gpu_{dt}")
+        sides = g["sides"] if g else {}
+        if "frugal" not in sides:
+            continue
+        for peer, label in (("eager", "PyTorch eager"), ("compile", "torch.compile")):
+            if peer in sides and sides[peer]["tokens_per_s"]:
+                ratios.append(f"{dt} {sides['frugal']['tokens_per_s'] / sides[peer]['tokens_per_s']:.2f}x {label}")
+    if ratios:
+        lines += ["", "frugal's tokens/s against: " + ", ".join(ratios) + "."]
     a = R.get("gpu_activation_checkpointing")
     if a:
         lines += ["", "| activation checkpointing, bf16 | peak tensor MB, none -> on | step ms, none -> on |",

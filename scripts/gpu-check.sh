@@ -18,10 +18,10 @@
 #
 # Steps, each timed and logged to OUT/gpu-check.log: 1. facts (nvidia-smi, python3's torch, cmake,
 # ninja, nvcc); 2. configure and build with Ninja against python3's torch (FRUGAL_PYTHON); 3.
-# `frugal doctor --json`; 4. the CPU tests of checkpoints, directory removal and the crash report
-# on this node; 5. `ctest -L cuda`; 6. bench/gpu_bench.py. Exit status: 0 when every
-# step passed, 1 when a step failed (the log says which), 2 when the node lacks what the
-# check needs (the message names it).
+# `frugal doctor --json` and the C++ runtime the build linked (toolchain.txt); 4. the CPU tests
+# of checkpoints, directory removal and the crash report on this node; 5. `ctest -L cuda`; 6.
+# bench/gpu_bench.py. Exit status: 0 when every step passed, 1 when a step failed (the log says
+# which), 2 when the node lacks what the check needs (the message names it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -93,6 +93,16 @@ fi
 # 3. What the build and the node offer.
 "$BUILD/frugal" doctor --json >"$OUT/doctor.json" 2>>"$LOG" || { say "frugal doctor failed"; exit 1; }
 say "doctor: $("$PY" -c 'import json,sys; f=json.load(open(sys.argv[1])); print("cuda_compiled", f["cuda_compiled"], "| gpus", [g["name"] for g in f["gpus"]], "| std::filesystem from", f.get("std_filesystem_library"))' "$OUT/doctor.json")"
+
+# The C++ runtime the build linked: which libstdc++ files the compiler finds, and the program's
+# first shared libraries (libstdc++.so.6 should lead: see CMakeLists.txt on -l:libstdc++.so.6).
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
+{
+  echo "compiler: $cxx ($("$cxx" --version 2>/dev/null | head -1))"
+  for f in libstdc++.so libstdc++.so.6 libstdc++.a; do echo "$f: $("$cxx" -print-file-name=$f 2>/dev/null)"; done
+  if command -v readelf >/dev/null; then echo "frugal's first libraries:"; readelf -d "$BUILD/frugal" | grep -m4 NEEDED; fi
+} >"$OUT/toolchain.txt" 2>&1
+say "toolchain: $(tr '\n' ' ' <"$OUT/toolchain.txt" | sed 's/  */ /g')"
 
 # 4. The node's own toolchain and libraries on the CPU paths the CUDA tests rely on: checkpoint
 # writes, directory removal, which std::filesystem the program binds, the crash report. A failure

@@ -109,7 +109,7 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   if (fs_library.find("libstdc++") == std::string::npos)
     r.warnings.push_back(fmt::format("std::filesystem resolves to {} instead of libstdc++: LibTorch's exported copy "
                                      "can fault when a call continues in the other (pytorch/pytorch#133437). Link "
-                                     "libstdc++ ahead of LibTorch (frugal's CMakeLists.txt does: -lstdc++ first)",
+                                     "libstdc++ ahead of LibTorch (frugal's CMakeLists.txt links -l:libstdc++.so.6 first)",
                                      fs_library.empty() ? "an unknown library" : fs_library));
   nlohmann::ordered_json features = nlohmann::ordered_json::object();
   for (const Feature& x : build_features()) {
