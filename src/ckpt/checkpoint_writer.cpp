@@ -3,9 +3,15 @@
 
 #include <ATen/ATen.h>
 
-#include "frugal/core/crash_report.h"
+#include <fmt/format.h>
 
+#include "frugal/core/crash_report.h"
+#include "frugal/core/device.h"
+#include "frugal/core/errors.h"
+
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 
 namespace frugal {
@@ -81,6 +87,78 @@ void CheckpointWriter::record_stall(double seconds) {
 CheckpointWriterStats CheckpointWriter::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return stats_;
+}
+
+void CheckpointWriter::snapshot(CheckpointData& d) {
+  join();  // the write in flight holds the staging buffer
+  bool on_gpu = false;
+  for (const NamedTensors* l : {&d.model, &d.optimizer})
+    for (const auto& [n, t] : *l) on_gpu = on_gpu || t.is_cuda();
+  if (!on_gpu) {
+    d.model = snapshot_tensors(d.model);
+    d.optimizer = snapshot_tensors(d.optimizer);
+    return;
+  }
+  std::vector<NamedTensors> copies = staging_.copy({&d.model, &d.optimizer});
+  d.model = std::move(copies[0]);
+  d.optimizer = std::move(copies[1]);
+}
+
+std::vector<NamedTensors> SnapshotBuffer::copy(const std::vector<const NamedTensors*>& lists) {
+  constexpr int64_t kAlign = 64;
+  const auto aligned = [](int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  int64_t bytes = 0;
+  bool on_gpu = false;
+  for (const NamedTensors* l : lists)
+    for (const auto& [n, t] : *l) {
+      bytes += aligned(static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()));
+      on_gpu = on_gpu || t.is_cuda();
+    }
+  // A new buffer when this one is too small, of the wrong kind, or still held by an earlier
+  // snapshot's tensors (then it stays theirs and is freed with them).
+  const bool want_pinned = pin_ && on_gpu && !pin_refused_;
+  if (!buffer_ || capacity_ < bytes || buffer_.use_count() > 1 || (want_pinned && !pinned_)) {
+    buffer_.reset();
+    capacity_ = 0;
+    pinned_ = false;
+    if (want_pinned) {
+      buffer_ = device::pinned_host_memory(std::max<int64_t>(bytes, kAlign));
+      pinned_ = buffer_ != nullptr;
+      pin_refused_ = !pinned_;  // not asked again: plain memory from now on
+    }
+    if (!buffer_) {
+      void* p = std::aligned_alloc(kAlign, static_cast<size_t>(std::max<int64_t>(bytes, kAlign)));
+      if (!p)
+        throw IoError(fmt::format("cannot allocate {:.0f} MB of host memory for the checkpoint's snapshot; "
+                                  "turn checkpoint.async off or free host memory",
+                                  static_cast<double>(bytes) / 1e6));
+      buffer_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    }
+    capacity_ = std::max<int64_t>(bytes, kAlign);
+    ++allocations_;
+  }
+  const std::shared_ptr<void> keep = buffer_;
+  auto* base = static_cast<uint8_t*>(buffer_.get());
+  int64_t offset = 0;
+  std::vector<c10::Device> gpus;
+  std::vector<NamedTensors> out;
+  out.reserve(lists.size());
+  for (const NamedTensors* l : lists) {
+    NamedTensors copies;
+    copies.reserve(l->size());
+    for (const auto& [n, t] : *l) {
+      at::Tensor dst = at::from_blob(base + offset, t.sizes(), [keep](void*) {},
+                                     at::TensorOptions().dtype(t.scalar_type()).device(at::kCPU));
+      // Queued on the tensor's stream when the target is page-locked; waited for below.
+      dst.copy_(t.detach(), /*non_blocking=*/t.is_cuda() && pinned_);
+      if (t.is_cuda() && std::find(gpus.begin(), gpus.end(), t.device()) == gpus.end()) gpus.push_back(t.device());
+      offset += aligned(static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()));
+      copies.emplace_back(n, std::move(dst));
+    }
+    out.push_back(std::move(copies));
+  }
+  for (const c10::Device& g : gpus) device::synchronize(g);
+  return out;
 }
 
 NamedTensors snapshot_tensors(const NamedTensors& tensors) {

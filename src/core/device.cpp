@@ -102,6 +102,21 @@ void synchronize(c10::Device device) {
 #endif
 }
 
+std::shared_ptr<void> pinned_host_memory(int64_t bytes) {
+#if FRUGAL_HAVE_CUDA
+  if (bytes <= 0 || !cuda_available()) return nullptr;
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, static_cast<size_t>(bytes), cudaHostAllocDefault) != cudaSuccess) {
+    (void)cudaGetLastError();  // a refused allocation is not a sticky error: clear it
+    return nullptr;
+  }
+  return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+#else
+  (void)bytes;
+  return nullptr;
+#endif
+}
+
 std::vector<std::vector<uint8_t>> cuda_rng_states() {
   std::vector<std::vector<uint8_t>> out;
   for (int i = 0; i < cuda_device_count(); ++i) {

@@ -56,10 +56,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
     CrashPhase phase(snapshot ? "capture: weights and optimizer state, copied to the host" : "capture: weights and optimizer state");
     d.model = module_tensors(*model);
     d.optimizer = step->optimizer().state_tensors();
-    if (snapshot) {
-      d.model = snapshot_tensors(d.model);
-      d.optimizer = snapshot_tensors(d.optimizer);
-    }
+    if (snapshot) writer->snapshot(d);
     loop.loss_sum = loss_sum.item<double>();
   }
   nlohmann::json& st = d.state;

@@ -69,5 +69,101 @@ TEST(CheckpointWriter, RotatesAfterEachCompletedSave) {
   EXPECT_EQ(l[1].step, 4);
 }
 
+// Tensors of several dtypes and layouts (a transposed view, a 0-d step count).
+NamedTensors mixed_tensors() {
+  torch::manual_seed(3);
+  return {{"w", torch::randn({33, 7})},
+          {"wt", torch::randn({7, 5}).t()},
+          {"h", torch::randn({101}).to(torch::kBFloat16)},
+          {"step", torch::tensor(int64_t{7})}};
+}
+
+std::vector<at::Tensor> clones(const NamedTensors& l) {
+  std::vector<at::Tensor> out;
+  for (const auto& [n, t] : l) out.push_back(t.clone());
+  return out;
+}
+
+void expect_equal(const NamedTensors& got, const std::vector<at::Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].second.scalar_type(), want[i].scalar_type()) << got[i].first;
+    EXPECT_TRUE(torch::equal(got[i].second, want[i])) << got[i].first;
+  }
+}
+
+TEST(SnapshotBuffer, CopiesAreExactAlignedAndIndependentOfTheOriginals) {
+  NamedTensors a = mixed_tensors(), b = {{"m", torch::arange(1000, torch::kFloat32)}};
+  const auto want_a = clones(a), want_b = clones(b);
+  SnapshotBuffer buf(false);
+  std::vector<NamedTensors> c = buf.copy({&a, &b});
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0][1].first, "wt");
+  for (const auto& l : c)
+    for (const auto& [n, t] : l) {
+      EXPECT_TRUE(t.is_contiguous()) << n;
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data_ptr()) % 64, 0u) << n;
+    }
+  for (auto& [n, t] : a) t.fill_(0);  // the trainer moves on
+  b[0].second.fill_(-1);
+  expect_equal(c[0], want_a);
+  expect_equal(c[1], want_b);
+  EXPECT_FALSE(buf.pinned());  // asked for plain memory (and these tensors are on the host)
+}
+
+// Reusing the buffer while an earlier snapshot still holds it would rewrite that snapshot (an
+// async write in flight would save the newer state); never reusing it would allocate (and, on a
+// GPU, pin) the whole state at every save.
+TEST(SnapshotBuffer, IsReusedOnlyWhenNoEarlierSnapshotHoldsIt) {
+  NamedTensors a = mixed_tensors();
+  const auto first = clones(a);
+  SnapshotBuffer buf(false);
+  auto c1 = buf.copy({&a});
+  EXPECT_EQ(buf.allocations(), 1);
+  for (auto& [n, t] : a) t.add_(1);
+  const auto second = clones(a);
+  auto c2 = buf.copy({&a});  // c1 still alive: a new buffer
+  EXPECT_EQ(buf.allocations(), 2);
+  EXPECT_NE(c1[0][0].second.data_ptr(), c2[0][0].second.data_ptr());
+  expect_equal(c1[0], first);
+  expect_equal(c2[0], second);
+  const void* where = c2[0][0].second.data_ptr();
+  c1.clear();
+  c2.clear();  // nothing holds the buffer now
+  auto c3 = buf.copy({&a});
+  EXPECT_EQ(buf.allocations(), 2);
+  EXPECT_EQ(c3[0][0].second.data_ptr(), where);
+  expect_equal(c3[0], second);
+  NamedTensors bigger = {{"big", torch::zeros({1 << 16})}};
+  c3.clear();
+  auto c4 = buf.copy({&bigger});  // too small: a new one
+  EXPECT_EQ(buf.allocations(), 3);
+  EXPECT_GE(buf.capacity(), int64_t{4} << 16);
+}
+
+// The writer's snapshot of a CPU run's state is private, and the async save writes what a sync
+// save of the same state writes.
+TEST(CheckpointWriter, SnapshotIsPrivateAndAsyncWritesItLikeSync) {
+  test::TempDir a, b;
+  CheckpointData live = data(2.5f);
+  {
+    CheckpointWriter sync(a.path(), {}, {3, 0, MetricMode::kMin}, false);
+    sync.save(1, data(2.5f));
+  }
+  CheckpointWriter async(b.path(), {}, {3, 0, MetricMode::kMin}, true);
+  CheckpointData d;
+  d.model = live.model;
+  d.optimizer = live.optimizer;
+  d.state = live.state;
+  async.snapshot(d);
+  EXPECT_NE(d.model[0].second.data_ptr(), live.model[0].second.data_ptr());
+  async.save(1, std::move(d));
+  live.model[0].second.fill_(99.0f);
+  live.optimizer[0].second.fill_(99.0f);
+  async.wait();
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_EQ(read_file(a.path() + "/step-00000001/" + f), read_file(b.path() + "/step-00000001/" + f)) << f;
+}
+
 }  // namespace
 }  // namespace frugal::checkpoint_writer_test

@@ -4,7 +4,9 @@
 // bf16 and fp16 training track fp32; the loss scaler skips steps on real fp16 overflow; the
 // trainer backs off on the CUDA caching allocator's out-of-memory error; a stopped and resumed run
 // matches the uninterrupted one bitwise in deterministic mode; the loader hands over pinned host
-// batches; NCCL works with world size 1; ATen's fused AdamW on the GPU matches the CPU update.
+// batches; NCCL works with world size 1; ATen's fused AdamW on the GPU matches the CPU update; an
+// async checkpoint's snapshot of GPU state is page-locked, exact and reused, and writes what a
+// sync save writes.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -13,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "frugal/ckpt/checkpoint_writer.h"
 #include "frugal/core/device.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/dist/process_group.h"
@@ -185,6 +188,66 @@ TEST(Cuda, LoaderHandsOverPinnedBatchesAndCopiesThemWithoutBlocking) {
   Batch g = to_device(b, c10::Device(c10::kCUDA, 0));
   EXPECT_TRUE(g.x.is_cuda());
   EXPECT_TRUE(torch::equal(g.x.cpu(), b.x));
+}
+
+// An async checkpoint's snapshot of GPU state: page-locked, exact, complete when copy() returns
+// (the copies are queued without blocking and waited for once), and the buffer kept for the next
+// save.
+TEST(Cuda, CheckpointSnapshotOfGpuStateIsPageLockedExactAndReused) {
+  FRUGAL_REQUIRE_GPU();
+  torch::manual_seed(5);
+  const auto g = torch::TensorOptions().device(torch::kCUDA);
+  NamedTensors model = {{"w", torch::randn({256, 384}, g)},
+                        {"wt", torch::randn({384, 96}, g).t()},
+                        {"h", torch::randn({1001}, g.dtype(torch::kBFloat16))}};
+  NamedTensors optim = {{"m", torch::randn({4097}, g)}, {"step", torch::tensor(int64_t{7}, g)}};
+  std::vector<at::Tensor> want;
+  for (const NamedTensors* l : {&model, &optim})
+    for (const auto& [n, t] : *l) want.push_back(t.cpu());
+  SnapshotBuffer buf;
+  auto c = buf.copy({&model, &optim});
+  EXPECT_TRUE(buf.pinned());
+  for (NamedTensors* l : {&model, &optim})
+    for (auto& [n, t] : *l) t.fill_(0);  // queued right behind the copies
+  device::synchronize(c10::Device(c10::kCUDA, 0));
+  size_t i = 0;
+  for (const auto& l : c)
+    for (const auto& [n, t] : l) {
+      EXPECT_TRUE(t.is_pinned()) << n;
+      EXPECT_TRUE(torch::equal(t, want[i++])) << n;
+    }
+  const void* where = c[0][0].second.data_ptr();
+  c.clear();
+  auto again = buf.copy({&model, &optim});
+  EXPECT_EQ(buf.allocations(), 1);
+  EXPECT_EQ(again[0][0].second.data_ptr(), where);
+  EXPECT_TRUE(torch::equal(again[0][0].second, torch::zeros({256, 384})));
+}
+
+// The async save's page-locked snapshot holds what a sync save writes: every checkpoint's weights
+// and optimizer state are byte-identical (deterministic mode, same seed).
+TEST(Cuda, AsyncCheckpointsOnTheGpuWriteTheSameFilesAsSync) {
+  FRUGAL_REQUIRE_GPU();
+  test::TempDir a, b;
+  std::vector<std::string> x = {"run.deterministic=true", "precision.mode=bf16", "checkpoint.every_steps=4",
+                                "checkpoint.keep_last=20"};
+  auto xs = x, xa = x;
+  xs.push_back("checkpoint.async=false");
+  xa.push_back("checkpoint.async=true");
+  train_on_gpu(a.path(), xs);
+  train_on_gpu(b.path(), xa);
+  int compared = 0;
+  for (const auto& e : fs::directory_iterator(a.path() + "/demo/checkpoints")) {
+    if (!e.is_directory()) continue;
+    const std::string step = e.path().filename().string();
+    for (const char* f : {"model.safetensors", "master.safetensors", "optimizer.safetensors"}) {
+      const std::string pa = e.path().string() + "/" + f, pb = b.path() + "/demo/checkpoints/" + step + "/" + f;
+      if (!fs::exists(pa)) continue;
+      EXPECT_EQ(test::read_text(pa), test::read_text(pb)) << step << "/" << f;
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 4);
 }
 
 TEST(Cuda, NcclProcessGroupWithWorldSizeOneReducesOnTheGpu) {

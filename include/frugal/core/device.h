@@ -52,6 +52,12 @@ void cuda_empty_cache();
 // Waits for all work queued on `device` (no-op on the CPU).
 void synchronize(c10::Device device);
 
+// Page-locked host memory of exactly `bytes` (cudaHostAlloc; PyTorch's pinned allocator would round
+// the size up to a power of two), released when its last owner lets go. Copies from a GPU into it
+// run at the link's speed and need not block the host. Null on a build without CUDA, on a machine
+// without a GPU, or when the driver refuses (the caller then uses pageable memory).
+std::shared_ptr<void> pinned_host_memory(int64_t bytes);
+
 // Random-number state of every visible GPU's default generator, as bytes (one entry per device,
 // in index order); restoring takes as many entries as there are devices on both sides.
 std::vector<std::vector<uint8_t>> cuda_rng_states();
