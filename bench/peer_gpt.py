@@ -197,11 +197,18 @@ def main():
                     help="torch.utils.checkpoint around every block (recompute in backward)")
     ap.add_argument("--no-tf32", action="store_true", help="CUDA fp32 matmuls without TF32 (frugal's precision.tf32=false)")
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--profile-trace", default=None,
+                    help="write a Chrome trace of --profile-steps steps after the warm-up (torch.profiler, "
+                         "CPU and, on a GPU, CUDA activities) to this path; those steps' times include "
+                         "the profiler's cost")
+    ap.add_argument("--profile-steps", type=int, default=5, help="steps in the --profile-trace window")
     a = ap.parse_args()
     if a.embd % a.heads:
         ap.error(f"--heads {a.heads} must divide --embd {a.embd}")
     if a.steps < 1 or a.warmup < 1:
         ap.error("--steps and --warmup must be at least 1 (the first step is never timed)")
+    if a.profile_trace and not 1 <= a.profile_steps <= a.steps:
+        ap.error(f"--profile-steps {a.profile_steps} must be between 1 and --steps {a.steps}")
 
     device = torch.device(a.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -249,7 +256,18 @@ def main():
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(device)
     t_prev = time.perf_counter()
+    prof = None
     for step in range(total):
+        if a.profile_trace and step == a.warmup:
+            acts = [torch.profiler.ProfilerActivity.CPU]
+            if device.type == "cuda":
+                acts.append(torch.profiler.ProfilerActivity.CUDA)
+            prof = torch.profiler.profile(activities=acts)
+            prof.__enter__()
+        span = None
+        if prof is not None:  # each profiled step as one span in the trace (frugal's trace has its "step" phase)
+            span = torch.profiler.record_function("step")
+            span.__enter__()
         t0 = time.perf_counter()
         x, y = get_batch()
         data_s.append(time.perf_counter() - t0)
@@ -269,9 +287,16 @@ def main():
             opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())  # the step's end: waits for the device
+        if span is not None:
+            span.__exit__(None, None, None)
         t = time.perf_counter()
         times.append(t - t_prev)
         t_prev = t
+        if prof is not None and step == a.warmup + a.profile_steps - 1:
+            prof.__exit__(None, None, None)
+            prof.export_chrome_trace(a.profile_trace)
+            prof = None
+            t_prev = time.perf_counter()  # the trace's export is no step's time
 
     timed = times[a.warmup:]
     step_med = statistics.median(timed)

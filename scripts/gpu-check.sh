@@ -4,7 +4,7 @@
 # logs and JSON in one folder.
 #
 #   bash scripts/gpu-check.sh [--out DIR] [--build-dir DIR] [--no-bench] [--smoke]
-#                             [--repeats N] [--steps N] [--test-timeout S]
+#                             [--repeats N] [--steps N] [--test-timeout S] [--profile]
 #
 #   --out DIR        where the logs and the benchmark JSON go (default bench/results/<date>-gpu;
 #                    with --smoke, bench/out/gpu_smoke: a smoke pass never lands among the results)
@@ -13,6 +13,8 @@
 #   --repeats N      the benchmark's alternating rounds (bench/gpu_bench.py --repeats; default 2)
 #   --steps N        the benchmark's timed steps per run (default 30)
 #   --test-timeout S a CUDA test running longer than S seconds fails (default 600)
+#   --profile        after the benchmark, bench/gpu_profile.py: frugal's and PyTorch eager's device
+#                    time per step by kernel kind, from profiled steps (OUT/gpu_profile.json)
 #   --smoke          the benchmark at a tiny shape (bench/gpu_bench.py --smoke): proves the steps
 #                    on a machine without a GPU, where ctest -L cuda reports every case as skipped
 #
@@ -20,8 +22,9 @@
 # ninja, nvcc); 2. configure and build with Ninja against python3's torch (FRUGAL_PYTHON); 3.
 # `frugal doctor --json` and the C++ runtime the build linked (toolchain.txt); 4. the CPU tests
 # of checkpoints, directory removal and the crash report on this node; 5. `ctest -L cuda`; 6.
-# bench/gpu_bench.py. Exit status: 0 when every step passed, 1 when a step failed (the log says
-# which), 2 when the node lacks what the check needs (the message names it).
+# bench/gpu_bench.py; 7. with --profile, bench/gpu_profile.py. Exit status: 0 when every step
+# passed, 1 when a step failed (the log says which), 2 when the node lacks what the check needs
+# (the message names it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -29,6 +32,7 @@ ROOT=$(pwd)
 OUT=""
 BUILD=build-gpu
 BENCH=1
+PROFILE=0
 SMOKE=0
 BENCH_ARGS=()
 TEST_TIMEOUT=600
@@ -37,13 +41,14 @@ while [[ $# -gt 0 ]]; do
     --out) OUT=$2; shift 2 ;;
     --build-dir) BUILD=$2; shift 2 ;;
     --no-bench) BENCH=0; shift ;;
+    --profile) PROFILE=1; shift ;;
     --smoke) SMOKE=1; shift ;;
     --repeats|--steps) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: $1 takes a positive whole number, not '${2:-}'" >&2; exit 2; }
                        BENCH_ARGS+=("$1" "$2"); shift 2 ;;
     --test-timeout) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: --test-timeout takes seconds (a positive whole number), not '${2:-}'" >&2; exit 2; }
                     TEST_TIMEOUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --smoke, --repeats N, --steps N, --test-timeout S, --help)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --profile, --smoke, --repeats N, --steps N, --test-timeout S, --help)" >&2; exit 2 ;;
   esac
 done
 if [[ -z $OUT ]]; then
@@ -102,14 +107,14 @@ cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
   for f in libstdc++.so libstdc++.so.6 libstdc++.a; do echo "$f: $("$cxx" -print-file-name=$f 2>/dev/null)"; done
   if command -v readelf >/dev/null; then echo "frugal's first libraries:"; readelf -d "$BUILD/frugal" | grep -m4 NEEDED; fi
 } >"$OUT/toolchain.txt" 2>&1
-say "toolchain: $(tr '\n' ' ' <"$OUT/toolchain.txt" | sed 's/  */ /g')"
+say "toolchain: $(sed -n 's/^compiler: //p' "$OUT/toolchain.txt"); frugal's first libraries: $(grep -o 'library: \[[^]]*\]' "$OUT/toolchain.txt" | sed 's/library: //' | tr '\n' ' ')"
 
 # 4. The node's own toolchain and libraries on the CPU paths the CUDA tests rely on: checkpoint
 # writes, directory removal, which std::filesystem the program binds, the crash report. A failure
 # here is the node's, not the GPU's.
 status=0
-say "ctest -R 'RemoveTree|Checkpoint|CrashReport' (CPU, on this node)"
-(cd "$BUILD" && ctest -R 'RemoveTree|Checkpoint|CrashReport' -j "$(nproc)" --output-on-failure --timeout "$TEST_TIMEOUT") >"$OUT/ctest-cpu-node.log" 2>&1 || status=1
+say "ctest -R 'RemoveTree|Checkpoint|CrashReport' -LE cuda (CPU, on this node)"
+(cd "$BUILD" && ctest -R 'RemoveTree|Checkpoint|CrashReport' -LE cuda -j "$(nproc)" --output-on-failure --timeout "$TEST_TIMEOUT") >"$OUT/ctest-cpu-node.log" 2>&1 || status=1
 tail -n 6 "$OUT/ctest-cpu-node.log" | tee -a "$LOG"
 
 # 5. The CUDA tests.
@@ -125,6 +130,15 @@ if [[ $BENCH -eq 1 ]]; then
   PYTHONUNBUFFERED=1 "$PY" bench/gpu_bench.py "${args[@]}" 2>&1 | tee "$OUT/gpu-bench.log" | tee -a "$LOG"
   rc=${PIPESTATUS[0]}
   [[ $rc -eq 0 ]] || { say "gpu_bench.py exited $rc"; [[ $rc -eq 2 && $SMOKE -eq 0 ]] || status=1; }
+fi
+# 7. Where the step time goes, frugal against eager (--profile).
+if [[ $PROFILE -eq 1 ]]; then
+  pargs=(--frugal "$BUILD/frugal" --out "$OUT")
+  [[ $SMOKE -eq 1 ]] && pargs+=(--smoke)
+  say "bench/gpu_profile.py ${pargs[*]}"
+  PYTHONUNBUFFERED=1 "$PY" bench/gpu_profile.py "${pargs[@]}" 2>&1 | tee "$OUT/gpu-profile.log" | tee -a "$LOG"
+  rc=${PIPESTATUS[0]}
+  [[ $rc -eq 0 ]] || { say "gpu_profile.py exited $rc"; status=1; }
 fi
 say "done in $(( $(date +%s) - START )) s; logs and JSON in $OUT"
 exit $status

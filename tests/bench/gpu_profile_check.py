@@ -1,0 +1,78 @@
+"""bench/gpu_profile.py reads both traces' device work the same way: frugal's device tracks (tid
+from 1,000,000) and torch.profiler's kernel/memcpy/memset categories; busy time is the union of
+overlapping intervals (two streams at once count once); each step's wall time comes from the
+"step" spans; kernels are sorted into kinds by name; a trace with the wrong number of steps is
+refused. Synthetic traces: no GPU needed."""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from gpu_profile import analyse, busy_us, kind_of  # noqa: E402
+from gpu_bench import RunFailed  # noqa: E402
+
+
+def x(name, ts, dur, **kw):
+    return dict(ph="X", name=name, ts=ts, dur=dur, **kw)
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAILED: {what}", file=sys.stderr)
+        sys.exit(1)
+
+
+def main():
+    check(busy_us([(0, 10), (5, 15), (20, 30), (22, 25)]) == 25, "overlapping intervals count once")
+    check(busy_us([]) == 0, "no intervals, no busy time")
+    for name, kind in (("sm90_xmma_gemm_bf16bf16_bf16f32", "matmul"), ("nvjet_tst_128x256", "matmul"),
+                       ("flash_fwd_kernel", "attention"), ("pytorch_flash::flash_bwd_dq_dk_dv_loop", "attention"),
+                       ("void at::native::(anonymous)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+                       ("Memcpy HtoD (Pinned -> Device)", "copies"),
+                       ("void at::native::(anonymous)::vectorized_layer_norm_kernel<float>", "norm/softmax/loss"),
+                       ("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>", "other elementwise")):
+        check(kind_of(name) == kind, f"{name} is {kind}, not {kind_of(name)}")
+    with tempfile.TemporaryDirectory() as d:
+        # frugal: two steps of 10 ms; device work on two tracks, overlapping by 1 ms.
+        fr = {"traceEvents": [
+            x("step", 0, 10_000, cat="phase", tid=0), x("step", 10_000, 10_000, cat="phase", tid=0),
+            x("aten::mm", 100, 50, cat="op", tid=5),
+            x("sm90_xmma_gemm", 1_000, 4_000, cat="op", tid=1_000_007),
+            x("Memcpy HtoD", 4_000, 2_000, cat="op", tid=1_000_013),
+            x("sm90_xmma_gemm", 11_000, 4_000, cat="op", tid=1_000_007)]}
+        path = os.path.join(d, "frugal.json")
+        with open(path, "w") as f:
+            json.dump(fr, f)
+        r = analyse(path, "frugal", 2, 5)
+        check(abs(r["step_ms"] - 10.0) < 1e-9, f"frugal step {r['step_ms']} ms, not 10")
+        check(abs(r["device_busy_ms_per_step"] - 4.5) < 1e-9, f"frugal busy {r['device_busy_ms_per_step']}, not 4.5")
+        check(abs(r["device_idle_ms_per_step"] - 5.5) < 1e-9, f"frugal idle {r['device_idle_ms_per_step']}, not 5.5")
+        check(r["device_events"] == 3, "the CPU op is not device work")
+        check(abs(r["device_ms_per_step_by_kind"]["matmul"] - 4.0) < 1e-9, "matmul time per step")
+        check(r["top_kernels"][0]["name"] == "sm90_xmma_gemm" and r["top_kernels"][0]["calls_per_step"] == 1.0,
+              "the top kernel and its calls per step")
+        # The peer: categories, not tracks, mark device work; steps are user annotations.
+        pe = {"traceEvents": [
+            x("step", 0, 8_000, cat="user_annotation", tid=1), x("step", 8_000, 8_000, cat="user_annotation", tid=1),
+            x("aten::mm", 100, 50, cat="cpu_op", tid=1),
+            x("flash_fwd_kernel", 500, 3_000, cat="kernel", tid=7),
+            x("Memset (Device)", 3_600, 400, cat="gpu_memset", tid=7),
+            x("cudaLaunchKernel", 200, 10, cat="cuda_runtime", tid=1)]}
+        path = os.path.join(d, "eager.json")
+        with open(path, "w") as f:
+            json.dump(pe, f)
+        r = analyse(path, "eager", 2, 5)
+        check(abs(r["step_ms"] - 8.0) < 1e-9, f"eager step {r['step_ms']} ms, not 8")
+        check(abs(r["device_busy_ms_per_step"] - 1.7) < 1e-9, f"eager busy {r['device_busy_ms_per_step']}, not 1.7")
+        check(r["device_events"] == 2, "runtime calls and CPU ops are not device work")
+        try:
+            analyse(path, "eager", 3, 5)
+            check(False, "a trace with 2 steps was read as 3")
+        except RunFailed as e:
+            check("2 step spans, not 3" in e.args[0], e.args[0])
+    print("gpu_profile_check: ok")
+
+
+if __name__ == "__main__":
+    main()
