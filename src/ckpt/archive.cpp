@@ -200,14 +200,6 @@ bool archive_holds(const std::string& archive, const std::string& name, const st
   return true;
 }
 
-// Removes an archived checkpoint: renamed aside first (one atomic step), then deleted.
-void remove_archived(const std::string& path, const std::string& name) {
-  const fs::path trash = fs::path(path).parent_path() / fmt::format(".trash-{}-{}", name, ::getpid());
-  fs::rename(path, trash);
-  fsync_dir(fs::path(path).parent_path().string());
-  std::error_code ec;
-  remove_tree(trash, ec);
-}
 #endif  // FRUGAL_HAVE_LIBARCHIVE
 
 }  // namespace
@@ -276,7 +268,7 @@ std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_
       throw ConfigError(fmt::format("{} already exists and does not hold the files of {}; remove it or "
                                     "archive to another --to directory (the checkpoint is left in place)",
                                     target, c.path));
-    remove_archived(c.path, name);
+    remove_tree_hidden_first(c.path);
     return target;
   }
   const std::string tmp = (out_dir / fmt::format(".tmp-{}-{}.tar.zst", name, ::getpid())).string();
@@ -358,7 +350,7 @@ std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_
   }
   fs::rename(tmp, target);
   fsync_dir(out_dir.string());
-  remove_archived(c.path, name);  // only now does the checkpoint leave
+  remove_tree_hidden_first(c.path);  // only now does the checkpoint leave
   return target;
 #else
   return {};

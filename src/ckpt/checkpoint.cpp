@@ -56,18 +56,6 @@ int64_t parse_step(const std::string& name) {
   return std::stoll(digits);
 }
 
-// Removes a directory by first renaming it to a hidden name, so that a crash half-way through
-// the removal never leaves a half-deleted directory under a checkpoint's name.
-void remove_dir_safely(const fs::path& dir) {
-  static std::atomic<int> counter{0};
-  fs::path trash = dir.parent_path() /
-                   fmt::format(".trash-{}-{}-{}", dir.filename().string(), ::getpid(), counter++);
-  std::error_code ec;
-  fs::rename(dir, trash, ec);
-  if (ec) throw IoError(fmt::format("cannot move {} aside for removal: {}", dir.string(), ec.message()));
-  remove_tree(trash, ec);
-}
-
 struct ReadState {
   std::string bytes;
   nlohmann::json json;
@@ -208,7 +196,7 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
   write_file_atomic((tmp / kState).string(), state_bytes);
   stage(WriteStage::kState);
 
-  if (fs::exists(final_dir)) remove_dir_safely(final_dir);  // an unfinished write of this step
+  if (fs::exists(final_dir)) remove_tree_hidden_first(final_dir.string());  // an unfinished write of this step
   fs::rename(tmp, final_dir, ec);
   if (ec) throw IoError(fmt::format("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), ec.message()));
   fsync_dir(root);

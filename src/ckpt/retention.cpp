@@ -66,22 +66,12 @@ std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listi
   return remove;
 }
 
-namespace {
-void remove_hidden_first(const std::string& root, const std::string& p) {
-  // Hide first, then delete: a crash mid-delete leaves only a hidden directory.
-  std::error_code ec;
-  fs::path trash = fs::path(root) / fmt::format(".trash-{}-{}", fs::path(p).filename().string(), ::getpid());
-  remove_tree(trash, ec);
-  fs::rename(p, trash, ec);
-  if (!ec) remove_tree(trash, ec);
-}
-}  // namespace
-
 std::vector<std::string> remove_checkpoints_after(const std::string& root, int64_t step) {
   std::vector<std::string> removed;
+  std::error_code ec;
   for (const auto& c : list_checkpoints(root)) {
     if (c.step <= step) continue;
-    remove_hidden_first(root, c.path);
+    remove_tree_hidden_first(c.path, ec);
     removed.push_back(c.path);
   }
   return removed;
@@ -180,7 +170,8 @@ std::vector<std::string> apply_retention(const std::string& root, const Retentio
     if (verify(c)) ++best_sound;
   }
   std::vector<std::string> removed = plan_retention(listing, policy);
-  for (const auto& p : removed) remove_hidden_first(root, p);
+  std::error_code ec;
+  for (const auto& p : removed) remove_tree_hidden_first(p, ec);
   for (auto& p : remove_stale_debris(root)) removed.push_back(std::move(p));
   return removed;
 }

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -103,6 +104,33 @@ uintmax_t remove_tree(const std::string& path) {
   const uintmax_t n = remove_tree(path, ec);
   if (ec) throw IoError(fmt::format("cannot remove {}: {}", path, ec.message()));
   return n;
+}
+
+bool remove_tree_hidden_first(const std::string& dir, std::error_code& ec) {
+  static std::atomic<int> counter{0};
+  ec.clear();
+  const fs::path d = fs::path(dir).lexically_normal();
+  const fs::path target = d.has_filename() ? d : d.parent_path();  // "a/b/" names b
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const fs::path trash =
+      parent / fmt::format(".trash-{}-{}-{}", target.filename().string(), ::getpid(), counter++);
+  if (::rename(target.c_str(), trash.c_str()) != 0) {
+    ec = std::error_code(errno, std::system_category());
+    return false;
+  }
+  try {
+    fsync_dir(parent.string());  // the rename is durable before anything is deleted
+  } catch (const IoError&) {
+  }
+  std::error_code ignored;
+  remove_tree(trash.string(), ignored);
+  return true;
+}
+
+void remove_tree_hidden_first(const std::string& dir) {
+  std::error_code ec;
+  if (!remove_tree_hidden_first(dir, ec))
+    throw IoError(fmt::format("cannot move {} aside for removal: {}", dir, ec.message()));
 }
 
 std::string read_file(const std::string& path) {

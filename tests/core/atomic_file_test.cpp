@@ -64,6 +64,30 @@ TEST(RemoveTree, ASymbolicLinkIsRemovedNotFollowed) {
   EXPECT_TRUE(fs::exists(dir.file("keep/inner/file")));
 }
 
+// Moved aside under a name the debris sweep knows (".trash-<name>-<pid>-<n>"), then removed: the
+// parent ends empty, also for a path written with a trailing slash; a directory that cannot be
+// moved aside is an error naming it, and nothing else changes.
+TEST(RemoveTree, HiddenFirstRemovesTheDirectoryAndReportsOneThatCannotBeMovedAside) {
+  test::TempDir dir;
+  for (const char* step : {"step-00000010", "step-00000020"}) {
+    std::filesystem::create_directories(dir.file(std::string("ck/") + step + "/sub"));
+    std::ofstream(dir.file(std::string("ck/") + step + "/sub/f")) << "x";
+  }
+  remove_tree_hidden_first(dir.file("ck/step-00000010"));
+  std::error_code ec;
+  EXPECT_TRUE(remove_tree_hidden_first(dir.file("ck/step-00000020/"), ec)) << ec.message();
+  EXPECT_TRUE(std::filesystem::is_empty(dir.file("ck"))) << "a directory or its hidden copy was left";
+  EXPECT_FALSE(remove_tree_hidden_first(dir.file("ck/step-00000030"), ec));
+  EXPECT_EQ(ec, std::errc::no_such_file_or_directory);
+  try {
+    remove_tree_hidden_first(dir.file("ck/step-00000030"));
+    FAIL() << "no error for a directory that is not there";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot move " + dir.file("ck/step-00000030")), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.file("ck")));
+}
+
 TEST(RemoveTree, AMissingPathIsNoErrorAndAFailureIsReported) {
   test::TempDir dir;
   std::error_code ec;

@@ -29,4 +29,14 @@ uintmax_t remove_tree(const std::string& path, std::error_code& ec) noexcept;
 // The same, throwing IoError naming the path and the error.
 uintmax_t remove_tree(const std::string& path);
 
+// Removes directory `dir` hidden first: renames it to the sibling ".trash-<name>-<pid>-<n>"
+// (fsyncing the parent), then removes that tree. A crash or an error midway leaves only the
+// hidden name, which the checkpoint folder's debris sweep clears once this process is gone
+// (remove_stale_debris, retention.h), never a half-removed directory under its own name.
+// Returns false, with `ec` set, when `dir` could not be moved aside (it stays as it was); an
+// error while removing the hidden tree is left to the sweep.
+bool remove_tree_hidden_first(const std::string& dir, std::error_code& ec);
+// The same, throwing IoError naming `dir` when it cannot be moved aside.
+void remove_tree_hidden_first(const std::string& dir);
+
 }  // namespace frugal
