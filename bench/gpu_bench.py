@@ -260,7 +260,10 @@ def main():
     ap.add_argument("--steps", type=int, default=30, help="timed steps per run (after 3 untimed ones)")
     ap.add_argument("--repeats", type=int, default=2, help="alternating rounds")
     ap.add_argument("--train-tokens", type=int, default=20_000_000, help="tokens in the training shards")
-    ap.add_argument("--ckpt-every", type=int, default=10, help="checkpoint-stall rows: a save every N steps")
+    ap.add_argument("--ckpt-every", type=int, default=40,
+                    help="checkpoint-stall rows: a save every N steps (40 steps of the GPT-2 shape outlast one "
+                         "write of its 1.5 GB checkpoint on an H100 node, so an async save need not wait for "
+                         "the previous one)")
     ap.add_argument("--keep-last", type=int, default=2,
                     help="checkpoint-stall rows: checkpoints kept (older ones are rotated out, as in training)")
     ap.add_argument("--datasheet-tflops", type=float, default=0,
