@@ -2,6 +2,7 @@
 
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/crash_report.h"
+#include "frugal/train/trainer.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -120,6 +121,14 @@ std::vector<double> step_losses(const std::string& metrics_path) {
   for (const auto& j : read_jsonl(metrics_path))
     if (j.value("event", "") == "step" && j["loss"].is_number()) out.push_back(j["loss"].get<double>());
   return out;
+}
+
+TrainerOptions quiet_run(std::vector<std::shared_ptr<Callback>> callbacks, bool overwrite) {
+  TrainerOptions o;
+  o.overwrite = overwrite;
+  o.quiet = true;
+  o.callbacks = std::move(callbacks);
+  return o;
 }
 
 }  // namespace frugal::test

@@ -1,6 +1,7 @@
 // Helpers shared by the tests: temporary directories, running the CLI, small configs.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,11 @@
 #define FRUGAL_NEED_FEATURE(name)                                                                  \
   if (!::frugal::have_feature(name))                                                               \
   GTEST_SKIP() << "this build has no " << (name) << " (frugal doctor lists the features of a build)"
+
+namespace frugal {
+struct TrainerOptions;
+class Callback;
+}  // namespace frugal
 
 namespace frugal::test {
 
@@ -55,5 +61,9 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path);
 // The "loss" of every "step" line of a metrics.jsonl that has a number there, in order (a
 // non-finite loss is written as null and left out).
 std::vector<double> step_losses(const std::string& metrics_path);
+
+// A test run's options: quiet, replacing an earlier run folder of the same name (overwrite =
+// false refuses it, as `frugal train` does), with these callbacks.
+TrainerOptions quiet_run(std::vector<std::shared_ptr<Callback>> callbacks = {}, bool overwrite = true);
 
 }  // namespace frugal::test

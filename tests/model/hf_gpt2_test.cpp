@@ -81,7 +81,9 @@ TEST(HfGpt2, ConvOneDWeightsAreStoredInputsFirstUnderGpt2Names) {
   const at::Tensor c_attn = find("transformer.h.1.attn.c_attn.weight");
   EXPECT_EQ(c_attn.sizes(), (std::vector<int64_t>{16, 48}));  // (in, out): GPT-2's Conv1D
   for (const auto& [k, t] : a->named_parameter_list())
-    if (k == "h1.attn.qkv.weight") EXPECT_TRUE(torch::equal(c_attn, t.t()));
+    if (k == "h1.attn.qkv.weight") {
+      EXPECT_TRUE(torch::equal(c_attn, t.t()));
+    }
   EXPECT_EQ(find("transformer.h.0.mlp.c_proj.weight").sizes(), (std::vector<int64_t>{64, 16}));
   EXPECT_EQ(find("transformer.wpe.weight").sizes(), (std::vector<int64_t>{8, 16}));
   for (const auto& [k, t] : hf) EXPECT_NE(k, "lm_head.weight") << "the tied head is left out, as save_pretrained does";

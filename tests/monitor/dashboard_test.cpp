@@ -124,7 +124,7 @@ TEST(Dashboard, ServesMetricsApiAndLivePageWhileTraining) {
   std::string url;
   auto fetch = std::make_shared<FetchAt>(
       20, &url, std::vector<std::pair<std::string, httplib::Headers>>{{"/metrics", {}}, {"/api/metrics", {}}, {"/", {}}});
-  Trainer t(resolve_config("", sets, {}), TrainerOptions{true, true, {fetch}});
+  Trainer t(resolve_config("", sets, {}), test::quiet_run({fetch}));
   url = t.dashboard_url();
   ASSERT_TRUE(std::regex_match(url, std::regex("http://127\\.0\\.0\\.1:[0-9]+/"))) << url;
   EXPECT_EQ(url.find(":0/"), std::string::npos);  // port 0 became a real port
@@ -151,7 +151,9 @@ TEST(Dashboard, ServesMetricsApiAndLivePageWhileTraining) {
   std::string line;
   while (std::getline(file, line)) {
     auto j = nlohmann::json::parse(line);
-    if (j["event"] == "step" && j["step"] == 20) EXPECT_EQ(j["loss"], api["latest"]["loss"]);
+    if (j["event"] == "step" && j["step"] == 20) {
+      EXPECT_EQ(j["loss"], api["latest"]["loss"]);
+    }
   }
   const std::string& page = fetch->got[2].body;
   // The page updates itself in place (a plain reload only without scripts) and says how long is left.
@@ -176,7 +178,7 @@ TEST(Dashboard, TokenIsRequiredWhenSetAndNeverWrittenToFiles) {
           {"/api/metrics?token=wrong", {}},
           {"/metrics", {{"Authorization", "Bearer s3cret-t0ken"}}},
           {"/api/metrics?token=s3cret-t0ken", {}}});
-  Trainer t(resolve_config("", sets, {}), TrainerOptions{true, true, {fetch}});
+  Trainer t(resolve_config("", sets, {}), test::quiet_run({fetch}));
   url = t.dashboard_url();
   t.fit();
   ASSERT_EQ(fetch->got.size(), 5u);
@@ -191,7 +193,9 @@ TEST(Dashboard, TokenIsRequiredWhenSetAndNeverWrittenToFiles) {
   EXPECT_EQ(test::read_text(dir.file("demo/config.toml")).find("s3cret"), std::string::npos);
   EXPECT_NE(test::read_text(dir.file("demo/config.toml")).find("# token = (secret, not written)"), std::string::npos);
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path()))
-    if (e.is_regular_file()) EXPECT_EQ(test::read_text(e.path().string()).find("s3cret"), std::string::npos) << e.path();
+    if (e.is_regular_file()) {
+      EXPECT_EQ(test::read_text(e.path().string()).find("s3cret"), std::string::npos) << e.path();
+    }
 }
 
 TEST(Dashboard, BusyPortIsAnIoErrorNamingTheAddress) {

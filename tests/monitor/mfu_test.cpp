@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <regex>
 
 #include "frugal/core/config_loader.h"
 #include "frugal/core/memory.h"
@@ -34,7 +35,9 @@ TEST(Mfu, MeasuredPeakIsAPositiveMatmulRate) {
   MonitorConfig c;
   PeakFlops p = resolve_peak_flops(c, c10::kFloat, c10::kCPU, 0.05);
   EXPECT_GT(p.flops, 1e8);  // any CPU of this century does 0.1 GFLOP/s
-  EXPECT_NE(p.source.find("measured: Float matmul 1024^3 on cpu, best of 5"), std::string::npos) << p.source;
+  // Up to 5 bursts: fewer when the machine is so loaded that they outlast 5 budgets.
+  EXPECT_TRUE(std::regex_search(p.source, std::regex("^measured: Float matmul 1024\\^3 on cpu, best of [1-5], ")))
+      << p.source;
 }
 
 // A device without room for the probe's matrices (CPU: the counting allocator's limit, the same
@@ -63,7 +66,7 @@ TEST(Mfu, RunReportsMfuSamplesPerSecondAndEvalCheckpointTime) {
   auto sets = test::tiny_overrides(dir.path());
   sets.push_back("monitor.peak_tflops=0.001");  // 1 GFLOP/s
   sets.push_back("checkpoint.every_steps=10");
-  nlohmann::json s = Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}}).fit();
+  nlohmann::json s = Trainer(resolve_config("", sets, {}), test::quiet_run()).fit();
   const double fpt = s["flops_per_token"].get<double>();
   EXPECT_DOUBLE_EQ(s["peak_tflops"].get<double>(), 0.001);
   EXPECT_NEAR(s["mfu"].get<double>(), s["tokens_per_s"].get<double>() * fpt / 1e9, 1e-12);

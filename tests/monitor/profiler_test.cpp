@@ -83,7 +83,7 @@ TEST(Profiler, CaptureWritesAChromeTraceWithPhaseSpansOperatorsAndATopOpsTable) 
   // LibTorch's profiler logs to standard error by itself; on a CPU run it must not print an
   // ERROR line about a CUDA driver the machine does not need.
   ::testing::internal::CaptureStderr();
-  nlohmann::json summary = Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}}).fit();
+  nlohmann::json summary = Trainer(resolve_config("", sets, {}), test::quiet_run()).fit();
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(err.find("gpuGetDeviceCount"), std::string::npos) << err;
 
@@ -127,7 +127,9 @@ TEST(Profiler, CaptureWritesAChromeTraceWithPhaseSpansOperatorsAndATopOpsTable) 
   for (size_t i = 0; i < rows.size(); ++i) {
     EXPECT_GT(rows[i]["calls"].get<int64_t>(), 0);
     EXPECT_LE(rows[i]["self_ms"].get<double>(), rows[i]["total_ms"].get<double>() + 1e-9);
-    if (i > 0) EXPECT_GE(rows[i - 1]["self_ms"].get<double>(), rows[i]["self_ms"].get<double>());
+    if (i > 0) {
+      EXPECT_GE(rows[i - 1]["self_ms"].get<double>(), rows[i]["self_ms"].get<double>());
+    }
     pct += rows[i]["self_pct"].get<double>();
   }
   EXPECT_LE(pct, 100.0 + 1e-6);
@@ -142,7 +144,7 @@ TEST(Profiler, RecordShapesPutsEachOperatorsInputDimsInTheTrace) {
   for (const char* s : {"profile.capture_steps=1", "profile.start_step=2", "profile.record_shapes=true"})
     sets.push_back(s);
   const ResolvedConfig cfg = resolve_config("", sets, {});
-  Trainer(cfg, TrainerOptions{true, true, {}}).fit();
+  Trainer(cfg, test::quiet_run()).fit();
   nlohmann::json trace =
       nlohmann::json::parse(test::read_text(dir.file("demo/profile/trace-steps-000003-000003.json")));
   // The output head's forward: (tokens, embd) x (embd, vocab), as aten::mm's first two inputs.
@@ -167,7 +169,7 @@ TEST(Profiler, PhaseSpansOnlyWhenTorchOpsAreOff) {
   auto sets = test::tiny_overrides(dir.path());
   for (const char* s : {"profile.capture_steps=2", "profile.start_step=0", "profile.torch_ops=false"})
     sets.push_back(s);
-  nlohmann::json summary = Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}}).fit();
+  nlohmann::json summary = Trainer(resolve_config("", sets, {}), test::quiet_run()).fit();
   nlohmann::json trace =
       nlohmann::json::parse(test::read_text(dir.file("demo/profile/trace-steps-000001-000002.json")));
   int64_t phases = 0, ops = 0;

@@ -26,7 +26,7 @@ TEST(Report, TrainingWritesASelfContainedReportWithEveryChart) {
   test::TempDir dir;
   auto sets = test::tiny_overrides(dir.path());
   sets.push_back("budget.usd_per_hour=3.0");
-  Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}}).fit();
+  Trainer(resolve_config("", sets, {}), test::quiet_run()).fit();
   std::string html = test::read_text(dir.file("demo/report.html"));
   for (const char* id : {"id='loss'", "id='lr'", "id='grad-norm'", "id='throughput'", "id='breakdown'",
                          "id='memory'", "id='cost'", "id='config'"})

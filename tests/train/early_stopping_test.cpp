@@ -20,6 +20,15 @@ EarlyStopConfig cfg(int64_t patience, double delta = 0, int64_t warmup = 0, Metr
   return c;
 }
 
+// An evaluation at `step` with these losses (no time, no task metrics).
+EvalMetrics eval_at(int64_t step, double val_loss, double best_val_loss) {
+  EvalMetrics m;
+  m.step = step;
+  m.val_loss = val_loss;
+  m.best_val_loss = best_val_loss;
+  return m;
+}
+
 TEST(EarlyStopping, WarmupValuesAreIgnored) {
   auto c = cfg(1, 0, 2);
   EarlyStopState s;
@@ -89,17 +98,17 @@ TEST(EarlyStopping, CallbackStateSurvivesSaveAndLoad) {
   auto c = cfg(3);
   EarlyStopping a(c);
   Control ctl;
-  a.on_eval_end({1, 2.0, 2.0, 0}, ctl);
-  a.on_eval_end({2, 2.5, 2.0, 0}, ctl);
+  a.on_eval_end(eval_at(1, 2.0, 2.0), ctl);
+  a.on_eval_end(eval_at(2, 2.5, 2.0), ctl);
   nlohmann::json j;
   a.save_state(j);
   EarlyStopping b(c);
   b.load_state(j);
   EXPECT_EQ(b.state().bad, 1);
   EXPECT_EQ(b.state().best, 2.0);
-  b.on_eval_end({3, 2.6, 2.0, 0}, ctl);
+  b.on_eval_end(eval_at(3, 2.6, 2.0), ctl);
   EXPECT_FALSE(ctl.should_stop());
-  b.on_eval_end({4, 2.7, 2.0, 0}, ctl);
+  b.on_eval_end(eval_at(4, 2.7, 2.0), ctl);
   EXPECT_TRUE(ctl.should_stop());
   EXPECT_EQ(ctl.stop_kind(), StopKind::kEarlyStop);
 }
@@ -118,7 +127,7 @@ TEST(EarlyStopping, StepMetricCountsLogStepsOnly) {
   m.loss = 1;
   e.on_step_end(m, ctl);
   EXPECT_EQ(e.state().seen, 1);
-  e.on_eval_end({1, 0.1, 0.1, 0}, ctl);  // val_loss is not the metric
+  e.on_eval_end(eval_at(1, 0.1, 0.1), ctl);  // val_loss is not the metric
   EXPECT_EQ(e.state().seen, 1);
 }
 

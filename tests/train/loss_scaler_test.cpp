@@ -91,7 +91,7 @@ TEST(LossScaler, OverflowingRunSkipsStepsBacksOffAndNeverPutsNanInTheWeights) {
                         "precision.backoff_factor=1e-4", "precision.growth_interval=5",
                         "train.steps=20", "train.log_every=1"})
     sets.push_back(s);
-  Trainer t(resolve_config("", sets, {}), TrainerOptions{true, true, {}, "", false});
+  Trainer t(resolve_config("", sets, {}), test::quiet_run());
   auto s = t.fit();
   const int64_t skipped = s["skipped_steps"].get<int64_t>();
   EXPECT_GE(skipped, 1);

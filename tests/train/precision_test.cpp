@@ -19,7 +19,7 @@ TEST(Precision, Bf16LossCurveTracksFp32) {
     auto sets = test::tiny_overrides(d->path());
     sets.push_back("train.steps=60");
     if (d == &b) sets.push_back("precision.mode=bf16");
-    Trainer(resolve_config("", sets, {}), TrainerOptions{true, true, {}, "", false}).fit();
+    Trainer(resolve_config("", sets, {}), test::quiet_run()).fit();
   }
   auto fa = test::step_losses(a.file("demo/metrics.jsonl")), fb = test::step_losses(b.file("demo/metrics.jsonl"));
   ASSERT_EQ(fa.size(), fb.size());

@@ -24,7 +24,7 @@ nlohmann::json train_tiny(const std::string& out_dir, std::vector<std::string> e
                           std::vector<std::shared_ptr<Callback>> cbs = {}) {
   auto sets = test::tiny_overrides(out_dir);
   sets.insert(sets.end(), extra.begin(), extra.end());
-  Trainer t(resolve_config("", sets, {}), TrainerOptions{true, true, std::move(cbs), "", false});
+  Trainer t(resolve_config("", sets, {}), test::quiet_run(std::move(cbs)));
   return t.fit();
 }
 
@@ -108,7 +108,7 @@ TEST(Trainer, RefusesToOverwriteAnEarlierRunUnlessAsked) {
   train_tiny(dir.path());
   auto sets = test::tiny_overrides(dir.path());
   try {
-    Trainer t(resolve_config("", sets, {}), TrainerOptions{false, true, {}, "", false});
+    Trainer t(resolve_config("", sets, {}), test::quiet_run({}, false));
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("--overwrite"), std::string::npos);

@@ -118,10 +118,14 @@ TEST(Tune, TinyConfigPrintsATableAndWritesAConfigThatTrainAccepts) {
   EXPECT_GE(bf16, 2);
   EXPECT_EQ(j["rounds"], 2);
   for (const auto& k : j["candidates"])
-    if (k.contains("round_tokens_per_s")) EXPECT_EQ(k["round_tokens_per_s"].size(), 2u) << k.dump();
+    if (k.contains("round_tokens_per_s")) {
+      EXPECT_EQ(k["round_tokens_per_s"].size(), 2u) << k.dump();
+    }
   // A chosen candidate other than fp32 itself passed the loss check against fp32.
   const std::string chosen = j["chosen"].get<std::string>();
-  if (chosen.rfind("fp32", 0) != 0) EXPECT_TRUE(j.contains("loss_check")) << j.dump(1);
+  if (chosen.rfind("fp32", 0) != 0) {
+    EXPECT_TRUE(j.contains("loss_check")) << j.dump(1);
+  }
 
   // A complete config: every key, and train.auto_tune off so training does not tune again.
   const ResolvedConfig tuned = resolve_config(dir.file("tuned.toml"), {}, {});
