@@ -17,10 +17,21 @@ def x(name, ts, dur, **kw):
     return dict(ph="X", name=name, ts=ts, dur=dur, **kw)
 
 
+def write_trace(folder, name, events):
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events}, f)
+    return path
+
+
 def check(cond, what):
     if not cond:
         print(f"FAILED: {what}", file=sys.stderr)
         sys.exit(1)
+
+
+def expect(r, key, want, side):
+    check(abs(r[key] - want) < 1e-9, f"{side} {key} {r[key]}, not {want}")
 
 
 def main():
@@ -33,39 +44,35 @@ def main():
                        ("void at::native::(anonymous)::vectorized_layer_norm_kernel<float>", "norm/softmax/loss"),
                        ("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>", "other elementwise")):
         check(kind_of(name) == kind, f"{name} is {kind}, not {kind_of(name)}")
+    # frugal: two steps of 10 ms; device work on two tracks, overlapping by 1 ms. The peer:
+    # categories, not tracks, mark device work; steps are user annotations; runtime calls and
+    # CPU ops are not device work.
+    cases = [
+        ("frugal", [x("step", 0, 10_000, cat="phase", tid=0), x("step", 10_000, 10_000, cat="phase", tid=0),
+                    x("aten::mm", 100, 50, cat="op", tid=5),
+                    x("sm90_xmma_gemm", 1_000, 4_000, cat="op", tid=1_000_007),
+                    x("Memcpy HtoD", 4_000, 2_000, cat="op", tid=1_000_013),
+                    x("sm90_xmma_gemm", 11_000, 4_000, cat="op", tid=1_000_007)],
+         {"step_ms": 10.0, "device_busy_ms_per_step": 4.5, "device_idle_ms_per_step": 5.5, "device_events": 3},
+         ("matmul", 4.0, "sm90_xmma_gemm", 1.0)),
+        ("eager", [x("step", 0, 8_000, cat="user_annotation", tid=1),
+                   x("step", 8_000, 8_000, cat="user_annotation", tid=1),
+                   x("aten::mm", 100, 50, cat="cpu_op", tid=1),
+                   x("flash_fwd_kernel", 500, 3_000, cat="kernel", tid=7),
+                   x("Memset (Device)", 3_600, 400, cat="gpu_memset", tid=7),
+                   x("cudaLaunchKernel", 200, 10, cat="cuda_runtime", tid=1)],
+         {"step_ms": 8.0, "device_busy_ms_per_step": 1.7, "device_idle_ms_per_step": 6.3, "device_events": 2},
+         ("attention", 1.5, "flash_fwd_kernel", 0.5)),
+    ]
     with tempfile.TemporaryDirectory() as d:
-        # frugal: two steps of 10 ms; device work on two tracks, overlapping by 1 ms.
-        fr = {"traceEvents": [
-            x("step", 0, 10_000, cat="phase", tid=0), x("step", 10_000, 10_000, cat="phase", tid=0),
-            x("aten::mm", 100, 50, cat="op", tid=5),
-            x("sm90_xmma_gemm", 1_000, 4_000, cat="op", tid=1_000_007),
-            x("Memcpy HtoD", 4_000, 2_000, cat="op", tid=1_000_013),
-            x("sm90_xmma_gemm", 11_000, 4_000, cat="op", tid=1_000_007)]}
-        path = os.path.join(d, "frugal.json")
-        with open(path, "w") as f:
-            json.dump(fr, f)
-        r = analyse(path, "frugal", 2, 5)
-        check(abs(r["step_ms"] - 10.0) < 1e-9, f"frugal step {r['step_ms']} ms, not 10")
-        check(abs(r["device_busy_ms_per_step"] - 4.5) < 1e-9, f"frugal busy {r['device_busy_ms_per_step']}, not 4.5")
-        check(abs(r["device_idle_ms_per_step"] - 5.5) < 1e-9, f"frugal idle {r['device_idle_ms_per_step']}, not 5.5")
-        check(r["device_events"] == 3, "the CPU op is not device work")
-        check(abs(r["device_ms_per_step_by_kind"]["matmul"] - 4.0) < 1e-9, "matmul time per step")
-        check(r["top_kernels"][0]["name"] == "sm90_xmma_gemm" and r["top_kernels"][0]["calls_per_step"] == 1.0,
-              "the top kernel and its calls per step")
-        # The peer: categories, not tracks, mark device work; steps are user annotations.
-        pe = {"traceEvents": [
-            x("step", 0, 8_000, cat="user_annotation", tid=1), x("step", 8_000, 8_000, cat="user_annotation", tid=1),
-            x("aten::mm", 100, 50, cat="cpu_op", tid=1),
-            x("flash_fwd_kernel", 500, 3_000, cat="kernel", tid=7),
-            x("Memset (Device)", 3_600, 400, cat="gpu_memset", tid=7),
-            x("cudaLaunchKernel", 200, 10, cat="cuda_runtime", tid=1)]}
-        path = os.path.join(d, "eager.json")
-        with open(path, "w") as f:
-            json.dump(pe, f)
-        r = analyse(path, "eager", 2, 5)
-        check(abs(r["step_ms"] - 8.0) < 1e-9, f"eager step {r['step_ms']} ms, not 8")
-        check(abs(r["device_busy_ms_per_step"] - 1.7) < 1e-9, f"eager busy {r['device_busy_ms_per_step']}, not 1.7")
-        check(r["device_events"] == 2, "runtime calls and CPU ops are not device work")
+        for side, events, want, (kind, kind_ms, top, top_calls) in cases:
+            path = write_trace(d, side + ".json", events)
+            r = analyse(path, side, 2, 5)
+            for key, value in want.items():
+                expect(r, key, value, side)
+            expect(r["device_ms_per_step_by_kind"], kind, kind_ms, side)
+            check(r["top_kernels"][0]["name"] == top and r["top_kernels"][0]["calls_per_step"] == top_calls,
+                  f"{side}: the top kernel and its calls per step")
         try:
             analyse(path, "eager", 3, 5)
             check(False, "a trace with 2 steps was read as 3")
