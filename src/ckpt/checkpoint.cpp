@@ -196,7 +196,8 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
   write_file_atomic((tmp / kState).string(), state_bytes);
   stage(WriteStage::kState);
 
-  if (fs::exists(final_dir)) remove_tree_hidden_first(final_dir.string());  // an unfinished write of this step
+  // An unfinished write of this step.
+  if (fs::exists(final_dir)) remove_tree_hidden_first(final_dir.string());
   fs::rename(tmp, final_dir, ec);
   if (ec) throw IoError(fmt::format("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), ec.message()));
   fsync_dir(root);

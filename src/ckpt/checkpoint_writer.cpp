@@ -106,12 +106,16 @@ void CheckpointWriter::snapshot(CheckpointData& d) {
 
 std::vector<NamedTensors> SnapshotBuffer::copy(const std::vector<const NamedTensors*>& lists) {
   constexpr int64_t kAlign = 64;
-  const auto aligned = [](int64_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+  // A tensor's slot in the buffer: its bytes, rounded up to the alignment.
+  const auto slot = [](const at::Tensor& t) {
+    const int64_t n = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+    return (n + kAlign - 1) / kAlign * kAlign;
+  };
   int64_t bytes = 0;
   bool on_gpu = false;
   for (const NamedTensors* l : lists)
     for (const auto& [n, t] : *l) {
-      bytes += aligned(static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()));
+      bytes += slot(t);
       on_gpu = on_gpu || t.is_cuda();
     }
   // A new buffer when this one is too small, of the wrong kind, or still held by an earlier
@@ -152,7 +156,7 @@ std::vector<NamedTensors> SnapshotBuffer::copy(const std::vector<const NamedTens
       // Queued on the tensor's stream when the target is page-locked; waited for below.
       dst.copy_(t.detach(), /*non_blocking=*/t.is_cuda() && pinned_);
       if (t.is_cuda() && std::find(gpus.begin(), gpus.end(), t.device()) == gpus.end()) gpus.push_back(t.device());
-      offset += aligned(static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()));
+      offset += slot(t);
       copies.emplace_back(n, std::move(dst));
     }
     out.push_back(std::move(copies));

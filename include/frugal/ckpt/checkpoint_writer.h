@@ -5,8 +5,9 @@
 // private snapshot (the caller passes tensors it will not modify, see snapshot_tensors()) and
 // returns at once; a background thread writes and rotates. The trainer blocks only for the
 // snapshot copy (snapshot(): page-locked and reused for GPU state) and, if the previous write is
-// still running, for that write to finish (one write in flight at most). An error on the writer thread is kept as an exception_ptr and
-// rethrown on the trainer thread by the next save(), wait() or poll().
+// still running, for that write to finish (one write in flight at most). An error on the writer
+// thread is kept as an exception_ptr and rethrown on the trainer thread by the next save(),
+// wait() or poll().
 //
 // Owns its thread: the destructor joins it (without throwing). Not thread-safe: call from the
 // trainer thread only (stats() may be read while a write runs).
@@ -108,6 +109,5 @@ class CheckpointWriter {
 // Deep copies to host memory, for an asynchronous save: the trainer may modify the originals as
 // soon as this returns. Each tensor gets fresh pageable memory; see SnapshotBuffer for GPU state.
 NamedTensors snapshot_tensors(const NamedTensors& tensors);
-
 
 }  // namespace frugal
