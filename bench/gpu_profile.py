@@ -7,7 +7,9 @@ their device work summed from the two Chrome traces.
     its trace (runs/<name>/profile/trace-*.json) holds LibTorch's operator events, the device's
     on tracks numbered from 1,000,000;
   - the peer: bench/peer_gpt.py --profile-trace (torch.profiler, CPU and CUDA activities); device
-    events have the categories "kernel", "gpu_memcpy" and "gpu_memset".
+    events have the categories "kernel", "gpu_memcpy" and "gpu_memset";
+  - the peer under torch.compile (unless --no-compile; never under --smoke): the same, its
+    compiled step, to show which kernels compilation fuses away.
 
 Per side and per profiled step: the step's wall time (the mean of the trace's "step" spans:
 frugal's phase, the peer's record_function; each step ends waiting for the device), the
@@ -124,7 +126,8 @@ def main():
     ap.add_argument("--batch", type=int, default=16, help="micro-batch of both sides")
     ap.add_argument("--steps", type=int, default=5, help="profiled steps per side (after the warm-up)")
     ap.add_argument("--top", type=int, default=12, help="kernels listed per side")
-    ap.add_argument("--keep-traces", action="store_true", help="copy both Chrome traces into --out")
+    ap.add_argument("--keep-traces", action="store_true", help="copy the Chrome traces into --out")
+    ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile side")
     ap.add_argument("--smoke", action="store_true", help="on the CPU, tiny shape (tests the script itself)")
     a = ap.parse_args()
     if a.steps < 1:
@@ -162,12 +165,21 @@ def main():
         run_cmd(args, what="peer_gpt.py")
         sides["eager"] = analyse(peer_trace, "eager", a.steps, a.top)
         print(f"gpu_profile: eager profiled in {time.time() - t0:.0f} s", file=sys.stderr)
+        paths = {"frugal": traces[0], "eager": peer_trace}
+        if not (a.no_compile or a.smoke):
+            compiled_trace = os.path.join(work, "compile-trace.json")
+            args = b.peer_args(a.dtype, compile_=True) + ["--profile-trace", compiled_trace,
+                                                          "--profile-steps", str(a.steps)]
+            t0 = time.time()
+            run_cmd(args, what="peer_gpt.py --compile")
+            sides["compile"] = analyse(compiled_trace, "compile", a.steps, a.top)
+            paths["compile"] = compiled_trace
+            print(f"gpu_profile: torch.compile profiled in {time.time() - t0:.0f} s", file=sys.stderr)
         os.makedirs(a.out, exist_ok=True)
         if a.keep_traces:
-            shutil.copy(traces[0], os.path.join(a.out, "trace-frugal.json"))
-            shutil.copy(peer_trace, os.path.join(a.out, "trace-eager.json"))
-            for s, name in (("frugal", "trace-frugal.json"), ("eager", "trace-eager.json")):
-                sides[s]["trace"] = name
+            for side, path in paths.items():
+                shutil.copy(path, os.path.join(a.out, f"trace-{side}.json"))
+                sides[side]["trace"] = f"trace-{side}.json"
         else:
             for s in sides.values():
                 s["trace"] = None  # in the temporary folder, removed
@@ -184,23 +196,21 @@ def main():
     with open(os.path.join(a.out, "gpu_profile.json"), "w") as f:
         json.dump(result, f, indent=2)
 
-    f, e = sides["frugal"], sides["eager"]
     print(f"\n{result['device_name']}, {a.dtype}, micro-batch {a.batch}, {a.steps} profiled steps per side (ms per step)")
-    print(f"{'':28}{'frugal':>10}{'eager':>10}")
+    print(f"{'':28}" + "".join(f"{side:>10}" for side in sides))
     for key, label in (("step_ms", "step"), ("device_busy_ms_per_step", "device busy"),
                        ("device_idle_ms_per_step", "device idle"), ("device_events_per_step", "device events")):
-        fv, ev = f[key], e[key]
-        print(f"{label:28}{'-' if fv is None else f'{fv:.2f}':>10}{'-' if ev is None else f'{ev:.2f}':>10}")
-    kinds = list(dict.fromkeys(list(f["device_ms_per_step_by_kind"]) + list(e["device_ms_per_step_by_kind"])))
+        print(f"{label:28}" + "".join(f"{'-' if s[key] is None else f'{s[key]:.2f}':>10}" for s in sides.values()))
+    kinds = list(dict.fromkeys(k for s in sides.values() for k in s["device_ms_per_step_by_kind"]))
     for k in kinds:
-        print(f"  {k:26}{f['device_ms_per_step_by_kind'].get(k, 0):>10.2f}{e['device_ms_per_step_by_kind'].get(k, 0):>10.2f}")
-    for side in ("frugal", "eager"):
+        print(f"  {k:26}" + "".join(f"{s['device_ms_per_step_by_kind'].get(k, 0):>10.2f}" for s in sides.values()))
+    for side in sides:
         if sides[side]["top_kernels"]:
             print(f"\n{side}: top kernels (ms per step, calls per step)")
             for t in sides[side]["top_kernels"]:
                 print(f"  {t['ms_per_step']:8.3f} {t['calls_per_step']:7.1f}  [{t['kind']}] {t['name'][:110]}")
-    if not f["device_events"] and not e["device_events"]:
-        print("\nno device events in either trace (a CPU run): both traces were made and read")
+    if not any(s["device_events"] for s in sides.values()):
+        print("\nno device events in any trace (a CPU run): both traces were made and read")
     print(f"\nresults: {os.path.join(a.out, 'gpu_profile.json')}")
     return 0
 
