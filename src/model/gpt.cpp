@@ -57,8 +57,12 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache,
   // cache, no dropout on the attention weights).
   if (!cache && T > 1 && !(is_training() && dropout_ > 0) && fused_attention_supported(projected, heads_))
     return project(fused_causal_attention(projected, heads_), residual);
-  auto qkv = projected.view({B, T, 3, heads_, D}).permute({2, 0, 3, 1, 4});
-  at::Tensor q = qkv[0], k = qkv[1], v = qkv[2];  // (B, H, T, D)
+  // q, k, v as (B, H, T, D) views of the three C-wide column blocks. Split rather than one
+  // permuted view indexed three times: the backward of split is one concatenation, where each
+  // index's backward would fill a zero tensor of the whole projection and the three be summed.
+  const auto blocks = projected.split(C, 2);
+  const auto by_head = [&](const at::Tensor& t) { return t.view({B, T, heads_, D}).transpose(1, 2); };
+  at::Tensor q = by_head(blocks[0]), k = by_head(blocks[1]), v = by_head(blocks[2]);
   // On a GPU, a whole window: ATen's fused attention (flash or memory-efficient kernels, the
   // causal mask implicit, never a T x T matrix in memory).
   if (!cache && T > 1 && x.is_cuda()) {
