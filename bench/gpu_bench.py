@@ -4,7 +4,9 @@ wheel) on the GPT-2 124M shape (12 layers, 12 heads, 768 wide, vocabulary 50257,
 trained from llm.c-format token shards at the same micro-batch on every side.
 
 Rows (each side's runs alternate, --repeats rounds; medians):
-  - bf16: tokens/s and MFU of frugal, PyTorch eager, torch.compile (compile time apart);
+  - bf16: tokens/s and MFU of frugal, PyTorch eager, torch.compile (compile time apart); and of
+    frugal with model.head_multiple = 1 (the head unpadded) and eager with the head padded by
+    hand (peer_gpt.py --head-multiple 64), to show the head-padding lever on its own;
   - fp16 with dynamic loss scaling (frugal's precision.mode = fp16, the peer's GradScaler):
     tokens/s, MFU against the fp16 matmul peak, skipped steps, final loss scale;
   - activation checkpointing (frugal memory.activation_checkpointing = blocks, the peer's
@@ -170,7 +172,7 @@ class Bench:
             return ["precision.mode=fp32", "precision.loss_scaling=dynamic"]
         return [f"precision.mode={dtype}"]
 
-    def peer_args(self, dtype, compile_=False, ckpt=False):
+    def peer_args(self, dtype, compile_=False, ckpt=False, head_multiple=1):
         s = self.shape
         args = [venv_python(), os.path.join(HERE, "peer_gpt.py"), "--shards", self.shards, "--device", self.device,
                 "--dtype", dtype, "--vocab", str(s["vocab"]), "--layers", str(s["layers"]), "--heads", str(s["heads"]),
@@ -180,6 +182,8 @@ class Bench:
             args.append("--compile")
         if ckpt:
             args.append("--activation-checkpointing")
+        if head_multiple != 1:
+            args += ["--head-multiple", str(head_multiple)]
         return args
 
     def frugal(self, dtype, name, extra=(), steps=None):
@@ -214,8 +218,8 @@ class Bench:
                 "frugal_reported_mfu": summary.get("mfu"), "flops_per_token": summary.get("flops_per_token"),
                 "frugal_version": summary.get("frugal_version"), "torch_version": summary.get("torch_version")}
 
-    def peer(self, dtype, compile_=False, ckpt=False):
-        args = self.peer_args(dtype, compile_, ckpt)
+    def peer(self, dtype, compile_=False, ckpt=False, head_multiple=1):
+        args = self.peer_args(dtype, compile_, ckpt, head_multiple)
         self.commands.append(shlex.join(args))
         if self.a.dry_run:
             return None
@@ -332,7 +336,11 @@ def main():
     compile_ = not a.no_compile
 
     # bf16: frugal, eager, compile; and activation checkpointing on frugal and eager, alternating.
-    sides = [("frugal", lambda: b.frugal("bf16", "bf16")), ("eager", lambda: b.peer("bf16"))]
+    # frugal pads the head's matmuls to a multiple of 64 on a GPU by default (model.head_multiple):
+    # frugal_unpadded shows that lever alone, eager_padded the same padding written by hand.
+    sides = [("frugal", lambda: b.frugal("bf16", "bf16")), ("eager", lambda: b.peer("bf16")),
+             ("frugal_unpadded", lambda: b.frugal("bf16", "bf16_unpadded", ["model.head_multiple=1"])),
+             ("eager_padded", lambda: b.peer("bf16", head_multiple=64))]
     if compile_:
         sides.append(("compile", lambda: b.peer("bf16", compile_=True)))
     sides += [("frugal_ckpt", lambda: b.frugal("bf16", "bf16_ckpt", ["memory.activation_checkpointing=blocks"])),
@@ -393,7 +401,7 @@ def main():
         res[name] = obj
 
     def ratios(obj, group):  # frugal over each peer side that ran
-        for peer in ("eager", "compile"):
+        for peer in ("eager", "eager_padded", "compile"):
             if "frugal" in group and peer in group:
                 obj[f"frugal_over_{peer}"] = group["frugal"]["tokens_per_s"] / group[peer]["tokens_per_s"]
         return obj
@@ -433,6 +441,8 @@ def main():
                     "stall_s_max": statistics.median(c["stall_s_max"] for c in cps),
                     "write_s_mean": statistics.median(c["write_s_mean"] for c in cps),
                     "step_ms_median": statistics.median(r["step_ms_median"] for r in runs), "runs": runs}
+        if all("stall_s_each" in c for c in cps):  # each save's stall, in order (first round's run)
+            st[mode]["stall_s_each"] = cps[0]["stall_s_each"]
     if "sync" in st and "async" in st:
         st["stall_ratio_async_over_sync"] = (st["async"]["stall_s_mean"] / st["sync"]["stall_s_mean"]
                                              if st["sync"]["stall_s_mean"] > 0 else None)
@@ -471,6 +481,8 @@ def main():
         v = st[mode]
         print(f"{'checkpoint ' + mode:34} stall {1e3 * v['stall_s_mean']:.0f} ms mean, {1e3 * v['stall_s_max']:.0f} ms max;"
               f" write {1e3 * v['write_s_mean']:.0f} ms; {v['bytes'] / 1e6:.0f} MB x {v['saves']} saves")
+        if v.get("stall_s_each"):
+            print(f"{'':34} stall of each save: {', '.join(f'{1e3 * x:.0f}' for x in v['stall_s_each'])} ms")
     for f in failures:
         print(f"{'FAILED round ' + str(f['round']) + ' ' + f['row'] + ' ' + f['side']:34} {f['error']}")
     print(f"\nresults: {out}/ ({', '.join(sorted(res) + ['gpu_machine'])})")

@@ -6,7 +6,10 @@ the way a practitioner writes one today:
   - attention is F.scaled_dot_product_attention(is_causal=True): no mask is built per step;
   - the optimizer is torch.optim.AdamW(fused=True) (one fused kernel per step, CPU and CUDA);
   - bf16/fp16 through torch.autocast, fp16 with torch.amp.GradScaler;
-  - optionally torch.compile on the model (--compile).
+  - optionally torch.compile on the model (--compile);
+  - optionally the output head's matmuls at the vocabulary rounded up (--head-multiple 64: the
+    weight padded with zero rows for the product, the logits sliced back; frugal's
+    model.head_multiple), by hand as a practitioner who knows the trick writes it.
 
 Timing: the wall time between the ends of consecutive steps (each step ends with loss.item(),
 which also waits for the GPU), the same window as frugal's per-step elapsed_s in metrics.jsonl;
@@ -88,9 +91,10 @@ class GPT(nn.Module):
     """frugal's reference GPT (src/model/gpt.cpp): learned positions, pre-LN blocks, final
     LayerNorm, output head tied to the token embedding, GPT-2 initialisation."""
 
-    def __init__(self, vocab, block, layers, heads, embd, dropout=0.0, checkpoint_blocks=False):
+    def __init__(self, vocab, block, layers, heads, embd, dropout=0.0, checkpoint_blocks=False, head_multiple=1):
         super().__init__()
         self.checkpoint_blocks = checkpoint_blocks
+        self.head_pad = -(-vocab // head_multiple) * head_multiple - vocab
         self.wte = nn.Embedding(vocab, embd)
         self.wpe = nn.Embedding(block, embd)
         self.drop = nn.Dropout(dropout)
@@ -117,7 +121,11 @@ class GPT(nn.Module):
                 x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=False)
             else:
                 x = b(x)
-        logits = F.linear(self.ln_f(x), self.wte.weight)
+        if self.head_pad:
+            vocab = self.wte.weight.size(0)
+            logits = F.linear(self.ln_f(x), F.pad(self.wte.weight, (0, 0, 0, self.head_pad)))[..., :vocab]
+        else:
+            logits = F.linear(self.ln_f(x), self.wte.weight)
         # The loss in fp32, as frugal computes it.
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
@@ -191,6 +199,9 @@ def main():
     ap.add_argument("--threads", type=int, default=0,
                     help="intra-op threads; 0 = the physical cores (bench/compute_levers.py sweeps 1..cores)")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--head-multiple", type=int, default=1,
+                    help="the output head's matmuls at the vocabulary rounded up to a multiple of this "
+                         "(zero rows for the product only, as frugal's model.head_multiple); 1 = off")
     ap.add_argument("--compile-mode", default="default",
                     help="torch.compile mode (default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs)")
     ap.add_argument("--activation-checkpointing", action="store_true",
@@ -240,7 +251,8 @@ def main():
             x, y = x.pin_memory(), y.pin_memory()
         return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
-    model = GPT(a.vocab, a.block, a.layers, a.heads, a.embd, a.dropout, a.activation_checkpointing).to(device)
+    model = GPT(a.vocab, a.block, a.layers, a.heads, a.embd, a.dropout, a.activation_checkpointing,
+                a.head_multiple).to(device)
     params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -305,7 +317,7 @@ def main():
     out = {
         "program": "pytorch_peer", "torch": torch.__version__, "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "dtype": a.dtype, "precision": a.dtype, "compile": a.compile,
+        "dtype": a.dtype, "precision": a.dtype, "compile": a.compile, "head_multiple": a.head_multiple,
         "compile_mode": a.compile_mode if a.compile else None, "threads": threads,
         "activation_checkpointing": a.activation_checkpointing,
         "model": {"layers": a.layers, "heads": a.heads, "embd": a.embd, "block": a.block, "vocab": a.vocab},

@@ -623,7 +623,8 @@ def render_gpu(R):
         sides = g["sides"] if g else {}
         if "frugal" not in sides:
             continue
-        for peer, label in (("eager", "PyTorch eager"), ("compile", "torch.compile")):
+        for peer, label in (("eager", "PyTorch eager"), ("eager_padded", "PyTorch eager with the head padded by hand"),
+                            ("compile", "torch.compile")):
             if peer in sides and sides[peer]["tokens_per_s"]:
                 ratios.append(f"{dt} {sides['frugal']['tokens_per_s'] / sides[peer]['tokens_per_s']:.2f}x {label}")
     if ratios:
@@ -637,11 +638,15 @@ def render_gpu(R):
                          f"{n0(v['step_ms_none'])} -> {n0(v['step_ms_ckpt'])} ({signed(v['time_overhead'])}) |")
     c = R.get("gpu_checkpoint_stall")
     if c:
+        each = any(v.get("stall_s_each") for v in c["modes"].values() if isinstance(v, dict))
         lines += ["", f"| checkpoint every {c['every_steps']} steps, bf16 | trainer stall per save (mean / max) | "
-                      "write per save | checkpoint size |", "| --- | --- | --- | --- |"]
+                      + ("stall of each save, in order | " if each else "")
+                      + "write per save | checkpoint size |", "| --- | --- | --- | --- |" + (" --- |" if each else "")]
         for mode in [x for x in ("sync", "async") if x in c["modes"]]:
             v = c["modes"][mode]
-            lines.append(f"| {mode} | {1e3 * v['stall_s_mean']:.0f} ms / {1e3 * v['stall_s_max']:.0f} ms | "
+            listed = v.get("stall_s_each") or []
+            per_save = ((", ".join(f"{1e3 * x:,.0f}" for x in listed) + " ms" if listed else "n/a") + " | ") if each else ""
+            lines.append(f"| {mode} | {1e3 * v['stall_s_mean']:.0f} ms / {1e3 * v['stall_s_max']:.0f} ms | {per_save}"
                          f"{1e3 * v['write_s_mean']:.0f} ms | {v['bytes'] / 1e6:,.0f} MB |")
     failed = m.get("failures") or []
     if failed:

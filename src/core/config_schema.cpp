@@ -199,6 +199,10 @@ std::vector<KeySpec> build_schema() {
       "approximation); unset, model.init_from's config.json sets it"));
   s.push_back(float_key(FRUGAL_FIELD(model, norm_eps), 1e-12, 1e-1,
                         "LayerNorm epsilon; unset, model.init_from's config.json sets it"));
+  s.push_back(int_key(FRUGAL_FIELD(model, head_multiple), 0, 4096,
+                      "the output head's matmuls run at model.vocab rounded up to a multiple of this (zero rows "
+                      "for the product only; parameters, checkpoints and logits unchanged): aligned widths use "
+                      "the GPU's fast matmul kernels; 0 = auto (64 on a GPU, off on the CPU), 1 = off"));
   s.push_back(string_key(FRUGAL_FIELD(model, source),
                          "what is trained: \"gpt\" (the reference GPT) or \"torchscript:FILE\" (a module scripted in "
                          "Python whose forward(x, y) returns the mean loss; docs/library.md)",

@@ -153,8 +153,20 @@ at::Tensor GptImpl::forward(const at::Tensor& idx) {
   auto x = drop_->forward(wte_->forward(idx) + wpe_->forward(pos));
   for (size_t i = 0; i < blocks_.size(); ++i)
     x = block_runner_ ? block_runner_(blocks_[i], x, i) : blocks_[i]->forward(x);
-  x = ln_f_->forward(x);
-  return torch::linear(x, wte_->weight);  // tied head
+  return head(ln_f_->forward(x));
+}
+
+// The tied head. Where model.head_multiple rounds the vocabulary V up to Vp, the product runs
+// against the weight with Vp - V zero rows appended, and the logits are the first V columns of
+// its (..., Vp) result: a view, so the loss's cast to float is still the one copy. The backward
+// hands the weight the gradient of its V rows only. (A GPU's matmul kernels for a width like
+// GPT-2's 50257 are unaligned ones, several times slower than those for 50304.)
+at::Tensor GptImpl::head(const at::Tensor& x) const {
+  const int64_t V = config_.vocab;
+  const int64_t m = config_.head_multiple > 0 ? config_.head_multiple : (x.is_cuda() ? 64 : 1);
+  const int64_t Vp = (V + m - 1) / m * m;
+  if (Vp == V) return torch::linear(x, wte_->weight);
+  return torch::linear(x, at::constant_pad_nd(wte_->weight, {0, 0, 0, Vp - V})).narrow(-1, 0, V);
 }
 
 at::Tensor GptImpl::loss(const at::Tensor& idx, const at::Tensor& targets) {
@@ -169,8 +181,7 @@ at::Tensor GptImpl::forward_cached(const at::Tensor& idx, int64_t pos, std::vect
   auto p = torch::arange(pos, pos + T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = wte_->forward(idx) + wpe_->forward(p);
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward(x, &cache[i]);
-  x = ln_f_->forward(x.narrow(1, T - 1, 1));
-  return torch::linear(x, wte_->weight).reshape({-1});  // logits of the last position
+  return head(ln_f_->forward(x.narrow(1, T - 1, 1))).reshape({-1});  // logits of the last position
 }
 
 std::vector<int64_t> GptImpl::generate(const std::vector<int64_t>& prompt, int64_t max_new,

@@ -397,6 +397,7 @@ void Trainer::State::add_checkpoint_summary(nlohmann::ordered_json& summary) con
       {"stall_s_total", cs.stall_s_total},
       {"stall_s_mean", cs.saves ? cs.stall_s_total / static_cast<double>(cs.saves) : 0.0},
       {"stall_s_max", cs.stall_s_max},
+      {"stall_s_each", cs.stall_s_each},
       {"write_s_mean", cs.saves ? cs.write_s_total / static_cast<double>(cs.saves) : 0.0},
       {"bytes", cs.last_bytes},
       {"latest", last_checkpoint},

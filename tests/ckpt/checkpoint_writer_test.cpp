@@ -58,6 +58,18 @@ TEST(CheckpointWriter, BackgroundErrorIsRethrownOnTheTrainerThread) {
   w.wait();  // reported once
 }
 
+// Each save's stall is kept in order beside the total and the maximum (summary.json's
+// checkpoint.stall_s_each).
+TEST(CheckpointWriter, KeepsEachSavesStallInOrder) {
+  test::TempDir dir;
+  CheckpointWriter w(dir.path(), {}, {3, 0, MetricMode::kMin}, false);
+  for (double s : {0.25, 0.5, 0.125}) w.record_stall(s);
+  const CheckpointWriterStats st = w.stats();
+  EXPECT_EQ(st.stall_s_each, (std::vector<double>{0.25, 0.5, 0.125}));
+  EXPECT_DOUBLE_EQ(st.stall_s_total, 0.875);
+  EXPECT_DOUBLE_EQ(st.stall_s_max, 0.5);
+}
+
 TEST(CheckpointWriter, RotatesAfterEachCompletedSave) {
   test::TempDir dir;
   CheckpointWriter w(dir.path(), {}, {2, 0, MetricMode::kMin}, true);

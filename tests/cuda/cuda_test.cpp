@@ -70,6 +70,7 @@ TEST(Cuda, GptForwardAndGradientsOnTheGpuMatchTheCpu) {
   mc.heads = 4;
   mc.embd = 64;
   mc.block = 32;
+  mc.vocab = 250;  // not a multiple of 64: on the GPU the head's product runs 256 wide (model.head_multiple auto)
   torch::manual_seed(3);
   Gpt cpu(mc);
   Gpt gpu(mc);
@@ -80,6 +81,11 @@ TEST(Cuda, GptForwardAndGradientsOnTheGpuMatchTheCpu) {
   }
   gpu->to(torch::kCUDA);
   auto x = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong), y = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong);
+  {
+    torch::NoGradGuard ng;
+    EXPECT_EQ(gpu->forward(x.cuda()).stride(1), 256);  // padded on the GPU
+    EXPECT_EQ(cpu->forward(x).stride(1), 250);         // not on the CPU
+  }
   auto lc = cpu->loss(x, y);
   auto lg = gpu->loss(x.cuda(), y.cuda());  // ATen's fused attention on the GPU, frugal's kernel on the CPU
   EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-4);

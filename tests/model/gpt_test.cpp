@@ -69,6 +69,56 @@ TEST(Gpt, FloatTrainingForwardAndGradientsMatchTheSameWeightsInDouble) {
   }
 }
 
+// model.head_multiple: the head's product runs at the vocabulary rounded up (here 250 -> 256)
+// against zero rows appended to the tied weight; logits, loss and every gradient equal the
+// unpadded head's, and the weight keeps its 250 rows. The logits' row stride shows the width the
+// product ran at; on the CPU, 0 (auto) leaves the head unpadded.
+TEST(Gpt, PaddedHeadGivesTheUnpaddedLogitsLossAndGradients) {
+  torch::manual_seed(8);
+  ModelConfig c = small();
+  c.vocab = 250;
+  ModelConfig cp = c, ca = c;
+  c.head_multiple = 1;
+  cp.head_multiple = 64;
+  ca.head_multiple = 0;
+  Gpt plain(c), padded(cp), autod(ca);
+  {
+    torch::NoGradGuard ng;
+    auto src = plain->parameters();
+    for (Gpt* m : {&padded, &autod}) {
+      auto dst = (*m)->parameters();
+      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    }
+  }
+  auto idx = torch::randint(0, 250, {3, 16}, torch::kLong), y = torch::randint(0, 250, {3, 16}, torch::kLong);
+  {
+    torch::NoGradGuard ng;
+    auto lp = plain->forward(idx), lq = padded->forward(idx), la = autod->forward(idx);
+    ASSERT_EQ(lq.sizes(), lp.sizes());
+    EXPECT_EQ(lq.stride(1), 256);  // the product ran 256 wide
+    EXPECT_EQ(lp.stride(1), 250);
+    EXPECT_EQ(la.stride(1), 250);  // auto: off on the CPU
+    EXPECT_TRUE(torch::allclose(lq, lp, 1e-5, 1e-6));
+  }
+  auto loss_plain = plain->loss(idx, y), loss_padded = padded->loss(idx, y);
+  EXPECT_NEAR(loss_padded.item<double>(), loss_plain.item<double>(), 1e-6);
+  loss_plain.backward();
+  loss_padded.backward();
+  auto gp = plain->named_parameters(), gq = padded->named_parameters();
+  for (const auto& item : gp) {
+    SCOPED_TRACE(item.key());
+    const at::Tensor& g = gq[item.key()].grad();
+    ASSERT_TRUE(g.defined());
+    ASSERT_EQ(g.sizes(), item.value().grad().sizes());
+    EXPECT_TRUE(torch::allclose(g, item.value().grad(), 1e-4, 1e-7));
+  }
+  EXPECT_EQ(padded->named_parameters()["wte.weight"].size(0), 250);
+  // Greedy decoding through the KV cache reads the same head.
+  padded->eval();
+  plain->eval();
+  EXPECT_EQ(padded->generate({1, 2, 3}, 6, 0.0, 0), plain->generate({1, 2, 3}, 6, 0.0, 0));
+}
+
 TEST(Gpt, KvCacheDecodingMatchesFullForward) {
   torch::manual_seed(1);
   Gpt m(small());

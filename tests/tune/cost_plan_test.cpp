@@ -123,6 +123,13 @@ TEST(CostPlan, ARunDirectoryIsASourceAndAnInstanceScalesItByPeak) {
   const nlohmann::json summary = read_json(run + "/summary.json");
   EXPECT_DOUBLE_EQ(j["figures"]["startup_s"].get<double>(), summary["startup_s"].get<double>());
   EXPECT_DOUBLE_EQ(j["figures"]["save_s"].get<double>(), summary["checkpoint"]["stall_s_mean"].get<double>());
+  // The run's summary lists each save's stall: one per save, summing to the total.
+  const nlohmann::json& each = summary["checkpoint"]["stall_s_each"];
+  ASSERT_EQ(each.size(), summary["checkpoint"]["saves"].get<size_t>());
+  ASSERT_GT(each.size(), 0u);
+  double sum = 0;
+  for (const auto& x : each) sum += x.get<double>();
+  EXPECT_NEAR(sum, summary["checkpoint"]["stall_s_total"].get<double>(), 1e-9);
   EXPECT_EQ(j["tokens"], 3000 * summary["tokens"].get<int64_t>() / summary["steps"].get<int64_t>());
 
   // Onto gpu-1xh100 (peak_tflops 989 in the table): steps x 0.5 / 989, the range 3x each way.

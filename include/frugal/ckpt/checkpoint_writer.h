@@ -59,6 +59,9 @@ struct CheckpointWriterStats {
   int64_t saves = 0;
   double stall_s_total = 0;   // trainer-blocked time, summed over saves (measured by the caller)
   double stall_s_max = 0;
+  // Each save's stall, in order (the first async save on a GPU also allocates the page-locked
+  // buffer; a save that finds the previous write in flight waits for it): what a mean hides.
+  std::vector<double> stall_s_each;
   double write_s_total = 0;   // encode + write + fsync + rename + rotate, on whichever thread
   double last_write_s = 0;
   int64_t last_bytes = 0;

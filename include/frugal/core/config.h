@@ -40,6 +40,11 @@ struct ModelConfig {
   enum class Activation { kGelu, kGeluTanh };
   Activation activation = Activation::kGelu;
   double norm_eps = 1e-5;  // LayerNorm epsilon (GPT-2's layer_norm_epsilon)
+  // The output head's matmuls run at the vocabulary rounded up to a multiple of this: the tied
+  // weight gets zero rows for the product only (parameters, checkpoints and logits keep `vocab`
+  // columns). GPU matmul kernels need aligned widths: GPT-2's 50257 falls back to kernels several
+  // times slower than 50304's. 0 = auto (64 on a GPU, off on the CPU); 1 = off.
+  int64_t head_multiple = 0;
   // Where the initial weights come from: "" = random GPT-2 initialisation from run.seed;
   // "hf:DIR" = a Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors, the
   // transformers layout): its config.json sets the keys above that the run leaves unset

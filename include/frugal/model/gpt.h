@@ -89,6 +89,8 @@ class GptImpl : public torch::nn::Module {
 
  private:
   at::Tensor forward_cached(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache);
+  // The tied output head, (..., embd) -> (..., vocab), padded per model.head_multiple (gpt.cpp).
+  at::Tensor head(const at::Tensor& x) const;
 
   ModelConfig config_;
   torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
