@@ -4,7 +4,7 @@
 # logs and JSON in one folder.
 #
 #   bash scripts/gpu-check.sh [--out DIR] [--build-dir DIR] [--no-bench] [--smoke]
-#                             [--repeats N] [--steps N] [--test-timeout S] [--profile]
+#                             [--repeats N] [--steps N] [--test-timeout S] [--profile] [--no-compile]
 #
 #   --out DIR        where the logs and the benchmark JSON go (default bench/results/<date>-gpu;
 #                    with --smoke, bench/out/gpu_smoke: a smoke pass never lands among the results)
@@ -13,8 +13,11 @@
 #   --repeats N      the benchmark's alternating rounds (bench/gpu_bench.py --repeats; default 2)
 #   --steps N        the benchmark's timed steps per run (default 30)
 #   --test-timeout S a CUDA test running longer than S seconds fails (default 600)
-#   --profile        after the benchmark, bench/gpu_profile.py: frugal's and PyTorch eager's device
-#                    time per step by kernel kind, from profiled steps (OUT/gpu_profile.json)
+#   --profile        after the benchmark, bench/gpu_profile.py: frugal's, PyTorch eager's and
+#                    torch.compile's device time per step by kernel kind, from profiled steps
+#                    (OUT/gpu_profile.json)
+#   --no-compile     leave torch.compile out of the benchmark and the profile (saves about two
+#                    minutes on an H100/H200: for a short lease)
 #   --smoke          the benchmark at a tiny shape (bench/gpu_bench.py --smoke): proves the steps
 #                    on a machine without a GPU, where ctest -L cuda reports every case as skipped
 #
@@ -35,6 +38,7 @@ BENCH=1
 PROFILE=0
 SMOKE=0
 BENCH_ARGS=()
+NO_COMPILE=()
 TEST_TIMEOUT=600
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -42,13 +46,14 @@ while [[ $# -gt 0 ]]; do
     --build-dir) BUILD=$2; shift 2 ;;
     --no-bench) BENCH=0; shift ;;
     --profile) PROFILE=1; shift ;;
+    --no-compile) NO_COMPILE=(--no-compile); shift ;;
     --smoke) SMOKE=1; shift ;;
     --repeats|--steps) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: $1 takes a positive whole number, not '${2:-}'" >&2; exit 2; }
                        BENCH_ARGS+=("$1" "$2"); shift 2 ;;
     --test-timeout) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: --test-timeout takes seconds (a positive whole number), not '${2:-}'" >&2; exit 2; }
                     TEST_TIMEOUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --profile, --smoke, --repeats N, --steps N, --test-timeout S, --help)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --profile, --no-compile, --smoke, --repeats N, --steps N, --test-timeout S, --help)" >&2; exit 2 ;;
   esac
 done
 if [[ -z $OUT ]]; then
@@ -124,7 +129,7 @@ tail -n 25 "$OUT/ctest-cuda.log" | tee -a "$LOG"
 
 # 6. The GPU benchmark.
 if [[ $BENCH -eq 1 ]]; then
-  args=(--frugal "$BUILD/frugal" --out "$OUT" "${BENCH_ARGS[@]}")
+  args=(--frugal "$BUILD/frugal" --out "$OUT" "${BENCH_ARGS[@]}" "${NO_COMPILE[@]}")
   [[ $SMOKE -eq 1 ]] && args=(--frugal "$BUILD/frugal" --out "$OUT" --smoke)
   say "bench/gpu_bench.py ${args[*]}"
   PYTHONUNBUFFERED=1 "$PY" bench/gpu_bench.py "${args[@]}" 2>&1 | tee "$OUT/gpu-bench.log" | tee -a "$LOG"
@@ -133,7 +138,7 @@ if [[ $BENCH -eq 1 ]]; then
 fi
 # 7. Where the step time goes, frugal against eager (--profile).
 if [[ $PROFILE -eq 1 ]]; then
-  pargs=(--frugal "$BUILD/frugal" --out "$OUT")
+  pargs=(--frugal "$BUILD/frugal" --out "$OUT" "${NO_COMPILE[@]}")
   [[ $SMOKE -eq 1 ]] && pargs+=(--smoke)
   say "bench/gpu_profile.py ${pargs[*]}"
   PYTHONUNBUFFERED=1 "$PY" bench/gpu_profile.py "${pargs[@]}" 2>&1 | tee "$OUT/gpu-profile.log" | tee -a "$LOG"
