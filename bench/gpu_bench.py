@@ -4,7 +4,8 @@ wheel) on the GPT-2 124M shape (12 layers, 12 heads, 768 wide, vocabulary 50257,
 trained from llm.c-format token shards at the same micro-batch on every side.
 
 Rows (each side's runs alternate, --repeats rounds; medians):
-  - bf16: tokens/s and MFU of frugal, PyTorch eager, torch.compile (compile time apart); and of
+  - bf16: tokens/s and MFU of frugal (its defaults: on a GPU the output head's matmuls padded to
+    a multiple of 64, model.head_multiple), PyTorch eager, torch.compile (compile time apart); and of
     frugal with model.head_multiple = 1 (the head unpadded) and eager with the head padded by
     hand (peer_gpt.py --head-multiple 64), to show the head-padding lever on its own;
   - fp16 with dynamic loss scaling (frugal's precision.mode = fp16, the peer's GradScaler):
@@ -401,7 +402,7 @@ def main():
         res[name] = obj
 
     def ratios(obj, group):  # frugal over each peer side that ran
-        for peer in ("eager", "eager_padded", "compile"):
+        for peer in ("eager", "eager_padded", "compile", "frugal_unpadded"):
             if "frugal" in group and peer in group:
                 obj[f"frugal_over_{peer}"] = group["frugal"]["tokens_per_s"] / group[peer]["tokens_per_s"]
         return obj

@@ -210,7 +210,7 @@ def main():
             for t in sides[side]["top_kernels"]:
                 print(f"  {t['ms_per_step']:8.3f} {t['calls_per_step']:7.1f}  [{t['kind']}] {t['name'][:110]}")
     if not any(s["device_events"] for s in sides.values()):
-        print("\nno device events in any trace (a CPU run): both traces were made and read")
+        print("\nno device events in any trace (a CPU run): every trace was made and read")
     print(f"\nresults: {os.path.join(a.out, 'gpu_profile.json')}")
     return 0
 

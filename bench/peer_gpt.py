@@ -218,6 +218,8 @@ def main():
         ap.error(f"--heads {a.heads} must divide --embd {a.embd}")
     if a.steps < 1 or a.warmup < 1:
         ap.error("--steps and --warmup must be at least 1 (the first step is never timed)")
+    if a.head_multiple < 1:
+        ap.error(f"--head-multiple {a.head_multiple} must be at least 1 (1 = off)")
     if a.profile_trace and not 1 <= a.profile_steps <= a.steps:
         ap.error(f"--profile-steps {a.profile_steps} must be between 1 and --steps {a.steps}")
 

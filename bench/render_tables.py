@@ -624,7 +624,7 @@ def render_gpu(R):
         if "frugal" not in sides:
             continue
         for peer, label in (("eager", "PyTorch eager"), ("eager_padded", "PyTorch eager with the head padded by hand"),
-                            ("compile", "torch.compile")):
+                            ("compile", "torch.compile"), ("frugal_unpadded", "frugal with model.head_multiple = 1")):
             if peer in sides and sides[peer]["tokens_per_s"]:
                 ratios.append(f"{dt} {sides['frugal']['tokens_per_s'] / sides[peer]['tokens_per_s']:.2f}x {label}")
     if ratios:
@@ -640,7 +640,7 @@ def render_gpu(R):
     if c:
         each = any(v.get("stall_s_each") for v in c["modes"].values() if isinstance(v, dict))
         lines += ["", f"| checkpoint every {c['every_steps']} steps, bf16 | trainer stall per save (mean / max) | "
-                      + ("stall of each save, in order | " if each else "")
+                      + ("stall of each save, in order (first round) | " if each else "")
                       + "write per save | checkpoint size |", "| --- | --- | --- | --- |" + (" --- |" if each else "")]
         for mode in [x for x in ("sync", "async") if x in c["modes"]]:
             v = c["modes"][mode]

@@ -82,7 +82,7 @@ void CheckpointWriter::record_stall(double seconds) {
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.stall_s_total += seconds;
   stats_.stall_s_max = std::max(stats_.stall_s_max, seconds);
-  stats_.stall_s_each.push_back(seconds);
+  if (stats_.stall_s_each.size() < CheckpointWriterStats::kStallsListed) stats_.stall_s_each.push_back(seconds);
 }
 
 CheckpointWriterStats CheckpointWriter::stats() const {

@@ -158,15 +158,21 @@ at::Tensor GptImpl::forward(const at::Tensor& idx) {
 
 // The tied head. Where model.head_multiple rounds the vocabulary V up to Vp, the product runs
 // against the weight with Vp - V zero rows appended, and the logits are the first V columns of
-// its (..., Vp) result: a view, so the loss's cast to float is still the one copy. The backward
-// hands the weight the gradient of its V rows only. (A GPU's matmul kernels for a width like
-// GPT-2's 50257 are unaligned ones, several times slower than those for 50304.)
-at::Tensor GptImpl::head(const at::Tensor& x) const {
+// its (..., Vp) result: a view (row stride Vp), so the loss's cast to float is still the one copy
+// of the logits. The backward fills a zero (..., Vp) gradient and copies the V columns in; the
+// weight gets the gradient of its V rows only. Under autocast the weight is cast first and the
+// cast copy padded (half the bytes of padding the float weight). A GPU's matmul kernels for a
+// width like GPT-2's 50257 are unaligned ones, several times slower than those for 50304.
+// `pad` = false for one-token decoding, where the product is one row and padding only copies.
+at::Tensor GptImpl::head(const at::Tensor& x, bool pad) const {
   const int64_t V = config_.vocab;
-  const int64_t m = config_.head_multiple > 0 ? config_.head_multiple : (x.is_cuda() ? 64 : 1);
+  const int64_t m = !pad ? 1 : config_.head_multiple > 0 ? config_.head_multiple : (x.is_cuda() ? 64 : 1);
   const int64_t Vp = (V + m - 1) / m * m;
   if (Vp == V) return torch::linear(x, wte_->weight);
-  return torch::linear(x, at::constant_pad_nd(wte_->weight, {0, 0, 0, Vp - V})).narrow(-1, 0, V);
+  at::Tensor w = wte_->weight;
+  const c10::DeviceType dev = x.device().type();
+  if (compat::autocast_enabled(dev) && w.scalar_type() == at::kFloat) w = w.to(compat::autocast_dtype(dev));
+  return torch::linear(x, at::constant_pad_nd(w, {0, 0, 0, Vp - V})).narrow(-1, 0, V);
 }
 
 at::Tensor GptImpl::loss(const at::Tensor& idx, const at::Tensor& targets) {
@@ -181,7 +187,7 @@ at::Tensor GptImpl::forward_cached(const at::Tensor& idx, int64_t pos, std::vect
   auto p = torch::arange(pos, pos + T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = wte_->forward(idx) + wpe_->forward(p);
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward(x, &cache[i]);
-  return head(ln_f_->forward(x.narrow(1, T - 1, 1))).reshape({-1});  // logits of the last position
+  return head(ln_f_->forward(x.narrow(1, T - 1, 1)), /*pad=*/false).reshape({-1});  // the last position's logits
 }
 
 std::vector<int64_t> GptImpl::generate(const std::vector<int64_t>& prompt, int64_t max_new,

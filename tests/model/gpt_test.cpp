@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "frugal/core/compat.h"
+
 namespace frugal::gpt_test {
 namespace {
 
@@ -113,6 +115,16 @@ TEST(Gpt, PaddedHeadGivesTheUnpaddedLogitsLossAndGradients) {
     EXPECT_TRUE(torch::allclose(g, item.value().grad(), 1e-4, 1e-7));
   }
   EXPECT_EQ(padded->named_parameters()["wte.weight"].size(0), 250);
+  // Under bf16 autocast the weight is cast, then padded: the same width, the logits within bf16's
+  // rounding of the unpadded head's.
+  {
+    torch::NoGradGuard ng;
+    compat::AutocastGuard bf16(c10::DeviceType::CPU, at::kBFloat16);
+    auto lq = padded->forward(idx), lp = plain->forward(idx);
+    EXPECT_EQ(lq.stride(1), 256);
+    EXPECT_EQ(lq.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(torch::allclose(lq.to(at::kFloat), lp.to(at::kFloat), 2e-2, 2e-2));
+  }
   // Greedy decoding through the KV cache reads the same head.
   padded->eval();
   plain->eval();

@@ -61,7 +61,9 @@ class GptImpl : public torch::nn::Module {
  public:
   explicit GptImpl(const ModelConfig& c);
 
-  // idx: (B, T) int64 token ids, T <= block. Returns logits (B, T, vocab).
+  // idx: (B, T) int64 token ids, T <= block. Returns logits (B, T, vocab). Where the head is
+  // padded (model.head_multiple; by default on a GPU) they are a view whose row stride exceeds
+  // vocab: call .contiguous() before .view() or raw data access.
   at::Tensor forward(const at::Tensor& idx);
   // Mean cross-entropy of next-token prediction; logits are computed in fp32 for the loss.
   // Targets equal to kIgnoreIndex (-100, data/packing.h: padding, masked positions) count
@@ -89,8 +91,9 @@ class GptImpl : public torch::nn::Module {
 
  private:
   at::Tensor forward_cached(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache);
-  // The tied output head, (..., embd) -> (..., vocab), padded per model.head_multiple (gpt.cpp).
-  at::Tensor head(const at::Tensor& x) const;
+  // The tied output head, (..., embd) -> (..., vocab), padded per model.head_multiple unless
+  // `pad` is false (gpt.cpp).
+  at::Tensor head(const at::Tensor& x, bool pad = true) const;
 
   ModelConfig config_;
   torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
