@@ -130,7 +130,7 @@ tail -n 25 "$OUT/ctest-cuda.log" | tee -a "$LOG"
 # 6. The GPU benchmark.
 if [[ $BENCH -eq 1 ]]; then
   args=(--frugal "$BUILD/frugal" --out "$OUT" "${BENCH_ARGS[@]}" "${NO_COMPILE[@]}")
-  [[ $SMOKE -eq 1 ]] && args=(--frugal "$BUILD/frugal" --out "$OUT" --smoke)
+  [[ $SMOKE -eq 1 ]] && args=(--frugal "$BUILD/frugal" --out "$OUT" --smoke "${NO_COMPILE[@]}")
   say "bench/gpu_bench.py ${args[*]}"
   PYTHONUNBUFFERED=1 "$PY" bench/gpu_bench.py "${args[@]}" 2>&1 | tee "$OUT/gpu-bench.log" | tee -a "$LOG"
   rc=${PIPESTATUS[0]}
