@@ -296,6 +296,7 @@ def main():
                 "fp32_tokens_per_s": r32, "bf16_tokens_per_s": r16, "speedup": r16 / r32,
                 "fp32_runs": [x[0] for x in f32], "bf16_runs": [x[0] for x in b16],
                 "flops_per_token": fpt, "threads": f32[0][1].get("threads"),
+                # against the doctor's start figures (bench/render_tables.py: the faster of start and end)
                 "mfu_fp32": r32 * fpt / (doc0["matmul_fp32_gflops"] * 1e9),
                 "mfu_bf16": r16 * fpt / (doc0["matmul_bf16_gflops"] * 1e9)})
             rows.append((f"bf16 vs fp32 ({name}, embd {SHAPES[name]['embd']})", f"{r32:,.0f} -> {r16:,.0f} tok/s",
