@@ -92,3 +92,64 @@ function(frugal_pch_where_it_pays)
     endif()
   endforeach()
 endfunction()
+
+# frugal_unity_groups(TARGET SIZE SOURCES...)
+# Compiles the target's files in unity groups of at most SIZE files of one source folder: a group
+# parses the headers its files share (fmt, json, the standard library; LibTorch's through the
+# precompiled header, ~8 s to load) and instantiates their templates once, instead of once per
+# file. The files that reach LibTorch's headers (see above) and the others form separate groups,
+# so that the others still compile without the precompiled header. Files with their own compile
+# options or include directories compile alone.
+# Files of one group share a translation unit: a name with internal linkage (a static or an
+# anonymous namespace's) may be defined in only one file of a folder; the ctest
+# `unity_internal_names` (tests/layers/check_internal_names.py) checks it. FRUGAL_UNITY=OFF
+# compiles every file alone (quicker rebuilds after editing one file).
+function(frugal_unity_groups target size)
+  if(NOT FRUGAL_UNITY)
+    return()
+  endif()
+  set(keys "")
+  foreach(src IN LISTS ARGN)
+    get_source_file_property(opts "${src}" COMPILE_OPTIONS)
+    get_source_file_property(incs "${src}" INCLUDE_DIRECTORIES)
+    if(opts OR incs)
+      continue()
+    endif()
+    _frugal_reaches_torch("${src}" heavy)
+    get_filename_component(dir "${src}" DIRECTORY)
+    file(RELATIVE_PATH rel "${PROJECT_SOURCE_DIR}" "${dir}")
+    string(MAKE_C_IDENTIFIER "${rel}" key)
+    if(NOT heavy)
+      string(APPEND key "_light")
+    endif()
+    if(NOT key IN_LIST keys)
+      list(APPEND keys ${key})
+      set(files_${key} "")
+    endif()
+    list(APPEND files_${key} "${src}")
+  endforeach()
+  foreach(key IN LISTS keys)
+    list(SORT files_${key})
+    list(LENGTH files_${key} n)
+    # ceil(n / size) groups of near-equal size, in name order
+    math(EXPR groups "(${n} + ${size} - 1) / ${size}")
+    set(i 0)
+    foreach(src IN LISTS files_${key})
+      math(EXPR g "${i} * ${groups} / ${n}")
+      set_source_files_properties("${src}" PROPERTIES UNITY_GROUP "${key}_${g}")
+      math(EXPR i "${i} + 1")
+    endforeach()
+    if(FRUGAL_PCH AND key MATCHES "_light$")
+      # A unity source takes the target's precompiled header unless marked itself (CMake names
+      # it <target>.dir/Unity/unity_<group>_cxx.cxx; under another name the group just takes the
+      # header, a few seconds slower).
+      math(EXPR last "${groups} - 1")
+      foreach(g RANGE ${last})
+        set_source_files_properties(
+          "${CMAKE_CURRENT_BINARY_DIR}/CMakeFiles/${target}.dir/Unity/unity_${key}_${g}_cxx.cxx"
+          PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+      endforeach()
+    endif()
+  endforeach()
+  set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE GROUP)
+endfunction()

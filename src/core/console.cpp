@@ -8,7 +8,7 @@
 
 namespace frugal {
 namespace {
-std::mutex g_mu;
+std::mutex g_console_mu;
 }
 
 Console& Console::get() {
@@ -20,7 +20,7 @@ Console::Console() : tty_(::isatty(STDOUT_FILENO) == 1) {}
 
 void Console::line(const std::string& text) {
   if (quiet_) return;
-  std::lock_guard<std::mutex> lock(g_mu);
+  std::lock_guard<std::mutex> lock(g_console_mu);
   std::FILE* out = json_mode_ ? stderr : stdout;
   if (status_shown_) std::fputs("\r\033[K", stdout);
   std::fputs(text.c_str(), out);
@@ -30,7 +30,7 @@ void Console::line(const std::string& text) {
 }
 
 void Console::json(const std::string& line) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  std::lock_guard<std::mutex> lock(g_console_mu);
   std::fputs(line.c_str(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);
@@ -38,7 +38,7 @@ void Console::json(const std::string& line) {
 
 void Console::status(const std::string& text) {
   if (quiet_ || !tty_ || json_mode_) return;
-  std::lock_guard<std::mutex> lock(g_mu);
+  std::lock_guard<std::mutex> lock(g_console_mu);
   std::fputs("\r\033[K", stdout);
   std::fputs(text.c_str(), stdout);
   status_shown_ = true;
@@ -46,7 +46,7 @@ void Console::status(const std::string& text) {
 }
 
 void Console::finish_status() {
-  std::lock_guard<std::mutex> lock(g_mu);
+  std::lock_guard<std::mutex> lock(g_console_mu);
   if (status_shown_) std::fputc('\n', stdout);
   status_shown_ = false;
   std::fflush(stdout);

@@ -20,6 +20,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
 #include "frugal/core/threads.h"
+#include "frugal/core/wall_clock.h"
 #include "frugal/data/document_reader.h"
 #include "frugal/data/file_hash.h"
 #include "frugal/data/shard.h"
@@ -35,7 +36,6 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 const char* dedup_name(DedupMode m) {
   return m == DedupMode::kNone ? "none" : m == DedupMode::kExact ? "exact" : "near";
@@ -245,7 +245,7 @@ void prepare_tokens(const PrepareOptions& o, std::vector<std::string> docs, cons
                   tok->name(), r.threads));
   const auto t_tok = Clock::now();
   const auto encoded = tok->encode(kept, r.threads, tmp);
-  r.tokenize_s = since(t_tok);
+  r.tokenize_s = seconds_since(t_tok);
   const auto sep = tok->separator();
   std::vector<int32_t> stream;
   for (const auto& d : encoded) {
@@ -351,7 +351,7 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
   const nlohmann::json key = options_key(o), sources = describe_sources(files, &r.bytes_in);
   if (!o.force && cache_hit(out, key, sources, &r)) {
     r.up_to_date = true;
-    r.seconds = since(t0);
+    r.seconds = seconds_since(t0);
     return r;
   }
 
@@ -385,8 +385,9 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     } else {
       for (const auto& f : files) {
         split_documents(read_file(f), f, o.format, o.jsonl_field, &docs);
-        say(fmt::format("read {} files, {} documents, {:.1f} MB ({:.0f} MB/s)", r.sources, docs.size(),
-                        static_cast<double>(r.bytes_in) / 1e6, static_cast<double>(r.bytes_in) / 1e6 / since(t0)));
+        const double mb = static_cast<double>(r.bytes_in) / 1e6;
+        say(fmt::format("read {} files, {} documents, {:.1f} MB ({:.0f} MB/s)", r.sources, docs.size(), mb,
+                        mb / seconds_since(t0)));
       }
     }
     if (tokens) {
@@ -399,7 +400,7 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     }
     m["options"] = key;
     m["sources"] = sources;
-    r.seconds = since(t0);
+    r.seconds = seconds_since(t0);
     m["prepare_seconds"] = r.seconds;
     write_file_atomic(tmp + "/manifest.json", m.dump(2) + "\n");
     publish(tmp, out);
@@ -408,7 +409,7 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     remove_tree(tmp, ec);
     throw;
   }
-  r.seconds = since(t0);
+  r.seconds = seconds_since(t0);
   return r;
 }
 

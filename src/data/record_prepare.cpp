@@ -25,9 +25,11 @@
 #include "data/internal/little_endian.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/wall_clock.h"
 #include "frugal/data/csv_table.h"
 #include "frugal/data/file_hash.h"
 #include "frugal/data/image.h"
+#include "frugal/data/record_source.h"
 #include "frugal/data/rng.h"
 #include "frugal/data/sampler.h"
 #include "frugal/data/shard.h"
@@ -40,9 +42,7 @@ namespace {
 
 constexpr uint64_t kAugmentStream = 0x6175676dULL;  // "augm"
 constexpr uint64_t kHoldOutStream = 0x686f6c64ULL;  // "hold"
-constexpr size_t kLabelBytes = 8;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Appends records to `{split}_NNNNNN.frs` files of at most `per_shard` records each.
 class SplitWriter {
@@ -91,7 +91,7 @@ class SplitWriter {
 };
 
 void put_label(std::string* rec, int64_t label) {
-  rec->resize(kLabelBytes);
+  rec->resize(kRecordLabelBytes);
   put_u64(reinterpret_cast<uint8_t*>(rec->data()), static_cast<uint64_t>(label));
 }
 
@@ -102,8 +102,8 @@ std::string image_record(int64_t label, const Image& im, PixelStorage pixels) {
   if (pixels == PixelStorage::kUint8) {
     rec.append(reinterpret_cast<const char*>(chw.data()), chw.size());
   } else {
-    rec.resize(kLabelBytes + 2 * chw.size());
-    auto* p = reinterpret_cast<uint8_t*>(rec.data()) + kLabelBytes;
+    rec.resize(kRecordLabelBytes + 2 * chw.size());
+    auto* p = reinterpret_cast<uint8_t*>(rec.data()) + kRecordLabelBytes;
     for (size_t i = 0; i < chw.size(); ++i) put_u16(p + 2 * i, c10::Half(chw[i] / 255.0f).x);
   }
   return rec;
@@ -166,7 +166,7 @@ void prepare_images(const PrepareOptions& o, std::vector<ImageItem> items, const
       for (int v = 1; v <= o.augment; ++v)
         records[j].push_back(image_record(it.label, augment_image(im, derive_seed(o.seed ^ kAugmentStream, key, v), aug), o.pixels));
     });
-    r->decode_s += since(t0);
+    r->decode_s += seconds_since(t0);
     for (size_t j = 0; j < count; ++j) {
       ImageItem& it = items[begin + j];
       for (const auto& rec : records[j]) (it.val ? val : train).add(rec);
@@ -182,7 +182,7 @@ void prepare_images(const PrepareOptions& o, std::vector<ImageItem> items, const
   const char* dtype = o.pixels == PixelStorage::kUint8 ? "uint8" : "float16";
   (*m)["kind"] = "records";
   (*m)["record"] = {{"content", "image"}, {"label", "int64"}, {"dtype", dtype}, {"shape", {3, S, S}},
-                    {"layout", "CHW"}, {"bytes", kLabelBytes + pixel_bytes * 3 * S * S}};
+                    {"layout", "CHW"}, {"bytes", kRecordLabelBytes + pixel_bytes * 3 * S * S}};
   (*m)["classes"] = classes;
   (*m)["augment"] = {{"variants", o.augment}, {"pad", aug.pad}, {"jitter", aug.jitter}, {"seed", o.seed}};
   (*m)["validation"] = explicit_val ? "val folder" : "held-out fraction";
@@ -333,8 +333,8 @@ void prepare_table(const PrepareOptions& o, const CsvTable& t, const std::string
   std::string rec;
   for (int64_t i = 0; i < n; ++i) {
     put_label(&rec, t.labels[static_cast<size_t>(i)]);
-    rec.resize(kLabelBytes + 4 * F);
-    auto* p = reinterpret_cast<uint8_t*>(rec.data()) + kLabelBytes;
+    rec.resize(kRecordLabelBytes + 4 * F);
+    auto* p = reinterpret_cast<uint8_t*>(rec.data()) + kRecordLabelBytes;
     const float* row = t.values.data() + static_cast<size_t>(i) * F;
     for (size_t f = 0; f < F; ++f) {
       uint32_t bits;
@@ -361,7 +361,7 @@ void prepare_table(const PrepareOptions& o, const CsvTable& t, const std::string
   }
   (*m)["kind"] = "records";
   (*m)["record"] = {{"content", "table"}, {"label", "int64"}, {"dtype", "float32"}, {"shape", {F}},
-                    {"bytes", kLabelBytes + 4 * F}};
+                    {"bytes", kRecordLabelBytes + 4 * F}};
   (*m)["classes"] = t.classes;
   (*m)["features"] = t.features;
   (*m)["label_column"] = t.label_column;
@@ -374,7 +374,7 @@ void prepare_table(const PrepareOptions& o, const CsvTable& t, const std::string
   r->classes = static_cast<int64_t>(t.classes.size());
   r->record_content = "table";
   r->record_shape = fmt::format("float32 [{}]", F);
-  r->decode_s = since(t0);
+  r->decode_s = seconds_since(t0);
 }
 
 }  // namespace frugal::detail

@@ -23,7 +23,6 @@ using detail::get_u32;
 using detail::get_u64;
 
 namespace {
-constexpr size_t kLabelBytes = 8;
 
 size_t dtype_bytes(RecordDtype d) { return d == RecordDtype::kUint8 ? 1 : d == RecordDtype::kFloat16 ? 2 : 4; }
 }  // namespace
@@ -87,7 +86,7 @@ RecordDataset open_record_dataset(const std::string& dir) {
     else if (dtype == "float32") d.spec.dtype = RecordDtype::kFloat32;
     else throw DataError(fmt::format("unknown record dtype \"{}\"", dtype));
     d.spec.shape = rec.at("shape").get<std::vector<int64_t>>();
-    d.spec.bytes = kLabelBytes + static_cast<size_t>(d.spec.values()) * dtype_bytes(d.spec.dtype);
+    d.spec.bytes = kRecordLabelBytes + static_cast<size_t>(d.spec.values()) * dtype_bytes(d.spec.dtype);
     if (rec.at("bytes").get<size_t>() != d.spec.bytes)
       throw DataError(fmt::format("record bytes {} disagree with dtype and shape ({})", rec.at("bytes").dump(),
                                   d.spec.bytes));
@@ -152,7 +151,7 @@ RecordBatch RecordSource::build(const RecordSplit& split, const std::vector<int6
       throw DataError(fmt::format("{}: label {} is outside the manifest's {} classes",
                                   split.locate(indices[static_cast<size_t>(r)]), label, classes));
     y[r] = label;
-    p += kLabelBytes;
+    p += kRecordLabelBytes;
     float* out = x + r * n;
     switch (data_.spec.dtype) {
       case RecordDtype::kUint8:

@@ -14,12 +14,12 @@
 #include <map>
 
 #include "frugal/core/errors.h"
+#include "frugal/core/wall_clock.h"
 #include "frugal/dist/zero_adamw.h"
 
 namespace frugal::dist {
 namespace {
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 }  // namespace
 
 struct DataParallel::Bucket {
@@ -146,7 +146,7 @@ void DataParallel::finish(at::Tensor& loss) {
     b->work.reset();
   }
   lw->wait();
-  wait_s_ += since(t0);
+  wait_s_ += seconds_since(t0);
   if (l.data_ptr() != loss.data_ptr()) loss.copy_(l.reshape({}));
   reducing_ = false;
   ++reductions_;
@@ -204,7 +204,7 @@ void DataParallel::agree(Control& control) {
     }
     control.agree_stop(reason, static_cast<StopKind>(static_cast<int>(global) % 16 - 1));
   }
-  agree_s_ += since(t0);
+  agree_s_ += seconds_since(t0);
 }
 
 std::vector<std::string> DataParallel::gather_strings(const std::string& mine, const std::string& tag) {

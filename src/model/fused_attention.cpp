@@ -32,7 +32,7 @@ struct Saved {
 
 float* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
-std::pair<at::Tensor, Saved> forward_kernel(const at::Tensor& qkv, int64_t heads, bool for_backward) {
+std::pair<at::Tensor, Saved> run_attention_forward(const at::Tensor& qkv, int64_t heads, bool for_backward) {
   // Named in profiles (the backward shows as the autograd node).
   RECORD_FUNCTION("frugal::fused_causal_attention", std::vector<c10::IValue>());
   const auto s = shape_of(qkv, heads);
@@ -52,7 +52,7 @@ std::pair<at::Tensor, Saved> forward_kernel(const at::Tensor& qkv, int64_t heads
   return {y, saved};
 }
 
-at::Tensor backward_kernel(const at::Tensor& qkv, const Saved& saved, const at::Tensor& grad, int64_t heads) {
+at::Tensor run_attention_backward(const at::Tensor& qkv, const Saved& saved, const at::Tensor& grad, int64_t heads) {
   const auto s = shape_of(qkv, heads);
   at::Tensor dy = grad.to(qkv.scalar_type()).contiguous();
   at::Tensor dqkv = at::empty_like(qkv, at::MemoryFormat::Contiguous);
@@ -71,7 +71,7 @@ at::Tensor backward_kernel(const at::Tensor& qkv, const Saved& saved, const at::
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& qkv, int64_t heads) {
-    auto [y, saved] = forward_kernel(qkv, heads, /*for_backward=*/true);
+    auto [y, saved] = run_attention_forward(qkv, heads, /*for_backward=*/true);
     ctx->save_for_backward({qkv, saved.stats, saved.probs});
     ctx->saved_data["heads"] = heads;
     return y;
@@ -79,7 +79,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad) {
     const auto saved = ctx->get_saved_variables();
-    return {backward_kernel(saved[0], {saved[1], saved[2]}, grad[0], ctx->saved_data["heads"].toInt()),
+    return {run_attention_backward(saved[0], {saved[1], saved[2]}, grad[0], ctx->saved_data["heads"].toInt()),
             at::Tensor()};
   }
 };
@@ -101,7 +101,7 @@ at::Tensor fused_causal_attention(const at::Tensor& qkv, int64_t heads) {
         qkv.defined() ? std::string(c10::toString(qkv.scalar_type())) : "", qkv.defined() ? c10::str(qkv.sizes()) : ""));
   }
   at::Tensor x = qkv.contiguous();
-  if (!x.requires_grad() || !torch::GradMode::is_enabled()) return forward_kernel(x, heads, false).first;
+  if (!x.requires_grad() || !torch::GradMode::is_enabled()) return run_attention_forward(x, heads, false).first;
   return AttentionFunction::apply(x, heads);
 }
 

@@ -13,7 +13,7 @@ bool own_kernel(const at::Tensor& x) {
   return x.device().is_cpu() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16);
 }
 
-at::Tensor forward_kernel(const at::Tensor& input) {
+at::Tensor run_gelu_forward(const at::Tensor& input) {
   if (!own_kernel(input)) return at::gelu(input);
   // Named in profiles (the backward shows as the autograd node).
   RECORD_FUNCTION("frugal::fused_gelu", std::vector<c10::IValue>());
@@ -29,7 +29,7 @@ at::Tensor forward_kernel(const at::Tensor& input) {
   return y;
 }
 
-at::Tensor backward_kernel(const at::Tensor& grad, const at::Tensor& input) {
+at::Tensor run_gelu_backward(const at::Tensor& grad, const at::Tensor& input) {
   if (!own_kernel(input) || grad.scalar_type() != input.scalar_type()) return at::gelu_backward(grad, input);
   at::Tensor x = input.contiguous(), dy = grad.contiguous();
   at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
@@ -47,11 +47,11 @@ class GeluFunction : public torch::autograd::Function<GeluFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
     ctx->save_for_backward({x});
-    return forward_kernel(x);
+    return run_gelu_forward(x);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad) {
-    return {backward_kernel(grad[0], ctx->get_saved_variables()[0])};
+    return {run_gelu_backward(grad[0], ctx->get_saved_variables()[0])};
   }
 };
 
@@ -100,7 +100,7 @@ at::Tensor linear_gelu(const at::Tensor& x, const at::Tensor& weight, const at::
 }
 
 at::Tensor fused_gelu(const at::Tensor& x) {
-  if (!x.requires_grad() || !torch::GradMode::is_enabled()) return forward_kernel(x);
+  if (!x.requires_grad() || !torch::GradMode::is_enabled()) return run_gelu_forward(x);
   return GeluFunction::apply(x);
 }
 

@@ -35,7 +35,6 @@
 
 namespace frugal {
 namespace fs = std::filesystem;
-using detail::seconds_since;
 
 namespace {
 

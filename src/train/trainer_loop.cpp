@@ -20,7 +20,6 @@
 #include "train/internal/trainer_state.h"
 
 namespace frugal {
-using detail::seconds_since;
 
 nlohmann::json Trainer::fit() {
   State& s = *s_;

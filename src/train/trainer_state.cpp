@@ -22,7 +22,6 @@
 
 namespace frugal {
 namespace fs = std::filesystem;
-using detail::seconds_since;
 
 namespace {
 

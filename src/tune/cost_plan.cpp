@@ -81,7 +81,7 @@ class PlanProbe final : public Callback {
 
 // The probe's overrides: its own run directory, 1 + probe_steps steps, nothing that would stop,
 // roll back, serve or profile it. Evaluation and checkpoint settings stay as configured.
-std::vector<std::string> probe_sets(const Config& c, const std::string& root) {
+std::vector<std::string> plan_probe_sets(const Config& c, const std::string& root) {
   return {"run.out_dir=" + root, "run.name=plan-probe", fmt::format("train.steps={}", c.plan.probe_steps + 1),
           "train.max_minutes=0", "train.smoke_first=false", "train.auto_tune=false", "early_stop.enabled=false",
           "guard.enabled=false", "budget.limit_usd=0", "plan.before_train=false", "monitor.http=",
@@ -159,7 +159,7 @@ PlanFigures probe_figures(const std::string& file, const std::vector<std::string
   const Config target = resolve_config(file, overrides, env).config;
   detail::TempRoot root("frugal-plan");
   std::vector<std::string> sets = overrides;
-  for (auto& s : probe_sets(target, root.path())) sets.push_back(std::move(s));
+  for (auto& s : plan_probe_sets(target, root.path())) sets.push_back(std::move(s));
   auto probe = std::make_shared<PlanProbe>(target.plan.max_probe_s, progress);
   TrainerOptions opts;
   opts.quiet = true;

@@ -46,13 +46,14 @@ bool has_flag(const std::string& flags, const std::string& f) {
   return (" " + flags + " ").find(" " + f + " ") != std::string::npos;
 }
 
-// Median seconds of a small transformer-like fp32 training step (MLP 512 -> 2048 -> 512, batch
-// 1024): matmuls from the BLAS plus element-wise ops from OpenMP, the mix that oversubscribes.
-double median_of(std::vector<double> v) {
+// The middle value; of an even count, the upper of the two middle ones.
+double upper_median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
+// Median seconds of a small transformer-like fp32 training step (MLP 512 -> 2048 -> 512, batch
+// 1024): matmuls from the BLAS plus element-wise ops from OpenMP, the mix that oversubscribes.
 double mlp_step_seconds(double budget_s) {
   torch::manual_seed(0);
   auto w1 = torch::randn({2048, 512}).mul_(0.02).requires_grad_();
@@ -169,7 +170,7 @@ DoctorReport run_doctor(const DoctorOptions& o) {
     apply_thread_plan(1);
     one_runs.push_back(mlp_step_seconds(o.seconds_per_probe / 3));
   }
-  const double planned_s = median_of(planned_runs), one_s = median_of(one_runs);
+  const double planned_s = upper_median(planned_runs), one_s = upper_median(one_runs);
   // Oversubscribed: OpenMP at the planned count with OpenBLAS's own pool at every CPU.
   at::set_num_threads(plan.intra_op);
   bool blas_pool = set_blas_threads(std::max(plan.logical_cpus, 2) * plan.intra_op);

@@ -21,7 +21,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-Json number(double x) { return std::isfinite(x) ? Json(x) : Json(nullptr); }
+Json finite_or_null(double x) { return std::isfinite(x) ? Json(x) : Json(nullptr); }
 
 // The trial's standing: its highest rung with a result, and the metric there.
 Standing standing(const TrialState& t, int64_t max_steps, bool priced) {
@@ -40,8 +40,8 @@ Json trial_json(const SearchContext& ctx, const TrialState& t, int64_t rank) {
   const double scale = t.steps > 0 ? static_cast<double>(max_steps) / static_cast<double>(t.steps) : NAN;
   Json rungs = Json::array();
   for (const auto& r : t.results)
-    rungs.push_back({{"rung", r.rung}, {"steps", r.steps}, {"metric", number(r.metric)},
-                     {"tokens_per_s", number(r.tokens_per_s)}, {"cost_usd", r.cost_usd}, {"kg_co2", r.kg_co2},
+    rungs.push_back({{"rung", r.rung}, {"steps", r.steps}, {"metric", finite_or_null(r.metric)},
+                     {"tokens_per_s", finite_or_null(r.tokens_per_s)}, {"cost_usd", r.cost_usd}, {"kg_co2", r.kg_co2},
                      {"energy_kwh", r.energy_kwh}, {"wall_s", r.wall_s}, {"stop_kind", r.stop_kind}});
   Json j = {{"rank", rank},
             {"id", t.id},
@@ -51,16 +51,16 @@ Json trial_json(const SearchContext& ctx, const TrialState& t, int64_t rank) {
             {"note", t.note},
             {"rung", t.results.empty() ? -1 : t.results.back().rung},
             {"steps", t.steps},
-            {"metric", t.results.empty() ? Json(nullptr) : number(t.results.back().metric)},
-            {"tokens_per_s", t.results.empty() ? Json(nullptr) : number(t.results.back().tokens_per_s)},
+            {"metric", t.results.empty() ? Json(nullptr) : finite_or_null(t.results.back().metric)},
+            {"tokens_per_s", t.results.empty() ? Json(nullptr) : finite_or_null(t.results.back().tokens_per_s)},
             {"cost_usd", t.spent_usd},
             {"kg_co2", t.spent_kg_co2},
             {"energy_kwh", t.spent_kwh},
             {"wall_s", t.spent_s},
             {"sessions", t.sessions},
-            {"projected_usd", number(t.spent_usd * scale)},
-            {"projected_s", number(t.spent_s * scale)},
-            {"projected_kg_co2", number(t.spent_kg_co2 * scale)},
+            {"projected_usd", finite_or_null(t.spent_usd * scale)},
+            {"projected_s", finite_or_null(t.spent_s * scale)},
+            {"projected_kg_co2", finite_or_null(t.spent_kg_co2 * scale)},
             {"rungs", rungs},
             {"run_dir", ctx.trial_dir(t)}};
   return j;

@@ -80,7 +80,7 @@ std::string scalar_text(const toml::node& n, const std::string& key, const std::
   throw ConfigError(fmt::format("{} ({}): expected a number, a string or a boolean", key, where));
 }
 
-double number(const toml::node& n, const std::string& what, const std::string& where) {
+double toml_number(const toml::node& n, const std::string& what, const std::string& where) {
   if (auto d = n.value<double>()) return *d;
   throw ConfigError(fmt::format("{} ({}): expected a number", what, where));
 }
@@ -115,8 +115,8 @@ SearchParam range_param(const KeySpec& k, const toml::node& bounds, bool log, co
   p.where = where;
   p.kind = log ? SearchParam::Kind::kLogRange : SearchParam::Kind::kRange;
   p.integer = k.type == ValueType::kInt;
-  p.low = number(*arr->get(0), k.key, where);
-  p.high = number(*arr->get(1), k.key, where);
+  p.low = toml_number(*arr->get(0), k.key, where);
+  p.high = toml_number(*arr->get(1), k.key, where);
   if (p.integer && (p.low != std::floor(p.low) || p.high != std::floor(p.high)))
     throw ConfigError(fmt::format("[space] {} ({}): {} is an integer key; its {} bounds must be integers", k.key,
                                   where, k.key, name));
@@ -191,7 +191,7 @@ int64_t int_in(const toml::node& n, const std::string& key, int64_t lo, int64_t 
 }
 
 double nonnegative(const toml::node& n, const std::string& key, const std::string& where) {
-  const double v = number(n, "search." + key, where);
+  const double v = toml_number(n, "search." + key, where);
   if (!(v >= 0) || !std::isfinite(v))
     throw ConfigError(fmt::format("search.{} ({}): expected a number >= 0 (0 = no limit)", key, where));
   return v;
@@ -229,7 +229,7 @@ SearchKeys read_search(const toml::table* t, const std::string& file, SearchSpec
     else if (key == "max_hours") s.max_hours = nonnegative(node, key, where);
     else if (key == "metric") s.metric = text_of(node, key, where);
     else if (key == "eta") {
-      s.eta = number(node, "search.eta", where);
+      s.eta = toml_number(node, "search.eta", where);
       if (!(s.eta > 1) || s.eta > 1000)
         throw ConfigError(fmt::format("search.eta ({}): expected a number in (1, 1000]: the fraction 1/eta of "
                                       "each rung goes on",

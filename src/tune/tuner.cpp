@@ -15,6 +15,7 @@
 
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/wall_clock.h"
 #include "frugal/monitor/cost_meter.h"
 #include "frugal/train/precision.h"
 #include "frugal/train/trainer.h"
@@ -28,7 +29,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Records the probe steps of one candidate.
 class ProbeRecorder final : public Callback {
@@ -50,7 +50,7 @@ class ProbeRecorder final : public Callback {
   int64_t measured = 0, tokens = 0, first_tokens = 0, backoffs = 0;
 };
 
-std::vector<std::string> probe_sets(int64_t steps, const std::string& root, size_t index) {
+std::vector<std::string> tune_probe_sets(int64_t steps, const std::string& root, size_t index) {
   return {"run.out_dir=" + root, fmt::format("run.name=candidate-{}", index),
           fmt::format("train.steps={}", steps), "train.eval_every=0",
           "train.eval_batches=1", "train.log_every=1", "train.answer_samples=0",
@@ -101,7 +101,7 @@ std::shared_ptr<ProbeRecorder> train_candidate(const TuneCandidate& k, int64_t s
                                                const TuneProgress& progress, double* peak_mb) {
   std::vector<std::string> sets = overrides;
   sets.insert(sets.end(), k.sets.begin(), k.sets.end());
-  for (const auto& s : probe_sets(steps, root, index)) sets.push_back(s);
+  for (const auto& s : tune_probe_sets(steps, root, index)) sets.push_back(s);
   ResolvedConfig rc = resolve_config(file, sets, env);
   auto rec = std::make_shared<ProbeRecorder>();
   rec->label = fmt::format("tune: {} {}: {}", what, index + 1, k.label);
@@ -150,11 +150,11 @@ void run_candidate(TuneCandidate& k, const std::string& file, const std::vector<
     k.note = ce ? ce->what_without_backtrace() : e.what();
     k.note = k.note.substr(0, k.note.find('\n'));
     k.failed = true;
-    k.wall_s = since(t0);
+    k.wall_s = seconds_since(t0);
     if (progress) progress(fmt::format("tune: {:<44} failed: {}", k.label, k.note), true);
     return;
   }
-  k.wall_s = since(t0);
+  k.wall_s = seconds_since(t0);
   if (rec->measured > 0 && rec->step_s > 0) {
     k.round_step_s.push_back(rec->step_s / static_cast<double>(rec->measured));
     k.round_tokens_per_s.push_back(static_cast<double>(rec->tokens) / rec->step_s);
@@ -269,7 +269,7 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
   double longest = 0;  // the estimate of the next candidate's time: the longest one so far
   for (size_t i = 0; i < cands.size(); ++i) {
     TuneCandidate& k = cands[i];
-    const double spent = since(t0);
+    const double spent = seconds_since(t0);
     if (i >= 2 && spent + longest > report.bound_s) {
       k.note = fmt::format("skipped: time bound ({:.0f}% of the projected run = {:.1f} s)",
                            100 * c.tune.max_fraction, report.bound_s);
@@ -288,7 +288,7 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
     double round_s = 0;
     for (const auto& k : cands)
       if (k.ran && !k.failed) round_s += k.wall_s;
-    if (since(t0) + round_s > report.bound_s) break;
+    if (seconds_since(t0) + round_s > report.bound_s) break;
     for (size_t i = 0; i < cands.size(); ++i)
       if (cands[i].ran && !cands[i].failed) run_candidate(cands[i], file, overrides, env, root.path(), i, cost, progress);
     report.rounds = round;
@@ -311,7 +311,7 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
     TuneCandidate& b = cands[static_cast<size_t>(report.best)];
     TuneCandidate& r = cands[static_cast<size_t>(ref)];
     const double need = static_cast<double>(n) * ((std::isfinite(r.check_loss) ? 0 : r.step_s) + b.step_s);
-    if (since(t0) + need > report.bound_s) {
+    if (seconds_since(t0) + need > report.bound_s) {
       report.loss_check = fmt::format("loss check skipped: {} steps of {} and fp32 would pass the time bound; "
                                       "the probe losses were compared",
                                       n, b.label);
@@ -329,7 +329,7 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
                                     r.check_loss, b.label, b.check_loss);
     report.best = choose_candidate(cands, rules);
   }
-  report.seconds = since(t0);
+  report.seconds = seconds_since(t0);
   return report;
 }
 

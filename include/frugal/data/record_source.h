@@ -36,7 +36,8 @@ namespace frugal {
 
 enum class RecordDtype { kUint8, kFloat16, kFloat32 };
 
-// What one record holds: an int64 label, then prod(shape) values of dtype.
+// What one record holds: an int64 label (kRecordLabelBytes), then prod(shape) values of dtype.
+inline constexpr size_t kRecordLabelBytes = 8;
 struct RecordSpec {
   std::string content;         // "image" or "table"
   RecordDtype dtype = RecordDtype::kUint8;

@@ -20,6 +20,7 @@
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/memory.h"
 #include "frugal/core/threads.h"
+#include "frugal/core/wall_clock.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/train/data_parallelism.h"
 #include "frugal/train/preemption.h"
@@ -32,9 +33,6 @@
 namespace frugal {
 namespace detail {
 using Clock = std::chrono::steady_clock;
-inline double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 }  // namespace detail
 
 struct Trainer::State {
@@ -80,7 +78,7 @@ struct Trainer::State {
   StopKind stopped = StopKind::kCompleted;  // why fit() returned
 
   // Wall time billed so far, over every session: start-ups included (the cost meter, max_minutes).
-  double billed_s() const { return loop.elapsed_s + loop.startup_s + startup_s + detail::seconds_since(session_start); }
+  double billed_s() const { return loop.elapsed_s + loop.startup_s + startup_s + seconds_since(session_start); }
   bool is_writer() const { return !dp || dp->is_writer(); }  // this process writes the run's files
 
   // Start-up (trainer.cpp), in order.
