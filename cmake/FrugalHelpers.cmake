@@ -99,7 +99,7 @@ endfunction()
 # precompiled header, ~8 s to load) and instantiates their templates once, instead of once per
 # file. The files that reach LibTorch's headers (see above) and the others form separate groups,
 # so that the others still compile without the precompiled header. Files with their own compile
-# options or include directories compile alone.
+# options, definitions, flags or include directories compile alone.
 # Files of one group share a translation unit: a name with internal linkage (a static or an
 # anonymous namespace's) may be defined in only one file of a folder; the ctest
 # `unity_internal_names` (tests/layers/check_internal_names.py) checks it. FRUGAL_UNITY=OFF
@@ -110,9 +110,16 @@ function(frugal_unity_groups target size)
   endif()
   set(keys "")
   foreach(src IN LISTS ARGN)
-    get_source_file_property(opts "${src}" COMPILE_OPTIONS)
-    get_source_file_property(incs "${src}" INCLUDE_DIRECTORIES)
-    if(opts OR incs)
+    # CMake compiles such files alone whatever their group (and so must they be counted out)
+    set(own "")
+    foreach(prop IN ITEMS COMPILE_OPTIONS COMPILE_DEFINITIONS COMPILE_FLAGS INCLUDE_DIRECTORIES
+                          SKIP_UNITY_BUILD_INCLUSION)
+      get_source_file_property(value "${src}" ${prop})
+      if(value)
+        set(own ON)
+      endif()
+    endforeach()
+    if(own)
       continue()
     endif()
     _frugal_reaches_torch("${src}" heavy)

@@ -1,5 +1,6 @@
 // Resolves a Config from defaults, environment, a TOML file and --set overrides (see the header).
 // toml++ trips a GCC 12 -Warray-bounds false positive in its inline table storage.
+#pragma GCC diagnostic push  // popped at the end: the file may share a unity translation unit
 #pragma GCC diagnostic ignored "-Warray-bounds"
 #define TOML_HEADER_ONLY 1
 #define TOML_EXCEPTIONS 1
@@ -403,3 +404,4 @@ std::string ResolvedConfig::summary() const {
 }
 
 }  // namespace frugal
+#pragma GCC diagnostic pop

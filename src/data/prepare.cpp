@@ -36,7 +36,6 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 
-
 const char* dedup_name(DedupMode m) {
   return m == DedupMode::kNone ? "none" : m == DedupMode::kExact ? "exact" : "near";
 }

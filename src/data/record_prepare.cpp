@@ -43,7 +43,6 @@ namespace {
 constexpr uint64_t kAugmentStream = 0x6175676dULL;  // "augm"
 constexpr uint64_t kHoldOutStream = 0x686f6c64ULL;  // "hold"
 
-
 // Appends records to `{split}_NNNNNN.frs` files of at most `per_shard` records each.
 class SplitWriter {
  public:

@@ -1,4 +1,5 @@
 // Cost, energy and carbon meter with a budget guard; see cost_meter.h.
+#pragma GCC diagnostic push  // popped at the end: the file may share a unity translation unit
 #pragma GCC diagnostic ignored "-Warray-bounds"  // toml++ + GCC 12 false positive
 #define TOML_HEADER_ONLY 1
 #include <toml++/toml.h>
@@ -167,3 +168,4 @@ void CostMeter::add_to_summary(nlohmann::ordered_json& s) {
 }
 
 }  // namespace frugal
+#pragma GCC diagnostic pop

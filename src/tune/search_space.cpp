@@ -1,5 +1,6 @@
 // The search file of `frugal search`; see search_space.h.
 // toml++ trips a GCC 12 -Warray-bounds false positive in its inline table storage.
+#pragma GCC diagnostic push  // popped at the end: the file may share a unity translation unit
 #pragma GCC diagnostic ignored "-Warray-bounds"
 #define TOML_HEADER_ONLY 1
 #define TOML_EXCEPTIONS 1
@@ -397,3 +398,4 @@ std::string trial_problem(const SearchSpec& spec, const std::vector<std::pair<st
 }
 
 }  // namespace frugal
+#pragma GCC diagnostic pop

@@ -71,18 +71,24 @@ _NAMESPACE_OPEN = re.compile(r"^\s*(?:inline\s+)?namespace(?:\s+[\w:]+)?\s*$")
 _EXTERN_C_OPEN = re.compile(r'^\s*extern\s+"?\s*"?\s*$')
 
 
-def internal_names(text):
-    """(name, line) of each name with internal linkage the file defines at namespace scope."""
+_ATTRIBUTES = re.compile(r"^(\s*)(?:\[\[[^\]]*\]\]\s*)+")
+
+
+def declared_names(text):
+    """(name, line, internal) of each name the file declares at namespace scope: with internal
+    linkage (static, or in an anonymous namespace) any function, variable or type; with external
+    linkage functions only (the names an internal function could be taken for)."""
     found = []
     stack = []  # one entry per open brace: "ns", "anon" or "other"
     for number, line in enumerate(strip_code(text).split("\n"), 1):
+        line = _ATTRIBUTES.sub(r"\1", line)  # [[noreturn]] void fail(...)
         at_namespace_scope = all(kind in ("ns", "anon") for kind in stack)
-        is_static = re.match(r"^\s*static\s", line) is not None
-        if at_namespace_scope and ("anon" in stack or is_static):
-            if not re.match(r"^\s*(?:using|namespace|typedef|template\s*<[^>]*>\s*using)\b", line):
-                match = _TYPE_DECL.match(line) or _VALUE_DECL.match(line)
-                if match and match.group(1) not in _NOT_NAMES:
-                    found.append((match.group(1), number))
+        internal = "anon" in stack or re.match(r"^\s*static\s", line) is not None
+        if at_namespace_scope and not re.match(r"^\s*(?:using|namespace|typedef|template\s*<[^>]*>\s*using)\b", line):
+            match = _TYPE_DECL.match(line) or _VALUE_DECL.match(line)
+            is_function = match is not None and match.re is _VALUE_DECL and line[match.end() - 1] == "("
+            if match and match.group(1) not in _NOT_NAMES and (internal or is_function):
+                found.append((match.group(1), number, internal))
         for brace in re.finditer(r"[{}]", line):
             if brace.group(0) == "}":
                 if stack:
@@ -98,43 +104,76 @@ def internal_names(text):
     return found
 
 
+def internal_names(text):
+    """(name, line) of each name with internal linkage the file defines at namespace scope."""
+    return [(n, l) for n, l, internal in declared_names(text) if internal]
+
+
 def check(root):
     problems = []
     src = os.path.join(root, "src")
     for folder, _, files in sorted(os.walk(src)):
-        defined = collections.defaultdict(list)  # name -> [(file, line)]
+        internal = collections.defaultdict(list)  # name -> [(file, line)]
+        external = collections.defaultdict(list)
         for name in sorted(files):
             if not name.endswith(".cpp"):
                 continue
             path = os.path.join(folder, name)
             with open(path, encoding="utf-8") as f:
-                names = internal_names(f.read())
-            for ident in sorted({n for n, _ in names}):
-                line = min(l for n, l in names if n == ident)
-                defined[ident].append((os.path.relpath(path, root), line))
-        for ident, places in sorted(defined.items()):
+                names = declared_names(f.read())
+            for table, kind in ((internal, True), (external, False)):
+                for ident in sorted({n for n, _, k in names if k == kind}):
+                    line = min(l for n, l, k in names if n == ident and k == kind)
+                    table[ident].append((os.path.relpath(path, root), line))
+        here = os.path.relpath(folder, root)
+        for ident, places in sorted(internal.items()):
             if len(places) > 1:
                 where = ", ".join(f"{p}:{l}" for p, l in places)
-                problems.append(f"{os.path.relpath(folder, root)}: '{ident}' has internal linkage in "
-                                f"{len(places)} files ({where}); these files may share a unity "
-                                f"translation unit: rename all but one")
+                problems.append(f"{here}: '{ident}' has internal linkage in {len(places)} files ({where}); "
+                                f"these files may share a unity translation unit: rename all but one")
+            others = [(p, l) for p, l in external.get(ident, []) if p not in {q for q, _ in places}]
+            if others:
+                where = ", ".join(f"{p}:{l}" for p, l in places)
+                there = ", ".join(f"{p}:{l}" for p, l in others)
+                problems.append(f"{here}: '{ident}' has internal linkage in {where} and is a function with "
+                                f"external linkage in {there}; in one unity translation unit a call could "
+                                f"bind to either: rename the internal one")
     return problems
 
 
 def self_test():
-    """The checker finds what it is for in made-up sources, and leaves alone what it must."""
+    """The checker finds what it is for in made-up sources, and leaves alone what it must. Each
+    planted case fails the test if the part of the checker it exercises is broken: a brace in a
+    string, a character or a comment that were counted, an #else branch that was counted, an
+    attribute before a declaration, or the external-linkage rule."""
     a = """namespace frugal {
 namespace {
 using Clock = std::chrono::steady_clock;  // an alias: allowed twice
 struct Row { int x; };
 double since(Clock::time_point t0) { return 0; }
+[[noreturn]] void fail(const char* why) { throw why; }
 }  // namespace
 void api() { static int calls = 0; }  // a function's own static: not namespace scope
 }  // namespace frugal
 """
-    # a.cpp of the other folder: a signature that differs by version opens its brace in both
+    b = """namespace frugal::detail {
+const char* open_brace() { return "{"; }  // braces in a string, a character and a comment
+char open_char() { return '{'; }           // are not counted: otherwise what follows would
+/* { */                                    // not be at namespace scope and go unseen
+static std::string since(int x,
+                         int y) { return "namespace { int hidden(); }"; }
+/* namespace { int commented(); } */
+class Row;  // declared in another file too, with internal linkage in neither
+static void fail(int code);
+}  // namespace frugal::detail
+namespace {
+struct Row {};
+}
+"""
+    # The other folder. a.cpp: a signature that differs by version opens its brace in both
     # branches of a conditional; the #else's is not counted, so the anonymous namespace closes
-    # where it does and `exported` (external) is not taken for an internal name.
+    # where it does and `exported` stays external, like c.cpp's (no clash: not this checker's
+    # business). `median` is internal in c.cpp and external in a.cpp: a clash.
     a2 = """namespace frugal {
 namespace {
 #if VERSION >= 2
@@ -146,23 +185,19 @@ int versioned(long x) {
 }
 }  // namespace
 int exported() { return 1; }
+double median(std::vector<double> v) { return v[0]; }
 }  // namespace frugal
 """
-    b = """namespace frugal::detail {
-static std::string since(int x,
-                         int y) { return "namespace { int hidden(); }"; }
-/* namespace { int commented(); } */
-class Row;  // declared in another file too, with internal linkage in neither
-}  // namespace frugal::detail
-namespace {
-struct Row {};
-}
-"""
     c = """namespace frugal {
-void since(double) {}  // external linkage: a header declares it; not this checker's business
+void since(double) {}  // external linkage, no internal `since` in this folder
+void exported(long x) {}
 }
-static int exported = 0;  // internal here, external in a.cpp: no clash of internal names
 static int versioned = 0;
+namespace frugal {
+namespace {
+double median(std::vector<double> v) { return v[v.size() / 2]; }
+}
+}
 """
     with tempfile.TemporaryDirectory() as root:
         os.makedirs(os.path.join(root, "src", "x"))
@@ -173,15 +208,15 @@ static int versioned = 0;
         got = check(root)
     named = sorted(p.split("'")[1] for p in got)
     text = " ".join(got)
-    ok = named == ["Row", "since", "versioned"] and "src/x/a.cpp:5" in text and "src/x/b.cpp:2" in text \
-        and "src/y/a.cpp:4" in text and "src/y/c.cpp:5" in text
-    if not ok:
-        print("check_internal_names --self-test: expected 'Row' and 'since' in src/x (a.cpp:5, b.cpp:2) and "
-              "'versioned' in src/y (a.cpp:4, c.cpp:5), got:")
+    expected = ["Row", "fail", "median", "since", "versioned"]
+    places = ["src/x/a.cpp:5", "src/x/b.cpp:5", "src/x/a.cpp:6", "src/x/b.cpp:9", "src/y/a.cpp:4", "src/y/c.cpp:5",
+              "src/y/c.cpp:8 and is a function with external linkage in src/y/a.cpp:12"]
+    if named != expected or not all(p in text for p in places):
+        print(f"check_internal_names --self-test: expected clashes of {expected} at {places}, got:")
         for p in got:
             print("  " + p)
         return 1
-    print("check_internal_names --self-test: found the three clashes, no more")
+    print(f"check_internal_names --self-test: found the {len(expected)} planted clashes, no more")
     return 0
 
 
@@ -193,9 +228,9 @@ def main(argv):
     for p in problems:
         print(p)
     if problems:
-        print(f"check_internal_names: {len(problems)} name(s) defined in more than one file of a folder")
+        print(f"check_internal_names: {len(problems)} clash(es) of names in a folder")
         return 1
-    print("check_internal_names: every folder's internal names are distinct")
+    print("check_internal_names: every folder's internal names are distinct, from each other and from its external functions")
     return 0
 
 
