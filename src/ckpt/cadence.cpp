@@ -1,5 +1,6 @@
 // Checkpoint cadence; see cadence.h.
 #include "frugal/ckpt/cadence.h"
+#include "frugal/core/wall_clock.h"
 
 #include <cmath>
 
@@ -21,7 +22,7 @@ void CheckpointCadence::on_step_end(const StepMetrics& m, Control& control) {
   CadenceInput in;
   in.step = m.step;
   in.last_save_step = last_save_step_;
-  in.since_save_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save_).count();
+  in.since_save_s = seconds_since(last_save_);
   in.last_stall_s = last_stall_s_;
   if (checkpoint_due(config_, in)) control.request_checkpoint();
 }

@@ -8,6 +8,7 @@
 #include "frugal/core/crash_report.h"
 #include "frugal/core/device.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/wall_clock.h"
 
 #include <algorithm>
 #include <chrono>
@@ -30,7 +31,7 @@ void CheckpointWriter::write_now(int64_t step, const CheckpointData& data) {
   CrashPhase phase("retention");
   note_written(path);
   apply_retention(root_, retention_);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double seconds = seconds_since(t0);
   std::error_code ec;
   int64_t bytes = 0;
   for (const auto& e : std::filesystem::directory_iterator(path, ec))

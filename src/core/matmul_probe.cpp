@@ -1,5 +1,6 @@
 // The matmul probe; see matmul_probe.h.
 #include "frugal/core/matmul_probe.h"
+#include "frugal/core/wall_clock.h"
 
 #include <torch/torch.h>
 
@@ -26,7 +27,7 @@ double measure_matmul_gflops(int64_t n, c10::ScalarType dtype, c10::Device devic
   // One product slower than the whole budget (bf16 on a CPU without AVX-512 BF16 runs a generic
   // loop, ~100x slower than fp32: 2.3 s for 1024^3 on a 2-core AMD EPYC) is the figure itself: a
   // probe then costs one product, not three.
-  const double warm = std::chrono::duration<double>(Clock::now() - w0).count();
+  const double warm = seconds_since(w0);
   if (warm >= seconds) return flops / warm / 1e9;
   int64_t reps = 0;
   auto t0 = Clock::now();
@@ -36,7 +37,7 @@ double measure_matmul_gflops(int64_t n, c10::ScalarType dtype, c10::Device devic
     ++reps;
     if (device.is_cuda() && reps % 8 != 0) continue;  // keep the GPU queue full between checks
     sync();
-    elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    elapsed = seconds_since(t0);
   }
   return flops * static_cast<double>(reps) / elapsed / 1e9;
 }

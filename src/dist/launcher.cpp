@@ -16,6 +16,7 @@
 
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
+#include "frugal/core/wall_clock.h"
 
 namespace frugal::dist {
 namespace {
@@ -120,7 +121,7 @@ int launch(const LaunchOptions& o, const std::string& exe) {
       continue;
     }
     if (first_failure) {
-      const double waited = std::chrono::duration<double>(Clock::now() - failed_at).count();
+      const double waited = seconds_since(failed_at);
       if (!termed && waited > o.grace_s) {
         for (auto& c : children)
           if (!c.done) kill(c.pid, SIGTERM);

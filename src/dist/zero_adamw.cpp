@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "frugal/core/errors.h"
+#include "frugal/core/wall_clock.h"
 
 namespace frugal::dist {
 
@@ -57,7 +58,7 @@ void ZeroAdamW::step() {
     std::vector<at::Tensor> out;
     for (int64_t r = 0; r < world; ++r) out.push_back(f.params.narrow(0, r * f.chunk, f.chunk));
     pg_->allgather(p.clone(), out);  // a copy: the input must not alias an output
-    gather_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    gather_s_ += seconds_since(t0);
   }
 }
 

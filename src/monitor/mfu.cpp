@@ -10,6 +10,7 @@
 #include "frugal/core/compat.h"
 #include "frugal/core/device.h"
 #include "frugal/core/matmul_probe.h"
+#include "frugal/core/wall_clock.h"
 
 namespace frugal {
 
@@ -30,8 +31,7 @@ PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10:
   // 5 bursts (each some products past its warm-up: about 0.05 s at 1024^3 in fp32 on 2 cores),
   // unless they outlast 5 budgets: a product far slower than the budget (bf16 without hardware
   // support, seconds per product) is measured once, not five times.
-  while (bursts < kBursts && (bursts == 0 || std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
-                                                     .count() < kBursts * seconds)) {
+  while (bursts < kBursts && (bursts == 0 || seconds_since(t0) < kBursts * seconds)) {
     try {
       gflops = std::max(gflops, measure_matmul_gflops(n, dtype, device, seconds / kBursts));
     } catch (const std::exception& e) {

@@ -23,6 +23,7 @@
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
 #include "frugal/train/train_step.h"
+#include "frugal/core/wall_clock.h"
 
 namespace frugal {
 namespace {
@@ -245,7 +246,7 @@ FinderResult find_batch_size(const Config& config, const std::function<void(cons
     }
   }
   std::tie(r.micro_batch, r.accum) = split_global_batch(r.global_batch, r.largest);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.seconds = seconds_since(t0);
   return r;
 }
 

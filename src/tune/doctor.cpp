@@ -21,6 +21,7 @@
 #include "frugal/core/threads.h"
 #include "frugal/model/fused_attention.h"
 #include "frugal/train/precision.h"
+#include "frugal/core/wall_clock.h"
 
 namespace frugal {
 namespace {
@@ -67,7 +68,7 @@ double mlp_step_seconds(double budget_s) {
     y.square().mean().backward();
     w1.mutable_grad().zero_();
     w2.mutable_grad().zero_();
-    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    times.push_back(seconds_since(t0));
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];

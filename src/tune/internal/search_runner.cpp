@@ -24,6 +24,7 @@
 #include "frugal/core/exit_code.h"
 #include "frugal/monitor/report.h"  // format_figure
 #include "frugal/train/preemption.h"
+#include "frugal/core/wall_clock.h"
 #include "tune/internal/child_process.h"
 
 namespace frugal::detail {
@@ -31,7 +32,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 double SearchContext::elapsed_s() const {
-  return earlier_s + std::chrono::duration<double>(Clock::now() - session_start).count();
+  return earlier_s + seconds_since(session_start);
 }
 
 double SearchContext::spent_usd() const {
