@@ -8,6 +8,7 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -164,41 +165,77 @@ void set_tf32(bool on) {
   ctx.setAllowTF32CuDNN(on);
 }
 
+// The fake clock of EventTimer::fake_clock_for_tests: event i is at i milliseconds.
+namespace {
+std::atomic<bool> g_fake_event_clock{false};
+}  // namespace
+
+void EventTimer::fake_clock_for_tests(bool on) { g_fake_event_clock = on; }
+
 #if FRUGAL_HAVE_CUDA
 struct EventTimer::Impl {
   std::vector<c10::cuda::CUDAEvent> events;
   size_t used = 0;
 };
+#else
+struct EventTimer::Impl {};
+#endif
 
-EventTimer::EventTimer(c10::Device device) {
-  active_ = device.is_cuda() && cuda_available();
-  if (active_) impl_ = std::make_unique<Impl>();
+EventTimer::EventTimer(c10::Device device) : fake_(g_fake_event_clock.load() && device.is_cpu()) {
+#if FRUGAL_HAVE_CUDA
+  active_ = fake_ || (device.is_cuda() && cuda_available());
+  if (active_ && !fake_) impl_ = std::make_unique<Impl>();
+#else
+  active_ = fake_;
+#endif
 }
 
 int EventTimer::mark() {
   if (!active_) return -1;
+  if (fake_) return static_cast<int>(fake_used_++);
+#if FRUGAL_HAVE_CUDA
   if (impl_->used == impl_->events.size()) impl_->events.emplace_back(cudaEventDefault);  // timing on
   impl_->events[impl_->used].record();
   return static_cast<int>(impl_->used++);
+#else
+  return -1;
+#endif
 }
 
-double EventTimer::seconds_between(int a, int b) {
+int EventTimer::recorded() const {
+  if (!active_) return 0;
+  if (fake_) return static_cast<int>(fake_used_);
+#if FRUGAL_HAVE_CUDA
+  return static_cast<int>(impl_->used);
+#else
+  return 0;
+#endif
+}
+
+void EventTimer::wait(int b) {
+  if (!active_ || b < 0) return;
+  ++waits_;
+#if FRUGAL_HAVE_CUDA
+  if (!fake_) impl_->events[static_cast<size_t>(b)].synchronize();
+#endif
+}
+
+double EventTimer::seconds_between(int a, int b) const {
   if (!active_ || a < 0 || b < 0) return 0.0;
-  auto& later = impl_->events[static_cast<size_t>(b)];
-  later.synchronize();
-  return static_cast<double>(impl_->events[static_cast<size_t>(a)].elapsed_time(later)) / 1000.0;
+  if (fake_) return static_cast<double>(b - a) / 1000.0;
+#if FRUGAL_HAVE_CUDA
+  return static_cast<double>(impl_->events[static_cast<size_t>(a)].elapsed_time(impl_->events[static_cast<size_t>(b)])) /
+         1000.0;
+#else
+  return 0.0;
+#endif
 }
 
 void EventTimer::clear() {
-  if (active_) impl_->used = 0;
+  if (!active_) return;
+  fake_used_ = 0;
+  if (impl_) impl_->used = 0;
 }
-#else
-struct EventTimer::Impl {};
-EventTimer::EventTimer(c10::Device) {}
-int EventTimer::mark() { return -1; }
-double EventTimer::seconds_between(int, int) { return 0.0; }
-void EventTimer::clear() {}
-#endif
 
 EventTimer::~EventTimer() = default;
 

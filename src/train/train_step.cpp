@@ -82,7 +82,7 @@ using Clock = std::chrono::steady_clock;
 // Phase laps of one step: host time since the previous lap, recorded as the phase span `phase`
 // when the profiler is capturing. On a GPU each lap also records a CUDA event: there the host
 // returns from forward and backward long before the device has done them, so host laps measure
-// kernel launches; settle_device_times() later replaces those phases' figures by device time.
+// kernel launches; settle() later reads those phases' device times.
 class TrainStep::Lap {
  public:
   explicit Lap(TrainStep& step) : step_(step), t_(Clock::now()), mark_(step.events_.mark()) {}
@@ -94,7 +94,7 @@ class TrainStep::Lap {
     if (!step_.events_.active()) return;
     const int m = step_.events_.mark();
     // The data phase stays host time: it is the wait for the loader, not device work.
-    if (std::strcmp(phase, "data") != 0) step_.spans_.push_back({&slot, mark_, m});
+    if (std::strcmp(phase, "data") != 0) step_.spans_.push_back({device_phase(phase), mark_, m});
     mark_ = m;
   }
   // Starts the next lap now (time since the last one belongs to no phase).
@@ -104,18 +104,55 @@ class TrainStep::Lap {
   }
 
  private:
+  static int device_phase(const char* phase) {
+    return std::strcmp(phase, "forward") == 0 ? 0 : std::strcmp(phase, "backward") == 0 ? 1 : 2;
+  }
   TrainStep& step_;
   Clock::time_point t_;
   int mark_;
 };
 
-// Device time replaces the host laps of the device phases (one wait for the step's last event).
-void TrainStep::settle_device_times() {
+namespace {
+double& device_slot(PhaseTimes& p, int phase) {
+  return phase == 0 ? p.forward_s : phase == 1 ? p.backward_s : p.optimizer_s;
+}
+}  // namespace
+
+// Device time of every pending span (one wait, for the last event): their sum goes to `r.settled`,
+// and the spans of this step (from step_spans_ on) replace its host laps in `r.phases`.
+void TrainStep::settle(StepResult& r) {
+  r.settled = PhaseTimes{};
   if (!events_.active()) return;
-  for (const auto& s : spans_) *s.slot = 0.0;
-  for (const auto& s : spans_) *s.slot += events_.seconds_between(s.from, s.to);
+  if (!spans_.empty()) {
+    events_.wait(spans_.back().to);
+    bool own = false;
+    for (size_t i = 0; i < spans_.size(); ++i) {
+      const Span& s = spans_[i];
+      const double t = events_.seconds_between(s.from, s.to);
+      device_slot(r.settled, s.phase) += t;
+      if (i < step_spans_) continue;
+      if (!own) r.phases.forward_s = r.phases.backward_s = r.phases.optimizer_s = 0.0;
+      own = true;
+      device_slot(r.phases, s.phase) += t;
+    }
+  }
   spans_.clear();
   events_.clear();
+  step_spans_ = 0;
+  r.phases_on_device = true;
+}
+
+// The end of a step: settles when asked, or when the pending events pass kMaxPendingEvents.
+void TrainStep::finish_step(StepResult& r) {
+  if (!events_.active()) return;
+  if (settle_each_step_ || events_.recorded() >= kMaxPendingEvents) settle(r);
+}
+
+PhaseTimes TrainStep::settle_pending() {
+  StepResult r;
+  step_spans_ = spans_.size();  // none of them belongs to a step still to be reported
+  settle(r);
+  return r.settled;
 }
 
 // The forward/backward passes of one step, from zeroed gradients. `fetched` keeps the step's
@@ -183,8 +220,8 @@ bool TrainStep::back_off(const std::exception& e, int64_t iteration) {
 
 StepResult TrainStep::run(int64_t iteration, double lr) {
   StepResult r;
-  spans_.clear();
-  events_.clear();
+  r.device_timed = events_.active();
+  step_spans_ = spans_.size();  // the spans before these belong to earlier, unsettled steps
   std::vector<Batch> fetched;
   at::Tensor loss_sum;
   for (;;) {
@@ -217,14 +254,14 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
     }
     if (r.skipped) {  // no step: weights, optimizer state and the LR schedule stay put
       lap("optimizer", r.phases.optimizer_s);
-      settle_device_times();
+      finish_step(r);
       return r;
     }
   }
   optimizer_->set_lr(lr);
   optimizer_->step(clip_coefficient(r.grad_norm, config_.train.grad_clip));
   lap("optimizer", r.phases.optimizer_s);
-  settle_device_times();
+  finish_step(r);
   return r;
 }
 

@@ -83,6 +83,8 @@ void Trainer::State::train_one_step(Control& control) {
   const double lr = loop.lr_scale * base;
   PhaseTrace::set_step(loop.step + 1);
   step->set_grad_noise_probe(plan.grad_noise && next_step_logs());
+  // On a GPU, the device is waited for (its phase times read) on log steps only.
+  step->set_settle_each_step(next_step_logs());
   const auto t0 = detail::Clock::now();
   StepResult r;
   {
@@ -109,7 +111,12 @@ StepReadings Trainer::State::read_step(const StepResult& r, double lr, double st
   loop.window_s += step_s;
   loop.tokens += tokens;
   session_step_s += step_s;
-  session_phases += r.phases;
+  if (r.device_timed) {  // device phases count once, when settled (possibly steps later)
+    session_phases.data_s += r.phases.data_s;
+    session_phases += r.settled;
+  } else {
+    session_phases += r.phases;
+  }
   session_steps += 1;
   StepReadings in;
   in.step = loop.step;

@@ -303,6 +303,7 @@ nlohmann::json Trainer::State::finish(const Control& control) {
     writer->wait();
   }
   CrashPhase phase("summary");
+  session_phases += step->settle_pending();  // the steps since the last log step, on a GPU
   nlohmann::ordered_json summary = loop_summary(control, evaluate);
   if (healthy && is_writer()) {
     CrashPhase weights("final weights");

@@ -6,7 +6,7 @@
 // matches the uninterrupted one bitwise in deterministic mode; the loader hands over pinned host
 // batches; NCCL works with world size 1; ATen's fused AdamW on the GPU matches the CPU update; an
 // async checkpoint's snapshot of GPU state is page-locked, exact and reused, and writes what a
-// sync save writes.
+// sync save writes; steps between log steps do not wait for the GPU.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -22,6 +22,7 @@
 #include "frugal/model/gpt.h"
 #include "frugal/train/fused_adamw.h"
 #include "frugal/train/preemption.h"
+#include "frugal/train/train_step.h"
 #include "frugal/train/trainer.h"
 #include "frugal_build_config.h"
 #include "signal_at.h"
@@ -296,6 +297,59 @@ TEST(Cuda, SummaryReportsTheCachingAllocatorsPeakAndDevicePhaseTimes) {
   auto s = train_on_gpu(d.path(), {});
   EXPECT_GT(s["peak_tensor_mb"].get<double>(), 0.0);
   EXPECT_GE(s["peak_reserved_mb"].get<double>(), s["peak_tensor_mb"].get<double>());
+  // Device time per step (log_every = 5: most steps were settled at a later log step).
+  for (const char* k : {"forward_ms_per_step", "backward_ms_per_step", "optimizer_ms_per_step"})
+    EXPECT_GT(s[k].get<double>(), 0.0) << k;
+}
+
+// Random token windows, made on the host (pageable memory, as a plain BatchSource hands them).
+class RandomTokens : public BatchSource {
+ public:
+  RandomTokens(int64_t rows, int64_t block) : rows_(rows), block_(block) {}
+  Batch train_batch(int64_t i) override {
+    auto g = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(i + 1));
+    at::Tensor t = at::randint(0, 256, {rows_, block_ + 1}, g, torch::TensorOptions().dtype(torch::kLong));
+    return {t.narrow(1, 0, block_).contiguous(), t.narrow(1, 1, block_).contiguous()};
+  }
+  Batch val_batch(int64_t i) override { return train_batch(i); }
+  std::string describe() const override { return "random tokens"; }
+  int64_t train_tokens() const override { return rows_ * block_; }
+  int64_t val_tokens() const override { return rows_ * block_; }
+
+ private:
+  int64_t rows_, block_;
+};
+
+// Between log steps the host queues the next steps while the GPU still runs earlier ones: only a
+// settling step waits for the device's events, it reports its own device times, and the settled
+// sums hold every step's device time.
+TEST(Cuda, OnlySettlingStepsWaitForTheGpu) {
+  FRUGAL_REQUIRE_GPU();
+  Config c = test::tiny_config();
+  c.data.micro_batch = 8;
+  torch::manual_seed(2);
+  Gpt model(c.model);
+  model->to(torch::kCUDA);
+  RandomTokens data(c.data.micro_batch, c.model.block);
+  TrainStep step(c, model, data, torch::kCUDA);
+  PhaseTimes settled;
+  for (int64_t i = 0; i < 10; ++i) {
+    step.set_settle_each_step(i == 9);
+    StepResult r = step.run(i, c.train.lr);
+    ASSERT_TRUE(r.device_timed);
+    EXPECT_EQ(r.phases_on_device, i == 9) << "step " << i;
+    settled += r.settled;
+    if (i < 9) {
+      EXPECT_EQ(step.device_waits(), 0) << "step " << i << " waited for the GPU";
+    }
+  }
+  EXPECT_EQ(step.device_waits(), 1);
+  // Ten steps' forward device time, each step's at least a kernel's.
+  EXPECT_GT(settled.forward_s, 0.0);
+  EXPECT_GT(settled.backward_s, 0.0);
+  EXPECT_GT(settled.optimizer_s, 0.0);
+  const PhaseTimes rest = step.settle_pending();
+  EXPECT_EQ(rest.forward_s + rest.backward_s + rest.optimizer_s, 0.0);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "frugal/core/device.h"
 #include "frugal/core/errors.h"
 #include "frugal/train/trainer.h"
 #include "test_util.h"
@@ -94,6 +95,81 @@ TEST(TrainStep, GlobalBatchMustBeAMultipleOfMicroBatch) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("not a multiple of data.micro_batch = 6"), std::string::npos);
   }
+}
+
+// Device-time settling, on the CPU through EventTimer's fake clock (event i at i ms): a step that
+// does not settle neither waits nor reports device times, and the settled sums count every step's
+// device time once, whichever steps settle.
+struct FakeEventClock {
+  FakeEventClock() { device::EventTimer::fake_clock_for_tests(true); }
+  ~FakeEventClock() { device::EventTimer::fake_clock_for_tests(false); }
+};
+
+TEST(TrainStep, OnlySettlingStepsWaitForTheDeviceAndEveryStepsDeviceTimeCountsOnce) {
+  FakeEventClock fake;
+  Config c = test::tiny_config();
+  c.data.micro_batch = 4;
+  c.train.global_batch = 8;  // two micro-batches: more spans per step
+  torch::manual_seed(5);
+  Gpt ma(c.model), mb(c.model);
+  TableSource da(c.data.micro_batch, c.model.block), db(c.data.micro_batch, c.model.block);
+  TrainStep every(c, ma, da, torch::kCPU), some(c, mb, db, torch::kCPU);
+  some.set_settle_each_step(false);
+  PhaseTimes all_every, all_some;
+  const auto add = [](PhaseTimes& to, const PhaseTimes& p) {
+    to.forward_s += p.forward_s;
+    to.backward_s += p.backward_s;
+    to.optimizer_s += p.optimizer_s;
+  };
+  for (int64_t i = 0; i < 12; ++i) {
+    const bool settles = i == 4 || i == 9;
+    some.set_settle_each_step(settles);
+    StepResult a = every.run(i, c.train.lr), b = some.run(i, c.train.lr);
+    ASSERT_TRUE(a.device_timed && b.device_timed);
+    ASSERT_TRUE(a.phases_on_device);
+    EXPECT_GT(a.phases.forward_s, 0.0);
+    EXPECT_GT(a.phases.backward_s, 0.0);
+    EXPECT_GT(a.phases.optimizer_s, 0.0);
+    add(all_every, a.phases);
+    add(all_some, b.settled);
+    EXPECT_EQ(b.phases_on_device, settles) << "step " << i;
+    if (settles) {
+      // This step's own device times, not the window's.
+      EXPECT_DOUBLE_EQ(b.phases.forward_s, a.phases.forward_s) << "step " << i;
+      EXPECT_DOUBLE_EQ(b.phases.backward_s, a.phases.backward_s) << "step " << i;
+      EXPECT_DOUBLE_EQ(b.phases.optimizer_s, a.phases.optimizer_s) << "step " << i;
+    } else {
+      EXPECT_EQ(b.settled.forward_s + b.settled.backward_s + b.settled.optimizer_s, 0.0) << "step " << i;
+    }
+  }
+  EXPECT_EQ(every.device_waits(), 12);
+  EXPECT_EQ(some.device_waits(), 2);
+  add(all_some, some.settle_pending());  // steps 11 and 12
+  EXPECT_EQ(some.device_waits(), 3);
+  EXPECT_NEAR(all_some.forward_s, all_every.forward_s, 1e-9);
+  EXPECT_NEAR(all_some.backward_s, all_every.backward_s, 1e-9);
+  EXPECT_NEAR(all_some.optimizer_s, all_every.optimizer_s, 1e-9);
+  const PhaseTimes none = some.settle_pending();  // nothing left: no wait, nothing counted
+  EXPECT_EQ(none.forward_s + none.backward_s + none.optimizer_s, 0.0);
+  EXPECT_EQ(some.device_waits(), 3);
+}
+
+TEST(TrainStep, PendingEventsPastTheLimitSettleWithoutBeingAsked) {
+  FakeEventClock fake;
+  Config c = test::tiny_config();
+  torch::manual_seed(5);
+  Gpt m(c.model);
+  TableSource d(c.data.micro_batch, c.model.block);
+  TrainStep step(c, m, d, torch::kCPU);
+  step.set_settle_each_step(false);
+  int64_t settled_steps = 0, steps = 0;
+  while (step.device_waits() == 0 && steps < 10 * TrainStep::kMaxPendingEvents) {
+    StepResult r = step.run(steps++, c.train.lr);
+    settled_steps += r.phases_on_device ? 1 : 0;
+  }
+  ASSERT_EQ(step.device_waits(), 1) << "never settled in " << steps << " steps";
+  EXPECT_EQ(settled_steps, 1);
+  EXPECT_GT(steps, 10);  // a few events per step: many steps before the limit
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "frugal/ckpt/safetensors.h"
 #include "frugal/core/crash_report.h"
+#include "frugal/core/device.h"
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
@@ -101,6 +102,36 @@ TEST(Trainer, CallbackStopRequestEndsTheRunWithItsReason) {
   auto s = train_tiny(dir.path(), {}, {std::make_shared<StopAt>(7)});
   EXPECT_EQ(s["steps"], 7);
   EXPECT_EQ(s["stop_reason"], "test asked to stop");
+}
+
+// On a device, the summary's phase figures are device time over every step whether the host waited
+// for the device at each step or only at log steps: here on the CPU through EventTimer's fake
+// clock, a run that logs (and settles) every step against one that logs every 5th and is stopped
+// between log steps, so that the steps since the last log step are settled at the end.
+TEST(Trainer, SummaryPhaseTimesOnADeviceCountEveryStepWhicheverStepsSettle) {
+  device::EventTimer::fake_clock_for_tests(true);
+  struct Off {
+    ~Off() { device::EventTimer::fake_clock_for_tests(false); }
+  } off;
+  test::TempDir a, b;
+  auto every = train_tiny(a.path(), {"train.log_every=1"}, {std::make_shared<StopAt>(7)});
+  auto some = train_tiny(b.path(), {"train.log_every=5"}, {std::make_shared<StopAt>(7)});
+  ASSERT_EQ(every["steps"], 7);
+  ASSERT_EQ(some["steps"], 7);
+  for (const char* k : {"forward_ms_per_step", "backward_ms_per_step", "optimizer_ms_per_step"}) {
+    EXPECT_GT(every[k].get<double>(), 0.0) << k;
+    EXPECT_NEAR(some[k].get<double>(), every[k].get<double>(), 1e-9) << k;
+  }
+  // The log line of step 5 gives that step's own device times in both runs.
+  const auto line5 = [](const std::string& path) {
+    for (const auto& l : test::read_jsonl(path))
+      if (l["event"] == "step" && l["step"] == 5) return l;
+    return nlohmann::json();
+  };
+  const auto la = line5(a.file("demo/metrics.jsonl")), lb = line5(b.file("demo/metrics.jsonl"));
+  ASSERT_FALSE(la.is_null() || lb.is_null());
+  for (const char* k : {"forward_s", "backward_s", "optimizer_s"})
+    EXPECT_DOUBLE_EQ(lb[k].get<double>(), la[k].get<double>()) << k;
 }
 
 TEST(Trainer, RefusesToOverwriteAnEarlierRunUnlessAsked) {

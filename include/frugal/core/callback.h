@@ -49,8 +49,10 @@ struct RunInfo {
   int64_t start_step = 0;        // the step this session starts from (a resumed checkpoint's; 0 fresh)
 };
 
-// Where a step's wall time went (seconds). `data` is the wait for the batch source; on a GPU the
-// other three are device time (CUDA events), on a CPU the compute itself.
+// Where a step's wall time went (seconds). `data` is the wait for the batch source; on a CPU the
+// other three are the compute itself. On a GPU they are device time (CUDA events) on log steps;
+// between log steps the device is not waited for, and they are the host's time to queue the
+// work (the summary's per-step figures are device time over every step).
 struct PhaseTimes {
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
   PhaseTimes& operator+=(const PhaseTimes& o) {

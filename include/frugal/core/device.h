@@ -71,7 +71,8 @@ void set_deterministic(bool on);
 void set_tf32(bool on);
 
 // Device time between points of the step on a CUDA stream (CUDA events): mark() records an event
-// on the current stream; seconds_since_previous() after synchronisation. On the CPU, no events.
+// on the current stream; wait() blocks the host until an event has completed, after which
+// seconds_between() reads the time between it and any earlier event. On the CPU, no events.
 class EventTimer {
  public:
   explicit EventTimer(c10::Device device);
@@ -82,14 +83,28 @@ class EventTimer {
   bool active() const { return active_; }
   // Records an event; returns its index (-1 when inactive).
   int mark();
-  // Seconds of device time between events a and b (b after a); waits for b to complete.
-  double seconds_between(int a, int b);
+  // Events recorded since the last clear().
+  int recorded() const;
+  // Blocks until event b has completed (and every event recorded before it on the stream).
+  void wait(int b);
+  // Seconds of device time between events a and b (b after a, and waited for).
+  double seconds_between(int a, int b) const;
   // Forgets recorded events (keeps their storage for reuse).
   void clear();
+  // wait() calls so far: each is one host synchronisation.
+  int64_t waits() const { return waits_; }
+
+  // Tests only: timers made for the CPU while this is on are active, and their events are ticks
+  // of a fake clock (event i at i milliseconds), so the logic that reads device times runs
+  // without a GPU.
+  static void fake_clock_for_tests(bool on);
 
  private:
   struct Impl;
+  bool fake_ = false;
   bool active_ = false;
+  int64_t fake_used_ = 0;
+  int64_t waits_ = 0;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -53,9 +53,18 @@ struct StepResult {
   at::Tensor grad_norm;  // global norm before clipping, after unscaling
   bool skipped = false;  // inf/NaN gradients: no optimizer step was taken
   int64_t tokens = 0;     // samples x tokens_per_sample
-  // Time of each phase: host wall time on a CPU; on a GPU, device time from CUDA events for
-  // forward, backward and optimizer (read once at the end of the step), host time for data.
+  // Time of each phase: host wall time on a CPU. On a GPU, data is host time (the wait for the
+  // loader) and forward, backward and optimizer are device time from CUDA events where this step
+  // settled them (phases_on_device), else host time (kernel launches: the device was not waited
+  // for; set_settle_each_step).
   PhaseTimes phases;
+  // On a GPU (device_timed): the device time of forward, backward and optimizer summed over the
+  // steps this run settled: this one and the unsettled ones before it (data_s stays 0). Summed
+  // over a run's steps, with settle_pending() at its end, it is each phase's device time exactly
+  // once.
+  bool device_timed = false;
+  bool phases_on_device = false;
+  PhaseTimes settled;
   // Sum over micro-batches of |g_k|^2 (unscaled micro-batch gradients; monitor/grad_noise.h).
   // Defined only on a step run with set_grad_noise_probe(true) and accum > 1.
   at::Tensor micro_grad_sq_sum;
@@ -81,9 +90,18 @@ class TrainStep {
             GradSync* sync = nullptr);
 
   // Runs iteration `iteration` (0-based) at learning rate `lr`. Reads the device only when the
-  // loss scaler needs the inf/NaN verdict and, on a GPU, once at the end for the phase split
-  // (device time from CUDA events).
+  // loss scaler needs the inf/NaN verdict and, on a GPU, on a settling step: once at its end, for
+  // the device times of the phases (CUDA events) of this step and the unsettled ones before it.
   StepResult run(int64_t iteration, double lr);
+  // Whether every step settles its device times (the default), or only those run while this is
+  // on: the trainer turns it on for log steps, so that the host queues the next steps while the
+  // device still works on earlier ones. Steps also settle when kMaxPendingEvents events wait.
+  void set_settle_each_step(bool on) { settle_each_step_ = on; }
+  // Settles the steps not settled yet (waits for the device) and returns their device times.
+  PhaseTimes settle_pending();
+  // Host waits for the device's events so far (one per settling step on a GPU; 0 on a CPU).
+  int64_t device_waits() const { return events_.waits(); }
+  static constexpr int kMaxPendingEvents = 1024;
 
   // Micro-batches fetched per step (the data cursor counts these).
   int64_t accum() const { return accum_; }
@@ -120,12 +138,15 @@ class TrainStep {
 
   class Lap;
   struct Span {
-    double* slot;  // the StepResult phase the device time belongs to
+    int phase;     // 0 forward, 1 backward, 2 optimizer
     int from, to;  // event indices
   };
-  void settle_device_times();
+  void settle(StepResult& r);
+  void finish_step(StepResult& r);
   device::EventTimer events_;
-  std::vector<Span> spans_;
+  std::vector<Span> spans_;  // recorded since the last settle, over one or more steps
+  size_t step_spans_ = 0;    // spans_[step_spans_..] belong to the step running now
+  bool settle_each_step_ = true;
 };
 
 // Installs activation checkpointing on the model per memory.activation_checkpointing.
