@@ -10,6 +10,10 @@ Rows (each side's runs alternate, --repeats rounds; medians):
     hand (peer_gpt.py --head-multiple 64), to show the head-padding lever on its own;
   - fp16 with dynamic loss scaling (frugal's precision.mode = fp16, the peer's GradScaler):
     tokens/s, MFU against the fp16 matmul peak, skipped steps, final loss scale;
+  - reading the loss every --sync-every steps (default 10) instead of every step, bf16: frugal
+    logging every N steps (train.log_every; between log steps it does not wait for the GPU) and
+    eager calling loss.item() every N steps (peer_gpt.py --sync-every), each timed over its
+    windows of N steps: what a loop that logs every N steps gets from the host running ahead;
   - activation checkpointing (frugal memory.activation_checkpointing = blocks, the peer's
     torch.utils.checkpoint per block) against none: peak tensor memory and step time, bf16;
   - checkpoint stall, sync against async (checkpoint.async): the trainer's stall per save, the
@@ -67,7 +71,8 @@ GPT2 = dict(layers=12, heads=12, embd=768, block=1024, vocab=50257)
 SMOKE = dict(layers=2, heads=2, embd=64, block=32, vocab=50257)
 # The files a run writes into the results folder (save() refuses any other name, so that the
 # clean-up of an earlier run's files knows them all).
-ROW_FILES = ("gpu_bf16", "gpu_fp16", "gpu_activation_checkpointing", "gpu_checkpoint_stall", "gpu_machine")
+ROW_FILES = ("gpu_bf16", "gpu_fp16", "gpu_sync_every", "gpu_activation_checkpointing", "gpu_checkpoint_stall",
+             "gpu_machine")
 SKIP = 3  # untimed steps at the start of every run (the peer's first one compiles under --compile)
 
 # Dense (no sparsity) tensor-core peaks from NVIDIA's datasheets, TFLOP/s, for bf16 and fp16.
@@ -150,13 +155,13 @@ class Bench:
         self.commands = []
         self.runs = 0
 
-    def frugal_args(self, dtype, name, extra=(), steps=None):
+    def frugal_args(self, dtype, name, extra=(), steps=None, log_every=1):
         s = self.shape
         sets = [f"run.device={self.device}", f"run.out_dir={self.work}/runs", f"run.name={name}",
                 f"data.source=shards:{self.shards}", f"model.vocab={s['vocab']}", f"model.layers={s['layers']}",
                 f"model.heads={s['heads']}", f"model.embd={s['embd']}", f"model.block={s['block']}",
                 f"data.micro_batch={self.a.batch}", *self.precision_sets(dtype),
-                f"train.steps={(steps or self.a.steps) + SKIP}", "train.log_every=1", "train.eval_every=0",
+                f"train.steps={(steps or self.a.steps) + SKIP}", f"train.log_every={log_every}", "train.eval_every=0",
                 "train.eval_batches=1", "checkpoint.enabled=false", "checkpoint.every_minutes=0",
                 "monitor.peak_tflops=" + (f"{self.peaks[dtype] / 1e3:.6g}" if self.peaks[dtype] else "<measured>"),
                 *extra]
@@ -173,24 +178,26 @@ class Bench:
             return ["precision.mode=fp32", "precision.loss_scaling=dynamic"]
         return [f"precision.mode={dtype}"]
 
-    def peer_args(self, dtype, compile_=False, ckpt=False, head_multiple=1):
+    def peer_args(self, dtype, compile_=False, ckpt=False, head_multiple=1, sync_every=1, steps=None):
         s = self.shape
         args = [venv_python(), os.path.join(HERE, "peer_gpt.py"), "--shards", self.shards, "--device", self.device,
                 "--dtype", dtype, "--vocab", str(s["vocab"]), "--layers", str(s["layers"]), "--heads", str(s["heads"]),
                 "--embd", str(s["embd"]), "--block", str(s["block"]), "--batch", str(self.a.batch),
-                "--steps", str(self.a.steps), "--warmup", str(SKIP)]
+                "--steps", str(steps or self.a.steps), "--warmup", str(SKIP)]
         if compile_:
             args.append("--compile")
         if ckpt:
             args.append("--activation-checkpointing")
         if head_multiple != 1:
             args += ["--head-multiple", str(head_multiple)]
+        if sync_every != 1:
+            args += ["--sync-every", str(sync_every)]
         return args
 
-    def frugal(self, dtype, name, extra=(), steps=None):
+    def frugal(self, dtype, name, extra=(), steps=None, log_every=1):
         self.runs += 1
         name = f"{name}-{self.runs}"  # a fresh run folder for every run
-        args = self.frugal_args(dtype, name, extra, steps)
+        args = self.frugal_args(dtype, name, extra, steps, log_every)
         self.commands.append(shlex.join(args))
         if self.a.dry_run:
             return None
@@ -203,8 +210,7 @@ class Bench:
                 if j["event"] == "step":
                     elapsed[j["step"]] = j["elapsed_s"]
                     wait[j["step"]] = j["data_wait_s"]
-        timed = [s for s in sorted(elapsed) if s > SKIP and s - 1 in elapsed]
-        step_s = [elapsed[s] - elapsed[s - 1] for s in timed]
+        step_s, timed, mean_s = window_step_times(elapsed, SKIP)
         with open(os.path.join(run_dir, "summary.json")) as f:
             summary = json.load(f)
         shutil.rmtree(run_dir, ignore_errors=True)  # checkpoints of the GPT-2 shape are 1.5 GB each
@@ -212,15 +218,15 @@ class Bench:
         return {"tokens_per_s": self.tokens_per_step / med, "step_ms_median": 1e3 * med,
                 "step_ms": [round(1e3 * x, 3) for x in step_s],
                 "data_wait_ms_median": 1e3 * statistics.median(wait[s] for s in timed),
-                "data_wait_fraction": sum(wait[s] for s in timed) / sum(step_s),
+                "data_wait_fraction": sum(wait[s] for s in timed) / sum(mean_s),
                 "peak_tensor_mb": summary.get("peak_tensor_mb"), "peak_reserved_mb": summary.get("peak_reserved_mb"),
                 "skipped_steps": summary.get("skipped_steps"), "loss_scale": summary.get("loss_scale"),
                 "final_train_loss": summary.get("final_train_loss"), "checkpoint": summary.get("checkpoint"),
                 "frugal_reported_mfu": summary.get("mfu"), "flops_per_token": summary.get("flops_per_token"),
                 "frugal_version": summary.get("frugal_version"), "torch_version": summary.get("torch_version")}
 
-    def peer(self, dtype, compile_=False, ckpt=False, head_multiple=1):
-        args = self.peer_args(dtype, compile_, ckpt, head_multiple)
+    def peer(self, dtype, compile_=False, ckpt=False, head_multiple=1, sync_every=1, steps=None):
+        args = self.peer_args(dtype, compile_, ckpt, head_multiple, sync_every, steps)
         self.commands.append(shlex.join(args))
         if self.a.dry_run:
             return None
@@ -238,6 +244,18 @@ class Bench:
         achieved = tokens_per_s * self.fpt / 1e9  # GFLOP/s
         ds = self.peaks.get("datasheet_tflops")
         return achieved / self.peaks[dtype], (achieved / (ds * 1e3) if ds else None)
+
+
+def window_step_times(elapsed, skip):
+    """Step times from frugal's log lines (step -> elapsed_s): the windows between consecutive log
+    lines that start at or after step `skip` (with log_every = 1, each step after the warm-up);
+    every step of a window counts at the window's mean. Returns (the per-step times, the windows'
+    last steps (the log steps whose data_wait_s is known), each window's mean)."""
+    logged = sorted(elapsed)
+    windows = [(p, s) for p, s in zip(logged, logged[1:]) if p >= skip]
+    mean_s = [(elapsed[s] - elapsed[p]) / (s - p) for p, s in windows]
+    step_s = [m for m, (p, s) in zip(mean_s, windows) for _ in range(s - p)]
+    return step_s, [s for _, s in windows], mean_s
 
 
 def summarize(bench, runs, dtype):
@@ -275,6 +293,8 @@ def main():
                     help="dense bf16/fp16 peak of the GPU for MFU (0 = from the table of known GPUs)")
     ap.add_argument("--work", default=None, help="folder for shards and runs (default: a temporary one, removed)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile side")
+    ap.add_argument("--sync-every", type=int, default=10,
+                    help="the sync-every row: both sides read the loss every N steps (0 = skip the row)")
     ap.add_argument("--smoke", action="store_true",
                     help="on the CPU: tiny shape, 3 timed steps, 1 round, every row (tests the bench itself)")
     ap.add_argument("--dry-run", action="store_true",
@@ -282,8 +302,11 @@ def main():
     a = ap.parse_args()
 
     shape = SMOKE if a.smoke else GPT2
+    if a.sync_every < 0:
+        die("gpu_bench: --sync-every must be 0 (no row) or at least 1", 2)
     if a.smoke:
         a.device, a.batch, a.steps, a.repeats, a.ckpt_every = "cpu", 4, 3, 1, 2
+        a.sync_every = min(a.sync_every, 2)
         a.train_tokens = min(a.train_tokens, 200_000)
     elif not a.dry_run:
         if not torch.cuda.is_available():
@@ -349,13 +372,18 @@ def main():
     fp16_sides = [("frugal", lambda: b.frugal("fp16", "fp16")), ("eager", lambda: b.peer("fp16"))]
     if compile_:
         fp16_sides.append(("compile", lambda: b.peer("fp16", compile_=True)))
+    n = a.sync_every
+    sync_sides = [] if n == 0 else [
+        ("frugal", lambda: b.frugal("bf16", f"bf16_log{n}", log_every=n, steps=max(a.steps, 2 * n))),
+        ("eager", lambda: b.peer("bf16", sync_every=n, steps=max(a.steps, 2 * n)))]
     stall_steps = max(a.steps, 3 * a.ckpt_every)
     stall_sides = [(mode, lambda m=mode: b.frugal("bf16", f"stall_{m}", [
         "checkpoint.enabled=true", f"checkpoint.every_steps={a.ckpt_every}", f"checkpoint.keep_last={a.keep_last}",
         f"checkpoint.async={'true' if m == 'async' else 'false'}"], steps=stall_steps)) for mode in ("sync", "async")]
 
     res = {}
-    groups = (("bf16", sides), ("fp16", fp16_sides), ("checkpoint stall", stall_sides))
+    groups = (("bf16", sides), ("fp16", fp16_sides), (f"sync every {n}", sync_sides),
+              ("checkpoint stall", stall_sides))
     rounds = {id(g): {k: [] for k, _ in g} for _, g in groups}
     failures = []
     for r in range(a.repeats):
@@ -418,6 +446,9 @@ def main():
         v["loss_scale"] = [r.get("loss_scale") for r in v["runs"]]
     if fp:
         save("gpu_fp16", ratios({"dtype": "fp16", "loss_scaling": "dynamic", "sides": fp}, fp))
+    sy = {k: summarize(b, v, "bf16") for k, v in rounds[id(sync_sides)].items() if v}
+    if sy:
+        save("gpu_sync_every", ratios({"dtype": "bf16", "sync_every": n, "sides": sy}, sy))
     ck = {}
     for side in ("frugal", "eager"):
         if side not in bf or side + "_ckpt" not in bf:
@@ -473,6 +504,9 @@ def main():
             print(f"{dt + ' ' + k:34} {v['tokens_per_s']:12,.0f} {pct(v['mfu_measured_peak']):>10} "
                   f"{pct(v['mfu_datasheet']):>10} {mb(v.get('peak_tensor_mb')):>10} "
                   f"{pct(v['data_wait_fraction']):>10}{extra}")
+    for k, v in sy.items():
+        print(f"{'bf16 ' + k + f', loss read every {n}':34} {v['tokens_per_s']:12,.0f} {pct(v['mfu_measured_peak']):>10} "
+              f"{pct(v['mfu_datasheet']):>10} {mb(v.get('peak_tensor_mb')):>10} {pct(v['data_wait_fraction']):>10}")
     for side, v in ck.items():
         print(f"{'activation ckpt ' + side:34} {mb(v['peak_tensor_mb_none'])} -> {mb(v['peak_tensor_mb_ckpt'])} MB,"
               f" {v['step_ms_none']:.0f} -> {v['step_ms_ckpt']:.0f} ms/step")

@@ -14,7 +14,11 @@ the way a practitioner writes one today:
 Timing: the wall time between the ends of consecutive steps (each step ends with loss.item(),
 which also waits for the GPU), the same window as frugal's per-step elapsed_s in metrics.jsonl;
 the median over the steps after --warmup. Under --compile the first step compiles: it is
-reported as first_step_s / compile_s and is never inside the timed window.
+reported as first_step_s / compile_s and is never inside the timed window. With --sync-every N
+the loss is read (and the device waited for) only every N steps, as in a loop that logs every N
+steps: the host queues the next steps while the GPU still runs earlier ones. Each step of a window
+of N then counts at the window's mean, over the windows that start after --warmup (frugal's
+train.log_every = N, timed between its log lines).
 
 Prints one JSON object on the last line of stdout. Run it with the project's venv interpreter
 (.venv/bin/python: the PyTorch wheel frugal is built against), e.g.
@@ -213,7 +217,14 @@ def main():
                          "CPU and, on a GPU, CUDA activities) to this path; those steps' times include "
                          "the profiler's cost")
     ap.add_argument("--profile-steps", type=int, default=5, help="steps in the --profile-trace window")
+    ap.add_argument("--sync-every", type=int, default=1,
+                    help="read the loss (loss.item(), which waits for the device) every N steps, as a loop that "
+                         "logs every N steps does; timing is then per window of N steps (frugal's train.log_every)")
     a = ap.parse_args()
+    if a.sync_every < 1:
+        ap.error("--sync-every must be at least 1")
+    if a.sync_every > 1 and a.profile_trace:
+        ap.error("--profile-trace times single steps: use it with --sync-every 1")
     if a.embd % a.heads:
         ap.error(f"--heads {a.heads} must divide --embd {a.embd}")
     if a.steps < 1 or a.warmup < 1:
@@ -266,6 +277,7 @@ def main():
     total = a.warmup + a.steps
 
     times, data_s, losses = [], [], []
+    windows = []  # (steps, seconds) between consecutive loss reads
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(device)
@@ -300,11 +312,15 @@ def main():
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
         opt.zero_grad(set_to_none=True)
-        losses.append(loss.item())  # the step's end: waits for the device
         if span is not None:
             span.__exit__(None, None, None)
+        if (step + 1) % a.sync_every != 0 and step != total - 1:
+            continue  # the device is not waited for: the next step queues behind this one
+        losses.append(loss.item())  # the window's end: waits for the device
         t = time.perf_counter()
-        times.append(t - t_prev)
+        n = (step + 1) - (sum(w for w, _ in windows) if windows else 0)
+        windows.append((n, t - t_prev))
+        times.extend([(t - t_prev) / n] * n)  # each step of the window at the window's mean
         t_prev = t
         if prof is not None and step == a.warmup + a.profile_steps - 1:
             prof.__exit__(None, None, None)
@@ -312,7 +328,14 @@ def main():
             prof = None
             t_prev = time.perf_counter()  # the trace's export is no step's time
 
-    timed = times[a.warmup:]
+    # Timed: the windows that start after the warm-up (with --sync-every 1, the steps after it).
+    timed, start = [], 0
+    for n, sec in windows:
+        if start >= a.warmup:
+            timed.extend([sec / n] * n)
+        start += n
+    if not timed:
+        sys.exit(f"peer_gpt.py: no timed window: --steps {a.steps} must be at least --sync-every {a.sync_every}")
     step_med = statistics.median(timed)
     tokens = a.batch * a.block
     fpt = flops_per_token(a.layers, a.embd, a.vocab, a.block)
@@ -329,11 +352,12 @@ def main():
         "tokens_per_s_median": tokens / step_med,
         "tokens_per_s_window": tokens * len(timed) / sum(timed),
         "first_step_s": times[0],
-        # Compilation happens inside the first step; what it added over a normal step.
-        "compile_s": max(0.0, times[0] - step_med) if a.compile else 0.0,
+        # Compilation happens inside the first step; what it (its window) added over normal steps.
+        "compile_s": max(0.0, windows[0][1] - windows[0][0] * step_med) if a.compile else 0.0,
         "data_ms_median": 1e3 * statistics.median(data_s[a.warmup:]),
         "data_wait_fraction": sum(data_s[a.warmup:]) / sum(timed),
         "step_ms": [round(1e3 * t, 3) for t in timed],
+        "sync_every": a.sync_every,
         "final_loss": losses[-1],
         "loss_scale": scaler.get_scale() if scaler else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,

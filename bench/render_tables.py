@@ -642,6 +642,17 @@ def render_gpu(R):
                 ratios.append(f"{dt} {sides['frugal']['tokens_per_s'] / sides[peer]['tokens_per_s']:.2f}x {label}")
     if ratios:
         lines += ["", "frugal's tokens/s against: " + ", ".join(ratios) + "."]
+    y = R.get("gpu_sync_every")
+    if y:
+        n = y["sync_every"]
+        lines += ["", f"| loss read every {n} steps, bf16 (timed over windows of {n} steps) | tokens/s | "
+                      "MFU (measured peak) |", "| --- | --- | --- |"]
+        for side, v in y["sides"].items():
+            how = f"train.log_every = {n}" if side.startswith("frugal") else f"loss.item() every {n} steps"
+            lines.append(f"| {side} ({how}) | {n0(v['tokens_per_s'])} | {pct(v['mfu_measured_peak'], 1)} |")
+        if y.get("frugal_over_eager"):
+            lines += ["", f"frugal's tokens/s against PyTorch eager, both reading the loss every {n} steps: "
+                          f"{y['frugal_over_eager']:.2f}x."]
     a = R.get("gpu_activation_checkpointing")
     if a:
         lines += ["", "| activation checkpointing, bf16 | peak tensor MB, none -> on | step ms, none -> on |",

@@ -1,8 +1,9 @@
 // Checkpoint cadence; see cadence.h.
 #include "frugal/ckpt/cadence.h"
-#include "frugal/core/wall_clock.h"
 
 #include <cmath>
+
+#include "frugal/core/wall_clock.h"
 
 namespace frugal {
 

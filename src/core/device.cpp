@@ -165,7 +165,9 @@ void set_tf32(bool on) {
   ctx.setAllowTF32CuDNN(on);
 }
 
-// The fake clock of EventTimer::fake_clock_for_tests: event i is at i milliseconds.
+// EventTimer::fake_clock_for_tests: on. The fake clock's k-th event (counted over the timer's life,
+// never reset) is at k + 0.1 (k^2 mod 7) milliseconds: increasing, in uneven ticks, so that a
+// span's length depends on which events it spans.
 namespace {
 std::atomic<bool> g_fake_event_clock{false};
 }  // namespace
@@ -192,7 +194,13 @@ EventTimer::EventTimer(c10::Device device) : fake_(g_fake_event_clock.load() && 
 
 int EventTimer::mark() {
   if (!active_) return -1;
-  if (fake_) return static_cast<int>(fake_used_++);
+  if (fake_) {
+    const int64_t k = fake_ticks_++;
+    const double ms = static_cast<double>(k) + 0.1 * static_cast<double>(k * k % 7);
+    if (static_cast<size_t>(fake_used_) == fake_ms_.size()) fake_ms_.push_back(0.0);
+    fake_ms_[static_cast<size_t>(fake_used_)] = ms;
+    return static_cast<int>(fake_used_++);
+  }
 #if FRUGAL_HAVE_CUDA
   if (impl_->used == impl_->events.size()) impl_->events.emplace_back(cudaEventDefault);  // timing on
   impl_->events[impl_->used].record();
@@ -222,7 +230,7 @@ void EventTimer::wait(int b) {
 
 double EventTimer::seconds_between(int a, int b) const {
   if (!active_ || a < 0 || b < 0) return 0.0;
-  if (fake_) return static_cast<double>(b - a) / 1000.0;
+  if (fake_) return (fake_ms_[static_cast<size_t>(b)] - fake_ms_[static_cast<size_t>(a)]) / 1000.0;
 #if FRUGAL_HAVE_CUDA
   return static_cast<double>(impl_->events[static_cast<size_t>(a)].elapsed_time(impl_->events[static_cast<size_t>(b)])) /
          1000.0;
@@ -234,7 +242,9 @@ double EventTimer::seconds_between(int a, int b) const {
 void EventTimer::clear() {
   if (!active_) return;
   fake_used_ = 0;
+#if FRUGAL_HAVE_CUDA
   if (impl_) impl_->used = 0;
+#endif
 }
 
 EventTimer::~EventTimer() = default;

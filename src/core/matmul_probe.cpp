@@ -1,10 +1,11 @@
 // The matmul probe; see matmul_probe.h.
 #include "frugal/core/matmul_probe.h"
-#include "frugal/core/wall_clock.h"
 
 #include <torch/torch.h>
 
 #include <chrono>
+
+#include "frugal/core/wall_clock.h"
 
 namespace frugal {
 

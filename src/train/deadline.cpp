@@ -170,6 +170,9 @@ void DeadlineGuard::on_eval_end(const EvalMetrics& m, Control&) { eval_s_ = std:
 
 void DeadlineGuard::on_step_end(const StepMetrics& m, Control& control) {
   // The step time may vary (evaluations, data stalls): the longest of the recent ones, decaying.
+  // On a GPU a log step also waits for the device work that the steps before it queued: its
+  // step_s holds that backlog too, which a stop at any step waits for as well (the save settles
+  // the queued steps first), so the estimate errs long, as a guard's should.
   step_s_ = std::max(m.step_s, 0.9 * step_s_);
   if (poller_ && poller_->noticed()) {
     control.request_stop(fmt::format("preemption notice from {}: {}", config_.notice_url, poller_->notice()),

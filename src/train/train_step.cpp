@@ -219,9 +219,18 @@ bool TrainStep::back_off(const std::exception& e, int64_t iteration) {
 }
 
 StepResult TrainStep::run(int64_t iteration, double lr) {
+  step_spans_ = spans_.size();  // the spans before these belong to earlier, unsettled steps
+  try {
+    return run_step(iteration, lr);
+  } catch (...) {
+    spans_.resize(step_spans_);  // a step that failed reports no device time
+    throw;
+  }
+}
+
+StepResult TrainStep::run_step(int64_t iteration, double lr) {
   StepResult r;
   r.device_timed = events_.active();
-  step_spans_ = spans_.size();  // the spans before these belong to earlier, unsettled steps
   std::vector<Batch> fetched;
   at::Tensor loss_sum;
   for (;;) {

@@ -101,7 +101,8 @@ void Trainer::State::train_one_step(Control& control) {
 }
 
 // The loop's counters after a step, and its readings; on log steps the only host reads of the
-// step's device values (besides the fp16 scaler's verdict), and the log window closes.
+// step's device values (besides the fp16 scaler's verdict, and the wait for the device's events
+// in TrainStep::run on a GPU), and the log window closes.
 StepReadings Trainer::State::read_step(const StepResult& r, double lr, double step_s) {
   const int64_t tokens = r.tokens * (dp ? dp->world_size() : 1);  // every rank consumed as many
   loss_sum += r.loss;  // r.loss is already the mean over ranks
@@ -154,6 +155,17 @@ StepReadings Trainer::State::read_step(const StepResult& r, double lr, double st
   return in;
 }
 
+// On a GPU, the steps queued since the last log step: waits for their device work (their device
+// time joins the session's phases) and counts the wait as training time of the open log window,
+// so that an evaluation or a checkpoint save that follows is timed without it.
+void Trainer::State::settle_queued_steps() {
+  const auto t0 = detail::Clock::now();
+  session_phases += step->settle_pending();
+  const double waited = seconds_since(t0);
+  loop.window_s += waited;
+  session_step_s += waited;
+}
+
 bool Trainer::State::next_step_logs() const {
   const int64_t next = loop.step + 1;
   return next % rc.config.train.log_every == 0 || next == rc.config.train.steps;
@@ -203,6 +215,7 @@ void add_eval_figures(const std::vector<std::pair<std::string, double>>& got, in
 // A validation pass at the current step. Returns false (and marks the evaluation pending) when a
 // stop signal interrupted it.
 bool Trainer::State::run_eval(Control& control) {
+  settle_queued_steps();
   torch::NoGradGuard no_grad;
   PhaseSpan span("eval");
   const auto t0 = detail::Clock::now();

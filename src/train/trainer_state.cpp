@@ -191,6 +191,7 @@ void Trainer::State::restore_data_position(const LoadedCheckpoint& ck) {
 
 void Trainer::State::save_checkpoint() {
   if (last_saved_step == loop.step) return;  // nothing new since the last save (or the resume)
+  settle_queued_steps();
   PhaseSpan span("checkpoint");
   const auto t0 = detail::Clock::now();
   CheckpointData d = capture(writer->async());  // a collective under ZeRO-1: every rank calls it
@@ -292,6 +293,7 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   const bool healthy = kind != StopKind::kPreempted && kind != StopKind::kGuard;
   // Past the budget, no more compute is spent on a final evaluation; the weights are still saved.
   const bool evaluate = healthy && kind != StopKind::kBudget;
+  settle_queued_steps();  // on a GPU, the steps since the last log step
   if (evaluate && loop.last_eval_step != loop.step) {
     CrashPhase phase("final evaluation");
     Control ignored;  // the run is over; a stop request from this evaluation changes nothing
@@ -303,7 +305,6 @@ nlohmann::json Trainer::State::finish(const Control& control) {
     writer->wait();
   }
   CrashPhase phase("summary");
-  session_phases += step->settle_pending();  // the steps since the last log step, on a GPU
   nlohmann::ordered_json summary = loop_summary(control, evaluate);
   if (healthy && is_writer()) {
     CrashPhase weights("final weights");

@@ -20,10 +20,10 @@
 #include "frugal/core/device.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
+#include "frugal/core/wall_clock.h"
 #include "frugal/data/batch_source.h"
 #include "frugal/model/gpt.h"
 #include "frugal/train/train_step.h"
-#include "frugal/core/wall_clock.h"
 
 namespace frugal {
 namespace {

@@ -19,9 +19,9 @@
 #include "frugal/core/matmul_probe.h"
 #include "frugal/core/memory.h"
 #include "frugal/core/threads.h"
+#include "frugal/core/wall_clock.h"
 #include "frugal/model/fused_attention.h"
 #include "frugal/train/precision.h"
-#include "frugal/core/wall_clock.h"
 
 namespace frugal {
 namespace {

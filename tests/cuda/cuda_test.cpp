@@ -29,7 +29,9 @@
 #include "test_util.h"
 
 #if FRUGAL_HAVE_CUDA
+#include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 namespace frugal::cuda_test {
@@ -320,11 +322,14 @@ class RandomTokens : public BatchSource {
   int64_t rows_, block_;
 };
 
-// Between log steps the host queues the next steps while the GPU still runs earlier ones: only a
-// settling step waits for the device's events, it reports its own device times, and the settled
-// sums hold every step's device time.
+// Between log steps the host queues the next steps while the GPU still runs earlier ones: a
+// non-settling step returns while the GPU is still busy (a long kernel queued ahead of each step:
+// run() returning with the stream idle means something in the step waited for the device), only
+// a settling step waits for the device's events and reports its own device times, and the
+// settled sums hold every step's device time.
 TEST(Cuda, OnlySettlingStepsWaitForTheGpu) {
   FRUGAL_REQUIRE_GPU();
+#if FRUGAL_HAVE_CUDA
   Config c = test::tiny_config();
   c.data.micro_batch = 8;
   torch::manual_seed(2);
@@ -335,12 +340,16 @@ TEST(Cuda, OnlySettlingStepsWaitForTheGpu) {
   PhaseTimes settled;
   for (int64_t i = 0; i < 10; ++i) {
     step.set_settle_each_step(i == 9);
+    at::cuda::sleep(int64_t{50} * 1000 * 1000);  // tens of milliseconds of GPU clock cycles
     StepResult r = step.run(i, c.train.lr);
     ASSERT_TRUE(r.device_timed);
     EXPECT_EQ(r.phases_on_device, i == 9) << "step " << i;
     settled += r.settled;
     if (i < 9) {
-      EXPECT_EQ(step.device_waits(), 0) << "step " << i << " waited for the GPU";
+      EXPECT_EQ(step.device_waits(), 0) << "step " << i << " waited for the device's events";
+      EXPECT_FALSE(c10::cuda::getCurrentCUDAStream().query())
+          << "step " << i << " returned with the GPU idle: something in the step waited for the device "
+          << "(an .item(), a copy to the host, or a synchronising ATen operation)";
     }
   }
   EXPECT_EQ(step.device_waits(), 1);
@@ -350,6 +359,7 @@ TEST(Cuda, OnlySettlingStepsWaitForTheGpu) {
   EXPECT_GT(settled.optimizer_s, 0.0);
   const PhaseTimes rest = step.settle_pending();
   EXPECT_EQ(rest.forward_s + rest.backward_s + rest.optimizer_s, 0.0);
+#endif
 }
 
 }  // namespace

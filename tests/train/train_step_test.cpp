@@ -158,19 +158,50 @@ TEST(TrainStep, PendingEventsPastTheLimitSettleWithoutBeingAsked) {
   FakeEventClock fake;
   Config c = test::tiny_config();
   torch::manual_seed(5);
-  Gpt m(c.model);
-  TableSource d(c.data.micro_batch, c.model.block);
-  TrainStep step(c, m, d, torch::kCPU);
-  step.set_settle_each_step(false);
+  Gpt ma(c.model), mb(c.model);
+  TableSource da(c.data.micro_batch, c.model.block), db(c.data.micro_batch, c.model.block);
+  TrainStep every(c, ma, da, torch::kCPU), capped(c, mb, db, torch::kCPU);
+  capped.set_settle_each_step(false);
   int64_t settled_steps = 0, steps = 0;
-  while (step.device_waits() == 0 && steps < 10 * TrainStep::kMaxPendingEvents) {
-    StepResult r = step.run(steps++, c.train.lr);
+  PhaseTimes want, got;
+  while (capped.device_waits() == 0 && steps < 10 * TrainStep::kMaxPendingEvents) {
+    want += every.run(steps, c.train.lr).phases;
+    StepResult r = capped.run(steps++, c.train.lr);
     settled_steps += r.phases_on_device ? 1 : 0;
+    got += r.settled;
   }
-  ASSERT_EQ(step.device_waits(), 1) << "never settled in " << steps << " steps";
+  ASSERT_EQ(capped.device_waits(), 1) << "never settled in " << steps << " steps";
   EXPECT_EQ(settled_steps, 1);
   EXPECT_GT(steps, 10);  // a few events per step: many steps before the limit
+  // The capped settle holds every step's device time so far.
+  EXPECT_NEAR(got.forward_s, want.forward_s, 1e-9);
+  EXPECT_NEAR(got.backward_s, want.backward_s, 1e-9);
+  EXPECT_NEAR(got.optimizer_s, want.optimizer_s, 1e-9);
 }
 
+TEST(TrainStep, AStepThatFailsLeavesNoDeviceTimeBehind) {
+  FakeEventClock fake;
+  Config c = test::tiny_config();
+  torch::manual_seed(5);
+  Gpt m(c.model);
+  TableSource d(c.data.micro_batch, c.model.block);
+  bool fail = false;
+  LossFn loss = [g = m.get(), &fail](torch::nn::Module&, const Batch& b) {
+    if (fail) throw std::runtime_error("a failing forward");
+    return g->loss(b.x, b.y);
+  };
+  TrainStep step(c, m.ptr(), loss, d, torch::kCPU, c.model.block);  // settles every step
+  step.run(0, c.train.lr);
+  fail = true;
+  EXPECT_THROW(step.run(1, c.train.lr), std::runtime_error);  // after its first laps were recorded
+  fail = false;
+  const StepResult r = step.run(1, c.train.lr);
+  // What this run settled is its own device time only: nothing of the attempt that threw.
+  ASSERT_TRUE(r.phases_on_device);
+  EXPECT_GT(r.phases.optimizer_s, 0.0);
+  EXPECT_DOUBLE_EQ(r.settled.forward_s, r.phases.forward_s);
+  EXPECT_DOUBLE_EQ(r.settled.backward_s, r.phases.backward_s);
+  EXPECT_DOUBLE_EQ(r.settled.optimizer_s, r.phases.optimizer_s);
+}
 }  // namespace
 }  // namespace frugal::train_step_test

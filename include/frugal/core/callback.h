@@ -50,9 +50,10 @@ struct RunInfo {
 };
 
 // Where a step's wall time went (seconds). `data` is the wait for the batch source; on a CPU the
-// other three are the compute itself. On a GPU they are device time (CUDA events) on log steps;
-// between log steps the device is not waited for, and they are the host's time to queue the
-// work (the summary's per-step figures are device time over every step).
+// other three are the compute itself. On a GPU they are device time (CUDA events) on the steps
+// that read the device's events (log steps, and a step with 1,024 events pending); on the others
+// they are the host's time to queue the work. The summary's per-step figures are device time over
+// every step.
 struct PhaseTimes {
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
   PhaseTimes& operator+=(const PhaseTimes& o) {
@@ -72,7 +73,8 @@ struct StepMetrics {
   double grad_norm = 0;      // global gradient norm before clipping (this step)
   double lr = 0;
   double step_s = 0;         // wall time of this step
-  PhaseTimes phases;         // this step's split of step_s (phases.data_s: waiting for the batch)
+  PhaseTimes phases;         // this step's phases (phases.data_s: waiting for the batch; on a GPU
+                             // see PhaseTimes)
   double tokens_per_s = 0;   // over the window since the previous log step
   double elapsed_s = 0;      // billed wall time so far, over every session (start-ups included)
   int64_t tokens = 0;        // tokens consumed so far

@@ -91,12 +91,12 @@ class EventTimer {
   double seconds_between(int a, int b) const;
   // Forgets recorded events (keeps their storage for reuse).
   void clear();
-  // wait() calls so far: each is one host synchronisation.
+  // wait() calls so far: each is one host synchronisation (a fake one under the fake clock).
   int64_t waits() const { return waits_; }
 
   // Tests only: timers made for the CPU while this is on are active, and their events are ticks
-  // of a fake clock (event i at i milliseconds), so the logic that reads device times runs
-  // without a GPU.
+  // of a fake clock (uneven, counted over the timer's life), so the logic that reads device
+  // times runs without a GPU.
   static void fake_clock_for_tests(bool on);
 
  private:
@@ -104,6 +104,8 @@ class EventTimer {
   bool fake_ = false;
   bool active_ = false;
   int64_t fake_used_ = 0;
+  int64_t fake_ticks_ = 0;
+  std::vector<double> fake_ms_;
   int64_t waits_ = 0;
   std::unique_ptr<Impl> impl_;
 };

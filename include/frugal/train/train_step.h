@@ -99,7 +99,7 @@ class TrainStep {
   void set_settle_each_step(bool on) { settle_each_step_ = on; }
   // Settles the steps not settled yet (waits for the device) and returns their device times.
   PhaseTimes settle_pending();
-  // Host waits for the device's events so far (one per settling step on a GPU; 0 on a CPU).
+  // Host waits for the device's events so far (one per settling step on a GPU; none on a CPU).
   int64_t device_waits() const { return events_.waits(); }
   static constexpr int kMaxPendingEvents = 1024;
 
@@ -141,6 +141,7 @@ class TrainStep {
     int phase;     // 0 forward, 1 backward, 2 optimizer
     int from, to;  // event indices
   };
+  StepResult run_step(int64_t iteration, double lr);
   void settle(StepResult& r);
   void finish_step(StepResult& r);
   device::EventTimer events_;

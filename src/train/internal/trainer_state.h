@@ -98,6 +98,7 @@ struct Trainer::State {
   void train_one_step(Control& control);
   StepReadings read_step(const StepResult& r, double lr, double step_s);
   bool next_step_logs() const;
+  void settle_queued_steps();
   void maybe_eval(Control& control);
   bool run_eval(Control& control);
   void check_signal(Control& control) const;

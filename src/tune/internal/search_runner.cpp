@@ -22,9 +22,9 @@
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
+#include "frugal/core/wall_clock.h"
 #include "frugal/monitor/report.h"  // format_figure
 #include "frugal/train/preemption.h"
-#include "frugal/core/wall_clock.h"
 #include "tune/internal/child_process.h"
 
 namespace frugal::detail {
