@@ -329,10 +329,11 @@ def main():
             t_prev = time.perf_counter()  # the trace's export is no step's time
 
     # Timed: the windows that start after the warm-up (with --sync-every 1, the steps after it).
-    timed, start = [], 0
+    timed, start, first_timed = [], 0, None
     for n, sec in windows:
         if start >= a.warmup:
             timed.extend([sec / n] * n)
+            first_timed = start if first_timed is None else first_timed
         start += n
     if not timed:
         sys.exit(f"peer_gpt.py: no timed window: --steps {a.steps} must be at least --sync-every {a.sync_every}")
@@ -351,11 +352,13 @@ def main():
         "step_ms_median": 1e3 * step_med,
         "tokens_per_s_median": tokens / step_med,
         "tokens_per_s_window": tokens * len(timed) / sum(timed),
-        "first_step_s": times[0],
+        # The first step's time (with --sync-every N > 1, the first window's, over its N steps).
+        "first_step_s": times[0] if a.sync_every == 1 else None,
+        "first_window_s": windows[0][1], "first_window_steps": windows[0][0],
         # Compilation happens inside the first step; what it (its window) added over normal steps.
         "compile_s": max(0.0, windows[0][1] - windows[0][0] * step_med) if a.compile else 0.0,
-        "data_ms_median": 1e3 * statistics.median(data_s[a.warmup:]),
-        "data_wait_fraction": sum(data_s[a.warmup:]) / sum(timed),
+        "data_ms_median": 1e3 * statistics.median(data_s[first_timed:]),
+        "data_wait_fraction": sum(data_s[first_timed:]) / sum(timed),
         "step_ms": [round(1e3 * t, 3) for t in timed],
         "sync_every": a.sync_every,
         "final_loss": losses[-1],

@@ -170,10 +170,12 @@ void DeadlineGuard::on_eval_end(const EvalMetrics& m, Control&) { eval_s_ = std:
 
 void DeadlineGuard::on_step_end(const StepMetrics& m, Control& control) {
   // The step time may vary (evaluations, data stalls): the longest of the recent ones, decaying.
-  // On a GPU a log step also waits for the device work that the steps before it queued: its
-  // step_s holds that backlog too, which a stop at any step waits for as well (the save settles
-  // the queued steps first), so the estimate errs long, as a guard's should.
   step_s_ = std::max(m.step_s, 0.9 * step_s_);
+  // On a GPU the steps between log steps do not wait for the device: the host's clock runs ahead
+  // of the device's work, and a stop (whose save first waits for the queued steps) pays that
+  // backlog. A log step's step_s holds a window's backlog: kept for the whole next window,
+  // decaying per log step only.
+  if (m.logged) logged_step_s_ = std::max(m.step_s, 0.9 * logged_step_s_);
   if (poller_ && poller_->noticed()) {
     control.request_stop(fmt::format("preemption notice from {}: {}", config_.notice_url, poller_->notice()),
                          StopKind::kPreempted);
@@ -184,7 +186,7 @@ void DeadlineGuard::on_step_end(const StepMetrics& m, Control& control) {
   // Going on means this step's evaluation (when it has one) and one more step before the save; a
   // stop now defers the evaluation to the resumed run.
   const bool evaluates = eval_every_ > 0 && m.step % eval_every_ == 0;
-  const double next_s = step_s_ + (evaluates ? eval_s_ : 0);
+  const double next_s = std::max(step_s_, logged_step_s_) + (evaluates ? eval_s_ : 0);
   if (must_stop_for_deadline(now, deadline_->unix_s, next_s, save_s_, config_.deadline_margin_s))
     control.request_stop(
         fmt::format("deadline ({}) in {:.0f} s: {} ({:.1f} s), a checkpoint ({:.1f} s) and the margin "

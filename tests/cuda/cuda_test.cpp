@@ -31,7 +31,7 @@
 #if FRUGAL_HAVE_CUDA
 #include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAEvent.h>
 #endif
 
 namespace frugal::cuda_test {
@@ -323,10 +323,10 @@ class RandomTokens : public BatchSource {
 };
 
 // Between log steps the host queues the next steps while the GPU still runs earlier ones: a
-// non-settling step returns while the GPU is still busy (a long kernel queued ahead of each step:
-// run() returning with the stream idle means something in the step waited for the device), only
-// a settling step waits for the device's events and reports its own device times, and the
-// settled sums hold every step's device time.
+// non-settling step returns before a long kernel queued ahead of it has finished (an event
+// recorded after that kernel still pending: any wait for the device inside the step would have
+// waited for it), only a settling step waits for the device's events and reports its own device
+// times, and the settled sums hold every step's device time.
 TEST(Cuda, OnlySettlingStepsWaitForTheGpu) {
   FRUGAL_REQUIRE_GPU();
 #if FRUGAL_HAVE_CUDA
@@ -337,22 +337,27 @@ TEST(Cuda, OnlySettlingStepsWaitForTheGpu) {
   model->to(torch::kCUDA);
   RandomTokens data(c.data.micro_batch, c.model.block);
   TrainStep step(c, model, data, torch::kCUDA);
+  // Two settled steps first: the first steps create cuBLAS handles, load modules and allocate.
+  for (int64_t i = 0; i < 2; ++i) step.run(i, c.train.lr);
+  const int64_t waits0 = step.device_waits();
   PhaseTimes settled;
   for (int64_t i = 0; i < 10; ++i) {
     step.set_settle_each_step(i == 9);
-    at::cuda::sleep(int64_t{50} * 1000 * 1000);  // tens of milliseconds of GPU clock cycles
-    StepResult r = step.run(i, c.train.lr);
+    at::cuda::sleep(int64_t{200} * 1000 * 1000);  // about 0.1 s of GPU clock cycles
+    c10::cuda::CUDAEvent after_sleep;
+    after_sleep.record();
+    StepResult r = step.run(2 + i, c.train.lr);
     ASSERT_TRUE(r.device_timed);
     EXPECT_EQ(r.phases_on_device, i == 9) << "step " << i;
     settled += r.settled;
     if (i < 9) {
-      EXPECT_EQ(step.device_waits(), 0) << "step " << i << " waited for the device's events";
-      EXPECT_FALSE(c10::cuda::getCurrentCUDAStream().query())
-          << "step " << i << " returned with the GPU idle: something in the step waited for the device "
-          << "(an .item(), a copy to the host, or a synchronising ATen operation)";
+      EXPECT_EQ(step.device_waits(), waits0) << "step " << i << " waited for the device's events";
+      EXPECT_FALSE(after_sleep.query())
+          << "step " << i << " returned after the kernel queued before it had finished: something in the "
+          << "step waited for the device (an .item(), a copy to the host, or a synchronising ATen operation)";
     }
   }
-  EXPECT_EQ(step.device_waits(), 1);
+  EXPECT_EQ(step.device_waits(), waits0 + 1);
   // Ten steps' forward device time, each step's at least a kernel's.
   EXPECT_GT(settled.forward_s, 0.0);
   EXPECT_GT(settled.backward_s, 0.0);

@@ -87,6 +87,36 @@ TEST(Deadline, TheGuardStopsAtTheLastStepThatLeavesRoomForTheSave) {
   EXPECT_NE(control.stop_reason().find("deadline (test)"), std::string::npos) << control.stop_reason();
 }
 
+// On a GPU the steps between log steps do not wait for the device: here the host spends 0.1 s on
+// each and the device 1 s, so a log step every 50 steps waits 45.1 s for the backlog, and the
+// host's clock runs ahead of the device's work. A stop at any step pays the backlog (its save
+// waits for the queued steps first). The guard keeps a log step's time for the whole next window:
+// with the deadline at 112.05 s it stops at step 70 (52 s on the clock, 18 s of backlog, a 10 s
+// save: done at 80 s). Taking only recent steps, decaying, it would run on to step 100 (100 s on
+// the clock, then the save: 110 s, inside the 5 s margin).
+TEST(Deadline, BetweenLogStepsTheGuardKeepsRoomForTheQueuedWork) {
+  CheckpointConfig cc;
+  cc.deadline_margin_s = 5;
+  double now = 0;
+  DeadlineGuard g(cc, Deadline{112.05, "test"}, 0, [&] { return now; });
+  CheckpointEvent save;
+  save.last_write_s = 10;
+  g.on_checkpoint(save);
+  StepMetrics m;
+  m.total_steps = 1000;
+  Control control;
+  int64_t stopped_at = -1;
+  for (int64_t step = 1; step <= 1000 && !control.should_stop(); ++step) {
+    m.step = step;
+    m.logged = step % 50 == 0;
+    m.step_s = m.logged ? 50 * 1.0 - 49 * 0.1 : 0.1;
+    now += m.step_s;
+    g.on_step_end(m, control);
+    if (control.should_stop()) stopped_at = step;
+  }
+  EXPECT_EQ(stopped_at, 70);
+}
+
 // An evaluation step needs room for the evaluation too: with 20 s evaluations every 10 steps the
 // guard stops at step 70 (70 + 20 + 1 + 10 + 5 > 100), not at 84 as without them.
 TEST(Deadline, AStepThatEvaluatesLeavesRoomForTheEvaluation) {

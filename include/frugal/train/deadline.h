@@ -85,6 +85,7 @@ class DeadlineGuard : public Callback {
   std::unique_ptr<NoticePoller> poller_;
   double save_s_ = 0;    // longest save measured
   double step_s_ = 0;    // longest recent step
+  double logged_step_s_ = 0;  // longest recent log step (on a GPU: with the window's backlog)
   int64_t eval_every_ = 0;
   double eval_s_ = 0;    // longest evaluation measured
 };
