@@ -104,19 +104,15 @@ class TrainStep::Lap {
   }
 
  private:
-  static int device_phase(const char* phase) {
-    return std::strcmp(phase, "forward") == 0 ? 0 : std::strcmp(phase, "backward") == 0 ? 1 : 2;
+  static double PhaseTimes::*device_phase(const char* phase) {
+    return std::strcmp(phase, "forward") == 0    ? &PhaseTimes::forward_s
+           : std::strcmp(phase, "backward") == 0 ? &PhaseTimes::backward_s
+                                                 : &PhaseTimes::optimizer_s;
   }
   TrainStep& step_;
   Clock::time_point t_;
   int mark_;
 };
-
-namespace {
-double& device_slot(PhaseTimes& p, int phase) {
-  return phase == 0 ? p.forward_s : phase == 1 ? p.backward_s : p.optimizer_s;
-}
-}  // namespace
 
 // Device time of every pending span (one wait, for the last event): their sum goes to `r.settled`,
 // and the spans of this step (from step_spans_ on) replace its host laps in `r.phases`.
@@ -129,11 +125,11 @@ void TrainStep::settle(StepResult& r) {
     for (size_t i = 0; i < spans_.size(); ++i) {
       const Span& s = spans_[i];
       const double t = events_.seconds_between(s.from, s.to);
-      device_slot(r.settled, s.phase) += t;
+      r.settled.*s.phase += t;
       if (i < step_spans_) continue;
       if (!own) r.phases.forward_s = r.phases.backward_s = r.phases.optimizer_s = 0.0;
       own = true;
-      device_slot(r.phases, s.phase) += t;
+      r.phases.*s.phase += t;
     }
   }
   spans_.clear();

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -60,17 +61,24 @@ TEST(Deadline, StopsWhenTheNextStepASaveAndTheMarginWouldNotFit) {
   EXPECT_TRUE(must_stop_for_deadline(120, 100, 0, 0, 0));   // already past it
 }
 
+// A guard with a 5 s margin and the deadline at `deadline_s` on the clock `now`, that has seen a
+// checkpoint save measured at 10 s.
+std::unique_ptr<DeadlineGuard> guard_after_a_10s_save(double deadline_s, int64_t eval_every, const double& now) {
+  CheckpointConfig cc;
+  cc.deadline_margin_s = 5;
+  auto g = std::make_unique<DeadlineGuard>(cc, Deadline{deadline_s, "test"}, eval_every, [&now] { return now; });
+  CheckpointEvent save;
+  save.last_write_s = 10;
+  g->on_checkpoint(save);
+  return g;
+}
+
 // The guard with a fake clock: it learns the save time from the checkpoints it sees and stops,
 // as a preemption (exit 75), at the last step that leaves room for the final save.
 TEST(Deadline, TheGuardStopsAtTheLastStepThatLeavesRoomForTheSave) {
-  CheckpointConfig cc;
-  cc.deadline_margin_s = 5;
   double now = 0;
-  DeadlineGuard g(cc, Deadline{100, "test"}, 0, [&] { return now; });
-  CheckpointEvent save;
-  save.last_write_s = 10;  // a save measured at 10 s
-  g.on_checkpoint(save);
-  EXPECT_EQ(g.save_s(), 10);
+  auto g = guard_after_a_10s_save(100, 0, now);
+  EXPECT_EQ(g->save_s(), 10);
   StepMetrics m;
   m.total_steps = 1000;
   m.step_s = 1;
@@ -79,7 +87,7 @@ TEST(Deadline, TheGuardStopsAtTheLastStepThatLeavesRoomForTheSave) {
   for (int64_t step = 1; step <= 1000 && !control.should_stop(); ++step) {
     now = static_cast<double>(step);  // one second per step
     m.step = step;
-    g.on_step_end(m, control);
+    g->on_step_end(m, control);
     if (control.should_stop()) stopped_at = step;
   }
   EXPECT_EQ(stopped_at, 84);  // 84 + 1 + 10 + 5 = 100
@@ -95,13 +103,8 @@ TEST(Deadline, TheGuardStopsAtTheLastStepThatLeavesRoomForTheSave) {
 // save: done at 80 s). Taking only recent steps, decaying, it would run on to step 100 (100 s on
 // the clock, then the save: 110 s, inside the 5 s margin).
 TEST(Deadline, BetweenLogStepsTheGuardKeepsRoomForTheQueuedWork) {
-  CheckpointConfig cc;
-  cc.deadline_margin_s = 5;
   double now = 0;
-  DeadlineGuard g(cc, Deadline{112.05, "test"}, 0, [&] { return now; });
-  CheckpointEvent save;
-  save.last_write_s = 10;
-  g.on_checkpoint(save);
+  auto g = guard_after_a_10s_save(112.05, 0, now);
   StepMetrics m;
   m.total_steps = 1000;
   Control control;
@@ -111,7 +114,7 @@ TEST(Deadline, BetweenLogStepsTheGuardKeepsRoomForTheQueuedWork) {
     m.logged = step % 50 == 0;
     m.step_s = m.logged ? 50 * 1.0 - 49 * 0.1 : 0.1;
     now += m.step_s;
-    g.on_step_end(m, control);
+    g->on_step_end(m, control);
     if (control.should_stop()) stopped_at = step;
   }
   EXPECT_EQ(stopped_at, 70);
@@ -120,17 +123,12 @@ TEST(Deadline, BetweenLogStepsTheGuardKeepsRoomForTheQueuedWork) {
 // An evaluation step needs room for the evaluation too: with 20 s evaluations every 10 steps the
 // guard stops at step 70 (70 + 20 + 1 + 10 + 5 > 100), not at 84 as without them.
 TEST(Deadline, AStepThatEvaluatesLeavesRoomForTheEvaluation) {
-  CheckpointConfig cc;
-  cc.deadline_margin_s = 5;
   double now = 0;
-  DeadlineGuard g(cc, Deadline{100, "test"}, /*eval_every=*/10, [&] { return now; });
-  CheckpointEvent save;
-  save.last_write_s = 10;
-  g.on_checkpoint(save);
+  auto g = guard_after_a_10s_save(100, /*eval_every=*/10, now);
   Control control;
   EvalMetrics ev;
   ev.eval_s = 20;
-  g.on_eval_end(ev, control);
+  g->on_eval_end(ev, control);
   StepMetrics m;
   m.total_steps = 1000;
   m.step_s = 1;
@@ -138,7 +136,7 @@ TEST(Deadline, AStepThatEvaluatesLeavesRoomForTheEvaluation) {
   for (int64_t step = 1; step <= 1000 && !control.should_stop(); ++step) {
     now = static_cast<double>(step);
     m.step = step;
-    g.on_step_end(m, control);
+    g->on_step_end(m, control);
     if (control.should_stop()) stopped_at = step;
   }
   EXPECT_EQ(stopped_at, 70);

@@ -138,8 +138,8 @@ class TrainStep {
 
   class Lap;
   struct Span {
-    int phase;     // 0 forward, 1 backward, 2 optimizer
-    int from, to;  // event indices
+    double PhaseTimes::*phase;  // forward_s, backward_s or optimizer_s
+    int from, to;               // event indices
   };
   StepResult run_step(int64_t iteration, double lr);
   void settle(StepResult& r);
