@@ -7,7 +7,9 @@ Rows (each side's runs alternate, --repeats rounds; medians):
   - bf16: tokens/s and MFU of frugal (its defaults: on a GPU the output head's matmuls padded to
     a multiple of 64, model.head_multiple), PyTorch eager, torch.compile (compile time apart); and of
     frugal with model.head_multiple = 1 (the head unpadded) and eager with the head padded by
-    hand (peer_gpt.py --head-multiple 64), to show the head-padding lever on its own;
+    hand (peer_gpt.py --head-multiple 64), to show the head-padding lever on its own; on a GPU,
+    frugal on its own CUDA kernels (model.kernels = frugal; --no-kernels leaves it out), and with
+    --max-autotune torch.compile's mode "max-autotune" beside mode "default";
   - fp16 with dynamic loss scaling (frugal's precision.mode = fp16, the peer's GradScaler):
     tokens/s, MFU against the fp16 matmul peak, skipped steps, final loss scale;
   - reading the loss every --sync-every steps (default 10) instead of every step, bf16: frugal
@@ -75,21 +77,13 @@ ROW_FILES = ("gpu_bf16", "gpu_fp16", "gpu_sync_every", "gpu_activation_checkpoin
              "gpu_machine")
 SKIP = 3  # untimed steps at the start of every run (the peer's first one compiles under --compile)
 
-# Dense (no sparsity) tensor-core peaks from NVIDIA's datasheets, TFLOP/s, for bf16 and fp16.
-# Matched against torch.cuda.get_device_name(); the first matching entry wins.
-DATASHEET = [
-    ("H100 PCIe", 756.0, "NVIDIA H100 PCIe datasheet, bf16/fp16 dense"),
-    ("H100 NVL", 835.0, "NVIDIA H100 NVL datasheet, bf16/fp16 dense"),
-    ("H100", 989.0, "NVIDIA H100 SXM datasheet, bf16/fp16 dense (989.4)"),
-    ("H200", 989.0, "NVIDIA H200 datasheet, bf16/fp16 dense (as H100 SXM)"),
-    ("A100", 312.0, "NVIDIA A100 datasheet, bf16/fp16 dense"),
-]
-
-
-def datasheet_peak(name):
-    for key, tflops, source in DATASHEET:
-        if key in name:
-            return tflops, source
+def datasheet_peak(doctor, name):
+    """The datasheet's dense bf16/fp16 TFLOP/s for the GPU `name` and its source, from frugal's own
+    table (`frugal doctor --json`, src/monitor/mfu.cpp): the figure frugal's summary.json quotes
+    MFU against. (None, None) for a GPU not in the table."""
+    for g in doctor.get("gpus") or []:
+        if g.get("name") == name and g.get("datasheet_bf16_tflops"):
+            return g["datasheet_bf16_tflops"], g.get("datasheet_source")
     return None, None
 
 
@@ -178,7 +172,8 @@ class Bench:
             return ["precision.mode=fp32", "precision.loss_scaling=dynamic"]
         return [f"precision.mode={dtype}"]
 
-    def peer_args(self, dtype, compile_=False, ckpt=False, head_multiple=1, sync_every=1, steps=None):
+    def peer_args(self, dtype, compile_=False, ckpt=False, head_multiple=1, sync_every=1, steps=None,
+                  compile_mode="default"):
         s = self.shape
         args = [venv_python(), os.path.join(HERE, "peer_gpt.py"), "--shards", self.shards, "--device", self.device,
                 "--dtype", dtype, "--vocab", str(s["vocab"]), "--layers", str(s["layers"]), "--heads", str(s["heads"]),
@@ -186,6 +181,8 @@ class Bench:
                 "--steps", str(steps or self.a.steps), "--warmup", str(SKIP)]
         if compile_:
             args.append("--compile")
+            if compile_mode != "default":
+                args += ["--compile-mode", compile_mode]
         if ckpt:
             args.append("--activation-checkpointing")
         if head_multiple != 1:
@@ -222,11 +219,14 @@ class Bench:
                 "peak_tensor_mb": summary.get("peak_tensor_mb"), "peak_reserved_mb": summary.get("peak_reserved_mb"),
                 "skipped_steps": summary.get("skipped_steps"), "loss_scale": summary.get("loss_scale"),
                 "final_train_loss": summary.get("final_train_loss"), "checkpoint": summary.get("checkpoint"),
-                "frugal_reported_mfu": summary.get("mfu"), "flops_per_token": summary.get("flops_per_token"),
+                "frugal_reported_mfu": summary.get("mfu"), "frugal_reported_mfu_datasheet": summary.get("mfu_datasheet"),
+                "frugal_reported_mfu_measured": summary.get("mfu_measured"),
+                "frugal_train_tokens_per_s": summary.get("train_tokens_per_s"), "flops_per_token": summary.get("flops_per_token"),
                 "frugal_version": summary.get("frugal_version"), "torch_version": summary.get("torch_version")}
 
-    def peer(self, dtype, compile_=False, ckpt=False, head_multiple=1, sync_every=1, steps=None):
-        args = self.peer_args(dtype, compile_, ckpt, head_multiple, sync_every, steps)
+    def peer(self, dtype, compile_=False, ckpt=False, head_multiple=1, sync_every=1, steps=None,
+             compile_mode="default"):
+        args = self.peer_args(dtype, compile_, ckpt, head_multiple, sync_every, steps, compile_mode)
         self.commands.append(shlex.join(args))
         if self.a.dry_run:
             return None
@@ -293,6 +293,10 @@ def main():
                     help="dense bf16/fp16 peak of the GPU for MFU (0 = from the table of known GPUs)")
     ap.add_argument("--work", default=None, help="folder for shards and runs (default: a temporary one, removed)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile side")
+    ap.add_argument("--no-kernels", dest="kernels", action="store_false",
+                    help="leave out the bf16 side of frugal on its own CUDA kernels (model.kernels = frugal)")
+    ap.add_argument("--max-autotune", action="store_true",
+                    help="add torch.compile mode \"max-autotune\" to the bf16 row (its autotuning takes minutes)")
     ap.add_argument("--sync-every", type=int, default=10,
                     help="the sync-every row: both sides read the loss every N steps (0 = skip the row)")
     ap.add_argument("--smoke", action="store_true",
@@ -349,7 +353,7 @@ def main():
         mm = matmul_peak.run(a.device, 1024 if a.smoke else 8192, 2 if a.smoke else 5, 0.2 if a.smoke else 1.0)
         machine["matmul"] = mm
         name = mm["device_name"]
-        ds, ds_source = (a.datasheet_tflops, "--datasheet-tflops") if a.datasheet_tflops else datasheet_peak(name)
+        ds, ds_source = (a.datasheet_tflops, "--datasheet-tflops") if a.datasheet_tflops else datasheet_peak(doc, name)
         peaks = {"bf16": mm["gflops"]["bf16"], "fp16": mm["gflops"].get("fp16", mm["gflops"]["bf16"]),
                  "datasheet_tflops": ds}
         machine.update({"device_name": name, "matmul_bf16_tflops": mm["gflops"]["bf16"] / 1e3,
@@ -365,8 +369,12 @@ def main():
     sides = [("frugal", lambda: b.frugal("bf16", "bf16")), ("eager", lambda: b.peer("bf16")),
              ("frugal_unpadded", lambda: b.frugal("bf16", "bf16_unpadded", ["model.head_multiple=1"])),
              ("eager_padded", lambda: b.peer("bf16", head_multiple=64))]
+    if a.kernels and a.device.startswith("cuda"):  # the kernels are refused on a CPU (--smoke)
+        sides.append(("frugal_kernels", lambda: b.frugal("bf16", "bf16_kernels", ["model.kernels=frugal"])))
     if compile_:
         sides.append(("compile", lambda: b.peer("bf16", compile_=True)))
+        if a.max_autotune:
+            sides.append(("compile_max_autotune", lambda: b.peer("bf16", compile_=True, compile_mode="max-autotune")))
     sides += [("frugal_ckpt", lambda: b.frugal("bf16", "bf16_ckpt", ["memory.activation_checkpointing=blocks"])),
               ("eager_ckpt", lambda: b.peer("bf16", ckpt=True))]
     fp16_sides = [("frugal", lambda: b.frugal("fp16", "fp16")), ("eager", lambda: b.peer("fp16"))]
@@ -429,10 +437,11 @@ def main():
             f.write("\n")
         res[name] = obj
 
-    def ratios(obj, group):  # frugal over each peer side that ran
-        for peer in ("eager", "eager_padded", "compile", "frugal_unpadded"):
-            if "frugal" in group and peer in group:
-                obj[f"frugal_over_{peer}"] = group["frugal"]["tokens_per_s"] / group[peer]["tokens_per_s"]
+    def ratios(obj, group):  # frugal (and frugal on its kernels) over each peer side that ran
+        for mine in ("frugal", "frugal_kernels"):
+            for peer in ("eager", "eager_padded", "compile", "compile_max_autotune", "frugal_unpadded", "frugal"):
+                if mine != peer and mine in group and peer in group:
+                    obj[f"{mine}_over_{peer}"] = group[mine]["tokens_per_s"] / group[peer]["tokens_per_s"]
         return obj
 
     # A side with no successful run is left out of its row; a row with no side is not written.

@@ -36,7 +36,7 @@ import figure_lint  # noqa: E402
 from compute_levers import BF16_USABLE_RATIO, bf16_emulated  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
-DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "docs/search.md", "README.md"]
+DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "docs/search.md", "docs/gpu.md", "README.md"]
 MARKER = re.compile(r"<!-- bench-table:(\w+) -->.*?<!-- /bench-table:\1 -->|<!-- bench:(\w+) -->.*?<!-- /bench:\2 -->",
                     re.S)
 
@@ -637,11 +637,21 @@ def render_gpu(R):
         if "frugal" not in sides:
             continue
         for peer, label in (("eager", "PyTorch eager"), ("eager_padded", "PyTorch eager with the head padded by hand"),
-                            ("compile", "torch.compile"), ("frugal_unpadded", "frugal with model.head_multiple = 1")):
+                            ("compile", "torch.compile"),
+                            ("compile_max_autotune", "torch.compile mode \"max-autotune\""),
+                            ("frugal_unpadded", "frugal with model.head_multiple = 1")):
             if peer in sides and sides[peer]["tokens_per_s"]:
                 ratios.append(f"{dt} {sides['frugal']['tokens_per_s'] / sides[peer]['tokens_per_s']:.2f}x {label}")
     if ratios:
         lines += ["", "frugal's tokens/s against: " + ", ".join(ratios) + "."]
+    g = R.get("gpu_bf16")
+    kern = g["sides"] if g and "frugal_kernels" in g["sides"] else None
+    if kern:
+        against = [f"{kern['frugal_kernels']['tokens_per_s'] / kern[p]['tokens_per_s']:.2f}x {label}"
+                   for p, label in (("frugal", "frugal on ATen"), ("eager", "PyTorch eager"), ("compile", "torch.compile"),
+                                    ("compile_max_autotune", "torch.compile mode \"max-autotune\""))
+                   if p in kern and kern[p]["tokens_per_s"]]
+        lines += ["", "frugal on its CUDA kernels (model.kernels = frugal), bf16, against: " + ", ".join(against) + "."]
     y = R.get("gpu_sync_every")
     if y:
         n = y["sync_every"]
@@ -676,6 +686,22 @@ def render_gpu(R):
     if failed:
         lines += ["", "Failed runs (left out of the rows above): " + "; ".join(
             f"round {f['round']} {f['row']} {f['side']} ({f['error']})" for f in failed) + "."]
+    return "\n".join(lines)
+
+
+def render_gpu_kernels(R):
+    k = R.get("gpu_kernel_bench")
+    if not k:
+        return not_measured("no GPU kernel results", "On a CUDA machine: `scripts/gpu-check.sh` (or `build/kernel_bench "
+                            "--json bench/results/<date>-gpu-<card>/gpu_kernel_bench.json`), then `bench/render_tables.py`.")
+    lines = [f"Measured on {k['device_name']} (raw JSON: `{R.path('gpu_kernel_bench')}`): {k['rows']:,} rows "
+             f"(micro-batch 16 x block 1024), {k['embd']} wide, vocabulary {k['vocab']} padded to {k['vocab_padded']}; "
+             f"medians of {k['reps']} timed calls, inputs rotating over 4 sets; the memory floor is this GPU's "
+             f"device-to-device copy, {k['copy_gb_per_s']:,.0f} GB/s here.", "",
+             "| kernel | frugal ms | ATen ms | speed-up | frugal GB/s | of the copy rate |", "| --- | --- | --- | --- | --- | --- |"]
+    for c in k["cases"]:
+        lines.append(f"| {c['case']} | {c['frugal_ms']:.3f} | {c['aten_ms']:.3f} | {c['speedup']:.2f}x | "
+                     f"{c['frugal_gb_per_s']:,.0f} | {pct(c['of_copy_rate'], 0)} |")
     return "\n".join(lines)
 
 
@@ -727,7 +753,7 @@ def render_search(R):
 
 
 RENDERERS = {"search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
-             "levers": render_levers, "gpu": render_gpu, "threads": render_threads, "reuse_freed": render_reuse_freed,
+             "levers": render_levers, "gpu": render_gpu, "gpu_kernels": render_gpu_kernels, "threads": render_threads, "reuse_freed": render_reuse_freed,
              "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,
              "dist": render_dist, "stacked_levers": render_stacked_levers,

@@ -5,6 +5,7 @@
 #
 #   bash scripts/gpu-check.sh [--out DIR] [--build-dir DIR] [--no-bench] [--smoke]
 #                             [--repeats N] [--steps N] [--test-timeout S] [--profile] [--no-compile]
+#                             [--cuda-arch LIST] [--max-autotune] [--no-sanitizer]
 #
 #   --out DIR        where the logs and the benchmark JSON go (default bench/results/<date>-gpu;
 #                    with --smoke, bench/out/gpu_smoke: a smoke pass never lands among the results)
@@ -20,12 +21,18 @@
 #                    minutes on an H100/H200: for a short lease)
 #   --smoke          the benchmark at a tiny shape (bench/gpu_bench.py --smoke): proves the steps
 #                    on a machine without a GPU, where ctest -L cuda reports every case as skipped
+#   --cuda-arch LIST the CUDA architectures frugal's kernels are built for (FRUGAL_CUDA_ARCHITECTURES;
+#                    default 90-real: H100/H200 machine code only, the quickest build)
+#   --max-autotune   the benchmark also runs torch.compile mode "max-autotune" (minutes of autotuning)
+#   --no-sanitizer   skip compute-sanitizer memcheck over the kernel tests
 #
 # Steps, each timed and logged to OUT/gpu-check.log: 1. facts (nvidia-smi, python3's torch, cmake,
 # ninja, nvcc); 2. configure and build with Ninja against python3's torch (FRUGAL_PYTHON); 3.
 # `frugal doctor --json` and the C++ runtime the build linked (toolchain.txt); 4. the CPU tests
-# of checkpoints, directory removal and the crash report on this node; 5. `ctest -L cuda`; 6.
-# bench/gpu_bench.py; 7. with --profile, bench/gpu_profile.py. Exit status: 0 when every step
+# of checkpoints, directory removal and the crash report on this node; 5. frugal's CUDA kernels:
+# their tests (a line each), compute-sanitizer memcheck over them, build/kernel_bench against
+# ATen (kernel_bench.json); 6. `ctest -L cuda`; 7. bench/gpu_bench.py; 8. with --profile,
+# bench/gpu_profile.py. Exit status: 0 when every step
 # passed, 1 when a step failed (the log says which), 2 when the node lacks what the check needs
 # (the message names it).
 set -uo pipefail
@@ -40,6 +47,8 @@ SMOKE=0
 BENCH_ARGS=()
 NO_COMPILE=()
 TEST_TIMEOUT=600
+CUDA_ARCH=90-real
+SANITIZER=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) OUT=$2; shift 2 ;;
@@ -48,12 +57,17 @@ while [[ $# -gt 0 ]]; do
     --profile) PROFILE=1; shift ;;
     --no-compile) NO_COMPILE=(--no-compile); shift ;;
     --smoke) SMOKE=1; shift ;;
+    --max-autotune) BENCH_ARGS+=(--max-autotune); shift ;;
+    --no-sanitizer) SANITIZER=0; shift ;;
+    --cuda-arch) arch_re='^[0-9a-z;-]+$'
+                 [[ ${2:-} =~ $arch_re ]] || { echo "gpu-check: --cuda-arch takes CMake CUDA architectures such as 90-real or '80-real;90-real', not '${2:-}'" >&2; exit 2; }
+                 CUDA_ARCH=$2; shift 2 ;;
     --repeats|--steps) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: $1 takes a positive whole number, not '${2:-}'" >&2; exit 2; }
                        BENCH_ARGS+=("$1" "$2"); shift 2 ;;
     --test-timeout) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: --test-timeout takes seconds (a positive whole number), not '${2:-}'" >&2; exit 2; }
                     TEST_TIMEOUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --profile, --no-compile, --smoke, --repeats N, --steps N, --test-timeout S, --help)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --profile, --no-compile, --smoke, --repeats N, --steps N, --test-timeout S, --cuda-arch LIST, --max-autotune, --no-sanitizer, --help)" >&2; exit 2 ;;
   esac
 done
 if [[ -z $OUT ]]; then
@@ -92,11 +106,16 @@ if [[ ${#GEN[@]} -gt 0 ]]; then generator=Ninja
 elif [[ -f $BUILD/CMakeCache.txt ]]; then generator=$(sed -n 's/^CMAKE_GENERATOR:INTERNAL=//p' "$BUILD/CMakeCache.txt")
 else generator="Unix Makefiles"; fi
 say "configure: $BUILD ($generator) against $PY"
-if ! cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTHON="$PY" >>"$LOG" 2>&1; then
+if ! cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DFRUGAL_PYTHON="$PY" \
+    "-DFRUGAL_CUDA_ARCHITECTURES=$CUDA_ARCH" >>"$LOG" 2>&1; then
   say "configure failed (the end of $LOG says why: a missing library names its package)"; tail -15 "$LOG" >&2; exit 1
 fi
-say "build: frugal and the tests"
-if ! cmake --build "$BUILD" -j "$(nproc)" --target frugal frugal_tests >>"$LOG" 2>&1; then
+KERNELS=0
+grep -q 'FRUGAL_HAVE_KERNELS 1' "$BUILD/generated/frugal_build_config.h" 2>/dev/null && KERNELS=1
+targets=(frugal frugal_tests)
+[[ $KERNELS -eq 1 ]] && targets+=(kernel_bench)
+say "build: ${targets[*]} (CUDA kernels: $KERNELS, architectures $CUDA_ARCH)"
+if ! cmake --build "$BUILD" -j "$(nproc)" --target "${targets[@]}" >>"$LOG" 2>&1; then
   say "build failed"; grep -m5 -E "error" "$LOG" >&2; exit 1
 fi
 
@@ -122,12 +141,41 @@ say "ctest -R 'RemoveTree|Checkpoint|CrashReport' -LE cuda (CPU, on this node)"
 (cd "$BUILD" && ctest -R 'RemoveTree|Checkpoint|CrashReport' -LE cuda -j "$(nproc)" --output-on-failure --timeout "$TEST_TIMEOUT") >"$OUT/ctest-cpu-node.log" 2>&1 || status=1
 tail -n 6 "$OUT/ctest-cpu-node.log" | tee -a "$LOG"
 
-# 5. The CUDA tests.
+# 5. frugal's CUDA kernels first (a kernel that fails here explains every failure after it): their
+# tests, one line each; compute-sanitizer memcheck over the kernel-level ones; the microbenchmark.
+KERNEL_TESTS='Cuda\.(FusedClassifier|FusedCrossEntropy|LayerNormKernels|TrainingOnFrugalKernels)'
+if [[ $KERNELS -eq 1 ]]; then
+  say "ctest -R '$KERNEL_TESTS'"
+  (cd "$BUILD" && ctest -R "$KERNEL_TESTS" --output-on-failure --timeout "$TEST_TIMEOUT") >"$OUT/ctest-kernels.log" 2>&1 || status=1
+  grep -E '(Passed|Failed|Skipped|Not Run|\*\*\*)' "$OUT/ctest-kernels.log" | grep -E 'Test +#' | tee -a "$LOG"
+  SAN=$(command -v compute-sanitizer || true)
+  [[ -z $SAN && -x /usr/local/cuda/bin/compute-sanitizer ]] && SAN=/usr/local/cuda/bin/compute-sanitizer
+  if [[ $SANITIZER -eq 1 && -n $SAN ]]; then
+    say "compute-sanitizer --tool memcheck over Cuda.FusedClassifier* and Cuda.LayerNormKernels*"
+    if timeout 300 "$SAN" --tool memcheck --error-exitcode 9 "$BUILD/tests/frugal_tests" \
+        --gtest_filter='Cuda.FusedClassifier*:Cuda.LayerNormKernels*' >"$OUT/memcheck.log" 2>&1; then
+      say "memcheck: $(grep -m1 'ERROR SUMMARY' "$OUT/memcheck.log" || echo 'no summary line')"
+    else
+      status=1; say "memcheck FAILED (exit $?): $(grep -m3 -E 'ERROR SUMMARY|Invalid|out of bounds' "$OUT/memcheck.log" | tr '\n' ' ')"
+    fi
+  elif [[ $SANITIZER -eq 1 ]]; then
+    say "no compute-sanitizer on this node: memcheck not run"
+  fi
+  say "build/kernel_bench (frugal's kernels against ATen, GPT-2 124M shape)"
+  "$BUILD/kernel_bench" --json "$OUT/gpu_kernel_bench.json" 2>&1 | tee "$OUT/kernel_bench.log" | tee -a "$LOG"
+  rc=${PIPESTATUS[0]}
+  # Exit 2: no CUDA device the kernels run on (expected in a --smoke pass on a CPU machine).
+  [[ $rc -eq 0 || ($rc -eq 2 && $SMOKE -eq 1) ]] || { say "kernel_bench exited $rc"; status=1; }
+else
+  say "this build has no CUDA kernels (FRUGAL_KERNELS): their tests report themselves skipped"
+fi
+
+# 6. The CUDA tests.
 say "ctest -L cuda"
 (cd "$BUILD" && ctest -L cuda --output-on-failure --timeout "$TEST_TIMEOUT") >"$OUT/ctest-cuda.log" 2>&1 || status=1
 tail -n 25 "$OUT/ctest-cuda.log" | tee -a "$LOG"
 
-# 6. The GPU benchmark.
+# 7. The GPU benchmark.
 if [[ $BENCH -eq 1 ]]; then
   args=(--frugal "$BUILD/frugal" --out "$OUT" "${BENCH_ARGS[@]}" "${NO_COMPILE[@]}")
   [[ $SMOKE -eq 1 ]] && args=(--frugal "$BUILD/frugal" --out "$OUT" --smoke "${NO_COMPILE[@]}")
@@ -136,7 +184,7 @@ if [[ $BENCH -eq 1 ]]; then
   rc=${PIPESTATUS[0]}
   [[ $rc -eq 0 ]] || { say "gpu_bench.py exited $rc"; [[ $rc -eq 2 && $SMOKE -eq 0 ]] || status=1; }
 fi
-# 7. Where the step time goes, frugal against eager (--profile).
+# 8. Where the step time goes, frugal against eager (--profile).
 if [[ $PROFILE -eq 1 ]]; then
   pargs=(--frugal "$BUILD/frugal" --out "$OUT" "${NO_COMPILE[@]}")
   [[ $SMOKE -eq 1 ]] && pargs+=(--smoke)

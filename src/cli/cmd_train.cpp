@@ -51,9 +51,17 @@ void print_summary(const nlohmann::json& s) {
   num("best_val_loss", "  {:<22} {:.4f}");
   num("unigram_baseline_loss", "  {:<22} {:.4f}");
   num("params", "  {:<22} {:.0f}");
-  if (s.value("mfu", 0.0) > 0)
-    con.line(fmt::format("  {:<22} {:.1f}% of {:.3f} TFLOP/s{}", "mfu", 100 * s["mfu"].get<double>(),
-                         s.value("peak_tflops", 0.0), s.contains("mfu_note") ? " (" + s["mfu_note"].get<std::string>() + ")" : ""));
+  if (s.value("mfu", 0.0) > 0) {
+    // Against the datasheet first where frugal knows the GPU, then against the measured peak.
+    std::string second;
+    if (s.contains("mfu_datasheet") && s["mfu_datasheet"].is_number() && s.contains("mfu_measured") &&
+        s.value("peak_tflops_measured", 0.0) != s.value("peak_tflops", 0.0))
+      second = fmt::format("; {:.1f}% of the measured {:.3f} TFLOP/s", 100 * s["mfu_measured"].get<double>(),
+                           s.value("peak_tflops_measured", 0.0));
+    con.line(fmt::format("  {:<22} {:.1f}% of {:.3f} TFLOP/s{}{}", "mfu", 100 * s["mfu"].get<double>(),
+                         s.value("peak_tflops", 0.0), second,
+                         s.contains("mfu_note") ? " (" + s["mfu_note"].get<std::string>() + ")" : ""));
+  }
   if (s.value("usd_per_hour", 0.0) > 0 || s.value("watts", 0.0) > 0)
     con.line(fmt::format("  {:<22} ${:.4f} | {:.4f} kWh | {:.4f} kg CO2", "cost", s["cost_usd"].get<double>(),
                          s["energy_kwh"].get<double>(), s["kg_co2"].get<double>()));

@@ -203,6 +203,13 @@ std::vector<KeySpec> build_schema() {
                       "the output head's matmuls run at model.vocab rounded up to a multiple of this (zero rows "
                       "for the product only; parameters, checkpoints and logits unchanged): aligned widths use "
                       "the GPU's fast matmul kernels; 0 = auto (64 on a GPU, off on the CPU), 1 = off"));
+  s.push_back(enum_key<ModelConfig::Kernels>(
+      FRUGAL_FIELD(model, kernels),
+      {{"auto", ModelConfig::Kernels::kAuto}, {"aten", ModelConfig::Kernels::kAten},
+       {"frugal", ModelConfig::Kernels::kFrugal}},
+      "what runs the GPT's LayerNorms and loss on a GPU: \"aten\" (ATen's operators), \"frugal\" (frugal's CUDA "
+      "kernels: fused classifier, residual add + LayerNorm; CUDA, compute capability 8.0+, fp32 or bf16; "
+      "docs/gpu.md), \"auto\" (aten for now: frugal's kernels are opt-in until their GPU check is committed)"));
   s.push_back(string_key(FRUGAL_FIELD(model, source),
                          "what is trained: \"gpt\" (the reference GPT) or \"torchscript:FILE\" (a module scripted in "
                          "Python whose forward(x, y) returns the mean loss; docs/library.md)",

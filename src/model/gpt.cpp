@@ -3,12 +3,14 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "frugal/core/compat.h"
 #include "frugal/data/packing.h"
 #include "frugal/model/fused_attention.h"
 #include "frugal/model/fused_gelu.h"
+#include "frugal/model/kernel_ops.h"
 
 namespace frugal {
 namespace F = torch::nn::functional;
@@ -34,6 +36,26 @@ at::Tensor residual_linear(const at::Tensor& residual, const at::Tensor& y, cons
   at::Tensor out = at::add(residual.reshape({-1, residual.size(-1)}), b);
   out.addmm_(y.reshape({-1, y.size(-1)}), w.t());
   return out.view(residual.sizes());
+}
+// model.kernels = "frugal" and a tensor on a GPU: frugal's LayerNorm and classifier kernels run.
+// (The Trainer has refused the setting where the kernels cannot run; elsewhere, as when a run
+// trained on a GPU is sampled on the CPU, ATen's operators do.)
+std::atomic<bool> kernel_path_on_cpu{false};
+
+bool on_frugal_kernels(ModelConfig::Kernels k, const at::Tensor& x) {
+  return k == ModelConfig::Kernels::kFrugal && (x.is_cuda() || kernel_path_on_cpu.load());
+}
+
+// The dtype a LayerNorm's output goes on in: the autocast dtype where autocast is on (the next
+// matmul's; so no cast pass between them), else the input's.
+at::ScalarType norm_out_dtype(const at::Tensor& x) {
+  const c10::DeviceType dev = x.device().type();
+  return compat::autocast_enabled(dev) ? compat::autocast_dtype(dev) : x.scalar_type();
+}
+
+at::Tensor layer_norm_of(torch::nn::LayerNorm ln, const at::Tensor& x, bool kernels) {
+  if (!kernels) return ln->forward(x);
+  return fused_layer_norm(x, ln->weight, ln->bias, ln->options.eps(), norm_out_dtype(x));
 }
 }  // namespace
 
@@ -101,7 +123,7 @@ at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache,
   return project(y, residual);
 }
 
-BlockImpl::BlockImpl(const ModelConfig& c) : activation_(c.activation) {
+BlockImpl::BlockImpl(const ModelConfig& c) : activation_(c.activation), kernels_(c.kernels) {
   ln1_ = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd}).eps(c.norm_eps)));
   attn_ = register_module("attn", CausalSelfAttention(c));
   ln2_ = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd}).eps(c.norm_eps)));
@@ -111,8 +133,16 @@ BlockImpl::BlockImpl(const ModelConfig& c) : activation_(c.activation) {
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache) {
-  const at::Tensor h = attn_->forward(ln1_->forward(x), cache, x);
-  const at::Tensor in = ln2_->forward(h);
+  at::Tensor h, in;
+  if (on_frugal_kernels(kernels_, x)) {
+    // The attention's output projection, then h = x + it and ln2(h) in one kernel.
+    const at::Tensor a = attn_->forward(layer_norm_of(ln1_, x, true), cache);
+    std::tie(h, in) = fused_residual_layer_norm(x, a, ln2_->weight, ln2_->bias, ln2_->options.eps(),
+                                                norm_out_dtype(x));
+  } else {
+    h = attn_->forward(ln1_->forward(x), cache, x);
+    in = ln2_->forward(h);
+  }
   // GPT-2's tanh approximation runs on ATen's kernel; the exact form on frugal's fused one.
   const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh
                              ? at::gelu(linear(fc_, in), "tanh")
@@ -146,15 +176,19 @@ GptImpl::GptImpl(const ModelConfig& c) : config_(c) {
   }
 }
 
-at::Tensor GptImpl::forward(const at::Tensor& idx) {
+void test_hooks::run_kernel_path_on_cpu(bool on) { kernel_path_on_cpu = on; }
+
+at::Tensor GptImpl::hidden(const at::Tensor& idx) {
   const int64_t T = idx.size(1);
   TORCH_CHECK(T <= config_.block, "sequence length ", T, " exceeds model.block = ", config_.block);
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = drop_->forward(wte_->forward(idx) + wpe_->forward(pos));
   for (size_t i = 0; i < blocks_.size(); ++i)
     x = block_runner_ ? block_runner_(blocks_[i], x, i) : blocks_[i]->forward(x);
-  return head(ln_f_->forward(x));
+  return layer_norm_of(ln_f_, x, on_frugal_kernels(config_.kernels, x));
 }
+
+at::Tensor GptImpl::forward(const at::Tensor& idx) { return head(hidden(idx)); }
 
 // The tied head. Where model.head_multiple rounds the vocabulary V up to Vp, the product runs
 // against the weight with Vp - V zero rows appended, and the logits are the first V columns of
@@ -165,17 +199,33 @@ at::Tensor GptImpl::forward(const at::Tensor& idx) {
 // width like GPT-2's 50257 are unaligned ones, several times slower than those for 50304.
 // `pad` = false for one-token decoding, where the product is one row and padding only copies.
 at::Tensor GptImpl::head(const at::Tensor& x, bool pad) const {
+  const at::Tensor product = head_product(x, pad ? head_multiple_for(x) : 1);
+  return product.size(-1) == config_.vocab ? product : product.narrow(-1, 0, config_.vocab);
+}
+
+int64_t GptImpl::head_multiple_for(const at::Tensor& x) const {
+  return config_.head_multiple > 0 ? config_.head_multiple : (x.is_cuda() ? 64 : 1);
+}
+
+at::Tensor GptImpl::head_product(const at::Tensor& x, int64_t m) const {
   const int64_t V = config_.vocab;
-  const int64_t m = !pad ? 1 : config_.head_multiple > 0 ? config_.head_multiple : (x.is_cuda() ? 64 : 1);
   const int64_t Vp = (V + m - 1) / m * m;
   if (Vp == V) return torch::linear(x, wte_->weight);
   at::Tensor w = wte_->weight;
   const c10::DeviceType dev = x.device().type();
   if (compat::autocast_enabled(dev) && w.scalar_type() == at::kFloat) w = w.to(compat::autocast_dtype(dev));
-  return torch::linear(x, at::constant_pad_nd(w, {0, 0, 0, Vp - V})).narrow(-1, 0, V);
+  return torch::linear(x, at::constant_pad_nd(w, {0, 0, 0, Vp - V}));
 }
 
 at::Tensor GptImpl::loss(const at::Tensor& idx, const at::Tensor& targets) {
+  if (on_frugal_kernels(config_.kernels, idx)) {
+    // The fused classifier over the padded product: the padding columns take no part, and the
+    // backward writes the logits' gradient over them (the logits are this function's own).
+    const at::Tensor x = hidden(idx);
+    const at::Tensor logits = head_product(x, head_multiple_for(x));
+    return fused_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), config_.vocab,
+                               kIgnoreIndex, /*logits_are_scratch=*/true);
+  }
   auto logits = forward(idx);
   return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
                                    targets.reshape({-1}), /*weight=*/{}, at::Reduction::Mean,

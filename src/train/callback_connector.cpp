@@ -35,7 +35,7 @@ void add_producers(const ConnectorContext& ctx, std::vector<std::shared_ptr<Call
   // over the stops it causes elsewhere.
   if (!c.guard.enabled) out.push_back(std::make_shared<NonFiniteLossStop>());
   out.push_back(std::make_shared<CostMeter>(c.budget));
-  out.push_back(std::make_shared<MfuMeter>(plan.peak, plan.flops_per_token));
+  out.push_back(std::make_shared<MfuMeter>(plan.peak, plan.flops_per_token, plan.world_size));
   if (plan.grad_noise) out.push_back(std::make_shared<GradNoiseMeter>(plan.micro_batch, plan.accum, plan.global_batch));
 }
 

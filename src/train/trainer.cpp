@@ -29,6 +29,7 @@
 #include "frugal/data/tokenizer.h"
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/model/hf_gpt2.h"
+#include "frugal/model/kernel_ops.h"
 #include "frugal/train/model_task.h"
 #include "train/internal/callback_connector.h"
 #include "train/internal/trainer_state.h"
@@ -249,6 +250,7 @@ void Trainer::State::make_plan(const std::optional<LoadedCheckpoint>& ck) {
   if (!warning.empty()) Console::get().line("resume: warning: " + warning);
   const std::string why = mode != c.precision.mode ? "resumed: the checkpoint trained in " + precision_name(mode) : "";
   plan = plan_run(c, task.hooks, dp ? dp->world_size() : 1, PrecisionPolicy(mode, device, why));
+  check_model_kernels(c.model, device, plan.precision.mode());
   if (ck) continue_on_this_world(*ck);
   {
     // The peak probe is frugal's own start-up measurement (a 1024^3 matmul), not training work:

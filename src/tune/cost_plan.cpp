@@ -245,7 +245,8 @@ PlanFigures run_dir_figures(const std::string& dir) {
     const nlohmann::json s = nlohmann::json::parse(in, nullptr, false);
     if (s.is_object()) {
       f.startup_s = number(s, "startup_s", f.startup_s);
-      f.peak_flops = number(s, "peak_tflops") * 1e12;
+      // The attainable (measured or configured) peak: what scales a run onto another machine.
+      f.peak_flops = number(s, "peak_tflops_measured", number(s, "peak_tflops")) * 1e12;
       f.device = s.value("device", "");
       if (number(s, "steps") > 0) f.tokens_per_step = std::llround(number(s, "tokens") / number(s, "steps"));
       if (s.contains("checkpoint") && number(s["checkpoint"], "saves") > 0) {

@@ -21,6 +21,7 @@
 #include "frugal/core/threads.h"
 #include "frugal/core/wall_clock.h"
 #include "frugal/model/fused_attention.h"
+#include "frugal/monitor/mfu.h"
 #include "frugal/train/precision.h"
 
 namespace frugal {
@@ -131,6 +132,11 @@ DoctorReport run_doctor(const DoctorOptions& o) {
     one["compute_capability"] = fmt::format("{}.{}", g.major, g.minor);
     one["memory_gb"] = static_cast<double>(g.total_bytes) / 1e9;
     one["multiprocessors"] = g.multiprocessors;
+    // The datasheet's dense bf16/fp16 figure MFU is quoted against first (monitor/mfu.h); null
+    // for a GPU not in frugal's table.
+    const auto sheet = datasheet_peak_flops(g.name, torch::kBFloat16);
+    one["datasheet_bf16_tflops"] = sheet.first > 0 ? nlohmann::ordered_json(sheet.first / 1e12) : nlohmann::ordered_json();
+    one["datasheet_source"] = sheet.second;
     if (o.seconds_per_probe > 0) {  // the peaks MFU is measured against on this GPU
       const c10::Device dev(c10::kCUDA, static_cast<c10::DeviceIndex>(g.index));
       one["matmul_bf16_tflops"] = measure_matmul_gflops(8192, torch::kBFloat16, dev, o.seconds_per_probe) / 1e3;

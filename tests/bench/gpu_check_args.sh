@@ -5,7 +5,8 @@
 #   bash tests/bench/gpu_check_args.sh PROJECT_ROOT
 set -u
 script="$1/scripts/gpu-check.sh"
-options=(--out --build-dir --no-bench --profile --no-compile --smoke --repeats --steps --test-timeout --help)
+options=(--out --build-dir --no-bench --profile --no-compile --smoke --repeats --steps --test-timeout --cuda-arch
+         --max-autotune --no-sanitizer --help)
 fail=0
 bad() { echo "gpu_check_args: $*"; fail=1; }
 
@@ -22,7 +23,7 @@ for o in "${options[@]}"; do
   grep -q -- "$o" <<<"$msg" || bad "the unknown-option message does not list $o: $msg"
 done
 
-for args in "--steps x" "--repeats 0" "--test-timeout -5"; do
+for args in "--steps x" "--repeats 0" "--test-timeout -5" "--cuda-arch sm_90;rm"; do
   # shellcheck disable=SC2086
   msg=$(bash "$script" $args 2>&1); rc=$?
   [[ $rc -eq 2 ]] || bad "'$args' exited $rc, not 2"

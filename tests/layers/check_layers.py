@@ -16,7 +16,7 @@ import sys
 # Bottom to top. Areas of the same layer may not include each other (except where listed in
 # SIDEWAYS), so that each layer's areas can be read, built and tested without the others.
 LAYERS = [
-    ["core"],                      # config, errors, console, events (callback.h), memory, clocks
+    ["core", "kernels"],           # config, errors, console, events (callback.h), memory, clocks; CUDA kernels
     ["data", "ckpt"],              # batch sources and formats; checkpoint files
     ["model", "monitor"],          # the reference GPT; observers of the event list
     ["train"],                     # the step, its levers, the Trainer and its callback connector

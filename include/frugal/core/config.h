@@ -45,6 +45,14 @@ struct ModelConfig {
   // columns). GPU matmul kernels need aligned widths: GPT-2's 50257 falls back to kernels several
   // times slower than 50304's. 0 = auto (64 on a GPU, off on the CPU); 1 = off.
   int64_t head_multiple = 0;
+  // Which kernels run the GPT's LayerNorms and its loss on a GPU (docs/gpu.md):
+  //   kAten:   ATen's operators, the reference (and what every CPU run uses);
+  //   kFrugal: frugal's CUDA kernels (model/kernel_ops.h): the fused classifier over the padded
+  //            bf16 logits and LayerNorm with the residual add folded in; refused where they cannot
+  //            run (no CUDA device or compute capability below 8.0, fp16, a build without them);
+  //   kAuto:   ATen for now: frugal's kernels are opt-in until their GPU check is committed.
+  enum class Kernels { kAuto, kAten, kFrugal };
+  Kernels kernels = Kernels::kAuto;
   // Where the initial weights come from: "" = random GPT-2 initialisation from run.seed;
   // "hf:DIR" = a Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors, the
   // transformers layout): its config.json sets the keys above that the run leaves unset

@@ -54,6 +54,7 @@ class BlockImpl : public torch::nn::Module {
   torch::nn::Linear fc_{nullptr}, fc_proj_{nullptr};
   torch::nn::Dropout mlp_drop_{nullptr};
   ModelConfig::Activation activation_;
+  ModelConfig::Kernels kernels_;
 };
 TORCH_MODULE(Block);
 
@@ -67,7 +68,9 @@ class GptImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& idx);
   // Mean cross-entropy of next-token prediction; logits are computed in fp32 for the loss.
   // Targets equal to kIgnoreIndex (-100, data/packing.h: padding, masked positions) count
-  // neither in the sum nor in the mean.
+  // neither in the sum nor in the mean. With model.kernels = "frugal" on a GPU, frugal's fused
+  // classifier reads the padded bf16 logits directly (no fp32 copy) and is 0 where every target is
+  // ignored (ATen's mean is then NaN).
   at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets);
 
   // Wraps each block's forward (activation checkpointing plugs in here). Identity by default.
@@ -91,9 +94,15 @@ class GptImpl : public torch::nn::Module {
 
  private:
   at::Tensor forward_cached(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache);
+  // Embeddings, blocks and the final LayerNorm: (B, T) ids -> (B, T, embd).
+  at::Tensor hidden(const at::Tensor& idx);
   // The tied output head, (..., embd) -> (..., vocab), padded per model.head_multiple unless
   // `pad` is false (gpt.cpp).
   at::Tensor head(const at::Tensor& x, bool pad = true) const;
+  // The head's product at its padded width, (..., embd) -> (..., Vp), Vp = vocab rounded up to
+  // `multiple`; columns vocab..Vp-1 are zero.
+  at::Tensor head_product(const at::Tensor& x, int64_t multiple) const;
+  int64_t head_multiple_for(const at::Tensor& x) const;
 
   ModelConfig config_;
   torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
@@ -103,5 +112,11 @@ class GptImpl : public torch::nn::Module {
   BlockRunner block_runner_;
 };
 TORCH_MODULE(Gpt);
+
+namespace test_hooks {
+// Runs the GPT's model.kernels = "frugal" path on CPU tensors too, where kernel_ops.h's Functions
+// take their ATen bodies: for tests of the path's wiring on a machine without a GPU.
+void run_kernel_path_on_cpu(bool on);
+}  // namespace test_hooks
 
 }  // namespace frugal

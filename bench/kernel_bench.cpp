@@ -1,0 +1,203 @@
+// frugal's CUDA kernels (src/kernels) against the ATen operators they replace, at the GPT-2 124M
+// shape of one micro-batch of 16 (16,384 rows, 768 wide, vocabulary 50257 padded to 50304), on
+// one GPU. Each case: the median of --reps timed calls (CUDA events), inputs rotating over 4 sets
+// so the 50 MB L2 does not hold them; bytes moved at the kernel's own minimum (every input read
+// once, every output written once); and that as a fraction of this GPU's device-to-device copy
+// rate measured here (the memory floor). ATen's side is what frugal's GPU step ran before the
+// kernels: the loss on a float copy of the logits, LayerNorm in fp32 followed by a bf16 cast.
+//
+//   build/kernel_bench [--reps N] [--rows N] [--json FILE]
+//
+// Prints a table and, with --json, writes the figures (bench/results/<date>-gpu-<card>/).
+// Exits 2 without a CUDA device or a build with the kernels.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "frugal/model/kernel_ops.h"
+#include "kernels/kernels.h"
+
+namespace {
+namespace kn = frugal::kernels;
+
+// Median milliseconds of `reps` calls of fn(i), i = 0, 1, ... (the caller rotates inputs by i).
+double time_ms(int reps, const std::function<void(int)>& fn) {
+  for (int i = 0; i < 3; ++i) fn(i);  // warm-up
+  std::vector<double> ms;
+  auto stream = at::cuda::getCurrentCUDAStream();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(a, stream);
+    fn(i);
+    cudaEventRecord(b, stream);
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void check(int status, const char* what) {
+  if (status != 0) throw std::runtime_error(fmt::format("{}: {}", what, kn::kernel_error_text(status)));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 50;
+  int64_t rows = 16384;
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if ((a == "--reps" || a == "--rows" || a == "--json") && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (a == "--reps") reps = std::max(5, std::stoi(v));
+      if (a == "--rows") rows = std::max<int64_t>(8, std::stoll(v));
+      if (a == "--json") json_path = v;
+    } else if (a == "-h" || a == "--help") {
+      std::puts("kernel_bench [--reps N] [--rows N] [--json FILE]: frugal's CUDA kernels against ATen (bench/kernel_bench.cpp)");
+      return 0;
+    } else {
+      std::fprintf(stderr, "kernel_bench: unknown argument '%s' (allowed: --reps N, --rows N, --json FILE, --help)\n",
+                   a.c_str());
+      return 2;
+    }
+  }
+  if (!torch::cuda::is_available()) {
+    std::fprintf(stderr, "kernel_bench: no CUDA device visible\n");
+    return 2;
+  }
+  const std::string why = frugal::cuda_kernels_unavailable(torch::Device(torch::kCUDA, 0));
+  if (!why.empty()) {
+    std::fprintf(stderr, "kernel_bench: %s\n", why.c_str());
+    return 2;
+  }
+  torch::NoGradGuard no_grad;
+  const auto* prop = at::cuda::getCurrentDeviceProperties();
+  const int sms = prop->multiProcessorCount;
+  const int64_t C = 768, V = 50257, Vp = 50304;
+  void* stream = at::cuda::getCurrentCUDAStream().stream();
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const auto f32 = cuda.dtype(torch::kFloat), bf = cuda.dtype(torch::kBFloat16);
+  constexpr int kSets = 4;
+
+  // The memory floor: a 1 GiB device-to-device copy.
+  auto src = torch::empty({1 << 28}, f32), dst = torch::empty({1 << 28}, f32);
+  const double copy_ms = time_ms(reps, [&](int) { dst.copy_(src); });
+  const double copy_gbs = 2.0 * src.numel() * 4 / (copy_ms * 1e6);
+  src = dst = torch::Tensor();
+
+  nlohmann::json cases = nlohmann::json::array();
+  auto add = [&](const std::string& name, double bytes, double frugal_ms, double aten_ms) {
+    const double gbs = bytes / (frugal_ms * 1e6);
+    cases.push_back({{"case", name}, {"bytes", bytes}, {"frugal_ms", frugal_ms}, {"aten_ms", aten_ms},
+                     {"speedup", aten_ms / frugal_ms}, {"frugal_gb_per_s", gbs}, {"of_copy_rate", gbs / copy_gbs}});
+    std::printf("%-34s frugal %8.3f ms  aten %8.3f ms  %5.2fx  %7.0f GB/s = %3.0f%% of copy\n", name.c_str(), frugal_ms,
+                aten_ms, aten_ms / frugal_ms, gbs, 100 * gbs / copy_gbs);
+  };
+
+  // ---- the classifier: loss and gradient from the padded bf16 logits ----
+  {
+    auto logits = torch::randn({rows, Vp}, bf) * 3;  // one set: 1.6 GB, far past L2
+    auto targets = torch::randint(0, V, {rows}, cuda.dtype(torch::kLong));
+    auto lse = torch::empty({rows}, f32), loss = torch::empty({rows}, f32);
+    auto grad = torch::ones({}, f32), count = torch::full({}, static_cast<float>(rows), f32);
+    auto d = torch::empty_like(logits);
+    const double fr = time_ms(reps, [&](int) {
+      check(kn::classifier_forward(logits.data_ptr(), kn::Dtype::kBf16, rows, V, Vp, targets.data_ptr<int64_t>(), -100,
+                                   lse.data_ptr<float>(), loss.data_ptr<float>(), stream),
+            "classifier_forward");
+      check(kn::classifier_backward(d.data_ptr(), logits.data_ptr(), kn::Dtype::kBf16, rows, V, Vp,
+                                    targets.data_ptr<int64_t>(), -100, lse.data_ptr<float>(), grad.data_ptr<float>(),
+                                    count.data_ptr<float>(), stream),
+            "classifier_backward");
+    });
+    const double at = time_ms(reps, [&](int) {
+      torch::AutoGradMode on(true);
+      auto z = logits.narrow(1, 0, V).detach().requires_grad_();
+      auto l = torch::nn::functional::cross_entropy(z.to(torch::kFloat), targets);
+      l.backward();
+    });
+    add("classifier fwd+bwd (bf16 logits)", 3.0 * rows * Vp * 2, fr, at);
+  }
+  // ---- LayerNorm: fp32 residual stream in, bf16 out (what feeds the bf16 matmuls) ----
+  {
+    std::vector<at::Tensor> xs, ys, dys;
+    for (int i = 0; i < kSets; ++i) {
+      xs.push_back(torch::randn({rows, C}, f32));
+      ys.push_back(torch::randn({rows, C}, bf));
+      dys.push_back(torch::randn({rows, C}, bf));
+    }
+    auto w = torch::randn({C}, f32), b = torch::randn({C}, f32);
+    auto out = torch::empty({rows, C}, bf), h = torch::empty({rows, C}, f32);
+    auto mean = torch::empty({rows}, f32), rstd = torch::empty({rows}, f32);
+    const double fr = time_ms(reps, [&](int i) {
+      check(kn::layernorm_forward(out.data_ptr(), kn::Dtype::kBf16, mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                                  xs[i % kSets].data_ptr(), w.data_ptr(), b.data_ptr(), kn::Dtype::kF32, rows, C, 1e-5f,
+                                  stream),
+            "layernorm_forward");
+    });
+    const double at = time_ms(reps, [&](int i) { torch::layer_norm(xs[i % kSets], {C}, w, b, 1e-5).to(torch::kBFloat16); });
+    add("layernorm fwd (fp32 -> bf16)", rows * C * (4.0 + 2.0), fr, at);
+
+    const double fr2 = time_ms(reps, [&](int i) {
+      check(kn::residual_layernorm_forward(h.data_ptr(), out.data_ptr(), mean.data_ptr<float>(),
+                                           rstd.data_ptr<float>(), xs[i % kSets].data_ptr(), ys[i % kSets].data_ptr(),
+                                           w.data_ptr(), b.data_ptr(), kn::Dtype::kF32, kn::Dtype::kBf16, rows, C,
+                                           1e-5f, stream),
+            "residual_layernorm_forward");
+    });
+    const double at2 = time_ms(reps, [&](int i) {
+      auto hh = xs[i % kSets] + ys[i % kSets];
+      torch::layer_norm(hh, {C}, w, b, 1e-5).to(torch::kBFloat16);
+    });
+    add("residual + layernorm fwd", rows * C * (4.0 + 2.0 + 4.0 + 2.0), fr2, at2);
+
+    auto dx = torch::empty({rows, C}, f32), dx_low = torch::empty({rows, C}, bf);
+    auto dw = torch::empty({C}, f32), db = torch::empty({C}, f32);
+    auto scratch = torch::empty({static_cast<int64_t>(kn::layernorm_backward_scratch_floats(rows, C, sms))}, f32);
+    auto counter = torch::zeros({1}, cuda.dtype(torch::kInt));
+    const double fr3 = time_ms(reps, [&](int i) {
+      check(kn::layernorm_backward(dx.data_ptr(), dx_low.data_ptr(), dys[i % kSets].data_ptr(), xs[i % kSets].data_ptr(),
+                                   xs[(i + 1) % kSets].data_ptr(), w.data_ptr(), mean.data_ptr<float>(),
+                                   rstd.data_ptr<float>(), kn::Dtype::kF32, kn::Dtype::kBf16, dw.data_ptr<float>(),
+                                   db.data_ptr<float>(), scratch.data_ptr<float>(),
+                                   reinterpret_cast<unsigned*>(counter.data_ptr<int32_t>()), rows, C, sms, stream),
+            "layernorm_backward");
+    });
+    auto mean2 = mean.view({rows, 1}), rstd2 = rstd.view({rows, 1});
+    const double at3 = time_ms(reps, [&](int i) {
+      auto r = at::native_layer_norm_backward(dys[i % kSets].to(torch::kFloat), xs[(i + 1) % kSets], {C}, mean2, rstd2,
+                                              w, b, {true, true, true});
+      auto sum = std::get<0>(r) + xs[i % kSets];  // the residual gradient's add, which the kernel folds in
+      (void)sum.to(torch::kBFloat16);
+    });
+    // dout (bf16), x (fp32), dresid (fp32) read; dx (fp32) and dx in bf16 written.
+    add("layernorm bwd (+ residual grad)", rows * C * (2.0 + 4.0 + 4.0 + 4.0 + 2.0), fr3, at3);
+  }
+
+  std::printf("device-to-device copy: %.0f GB/s (%s)\n", copy_gbs, prop->name);
+  if (!json_path.empty()) {
+    nlohmann::json j = {{"bench", "kernel_bench"}, {"device_name", prop->name}, {"rows", rows}, {"embd", C},
+                        {"vocab", V}, {"vocab_padded", Vp}, {"reps", reps}, {"copy_gb_per_s", copy_gbs},
+                        {"cases", cases}};
+    std::ofstream(json_path) << j.dump(2) << "\n";
+  }
+  return 0;
+}

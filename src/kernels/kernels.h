@@ -1,0 +1,70 @@
+// frugal's CUDA kernels (src/kernels/*.cu): the fused classifier and the LayerNorm family, on raw
+// device pointers and the caller's CUDA stream. They allocate nothing and never wait for the
+// device, so a CUDA graph can capture them. This header needs no CUDA header: a stream is passed
+// as `void*` (a cudaStream_t), and the element type of a buffer as Dtype.
+//
+// The tensor-level wrappers, their checks and the autograd Functions are in
+// include/frugal/model/kernel_ops.h; docs/gpu.md describes each kernel and when it runs.
+//
+// Every function returns 0 when the launch was queued, else the CUDA error code (cudaError_t as
+// an int), whose text kernel_error_text() gives.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace frugal::kernels {
+
+enum class Dtype { kF32, kBf16 };
+
+const char* kernel_error_text(int code);
+
+// ---- fused classifier (classifier.cu) --------------------------------------------------------
+// logits: `rows` rows of `ld` elements (ld >= vocab; columns vocab..ld-1 are the head's padding
+// and ignored), dtype `dt`. targets: `rows` int64 token ids. For each row r:
+//   lse[r]  = log(sum_{j < vocab} exp(logits[r, j]))
+//   loss[r] = lse[r] - logits[r, targets[r]]    0 where targets[r] == ignore_index,
+//                                                NaN where the target is outside [0, vocab)
+// One pass over the logits; no normalised probabilities are written.
+int classifier_forward(const void* logits, Dtype dt, int64_t rows, int64_t vocab, int64_t ld,
+                       const int64_t* targets, int64_t ignore_index, float* lse, float* loss, void* stream);
+
+// The gradient of mean(loss over the rows whose target is not ignore_index), times *grad:
+//   dlogits[r, j] = (exp(logits[r, j] - lse[r]) - [j == targets[r]]) * *grad / max(*count, 1)
+// for j < vocab; 0 for the padding columns and for every column of an ignored row. grad and count
+// are device scalars (the upstream gradient, the number of counted rows), read by the kernel, so
+// nothing waits for the host. dlogits may be the logits buffer itself (in place); both have the
+// same dtype and row stride.
+int classifier_backward(void* dlogits, const void* logits, Dtype dt, int64_t rows, int64_t vocab, int64_t ld,
+                        const int64_t* targets, int64_t ignore_index, const float* lse, const float* grad,
+                        const float* count, void* stream);
+
+// ---- LayerNorm (layernorm.cu) ----------------------------------------------------------------
+// Rows of C contiguous elements. x, weight and bias share dtype `xt` (the residual stream's and the
+// parameters'); the normalised output has dtype `ot` (bf16 where it feeds a bf16 matmul, saving a
+// cast). mean and rstd (fp32, one per row) are kept for the backward.
+int layernorm_forward(void* out, Dtype ot, float* mean, float* rstd, const void* x, const void* weight,
+                      const void* bias, Dtype xt, int64_t rows, int64_t C, float eps, void* stream);
+
+// h = residual + y (dtype xt; y has dtype ot, the matmul's), then out = LayerNorm(h): the residual
+// add and the norm in one pass.
+int residual_layernorm_forward(void* h, void* out, float* mean, float* rstd, const void* residual, const void* y,
+                               const void* weight, const void* bias, Dtype xt, Dtype ot, int64_t rows, int64_t C,
+                               float eps, void* stream);
+
+// The backward of either forward, in one kernel:
+//   dx      = LayerNorm's input gradient from dout (dtype ot) + dresid (dtype xt; may be null)
+//   dx_low  = the same values in dtype ot (may be null): the gradient of y in the residual form
+//   dweight, dbias (fp32, C each) = the column sums of dout * xhat and of dout, summed in a fixed
+//   order (the same bits on every run, no atomics on floats).
+// x is the normalised input (h for the residual form). scratch holds
+// layernorm_backward_scratch_floats(rows, C, sm_count) floats; counter is one unsigned int that is
+// 0 on entry and 0 again on return (the kernel's last block resets it).
+size_t layernorm_backward_blocks(int64_t rows, int sm_count);
+size_t layernorm_backward_scratch_floats(int64_t rows, int64_t C, int sm_count);
+int layernorm_backward(void* dx, void* dx_low, const void* dout, const void* dresid, const void* x,
+                       const void* weight, const float* mean, const float* rstd, Dtype xt, Dtype ot, float* dweight,
+                       float* dbias, float* scratch, unsigned* counter, int64_t rows, int64_t C, int sm_count,
+                       void* stream);
+
+}  // namespace frugal::kernels
