@@ -127,7 +127,9 @@ def main():
         script = os.path.join(tmp, "net.pt")
         torch.jit.script(Net(features, classes)).save(script)
 
-        common = [f"run.out_dir={tmp}", "run.threads=1", f"model.source=torchscript:{script}",
+        # fp32 by name: precision.mode = "auto" (the default) picks bf16 on a CPU whose bf16 matmuls
+        # are fast (AVX-512 BF16), and the losses then differ from PyTorch's fp32 ones from step 1.
+        common = [f"run.out_dir={tmp}", "run.threads=1", "precision.mode=fp32", f"model.source=torchscript:{script}",
                   f"data.source=records:{ds}", f"data.micro_batch={len(y_train)}", f"train.steps={STEPS}",
                   f"train.lr={LR}", "train.warmup_steps=0", "train.min_lr_ratio=1", f"train.weight_decay={WD}",
                   f"train.beta1={B1}", f"train.beta2={B2}", "train.grad_clip=0", "train.log_every=1",
