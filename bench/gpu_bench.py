@@ -297,6 +297,9 @@ def main():
                     help="leave out the bf16 side of frugal on its own CUDA kernels (model.kernels = frugal)")
     ap.add_argument("--max-autotune", action="store_true",
                     help="add torch.compile mode \"max-autotune\" to the bf16 row (its autotuning takes minutes)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated rows to run (bf16, fp16, sync, ckpt, stall; default all): e.g. "
+                         "--only bf16 for a short lease")
     ap.add_argument("--sync-every", type=int, default=10,
                     help="the sync-every row: both sides read the loss every N steps (0 = skip the row)")
     ap.add_argument("--smoke", action="store_true",
@@ -306,6 +309,11 @@ def main():
     a = ap.parse_args()
 
     shape = SMOKE if a.smoke else GPT2
+    rows = {r.strip() for r in a.only.split(",") if r.strip()} or {"bf16", "fp16", "sync", "ckpt", "stall"}
+    unknown = rows - {"bf16", "fp16", "sync", "ckpt", "stall"}
+    if unknown:
+        ap.error(f"--only {a.only}: unknown row(s) {', '.join(sorted(unknown))}; allowed: bf16, fp16, sync, ckpt, stall")
+    a.rows = rows
     if a.sync_every < 0:
         die("gpu_bench: --sync-every must be 0 (no row) or at least 1", 2)
     if a.smoke:
@@ -375,19 +383,25 @@ def main():
         sides.append(("compile", lambda: b.peer("bf16", compile_=True)))
         if a.max_autotune:
             sides.append(("compile_max_autotune", lambda: b.peer("bf16", compile_=True, compile_mode="max-autotune")))
-    sides += [("frugal_ckpt", lambda: b.frugal("bf16", "bf16_ckpt", ["memory.activation_checkpointing=blocks"])),
-              ("eager_ckpt", lambda: b.peer("bf16", ckpt=True))]
+    if "ckpt" in a.rows:
+        sides += [("frugal_ckpt", lambda: b.frugal("bf16", "bf16_ckpt", ["memory.activation_checkpointing=blocks"])),
+                  ("eager_ckpt", lambda: b.peer("bf16", ckpt=True))]
+    if "bf16" not in a.rows:
+        sides = [x for x in sides if x[0].endswith("_ckpt")]
     fp16_sides = [("frugal", lambda: b.frugal("fp16", "fp16")), ("eager", lambda: b.peer("fp16"))]
     if compile_:
         fp16_sides.append(("compile", lambda: b.peer("fp16", compile_=True)))
-    n = a.sync_every
+    if "fp16" not in a.rows:
+        fp16_sides = []
+    n = a.sync_every if "sync" in a.rows else 0
     sync_sides = [] if n == 0 else [
         ("frugal", lambda: b.frugal("bf16", f"bf16_log{n}", log_every=n, steps=max(a.steps, 2 * n))),
         ("eager", lambda: b.peer("bf16", sync_every=n, steps=max(a.steps, 2 * n)))]
     stall_steps = max(a.steps, 3 * a.ckpt_every)
     stall_sides = [(mode, lambda m=mode: b.frugal("bf16", f"stall_{m}", [
         "checkpoint.enabled=true", f"checkpoint.every_steps={a.ckpt_every}", f"checkpoint.keep_last={a.keep_last}",
-        f"checkpoint.async={'true' if m == 'async' else 'false'}"], steps=stall_steps)) for mode in ("sync", "async")]
+        f"checkpoint.async={'true' if m == 'async' else 'false'}"], steps=stall_steps)) for mode in ("sync", "async")
+        if "stall" in a.rows]
 
     res = {}
     groups = (("bf16", sides), ("fp16", fp16_sides), (f"sync every {n}", sync_sides),

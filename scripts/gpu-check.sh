@@ -5,7 +5,7 @@
 #
 #   bash scripts/gpu-check.sh [--out DIR] [--build-dir DIR] [--no-bench] [--smoke]
 #                             [--repeats N] [--steps N] [--test-timeout S] [--profile] [--no-compile]
-#                             [--cuda-arch LIST] [--max-autotune] [--no-sanitizer]
+#                             [--cuda-arch LIST] [--max-autotune] [--no-sanitizer] [--bench-rows LIST]
 #
 #   --out DIR        where the logs and the benchmark JSON go (default bench/results/<date>-gpu;
 #                    with --smoke, bench/out/gpu_smoke: a smoke pass never lands among the results)
@@ -25,13 +25,16 @@
 #                    default 90-real: H100/H200 machine code only, the quickest build)
 #   --max-autotune   the benchmark also runs torch.compile mode "max-autotune" (minutes of autotuning)
 #   --no-sanitizer   skip compute-sanitizer memcheck over the kernel tests
+#   --bench-rows LIST the benchmark's rows, comma-separated (bf16, fp16, sync, ckpt, stall; default
+#                    all): `--bench-rows bf16` for frugal on ATen and on its kernels against eager
+#                    and torch.compile only
 #
 # Steps, each timed and logged to OUT/gpu-check.log: 1. facts (nvidia-smi, python3's torch, cmake,
 # ninja, nvcc); 2. configure and build with Ninja against python3's torch (FRUGAL_PYTHON); 3.
 # `frugal doctor --json` and the C++ runtime the build linked (toolchain.txt); 4. the CPU tests
 # of checkpoints, directory removal and the crash report on this node; 5. frugal's CUDA kernels:
 # their tests (a line each), compute-sanitizer memcheck over them, build/kernel_bench against
-# ATen (kernel_bench.json); 6. `ctest -L cuda`; 7. bench/gpu_bench.py; 8. with --profile,
+# ATen (gpu_kernel_bench.json); 6. `ctest -L cuda`; 7. bench/gpu_bench.py; 8. with --profile,
 # bench/gpu_profile.py. Exit status: 0 when every step
 # passed, 1 when a step failed (the log says which), 2 when the node lacks what the check needs
 # (the message names it).
@@ -59,6 +62,9 @@ while [[ $# -gt 0 ]]; do
     --smoke) SMOKE=1; shift ;;
     --max-autotune) BENCH_ARGS+=(--max-autotune); shift ;;
     --no-sanitizer) SANITIZER=0; shift ;;
+    --bench-rows) rows_re='^(bf16|fp16|sync|ckpt|stall)(,(bf16|fp16|sync|ckpt|stall))*$'
+                  [[ ${2:-} =~ $rows_re ]] || { echo "gpu-check: --bench-rows takes a comma-separated list of bf16, fp16, sync, ckpt, stall, not '${2:-}'" >&2; exit 2; }
+                  BENCH_ARGS+=(--only "$2"); shift 2 ;;
     --cuda-arch) arch_re='^[0-9a-z;-]+$'
                  [[ ${2:-} =~ $arch_re ]] || { echo "gpu-check: --cuda-arch takes CMake CUDA architectures such as 90-real or '80-real;90-real', not '${2:-}'" >&2; exit 2; }
                  CUDA_ARCH=$2; shift 2 ;;
@@ -66,8 +72,8 @@ while [[ $# -gt 0 ]]; do
                        BENCH_ARGS+=("$1" "$2"); shift 2 ;;
     --test-timeout) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu-check: --test-timeout takes seconds (a positive whole number), not '${2:-}'" >&2; exit 2; }
                     TEST_TIMEOUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --profile, --no-compile, --smoke, --repeats N, --steps N, --test-timeout S, --cuda-arch LIST, --max-autotune, --no-sanitizer, --help)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check: unknown option '$1' (allowed: --out DIR, --build-dir DIR, --no-bench, --profile, --no-compile, --smoke, --repeats N, --steps N, --test-timeout S, --cuda-arch LIST, --max-autotune, --no-sanitizer, --bench-rows LIST, --help)" >&2; exit 2 ;;
   esac
 done
 if [[ -z $OUT ]]; then
