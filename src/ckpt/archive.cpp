@@ -28,6 +28,7 @@
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/ckpt/retention.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
 
@@ -58,6 +59,39 @@ uint64_t dir_bytes(const std::string& dir) {
   return n;
 }
 
+// "" when no live process holds the run directory's lock, else why its checkpoints stay: a
+// training run's retention removes checkpoints while it runs. Only a run frugal trained has a
+// lock file; none is made here (planning only reads).
+std::string training_note(const fs::path& run) {
+  std::error_code ec;
+  if (!fs::exists(run / ".lock", ec)) return "";
+  try {
+    DirLock probe(run.string());
+    return "";
+  } catch (const ConfigError&) {
+    return "training (a live process holds the run directory's lock)";
+  }
+}
+
+// Temporary archives of `frugal archive` processes that died before renaming them into place
+// (.tmp-<checkpoint>-<pid>.tar.zst with a pid no longer alive): removed, so reruns leave nothing.
+[[maybe_unused]] void remove_stale_temporaries(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    const std::string suffix = ".tar.zst";
+    if (n.rfind(".tmp-", 0) != 0 || n.size() <= suffix.size() ||
+        n.compare(n.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string stem = n.substr(0, n.size() - suffix.size());
+    const size_t dash = stem.rfind('-');
+    if (dash == std::string::npos || dash + 1 >= stem.size() ||
+        stem.find_first_not_of("0123456789", dash + 1) != std::string::npos)
+      continue;
+    if (!process_alive(std::stoll(stem.substr(dash + 1)))) fs::remove(e.path(), ec);
+  }
+}
+
 std::string human_age(double s) {
   if (s >= 86400) return fmt::format("{:.1f}d", s / 86400);
   if (s >= 3600) return fmt::format("{:.1f}h", s / 3600);
@@ -67,7 +101,7 @@ std::string human_age(double s) {
 // The run's checkpoint.best_mode, from the newest complete checkpoint's state.json.
 MetricMode best_mode_of(const std::string& checkpoint) {
   try {
-    auto st = nlohmann::json::parse(read_file(checkpoint + "/state.json"));
+    auto st = nlohmann::json::parse(read_small_file(checkpoint + "/state.json"));
     if (st.contains("config_values") && st["config_values"].value("checkpoint.best_mode", "min") == "max")
       return MetricMode::kMax;
   } catch (const std::exception&) {
@@ -235,6 +269,7 @@ std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t 
         break;
       }
     const std::string best = newest.empty() ? "" : best_checkpoint(listing, best_mode_of(newest));
+    const std::string training = training_note(run);
     for (const auto& ck : listing) {
       ArchiveCandidate c;
       c.run = run.filename().string();
@@ -243,6 +278,7 @@ std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t 
       c.bytes = dir_bytes(ck.path);
       c.age_s = age_seconds(ck.path + "/COMPLETE");
       if (!ck.complete) c.reason = "incomplete";
+      else if (!training.empty()) c.reason = training;
       else if (ck.path == newest) c.reason = "newest";
       else if (ck.path == best) c.reason = "best";
       else if (c.age_s < static_cast<double>(older_than_s)) c.reason = "younger (" + human_age(c.age_s) + ")";
@@ -253,13 +289,40 @@ std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t 
   return out;
 }
 
+#if FRUGAL_HAVE_LIBARCHIVE
+namespace {
+// The archive of a checkpoint that is there when this starts (archive_checkpoint below).
+std::string archive_present_checkpoint(const ArchiveCandidate& c, const fs::path& out_dir);
+}  // namespace
+#endif
+
 std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_dir) {
   require_feature("libarchive", "frugal archive (a checkpoint archive is a .tar.zst)");
 #if FRUGAL_HAVE_LIBARCHIVE
   if (!c.archive) throw CheckpointError(fmt::format("{} is not to be archived ({})", c.path, c.reason));
-  const std::string name = fs::path(c.path).filename().string();
   const fs::path out_dir = fs::path(to_dir) / c.run;
   fs::create_directories(out_dir);
+  remove_stale_temporaries(out_dir);
+  // A checkpoint that a run's retention removed after the plan was made is no error: there is
+  // nothing left to archive (and nothing was lost: the run removed it on purpose).
+  std::error_code ec;
+  if (!fs::exists(c.path, ec)) return "";
+  try {
+    return archive_present_checkpoint(c, out_dir);
+  } catch (const std::exception&) {
+    if (!fs::exists(c.path, ec)) return "";
+    throw;
+  }
+#else
+  (void)to_dir;
+  return {};
+#endif
+}
+
+#if FRUGAL_HAVE_LIBARCHIVE
+namespace {
+std::string archive_present_checkpoint(const ArchiveCandidate& c, const fs::path& out_dir) {
+  const std::string name = fs::path(c.path).filename().string();
   const std::string target = (out_dir / (name + ".tar.zst")).string();
   if (fs::exists(target)) {
     // A run killed after its archive was renamed into place but before the checkpoint left: if the
@@ -352,10 +415,9 @@ std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_
   fsync_dir(out_dir.string());
   remove_tree_hidden_first(c.path);  // only now does the checkpoint leave
   return target;
-#else
-  return {};
-#endif
 }
+}  // namespace
+#endif
 
 std::string restore_checkpoint(const std::string& archive, const std::string& runs_dir) {
   require_feature("libarchive", "frugal restore (a checkpoint archive is a .tar.zst)");

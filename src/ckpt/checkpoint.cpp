@@ -70,8 +70,8 @@ ReadState read_state(const fs::path& dir) {
     return r;
   }
   try {
-    r.bytes = read_file((dir / kState).string());
-    const std::string marker = read_file((dir / kMarker).string());
+    r.bytes = read_small_file((dir / kState).string());
+    const std::string marker = read_small_file((dir / kMarker).string());
     if (marker != marker_text(r.bytes)) {
       r.problem = fmt::format("{}: checksum of {} does not match {}", dir.string(), kState, kMarker);
       return r;
@@ -301,13 +301,13 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
   LoadedCheckpoint c;
   c.path = path;
   try {
-    c.state = nlohmann::json::parse(read_file((dir / kState).string()));
+    c.state = nlohmann::json::parse(read_small_file((dir / kState).string()));
     c.step = c.state.at("step").get<int64_t>();
     c.exact = c.state.value("exact", false);
     const bool master = c.state.at("files").contains("master.safetensors");
     c.weights = load_safetensors((dir / (master ? "master.safetensors" : "model.safetensors")).string()).tensors;
     c.optimizer = load_safetensors((dir / "optimizer.safetensors").string()).tensors;
-    c.data_state = nlohmann::json::parse(read_file((dir / "data_state.json").string()));
+    c.data_state = nlohmann::json::parse(read_small_file((dir / "data_state.json").string()));
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(fmt::format("cannot resume from {}: state.json or data_state.json is malformed: {}",
                                       path, e.what()));

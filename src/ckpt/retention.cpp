@@ -88,7 +88,7 @@ std::map<std::string, std::pair<std::string, bool>> verified_cache;
 bool verify(CheckpointInfo& c) {
   std::string marker;
   try {
-    marker = read_file((fs::path(c.path) / "COMPLETE").string());
+    marker = read_small_file((fs::path(c.path) / "COMPLETE").string());
   } catch (const std::exception&) {
     c.unverified = true;  // listed as complete a moment ago: unreadable, not known to be bad
     return false;
@@ -116,7 +116,7 @@ bool verify(CheckpointInfo& c) {
 
 void note_written(const std::string& path) {
   try {
-    const std::string marker = read_file((fs::path(path) / "COMPLETE").string());
+    const std::string marker = read_small_file((fs::path(path) / "COMPLETE").string());
     std::lock_guard<std::mutex> lock(verified_mu);
     verified_cache[path] = {marker, true};
   } catch (const std::exception&) {

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "frugal/ckpt/archive.h"
+#include "frugal/core/errors.h"
 
 namespace frugal::cli {
 namespace {
@@ -48,6 +49,10 @@ void add_archive_commands(CLI::App& app, Run* run) {
           fmt::print("would archive {}  ({})\n", c.path, mb(c.bytes));
         } else {
           const std::string to = archive_checkpoint(c, a->to);
+          if (to.empty()) {
+            fmt::print("skipped  {}  (removed meanwhile, by its run's checkpoint retention)\n", c.path);
+            continue;
+          }
           fmt::print("archived {} -> {}  ({})\n", c.path, to, mb(c.bytes));
           fmt::print("         restore: frugal restore {} --runs {}\n", to, a->runs_dir);
         }
@@ -70,7 +75,9 @@ void add_archive_commands(CLI::App& app, Run* run) {
   restore->add_option("--runs", *runs_dir, "runs directory to restore into (default runs)");
   restore->callback([archives, runs_dir, run] {
     *run = [archives, runs_dir] {
-      for (const auto& f : *archives) fmt::print("restored {} -> {}\n", f, restore_checkpoint(f, *runs_dir));
+      for (const auto& f : *archives)
+        fmt::print("restored {} -> {}\n", f,
+                   reading_named_input("the archive " + f, [&] { return restore_checkpoint(f, *runs_dir); }));
       return 0;
     };
   });

@@ -42,7 +42,9 @@ int run_export(const ExportArgs& a) {
   if (!fs::is_regular_file(weights)) throw ConfigError(fmt::format("--weights {}: no such file", weights));
   const c10::ScalarType dtype = a.dtype == "bf16" ? at::kBFloat16 : a.dtype == "fp16" ? at::kHalf : at::kFloat;
   Gpt model(c.model);
-  load_parameters(model->named_parameter_list(), load_safetensors(weights), weights);
+  reading_named_input("the weights " + weights, [&] {
+    load_parameters(model->named_parameter_list(), load_safetensors(weights), weights);
+  });
   write_hf_gpt2(model->named_parameter_list(), c.model, a.out, dtype);
   if (a.json) {
     nlohmann::json j{{"out", a.out}, {"weights", weights}, {"dtype", a.dtype},

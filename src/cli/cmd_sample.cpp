@@ -127,7 +127,9 @@ int run_sample(const SampleArgs& a) {
   const std::string weights = a.weights.empty() ? run_weights(a.run_dir, "sample") : a.weights;
   if (!fs::is_regular_file(weights)) throw ConfigError(fmt::format("--weights {}: no such file", weights));
   Gpt model(c.model);
-  load_parameters(model->named_parameter_list(), load_safetensors(weights), weights);
+  reading_named_input("the weights " + weights, [&] {
+    load_parameters(model->named_parameter_list(), load_safetensors(weights), weights);
+  });
   const std::string prompt = unescape(a.prompt);
   if (prompt.empty()) throw ConfigError("--prompt must not be empty");
   const std::string work = (fs::temp_directory_path() / fmt::format("frugal-sample-{}", ::getpid())).string();

@@ -78,7 +78,7 @@ nlohmann::json auto_tune(const ResolvedConfig& rc, const TrainArgs& args, const 
   auto& con = Console::get();
   const std::string path = (std::filesystem::path(rc.config.run.out_dir) / rc.config.run.name / "auto_tune.json").string();
   if (!args.resume.empty() && std::filesystem::exists(path)) {
-    nlohmann::json j = nlohmann::json::parse(read_file(path));
+    nlohmann::json j = nlohmann::json::parse(read_small_file(path));
     con.line(fmt::format("auto_tune: resuming with the earlier choice in {}: {}", path, j["chosen"].dump()));
     return j;
   }

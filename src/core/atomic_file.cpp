@@ -133,12 +133,54 @@ void remove_tree_hidden_first(const std::string& dir) {
     throw IoError(fmt::format("cannot move {} aside for removal: {}", dir, ec.message()));
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+namespace {
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "directory";
+  if (S_ISFIFO(mode)) return "FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "character device";
+  if (S_ISBLK(mode)) return "block device";
+  if (S_ISSOCK(mode)) return "socket";
+  return "special file";
 }
+
+// Reads the regular file `path` whole; with max_bytes >= 0, refuses one larger than that first.
+std::string read_regular_file(const std::string& path, int64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw IoError(fmt::format("cannot open {}: {}", path, std::strerror(errno)));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw IoError(fmt::format("cannot stat {}: {}", path, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    throw DataError(fmt::format("{} is a {}, not a regular file: frugal reads its inputs from files; point it at "
+                                "one", path, file_kind(st.st_mode)));
+  if (max_bytes >= 0 && st.st_size > max_bytes)
+    throw DataError(fmt::format("{} holds {} bytes, more than the {} such a file may have: it is not the file "
+                                "frugal wrote (a link to the wrong file?)", path, st.st_size, max_bytes));
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  std::string out;
+  out.reserve(static_cast<size_t>(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+    }
+    out.append(buf, static_cast<size_t>(n));
+    if (max_bytes >= 0 && static_cast<int64_t>(out.size()) > max_bytes)  // grew while read
+      throw DataError(fmt::format("{} grew past {} bytes while it was read", path, max_bytes));
+  }
+  return out;
+}
+}  // namespace
+
+std::string read_file(const std::string& path) { return read_regular_file(path, -1); }
+
+std::string read_small_file(const std::string& path, int64_t max_bytes) { return read_regular_file(path, max_bytes); }
 
 }  // namespace frugal

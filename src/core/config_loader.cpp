@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/core/config_values.h"
 #include "frugal/core/errors.h"
@@ -200,7 +201,9 @@ void apply_env(ResolvedConfig& rc, const std::map<std::string, std::string>& env
 void apply_file(ResolvedConfig& rc, const std::string& path) {
   toml::table root;
   try {
-    root = toml::parse_file(path);
+    root = toml::parse(read_small_file(path), path);
+  } catch (const frugal::Error& e) {  // not a regular file, too large, unreadable: bad input
+    throw ConfigError(fmt::format("config file {}: {}", path, e.what()));
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
     throw ConfigError(fmt::format("cannot parse config file {}:{}:{}: {}", path, b.line, b.column,

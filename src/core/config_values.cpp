@@ -1,6 +1,11 @@
 // Structured config values; see config_values.h.
 #include "frugal/core/config_values.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
@@ -31,8 +36,34 @@ HttpAddress parse_http_address(const std::string& text) {
   return a;
 }
 
+std::vector<std::string> resolve_host_addresses(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return {};
+  std::vector<std::string> out;
+  for (const addrinfo* a = found; a; a = a->ai_next) {
+    char text[NI_MAXHOST];
+    if (::getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof text, nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    if (std::find(out.begin(), out.end(), text) == out.end()) out.emplace_back(text);
+  }
+  ::freeaddrinfo(found);
+  return out;
+}
+
+bool is_loopback_address(const std::string& numeric) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, numeric.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, numeric.c_str(), &v6) != 1) return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;  // ::ffff:127.x.y.z
+}
+
 bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+  const std::vector<std::string> addresses = resolve_host_addresses(host);
+  return !addresses.empty() && std::all_of(addresses.begin(), addresses.end(), is_loopback_address);
 }
 
 std::vector<double> parse_alert_fractions(const std::string& text) {

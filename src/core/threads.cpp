@@ -97,7 +97,7 @@ std::string thread_choice_path() {
 
 std::optional<MeasuredThreads> read_thread_choice() {
   try {
-    const nlohmann::json j = nlohmann::json::parse(read_file(thread_choice_path()));
+    const nlohmann::json j = nlohmann::json::parse(read_small_file(thread_choice_path()));
     MeasuredThreads m;
     m.threads = j.at("threads").get<int>();
     m.physical_cores = j.at("physical_cores").get<int>();

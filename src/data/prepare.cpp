@@ -100,7 +100,7 @@ bool cache_hit(const std::string& out, const nlohmann::json& key, const nlohmann
                PrepareReport* r) {
   nlohmann::json m;
   try {
-    m = nlohmann::json::parse(read_file(out + "/manifest.json"));
+    m = nlohmann::json::parse(read_small_file(out + "/manifest.json"));
     if (m.at("format_version") != kFormatVersion || m.at("options") != key || m.at("sources") != sources)
       return false;
     for (const char* split : {"train", "val"})

@@ -61,7 +61,7 @@ RecordDataset open_record_dataset(const std::string& dir) {
                                 "`frugal prepare --format images|tar|csv INPUT --out {}`", dir, dir));
   nlohmann::json m;
   try {
-    m = nlohmann::json::parse(read_file(mpath));
+    m = nlohmann::json::parse(read_small_file(mpath));
   } catch (const std::exception& e) {
     throw DataError(fmt::format("cannot read dataset manifest '{}': {}", mpath, e.what()));
   }

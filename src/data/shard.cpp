@@ -45,6 +45,13 @@ constexpr size_t kFooterBytes = 16;
 // at least 1 byte of content (an RLE block), so 4 stored bytes give at most 128 KiB. A declared
 // raw size beyond stored * kMaxZstdRatio is a lie, refused before anything is allocated.
 constexpr uint64_t kMaxZstdRatio = 32768;
+// What a writer puts in one block at most: a target of at most kMaxBlockTarget plus one record of
+// at most kMaxRecordBytes (a token block is its target). A zstd block declaring more is refused
+// when the shard is opened: within zstd's ratio a 145 KB file could still declare 4 GiB, and the
+// reader would allocate and inflate all of it for one sample.
+constexpr uint32_t kMaxBlockTarget = 32u << 20;
+constexpr uint32_t kMaxRecordBytes = 32u << 20;
+constexpr uint64_t kMaxBlockRawBytes = uint64_t{kMaxBlockTarget} + kMaxRecordBytes;
 
 // The process-wide cache of decompressed blocks (see shard.h).
 class InflatedCache {
@@ -130,6 +137,7 @@ ShardWriter::ShardWriter(std::string path, ShardKind kind, ShardDtype dtype,
   FRUGAL_INTERNAL_ASSERT((kind_ == ShardKind::kTokens) != (dtype_ == ShardDtype::kBytes),
                          path_ + ": token shards need dtype uint16 or uint32, record shards bytes");
   if (opts_.block_bytes < 64) opts_.block_bytes = 64;
+  if (opts_.block_bytes > kMaxBlockTarget) opts_.block_bytes = kMaxBlockTarget;
   if (kind_ == ShardKind::kTokens)
     items_per_block_ = opts_.block_bytes / static_cast<uint32_t>(dtype_width(dtype_));
   tmp_path_ = path_ + ".tmp";
@@ -170,9 +178,10 @@ void ShardWriter::add_tokens(const int32_t* tokens, size_t n) {
 
 void ShardWriter::add_record(std::string_view record) {
   FRUGAL_INTERNAL_ASSERT(kind_ == ShardKind::kRecords, path_ + ": add_record on a token shard");
-  if (record.size() >= 0xffffffffu - block_.size()) flush_block();
-  if (record.size() >= 0xffffffffu)
-    throw DataError(fmt::format("{}: a record of {} bytes exceeds the 4 GiB limit", path_, record.size()));
+  if (record.size() > kMaxRecordBytes)
+    throw DataError(fmt::format("{}: a record of {} bytes exceeds the {} MiB a shard record may hold (docs/formats/"
+                                "shards.md); make the samples smaller (e.g. prepare --size for images)",
+                                path_, record.size(), kMaxRecordBytes >> 20));
   records_.push_back({static_cast<uint32_t>(blocks_.size()), static_cast<uint32_t>(block_.size()),
                       static_cast<uint32_t>(record.size())});
   block_.append(record);
@@ -335,6 +344,10 @@ void ShardReader::parse() {
       fail(index_offset + b * kBlockEntryBytes,
            fmt::format("block {} declares {} bytes decompressed from {} stored, more than zstd can expand "
                        "to (at most {}x)", b, k.raw_size, k.stored_size, kMaxZstdRatio));
+    if (compressed_ && k.raw_size > kMaxBlockRawBytes)
+      fail(index_offset + b * kBlockEntryBytes,
+           fmt::format("block {} declares {} bytes decompressed, more than the {} MiB a writer puts in a block", b,
+                       k.raw_size, kMaxBlockRawBytes >> 20));
     next = k.offset + k.stored_size;
     raw_total += k.raw_size;
   }

@@ -109,7 +109,7 @@ TokenDataset open_manifest(const std::string& dir) {
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   nlohmann::json m;
   try {
-    m = nlohmann::json::parse(read_file(mpath));
+    m = nlohmann::json::parse(read_small_file(mpath));
   } catch (const std::exception& e) {
     throw DataError(fmt::format("cannot read dataset manifest '{}': {}", mpath, e.what()));
   }
@@ -146,7 +146,7 @@ TokenDataset open_manifest(const std::string& dir) {
 
 std::optional<ManifestTokenizer> manifest_tokenizer(const std::string& dir) {
   try {
-    const nlohmann::json m = nlohmann::json::parse(read_file((fs::path(dir) / "manifest.json").string()));
+    const nlohmann::json m = nlohmann::json::parse(read_small_file((fs::path(dir) / "manifest.json").string()));
     const auto& t = m.at("tokenizer");
     const auto& v = t.at("vocab");
     if (v.is_number_integer() && v.get<int64_t>() > 0)

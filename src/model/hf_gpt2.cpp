@@ -84,7 +84,7 @@ ModelConfig read_hf_gpt2_config(const std::string& dir) {
                                   "GPT2LMHeadModel.save_pretrained)", dir, origin));
   json j;
   try {
-    j = json::parse(read_file(origin));
+    j = json::parse(read_small_file(origin));
   } catch (const json::parse_error& e) {
     throw ConfigError(fmt::format("{}: not valid JSON: {}", origin, e.what()));
   }

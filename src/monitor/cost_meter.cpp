@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 
@@ -49,7 +50,9 @@ std::string default_price_table_path() {
 std::vector<PriceEntry> load_price_table(const std::string& path) {
   toml::table root;
   try {
-    root = toml::parse_file(path);
+    root = toml::parse(read_small_file(path), path);
+  } catch (const frugal::Error& e) {  // not a regular file, too large, unreadable: bad input
+    throw ConfigError(fmt::format("price table {}: {}", path, e.what()));
   } catch (const toml::parse_error& e) {
     throw ConfigError(fmt::format("price table {}:{}: {}", path, e.source().begin.line, e.description()));
   }
@@ -134,11 +137,20 @@ void CostMeter::on_step_end(const StepMetrics& m, Control& control) {
       alert(fractions_[i]);
     }
   }
-  // Stop before the next step would cross the limit (a step costs about the average so far).
-  const double next = m.step > 0 ? figures_.usd / static_cast<double>(m.step) : 0;
-  if (figures_.usd + next > budget_.limit_usd && m.step < total_steps_)
+  stop_before_the_limit(m.step, control);
+}
+
+void CostMeter::on_resume(const StepMetrics& m, Control& control) {
+  figures_ = cost_at(m.elapsed_s, m.step, total_steps_, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
+  if (budget_.limit_usd > 0) stop_before_the_limit(m.step, control);
+}
+
+// Stop before the next step would cross the limit (a step costs about the average so far).
+void CostMeter::stop_before_the_limit(int64_t step, Control& control) const {
+  const double next = step > 0 ? figures_.usd / static_cast<double>(step) : 0;
+  if (figures_.usd + next > budget_.limit_usd && step < total_steps_)
     control.request_stop(fmt::format("budget: ${:.4f} spent of the ${:.2f} limit (budget.limit_usd)",
-                                           figures_.usd, budget_.limit_usd),
+                                     figures_.usd, budget_.limit_usd),
                          StopKind::kBudget);
 }
 

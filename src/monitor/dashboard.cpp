@@ -5,13 +5,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "frugal/core/config_values.h"
 #include "frugal/core/errors.h"
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/monitor/progress.h"
@@ -23,13 +27,45 @@ namespace frugal {
 // client connection is known, each one is cut after a deadline (a header line a second keeps
 // httplib's per-read timeout happy forever), and shutdown closes them all at once instead of
 // waiting for each client to finish.
+// Set on the accepting thread for a connection the task queue turns away (below).
+thread_local bool refuse_this_connection = false;
+
+// httplib's pool with a bound on the connections waiting for a worker. Each waiting connection
+// holds a descriptor: without a bound, a flood of idle connections took every descriptor the
+// process may open, and the trainer's next checkpoint write failed. Past the bound a connection
+// is closed at once, on the accepting thread, without reading from it.
+class BoundedTaskQueue : public httplib::TaskQueue {
+ public:
+  BoundedTaskQueue(size_t workers, int max_waiting) : pool_(workers), max_waiting_(max_waiting) {}
+  void enqueue(std::function<void()> fn) override {
+    if (waiting_.load() >= max_waiting_) {
+      refuse_this_connection = true;
+      fn();  // GuardedHttpServer::process_and_close_socket closes it
+      refuse_this_connection = false;
+      return;
+    }
+    ++waiting_;
+    pool_.enqueue([this, fn = std::move(fn)] {
+      --waiting_;
+      fn();
+    });
+  }
+  void shutdown() override { pool_.shutdown(); }
+
+ private:
+  httplib::ThreadPool pool_;
+  std::atomic<int> waiting_{0};
+  const int max_waiting_;
+};
+
 class GuardedHttpServer : public httplib::Server {
  public:
   static constexpr int kWorkers = 32;
+  static constexpr int kMaxWaiting = 64;  // so the dashboard holds at most ~100 descriptors
   static constexpr double kConnectionDeadlineS = 10;
 
   GuardedHttpServer() {
-    new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
+    new_task_queue = [] { return new BoundedTaskQueue(kWorkers, kMaxWaiting); };
     set_read_timeout(2, 0);
     set_write_timeout(2, 0);
     set_keep_alive_timeout(2);
@@ -57,7 +93,7 @@ class GuardedHttpServer : public httplib::Server {
   bool process_and_close_socket(socket_t sock) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (closing_) {
+      if (closing_ || refuse_this_connection) {
         ::shutdown(sock, SHUT_RDWR);
         ::close(sock);
         return false;
@@ -181,7 +217,18 @@ std::string prometheus_text(const nlohmann::json& latest, const std::string& run
 Dashboard::Dashboard(const MonitorConfig& config, std::string run_name)
     : config_(config), run_name_(std::move(run_name)), server_(std::make_unique<GuardedHttpServer>()) {
   const HttpAddress addr = parse_http_address(config.http);
-  host_ = addr.host;
+  // Listen on exactly the address the loopback rule was decided on: resolved once, here, so a
+  // name cannot resolve to a loopback address for the check and to another one for the bind.
+  const std::vector<std::string> addresses = resolve_host_addresses(addr.host);
+  if (addresses.empty())
+    throw ConfigError(fmt::format("monitor.http = \"{}\": the host \"{}\" does not resolve to an address; use "
+                                  "127.0.0.1 (or a name of this machine)",
+                                  config.http, addr.host));
+  if (!config.allow_remote && !std::all_of(addresses.begin(), addresses.end(), is_loopback_address))
+    throw ConfigError(fmt::format("monitor.http = \"{}\" resolves to {}, beyond this machine; use 127.0.0.1, or set "
+                                  "monitor.allow_remote = true and a monitor.token",
+                                  config.http, fmt::join(addresses, ", ")));
+  host_ = addresses.front();
   snap_.run = {{"run_name", run_name_}, {"state", "starting"}};
   snap_.latest = nlohmann::json::object();
 

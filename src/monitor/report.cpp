@@ -94,7 +94,7 @@ std::string num(double x) { return format_figure(x); }
 
 Json read_json(const std::string& path) {
   try {
-    return Json::parse(read_file(path));
+    return Json::parse(read_small_file(path));
   } catch (const Json::exception& e) {
     throw DataError(fmt::format("{} is not valid JSON: {}", path, e.what()));
   } catch (const IoError& e) {
@@ -291,7 +291,7 @@ std::string render_report(const std::string& run_dir) {
   Json summary = read_json(run_dir + "/summary.json");
   if (!summary.contains("run_name")) summary["run_name"] = run_dir;
   ReportPageOptions o;
-  if (std::filesystem::exists(run_dir + "/config.toml")) o.config_toml = read_file(run_dir + "/config.toml");
+  if (std::filesystem::exists(run_dir + "/config.toml")) o.config_toml = read_small_file(run_dir + "/config.toml");
   return render_report_html(summary, read_jsonl(run_dir + "/metrics.jsonl"), o);
 }
 

@@ -59,7 +59,9 @@ Task make_gpt_task(const Config& config) {
   Gpt model(config.model);
   // Pretrained weights replace the random ones (a resumed run's checkpoint replaces both).
   const std::string hf = hf_init_dir(config.model);
-  if (!hf.empty()) load_hf_gpt2(model->named_parameter_list(), config.model, hf);
+  if (!hf.empty())
+    reading_named_input("model.init_from = \"" + config.model.init_from + "\"",
+                        [&] { load_hf_gpt2(model->named_parameter_list(), config.model, hf); });
   // The data stays null: the Trainer builds data.source for this process's data-parallel rank.
   Task t = gpt_task(model, nullptr, config);
   if (!hf.empty()) t.hooks.describe += ", from " + config.model.init_from;

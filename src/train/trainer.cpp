@@ -181,7 +181,10 @@ std::optional<LoadedCheckpoint> Trainer::State::open_checkpoint() {
     run_lock = std::make_unique<DirLock>(run_path.string());
   const std::string path = choose_checkpoint(rc.config, opts.resume);
   if (path.empty()) return std::nullopt;
-  LoadedCheckpoint ck = load_checkpoint(path);
+  // A checkpoint named with --resume PATH that cannot be read is bad input (exit 2); with --resume
+  // auto, one find_resumable judged sound and then failed to load is frugal's failure (exit 1).
+  LoadedCheckpoint ck = opts.resume == "auto" ? load_checkpoint(path)
+                                              : reading_named_input("--resume " + path, [&] { return load_checkpoint(path); });
   report_config_changes(ck);
   return ck;
 }

@@ -60,6 +60,16 @@ void Trainer::State::begin_session(Control& control) {
   reset_tensor_bytes_peak();
   device::reset_cuda_peak(device);
   check_signal(control);
+  if (loop.step > 0 && !control.should_stop()) {
+    // A resumed run that already meets a stop rule (its budget spent, its time limit reached)
+    // stops here, as the uninterrupted run did, instead of training and billing one more step.
+    StepMetrics now;
+    now.step = loop.step;
+    now.total_steps = rc.config.train.steps;
+    now.tokens = loop.tokens;
+    now.elapsed_s = billed_s();
+    for (auto& cb : callbacks) cb->on_resume(now, control);
+  }
   if (dp) dp->agree(control);
   if (loop.eval_pending && !control.should_stop()) run_eval(control);
 }

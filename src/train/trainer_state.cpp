@@ -301,7 +301,10 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   }
   {
     CrashPhase phase("final checkpoint");
-    if ((c.checkpoint.enabled && healthy) || kind == StopKind::kPreempted) save_checkpoint();
+    // A resumed session that trained no step (stopped before it) has nothing new to save: the
+    // checkpoint it resumed from holds this very state.
+    const bool trained = session_steps > 0 || loop.step == 0;
+    if (trained && ((c.checkpoint.enabled && healthy) || kind == StopKind::kPreempted)) save_checkpoint();
     writer->wait();
   }
   CrashPhase phase("summary");

@@ -207,7 +207,7 @@ FinderResult find_batch_size(const Config& config, const std::function<void(cons
   const std::string cache_path = batch_finder_cache_path();
   nlohmann::json cache = nlohmann::json::object();
   if (c.tune.cache && std::filesystem::exists(cache_path)) {
-    cache = nlohmann::json::parse(read_file(cache_path), nullptr, /*allow_exceptions=*/false);
+    cache = nlohmann::json::parse(read_small_file(cache_path), nullptr, /*allow_exceptions=*/false);
     if (!cache.is_object()) cache = nlohmann::json::object();  // unreadable: recomputed and rewritten
   }
   if (c.tune.cache && cache.contains(r.cache_key)) {

@@ -277,7 +277,9 @@ SearchSpec load_search_spec(const std::string& path, const std::vector<std::stri
                             const std::map<std::string, std::string>& env) {
   toml::table root;
   try {
-    root = toml::parse_file(path);
+    root = toml::parse(read_small_file(path), path);
+  } catch (const frugal::Error& e) {  // not a regular file, too large, unreadable: bad input
+    throw ConfigError(fmt::format("search file {}: {}", path, e.what()));
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
     throw ConfigError(fmt::format("cannot parse search file {}:{}:{}: {}", path, b.line, b.column, e.description()));

@@ -19,6 +19,8 @@
 #include <map>
 
 #include "frugal/ckpt/checkpoint.h"
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "test_util.h"
 
@@ -106,6 +108,43 @@ TEST(Archive, PlanNeverTakesTheNewestTheBestOrYoungOnes) {
       EXPECT_FALSE(c.archive);
     }
   }
+}
+
+// A run that is training (its directory locked by a live process) keeps every checkpoint: its
+// retention removes checkpoints meanwhile (archive racing it failed with raw "directory iterator
+// cannot open directory"). A checkpoint gone since the plan is skipped, not an error. A killed
+// archive's temporary file is removed by the next run, one of a live process is left alone.
+TEST(Archive, ALiveRunIsLeftAloneAndWhatVanishesOrWasLeftBehindIsHandled) {
+  FRUGAL_NEED_FEATURE("libarchive");
+  test::TempDir dir;
+  const std::string runs = dir.file("runs");
+  make_checkpoint(runs, "live", 10, 0.5, 200);  // the best
+  make_checkpoint(runs, "live", 20, 0.9, 150);
+  make_checkpoint(runs, "live", 25, 0.95, 120);
+  make_checkpoint(runs, "live", 30, 0.8, 100);  // the newest
+  {
+    DirLock held(runs + "/live");  // as a training run holds it
+    const auto plan = plan_archive(runs, 90 * kDay);
+    for (const auto& c : plan) {
+      EXPECT_FALSE(c.archive) << c.path;
+      EXPECT_NE(c.reason.find("training"), std::string::npos) << c.reason;
+    }
+  }
+  auto plan = plan_archive(runs, 90 * kDay);
+  const ArchiveCandidate& gone = find(plan, "live", 20);
+  ASSERT_TRUE(gone.archive) << gone.reason;
+  remove_tree(gone.path);  // the run's retention, between the plan and the archive
+  EXPECT_EQ(archive_checkpoint(gone, dir.file("arch")), "");
+
+  const std::string stale = dir.file("arch/live/.tmp-step-00000020-999999999.tar.zst");
+  const std::string mine = dir.file("arch/live/.tmp-step-00000020-" + std::to_string(::getpid()) + ".tar.zst");
+  test::write_text(stale, std::string(1000, 'x'));
+  test::write_text(mine, "in flight");
+  const ArchiveCandidate& old = find(plan, "live", 25);
+  ASSERT_TRUE(old.archive) << old.reason;
+  EXPECT_FALSE(archive_checkpoint(old, dir.file("arch")).empty());
+  EXPECT_FALSE(fs::exists(stale)) << "a dead archive's temporary file was left behind";
+  EXPECT_TRUE(fs::exists(mine)) << "a live process's temporary file was removed";
 }
 
 TEST(Archive, RoundTripRestoresTheCheckpointBitwise) {

@@ -70,6 +70,33 @@ TEST(SafetyCli, SmokeExitsZeroOnASoundPipelineAndOneNamingTheStage) {
   EXPECT_NE(first.output.find("compare     ok"), std::string::npos) << first.output;
 }
 
+// A checkpoint, weights file or archive the user names that cannot be read is bad input: exit 2
+// with the name first, as the help promises (it was exit 1, as for a bug).
+TEST(SafetyCli, AnUnreadableCheckpointWeightsFileOrArchiveTheUserNamesExitsTwo) {
+  test::TempDir dir;
+  ASSERT_EQ(run_frugal("train -q" + tiny_sets(dir.path()) + " --set checkpoint.every_steps=10").exit_code, 0);
+  std::string ck;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("demo/checkpoints")))
+    if (e.path().filename().string().rfind("step-", 0) == 0) ck = e.path().string();
+  ASSERT_FALSE(ck.empty());
+  std::string model = test::read_text(ck + "/model.safetensors");
+  model[model.size() / 2] = static_cast<char>(model[model.size() / 2] ^ 0x5a);  // checksums catch it
+  test::write_text(ck + "/model.safetensors", model);
+  auto r = run_frugal("train -q" + tiny_sets(dir.path()) + " --resume " + ck);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--resume " + ck + ":"), std::string::npos) << r.output;
+
+  test::write_text(dir.file("junk.safetensors"), "not a safetensors file at all");
+  r = run_frugal("sample " + dir.file("demo") + " --weights " + dir.file("junk.safetensors") + " --prompt 1+1=");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("not a valid safetensors file"), std::string::npos) << r.output;
+
+  test::write_text(dir.file("junk.tar.zst"), "not an archive");
+  r = run_frugal("restore " + dir.file("junk.tar.zst") + " --runs " + dir.file("restored"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("the archive " + dir.file("junk.tar.zst")), std::string::npos) << r.output;
+}
+
 TEST(SafetyCli, ExistingRunWithoutResumeOrOverwriteIsRefusedWithBothHints) {
   test::TempDir dir;
   ASSERT_EQ(run_frugal("train -q" + tiny_sets(dir.path())).exit_code, 0);

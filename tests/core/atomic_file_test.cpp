@@ -5,10 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
@@ -31,6 +36,70 @@ TEST(AtomicFile, ReplacesWholeAndLeavesNoTemporaryFile) {
 namespace fs = std::filesystem;
 
 void touch(const std::string& path) { std::ofstream(path) << "x"; }
+
+// The message of the DataError `read` throws ("" when it throws none or another error).
+std::string data_error(const std::function<void()>& read) {
+  try {
+    read();
+  } catch (const DataError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("another error: ") + e.what();
+  }
+  return "";
+}
+
+// A FIFO, a device or a link to one in place of a file frugal reads: refused at once by name
+// (a FIFO used to hang the reader until a writer came; /dev/zero was read until memory ran out).
+TEST(ReadFile, OnlyARegularFileIsReadAndAFifoNeverWaitsForAWriter) {
+  test::TempDir dir;
+  const std::string fifo = dir.file("state.json");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // If the read waited for a writer, this one ends the wait after 3 s (and the test fails on time).
+  std::thread unblock([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) ::close(fd);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string e = data_error([&] { read_file(fifo); });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2)) << "the read waited on the FIFO";
+  unblock.join();
+  EXPECT_NE(e.find(fifo), std::string::npos) << e;
+  EXPECT_NE(e.find("FIFO"), std::string::npos) << e;
+  EXPECT_NE(data_error([] { read_small_file("/dev/zero"); }).find("character device"), std::string::npos);
+  std::filesystem::create_symlink("/dev/urandom", dir.file("manifest.json"));
+  EXPECT_NE(data_error([&] { read_small_file(dir.file("manifest.json")); }).find("not a regular file"),
+            std::string::npos);
+  EXPECT_NE(data_error([&] { read_file(dir.path()); }).find("directory"), std::string::npos);
+  // A link to a regular file is read as the file.
+  write_file_atomic(dir.file("real.json"), "{}");
+  std::filesystem::create_symlink(dir.file("real.json"), dir.file("link.json"));
+  EXPECT_EQ(read_small_file(dir.file("link.json")), "{}");
+  EXPECT_THROW(read_file(dir.file("missing")), IoError);
+}
+
+TEST(ReadFile, ASmallFileLargerThanItsLimitIsRefusedBeforeItIsRead) {
+  test::TempDir dir;
+  write_file_atomic(dir.file("COMPLETE"), std::string(100, 'x'));
+  const std::string e = data_error([&] { read_small_file(dir.file("COMPLETE"), 10); });
+  EXPECT_NE(e.find("100 bytes"), std::string::npos) << e;
+  EXPECT_NE(e.find("10"), std::string::npos) << e;
+  EXPECT_EQ(read_small_file(dir.file("COMPLETE"), 100).size(), 100u);
+}
+
+// A config that is no file is bad input (exit 2) named by its path, at once.
+TEST(ReadFile, TrainingFromADeviceOrAFifoAsTheConfigExitsTwoNamingIt) {
+  test::TempDir dir;
+  auto r = test::run_frugal("train /dev/zero --quiet --set run.out_dir=" + dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("/dev/zero is a character device"), std::string::npos) << r.output;
+  const std::string fifo = dir.file("run.toml");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  r = test::run_frugal("train " + fifo + " --quiet --set run.out_dir=" + dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("FIFO"), std::string::npos) << r.output;
+}
 
 TEST(RemoveTree, RemovesANestedTreeAndCountsWhatItRemoved) {
   test::TempDir dir;

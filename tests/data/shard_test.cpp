@@ -214,6 +214,32 @@ TEST(Shard, DeclaredSizesAreCheckedBeforeAllocating) {
   }
 }
 
+// Within zstd's ratio a small block may still declare far more than any writer puts in a block
+// (a 145 KB shard declared 4 GiB, and reading one sample allocated and inflated all of it): the
+// reader refuses a zstd block over 64 MiB when the shard is opened, and the writer never makes
+// one (a record over 32 MiB is refused).
+TEST(Shard, AZstdBlockLargerThanAnyWriterMakesIsRefusedOnOpen) {
+  FRUGAL_NEED_FEATURE("zstd");
+  test::TempDir dir;
+  // 8 KiB of random tokens: incompressible, so 100 MiB stays within zstd's 32768x ratio.
+  write_tokens(dir.file("z.frs"), random_tokens(4096, 60000, 9), ShardDtype::kUint16, true, 8192);
+  test::write_text(dir.file("big.frs"), declare_raw_size(test::read_text(dir.file("z.frs")), 100u << 20));
+  try {
+    ShardReader r(dir.file("big.frs"));
+    FAIL() << "a zstd block declaring 100 MiB was accepted on open";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the 64 MiB a writer puts in a block"), std::string::npos)
+        << e.what();
+  }
+  ShardWriter w(dir.file("records.frs"), ShardKind::kRecords, ShardDtype::kBytes);
+  try {
+    w.add_record(std::string((32u << 20) + 1, 'x'));
+    FAIL() << "a record over 32 MiB was written";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds the 32 MiB"), std::string::npos) << e.what();
+  }
+}
+
 // Decompressed blocks are cached in a bounded process-wide cache: reading a dataset many times
 // the limit keeps memory at the limit, and the data stays right.
 TEST(Shard, DecompressedBlocksStayWithinTheCacheLimit) {

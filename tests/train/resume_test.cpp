@@ -309,5 +309,29 @@ TEST(Stops, MaxMinutesStopsWithACheckpoint) {
   EXPECT_EQ(verify_checkpoint(dir.path() + "/demo/checkpoints/step-00000001"), "");
 }
 
+// Resuming a run that stopped at its time limit or its budget trains no step and bills none:
+// the uninterrupted run stopped there too (each resume used to train and bill one more step).
+TEST(Stops, AResumedRunAlreadyPastItsTimeLimitOrBudgetTrainsNoMoreSteps) {
+  for (const std::vector<std::string>& limit :
+       {std::vector<std::string>{"train.max_minutes=0.000001"},
+        std::vector<std::string>{"budget.usd_per_hour=360000", "budget.limit_usd=0.5", "train.log_every=1"}}) {
+    SCOPED_TRACE(limit[0]);
+    test::TempDir dir;
+    auto first = train(dir.path(), limit);
+    ASSERT_NE(first["stop_kind"], "completed");
+    const int64_t steps = first["steps"].get<int64_t>();
+    const std::string latest = first["checkpoint"]["latest"].get<std::string>();
+    ASSERT_FALSE(latest.empty());
+    TrainerOptions r;
+    r.resume = "auto";
+    for (int again = 0; again < 2; ++again) {
+      auto resumed = train(dir.path(), limit, r);
+      EXPECT_EQ(resumed["steps"].get<int64_t>(), steps) << "resume " << again + 1 << " trained another step";
+      EXPECT_EQ(resumed["stop_kind"], first["stop_kind"]);
+      EXPECT_EQ(resumed["checkpoint"]["latest"].get<std::string>(), latest) << "a checkpoint of no new step";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace frugal::resume_test

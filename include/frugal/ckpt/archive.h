@@ -33,15 +33,19 @@ struct ArchiveCandidate {
   double age_s = 0;        // seconds since COMPLETE was written
   uint64_t bytes = 0;      // size of its files
   bool archive = false;    // true: will be archived; false: kept, see `reason`
-  std::string reason;      // why kept: "newest", "best", "incomplete", "younger than ..."
+  std::string reason;      // why kept: "newest", "best", "incomplete", "younger than ...", "training ..."
 };
 
-// Every checkpoint under RUNS_DIR/*/checkpoints/, with the decision for each. Pure reading.
+// Every checkpoint under RUNS_DIR/*/checkpoints/, with the decision for each. Pure reading. A run
+// that a live process holds (its run directory's lock) keeps every checkpoint: its retention
+// removes them while it trains.
 // Throws ConfigError when runs_dir does not exist.
 std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t older_than_s);
 
 // Archives one checkpoint to DIR/<run>/step-NNNNNNNN.tar.zst (see the safety notes above) and
-// returns the archive path. Throws IoError/CheckpointError; the checkpoint is untouched then.
+// returns the archive path; "" when the checkpoint is gone (its run's retention removed it since
+// the plan). Throws IoError/CheckpointError; the checkpoint is untouched then. Temporary archives
+// that a killed `frugal archive` left in DIR/<run>/ are removed first.
 std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_dir);
 
 // Extracts an archive back to RUNS_DIR/<run>/checkpoints/step-NNNNNNNN (the run name is read from

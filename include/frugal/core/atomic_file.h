@@ -13,8 +13,17 @@ namespace frugal {
 // Replaces `path` with `data` atomically (see above). Creates parent directories.
 void write_file_atomic(const std::string& path, std::string_view data);
 
-// Reads a whole file; throws IoError if it cannot.
+// Reads a whole file; throws IoError if it cannot. Only a regular file is read (a symbolic link
+// to one counts): a FIFO, a device (/dev/zero, /dev/urandom), a socket or a directory throws
+// DataError naming the path and what it is, at once (a FIFO is opened without waiting for a
+// writer, so it cannot hang the caller).
 std::string read_file(const std::string& path);
+
+// The same for files frugal itself writes small (state.json, COMPLETE, manifest.json, a config,
+// a cache): a file larger than `max_bytes` throws DataError naming it, its size and the limit,
+// before anything is read (a link to a huge file costs no memory).
+constexpr int64_t kSmallFileMaxBytes = int64_t{64} << 20;
+std::string read_small_file(const std::string& path, int64_t max_bytes = kSmallFileMaxBytes);
 
 // fsyncs a directory so that a rename inside it is durable.
 void fsync_dir(const std::string& dir);

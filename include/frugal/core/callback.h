@@ -189,6 +189,11 @@ class Callback {
  public:
   virtual ~Callback() = default;
   virtual void on_train_begin(const RunInfo& info) {}
+  // Before the first step of a resumed session, with the run's figures so far (step, total_steps,
+  // tokens, elapsed_s billed over every session, this start-up included): a stop rule the run
+  // already meets (a spent budget, a reached time limit) stops it here, before another step is
+  // trained and billed.
+  virtual void on_resume(const StepMetrics& m, Control& control) {}
   // Producers fill the derived figures they own (see the event list above).
   virtual void on_step_metrics(StepMetrics& m) {}
   virtual void on_step_end(const StepMetrics& m, Control& control) {}

@@ -14,7 +14,13 @@ struct HttpAddress {
 };
 // Parses "HOST:PORT" (IPv6 as "[::1]:8080"); throws ConfigError naming the value.
 HttpAddress parse_http_address(const std::string& text);
-// 127.0.0.0/8, ::1 and "localhost".
+// Every address `host` resolves to (a name through the system's resolver, a number as it is), as
+// numeric text, in the resolver's order; empty when it does not resolve.
+std::vector<std::string> resolve_host_addresses(const std::string& host);
+// A numeric address in 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104.
+bool is_loopback_address(const std::string& numeric);
+// True when `host` resolves and every address it resolves to is a loopback address: decided on
+// the addresses, not the spelling ("127.evil.example" may resolve to anything).
 bool is_loopback_host(const std::string& host);
 
 // Parses budget.alert_at ("0.5,0.8,0.95"); throws ConfigError.

@@ -63,6 +63,19 @@ class InternalError : public Error {
   using Error::Error;
 };
 
+// Runs `read` (which reads a checkpoint, a weights file or an archive) and turns a CheckpointError
+// from it into a DataError (exit 2) whose message starts with `named`: for a file the user named
+// on the command line or in the config (--resume PATH, --weights, model.init_from, restore), an
+// unusable one is bad input, as the help says, not a failure of frugal.
+template <typename Read>
+auto reading_named_input(const std::string& named, Read&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const CheckpointError& e) {
+    throw DataError(named + ": " + e.what());
+  }
+}
+
 namespace detail {
 [[noreturn]] void throw_internal_error(const char* file, int line, const char* condition, const std::string& message);
 }  // namespace detail

@@ -56,6 +56,8 @@ class CostMeter : public Callback {
   void on_step_metrics(StepMetrics& m) override;
   // Alerts, and a budget stop before the next step would cross budget.limit_usd.
   void on_step_end(const StepMetrics& m, Control& control) override;
+  // A run resumed with its budget spent stops before another step (no alerts: they fired before).
+  void on_resume(const StepMetrics& m, Control& control) override;
   // The price, power and limit, when a price is known.
   void add_to_banner(std::vector<std::string>& lines) const override;
   void add_to_summary(nlohmann::ordered_json& summary) override;
@@ -72,6 +74,7 @@ class CostMeter : public Callback {
   const std::vector<std::string>& alerts_fired() const { return alerts_fired_; }
 
  private:
+  void stop_before_the_limit(int64_t step, Control& control) const;
   void alert(double fraction);
 
   BudgetConfig budget_;

@@ -25,6 +25,7 @@ class TimeLimit : public Callback {
     if (eval_every_ <= 0 || m.step % eval_every_ != 0) check(m.elapsed_s, control);
   }
   void on_eval_end(const EvalMetrics& m, Control& control) override { check(m.elapsed_s, control); }
+  void on_resume(const StepMetrics& m, Control& control) override { check(m.elapsed_s, control); }
 
  private:
   void check(double elapsed_s, Control& control) const;

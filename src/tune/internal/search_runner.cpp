@@ -62,7 +62,7 @@ nlohmann::json read_summary(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return nullptr;
   try {
-    return nlohmann::json::parse(read_file(path));
+    return nlohmann::json::parse(read_small_file(path));
   } catch (const std::exception&) {
     return nullptr;  // a run killed while writing it leaves the previous one (atomic), so rarely
   }

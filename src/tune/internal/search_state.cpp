@@ -121,7 +121,7 @@ SearchState SearchState::from_json(const nlohmann::json& j) {
 
 SearchState load_search_state(const std::string& path) {
   try {
-    const nlohmann::json j = nlohmann::json::parse(read_file(path));
+    const nlohmann::json j = nlohmann::json::parse(read_small_file(path));
     if (j.value("format", "") != kFormat || j.value("version", 0) != kVersion)
       throw CheckpointError(fmt::format("{} is not a frugal search state (format {} version {} expected)", path,
                                         kFormat, kVersion));
