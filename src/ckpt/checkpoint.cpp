@@ -4,13 +4,16 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 #define XXH_INLINE_ALL  // xxHash header-only (third_party/xxhash)
 #include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/crash_report.h"
@@ -240,6 +243,74 @@ CheckpointCheck check_checkpoint(const std::string& path) {
 }
 
 namespace {
+// What a checkpoint's state.json and data_state.json must hold besides their checksums: the
+// fields resume relies on, by type and range, and exactly the files write_checkpoint writes. A
+// state.json re-signed by hand (its COMPLETE recomputed) with `files: {}` skipped every file's
+// checksum; one with a negative elapsed time, world_size 0 or dtype "fp64" was taken as it was.
+// "" when sound, else what is wrong. Fields the Trainer adds (loop, world_size, ...) are checked
+// where present: a checkpoint written by the library alone has none of them.
+std::string state_problem(const nlohmann::json& s) {
+  auto is_int_at_least = [](const nlohmann::json& v, int64_t min) {
+    return v.is_number_integer() && v.get<int64_t>() >= min;
+  };
+  auto one_of = [](const nlohmann::json& v, std::initializer_list<const char*> allowed) {
+    if (!v.is_string()) return false;
+    for (const char* a : allowed)
+      if (v.get<std::string>() == a) return true;
+    return false;
+  };
+  if (!s.contains("step") || !is_int_at_least(s["step"], 0)) return "\"step\" is not a whole number >= 0";
+  if (!s.contains("weights_dtype") || !one_of(s["weights_dtype"], {"fp32", "bf16", "fp16"}))
+    return "\"weights_dtype\" is not one of fp32, bf16, fp16";
+  if (!s.contains("exact") || !s["exact"].is_boolean()) return "\"exact\" is not true or false";
+  std::set<std::string> want = {"model.safetensors", "optimizer.safetensors", "data_state.json"};
+  if (s["weights_dtype"] != "fp32" && s["exact"].get<bool>()) want.insert("master.safetensors");
+  std::set<std::string> listed;
+  for (const auto& [name, f] : s["files"].items()) {
+    listed.insert(name);
+    if (!f.is_object() || !f.contains("bytes") || !is_int_at_least(f["bytes"], 0) || !f.contains("xxh3") ||
+        !f["xxh3"].is_string() || f["xxh3"].get<std::string>().size() != 16 ||
+        f["xxh3"].get<std::string>().find_first_not_of("0123456789abcdef") != std::string::npos)
+      return fmt::format("the entry of {} in \"files\" is not {{\"bytes\": n, \"xxh3\": 16 hex digits}}", name);
+  }
+  if (listed != want)
+    return fmt::format("\"files\" lists {} where a checkpoint of weights_dtype {} (exact {}) has {}",
+                       listed.empty() ? std::string("nothing") : fmt::format("{}", fmt::join(listed, ", ")),
+                       s["weights_dtype"].get<std::string>(), s["exact"].get<bool>(), fmt::join(want, ", "));
+  if (s.contains("loop")) {
+    const auto& l = s["loop"];
+    if (!l.is_object()) return "\"loop\" is not an object";
+    if (l.contains("step") && l["step"] != s["step"]) return "\"loop.step\" differs from \"step\"";
+    for (const char* k : {"elapsed_s", "startup_s"})
+      if (l.contains(k) && !(l[k].is_number() && l[k].get<double>() >= 0 && std::isfinite(l[k].get<double>())))
+        return fmt::format("\"loop.{}\" is not a time >= 0", k);
+    for (const char* k : {"tokens", "window_steps", "window_tokens", "rollbacks"})
+      if (l.contains(k) && !is_int_at_least(l[k], 0)) return fmt::format("\"loop.{}\" is not a whole number >= 0", k);
+    if (l.contains("last_eval_step") && !is_int_at_least(l["last_eval_step"], -1))  // -1: none yet
+      return "\"loop.last_eval_step\" is not a step (or -1)";
+  }
+  for (const char* k : {"world_size", "global_batch"})
+    if (s.contains(k) && !is_int_at_least(s[k], 1)) return fmt::format("\"{}\" is not a whole number >= 1", k);
+  if (s.contains("optimizer_steps") && !is_int_at_least(s["optimizer_steps"], 0))
+    return "\"optimizer_steps\" is not a whole number >= 0";
+  if (s.contains("precision") && !one_of(s["precision"], {"fp32", "bf16", "fp16"}))
+    return "\"precision\" is not one of fp32, bf16, fp16";
+  return "";
+}
+
+// data_state.json's own fields (its bytes are checked against state.json's entry first).
+std::string data_state_problem(const nlohmann::json& d) {
+  if (!d.is_object()) return "data_state.json is not a JSON object";
+  if (d.contains("kind") && d["kind"] != "index")
+    return fmt::format("data_state.json's \"kind\" is {}, not \"index\"", d["kind"].dump());
+  for (const char* k : {"next_sample", "next_micro_batch"})
+    if (d.contains(k) && !(d[k].is_number_integer() && d[k].get<int64_t>() >= 0))
+      return fmt::format("data_state.json's \"{}\" is not a whole number >= 0", k);
+  if (d.contains("world_size") && !(d["world_size"].is_number_integer() && d["world_size"].get<int64_t>() >= 1))
+    return "data_state.json's \"world_size\" is not a whole number >= 1";
+  return "";
+}
+
 CheckpointCheck verify_files(const std::string& path) {
   const fs::path dir(path);
   ReadState r = read_state(dir);
@@ -253,6 +324,8 @@ CheckpointCheck verify_files(const std::string& path) {
             false};
   if (!r.json.contains("files") || !r.json["files"].is_object())
     return {fmt::format("{}: state.json lists no files", path)};
+  if (const std::string bad = state_problem(r.json); !bad.empty())
+    return {fmt::format("{}: state.json: {} (damaged or edited by hand)", path, bad)};
   for (const auto& [name, f] : r.json["files"].items()) {
     if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
       return {fmt::format("{}: state.json lists \"{}\", which is not a file name inside the checkpoint", path, name)};
@@ -271,6 +344,12 @@ CheckpointCheck verify_files(const std::string& path) {
     if (xxh3_hex(bytes) != f["xxh3"].get<std::string>())
       return {fmt::format("{}/{}: xxh3 {} does not match state.json's {} (the file is corrupt)",
                           path, name, xxh3_hex(bytes), f["xxh3"].get<std::string>())};
+    if (name == "data_state.json") {
+      const nlohmann::json d = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+      if (const std::string bad = d.is_discarded() ? "data_state.json is not JSON" : data_state_problem(d);
+          !bad.empty())
+        return {fmt::format("{}: {} (damaged or edited by hand)", path, bad)};
+    }
   }
   return {};
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -71,11 +72,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "frugal: %s: %s\n", error_label(e), what.c_str());
     return exit_status(exit_code_for(e));
   };
+  // `frugal train`: once the run is over its exit code is decided, and a stop signal during the
+  // exit (LibTorch's teardown takes a while) must not turn a 3 or a 0 into 143. The early handlers
+  // stay installed to the end (released, not restored) and the stop signals are ignored from here.
+  // FRUGAL_FAULT_SIGNAL_AT_EXIT=1 (tests) sends this process a SIGTERM after main has returned.
+  auto finish = [&](int code) {
+    if (train) {
+      (void)early_signals.release();  // kept installed until the process ends
+      for (int sig : {SIGTERM, SIGINT, SIGUSR1}) std::signal(sig, SIG_IGN);
+      if (const char* f = std::getenv("FRUGAL_FAULT_SIGNAL_AT_EXIT"); f && std::string(f) == "1")
+        std::atexit([] { ::raise(SIGTERM); });
+    }
+    return code;
+  };
   try {
-    return run();
+    return finish(run());
   } catch (const c10::Error& e) {
-    return fail(e.what_without_backtrace(), e);
+    return finish(fail(e.what_without_backtrace(), e));
   } catch (const std::exception& e) {
-    return fail(e.what(), e);
+    return finish(fail(e.what(), e));
   }
 }

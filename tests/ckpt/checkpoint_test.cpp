@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 
 #include "frugal/core/crash_report.h"
@@ -192,6 +196,63 @@ TEST(Checkpoint, TruncatedFileAndEditedStateAreDetected) {
   fs::remove(r + "/COMPLETE");
   EXPECT_NE(verify_checkpoint(r).find("marker"), std::string::npos);
   EXPECT_FALSE(find_resumable(dir.path(), nullptr).has_value());
+}
+
+// state.json edited and re-signed (COMPLETE recomputed, so its checksum holds): every edit the
+// loader cannot live with is refused by name. Without the schema check a `files: {}` skipped the
+// checksum of every file, and impossible values were taken as they were.
+TEST(Checkpoint, AReSignedStateJsonWithMissingFilesOrImpossibleValuesIsNotSound) {
+  test::TempDir dir;
+  CheckpointData d = sample(5);
+  d.state["loop"] = {{"step", 5}, {"tokens", 640}, {"elapsed_s", 1.5}, {"startup_s", 0.5}, {"last_eval_step", -1}};
+  d.state["world_size"] = 1;
+  d.state["global_batch"] = 8;
+  d.state["optimizer_steps"] = 5;
+  d.state["precision"] = "fp32";
+  const std::string path = write_checkpoint(dir.path(), 5, d);
+  ASSERT_EQ(verify_checkpoint(path), "");
+  const std::string original = test::read_text(path + "/state.json");
+  const std::string original_data = test::read_text(path + "/data_state.json");
+  // Writes `state` (and `data_state`, listed with its new checksum) and re-signs COMPLETE.
+  auto forge = [&](nlohmann::json state, const std::string& data_state) {
+    test::write_text(path + "/data_state.json", data_state);
+    if (state["files"].contains("data_state.json"))
+      state["files"]["data_state.json"] = {{"bytes", data_state.size()}, {"xxh3", xxh3_hex(data_state)}};
+    const std::string bytes = state.dump(1) + "\n";
+    test::write_text(path + "/state.json", bytes);
+    test::write_text(path + "/COMPLETE", fmt::format("frugal-checkpoint 1 state.json xxh3={} bytes={}\n",
+                                                     xxh3_hex(bytes), bytes.size()));
+    return verify_checkpoint(path);
+  };
+  const nlohmann::json good = nlohmann::json::parse(original);
+  ASSERT_EQ(forge(good, original_data), "") << "the re-signing itself is faithful";
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> edits = {
+      {[](nlohmann::json& s) { s["files"] = nlohmann::json::object(); }, "\"files\" lists nothing"},
+      {[](nlohmann::json& s) { s["files"].erase("optimizer.safetensors"); }, "optimizer.safetensors"},
+      {[](nlohmann::json& s) { s["weights_dtype"] = "fp64"; }, "weights_dtype"},
+      {[](nlohmann::json& s) { s["exact"] = "yes"; }, "exact"},
+      {[](nlohmann::json& s) { s["weights_dtype"] = "bf16"; }, "master.safetensors"},  // exact bf16 needs masters
+      {[](nlohmann::json& s) { s["loop"]["elapsed_s"] = -3.0; }, "loop.elapsed_s"},
+      {[](nlohmann::json& s) { s["loop"]["step"] = 4; }, "loop.step"},
+      {[](nlohmann::json& s) { s["loop"]["tokens"] = -1; }, "loop.tokens"},
+      {[](nlohmann::json& s) { s["world_size"] = 0; }, "world_size"},
+      {[](nlohmann::json& s) { s["global_batch"] = "8"; }, "global_batch"},
+      {[](nlohmann::json& s) { s["optimizer_steps"] = -2; }, "optimizer_steps"},
+      {[](nlohmann::json& s) { s["precision"] = "fp64"; }, "precision"},
+      {[](nlohmann::json& s) { s["files"]["model.safetensors"]["xxh3"] = "zz"; }, "model.safetensors"},
+  };
+  for (const auto& [edit, named] : edits) {
+    nlohmann::json s = good;
+    edit(s);
+    const std::string problem = forge(s, original_data);
+    EXPECT_NE(problem.find(named), std::string::npos) << "edit naming " << named << ": " << problem;
+  }
+  for (const char* data : {R"({"kind": "shuffle"})", R"({"kind": "index", "next_micro_batch": -4})", "[1, 2]"}) {
+    const std::string problem = forge(good, data);
+    EXPECT_NE(problem.find("data_state.json"), std::string::npos) << data << ": " << problem;
+  }
+  forge(good, original_data);
+  EXPECT_EQ(verify_checkpoint(path), "");
 }
 
 TEST(Checkpoint, ListingIsNewestFirstWithMetrics) {

@@ -97,6 +97,17 @@ TEST(SafetyCli, AnUnreadableCheckpointWeightsFileOrArchiveTheUserNamesExitsTwo) 
   EXPECT_NE(r.output.find("the archive " + dir.file("junk.tar.zst")), std::string::npos) << r.output;
 }
 
+// A stop signal while the process exits after its run keeps the run's exit code: a budget stop
+// stays 3 (it gave 143, the signal's default action, once the handlers were restored).
+TEST(SafetyCli, AStopSignalDuringTheExitKeepsTheRunsExitCode) {
+  test::TempDir dir;
+  auto r = run_frugal("train -q" + tiny_sets(dir.path()) + " --set budget.usd_per_hour=360000 --set budget.limit_usd=0.5",
+                      "FRUGAL_FAULT_SIGNAL_AT_EXIT=1 ");
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  r = run_frugal("train -q" + tiny_sets(dir.path()) + " --overwrite", "FRUGAL_FAULT_SIGNAL_AT_EXIT=1 ");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(SafetyCli, ExistingRunWithoutResumeOrOverwriteIsRefusedWithBothHints) {
   test::TempDir dir;
   ASSERT_EQ(run_frugal("train -q" + tiny_sets(dir.path())).exit_code, 0);
