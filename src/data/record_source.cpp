@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "data/internal/little_endian.h"
@@ -97,8 +98,10 @@ RecordDataset open_record_dataset(const std::string& dir) {
     throw DataError(internal::malformed_manifest(mpath, e));
   }
   try {
+    std::set<std::string> listed;
     for (const char* split : {"train", "val"}) {
       for (const auto& s : m.at("splits").at(split)) {
+        internal::check_listed_once(dir, s, listed);
         const std::string path = internal::checked_shard_path(dir, s);
         auto reader = std::make_unique<ShardReader>(path);
         if (reader->kind() != ShardKind::kRecords)

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "data/internal/little_endian.h"
@@ -125,13 +126,29 @@ TokenDataset open_manifest(const std::string& dir) {
     if (m.value("format_version", 0) != 1)
       throw DataError(fmt::format("'{}': format_version {} is not supported (this build reads 1)", mpath,
                                   m["format_version"].dump()));
-    d.vocab = m.at("tokenizer").at("vocab").get<int64_t>();
+    const nlohmann::json& vocab = m.at("tokenizer").at("vocab");
+    // The model's embedding has a row per token: a vocabulary that is no whole number in the range
+    // model.vocab allows would train on a truncated value or ask for terabytes.
+    // (Not a number at all: malformed, from get() below.)
+    if (vocab.is_number() &&
+        (!vocab.is_number_integer() || vocab.get<int64_t>() < 2 || vocab.get<int64_t>() > (int64_t{1} << 24)))
+      throw DataError(fmt::format("'{}': tokenizer.vocab is {}, not a whole number in [2, 16777216]; re-run frugal "
+                                  "prepare", mpath, vocab.dump()));
+    d.vocab = vocab.get<int64_t>();
     d.tokenizer = m.at("tokenizer").at("name").get<std::string>();
+    if (m.contains("dtype") && m["dtype"] != "uint16" && m["dtype"] != "uint32")
+      throw DataError(fmt::format("'{}': dtype is {}, not \"uint16\" or \"uint32\"; re-run frugal prepare", mpath,
+                                  m["dtype"].dump()));
+    std::set<std::string> listed;
     for (const char* split : {"train", "val"}) {
       std::vector<std::unique_ptr<TokenFile>> files;
       for (const auto& s : m.at("splits").at(split)) {
+        internal::check_listed_once(dir, s, listed);
         auto f = std::make_unique<ShardTokenFile>(internal::checked_shard_path(dir, s));
         internal::check_shard_identity(dir, s, f->reader());
+        if (m.contains("dtype") && m["dtype"] != dtype_name(f->reader().dtype()))
+          throw DataError(fmt::format("'{}': dtype is {} but shard '{}' holds {}; re-run frugal prepare", mpath,
+                                      m["dtype"].dump(), f->reader().path(), dtype_name(f->reader().dtype())));
         files.push_back(std::move(f));
       }
       (std::string(split) == "train" ? d.train : d.val) = TokenStream(std::move(files));
@@ -149,7 +166,8 @@ std::optional<ManifestTokenizer> manifest_tokenizer(const std::string& dir) {
     const nlohmann::json m = nlohmann::json::parse(read_small_file((fs::path(dir) / "manifest.json").string()));
     const auto& t = m.at("tokenizer");
     const auto& v = t.at("vocab");
-    if (v.is_number_integer() && v.get<int64_t>() > 0)
+    // Out of model.vocab's range: none (opening the dataset then says why, by name).
+    if (v.is_number_integer() && v.get<int64_t>() >= 2 && v.get<int64_t>() <= (int64_t{1} << 24))
       return ManifestTokenizer{t.value("name", std::string("unknown")), v.get<int64_t>()};
   } catch (const std::exception&) {
   }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/errors.h"
@@ -179,6 +180,43 @@ TEST(ShardSource, AManifestWithAMissingKeyOrAWrongTypeNamesTheFile) {
       const std::string msg = e.what();
       EXPECT_NE(msg.find(dir.file("manifest.json") + "' is malformed"), std::string::npos) << msg;
       EXPECT_EQ(msg.find("[json.exception"), std::string::npos) << msg;
+    }
+  }
+}
+
+// Manifest fields that parse but say what cannot be (hand edits, another tool) are refused by name
+// before anything trains: a vocabulary that is no whole number in model.vocab's range (256.5 was
+// trained as 256; 2^40 asked for terabytes with the allocator's raw text), a count that is not the
+// shard's, a dtype no shard has, a shard listed twice.
+TEST(ShardSource, ManifestFieldsAreCheckedAgainstTheShards) {
+  test::TempDir dir;
+  write_dataset(dir.path(), stream(500, 1), stream(100, 1), 200);
+  auto good = nlohmann::json::parse(test::read_text(dir.file("manifest.json")));
+  good["dtype"] = "uint16";
+  good["splits"]["train"][0]["tokens"] = 200;
+  test::write_text(dir.file("manifest.json"), good.dump());
+  ASSERT_NO_THROW(open_token_dataset(dir.path()));
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> edits = {
+      {[](nlohmann::json& m) { m["tokenizer"]["vocab"] = 256.5; }, "tokenizer.vocab is 256.5"},
+      {[](nlohmann::json& m) { m["tokenizer"]["vocab"] = int64_t{1} << 40; }, "tokenizer.vocab is 1099511627776"},
+      {[](nlohmann::json& m) { m["tokenizer"]["vocab"] = 1; }, "tokenizer.vocab is 1"},
+      {[](nlohmann::json& m) { m["splits"]["train"][0]["tokens"] = "200"; }, "\"tokens\": \"200\""},
+      {[](nlohmann::json& m) { m["splits"]["train"][0]["tokens"] = -200; }, "\"tokens\": -200"},
+      {[](nlohmann::json& m) { m["splits"]["train"][0]["tokens"] = 201; }, "the shard holds 200"},
+      {[](nlohmann::json& m) { m["dtype"] = "uint64"; }, "dtype is \"uint64\""},
+      {[](nlohmann::json& m) { m["dtype"] = "uint32"; }, "holds uint16"},
+      {[](nlohmann::json& m) { m["splits"]["train"].push_back(m["splits"]["train"][0]); }, "more than once"},
+      {[](nlohmann::json& m) { m["splits"]["val"].push_back(m["splits"]["train"][1]); }, "more than once"},
+  };
+  for (const auto& [edit, named] : edits) {
+    nlohmann::json m = good;
+    edit(m);
+    test::write_text(dir.file("manifest.json"), m.dump());
+    try {
+      open_token_dataset(dir.path());
+      ADD_FAILURE() << "accepted: " << named;
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
     }
   }
 }

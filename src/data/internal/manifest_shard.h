@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <system_error>
 
@@ -43,11 +44,31 @@ inline std::string checked_shard_path(const std::string& dir, const nlohmann::js
   return path;
 }
 
+// Each shard may be listed once in a whole manifest (both splits): a shard listed twice would be
+// trained on twice as often, or leak validation data into training. `seen` collects the names.
+inline void check_listed_once(const std::string& dir, const nlohmann::json& entry, std::set<std::string>& seen) {
+  const std::string file = entry.at("file").get<std::string>();
+  const std::string key = std::filesystem::path(file).lexically_normal().string();
+  if (!seen.insert(key).second)
+    throw DataError(fmt::format("dataset '{}': the manifest lists shard '{}' more than once; re-run frugal prepare",
+                                dir, file));
+}
+
 // Checks that the shard opened from `entry` holds what the manifest lists: same-size shards
 // swapped or replaced would otherwise train silently on the wrong data. Compares the index hash
 // (free: the reader has checked it already); manifests written before it existed are checked by
 // the whole file's xxhash64.
 inline void check_shard_identity(const std::string& dir, const nlohmann::json& entry, const ShardReader& r) {
+  // The count the manifest gives ("tokens" or "records"), where it gives one: a whole number equal
+  // to what the shard holds (a string, a negative or a wrong count was taken as it was).
+  for (const char* key : {"tokens", "records"}) {
+    if (!entry.contains(key)) continue;
+    const nlohmann::json& v = entry.at(key);
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<uint64_t>() != r.size())
+      throw DataError(fmt::format("dataset '{}': the manifest gives shard '{}' \"{}\": {}, but the shard holds {}; "
+                                  "re-run frugal prepare",
+                                  dir, r.path(), key, v.dump(), r.size()));
+  }
   std::string listed, found;
   if (entry.contains("index_xxh64")) {
     listed = entry.at("index_xxh64").get<std::string>();
