@@ -37,9 +37,10 @@ int run_doctor_cmd(const DoctorArgs& a) {
              b(f["avx512f"]), b(f["avx512_bf16"]), b(f["amx_bf16"]),
              level == 4 ? "x86-64-v4 (AVX-512)" : level == 3 ? "x86-64-v3 (AVX2)" : "baseline");
   if (f["cuda_compiled"].get<bool>())
-    fmt::print("built with   CUDA {} | cuDNN {} | NCCL {}\n", f["cuda_compiled_version"].get<std::string>(),
+    fmt::print("built with   CUDA {} | cuDNN {} | NCCL {} | frugal's CUDA kernels {}\n",
+               f["cuda_compiled_version"].get<std::string>(),
                f["cudnn_version"].get<int>() > 0 ? std::to_string(f["cudnn_version"].get<int>()) : "no",
-               b(f["nccl_compiled"]));
+               b(f["nccl_compiled"]), b(f.value("cuda_kernels_compiled", false)));
   else
     fmt::print("built with   no CUDA (CPU-only LibTorch)\n");
   std::string built_in;

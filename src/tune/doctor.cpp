@@ -21,6 +21,7 @@
 #include "frugal/core/threads.h"
 #include "frugal/core/wall_clock.h"
 #include "frugal/model/fused_attention.h"
+#include "frugal/model/kernel_ops.h"
 #include "frugal/monitor/mfu.h"
 #include "frugal/train/precision.h"
 
@@ -106,6 +107,7 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   f["cuda_compiled_version"] = build.cuda_version;
   f["cudnn_version"] = build.cudnn_version;
   f["nccl_compiled"] = build.nccl_compiled;
+  f["cuda_kernels_compiled"] = cuda_kernels_built();  // model.kernels = "frugal" (docs/gpu.md)
   // Which copy of std::filesystem this program uses (libstdc++'s, not the wheel's).
   const std::string fs_library = std_filesystem_library();
   f["std_filesystem_library"] = fs_library;
