@@ -2,9 +2,11 @@
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -87,6 +89,16 @@ int main(int argc, char** argv) {
   };
   try {
     return finish(run());
+  } catch (const std::filesystem::filesystem_error& e) {
+    // The library's text ("filesystem error: status: ... [path]") says neither what the path is
+    // nor what to do. A path that cannot be used as given (a loop of symbolic links, a name too
+    // long, a file where a directory should be, no permission) is bad input.
+    const int code = e.code().value();
+    const bool bad_path = code == ELOOP || code == ENAMETOOLONG || code == ENOTDIR || code == EACCES;
+    std::string what = fmt::format("the path {} cannot be used: {}", e.path1().string(), e.code().message());
+    if (!e.path2().empty()) what += fmt::format(" (with {})", e.path2().string());
+    if (bad_path) what += "; check the paths in the config and on the command line";
+    return finish(bad_path ? fail(what, DataError(what)) : fail(what, IoError(what)));
   } catch (const c10::Error& e) {
     return finish(fail(e.what_without_backtrace(), e));
   } catch (const std::exception& e) {

@@ -108,6 +108,22 @@ TEST(SafetyCli, AStopSignalDuringTheExitKeepsTheRunsExitCode) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// A path that cannot be used (a loop of symbolic links, a name too long) is bad input named in
+// plain words, not the library's "filesystem error: status: ..." with exit 1.
+TEST(SafetyCli, AnUnusablePathExitsTwoNamingItWithoutTheLibrarysText) {
+  test::TempDir dir;
+  std::filesystem::create_directory_symlink(dir.file("b"), dir.file("a"));
+  std::filesystem::create_directory_symlink(dir.file("a"), dir.file("b"));
+  auto r = run_frugal("train -q --set run.out_dir=" + dir.file("a") + " --set train.steps=2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(dir.file("a")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Too many levels of symbolic links"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("filesystem error"), std::string::npos) << r.output;
+  r = run_frugal("train -q --set run.out_dir=" + dir.file(std::string(300, 'x')) + " --set train.steps=2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("File name too long"), std::string::npos) << r.output;
+}
+
 TEST(SafetyCli, ExistingRunWithoutResumeOrOverwriteIsRefusedWithBothHints) {
   test::TempDir dir;
   ASSERT_EQ(run_frugal("train -q" + tiny_sets(dir.path())).exit_code, 0);
