@@ -119,7 +119,19 @@ void adopt_dataset_vocab(ResolvedConfig& rc) {
 std::string choose_checkpoint(const Config& c, const std::string& resume) {
   if (resume.empty()) return "";
   auto& con = Console::get();
-  if (resume != "auto") return resume;
+  if (resume != "auto") {
+    // A run directory where a checkpoint was meant: said as such (its missing COMPLETE marker read
+    // like a damaged checkpoint), with the two forms that work.
+    std::error_code ec;
+    if (fs::is_directory(fs::path(resume) / "checkpoints", ec)) {
+      const auto newest = find_resumable((fs::path(resume) / "checkpoints").string(), nullptr);
+      throw ConfigError(fmt::format(
+          "--resume {} is a run directory, not a checkpoint: pass --resume auto (the newest sound checkpoint of "
+          "run.name under run.out_dir){}",
+          resume, newest ? fmt::format(", or a checkpoint such as --resume {}", *newest) : ""));
+    }
+    return resume;
+  }
   const std::string root = (fs::path(c.run.out_dir) / c.run.name / "checkpoints").string();
   auto found = find_resumable(root, [&](const std::string& w) { con.line("resume: " + w); });
   if (!found) {

@@ -108,6 +108,19 @@ TEST(SafetyCli, AStopSignalDuringTheExitKeepsTheRunsExitCode) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
+// --resume given a run directory says so and names the forms that work (it read like a damaged
+// checkpoint: "no COMPLETE marker").
+TEST(SafetyCli, ResumeFromARunDirectoryNamesTheFormsThatWork) {
+  test::TempDir dir;
+  ASSERT_EQ(run_frugal("train -q" + tiny_sets(dir.path()) + " --set checkpoint.every_steps=10").exit_code, 0);
+  auto r = run_frugal("train -q" + tiny_sets(dir.path()) + " --resume " + dir.file("demo"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is a run directory, not a checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--resume auto"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--resume " + dir.file("demo/checkpoints/step-")), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("COMPLETE"), std::string::npos) << r.output;
+}
+
 // A path that cannot be used (a loop of symbolic links, a name too long) is bad input named in
 // plain words, not the library's "filesystem error: status: ..." with exit 1.
 TEST(SafetyCli, AnUnusablePathExitsTwoNamingItWithoutTheLibrarysText) {
