@@ -27,12 +27,15 @@
 #include "frugal/data/tokenizer.h"
 
 #include "frugal/ckpt/checkpoint.h"      // checkpoint directories: list, verify, load
+#include "frugal/ckpt/run_dir.h"         // every path of runs/<name>/
 #include "frugal/ckpt/safetensors.h"
 
 #include "frugal/model/gpt.h"            // the reference GPT decoder
 #include "frugal/model/weights.h"
 
 #include "frugal/train/gpt_task.h"
+#include "frugal/train/open_run.h"       // a run read back: config, weights, tokenizer
+#include "frugal/train/run_config.h"     // complete_config, reconcile_resume_config
 #include "frugal/train/smoke.h"
 #include "frugal/train/task.h"           // Task: module + loss + data + hooks
 #include "frugal/train/trainer.h"

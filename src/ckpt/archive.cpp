@@ -27,6 +27,7 @@
 
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/ckpt/retention.h"
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
@@ -64,7 +65,7 @@ uint64_t dir_bytes(const std::string& dir) {
 // lock file; none is made here (planning only reads).
 std::string training_note(const fs::path& run) {
   std::error_code ec;
-  if (!fs::exists(run / ".lock", ec)) return "";
+  if (!fs::exists(RunDir(run.string()).lock(), ec)) return "";
   try {
     DirLock probe(run.string());
     return "";
@@ -256,12 +257,12 @@ std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t 
     throw ConfigError(fmt::format("runs directory {} does not exist", runs_dir));
   std::vector<fs::path> runs;
   for (const auto& e : fs::directory_iterator(runs_dir))
-    if (e.is_directory() && fs::is_directory(e.path() / "checkpoints")) runs.push_back(e.path());
+    if (e.is_directory() && fs::is_directory(RunDir(e.path().string()).checkpoints())) runs.push_back(e.path());
   std::sort(runs.begin(), runs.end());
 
   std::vector<ArchiveCandidate> out;
   for (const auto& run : runs) {
-    const auto listing = list_checkpoints((run / "checkpoints").string());  // newest first
+    const auto listing = list_checkpoints(RunDir(run.string()).checkpoints());  // newest first
     std::string newest;
     for (const auto& ck : listing)
       if (ck.complete) {
@@ -476,7 +477,7 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
     const fs::path staged = stage / name;
     if (std::string bad = verify_checkpoint(staged.string()); !bad.empty())
       throw CheckpointError(fmt::format("the checkpoint restored from {} does not verify: {}", archive, bad));
-    const fs::path dest_root = fs::path(runs_dir) / run / "checkpoints";
+    const fs::path dest_root = RunDir((fs::path(runs_dir) / run).string()).checkpoints();
     const fs::path dest = dest_root / name;
     if (fs::exists(dest))
       throw ConfigError(fmt::format("{} already exists; restoring {} would overwrite it (move or remove that "

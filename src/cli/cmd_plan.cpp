@@ -12,12 +12,14 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
 #include "frugal/tune/cost_plan.h"
+#include "frugal/train/run_config.h"
 
 namespace frugal::cli {
 
@@ -41,7 +43,7 @@ double process_age_s() {
 
 namespace {
 
-std::string default_plan_path(const Config& c) { return (fs::path(c.run.out_dir) / c.run.name / "plan.json").string(); }
+std::string default_plan_path(const Config& c) { return RunDir::of(c).plan(); }
 
 }  // namespace
 
@@ -120,7 +122,7 @@ void add_plan_command(CLI::App& app, Run* run) {
       auto& con = Console::get();
       con.finish_status();
       con.line(plan.table());
-      const std::string path = args->json.empty() ? default_plan_path(resolve_config(config, args->sets, env).config)
+      const std::string path = args->json.empty() ? default_plan_path(resolve_run_config(config, args->sets, env).config)
                                                   : args->json;
       write_file_atomic(path, plan.to_json().dump(2) + "\n");
       con.line("wrote " + path);

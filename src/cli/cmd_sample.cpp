@@ -24,6 +24,7 @@
 #include "frugal/model/gpt.h"
 #include "frugal/model/scripted_module.h"
 #include "frugal/model/weights.h"
+#include "frugal/train/open_run.h"
 
 namespace frugal::cli {
 
@@ -54,55 +55,6 @@ std::string unescape(const std::string& s) {
 
 namespace fs = std::filesystem;
 
-// The tokenizer the run's data was tokenised with, from its data.source.
-std::unique_ptr<Tokenizer> run_tokenizer(const Config& c, const std::string& cfg) {
-  const DataSource& src = c.data.source;
-  switch (src.kind) {
-    case DataSource::Kind::kArith:
-    case DataSource::Kind::kText:
-      return make_byte_tokenizer();
-    case DataSource::Kind::kRecords:
-      throw ConfigError(fmt::format("{}: data.source = \"{}\" is an image or table dataset; frugal sample "
-                                    "generates text from language-model runs only", cfg, to_string(src)));
-    case DataSource::Kind::kShards:
-      break;
-  }
-  const auto m = manifest_tokenizer(src.path);
-  if (!m) {
-    bool bins = false;
-    std::error_code ec;
-    if (fs::is_directory(src.path, ec) && !fs::exists(fs::path(src.path) / "manifest.json"))
-      for (const auto& e : fs::directory_iterator(src.path, ec)) bins = bins || e.path().extension() == ".bin";
-    if (bins)
-      throw ConfigError(fmt::format(
-          "{}: the run trained on {}, token files without a manifest (llm.c or nanoGPT .bin files, whose "
-          "tokenizer they do not record); frugal sample cannot encode or decode them: it knows the byte and "
-          "SentencePiece tokenizers of `frugal prepare`",
-          cfg, src.path));
-    throw ConfigError(fmt::format("{}: the run's dataset {} (data.source) has no readable manifest.json, so its "
-                                  "tokenizer is unknown; put the dataset back where the run read it", cfg, src.path));
-  }
-  if (m->name == "bytes") return make_byte_tokenizer();
-  if (m->name == "sentencepiece") {
-    const std::string model = (fs::path(src.path) / "tokenizer.model").string();
-    if (!fs::is_regular_file(model))
-      throw ConfigError(fmt::format("{}: the run's dataset {} was tokenised with SentencePiece but its model {} "
-                                    "is missing", cfg, src.path, model));
-    require_sentencepiece("frugal sample of a SentencePiece run");
-    return load_sentencepiece(model);
-  }
-  if (m->name == "hf") {
-    const std::string json = (fs::path(src.path) / "tokenizer.json").string();
-    if (!fs::is_regular_file(json))
-      throw ConfigError(fmt::format("{}: the run's dataset {} was tokenised with a Hugging Face tokenizer but its "
-                                    "tokenizer.json is missing", cfg, src.path));
-    return load_hf_tokenizer(json);
-  }
-  throw ConfigError(fmt::format("{}: the run's dataset {} names tokenizer '{}', which frugal sample does not know "
-                                "(bytes, sentencepiece, hf)", cfg, src.path, m->name));
-}
-
-
 // The text after the first `stop` in `text` is cut off; "" stops never.
 std::string cut_at(const std::string& text, const std::string& stop) {
   if (stop.empty()) return text;
@@ -111,16 +63,14 @@ std::string cut_at(const std::string& text, const std::string& stop) {
 }
 
 int run_sample(const SampleArgs& a) {
-  const std::string cfg = a.run_dir + "/config.toml";
-  if (!fs::is_regular_file(cfg))
-    throw ConfigError(fmt::format("{} is not a run directory: {} is missing", a.run_dir, cfg));
-  // The run's own resolved file says everything; the environment must not change the model.
-  Config c = resolve_config(cfg, {}, {}).config;
+  const OpenedRun run = open_run(a.run_dir);
+  const Config& c = run.config;
+  const std::string& cfg = run.config_file;
   FRUGAL_CHECK(torchscript_path(c.model.source).empty(), ConfigError,
                fmt::format("{}: the run trained model.source = \"{}\"; frugal sample generates from the reference "
                            "GPT only (load the scripted module in Python to generate)", cfg, c.model.source));
   apply_thread_plan(static_cast<int>(c.run.threads));
-  const auto tokenizer = run_tokenizer(c, cfg);
+  const auto tokenizer = run_tokenizer(run);
   if (tokenizer->vocab() > c.model.vocab)
     throw ConfigError(fmt::format("{}: the run's tokenizer ({}) has {} tokens but model.vocab = {}", cfg,
                                   tokenizer->name(), tokenizer->vocab(), c.model.vocab));
@@ -138,7 +88,10 @@ int run_sample(const SampleArgs& a) {
     std::string dir;
     ~Cleanup() { std::error_code ec; remove_tree(dir, ec); }
   } cleanup{work};
-  const auto encoded = tokenizer->encode({prompt}, 1, work).at(0);
+  auto encoded = tokenizer->encode({prompt}, 1, work).at(0);
+  // No prompt (the default "\n", which a SentencePiece model encodes to nothing): generation starts
+  // where a document starts in the training stream, after the dataset's document separator.
+  if (encoded.empty() && a.prompt == SampleArgs().prompt) encoded = tokenizer->separator();
   if (encoded.empty()) throw ConfigError(fmt::format("--prompt '{}' encodes to no tokens", a.prompt));
   const std::vector<int64_t> tokens(encoded.begin(), encoded.end());
   const std::string stop = unescape(a.stop);
@@ -164,28 +117,6 @@ int run_sample(const SampleArgs& a) {
   return 0;
 }
 }  // namespace
-
-std::string run_weights(const std::string& run_dir, const char* command) {
-  const std::string final_weights = run_dir + "/final/model.safetensors";
-  if (fs::is_regular_file(final_weights)) return final_weights;
-  const std::string root = run_dir + "/checkpoints";
-  std::string problems;
-  if (fs::is_directory(root)) {
-    auto list = list_checkpoints(root);
-    std::sort(list.begin(), list.end(), [](const auto& x, const auto& y) { return x.step > y.step; });
-    for (const auto& ck : list) {
-      const std::string why = ck.complete ? verify_checkpoint(ck.path) : "incomplete";
-      if (why.empty()) {
-        fmt::print(stderr, "frugal {}: {} has no final/ weights; using the newest sound checkpoint, step {}\n",
-                   command, run_dir, ck.step);
-        return ck.path + "/model.safetensors";
-      }
-      problems += fmt::format("; {}: {}", ck.path, why);
-    }
-  }
-  throw ConfigError(fmt::format("no weights in {}: neither final/model.safetensors nor a sound checkpoint under "
-                                "{}{} (pass --weights PATH)", run_dir, root, problems));
-}
 
 void add_sample_command(CLI::App& app, Run* run) {
   auto args = std::make_shared<SampleArgs>();

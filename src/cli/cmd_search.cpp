@@ -18,6 +18,21 @@
 
 namespace frugal::cli {
 
+std::string shell_word(const std::string& word) {
+  const bool safe = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                            "0123456789_-./:=,+@%") == std::string::npos;
+  if (safe) return word;
+  std::string out = "'";
+  for (char ch : word) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
+std::string set_flags(const std::vector<std::string>& sets) {
+  std::string out;
+  for (const auto& s : sets) out += " --set " + shell_word(s);
+  return out;
+}
+
 void add_search_command(CLI::App& app, Run* run) {
   struct Args {
     SearchOptions options;
@@ -69,15 +84,19 @@ void add_search_command(CLI::App& app, Run* run) {
       const SearchOutcome r = run_search(opts);
       con.line(r.table);
       con.line(fmt::format("wrote {0}/search.json, {0}/search.html{1}", r.dir,
-                           r.best_toml.empty() ? "" : fmt::format(", {} (train it: frugal train {})", r.best_toml, r.best_toml)));
+                           r.best_toml.empty() ? "" : fmt::format(", {} (train it: frugal train {})", r.best_toml, shell_word(r.best_toml))));
       if (r.end == SearchEnd::kInterrupted) {
-        con.line(fmt::format("stopped: {}; continue with: frugal search {} --resume auto{}", r.reason, opts.file,
-                             opts.out.empty() ? "" : " --out " + opts.out));
+        // The same file, folder and --set flags: a resume must search the same space.
+        con.line(fmt::format("stopped: {}; continue with: frugal search {} --resume auto{}{}", r.reason,
+                             shell_word(opts.file), opts.out.empty() ? "" : " --out " + shell_word(opts.out),
+                             set_flags(opts.sets)));
         return exit_status(ExitCode::kPreempted);
       }
       if (r.end == SearchEnd::kBudget)
-        throw GuardStop(r.reason + "; the outputs rank what was measured (raise the budget and continue with "
-                                   "--resume auto)");
+        throw GuardStop(fmt::format("{}; the outputs rank what was measured (raise the budget and continue with: "
+                                    "frugal search {} --resume auto{}{} --max-usd USD or --max-hours H)",
+                                    r.reason, shell_word(opts.file), opts.out.empty() ? "" : " --out " + shell_word(opts.out),
+                                    set_flags(opts.sets)));
       return 0;
     };
   });

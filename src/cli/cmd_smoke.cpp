@@ -5,6 +5,7 @@
 #include "cli/commands.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/train/smoke.h"
+#include "frugal/train/run_config.h"
 
 namespace frugal::cli {
 
@@ -24,7 +25,7 @@ void add_smoke_command(CLI::App& app, Run* run) {
   cmd->add_option("--set", args->sets, "override one key (repeatable)")->type_name("KEY=VALUE");
   cmd->callback([args, run] {
     *run = [args] {
-      SmokeReport r = run_smoke(resolve_config(args->config, args->sets, process_environment()));
+      SmokeReport r = run_smoke(resolve_run_config(args->config, args->sets, process_environment()));
       std::fputs(r.describe().c_str(), r.ok ? stdout : stderr);
       return r.ok ? 0 : 1;
     };

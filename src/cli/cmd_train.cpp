@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
@@ -76,7 +77,7 @@ void print_summary(const nlohmann::json& s) {
 nlohmann::json auto_tune(const ResolvedConfig& rc, const TrainArgs& args, const std::map<std::string, std::string>& env) {
   if (!rc.config.train.auto_tune) return nullptr;
   auto& con = Console::get();
-  const std::string path = (std::filesystem::path(rc.config.run.out_dir) / rc.config.run.name / "auto_tune.json").string();
+  const std::string path = RunDir::of(rc.config).auto_tune();
   if (!args.resume.empty() && std::filesystem::exists(path)) {
     nlohmann::json j = nlohmann::json::parse(read_small_file(path));
     con.line(fmt::format("auto_tune: resuming with the earlier choice in {}: {}", path, j["chosen"].dump()));
@@ -173,18 +174,26 @@ void add_train_command(CLI::App& app, Run* run) {
         opts.data_parallel = dist::data_parallel_plan(dist::connect(env, rc.config.dist, c10::Device(rc.config.run.device)));
         opts.quiet = opts.quiet || env.rank != 0;  // rank 0 speaks for the run; errors still print
       }
+      // The command that continues this run, verbatim: a resume takes the run's own config, so its
+      // location is all it needs.
+      const Config defaults;
+      std::string resume_command = "frugal train";
+      if (rc.config.run.out_dir != defaults.run.out_dir) resume_command += " --set run.out_dir=" + shell_word(rc.config.run.out_dir);
+      if (rc.config.run.name != defaults.run.name) resume_command += " --set run.name=" + shell_word(rc.config.run.name);
+      resume_command += " --resume auto";
       Trainer trainer(std::move(rc), opts);
       auto summary = trainer.fit();
       if (!tuned.is_null()) {  // the choice travels with the run's figures
         summary["auto_tune"] = tuned;
-        write_file_atomic(trainer.run_dir() + "/summary.json", summary.dump(2) + "\n");
+        write_file_atomic(RunDir(trainer.run_dir()).summary(), summary.dump(2) + "\n");
       }
       print_summary(summary);
       Console::get().line(fmt::format("wrote {}/summary.json", trainer.run_dir()));
       const ExitCode code = exit_code_for(trainer.stop_kind());
       if (code == ExitCode::kPreempted)
-        Console::get().line(fmt::format("preempted: checkpoint {}; continue with --resume auto",
-                                        summary["checkpoint"].value("latest", std::string())));
+        Console::get().line(fmt::format("preempted: checkpoint {}; continue with: {}",
+                                        summary["checkpoint"].value("latest", std::string()),
+                                        env.distributed() ? "the same launch command with --resume auto" : resume_command));
       if (code == ExitCode::kGuardStop) throw GuardStop(summary["stop_reason"].get<std::string>());
       return exit_status(code);
     };

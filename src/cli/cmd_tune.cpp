@@ -10,6 +10,7 @@
 #include "frugal/core/config_loader.h"
 #include "frugal/core/console.h"
 #include "frugal/tune/tuner.h"
+#include "frugal/train/run_config.h"
 
 namespace frugal::cli {
 
@@ -52,7 +53,7 @@ void add_tune_command(CLI::App& app, Run* run) {
   cmd->callback([args, run] {
     *run = [args] {
       const auto env = process_environment();
-      const ResolvedConfig rc = resolve_config(args->config, args->sets, env);
+      const ResolvedConfig rc = resolve_run_config(args->config, args->sets, env);
       TuneReport report = run_tune(args->config, args->sets, env, console_tune_progress());
       auto& con = Console::get();
       con.finish_status();

@@ -42,10 +42,6 @@ void add_search_command(CLI::App& app, Run* run);
 void add_plan_command(CLI::App& app, Run* run);
 // `frugal export RUN_DIR --out DIR`: a run's GPT in the Hugging Face GPT-2 layout (cmd_export.cpp).
 void add_export_command(CLI::App& app, Run* run);
-// RUN_DIR/final/model.safetensors, else the newest sound checkpoint's weights (a run that stopped
-// early; `command` names the caller in the note printed then). Throws ConfigError when neither
-// exists (cmd_sample.cpp).
-std::string run_weights(const std::string& run_dir, const char* command);
 // Seconds since this process started (its launch: exec, libraries, the OpenMP re-exec), from
 // /proc; 0 where that cannot be read (cmd_plan.cpp).
 double process_age_s();
@@ -57,6 +53,12 @@ void plan_before_training(const std::string& config, const std::vector<std::stri
                           const std::map<std::string, std::string>& env, double launch_s, bool quiet,
                           std::vector<std::shared_ptr<Callback>>& callbacks);
 
+// A word as a POSIX shell reads it back unchanged: as it is when it holds only safe characters
+// (letters, digits, and _ - . / : = , + @ %), else in single quotes. Printed hints use it, so a user can
+// paste them verbatim (cmd_search.cpp).
+std::string shell_word(const std::string& word);
+// " --set K=V" for each of `sets`, shell-quoted.
+std::string set_flags(const std::vector<std::string>& sets);
 // Tune progress on the console: permanent lines, and a status line on a TTY (cmd_tune.cpp).
 TuneProgress console_tune_progress();
 

@@ -258,6 +258,20 @@ ConfigValue parse_config_value(const KeySpec& k, const std::string& text, const 
   return v;
 }
 
+ConfigValue parse_toml_value(const KeySpec& k, const std::string& literal, const std::string& where) {
+  toml::table t;
+  try {
+    t = toml::parse("v = " + literal);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("config key {} = {} ({}): not a TOML value ({}); allowed: {}", k.key, literal, where,
+                                  e.description(), k.allowed()));
+  }
+  const toml::node* node = t.get("v");
+  ConfigValue v = from_toml(k, *node, where);
+  check_value(k, v, where);
+  return v;
+}
+
 std::string format_value(const ConfigValue& v) {
   return std::visit(
       [](const auto& x) -> std::string {
@@ -287,6 +301,7 @@ std::string ValueOrigin::describe() const {
     case Kind::kFile: return "file " + where;
     case Kind::kOverride: return "--set";
     case Kind::kCode: return "code";
+    case Kind::kRun: return "the run's checkpoint " + where;
   }
   return "";
 }

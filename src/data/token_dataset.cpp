@@ -18,6 +18,7 @@
 #include "data/internal/manifest_shard.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
+#include "frugal/data/file_hash.h"
 #include "frugal/data/shard.h"
 
 namespace frugal {
@@ -172,6 +173,33 @@ std::optional<ManifestTokenizer> manifest_tokenizer(const std::string& dir) {
   } catch (const std::exception&) {
   }
   return std::nullopt;
+}
+
+bool keep_tokenizer(const std::string& dataset_dir, const std::string& to_dir) {
+  const fs::path to(to_dir);
+  std::error_code ec;
+  if (fs::exists(to / "manifest.json", ec) || !manifest_tokenizer(dataset_dir)) return false;
+  const nlohmann::json m = nlohmann::json::parse(read_small_file((fs::path(dataset_dir) / "manifest.json").string()));
+  nlohmann::json kept = {{"format", "frugal-tokenizer"}, {"format_version", 1},
+                         {"dataset", fs::absolute(dataset_dir).lexically_normal().string()},
+                         {"tokenizer", m.at("tokenizer")}};
+  fs::create_directories(to, ec);
+  if (ec) throw IoError(fmt::format("cannot create {}: {}", to.string(), ec.message()));
+  const nlohmann::json& model = m["tokenizer"].value("model", nlohmann::json::object());
+  if (model.contains("file") && model["file"].is_string()) {
+    const std::string name = fs::path(model["file"].get<std::string>()).filename().string();
+    const std::string from = (fs::path(dataset_dir) / name).string();
+    if (!fs::is_regular_file(from, ec))
+      throw IoError(fmt::format("{}: the dataset's tokenizer file {} is missing; prepare the dataset again", dataset_dir,
+                                from));
+    const std::string bytes = read_file(from);
+    if (model.contains("xxh64") && model["xxh64"] != hex64(xxh64_bytes(bytes)))
+      throw IoError(fmt::format("{}: {} does not match the xxh64 its manifest.json records (replaced or corrupt); "
+                                "prepare the dataset again", dataset_dir, from));
+    write_file_atomic((to / name).string(), bytes);
+  }
+  write_file_atomic((to / "manifest.json").string(), kept.dump(2) + "\n");  // last: it marks the folder complete
+  return true;
 }
 
 std::unique_ptr<TokenFile> open_llmc_bin(const std::string& path) {

@@ -265,7 +265,7 @@ std::string hf_gpt2_config_json(const ModelConfig& m) {
 }
 
 void write_hf_gpt2(const NamedTensors& params, const ModelConfig& m, const std::string& out_dir,
-                   c10::ScalarType dtype) {
+                   c10::ScalarType dtype, const std::map<std::string, std::string>& extra_files) {
   const fs::path out = fs::path(out_dir).lexically_normal();
   if (fs::exists(out))
     throw ConfigError(fmt::format("{} already exists; export writes a new directory (remove it or choose another "
@@ -280,6 +280,7 @@ void write_hf_gpt2(const NamedTensors& params, const ModelConfig& m, const std::
     // transformers refuses a safetensors file without {"format": "pt"} in its metadata.
     save_safetensors((tmp / "model.safetensors").string(), to_hf_gpt2_tensors(params, m, dtype), {{"format", "pt"}});
     write_file_atomic((tmp / "config.json").string(), hf_gpt2_config_json(m));
+    for (const auto& [name, bytes] : extra_files) write_file_atomic((tmp / name).string(), bytes);
     fsync_dir(tmp.string());
     fs::rename(tmp, out);
     fsync_dir(parent.string());

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/compat.h"
 #include "frugal/core/console.h"
@@ -97,7 +98,7 @@ int64_t steady_ns_now() {
 }  // namespace
 
 Profiler::Profiler(const ProfileConfig& config, std::string run_dir, c10::Device device)
-    : config_(config), dir_(std::move(run_dir) + "/profile"), device_(device) {}
+    : config_(config), dir_(RunDir(run_dir).profile_dir()), device_(device) {}
 
 Profiler::~Profiler() {
   if (torch_open_) {

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
@@ -288,15 +289,15 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
 }
 
 std::string render_report(const std::string& run_dir) {
-  Json summary = read_json(run_dir + "/summary.json");
+  Json summary = read_json(RunDir(run_dir).summary());
   if (!summary.contains("run_name")) summary["run_name"] = run_dir;
   ReportPageOptions o;
-  if (std::filesystem::exists(run_dir + "/config.toml")) o.config_toml = read_small_file(run_dir + "/config.toml");
-  return render_report_html(summary, read_jsonl(run_dir + "/metrics.jsonl"), o);
+  if (std::filesystem::exists(RunDir(run_dir).config())) o.config_toml = read_small_file(RunDir(run_dir).config());
+  return render_report_html(summary, read_jsonl(RunDir(run_dir).metrics()), o);
 }
 
 std::string write_report(const std::string& run_dir) {
-  const std::string path = run_dir + "/report.html";
+  const std::string path = RunDir(run_dir).report();
   write_file_atomic(path, render_report(run_dir));
   return path;
 }
@@ -315,14 +316,14 @@ std::string run_tokenizer(const Config& c) {
 }
 
 std::optional<ResolvedConfig> run_config(const std::string& dir) {
-  const std::string path = dir + "/config.toml";
+  const std::string path = RunDir(dir).config();
   if (!std::filesystem::exists(path)) return std::nullopt;
   return resolve_config(path, {}, {});
 }
 }  // namespace
 
 std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
-  Json a = read_json(a_dir + "/summary.json"), b = read_json(b_dir + "/summary.json");
+  Json a = read_json(RunDir(a_dir).summary()), b = read_json(RunDir(b_dir).summary());
   std::string out = fmt::format("{:<24} {:>16} {:>16} {:>10}\n", "", a.value("run_name", "A"),
                                 b.value("run_name", "B"), "B / A");
   auto row = [&](const char* k) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "frugal/ckpt/cadence.h"
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/monitor/cost_meter.h"
@@ -73,7 +74,7 @@ Connection connect_callbacks(const ConnectorContext& ctx) {
   // Data-parallel ranks other than 0 train silently: rank 0 shows, writes and serves the run.
   if (ctx.writer && ctx.json) cbs.push_back(std::make_shared<JsonProgress>());
   if (ctx.writer && !ctx.json && !ctx.quiet) cbs.push_back(std::make_shared<ProgressDisplay>());
-  if (ctx.writer) cbs.push_back(std::make_shared<MetricsWriter>(ctx.run_dir + "/metrics.jsonl", ctx.resuming));
+  if (ctx.writer) cbs.push_back(std::make_shared<MetricsWriter>(RunDir(ctx.run_dir).metrics(), ctx.resuming));
   cbs.push_back(std::make_shared<CheckpointCadence>(c.checkpoint));
   if (c.early_stop.enabled) cbs.push_back(std::make_shared<EarlyStopping>(c.early_stop));
   const std::optional<Deadline> deadline = checked_deadline(c);

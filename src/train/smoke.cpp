@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/ckpt/checkpoint.h"
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
@@ -21,6 +22,7 @@
 #include "frugal/model/gpt.h"
 #include "frugal/model/hf_gpt2.h"
 #include "frugal/model/scripted_module.h"
+#include "frugal/train/run_config.h"
 #include "frugal/train/trainer.h"
 
 namespace frugal {
@@ -72,7 +74,7 @@ ResolvedConfig smoke_config(const ResolvedConfig& rc, const std::string& dir, co
                fmt::format("the smoke test checks the reference GPT's shapes, memory and resume; model.source = "
                            "\"{}\" is not covered (train it for 2 steps instead: --set train.steps=2)",
                            c.model.source));
-  adopt_hf_gpt2_shape(s);  // the shape of model.init_from's checkpoint, as the Trainer takes it
+  complete_config(s);  // model.init_from's shape and the dataset's vocabulary, as the Trainer takes them
   return s;
 }
 
@@ -162,7 +164,7 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
     r.step_s = first.step_s_sum / static_cast<double>(std::max<int64_t>(first.steps, 1));
   });
   stage("checkpoint", [&] {
-    ck1 = (dir / "smoke" / "checkpoints" / checkpoint_dir_name(1)).string();
+    ck1 = (fs::path(RunDir((dir / "smoke").string()).checkpoints()) / checkpoint_dir_name(1)).string();
     std::string problem = verify_checkpoint(ck1);
     if (!problem.empty()) throw CheckpointError(problem);
     load_checkpoint(ck1);

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/ckpt/retention.h"
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
 #include "frugal/core/crash_report.h"
@@ -31,6 +32,7 @@
 #include "frugal/model/hf_gpt2.h"
 #include "frugal/model/kernel_ops.h"
 #include "frugal/train/model_task.h"
+#include "frugal/train/run_config.h"
 #include "train/internal/callback_connector.h"
 #include "train/internal/trainer_state.h"
 
@@ -43,28 +45,28 @@ namespace {
 // locks it (one process per run directory: a second one would delete the first one's in-flight
 // checkpoint writes as debris).
 std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming, std::unique_ptr<DirLock>& lock) {
-  fs::path dir = fs::path(c.run.out_dir) / c.run.name;
-  bool used = fs::exists(dir / "metrics.jsonl") || fs::exists(dir / "summary.json") ||
-              fs::exists(dir / "final") || fs::exists(dir / "checkpoints");
+  const RunDir dir = RunDir::of(c);
+  const bool used = dir.holds_run();
   if (used && !overwrite && !resuming)
     throw ConfigError(fmt::format(
         "run directory {} already holds a run; pass --resume auto to continue it, --overwrite to "
         "replace it, or choose another name with --set run.name=NAME",
-        dir.string()));
+        dir.root()));
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw IoError(fmt::format("cannot create run directory {}: {}", dir.string(), ec.message()));
-  if (!lock) lock = std::make_unique<DirLock>(dir.string());  // a resume took it already
+  fs::create_directories(dir.root(), ec);
+  if (ec) throw IoError(fmt::format("cannot create run directory {}: {}", dir.root(), ec.message()));
+  if (!lock) lock = std::make_unique<DirLock>(dir.root());  // a resume took it already
   if (used && overwrite && !resuming) {
-    for (const char* f : {"metrics.jsonl", "summary.json", "final", "config.toml", "checkpoints"})
-      remove_tree(dir / f, ec);
+    for (const std::string& p : {dir.metrics(), dir.summary(), dir.final_dir(), dir.config(), dir.checkpoints(),
+                                 dir.tokenizer_dir()})
+      remove_tree(p, ec);
   }
   // Temp directories of checkpoint writes whose process died (a kill, a full disk) go now, before
   // the first save needs the space. The lock says no other process writes here, so every one is
   // stale, whatever pid its name carries (pids are reused, in containers from 1 up).
-  for (const auto& p : remove_stale_debris((dir / "checkpoints").string(), /*all=*/true))
+  for (const auto& p : remove_stale_debris(dir.checkpoints(), /*all=*/true))
     Console::get().line(fmt::format("removed {} (left by a run that was killed while saving)", p));
-  return dir.string();
+  return dir.root();
 }
 
 // FRUGAL_FAULT_KILL_AT=STAGE:N (tests/chaos/chaos_test.sh): SIGKILL this process right after STAGE
@@ -94,27 +96,6 @@ std::function<void(WriteStage)> fault_kill_hook() {
   };
 }
 
-// data.source = "shards:DIR" records its vocabulary in the manifest (or, for nanoGPT's
-// train.bin/val.bin, in meta.pkl): a model.vocab left at its default takes it from there, so that
-// the two need not be kept in step by hand.
-void adopt_dataset_vocab(ResolvedConfig& rc) {
-  const DataSource& src = rc.config.data.source;
-  if (src.kind != DataSource::Kind::kShards) return;
-  ValueOrigin& origin = rc.origins.at("model.vocab");
-  if (origin.kind != ValueOrigin::Kind::kDefault) return;  // set on purpose: checked against the data later
-  const std::string& dir = src.path;
-  const std::optional<ManifestTokenizer> tok = manifest_tokenizer(dir);
-  const fs::path meta = fs::path(dir) / "meta.pkl";
-  if (!tok && fs::is_regular_file(meta) && fs::is_regular_file(fs::path(dir) / "train.bin")) {
-    rc.config.model.vocab = nanogpt_meta_vocab(meta.string());
-    origin = ValueOrigin{ValueOrigin::Kind::kFile, meta.string() + " vocab_size"};
-    return;
-  }
-  if (!tok || tok->vocab == rc.config.model.vocab) return;
-  rc.config.model.vocab = tok->vocab;
-  origin = ValueOrigin{ValueOrigin::Kind::kFile, (fs::path(dir) / "manifest.json").string() + " tokenizer.vocab"};
-}
-
 // The checkpoint to resume from: "" for a fresh run.
 std::string choose_checkpoint(const Config& c, const std::string& resume) {
   if (resume.empty()) return "";
@@ -123,8 +104,8 @@ std::string choose_checkpoint(const Config& c, const std::string& resume) {
     // A run directory where a checkpoint was meant: said as such (its missing COMPLETE marker read
     // like a damaged checkpoint), with the two forms that work.
     std::error_code ec;
-    if (fs::is_directory(fs::path(resume) / "checkpoints", ec)) {
-      const auto newest = find_resumable((fs::path(resume) / "checkpoints").string(), nullptr);
+    if (fs::is_directory(RunDir(resume).checkpoints(), ec)) {
+      const auto newest = find_resumable(RunDir(resume).checkpoints(), nullptr);
       throw ConfigError(fmt::format(
           "--resume {} is a run directory, not a checkpoint: pass --resume auto (the newest sound checkpoint of "
           "run.name under run.out_dir){}",
@@ -132,7 +113,7 @@ std::string choose_checkpoint(const Config& c, const std::string& resume) {
     }
     return resume;
   }
-  const std::string root = (fs::path(c.run.out_dir) / c.run.name / "checkpoints").string();
+  const std::string root = RunDir::of(c).checkpoints();
   auto found = find_resumable(root, [&](const std::string& w) { con.line("resume: " + w); });
   if (!found) {
     con.line(fmt::format("resume: no sound checkpoint under {}; starting from step 0", root));
@@ -154,22 +135,26 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
     : s_(std::make_unique<State>()) {
   State& s = *s_;
   s.rc = std::move(config);
-  adopt_hf_gpt2_shape(s.rc);  // before the dataset's vocabulary: the checkpoint's is the model's
-  adopt_dataset_vocab(s.rc);
   s.opts = std::move(options);
   // Installed first, so a stop signal during start-up (data, model, precision measurement) is
   // honoured too: fit() checks the flag before the first step.
   if (s.opts.handle_signals) s.signals = std::make_unique<SignalHandlers>();
   Console::get().set_quiet(s.opts.quiet);
   Console::get().set_json_mode(s.opts.json);  // stdout carries only JSON lines (--json)
+  // The config completed from its inputs, reconciled with the run's own on a resume (run_config.h),
+  // and completed again from what the run's config names.
+  complete_config(s.rc);
   const std::optional<LoadedCheckpoint> ck = s.open_checkpoint();
+  if (ck) complete_config(s.rc);
   s.set_up_device();
-  s.build_task(make_task);  // before the run dir: bad data must not leave a husk
+  // Nothing is written into the run directory before every check has passed: bad data, a bad
+  // price table, a state-key clash, a checkpoint that does not fit the model all leave it as it was.
+  s.build_task(make_task);
   s.make_plan(ck);
-  s.connect();  // before the run dir too: a bad price table or a state-key clash leaves nothing
+  s.connect();
+  if (ck) s.continue_from(*ck);
   s.open_run_dir(ck);
   s.open_checkpoint_writer();
-  if (ck) s.continue_from(*ck);
   if (s.dp) s.dp->broadcast_parameters(s.model->parameters());  // every rank starts from rank 0's
   s.describe_run();
 }
@@ -188,16 +173,16 @@ StopKind Trainer::stop_kind() const { return s_->stopped; }
 // named rather than read from mid-rotation. A checkpoint is read first: it may pin the precision
 // that `auto` chose before.
 std::optional<LoadedCheckpoint> Trainer::State::open_checkpoint() {
-  const fs::path run_path = fs::path(rc.config.run.out_dir) / rc.config.run.name;
+  const std::string run_path = RunDir::of(rc.config).root();
   if (!opts.resume.empty() && opts.data_parallel.rank == 0 && fs::is_directory(run_path))
-    run_lock = std::make_unique<DirLock>(run_path.string());
+    run_lock = std::make_unique<DirLock>(run_path);
   const std::string path = choose_checkpoint(rc.config, opts.resume);
   if (path.empty()) return std::nullopt;
   // A checkpoint named with --resume PATH that cannot be read is bad input (exit 2); with --resume
   // auto, one find_resumable judged sound and then failed to load is frugal's failure (exit 1).
   LoadedCheckpoint ck = opts.resume == "auto" ? load_checkpoint(path)
                                               : reading_named_input("--resume " + path, [&] { return load_checkpoint(path); });
-  report_config_changes(ck);
+  adopt_run_config(ck);
   return ck;
 }
 
@@ -299,10 +284,21 @@ void Trainer::State::continue_on_this_world(const LoadedCheckpoint& ck) {
 void Trainer::State::open_run_dir(const std::optional<LoadedCheckpoint>& ck) {
   const Config& c = rc.config;
   run_dir = is_writer() ? prepare_run_dir(c, opts.overwrite, !opts.resume.empty(), run_lock)
-                        : (fs::path(c.run.out_dir) / c.run.name).string();
+                        : RunDir::of(c).root();
   if (!is_writer()) return;
-  write_file_atomic(run_dir + "/config.toml", rc.to_toml());
-  if (!opts.resume.empty()) truncate_metrics_after(run_dir + "/metrics.jsonl", ck ? ck->step : 0);
+  const RunDir dir(run_dir);
+  write_file_atomic(dir.config(), rc.to_toml());
+  if (!opts.resume.empty()) truncate_metrics_after(dir.metrics(), ck ? ck->step : 0);
+  // The dataset's tokenizer travels with the run: sample and export then need only the run directory.
+  if (c.data.source.kind == DataSource::Kind::kShards) {
+    try {
+      keep_tokenizer(c.data.source.path, dir.tokenizer_dir());
+    } catch (const std::exception& e) {
+      Console::get().line(fmt::format("warning: the run keeps no copy of its tokenizer ({}); sample and export will "
+                                      "read it from the dataset",
+                                      e.what()));
+    }
+  }
 }
 
 // The callbacks (callback_connector.cpp). They touch nothing on disk before on_train_begin.
@@ -311,7 +307,7 @@ void Trainer::State::connect() {
   detail::ConnectorContext ctx;
   ctx.config = &c;
   ctx.plan = &plan;
-  ctx.run_dir = (fs::path(c.run.out_dir) / c.run.name).string();
+  ctx.run_dir = RunDir::of(c).root();
   ctx.writer = is_writer();
   ctx.resuming = !opts.resume.empty();
   ctx.quiet = opts.quiet;
@@ -331,7 +327,7 @@ void Trainer::State::open_checkpoint_writer() {
   wo.exact_resume = c.checkpoint.exact_resume;
   wo.after_stage = fault_kill_hook();
   writer = std::make_unique<CheckpointWriter>(
-      run_dir + "/checkpoints", wo, RetentionPolicy{c.checkpoint.keep_last, c.checkpoint.keep_best, c.checkpoint.best_mode},
+      RunDir(run_dir).checkpoints(), wo, RetentionPolicy{c.checkpoint.keep_last, c.checkpoint.keep_best, c.checkpoint.best_mode},
       c.checkpoint.async);
 }
 

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "frugal/ckpt/retention.h"
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/ckpt/safetensors.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
@@ -19,6 +20,7 @@
 #include "frugal/core/phase_trace.h"
 #include "frugal/model/weights.h"
 #include "frugal/monitor/report.h"
+#include "frugal/train/run_config.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -34,19 +36,18 @@ nlohmann::json config_values(const Config& c) {
 
 }  // namespace
 
-// A resumed run whose config differs from the checkpoint's says where (the precision is settled
-// by precision_to_continue, run_plan.h).
-void Trainer::State::report_config_changes(const LoadedCheckpoint& ck) const {
+// A resume continues with the run's own config: keys left at their defaults take the run's values,
+// deliberate changes of safe keys are said and recorded, others refused (run_config.h). The
+// precision `auto` chose before is settled by precision_to_continue (run_plan.h).
+void Trainer::State::adopt_run_config(const LoadedCheckpoint& ck) {
+  if (ck.state.contains("config_changes") && ck.state["config_changes"].is_array())
+    config_changes = ck.state["config_changes"];
   if (!ck.state.contains("config_values")) return;
-  const nlohmann::json mine = config_values(rc.config);
-  std::vector<std::string> diffs;
-  for (const auto& [k, v] : ck.state["config_values"].items()) {
-    if (k == "run.name" || k == "run.out_dir" || k == "precision.mode") continue;
-    if (mine.contains(k) && mine[k] != v)
-      diffs.push_back(fmt::format("{} ({} -> {})", k, v.get<std::string>(), mine[k].get<std::string>()));
+  for (const ConfigChange& change : reconcile_resume_config(rc, ck.state["config_values"], ck.path)) {
+    Console::get().line(fmt::format("resume: {} = {} -> {} ({}), as asked; recorded in summary.json", change.key,
+                                    change.from, change.to, change.origin));
+    config_changes.push_back(change.to_json(ck.step));
   }
-  if (!diffs.empty())
-    Console::get().line(fmt::format("resume: config differs from the checkpoint's in {}", fmt::join(diffs, ", ")));
 }
 
 CheckpointData Trainer::State::capture(bool snapshot) {
@@ -98,6 +99,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   if (!std::isnan(value)) st["metric"] = {{"name", metric_name(metric)}, {"value", value}};
   st["config_toml"] = rc.to_toml();
   st["config_values"] = config_values(rc.config);
+  st["config_changes"] = config_changes;
   st["frugal_version"] = FRUGAL_VERSION;
   // The in-memory sources draw micro-batch i as a pure function of (seed, i): the cursor is the
   // next micro-batch index.
@@ -311,12 +313,12 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   nlohmann::ordered_json summary = loop_summary(control, evaluate);
   if (healthy && is_writer()) {
     CrashPhase weights("final weights");
-    save_safetensors(run_dir + "/final/model.safetensors", module_tensors(*model),
+    save_safetensors(RunDir(run_dir).final_weights(), module_tensors(*model),
                      {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
   }
   for (auto& cb : callbacks) cb->add_to_summary(summary);
   if (is_writer()) {
-    write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n");
+    write_file_atomic(RunDir(run_dir).summary(), summary.dump(2) + "\n");
     write_report(run_dir);
   }
   CrashPhase end("callbacks' on_train_end");
@@ -371,6 +373,7 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
   if (evaluated && is_writer() && task.hooks.extend_summary) task.hooks.extend_summary(summary);
   add_checkpoint_summary(summary);
   summary["rollbacks"] = rollback_log;
+  if (!config_changes.empty()) summary["config_changes"] = config_changes;
   summary["lr_scale"] = loop.lr_scale;
   summary["device"] = device.str();
   summary["threads"] = threads.intra_op;

@@ -14,10 +14,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/monitor/cost_meter.h"
 #include "frugal/train/trainer.h"
+#include "frugal/train/run_config.h"
 #include "tune/internal/temp_root.h"
 
 namespace frugal {
@@ -111,8 +113,8 @@ double number(const nlohmann::json& j, const char* key, double fallback = 0) {
 // that did not keep them).
 double finish_from_files(const std::string& dir, double save_s) {
   std::error_code e1, e2;
-  const auto metrics = fs::last_write_time(fs::path(dir) / "metrics.jsonl", e1);
-  const auto summary = fs::last_write_time(fs::path(dir) / "summary.json", e2);
+  const auto metrics = fs::last_write_time(RunDir(dir).metrics(), e1);
+  const auto summary = fs::last_write_time(RunDir(dir).summary(), e2);
   if (e1 || e2) return -1;
   const double s = std::chrono::duration<double>(summary - metrics).count() - save_s;
   return s >= 0 && s < 3600 ? s : -1;
@@ -158,7 +160,7 @@ MachinePrices resolve_prices(const BudgetConfig& b, const std::string& instance,
 
 PlanFigures probe_figures(const std::string& file, const std::vector<std::string>& overrides,
                           const std::map<std::string, std::string>& env, const PlanProgress& progress) {
-  const Config target = resolve_config(file, overrides, env).config;
+  const Config target = resolve_run_config(file, overrides, env).config;
   detail::TempRoot root("frugal-plan");
   std::vector<std::string> sets = overrides;
   for (auto& s : plan_probe_sets(target, root.path())) sets.push_back(std::move(s));
@@ -173,7 +175,7 @@ PlanFigures probe_figures(const std::string& file, const std::vector<std::string
   Clock::time_point end;
   try {
     {
-      Trainer trainer(resolve_config(file, sets, env), opts);
+      Trainer trainer(resolve_run_config(file, sets, env), opts);
       trainer.fit();
     }  // its end (loader threads joined, memory returned) is part of a run's end too
     end = Clock::now();
@@ -208,7 +210,7 @@ PlanFigures probe_figures(const std::string& file, const std::vector<std::string
 // A run directory's figures; see cost_plan.h.
 PlanFigures run_dir_figures(const std::string& dir) {
   std::vector<nlohmann::json> steps, evals;
-  for (auto& j : read_json_lines(dir + "/metrics.jsonl")) {
+  for (auto& j : read_json_lines(RunDir(dir).metrics())) {
     const std::string event = j.value("event", "");
     if (event == "step" && j.contains("step") && j.contains("elapsed_s")) steps.push_back(std::move(j));
     if (event == "eval") evals.push_back(std::move(j));
@@ -238,7 +240,7 @@ PlanFigures run_dir_figures(const std::string& dir) {
                                   number(first, "checkpoint_s"));
   f.saved = !saves.empty();
   f.save_s = median_of(saves);
-  const fs::path summary_path = fs::path(dir) / "summary.json";
+  const fs::path summary_path = RunDir(dir).summary();
   std::string end = "a partial run: start-up estimated, its end not measured";
   if (fs::exists(summary_path)) {
     std::ifstream in(summary_path);
@@ -269,7 +271,7 @@ PlanFigures run_dir_figures(const std::string& dir) {
 
 CostPlan make_cost_plan(const std::string& file, const std::vector<std::string>& overrides,
                         const std::map<std::string, std::string>& env, const CostPlanOptions& options) {
-  const Config c = resolve_config(file, overrides, env).config;  // bad input fails before any probe
+  const Config c = resolve_run_config(file, overrides, env).config;  // bad input fails before any probe
   CostPlan plan;
   plan.run_name = c.run.name;
   plan.steps = c.train.steps;

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/tune/cost_plan.h"
 
@@ -211,7 +212,7 @@ class PlanReport final : public Callback {
  public:
   explicit PlanReport(CostPlan plan) : plan_(std::move(plan)) {}
   void on_train_begin(const RunInfo& info) override {
-    if (!info.run_dir.empty()) write_file_atomic(info.run_dir + "/plan.json", plan_.to_json().dump(2) + "\n");
+    if (!info.run_dir.empty()) write_file_atomic(RunDir(info.run_dir).plan(), plan_.to_json().dump(2) + "\n");
   }
   void add_to_banner(std::vector<std::string>& lines) const override { lines.push_back(plan_.banner_line()); }
   void add_to_summary(nlohmann::ordered_json& summary) override {

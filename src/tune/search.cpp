@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -86,16 +87,34 @@ SearchState begin(const SearchSpec& spec, const std::map<std::string, std::strin
   return st;
 }
 
-// Names the parts of a search that changed since it began (a resume must search the same space).
+// Names the parts of a search that changed since it began (a resume must search the same space),
+// each as the user wrote it, with the value it began with and the value now.
 void check_identity(const nlohmann::json& then, const nlohmann::json& now, const std::string& dir) {
+  static const std::map<std::string, std::string> names = {
+      {"params", "[space]"},
+      {"seed", "search.seed"},
+      {"max_trials", "search.max_trials"},
+      {"eta", "search.eta"},
+      {"rung_steps", "rung steps (search.rungs, search.rung_steps, train.steps)"},
+      {"metric", "search.metric"},
+      {"mode", "search.mode"},
+      {"base", "search.base"},
+      {"base_xxh3", "the contents of the base config file"},
+      {"fixed", "fixed settings (the search file's sections and --set)"}};
   std::vector<std::string> changed;
-  for (const auto& [k, v] : now.items())
-    if (!then.contains(k) || then[k] != v) changed.push_back(k);
+  for (const auto& [k, v] : now.items()) {
+    if (then.contains(k) && then[k] == v) continue;
+    const auto name = names.find(k);
+    const std::string what = name == names.end() ? k : name->second;
+    changed.push_back(k == "base_xxh3" ? "  " + what
+                                       : fmt::format("  {}: began with {}, now {}", what,
+                                                     then.contains(k) ? then[k].dump() : "(none)", v.dump()));
+  }
   if (!changed.empty())
-    throw ConfigError(fmt::format("the search in {} began with a different {} (search file, base config or --set); "
-                                  "resume it with the same ones, or start a new search with --overwrite or "
-                                  "another --out (budgets and parallel may change)",
-                                  dir, fmt::join(changed, ", ")));
+    throw ConfigError(fmt::format("the search in {} began with other settings; these differ:\n{}\n"
+                                  "  hint: resume it with the same search file, base config and --set flags, or start a "
+                                  "new search with --overwrite or another --out (budgets and --parallel may change)",
+                                  dir, fmt::join(changed, "\n")));
 }
 
 // The folder: refuses to replace a search unless asked to, and locks it.

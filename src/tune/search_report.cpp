@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include "frugal/core/config_loader.h"
 #include "frugal/monitor/report.h"  // format_figure
 #include "frugal/monitor/svg_chart.h"
+#include "frugal/train/run_config.h"
 
 namespace frugal {
 namespace detail {
@@ -151,7 +153,12 @@ SearchOutcome write_search_outputs(const SearchContext& ctx, const HalvingPlan& 
     const Json& b = j["trials"][0];
     std::vector<std::string> sets = ctx.spec.fixed;
     for (const auto& [k, v] : b["values"].items()) sets.push_back(k + "=" + v.get<std::string>());
-    const ResolvedConfig rc = resolve_config(ctx.spec.base, sets, process_environment());
+    // A run of its own: the base's run.name may well be a finished run that `frugal train best.toml`
+    // must not touch.
+    const std::filesystem::path folder = std::filesystem::path(ctx.dir).lexically_normal();
+    const std::string folder_name = (folder.filename().empty() ? folder.parent_path() : folder).filename().string();
+    sets.push_back(fmt::format("run.name={}-{}", folder_name.empty() ? "search" : folder_name, out.best));
+    const ResolvedConfig rc = resolve_run_config(ctx.spec.base, sets, process_environment());
     out.best_toml = ctx.dir + "/best.toml";
     write_file_atomic(out.best_toml,
                       fmt::format("# written by `frugal search {}`: trial {} ({} {} at step {}, rank 1 of {})\n{}",

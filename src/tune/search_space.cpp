@@ -23,6 +23,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/data/rng.h"
 #include "frugal/tune/halving.h"
+#include "frugal/train/run_config.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -313,7 +314,7 @@ SearchSpec load_search_spec(const std::string& path, const std::vector<std::stri
                                   "[space] \"train.lr\" = {{ log_range = [1e-4, 1e-2] }}",
                                   path));
   std::sort(s.params.begin(), s.params.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
-  const ResolvedConfig base = resolve_config(s.base, s.fixed, env);  // the base must hold on its own
+  const ResolvedConfig base = resolve_run_config(s.base, s.fixed, env);  // the base must hold on its own
   s.base_config = base.config;
   s.threads_given = base.origins.at("run.threads").kind != ValueOrigin::Kind::kDefault;
   resolve_rungs(s, got);
@@ -382,7 +383,7 @@ std::string trial_problem(const SearchSpec& spec, const std::vector<std::pair<st
   for (const auto& [k, v] : values) sets.push_back(k + "=" + v);
   Config c;
   try {
-    c = resolve_config(spec.base, sets, env).config;
+    c = resolve_run_config(spec.base, sets, env).config;
   } catch (const ConfigError& e) {
     return e.what();
   }

@@ -20,6 +20,7 @@
 #include "frugal/train/precision.h"
 #include "frugal/train/trainer.h"
 #include "frugal/tune/batch_finder.h"
+#include "frugal/train/run_config.h"
 #include "frugal/tune/projection.h"  // median_of
 #include "tune/internal/temp_root.h"
 
@@ -102,7 +103,7 @@ std::shared_ptr<ProbeRecorder> train_candidate(const TuneCandidate& k, int64_t s
   std::vector<std::string> sets = overrides;
   sets.insert(sets.end(), k.sets.begin(), k.sets.end());
   for (const auto& s : tune_probe_sets(steps, root, index)) sets.push_back(s);
-  ResolvedConfig rc = resolve_config(file, sets, env);
+  ResolvedConfig rc = resolve_run_config(file, sets, env);
   auto rec = std::make_shared<ProbeRecorder>();
   rec->label = fmt::format("tune: {} {}: {}", what, index + 1, k.label);
   rec->progress = progress;
@@ -130,7 +131,7 @@ void run_candidate(TuneCandidate& k, const std::string& file, const std::vector<
                    const std::map<std::string, std::string>& env, const std::string& root, size_t index,
                    const CostMeter& cost, const TuneProgress& progress) {
   const auto t0 = Clock::now();
-  const Config target = resolve_config(file, [&] {
+  const Config target = resolve_run_config(file, [&] {
                           std::vector<std::string> s = overrides;
                           s.insert(s.end(), k.sets.begin(), k.sets.end());
                           return s;
@@ -246,7 +247,7 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
                     const std::map<std::string, std::string>& env, const TuneProgress& progress) {
   const auto t0 = Clock::now();
   TuneReport report;
-  const ResolvedConfig base = resolve_config(file, overrides, env);
+  const ResolvedConfig base = resolve_run_config(file, overrides, env);
   Config c = base.config;
   c.precision.mode = PrecisionPolicy(c.precision.mode, c10::Device(c.run.device)).mode();  // resolve auto once
   const CostMeter cost(c.budget);
@@ -408,7 +409,7 @@ std::string tuned_config_toml(const std::string& file, const std::vector<std::st
                               const std::map<std::string, std::string>& env, const TuneReport& report) {
   std::vector<std::string> sets = overrides;
   for (const auto& s : report.chosen_sets()) sets.push_back(s);
-  const ResolvedConfig rc = resolve_config(file, sets, env);
+  const ResolvedConfig rc = resolve_run_config(file, sets, env);
   std::string head = "# written by `frugal tune`";
   if (report.best >= 0) head += ": " + report.candidates[static_cast<size_t>(report.best)].label;
   return head + "\n" + rc.to_toml();

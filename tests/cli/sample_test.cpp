@@ -1,7 +1,8 @@
 // `frugal sample` speaks the run's own tokenizer: a SentencePiece run's prompt is encoded with the
 // dataset's model and its output decoded with it (bytes would print garbage); a run whose
 // tokenizer frugal cannot apply is refused with exit 2; without final/ the newest sound
-// checkpoint's weights are used.
+// checkpoint's weights are used; the run keeps its tokenizer, so sample and export work after the
+// dataset has moved, from any working directory.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -73,14 +74,30 @@ TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_EQ(plain.output.rfind(prompt + j["text"].get<std::string>(), 0), 0u) << plain.output;
 
+  // The run keeps its tokenizer: with the dataset moved away and from another working directory,
+  // sample (without a prompt: from a document start) and export still work, and export writes the
+  // tokenizer's model beside the weights.
+  fs::rename(dir.file("ds"), dir.file("ds-moved"));
+  auto moved = test::run_frugal(fmt::format("sample '{}' --max-tokens 4 --stop '' --json", dir.file("demo")), "cd / &&");
+  ASSERT_EQ(moved.exit_code, 0) << moved.output;
+  EXPECT_EQ(sample_json(moved.output)["tokens"].size(), 4u) << moved.output;
+  auto exported =
+      test::run_frugal(fmt::format("export '{}' --out '{}' --json", dir.file("demo"), dir.file("hf")), "cd / &&");
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_NE(exported.output.find("tokenizer.model"), std::string::npos) << exported.output;
+  EXPECT_NE(exported.output.find("sentencepiece.SentencePieceProcessor"), std::string::npos) << exported.output;
+  EXPECT_EQ(test::read_text(dir.file("hf/tokenizer.model")), test::read_text(dir.file("ds-moved/tokenizer.model")));
+  fs::rename(dir.file("ds-moved"), dir.file("ds"));
+
   // A tokenizer frugal does not know: refused before any generation, exit 2, naming it.
-  auto manifest = nlohmann::json::parse(test::read_text(dir.file("ds/manifest.json")));
+  auto manifest = nlohmann::json::parse(test::read_text(dir.file("demo/tokenizer/manifest.json")));
   manifest["tokenizer"]["name"] = "gpt2-hf";
-  test::write_text(dir.file("ds/manifest.json"), manifest.dump());
+  test::write_text(dir.file("demo/tokenizer/manifest.json"), manifest.dump());
   auto unknown = test::run_frugal(fmt::format("sample '{}' --prompt 'the'", dir.file("demo")));
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
-  EXPECT_NE(unknown.output.find("tokenizer 'gpt2-hf'"), std::string::npos) << unknown.output;
-  // Token files without a manifest (llm.c's GPT-2 ids): refused too.
+  EXPECT_NE(unknown.output.find("tokenizer in " + dir.file("demo/tokenizer") + " is 'gpt2-hf'"), std::string::npos) << unknown.output;
+  // Token files without a manifest (llm.c's GPT-2 ids), and no copy kept with the run: refused too.
+  remove_tree(dir.file("demo/tokenizer"));
   fs::remove(dir.file("ds/manifest.json"));
   test::write_text(dir.file("ds/train.bin"), std::string(64, '\0'));
   auto llmc = test::run_frugal(fmt::format("sample '{}' --prompt 'the'", dir.file("demo")));

@@ -54,7 +54,7 @@ case $name in
     grep -q '"stop_kind": "completed"' "$summary" || { echo "FAIL: run did not complete"; cat "$summary"; exit 1; }
     grep -q '"precision": "bf16"' "$summary" || { echo "FAIL: not trained in bf16"; exit 1; }
     # 180 images, 36 held out; 144 training images x 2 (one augmented variant each) as records.
-    grep -q 'records:images.rec (image \[3, 24, 24\], 3 classes, 288 train / 36 val records' "$summary" ||
+    grep -q 'records:[^ ]*/images.rec (image \[3, 24, 24\], 3 classes, 288 train / 36 val records' "$summary" ||
       { echo "FAIL: the prepared records were not the training data"; grep '"data"' "$summary"; exit 1; }
     val=$(value "$summary" final_val_loss)
     # Three classes: chance is ln 3 = 1.10 and accuracy 1/3 (300 steps reach 0.54 and 0.75 on a 2-core VM).

@@ -330,6 +330,17 @@ TEST(Search, HalvingKeepsTheTrialFullRunsRankBestMeasuresRungsExactlyAndRepeatsI
   // Outputs: the best configuration trains as it is; the page is self-contained and has its charts.
   const std::string toml = test::read_text(dir.file("h/best.toml"));
   EXPECT_NE(toml.find("lr = " + best["values"]["train.lr"].get<std::string>()), std::string::npos) << toml;
+  // best.toml names a run of its own (the base's run.name may be a finished run that training it
+  // must not touch), and the command the search prints trains it verbatim.
+  const std::string best_run = "h-" + H["best"].get<std::string>();
+  EXPECT_NE(toml.find("name = '" + best_run + "'"), std::string::npos) << toml;
+  const std::string hint = "(train it: frugal ";
+  const size_t at = h.output.find(hint);
+  ASSERT_NE(at, std::string::npos) << h.output;
+  const std::string printed = h.output.substr(at + hint.size(), h.output.find(')', at) - at - hint.size());
+  const auto trained = test::run_frugal(printed + " -q", "cd '" + dir.path() + "' &&");
+  EXPECT_EQ(trained.exit_code, 0) << printed << "\n" << trained.output;
+  EXPECT_TRUE(fs::exists(dir.file("runs/" + best_run + "/summary.json"))) << printed;
   const std::string html = test::read_text(dir.file("h/search.html"));
   for (const char* id : {"id='pareto-cost'", "id='pareto-speed'", "id='trials'", "id='decisions'", "class='front'"})
     EXPECT_NE(html.find(id), std::string::npos) << id;
@@ -392,7 +403,9 @@ TEST(Search, StoppedBySignalOrKilledOutrightAndResumedItRepeatsNoFinishedTrialRu
   ASSERT_EQ(u.exit_code, 0) << u.output;
   const std::string state = dir.file("k/search_state.json");
   // SIGTERM: the running trial checkpoints, the search writes what it has and exits 75.
-  pid_t pid = spawn_frugal({"search", dir.file("s.toml"), "--out", dir.file("k")}, dir.file("k.log"));
+  // With a --set flag of no consequence for the figures, which the printed hint must keep.
+  pid_t pid = spawn_frugal({"search", dir.file("s.toml"), "--out", dir.file("k"), "--set", "train.log_every=5"},
+                           dir.file("k.log"));
   wait_for_trial_rungs(state, 1);
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
   int status = 0;
@@ -400,8 +413,14 @@ TEST(Search, StoppedBySignalOrKilledOutrightAndResumedItRepeatsNoFinishedTrialRu
   ASSERT_TRUE(WIFEXITED(status)) << test::read_text(dir.file("k.log"));
   EXPECT_EQ(WEXITSTATUS(status), 75) << test::read_text(dir.file("k.log"));
   EXPECT_EQ(read_json(dir.file("k/search.json"))["status"], "interrupted");
+  const std::string log = test::read_text(dir.file("k.log")), hint = "continue with: frugal ";
+  const size_t at = log.find(hint);
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string printed = log.substr(at + hint.size(), log.find('\n', at) - at - hint.size());
+  EXPECT_NE(printed.find("--set train.log_every=5"), std::string::npos) << printed;
   // SIGKILL of the resumed search: no chance to stop its trials or save anything.
-  pid = spawn_frugal({"search", dir.file("s.toml"), "--out", dir.file("k"), "--resume", "auto"}, dir.file("k.log"));
+  pid = spawn_frugal({"search", dir.file("s.toml"), "--out", dir.file("k"), "--resume", "auto", "--set", "train.log_every=5"},
+                     dir.file("k.log"));
   wait_for_trial_rungs(state, finished_trial_rungs(state) + 2);
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -411,8 +430,8 @@ TEST(Search, StoppedBySignalOrKilledOutrightAndResumedItRepeatsNoFinishedTrialRu
   const auto again = test::run_frugal("search " + dir.file("s.toml") + " --out " + dir.file("k"));
   EXPECT_EQ(again.exit_code, 2) << again.output;  // a folder holding a search needs --resume auto
   EXPECT_NE(again.output.find("--resume auto"), std::string::npos) << again.output;
-  const auto r = test::run_frugal("search " + dir.file("s.toml") + " --out " + dir.file("k") + " --resume auto");
-  ASSERT_EQ(r.exit_code, 0) << test::read_text(dir.file("k.log")) << r.output;
+  const auto r = test::run_frugal(printed);  // the hint, verbatim
+  ASSERT_EQ(r.exit_code, 0) << printed << "\n" << test::read_text(dir.file("k.log")) << r.output;
   EXPECT_NE(r.output.find("resumed at rung"), std::string::npos) << r.output;
   const json U = read_json(dir.file("u/search.json")), K = read_json(dir.file("k/search.json"));
   EXPECT_EQ(decisions_and_metrics(K), decisions_and_metrics(U));
@@ -421,10 +440,18 @@ TEST(Search, StoppedBySignalOrKilledOutrightAndResumedItRepeatsNoFinishedTrialRu
   expect_no_step_trained_twice(K);
   expect_no_step_trained_twice(U);
   // Resuming a finished search trains nothing and writes the same ranking.
-  const auto done = test::run_frugal("search " + dir.file("s.toml") + " --out " + dir.file("k") + " --resume auto");
+  const auto done = test::run_frugal(printed);
   ASSERT_EQ(done.exit_code, 0) << done.output;
   EXPECT_EQ(decisions_and_metrics(read_json(dir.file("k/search.json"))), decisions_and_metrics(U));
   EXPECT_EQ(read_json(dir.file("k/search.json"))["compute"]["trial_sessions"], K["compute"]["trial_sessions"]);
+  // Other --set flags on a resume: exit 2 naming what changed, as written, with both values.
+  const auto other = test::run_frugal("search " + dir.file("s.toml") + " --out " + dir.file("k") +
+                                      " --resume auto --set train.log_every=3");
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("fixed settings (the search file's sections and --set): began with [\"train.log_every=5\"], "
+                                  "now [\"train.log_every=3\"]"),
+            std::string::npos)
+      << other.output;
 }
 
 TEST(Search, ABudgetStopRanksWhatWasMeasuredExitsThreeAndALargerBudgetFinishesIt) {
@@ -470,7 +497,7 @@ TEST(Search, ABudgetStopRanksWhatWasMeasuredExitsThreeAndALargerBudgetFinishesIt
   // A changed space is refused: it would not be the same search.
   r = test::run_frugal(search + " --resume auto --set train.weight_decay=0.0");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("fixed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fixed settings (the search file's sections and --set): began with"), std::string::npos) << r.output;
 }
 
 TEST(Search, ABadSpaceStopsBeforeAnyTrialAndAnInvalidCombinationIsSkippedAndCounted) {

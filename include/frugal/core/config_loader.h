@@ -49,8 +49,9 @@ const KeySpec* find_key(const std::string& key);
 
 // Where a resolved value came from.
 struct ValueOrigin {
-  enum class Kind { kDefault, kEnv, kFile, kOverride, kCode } kind = Kind::kDefault;
-  std::string where;  // "FRUGAL_TRAIN_LR", "examples/demo.toml:12", "--set"
+  // kRun: a resume took the run's own value from its checkpoint (train/run_config.h).
+  enum class Kind { kDefault, kEnv, kFile, kOverride, kCode, kRun } kind = Kind::kDefault;
+  std::string where;  // "FRUGAL_TRAIN_LR", "examples/demo.toml:12", "--set", a checkpoint directory
   std::string describe() const;
 };
 
@@ -82,6 +83,9 @@ ResolvedConfig resolve_config(const Config& config);
 // One value for key k as `--set` reads it (type, range, choices, the key's own check), without the
 // cross-key checks; `where` names its origin in the error. Throws ConfigError.
 ConfigValue parse_config_value(const KeySpec& k, const std::string& text, const std::string& where);
+// One value for key k written as a TOML literal, as format_value writes it (a checkpoint's
+// config_values): type, range, choices and the key's own check. Throws ConfigError naming `where`.
+ConfigValue parse_toml_value(const KeySpec& k, const std::string& literal, const std::string& where);
 // Cross-key checks (heads divide embd, ...). Called by resolve_config; exposed for tests.
 void validate_config(const Config& c);
 

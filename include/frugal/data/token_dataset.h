@@ -72,4 +72,13 @@ struct ManifestTokenizer {
 };
 std::optional<ManifestTokenizer> manifest_tokenizer(const std::string& dir);
 
+// Keeps the tokenizer of the dataset in `dataset_dir` in `to_dir` (a run's tokenizer/ folder,
+// ckpt/run_dir.h): manifest.json with the dataset manifest's "tokenizer" entry and "dataset" (the
+// folder it came from), and the model file the entry names (tokenizer.model, tokenizer.json),
+// whose xxh64 is checked. Then manifest_tokenizer(to_dir) reads it as it reads the dataset, and
+// sample and export need not find the dataset. Does nothing (returns false) when the dataset has
+// no readable manifest with a tokenizer or `to_dir` already holds one; throws IoError when the
+// named model file is missing or differs from its checksum.
+bool keep_tokenizer(const std::string& dataset_dir, const std::string& to_dir);
+
 }  // namespace frugal

@@ -63,6 +63,9 @@ struct Trainer::State {
   int64_t last_saved_step = -1;
   std::string last_checkpoint;
   nlohmann::json rollback_log = nlohmann::json::array();
+  // Every deliberate config change of a resume over the run's life (run_config.h), oldest first;
+  // carried in each checkpoint and shown in summary.json.
+  nlohmann::json config_changes = nlohmann::json::array();
   detail::Clock::time_point constructed = detail::Clock::now();  // this process's start-up began
   detail::Clock::time_point session_start = detail::Clock::now();  // reset when fit() begins
   double startup_s = 0;  // this session's start-up (construction to fit()): data, model, probes
@@ -105,7 +108,7 @@ struct Trainer::State {
 
   // Checkpoints, banner and summary (trainer_state.cpp).
   static int64_t checkpoint_world_size(const LoadedCheckpoint& ck);
-  void report_config_changes(const LoadedCheckpoint& ck) const;
+  void adopt_run_config(const LoadedCheckpoint& ck);
   CheckpointData capture(bool snapshot);
   void restore(const LoadedCheckpoint& ck);
   void restore_data_position(const LoadedCheckpoint& ck);

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/ckpt/checkpoint.h"
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
@@ -58,7 +59,7 @@ struct Job {
 };
 
 nlohmann::json read_summary(const std::string& dir) {
-  const std::string path = dir + "/summary.json";
+  const std::string path = RunDir(dir).summary();
   std::error_code ec;
   if (!fs::exists(path, ec)) return nullptr;
   try {
@@ -74,7 +75,7 @@ double number_or_nan(const nlohmann::json& s, const std::string& key) {
 
 // Whether metrics.jsonl holds an evaluation at `step`: the rung's measurement happened.
 bool evaluated_at(const std::string& dir, int64_t step) {
-  std::ifstream in(dir + "/metrics.jsonl");
+  std::ifstream in(RunDir(dir).metrics());
   std::string line;
   const std::string needle = "\"event\":\"eval\"";
   while (std::getline(in, line)) {
@@ -235,7 +236,7 @@ Job launch(SearchContext& ctx, size_t index, int64_t k) {
 
 // The cost_usd of the newest step line in a run's metrics.jsonl (its last 8 KiB), or NaN.
 double last_logged_cost(const std::string& dir) {
-  std::ifstream in(dir + "/metrics.jsonl", std::ios::binary | std::ios::ate);
+  std::ifstream in(RunDir(dir).metrics(), std::ios::binary | std::ios::ate);
   if (!in) return NAN;
   const std::streamoff size = in.tellg();
   const std::streamoff from = std::max<std::streamoff>(0, size - 8192);

@@ -1,0 +1,45 @@
+// A run read back from its directory alone, for the commands that use what it trained (sample,
+// export): its resolved config, the weights to use and the tokenizer it was trained with. The
+// directory holds all three (ckpt/run_dir.h: config.toml, final/ or checkpoints/, tokenizer/), so
+// it works from any working directory and after the dataset has moved.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "frugal/ckpt/run_dir.h"
+#include "frugal/core/config.h"
+#include "frugal/data/tokenizer.h"
+
+namespace frugal {
+
+struct OpenedRun {
+  RunDir dir;
+  Config config;  // from config.toml; the environment does not change it
+  std::string config_file;
+};
+
+// ConfigError (exit 2) naming the directory when it holds no config.toml.
+OpenedRun open_run(const std::string& run_dir);
+
+// RUN_DIR/final/model.safetensors, else the newest sound checkpoint's weights (a run that stopped
+// early; `command` names the caller in the note printed on stderr then). ConfigError when neither
+// exists, naming each checkpoint's problem.
+std::string run_weights(const std::string& run_dir, const char* command);
+
+// Where the run's tokenizer is: its name ("bytes", "sentencepiece", "hf"), the folder holding it
+// (the run's tokenizer/ or the dataset; "" for bytes) and its model file ("" for bytes).
+struct TokenizerFiles {
+  std::string name;
+  std::string dir;
+  std::string model_file;
+};
+TokenizerFiles run_tokenizer_files(const OpenedRun& run);
+
+// The tokenizer the run's data was tokenised with: bytes for text and the built-in data; for
+// shards the run's own copy (tokenizer/), else the dataset's. ConfigError naming the file and
+// what to do when it cannot be had (an image dataset, a dataset without a manifest, a missing
+// model file, a tokenizer frugal does not know).
+std::unique_ptr<Tokenizer> run_tokenizer(const OpenedRun& run);
+
+}  // namespace frugal

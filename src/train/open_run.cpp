@@ -1,0 +1,103 @@
+// A run read back from its directory; see open_run.h.
+#include "frugal/train/open_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "frugal/ckpt/checkpoint.h"
+#include "frugal/core/config_loader.h"
+#include "frugal/core/errors.h"
+#include "frugal/data/token_dataset.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+OpenedRun open_run(const std::string& run_dir) {
+  OpenedRun r{RunDir(run_dir), Config{}, ""};
+  r.config_file = r.dir.config();
+  if (!fs::is_regular_file(r.config_file))
+    throw ConfigError(fmt::format("{} is not a run directory: {} is missing", run_dir, r.config_file));
+  r.config = resolve_config(r.config_file, {}, {}).config;  // the run's own resolved file
+  return r;
+}
+
+std::string run_weights(const std::string& run_dir, const char* command) {
+  const RunDir dir(run_dir);
+  if (fs::is_regular_file(dir.final_weights())) return dir.final_weights();
+  const std::string root = dir.checkpoints();
+  std::string problems;
+  if (fs::is_directory(root)) {
+    auto list = list_checkpoints(root);
+    std::sort(list.begin(), list.end(), [](const auto& x, const auto& y) { return x.step > y.step; });
+    for (const auto& ck : list) {
+      const std::string why = ck.complete ? verify_checkpoint(ck.path) : "incomplete";
+      if (why.empty()) {
+        fmt::print(stderr, "frugal {}: {} has no final/ weights; using the newest sound checkpoint, step {}\n",
+                   command, run_dir, ck.step);
+        return ck.path + "/model.safetensors";
+      }
+      problems += fmt::format("; {}: {}", ck.path, why);
+    }
+  }
+  throw ConfigError(fmt::format("no weights in {}: neither final/model.safetensors nor a sound checkpoint under "
+                                "{}{} (pass --weights PATH)", run_dir, root, problems));
+}
+
+TokenizerFiles run_tokenizer_files(const OpenedRun& run) {
+  const std::string& cfg = run.config_file;
+  const DataSource& src = run.config.data.source;
+  switch (src.kind) {
+    case DataSource::Kind::kArith:
+    case DataSource::Kind::kText:
+      return {"bytes", "", ""};
+    case DataSource::Kind::kRecords:
+      throw ConfigError(fmt::format("{}: data.source = \"{}\" is an image or table dataset; it has no text tokenizer",
+                                    cfg, to_string(src)));
+    case DataSource::Kind::kShards:
+      break;
+  }
+  // The run's own copy first (written when it started); runs from before it was kept read the dataset.
+  const std::string kept = run.dir.tokenizer_dir();
+  const std::string dir = manifest_tokenizer(kept) ? kept : src.path;
+  const auto m = manifest_tokenizer(dir);
+  if (!m) {
+    bool bins = false;
+    std::error_code ec;
+    if (fs::is_directory(src.path, ec) && !fs::exists(fs::path(src.path) / "manifest.json"))
+      for (const auto& e : fs::directory_iterator(src.path, ec)) bins = bins || e.path().extension() == ".bin";
+    if (bins)
+      throw ConfigError(fmt::format(
+          "{}: the run trained on {}, token files without a manifest (llm.c or nanoGPT .bin files, whose "
+          "tokenizer they do not record); frugal cannot encode or decode them: it knows the byte and "
+          "SentencePiece tokenizers of `frugal prepare` and Hugging Face tokenizer.json files",
+          cfg, src.path));
+    throw ConfigError(fmt::format("{}: the run keeps no tokenizer ({} is missing) and its dataset {} (data.source) has "
+                                  "no readable manifest.json, so its tokenizer is unknown; put the dataset back where "
+                                  "the run read it",
+                                  cfg, kept + "/manifest.json", src.path));
+  }
+  if (m->name == "bytes") return {"bytes", dir, ""};
+  const char* file = m->name == "sentencepiece" ? "tokenizer.model" : m->name == "hf" ? "tokenizer.json" : nullptr;
+  if (!file)
+    throw ConfigError(fmt::format("{}: the run's tokenizer in {} is '{}', which frugal does not know (bytes, "
+                                  "sentencepiece, hf)", cfg, dir, m->name));
+  const std::string model = (fs::path(dir) / file).string();
+  if (!fs::is_regular_file(model))
+    throw ConfigError(fmt::format("{}: the run's tokenizer in {} is {} but its {} is missing", cfg, dir, m->name, file));
+  return {m->name, dir, model};
+}
+
+std::unique_ptr<Tokenizer> run_tokenizer(const OpenedRun& run) {
+  const TokenizerFiles t = run_tokenizer_files(run);
+  if (t.name == "bytes") return make_byte_tokenizer();
+  if (t.name == "sentencepiece") {
+    require_sentencepiece("reading a SentencePiece run's tokenizer");
+    return load_sentencepiece(t.model_file);
+  }
+  return load_hf_tokenizer(t.model_file);
+}
+
+}  // namespace frugal

@@ -1,0 +1,108 @@
+// A resumed run's configuration: see run_config.h.
+#include "frugal/train/run_config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include "frugal/core/errors.h"
+#include "frugal/data/token_dataset.h"
+#include "frugal/data/tokenizer.h"
+#include "frugal/model/hf_gpt2.h"
+
+namespace frugal {
+namespace fs = std::filesystem;
+
+namespace {
+
+// data.source = "shards:DIR" records its vocabulary in the manifest (or, for nanoGPT's
+// train.bin/val.bin, in meta.pkl): a model.vocab left at its default takes it from there, so that
+// the two need not be kept in step by hand.
+void adopt_dataset_vocab(ResolvedConfig& rc) {
+  const DataSource& src = rc.config.data.source;
+  if (src.kind != DataSource::Kind::kShards) return;
+  ValueOrigin& origin = rc.origins.at("model.vocab");
+  if (origin.kind != ValueOrigin::Kind::kDefault) return;  // set on purpose: checked against the data later
+  const std::string& dir = src.path;
+  const std::optional<ManifestTokenizer> tok = manifest_tokenizer(dir);
+  const fs::path meta = fs::path(dir) / "meta.pkl";
+  if (!tok && fs::is_regular_file(meta) && fs::is_regular_file(fs::path(dir) / "train.bin")) {
+    rc.config.model.vocab = nanogpt_meta_vocab(meta.string());
+    origin = ValueOrigin{ValueOrigin::Kind::kFile, meta.string() + " vocab_size"};
+    return;
+  }
+  if (!tok || tok->vocab == rc.config.model.vocab) return;
+  rc.config.model.vocab = tok->vocab;
+  origin = ValueOrigin{ValueOrigin::Kind::kFile, (fs::path(dir) / "manifest.json").string() + " tokenizer.vocab"};
+}
+
+}  // namespace
+
+void complete_config(ResolvedConfig& rc) {
+  // The dataset by its absolute path: the run's config.toml then names the same files from any
+  // working directory (sample, export, a resume started elsewhere).
+  DataSource& src = rc.config.data.source;
+  if (src.kind != DataSource::Kind::kArith && !src.path.empty() && fs::path(src.path).is_relative())
+    src.path = fs::absolute(src.path).lexically_normal().string();
+  adopt_hf_gpt2_shape(rc);  // before the dataset's vocabulary: the checkpoint's is the model's
+  adopt_dataset_vocab(rc);
+}
+
+ResolvedConfig resolve_run_config(const std::string& file, const std::vector<std::string>& overrides,
+                                  const std::map<std::string, std::string>& env) {
+  ResolvedConfig rc = resolve_config(file, overrides, env);
+  complete_config(rc);
+  return rc;
+}
+
+nlohmann::json ConfigChange::to_json(int64_t at_step) const {
+  return {{"key", key}, {"from", from}, {"to", to}, {"origin", origin}, {"at_step", at_step}};
+}
+
+bool resume_may_change(const std::string& key) {
+  // model.kernels picks an implementation of the same arithmetic; every other model key is the shape.
+  if (key.rfind("model.", 0) == 0) return key == "model.kernels";
+  static const std::set<std::string> fixed = {
+      "run.seed",          "data.source",      "data.val_fraction", "data.arith_digits", "data.arith_lines",
+      "data.micro_batch",  "train.global_batch", "train.accum",     "train.optimizer",   "train.lr",
+      "train.warmup_steps", "train.min_lr_ratio", "train.weight_decay", "train.beta1",   "train.beta2",
+      "train.grad_clip"};
+  return fixed.count(key) == 0;
+}
+
+std::vector<ConfigChange> reconcile_resume_config(ResolvedConfig& rc, const nlohmann::json& saved,
+                                                  const std::string& checkpoint) {
+  std::vector<ConfigChange> changes;
+  std::vector<std::string> refused;
+  if (!saved.is_object()) return changes;
+  for (const KeySpec& k : config_schema()) {
+    if (k.secret || k.key == "run.name" || k.key == "run.out_dir") continue;
+    if (!saved.contains(k.key) || !saved[k.key].is_string()) continue;
+    const std::string theirs = saved[k.key].get<std::string>();
+    const std::string mine = format_value_shown(k, rc.config);
+    if (theirs == mine) continue;
+    ValueOrigin& origin = rc.origins.at(k.key);
+    if (origin.kind == ValueOrigin::Kind::kDefault) {
+      k.set(rc.config, parse_toml_value(k, theirs, "the run's checkpoint " + checkpoint));
+      origin = ValueOrigin{ValueOrigin::Kind::kRun, checkpoint};
+    } else if (resume_may_change(k.key)) {
+      changes.push_back({k.key, theirs, mine, origin.describe()});
+    } else {
+      refused.push_back(fmt::format("  {}: the run has {}, {} gives {}", k.key, theirs, origin.describe(), mine));
+    }
+  }
+  if (!refused.empty())
+    throw ConfigError(fmt::format(
+        "cannot resume {} with a different model, data, batch or optimizer; these keys differ from the run's:\n{}\n"
+        "  hint: drop them to continue the run as it was (a resume takes the run's own config), or start a new run "
+        "with --set run.name=NEW (model.init_from can start it from these weights); a resume may change only keys "
+        "such as train.steps, train.eval_every, checkpoint.*, budget.*, monitor.*, run.device",
+        checkpoint, fmt::join(refused, "\n")));
+  validate_config(rc.config);
+  return changes;
+}
+
+}  // namespace frugal

@@ -1,0 +1,148 @@
+// A run is never silently changed or damaged, as a user meets it on the command line: a resume
+// told only the run's name continues that run (its data, shape and schedule) bitwise; one asked for
+// other data exits 2 naming the key and leaves every file of the run as it was; a deliberate safe
+// change is said and recorded; and on a shards dataset with its own vocabulary, `smoke` and the
+// config `frugal tune` writes work as printed.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "frugal/tune/tuner.h"
+#include "test_util.h"
+
+namespace frugal::run_integrity_cli_test {
+namespace {
+namespace fs = std::filesystem;
+using test::run_frugal;
+
+// Every file under `dir` with its bytes, to show that a refused command changed nothing.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && e.path().filename() != ".lock") files[e.path().string()] = test::read_text(e.path().string());
+  return files;
+}
+
+std::string some_text() {
+  std::string t;
+  for (int i = 0; i < 400; ++i) t += fmt::format("line {} of a small text: the river runs to the sea.\n", i * 7 % 53);
+  return t;
+}
+
+TEST(RunIntegrityCli, AResumeToldOnlyTheRunsNameContinuesItsDataShapeAndScheduleBitwise) {
+  test::TempDir dir;
+  test::write_text(dir.file("a.txt"), some_text());
+  const std::string run = test::tiny_sets(dir.path()) + " --set data.source=text:" + dir.file("a.txt") +
+                          " --set train.steps=20 --set checkpoint.every_steps=5";
+  auto straight = run_frugal("train -q" + run + " --set run.name=straight");
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  auto first = run_frugal("train -q" + run + " --set run.name=r --stop-at-step 10");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string config_before = test::read_text(dir.file("r/config.toml"));
+
+  // Other data, asked for: exit 2 naming the key and both values; nothing in the run changes.
+  const auto before = snapshot(dir.file("r"));
+  auto other = run_frugal("train --set run.out_dir=" + dir.path() + " --set run.name=r --set data.source=builtin:arith "
+                          "--resume auto");
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("data.source: the run has 'text:" + dir.file("a.txt") + "', --set gives 'builtin:arith'"),
+            std::string::npos)
+      << other.output;
+  EXPECT_TRUE(snapshot(dir.file("r")) == before) << "a refused resume changed the run directory";
+
+  // Nothing asked for: the run's own config, to the end, the same as the uninterrupted run.
+  auto again = run_frugal("train --set run.out_dir=" + dir.path() + " --set run.name=r --resume auto");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(again.output.find("differs"), std::string::npos) << again.output;
+  const auto s = nlohmann::json::parse(test::read_text(dir.file("r/summary.json")));
+  EXPECT_EQ(s["steps"], 20);
+  EXPECT_FALSE(s.contains("config_changes")) << s.dump();
+  EXPECT_EQ(test::read_text(dir.file("r/final/model.safetensors")),
+            test::read_text(dir.file("straight/final/model.safetensors")))
+      << "the resumed run did not continue the run it resumed";
+  EXPECT_NE(test::read_text(dir.file("r/config.toml")).find("source = 'text:" + dir.file("a.txt") + "'"),
+            std::string::npos);
+  EXPECT_NE(config_before.find("source = 'text:"), std::string::npos);
+}
+
+TEST(RunIntegrityCli, ADeliberateChangeOfASafeKeyIsSaidAndRecordedAcrossResumes) {
+  test::TempDir dir;
+  const std::string sets = test::tiny_sets(dir.path()) + " --set checkpoint.every_steps=5";
+  ASSERT_EQ(run_frugal("train -q" + sets + " --set train.steps=20 --stop-at-step 10").exit_code, 0);
+  auto more = run_frugal("train" + sets + " --set train.steps=25 --resume auto --stop-at-step 15");
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_NE(more.output.find("resume: train.steps = 20 -> 25 (--set), as asked"), std::string::npos) << more.output;
+  // The next resume continues with 25 (the run's value now) and keeps the record.
+  auto rest = run_frugal("train -q --set run.out_dir=" + dir.path() + " --resume auto");
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  const auto s = nlohmann::json::parse(test::read_text(dir.file("demo/summary.json")));
+  EXPECT_EQ(s["steps"], 25);
+  ASSERT_EQ(s["config_changes"].size(), 1u) << s.dump();
+  EXPECT_EQ(s["config_changes"][0]["key"], "train.steps");
+  EXPECT_EQ(s["config_changes"][0]["from"], "20");
+  EXPECT_EQ(s["config_changes"][0]["to"], "25");
+  EXPECT_EQ(s["config_changes"][0]["at_step"], 10);
+}
+
+// The command printed after a stop signal continues the run as printed: it names only the run (the
+// resume takes the rest from the checkpoint). The test appends --stop-at-step to end it early.
+TEST(RunIntegrityCli, ThePrintedResumeCommandAfterAStopSignalContinuesTheRun) {
+  test::TempDir dir;
+  // A folder with a space in its name: the printed command quotes it.
+  std::string train = "'" + std::string(FRUGAL_BINARY) + "' train";
+  for (const auto& o : test::tiny_overrides(dir.path() + "/out dir")) train += " --set '" + o + "'";
+  train += " --set run.name=r-1 --set train.steps=100000 --set train.log_every=1";
+  const std::string run = dir.path() + "/out dir/r-1";
+  const std::string script = "(" + train + " & pid=$!; for i in $(seq 1 600); do [ -s '" + run +
+                             "/metrics.jsonl' ] && break; sleep 0.05; done; kill -TERM $pid; wait $pid; echo rc=$?) 2>&1";
+  std::string out;
+  FILE* p = popen(script.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  pclose(p);
+  ASSERT_NE(out.find("rc=75"), std::string::npos) << out;
+  const std::string hint = "continue with: frugal ";
+  const size_t at = out.find(hint);
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string printed = out.substr(at + hint.size(), out.find('\n', at) - at - hint.size());
+  const int64_t stopped = nlohmann::json::parse(test::read_text(run + "/summary.json"))["steps"];
+  auto again = run_frugal(printed + " -q --stop-at-step " + std::to_string(stopped + 3), "cd / &&");
+  ASSERT_EQ(again.exit_code, 0) << printed << "\n" << again.output;
+  const auto s = nlohmann::json::parse(test::read_text(run + "/summary.json"));
+  EXPECT_EQ(s["steps"], stopped + 3);
+  EXPECT_FALSE(s.contains("config_changes")) << s.dump();
+}
+
+// `frugal smoke` and `frugal tune`'s config take the vocabulary from the manifest as `train` does
+// (smoke failed "set model.vocab", and tuned.toml wrote vocab = 256, which `train` then refused).
+TEST(RunIntegrityCli, OnShardsWithTheirOwnVocabularySmokeAndTheTunedConfigWorkAsPrinted) {
+  FRUGAL_NEED_FEATURE("sentencepiece");
+  test::TempDir dir;
+  test::write_text(dir.file("corpus.txt"), some_text());
+  auto prep = run_frugal(fmt::format("prepare '{}' --out '{}' --tokenizer sentencepiece --vocab 300 --quiet",
+                                     dir.file("corpus.txt"), dir.file("ds")));
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  const std::string data = " --set data.source=shards:" + dir.file("ds");
+  auto smoke = run_frugal("smoke" + test::tiny_sets(dir.path()) + data);
+  EXPECT_EQ(smoke.exit_code, 0) << smoke.output;
+
+  std::vector<std::string> sets = test::tiny_overrides(dir.path());
+  sets.push_back("data.source=shards:" + dir.file("ds"));
+  sets.push_back("run.name=tuned");
+  const std::string toml = tuned_config_toml("", sets, {}, TuneReport{});
+  const int64_t vocab =
+      nlohmann::json::parse(test::read_text(dir.file("ds/manifest.json")))["tokenizer"]["vocab"].get<int64_t>();
+  ASSERT_NE(vocab, 256);  // the test needs a vocabulary other than model.vocab's default
+  EXPECT_NE(toml.find(fmt::format("vocab = {}  # file", vocab)), std::string::npos) << toml;
+  test::write_text(dir.file("tuned.toml"), toml);
+  auto train = run_frugal("train -q " + dir.file("tuned.toml"));
+  EXPECT_EQ(train.exit_code, 0) << train.output;
+}
+
+}  // namespace
+}  // namespace frugal::run_integrity_cli_test

@@ -1,0 +1,149 @@
+// The configuration a run trains with (train/run_config.h): a resume takes the run's own values
+// for what it was not told, allows deliberate changes of safe keys and records them, and refuses,
+// naming each key, a different model, data, batch or optimizer, before anything is written;
+// complete_config fills the vocabulary from a shards manifest for every entry point.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "frugal/core/config_loader.h"
+#include "frugal/core/errors.h"
+#include "frugal/model/gpt.h"
+#include "frugal/train/model_task.h"
+#include "frugal/train/run_config.h"
+#include "frugal/train/trainer.h"
+#include "test_util.h"
+
+namespace frugal::run_config_test {
+namespace {
+namespace fs = std::filesystem;
+
+// What a checkpoint records: every key's value as a TOML literal.
+nlohmann::json saved_values(const ResolvedConfig& rc) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& k : config_schema()) j[k.key] = format_value_shown(k, rc.config);
+  return j;
+}
+
+std::string message_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RunConfig, AKeyLeftAtItsDefaultTakesTheRunsValue) {
+  const ResolvedConfig run = resolve_config("", {"data.source=text:/data/a.txt", "train.steps=100", "model.layers=3",
+                                                 "run.name=r"}, {});
+  ResolvedConfig now = resolve_config("", {"run.name=r"}, {});
+  const auto changes = reconcile_resume_config(now, saved_values(run), "runs/r/checkpoints/step-00000060");
+  EXPECT_TRUE(changes.empty());
+  EXPECT_EQ(now.config.data.source.path, "/data/a.txt");
+  EXPECT_EQ(now.config.train.steps, 100);
+  EXPECT_EQ(now.config.model.layers, 3);
+  EXPECT_EQ(now.origins.at("data.source").kind, ValueOrigin::Kind::kRun);
+  EXPECT_NE(now.origins.at("data.source").describe().find("step-00000060"), std::string::npos);
+  // The whole config is the run's again: every value the same.
+  EXPECT_EQ(saved_values(now), saved_values(run));
+}
+
+TEST(RunConfig, ADeliberateChangeOfASafeKeyIsAllowedAndReturnedWithItsOrigin) {
+  const ResolvedConfig run = resolve_config("", {"train.steps=100", "train.eval_every=10"}, {});
+  ResolvedConfig now = resolve_config("", {"train.steps=200", "train.eval_every=10", "budget.limit_usd=3"}, {});
+  const auto changes = reconcile_resume_config(now, saved_values(run), "ck");
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0].key, "train.steps");
+  EXPECT_EQ(changes[0].from, "100");
+  EXPECT_EQ(changes[0].to, "200");
+  EXPECT_EQ(changes[0].origin, "--set");
+  EXPECT_EQ(changes[1].key, "budget.limit_usd");
+  EXPECT_EQ(now.config.train.steps, 200);
+  EXPECT_EQ(changes[0].to_json(60)["at_step"], 60);
+}
+
+TEST(RunConfig, AChangeOfModelDataSeedBatchOrOptimizerIsRefusedNamingEveryKey) {
+  const ResolvedConfig run = resolve_config("", {"data.source=text:a.txt", "model.layers=3"}, {});
+  for (const char* key : {"data.source=builtin:arith", "model.layers=4", "run.seed=9", "data.micro_batch=3",
+                          "train.lr=0.5", "train.optimizer=torch_adamw"}) {
+    ResolvedConfig now = resolve_config("", {"data.source=text:a.txt", "model.layers=3", key}, {});
+    const std::string why = message_of([&] { reconcile_resume_config(now, saved_values(run), "ck"); });
+    const std::string name = std::string(key).substr(0, std::string(key).find('='));
+    EXPECT_NE(why.find("  " + name + ": the run has "), std::string::npos) << key << ": " << why;
+    EXPECT_NE(why.find("--set gives"), std::string::npos) << why;
+    EXPECT_NE(why.find("--set run.name=NEW"), std::string::npos) << why;
+  }
+  ResolvedConfig two = resolve_config("", {"data.source=builtin:arith", "model.layers=4"}, {});
+  const std::string why = message_of([&] { reconcile_resume_config(two, saved_values(run), "ck"); });
+  EXPECT_NE(why.find("model.layers: the run has 3"), std::string::npos) << why;
+  EXPECT_NE(why.find("data.source: the run has 'text:a.txt'"), std::string::npos) << why;
+}
+
+TEST(RunConfig, ANameOrSecretOrAKeyTheCheckpointDoesNotRecordIsLeftAlone) {
+  ResolvedConfig run = resolve_config("", {"run.name=a", "run.out_dir=/x"}, {});
+  nlohmann::json saved = saved_values(run);
+  saved.erase("train.steps");  // an older frugal's checkpoint
+  ResolvedConfig now = resolve_config("", {"run.name=b", "train.steps=7"}, {{"FRUGAL_MONITOR_TOKEN", "s3cret"}});
+  EXPECT_TRUE(reconcile_resume_config(now, saved, "ck").empty());
+  EXPECT_EQ(now.config.run.name, "b");
+  EXPECT_EQ(now.config.train.steps, 7);
+  EXPECT_EQ(now.config.monitor.token, "s3cret");
+}
+
+// The library path: a resumed Trainer told nothing but the run's name continues the run as it was
+// (its steps, its shape), and one asked for another shape fails before the run directory changes.
+TEST(RunConfig, ATrainerResumedWithoutTheConfigContinuesTheRunAndARefusedOneWritesNothing) {
+  test::TempDir dir;
+  auto sets = test::tiny_overrides(dir.path());
+  sets.push_back("train.steps=12");
+  sets.push_back("checkpoint.every_steps=4");
+  TrainerOptions o = test::quiet_run();
+  o.stop_at_step = 8;
+  Trainer(resolve_config("", sets, {}), o).fit();
+  const std::string config_before = test::read_text(dir.file("demo/config.toml"));
+  const std::string metrics_before = test::read_text(dir.file("demo/metrics.jsonl"));
+  ASSERT_NE(config_before.find("layers = 1"), std::string::npos);
+
+  TrainerOptions r = test::quiet_run({}, false);
+  r.resume = "auto";
+  EXPECT_THROW(Trainer(resolve_config("", {"run.out_dir=" + dir.path(), "model.layers=2"}, {}), r), ConfigError);
+  EXPECT_EQ(test::read_text(dir.file("demo/config.toml")), config_before);
+  EXPECT_EQ(test::read_text(dir.file("demo/metrics.jsonl")), metrics_before);
+
+  const nlohmann::json s = Trainer(resolve_config("", {"run.out_dir=" + dir.path()}, {}), r).fit();
+  EXPECT_EQ(s["steps"], 12);  // the run's train.steps, not the default 600
+  EXPECT_FALSE(s.contains("config_changes"));
+  EXPECT_NE(test::read_text(dir.file("demo/config.toml")).find("layers = 1  # the run's checkpoint"), std::string::npos);
+}
+
+// A checkpoint that does not fit the model the task builds (a shape the config cannot see) fails
+// the resume before anything is written into the run directory.
+TEST(RunConfig, ACheckpointThatDoesNotFitTheModelLeavesTheRunDirectoryAsItWas) {
+  test::TempDir dir;
+  auto sets = test::tiny_overrides(dir.path());
+  sets.push_back("checkpoint.every_steps=5");
+  TrainerOptions o = test::quiet_run();
+  o.stop_at_step = 10;
+  Trainer(resolve_config("", sets, {}), o).fit();
+  const std::string config_before = test::read_text(dir.file("demo/config.toml"));
+  const std::string metrics_before = test::read_text(dir.file("demo/metrics.jsonl"));
+  TrainerOptions r = test::quiet_run({}, false);
+  r.resume = "auto";
+  auto wider = [](const Config& c) {
+    Config w = c;
+    w.model.embd = 64;  // not what the checkpoint holds, and not visible in the config
+    return make_model_task(w);
+  };
+  sets.push_back("train.eval_every=3");  // a safe change: config.toml would say so if it were written
+  EXPECT_ANY_THROW(Trainer(resolve_config("", sets, {}), TaskFactory(wider), r));
+  EXPECT_EQ(test::read_text(dir.file("demo/config.toml")), config_before);
+  EXPECT_EQ(test::read_text(dir.file("demo/metrics.jsonl")), metrics_before);
+}
+
+}  // namespace
+}  // namespace frugal::run_config_test
