@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <memory>
 
@@ -40,8 +41,14 @@ struct TrainArgs {
 void print_summary(const nlohmann::json& s) {
   auto& con = Console::get();
   con.line("summary:");
+  // A loss not measured yet (no evaluation ran, the first log window did not close) is said as
+  // such, not printed as nan (summary.json has null there).
   auto num = [&](const char* key, const char* f) {
-    if (s.contains(key) && s[key].is_number()) con.line(fmt::format(fmt::runtime(f), key, s[key].get<double>()));
+    if (!s.contains(key)) return;
+    if (s[key].is_number() && std::isfinite(s[key].get<double>()))
+      con.line(fmt::format(fmt::runtime(f), key, s[key].get<double>()));
+    else if (s[key].is_null() || s[key].is_number())
+      con.line(fmt::format("  {:<22} not measured", key));
   };
   num("steps", "  {:<22} {:.0f}");
   num("tokens", "  {:<22} {:.0f}");

@@ -25,7 +25,9 @@ ExitCode exit_code_for(StopKind k) {
 }
 
 const char* error_label(const std::exception& e) {
-  if (dynamic_cast<const ConfigError*>(&e)) return "config error";
+  // Exit 2 for a config key, a flag, a path or a file the user named: "bad input", as the exit-code
+  // table says; the message names which.
+  if (dynamic_cast<const ConfigError*>(&e)) return "bad input";
   if (dynamic_cast<const DataError*>(&e)) return "data error";
   if (dynamic_cast<const GuardStop*>(&e)) return "stopped";
   if (dynamic_cast<const InternalError*>(&e)) return "internal error";

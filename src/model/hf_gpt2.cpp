@@ -6,6 +6,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <unordered_map>
@@ -70,15 +73,55 @@ void refuse(const std::string& origin, const std::string& key, const json& value
 
 }  // namespace
 
+std::string hf_hub_cache() {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v && *v ? v : "";
+  };
+  if (const std::string c = env("HF_HUB_CACHE"); !c.empty()) return c;
+  if (const std::string h = env("HF_HOME"); !h.empty()) return (fs::path(h) / "hub").string();
+  if (const std::string x = env("XDG_CACHE_HOME"); !x.empty()) return (fs::path(x) / "huggingface" / "hub").string();
+  const std::string home = env("HOME");
+  return (fs::path(home.empty() ? "." : home) / ".cache" / "huggingface" / "hub").string();
+}
+
+std::string hf_cached_snapshot(const std::string& repo_id) {
+  // A hub id is "name" or "org/name"; anything else (a path) is not looked up.
+  if (repo_id.empty() || repo_id.front() == '/' || repo_id.front() == '.' ||
+      std::count(repo_id.begin(), repo_id.end(), '/') > 1)
+    return "";
+  std::string folder = "models--";  // huggingface_hub's layout: "org/name" -> models--org--name
+  for (char ch : repo_id) folder += ch == '/' ? std::string("--") : std::string(1, ch);
+  const fs::path root = fs::path(hf_hub_cache()) / folder;
+  std::error_code ec;
+  std::string rev;
+  if (fs::is_regular_file(root / "refs" / "main", ec)) {
+    rev = read_small_file((root / "refs" / "main").string());
+    while (!rev.empty() && std::isspace(static_cast<unsigned char>(rev.back()))) rev.pop_back();
+  }
+  const fs::path snap = root / "snapshots" / rev;
+  if (!rev.empty() && fs::is_regular_file(snap / "config.json", ec)) return snap.string();
+  return "";
+}
+
 std::string hf_init_dir(const ModelConfig& m) {
-  return m.init_from.rfind("hf:", 0) == 0 ? m.init_from.substr(3) : std::string();
+  if (m.init_from.rfind("hf:", 0) != 0) return "";
+  const std::string dir = m.init_from.substr(3);
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return dir;
+  const std::string cached = hf_cached_snapshot(dir);
+  return cached.empty() ? dir : cached;
 }
 
 ModelConfig read_hf_gpt2_config(const std::string& dir) {
   const std::string origin = (fs::path(dir) / "config.json").string();
   if (!fs::is_directory(dir))
-    throw ConfigError(fmt::format("model.init_from = \"hf:{}\": no such directory (a Hugging Face GPT-2 "
-                                  "directory holds config.json and model.safetensors)", dir));
+    throw ConfigError(fmt::format(
+        "model.init_from = \"hf:{0}\": no such directory, and the Hugging Face cache {1} has no snapshot of a "
+        "model \"{0}\" (a Hugging Face GPT-2 directory holds config.json and model.safetensors); get one with "
+        "`huggingface-cli download {0}` (then hf:{0} finds it in the cache) or save one with "
+        "GPT2LMHeadModel.from_pretrained(\"{0}\").save_pretrained(\"DIR\") and set model.init_from = \"hf:DIR\"",
+        dir, hf_hub_cache()));
   if (!fs::is_regular_file(origin))
     throw ConfigError(fmt::format("model.init_from = \"hf:{}\": {} is missing (save the model with "
                                   "GPT2LMHeadModel.save_pretrained)", dir, origin));

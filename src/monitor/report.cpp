@@ -329,7 +329,10 @@ std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
   auto row = [&](const char* k) {
     double x = get(a, k), y = get(b, k);
     if (!std::isfinite(x) && !std::isfinite(y)) return;
-    out += fmt::format("{:<24} {:>16} {:>16} {:>10}\n", k, num(x), num(y),
+    // A count is a whole number ("steps 60", not "60.0").
+    const bool count = std::string(k) == "steps";
+    auto shown = [&](double v) { return count && std::isfinite(v) ? with_commas(v) : num(v); };
+    out += fmt::format("{:<24} {:>16} {:>16} {:>10}\n", k, shown(x), shown(y),
                        std::isfinite(x) && x != 0 && std::isfinite(y) ? fmt::format("{:.3f}", y / x) : "-");
   };
   for (const char* k : {"tokens_per_s", "wall_s", "cost_usd", "kg_co2", "final_val_loss", "best_val_loss",

@@ -109,10 +109,16 @@ std::string line_chart(const std::string& id, const std::string& title, const st
   s += f.axes(title, xl, yl) + legend(names(series));
   for (const auto& se : series) {
     std::string pts;
+    int n = 0;
+    double last_x = 0, last_y = 0;
     for (auto [x, y] : se.points)
-      if (std::isfinite(y)) pts += fmt::format("{:.1f},{:.1f} ", f.px(x), f.py(y));
+      if (std::isfinite(y)) pts += fmt::format("{:.1f},{:.1f} ", last_x = f.px(x), last_y = f.py(y)), ++n;
     s += fmt::format("<polyline class='series' data-name='{}' fill='none' stroke='{}' stroke-width='2' points='{}'/>",
                      escape_html(se.name), se.color, pts);
+    // A line needs two points: a series measured once (one evaluation) is drawn as a dot.
+    if (n == 1)
+      s += fmt::format("<circle class='point' data-name='{}' cx='{:.1f}' cy='{:.1f}' r='3.5' fill='{}'/>",
+                       escape_html(se.name), last_x, last_y, se.color);
   }
   return s + "</svg>";
 }

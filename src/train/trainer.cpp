@@ -198,8 +198,9 @@ void Trainer::State::set_up_device() {
     const int gpus = device::cuda_device_count();
     if (gpus == 0 || (device.has_index() && device.index() >= gpus))
       throw ConfigError(fmt::format("run.device = \"{}\" but this process sees {} GPU(s) (check nvidia-smi "
-                                    "and CUDA_VISIBLE_DEVICES); use run.device = \"cpu\" or \"cuda:0\"",
-                                    c.run.device, gpus));
+                                    "and CUDA_VISIBLE_DEVICES); use run.device = \"cpu\"{}",
+                                    c.run.device, gpus,
+                                    gpus == 0 ? "" : fmt::format(" or one of \"cuda:0\" to \"cuda:{}\"", gpus - 1)));
     device::set_deterministic(c.run.deterministic);
     device::set_tf32(c.precision.tf32);
   }

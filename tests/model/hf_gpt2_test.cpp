@@ -125,6 +125,28 @@ TEST(HfGpt2, TheRunTakesUnsetKeysFromConfigJsonAndRefusesAConflict) {
   EXPECT_NE(message_of([&] { adopt_hf_gpt2_shape(longer); }).find("not larger"), std::string::npos);
 }
 
+// hf:NAME that is not a directory is looked up in the Hugging Face cache, as transformers would;
+// not there, the message says how to get it.
+TEST(HfGpt2, AHubIdIsFoundInTheLocalCacheAndOtherwiseTheMessageSaysHowToGetIt) {
+  test::TempDir tmp;
+  const std::string snapshot = tmp.file("hub/models--org--tiny-gpt2/snapshots/0123abc");
+  std::filesystem::create_directories(tmp.file("hub/models--org--tiny-gpt2/refs"));
+  test::write_text(tmp.file("hub/models--org--tiny-gpt2/refs/main"), "0123abc\n");
+  write_hf_gpt2(Gpt(small())->named_parameter_list(), small(), snapshot, at::kFloat);
+  ::setenv("HF_HUB_CACHE", tmp.file("hub").c_str(), 1);
+  ModelConfig m;
+  m.init_from = "hf:org/tiny-gpt2";
+  EXPECT_EQ(hf_init_dir(m), snapshot);
+  ResolvedConfig rc = resolve_config("", {"model.init_from=hf:org/tiny-gpt2"}, {});
+  adopt_hf_gpt2_shape(rc);
+  EXPECT_EQ(rc.config.model.vocab, 40);
+  m.init_from = "hf:gpt2";
+  const std::string why = message_of([&] { read_hf_gpt2_config(hf_init_dir(m)); });
+  ::unsetenv("HF_HUB_CACHE");
+  EXPECT_NE(why.find("the Hugging Face cache " + tmp.file("hub") + " has no snapshot"), std::string::npos) << why;
+  EXPECT_NE(why.find("huggingface-cli download gpt2"), std::string::npos) << why;
+}
+
 TEST(HfGpt2, ConfigsFrugalCannotRepresentAreRefusedByKey) {
   test::TempDir tmp;
   const std::string dir = tmp.file("hf");

@@ -10,6 +10,7 @@
 
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
+#include "frugal/monitor/svg_chart.h"
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
@@ -48,9 +49,10 @@ TEST(Report, TrainingWritesASelfContainedReportWithEveryChart) {
 
 TEST(Report, CompareShowsTheSpeedRatioAndMissingRunsAreDataErrors) {
   test::TempDir a, b;
-  test::write_text(a.file("summary.json"), R"({"run_name":"a","tokens_per_s":100.0,"final_val_loss":1.5})");
-  test::write_text(b.file("summary.json"), R"({"run_name":"b","tokens_per_s":250.0,"final_val_loss":1.5})");
+  test::write_text(a.file("summary.json"), R"({"run_name":"a","tokens_per_s":100.0,"final_val_loss":1.5,"steps":60})");
+  test::write_text(b.file("summary.json"), R"({"run_name":"b","tokens_per_s":250.0,"final_val_loss":1.5,"steps":1200})");
   std::string out = compare_runs(a.path(), b.path());
+  EXPECT_NE(out.find("                      60            1,200"), std::string::npos) << out;  // counts whole
   EXPECT_NE(out.find("2.500"), std::string::npos) << out;
   EXPECT_NE(out.find("B trains 2.50x faster"), std::string::npos) << out;
   EXPECT_THROW(render_report(a.path()), DataError);  // no metrics.jsonl
@@ -99,6 +101,13 @@ TEST(Report, TicksAreRoundAndCoverTheData) {
   EXPECT_EQ(format_tick(3e-5, 1e-5), "3e-5");
   EXPECT_EQ(format_tick(1.5, 0.5), "1.5");
   EXPECT_EQ(format_tick(0.0004, 0.0002), "0.0004");
+}
+
+// A series measured once (a run with one evaluation) is drawn as a dot, not an empty polyline.
+TEST(Report, ASeriesWithOnePointIsDrawnAsADot) {
+  const std::string one = chart::line_chart("loss", "loss", "nats", {{"val", "#f00", {{10, 2.5}}}, {"train", "#00f", {{5, 3.0}, {10, 2.7}}}});
+  EXPECT_NE(one.find("<circle class='point' data-name='val'"), std::string::npos) << one;
+  EXPECT_EQ(one.find("<circle class='point' data-name='train'"), std::string::npos) << one;
 }
 
 // Headline figures are read by people: grouped digits or M, 3 significant digits, no "e+04".

@@ -31,8 +31,8 @@ ExitCode exit_code_for(const std::exception& e);
 ExitCode exit_code_for(StopKind k);
 // "done", "bad input", ... (the table above), for messages.
 const char* exit_code_meaning(ExitCode c);
-// How a program names an error it ends with: "config error", "data error", "stopped" (a guard),
-// "internal error" or "error" (`frugal: config error: ...`).
+// How a program names an error it ends with: "bad input" (a config key, flag, path or file the
+// user named), "data error", "stopped" (a guard), "internal error" or "error" (`frugal: bad input: ...`).
 const char* error_label(const std::exception& e);
 
 }  // namespace frugal

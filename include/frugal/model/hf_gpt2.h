@@ -25,8 +25,14 @@ namespace frugal {
 // separate n_inner, cross-attention, unscaled or layer-scaled attention, an unknown activation).
 ModelConfig read_hf_gpt2_config(const std::string& dir);
 
-// `model.init_from` without its "hf:" prefix; "" when the run starts from random weights.
+// The directory `model.init_from = "hf:X"` names: X when it is a directory, else, for a hub id
+// ("gpt2", "org/name"), the snapshot the local Hugging Face cache holds of it (refs/main under
+// hf_hub_cache()/models--org--name), else X (which then fails, saying how to get one); "" when the
+// run starts from random weights.
 std::string hf_init_dir(const ModelConfig& m);
+// The Hugging Face hub cache: $HF_HUB_CACHE, else $HF_HOME/hub, else
+// $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub.
+std::string hf_hub_cache();
 
 // With model.init_from = "hf:DIR": the model keys that `rc` leaves at their defaults take DIR's
 // config.json values (their origin names the file and key); a key set on purpose must agree with
