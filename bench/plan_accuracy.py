@@ -52,7 +52,7 @@ def one(frugal, shape, repeat, out_dir):
     sets = [os.path.join(ROOT, "examples", "demo.toml"), "--set", f"run.out_dir={out_dir}",
             "--set", f"run.name={shape}-{repeat}"] + PRICE + SHAPES[shape]
     plan_json = os.path.join(out_dir, f"plan-{shape}-{repeat}.json")
-    plan_wall = run([frugal, "plan"] + sets + ["--json", plan_json])
+    plan_wall = run([frugal, "plan"] + sets + ["--json-out", plan_json])
     measured = run([frugal, "train"] + sets + ["--quiet"])
     with open(plan_json) as f:
         plan = json.load(f)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`frugal tune` on the demo config (docs/tuning.md): the tune with a short probe and the time
 bound lifted (tune.max_fraction = 1: every candidate, every round, the loss check), and the same
-command with the default bound, each once. Keeps each run's JSON report (`--json`) and its
+command with the default bound, each once. Keeps each run's JSON report (`--json-out`) and its
 console table, so the page shows the table exactly as the command printed it.
 
 Writes bench/results/<date>/tune_demo.json and prints both tables.
@@ -25,7 +25,7 @@ DEMO = os.path.join(ROOT, "examples", "demo.toml")
 
 def tune(frugal, work, name, sets):
     report, tuned = os.path.join(work, name + ".json"), os.path.join(work, name + ".toml")
-    args = [frugal, "tune", DEMO, "--out", tuned, "--json", report]
+    args = [frugal, "tune", DEMO, "--out", tuned, "--json-out", report]
     for s in sets:
         args += ["--set", s]
     p = run(args, "tune_demo")

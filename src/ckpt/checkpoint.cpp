@@ -289,7 +289,7 @@ std::string state_problem(const nlohmann::json& s) {
     if (l.contains("last_eval_step") && !is_int_at_least(l["last_eval_step"], -1))  // -1: none yet
       return "\"loop.last_eval_step\" is not a step (or -1)";
   }
-  for (const char* k : {"world_size", "global_batch"})
+  for (const char* k : {"world_size", "global_batch", "threads"})
     if (s.contains(k) && !is_int_at_least(s[k], 1)) return fmt::format("\"{}\" is not a whole number >= 1", k);
   if (s.contains("optimizer_steps") && !is_int_at_least(s["optimizer_steps"], 0))
     return "\"optimizer_steps\" is not a whole number >= 0";

@@ -69,10 +69,13 @@ int run_doctor_cmd(const DoctorArgs& a) {
              f["mlp_step_ms_one_thread"].get<double>());
   if (f.contains("mlp_step_ms_blas_oversubscribed"))
     fmt::print(", {:.1f} ms oversubscribed", f["mlp_step_ms_blas_oversubscribed"].get<double>());
-  fmt::print("  -> recommended threads {}\n", f["threads_recommended"].get<int>());
-  fmt::print("matmul       fp32 {:.0f} GFLOP/s | bf16 {:.0f} GFLOP/s | bf16/fp32 {:.2f}x\n",
+  fmt::print("  -> recommended threads {} (other processes used {:.0f}% of the CPUs meanwhile)\n",
+             f["threads_recommended"].get<int>(), 100 * f["threads_other_load"].get<double>());
+  fmt::print("matmul       fp32 {:.0f} GFLOP/s | bf16 {:.0f} GFLOP/s | bf16/fp32 {:.2f}x (512^3, medians of 5 "
+             "alternating rounds)\n",
              f["matmul_fp32_gflops"].get<double>(), f["matmul_bf16_gflops"].get<double>(),
              f["bf16_speedup"].get<double>());
+  fmt::print("precision    {}\n", f["precision_auto"].get<std::string>());
   if (f.contains("disk_free_gb")) fmt::print("disk         {:.1f} GB free here\n", f["disk_free_gb"].get<double>());
   for (const auto& w : r.warnings) fmt::print("\nWARNING: {}\n", w);
   if (r.warnings.empty()) fmt::print("\nno problems found\n");
@@ -85,13 +88,15 @@ void add_doctor_command(CLI::App& app, Run* run) {
   auto* cmd = app.add_subcommand(
       "doctor",
       "Check this machine: LibTorch build, CPU features, CUDA, BLAS (warns about the slow "
-      "reference BLAS), thread oversubscription, measured fp32/bf16 matmul GFLOP/s, free disk. Saves the "
-      "thread count it measured fastest, which frugal train follows (--no-save: measure only).");
+      "reference BLAS), thread oversubscription, measured fp32/bf16 matmul GFLOP/s, free disk. Keeps the "
+      "thread count it measured fastest on a quiet machine and the fp32/bf16 speeds precision.mode = \"auto\" "
+      "decides from, with their evidence, which frugal train and tune follow (--no-save: measure only).");
   cmd->add_flag("--json", args->json, "print the facts as JSON");
   cmd->add_option("--seconds", args->seconds, "time budget per measurement")
       ->check(CLI::Range(0.05, 10.0))->capture_default_str();
   cmd->add_flag("--no-save", args->no_save,
-                "measure only: do not save the thread choice that frugal train (run.threads = 0) follows");
+                "measure only: keep neither the thread choice (run.threads = 0) nor the precision speeds "
+                "(precision.mode = \"auto\") that frugal train follows");
   cmd->callback([args, run] { *run = [args] { return run_doctor_cmd(*args); }; });
 }
 

@@ -71,8 +71,7 @@ int run_export(const ExportArgs& a) {
                fmt::format("{}: the run trained model.source = \"{}\"; frugal export writes the reference GPT "
                            "(its module and weights are the script's own: save them from Python)",
                            run.config_file, c.model.source));
-  const std::string weights = a.weights.empty() ? run_weights(a.run_dir, "export") : a.weights;
-  if (!fs::is_regular_file(weights)) throw ConfigError(fmt::format("--weights {}: no such file", weights));
+  const std::string weights = a.weights.empty() ? run_weights(a.run_dir, "export") : named_weights(a.weights);
   const ExportedTokenizer tok = export_tokenizer(run);
   const c10::ScalarType dtype = a.dtype == "bf16" ? at::kBFloat16 : a.dtype == "fp16" ? at::kHalf : at::kFloat;
   Gpt model(c.model);
@@ -108,7 +107,8 @@ void add_export_command(CLI::App& app, Run* run) {
   cmd->add_option("-o,--out", args->out, "directory to write; must not exist (written whole or not at all)")
       ->required();
   cmd->add_option("--weights", args->weights,
-                  "weights file (default RUN_DIR/final/model.safetensors, else the newest sound checkpoint's)");
+                  "a weights file or a checkpoint directory (default RUN_DIR/final/model.safetensors, else the newest "
+                  "sound checkpoint's)");
   cmd->add_option("--dtype", args->dtype, "dtype of the written weights")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->capture_default_str();
   cmd->add_flag("--json", args->json, "print one JSON object: out, weights, dtype, files, parameters");

@@ -1,4 +1,4 @@
-// `frugal plan [CONFIG] [--from RUN_DIR] [--instance NAME] [--peak-tflops X] [--json FILE] [--set ...]`:
+// `frugal plan [CONFIG] [--from RUN_DIR] [--instance NAME] [--peak-tflops X] [--json] [--json-out FILE] [--set ...]`:
 // the projected wall time, dollars (on demand and spot), kWh and kg CO2 of the configured run,
 // with a range, from a short probe on this machine or a run directory (tune/cost_plan.h), and
 // plan.before_train's check in `frugal train`.
@@ -71,7 +71,8 @@ void add_plan_command(CLI::App& app, Run* run) {
     std::string from;
     std::string instance;
     double peak_tflops = 0;
-    std::string json;
+    bool json = false;
+    std::string json_out;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -101,11 +102,13 @@ void add_plan_command(CLI::App& app, Run* run) {
   cmd->add_option("--peak-tflops", args->peak_tflops,
                   "the instance's peak TFLOP/s, instead of its peak_tflops in the price table")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--json", args->json, "write the plan as JSON here (default: runs/<run.name>/plan.json)")
+  cmd->add_flag("--json", args->json, "print the plan as one JSON object on stdout; the table goes to stderr");
+  cmd->add_option("--json-out", args->json_out, "write the plan as JSON here (default: runs/<run.name>/plan.json)")
       ->type_name("FILE");
   cmd->callback([args, run] {
     *run = [args] {
       const double launch_s = process_age_s();
+      Console::get().set_json_mode(args->json);  // stdout carries only the JSON object
       const auto env = process_environment();
       std::string config = args->config;
       if (config.empty() && !args->from.empty() && fs::exists(fs::path(args->from) / "config.toml"))
@@ -122,10 +125,12 @@ void add_plan_command(CLI::App& app, Run* run) {
       auto& con = Console::get();
       con.finish_status();
       con.line(plan.table());
-      const std::string path = args->json.empty() ? default_plan_path(resolve_run_config(config, args->sets, env).config)
-                                                  : args->json;
+      const std::string path = args->json_out.empty()
+                                   ? default_plan_path(resolve_run_config(config, args->sets, env).config)
+                                   : args->json_out;
       write_file_atomic(path, plan.to_json().dump(2) + "\n");
       con.line("wrote " + path);
+      if (args->json) fmt::print("{}\n", plan.to_json().dump());
       const std::string why = budget_shortfall(plan);
       if (why.empty()) return exit_status(ExitCode::kDone);
       con.line("budget: " + why);

@@ -3,6 +3,8 @@
 
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "frugal/monitor/report.h"
 
@@ -22,14 +24,23 @@ void add_report_commands(CLI::App& app, Run* run) {
     };
   });
 
-  auto dirs = std::make_shared<std::pair<std::string, std::string>>();
+  struct CompareArgs {
+    std::string a, b;
+    bool json = false;
+  };
+  auto dirs = std::make_shared<CompareArgs>();
   auto* compare = app.add_subcommand(
       "compare", "Print two runs side by side: tokens/s, wall time, cost, carbon, losses, and the speed-up.");
-  compare->add_option("run_a", dirs->first, "baseline run directory")->required()->check(CLI::ExistingDirectory);
-  compare->add_option("run_b", dirs->second, "run compared with it")->required()->check(CLI::ExistingDirectory);
+  compare->add_option("run_a", dirs->a, "baseline run directory")->required()->check(CLI::ExistingDirectory);
+  compare->add_option("run_b", dirs->b, "run compared with it")->required()->check(CLI::ExistingDirectory);
+  compare->add_flag("--json", dirs->json,
+                    "print one JSON object instead: each figure of A and B with B / A, and the config differences");
   compare->callback([dirs, run] {
     *run = [dirs] {
-      fmt::print("{}", compare_runs(dirs->first, dirs->second));
+      if (dirs->json)
+        fmt::print("{}\n", compare_runs_json(dirs->a, dirs->b).dump());
+      else
+        fmt::print("{}", compare_runs(dirs->a, dirs->b));
       return 0;
     };
   });

@@ -74,8 +74,7 @@ int run_sample(const SampleArgs& a) {
   if (tokenizer->vocab() > c.model.vocab)
     throw ConfigError(fmt::format("{}: the run's tokenizer ({}) has {} tokens but model.vocab = {}", cfg,
                                   tokenizer->name(), tokenizer->vocab(), c.model.vocab));
-  const std::string weights = a.weights.empty() ? run_weights(a.run_dir, "sample") : a.weights;
-  if (!fs::is_regular_file(weights)) throw ConfigError(fmt::format("--weights {}: no such file", weights));
+  const std::string weights = a.weights.empty() ? run_weights(a.run_dir, "sample") : named_weights(a.weights);
   Gpt model(c.model);
   reading_named_input("the weights " + weights, [&] {
     load_parameters(model->named_parameter_list(), load_safetensors(weights), weights);
@@ -138,7 +137,8 @@ void add_sample_command(CLI::App& app, Run* run) {
                   "stop after generating this text ('' = never; with SentencePiece the text is cut there)")
       ->capture_default_str();
   cmd->add_option("--weights", args->weights,
-                  "weights file (default RUN_DIR/final/model.safetensors, else the newest sound checkpoint's)");
+                  "a weights file or a checkpoint directory (default RUN_DIR/final/model.safetensors, else the newest "
+                  "sound checkpoint's)");
   cmd->add_flag("--json", args->json,
                 "print one JSON object: weights, tokenizer, prompt, prompt_tokens, tokens (generated) and text");
   cmd->callback([args, run] { *run = [args] { return run_sample(*args); }; });

@@ -18,15 +18,6 @@
 
 namespace frugal::cli {
 
-std::string shell_word(const std::string& word) {
-  const bool safe = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                            "0123456789_-./:=,+@%") == std::string::npos;
-  if (safe) return word;
-  std::string out = "'";
-  for (char ch : word) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
-
 std::string set_flags(const std::vector<std::string>& sets) {
   std::string out;
   for (const auto& s : sets) out += " --set " + shell_word(s);

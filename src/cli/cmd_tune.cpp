@@ -1,4 +1,4 @@
-// `frugal tune [CONFIG] [--out TUNED.toml] [--json REPORT.json] [--set ...]`: measures candidate
+// `frugal tune [CONFIG] [--out TUNED.toml] [--json] [--json-out REPORT.json] [--set ...]`: measures candidate
 // settings for a few steps each (tune/tuner.h), prints the table and writes the tuned config.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -30,7 +30,8 @@ void add_tune_command(CLI::App& app, Run* run) {
     std::string config;
     std::vector<std::string> sets;
     std::string out;
-    std::string json;
+    bool json = false;
+    std::string json_out;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -49,16 +50,19 @@ void add_tune_command(CLI::App& app, Run* run) {
                   "where to write the tuned config (default: runs/<run.name>/tuned.toml); written "
                   "atomically, every key with its origin")
       ->type_name("TUNED.toml");
-  cmd->add_option("--json", args->json, "also write the table as JSON here")->type_name("REPORT.json");
+  cmd->add_flag("--json", args->json, "print the table as one JSON object on stdout; human lines go to stderr");
+  cmd->add_option("--json-out", args->json_out, "also write the table as JSON here")->type_name("REPORT.json");
   cmd->callback([args, run] {
     *run = [args] {
+      Console::get().set_json_mode(args->json);  // stdout carries only the JSON object
       const auto env = process_environment();
       const ResolvedConfig rc = resolve_run_config(args->config, args->sets, env);
       TuneReport report = run_tune(args->config, args->sets, env, console_tune_progress());
       auto& con = Console::get();
       con.finish_status();
       con.line(report.table());
-      if (args->json.size()) write_file_atomic(args->json, report.to_json().dump(2) + "\n");
+      if (args->json_out.size()) write_file_atomic(args->json_out, report.to_json().dump(2) + "\n");
+      if (args->json) fmt::print("{}\n", report.to_json().dump());
       if (report.best < 0) {
         con.line("no candidate qualified; no tuned config written");
         return 1;
@@ -68,7 +72,7 @@ void add_tune_command(CLI::App& app, Run* run) {
                                                   "tuned.toml").string();
       write_file_atomic(out, tuned_config_toml(args->config, args->sets, env, report));
       con.line(fmt::format("wrote {} ({}); train with: frugal train {}", out,
-                           report.candidates[static_cast<size_t>(report.best)].label, out));
+                           report.candidates[static_cast<size_t>(report.best)].label, shell_word(out)));
       return 0;
     };
   });

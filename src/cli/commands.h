@@ -53,11 +53,7 @@ void plan_before_training(const std::string& config, const std::vector<std::stri
                           const std::map<std::string, std::string>& env, double launch_s, bool quiet,
                           std::vector<std::shared_ptr<Callback>>& callbacks);
 
-// A word as a POSIX shell reads it back unchanged: as it is when it holds only safe characters
-// (letters, digits, and _ - . / : = , + @ %), else in single quotes. Printed hints use it, so a user can
-// paste them verbatim (cmd_search.cpp).
-std::string shell_word(const std::string& word);
-// " --set K=V" for each of `sets`, shell-quoted.
+// " --set K=V" for each of `sets`, shell-quoted (console.h: shell_word).
 std::string set_flags(const std::vector<std::string>& sets);
 // Tune progress on the console: permanent lines, and a status line on a TTY (cmd_tune.cpp).
 TuneProgress console_tune_progress();

@@ -3,7 +3,9 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "frugal/core/wall_clock.h"
 
@@ -41,6 +43,19 @@ double measure_matmul_gflops(int64_t n, c10::ScalarType dtype, c10::Device devic
     elapsed = seconds_since(t0);
   }
   return flops * static_cast<double>(reps) / elapsed / 1e9;
+}
+
+CpuPrecisionSpeeds measure_cpu_precision_speeds(int64_t n, int rounds, double seconds_per_probe) {
+  std::vector<double> fp32, bf16;
+  for (int r = 0; r < rounds; ++r) {
+    fp32.push_back(measure_matmul_gflops(n, false, seconds_per_probe));
+    bf16.push_back(measure_matmul_gflops(n, true, seconds_per_probe));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  return {median(fp32), median(bf16), rounds, n};
 }
 
 }  // namespace frugal

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/machine_cache.h"
 
 namespace frugal {
 
@@ -88,46 +89,23 @@ bool set_blas_threads(int n) {
   return true;
 }
 
-std::string thread_choice_path() {
-  if (const char* d = std::getenv("FRUGAL_CACHE_DIR"); d && *d) return std::string(d) + "/threads.json";
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/frugal/threads.json";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : "/tmp") + "/.cache/frugal/threads.json";
-}
+std::string thread_choice_path() { return machine_cache_path("threads.json"); }
 
 std::optional<MeasuredThreads> read_thread_choice() {
-  try {
-    const nlohmann::json j = nlohmann::json::parse(read_small_file(thread_choice_path()));
-    MeasuredThreads m;
-    m.threads = j.at("threads").get<int>();
-    m.physical_cores = j.at("physical_cores").get<int>();
-    m.logical_cpus = j.at("logical_cpus").get<int>();
-    m.measured_utc = j.value("measured_utc", "");
-    // Another machine's (a copied home directory) or another CPU set's (a container limit) choice
-    // says nothing about this one.
-    if (m.threads < 1 || m.physical_cores != physical_core_count() || m.logical_cpus != usable_cpu_count())
-      return std::nullopt;
-    return m;
-  } catch (const std::exception&) {
-    return std::nullopt;  // none yet, or unreadable: the default plan
-  }
+  const std::optional<nlohmann::json> j = read_machine_decision("threads.json");
+  if (!j) return std::nullopt;  // none, another machine's, or written before it kept its evidence
+  MeasuredThreads m;
+  m.threads = j->value("threads", 0);
+  m.physical_cores = physical_core_count();
+  m.logical_cpus = usable_cpu_count();
+  m.measured_utc = j->value("measured_utc", "");
+  m.evidence = j->value("evidence", "");
+  if (m.threads < 1) return std::nullopt;
+  return m;
 }
 
-void save_thread_choice(int threads) {
-  const std::string path = thread_choice_path();
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&now, &tm);
-  const nlohmann::json j = {
-      {"threads", threads},
-      {"physical_cores", physical_core_count()},
-      {"logical_cpus", usable_cpu_count()},
-      {"measured_utc", fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                                   tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)},
-      {"written_by", "frugal doctor"}};
-  write_file_atomic(path, j.dump(1) + "\n");
+void save_thread_choice(int threads, const std::string& evidence) {
+  save_machine_decision("threads.json", {{"threads", threads}, {"evidence", evidence}}, "frugal doctor");
 }
 
 ThreadPlan apply_thread_plan(int requested, bool use_doctor_choice) {
@@ -141,9 +119,9 @@ ThreadPlan apply_thread_plan(int requested, bool use_doctor_choice) {
     plan.reason = "run.threads";
   } else if (measured) {
     plan.intra_op = std::min(measured->threads, plan.logical_cpus);
-    plan.reason = fmt::format("auto: frugal doctor measured {} thread(s) fastest here on {} ({}; run it again "
-                              "to re-measure)",
-                              measured->threads, measured->measured_utc, thread_choice_path());
+    plan.reason = fmt::format("auto: {} thread(s), kept by frugal doctor on {}{} ({}; run it again to re-measure)",
+                              measured->threads, measured->measured_utc,
+                              measured->evidence.empty() ? "" : ": " + measured->evidence, thread_choice_path());
   } else {
     plan.intra_op = std::max(1, std::min(plan.physical_cores, plan.logical_cpus));
     plan.reason = fmt::format("auto: {} physical core(s), {} usable CPU(s)", plan.physical_cores,

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/console.h"
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
@@ -427,13 +428,13 @@ std::string format_report(const PrepareReport& r) {
         "  inputs      {} files, {:.2f} MB\n{}\n"
         "  {}\n"
         "  output      {} shards, {:.2f} MB\n"
-        "train with:   --set data.source=records:{}",
+        "train with:   --set data.source={}  (in the program that trains your model on records)",
         r.out_dir, r.seconds, r.sources, static_cast<double>(r.bytes_in) / 1e6, counts,
         r.record_content == "table"
             ? fmt::format("parsing     {:.2f} s ({:.0f} rows/s)", r.decode_s, samples / std::max(r.decode_s, 1e-9))
             : fmt::format("decoding    {:.2f} s with {} threads ({:.0f} images/s)", r.decode_s, r.threads,
                           samples / std::max(r.decode_s, 1e-9)),
-        r.shards, static_cast<double>(r.bytes_out) / 1e6, r.out_dir);
+        r.shards, static_cast<double>(r.bytes_out) / 1e6, shell_word("records:" + r.out_dir));
   }
   if (r.up_to_date)
     return fmt::format("{} is up to date: same options, and all {} inputs ({:.1f} MB) hash as before; "
@@ -448,11 +449,11 @@ std::string format_report(const PrepareReport& r) {
       "  tokens      {} ({} train / {} val), tokenizer {} (vocab {})\n"
       "  tokenising  {:.2f} s with {} threads ({:.1f} MB/s)\n"
       "  output      {} shards, {:.2f} MB\n"
-      "train with:   --set data.source=shards:{} --set model.vocab={}",
+      "train with:   frugal train --set data.source={}",
       r.out_dir, r.seconds, r.sources, static_cast<double>(r.bytes_in) / 1e6, r.documents_in, r.exact_removed,
       r.near_removed, r.documents, r.tokens, r.train_tokens, r.val_tokens, r.tokenizer, r.vocab, r.tokenize_s,
       r.threads, static_cast<double>(r.bytes_kept) / 1e6 / std::max(r.tokenize_s, 1e-9), r.shards,
-      static_cast<double>(r.bytes_out) / 1e6, r.out_dir, r.vocab);
+      static_cast<double>(r.bytes_out) / 1e6, shell_word("shards:" + r.out_dir));
 }
 
 }  // namespace frugal

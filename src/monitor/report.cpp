@@ -322,6 +322,37 @@ std::optional<ResolvedConfig> run_config(const std::string& dir) {
 }
 }  // namespace
 
+namespace {
+constexpr const char* kCompareFigures[] = {"tokens_per_s", "wall_s",         "cost_usd",         "kg_co2",
+                                           "final_val_loss", "best_val_loss", "final_train_loss", "answer_accuracy",
+                                           "peak_tensor_mb", "peak_rss_mb",   "steps"};
+constexpr const char* kCompareLabels[] = {"precision", "activation_checkpointing", "stop_reason"};
+}  // namespace
+
+Json compare_runs_json(const std::string& a_dir, const std::string& b_dir) {
+  Json a = read_json(RunDir(a_dir).summary()), b = read_json(RunDir(b_dir).summary());
+  Json out = {{"a", {{"run_dir", a_dir}, {"run_name", a.value("run_name", "")}}},
+              {"b", {{"run_dir", b_dir}, {"run_name", b.value("run_name", "")}}}};
+  auto value = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
+  for (const char* k : kCompareFigures) {
+    const double x = get(a, k), y = get(b, k);
+    out["figures"][k] = {{"a", value(x)}, {"b", value(y)},
+                         {"b_over_a", std::isfinite(x) && x != 0 && std::isfinite(y) ? Json(y / x) : Json(nullptr)}};
+  }
+  for (const char* k : kCompareLabels) out["labels"][k] = {{"a", a.value(k, "")}, {"b", b.value(k, "")}};
+  out["config_differences"] = Json::object();
+  const auto ca = run_config(a_dir), cb = run_config(b_dir);
+  if (ca && cb) {
+    for (const auto& k : config_schema()) {
+      if (k.key == "run.name" || k.key == "run.out_dir") continue;
+      const std::string x = format_value_shown(k, ca->config), y = format_value_shown(k, cb->config);
+      if (x != y) out["config_differences"][k.key] = {{"a", x}, {"b", y}};
+    }
+    out["tokenizers_differ"] = run_tokenizer(ca->config) != run_tokenizer(cb->config);
+  }
+  return out;
+}
+
 std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
   Json a = read_json(RunDir(a_dir).summary()), b = read_json(RunDir(b_dir).summary());
   std::string out = fmt::format("{:<24} {:>16} {:>16} {:>10}\n", "", a.value("run_name", "A"),
@@ -335,10 +366,8 @@ std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
     out += fmt::format("{:<24} {:>16} {:>16} {:>10}\n", k, shown(x), shown(y),
                        std::isfinite(x) && x != 0 && std::isfinite(y) ? fmt::format("{:.3f}", y / x) : "-");
   };
-  for (const char* k : {"tokens_per_s", "wall_s", "cost_usd", "kg_co2", "final_val_loss", "best_val_loss",
-                        "final_train_loss", "answer_accuracy", "peak_tensor_mb", "peak_rss_mb", "steps"})
-    row(k);
-  for (const char* k : {"precision", "activation_checkpointing", "stop_reason"})
+  for (const char* k : kCompareFigures) row(k);
+  for (const char* k : kCompareLabels)
     out += fmt::format("{:<24} {:>16} {:>16}\n", k, a.value(k, "-"), b.value(k, "-"));
   const double sa = get(a, "tokens_per_s"), sb = get(b, "tokens_per_s");
   if (sa > 0 && sb > 0) out += fmt::format("\nB trains {:.2f}x {} than A (tokens/s).\n", sb >= sa ? sb / sa : sa / sb,

@@ -46,6 +46,19 @@ std::string run_weights(const std::string& run_dir, const char* command) {
                                 "{}{} (pass --weights PATH)", run_dir, root, problems));
 }
 
+std::string named_weights(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) return path;
+  if (fs::is_directory(path, ec)) {
+    const std::string inside = (fs::path(path) / "model.safetensors").string();
+    if (fs::is_regular_file(inside, ec)) return inside;
+    throw ConfigError(fmt::format("--weights {} is a directory without model.safetensors; pass a .safetensors file "
+                                  "or a checkpoint directory (RUN_DIR/checkpoints/step-NNNNNNNN)",
+                                  path));
+  }
+  throw ConfigError(fmt::format("--weights {}: no such file or directory", path));
+}
+
 TokenizerFiles run_tokenizer_files(const OpenedRun& run) {
   const std::string& cfg = run.config_file;
   const DataSource& src = run.config.data.source;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "frugal/core/errors.h"
+#include "frugal/core/machine_cache.h"
 #include "frugal/core/matmul_probe.h"
 
 namespace frugal {
@@ -27,10 +28,7 @@ PrecisionPolicy::PrecisionPolicy(PrecisionMode requested, c10::Device device, st
       mode_ = PrecisionMode::kBf16;
       reason_ = "auto: CUDA device, bf16 autocast";
     } else {
-      // Measure at a size typical of small models' matmuls.
-      const double fp32 = measure_matmul_gflops(512, false, 0.15);
-      const double bf16 = measure_matmul_gflops(512, true, 0.15);
-      mode_ = auto_precision(bf16, fp32, &reason_);
+      mode_ = cpu_auto_precision(&reason_);
     }
   }
   // LibTorch 2.x can autocast to fp16 on the CPU, but CPUs without fp16 matrix units run it far
@@ -48,6 +46,44 @@ PrecisionMode auto_precision(double bf16_gflops, double fp32_gflops, std::string
                           bf16_gflops, fp32_gflops, fp32_gflops > 0 ? bf16_gflops / fp32_gflops : 0.0,
                           kAutoBf16MinSpeedup, fast ? "bf16" : "fp32 (bf16 is not fast enough here)");
   return fast ? PrecisionMode::kBf16 : PrecisionMode::kFp32;
+}
+
+PrecisionMode cpu_auto_precision(std::string* reason, bool remeasure, CpuPrecisionSpeeds* speeds) {
+  const std::string path = machine_cache_path("precision.json");
+  if (!remeasure) {
+    if (const auto kept = read_machine_decision("precision.json")) {
+      CpuPrecisionSpeeds s;
+      s.fp32_gflops = kept->value("fp32_gflops", 0.0);
+      s.bf16_gflops = kept->value("bf16_gflops", 0.0);
+      s.rounds = kept->value("rounds", 0);
+      s.n = kept->value("n", int64_t{0});
+      if (s.fp32_gflops > 0 && s.bf16_gflops > 0) {
+        if (speeds) *speeds = s;
+        const PrecisionMode m = auto_precision(s.bf16_gflops, s.fp32_gflops, reason);
+        if (reason)
+          *reason += fmt::format(" (measured {}, medians of {} alternating rounds, kept in {}; frugal doctor "
+                                 "measures again)",
+                                 kept->value("measured_utc", std::string("?")), s.rounds, path);
+        return m;
+      }
+    }
+  }
+  // A size typical of small models' matmuls; alternating rounds, medians.
+  const CpuPrecisionSpeeds s = measure_cpu_precision_speeds(512, 5, 0.04);
+  if (speeds) *speeds = s;
+  const PrecisionMode m = auto_precision(s.bf16_gflops, s.fp32_gflops, reason);
+  std::string kept = "not kept";
+  try {
+    save_machine_decision("precision.json",
+                          {{"fp32_gflops", s.fp32_gflops}, {"bf16_gflops", s.bf16_gflops}, {"rounds", s.rounds},
+                           {"n", s.n}, {"chosen", precision_name(m)}},
+                          remeasure ? "frugal doctor" : "precision.mode = auto");
+    kept = "kept in " + path;
+  } catch (const std::exception& e) {
+    kept = std::string("not kept: ") + e.what();
+  }
+  if (reason) *reason += fmt::format(" (medians of {} alternating rounds; {})", s.rounds, kept);
+  return m;
 }
 
 std::string PrecisionPolicy::name() const { return precision_name(mode_); }

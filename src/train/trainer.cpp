@@ -25,6 +25,7 @@
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
+#include "frugal/core/threads.h"
 #include "frugal/data/dataset_source.h"
 #include "frugal/data/token_dataset.h"
 #include "frugal/data/tokenizer.h"
@@ -146,7 +147,7 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   complete_config(s.rc);
   const std::optional<LoadedCheckpoint> ck = s.open_checkpoint();
   if (ck) complete_config(s.rc);
-  s.set_up_device();
+  s.set_up_device(ck);
   // Nothing is written into the run directory before every check has passed: bad data, a bad
   // price table, a state-key clash, a checkpoint that does not fit the model all leave it as it was.
   s.build_task(make_task);
@@ -186,7 +187,7 @@ std::optional<LoadedCheckpoint> Trainer::State::open_checkpoint() {
   return ck;
 }
 
-void Trainer::State::set_up_device() {
+void Trainer::State::set_up_device(const std::optional<LoadedCheckpoint>& ck) {
   const Config& c = rc.config;
   device = torch::Device(c.run.device);
   if (device.is_cuda()) {
@@ -204,7 +205,19 @@ void Trainer::State::set_up_device() {
     device::set_deterministic(c.run.deterministic);
     device::set_tf32(c.precision.tf32);
   }
-  threads = apply_thread_plan(static_cast<int>(c.run.threads));
+  // run.threads = 0 (auto) on a resume keeps the count the run trained with: another count sums
+  // in another order, and the continuation would not be the uninterrupted run bitwise.
+  const int kept = ck && c.run.threads == 0 ? ck->state.value("threads", 0) : 0;
+  if (kept > 0 && kept <= usable_cpu_count()) {
+    threads = apply_thread_plan(kept);
+    threads.reason = fmt::format("auto, kept on resume: the {} thread(s) the run trained with", kept);
+  } else {
+    threads = apply_thread_plan(static_cast<int>(c.run.threads));
+    if (kept > 0)
+      Console::get().line(fmt::format("resume: warning: the run trained with {} threads but this process may use {} "
+                                      "CPU(s); continuing with {}, so not bitwise the uninterrupted run",
+                                      kept, usable_cpu_count(), threads.intra_op));
+  }
   if (c.memory.reuse_freed) keep_freed_memory_in_process();
   if (!device.is_cuda()) {
     install_counting_allocator();  // exact peak tensor memory, and memory.limit_mb

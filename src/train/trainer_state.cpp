@@ -73,6 +73,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
                        {"growth_tracker", ss.growth_tracker}, {"skipped", ss.skipped},
                        {"skipped_at_floor", ss.skipped_at_floor}};
   st["precision"] = step->precision().name();
+  st["threads"] = threads.intra_op;  // kept on resume with run.threads = 0 (trainer.cpp)
   st["rng"] = {{"cpu", detail::cpu_rng_state_hex()}};
   if (device.is_cuda()) {  // every visible GPU's generator: dropout masks on the GPU resume exactly
     CrashPhase phase("capture: GPU random-number state");

@@ -18,6 +18,7 @@
 #include "frugal/core/features.h"
 #include "frugal/core/matmul_probe.h"
 #include "frugal/core/memory.h"
+#include "frugal/core/machine_cache.h"
 #include "frugal/core/threads.h"
 #include "frugal/core/wall_clock.h"
 #include "frugal/model/fused_attention.h"
@@ -168,35 +169,52 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   }
 
   // Threads: the default plan (physical cores) against one thread, alternating 3 rounds of each
-  // (a shared machine's speed drifts from second to second) and comparing medians. The choice is
-  // saved (threads.h: thread_choice_path) and `frugal train` with run.threads = 0 follows it, so
-  // the two never disagree.
+  // (a shared machine's speed drifts from second to second) and comparing medians. One thread is
+  // kept only when it wins every round by the margin and the machine was quiet (other processes
+  // used under kBusyOthers of its CPUs): a measurement beside a busy neighbour says more about
+  // the neighbour, and a choice kept from it would slow every later run. The choice is kept with
+  // its evidence (threads.h: thread_choice_path) and `frugal train` with run.threads = 0 follows
+  // it, so the two never disagree.
+  constexpr double kBusyOthers = 0.25;
   ThreadPlan plan = apply_thread_plan(0, /*use_doctor_choice=*/false);
   std::vector<double> planned_runs, one_runs;
+  const OtherLoadMeter others;
   for (int round = 0; round < 3; ++round) {
     apply_thread_plan(0, false);
     planned_runs.push_back(mlp_step_seconds(o.seconds_per_probe / 3));
     apply_thread_plan(1);
     one_runs.push_back(mlp_step_seconds(o.seconds_per_probe / 3));
   }
+  const double busy = others.fraction();
   const double planned_s = upper_median(planned_runs), one_s = upper_median(one_runs);
+  bool every_round = true;
+  for (size_t i = 0; i < one_runs.size(); ++i)
+    every_round = every_round && recommend_threads(planned_runs[i], one_runs[i], plan.intra_op) == 1;
+  const int fastest = every_round ? recommend_threads(planned_s, one_s, plan.intra_op) : plan.intra_op;
+  const bool too_busy = fastest != plan.intra_op && busy > kBusyOthers;
+  const int recommended = too_busy ? plan.intra_op : fastest;
+  const std::string evidence = fmt::format(
+      "{} thread(s) {:.1f} ms/step, 1 thread {:.1f} ms/step (medians of 3 alternating rounds; other processes "
+      "used {:.0f}% of the CPUs meanwhile)",
+      plan.intra_op, planned_s * 1e3, one_s * 1e3, 100 * busy);
   // Oversubscribed: OpenMP at the planned count with OpenBLAS's own pool at every CPU.
   at::set_num_threads(plan.intra_op);
   bool blas_pool = set_blas_threads(std::max(plan.logical_cpus, 2) * plan.intra_op);
   const double over_s = blas_pool ? mlp_step_seconds(o.seconds_per_probe) : planned_s;
-  const int recommended = recommend_threads(planned_s, one_s, plan.intra_op);
   if (o.save_thread_choice) {
     try {
-      save_thread_choice(recommended);
+      save_thread_choice(recommended, evidence);
       f["threads_choice_file"] = thread_choice_path();
     } catch (const std::exception& e) {
       r.warnings.push_back(fmt::format("cannot save the thread choice: {}; frugal train keeps its default", e.what()));
     }
   }
-  const ThreadPlan used = apply_thread_plan(0);
-  f["threads_frugal"] = used.intra_op;
+  const ThreadPlan used = apply_thread_plan(0, o.save_thread_choice);
+  f["threads_frugal"] = o.save_thread_choice ? used.intra_op : recommended;
   f["mlp_step_ms_planned"] = planned_s * 1e3;
   f["mlp_step_ms_one_thread"] = one_s * 1e3;
+  f["threads_other_load"] = busy;
+  f["threads_evidence"] = evidence;
   if (blas_pool) f["mlp_step_ms_blas_oversubscribed"] = over_s * 1e3;
   f["threads_recommended"] = recommended;
   if (blas_pool && over_s > planned_s * 1.3)
@@ -207,21 +225,31 @@ DoctorReport run_doctor(const DoctorOptions& o) {
         "set OPENBLAS_NUM_THREADS and OMP_NUM_THREADS to the same count.",
         std::max(plan.logical_cpus, 2) * plan.intra_op, plan.intra_op, over_s * 1e3,
         planned_s * 1e3, over_s / planned_s));
-  if (recommended < plan.intra_op)
+  if (too_busy)
     r.warnings.push_back(fmt::format(
-        "one thread ({:.1f} ms/step) beats {} threads ({:.1f} ms/step), medians of 3 alternating rounds: the "
-        "CPUs are shared or busy. frugal train (run.threads = 0) now uses 1 thread here{}; run frugal doctor "
-        "again to re-measure, or set run.threads.",
-        one_s * 1e3, plan.intra_op, planned_s * 1e3,
-        o.save_thread_choice ? " (saved in " + thread_choice_path() + ")" : ""));
+        "one thread measured faster ({}), but other processes kept {:.0f}% of the CPUs busy: frugal train keeps "
+        "{} threads. Run frugal doctor again when the machine is quiet, or set run.threads.",
+        evidence, 100 * busy, plan.intra_op));
+  else if (recommended < plan.intra_op)
+    r.warnings.push_back(fmt::format(
+        "one thread beats {} in every round ({}): the CPUs are shared or slow to share work. frugal train "
+        "(run.threads = 0) now uses 1 thread here{}; run frugal doctor again to re-measure, or set run.threads.",
+        plan.intra_op, evidence, o.save_thread_choice ? " (kept in " + thread_choice_path() + ")" : ""));
 
-  const double fp32 = measure_matmul_gflops(1024, false, o.seconds_per_probe);
-  const double bf16 = measure_matmul_gflops(1024, true, o.seconds_per_probe);
+  // The measurement precision.mode = "auto" decides from, made again and kept (precision.h:
+  // cpu_auto_precision), so that doctor, tune and train decide alike on this machine.
+  CpuPrecisionSpeeds speeds;
+  std::string precision_reason;
+  const bool bf16_fast = (o.save_thread_choice
+                              ? cpu_auto_precision(&precision_reason, /*remeasure=*/true, &speeds)
+                              : auto_precision((speeds = measure_cpu_precision_speeds(512, 5, o.seconds_per_probe / 5))
+                                                   .bf16_gflops,
+                                               speeds.fp32_gflops, &precision_reason)) == PrecisionMode::kBf16;
+  const double fp32 = speeds.fp32_gflops, bf16 = speeds.bf16_gflops;
   f["matmul_fp32_gflops"] = fp32;
   f["matmul_bf16_gflops"] = bf16;
   f["bf16_speedup"] = bf16 / fp32;
-  // The same decision precision.mode = "auto" makes (precision.h), so the warning cannot disagree.
-  const bool bf16_fast = auto_precision(bf16, fp32, nullptr) == PrecisionMode::kBf16;
+  f["precision_auto"] = precision_reason;
   f["bf16_fast"] = bf16_fast;
   if (!bf16_fast)
     r.warnings.push_back(fmt::format(

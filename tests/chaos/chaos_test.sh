@@ -8,6 +8,10 @@
 #   tests/chaos/chaos_test.sh BUILD/frugal            # CI: 300 steps, 5 kills per precision (< 60 s)
 #   tests/chaos/chaos_test.sh BUILD/frugal --long     # manual: 2000 steps, 25 kills per precision
 #   CHAOS_SEED=1234 tests/chaos/chaos_test.sh ...     # replay the kill points of an earlier run
+#   CHAOS_LOAD=2 tests/chaos/chaos_test.sh ...        # competing busy processes (default 1; 0 = none)
+#
+# Resume must be bitwise whatever the machine is doing: the killed and resumed runs train beside a
+# competing CPU load (busy processes started here), the uninterrupted reference without it.
 set -euo pipefail
 
 BIN=${1:?usage: chaos_test.sh FRUGAL_BINARY [--long]}
@@ -17,8 +21,19 @@ if [[ "${2:-}" == "--long" ]]; then STEPS=2000; KILLS=25; fi
 SEED=${CHAOS_SEED:-$(( $(date +%s) % 32768 ))}
 RANDOM=$SEED
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
-echo "chaos: $STEPS steps, $KILLS SIGKILLs per precision, seed $SEED (CHAOS_SEED=$SEED to replay)"
+LOAD=${CHAOS_LOAD:-1}
+echo "chaos: $STEPS steps, $KILLS SIGKILLs per precision, seed $SEED (CHAOS_SEED=$SEED to replay), $LOAD busy" \
+     "process(es) beside the resumed runs"
+load_pids=()
+start_load() { local i; for ((i = 0; i < LOAD; i++)); do ( while :; do :; done ) & load_pids+=($!); done; }
+stop_load() {
+  if (( ${#load_pids[@]} )); then
+    kill "${load_pids[@]}" 2>/dev/null || true
+    wait "${load_pids[@]}" 2>/dev/null || true
+  fi
+  load_pids=()
+}
+trap 'stop_load; rm -rf "$WORK"' EXIT
 
 # A tiny model with dropout (exercises the RNG state) and a checkpoint every 7 steps (splits the
 # log windows of 5, exercises the partial-window state and keeps a write in flight often).
@@ -45,6 +60,7 @@ for prec in fp32 bf16; do
   "$BIN" train -q "${COMMON[@]}" --set precision.mode=$prec --set run.out_dir="$ref" >"$WORK/ref.log" 2>&1 ||
     { cat "$WORK/ref.log"; echo "chaos: FAIL: the uninterrupted $prec run failed"; exit 1; }
 
+  start_load
   kills=0
   at=()
   span=$(( STEPS / (KILLS + 1) ))
@@ -67,6 +83,7 @@ for prec in fp32 bf16; do
   done
   "$BIN" train -q --resume auto "${COMMON[@]}" --set precision.mode=$prec --set run.out_dir="$run" \
     >"$WORK/run.log" 2>&1 || { cat "$WORK/run.log"; echo "chaos: FAIL: the final $prec resume failed"; exit 1; }
+  stop_load
 
   if ! cmp "$ref/demo/final/model.safetensors" "$run/demo/final/model.safetensors"; then
     echo "chaos: FAIL: $prec final weights differ after kills at steps ${at[*]}"
@@ -86,6 +103,7 @@ done
 # process's second save), alternating synchronous and asynchronous saves, each followed by
 # --resume auto. The end must again equal the uninterrupted fp32 run.
 run=$WORK/stages-fp32
+start_load
 i=0
 for stage in temp_dir model master optimizer data_state state renamed marker; do
   async=false; (( i % 2 )) && async=true
@@ -101,6 +119,7 @@ for stage in temp_dir model master optimizer data_state state renamed marker; do
 done
 "$BIN" train -q --resume auto "${COMMON[@]}" --set precision.mode=fp32 --set run.out_dir="$run" \
   >"$WORK/run.log" 2>&1 || { cat "$WORK/run.log"; echo "chaos: FAIL: the resume after the write kills failed"; exit 1; }
+stop_load
 cmp "$WORK/ref-fp32/demo/final/model.safetensors" "$run/demo/final/model.safetensors" ||
   { echo "chaos: FAIL: final weights differ after kills inside checkpoint writes"; exit 1; }
 diff <(strip_timing "$WORK/ref-fp32/demo/metrics.jsonl") <(strip_timing "$run/demo/metrics.jsonl") >"$WORK/diff.txt" ||

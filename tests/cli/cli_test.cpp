@@ -182,7 +182,7 @@ TEST(Cli, DoctorJsonReportsMeasuredMatmulSpeed) {
     if (o != "run.threads=1") sets += " --set " + o;
   auto t = run_frugal("train" + sets + " --set train.steps=2");
   ASSERT_EQ(t.exit_code, 0) << t.output;
-  EXPECT_NE(t.output.find(fmt::format("threads {} (auto: frugal doctor measured {} thread(s) fastest here",
+  EXPECT_NE(t.output.find(fmt::format("threads {} (auto: {} thread(s), kept by frugal doctor on",
                                       j["threads_recommended"].get<int>(), j["threads_recommended"].get<int>())),
             std::string::npos)
       << t.output;

@@ -124,9 +124,17 @@ TEST(RunIntegrityCli, OnShardsWithTheirOwnVocabularySmokeAndTheTunedConfigWorkAs
   FRUGAL_NEED_FEATURE("sentencepiece");
   test::TempDir dir;
   test::write_text(dir.file("corpus.txt"), some_text());
-  auto prep = run_frugal(fmt::format("prepare '{}' --out '{}' --tokenizer sentencepiece --vocab 300 --quiet",
+  auto prep = run_frugal(fmt::format("prepare '{}' --out '{}' --tokenizer sentencepiece --vocab 300",
                                      dir.file("corpus.txt"), dir.file("ds")));
   ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  // The command prepare prints trains on it as printed (the vocabulary comes from the manifest);
+  // the test appends a tiny shape and two steps.
+  const std::string hint = "train with:   frugal ";
+  const size_t at = prep.output.find(hint);
+  ASSERT_NE(at, std::string::npos) << prep.output;
+  const std::string printed = prep.output.substr(at + hint.size(), prep.output.find('\n', at) - at - hint.size());
+  auto hinted = run_frugal(printed + " -q" + test::tiny_sets(dir.path()) + " --set run.name=hinted --set train.steps=2");
+  EXPECT_EQ(hinted.exit_code, 0) << printed << "\n" << hinted.output;
   const std::string data = " --set data.source=shards:" + dir.file("ds");
   auto smoke = run_frugal("smoke" + test::tiny_sets(dir.path()) + data);
   EXPECT_EQ(smoke.exit_code, 0) << smoke.output;

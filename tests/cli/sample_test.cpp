@@ -121,6 +121,16 @@ TEST(Sample, WithoutFinalWeightsTheNewestSoundCheckpointIsUsed) {
   EXPECT_EQ(sample_json(r.output)["weights"], dir.file("demo/checkpoints/step-00000003/model.safetensors"));
   EXPECT_EQ(sample_json(r.output)["tokenizer"], "bytes");
   EXPECT_NE(r.output.find("newest sound checkpoint, step 3"), std::string::npos) << r.output;
+  // --weights takes a checkpoint directory as well as a file; a directory without weights is named.
+  auto named = test::run_frugal(fmt::format("sample '{}' --weights '{}' --prompt '1+2=' --max-tokens 3 --json",
+                                            dir.file("demo"), dir.file("demo/checkpoints/step-00000003")));
+  ASSERT_EQ(named.exit_code, 0) << named.output;
+  EXPECT_EQ(sample_json(named.output)["weights"], dir.file("demo/checkpoints/step-00000003/model.safetensors"));
+  auto not_weights = test::run_frugal(fmt::format("sample '{}' --weights '{}' --prompt '1+2='", dir.file("demo"),
+                                                  dir.file("demo")));
+  EXPECT_EQ(not_weights.exit_code, 2) << not_weights.output;
+  EXPECT_NE(not_weights.output.find("is a directory without model.safetensors"), std::string::npos)
+      << not_weights.output;
   remove_tree(dir.file("demo/checkpoints"));
   auto none = test::run_frugal(fmt::format("sample '{}' --prompt '1+2='", dir.file("demo")));
   EXPECT_EQ(none.exit_code, 2) << none.output;

@@ -2,11 +2,19 @@
 // set it was measured on only; a set count always wins.
 #include "frugal/core/threads.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <map>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/machine_cache.h"
 #include "frugal/core/omp_env.h"
 #include "frugal/tune/doctor.h"
 #include "test_util.h"
@@ -18,18 +26,48 @@ namespace {
 TEST(Threads, TheDoctorsChoiceAppliesToAutoOnTheSameCpusOnly) {
   EXPECT_EQ(recommend_threads(10.0, 8.5, 2), 1);  // one thread >= 10% faster
   EXPECT_EQ(recommend_threads(10.0, 9.5, 2), 2);  // within noise: keep the planned count
-  save_thread_choice(1);
+  save_thread_choice(1, "2 thread(s) 10.0 ms/step, 1 thread 8.0 ms/step");
   ASSERT_TRUE(read_thread_choice().has_value());
   const ThreadPlan plan = apply_thread_plan(0);
   EXPECT_EQ(plan.intra_op, 1);
-  EXPECT_NE(plan.reason.find("frugal doctor measured 1 thread(s)"), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("auto: 1 thread(s), kept by frugal doctor on "), std::string::npos) << plan.reason;
+  EXPECT_NE(plan.reason.find("1 thread 8.0 ms/step"), std::string::npos) << plan.reason;  // with its evidence
   EXPECT_EQ(apply_thread_plan(3).intra_op, 3);  // run.threads wins
   EXPECT_EQ(apply_thread_plan(0, /*use_doctor_choice=*/false).reason.find("doctor"), std::string::npos);
   auto j = nlohmann::json::parse(test::read_text(thread_choice_path()));
-  j["logical_cpus"] = j["logical_cpus"].get<int>() + 7;  // measured on another CPU set
+  j["machine"]["logical_cpus"] = j["machine"]["logical_cpus"].get<int>() + 7;  // measured on another CPU set
   test::write_text(thread_choice_path(), j.dump());
   EXPECT_FALSE(read_thread_choice().has_value());
   EXPECT_EQ(apply_thread_plan(0).reason.find("doctor"), std::string::npos);
+  // A choice kept before the evidence was (no "machine"): not trusted, the default plan.
+  test::write_text(thread_choice_path(), R"({"threads": 1, "physical_cores": 1, "logical_cpus": 1})");
+  EXPECT_FALSE(read_thread_choice().has_value());
+}
+
+// The doctor keeps no thread choice measured beside a busy neighbour: the meter sees the CPU time
+// other processes take (here: one busy child per usable CPU, so nearly all of it).
+TEST(Threads, TheLoadMeterSeesOtherProcessesBusyOnTheCpus) {
+  std::vector<pid_t> children;
+  for (int i = 0; i < usable_cpu_count(); ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      volatile uint64_t x = 0;
+      while (std::chrono::steady_clock::now() < end) x = x + 1;
+      ::_exit(0);
+    }
+    children.push_back(pid);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const OtherLoadMeter meter;
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const double busy = meter.fraction();
+  for (pid_t pid : children) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  EXPECT_GT(busy, 0.5) << "the busy children were not seen";
+  EXPECT_LE(busy, 1.0);
 }
 
 // A process alone on its machine keeps OpenMP's spinning workers (faster, docs/levers.md); one of

@@ -55,6 +55,13 @@ TEST(Report, CompareShowsTheSpeedRatioAndMissingRunsAreDataErrors) {
   EXPECT_NE(out.find("                      60            1,200"), std::string::npos) << out;  // counts whole
   EXPECT_NE(out.find("2.500"), std::string::npos) << out;
   EXPECT_NE(out.find("B trains 2.50x faster"), std::string::npos) << out;
+  const nlohmann::json j = compare_runs_json(a.path(), b.path());
+  EXPECT_EQ(j["figures"]["tokens_per_s"]["b_over_a"], 2.5);
+  EXPECT_EQ(j["figures"]["steps"]["b"], 1200.0);
+  EXPECT_TRUE(j["figures"]["kg_co2"]["a"].is_null());
+  auto cli = test::run_frugal("compare " + a.path() + " " + b.path() + " --json");
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  EXPECT_EQ(nlohmann::json::parse(cli.output), j);
   EXPECT_THROW(render_report(a.path()), DataError);  // no metrics.jsonl
   auto r = test::run_frugal("report " + a.path());
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -3,15 +3,52 @@
 #include "frugal/train/precision.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "frugal/core/errors.h"
+#include "frugal/core/machine_cache.h"
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
 namespace frugal::precision_test {
 namespace {
+
+// precision.mode = "auto" on the CPU decides once per machine from alternating rounds and keeps
+// the figures: the next decision reads them (the same figures give the same choice, with no new
+// noisy probe); figures kept on another machine are not used; doctor's remeasure replaces them.
+TEST(Precision, TheCpuAutoDecisionIsMeasuredOnceKeptWithItsEvidenceAndReused) {
+  std::remove(machine_cache_path("precision.json").c_str());
+  std::string why;
+  CpuPrecisionSpeeds first;
+  const PrecisionMode measured = cpu_auto_precision(&why, false, &first);
+  EXPECT_EQ(first.rounds, 5);
+  EXPECT_NE(why.find("kept in " + machine_cache_path("precision.json")), std::string::npos) << why;
+  auto j = nlohmann::json::parse(test::read_text(machine_cache_path("precision.json")));
+  EXPECT_EQ(j["chosen"], precision_name(measured));
+  EXPECT_EQ(j["machine"], machine_identity());
+  // Kept figures that say bf16 is 10x faster: read, not measured again.
+  j["fp32_gflops"] = 10.0;
+  j["bf16_gflops"] = 100.0;
+  test::write_text(machine_cache_path("precision.json"), j.dump());
+  EXPECT_EQ(cpu_auto_precision(&why), PrecisionMode::kBf16) << why;
+  EXPECT_NE(why.find("bf16 matmul 100 GFLOP/s vs fp32 10"), std::string::npos) << why;
+  j["fp32_gflops"] = 100.0;
+  j["bf16_gflops"] = 10.0;
+  test::write_text(machine_cache_path("precision.json"), j.dump());
+  EXPECT_EQ(cpu_auto_precision(&why), PrecisionMode::kFp32) << why;
+  EXPECT_EQ(PrecisionPolicy(PrecisionMode::kAuto, c10::Device(c10::kCPU)).mode(), PrecisionMode::kFp32);
+  // Another machine's figures are measured over.
+  j["machine"]["cpu"] = "another CPU";
+  test::write_text(machine_cache_path("precision.json"), j.dump());
+  CpuPrecisionSpeeds again;
+  cpu_auto_precision(&why, false, &again);
+  EXPECT_NE(again.fp32_gflops, 100.0);
+  EXPECT_EQ(nlohmann::json::parse(test::read_text(machine_cache_path("precision.json")))["machine"],
+            machine_identity());
+}
 
 TEST(Precision, Bf16LossCurveTracksFp32) {
   test::TempDir a, b;

@@ -6,12 +6,14 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/threads.h"
 #include "frugal/model/gpt.h"
 #include "frugal/train/model_task.h"
 #include "frugal/train/run_config.h"
@@ -143,6 +145,27 @@ TEST(RunConfig, ACheckpointThatDoesNotFitTheModelLeavesTheRunDirectoryAsItWas) {
   EXPECT_ANY_THROW(Trainer(resolve_config("", sets, {}), TaskFactory(wider), r));
   EXPECT_EQ(test::read_text(dir.file("demo/config.toml")), config_before);
   EXPECT_EQ(test::read_text(dir.file("demo/metrics.jsonl")), metrics_before);
+}
+
+// run.threads = 0 picks a count at start (the doctor's kept choice, else the cores); a resume keeps
+// the count the run trained with even when the choice has changed since (another count sums in
+// another order: the continuation would not be bitwise).
+TEST(RunConfig, AResumeWithAutoThreadsKeepsTheCountTheRunTrainedWith) {
+  if (usable_cpu_count() < 2) GTEST_SKIP() << "needs two usable CPUs to tell two thread counts apart";
+  test::TempDir dir;
+  std::vector<std::string> sets;
+  for (const auto& o : test::tiny_overrides(dir.path()))
+    if (o != "run.threads=1") sets.push_back(o);
+  sets.push_back("checkpoint.every_steps=5");
+  save_thread_choice(1, "test: one thread");
+  TrainerOptions o = test::quiet_run();
+  o.stop_at_step = 10;
+  EXPECT_EQ(Trainer(resolve_config("", sets, {}), o).fit()["threads"], 1);
+  save_thread_choice(2, "test: two threads");
+  TrainerOptions r = test::quiet_run({}, false);
+  r.resume = "auto";
+  EXPECT_EQ(Trainer(resolve_config("", sets, {}), r).fit()["threads"], 1);
+  std::remove(thread_choice_path().c_str());
 }
 
 }  // namespace

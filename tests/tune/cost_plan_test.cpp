@@ -32,7 +32,7 @@ void expect_ordered(const nlohmann::json& r, const std::string& what) {
 TEST(CostPlan, TinyConfigPrintsATableAndWritesAConsistentJson) {
   test::TempDir dir;
   auto r = test::run_frugal("plan" + test::tiny_sets(dir.path()) +
-                            " --set budget.instance=cpu-2vcpu --set plan.probe_steps=4 --set train.steps=500 --json " +
+                            " --set budget.instance=cpu-2vcpu --set plan.probe_steps=4 --set train.steps=500 --json-out " +
                             dir.file("plan.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* s : {"wall time", "on demand at $0.0800/h", "spot at $0.0300/h", "energy at 30 W", "where the time goes",
@@ -101,12 +101,15 @@ TEST(CostPlan, ARunDirectoryIsASourceAndAnInstanceScalesItByPeak) {
                             " --set run.name=done --set train.log_every=2 --set monitor.peak_tflops=0.5 --quiet");
   ASSERT_EQ(t.exit_code, 0) << t.output;
   const std::string run = dir.file("done");
-  auto r = test::run_frugal("plan --from " + run + " --set train.steps=3000 --json " + dir.file("p.json"));
+  auto r = test::run_frugal("plan --from " + run + " --set train.steps=3000 --json-out " + dir.file("p.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   nlohmann::json j = read_json(dir.file("p.json"));
   EXPECT_EQ(j["figures"]["source"], "run");
   EXPECT_EQ(j["steps"], 3000);
   EXPECT_EQ(j["run_name"], "done");  // the run's own config.toml
+  // --json: the same plan as one JSON object on stdout (the table goes to stderr), as train --json.
+  auto js = test::run_frugal("plan --from " + run + " --set train.steps=3000 --json 2>/dev/null | cat");
+  EXPECT_EQ(nlohmann::json::parse(js.output)["steps"], 3000) << js.output;
   // The windows' step times, recomputed here from metrics.jsonl: elapsed less evaluations and saves.
   std::vector<double> windows;
   nlohmann::json prev;
@@ -133,7 +136,7 @@ TEST(CostPlan, ARunDirectoryIsASourceAndAnInstanceScalesItByPeak) {
   EXPECT_EQ(j["tokens"], 3000 * summary["tokens"].get<int64_t>() / summary["steps"].get<int64_t>());
 
   // Onto gpu-1xh100 (peak_tflops 989 in the table): steps x 0.5 / 989, the range 3x each way.
-  r = test::run_frugal("plan --from " + run + " --instance gpu-1xh100 --json " + dir.file("h.json"));
+  r = test::run_frugal("plan --from " + run + " --instance gpu-1xh100 --json-out " + dir.file("h.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   j = read_json(dir.file("h.json"));
   EXPECT_NEAR(j["compute_scale"].get<double>(), 0.5 / 989, 1e-12);
@@ -141,12 +144,12 @@ TEST(CostPlan, ARunDirectoryIsASourceAndAnInstanceScalesItByPeak) {
   EXPECT_NEAR(j["on_demand"]["usd_per_hour"].get<double>(), 3.0, 1e-12);
   EXPECT_NEAR(j["spot"]["usd_per_hour"].get<double>(), 1.5, 1e-12);
   EXPECT_NE(r.output.find("a rough model"), std::string::npos) << r.output;
-  r = test::run_frugal("plan --from " + run + " --instance gpu-1xh100 --peak-tflops 100 --json " + dir.file("h.json"));
+  r = test::run_frugal("plan --from " + run + " --instance gpu-1xh100 --peak-tflops 100 --json-out " + dir.file("h.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NEAR(read_json(dir.file("h.json"))["compute_scale"].get<double>(), 0.5 / 100, 1e-12);
 
   fs::remove(run + "/summary.json");  // a partial run: the start-up estimated from the first window
-  r = test::run_frugal("plan --from " + run + " --json " + dir.file("q.json"));
+  r = test::run_frugal("plan --from " + run + " --json-out " + dir.file("q.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("a partial run"), std::string::npos) << r.output;
   expect_ordered(read_json(dir.file("q.json"))["seconds"], "partial");
@@ -196,7 +199,7 @@ TEST(CostPlan, TrainRefusesToStartWhenTheLimitCannotCoverTheProjection) {
   EXPECT_FALSE(fs::exists(dir.file("capped"))) << "the refusal wrote a run directory";
   // `frugal plan` says the same with the same exit code, and its JSON says why.
   r = test::run_frugal("plan" + test::tiny_sets(dir.path()) +
-                       " --set plan.probe_steps=3 --set budget.usd_per_hour=1000 --set budget.limit_usd=0.01 --json " +
+                       " --set plan.probe_steps=3 --set budget.usd_per_hour=1000 --set budget.limit_usd=0.01 --json-out " +
                        dir.file("p.json"));
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("more than budget.limit_usd = $0.0100"), std::string::npos) << r.output;
@@ -241,7 +244,7 @@ TEST(PlanAccuracy, ADemoShapedRunTakesAndCostsWhatItsPlanProjected) {
   const std::string sets = " --set run.out_dir=" + dir.path() +
                            " --set run.name=accuracy --set train.steps=120 --set train.eval_every=40 "
                            "--set train.answer_samples=20 --set checkpoint.every_steps=60 --set budget.usd_per_hour=0.08";
-  auto p = test::run_frugal("plan" + sets + " --json " + dir.file("plan.json"));
+  auto p = test::run_frugal("plan" + sets + " --json-out " + dir.file("plan.json"));
   ASSERT_EQ(p.exit_code, 0) << p.output;
   const auto t0 = std::chrono::steady_clock::now();
   auto r = test::run_frugal("train" + sets + " --quiet");

@@ -92,7 +92,7 @@ TEST(Tune, TheLossCheckDecidesWhenTheCandidateAndTheReferenceHaveOne) {
 
 TEST(Tune, TinyConfigPrintsATableAndWritesAConfigThatTrainAccepts) {
   test::TempDir dir;
-  auto r = test::run_frugal("tune" + tune_sets(dir) + " --out " + dir.file("tuned.toml") + " --json " +
+  auto r = test::run_frugal("tune" + tune_sets(dir) + " --out " + dir.file("tuned.toml") + " --json-out " +
                             dir.file("tune.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("tok/s"), std::string::npos) << r.output;

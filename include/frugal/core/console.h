@@ -34,4 +34,9 @@ class Console {
   bool json_mode_ = false;
 };
 
+// A word as a POSIX shell reads it back unchanged: as it is when it holds only safe characters
+// (letters, digits, and _ - . / : = , + @ %), else in single quotes. Every printed command hint
+// quotes its words with it, so that a user can paste the hint verbatim.
+std::string shell_word(const std::string& word);
+
 }  // namespace frugal

@@ -15,4 +15,13 @@ double measure_matmul_gflops(int64_t n, bool bf16, double seconds);
 // The same in any dtype on any device (CUDA timings synchronise before and after).
 double measure_matmul_gflops(int64_t n, c10::ScalarType dtype, c10::Device device, double seconds);
 
+// fp32 against bf16 on the CPU, measured robustly: `rounds` alternating rounds of each (so that a
+// burst of load from a neighbour hits both alike), ~seconds_per_probe each, medians.
+struct CpuPrecisionSpeeds {
+  double fp32_gflops = 0, bf16_gflops = 0;
+  int rounds = 0;
+  int64_t n = 0;
+};
+CpuPrecisionSpeeds measure_cpu_precision_speeds(int64_t n, int rounds, double seconds_per_probe);
+
 }  // namespace frugal

@@ -20,19 +20,19 @@ struct ThreadPlan {
 int physical_core_count();
 int usable_cpu_count();
 
-// The thread count `frugal doctor` measured fastest on this machine, kept with the CPU counts it
-// was measured for in thread_choice_path(): $FRUGAL_CACHE_DIR/threads.json, else
-// $XDG_CACHE_HOME/frugal/threads.json, else ~/.cache/frugal/threads.json.
+// The thread count `frugal doctor` measured fastest on this machine, kept with its evidence in
+// thread_choice_path() (machine_cache.h: machine_cache_path("threads.json")).
 struct MeasuredThreads {
   int threads = 0;
   int physical_cores = 0, logical_cpus = 0;
   std::string measured_utc;  // "2026-11-24T18:02:11Z"
+  std::string evidence;      // what was measured, one line for the banner
 };
 std::string thread_choice_path();
-// The saved choice when it exists and was measured with this process's CPU counts.
+// The kept choice when it exists and was measured on this machine (machine_cache.h).
 std::optional<MeasuredThreads> read_thread_choice();
-// Saves (atomically) `threads` for this process's CPU counts.
-void save_thread_choice(int threads);
+// Keeps (atomically) `threads` for this machine, with `evidence` (one line).
+void save_thread_choice(int threads, const std::string& evidence);
 
 // Chooses and applies thread counts. requested > 0: that many. requested <= 0 (auto): the count
 // `frugal doctor` measured fastest here (read_thread_choice) when `use_doctor_choice` and there

@@ -42,5 +42,9 @@ std::string write_report(const std::string& run_dir);
 
 // A plain-text side-by-side comparison of two runs' summaries (speed-up, cost, final loss).
 std::string compare_runs(const std::string& run_a, const std::string& run_b);
+// The same as one JSON object (`frugal compare --json`): "a" and "b" (run directories and names),
+// "figures" ({key: {"a", "b", "b_over_a"}}, null where a run lacks a figure), "labels" ({key: {"a", "b"}}),
+// "config_differences" ({key: {"a", "b"}}, run.name and run.out_dir aside), "tokenizers_differ".
+nlohmann::json compare_runs_json(const std::string& run_a, const std::string& run_b);
 
 }  // namespace frugal

@@ -36,6 +36,10 @@ struct TokenizerFiles {
 };
 TokenizerFiles run_tokenizer_files(const OpenedRun& run);
 
+// The weights file `--weights PATH` names: PATH itself when it is a file, PATH/model.safetensors when
+// PATH is a checkpoint or final/ directory; ConfigError (exit 2) saying which was expected otherwise.
+std::string named_weights(const std::string& path);
+
 // The tokenizer the run's data was tokenised with: bytes for text and the built-in data; for
 // shards the run's own copy (tokenizer/), else the dataset's. ConfigError naming the file and
 // what to do when it cannot be had (an image dataset, a dataset without a manifest, a missing

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "frugal/core/matmul_probe.h"
 #include "frugal/core/compat.h"
 #include "frugal/core/config.h"
 
@@ -51,5 +52,12 @@ std::string precision_name(PrecisionMode m);
 // else fp32. `reason` receives the figures and the choice.
 inline constexpr double kAutoBf16MinSpeedup = 1.5;
 PrecisionMode auto_precision(double bf16_gflops, double fp32_gflops, std::string* reason);
+
+// The CPU's `auto` precision on this machine, decided once and kept (core/machine_cache.h,
+// "precision.json"): the kept speeds when there are some for this machine, else 5 alternating
+// rounds of 512^3 fp32 and bf16 products (medians), kept for the next run, tune and doctor, so
+// that they all decide alike. `remeasure` (frugal doctor) measures and keeps again. `reason`
+// receives the figures, where they were kept and when.
+PrecisionMode cpu_auto_precision(std::string* reason, bool remeasure = false, CpuPrecisionSpeeds* speeds = nullptr);
 
 }  // namespace frugal

@@ -13,7 +13,9 @@ namespace frugal {
 struct DoctorOptions {
   double seconds_per_probe = 0.3;  // time budget of each measurement
   std::string disk_path = ".";     // where free space is reported
-  bool save_thread_choice = true;  // save the measured thread count for frugal train (threads.h)
+  // keep the measured thread count (threads.h) and fp32/bf16 speeds (precision.h: cpu_auto_precision)
+  // for frugal train, tune and the next doctor
+  bool save_thread_choice = true;
 };
 
 // The thread count to use from medians of step times: 1 when one thread is at least 10% faster

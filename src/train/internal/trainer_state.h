@@ -86,7 +86,7 @@ struct Trainer::State {
 
   // Start-up (trainer.cpp), in order.
   std::optional<LoadedCheckpoint> open_checkpoint();
-  void set_up_device();
+  void set_up_device(const std::optional<LoadedCheckpoint>& ck);
   void build_task(const TaskFactory& make_task);
   void make_plan(const std::optional<LoadedCheckpoint>& ck);
   void continue_on_this_world(const LoadedCheckpoint& ck);
