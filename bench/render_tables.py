@@ -36,7 +36,8 @@ import figure_lint  # noqa: E402
 from compute_levers import BF16_USABLE_RATIO, bf16_emulated  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
-DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "docs/search.md", "docs/gpu.md", "README.md"]
+DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "docs/search.md", "docs/gpu.md", "docs/reliability.md",
+        "README.md"]
 MARKER = re.compile(r"<!-- bench-table:(\w+) -->.*?<!-- /bench-table:\1 -->|<!-- bench:(\w+) -->.*?<!-- /bench:\2 -->",
                     re.S)
 
@@ -752,7 +753,45 @@ def render_search(R):
     return "\n".join(lines)
 
 
-RENDERERS = {"search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
+def render_reliability(R):
+    j = R.get("reliability")
+    if not j:
+        return not_measured("no bench/results/<date>/reliability.json", "`bench/reliability.py` writes it.")
+    k, e, f, t = j["kills"], j["enospc"], j["flood"], j["sigterm"]
+    lines = [f"Measured by {provenance(j, R.path('reliability'))}; {machine_line(j)}.", "",
+             "| what was done to a run | what it came to |", "| --- | --- |"]
+    random_kills = sum(c["kills"] for c in k["chains"] if c["mode"] != "inside writes")
+    lines.append(f"| SIGKILL at random steps, then `--resume auto` ({random_kills} kills in chains of 10, checkpoints "
+                 f"sync and async alternately), and one kill after each of the 8 stages of a checkpoint write; "
+                 f"{k['threads']}, beside {k['competing_busy_processes']} busy process(es) | {k['kills']} kills: "
+                 f"{k['bitwise_chains']} of {k['of_chains']} chains end bitwise the uninterrupted run (final weights "
+                 f"byte for byte, metrics.jsonl minus timing) |")
+    if "skipped" in e:
+        lines.append(f"| the disk fills up mid-run | not measured: {e['skipped']} |")
+    else:
+        lines.append(f"| the disk fills up mid-run ({len(e['runs'])} runs on tmpfs of "
+                     f"{min(r['tmpfs_kb'] for r in e['runs'])}-{max(r['tmpfs_kb'] for r in e['runs'])} kB) | the disk "
+                     f"filled in {e['disk_filled']}; the newest complete checkpoint was the one `--resume auto` continued "
+                     f"from in {len(e['runs']) - e['bad_newest']} of {len(e['runs'])} (bad newest checkpoints: "
+                     f"{e['bad_newest']}) |")
+    if "skipped" in f:
+        lines.append(f"| idle connections to the live dashboard | not measured: {f['skipped']} |")
+    else:
+        lines.append(f"| {f['connections_open']:,} idle connections to the live dashboard | "
+                     f"{f['steps_during_flood']} steps trained in {f['window_s']:.0f} s of it, against "
+                     f"{f['steps_before_flood']} in the {f['window_s']:.0f} s before; SIGTERM then exit {f['exit']} after "
+                     f"{f['sigterm_to_exit_s']:.2f} s |")
+    other = [x for x in t["samples"] if x["exit"] != 75]
+    said = (f"{len(t['samples']) - len(other)} of {len(t['samples'])} exit 75 with a checkpoint"
+            + ("" if not other else "; " + ", ".join(
+                f"the one at {x['delay_s'] * 1e3:.0f} ms after exec {'was killed by the signal' if x['exit'] < 0 else 'exited ' + str(x['exit'])}"
+                for x in other)))
+    lines.append(f"| SIGTERM at a random moment in the first 2.5 s (start-up, steps, evaluations, checkpoint writes), "
+                 f"{len(t['samples'])} times | worst signal-to-exit {t['max_sigterm_to_exit_s']:.2f} s; {said} |")
+    return "\n".join(lines)
+
+
+RENDERERS = {"reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
              "levers": render_levers, "gpu": render_gpu, "gpu_kernels": render_gpu_kernels, "threads": render_threads, "reuse_freed": render_reuse_freed,
              "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,

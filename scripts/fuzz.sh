@@ -3,7 +3,7 @@
 # runs each for a bounded time from a seed corpus of valid files the target writes itself (the
 # sources compile, and the targets run, as many at a time as there are cores).
 #
-#   scripts/fuzz.sh [--seconds N] [--out DIR] [TARGET...]     (TARGET: shard manifest safetensors checkpoint)
+#   scripts/fuzz.sh [--seconds N] [--out DIR] [TARGET...]     (TARGET: shard manifest safetensors checkpoint archive)
 #
 # Prints one JSON line per target ({"target", "runs", "seconds", "crashes"}), writes them to
 # OUT/fuzz-summary.json, and exits 1 when any target found a crash (its input is kept as
@@ -23,7 +23,7 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(shard manifest safetensors checkpoint)
+[ ${#targets[@]} -gt 0 ] || targets=(shard manifest safetensors checkpoint archive)
 bash "$root/scripts/install-deps.sh" --fuzz  # clang with libFuzzer, and the .venv
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found; apt-get install clang" >&2; exit 2; }
 torch=$("$root/.venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null) ||
@@ -32,11 +32,13 @@ torch=$("$root/.venv/bin/python" -c 'import os, torch; print(os.path.dirname(tor
 mkdir -p "$out/obj" "$out/generated"
 zstd=0
 [ -f /usr/include/zstd.h ] && zstd=1
+libarchive=0
+[ -f /usr/include/archive.h ] && libarchive=1
 cat > "$out/generated/frugal_build_config.h.new" <<CFG
 #define FRUGAL_HAVE_CUDA 0
 #define FRUGAL_HAVE_NCCL 0
 #define FRUGAL_HAVE_ZSTD $zstd
-#define FRUGAL_HAVE_LIBARCHIVE 0
+#define FRUGAL_HAVE_LIBARCHIVE $libarchive
 #define FRUGAL_HAVE_IMAGES 0
 #define FRUGAL_HAVE_SENTENCEPIECE 0
 #define FRUGAL_HAVE_PARQUET 0
@@ -54,6 +56,7 @@ flags=(-std=c++17 -O1 -g -fsanitize=fuzzer-no-link,address -D_GNU_SOURCE -DFMT_H
 torch_libs=(-L"$torch/lib" -Wl,-rpath,"$torch/lib" -ltorch -ltorch_cpu -lc10)
 zstd_libs=()
 [ "$zstd" = 1 ] && zstd_libs=(-lzstd)
+[ "$libarchive" = 1 ] && zstd_libs+=(-larchive)
 
 common=(src/core/atomic_file.cpp src/core/crash_report.cpp src/core/errors.cpp src/core/features.cpp)
 sources_of() {
@@ -63,7 +66,9 @@ sources_of() {
     safetensors) echo fuzz/safetensors_fuzz.cpp src/ckpt/safetensors.cpp src/model/weights.cpp "${common[@]}" ;;
     checkpoint) echo fuzz/checkpoint_fuzz.cpp src/ckpt/checkpoint.cpp src/ckpt/safetensors.cpp \
                   src/train/internal/run_state.cpp "${common[@]}" ;;
-    *) echo "fuzz.sh: unknown target $1 (shard, manifest, safetensors, checkpoint)" >&2; exit 2 ;;
+    archive) echo fuzz/archive_fuzz.cpp src/ckpt/archive.cpp src/ckpt/checkpoint.cpp src/ckpt/safetensors.cpp \
+               src/ckpt/retention.cpp src/ckpt/run_dir.cpp src/core/dir_lock.cpp "${common[@]}" ;;
+    *) echo "fuzz.sh: unknown target $1 (shard, manifest, safetensors, checkpoint, archive)" >&2; exit 2 ;;
   esac
 }
 
@@ -90,7 +95,7 @@ for p in "${pids[@]}"; do wait "$p" || { echo "fuzz.sh: a source failed to compi
 fuzz_one() {  # links and runs one target; its result line goes to $out/$t.result
   local t="$1" objs=() libs=("${zstd_libs[@]}")
   for s in $(sources_of "$t"); do objs+=("$(obj_of "$s")"); done
-  case "$t" in safetensors|checkpoint) libs+=("${torch_libs[@]}") ;; esac
+  case "$t" in safetensors|checkpoint|archive) libs+=("${torch_libs[@]}") ;; esac
   local bin="$out/${t}_fuzz" seeds="$out/seeds/$t" corpus="$out/corpus/$t"
   clang++ -fsanitize=fuzzer,address "${objs[@]}" "${libs[@]}" -o "$bin"
   rm -rf "$seeds"

@@ -214,6 +214,17 @@ void read_members(const std::string& archive, Sink sink, OnMember on_member) {
   }
 }
 
+// The folders above member `name` in the staging directory; a name no checkpoint has (a file and a
+// folder of one name, a component too long) is a damaged archive, said as such.
+void make_member_dirs(const fs::path& p, const std::string& archive, const std::string& name) {
+  std::error_code ec;
+  fs::create_directories(p.parent_path(), ec);
+  if (ec)
+    throw CheckpointError(fmt::format("archive {} holds member \"{}\", which cannot be extracted ({}); a checkpoint "
+                                      "archive holds step-NNNNNNNN/<file> members only",
+                                      archive, name, ec.message()));
+}
+
 // Whether `archive` holds every file of the checkpoint directory `dir` (named `name` inside the
 // archive) with the same size and xxh3-64.
 bool archive_holds(const std::string& archive, const std::string& name, const std::string& dir) {
@@ -444,7 +455,7 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
           }
           if (name != open_name) {
             const fs::path p = stage / name;
-            fs::create_directories(p.parent_path());
+            make_member_dirs(p, archive, name);
             out.reset(std::fopen(p.c_str(), "wb"));
             if (!out) throw IoError(fmt::format("cannot write {}", p.string()));
             open_name = name;
@@ -459,18 +470,18 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
             open_name.clear();
           } else if (name != kMetaName) {  // an empty member: no data blocks were streamed
             const fs::path p = stage / name;
-            fs::create_directories(p.parent_path());
+            make_member_dirs(p, archive, name);
             write_file_atomic(p.string(), "");
           }
         });
-    nlohmann::json meta;
-    try {
-      meta = nlohmann::json::parse(meta_text);
-    } catch (const std::exception&) {
-      throw CheckpointError(fmt::format("{} is not a frugal checkpoint archive (no readable {})", archive, kMetaName));
-    }
-    const std::string run = meta.value("run", "");
-    const std::string name = meta.value("checkpoint", "");
+    const nlohmann::json meta = nlohmann::json::parse(meta_text, nullptr, /*allow_exceptions=*/false);
+    if (!meta.is_object() || !meta.contains("format") || meta["format"] != "frugal-checkpoint-archive" || !meta.contains("run") ||
+        !meta["run"].is_string() || !meta.contains("checkpoint") || !meta["checkpoint"].is_string())
+      throw CheckpointError(fmt::format("{} is not a frugal checkpoint archive (no readable {} with format "
+                                        "\"frugal-checkpoint-archive\", run and checkpoint)",
+                                        archive, kMetaName));
+    const std::string run = meta["run"].get<std::string>();
+    const std::string name = meta["checkpoint"].get<std::string>();
     if (!safe_member(run) || !safe_member(name) || run.find('/') != std::string::npos ||
         name.find('/') != std::string::npos)
       throw CheckpointError(fmt::format("{} names an unsafe run or checkpoint (\"{}\", \"{}\")", archive, run, name));

@@ -369,6 +369,11 @@ ResolvedConfig resolve_config(const std::string& file, const std::vector<std::st
   return rc;
 }
 
+void apply_overrides(ResolvedConfig& rc, const std::vector<std::string>& overrides) {
+  for (const auto& o : overrides) apply_override(rc, o);
+  validate_config(rc.config);
+}
+
 ResolvedConfig resolve_config(const Config& config) {
   ResolvedConfig rc;
   rc.config = config;

@@ -19,8 +19,6 @@
 #include "frugal/core/threads.h"
 
 namespace frugal {
-namespace {
-
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -28,6 +26,8 @@ std::string cpu_model_name() {
     if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
   return "unknown";
 }
+
+namespace {
 
 // Seconds of CPU time every process has used (user, nice, system, irq, softirq, steal), from the
 // first line of /proc/stat; -1 when it cannot be read.

@@ -58,6 +58,15 @@ ResolvedConfig resolve_run_config(const std::string& file, const std::vector<std
   return rc;
 }
 
+std::vector<std::string> probe_overrides(const std::string& out_dir, const std::string& name, int64_t steps) {
+  return {"run.out_dir=" + out_dir,     "run.name=" + name,          fmt::format("train.steps={}", steps),
+          "train.log_every=1",          "train.max_minutes=0",       "train.smoke_first=false",
+          "train.auto_tune=false",      "plan.before_train=false",   "early_stop.enabled=false",
+          "guard.enabled=false",        "budget.limit_usd=0",        "budget.alert_command=",
+          "monitor.http=",              "profile.capture_steps=0",   "checkpoint.notice_url=",
+          "checkpoint.deadline="};
+}
+
 nlohmann::json ConfigChange::to_json(int64_t at_step) const {
   return {{"key", key}, {"from", from}, {"to", to}, {"origin", origin}, {"at_step", at_step}};
 }

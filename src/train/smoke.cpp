@@ -48,27 +48,20 @@ class LossRecorder : public Callback {
 // The configuration the smoke test trains with: the user's model and data, a tiny batch.
 ResolvedConfig smoke_config(const ResolvedConfig& rc, const std::string& dir, const std::string& name) {
   ResolvedConfig s = rc;
+  apply_overrides(s, probe_overrides(dir, name, 2));
   Config& c = s.config;
-  c.run.out_dir = dir;
-  c.run.name = name;
   c.run.device = "cpu";
   c.data.micro_batch = std::min<int64_t>(2, c.data.micro_batch);
   c.train.global_batch = 0;
   c.train.accum = 0;
-  c.train.steps = 2;
   c.train.eval_every = 1;
   c.train.eval_batches = 1;
-  c.train.log_every = 1;
   c.train.answer_samples = 0;
-  c.train.max_minutes = 0;
-  c.train.smoke_first = false;
   c.checkpoint.enabled = true;
   c.checkpoint.every_steps = 1;
   c.checkpoint.auto_interval = false;
   c.checkpoint.keep_last = 3;
   c.checkpoint.async = false;
-  c.early_stop.enabled = false;
-  c.guard.enabled = false;
   if (c.precision.mode == PrecisionMode::kFp16) c.precision.mode = PrecisionMode::kFp32;  // CPU
   FRUGAL_CHECK(torchscript_path(c.model.source).empty(), ConfigError,
                fmt::format("the smoke test checks the reference GPT's shapes, memory and resume; model.source = "

@@ -83,13 +83,10 @@ class PlanProbe final : public Callback {
 
 // The probe's overrides: its own run directory, 1 + probe_steps steps, nothing that would stop,
 // roll back, serve or profile it. Evaluation and checkpoint settings stay as configured.
+// Every step logs (probe_overrides), so that on a GPU every step waits for its device work and is
+// timed alone.
 std::vector<std::string> plan_probe_sets(const Config& c, const std::string& root) {
-  return {"run.out_dir=" + root, "run.name=plan-probe", fmt::format("train.steps={}", c.plan.probe_steps + 1),
-          "train.max_minutes=0", "train.smoke_first=false", "train.auto_tune=false", "early_stop.enabled=false",
-          "guard.enabled=false", "budget.limit_usd=0", "plan.before_train=false", "monitor.http=",
-          "profile.capture_steps=0", "checkpoint.notice_url=", "checkpoint.deadline=",
-          // every step logs, so that on a GPU every step waits for its device work and is timed alone
-          "train.log_every=1"};
+  return probe_overrides(root, "plan-probe", c.plan.probe_steps + 1);
 }
 
 std::vector<nlohmann::json> read_json_lines(const std::string& path) {

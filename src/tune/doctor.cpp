@@ -38,14 +38,6 @@ std::string cpu_flags_line() {
   return "";
 }
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  return "unknown";
-}
-
 bool has_flag(const std::string& flags, const std::string& f) {
   return (" " + flags + " ").find(" " + f + " ") != std::string::npos;
 }
@@ -90,7 +82,7 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   f["torch_version"] = TORCH_VERSION;
   f["parallel_backend"] = at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native";
   const std::string flags = cpu_flags_line();
-  f["cpu"] = cpu_model();
+  f["cpu"] = cpu_model_name();
   f["logical_cpus"] = usable_cpu_count();
   f["physical_cores"] = physical_core_count();
   f["avx512f"] = has_flag(flags, "avx512f");
@@ -240,11 +232,14 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   // cpu_auto_precision), so that doctor, tune and train decide alike on this machine.
   CpuPrecisionSpeeds speeds;
   std::string precision_reason;
-  const bool bf16_fast = (o.save_thread_choice
-                              ? cpu_auto_precision(&precision_reason, /*remeasure=*/true, &speeds)
-                              : auto_precision((speeds = measure_cpu_precision_speeds(512, 5, o.seconds_per_probe / 5))
-                                                   .bf16_gflops,
-                                               speeds.fp32_gflops, &precision_reason)) == PrecisionMode::kBf16;
+  PrecisionMode auto_mode;
+  if (o.save_thread_choice) {
+    auto_mode = cpu_auto_precision(&precision_reason, /*remeasure=*/true, &speeds);
+  } else {
+    speeds = measure_cpu_precision_speeds(512, 5, o.seconds_per_probe / 5);
+    auto_mode = auto_precision(speeds.bf16_gflops, speeds.fp32_gflops, &precision_reason);
+  }
+  const bool bf16_fast = auto_mode == PrecisionMode::kBf16;
   const double fp32 = speeds.fp32_gflops, bf16 = speeds.bf16_gflops;
   f["matmul_fp32_gflops"] = fp32;
   f["matmul_bf16_gflops"] = bf16;

@@ -52,12 +52,10 @@ class ProbeRecorder final : public Callback {
 };
 
 std::vector<std::string> tune_probe_sets(int64_t steps, const std::string& root, size_t index) {
-  return {"run.out_dir=" + root, fmt::format("run.name=candidate-{}", index),
-          fmt::format("train.steps={}", steps), "train.eval_every=0",
-          "train.eval_batches=1", "train.log_every=1", "train.answer_samples=0",
-          "train.max_minutes=0", "train.smoke_first=false", "train.auto_tune=false",
-          "checkpoint.enabled=false", "early_stop.enabled=false", "guard.enabled=false",
-          "budget.limit_usd=0"};
+  std::vector<std::string> sets = probe_overrides(root, fmt::format("candidate-{}", index), steps);
+  for (const char* s : {"train.eval_every=0", "train.eval_batches=1", "train.answer_samples=0", "checkpoint.enabled=false"})
+    sets.push_back(s);
+  return sets;
 }
 
 // The candidate list, in the order they run (earlier ones are likelier to matter).

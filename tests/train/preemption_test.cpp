@@ -108,5 +108,17 @@ TEST(Preemption, AStopSignalDuringStartUpExits75) {
   EXPECT_NE(summary.find("\"stop_kind\": \"preempted\""), std::string::npos) << summary;
 }
 
+// A stop signal after exec but before main (LibTorch's static initializers take ~0.3 s) used to kill
+// `frugal train` with the default action (exit 143); frugal now holds the stop signals from its
+// .preinit_array on. FRUGAL_FAULT_SIGNAL_AT_START=1 sends the SIGTERM from there.
+TEST(Preemption, AStopSignalBeforeMainExits75) {
+  test::TempDir dir;
+  std::string sets;
+  for (const auto& o : test::tiny_overrides(dir.path())) sets += " --set " + o;
+  const auto r = test::run_frugal("train -q" + sets, "FRUGAL_FAULT_SIGNAL_AT_START=1");
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(test::read_text(dir.file("demo/summary.json")).find("\"stop_kind\": \"preempted\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace frugal::preemption_test

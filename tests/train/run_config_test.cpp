@@ -147,6 +147,34 @@ TEST(RunConfig, ACheckpointThatDoesNotFitTheModelLeavesTheRunDirectoryAsItWas) {
   EXPECT_EQ(test::read_text(dir.file("demo/metrics.jsonl")), metrics_before);
 }
 
+// The probe runs of tune, plan and smoke share one list of what they neutralise: whatever the user's
+// config says, a probe sets no limit, alert, early stop, guard, dashboard, profiler or deadline.
+TEST(RunConfig, ProbeOverridesNeutraliseWhatWouldActOnTheWorldOrStopTheProbe) {
+  std::vector<std::string> user = {"budget.limit_usd=5",       "budget.alert_command=echo spent",
+                                   "early_stop.enabled=true",  "guard.enabled=true",
+                                   "monitor.http=127.0.0.1:0", "profile.capture_steps=3",
+                                   "train.max_minutes=9",      "train.auto_tune=true",
+                                   "train.smoke_first=true",   "plan.before_train=true",
+                                   "checkpoint.deadline=2030-01-01T00:00:00Z"};
+  ResolvedConfig rc = resolve_config("", user, {});
+  apply_overrides(rc, probe_overrides("/tmp/probes", "p", 3));
+  const Config& c = rc.config;
+  EXPECT_EQ(c.run.out_dir, "/tmp/probes");
+  EXPECT_EQ(c.run.name, "p");
+  EXPECT_EQ(c.train.steps, 3);
+  EXPECT_EQ(c.budget.limit_usd, 0);
+  EXPECT_EQ(c.budget.alert_command, "");
+  EXPECT_FALSE(c.early_stop.enabled);
+  EXPECT_FALSE(c.guard.enabled);
+  EXPECT_EQ(c.monitor.http, "");
+  EXPECT_EQ(c.profile.capture_steps, 0);
+  EXPECT_EQ(c.train.max_minutes, 0);
+  EXPECT_FALSE(c.train.auto_tune);
+  EXPECT_FALSE(c.train.smoke_first);
+  EXPECT_FALSE(c.plan.before_train);
+  EXPECT_EQ(c.checkpoint.deadline, "");
+}
+
 // run.threads = 0 picks a count at start (the doctor's kept choice, else the cores); a resume keeps
 // the count the run trained with even when the choice has changed since (another count sums in
 // another order: the continuation would not be bitwise).

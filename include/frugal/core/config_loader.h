@@ -80,6 +80,9 @@ ResolvedConfig resolve_config(const std::string& file, const std::vector<std::st
 //   frugal::Config c;  c.precision.mode = frugal::PrecisionMode::kBf16;  c.train.steps = 200;
 //   frugal::Trainer t(frugal::resolve_config(c), task);
 ResolvedConfig resolve_config(const Config& config);
+// Applies "section.key=value" overrides to an already resolved config as --set would (origin
+// "--set"), then the cross-key checks. Throws ConfigError naming the override.
+void apply_overrides(ResolvedConfig& rc, const std::vector<std::string>& overrides);
 // One value for key k as `--set` reads it (type, range, choices, the key's own check), without the
 // cross-key checks; `where` names its origin in the error. Throws ConfigError.
 ConfigValue parse_config_value(const KeySpec& k, const std::string& text, const std::string& where);

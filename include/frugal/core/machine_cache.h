@@ -19,6 +19,8 @@ namespace frugal {
 
 // $FRUGAL_CACHE_DIR/<file>, else $XDG_CACHE_HOME/frugal/<file>, else ~/.cache/frugal/<file>.
 std::string machine_cache_path(const std::string& file);
+// The CPU's model name from /proc/cpuinfo ("unknown" where it does not say).
+std::string cpu_model_name();
 // {"cpu": model name, "physical_cores", "logical_cpus" (usable by this process), "torch": version}.
 nlohmann::json machine_identity();
 // The kept decision in `file` when it exists, parses and was measured on this machine.

@@ -37,6 +37,14 @@ void complete_config(ResolvedConfig& rc);
 ResolvedConfig resolve_run_config(const std::string& file, const std::vector<std::string>& overrides,
                                   const std::map<std::string, std::string>& env);
 
+// What every short probe run (tune's candidates, plan's probe, the smoke test) changes in the
+// user's config, one list for the three: its own run directory and step count, every step logged,
+// and nothing that would act on the world or stop it early: no time or dollar limit, budget alert
+// command, early stop or divergence guard; no smoke test, tune or plan before training; no
+// dashboard, profiler, preemption-notice poll or deadline. Each caller adds what is its own (tune:
+// no evaluations or checkpoints; smoke: a tiny batch and a checkpoint every step).
+std::vector<std::string> probe_overrides(const std::string& out_dir, const std::string& name, int64_t steps);
+
 // One deliberate change of a safe key on a resume, as the run records it.
 struct ConfigChange {
   std::string key;
