@@ -1,6 +1,7 @@
 // The matmul probe; see matmul_probe.h.
 #include "frugal/core/matmul_probe.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -19,7 +20,11 @@ double measure_matmul_gflops(int64_t n, c10::ScalarType dtype, c10::Device devic
   using Clock = std::chrono::steady_clock;
   torch::NoGradGuard no_grad;
   auto opts = torch::TensorOptions().dtype(dtype).device(device);
-  auto a = torch::randn({n, n}).to(opts), b = torch::randn({n, n}).to(opts);
+  // Its own generator: a probe must not draw from the default one, or whether it ran (precision
+  // "auto" kept or measured, monitor.peak_tflops given or measured) would change the dropout masks
+  // and the data order of the run that follows it.
+  at::Generator gen = at::detail::createCPUGenerator(0x5eed);
+  auto a = torch::randn({n, n}, gen).to(opts), b = torch::randn({n, n}, gen).to(opts);
   auto sync = [&] {
     if (device.is_cuda()) torch::cuda::synchronize(device.has_index() ? device.index() : -1);
   };

@@ -61,8 +61,8 @@ TEST(RunIntegrityCli, AResumeToldOnlyTheRunsNameContinuesItsDataShapeAndSchedule
   const auto s = nlohmann::json::parse(test::read_text(dir.file("r/summary.json")));
   EXPECT_EQ(s["steps"], 20);
   EXPECT_FALSE(s.contains("config_changes")) << s.dump();
-  EXPECT_EQ(test::read_text(dir.file("r/final/model.safetensors")),
-            test::read_text(dir.file("straight/final/model.safetensors")))
+  EXPECT_TRUE(test::read_text(dir.file("r/final/model.safetensors")) ==
+              test::read_text(dir.file("straight/final/model.safetensors")))
       << "the resumed run did not continue the run it resumed";
   EXPECT_NE(test::read_text(dir.file("r/config.toml")).find("source = 'text:" + dir.file("a.txt") + "'"),
             std::string::npos);

@@ -147,6 +147,24 @@ TEST(RunConfig, ACheckpointThatDoesNotFitTheModelLeavesTheRunDirectoryAsItWas) {
   EXPECT_EQ(test::read_text(dir.file("demo/metrics.jsonl")), metrics_before);
 }
 
+// Start-up measurements draw from a generator of their own: a run whose peak is measured (a matmul
+// probe of random matrices) trains bitwise like one told its peak (no probe), dropout masks included.
+TEST(RunConfig, AStartUpProbeDoesNotChangeTheRunThatFollowsIt) {
+  test::TempDir dir;
+  auto sets = test::tiny_overrides(dir.path());
+  sets.push_back("model.dropout=0.1");
+  sets.push_back("train.steps=6");
+  auto measured = sets, told = sets;
+  measured.push_back("run.name=measured");
+  told.push_back("run.name=told");
+  told.push_back("monitor.peak_tflops=1");
+  Trainer(resolve_config("", measured, {}), test::quiet_run()).fit();
+  Trainer(resolve_config("", told, {}), test::quiet_run()).fit();
+  EXPECT_TRUE(test::read_text(dir.file("measured/final/model.safetensors")) ==
+              test::read_text(dir.file("told/final/model.safetensors")))
+      << "the run whose peak was measured trained differently from the one told its peak";
+}
+
 // The probe runs of tune, plan and smoke share one list of what they neutralise: whatever the user's
 // config says, a probe sets no limit, alert, early stop, guard, dashboard, profiler or deadline.
 TEST(RunConfig, ProbeOverridesNeutraliseWhatWouldActOnTheWorldOrStopTheProbe) {
