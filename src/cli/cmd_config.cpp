@@ -8,6 +8,16 @@
 
 namespace frugal::cli {
 
+CLI::Option* add_set_option(CLI::App* cmd, std::vector<std::string>& sets, const std::string& example,
+                            const std::string& scope) {
+  return cmd
+      ->add_option("--set", sets,
+                   fmt::format("override one key{}, e.g. --set {} (repeatable; wins over the config file and "
+                               "FRUGAL_* environment variables; `frugal config --list` lists the keys)",
+                               scope.empty() ? "" : " " + scope, example))
+      ->type_name("KEY=VALUE");
+}
+
 namespace {
 struct ConfigArgs {
   bool list = false;
@@ -26,7 +36,7 @@ void add_config_command(CLI::App& app, Run* run) {
   cmd->add_flag("--list", args->list, "list every key: default, allowed values, env variable, help");
   cmd->add_flag("--markdown", args->markdown, "print the key reference as Markdown (docs/config.md)");
   cmd->add_option("config", args->config, "TOML config file")->check(CLI::ExistingFile);
-  cmd->add_option("--set", args->sets, "override one key (repeatable)")->type_name("KEY=VALUE");
+  add_set_option(cmd, args->sets, "train.steps=200");
   cmd->callback([args, run] {
     *run = [args] {
       if (args->markdown) {

@@ -54,8 +54,7 @@ void add_launch_command(CLI::App& app, Run* run) {
   cmd->add_option("--bucket", a->bucket, "--emit skypilot: a bucket mounted at /ckpt to hold runs/ across preemptions");
   cmd->add_option("--name", a->name, "--emit: job name (default: the config file's stem)");
   cmd->add_option("--time", a->time, "--emit slurm: wall-time limit")->capture_default_str();
-  cmd->add_option("--set", a->sets, "--emit: a --set override for `frugal train` (repeatable)")
-      ->type_name("KEY=VALUE")
+  add_set_option(cmd, a->sets, "train.steps=5000", "of `frugal train` in the job --emit writes")
       ->allow_extra_args(false);  // one value per --set, so CONFIG may follow
   cmd->add_option("command", a->command,
                   "after --: the frugal command every process runs (e.g. train my.toml --set ...); with --emit: "

@@ -87,8 +87,7 @@ void add_plan_command(CLI::App& app, Run* run) {
   cmd->add_option("config", args->config,
                   "TOML config file (default: the built-in demo, or RUN_DIR/config.toml with --from)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--set", args->sets, "override one key, e.g. --set train.steps=5000 (repeatable)")
-      ->type_name("KEY=VALUE");
+  add_set_option(cmd, args->sets, "train.steps=5000");
   cmd->add_option("--from", args->from,
                   "measure from this finished or partial run directory (metrics.jsonl, summary.json) "
                   "instead of probing")
@@ -111,8 +110,8 @@ void add_plan_command(CLI::App& app, Run* run) {
       Console::get().set_json_mode(args->json);  // stdout carries only the JSON object
       const auto env = process_environment();
       std::string config = args->config;
-      if (config.empty() && !args->from.empty() && fs::exists(fs::path(args->from) / "config.toml"))
-        config = (fs::path(args->from) / "config.toml").string();
+      if (config.empty() && !args->from.empty() && fs::exists(RunDir(args->from).config()))
+        config = RunDir(args->from).config();
       if (args->peak_tflops > 0 && args->instance.empty())
         throw ConfigError("--peak-tflops is the peak of the --instance the run is projected onto; name one with --instance");
       CostPlanOptions o;

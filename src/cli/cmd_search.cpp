@@ -43,8 +43,7 @@ void add_search_command(CLI::App& app, Run* run) {
                                    "sections fixed for every trial (examples/search.toml)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--set", o.sets, "override one key for every trial, e.g. --set train.steps=300 (repeatable)")
-      ->type_name("KEY=VALUE");
+  add_set_option(cmd, o.sets, "train.steps=300", "for every trial");
   cmd->add_option("--out", o.out, "the search folder (default: search.out, else runs/<file name>)")->type_name("DIR");
   cmd->add_option("--parallel", o.parallel,
                   "trials trained at once (default: search.parallel, else 1); the cores are shared out "

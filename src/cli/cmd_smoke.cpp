@@ -22,7 +22,7 @@ void add_smoke_command(CLI::App& app, Run* run) {
       "equal the uninterrupted one). Reports shapes, parameters, time per step and memory per "
       "sample; on failure names the stage and the cause and exits 1.");
   cmd->add_option("config", args->config, "TOML config file")->check(CLI::ExistingFile);
-  cmd->add_option("--set", args->sets, "override one key (repeatable)")->type_name("KEY=VALUE");
+  add_set_option(cmd, args->sets, "model.layers=12");
   cmd->callback([args, run] {
     *run = [args] {
       SmokeReport r = run_smoke(resolve_run_config(args->config, args->sets, process_environment()));

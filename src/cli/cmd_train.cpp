@@ -116,10 +116,7 @@ void add_train_command(CLI::App& app, Run* run) {
       "second SIGINT exits at once. Exit 3: the divergence guard gave up.");
   cmd->add_option("config", args->config, "TOML config file (see `frugal config --list`)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--set", args->sets,
-                  "override one key, e.g. --set train.steps=200 (repeatable; wins over the file "
-                  "and FRUGAL_* environment variables)")
-      ->type_name("KEY=VALUE");
+  add_set_option(cmd, args->sets, "train.steps=200");
   cmd->add_flag("--overwrite", args->overwrite, "replace an existing runs/<name>/ directory");
   cmd->add_option("--resume", args->resume,
                   "continue from a checkpoint: \"auto\" = the newest under runs/<name>/checkpoints "

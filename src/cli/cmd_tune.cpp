@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/core/console.h"
@@ -44,8 +45,7 @@ void add_tune_command(CLI::App& app, Run* run) {
       "Bounded by tune.max_fraction of the configured run's projected time; tune.probe_steps sets "
       "the steps per candidate. See docs/tuning.md.");
   cmd->add_option("config", args->config, "TOML config file (default: the built-in demo)")->check(CLI::ExistingFile);
-  cmd->add_option("--set", args->sets, "override one key, e.g. --set tune.probe_steps=3 (repeatable)")
-      ->type_name("KEY=VALUE");
+  add_set_option(cmd, args->sets, "tune.probe_steps=3");
   cmd->add_option("--out", args->out,
                   "where to write the tuned config (default: runs/<run.name>/tuned.toml); written "
                   "atomically, every key with its origin")
@@ -67,9 +67,7 @@ void add_tune_command(CLI::App& app, Run* run) {
         con.line("no candidate qualified; no tuned config written");
         return 1;
       }
-      const std::string out = args->out.size() ? args->out
-                                               : (std::filesystem::path(rc.config.run.out_dir) / rc.config.run.name /
-                                                  "tuned.toml").string();
+      const std::string out = args->out.size() ? args->out : RunDir::of(rc.config).tuned_config();
       write_file_atomic(out, tuned_config_toml(args->config, args->sets, env, report));
       con.line(fmt::format("wrote {} ({}); train with: frugal train {}", out,
                            report.candidates[static_cast<size_t>(report.best)].label, shell_word(out)));

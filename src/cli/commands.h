@@ -53,6 +53,11 @@ void plan_before_training(const std::string& config, const std::vector<std::stri
                           const std::map<std::string, std::string>& env, double launch_s, bool quiet,
                           std::vector<std::shared_ptr<Callback>>& callbacks);
 
+// The --set option, declared here once for every command that takes it: "override one key, e.g.
+// --set EXAMPLE (repeatable; wins over ...)"; `scope` says whose config it overrides where that is
+// not the command's own ("for every trial").
+CLI::Option* add_set_option(CLI::App* cmd, std::vector<std::string>& sets, const std::string& example,
+                            const std::string& scope = "");
 // " --set K=V" for each of `sets`, shell-quoted (console.h: shell_word).
 std::string set_flags(const std::vector<std::string>& sets);
 // Tune progress on the console: permanent lines, and a status line on a TTY (cmd_tune.cpp).

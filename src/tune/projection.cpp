@@ -22,37 +22,41 @@ Range times(Range r, double n) { return {r.low * n, r.central * n, r.high * n}; 
 Range operator+(Range a, Range b) { return {a.low + b.low, a.central + b.central, a.high + b.high}; }
 
 // Seconds between saves during training (0 = none before the end) and the total saves, the final
-// one included, for `train_s` seconds of training (steps and evaluations) over `steps` steps.
+// one included, for `train_s` seconds of training (steps and evaluations) over `steps` steps, the
+// first taking first_step_s.
 struct SaveCount {
   double interval_s = 0;
   int64_t saves = 0;
 };
 SaveCount count_saves(const CheckpointConfig& c, int64_t steps, double train_s, double first_step_s, double save_s) {
   SaveCount out;
-  if (!c.enabled) return out;
-  const double per_step = steps > 0 ? train_s / static_cast<double>(steps) : 0;
+  if (!c.enabled || steps <= 0) return out;
+  const double per_step = train_s / static_cast<double>(steps);
   double time_rule = 0;  // the time rule's interval (0 = off)
   if (c.auto_interval)
     time_rule = young_daly_interval_s(std::max(save_s, 1e-3), c.mtbf_minutes * 60);
   else if (c.every_minutes > 0)
     time_rule = c.every_minutes * 60;
   const double step_rule = c.every_steps > 0 ? static_cast<double>(c.every_steps) * per_step : 0;
-  // auto_interval saves once after step 1, to measure the stall.
-  const int64_t measuring = c.auto_interval && steps > 1 ? 1 : 0;
-  if (step_rule > 0 && (time_rule <= 0 || step_rule <= time_rule)) {
-    // The step rule saves first, and each save restarts the time rule's clock: a save at each
-    // multiple of every_steps, the final one at the last step unless that was a multiple.
-    out.interval_s = step_rule;
-    out.saves = measuring + (steps + c.every_steps - 1) / c.every_steps;
-    return out;
+  out.interval_s = step_rule > 0 && (time_rule <= 0 || step_rule <= time_rule) ? step_rule : time_rule;
+  // The count: the trainer's own rule (checkpoint_due) stepped through the run, each step taking
+  // its share of the time (evaluations spread out), each save restarting the time rule's clock,
+  // and the final save unless the last step saved. A closed form misses where the rules interleave
+  // or a time interval is not a whole number of steps.
+  const double first = std::min(std::max(first_step_s, 0.0), train_s);
+  const double later = steps > 1 ? (train_s - first) / static_cast<double>(steps - 1) : 0;
+  CadenceInput in;
+  for (int64_t step = 1; step <= steps; ++step) {
+    in.step = step;
+    in.since_save_s += step == 1 ? first : later;
+    if (checkpoint_due(c, in)) {
+      ++out.saves;
+      in.last_save_step = step;
+      in.since_save_s = 0;
+      in.last_stall_s = save_s;
+    }
   }
-  if (time_rule <= 0) {
-    out.saves = 1;  // the final one
-    return out;
-  }
-  out.interval_s = time_rule;
-  const double after = c.auto_interval ? std::max(0.0, train_s - first_step_s) : train_s;
-  out.saves = measuring + static_cast<int64_t>(std::floor(after / time_rule)) + 1;
+  if (in.last_save_step != steps) ++out.saves;  // the final save
   return out;
 }
 

@@ -31,6 +31,7 @@ class RunDir {
   std::string tokenizer_dir() const { return at("tokenizer"); }
   std::string auto_tune() const { return at("auto_tune.json"); }  // train.auto_tune's choice
   std::string plan() const { return at("plan.json"); }            // plan.before_train's projection
+  std::string tuned_config() const { return at("tuned.toml"); }   // `frugal tune`'s default output
   std::string profile_dir() const { return at("profile"); }       // profile.* traces
   std::string lock() const { return at(".lock"); }                // held by the process writing the run
 
