@@ -1,7 +1,7 @@
 // The one place where LibTorch 1.13 and 2.x differ for frugal. Everything version-dependent goes
 // through these helpers; the rest of the code is written once.
 //
-// Facts behind each branch: docs/ARCHITECTURE.md, "LibTorch versions".
+// Facts behind each branch: docs/build.md, "LibTorch versions".
 #pragma once
 
 #include <ATen/ATen.h>
