@@ -6,19 +6,18 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
-#include <fmt/format.h>
 #include <torch/version.h>
 
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/threads.h"
+#include "frugal/core/wall_clock.h"
 
 namespace frugal {
+
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
@@ -78,17 +77,9 @@ void save_machine_decision(const std::string& file, nlohmann::json decision, con
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
   decision["machine"] = machine_identity();
-  decision["measured_utc"] = utc_now();
+  decision["measured_utc"] = format_utc(unix_now());
   decision["written_by"] = written_by;
   write_file_atomic(path, decision.dump(1) + "\n");
-}
-
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&now, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                     tm.tm_min, tm.tm_sec);
 }
 
 OtherLoadMeter::OtherLoadMeter()

@@ -28,8 +28,6 @@ std::optional<nlohmann::json> read_machine_decision(const std::string& file);
 // Keeps `decision` (with machine_identity(), the time and `written_by`) atomically in `file`.
 // Throws IoError when the cache cannot be written.
 void save_machine_decision(const std::string& file, nlohmann::json decision, const std::string& written_by);
-// "2026-11-27T14:02:11Z".
-std::string utc_now();
 
 // How busy the other processes kept this machine's CPUs while it ran: (the CPU time /proc/stat
 // counts for every process minus this process's own) / (wall time x usable CPUs), from 0 (idle)
