@@ -36,7 +36,7 @@
 #include "frugal/train/gpt_task.h"
 #include "frugal/train/open_run.h"       // a run read back: config, weights, tokenizer
 #include "frugal/train/run_config.h"     // complete_config, reconcile_resume_config
-#include "frugal/train/smoke.h"
+#include "frugal/tune/smoke.h"
 #include "frugal/train/task.h"           // Task: module + loss + data + hooks
 #include "frugal/train/trainer.h"
 

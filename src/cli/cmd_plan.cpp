@@ -1,6 +1,6 @@
 // `frugal plan [CONFIG] [--from RUN_DIR] [--instance NAME] [--peak-tflops X] [--json] [--json-out FILE] [--set ...]`:
 // the projected wall time, dollars (on demand and spot), kWh and kg CO2 of the configured run,
-// with a range, from a short probe on this machine or a run directory (tune/cost_plan.h), and
+// with a range, from a short probe on this machine or a run directory (tune/plan.h), and
 // plan.before_train's check in `frugal train`.
 #include <unistd.h>
 
@@ -18,7 +18,7 @@
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
-#include "frugal/tune/cost_plan.h"
+#include "frugal/tune/plan.h"
 #include "frugal/train/run_config.h"
 
 namespace frugal::cli {

@@ -14,7 +14,7 @@
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
-#include "frugal/tune/search.h"
+#include "frugal/search/search.h"
 
 namespace frugal::cli {
 

@@ -1,10 +1,10 @@
 // `frugal smoke [CONFIG] [--set ...]`: 2 tiny steps through the whole pipeline, with a checkpoint,
-// a simulated kill and a resume (train/smoke.h). Exit 0 when every stage passes, 1 otherwise.
+// a simulated kill and a resume (tune/smoke.h). Exit 0 when every stage passes, 1 otherwise.
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "frugal/core/config_loader.h"
-#include "frugal/train/smoke.h"
+#include "frugal/tune/smoke.h"
 #include "frugal/train/run_config.h"
 
 namespace frugal::cli {

@@ -22,7 +22,7 @@
 #include "frugal/dist/data_parallel.h"
 #include "frugal/dist/env.h"
 #include "frugal/dist/process_group.h"
-#include "frugal/train/smoke.h"
+#include "frugal/tune/smoke.h"
 #include "frugal/train/trainer.h"
 
 namespace frugal::cli {

@@ -271,7 +271,7 @@ std::vector<KeySpec> build_schema() {
                         0, 1e9, "stop with a checkpoint after this many minutes (summed over resumes); 0 = no limit"));
   s.push_back(bool_key(FRUGAL_FIELD(train, smoke_first),
                        "`frugal train` runs `frugal smoke` (2 tiny steps, checkpoint, kill, resume) before training "
-                       "(the CLI only: a program calls run_smoke, train/smoke.h, itself)"));
+                       "(the CLI only: a program calls run_smoke, tune/smoke.h, itself)"));
   s.push_back(bool_key(FRUGAL_FIELD(train, auto_tune),
                        "`frugal train` runs `frugal tune` first and trains with its choice (recorded in summary.json; "
                        "the CLI only: a program calls run_tune, tune/tuner.h, itself)"));
@@ -471,7 +471,7 @@ std::vector<KeySpec> build_schema() {
   s.push_back(bool_key(FRUGAL_FIELD(plan, before_train),
                        "`frugal train` probes and projects the run first, shows it in the banner and exits 3 "
                        "before step 1 when budget.limit_usd is below the projected cost (the CLI only: a program "
-                       "calls make_cost_plan, tune/cost_plan.h, itself)"));
+                       "calls make_cost_plan, tune/plan.h, itself)"));
   s.push_back(int_key(FRUGAL_FIELD(plan, probe_steps), 3, 100000,
                       "steps the plan's probe measures (after one warm-up step)"));
   s.push_back(float_key(FRUGAL_FIELD(plan, max_probe_s), 1, 1e6,

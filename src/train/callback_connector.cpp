@@ -30,14 +30,14 @@ namespace {
 // Producers: each fills its figures of the step before any observer sees it.
 void add_producers(const ConnectorContext& ctx, std::vector<std::shared_ptr<Callback>>& out) {
   const Config& c = *ctx.config;
-  const RunPlan& plan = *ctx.plan;
+  const RunSetup& setup = *ctx.setup;
   // Without the guard nothing else stops a run whose loss became NaN (the loss scaler skips such
   // steps while it runs; the stop reads that per step). First in the list, so its reason wins
   // over the stops it causes elsewhere.
   if (!c.guard.enabled) out.push_back(std::make_shared<NonFiniteLossStop>());
   out.push_back(std::make_shared<CostMeter>(c.budget));
-  out.push_back(std::make_shared<MfuMeter>(plan.peak, plan.flops_per_token, plan.world_size));
-  if (plan.grad_noise) out.push_back(std::make_shared<GradNoiseMeter>(plan.micro_batch, plan.accum, plan.global_batch));
+  out.push_back(std::make_shared<MfuMeter>(setup.peak, setup.flops_per_token, setup.world_size));
+  if (setup.grad_noise) out.push_back(std::make_shared<GradNoiseMeter>(setup.micro_batch, setup.accum, setup.global_batch));
 }
 
 std::optional<Deadline> checked_deadline(const Config& c) {

@@ -31,18 +31,18 @@ void install_activation_checkpointing(Gpt& model, const ActivationCheckpointing&
   });
 }
 
-TrainStep::TrainStep(const Config& config, const RunPlan& plan, std::shared_ptr<torch::nn::Module> model,
+TrainStep::TrainStep(const Config& config, const RunSetup& setup, std::shared_ptr<torch::nn::Module> model,
                      LossFn loss, BatchSource& data, c10::Device device, GradSync* sync,
                      std::vector<ParamGroup> groups)
     : config_(config),
       model_(std::move(model)),
       loss_(std::move(loss)),
-      tokens_per_sample_(plan.tokens_per_sample),
+      tokens_per_sample_(setup.tokens_per_sample),
       data_(data),
       device_(device),
-      accum_(plan.accum),
-      precision_(plan.precision),
-      scaler_(plan.loss_scaling, config.precision),
+      accum_(setup.accum),
+      precision_(setup.precision),
+      scaler_(setup.loss_scaling, config.precision),
       sync_(sync),
       events_(device) {
   if (groups.empty()) {
@@ -56,16 +56,16 @@ TrainStep::TrainStep(const Config& config, const RunPlan& plan, std::shared_ptr<
 }
 
 namespace {
-RunPlan single_process_plan(const Config& config, int64_t tokens_per_sample, c10::Device device) {
+RunSetup single_process_setup(const Config& config, int64_t tokens_per_sample, c10::Device device) {
   TaskHooks hooks;
   hooks.tokens_per_sample = tokens_per_sample;
-  return plan_run(config, hooks, 1, PrecisionPolicy(config.precision.mode, device));
+  return set_up_run(config, hooks, 1, PrecisionPolicy(config.precision.mode, device));
 }
 }  // namespace
 
 TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
                      BatchSource& data, c10::Device device, int64_t tokens_per_sample, GradSync* sync)
-    : TrainStep(config, single_process_plan(config, tokens_per_sample, device), std::move(model), std::move(loss),
+    : TrainStep(config, single_process_setup(config, tokens_per_sample, device), std::move(model), std::move(loss),
                 data, device, sync) {}
 
 TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device, GradSync* sync)

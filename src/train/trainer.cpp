@@ -151,7 +151,7 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   // Nothing is written into the run directory before every check has passed: bad data, a bad
   // price table, a state-key clash, a checkpoint that does not fit the model all leave it as it was.
   s.build_task(make_task);
-  s.make_plan(ck);
+  s.make_setup(ck);
   s.connect();
   if (ck) s.continue_from(*ck);
   s.open_run_dir(ck);
@@ -256,24 +256,24 @@ void Trainer::State::build_task(const TaskFactory& make_task) {
 
 // Everything resolved once: the batch arithmetic, the precision (measured for `auto`, or the one a
 // resumed checkpoint trained in), MFU's peak in that precision; then the step that follows it.
-void Trainer::State::make_plan(const std::optional<LoadedCheckpoint>& ck) {
+void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
   const Config& c = rc.config;
   std::string warning;
   const PrecisionMode mode =
       precision_to_continue(c.precision.mode, ck ? ck->state.value("precision", "") : "", &warning);
   if (!warning.empty()) Console::get().line("resume: warning: " + warning);
   const std::string why = mode != c.precision.mode ? "resumed: the checkpoint trained in " + precision_name(mode) : "";
-  plan = plan_run(c, task.hooks, dp ? dp->world_size() : 1, PrecisionPolicy(mode, device, why));
-  check_model_kernels(c.model, device, plan.precision.mode());
+  setup = set_up_run(c, task.hooks, dp ? dp->world_size() : 1, PrecisionPolicy(mode, device, why));
+  check_model_kernels(c.model, device, setup.precision.mode());
   if (ck) continue_on_this_world(*ck);
   {
     // The peak probe is frugal's own start-up measurement (a 1024^3 matmul), not training work:
     // memory.limit_mb does not apply to it, or a tight limit would fail before the first step.
     TensorBytesLimitGuard unlimited(0);
-    const c10::ScalarType dtype = plan.precision.autocast() ? plan.precision.dtype() : torch::kFloat;
-    plan.peak = resolve_peak_flops(c.monitor, dtype, device);
+    const c10::ScalarType dtype = setup.precision.autocast() ? setup.precision.dtype() : torch::kFloat;
+    setup.peak = resolve_peak_flops(c.monitor, dtype, device);
   }
-  step = std::make_unique<TrainStep>(c, plan, model, task.loss, *data, device, dp.get(),
+  step = std::make_unique<TrainStep>(c, setup, model, task.loss, *data, device, dp.get(),
                                      task.hooks.param_groups ? task.hooks.param_groups(*model)
                                                              : std::vector<ParamGroup>{});
   loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
@@ -283,14 +283,14 @@ void Trainer::State::make_plan(const std::optional<LoadedCheckpoint>& ck) {
 // batch (the data order is a function of the step and the seed, not of the world size).
 void Trainer::State::continue_on_this_world(const LoadedCheckpoint& ck) {
   const int64_t from = checkpoint_world_size(ck);
-  if (from == plan.world_size) return;
-  const int64_t old_accum = plan.accum;
+  if (from == setup.world_size) return;
+  const int64_t old_accum = setup.accum;
   const int64_t global = ck.state.contains("global_batch") ? ck.state["global_batch"].get<int64_t>()
-                                                          : plan.global_batch / plan.world_size * from;
-  continue_global_batch(plan, global, from);
+                                                          : setup.global_batch / setup.world_size * from;
+  continue_global_batch(setup, global, from);
   Console::get().line(fmt::format("resume: {} -> {} process(es): accumulation {} -> {} keeps the global batch of {} "
                                   "sequences and the data order",
-                                  from, plan.world_size, old_accum, plan.accum, plan.global_batch));
+                                  from, setup.world_size, old_accum, setup.accum, setup.global_batch));
 }
 
 // runs/<name>/ (rank 0 alone writes it): prepared, its resolved config.toml, and metrics.jsonl cut
@@ -320,7 +320,7 @@ void Trainer::State::connect() {
   const Config& c = rc.config;
   detail::ConnectorContext ctx;
   ctx.config = &c;
-  ctx.plan = &plan;
+  ctx.setup = &setup;
   ctx.run_dir = RunDir::of(c).root();
   ctx.writer = is_writer();
   ctx.resuming = !opts.resume.empty();
@@ -363,12 +363,12 @@ void Trainer::State::describe_run() {
   info.config = &rc.config;
   info.run_dir = run_dir;
   info.params = parameter_count(*model);
-  info.flops_per_token = plan.flops_per_token;
-  info.tokens_per_step = plan.items_per_step;
-  info.samples_per_step = plan.global_batch;
-  info.item = plan.item;
+  info.flops_per_token = setup.flops_per_token;
+  info.tokens_per_step = setup.items_per_step;
+  info.samples_per_step = setup.global_batch;
+  info.item = setup.item;
   info.threads = threads.intra_op;
-  info.peak_flops = plan.peak.flops;
+  info.peak_flops = setup.peak.flops;
   info.dashboard_url = dashboard_url;
   info.start_step = loop.step;
 }

@@ -92,7 +92,7 @@ void Trainer::State::train_one_step(Control& control) {
   }
   const double lr = loop.lr_scale * base;
   PhaseTrace::set_step(loop.step + 1);
-  step->set_grad_noise_probe(plan.grad_noise && next_step_logs());
+  step->set_grad_noise_probe(setup.grad_noise && next_step_logs());
   // On a GPU, the device is waited for (its phase times read) on log steps only.
   step->set_settle_each_step(next_step_logs());
   const auto t0 = detail::Clock::now();
@@ -151,7 +151,7 @@ StepReadings Trainer::State::read_step(const StepResult& r, double lr, double st
   in.grad_norm = r.grad_norm.item<double>();
   if (r.micro_grad_sq_sum.defined() && !r.skipped) in.micro_grad_sq_sum = r.micro_grad_sq_sum.item<double>();
   in.accum = step->accum();
-  in.samples_per_step = plan.global_batch;
+  in.samples_per_step = setup.global_batch;
   in.rss_mb = static_cast<double>(rss_now_bytes()) / 1e6;
   in.eval_s = eval_s_window;
   in.checkpoint_s = checkpoint_s_window;

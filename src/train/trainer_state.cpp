@@ -38,7 +38,7 @@ nlohmann::json config_values(const Config& c) {
 
 // A resume continues with the run's own config: keys left at their defaults take the run's values,
 // deliberate changes of safe keys are said and recorded, others refused (run_config.h). The
-// precision `auto` chose before is settled by precision_to_continue (run_plan.h).
+// precision `auto` chose before is settled by precision_to_continue (run_setup.h).
 void Trainer::State::adopt_run_config(const LoadedCheckpoint& ck) {
   if (ck.state.contains("config_changes") && ck.state["config_changes"].is_array())
     config_changes = ck.state["config_changes"];
@@ -66,8 +66,8 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   st["loop"]["elapsed_s"] = loop.elapsed_s + seconds_since(session_start);
   st["loop"]["startup_s"] = loop.startup_s + startup_s;
   st["optimizer_steps"] = step->optimizer().step_count();
-  st["global_batch"] = plan.global_batch;  // sequences per step over every process (elastic resume)
-  st["world_size"] = plan.world_size;
+  st["global_batch"] = setup.global_batch;  // sequences per step over every process (elastic resume)
+  st["world_size"] = setup.world_size;
   const ScaleState& ss = step->scaler().state();
   st["loss_scaler"] = {{"enabled", step->scaler().enabled()}, {"scale", ss.scale},
                        {"growth_tracker", ss.growth_tracker}, {"skipped", ss.skipped},
@@ -106,8 +106,8 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   // next micro-batch index.
   d.data_state = {{"kind", "index"},
                   {"next_micro_batch", loop.step * step->accum()},
-                  {"next_sample", loop.step * plan.global_batch},
-                  {"world_size", plan.world_size}};
+                  {"next_sample", loop.step * setup.global_batch},
+                  {"world_size", setup.world_size}};
   // Shard sources also record their (epoch, position) cursor; it names the same place.
   CrashPhase data_phase("capture: data cursor");
   if (nlohmann::json cursor = data->state(); !cursor.is_null()) {
@@ -168,14 +168,14 @@ int64_t Trainer::State::checkpoint_world_size(const LoadedCheckpoint& ck) {
 // shard and record sources also take their cursors, to start prefetching there. On another
 // number of processes the cursors describe other streams and are not used.
 void Trainer::State::restore_data_position(const LoadedCheckpoint& ck) {
-  const int64_t world = plan.world_size;
+  const int64_t world = setup.world_size;
   if (ck.data_state.contains("next_sample")) {
-    const int64_t expect = loop.step * plan.global_batch, got = ck.data_state["next_sample"].get<int64_t>();
+    const int64_t expect = loop.step * setup.global_batch, got = ck.data_state["next_sample"].get<int64_t>();
     if (got != expect)
       throw CheckpointError(fmt::format("{}: data_state.json's next_sample {} does not match step {} x the global batch "
                                         "{}; data.micro_batch, train.accum or train.global_batch changed since the "
                                         "checkpoint",
-                                        ck.path, got, loop.step, plan.global_batch));
+                                        ck.path, got, loop.step, setup.global_batch));
   } else if (checkpoint_world_size(ck) == world) {
     const int64_t expect = loop.step * step->accum();
     if (ck.data_state.value("next_micro_batch", expect) != expect)
@@ -275,15 +275,15 @@ void Trainer::State::print_banner() const {
   con.line(fmt::format("config (besides the defaults; all of it in {}/config.toml):\n{}", run_dir, rc.summary()));
   const std::string what = task.hooks.describe.empty() ? model->name() : task.hooks.describe;
   con.line(fmt::format("model: {} | {:.3f}M parameters{}", what, static_cast<double>(info.params) / 1e6,
-                       plan.flops_per_token > 0
-                           ? fmt::format(" | {:.1f} MFLOP/token (training)", plan.flops_per_token / 1e6)
+                       setup.flops_per_token > 0
+                           ? fmt::format(" | {:.1f} MFLOP/token (training)", setup.flops_per_token / 1e6)
                            : ""));
   con.line(fmt::format("data: {} | {} training {}s, {} validation {}s | run dir {}", data->describe(),
-                       data->train_tokens(), plan.item, data->val_tokens(), plan.item, run_dir));
+                       data->train_tokens(), setup.item, data->val_tokens(), setup.item, run_dir));
   con.line(fmt::format("levers: precision {} ({}) | micro_batch {} x accum {} | activation "
                        "checkpointing {} | optimizer {} | checkpoints {}",
-                       plan.precision.name(), plan.precision.reason(), plan.micro_batch, plan.accum,
-                       to_string(plan.activation_checkpointing), std::get<std::string>(find_key("train.optimizer")->get(c)),
+                       setup.precision.name(), setup.precision.reason(), setup.micro_batch, setup.accum,
+                       to_string(setup.activation_checkpointing), std::get<std::string>(find_key("train.optimizer")->get(c)),
                        c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only"));
   std::vector<std::string> lines;
   for (const auto& cb : callbacks) cb->add_to_banner(lines);
@@ -338,14 +338,14 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
   summary["wall_s"] = wall_s;
   summary["startup_s"] = loop.startup_s + startup_s;  // billed, not part of wall_s or tokens_per_s
   summary["tokens_per_s"] = static_cast<double>(loop.tokens) / wall_s;
-  summary["samples_per_s"] = wall_s > 0 ? static_cast<double>(loop.step * plan.global_batch) / wall_s : 0.0;
+  summary["samples_per_s"] = wall_s > 0 ? static_cast<double>(loop.step * setup.global_batch) / wall_s : 0.0;
   summary["final_train_loss"] = loop.final_train;
   summary["final_val_loss"] = loop.final_val;
   summary["best_val_loss"] = loop.best_val;
   if (!final_metrics.empty()) summary["final_metrics"] = final_metrics;  // the task's own figures
   summary["unigram_baseline_loss"] = data->unigram_baseline();
   summary["params"] = info.params;
-  summary["flops_per_token"] = plan.flops_per_token;
+  summary["flops_per_token"] = setup.flops_per_token;
   summary["stop_reason"] = control.should_stop() ? control.stop_reason() : "completed";
   summary["stop_kind"] = stop_kind_name(control.stop_kind());
   const double n_steps = static_cast<double>(std::max<int64_t>(1, session_steps));
@@ -360,15 +360,15 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
   summary["checkpoint_s_total"] = checkpoint_s_total;
   summary["precision"] = step->precision().name();  // it may have fallen back from fp16 during the run
   summary["precision_reason"] = step->precision().reason();
-  summary["global_batch"] = plan.global_batch;
-  summary["accum"] = plan.accum;
+  summary["global_batch"] = setup.global_batch;
+  summary["accum"] = setup.accum;
   summary["micro_batch_effective"] = step->micro_batch_effective();
   summary["accum_effective"] = step->accum_effective();
   summary["oom_backoffs"] = step->oom_backoffs();
   summary["optimizer_steps"] = step->optimizer().step_count();
   summary["skipped_steps"] = step->scaler().state().skipped;
   summary["loss_scale"] = step->scaler().scale();
-  summary["activation_checkpointing"] = to_string(plan.activation_checkpointing);
+  summary["activation_checkpointing"] = to_string(setup.activation_checkpointing);
   add_memory_summary(summary);
   if (dp) dp->add_to_summary(summary, session_step_s, session_steps);
   if (evaluated && is_writer() && task.hooks.extend_summary) task.hooks.extend_summary(summary);

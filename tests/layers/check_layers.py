@@ -21,7 +21,8 @@ LAYERS = [
     ["model", "monitor"],          # the reference GPT; observers of the event list
     ["train"],                     # the step, its levers, the Trainer and its callback connector
     ["dist"],                      # processes: c10d groups, data parallel, ZeRO-1, launcher
-    ["tune"],                      # doctor, batch-size finder, tune (they run the Trainer)
+    ["tune", "search"],            # tune: doctor, batch-size finder, tune, plan, smoke (they run the Trainer);
+                                   # search: trials as child processes, halving, the search report
     ["cli", "spm"],                # the programs
 ]
 SIDEWAYS = set()
@@ -103,6 +104,36 @@ def doc_graph(edges):
     return "<!-- layer-graph -->\n" + "\n".join(lines) + "\n<!-- /layer-graph -->"
 
 
+HOMES_BLOCK = re.compile(r"<!-- command-homes -->\n(.*?)<!-- /command-homes -->", re.S)
+SUBCOMMAND = re.compile(r'add_subcommand\(\s*"([a-z_-]+)"')
+
+
+def check_command_homes(root, doc, doc_path):
+    """docs/ARCHITECTURE.md's "Commands and their homes" table: a row for every `frugal X` the CLI
+    declares (src/cli/*.cpp), none for a command that is gone, and every path it names exists."""
+    m = HOMES_BLOCK.search(doc)
+    if not m:
+        return [f"{doc_path}: no <!-- command-homes --> table"]
+    errors, rows = [], {}
+    for line in m.group(1).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells
+            for path in re.findall(r"`((?:src|include)/[^`]+)`", cells[1] + " " + cells[2]):
+                if not os.path.isfile(os.path.join(root, path)):
+                    errors.append(f"{doc_path}: command '{cells[0].strip('`')}' names {path}, which does not exist")
+    declared = set()
+    cli = os.path.join(root, "src", "cli")
+    for name in sorted(os.listdir(cli)):
+        if name.endswith(".cpp"):
+            declared |= set(SUBCOMMAND.findall(open(os.path.join(cli, name), encoding="utf-8").read()))
+    for cmd in sorted(declared - rows.keys()):
+        errors.append(f"{doc_path}: `frugal {cmd}` has no row in the command-homes table")
+    for cmd in sorted(rows.keys() - declared):
+        errors.append(f"{doc_path}: the command-homes table lists '{cmd}', which src/cli/ does not declare")
+    return errors
+
+
 def main(argv):
     graph = "--graph" in argv
     write_doc = "--write-doc" in argv
@@ -122,6 +153,7 @@ def main(argv):
             open(doc_path, "w", encoding="utf-8").write(new)
         elif new != doc:
             errors.append(f"{doc_path}: the folder graph is out of date; run tests/layers/check_layers.py --write-doc")
+    errors += check_command_homes(root, doc, doc_path)
     for e in errors:
         print(e, file=sys.stderr)
     if errors:

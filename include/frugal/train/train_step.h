@@ -43,7 +43,7 @@
 #include "frugal/train/loss_scaler.h"
 #include "frugal/train/optimizer.h"
 #include "frugal/train/precision.h"
-#include "frugal/train/run_plan.h"
+#include "frugal/train/run_setup.h"
 #include "frugal/train/task.h"
 
 namespace frugal {
@@ -73,11 +73,11 @@ struct StepResult {
 
 class TrainStep {
  public:
-  // Trains `model` (already on `device`) with `loss` as `plan` resolved it (accumulation,
+  // Trains `model` (already on `device`) with `loss` as `setup` resolved it (accumulation,
   // precision, loss scaling, items per sample). `sync` (optional, not owned, outlives the step):
   // data-parallel hooks (grad_sync.h). `groups`: the optimizer's parameter groups (checked with
   // check_param_groups); empty = default_param_groups (decay on tensors of rank >= 2).
-  TrainStep(const Config& config, const RunPlan& plan, std::shared_ptr<torch::nn::Module> model, LossFn loss,
+  TrainStep(const Config& config, const RunSetup& setup, std::shared_ptr<torch::nn::Module> model, LossFn loss,
             BatchSource& data, c10::Device device, GradSync* sync = nullptr, std::vector<ParamGroup> groups = {});
   // A single-process step planned from `config` alone (precision.mode = auto is measured here);
   // each sample counts as tokens_per_sample.

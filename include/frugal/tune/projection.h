@@ -1,6 +1,6 @@
 // The projection of a whole run from measured pieces (`frugal plan`, docs/plan.md): wall time,
 // dollars on demand and on spot, kWh and kg CO2, each as a range. Pure arithmetic, no torch: the
-// probe that measures the pieces is tune/cost_plan.h, and tests feed this one injected figures.
+// probe that measures the pieces is tune/plan.h, and tests feed this one injected figures.
 //
 // The model of a run's billed time (the process's, from its launch to its exit):
 //

@@ -14,13 +14,13 @@
 
 #include "frugal/core/callback.h"
 #include "frugal/core/config.h"
-#include "frugal/train/run_plan.h"
+#include "frugal/train/run_setup.h"
 
 namespace frugal::detail {
 
 struct ConnectorContext {
   const Config* config = nullptr;
-  const RunPlan* plan = nullptr;
+  const RunSetup* setup = nullptr;
   std::string run_dir;
   bool writer = true;     // this process writes the run directory (rank 0)
   bool resuming = false;  // metrics.jsonl is appended to, not started

@@ -24,7 +24,7 @@
 #include "frugal/data/batch_source.h"
 #include "frugal/train/data_parallelism.h"
 #include "frugal/train/preemption.h"
-#include "frugal/train/run_plan.h"
+#include "frugal/train/run_setup.h"
 #include "frugal/train/step_metrics.h"
 #include "frugal/train/train_step.h"
 #include "frugal/train/trainer.h"
@@ -48,7 +48,7 @@ struct Trainer::State {
   std::shared_ptr<torch::nn::Module> model;  // task.module
   std::unique_ptr<DataParallelism> dp;       // multi-process only; outlives `step` (declared first)
   std::shared_ptr<BatchSource> data;         // task.data
-  RunPlan plan;                              // resolved once at start-up
+  RunSetup setup;                             // resolved once at start-up
   std::unique_ptr<TrainStep> step;
   std::vector<std::shared_ptr<Callback>> callbacks;  // from the connector, in calling order
   std::string dashboard_url;
@@ -88,7 +88,7 @@ struct Trainer::State {
   std::optional<LoadedCheckpoint> open_checkpoint();
   void set_up_device(const std::optional<LoadedCheckpoint>& ck);
   void build_task(const TaskFactory& make_task);
-  void make_plan(const std::optional<LoadedCheckpoint>& ck);
+  void make_setup(const std::optional<LoadedCheckpoint>& ck);
   void continue_on_this_world(const LoadedCheckpoint& ck);
   void open_run_dir(const std::optional<LoadedCheckpoint>& ck);
   void connect();

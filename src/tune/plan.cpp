@@ -1,7 +1,7 @@
 // `frugal plan`: the figures (a probe through the real Trainer, or a run directory), the prices
-// and the projection; see cost_plan.h. The table, the JSON and the training callback are in
-// cost_plan_report.cpp.
-#include "frugal/tune/cost_plan.h"
+// and the projection; see plan.h. The table, the JSON and the training callback are in
+// plan_report.cpp.
+#include "frugal/tune/plan.h"
 
 #include <torch/torch.h>
 
@@ -204,7 +204,7 @@ PlanFigures probe_figures(const std::string& file, const std::vector<std::string
   return f;
 }
 
-// A run directory's figures; see cost_plan.h.
+// A run directory's figures; see plan.h.
 PlanFigures run_dir_figures(const std::string& dir) {
   std::vector<nlohmann::json> steps, evals;
   for (auto& j : read_json_lines(RunDir(dir).metrics())) {

@@ -6,7 +6,7 @@
 #define TOML_EXCEPTIONS 1
 #include <toml++/toml.h>
 
-#include "frugal/tune/search_space.h"
+#include "frugal/search/search_space.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,7 +22,7 @@
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/rng.h"
-#include "frugal/tune/halving.h"
+#include "frugal/search/halving.h"
 #include "frugal/train/run_config.h"
 
 namespace frugal {

@@ -1,5 +1,5 @@
 // The trial-rung pool of `frugal search`; see search_runner.h.
-#include "tune/internal/search_runner.h"
+#include "search/internal/search_runner.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -26,7 +26,7 @@
 #include "frugal/core/wall_clock.h"
 #include "frugal/monitor/report.h"  // format_figure
 #include "frugal/train/preemption.h"
-#include "tune/internal/child_process.h"
+#include "search/internal/child_process.h"
 
 namespace frugal::detail {
 namespace fs = std::filesystem;

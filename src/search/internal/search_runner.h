@@ -8,8 +8,8 @@
 #include <functional>
 #include <string>
 
-#include "frugal/tune/search_space.h"
-#include "tune/internal/search_state.h"
+#include "frugal/search/search_space.h"
+#include "search/internal/search_state.h"
 
 namespace frugal::detail {
 

@@ -1,5 +1,5 @@
 // The state file of `frugal search`; see search_state.h.
-#include "tune/internal/search_state.h"
+#include "search/internal/search_state.h"
 
 #include <cmath>
 

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "frugal/tune/halving.h"
+#include "frugal/search/halving.h"
 
 namespace frugal::detail {
 

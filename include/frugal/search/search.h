@@ -63,7 +63,7 @@ struct SearchOutcome {
 // searches; IoError for disk trouble.
 SearchOutcome run_search(const SearchOptions& options);
 
-// search.html from search.json's object (src/tune/search_report.cpp).
+// search.html from search.json's object (src/search/search_report.cpp).
 std::string render_search_html(const nlohmann::json& search);
 // The ranking as a text table from search.json's object.
 std::string search_table(const nlohmann::json& search);

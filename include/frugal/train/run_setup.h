@@ -1,4 +1,4 @@
-// The resolved plan of a run: what the configuration, the task and the start-up measurements
+// The resolved setup of a run: what the configuration, the task and the start-up measurements
 // decided, computed once when the Trainer starts and read by every consumer (the step, the
 // callbacks, the banner, the summary), never recomputed from the config (STYLE.md: "Resolve
 // once"). The config itself stays as the user wrote it.
@@ -15,7 +15,7 @@ namespace frugal {
 
 struct TaskHooks;
 
-struct RunPlan {
+struct RunSetup {
   // micro_batch sequences per forward pass, accum of them per optimizer step on each of
   // world_size processes: global_batch = micro_batch x accum x world_size sequences per step.
   int64_t micro_batch = 1, accum = 1, world_size = 1, global_batch = 1;
@@ -32,16 +32,16 @@ struct RunPlan {
   PeakFlops peak;                 // MFU's denominator (configured, or measured once in the run's dtype)
 };
 
-// The plan for `config` on `world_size` processes with `precision` already resolved. `peak` is
+// The setup for `config` on `world_size` processes with `precision` already resolved. `peak` is
 // left empty (the Trainer measures it; a probe of a few steps does not need it).
-RunPlan plan_run(const Config& config, const TaskHooks& hooks, int64_t world_size, PrecisionPolicy precision);
+RunSetup set_up_run(const Config& config, const TaskHooks& hooks, int64_t world_size, PrecisionPolicy precision);
 
 // Elastic resume: a run checkpointed with `from_world` processes and a global batch of
-// `global_batch` sequences continues on plan.world_size processes with the same global batch and
+// `global_batch` sequences continues on setup.world_size processes with the same global batch and
 // the same data order; the accumulation adjusts (accum = global_batch / (micro_batch x world)).
 // ConfigError before any step when the new world size cannot split the global batch into whole
 // micro-batches, naming the world sizes that can.
-void continue_global_batch(RunPlan& plan, int64_t global_batch, int64_t from_world);
+void continue_global_batch(RunSetup& setup, int64_t global_batch, int64_t from_world);
 
 // The precision a run continues in: a resumed checkpoint's, when the config asks for `auto` (which
 // could measure differently now) or for fp16 after the checkpoint fell back to bf16; else the

@@ -1,6 +1,6 @@
 // The smoke test: passes on a sound pipeline with its figures filled in, and on failure names the
 // stage and the cause.
-#include "frugal/train/smoke.h"
+#include "frugal/tune/smoke.h"
 
 #include <gtest/gtest.h>
 

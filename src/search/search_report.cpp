@@ -1,6 +1,6 @@
 // search.json, search.html and best.toml of `frugal search`; see search.h and
 // internal/search_report.h. The page draws with monitor/svg_chart.h, like report.html.
-#include "tune/internal/search_report.h"
+#include "search/internal/search_report.h"
 
 #include <algorithm>
 #include <cmath>

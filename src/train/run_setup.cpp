@@ -1,5 +1,5 @@
-// The run plan; see run_plan.h.
-#include "frugal/train/run_plan.h"
+// The run setup; see run_setup.h.
+#include "frugal/train/run_setup.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,8 +12,8 @@
 
 namespace frugal {
 
-RunPlan plan_run(const Config& c, const TaskHooks& hooks, int64_t world_size, PrecisionPolicy precision) {
-  RunPlan p;
+RunSetup set_up_run(const Config& c, const TaskHooks& hooks, int64_t world_size, PrecisionPolicy precision) {
+  RunSetup p;
   p.micro_batch = c.data.micro_batch;
   p.accum = accumulation_steps(c);
   p.world_size = world_size;
@@ -30,7 +30,7 @@ RunPlan plan_run(const Config& c, const TaskHooks& hooks, int64_t world_size, Pr
   return p;
 }
 
-void continue_global_batch(RunPlan& p, int64_t global_batch, int64_t from_world) {
+void continue_global_batch(RunSetup& p, int64_t global_batch, int64_t from_world) {
   const int64_t per_step = p.micro_batch * p.world_size;  // sequences per micro-batch round
   if (global_batch % per_step != 0) {
     std::vector<int64_t> fit;

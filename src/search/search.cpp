@@ -1,6 +1,6 @@
 // `frugal search`: the folder, the sampling of trials and the rungs; see search.h. The process pool
 // is internal/search_runner.cpp, the outputs search_report.cpp.
-#include "frugal/tune/search.h"
+#include "frugal/search/search.h"
 
 #include <algorithm>
 #include <cmath>
@@ -19,8 +19,8 @@
 #include "frugal/core/threads.h"
 #include "frugal/monitor/cost_meter.h"
 #include "frugal/train/preemption.h"
-#include "tune/internal/search_report.h"
-#include "tune/internal/search_runner.h"
+#include "search/internal/search_report.h"
+#include "search/internal/search_runner.h"
 
 namespace frugal {
 namespace fs = std::filesystem;

@@ -3,7 +3,7 @@
 // peak FLOP/s; bad input once, before any probe; `frugal train` with plan.before_train refusing a
 // limit the projection exceeds before step 1, and recording projected against measured otherwise.
 // PlanAccuracy: a demo-shaped run's measured time and cost fall inside the range projected for it.
-#include "frugal/tune/cost_plan.h"
+#include "frugal/tune/plan.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include "frugal/tune/projection.h"
 #include "test_util.h"
 
-namespace frugal::cost_plan_test {
+namespace frugal::plan_test {
 namespace {
 namespace fs = std::filesystem;
 
@@ -270,4 +270,4 @@ TEST(PlanAccuracy, ADemoShapedRunTakesAndCostsWhatItsPlanProjected) {
 }
 
 }  // namespace
-}  // namespace frugal::cost_plan_test
+}  // namespace frugal::plan_test

@@ -1,5 +1,5 @@
 // Child processes of `frugal search`; see child_process.h.
-#include "tune/internal/child_process.h"
+#include "search/internal/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -26,8 +26,8 @@
 #include <fmt/format.h>
 
 #include "frugal/core/errors.h"
-#include "frugal/tune/halving.h"
-#include "frugal/tune/search_space.h"
+#include "frugal/search/halving.h"
+#include "frugal/search/search_space.h"
 #include "test_util.h"
 
 extern char** environ;

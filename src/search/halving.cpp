@@ -1,5 +1,5 @@
 // Successive halving; see halving.h.
-#include "frugal/tune/halving.h"
+#include "frugal/search/halving.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,9 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "frugal/tune/halving.h"
-#include "frugal/tune/search.h"
-#include "tune/internal/search_runner.h"
+#include "frugal/search/halving.h"
+#include "frugal/search/search.h"
+#include "search/internal/search_runner.h"
 
 namespace frugal::detail {
 

@@ -1,5 +1,5 @@
 // What a CostPlan shows: the table of `frugal plan`, its JSON, the budget check and the training
-// banner's line with summary.json's projected-against-measured figures; see cost_plan.h.
+// banner's line with summary.json's projected-against-measured figures; see plan.h.
 #include <cmath>
 #include <functional>
 
@@ -8,7 +8,7 @@
 
 #include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
-#include "frugal/tune/cost_plan.h"
+#include "frugal/tune/plan.h"
 
 namespace frugal {
 

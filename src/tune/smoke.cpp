@@ -1,5 +1,5 @@
 // The smoke test; see smoke.h.
-#include "frugal/train/smoke.h"
+#include "frugal/tune/smoke.h"
 
 #include <torch/torch.h>
 

@@ -1,6 +1,6 @@
-// The run plan: batch arithmetic resolved once, the precision a resume continues in, and the
+// The run setup: batch arithmetic resolved once, the precision a resume continues in, and the
 // global batch an elastic resume keeps on another number of processes.
-#include "frugal/train/run_plan.h"
+#include "frugal/train/run_setup.h"
 
 #include <gtest/gtest.h>
 
@@ -8,21 +8,21 @@
 #include "frugal/train/task.h"
 #include "test_util.h"
 
-namespace frugal::run_plan_test {
+namespace frugal::run_setup_test {
 namespace {
 
-RunPlan plan_for(int64_t micro, int64_t accum, int64_t world) {
+RunSetup setup_for(int64_t micro, int64_t accum, int64_t world) {
   Config c = test::tiny_config();
   c.data.micro_batch = micro;
   c.train.accum = accum;
   c.monitor.grad_noise = true;
   TaskHooks hooks;
   hooks.tokens_per_sample = 16;
-  return plan_run(c, hooks, world, PrecisionPolicy(PrecisionMode::kFp32, c10::Device(c10::kCPU)));
+  return set_up_run(c, hooks, world, PrecisionPolicy(PrecisionMode::kFp32, c10::Device(c10::kCPU)));
 }
 
-TEST(RunPlan, TheGlobalBatchCountsEveryProcess) {
-  const RunPlan p = plan_for(8, 2, 2);
+TEST(RunSetup, TheGlobalBatchCountsEveryProcess) {
+  const RunSetup p = setup_for(8, 2, 2);
   EXPECT_EQ(p.accum, 2);
   EXPECT_EQ(p.global_batch, 32);
   EXPECT_EQ(p.items_per_step, 32 * 16);
@@ -30,20 +30,20 @@ TEST(RunPlan, TheGlobalBatchCountsEveryProcess) {
   EXPECT_FALSE(p.loss_scaling);
 }
 
-TEST(RunPlan, AResumeOnAnotherWorldSizeKeepsTheGlobalBatch) {
-  RunPlan one = plan_for(8, 2, 1);  // a 2-process run's checkpoint (global 32), resumed by 1 process
+TEST(RunSetup, AResumeOnAnotherWorldSizeKeepsTheGlobalBatch) {
+  RunSetup one = setup_for(8, 2, 1);  // a 2-process run's checkpoint (global 32), resumed by 1 process
   continue_global_batch(one, 32, 2);
   EXPECT_EQ(one.accum, 4);
   EXPECT_EQ(one.global_batch, 32);
   EXPECT_EQ(one.items_per_step, 32 * 16);
-  RunPlan four = plan_for(8, 2, 4);
+  RunSetup four = setup_for(8, 2, 4);
   continue_global_batch(four, 32, 2);
   EXPECT_EQ(four.accum, 1);
   EXPECT_FALSE(four.grad_noise);  // one micro-batch per step: nothing to estimate the noise from
 }
 
-TEST(RunPlan, AWorldSizeThatCannotSplitTheGlobalBatchIsRefusedWithTheOnesThatCan) {
-  RunPlan three = plan_for(8, 2, 3);
+TEST(RunSetup, AWorldSizeThatCannotSplitTheGlobalBatchIsRefusedWithTheOnesThatCan) {
+  RunSetup three = setup_for(8, 2, 3);
   try {
     continue_global_batch(three, 32, 2);
     FAIL() << "3 processes of micro-batch 8 accepted a global batch of 32";
@@ -54,7 +54,7 @@ TEST(RunPlan, AWorldSizeThatCannotSplitTheGlobalBatchIsRefusedWithTheOnesThatCan
   }
 }
 
-TEST(RunPlan, AResumeContinuesInTheCheckpointsPrecisionWhereTheConfigAllowsIt) {
+TEST(RunSetup, AResumeContinuesInTheCheckpointsPrecisionWhereTheConfigAllowsIt) {
   std::string warning;
   EXPECT_EQ(precision_to_continue(PrecisionMode::kAuto, "bf16", &warning), PrecisionMode::kBf16);
   EXPECT_EQ(precision_to_continue(PrecisionMode::kFp16, "bf16", &warning), PrecisionMode::kBf16);  // fell back
@@ -67,4 +67,4 @@ TEST(RunPlan, AResumeContinuesInTheCheckpointsPrecisionWhereTheConfigAllowsIt) {
 }
 
 }  // namespace
-}  // namespace frugal::run_plan_test
+}  // namespace frugal::run_setup_test
