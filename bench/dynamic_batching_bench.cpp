@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     else if (a == "--block") block = std::stoll(v);
     else if (a == "--rows") rows = std::stoll(v);
   }
-  const ThreadPlan threads = apply_thread_plan(0);
+  const ThreadSettings threads = apply_thread_settings(0);
   std::vector<std::vector<int32_t>> docs;
   if (jsonl.empty()) {
     docs = synthetic_docs(docs_n, block);

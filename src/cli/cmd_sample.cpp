@@ -69,7 +69,7 @@ int run_sample(const SampleArgs& a) {
   FRUGAL_CHECK(torchscript_path(c.model.source).empty(), ConfigError,
                fmt::format("{}: the run trained model.source = \"{}\"; frugal sample generates from the reference "
                            "GPT only (load the scripted module in Python to generate)", cfg, c.model.source));
-  apply_thread_plan(static_cast<int>(c.run.threads));
+  apply_thread_settings(static_cast<int>(c.run.threads));
   const auto tokenizer = run_tokenizer(run);
   if (tokenizer->vocab() > c.model.vocab)
     throw ConfigError(fmt::format("{}: the run's tokenizer ({}) has {} tokens but model.vocab = {}", cfg,

@@ -175,7 +175,7 @@ void add_train_command(CLI::App& app, Run* run) {
       if (env.distributed()) {
         if (rc.config.run.device == "cuda") rc.config.run.device = fmt::format("cuda:{}", env.local_rank);
         if (!args->quiet) Console::get().line("dist: " + env.describe());
-        opts.data_parallel = dist::data_parallel_plan(dist::connect(env, rc.config.dist, c10::Device(rc.config.run.device)));
+        opts.data_parallel = dist::data_parallel_factory(dist::connect(env, rc.config.dist, c10::Device(rc.config.run.device)));
         opts.quiet = opts.quiet || env.rank != 0;  // rank 0 speaks for the run; errors still print
       }
       // The command that continues this run, verbatim: a resume takes the run's own config, so its

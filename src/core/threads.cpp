@@ -108,30 +108,30 @@ void save_thread_choice(int threads, const std::string& evidence) {
   save_machine_decision("threads.json", {{"threads", threads}, {"evidence", evidence}}, "frugal doctor");
 }
 
-ThreadPlan apply_thread_plan(int requested, bool use_doctor_choice) {
-  ThreadPlan plan;
-  plan.physical_cores = physical_core_count();
-  plan.logical_cpus = usable_cpu_count();
+ThreadSettings apply_thread_settings(int requested, bool use_doctor_choice) {
+  ThreadSettings t;
+  t.physical_cores = physical_core_count();
+  t.logical_cpus = usable_cpu_count();
   const std::optional<MeasuredThreads> measured =
       requested > 0 || !use_doctor_choice ? std::nullopt : read_thread_choice();
   if (requested > 0) {
-    plan.intra_op = requested;
-    plan.reason = "run.threads";
+    t.intra_op = requested;
+    t.reason = "run.threads";
   } else if (measured) {
-    plan.intra_op = std::min(measured->threads, plan.logical_cpus);
-    plan.reason = fmt::format("auto: {} thread(s), kept by frugal doctor on {}{} ({}; run it again to re-measure)",
+    t.intra_op = std::min(measured->threads, t.logical_cpus);
+    t.reason = fmt::format("auto: {} thread(s), kept by frugal doctor on {}{} ({}; run it again to re-measure)",
                               measured->threads, measured->measured_utc,
                               measured->evidence.empty() ? "" : ": " + measured->evidence, thread_choice_path());
   } else {
-    plan.intra_op = std::max(1, std::min(plan.physical_cores, plan.logical_cpus));
-    plan.reason = fmt::format("auto: {} physical core(s), {} usable CPU(s)", plan.physical_cores,
-                              plan.logical_cpus);
+    t.intra_op = std::max(1, std::min(t.physical_cores, t.logical_cpus));
+    t.reason = fmt::format("auto: {} physical core(s), {} usable CPU(s)", t.physical_cores,
+                              t.logical_cpus);
   }
-  at::set_num_threads(plan.intra_op);
+  at::set_num_threads(t.intra_op);
   // BLAS calls come from the intra-op thread that runs the op; one BLAS pool of the same size
   // (not a second full-size pool on top of OpenMP's) avoids oversubscription.
-  plan.blas = plan.intra_op;
-  if (!set_blas_threads(plan.blas)) plan.blas = -1;
+  t.blas = t.intra_op;
+  if (!set_blas_threads(t.blas)) t.blas = -1;
   static bool interop_set = false;
   if (!interop_set) {
     try {
@@ -141,7 +141,7 @@ ThreadPlan apply_thread_plan(int requested, bool use_doctor_choice) {
     }
     interop_set = true;
   }
-  return plan;
+  return t;
 }
 
 }  // namespace frugal

@@ -235,13 +235,13 @@ void DataParallel::add_to_summary(nlohmann::ordered_json& s, double step_s_total
                {"comm_fraction", step_s_total + agree_s_ > 0 ? comm / (step_s_total + agree_s_) : 0.0}};
 }
 
-DataParallelPlan data_parallel_plan(std::shared_ptr<ProcessGroup> pg) {
-  DataParallelPlan plan;
-  plan.rank = pg->rank();
-  plan.make = [pg](const Config& config) -> std::unique_ptr<DataParallelism> {
+DataParallelFactory data_parallel_factory(std::shared_ptr<ProcessGroup> pg) {
+  DataParallelFactory factory;
+  factory.rank = pg->rank();
+  factory.make = [pg](const Config& config) -> std::unique_ptr<DataParallelism> {
     return std::make_unique<DataParallel>(pg, config);
   };
-  return plan;
+  return factory;
 }
 
 }  // namespace frugal::dist

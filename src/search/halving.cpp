@@ -34,8 +34,8 @@ int64_t survivors(int64_t ran, double eta) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::floor(static_cast<double>(ran) / eta)));
 }
 
-HalvingPlan halving_plan(int64_t trials, const std::vector<int64_t>& rung_steps, double eta) {
-  HalvingPlan p;
+HalvingSchedule halving_schedule(int64_t trials, const std::vector<int64_t>& rung_steps, double eta) {
+  HalvingSchedule p;
   p.steps = rung_steps;
   int64_t n = trials, prev = 0;
   for (size_t k = 0; k < rung_steps.size(); ++k) {

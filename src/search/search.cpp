@@ -150,7 +150,7 @@ void apply_options(SearchSpec& spec, const SearchOptions& o) {
                                   o.resume));
 }
 
-void announce(const SearchContext& ctx, const HalvingPlan& plan) {
+void announce(const SearchContext& ctx, const HalvingSchedule& schedule) {
   const SearchSpec& s = ctx.spec;
   int64_t invalid = 0, duplicate = 0;
   for (const auto& k : ctx.state.skipped) (k.kind == "invalid" ? invalid : duplicate) += k.times;
@@ -158,8 +158,8 @@ void announce(const SearchContext& ctx, const HalvingPlan& plan) {
                       "(eta {}): {} trial-rungs, {} trial-steps = {:.0f}% of training every trial to the end; {} "
                       "at once; {}",
                       ctx.state.trials.size(), s.file, invalid, duplicate, fmt::join(s.rung_steps, ", "), s.eta,
-                      plan.trial_rungs, plan.trial_steps,
-                      100.0 * static_cast<double>(plan.trial_steps) / static_cast<double>(plan.full_trial_steps),
+                      schedule.trial_rungs, schedule.trial_steps,
+                      100.0 * static_cast<double>(schedule.trial_steps) / static_cast<double>(schedule.full_trial_steps),
                       s.parallel, ctx.dir));
   if (ctx.state.sessions > 1)
     ctx.say(fmt::format("search: resumed at rung {} (session {}; {:.0f} s so far)", ctx.state.rung,
@@ -219,9 +219,9 @@ SearchOutcome run_search(const SearchOptions& o) {
   ctx.state.end.clear();
   ctx.state.reason.clear();
   ctx.save();
-  const HalvingPlan plan = halving_plan(static_cast<int64_t>(ctx.state.trials.size()), ctx.spec.rung_steps, ctx.spec.eta);
-  ctx.planned_trial_rungs = plan.trial_rungs;
-  announce(ctx, plan);
+  const HalvingSchedule schedule = halving_schedule(static_cast<int64_t>(ctx.state.trials.size()), ctx.spec.rung_steps, ctx.spec.eta);
+  ctx.planned_trial_rungs = schedule.trial_rungs;
+  announce(ctx, schedule);
 
   clear_preemption();
   SignalHandlers signals;  // a stop signal stops the trials with checkpoints; the search exits 75
@@ -239,7 +239,7 @@ SearchOutcome run_search(const SearchOptions& o) {
   ctx.state.end = out.end == SearchEnd::kCompleted ? "completed" : out.end == SearchEnd::kBudget ? "budget" : "interrupted";
   ctx.state.reason = out.end == SearchEnd::kCompleted ? "every rung ran" : out.reason;
   ctx.save();
-  return detail::write_search_outputs(ctx, plan, out);
+  return detail::write_search_outputs(ctx, schedule, out);
 }
 
 }  // namespace frugal

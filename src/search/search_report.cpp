@@ -99,7 +99,7 @@ Json pareto_json(const SearchContext& ctx, bool priced) {
 
 }  // namespace
 
-Json search_json(const SearchContext& ctx, const HalvingPlan& plan) {
+Json search_json(const SearchContext& ctx, const HalvingSchedule& schedule) {
   const SearchSpec& s = ctx.spec;
   const SearchState& st = ctx.state;
   bool priced = false;
@@ -135,18 +135,18 @@ Json search_json(const SearchContext& ctx, const HalvingPlan& plan) {
           {"best", has_best ? trials[0]["id"] : Json(nullptr)},
           {"cost_axis", priced ? "usd" : "seconds"},
           {"spent", {{"usd", usd}, {"kg_co2", co2}, {"energy_kwh", kwh}, {"trial_s", secs}}},
-          {"compute", {{"trial_steps", trial_steps}, {"planned_trial_steps", plan.trial_steps},
-                       {"full_trial_steps", plan.full_trial_steps},
-                       {"fraction_of_full", plan.full_trial_steps > 0 ? static_cast<double>(trial_steps) /
-                                                                            static_cast<double>(plan.full_trial_steps)
+          {"compute", {{"trial_steps", trial_steps}, {"planned_trial_steps", schedule.trial_steps},
+                       {"full_trial_steps", schedule.full_trial_steps},
+                       {"fraction_of_full", schedule.full_trial_steps > 0 ? static_cast<double>(trial_steps) /
+                                                                            static_cast<double>(schedule.full_trial_steps)
                                                                       : 0.0},
                        {"trial_sessions", sessions}}},
           {"trials", trials}, {"skipped", skipped}, {"skipped_invalid", invalid}, {"skipped_duplicate", duplicate},
           {"decisions", decisions}, {"pareto", pareto_json(ctx, priced)}};
 }
 
-SearchOutcome write_search_outputs(const SearchContext& ctx, const HalvingPlan& plan, SearchOutcome out) {
-  Json j = search_json(ctx, plan);
+SearchOutcome write_search_outputs(const SearchContext& ctx, const HalvingSchedule& schedule, SearchOutcome out) {
+  Json j = search_json(ctx, schedule);
   out.dir = ctx.dir;
   if (!j["best"].is_null()) {
     out.best = j["best"].get<std::string>();

@@ -209,10 +209,10 @@ void Trainer::State::set_up_device(const std::optional<LoadedCheckpoint>& ck) {
   // in another order, and the continuation would not be the uninterrupted run bitwise.
   const int kept = ck && c.run.threads == 0 ? ck->state.value("threads", 0) : 0;
   if (kept > 0 && kept <= usable_cpu_count()) {
-    threads = apply_thread_plan(kept);
+    threads = apply_thread_settings(kept);
     threads.reason = fmt::format("auto, kept on resume: the {} thread(s) the run trained with", kept);
   } else {
-    threads = apply_thread_plan(static_cast<int>(c.run.threads));
+    threads = apply_thread_settings(static_cast<int>(c.run.threads));
     if (kept > 0)
       Console::get().line(fmt::format("resume: warning: the run trained with {} threads but this process may use {} "
                                       "CPU(s); continuing with {}, so not bitwise the uninterrupted run",

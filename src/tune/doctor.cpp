@@ -160,7 +160,7 @@ DoctorReport run_doctor(const DoctorOptions& o) {
         blas_library().empty() ? "none found" : blas_library()));
   }
 
-  // Threads: the default plan (physical cores) against one thread, alternating 3 rounds of each
+  // Threads: the default setting (physical cores) against one thread, alternating 3 rounds of each
   // (a shared machine's speed drifts from second to second) and comparing medians. One thread is
   // kept only when it wins every round by the margin and the machine was quiet (other processes
   // used under kBusyOthers of its CPUs): a measurement beside a busy neighbour says more about
@@ -168,30 +168,30 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   // its evidence (threads.h: thread_choice_path) and `frugal train` with run.threads = 0 follows
   // it, so the two never disagree.
   constexpr double kBusyOthers = 0.25;
-  ThreadPlan plan = apply_thread_plan(0, /*use_doctor_choice=*/false);
+  ThreadSettings threads = apply_thread_settings(0, /*use_doctor_choice=*/false);
   std::vector<double> planned_runs, one_runs;
   const OtherLoadMeter others;
   for (int round = 0; round < 3; ++round) {
-    apply_thread_plan(0, false);
+    apply_thread_settings(0, false);
     planned_runs.push_back(mlp_step_seconds(o.seconds_per_probe / 3));
-    apply_thread_plan(1);
+    apply_thread_settings(1);
     one_runs.push_back(mlp_step_seconds(o.seconds_per_probe / 3));
   }
   const double busy = others.fraction();
   const double planned_s = upper_median(planned_runs), one_s = upper_median(one_runs);
   bool every_round = true;
   for (size_t i = 0; i < one_runs.size(); ++i)
-    every_round = every_round && recommend_threads(planned_runs[i], one_runs[i], plan.intra_op) == 1;
-  const int fastest = every_round ? recommend_threads(planned_s, one_s, plan.intra_op) : plan.intra_op;
-  const bool too_busy = fastest != plan.intra_op && busy > kBusyOthers;
-  const int recommended = too_busy ? plan.intra_op : fastest;
+    every_round = every_round && recommend_threads(planned_runs[i], one_runs[i], threads.intra_op) == 1;
+  const int fastest = every_round ? recommend_threads(planned_s, one_s, threads.intra_op) : threads.intra_op;
+  const bool too_busy = fastest != threads.intra_op && busy > kBusyOthers;
+  const int recommended = too_busy ? threads.intra_op : fastest;
   const std::string evidence = fmt::format(
       "{} thread(s) {:.1f} ms/step, 1 thread {:.1f} ms/step (medians of 3 alternating rounds; other processes "
       "used {:.0f}% of the CPUs meanwhile)",
-      plan.intra_op, planned_s * 1e3, one_s * 1e3, 100 * busy);
+      threads.intra_op, planned_s * 1e3, one_s * 1e3, 100 * busy);
   // Oversubscribed: OpenMP at the planned count with OpenBLAS's own pool at every CPU.
-  at::set_num_threads(plan.intra_op);
-  bool blas_pool = set_blas_threads(std::max(plan.logical_cpus, 2) * plan.intra_op);
+  at::set_num_threads(threads.intra_op);
+  bool blas_pool = set_blas_threads(std::max(threads.logical_cpus, 2) * threads.intra_op);
   const double over_s = blas_pool ? mlp_step_seconds(o.seconds_per_probe) : planned_s;
   if (o.save_thread_choice) {
     try {
@@ -201,7 +201,7 @@ DoctorReport run_doctor(const DoctorOptions& o) {
       r.warnings.push_back(fmt::format("cannot save the thread choice: {}; frugal train keeps its default", e.what()));
     }
   }
-  const ThreadPlan used = apply_thread_plan(0, o.save_thread_choice);
+  const ThreadSettings used = apply_thread_settings(0, o.save_thread_choice);
   f["threads_frugal"] = o.save_thread_choice ? used.intra_op : recommended;
   f["mlp_step_ms_planned"] = planned_s * 1e3;
   f["mlp_step_ms_one_thread"] = one_s * 1e3;
@@ -215,18 +215,18 @@ DoctorReport run_doctor(const DoctorOptions& o) {
         "step takes {:.1f} ms vs {:.1f} ms with matched pools ({:.1f}x slower).\n"
         "    frugal sets both pools itself ([run] threads); other programs on this machine should "
         "set OPENBLAS_NUM_THREADS and OMP_NUM_THREADS to the same count.",
-        std::max(plan.logical_cpus, 2) * plan.intra_op, plan.intra_op, over_s * 1e3,
+        std::max(threads.logical_cpus, 2) * threads.intra_op, threads.intra_op, over_s * 1e3,
         planned_s * 1e3, over_s / planned_s));
   if (too_busy)
     r.warnings.push_back(fmt::format(
         "one thread measured faster ({}), but other processes kept {:.0f}% of the CPUs busy: frugal train keeps "
         "{} threads. Run frugal doctor again when the machine is quiet, or set run.threads.",
-        evidence, 100 * busy, plan.intra_op));
-  else if (recommended < plan.intra_op)
+        evidence, 100 * busy, threads.intra_op));
+  else if (recommended < threads.intra_op)
     r.warnings.push_back(fmt::format(
         "one thread beats {} in every round ({}): the CPUs are shared or slow to share work. frugal train "
         "(run.threads = 0) now uses 1 thread here{}; run frugal doctor again to re-measure, or set run.threads.",
-        plan.intra_op, evidence, o.save_thread_choice ? " (kept in " + thread_choice_path() + ")" : ""));
+        threads.intra_op, evidence, o.save_thread_choice ? " (kept in " + thread_choice_path() + ")" : ""));
 
   // The measurement precision.mode = "auto" decides from, made again and kept (precision.h:
   // cpu_auto_precision), so that doctor, tune and train decide alike on this machine.

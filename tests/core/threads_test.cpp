@@ -1,4 +1,4 @@
-// The thread plan: run.threads = 0 follows the count `frugal doctor` measured fastest, on the CPU
+// The thread t: run.threads = 0 follows the count `frugal doctor` measured fastest, on the CPU
 // set it was measured on only; a set count always wins.
 #include "frugal/core/threads.h"
 
@@ -28,18 +28,18 @@ TEST(Threads, TheDoctorsChoiceAppliesToAutoOnTheSameCpusOnly) {
   EXPECT_EQ(recommend_threads(10.0, 9.5, 2), 2);  // within noise: keep the planned count
   save_thread_choice(1, "2 thread(s) 10.0 ms/step, 1 thread 8.0 ms/step");
   ASSERT_TRUE(read_thread_choice().has_value());
-  const ThreadPlan plan = apply_thread_plan(0);
-  EXPECT_EQ(plan.intra_op, 1);
-  EXPECT_NE(plan.reason.find("auto: 1 thread(s), kept by frugal doctor on "), std::string::npos) << plan.reason;
-  EXPECT_NE(plan.reason.find("1 thread 8.0 ms/step"), std::string::npos) << plan.reason;  // with its evidence
-  EXPECT_EQ(apply_thread_plan(3).intra_op, 3);  // run.threads wins
-  EXPECT_EQ(apply_thread_plan(0, /*use_doctor_choice=*/false).reason.find("doctor"), std::string::npos);
+  const ThreadSettings t = apply_thread_settings(0);
+  EXPECT_EQ(t.intra_op, 1);
+  EXPECT_NE(t.reason.find("auto: 1 thread(s), kept by frugal doctor on "), std::string::npos) << t.reason;
+  EXPECT_NE(t.reason.find("1 thread 8.0 ms/step"), std::string::npos) << t.reason;  // with its evidence
+  EXPECT_EQ(apply_thread_settings(3).intra_op, 3);  // run.threads wins
+  EXPECT_EQ(apply_thread_settings(0, /*use_doctor_choice=*/false).reason.find("doctor"), std::string::npos);
   auto j = nlohmann::json::parse(test::read_text(thread_choice_path()));
   j["machine"]["logical_cpus"] = j["machine"]["logical_cpus"].get<int>() + 7;  // measured on another CPU set
   test::write_text(thread_choice_path(), j.dump());
   EXPECT_FALSE(read_thread_choice().has_value());
-  EXPECT_EQ(apply_thread_plan(0).reason.find("doctor"), std::string::npos);
-  // A choice kept before the evidence was (no "machine"): not trusted, the default plan.
+  EXPECT_EQ(apply_thread_settings(0).reason.find("doctor"), std::string::npos);
+  // A choice kept before the evidence was (no "machine"): not trusted, the default setting.
   test::write_text(thread_choice_path(), R"({"threads": 1, "physical_cores": 1, "logical_cpus": 1})");
   EXPECT_FALSE(read_thread_choice().has_value());
 }

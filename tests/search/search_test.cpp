@@ -47,17 +47,17 @@ TEST(Halving, RungStepsDivideTheFullLengthByEtaPerRung) {
   EXPECT_THROW(rung_steps_for(600, 3, 1), ConfigError);
 }
 
-TEST(Halving, PlanKeepsTheBestFractionAndCountsTrialSteps) {
+TEST(Halving, ScheduleKeepsTheBestFractionAndCountsTrialSteps) {
   EXPECT_EQ(survivors(0, 2), 0);
   EXPECT_EQ(survivors(1, 2), 1);  // the last one always goes on
   EXPECT_EQ(survivors(5, 2), 2);
   EXPECT_EQ(survivors(8, 3), 2);
-  const HalvingPlan p = halving_plan(8, {150, 300, 600}, 2);
+  const HalvingSchedule p = halving_schedule(8, {150, 300, 600}, 2);
   EXPECT_EQ(p.trials, (std::vector<int64_t>{8, 4, 2}));
   EXPECT_EQ(p.trial_steps, 8 * 150 + 4 * 150 + 2 * 300);  // each rung resumes the last one's step
   EXPECT_EQ(p.full_trial_steps, 8 * 600);
   EXPECT_EQ(p.trial_rungs, 14);
-  const HalvingPlan q = halving_plan(9, {10, 30, 90}, 3);
+  const HalvingSchedule q = halving_schedule(9, {10, 30, 90}, 3);
   EXPECT_EQ(q.trials, (std::vector<int64_t>{9, 3, 1}));
   EXPECT_EQ(q.trial_steps, 9 * 10 + 3 * 20 + 1 * 60);
 }

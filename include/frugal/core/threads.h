@@ -9,7 +9,7 @@
 
 namespace frugal {
 
-struct ThreadPlan {
+struct ThreadSettings {
   int intra_op = 1;        // at::set_num_threads
   int blas = 1;            // openblas_set_num_threads (when OpenBLAS is the BLAS)
   int physical_cores = 1;  // distinct (package, core) pairs in /sys
@@ -37,7 +37,7 @@ void save_thread_choice(int threads, const std::string& evidence);
 // Chooses and applies thread counts. requested > 0: that many. requested <= 0 (auto): the count
 // `frugal doctor` measured fastest here (read_thread_choice) when `use_doctor_choice` and there
 // is one, else the physical cores, capped by the CPUs this process may use.
-ThreadPlan apply_thread_plan(int requested, bool use_doctor_choice = true);
+ThreadSettings apply_thread_settings(int requested, bool use_doctor_choice = true);
 
 // BLAS facts: the shared object that provides sgemm_ (resolved through Debian alternatives), and
 // whether it is a tuned BLAS (OpenBLAS, BLIS, MKL) rather than the reference one.

@@ -83,6 +83,6 @@ class DataParallel : public DataParallelism {
 };
 
 // The Trainer's entry into a multi-process run over `pg` (TrainerOptions::data_parallel).
-DataParallelPlan data_parallel_plan(std::shared_ptr<ProcessGroup> pg);
+DataParallelFactory data_parallel_factory(std::shared_ptr<ProcessGroup> pg);
 
 }  // namespace frugal::dist

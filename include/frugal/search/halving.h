@@ -26,14 +26,14 @@ std::vector<int64_t> rung_steps_for(int64_t max_steps, int64_t rungs, double eta
 int64_t survivors(int64_t ran, double eta);
 
 // The schedule of a search of `trials` trials when every trial that runs a rung finishes it.
-struct HalvingPlan {
+struct HalvingSchedule {
   std::vector<int64_t> steps;   // per rung: the step the trials train to
   std::vector<int64_t> trials;  // per rung: how many trials run it
   int64_t trial_steps = 0;      // optimizer steps of all trials together (each rung resumes the last)
   int64_t full_trial_steps = 0; // the same when every trial runs to the last rung's step
   int64_t trial_rungs = 0;      // trial-rungs to run (the progress count)
 };
-HalvingPlan halving_plan(int64_t trials, const std::vector<int64_t>& rung_steps, double eta);
+HalvingSchedule halving_schedule(int64_t trials, const std::vector<int64_t>& rung_steps, double eta);
 
 // One trial's outcome at a rung.
 struct RungEntry {

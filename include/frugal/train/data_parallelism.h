@@ -4,7 +4,7 @@
 // (grad_sync.h).
 //
 //   TrainerOptions o;
-//   o.data_parallel = dist::data_parallel_plan(dist::connect(env, config.dist, device));
+//   o.data_parallel = dist::data_parallel_factory(dist::connect(env, config.dist, device));
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -42,7 +42,7 @@ class DataParallelism : public GradSync {
 // How a Trainer joins a multi-process run: this process's rank, known before the config is final
 // (rank 0 alone locks and writes the run directory), and how to build the data-parallel side from
 // the final config. The default (no `make`) is a single process.
-struct DataParallelPlan {
+struct DataParallelFactory {
   int64_t rank = 0;
   std::function<std::unique_ptr<DataParallelism>(const Config&)> make;
 };

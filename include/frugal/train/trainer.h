@@ -43,9 +43,9 @@ struct TrainerOptions {
   // Install SIGTERM/SIGINT/SIGUSR1 handlers for the trainer's lifetime (train/preemption.h): a
   // signal finishes the step, writes a checkpoint and stops with stop_kind "preempted".
   bool handle_signals = false;
-  // Multi-process data parallel (docs/distributed.md): dist::data_parallel_plan(dist::connect(...)).
+  // Multi-process data parallel (docs/distributed.md): dist::data_parallel_factory(dist::connect(...)).
   // The default is a single process. Rank 0 writes the run directory; every rank trains.
-  DataParallelPlan data_parallel;
+  DataParallelFactory data_parallel;
   // Progress as one JSON object per log step on stdout (`frugal train --json`); the banner and
   // other human lines go to stderr.
   bool json = false;

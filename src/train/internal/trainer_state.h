@@ -43,7 +43,7 @@ struct Trainer::State {
   std::string run_dir;
   std::string resumed_from;
   torch::Device device{torch::kCPU};
-  ThreadPlan threads;
+  ThreadSettings threads;
   Task task;
   std::shared_ptr<torch::nn::Module> model;  // task.module
   std::unique_ptr<DataParallelism> dp;       // multi-process only; outlives `step` (declared first)
