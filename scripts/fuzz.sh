@@ -66,7 +66,7 @@ sources_of() {
     safetensors) echo fuzz/safetensors_fuzz.cpp src/ckpt/safetensors.cpp src/model/weights.cpp "${common[@]}" ;;
     checkpoint) echo fuzz/checkpoint_fuzz.cpp src/ckpt/checkpoint.cpp src/ckpt/safetensors.cpp \
                   src/train/internal/run_state.cpp "${common[@]}" ;;
-    archive) echo fuzz/archive_fuzz.cpp src/ckpt/archive.cpp src/ckpt/checkpoint.cpp src/ckpt/safetensors.cpp \
+    archive) echo fuzz/archive_fuzz.cpp src/ckpt/archive.cpp src/ckpt/restore.cpp src/ckpt/checkpoint.cpp src/ckpt/safetensors.cpp \
                src/ckpt/retention.cpp src/ckpt/run_dir.cpp src/core/dir_lock.cpp "${common[@]}" ;;
     *) echo "fuzz.sh: unknown target $1 (shard, manifest, safetensors, checkpoint, archive)" >&2; exit 2 ;;
   esac

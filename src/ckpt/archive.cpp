@@ -32,16 +32,13 @@
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
+#include "ckpt/internal/archive_io.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kMetaName = "frugal-archive.json";
-constexpr size_t kChunk = 1 << 20;
-
-[[maybe_unused]] std::string hex64(uint64_t h) { return fmt::format("{:016x}", h); }
 
 // Seconds since `path` was last modified, by the wall clock.
 double age_seconds(const std::string& path) {
@@ -111,126 +108,12 @@ MetricMode best_mode_of(const std::string& checkpoint) {
 }
 
 #if FRUGAL_HAVE_LIBARCHIVE
-struct ArchiveReader {
-  struct archive* a = archive_read_new();
-  ~ArchiveReader() { archive_read_free(a); }
-};
-struct ArchiveWriter {
-  struct archive* a = archive_write_new();
-  ~ArchiveWriter() { archive_write_free(a); }
-};
-struct EntryPtr {
-  struct archive_entry* e = archive_entry_new();
-  ~EntryPtr() { archive_entry_free(e); }
-};
-
-[[noreturn]] void fail(const std::string& what, struct archive* a) {
-  throw IoError(fmt::format("{}: {}", what, a ? archive_error_string(a) : "libarchive error"));
-}
-
-void fsync_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw IoError(fmt::format("cannot fsync {}", path));
-  }
-  ::close(fd);
-}
-
-// An archive member's name as frugal writes it: a repack by plain `tar -C DIR -cf - .` prefixes
-// "./" and lists directories with a trailing "/"; both are accepted.
-std::string normal_member(std::string name) {
-  while (name.rfind("./", 0) == 0) name.erase(0, 2);
-  while (!name.empty() && name.back() == '/') name.pop_back();
-  return name;
-}
-
-// xxh3-64 of a file, streamed.
-std::string file_xxh3(const std::string& path, uint64_t* size) {
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) throw IoError(fmt::format("cannot read {}", path));
-  std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> h(XXH3_createState(), &XXH3_freeState);
-  XXH3_64bits_reset(h.get());
-  std::vector<char> buf(kChunk);
-  *size = 0;
-  for (size_t n = 0; (n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0;) {
-    XXH3_64bits_update(h.get(), buf.data(), n);
-    *size += n;
-  }
-  return hex64(XXH3_64bits_digest(h.get()));
-}
-
-// Names inside an archive: one relative path without "." / ".." components.
-bool safe_member(const std::string& name) {
-  if (name.empty() || name.front() == '/') return false;
-  for (const auto& part : fs::path(name))
-    if (part == ".." || part == ".") return false;
-  return true;
-}
-
-// Reads every member of `archive`: calls on_member(name, size, xxh3) after streaming its bytes
-// into sink(name, data, n) (which may be empty).
-template <typename Sink, typename OnMember>
-void read_members(const std::string& archive, Sink sink, OnMember on_member) {
-  ArchiveReader r;
-  archive_read_support_filter_all(r.a);
-  archive_read_support_format_tar(r.a);
-  if (archive_read_open_filename(r.a, archive.c_str(), kChunk) != ARCHIVE_OK)
-    throw CheckpointError(fmt::format("archive {} cannot be read (damaged or not a .tar.zst): {}",
-                                      archive, archive_error_string(r.a)));
-  struct archive_entry* e = nullptr;
-  while (true) {
-    int rc = archive_read_next_header(r.a, &e);
-    if (rc == ARCHIVE_EOF) break;
-    if (rc != ARCHIVE_OK)
-      throw CheckpointError(fmt::format("archive {} is damaged: {}", archive, archive_error_string(r.a)));
-    const std::string name = normal_member(archive_entry_pathname(e));
-    if (archive_entry_filetype(e) == AE_IFDIR) continue;  // directories are implied by file names
-    if (archive_entry_filetype(e) != AE_IFREG)
-      throw CheckpointError(fmt::format("archive {} holds \"{}\", which is not a regular file (a link or a "
-                                        "device); a checkpoint archive holds only files",
-                                        archive, name));
-    if (!safe_member(name))
-      throw CheckpointError(fmt::format("archive {} holds an unsafe member name \"{}\" (absolute or "
-                                        "with \"..\"); refusing to extract it",
-                                        archive, name));
-    XXH3_state_t* h = XXH3_createState();
-    XXH3_64bits_reset(h);
-    uint64_t size = 0;
-    const void* buf = nullptr;
-    size_t len = 0;
-    la_int64_t off = 0;
-    while ((rc = archive_read_data_block(r.a, &buf, &len, &off)) == ARCHIVE_OK) {
-      XXH3_64bits_update(h, buf, len);
-      sink(name, static_cast<const char*>(buf), len);
-      size += len;
-    }
-    const uint64_t digest = XXH3_64bits_digest(h);
-    XXH3_freeState(h);
-    if (rc != ARCHIVE_EOF)
-      throw CheckpointError(fmt::format("archive {} is damaged in member {}: {}", archive, name,
-                                        archive_error_string(r.a)));
-    on_member(name, size, hex64(digest));
-  }
-}
-
-// The folders above member `name` in the staging directory; a name no checkpoint has (a file and a
-// folder of one name, a component too long) is a damaged archive, said as such.
-void make_member_dirs(const fs::path& p, const std::string& archive, const std::string& name) {
-  std::error_code ec;
-  fs::create_directories(p.parent_path(), ec);
-  if (ec)
-    throw CheckpointError(fmt::format("archive {} holds member \"{}\", which cannot be extracted ({}); a checkpoint "
-                                      "archive holds step-NNNNNNNN/<file> members only",
-                                      archive, name, ec.message()));
-}
-
 // Whether `archive` holds every file of the checkpoint directory `dir` (named `name` inside the
 // archive) with the same size and xxh3-64.
 bool archive_holds(const std::string& archive, const std::string& name, const std::string& dir) {
   std::map<std::string, std::pair<uint64_t, std::string>> seen;
   try {
-    read_members(
+    archive_io::read_members(
         archive, [](const std::string&, const char*, size_t) {},
         [&](const std::string& n, uint64_t size, const std::string& h) { seen[n] = {size, h}; });
   } catch (const CheckpointError&) {
@@ -239,7 +122,7 @@ bool archive_holds(const std::string& archive, const std::string& name, const st
   for (const auto& e : fs::directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     uint64_t size = 0;
-    const std::string h = file_xxh3(e.path().string(), &size);
+    const std::string h = archive_io::file_xxh3(e.path().string(), &size);
     auto it = seen.find(name + "/" + e.path().filename().string());
     if (it == seen.end() || it->second != std::make_pair(size, h)) return false;
   }
@@ -356,58 +239,58 @@ std::string archive_present_checkpoint(const ArchiveCandidate& c, const fs::path
   nlohmann::json meta = {{"format", "frugal-checkpoint-archive"}, {"version", 1}, {"run", c.run},
                          {"checkpoint", name}, {"step", c.step}, {"files", nlohmann::json::object()}};
   try {
-    ArchiveWriter w;
+    archive_io::ArchiveWriter w;
     archive_write_set_format_pax_restricted(w.a);
-    if (archive_write_add_filter_zstd(w.a) != ARCHIVE_OK) fail("zstd filter unavailable", w.a);
+    if (archive_write_add_filter_zstd(w.a) != ARCHIVE_OK) archive_io::fail("zstd filter unavailable", w.a);
     if (archive_write_open_filename(w.a, tmp.c_str()) != ARCHIVE_OK)
-      fail(fmt::format("cannot create {}", tmp), w.a);
+      archive_io::fail(fmt::format("cannot create {}", tmp), w.a);
     auto add = [&](const std::string& member, const std::string& src, const std::string* bytes) {
-      EntryPtr e;
+      archive_io::EntryPtr e;
       archive_entry_set_pathname(e.e, member.c_str());
       archive_entry_set_filetype(e.e, AE_IFREG);
       archive_entry_set_perm(e.e, 0644);
       const uint64_t size = bytes ? bytes->size() : fs::file_size(src);
       archive_entry_set_size(e.e, static_cast<la_int64_t>(size));
-      if (archive_write_header(w.a, e.e) != ARCHIVE_OK) fail(fmt::format("writing {}", tmp), w.a);
+      if (archive_write_header(w.a, e.e) != ARCHIVE_OK) archive_io::fail(fmt::format("writing {}", tmp), w.a);
       if (bytes) {
-        if (archive_write_data(w.a, bytes->data(), bytes->size()) < 0) fail(fmt::format("writing {}", tmp), w.a);
+        if (archive_write_data(w.a, bytes->data(), bytes->size()) < 0) archive_io::fail(fmt::format("writing {}", tmp), w.a);
         return;
       }
       std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(src.c_str(), "rb"), &std::fclose);
       if (!f) throw IoError(fmt::format("cannot read {}", src));
       XXH3_state_t* h = XXH3_createState();
       XXH3_64bits_reset(h);
-      std::vector<char> buf(kChunk);
+      std::vector<char> buf(archive_io::kChunk);
       uint64_t done = 0;
       size_t n = 0;
       while ((n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0) {
         XXH3_64bits_update(h, buf.data(), n);
         if (archive_write_data(w.a, buf.data(), n) < 0) {
           XXH3_freeState(h);
-          fail(fmt::format("writing {}", tmp), w.a);
+          archive_io::fail(fmt::format("writing {}", tmp), w.a);
         }
         done += n;
       }
       const uint64_t digest = XXH3_64bits_digest(h);
       XXH3_freeState(h);
       if (done != size) throw IoError(fmt::format("{} changed size while being archived", src));
-      meta["files"][member] = {{"bytes", size}, {"xxh3", hex64(digest)}};
+      meta["files"][member] = {{"bytes", size}, {"xxh3", archive_io::hex64(digest)}};
     };
     for (const auto& f : files) add(name + "/" + f.filename().string(), f.string(), nullptr);
     const std::string m = meta.dump(2) + "\n";
-    add(kMetaName, "", &m);
-    if (archive_write_close(w.a) != ARCHIVE_OK) fail(fmt::format("finishing {}", tmp), w.a);
+    add(archive_io::kMetaName, "", &m);
+    if (archive_write_close(w.a) != ARCHIVE_OK) archive_io::fail(fmt::format("finishing {}", tmp), w.a);
   } catch (...) {
     std::error_code ec;
     fs::remove(tmp, ec);
     throw;
   }
-  fsync_file(tmp);
+  archive_io::fsync_file(tmp);
 
   // Read back before anything is deleted: every file present, same size, same hash.
   std::map<std::string, std::pair<uint64_t, std::string>> seen;
   try {
-    read_members(
+    archive_io::read_members(
         tmp, [](const std::string&, const char*, size_t) {},
         [&](const std::string& n, uint64_t size, const std::string& h) { seen[n] = {size, h}; });
     for (const auto& [member, want] : meta["files"].items()) {
@@ -430,82 +313,5 @@ std::string archive_present_checkpoint(const ArchiveCandidate& c, const fs::path
 }
 }  // namespace
 #endif
-
-std::string restore_checkpoint(const std::string& archive, const std::string& runs_dir) {
-  require_feature("libarchive", "frugal restore (a checkpoint archive is a .tar.zst)");
-#if FRUGAL_HAVE_LIBARCHIVE
-  if (!fs::is_regular_file(archive))
-    throw ConfigError(fmt::format("archive {} does not exist", archive));
-  fs::create_directories(runs_dir);
-  const fs::path stage = fs::path(runs_dir) / fmt::format(".tmp-restore-{}", ::getpid());
-  std::error_code ec;
-  remove_tree(stage, ec);
-  fs::create_directories(stage);
-  auto cleanup = [&] { remove_tree(stage, ec); };
-  try {
-    std::unique_ptr<FILE, int (*)(FILE*)> out(nullptr, &std::fclose);
-    std::string open_name;
-    std::string meta_text;
-    read_members(
-        archive,
-        [&](const std::string& name, const char* data, size_t n) {
-          if (name == kMetaName) {
-            meta_text.append(data, n);
-            return;
-          }
-          if (name != open_name) {
-            const fs::path p = stage / name;
-            make_member_dirs(p, archive, name);
-            out.reset(std::fopen(p.c_str(), "wb"));
-            if (!out) throw IoError(fmt::format("cannot write {}", p.string()));
-            open_name = name;
-          }
-          if (std::fwrite(data, 1, n, out.get()) != n) throw IoError(fmt::format("cannot write {}", (stage / name).string()));
-        },
-        [&](const std::string& name, uint64_t, const std::string&) {
-          if (name == open_name) {
-            if (std::fflush(out.get()) != 0 || ::fsync(fileno(out.get())) != 0)
-              throw IoError(fmt::format("cannot fsync {}", (stage / name).string()));
-            out.reset();
-            open_name.clear();
-          } else if (name != kMetaName) {  // an empty member: no data blocks were streamed
-            const fs::path p = stage / name;
-            make_member_dirs(p, archive, name);
-            write_file_atomic(p.string(), "");
-          }
-        });
-    const nlohmann::json meta = nlohmann::json::parse(meta_text, nullptr, /*allow_exceptions=*/false);
-    if (!meta.is_object() || !meta.contains("format") || meta["format"] != "frugal-checkpoint-archive" || !meta.contains("run") ||
-        !meta["run"].is_string() || !meta.contains("checkpoint") || !meta["checkpoint"].is_string())
-      throw CheckpointError(fmt::format("{} is not a frugal checkpoint archive (no readable {} with format "
-                                        "\"frugal-checkpoint-archive\", run and checkpoint)",
-                                        archive, kMetaName));
-    const std::string run = meta["run"].get<std::string>();
-    const std::string name = meta["checkpoint"].get<std::string>();
-    if (!safe_member(run) || !safe_member(name) || run.find('/') != std::string::npos ||
-        name.find('/') != std::string::npos)
-      throw CheckpointError(fmt::format("{} names an unsafe run or checkpoint (\"{}\", \"{}\")", archive, run, name));
-    const fs::path staged = stage / name;
-    if (std::string bad = verify_checkpoint(staged.string()); !bad.empty())
-      throw CheckpointError(fmt::format("the checkpoint restored from {} does not verify: {}", archive, bad));
-    const fs::path dest_root = RunDir((fs::path(runs_dir) / run).string()).checkpoints();
-    const fs::path dest = dest_root / name;
-    if (fs::exists(dest))
-      throw ConfigError(fmt::format("{} already exists; restoring {} would overwrite it (move or remove that "
-                                    "checkpoint first, or restore into another --runs directory)",
-                                    dest.string(), archive));
-    fs::create_directories(dest_root);
-    fs::rename(staged, dest);
-    fsync_dir(dest_root.string());
-    cleanup();
-    return dest.string();
-  } catch (...) {
-    cleanup();
-    throw;
-  }
-#else
-  return {};
-#endif
-}
 
 }  // namespace frugal

@@ -308,25 +308,25 @@ bool read_tars(const PrepareOptions& o, const std::vector<std::string>& files, c
   return false;
 }
 
-}  // namespace
-
-PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& progress) {
-  const auto t0 = Clock::now();
-  auto say = [&](const std::string& s) {
-    if (progress) progress(s);
-  };
+// The options' ranges, and the features of this build they need: refused before any work.
+void check_prepare_options(const PrepareOptions& o) {
   if (o.out_dir.empty()) throw ConfigError("prepare needs an output folder (--out DIR)");
   if (!(o.val_fraction >= 0 && o.val_fraction < 1) || o.shard_tokens < 1 || o.shard_records < 1)
     throw ConfigError("--val-fraction must be in [0, 1), --shard-tokens and --shard-records positive");
   if (o.image_size < 1 || o.image_size > 4096 || o.augment < 0)
     throw ConfigError(fmt::format("--size {} must be in [1, 4096] and --augment {} at least 0", o.image_size, o.augment));
-  // What this build lacks is refused before any work (see features.h).
+  // What this build lacks (see features.h).
   if (o.zstd) require_feature("zstd", "prepare --zstd");
   if (o.format == InputFormat::kImages || o.format == InputFormat::kTar)
     require_feature("images", fmt::format("prepare --format {}", format_name(o.format)));
   if (o.format == InputFormat::kTar) require_feature("libarchive", "prepare --format tar");
   if (o.format == InputFormat::kParquet) require_feature("parquet", "prepare --format parquet");
   if (o.tokenizer.rfind("sentencepiece", 0) == 0) require_sentencepiece("prepare --tokenizer sentencepiece");
+}
+
+// The dataset folder --out names, refused when it is not a folder of its own or holds something
+// other than an earlier dataset.
+std::string dataset_folder(const PrepareOptions& o) {
   // "data/out/" names the folder data/out: without the trailing separator, so that OUT.tmp-PID is
   // its sibling and not a folder inside it.
   fs::path out_path = fs::path(o.out_dir).lexically_normal();
@@ -336,10 +336,22 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     throw ConfigError(fmt::format("--out {}: name the dataset folder itself (for example --out data/mine), not "
                                   "the current, parent or root folder",
                                   o.out_dir));
-  const std::string out = out_path.string();
+  std::string out = out_path.string();
   if (fs::exists(out) && !fs::exists(out + "/manifest.json") && !fs::is_empty(out))
     throw ConfigError(fmt::format("--out {}: the folder exists and is not a frugal dataset; choose a new "
                                   "folder (prepare replaces only earlier datasets)", out));
+  return out;
+}
+
+}  // namespace
+
+PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& progress) {
+  const auto t0 = Clock::now();
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  check_prepare_options(o);
+  const std::string out = dataset_folder(o);
   PrepareReport r;
   r.out_dir = out;
   r.threads = o.threads > 0 ? o.threads : usable_cpu_count();

@@ -37,6 +37,36 @@ std::string describe_status(int status) {
   return fmt::format("exited with code {}", WEXITSTATUS(status));
 }
 
+// Forks rank node_rank x procs_per_node + local and runs `exe` in it with torchrun's variables;
+// the child gets its own process group, so a Ctrl-C reaches the launcher only, which forwards it once.
+Child start_rank(const LaunchOptions& o, const std::string& exe, int64_t local, int64_t world,
+                 const std::string& threads) {
+  Child c;
+  c.rank = o.node_rank * o.procs_per_node + local;
+  std::fflush(nullptr);
+  c.pid = fork();
+  if (c.pid < 0) throw Error(fmt::format("frugal launch: fork failed: {}", std::strerror(errno)));
+  if (c.pid == 0) {
+    setpgid(0, 0);
+    for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) signal(sig, SIG_DFL);
+    setenv("RANK", std::to_string(c.rank).c_str(), 1);
+    setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+    setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
+    setenv("LOCAL_WORLD_SIZE", std::to_string(o.procs_per_node).c_str(), 1);
+    setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
+    setenv("MASTER_PORT", std::to_string(o.master_port).c_str(), 1);
+    setenv("FRUGAL_RUN_THREADS", threads.c_str(), 0);
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(exe.c_str()));
+    for (const auto& a : o.args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(exe.c_str(), argv.data());
+    std::fprintf(stderr, "frugal launch: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
+    _exit(127);
+  }
+  return c;
+}
+
 }  // namespace
 
 int launch(const LaunchOptions& o, const std::string& exe) {
@@ -56,31 +86,7 @@ int launch(const LaunchOptions& o, const std::string& exe) {
 
   std::vector<Child> children;
   for (int64_t local = 0; local < o.procs_per_node; ++local) {
-    Child c;
-    c.rank = o.node_rank * o.procs_per_node + local;
-    std::fflush(nullptr);
-    c.pid = fork();
-    if (c.pid < 0) throw Error(fmt::format("frugal launch: fork failed: {}", std::strerror(errno)));
-    if (c.pid == 0) {
-      // Own process group: a Ctrl-C reaches the launcher only, which forwards it once.
-      setpgid(0, 0);
-      for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) signal(sig, SIG_DFL);
-      setenv("RANK", std::to_string(c.rank).c_str(), 1);
-      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
-      setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
-      setenv("LOCAL_WORLD_SIZE", std::to_string(o.procs_per_node).c_str(), 1);
-      setenv("MASTER_ADDR", o.master_addr.c_str(), 1);
-      setenv("MASTER_PORT", std::to_string(o.master_port).c_str(), 1);
-      setenv("FRUGAL_RUN_THREADS", threads.c_str(), 0);
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(exe.c_str()));
-      for (const auto& a : o.args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(exe.c_str(), argv.data());
-      std::fprintf(stderr, "frugal launch: cannot run %s: %s\n", exe.c_str(), std::strerror(errno));
-      _exit(127);
-    }
-    children.push_back(c);
+    children.push_back(start_rank(o, exe, local, world, threads));
   }
   std::fprintf(stderr, "frugal launch: started %lld process(es) (ranks %lld..%lld of %lld), master %s:%lld\n",
                static_cast<long long>(o.procs_per_node), static_cast<long long>(children.front().rank),

@@ -184,7 +184,11 @@ std::string headline(const Json& summary) {
 
 }  // namespace
 
-std::string render_report_html(const Json& summary, const std::vector<Json>& lines, const ReportPageOptions& opt) {
+namespace {
+
+// The charts' series from metrics.jsonl: one point per logged step (eval lines feed val loss and
+// the task's figures).
+struct ReportSeries {
   Series train{"train loss", "#1f77b4", {}}, val{"val loss", "#d62728", {}}, tps{"tokens/s", "#2ca02c", {}};
   Series rss{"RSS MB", "#9467bd", {}}, cost{"USD", "#8c564b", {}}, mfu{"MFU %", "#17becf", {}};
   Series gns{"noise scale", "#bcbd22", {}}, batch{"global batch", "#7f7f7f", {}};
@@ -192,12 +196,17 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
   std::vector<Series> phases{{"data wait", "#7f7f7f", {}}, {"forward", "#1f77b4", {}},
                              {"backward", "#ff7f0e", {}},  {"optimizer", "#2ca02c", {}},
                              {"eval", "#d62728", {}},      {"checkpoint", "#9467bd", {}}};
-  const char* phase_keys[] = {"data_wait_s", "forward_s", "backward_s", "optimizer_s", "eval_s", "checkpoint_s"};
-  const double global_batch = get(summary, "global_batch");
-  double prev_step = 0;
   // A chart per task evaluation figure ("metrics" on eval lines) and per user scalar ("user" on
   // step lines), in name order.
   std::map<std::string, Series> task_figures, user_scalars;
+};
+
+ReportSeries collect_series(const Json& summary, const std::vector<Json>& lines) {
+  ReportSeries r;
+  auto& [train, val, tps, rss, cost, mfu, gns, batch, lr, gnorm, phases, task_figures, user_scalars] = r;
+  const char* phase_keys[] = {"data_wait_s", "forward_s", "backward_s", "optimizer_s", "eval_s", "checkpoint_s"};
+  const double global_batch = get(summary, "global_batch");
+  double prev_step = 0;
   auto add_named = [](std::map<std::string, Series>& to, const Json& obj, double step) {
     if (!obj.is_object()) return;
     for (auto it = obj.begin(); it != obj.end(); ++it) {
@@ -235,24 +244,34 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
       phases[p].points.push_back({step, std::isfinite(v) ? 1e3 * v : 0.0});
     }
   }
+  return r;
+}
+
+// The live page fetches itself and swaps its body in place: no flash, no jump to the top, and a
+// failed fetch (the run ended, the network blinked) leaves the last figures standing. Without
+// scripts, a plain reload.
+std::string live_refresh(const ReportPageOptions& opt) {
+  // The URL as a JS string literal: JSON's quoting, and no "<" that could close the script.
+  std::string url = Json("/" + opt.token_query).dump();
+  for (size_t at = url.find('<'); at != std::string::npos; at = url.find('<', at)) url.replace(at, 1, "\\u003c");
+  return fmt::format(
+      "<script>setInterval(function(){{fetch({},{{cache:'no-store'}}).then(function(r){{return r.ok?r.text():null}})"
+      ".then(function(t){{if(t)document.body.innerHTML=new DOMParser().parseFromString(t,'text/html').body.innerHTML}})"
+      ".catch(function(){{}})}},{});</script><noscript><meta http-equiv='refresh' content='{}; url=/{}'></noscript>",
+      url, 1000 * opt.refresh_s, opt.refresh_s, esc(opt.token_query));
+}
+
+}  // namespace
+
+std::string render_report_html(const Json& summary, const std::vector<Json>& lines, const ReportPageOptions& opt) {
+  const ReportSeries series = collect_series(summary, lines);
+  const auto& [train, val, tps, rss, cost, mfu, gns, batch, lr, gnorm, phases, task_figures, user_scalars] = series;
   std::string levers = fmt::format(
       "precision <b>{}</b> ({}), accumulation <b>{}</b>, activation checkpointing <b>{}</b>",
       esc(summary.value("precision", "?")), esc(summary.value("precision_reason", "")),
       summary.value("accum", 1), esc(summary.value("activation_checkpointing", "none")));
   std::string html = R"(<!doctype html><html><head><meta charset="utf-8"><title>frugal run report</title>)";
-  if (opt.refresh_s > 0) {
-    // The live page fetches itself and swaps its body in place: no flash, no jump to the top, and
-    // a failed fetch (the run ended, the network blinked) leaves the last figures standing. Without
-    // scripts, a plain reload.
-    // The URL as a JS string literal: JSON's quoting, and no "<" that could close the script.
-    std::string url = Json("/" + opt.token_query).dump();
-    for (size_t at = url.find('<'); at != std::string::npos; at = url.find('<', at)) url.replace(at, 1, "\\u003c");
-    html += fmt::format(
-        "<script>setInterval(function(){{fetch({},{{cache:'no-store'}}).then(function(r){{return r.ok?r.text():null}})"
-        ".then(function(t){{if(t)document.body.innerHTML=new DOMParser().parseFromString(t,'text/html').body.innerHTML}})"
-        ".catch(function(){{}})}},{});</script><noscript><meta http-equiv='refresh' content='{}; url=/{}'></noscript>",
-        url, 1000 * opt.refresh_s, opt.refresh_s, esc(opt.token_query));
-  }
+  if (opt.refresh_s > 0) html += live_refresh(opt);
   html += "<style>" + chart::page_style() + "</style></head><body>";
   html += fmt::format("<h1>frugal run <code>{}</code>{}</h1>", esc(summary.value("run_name", std::string("?"))),
                       opt.refresh_s > 0 ? " (live)" : "");

@@ -69,14 +69,8 @@ double mlp_step_seconds(double budget_s) {
   return times[times.size() / 2];
 }
 
-}  // namespace
-
-int recommend_threads(double planned_step_s, double one_thread_step_s, int planned_threads) {
-  return one_thread_step_s < 0.9 * planned_step_s ? 1 : planned_threads;
-}
-
-DoctorReport run_doctor(const DoctorOptions& o) {
-  DoctorReport r;
+// The CPU, LibTorch, and the memory budget a run gets.
+void check_cpu(DoctorReport& r) {
   auto& f = r.facts;
   f["frugal_version"] = FRUGAL_VERSION;
   f["torch_version"] = TORCH_VERSION;
@@ -94,7 +88,12 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   f["kernel_level"] = fused_attention_cpu_level();
   // What memory.limit_mb = 0 takes as the CPU memory budget (0 = no cgroup limit).
   f["cgroup_memory_limit_mb"] = static_cast<double>(cgroup_memory_limit_bytes()) / (1024.0 * 1024.0);
-  // What was compiled in, then what was found.
+}
+
+// What was compiled in (CUDA, cuDNN, NCCL, frugal's kernels, the optional features) and which
+// std::filesystem this program resolves to.
+void check_build(DoctorReport& r) {
+  auto& f = r.facts;
   const device::BuildInfo build = device::build_info();
   f["cuda_compiled"] = build.cuda_compiled;
   f["cuda_compiled_version"] = build.cuda_version;
@@ -117,6 +116,12 @@ DoctorReport run_doctor(const DoctorOptions& o) {
                                        x.name, x.library, x.enables, x.package));
   }
   f["build_features"] = features;
+}
+
+// The GPUs this process sees, each with its datasheet peak and (with probes) its measured one.
+void check_gpus(const DoctorOptions& o, DoctorReport& r) {
+  auto& f = r.facts;
+  const device::BuildInfo build = device::build_info();
   f["cuda_available"] = device::cuda_available();
   f["cuda_devices"] = device::cuda_device_count();
   nlohmann::ordered_json gpus = nlohmann::ordered_json::array();
@@ -146,7 +151,11 @@ DoctorReport run_doctor(const DoctorOptions& o) {
   if (!build.cuda_compiled)
     r.warnings.push_back("this build has no CUDA: run.device = \"cuda\" is refused. Build against the "
                          "official CUDA wheel (scripts/install-deps.sh) to use a GPU.");
+}
 
+// The BLAS behind LibTorch's fp32 matmuls, and the thread pools it starts with.
+void check_blas(DoctorReport& r) {
+  auto& f = r.facts;
   const int default_intra = at::get_num_threads();
   const int default_blas = blas_threads();
   f["blas_library"] = blas_library();
@@ -159,14 +168,17 @@ DoctorReport run_doctor(const DoctorOptions& o) {
         "    fix (Debian's LibTorch): sudo apt-get install libopenblas0-pthread; the official wheel brings MKL",
         blas_library().empty() ? "none found" : blas_library()));
   }
+}
 
-  // Threads: the default setting (physical cores) against one thread, alternating 3 rounds of each
-  // (a shared machine's speed drifts from second to second) and comparing medians. One thread is
-  // kept only when it wins every round by the margin and the machine was quiet (other processes
-  // used under kBusyOthers of its CPUs): a measurement beside a busy neighbour says more about
-  // the neighbour, and a choice kept from it would slow every later run. The choice is kept with
-  // its evidence (threads.h: thread_choice_path) and `frugal train` with run.threads = 0 follows
-  // it, so the two never disagree.
+// Threads: the default setting (physical cores) against one thread, alternating 3 rounds of each
+// (a shared machine's speed drifts from second to second) and comparing medians. One thread is
+// kept only when it wins every round by the margin and the machine was quiet (other processes
+// used under kBusyOthers of its CPUs): a measurement beside a busy neighbour says more about
+// the neighbour, and a choice kept from it would slow every later run. The choice is kept with
+// its evidence (threads.h: thread_choice_path) and `frugal train` with run.threads = 0 follows
+// it, so the two never disagree.
+void check_threads(const DoctorOptions& o, DoctorReport& r) {
+  auto& f = r.facts;
   constexpr double kBusyOthers = 0.25;
   ThreadSettings threads = apply_thread_settings(0, /*use_doctor_choice=*/false);
   std::vector<double> planned_runs, one_runs;
@@ -227,9 +239,12 @@ DoctorReport run_doctor(const DoctorOptions& o) {
         "one thread beats {} in every round ({}): the CPUs are shared or slow to share work. frugal train "
         "(run.threads = 0) now uses 1 thread here{}; run frugal doctor again to re-measure, or set run.threads.",
         threads.intra_op, evidence, o.save_thread_choice ? " (kept in " + thread_choice_path() + ")" : ""));
+}
 
-  // The measurement precision.mode = "auto" decides from, made again and kept (precision.h:
-  // cpu_auto_precision), so that doctor, tune and train decide alike on this machine.
+// The measurement precision.mode = "auto" decides from, made again and kept (precision.h:
+// cpu_auto_precision), so that doctor, tune and train decide alike on this machine.
+void check_precision(const DoctorOptions& o, DoctorReport& r) {
+  auto& f = r.facts;
   CpuPrecisionSpeeds speeds;
   std::string precision_reason;
   PrecisionMode auto_mode;
@@ -251,10 +266,32 @@ DoctorReport run_doctor(const DoctorOptions& o) {
         "bf16 matmul ({:.0f} GFLOP/s) is not much faster than fp32 ({:.0f}) here{}: "
         "[precision] mode = \"auto\" will keep fp32.",
         bf16, fp32, f["avx512_bf16"].get<bool>() ? "" : " (no AVX-512 BF16)"));
+}
 
+// Free space where runs are written.
+void check_disk(const DoctorOptions& o, DoctorReport& r) {
+  auto& f = r.facts;
   struct statvfs vfs {};
   if (::statvfs(o.disk_path.c_str(), &vfs) == 0)
     f["disk_free_gb"] = static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize) / 1e9;
+}
+
+}  // namespace
+
+int recommend_threads(double planned_step_s, double one_thread_step_s, int planned_threads) {
+  return one_thread_step_s < 0.9 * planned_step_s ? 1 : planned_threads;
+}
+
+// One check after another, each adding its facts and warnings; precision reads the CPU's flags.
+DoctorReport run_doctor(const DoctorOptions& o) {
+  DoctorReport r;
+  check_cpu(r);
+  check_build(r);
+  check_gpus(o, r);
+  check_blas(r);
+  check_threads(o, r);
+  check_precision(o, r);
+  check_disk(o, r);
   return r;
 }
 

@@ -84,6 +84,60 @@ int64_t step_bytes(Gpt& model, const Batch& b, int64_t n) {
   return tensor_bytes_peak() - base - grads;
 }
 
+// Runs one stage unless an earlier one failed; a failure names the stage and its cause.
+void run_stage(SmokeReport& r, const std::string& inject, const std::string& name, const std::function<void()>& body) {
+  if (!r.stage.empty()) return;
+  try {
+    if (inject == name) throw Error(fmt::format("failure injected at stage '{}'", name));
+    body();
+    r.passed.push_back(name);
+  } catch (const c10::Error& e) {
+    r.stage = name;
+    r.error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    r.stage = name;
+    r.error = e.what();
+  }
+}
+
+// The model from run.seed, its forward pass on one batch, the logits' shape checked.
+Gpt check_forward(const Config& c, const Batch& batch, SmokeReport& r) {
+  torch::manual_seed(static_cast<uint64_t>(c.run.seed));
+  Gpt model(c.model);
+  r.params = model->parameter_count();
+  at::Tensor logits = model->forward(batch.x);
+  r.logits_shape = shape(logits);
+  const std::vector<int64_t> want = {batch.x.size(0), batch.x.size(1), c.model.vocab};
+  if (logits.sizes().vec() != want)
+    throw Error(fmt::format("logits have shape {} but [batch, block, vocab] = [{}] was expected",
+                            shape(logits), fmt::join(want, ", ")));
+  return model;
+}
+
+// Bytes of a step at 1 and 2 samples, through the counting allocator: what a sample costs, and
+// the estimate at data.micro_batch.
+void measure_memory(const Config& c, const Batch& batch, SmokeReport& r) {
+  install_counting_allocator();
+  Gpt model(c.model);  // allocated after the allocator: every byte counted
+  const int64_t one = step_bytes(model, batch, 1);
+  const int64_t two = step_bytes(model, batch, std::min<int64_t>(2, batch.x.size(0)));
+  r.bytes_per_sample = static_cast<double>(std::max<int64_t>(two - one, 0));
+  r.static_bytes = 16.0 * static_cast<double>(r.params);
+  r.estimated_bytes = r.static_bytes + static_cast<double>(one) +
+                      r.bytes_per_sample * static_cast<double>(r.micro_batch - 1);
+}
+
+// The resumed run's step-2 loss must equal the uninterrupted run's, bit for bit.
+void compare_step_2(LossRecorder& first, LossRecorder& resumed, SmokeReport& r) {
+  if (!first.losses.count(2) || !resumed.losses.count(2)) throw Error("step 2 logged no loss in one of the runs");
+  r.loss_uninterrupted = first.losses[2];
+  r.loss_resumed = resumed.losses[2];
+  if (r.loss_uninterrupted != r.loss_resumed)
+    throw CheckpointError(fmt::format("the resumed step 2 loss {:.9g} differs from the uninterrupted "
+                                      "{:.9g}: some state is not saved or not restored",
+                                      r.loss_resumed, r.loss_uninterrupted));
+}
+
 }  // namespace
 
 SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
@@ -92,20 +146,7 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
   const bool was_quiet = Console::get().quiet();
   std::random_device rd;
   const fs::path dir = fs::temp_directory_path() / fmt::format("frugal-smoke-{}", rd());
-  auto stage = [&](const std::string& name, const std::function<void()>& body) {
-    if (!r.stage.empty()) return;
-    try {
-      if (inject == name) throw Error(fmt::format("failure injected at stage '{}'", name));
-      body();
-      r.passed.push_back(name);
-    } catch (const c10::Error& e) {
-      r.stage = name;
-      r.error = e.what_without_backtrace();
-    } catch (const std::exception& e) {
-      r.stage = name;
-      r.error = e.what();
-    }
-  };
+  auto stage = [&](const std::string& name, const std::function<void()>& body) { run_stage(r, inject, name, body); };
 
   ResolvedConfig rc;
   std::unique_ptr<BatchSource> data;
@@ -127,25 +168,10 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
                                   "must agree", shape(batch.x), shape(batch.y), shape(v.x)));
   });
   stage("forward", [&] {
-    torch::manual_seed(static_cast<uint64_t>(rc.config.run.seed));
-    model = Gpt(rc.config.model);
-    r.params = model->parameter_count();
-    at::Tensor logits = model->forward(batch.x);
-    r.logits_shape = shape(logits);
-    const std::vector<int64_t> want = {batch.x.size(0), batch.x.size(1), rc.config.model.vocab};
-    if (logits.sizes().vec() != want)
-      throw Error(fmt::format("logits have shape {} but [batch, block, vocab] = [{}] was expected",
-                              shape(logits), fmt::join(want, ", ")));
+    model = check_forward(rc.config, batch, r);
   });
   stage("memory", [&] {
-    install_counting_allocator();
-    model = Gpt(rc.config.model);  // allocated after the allocator: every byte counted
-    const int64_t one = step_bytes(model, batch, 1);
-    const int64_t two = step_bytes(model, batch, std::min<int64_t>(2, batch.x.size(0)));
-    r.bytes_per_sample = static_cast<double>(std::max<int64_t>(two - one, 0));
-    r.static_bytes = 16.0 * static_cast<double>(r.params);
-    r.estimated_bytes = r.static_bytes + static_cast<double>(one) +
-                        r.bytes_per_sample * static_cast<double>(r.micro_batch - 1);
+    measure_memory(rc.config, batch, r);
   });
   stage("train", [&] {
     TrainerOptions o;
@@ -173,14 +199,7 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
     t.fit();
   });
   stage("compare", [&] {
-    if (!first.losses.count(2) || !resumed.losses.count(2))
-      throw Error("step 2 logged no loss in one of the runs");
-    r.loss_uninterrupted = first.losses[2];
-    r.loss_resumed = resumed.losses[2];
-    if (r.loss_uninterrupted != r.loss_resumed)
-      throw CheckpointError(fmt::format("the resumed step 2 loss {:.9g} differs from the uninterrupted "
-                                        "{:.9g}: some state is not saved or not restored",
-                                        r.loss_resumed, r.loss_uninterrupted));
+    compare_step_2(first, resumed, r);
   });
   std::error_code ec;
   remove_tree(dir, ec);

@@ -96,7 +96,7 @@ TEST(Emit, SkyPilotTaskParsesAsYamlWithGpuTrainingAndTheBucketMounted) {
     o.accelerators = "H100:8";
     o.bucket = bucket;
     test::write_text(d.file("task.yaml"), emit_skypilot(o));
-    const std::string check = R"PY(
+    const std::string check = R"(
 import sys, yaml
 t = yaml.safe_load(open(sys.argv[1]))
 assert t["name"] == "gpt" and t["num_nodes"] == 2, t
@@ -110,7 +110,7 @@ assert t["setup"].splitlines() == ["set -e", "bash scripts/job-setup.sh"], t["se
 assert "--set run.device=cuda" in t["run"] and "--resume auto" in t["run"], t["run"]
 assert "--set run.out_dir=/ckpt/runs" in t["run"], t["run"]
 print("ok")
-)PY";
+)";
     test::write_text(d.file("check.py"), check);
     auto [code, out] = shell(venv_python() + " " + d.file("check.py") + " " + d.file("task.yaml") + " '" + bucket + "'");
     EXPECT_EQ(code, 0) << out;

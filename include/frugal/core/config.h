@@ -1,5 +1,5 @@
 // The configuration of a run: one plain struct per subsystem, every field documented with its
-// default, unit and trade-off (the defaults here ARE the built-in defaults). config_schema.cpp
+// default, unit and trade-off (the defaults here ARE the built-in defaults). config_keys.cpp
 // lists every key once, with its range and help text; config_loader.h resolves a Config from
 // built-in defaults < FRUGAL_<SECTION>_<KEY> environment variables < a TOML file < --set.
 //

@@ -1,5 +1,5 @@
 // Resolving a Config: built-in defaults < environment (FRUGAL_<SECTION>_<KEY>) < TOML file <
-// --set section.key=value. Every key is declared once in the schema (config_schema.cpp) with its
+// --set section.key=value. Every key is declared once in the schema (config_keys.cpp) with its
 // type, allowed values and help; the loader validates against it and remembers where each value
 // came from, so the resolved file says "# file demo.toml:12" or "# env FRUGAL_TRAIN_LR".
 //

@@ -1,5 +1,5 @@
 // Config values with structure (an address, a list of fractions), parsed in one place: the schema
-// checks them when a config is loaded (config_schema.cpp), and the components that use them
+// checks them when a config is loaded (config_keys.cpp), and the components that use them
 // (the dashboard, the cost meter) parse them the same way.
 #pragma once
 
