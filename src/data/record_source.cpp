@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/internal/little_endian.h"
-#include "data/internal/manifest_shard.h"
+#include "data/internal/manifest.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 
@@ -60,15 +60,7 @@ RecordDataset open_record_dataset(const std::string& dir) {
   if (!fs::exists(mpath))
     throw DataError(fmt::format("data.source: '{}' has no manifest.json; create a record dataset with "
                                 "`frugal prepare --format images|tar|csv INPUT --out {}`", dir, dir));
-  nlohmann::json m;
-  try {
-    m = nlohmann::json::parse(read_small_file(mpath));
-  } catch (const std::exception& e) {
-    throw DataError(fmt::format("cannot read dataset manifest '{}': {}", mpath, e.what()));
-  }
-  if (!m.is_object())
-    throw DataError(fmt::format("'{}' is not a frugal record-dataset manifest: it holds a JSON {}, not an object",
-                                mpath, m.type_name()));
+  const nlohmann::json m = internal::read_manifest_json(dir, "record");
   RecordDataset d;
   d.dir = dir;
   try {  // value() throws on a field of the wrong type: that is a malformed manifest too
@@ -122,7 +114,8 @@ RecordSource::RecordSource(RecordDataset dataset, RecordSourceOptions options)
     throw DataError(fmt::format("record dataset '{}': the {} split holds no records; prepare it with a "
                                 "positive --val-fraction (or a val/ folder) and more samples",
                                 data_.dir, data_.train.size() < 1 ? "training" : "validation"));
-  sampler_ = std::make_unique<EpochSampler>(data_.train.size(), opts_.seed, opts_.rank, opts_.world_size);
+  cursor_ = std::make_unique<MicroBatchCursor>(
+      EpochSampler(data_.train.size(), opts_.seed, opts_.rank, opts_.world_size), opts_.micro_batch);
   loader_ = std::make_unique<PrefetchLoader<RecordBatch>>(
       [this](int64_t k) { return build_train(k); }, opts_.workers, opts_.prefetch, 0);
 }
@@ -176,12 +169,9 @@ RecordBatch RecordSource::build(const RecordSplit& split, const std::vector<int6
 }
 
 RecordBatch RecordSource::build_train(int64_t k) const {
-  const SampleCursor first = sampler_->at(k * opts_.micro_batch);
-  std::vector<int64_t> indices(static_cast<size_t>(opts_.micro_batch));
-  for (int64_t i = 0; i < opts_.micro_batch; ++i)
-    indices[static_cast<size_t>(i)] = sampler_->sample(sampler_->advance(first, i));
+  const std::vector<int64_t> indices = cursor_->samples(k);
   RecordBatch b = build(data_.train, indices);
-  b.cursor = first;
+  b.cursor = cursor_->first(k);
   return b;
 }
 
@@ -232,18 +222,8 @@ std::string RecordSource::describe() const {
                      data_.val.size(), opts_.workers, opts_.prefetch, opts_.pin_memory ? ", pinned" : "");
 }
 
-nlohmann::json RecordSource::state() const {
-  return cursor_to_json(sampler_->at(loader_->next_index() * opts_.micro_batch));
-}
+nlohmann::json RecordSource::state() const { return cursor_->state(loader_->next_index()); }
 
-void RecordSource::load_state(const nlohmann::json& state) {
-  const SampleCursor c = cursor_from_json(state);
-  const int64_t k = sampler_->index_of(c);
-  if (c.position >= sampler_->per_epoch(c.epoch) || k % opts_.micro_batch != 0)
-    throw DataError(fmt::format("data cursor {} does not fall on a batch boundary of this dataset "
-                                "(micro_batch {}, {} records per epoch); was it saved with other "
-                                "data settings?", state.dump(), opts_.micro_batch, sampler_->per_epoch(c.epoch)));
-  loader_->seek(k / opts_.micro_batch);
-}
+void RecordSource::load_state(const nlohmann::json& state) { loader_->seek(cursor_->batch_of(state, "records")); }
 
 }  // namespace frugal

@@ -72,4 +72,29 @@ int64_t EpochSampler::sample(const SampleCursor& c) const {
   return permute(c.epoch, place - c.epoch * n_);
 }
 
+MicroBatchCursor::MicroBatchCursor(const EpochSampler& sampler, int64_t micro_batch)
+    : sampler_(sampler), micro_batch_(micro_batch) {
+  if (micro_batch < 1) throw ConfigError(fmt::format("micro-batch of {} samples; it must be at least 1", micro_batch));
+}
+
+std::vector<int64_t> MicroBatchCursor::samples(int64_t k) const {
+  const SampleCursor start = first(k);
+  std::vector<int64_t> out(static_cast<size_t>(micro_batch_));
+  for (int64_t i = 0; i < micro_batch_; ++i) out[static_cast<size_t>(i)] = sampler_.sample(sampler_.advance(start, i));
+  return out;
+}
+
+nlohmann::json MicroBatchCursor::state(int64_t k) const { return cursor_to_json(first(k)); }
+
+int64_t MicroBatchCursor::batch_of(const nlohmann::json& state, const char* unit) const {
+  const SampleCursor c = cursor_from_json(state);
+  const int64_t k = sampler_.index_of(c);
+  if (c.position >= sampler_.per_epoch(c.epoch) || k % micro_batch_ != 0)
+    throw DataError(fmt::format("data cursor {} does not fall on a batch boundary of this dataset "
+                                "(micro_batch {}, {} {} per epoch); was it saved with other "
+                                "data settings?",
+                                state.dump(), micro_batch_, sampler_.per_epoch(c.epoch), unit));
+  return k / micro_batch_;
+}
+
 }  // namespace frugal

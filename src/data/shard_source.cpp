@@ -26,7 +26,8 @@ ShardSource::ShardSource(TokenDataset dataset, ShardSourceOptions options)
     throw ConfigError(fmt::format("dataset '{}' was tokenised with a vocabulary of {} ({}), but "
                                   "model.vocab = {}; set model.vocab = {}",
                                   data_.dir, data_.vocab, data_.tokenizer, opts_.vocab, data_.vocab));
-  sampler_ = std::make_unique<EpochSampler>(n_train, opts_.seed, opts_.rank, opts_.world_size);
+  cursor_ = std::make_unique<MicroBatchCursor>(EpochSampler(n_train, opts_.seed, opts_.rank, opts_.world_size),
+                                               opts_.micro_batch);
   loader_ = std::make_unique<PrefetchLoader<TokenBatch>>(
       [this](int64_t k) { return build_train(k); }, opts_.workers, opts_.prefetch, 0);
 }
@@ -53,12 +54,9 @@ TokenBatch ShardSource::build(const TokenStream& stream, const std::vector<int64
 }
 
 TokenBatch ShardSource::build_train(int64_t k) const {
-  const SampleCursor first = sampler_->at(k * opts_.micro_batch);
-  std::vector<int64_t> windows(static_cast<size_t>(opts_.micro_batch));
-  for (int64_t i = 0; i < opts_.micro_batch; ++i)
-    windows[static_cast<size_t>(i)] = sampler_->sample(sampler_->advance(first, i));
+  const std::vector<int64_t> windows = cursor_->samples(k);
   TokenBatch b = build(data_.train, windows);
-  b.cursor = first;
+  b.cursor = cursor_->first(k);
   return b;
 }
 
@@ -89,22 +87,12 @@ Batch ShardSource::val_batch(int64_t index) {
 
 std::string ShardSource::describe() const {
   return fmt::format("shards:{} ({}, tokenizer {}, {} train windows, {} loader workers, prefetch {})",
-                     data_.dir, data_.format, data_.tokenizer, sampler_->dataset_size(), opts_.workers,
+                     data_.dir, data_.format, data_.tokenizer, cursor_->sampler().dataset_size(), opts_.workers,
                      opts_.prefetch);
 }
 
-nlohmann::json ShardSource::state() const {
-  return cursor_to_json(sampler_->at(loader_->next_index() * opts_.micro_batch));
-}
+nlohmann::json ShardSource::state() const { return cursor_->state(loader_->next_index()); }
 
-void ShardSource::load_state(const nlohmann::json& state) {
-  const SampleCursor c = cursor_from_json(state);
-  const int64_t k = sampler_->index_of(c);
-  if (c.position >= sampler_->per_epoch(c.epoch) || k % opts_.micro_batch != 0)
-    throw DataError(fmt::format("data cursor {} does not fall on a batch boundary of this dataset "
-                                "(micro_batch {}, {} samples per epoch); was it saved with other "
-                                "data settings?", state.dump(), opts_.micro_batch, sampler_->per_epoch(c.epoch)));
-  loader_->seek(k / opts_.micro_batch);
-}
+void ShardSource::load_state(const nlohmann::json& state) { loader_->seek(cursor_->batch_of(state, "samples")); }
 
 }  // namespace frugal

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/internal/little_endian.h"
-#include "data/internal/manifest_shard.h"
+#include "data/internal/manifest.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/file_hash.h"
@@ -109,15 +109,7 @@ class LlmcBinFile : public TokenFile {
 
 TokenDataset open_manifest(const std::string& dir) {
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
-  nlohmann::json m;
-  try {
-    m = nlohmann::json::parse(read_small_file(mpath));
-  } catch (const std::exception& e) {
-    throw DataError(fmt::format("cannot read dataset manifest '{}': {}", mpath, e.what()));
-  }
-  if (!m.is_object())
-    throw DataError(fmt::format("'{}' is not a frugal token-dataset manifest: it holds a JSON {}, not an object",
-                                mpath, m.type_name()));
+  const nlohmann::json m = internal::read_manifest_json(dir, "token");
   TokenDataset d;
   d.dir = dir;
   d.format = "frugal";

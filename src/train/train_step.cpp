@@ -31,10 +31,12 @@ void install_activation_checkpointing(Gpt& model, const ActivationCheckpointing&
   });
 }
 
-TrainStep::TrainStep(const Config& config, const RunSetup& setup, std::shared_ptr<torch::nn::Module> model,
-                     LossFn loss, BatchSource& data, c10::Device device, GradSync* sync,
-                     std::vector<ParamGroup> groups)
-    : config_(config),
+TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const PrecisionConfig& precision,
+                     std::shared_ptr<torch::nn::Module> model, LossFn loss, BatchSource& data, c10::Device device,
+                     GradSync* sync, std::vector<ParamGroup> groups)
+    : train_(train),
+      precision_config_(precision),
+      micro_batch_(setup.micro_batch),
       model_(std::move(model)),
       loss_(std::move(loss)),
       tokens_per_sample_(setup.tokens_per_sample),
@@ -42,16 +44,16 @@ TrainStep::TrainStep(const Config& config, const RunSetup& setup, std::shared_pt
       device_(device),
       accum_(setup.accum),
       precision_(setup.precision),
-      scaler_(setup.loss_scaling, config.precision),
+      scaler_(setup.loss_scaling, precision),
       sync_(sync),
       events_(device) {
   if (groups.empty()) {
-    groups = default_param_groups(model_->parameters(), config.train.weight_decay);
+    groups = default_param_groups(model_->parameters(), train.weight_decay);
   } else {
     check_param_groups(groups, model_->parameters(), "TaskHooks::param_groups");
   }
-  if (sync_) optimizer_ = sync_->make_optimizer(groups, config.train);
-  if (!optimizer_) optimizer_ = make_optimizer(config.train.optimizer, groups, config.train);
+  if (sync_) optimizer_ = sync_->make_optimizer(groups, train);
+  if (!optimizer_) optimizer_ = make_optimizer(train.optimizer, groups, train);
   if (sync_) sync_->attach(model_->parameters());
 }
 
@@ -65,8 +67,8 @@ RunSetup single_process_setup(const Config& config, int64_t tokens_per_sample, c
 
 TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
                      BatchSource& data, c10::Device device, int64_t tokens_per_sample, GradSync* sync)
-    : TrainStep(config, single_process_setup(config, tokens_per_sample, device), std::move(model), std::move(loss),
-                data, device, sync) {}
+    : TrainStep(single_process_setup(config, tokens_per_sample, device), config.train, config.precision,
+                std::move(model), std::move(loss), data, device, sync) {}
 
 TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device, GradSync* sync)
     : TrainStep(config, model.ptr(),
@@ -196,7 +198,7 @@ at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched,
 
 // After an out-of-memory error: doubles the chunks when the micro-batch splits evenly again.
 bool TrainStep::back_off(const std::exception& e, int64_t iteration) {
-  const int64_t mb = config_.data.micro_batch;
+  const int64_t mb = micro_batch_;
   if (!compat::is_out_of_memory(e)) return false;
   if (mb % (2 * chunks_) != 0) {
     Console::get().line(fmt::format("out of memory at step {} with micro-batch {}, which does not halve "
@@ -251,10 +253,10 @@ StepResult TrainStep::run_step(int64_t iteration, double lr) {
     if (sync_) found_inf = sync_->any(found_inf);
     r.skipped = scaler_.update(found_inf);
     const auto& s = scaler_.state();
-    if (config_.precision.fallback_after > 0 && s.skipped_at_floor >= config_.precision.fallback_after &&
+    if (precision_config_.fallback_after > 0 && s.skipped_at_floor >= precision_config_.fallback_after &&
         precision_.fall_back_to_bf16(fmt::format("{} consecutive skipped steps at the minimum loss scale {}",
                                                  s.skipped_at_floor, s.scale))) {
-      scaler_ = LossScaler(false, config_.precision);
+      scaler_ = LossScaler(false, precision_config_);
       Console::get().line("precision: " + precision_.reason() + "; continuing in bf16");
     }
     if (r.skipped) {  // no step: weights, optimizer state and the LR schedule stay put
@@ -264,7 +266,7 @@ StepResult TrainStep::run_step(int64_t iteration, double lr) {
     }
   }
   optimizer_->set_lr(lr);
-  optimizer_->step(clip_coefficient(r.grad_norm, config_.train.grad_clip));
+  optimizer_->step(clip_coefficient(r.grad_norm, train_.grad_clip));
   lap("optimizer", r.phases.optimizer_s);
   finish_step(r);
   return r;

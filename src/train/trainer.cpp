@@ -273,7 +273,7 @@ void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
     const c10::ScalarType dtype = setup.precision.autocast() ? setup.precision.dtype() : torch::kFloat;
     setup.peak = resolve_peak_flops(c.monitor, dtype, device);
   }
-  step = std::make_unique<TrainStep>(c, setup, model, task.loss, *data, device, dp.get(),
+  step = std::make_unique<TrainStep>(setup, c.train, c.precision, model, task.loss, *data, device, dp.get(),
                                      task.hooks.param_groups ? task.hooks.param_groups(*model)
                                                              : std::vector<ParamGroup>{});
   loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));

@@ -98,5 +98,28 @@ TEST(EpochSampler, CursorAdvancesAcrossEpochsAndRoundTripsThroughJson) {
   EXPECT_THROW(cursor_from_json(nlohmann::json{{"epoch", 1}}), DataError);
 }
 
+// The record and shard sources' shared cursor: micro-batch k is the rank's samples
+// [k * mb, (k + 1) * mb) across epoch boundaries, and its state names k again; a state between
+// two micro-batches (saved with another micro_batch) is refused, naming the unit.
+TEST(MicroBatchCursor, MicroBatchesFollowTheStreamAndTheirStateRoundTrips) {
+  const EpochSampler sampler(10, 7, 1, 2);  // 5 samples per epoch for rank 1
+  const MicroBatchCursor cursor(sampler, 3);
+  for (int64_t k = 0; k < 6; ++k) {  // micro-batch 1 spans epochs 0 and 1
+    const std::vector<int64_t> got = cursor.samples(k);
+    ASSERT_EQ(got.size(), 3u);
+    for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], sampler.sample(sampler.at(k * 3 + i))) << k;
+    EXPECT_TRUE(cursor.first(k) == sampler.at(k * 3)) << k;
+    EXPECT_EQ(cursor.batch_of(cursor.state(k), "records"), k) << cursor.state(k).dump();
+  }
+  try {
+    cursor.batch_of(cursor_to_json(sampler.at(4)), "records");
+    FAIL() << "a cursor between two micro-batches was accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("micro_batch 3, 5 records per epoch"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(cursor.batch_of(nlohmann::json{{"epoch", 0}, {"position", 5}}, "samples"), DataError);  // past the epoch
+  EXPECT_THROW(cursor.batch_of(nlohmann::json{{"epoch", "x"}}, "samples"), DataError);
+}
+
 }  // namespace
 }  // namespace frugal::sampler_test

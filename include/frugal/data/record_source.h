@@ -109,7 +109,7 @@ class RecordSource : public BatchSource {
 
   // The next training batch with its sample indices and cursor, for tests and benches.
   RecordBatch next_train();
-  const EpochSampler& sampler() const { return *sampler_; }
+  const EpochSampler& sampler() const { return cursor_->sampler(); }
   const RecordDataset& dataset() const { return data_; }
 
  private:
@@ -118,7 +118,7 @@ class RecordSource : public BatchSource {
 
   RecordDataset data_;
   RecordSourceOptions opts_;
-  std::unique_ptr<EpochSampler> sampler_;
+  std::unique_ptr<MicroBatchCursor> cursor_;  // the sample order, in micro-batches
   std::unique_ptr<PrefetchLoader<RecordBatch>> loader_;
 };
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -56,6 +57,29 @@ class EpochSampler {
   uint64_t seed_;
   bool shuffle_;
   int half_bits_;  // the Feistel domain is 2^(2 * half_bits_) >= n
+};
+
+// A rank's sample stream cut into micro-batches of `micro_batch` consecutive samples: micro-batch
+// k holds the rank's samples [k * micro_batch, (k + 1) * micro_batch). The record and shard
+// sources both read their training batches and their checkpointed data state through it.
+class MicroBatchCursor {
+ public:
+  MicroBatchCursor(const EpochSampler& sampler, int64_t micro_batch);
+  const EpochSampler& sampler() const { return sampler_; }
+  // The cursor of micro-batch k's first sample.
+  SampleCursor first(int64_t k) const { return sampler_.at(k * micro_batch_); }
+  // The global sample indices of micro-batch k, in stream order.
+  std::vector<int64_t> samples(int64_t k) const;
+  // {"epoch": E, "position": P}: the cursor of micro-batch k (a source's state()).
+  nlohmann::json state(int64_t k) const;
+  // The micro-batch a state() names. DataError when it is malformed or does not fall on a
+  // micro-batch boundary of this stream (saved with other data settings); `unit` names the
+  // samples in that message ("samples", "records").
+  int64_t batch_of(const nlohmann::json& state, const char* unit) const;
+
+ private:
+  EpochSampler sampler_;
+  int64_t micro_batch_;
 };
 
 }  // namespace frugal

@@ -63,8 +63,8 @@ class ShardSource : public BatchSource {
 
   // The next training batch as plain buffers (what train_batch wraps), for tests and benches.
   TokenBatch next_train();
-  const EpochSampler& sampler() const { return *sampler_; }
-  int64_t train_windows() const { return sampler_->dataset_size(); }
+  const EpochSampler& sampler() const { return cursor_->sampler(); }
+  int64_t train_windows() const { return cursor_->sampler().dataset_size(); }
 
  private:
   TokenBatch build(const TokenStream& stream, const std::vector<int64_t>& windows) const;
@@ -73,7 +73,7 @@ class ShardSource : public BatchSource {
 
   TokenDataset data_;
   ShardSourceOptions opts_;
-  std::unique_ptr<EpochSampler> sampler_;
+  std::unique_ptr<MicroBatchCursor> cursor_;  // the sample order, in micro-batches
   std::unique_ptr<PrefetchLoader<TokenBatch>> loader_;
 };
 

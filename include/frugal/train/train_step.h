@@ -73,12 +73,15 @@ struct StepResult {
 
 class TrainStep {
  public:
-  // Trains `model` (already on `device`) with `loss` as `setup` resolved it (accumulation,
-  // precision, loss scaling, items per sample). `sync` (optional, not owned, outlives the step):
-  // data-parallel hooks (grad_sync.h). `groups`: the optimizer's parameter groups (checked with
+  // Trains `model` (already on `device`) with `loss` as `setup` resolved it (micro-batch,
+  // accumulation, precision, loss scaling, items per sample); the step reads only its own sections
+  // of the config: `train` (optimizer, weight decay, clipping) and `precision` (the loss scaler's
+  // settings, the fp16 fallback). `sync` (optional, not owned, outlives the step): data-parallel
+  // hooks (grad_sync.h). `groups`: the optimizer's parameter groups (checked with
   // check_param_groups); empty = default_param_groups (decay on tensors of rank >= 2).
-  TrainStep(const Config& config, const RunSetup& setup, std::shared_ptr<torch::nn::Module> model, LossFn loss,
-            BatchSource& data, c10::Device device, GradSync* sync = nullptr, std::vector<ParamGroup> groups = {});
+  TrainStep(const RunSetup& setup, const TrainConfig& train, const PrecisionConfig& precision,
+            std::shared_ptr<torch::nn::Module> model, LossFn loss, BatchSource& data, c10::Device device,
+            GradSync* sync = nullptr, std::vector<ParamGroup> groups = {});
   // A single-process step planned from `config` alone (precision.mode = auto is measured here);
   // each sample counts as tokens_per_sample.
   TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
@@ -110,7 +113,7 @@ class TrainStep {
   void set_grad_noise_probe(bool on) { probe_grad_noise_ = on; }
   // Chunks each fetched micro-batch runs in (1, doubled by each out-of-memory back-off).
   int64_t chunks() const { return chunks_; }
-  int64_t micro_batch_effective() const { return config_.data.micro_batch / chunks_; }
+  int64_t micro_batch_effective() const { return micro_batch_ / chunks_; }
   int64_t accum_effective() const { return accum_ * chunks_; }
   int64_t oom_backoffs() const { return oom_backoffs_; }
   PrecisionPolicy& precision() { return precision_; }
@@ -118,7 +121,9 @@ class TrainStep {
   Optimizer& optimizer() { return *optimizer_; }
 
  private:
-  Config config_;
+  TrainConfig train_;
+  PrecisionConfig precision_config_;
+  int64_t micro_batch_;  // setup.micro_batch: sequences per fetched micro-batch
   std::shared_ptr<torch::nn::Module> model_;
   LossFn loss_;
   int64_t tokens_per_sample_;

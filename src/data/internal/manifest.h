@@ -1,5 +1,6 @@
-// The path of one shard listed in a dataset manifest, checked against the listing: shared by the
-// token and record dataset readers (token_dataset.cpp, record_source.cpp).
+// Reading a dataset's manifest.json and the shards it lists, shared by the token and record
+// dataset readers (token_dataset.cpp, record_source.cpp): the manifest as a JSON object, a
+// malformed one said as such, and each shard's path checked against the listing.
 #pragma once
 
 #include <fmt/format.h>
@@ -12,11 +13,29 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/file_hash.h"
 #include "frugal/data/shard.h"
 
 namespace frugal::internal {
+
+// DIR/manifest.json parsed, as a JSON object. DataError naming the file when it cannot be read,
+// is not JSON, or holds something other than an object; `kind` ("token", "record") names the
+// dataset kind in that message.
+inline nlohmann::json read_manifest_json(const std::string& dir, const char* kind) {
+  const std::string mpath = (std::filesystem::path(dir) / "manifest.json").string();
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(read_small_file(mpath));
+  } catch (const std::exception& e) {
+    throw DataError(fmt::format("cannot read dataset manifest '{}': {}", mpath, e.what()));
+  }
+  if (!m.is_object())
+    throw DataError(fmt::format("'{}' is not a frugal {}-dataset manifest: it holds a JSON {}, not an object", mpath,
+                                kind, m.type_name()));
+  return m;
+}
 
 // "MANIFEST: a key is missing or has the wrong type (...)": a manifest that parses as JSON but
 // lacks what the readers need (edited by hand, or from another tool).
