@@ -1,8 +1,12 @@
 # Helpers shared by every frugal target.
 
-# Warnings on, as errors only where the code is ours (torch headers come in as -isystem).
+# Warnings on; as errors with FRUGAL_WERROR (CI), only where the code is ours (torch headers come
+# in as -isystem).
 function(frugal_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wno-unused-parameter)
+  if(FRUGAL_WERROR)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+  endif()
   if(FRUGAL_SANITIZE)
     target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
