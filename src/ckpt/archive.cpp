@@ -216,6 +216,23 @@ std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_
 
 #if FRUGAL_HAVE_LIBARCHIVE
 namespace {
+// Throws CheckpointError unless `archive` holds every member `files` lists ({"bytes", "xxh3"}
+// each) with that size and hash; `checkpoint` is named as left in place.
+void check_read_back(const std::string& archive, const nlohmann::json& files, const std::string& checkpoint) {
+  std::map<std::string, std::pair<uint64_t, std::string>> seen;
+  archive_io::read_members(
+      archive, [](const std::string&, const char*, size_t) {},
+      [&](const std::string& n, uint64_t size, const std::string& h) { seen[n] = {size, h}; });
+  for (const auto& [member, want] : files.items()) {
+    auto it = seen.find(member);
+    if (it == seen.end() || it->second.first != want["bytes"].get<uint64_t>() ||
+        it->second.second != want["xxh3"].get<std::string>())
+      throw CheckpointError(fmt::format("archive {} does not read back member {} intact; the "
+                                        "checkpoint {} is left in place",
+                                        archive, member, checkpoint));
+  }
+}
+
 std::string archive_present_checkpoint(const ArchiveCandidate& c, const fs::path& out_dir) {
   const std::string name = fs::path(c.path).filename().string();
   const std::string target = (out_dir / (name + ".tar.zst")).string();
@@ -288,19 +305,8 @@ std::string archive_present_checkpoint(const ArchiveCandidate& c, const fs::path
   archive_io::fsync_file(tmp);
 
   // Read back before anything is deleted: every file present, same size, same hash.
-  std::map<std::string, std::pair<uint64_t, std::string>> seen;
   try {
-    archive_io::read_members(
-        tmp, [](const std::string&, const char*, size_t) {},
-        [&](const std::string& n, uint64_t size, const std::string& h) { seen[n] = {size, h}; });
-    for (const auto& [member, want] : meta["files"].items()) {
-      auto it = seen.find(member);
-      if (it == seen.end() || it->second.first != want["bytes"].get<uint64_t>() ||
-          it->second.second != want["xxh3"].get<std::string>())
-        throw CheckpointError(fmt::format("archive {} does not read back member {} intact; the "
-                                          "checkpoint {} is left in place",
-                                          tmp, member, c.path));
-    }
+    check_read_back(tmp, meta["files"], c.path);
   } catch (...) {
     std::error_code ec;
     fs::remove(tmp, ec);

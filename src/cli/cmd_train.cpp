@@ -103,6 +103,80 @@ nlohmann::json auto_tune(const ResolvedConfig& rc, const TrainArgs& args, const 
   return j;
 }
 
+// The command that continues this run, verbatim: a resume takes the run's own config, so its
+// location is all it needs.
+std::string resume_command_for(const Config& c) {
+  const Config defaults;
+  std::string command = "frugal train";
+  if (c.run.out_dir != defaults.run.out_dir) command += " --set run.out_dir=" + shell_word(c.run.out_dir);
+  if (c.run.name != defaults.run.name) command += " --set run.name=" + shell_word(c.run.name);
+  return command + " --resume auto";
+}
+
+// `frugal train`: auto-tune, smoke test and plan when the config asks, join the other ranks when
+// launched as one, then the Trainer; the exit code says how the run ended.
+int run_train(const TrainArgs& args) {
+  const double launch_s = process_age_s();
+  Console::get().set_json_mode(args.json);
+  const auto penv = process_environment();
+  ResolvedConfig rc = resolve_config(args.config, args.sets, penv);
+  // Started by frugal launch, torchrun, Slurm or mpirun: join the other ranks.
+  const dist::DistEnv env = dist::dist_env_from(penv);
+  nlohmann::json tuned;
+  if (env.distributed() && rc.config.train.auto_tune)
+    Console::get().line("auto_tune: skipped in a multi-process run (ranks must agree on one "
+                        "setting); run `frugal tune` once and train with its config");
+  else
+    tuned = auto_tune(rc, args, penv);
+  std::vector<std::string> sets = args.sets;
+  if (!tuned.is_null()) {
+    for (const auto& s : tuned["chosen_sets"]) sets.push_back(s.get<std::string>());
+    rc = resolve_config(args.config, sets, penv);
+  }
+  if (rc.config.train.smoke_first && env.rank == 0) {
+    SmokeReport r = run_smoke(rc);
+    Console::get().line(r.describe());
+    if (!r.ok) throw Error("train.smoke_first: the smoke test failed at stage " + r.stage +
+                               ": " + r.error);
+  }
+  TrainerOptions opts;
+  opts.overwrite = args.overwrite;
+  opts.quiet = args.quiet;
+  opts.json = args.json;
+  opts.resume = args.resume;
+  opts.handle_signals = true;
+  if (rc.config.plan.before_train) {
+    if (env.distributed() || !args.resume.empty())
+      Console::get().line("plan.before_train: skipped in a multi-process or resumed run; the cost meter's "
+                          "budget.limit_usd still applies (run `frugal plan` once beforehand)");
+    else
+      plan_before_training(args.config, sets, penv, launch_s, args.quiet, opts.callbacks);
+  }
+  opts.stop_at_step = args.stop_at_step;
+  if (env.distributed()) {
+    if (rc.config.run.device == "cuda") rc.config.run.device = fmt::format("cuda:{}", env.local_rank);
+    if (!args.quiet) Console::get().line("dist: " + env.describe());
+    opts.data_parallel = dist::data_parallel_factory(dist::connect(env, rc.config.dist, c10::Device(rc.config.run.device)));
+    opts.quiet = opts.quiet || env.rank != 0;  // rank 0 speaks for the run; errors still print
+  }
+  const std::string resume_command = resume_command_for(rc.config);
+  Trainer trainer(std::move(rc), opts);
+  auto summary = trainer.fit();
+  if (!tuned.is_null()) {  // the choice travels with the run's figures
+    summary["auto_tune"] = tuned;
+    write_file_atomic(RunDir(trainer.run_dir()).summary(), summary.dump(2) + "\n");
+  }
+  print_summary(summary);
+  Console::get().line(fmt::format("wrote {}/summary.json", trainer.run_dir()));
+  const ExitCode code = exit_code_for(trainer.stop_kind());
+  if (code == ExitCode::kPreempted)
+    Console::get().line(fmt::format("preempted: checkpoint {}; continue with: {}",
+                                    summary["checkpoint"].value("latest", std::string()),
+                                    env.distributed() ? "the same launch command with --resume auto" : resume_command));
+  if (code == ExitCode::kGuardStop) throw GuardStop(summary["stop_reason"].get<std::string>());
+  return exit_status(code);
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, Run* run) {
@@ -133,75 +207,7 @@ void add_train_command(CLI::App& app, Run* run) {
                   "later continues it exactly (frugal search runs its rungs so)")
       ->type_name("N")
       ->check(CLI::PositiveNumber);
-  cmd->callback([args, run] {
-    *run = [args] {
-      const double launch_s = process_age_s();
-      Console::get().set_json_mode(args->json);
-      const auto penv = process_environment();
-      ResolvedConfig rc = resolve_config(args->config, args->sets, penv);
-      // Started by frugal launch, torchrun, Slurm or mpirun: join the other ranks.
-      const dist::DistEnv env = dist::dist_env_from(penv);
-      nlohmann::json tuned;
-      if (env.distributed() && rc.config.train.auto_tune)
-        Console::get().line("auto_tune: skipped in a multi-process run (ranks must agree on one "
-                            "setting); run `frugal tune` once and train with its config");
-      else
-        tuned = auto_tune(rc, *args, penv);
-      std::vector<std::string> sets = args->sets;
-      if (!tuned.is_null()) {
-        for (const auto& s : tuned["chosen_sets"]) sets.push_back(s.get<std::string>());
-        rc = resolve_config(args->config, sets, penv);
-      }
-      if (rc.config.train.smoke_first && env.rank == 0) {
-        SmokeReport r = run_smoke(rc);
-        Console::get().line(r.describe());
-        if (!r.ok) throw Error("train.smoke_first: the smoke test failed at stage " + r.stage +
-                                   ": " + r.error);
-      }
-      TrainerOptions opts;
-      opts.overwrite = args->overwrite;
-      opts.quiet = args->quiet;
-      opts.json = args->json;
-      opts.resume = args->resume;
-      opts.handle_signals = true;
-      if (rc.config.plan.before_train) {
-        if (env.distributed() || !args->resume.empty())
-          Console::get().line("plan.before_train: skipped in a multi-process or resumed run; the cost meter's "
-                              "budget.limit_usd still applies (run `frugal plan` once beforehand)");
-        else
-          plan_before_training(args->config, sets, penv, launch_s, args->quiet, opts.callbacks);
-      }
-      opts.stop_at_step = args->stop_at_step;
-      if (env.distributed()) {
-        if (rc.config.run.device == "cuda") rc.config.run.device = fmt::format("cuda:{}", env.local_rank);
-        if (!args->quiet) Console::get().line("dist: " + env.describe());
-        opts.data_parallel = dist::data_parallel_factory(dist::connect(env, rc.config.dist, c10::Device(rc.config.run.device)));
-        opts.quiet = opts.quiet || env.rank != 0;  // rank 0 speaks for the run; errors still print
-      }
-      // The command that continues this run, verbatim: a resume takes the run's own config, so its
-      // location is all it needs.
-      const Config defaults;
-      std::string resume_command = "frugal train";
-      if (rc.config.run.out_dir != defaults.run.out_dir) resume_command += " --set run.out_dir=" + shell_word(rc.config.run.out_dir);
-      if (rc.config.run.name != defaults.run.name) resume_command += " --set run.name=" + shell_word(rc.config.run.name);
-      resume_command += " --resume auto";
-      Trainer trainer(std::move(rc), opts);
-      auto summary = trainer.fit();
-      if (!tuned.is_null()) {  // the choice travels with the run's figures
-        summary["auto_tune"] = tuned;
-        write_file_atomic(RunDir(trainer.run_dir()).summary(), summary.dump(2) + "\n");
-      }
-      print_summary(summary);
-      Console::get().line(fmt::format("wrote {}/summary.json", trainer.run_dir()));
-      const ExitCode code = exit_code_for(trainer.stop_kind());
-      if (code == ExitCode::kPreempted)
-        Console::get().line(fmt::format("preempted: checkpoint {}; continue with: {}",
-                                        summary["checkpoint"].value("latest", std::string()),
-                                        env.distributed() ? "the same launch command with --resume auto" : resume_command));
-      if (code == ExitCode::kGuardStop) throw GuardStop(summary["stop_reason"].get<std::string>());
-      return exit_status(code);
-    };
-  });
+  cmd->callback([args, run] { *run = [args] { return run_train(*args); }; });
 }
 
 }  // namespace frugal::cli
