@@ -93,11 +93,16 @@ int main(int argc, char** argv) {
   int64_t block = 128, rows = 16;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i], v = argv[i + 1];
-    if (a == "--jsonl") jsonl = v;
-    else if (a == "--field") field = v;
-    else if (a == "--docs") docs_n = std::stoi(v);
-    else if (a == "--block") block = std::stoll(v);
-    else if (a == "--rows") rows = std::stoll(v);
+    if (a == "--jsonl")
+      jsonl = v;
+    else if (a == "--field")
+      field = v;
+    else if (a == "--docs")
+      docs_n = std::stoi(v);
+    else if (a == "--block")
+      block = std::stoll(v);
+    else if (a == "--rows")
+      rows = std::stoll(v);
   }
   const ThreadSettings threads = apply_thread_settings(0);
   std::vector<std::vector<int32_t>> docs;

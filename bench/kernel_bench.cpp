@@ -71,7 +71,9 @@ int main(int argc, char** argv) {
       if (a == "--rows") rows = std::max<int64_t>(8, std::stoll(v));
       if (a == "--json") json_path = v;
     } else if (a == "-h" || a == "--help") {
-      std::puts("kernel_bench [--reps N] [--rows N] [--json FILE]: frugal's CUDA kernels against ATen (bench/kernel_bench.cpp)");
+      std::puts(
+          "kernel_bench [--reps N] [--rows N] [--json FILE]: frugal's CUDA kernels against ATen "
+          "(bench/kernel_bench.cpp)");
       return 0;
     } else {
       std::fprintf(stderr, "kernel_bench: unknown argument '%s' (allowed: --reps N, --rows N, --json FILE, --help)\n",
@@ -106,8 +108,13 @@ int main(int argc, char** argv) {
   nlohmann::json cases = nlohmann::json::array();
   auto add = [&](const std::string& name, double bytes, double frugal_ms, double aten_ms) {
     const double gbs = bytes / (frugal_ms * 1e6);
-    cases.push_back({{"case", name}, {"bytes", bytes}, {"frugal_ms", frugal_ms}, {"aten_ms", aten_ms},
-                     {"speedup", aten_ms / frugal_ms}, {"frugal_gb_per_s", gbs}, {"of_copy_rate", gbs / copy_gbs}});
+    cases.push_back({{"case", name},
+                     {"bytes", bytes},
+                     {"frugal_ms", frugal_ms},
+                     {"aten_ms", aten_ms},
+                     {"speedup", aten_ms / frugal_ms},
+                     {"frugal_gb_per_s", gbs},
+                     {"of_copy_rate", gbs / copy_gbs}});
     std::printf("%-34s frugal %8.3f ms  aten %8.3f ms  %5.2fx  %7.0f GB/s = %3.0f%% of copy\n", name.c_str(), frugal_ms,
                 aten_ms, aten_ms / frugal_ms, gbs, 100 * gbs / copy_gbs);
   };
@@ -153,14 +160,14 @@ int main(int argc, char** argv) {
                                   stream),
             "layernorm_forward");
     });
-    const double at = time_ms(reps, [&](int i) { torch::layer_norm(xs[i % kSets], {C}, w, b, 1e-5).to(torch::kBFloat16); });
+    const double at =
+        time_ms(reps, [&](int i) { torch::layer_norm(xs[i % kSets], {C}, w, b, 1e-5).to(torch::kBFloat16); });
     add("layernorm fwd (fp32 -> bf16)", rows * C * (4.0 + 2.0), fr, at);
 
     const double fr2 = time_ms(reps, [&](int i) {
-      check(kn::residual_layernorm_forward(h.data_ptr(), out.data_ptr(), mean.data_ptr<float>(),
-                                           rstd.data_ptr<float>(), xs[i % kSets].data_ptr(), ys[i % kSets].data_ptr(),
-                                           w.data_ptr(), b.data_ptr(), kn::Dtype::kF32, kn::Dtype::kBf16, rows, C,
-                                           1e-5f, stream),
+      check(kn::residual_layernorm_forward(h.data_ptr(), out.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                                           xs[i % kSets].data_ptr(), ys[i % kSets].data_ptr(), w.data_ptr(),
+                                           b.data_ptr(), kn::Dtype::kF32, kn::Dtype::kBf16, rows, C, 1e-5f, stream),
             "residual_layernorm_forward");
     });
     const double at2 = time_ms(reps, [&](int i) {
@@ -174,10 +181,10 @@ int main(int argc, char** argv) {
     auto scratch = torch::empty({static_cast<int64_t>(kn::layernorm_backward_scratch_floats(rows, C, sms))}, f32);
     auto counter = torch::zeros({1}, cuda.dtype(torch::kInt));
     const double fr3 = time_ms(reps, [&](int i) {
-      check(kn::layernorm_backward(dx.data_ptr(), dx_low.data_ptr(), dys[i % kSets].data_ptr(), xs[i % kSets].data_ptr(),
-                                   xs[(i + 1) % kSets].data_ptr(), w.data_ptr(), mean.data_ptr<float>(),
-                                   rstd.data_ptr<float>(), kn::Dtype::kF32, kn::Dtype::kBf16, dw.data_ptr<float>(),
-                                   db.data_ptr<float>(), scratch.data_ptr<float>(),
+      check(kn::layernorm_backward(dx.data_ptr(), dx_low.data_ptr(), dys[i % kSets].data_ptr(),
+                                   xs[i % kSets].data_ptr(), xs[(i + 1) % kSets].data_ptr(), w.data_ptr(),
+                                   mean.data_ptr<float>(), rstd.data_ptr<float>(), kn::Dtype::kF32, kn::Dtype::kBf16,
+                                   dw.data_ptr<float>(), db.data_ptr<float>(), scratch.data_ptr<float>(),
                                    reinterpret_cast<unsigned*>(counter.data_ptr<int32_t>()), rows, C, sms, stream),
             "layernorm_backward");
     });
@@ -194,8 +201,14 @@ int main(int argc, char** argv) {
 
   std::printf("device-to-device copy: %.0f GB/s (%s)\n", copy_gbs, prop->name);
   if (!json_path.empty()) {
-    nlohmann::json j = {{"bench", "kernel_bench"}, {"device_name", prop->name}, {"rows", rows}, {"embd", C},
-                        {"vocab", V}, {"vocab_padded", Vp}, {"reps", reps}, {"copy_gb_per_s", copy_gbs},
+    nlohmann::json j = {{"bench", "kernel_bench"},
+                        {"device_name", prop->name},
+                        {"rows", rows},
+                        {"embd", C},
+                        {"vocab", V},
+                        {"vocab_padded", Vp},
+                        {"reps", reps},
+                        {"copy_gb_per_s", copy_gbs},
                         {"cases", cases}};
     std::ofstream(json_path) << j.dump(2) << "\n";
   }

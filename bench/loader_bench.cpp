@@ -96,12 +96,19 @@ void write_inputs(const std::string& dir, int64_t n) {
       if (std::string(split) == "train") test::write_bytes(fmt::format("{}/files/{:06d}.bin", dir, i), r);
     }
     const uint64_t hash = w.finish();
-    splits[split] = {{{"file", name}, {"records", count}, {"bytes", fs::file_size(dir + "/ds/" + name)},
-                      {"xxh64", hex64(hash)}}};
+    splits[split] = {
+        {{"file", name}, {"records", count}, {"bytes", fs::file_size(dir + "/ds/" + name)}, {"xxh64", hex64(hash)}}};
   }
-  nlohmann::json m = {{"format", "frugal-dataset"}, {"format_version", 1}, {"kind", "records"},
-                      {"record", {{"content", "image"}, {"label", "int64"}, {"dtype", "uint8"},
-                                  {"shape", {3, 32, 32}}, {"layout", "CHW"}, {"bytes", kRecordBytes}}},
+  nlohmann::json m = {{"format", "frugal-dataset"},
+                      {"format_version", 1},
+                      {"kind", "records"},
+                      {"record",
+                       {{"content", "image"},
+                        {"label", "int64"},
+                        {"dtype", "uint8"},
+                        {"shape", {3, 32, 32}},
+                        {"layout", "CHW"},
+                        {"bytes", kRecordBytes}}},
                       {"classes", {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}},
                       {"splits", splits}};
   write_file_atomic(dir + "/ds/manifest.json", m.dump(2));
@@ -167,7 +174,9 @@ double source_files_epoch(const std::string& dir, int64_t n) {
       uint64_t label = 0;
       for (int i = 7; i >= 0; --i) label = (label << 8) | buf[i];
       y[r] = static_cast<int64_t>(label);
-      for (size_t i = 0; i < kPixels; ++i) x[r * static_cast<int64_t>(kPixels) + static_cast<int64_t>(i)] = static_cast<float>(buf[8 + i]) * (1.0f / 255.0f);
+      for (size_t i = 0; i < kPixels; ++i)
+        x[r * static_cast<int64_t>(kPixels) + static_cast<int64_t>(i)] =
+            static_cast<float>(buf[8 + i]) * (1.0f / 255.0f);
     }
     return b;
   };
@@ -206,9 +215,8 @@ void cold_rates(const std::string& dir, int64_t n, int rounds, nlohmann::ordered
       }));
     }
     drop_page_cache();
-    file_rates.push_back(raw_epoch(n, [&](int64_t i, uint8_t* out) {
-      read_small_file(fmt::format("{}/files/{:06d}.bin", dir, i), out);
-    }));
+    file_rates.push_back(raw_epoch(
+        n, [&](int64_t i, uint8_t* out) { read_small_file(fmt::format("{}/files/{:06d}.bin", dir, i), out); }));
   }
   j["cold_raw_shard_samples_per_s_median"] = median(shard_rates);
   j["cold_raw_files_samples_per_s_median"] = median(file_rates);
@@ -297,7 +305,8 @@ std::string synthetic_corpus(size_t bytes) {
   }
   std::string s;
   while (s.size() < bytes) {
-    for (int i = 0, n = 50 + static_cast<int>(rng() % 200); i < n; ++i) s += words[rng() % words.size()] + (i % 15 == 14 ? ".\n" : " ");
+    for (int i = 0, n = 50 + static_cast<int>(rng() % 200); i < n; ++i)
+      s += words[rng() % words.size()] + (i % 15 == 14 ? ".\n" : " ");
     s += "\n\n";
   }
   return s;
@@ -357,11 +366,16 @@ int main(int argc, char** argv) {
   bool text = true, source_shard_only = false;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--source-shard-only") source_shard_only = true;
-    else if (a == "--records" && i + 1 < argc) n = std::stoll(argv[++i]);
-    else if (a == "--rounds" && i + 1 < argc) rounds = std::stoi(argv[++i]);
-    else if (a == "--images" && i + 1 < argc) images = std::stoi(argv[++i]);
-    else if (a == "--no-text") text = false;
+    if (a == "--source-shard-only")
+      source_shard_only = true;
+    else if (a == "--records" && i + 1 < argc)
+      n = std::stoll(argv[++i]);
+    else if (a == "--rounds" && i + 1 < argc)
+      rounds = std::stoi(argv[++i]);
+    else if (a == "--images" && i + 1 < argc)
+      images = std::stoi(argv[++i]);
+    else if (a == "--no-text")
+      text = false;
     else {
       std::fprintf(stderr, "loader_bench: unknown argument '%s'\n", a.c_str());
       return 2;

@@ -32,8 +32,8 @@ double median(std::vector<double> v) {
 std::vector<std::vector<int64_t>> gpt_shapes(int64_t layers, int64_t c, int64_t vocab, int64_t block) {
   std::vector<std::vector<int64_t>> s = {{vocab, c}, {block, c}};
   for (int64_t l = 0; l < layers; ++l)
-    for (auto shape : std::vector<std::vector<int64_t>>{{c}, {c}, {3 * c, c}, {3 * c}, {c, c}, {c}, {c}, {c},
-                                                         {4 * c, c}, {4 * c}, {c, 4 * c}, {c}})
+    for (auto shape : std::vector<std::vector<int64_t>>{
+             {c}, {c}, {3 * c, c}, {3 * c}, {c, c}, {c}, {c}, {c}, {4 * c, c}, {4 * c}, {c, 4 * c}, {c}})
       s.push_back(shape);
   s.push_back({c});
   s.push_back({c});
@@ -48,13 +48,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     const long long v = std::stoll(argv[i + 1]);
-    if (a == "--layers") layers = v;
-    else if (a == "--embd") embd = v;
-    else if (a == "--vocab") vocab = v;
-    else if (a == "--block") block = v;
-    else if (a == "--rounds") rounds = static_cast<int>(v);
-    else if (a == "--steps") steps = static_cast<int>(v);
-    else if (a == "--threads") threads = static_cast<int>(v);
+    if (a == "--layers")
+      layers = v;
+    else if (a == "--embd")
+      embd = v;
+    else if (a == "--vocab")
+      vocab = v;
+    else if (a == "--block")
+      block = v;
+    else if (a == "--rounds")
+      rounds = static_cast<int>(v);
+    else if (a == "--steps")
+      steps = static_cast<int>(v);
+    else if (a == "--threads")
+      threads = static_cast<int>(v);
     else {
       std::fprintf(stderr, "optimizer_bench: unknown argument '%s'\n", a.c_str());
       return 2;

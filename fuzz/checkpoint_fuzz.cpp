@@ -22,10 +22,22 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   CheckpointData d;
   d.model = {{"w", at::arange(6, at::kFloat)}};
   d.optimizer = {{"g0.exp_avg", at::zeros({6})}};
-  d.state = {{"loop", {{"step", 7}, {"tokens", 700}, {"loss_sum", 1.5}, {"window_steps", 1}, {"window_tokens", 100},
-                       {"window_s", 0.1}, {"final_val", "nan"}, {"best_val", "inf"}, {"final_train", 2.0},
-                       {"last_eval_step", -1}, {"eval_pending", false}, {"elapsed_s", 3.0}, {"startup_s", 1.0},
-                       {"lr_scale", 1.0}, {"rollbacks", 0}}},
+  d.state = {{"loop",
+              {{"step", 7},
+               {"tokens", 700},
+               {"loss_sum", 1.5},
+               {"window_steps", 1},
+               {"window_tokens", 100},
+               {"window_s", 0.1},
+               {"final_val", "nan"},
+               {"best_val", "inf"},
+               {"final_train", 2.0},
+               {"last_eval_step", -1},
+               {"eval_pending", false},
+               {"elapsed_s", 3.0},
+               {"startup_s", 1.0},
+               {"lr_scale", 1.0},
+               {"rollbacks", 0}}},
              {"metric", {{"name", "val_loss"}, {"value", 2.5}}}};
   d.data_state = {{"kind", "index"}, {"next_micro_batch", 14}};
   g_dir = write_checkpoint(g_root, 7, d);

@@ -21,9 +21,9 @@ std::string shard_entry(const std::string& name) {
   ShardWriter w(g_dir + "/" + name, ShardKind::kTokens, ShardDtype::kUint16, o);
   w.add_tokens(t.data(), t.size());
   const uint64_t hash = w.finish();
-  return "{\"file\": \"" + name + "\", \"tokens\": 500, \"bytes\": " +
-         std::to_string(std::filesystem::file_size(g_dir + "/" + name)) + ", \"xxh64\": \"" + hex64(hash) +
-         "\", \"index_xxh64\": \"" + hex64(w.index_hash()) + "\"}";
+  return "{\"file\": \"" + name +
+         "\", \"tokens\": 500, \"bytes\": " + std::to_string(std::filesystem::file_size(g_dir + "/" + name)) +
+         ", \"xxh64\": \"" + hex64(hash) + "\", \"index_xxh64\": \"" + hex64(w.index_hash()) + "\"}";
 }
 }  // namespace
 

@@ -35,7 +35,8 @@ void write_seeds(const std::string& dir) {
     w.add_tokens(tokens.data(), tokens.size());
     w.finish();
     ShardWriter r(dir + "/records" + (zstd ? "_zstd" : "") + ".frs", ShardKind::kRecords, ShardDtype::kBytes, o);
-    for (int i = 0; i < 40; ++i) r.add_record(std::string(static_cast<size_t>(i * 13 % 97), static_cast<char>('a' + i % 26)));
+    for (int i = 0; i < 40; ++i)
+      r.add_record(std::string(static_cast<size_t>(i * 13 % 97), static_cast<char>('a' + i % 26)));
     r.finish();
   }
 }

@@ -83,12 +83,10 @@ std::string read_text(const std::string& path) {
 }
 
 std::vector<std::string> tiny_overrides(const std::string& out_dir) {
-  return {"run.out_dir=" + out_dir, "run.threads=1",      "model.layers=1",
-          "model.heads=2",          "model.embd=32",      "model.block=16",
-          "data.micro_batch=8",     "data.arith_lines=2000", "train.steps=30",
-          "train.warmup_steps=5",   "train.eval_every=15", "train.eval_batches=2",
-          "train.log_every=5",      "train.answer_samples=5",
-          "precision.mode=fp32"};
+  return {"run.out_dir=" + out_dir, "run.threads=1",          "model.layers=1",      "model.heads=2",
+          "model.embd=32",          "model.block=16",         "data.micro_batch=8",  "data.arith_lines=2000",
+          "train.steps=30",         "train.warmup_steps=5",   "train.eval_every=15", "train.eval_batches=2",
+          "train.log_every=5",      "train.answer_samples=5", "precision.mode=fp32"};
 }
 
 std::string tiny_sets(const std::string& out_dir) {

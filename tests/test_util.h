@@ -12,8 +12,8 @@
 
 // Skips the running test (GTEST_SKIP: CTest lists it as skipped, with the reason) when this build
 // of frugal lacks an optional feature (frugal/core/features.h). At the top of a TEST body.
-#define FRUGAL_NEED_FEATURE(name)                                                                  \
-  if (!::frugal::have_feature(name))                                                               \
+#define FRUGAL_NEED_FEATURE(name)    \
+  if (!::frugal::have_feature(name)) \
   GTEST_SKIP() << "this build has no " << (name) << " (frugal doctor lists the features of a build)"
 
 namespace frugal {

@@ -60,9 +60,12 @@ at::Tensor draw(int64_t cls, torch::Generator& g) {
   at::Tensor xx = torch::arange(kSide).view({1, kSide}).to(torch::kFloat).expand({kSide, kSide});
   const double cy = u(7, 17), cx = u(7, 17), r = u(3.5, 6.5);
   at::Tensor dy = (yy - cy).abs(), dx = (xx - cx).abs(), mask;
-  if (cls == 0) mask = (dy * dy + dx * dx) <= r * r;                             // circle
-  else if (cls == 1) mask = (dy <= r) & (dx <= r);                               // square
-  else mask = ((dy <= r) & (dx <= r / 3)) | ((dx <= r) & (dy <= r / 3));         // cross
+  if (cls == 0)
+    mask = (dy * dy + dx * dx) <= r * r;  // circle
+  else if (cls == 1)
+    mask = (dy <= r) & (dx <= r);  // square
+  else
+    mask = ((dy <= r) & (dx <= r / 3)) | ((dx <= r) & (dy <= r / 3));  // cross
   at::Tensor colour = torch::rand({3, 1, 1}, g) * 0.7 + 0.3;
   at::Tensor img = torch::rand({3, kSide, kSide}, g) * 0.25;
   return torch::where(mask.unsqueeze(0), colour.expand({3, kSide, kSide}), img);
@@ -80,8 +83,8 @@ void generate(const fs::path& dir, int64_t per_class) {
       write_png(dir / kClasses[c] / name, draw(static_cast<int64_t>(c), g));
     }
   }
-  std::printf("wrote %lld images in %zu classes under %s\n", static_cast<long long>(per_class) * 3,
-              kClasses.size(), dir.c_str());
+  std::printf("wrote %lld images in %zu classes under %s\n", static_cast<long long>(per_class) * 3, kClasses.size(),
+              dir.c_str());
 }
 
 // The fraction of the validation split that `net` classifies correctly: one validation batch
@@ -101,17 +104,18 @@ double val_accuracy(CnnImpl& net, frugal::Config c, int64_t val_records) {
 int train(const std::string& dataset, std::vector<std::string> sets, const std::string& resume) {
   // Defaults for this example; the command line's --set wins (it comes later).
   sets.insert(sets.begin(), {"run.name=cnn_images", "data.source=records:" + dataset, "data.micro_batch=32",
-                             "train.steps=600", "train.warmup_steps=20", "train.lr=0.003",
-                             "train.eval_every=100", "train.eval_batches=4", "train.log_every=50",
-                             "precision.mode=bf16"});
+                             "train.steps=600", "train.warmup_steps=20", "train.lr=0.003", "train.eval_every=100",
+                             "train.eval_batches=4", "train.log_every=50", "precision.mode=bf16"});
   frugal::ResolvedConfig rc = frugal::resolve_config("", sets, frugal::process_environment());
   const frugal::Config& c = rc.config;
 
   // The dataset's manifest says the image shape and the classes; the model is sized from them.
   const frugal::RecordDataset ds = frugal::open_record_dataset(dataset);
   if (ds.spec.content != "image" || ds.spec.shape.size() != 3 || ds.spec.shape[1] % 4 || ds.spec.shape[2] % 4)
-    throw frugal::DataError(dataset + ": expected images whose sides are multiples of 4 (`frugal prepare "
-                            "--format images --size 24`), found " + ds.spec.content + " records");
+    throw frugal::DataError(dataset +
+                            ": expected images whose sides are multiples of 4 (`frugal prepare "
+                            "--format images --size 24`), found " +
+                            ds.spec.content + " records");
   const int64_t classes = static_cast<int64_t>(ds.classes.size()), val_records = ds.val.size();
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
   auto net = std::make_shared<CnnImpl>(ds.spec.shape[1], ds.spec.shape[2], classes);
@@ -153,15 +157,19 @@ int main(int argc, char** argv) {
       std::string resume;
       for (size_t i = 2; i < args.size(); i += 2) {
         if (i + 1 == args.size()) throw frugal::ConfigError(args[i] + " needs a value");
-        if (args[i] == "--set") sets.push_back(args[i + 1]);
-        else if (args[i] == "--resume") resume = args[i + 1];
-        else throw frugal::ConfigError("unknown argument " + args[i] + " (expected --set or --resume)");
+        if (args[i] == "--set")
+          sets.push_back(args[i + 1]);
+        else if (args[i] == "--resume")
+          resume = args[i + 1];
+        else
+          throw frugal::ConfigError("unknown argument " + args[i] + " (expected --set or --resume)");
       }
       return train(args[1], sets, resume);
     }
-    std::fprintf(stderr, "usage: cnn_images generate IMAGES_DIR [PER_CLASS] | cnn_images train DATASET_DIR "
-                         "[--set k=v]... [--resume auto]\n(DATASET_DIR: `frugal prepare IMAGES_DIR --format images "
-                         "--size 24 --augment 2 --out DATASET_DIR`)\n");
+    std::fprintf(stderr,
+                 "usage: cnn_images generate IMAGES_DIR [PER_CLASS] | cnn_images train DATASET_DIR "
+                 "[--set k=v]... [--resume auto]\n(DATASET_DIR: `frugal prepare IMAGES_DIR --format images "
+                 "--size 24 --augment 2 --out DATASET_DIR`)\n");
     return frugal::exit_status(frugal::ExitCode::kBadInput);
   } catch (const std::exception& e) {
     // The exit-code table (frugal/core/exit_code.h): 2 for bad config or data, 3 for a guard, else 1.

@@ -25,11 +25,10 @@ struct MlpImpl : torch::nn::Module {
   MlpImpl(const std::vector<float>& mean, const std::vector<float>& stdev, int64_t hidden, int64_t classes)
       : mean(register_buffer("mean", torch::tensor(mean))),
         stdev(register_buffer("stdev", torch::tensor(stdev).clamp_min(1e-6))),
-        net(register_module("net", torch::nn::Sequential(
-                                       torch::nn::Linear(static_cast<int64_t>(mean.size()), hidden),
-                                       torch::nn::ReLU(), torch::nn::Dropout(0.1),
-                                       torch::nn::Linear(hidden, hidden), torch::nn::ReLU(),
-                                       torch::nn::Linear(hidden, classes)))) {}
+        net(register_module(
+            "net", torch::nn::Sequential(torch::nn::Linear(static_cast<int64_t>(mean.size()), hidden),
+                                         torch::nn::ReLU(), torch::nn::Dropout(0.1), torch::nn::Linear(hidden, hidden),
+                                         torch::nn::ReLU(), torch::nn::Linear(hidden, classes)))) {}
   at::Tensor forward(const at::Tensor& x) { return net->forward((x - mean) / stdev); }
   at::Tensor mean, stdev;
   torch::nn::Sequential net;
@@ -68,9 +67,8 @@ double val_accuracy(MlpImpl& net, frugal::Config c, int64_t val_records) {
 int train(const std::string& dataset, std::vector<std::string> sets, const std::string& resume) {
   // Defaults for this example; the command line's --set wins (it comes later).
   sets.insert(sets.begin(), {"run.name=mlp_csv", "data.source=records:" + dataset, "data.micro_batch=64",
-                             "train.steps=300", "train.warmup_steps=20", "train.lr=0.003",
-                             "train.eval_every=100", "train.eval_batches=4", "train.log_every=50",
-                             "precision.mode=fp32"});
+                             "train.steps=300", "train.warmup_steps=20", "train.lr=0.003", "train.eval_every=100",
+                             "train.eval_batches=4", "train.log_every=50", "precision.mode=fp32"});
   frugal::ResolvedConfig rc = frugal::resolve_config("", sets, frugal::process_environment());
   const frugal::Config& c = rc.config;
 
@@ -124,14 +122,18 @@ int main(int argc, char** argv) {
       std::string resume;
       for (size_t i = 2; i < args.size(); i += 2) {
         if (i + 1 == args.size()) throw frugal::ConfigError(args[i] + " needs a value");
-        if (args[i] == "--set") sets.push_back(args[i + 1]);
-        else if (args[i] == "--resume") resume = args[i + 1];
-        else throw frugal::ConfigError("unknown argument " + args[i] + " (expected --set or --resume)");
+        if (args[i] == "--set")
+          sets.push_back(args[i + 1]);
+        else if (args[i] == "--resume")
+          resume = args[i + 1];
+        else
+          throw frugal::ConfigError("unknown argument " + args[i] + " (expected --set or --resume)");
       }
       return train(args[1], sets, resume);
     }
-    std::fprintf(stderr, "usage: mlp_csv generate DATA.csv [ROWS] | mlp_csv train DATASET_DIR [--set k=v]... [--resume auto]\n"
-                         "(DATASET_DIR: `frugal prepare DATA.csv --format csv --val-fraction 0.2 --out DATASET_DIR`)\n");
+    std::fprintf(stderr,
+                 "usage: mlp_csv generate DATA.csv [ROWS] | mlp_csv train DATASET_DIR [--set k=v]... [--resume auto]\n"
+                 "(DATASET_DIR: `frugal prepare DATA.csv --format csv --val-fraction 0.2 --out DATASET_DIR`)\n");
     return frugal::exit_status(frugal::ExitCode::kBadInput);
   } catch (const std::exception& e) {
     // The exit-code table (frugal/core/exit_code.h): 2 for bad config or data, 3 for a guard, else 1.

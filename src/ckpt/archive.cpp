@@ -39,13 +39,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 // Seconds since `path` was last modified, by the wall clock.
 double age_seconds(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return 0;
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   return now - static_cast<double>(st.st_mtim.tv_sec) - 1e-9 * static_cast<double>(st.st_mtim.tv_nsec);
 }
 
@@ -115,7 +113,9 @@ bool archive_holds(const std::string& archive, const std::string& name, const st
   try {
     archive_io::read_members(
         archive, [](const std::string&, const char*, size_t) {},
-        [&](const std::string& n, uint64_t size, const std::string& h) { seen[n] = {size, h}; });
+        [&](const std::string& n, uint64_t size, const std::string& h) {
+          seen[n] = {size, h};
+        });
   } catch (const CheckpointError&) {
     return false;  // damaged: not the archive of this checkpoint
   }
@@ -140,15 +140,15 @@ int64_t parse_duration_seconds(const std::string& text) {
   static const std::map<std::string, int64_t> kUnits = {
       {"s", 1}, {"m", 60}, {"h", 3600}, {"d", 86400}, {"w", 7 * 86400}};
   if (i == 0 || i > 12 || !kUnits.count(unit))
-    throw ConfigError(fmt::format("--older-than \"{}\" is not a duration; write a whole number and a "
-                                  "unit: s, m, h, d or w (e.g. 90d, 12h)",
-                                  text));
+    throw ConfigError(
+        fmt::format("--older-than \"{}\" is not a duration; write a whole number and a "
+                    "unit: s, m, h, d or w (e.g. 90d, 12h)",
+                    text));
   return std::stoll(text.substr(0, i)) * kUnits.at(unit);
 }
 
 std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t older_than_s) {
-  if (!fs::is_directory(runs_dir))
-    throw ConfigError(fmt::format("runs directory {} does not exist", runs_dir));
+  if (!fs::is_directory(runs_dir)) throw ConfigError(fmt::format("runs directory {} does not exist", runs_dir));
   std::vector<fs::path> runs;
   for (const auto& e : fs::directory_iterator(runs_dir))
     if (e.is_directory() && fs::is_directory(RunDir(e.path().string()).checkpoints())) runs.push_back(e.path());
@@ -172,12 +172,18 @@ std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t 
       c.step = ck.step;
       c.bytes = dir_bytes(ck.path);
       c.age_s = age_seconds(ck.path + "/COMPLETE");
-      if (!ck.complete) c.reason = "incomplete";
-      else if (!training.empty()) c.reason = training;
-      else if (ck.path == newest) c.reason = "newest";
-      else if (ck.path == best) c.reason = "best";
-      else if (c.age_s < static_cast<double>(older_than_s)) c.reason = "younger (" + human_age(c.age_s) + ")";
-      else c.archive = true;
+      if (!ck.complete)
+        c.reason = "incomplete";
+      else if (!training.empty())
+        c.reason = training;
+      else if (ck.path == newest)
+        c.reason = "newest";
+      else if (ck.path == best)
+        c.reason = "best";
+      else if (c.age_s < static_cast<double>(older_than_s))
+        c.reason = "younger (" + human_age(c.age_s) + ")";
+      else
+        c.archive = true;
       out.push_back(c);
     }
   }
@@ -222,14 +228,17 @@ void check_read_back(const std::string& archive, const nlohmann::json& files, co
   std::map<std::string, std::pair<uint64_t, std::string>> seen;
   archive_io::read_members(
       archive, [](const std::string&, const char*, size_t) {},
-      [&](const std::string& n, uint64_t size, const std::string& h) { seen[n] = {size, h}; });
+      [&](const std::string& n, uint64_t size, const std::string& h) {
+        seen[n] = {size, h};
+      });
   for (const auto& [member, want] : files.items()) {
     auto it = seen.find(member);
     if (it == seen.end() || it->second.first != want["bytes"].get<uint64_t>() ||
         it->second.second != want["xxh3"].get<std::string>())
-      throw CheckpointError(fmt::format("archive {} does not read back member {} intact; the "
-                                        "checkpoint {} is left in place",
-                                        archive, member, checkpoint));
+      throw CheckpointError(
+          fmt::format("archive {} does not read back member {} intact; the "
+                      "checkpoint {} is left in place",
+                      archive, member, checkpoint));
   }
 }
 
@@ -240,9 +249,10 @@ std::string archive_present_checkpoint(const ArchiveCandidate& c, const fs::path
     // A run killed after its archive was renamed into place but before the checkpoint left: if the
     // archive holds exactly the checkpoint's files, finish the move; anything else is refused.
     if (!archive_holds(target, name, c.path))
-      throw ConfigError(fmt::format("{} already exists and does not hold the files of {}; remove it or "
-                                    "archive to another --to directory (the checkpoint is left in place)",
-                                    target, c.path));
+      throw ConfigError(
+          fmt::format("{} already exists and does not hold the files of {}; remove it or "
+                      "archive to another --to directory (the checkpoint is left in place)",
+                      target, c.path));
     remove_tree_hidden_first(c.path);
     return target;
   }
@@ -253,8 +263,9 @@ std::string archive_present_checkpoint(const ArchiveCandidate& c, const fs::path
     if (e.is_regular_file()) files.push_back(e.path());
   std::sort(files.begin(), files.end());
 
-  nlohmann::json meta = {{"format", "frugal-checkpoint-archive"}, {"version", 1}, {"run", c.run},
-                         {"checkpoint", name}, {"step", c.step}, {"files", nlohmann::json::object()}};
+  nlohmann::json meta = {
+      {"format", "frugal-checkpoint-archive"}, {"version", 1}, {"run", c.run}, {"checkpoint", name}, {"step", c.step},
+      {"files", nlohmann::json::object()}};
   try {
     archive_io::ArchiveWriter w;
     archive_write_set_format_pax_restricted(w.a);
@@ -270,7 +281,8 @@ std::string archive_present_checkpoint(const ArchiveCandidate& c, const fs::path
       archive_entry_set_size(e.e, static_cast<la_int64_t>(size));
       if (archive_write_header(w.a, e.e) != ARCHIVE_OK) archive_io::fail(fmt::format("writing {}", tmp), w.a);
       if (bytes) {
-        if (archive_write_data(w.a, bytes->data(), bytes->size()) < 0) archive_io::fail(fmt::format("writing {}", tmp), w.a);
+        if (archive_write_data(w.a, bytes->data(), bytes->size()) < 0)
+          archive_io::fail(fmt::format("writing {}", tmp), w.a);
         return;
       }
       std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(src.c_str(), "rb"), &std::fclose);

@@ -30,25 +30,31 @@ constexpr const char* kPrefix = "step-";
 
 c10::ScalarType storage_dtype(WeightsDtype d) {
   switch (d) {
-    case WeightsDtype::kBf16: return c10::kBFloat16;
-    case WeightsDtype::kFp16: return c10::kHalf;
-    case WeightsDtype::kFp32: break;
+    case WeightsDtype::kBf16:
+      return c10::kBFloat16;
+    case WeightsDtype::kFp16:
+      return c10::kHalf;
+    case WeightsDtype::kFp32:
+      break;
   }
   return c10::kFloat;
 }
 
 const char* weights_dtype_name(WeightsDtype d) {
   switch (d) {
-    case WeightsDtype::kBf16: return "bf16";
-    case WeightsDtype::kFp16: return "fp16";
-    case WeightsDtype::kFp32: break;
+    case WeightsDtype::kBf16:
+      return "bf16";
+    case WeightsDtype::kFp16:
+      return "fp16";
+    case WeightsDtype::kFp32:
+      break;
   }
   return "fp32";
 }
 
 std::string marker_text(const std::string& state_bytes) {
-  return fmt::format("frugal-checkpoint {} state.json xxh3={} bytes={}\n", kCheckpointVersion,
-                     xxh3_hex(state_bytes), state_bytes.size());
+  return fmt::format("frugal-checkpoint {} state.json xxh3={} bytes={}\n", kCheckpointVersion, xxh3_hex(state_bytes),
+                     state_bytes.size());
 }
 
 // Parses "step-00000120"; -1 when the name is not a checkpoint directory.
@@ -62,7 +68,7 @@ int64_t parse_step(const std::string& name) {
 struct ReadState {
   std::string bytes;
   nlohmann::json json;
-  std::string problem;  // "" when the marker and state.json agree
+  std::string problem;   // "" when the marker and state.json agree
   bool definite = true;  // false: a file could not be read (see CheckpointCheck)
 };
 
@@ -92,9 +98,10 @@ ReadState read_state(const fs::path& dir) {
   const int64_t named = parse_step(dir.filename().string());
   const auto& step = r.json.is_object() && r.json.contains("step") ? r.json["step"] : nlohmann::json();
   if (named >= 0 && (!step.is_number_integer() || step.get<int64_t>() != named))
-    r.problem = fmt::format("{}: {} records step {} but the directory is named for step {} (was it copied "
-                            "or renamed?)",
-                            dir.string(), kState, step.dump(), named);
+    r.problem = fmt::format(
+        "{}: {} records step {} but the directory is named for step {} (was it copied "
+        "or renamed?)",
+        dir.string(), kState, step.dump(), named);
   return r;
 }
 
@@ -102,21 +109,29 @@ ReadState read_state(const fs::path& dir) {
 CheckpointCheck verify_files(const std::string& path);
 
 // The body of write_checkpoint() after its temp directory exists (below).
-std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std::string& root,
-                       int64_t step, const CheckpointData& data, const WriteOptions& o);
+std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std::string& root, int64_t step,
+                       const CheckpointData& data, const WriteOptions& o);
 
 }  // namespace
 
 const char* write_stage_name(WriteStage s) {
   switch (s) {
-    case WriteStage::kTempDir: return "temp_dir";
-    case WriteStage::kModel: return "model";
-    case WriteStage::kMaster: return "master";
-    case WriteStage::kOptimizer: return "optimizer";
-    case WriteStage::kDataState: return "data_state";
-    case WriteStage::kState: return "state";
-    case WriteStage::kRenamed: return "renamed";
-    case WriteStage::kMarker: return "marker";
+    case WriteStage::kTempDir:
+      return "temp_dir";
+    case WriteStage::kModel:
+      return "model";
+    case WriteStage::kMaster:
+      return "master";
+    case WriteStage::kOptimizer:
+      return "optimizer";
+    case WriteStage::kDataState:
+      return "data_state";
+    case WriteStage::kState:
+      return "state";
+    case WriteStage::kRenamed:
+      return "renamed";
+    case WriteStage::kMarker:
+      return "marker";
   }
   return "?";
 }
@@ -127,12 +142,10 @@ std::string xxh3_hex(const std::string& bytes) {
 
 std::string checkpoint_dir_name(int64_t step) { return fmt::format("{}{:08d}", kPrefix, step); }
 
-std::string write_checkpoint(const std::string& root, int64_t step, const CheckpointData& data,
-                             const WriteOptions& o) {
+std::string write_checkpoint(const std::string& root, int64_t step, const CheckpointData& data, const WriteOptions& o) {
   static std::atomic<int> counter{0};
   const fs::path final_dir = fs::path(root) / checkpoint_dir_name(step);
-  const fs::path tmp = fs::path(root) / fmt::format(".tmp-{}-{}-{}", checkpoint_dir_name(step),
-                                                    ::getpid(), counter++);
+  const fs::path tmp = fs::path(root) / fmt::format(".tmp-{}-{}-{}", checkpoint_dir_name(step), ::getpid(), counter++);
   std::error_code ec;
   fs::create_directories(tmp, ec);
   if (ec) throw IoError(fmt::format("cannot create checkpoint directory {}: {}", tmp.string(), ec.message()));
@@ -148,8 +161,8 @@ std::string write_checkpoint(const std::string& root, int64_t step, const Checkp
 }
 
 namespace {
-std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std::string& root,
-                       int64_t step, const CheckpointData& data, const WriteOptions& o) {
+std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std::string& root, int64_t step,
+                       const CheckpointData& data, const WriteOptions& o) {
   auto stage = [&](WriteStage s) {
     if (o.after_stage) o.after_stage(s);
   };
@@ -168,8 +181,7 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
   {
     CrashPhase phase("write model.safetensors");
     NamedTensors stored;
-    for (const auto& [n, t] : data.model)
-      stored.emplace_back(n, t.is_floating_point() ? t.to(dtype) : t);
+    for (const auto& [n, t] : data.model) stored.emplace_back(n, t.is_floating_point() ? t.to(dtype) : t);
     put("model.safetensors", encode_safetensors(stored, meta));
     stage(WriteStage::kModel);
   }
@@ -319,8 +331,8 @@ CheckpointCheck verify_files(const std::string& path) {
   if (r.json.value("format", "") != "frugal-checkpoint")
     return {fmt::format("{}: state.json is not a frugal checkpoint", path)};
   if (r.json.value("version", 0) != kCheckpointVersion)  // another frugal's: not ours to judge
-    return {fmt::format("{}: checkpoint version {} but this frugal reads version {}", path,
-                        r.json.value("version", 0), kCheckpointVersion),
+    return {fmt::format("{}: checkpoint version {} but this frugal reads version {}", path, r.json.value("version", 0),
+                        kCheckpointVersion),
             false};
   if (!r.json.contains("files") || !r.json["files"].is_object())
     return {fmt::format("{}: state.json lists no files", path)};
@@ -331,7 +343,8 @@ CheckpointCheck verify_files(const std::string& path) {
       return {fmt::format("{}: state.json lists \"{}\", which is not a file name inside the checkpoint", path, name)};
     std::error_code ec;
     if (!fs::is_regular_file(dir / name, ec))
-      return {fmt::format("{}/{}: missing or not a regular file", path, name), !ec || ec == std::errc::no_such_file_or_directory};
+      return {fmt::format("{}/{}: missing or not a regular file", path, name),
+              !ec || ec == std::errc::no_such_file_or_directory};
     std::string bytes;
     try {
       bytes = read_file((dir / name).string());
@@ -339,11 +352,11 @@ CheckpointCheck verify_files(const std::string& path) {
       return {fmt::format("{}: {}", path, e.what()), false};
     }
     if (bytes.size() != f["bytes"].get<size_t>())
-      return {fmt::format("{}/{}: {} bytes, state.json says {} (truncated or replaced)", path, name,
-                          bytes.size(), f["bytes"].get<size_t>())};
+      return {fmt::format("{}/{}: {} bytes, state.json says {} (truncated or replaced)", path, name, bytes.size(),
+                          f["bytes"].get<size_t>())};
     if (xxh3_hex(bytes) != f["xxh3"].get<std::string>())
-      return {fmt::format("{}/{}: xxh3 {} does not match state.json's {} (the file is corrupt)",
-                          path, name, xxh3_hex(bytes), f["xxh3"].get<std::string>())};
+      return {fmt::format("{}/{}: xxh3 {} does not match state.json's {} (the file is corrupt)", path, name,
+                          xxh3_hex(bytes), f["xxh3"].get<std::string>())};
     if (name == "data_state.json") {
       const nlohmann::json d = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
       if (const std::string bad = d.is_discarded() ? "data_state.json is not JSON" : data_state_problem(d);
@@ -368,14 +381,16 @@ std::optional<std::string> find_resumable(const std::string& root,
 LoadedCheckpoint load_checkpoint(const std::string& path) {
   // A path that names nothing is bad input (exit 2), not a damaged checkpoint.
   if (!fs::is_directory(path))
-    throw ConfigError(fmt::format("cannot resume from {}: {}; --resume takes a checkpoint directory or "
-                                  "auto (the newest sound checkpoint of the run)",
-                                  path, fs::exists(path) ? "it is not a directory" : "no such directory"));
+    throw ConfigError(
+        fmt::format("cannot resume from {}: {}; --resume takes a checkpoint directory or "
+                    "auto (the newest sound checkpoint of the run)",
+                    path, fs::exists(path) ? "it is not a directory" : "no such directory"));
   std::string problem = verify_checkpoint(path);
   if (!problem.empty())
-    throw CheckpointError(fmt::format("cannot resume from {}: {}; pick another checkpoint or use "
-                                      "--resume auto to take the newest sound one",
-                                      path, problem));
+    throw CheckpointError(
+        fmt::format("cannot resume from {}: {}; pick another checkpoint or use "
+                    "--resume auto to take the newest sound one",
+                    path, problem));
   const fs::path dir(path);
   LoadedCheckpoint c;
   c.path = path;
@@ -388,8 +403,8 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
     c.optimizer = load_safetensors((dir / "optimizer.safetensors").string()).tensors;
     c.data_state = nlohmann::json::parse(read_small_file((dir / "data_state.json").string()));
   } catch (const nlohmann::json::exception& e) {
-    throw CheckpointError(fmt::format("cannot resume from {}: state.json or data_state.json is malformed: {}",
-                                      path, e.what()));
+    throw CheckpointError(
+        fmt::format("cannot resume from {}: state.json or data_state.json is malformed: {}", path, e.what()));
   } catch (const IoError& e) {
     throw CheckpointError(fmt::format("cannot resume from {}: {}", path, e.what()));
   }

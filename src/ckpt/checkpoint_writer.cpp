@@ -17,8 +17,7 @@
 
 namespace frugal {
 
-CheckpointWriter::CheckpointWriter(std::string root, WriteOptions options, RetentionPolicy retention,
-                                   bool async)
+CheckpointWriter::CheckpointWriter(std::string root, WriteOptions options, RetentionPolicy retention, bool async)
     : root_(std::move(root)), options_(std::move(options)), retention_(retention), async_(async) {}
 
 CheckpointWriter::~CheckpointWriter() {
@@ -34,8 +33,7 @@ void CheckpointWriter::write_now(int64_t step, const CheckpointData& data) {
   const double seconds = seconds_since(t0);
   std::error_code ec;
   int64_t bytes = 0;
-  for (const auto& e : std::filesystem::directory_iterator(path, ec))
-    bytes += static_cast<int64_t>(e.file_size(ec));
+  for (const auto& e : std::filesystem::directory_iterator(path, ec)) bytes += static_cast<int64_t>(e.file_size(ec));
   std::lock_guard<std::mutex> lock(stats_mu_);  // the trainer thread may be reading stats()
   stats_.last_write_s = seconds;
   stats_.write_s_total += seconds;
@@ -135,9 +133,10 @@ std::vector<NamedTensors> SnapshotBuffer::copy(const std::vector<const NamedTens
     if (!buffer_) {
       void* p = std::aligned_alloc(kAlign, static_cast<size_t>(std::max<int64_t>(bytes, kAlign)));
       if (!p)
-        throw IoError(fmt::format("cannot allocate {:.0f} MB of host memory for the checkpoint's snapshot; "
-                                  "turn checkpoint.async off or free host memory",
-                                  static_cast<double>(bytes) / 1e6));
+        throw IoError(
+            fmt::format("cannot allocate {:.0f} MB of host memory for the checkpoint's snapshot; "
+                        "turn checkpoint.async off or free host memory",
+                        static_cast<double>(bytes) / 1e6));
       buffer_ = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
     }
     capacity_ = std::max<int64_t>(bytes, kAlign);
@@ -153,8 +152,8 @@ std::vector<NamedTensors> SnapshotBuffer::copy(const std::vector<const NamedTens
     NamedTensors copies;
     copies.reserve(l->size());
     for (const auto& [n, t] : *l) {
-      at::Tensor dst = at::from_blob(base + offset, t.sizes(), [keep](void*) {},
-                                     at::TensorOptions().dtype(t.scalar_type()).device(at::kCPU));
+      at::Tensor dst = at::from_blob(
+          base + offset, t.sizes(), [keep](void*) {}, at::TensorOptions().dtype(t.scalar_type()).device(at::kCPU));
       // Queued on the tensor's stream when the target is page-locked; waited for below.
       dst.copy_(t.detach(), /*non_blocking=*/t.is_cuda() && pinned_);
       if (t.is_cuda() && std::find(gpus.begin(), gpus.end(), t.device()) == gpus.end()) gpus.push_back(t.device());
@@ -170,7 +169,8 @@ std::vector<NamedTensors> SnapshotBuffer::copy(const std::vector<const NamedTens
 NamedTensors snapshot_tensors(const NamedTensors& tensors) {
   NamedTensors out;
   out.reserve(tensors.size());
-  for (const auto& [n, t] : tensors) out.emplace_back(n, t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  for (const auto& [n, t] : tensors)
+    out.emplace_back(n, t.detach().to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
   return out;
 }
 

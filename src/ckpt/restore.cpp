@@ -22,8 +22,7 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
   require_feature("libarchive", "frugal restore (a checkpoint archive is a .tar.zst)");
 #if FRUGAL_HAVE_LIBARCHIVE
   using namespace archive_io;
-  if (!fs::is_regular_file(archive))
-    throw ConfigError(fmt::format("archive {} does not exist", archive));
+  if (!fs::is_regular_file(archive)) throw ConfigError(fmt::format("archive {} does not exist", archive));
   fs::create_directories(runs_dir);
   const fs::path stage = fs::path(runs_dir) / fmt::format(".tmp-restore-{}", ::getpid());
   std::error_code ec;
@@ -48,7 +47,8 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
             if (!out) throw IoError(fmt::format("cannot write {}", p.string()));
             open_name = name;
           }
-          if (std::fwrite(data, 1, n, out.get()) != n) throw IoError(fmt::format("cannot write {}", (stage / name).string()));
+          if (std::fwrite(data, 1, n, out.get()) != n)
+            throw IoError(fmt::format("cannot write {}", (stage / name).string()));
         },
         [&](const std::string& name, uint64_t, const std::string&) {
           if (name == open_name) {
@@ -63,11 +63,13 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
           }
         });
     const nlohmann::json meta = nlohmann::json::parse(meta_text, nullptr, /*allow_exceptions=*/false);
-    if (!meta.is_object() || !meta.contains("format") || meta["format"] != "frugal-checkpoint-archive" || !meta.contains("run") ||
-        !meta["run"].is_string() || !meta.contains("checkpoint") || !meta["checkpoint"].is_string())
-      throw CheckpointError(fmt::format("{} is not a frugal checkpoint archive (no readable {} with format "
-                                        "\"frugal-checkpoint-archive\", run and checkpoint)",
-                                        archive, kMetaName));
+    if (!meta.is_object() || !meta.contains("format") || meta["format"] != "frugal-checkpoint-archive" ||
+        !meta.contains("run") || !meta["run"].is_string() || !meta.contains("checkpoint") ||
+        !meta["checkpoint"].is_string())
+      throw CheckpointError(
+          fmt::format("{} is not a frugal checkpoint archive (no readable {} with format "
+                      "\"frugal-checkpoint-archive\", run and checkpoint)",
+                      archive, kMetaName));
     const std::string run = meta["run"].get<std::string>();
     const std::string name = meta["checkpoint"].get<std::string>();
     if (!safe_member(run) || !safe_member(name) || run.find('/') != std::string::npos ||
@@ -79,9 +81,10 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
     const fs::path dest_root = RunDir((fs::path(runs_dir) / run).string()).checkpoints();
     const fs::path dest = dest_root / name;
     if (fs::exists(dest))
-      throw ConfigError(fmt::format("{} already exists; restoring {} would overwrite it (move or remove that "
-                                    "checkpoint first, or restore into another --runs directory)",
-                                    dest.string(), archive));
+      throw ConfigError(
+          fmt::format("{} already exists; restoring {} would overwrite it (move or remove that "
+                      "checkpoint first, or restore into another --runs directory)",
+                      dest.string(), archive));
     fs::create_directories(dest_root);
     fs::rename(staged, dest);
     fsync_dir(dest_root.string());

@@ -38,8 +38,7 @@ std::string best_checkpoint(const std::vector<CheckpointInfo>& listing, MetricMo
   return r.empty() ? "" : r.front()->path;
 }
 
-std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listing,
-                                        const RetentionPolicy& policy) {
+std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listing, const RetentionPolicy& policy) {
   std::vector<const CheckpointInfo*> sound;
   for (const auto& c : listing)
     if (c.complete && !c.corrupt && !c.unverified) sound.push_back(&c);
@@ -49,11 +48,9 @@ std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listi
 
   std::set<std::string> keep;
   const int64_t keep_last = std::max<int64_t>(policy.keep_last, 1);  // rule 1 holds even for 0
-  for (size_t i = 0; i < sound.size() && static_cast<int64_t>(i) < keep_last; ++i)
-    keep.insert(sound[i]->path);
+  for (size_t i = 0; i < sound.size() && static_cast<int64_t>(i) < keep_last; ++i) keep.insert(sound[i]->path);
   auto best = ranked(listing, policy.mode);
-  for (size_t i = 0; i < best.size() && static_cast<int64_t>(i) < policy.keep_best; ++i)
-    keep.insert(best[i]->path);
+  for (size_t i = 0; i < best.size() && static_cast<int64_t>(i) < policy.keep_best; ++i) keep.insert(best[i]->path);
 
   std::vector<std::string> remove;
   for (const auto& c : listing) {
@@ -134,8 +131,7 @@ int64_t debris_pid(const std::string& name) {
   if (dash == std::string::npos) return -1;
   const size_t end = name.find('-', dash + 1);
   const std::string digits = name.substr(dash + 1, end == std::string::npos ? std::string::npos : end - dash - 1);
-  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
-    return -1;
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
   return std::stoll(digits);
 }
 }  // namespace

@@ -22,11 +22,10 @@ struct DtypeName {
   const char* name;
 };
 constexpr DtypeName kDtypes[] = {
-    {c10::ScalarType::Double, "F64"}, {c10::ScalarType::Float, "F32"},
-    {c10::ScalarType::Half, "F16"},   {c10::ScalarType::BFloat16, "BF16"},
-    {c10::ScalarType::Long, "I64"},   {c10::ScalarType::Int, "I32"},
-    {c10::ScalarType::Short, "I16"},  {c10::ScalarType::Char, "I8"},
-    {c10::ScalarType::Byte, "U8"},    {c10::ScalarType::Bool, "BOOL"},
+    {c10::ScalarType::Double, "F64"},    {c10::ScalarType::Float, "F32"}, {c10::ScalarType::Half, "F16"},
+    {c10::ScalarType::BFloat16, "BF16"}, {c10::ScalarType::Long, "I64"},  {c10::ScalarType::Int, "I32"},
+    {c10::ScalarType::Short, "I16"},     {c10::ScalarType::Char, "I8"},   {c10::ScalarType::Byte, "U8"},
+    {c10::ScalarType::Bool, "BOOL"},
 };
 
 const char* dtype_name(c10::ScalarType t) {
@@ -63,8 +62,7 @@ const at::Tensor* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
-std::string encode_safetensors(const NamedTensors& tensors,
-                               const std::map<std::string, std::string>& metadata) {
+std::string encode_safetensors(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata) {
   // The header is written as text, in the tensors' order: building it as an ordered JSON object
   // costs a linear key search per tensor (quadratic for many tensors).
   std::string json = "{";
@@ -78,9 +76,8 @@ std::string encode_safetensors(const NamedTensors& tensors,
       throw CheckpointError(fmt::format("safetensors: duplicate or reserved tensor name '{}'", name));
     at::Tensor c = t.detach().to(at::kCPU).contiguous();
     uint64_t bytes = c.numel() * c.element_size();
-    const nlohmann::ordered_json entry = {{"dtype", dtype_name(c.scalar_type())},
-                                          {"shape", c.sizes().vec()},
-                                          {"data_offsets", {offset, offset + bytes}}};
+    const nlohmann::ordered_json entry = {
+        {"dtype", dtype_name(c.scalar_type())}, {"shape", c.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
     if (json.size() > 1) json += ',';
     json += nlohmann::json(name).dump() + ":" + entry.dump();
     offset += bytes;
@@ -146,8 +143,8 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
         !dtype_from_name(e["dtype"].get<std::string>(), &x.dtype))
       throw fail(fmt::format("tensor '{}' has a missing or unsupported dtype", it.key()));
     if (!e.contains("shape") || !e["shape"].is_array() || !e.contains("data_offsets") ||
-        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2 ||
-        !e["data_offsets"][0].is_number_unsigned() || !e["data_offsets"][1].is_number_unsigned())
+        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2 || !e["data_offsets"][0].is_number_unsigned() ||
+        !e["data_offsets"][1].is_number_unsigned())
       throw fail(fmt::format("tensor '{}' lacks shape or data_offsets (two non-negative integers)", it.key()));
     // Element and byte counts are checked for overflow: a shape whose product wraps around could
     // otherwise match a small data range.
@@ -158,8 +155,8 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
       if (!d.is_number_unsigned()) throw fail(fmt::format("tensor '{}' has a bad shape", it.key()));
       const uint64_t dim = d.get<uint64_t>();
       if (dim > static_cast<uint64_t>(INT64_MAX))
-        throw fail(fmt::format("tensor '{}' has a dimension of {}, over the largest a tensor can have ({})",
-                               it.key(), dim, INT64_MAX));
+        throw fail(fmt::format("tensor '{}' has a dimension of {}, over the largest a tensor can have ({})", it.key(),
+                               dim, INT64_MAX));
       if (dim != 0 && numel > max_bytes / dim)
         too_many = true;
       else
@@ -172,8 +169,8 @@ SafetensorsFile decode_safetensors(const std::string& bytes, const std::string& 
     x.begin = e["data_offsets"][0].get<uint64_t>();
     x.end = e["data_offsets"][1].get<uint64_t>();
     if (x.begin > x.end || x.end > data_size)
-      throw fail(fmt::format("tensor '{}' data [{}, {}) lies outside the {} data bytes (truncated?)",
-                             it.key(), x.begin, x.end, data_size));
+      throw fail(fmt::format("tensor '{}' data [{}, {}) lies outside the {} data bytes (truncated?)", it.key(), x.begin,
+                             x.end, data_size));
     if (numel * c10::elementSize(x.dtype) != x.end - x.begin)  // numel <= file size: no overflow
       throw fail(fmt::format("tensor '{}' has {} bytes but its shape {} needs {}", it.key(), x.end - x.begin,
                              e["shape"].dump(), numel * c10::elementSize(x.dtype)));

@@ -21,12 +21,12 @@ void add_archive_commands(CLI::App& app, Run* run) {
     bool dry_run = false;
   };
   auto a = std::make_shared<Args>();
-  auto* archive = app.add_subcommand(
-      "archive",
-      "Move stale checkpoints out of RUNS_DIR/*/checkpoints into compressed archives "
-      "(DIR/<run>/step-NNNNNNNN.tar.zst). Never touches a run's newest complete checkpoint, its "
-      "best one (checkpoint.best_metric), or an incomplete one. Each archive is read back and "
-      "checked before the checkpoint is deleted. `frugal restore` puts one back.");
+  auto* archive =
+      app.add_subcommand("archive",
+                         "Move stale checkpoints out of RUNS_DIR/*/checkpoints into compressed archives "
+                         "(DIR/<run>/step-NNNNNNNN.tar.zst). Never touches a run's newest complete checkpoint, its "
+                         "best one (checkpoint.best_metric), or an incomplete one. Each archive is read back and "
+                         "checked before the checkpoint is deleted. `frugal restore` puts one back.");
   archive->add_option("runs_dir", a->runs_dir, "directory holding run directories, e.g. runs")
       ->required()
       ->check(CLI::ExistingDirectory);
@@ -59,18 +59,18 @@ void add_archive_commands(CLI::App& app, Run* run) {
         moved += c.bytes;
         ++n;
       }
-      fmt::print("{} {} checkpoint(s), {} of {} listed; {}\n", a->dry_run ? "would archive" : "archived", n,
-                 mb(moved), plan.size(), a->dry_run ? "nothing was changed (--dry-run)" : "done");
+      fmt::print("{} {} checkpoint(s), {} of {} listed; {}\n", a->dry_run ? "would archive" : "archived", n, mb(moved),
+                 plan.size(), a->dry_run ? "nothing was changed (--dry-run)" : "done");
       return 0;
     };
   });
 
   auto archives = std::make_shared<std::vector<std::string>>();
   auto runs_dir = std::make_shared<std::string>("runs");
-  auto* restore = app.add_subcommand(
-      "restore",
-      "Put archived checkpoints back: extracts each ARCHIVE (written by `frugal archive`) to "
-      "RUNS_DIR/<run>/checkpoints/step-NNNNNNNN, verifies its checksums, never overwrites.");
+  auto* restore =
+      app.add_subcommand("restore",
+                         "Put archived checkpoints back: extracts each ARCHIVE (written by `frugal archive`) to "
+                         "RUNS_DIR/<run>/checkpoints/step-NNNNNNNN, verifies its checksums, never overwrites.");
   restore->add_option("archives", *archives, "archive files (.tar.zst)")->required()->check(CLI::ExistingFile);
   restore->add_option("--runs", *runs_dir, "runs directory to restore into (default runs)");
   restore->callback([archives, runs_dir, run] {

@@ -29,10 +29,10 @@ struct ConfigArgs {
 
 void add_config_command(CLI::App& app, Run* run) {
   auto args = std::make_shared<ConfigArgs>();
-  auto* cmd = app.add_subcommand(
-      "config",
-      "Print the resolved configuration as TOML (defaults < FRUGAL_* env < CONFIG < --set), each "
-      "value with its origin; or, with --list, every key with its default, range and variable.");
+  auto* cmd =
+      app.add_subcommand("config",
+                         "Print the resolved configuration as TOML (defaults < FRUGAL_* env < CONFIG < --set), each "
+                         "value with its origin; or, with --list, every key with its default, range and variable.");
   cmd->add_flag("--list", args->list, "list every key: default, allowed values, env variable, help");
   cmd->add_flag("--markdown", args->markdown, "print the key reference as Markdown (docs/config.md)");
   cmd->add_option("config", args->config, "TOML config file")->check(CLI::ExistingFile);
@@ -46,8 +46,8 @@ void add_config_command(CLI::App& app, Run* run) {
       if (args->list) {
         Config defaults;
         for (const auto& k : config_schema()) {
-          fmt::print("{}\n    default {}; {}; env {}\n    {}\n", k.key,
-                     format_value(k.get(defaults)), k.allowed(), k.env_name(), k.help);
+          fmt::print("{}\n    default {}; {}; env {}\n    {}\n", k.key, format_value(k.get(defaults)), k.allowed(),
+                     k.env_name(), k.help);
         }
         return 0;
       }

@@ -35,7 +35,9 @@ int run_doctor_cmd(const DoctorArgs& a) {
   const int level = f["kernel_level"].get<int>();
   fmt::print("features     AVX2 {} | AVX-512 {} | AVX-512 BF16 {} | AMX-BF16 {} | frugal's kernels: {}\n", b(f["avx2"]),
              b(f["avx512f"]), b(f["avx512_bf16"]), b(f["amx_bf16"]),
-             level == 4 ? "x86-64-v4 (AVX-512)" : level == 3 ? "x86-64-v3 (AVX2)" : "baseline");
+             level == 4   ? "x86-64-v4 (AVX-512)"
+             : level == 3 ? "x86-64-v3 (AVX2)"
+                          : "baseline");
   if (f["cuda_compiled"].get<bool>())
     fmt::print("built with   CUDA {} | cuDNN {} | NCCL {} | frugal's CUDA kernels {}\n",
                f["cuda_compiled_version"].get<std::string>(),
@@ -44,13 +46,15 @@ int run_doctor_cmd(const DoctorArgs& a) {
   else
     fmt::print("built with   no CUDA (CPU-only LibTorch)\n");
   std::string built_in;
-  for (const auto& [name, on] : f["build_features"].items()) built_in += fmt::format("{}{} {}", built_in.empty() ? "" : " | ", name, b(on.get<bool>()));
+  for (const auto& [name, on] : f["build_features"].items())
+    built_in += fmt::format("{}{} {}", built_in.empty() ? "" : " | ", name, b(on.get<bool>()));
   fmt::print("optional     {}\n", built_in);
   fmt::print("libstdc++    std::filesystem from {}\n", f["std_filesystem_library"].get<std::string>());
   fmt::print("GPUs         {}\n", f["cuda_devices"].get<int>() == 0 ? std::string("none found") : "");
   for (const auto& g : f["gpus"]) {
-    fmt::print("  cuda:{}     {} | compute {} | {} SMs | {:.0f} GB", g["index"].get<int>(), g["name"].get<std::string>(),
-               g["compute_capability"].get<std::string>(), g["multiprocessors"].get<int>(), g["memory_gb"].get<double>());
+    fmt::print("  cuda:{}     {} | compute {} | {} SMs | {:.0f} GB", g["index"].get<int>(),
+               g["name"].get<std::string>(), g["compute_capability"].get<std::string>(),
+               g["multiprocessors"].get<int>(), g["memory_gb"].get<double>());
     if (g.contains("matmul_bf16_tflops"))
       fmt::print(" | matmul bf16 {:.0f} TFLOP/s, fp32 {:.0f} TFLOP/s", g["matmul_bf16_tflops"].get<double>(),
                  g["matmul_fp32_tflops"].get<double>());
@@ -65,16 +69,16 @@ int run_doctor_cmd(const DoctorArgs& a) {
   else
     fmt::print("threads      LibTorch default {}; frugal uses {} (the BLAS has no pool of its own)\n",
                f["threads_libtorch_default"].get<int>(), f["threads_frugal"].get<int>());
-  fmt::print("fp32 step    {:.1f} ms with frugal's threads, {:.1f} ms with 1 thread", f["mlp_step_ms_planned"].get<double>(),
-             f["mlp_step_ms_one_thread"].get<double>());
+  fmt::print("fp32 step    {:.1f} ms with frugal's threads, {:.1f} ms with 1 thread",
+             f["mlp_step_ms_planned"].get<double>(), f["mlp_step_ms_one_thread"].get<double>());
   if (f.contains("mlp_step_ms_blas_oversubscribed"))
     fmt::print(", {:.1f} ms oversubscribed", f["mlp_step_ms_blas_oversubscribed"].get<double>());
   fmt::print("  -> recommended threads {} (other processes used {:.0f}% of the CPUs meanwhile)\n",
              f["threads_recommended"].get<int>(), 100 * f["threads_other_load"].get<double>());
-  fmt::print("matmul       fp32 {:.0f} GFLOP/s | bf16 {:.0f} GFLOP/s | bf16/fp32 {:.2f}x (512^3, medians of 5 "
-             "alternating rounds)\n",
-             f["matmul_fp32_gflops"].get<double>(), f["matmul_bf16_gflops"].get<double>(),
-             f["bf16_speedup"].get<double>());
+  fmt::print(
+      "matmul       fp32 {:.0f} GFLOP/s | bf16 {:.0f} GFLOP/s | bf16/fp32 {:.2f}x (512^3, medians of 5 "
+      "alternating rounds)\n",
+      f["matmul_fp32_gflops"].get<double>(), f["matmul_bf16_gflops"].get<double>(), f["bf16_speedup"].get<double>());
   fmt::print("precision    {}\n", f["precision_auto"].get<std::string>());
   if (f.contains("disk_free_gb")) fmt::print("disk         {:.1f} GB free here\n", f["disk_free_gb"].get<double>());
   for (const auto& w : r.warnings) fmt::print("\nWARNING: {}\n", w);
@@ -93,7 +97,8 @@ void add_doctor_command(CLI::App& app, Run* run) {
       "decides from, with their evidence, which frugal train and tune follow (--no-save: measure only).");
   cmd->add_flag("--json", args->json, "print the facts as JSON");
   cmd->add_option("--seconds", args->seconds, "time budget per measurement")
-      ->check(CLI::Range(0.05, 10.0))->capture_default_str();
+      ->check(CLI::Range(0.05, 10.0))
+      ->capture_default_str();
   cmd->add_flag("--no-save", args->no_save,
                 "measure only: keep neither the thread choice (run.threads = 0) nor the precision speeds "
                 "(precision.mode = \"auto\") that frugal train follows");

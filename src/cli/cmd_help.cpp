@@ -23,9 +23,12 @@ namespace {
 std::string cell(const std::string& s) {
   std::string out;
   for (char ch : s) {
-    if (ch == '|') out += "\\|";
-    else if (ch == '\n') out += "<br>";
-    else out += ch;
+    if (ch == '|')
+      out += "\\|";
+    else if (ch == '\n')
+      out += "<br>";
+    else
+      out += ch;
   }
   return out;
 }
@@ -34,9 +37,12 @@ std::string cell(const std::string& s) {
 std::string shown_default(const std::string& s) {
   std::string out;
   for (char ch : s) {
-    if (ch == '\n') out += "\\n";
-    else if (ch == '\t') out += "\\t";
-    else out += ch;
+    if (ch == '\n')
+      out += "\\n";
+    else if (ch == '\t')
+      out += "\\t";
+    else
+      out += ch;
   }
   return out;
 }
@@ -176,7 +182,8 @@ std::string cli_reference_markdown(const CLI::App& app) {
 void add_help_command(CLI::App& app, Run* run) {
   auto markdown = std::make_shared<bool>(false);
   auto words = std::make_shared<std::vector<std::string>>();
-  auto* cmd = app.add_subcommand("help", "Print the reference of every command and flag (docs/cli.md), or of one command.");
+  auto* cmd =
+      app.add_subcommand("help", "Print the reference of every command and flag (docs/cli.md), or of one command.");
   cmd->add_option("command", *words, "a command (`frugal help train`): print its help only");
   cmd->add_flag("--markdown", *markdown, "print it as Markdown (docs/cli.md is this output)");
   CLI::App* root = &app;
@@ -188,9 +195,9 @@ void add_help_command(CLI::App& app, Run* run) {
         const CLI::App* next = find_subcommand(*at, w);
         if (!next) {
           const auto names = command_names(*at);
-          throw ConfigError(fmt::format("frugal help: '{}' is not a command of `{}`{}; {}", w, path,
-                                        suggestion(w, names),
-                                        names.empty() ? "it has no subcommands" : fmt::format("the commands are: {}", fmt::join(names, ", "))));
+          throw ConfigError(fmt::format(
+              "frugal help: '{}' is not a command of `{}`{}; {}", w, path, suggestion(w, names),
+              names.empty() ? "it has no subcommands" : fmt::format("the commands are: {}", fmt::join(names, ", "))));
         }
         at = next;
         path += " " + w;
@@ -200,8 +207,8 @@ void add_help_command(CLI::App& app, Run* run) {
       else if (*markdown)
         throw ConfigError("frugal help --markdown prints the whole reference; leave out the command");
       else  // the formatter directly: App::help() would show the help of the command being run (help)
-        fmt::print("{}", at->get_formatter()->make_help(at, path, at == root ? CLI::AppFormatMode::All
-                                                                              : CLI::AppFormatMode::Normal));
+        fmt::print("{}", at->get_formatter()->make_help(
+                             at, path, at == root ? CLI::AppFormatMode::All : CLI::AppFormatMode::Normal));
       return 0;
     };
   });

@@ -59,7 +59,8 @@ void plan_before_training(const std::string& config, const std::vector<std::stri
   if (!quiet) con.line(plan.table());
   // A refusal writes nothing: no run directory, no plan.json; the message carries the figures.
   if (const std::string why = budget_shortfall(plan); !why.empty())
-    throw GuardStop("plan.before_train: " + why + "; nothing was trained and nothing written (`frugal plan` "
+    throw GuardStop("plan.before_train: " + why +
+                    "; nothing was trained and nothing written (`frugal plan` "
                     "prints the whole projection)");
   callbacks.push_back(plan_callback(plan));  // writes runs/<name>/plan.json once the run directory is made
 }
@@ -113,7 +114,8 @@ void add_plan_command(CLI::App& app, Run* run) {
       if (config.empty() && !args->from.empty() && fs::exists(RunDir(args->from).config()))
         config = RunDir(args->from).config();
       if (args->peak_tflops > 0 && args->instance.empty())
-        throw ConfigError("--peak-tflops is the peak of the --instance the run is projected onto; name one with --instance");
+        throw ConfigError(
+            "--peak-tflops is the peak of the --instance the run is projected onto; name one with --instance");
       CostPlanOptions o;
       o.from_run = args->from;
       o.instance = args->instance;

@@ -20,15 +20,16 @@ struct PrepareArgs {
 
 void add_prepare_command(CLI::App& app, Run* run) {
   auto a = std::make_shared<PrepareArgs>();
-  auto* cmd = app.add_subcommand(
-      "prepare",
-      "Prepare a dataset once into a folder of checksummed shards plus manifest.json: text is "
-      "tokenised into token shards (train with data.source=shards:DIR); images and CSV tables are "
-      "decoded into record shards (data.source=records:DIR). Re-running with the same options on "
-      "unchanged inputs does nothing (inputs are content-hashed). Formats: docs/data.md, "
-      "docs/formats/shards.md.");
+  auto* cmd =
+      app.add_subcommand("prepare",
+                         "Prepare a dataset once into a folder of checksummed shards plus manifest.json: text is "
+                         "tokenised into token shards (train with data.source=shards:DIR); images and CSV tables are "
+                         "decoded into record shards (data.source=records:DIR). Re-running with the same options on "
+                         "unchanged inputs does nothing (inputs are content-hashed). Formats: docs/data.md, "
+                         "docs/formats/shards.md.");
   cmd->add_option("inputs", a->o.inputs, "input files or folders (every file inside, sorted)")
-      ->required()->check(CLI::ExistingPath);
+      ->required()
+      ->check(CLI::ExistingPath);
   cmd->add_option("--out", a->o.out_dir, "dataset folder to write (replaced atomically)")->required();
   cmd->add_option("--format", a->format,
                   "text: documents separated by blank lines; jsonl: one JSON object per line; images: a "
@@ -37,7 +38,8 @@ void add_prepare_command(CLI::App& app, Run* run) {
                   "key.txt -> tokens); csv: a header row, numeric feature columns and a label column; "
                   "parquet: Parquet files, the string column --text-column as documents, or without it numeric "
                   "feature columns and a label column as records")
-      ->check(CLI::IsMember({"text", "jsonl", "images", "tar", "csv", "parquet"}))->capture_default_str();
+      ->check(CLI::IsMember({"text", "jsonl", "images", "tar", "csv", "parquet"}))
+      ->capture_default_str();
   cmd->add_option("--jsonl-field,--text-column", a->o.jsonl_field,
                   "jsonl: the string field holding the document; parquet: the string column holding it")
       ->capture_default_str();
@@ -47,50 +49,64 @@ void add_prepare_command(CLI::App& app, Run* run) {
                   "tokenizer, run by the tokenizers library in FRUGAL_PYTHON)")
       ->capture_default_str();
   cmd->add_option("--vocab", a->o.vocab, "sentencepiece: vocabulary size to train")
-      ->check(CLI::Range(int64_t{64}, int64_t{1} << 22))->capture_default_str();
+      ->check(CLI::Range(int64_t{64}, int64_t{1} << 22))
+      ->capture_default_str();
   cmd->add_option("--dedup", a->dedup,
                   "none | exact (normalised-text hash) | near (exact, then MinHash + LSH on word shingles)")
-      ->check(CLI::IsMember({"none", "exact", "near"}))->capture_default_str();
+      ->check(CLI::IsMember({"none", "exact", "near"}))
+      ->capture_default_str();
   cmd->add_option("--near-threshold", a->o.dedup.near_threshold,
                   "near: Jaccard similarity of word-shingle sets at or above which documents are duplicates")
-      ->check(CLI::Range(0.05, 1.0))->capture_default_str();
+      ->check(CLI::Range(0.05, 1.0))
+      ->capture_default_str();
   cmd->add_option("--shingle", a->o.dedup.shingle_words, "near: words per shingle")
-      ->check(CLI::Range(1, 64))->capture_default_str();
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->add_option("--size", a->o.image_size, "images: resize every image once to SIZE x SIZE pixels (RGB)")
-      ->check(CLI::Range(1, 4096))->capture_default_str();
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   cmd->add_option("--pixels", a->pixels, "images: store pixels as uint8 (1 byte) or fp16 (value/255, 2 bytes)")
-      ->check(CLI::IsMember({"uint8", "fp16"}))->capture_default_str();
+      ->check(CLI::IsMember({"uint8", "fp16"}))
+      ->capture_default_str();
   cmd->add_option("--augment", a->o.augment,
                   "images: store N seeded augmented variants (random crop with padding, horizontal flip, "
                   "colour jitter) of every training image besides the original")
-      ->check(CLI::Range(0, 1000))->capture_default_str();
-  cmd->add_option("--seed", a->o.seed, "images, tar, csv, parquet: seed of the validation hold-out and the augmentations")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
-  cmd->add_option("--label-column", a->o.label_column,
-                  "csv, parquet: the label column (default: the last column)");
+  cmd->add_option("--seed", a->o.seed,
+                  "images, tar, csv, parquet: seed of the validation hold-out and the augmentations")
+      ->capture_default_str();
+  cmd->add_option("--label-column", a->o.label_column, "csv, parquet: the label column (default: the last column)");
   cmd->add_option("--shard-records", a->o.shard_records, "images, tar, csv, parquet: records per shard file")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))->capture_default_str();
-  cmd->add_option("--val-fraction", a->o.val_fraction,
-                  "text: the last fraction of the token stream held out for validation; images, csv, parquet tables: the "
-                  "fraction of samples held out (seeded), unless an images folder has train/ and val/")
-      ->check(CLI::Range(0.0, 0.9))->capture_default_str();
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
+  cmd->add_option(
+         "--val-fraction", a->o.val_fraction,
+         "text: the last fraction of the token stream held out for validation; images, csv, parquet tables: the "
+         "fraction of samples held out (seeded), unless an images folder has train/ and val/")
+      ->check(CLI::Range(0.0, 0.9))
+      ->capture_default_str();
   cmd->add_option("--shard-tokens", a->o.shard_tokens, "tokens per shard file")
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 40))->capture_default_str();
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 40))
+      ->capture_default_str();
   cmd->add_flag("--zstd", a->o.zstd, "zstd-compress shard blocks");
   cmd->add_option("--threads", a->o.threads, "tokeniser / image decoder threads; 0 = all usable CPUs")
-      ->check(CLI::Range(0, 1024))->capture_default_str();
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   cmd->add_flag("--force", a->o.force, "rebuild even if the dataset is up to date");
   cmd->add_flag("--quiet", a->quiet, "print only the final report");
   cmd->callback([a, run] {
     *run = [a] {
-      a->o.format = a->format == "jsonl"    ? InputFormat::kJsonl
-                    : a->format == "images" ? InputFormat::kImages
-                    : a->format == "tar"    ? InputFormat::kTar
-                    : a->format == "csv"    ? InputFormat::kCsv
+      a->o.format = a->format == "jsonl"     ? InputFormat::kJsonl
+                    : a->format == "images"  ? InputFormat::kImages
+                    : a->format == "tar"     ? InputFormat::kTar
+                    : a->format == "csv"     ? InputFormat::kCsv
                     : a->format == "parquet" ? InputFormat::kParquet
-                                            : InputFormat::kText;
+                                             : InputFormat::kText;
       a->o.pixels = a->pixels == "fp16" ? PixelStorage::kFp16 : PixelStorage::kUint8;
-      a->o.dedup.mode = a->dedup == "near" ? DedupMode::kNear : a->dedup == "exact" ? DedupMode::kExact : DedupMode::kNone;
+      a->o.dedup.mode = a->dedup == "near"    ? DedupMode::kNear
+                        : a->dedup == "exact" ? DedupMode::kExact
+                                              : DedupMode::kNone;
       auto& con = Console::get();
       PrepareReport r = prepare_dataset(a->o, [&](const std::string& s) {
         if (!a->quiet) con.status("prepare: " + s);

@@ -12,10 +12,10 @@ namespace frugal::cli {
 
 void add_report_commands(CLI::App& app, Run* run) {
   auto dir = std::make_shared<std::string>();
-  auto* report = app.add_subcommand(
-      "report",
-      "Regenerate RUN_DIR/report.html from the run's metrics.jsonl and summary.json: a "
-      "self-contained page with loss, throughput, step-time breakdown, memory and cost charts.");
+  auto* report =
+      app.add_subcommand("report",
+                         "Regenerate RUN_DIR/report.html from the run's metrics.jsonl and summary.json: a "
+                         "self-contained page with loss, throughput, step-time breakdown, memory and cost charts.");
   report->add_option("run_dir", *dir, "run directory, e.g. runs/demo")->required()->check(CLI::ExistingDirectory);
   report->callback([dir, run] {
     *run = [dir] {

@@ -1,7 +1,7 @@
 // `frugal sample RUN_DIR --prompt TEXT`: generate from a run's weights with a KV cache, encoding
 // the prompt and decoding the output with the tokenizer the run was trained with (bytes, or the
-// dataset's SentencePiece model or Hugging Face tokenizer.json); a run whose tokenizer frugal cannot apply is refused, never
-// answered with text in the wrong encoding.
+// dataset's SentencePiece model or Hugging Face tokenizer.json); a run whose tokenizer frugal cannot apply is refused,
+// never answered with text in the wrong encoding.
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -68,7 +68,8 @@ int run_sample(const SampleArgs& a) {
   const std::string& cfg = run.config_file;
   FRUGAL_CHECK(torchscript_path(c.model.source).empty(), ConfigError,
                fmt::format("{}: the run trained model.source = \"{}\"; frugal sample generates from the reference "
-                           "GPT only (load the scripted module in Python to generate)", cfg, c.model.source));
+                           "GPT only (load the scripted module in Python to generate)",
+                           cfg, c.model.source));
   apply_thread_settings(static_cast<int>(c.run.threads));
   const auto tokenizer = run_tokenizer(run);
   if (tokenizer->vocab() > c.model.vocab)
@@ -76,16 +77,18 @@ int run_sample(const SampleArgs& a) {
                                   tokenizer->name(), tokenizer->vocab(), c.model.vocab));
   const std::string weights = a.weights.empty() ? run_weights(a.run_dir, "sample") : named_weights(a.weights);
   Gpt model(c.model);
-  reading_named_input("the weights " + weights, [&] {
-    load_parameters(model->named_parameter_list(), load_safetensors(weights), weights);
-  });
+  reading_named_input("the weights " + weights,
+                      [&] { load_parameters(model->named_parameter_list(), load_safetensors(weights), weights); });
   const std::string prompt = unescape(a.prompt);
   if (prompt.empty()) throw ConfigError("--prompt must not be empty");
   const std::string work = (fs::temp_directory_path() / fmt::format("frugal-sample-{}", ::getpid())).string();
   fs::create_directories(work);
   struct Cleanup {
     std::string dir;
-    ~Cleanup() { std::error_code ec; remove_tree(dir, ec); }
+    ~Cleanup() {
+      std::error_code ec;
+      remove_tree(dir, ec);
+    }
   } cleanup{work};
   auto encoded = tokenizer->encode({prompt}, 1, work).at(0);
   // No prompt (the default "\n", which a SentencePiece model encodes to nothing): generation starts
@@ -106,8 +109,9 @@ int run_sample(const SampleArgs& a) {
   const std::vector<int32_t> ids(out.begin(), out.end());
   const std::string text = cut_at(tokenizer->decode(ids, work), stop);
   if (a.json) {
-    nlohmann::json j{{"weights", weights}, {"tokenizer", tokenizer->name()}, {"prompt", prompt},
-                     {"prompt_tokens", encoded}, {"tokens", ids}, {"text", text}};
+    nlohmann::json j{{"weights", weights}, {"tokenizer", tokenizer->name()},
+                     {"prompt", prompt},   {"prompt_tokens", encoded},
+                     {"tokens", ids},      {"text", text}};
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
@@ -124,14 +128,14 @@ void add_sample_command(CLI::App& app, Run* run) {
       "Generate text from a run's weights (greedy by default, with a KV cache), with the tokenizer the run "
       "was trained with (bytes, or its dataset's SentencePiece model or Hugging Face tokenizer.json). Without "
       "final/ it uses the newest sound checkpoint.");
-  cmd->add_option("run_dir", args->run_dir, "run directory, e.g. runs/demo")->required()
-      ->check(CLI::ExistingDirectory);
-  cmd->add_option("-p,--prompt", args->prompt, "prompt text; \\n and \\t are unescaped")
-      ->capture_default_str();
+  cmd->add_option("run_dir", args->run_dir, "run directory, e.g. runs/demo")->required()->check(CLI::ExistingDirectory);
+  cmd->add_option("-p,--prompt", args->prompt, "prompt text; \\n and \\t are unescaped")->capture_default_str();
   cmd->add_option("-n,--max-tokens", args->max_tokens, "tokens to generate at most")
-      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   cmd->add_option("-t,--temperature", args->temperature, "0 = greedy; >0 samples")
-      ->check(CLI::Range(0.0, 100.0))->capture_default_str();
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
   cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
   cmd->add_option("--stop", args->stop,
                   "stop after generating this text ('' = never; with SentencePiece the text is cut there)")

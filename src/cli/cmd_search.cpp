@@ -39,8 +39,9 @@ void add_search_command(CLI::App& app, Run* run) {
       "their cost, and writes <out>/search.json, search.html (table and Pareto charts) and best.toml.\n"
       "Exit 3: search.max_usd or search.max_hours was reached (the outputs rank what was measured). Exit 75: "
       "stopped by a signal; continue with --resume auto. See docs/search.md.");
-  cmd->add_option("space", o.file, "the search file: [search] options, [space] keys and values, and config "
-                                   "sections fixed for every trial (examples/search.toml)")
+  cmd->add_option("space", o.file,
+                  "the search file: [search] options, [space] keys and values, and config "
+                  "sections fixed for every trial (examples/search.toml)")
       ->required()
       ->check(CLI::ExistingFile);
   add_set_option(cmd, o.sets, "train.steps=300", "for every trial");
@@ -73,8 +74,10 @@ void add_search_command(CLI::App& app, Run* run) {
       if (!args->quiet) opts.progress = [&con](const std::string& line) { con.line(line); };
       const SearchOutcome r = run_search(opts);
       con.line(r.table);
-      con.line(fmt::format("wrote {0}/search.json, {0}/search.html{1}", r.dir,
-                           r.best_toml.empty() ? "" : fmt::format(", {} (train it: frugal train {})", r.best_toml, shell_word(r.best_toml))));
+      con.line(fmt::format(
+          "wrote {0}/search.json, {0}/search.html{1}", r.dir,
+          r.best_toml.empty() ? ""
+                              : fmt::format(", {} (train it: frugal train {})", r.best_toml, shell_word(r.best_toml))));
       if (r.end == SearchEnd::kInterrupted) {
         // The same file, folder and --set flags: a resume must search the same space.
         con.line(fmt::format("stopped: {}; continue with: frugal search {} --resume auto{}{}", r.reason,
@@ -83,10 +86,11 @@ void add_search_command(CLI::App& app, Run* run) {
         return exit_status(ExitCode::kPreempted);
       }
       if (r.end == SearchEnd::kBudget)
-        throw GuardStop(fmt::format("{}; the outputs rank what was measured (raise the budget and continue with: "
-                                    "frugal search {} --resume auto{}{} --max-usd USD or --max-hours H)",
-                                    r.reason, shell_word(opts.file), opts.out.empty() ? "" : " --out " + shell_word(opts.out),
-                                    set_flags(opts.sets)));
+        throw GuardStop(
+            fmt::format("{}; the outputs rank what was measured (raise the budget and continue with: "
+                        "frugal search {} --resume auto{}{} --max-usd USD or --max-hours H)",
+                        r.reason, shell_word(opts.file), opts.out.empty() ? "" : " --out " + shell_word(opts.out),
+                        set_flags(opts.sets)));
       return 0;
     };
   });

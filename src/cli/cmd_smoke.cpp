@@ -15,12 +15,12 @@ void add_smoke_command(CLI::App& app, Run* run) {
     std::vector<std::string> sets;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand(
-      "smoke",
-      "Run the real pipeline for 2 steps at a tiny batch on the CPU: data, forward, backward, "
-      "optimizer, eval, checkpoint save, a simulated kill and resume (the resumed step's loss must "
-      "equal the uninterrupted one). Reports shapes, parameters, time per step and memory per "
-      "sample; on failure names the stage and the cause and exits 1.");
+  auto* cmd =
+      app.add_subcommand("smoke",
+                         "Run the real pipeline for 2 steps at a tiny batch on the CPU: data, forward, backward, "
+                         "optimizer, eval, checkpoint save, a simulated kill and resume (the resumed step's loss must "
+                         "equal the uninterrupted one). Reports shapes, parameters, time per step and memory per "
+                         "sample; on failure names the stage and the cause and exits 1.");
   cmd->add_option("config", args->config, "TOML config file")->check(CLI::ExistingFile);
   add_set_option(cmd, args->sets, "model.layers=12");
   cmd->callback([args, run] {

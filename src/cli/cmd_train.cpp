@@ -81,7 +81,8 @@ void print_summary(const nlohmann::json& s) {
 // train.auto_tune: runs `frugal tune` and returns its report (null when off). The report is kept
 // in runs/<name>/auto_tune.json, and a resumed run reuses that choice instead of tuning again,
 // so it continues with the settings its checkpoints were written with.
-nlohmann::json auto_tune(const ResolvedConfig& rc, const TrainArgs& args, const std::map<std::string, std::string>& env) {
+nlohmann::json auto_tune(const ResolvedConfig& rc, const TrainArgs& args,
+                         const std::map<std::string, std::string>& env) {
   if (!rc.config.train.auto_tune) return nullptr;
   auto& con = Console::get();
   const std::string path = RunDir::of(rc.config).auto_tune();
@@ -124,8 +125,9 @@ int run_train(const TrainArgs& args) {
   const dist::DistEnv env = dist::dist_env_from(penv);
   nlohmann::json tuned;
   if (env.distributed() && rc.config.train.auto_tune)
-    Console::get().line("auto_tune: skipped in a multi-process run (ranks must agree on one "
-                        "setting); run `frugal tune` once and train with its config");
+    Console::get().line(
+        "auto_tune: skipped in a multi-process run (ranks must agree on one "
+        "setting); run `frugal tune` once and train with its config");
   else
     tuned = auto_tune(rc, args, penv);
   std::vector<std::string> sets = args.sets;
@@ -136,8 +138,7 @@ int run_train(const TrainArgs& args) {
   if (rc.config.train.smoke_first && env.rank == 0) {
     SmokeReport r = run_smoke(rc);
     Console::get().line(r.describe());
-    if (!r.ok) throw Error("train.smoke_first: the smoke test failed at stage " + r.stage +
-                               ": " + r.error);
+    if (!r.ok) throw Error("train.smoke_first: the smoke test failed at stage " + r.stage + ": " + r.error);
   }
   TrainerOptions opts;
   opts.overwrite = args.overwrite;
@@ -147,8 +148,9 @@ int run_train(const TrainArgs& args) {
   opts.handle_signals = true;
   if (rc.config.plan.before_train) {
     if (env.distributed() || !args.resume.empty())
-      Console::get().line("plan.before_train: skipped in a multi-process or resumed run; the cost meter's "
-                          "budget.limit_usd still applies (run `frugal plan` once beforehand)");
+      Console::get().line(
+          "plan.before_train: skipped in a multi-process or resumed run; the cost meter's "
+          "budget.limit_usd still applies (run `frugal plan` once beforehand)");
     else
       plan_before_training(args.config, sets, penv, launch_s, args.quiet, opts.callbacks);
   }
@@ -156,7 +158,8 @@ int run_train(const TrainArgs& args) {
   if (env.distributed()) {
     if (rc.config.run.device == "cuda") rc.config.run.device = fmt::format("cuda:{}", env.local_rank);
     if (!args.quiet) Console::get().line("dist: " + env.describe());
-    opts.data_parallel = dist::data_parallel_factory(dist::connect(env, rc.config.dist, c10::Device(rc.config.run.device)));
+    opts.data_parallel =
+        dist::data_parallel_factory(dist::connect(env, rc.config.dist, c10::Device(rc.config.run.device)));
     opts.quiet = opts.quiet || env.rank != 0;  // rank 0 speaks for the run; errors still print
   }
   const std::string resume_command = resume_command_for(rc.config);
@@ -181,15 +184,14 @@ int run_train(const TrainArgs& args) {
 
 void add_train_command(CLI::App& app, Run* run) {
   auto args = std::make_shared<TrainArgs>();
-  auto* cmd = app.add_subcommand(
-      "train",
-      "Train a model. Without CONFIG, trains the built-in demo (examples/demo.toml): a small GPT "
-      "on seeded arithmetic problems.\nWrites runs/<name>/: config.toml, metrics.jsonl, "
-      "summary.json, final/model.safetensors, checkpoints/step-NNNNNNNN/.\nSIGTERM, SIGINT or "
-      "SIGUSR1: finish the step, write a checkpoint, exit 75 (continue with --resume auto); a "
-      "second SIGINT exits at once. Exit 3: the divergence guard gave up.");
-  cmd->add_option("config", args->config, "TOML config file (see `frugal config --list`)")
-      ->check(CLI::ExistingFile);
+  auto* cmd =
+      app.add_subcommand("train",
+                         "Train a model. Without CONFIG, trains the built-in demo (examples/demo.toml): a small GPT "
+                         "on seeded arithmetic problems.\nWrites runs/<name>/: config.toml, metrics.jsonl, "
+                         "summary.json, final/model.safetensors, checkpoints/step-NNNNNNNN/.\nSIGTERM, SIGINT or "
+                         "SIGUSR1: finish the step, write a checkpoint, exit 75 (continue with --resume auto); a "
+                         "second SIGINT exits at once. Exit 3: the divergence guard gave up.");
+  cmd->add_option("config", args->config, "TOML config file (see `frugal config --list`)")->check(CLI::ExistingFile);
   add_set_option(cmd, args->sets, "train.steps=200");
   cmd->add_flag("--overwrite", args->overwrite, "replace an existing runs/<name>/ directory");
   cmd->add_option("--resume", args->resume,

@@ -35,15 +35,15 @@ void add_tune_command(CLI::App& app, Run* run) {
     std::string json_out;
   };
   auto args = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand(
-      "tune",
-      "Measure a few training steps per candidate setting on this machine (precision, activation "
-      "checkpointing, the batch-size finder's micro-batch when memory.limit_mb or a cgroup limit "
-      "sets a budget, loader workers for shard data), print tokens/s, peak memory, projected run "
-      "time, $ and kg CO2, and the probe loss of each, and write a complete config with the fastest "
-      "setting that fits memory.limit_mb and whose loss is within tune.loss_tolerance of fp32's.\n"
-      "Bounded by tune.max_fraction of the configured run's projected time; tune.probe_steps sets "
-      "the steps per candidate. See docs/tuning.md.");
+  auto* cmd =
+      app.add_subcommand("tune",
+                         "Measure a few training steps per candidate setting on this machine (precision, activation "
+                         "checkpointing, the batch-size finder's micro-batch when memory.limit_mb or a cgroup limit "
+                         "sets a budget, loader workers for shard data), print tokens/s, peak memory, projected run "
+                         "time, $ and kg CO2, and the probe loss of each, and write a complete config with the fastest "
+                         "setting that fits memory.limit_mb and whose loss is within tune.loss_tolerance of fp32's.\n"
+                         "Bounded by tune.max_fraction of the configured run's projected time; tune.probe_steps sets "
+                         "the steps per candidate. See docs/tuning.md.");
   cmd->add_option("config", args->config, "TOML config file (default: the built-in demo)")->check(CLI::ExistingFile);
   add_set_option(cmd, args->sets, "tune.probe_steps=3");
   cmd->add_option("--out", args->out,

@@ -35,7 +35,8 @@ void hold_stop_signals(int argc, char** argv, char** envp) {
   for (char** e = envp; e && *e; ++e)
     if (std::strcmp(*e, "FRUGAL_FAULT_SIGNAL_AT_START=1") == 0) ::raise(SIGTERM);
 }
-__attribute__((section(".preinit_array"), used)) void (*const kHoldStopSignals)(int, char**, char**) = hold_stop_signals;
+__attribute__((section(".preinit_array"), used)) void (*const kHoldStopSignals)(int, char**,
+                                                                                char**) = hold_stop_signals;
 }  // namespace
 
 int main(int argc, char** argv) {

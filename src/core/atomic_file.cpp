@@ -26,7 +26,7 @@ thread_local uintmax_t t_removed = 0;
 thread_local int t_error = 0;
 
 int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
-  if (::remove(path) != 0) {  // children come first (FTW_DEPTH): a directory is empty by now
+  if (::remove(path) != 0) {        // children come first (FTW_DEPTH): a directory is empty by now
     if (errno == ENOENT) return 0;  // gone meanwhile: what was wanted
     t_error = errno;
     return 1;  // stops the walk
@@ -112,8 +112,7 @@ bool remove_tree_hidden_first(const std::string& dir, std::error_code& ec) {
   const fs::path d = fs::path(dir).lexically_normal();
   const fs::path target = d.has_filename() ? d : d.parent_path();  // "a/b/" names b
   const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const fs::path trash =
-      parent / fmt::format(".trash-{}-{}-{}", target.filename().string(), ::getpid(), counter++);
+  const fs::path trash = parent / fmt::format(".trash-{}-{}-{}", target.filename().string(), ::getpid(), counter++);
   if (::rename(target.c_str(), trash.c_str()) != 0) {
     ec = std::error_code(errno, std::system_category());
     return false;
@@ -155,11 +154,15 @@ std::string read_regular_file(const std::string& path, int64_t max_bytes) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw IoError(fmt::format("cannot stat {}: {}", path, std::strerror(errno)));
   if (!S_ISREG(st.st_mode))
-    throw DataError(fmt::format("{} is a {}, not a regular file: frugal reads its inputs from files; point it at "
-                                "one", path, file_kind(st.st_mode)));
+    throw DataError(
+        fmt::format("{} is a {}, not a regular file: frugal reads its inputs from files; point it at "
+                    "one",
+                    path, file_kind(st.st_mode)));
   if (max_bytes >= 0 && st.st_size > max_bytes)
-    throw DataError(fmt::format("{} holds {} bytes, more than the {} such a file may have: it is not the file "
-                                "frugal wrote (a link to the wrong file?)", path, st.st_size, max_bytes));
+    throw DataError(
+        fmt::format("{} holds {} bytes, more than the {} such a file may have: it is not the file "
+                    "frugal wrote (a link to the wrong file?)",
+                    path, st.st_size, max_bytes));
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::string out;
   out.reserve(static_cast<size_t>(st.st_size));

@@ -5,9 +5,12 @@ namespace frugal {
 
 std::string to_string(const ActivationCheckpointing& a) {
   switch (a.mode) {
-    case ActivationCheckpointing::Mode::kNone: return "none";
-    case ActivationCheckpointing::Mode::kBlocks: return "blocks";
-    case ActivationCheckpointing::Mode::kEvery: return "every:" + std::to_string(a.every);
+    case ActivationCheckpointing::Mode::kNone:
+      return "none";
+    case ActivationCheckpointing::Mode::kBlocks:
+      return "blocks";
+    case ActivationCheckpointing::Mode::kEvery:
+      return "every:" + std::to_string(a.every);
   }
   return "none";
 }
@@ -26,27 +29,35 @@ std::optional<ActivationCheckpointing> parse_activation_checkpointing(const std:
 
 const char* metric_name(Metric m) {
   switch (m) {
-    case Metric::kValLoss: return "val_loss";
-    case Metric::kLoss: return "loss";
-    case Metric::kGradNorm: return "grad_norm";
+    case Metric::kValLoss:
+      return "val_loss";
+    case Metric::kLoss:
+      return "loss";
+    case Metric::kGradNorm:
+      return "grad_norm";
   }
   return "?";
 }
 
 std::string to_string(const DataSource& s) {
   switch (s.kind) {
-    case DataSource::Kind::kArith: return "builtin:arith";
-    case DataSource::Kind::kText: return "text:" + s.path;
-    case DataSource::Kind::kShards: return "shards:" + s.path;
-    case DataSource::Kind::kRecords: return "records:" + s.path;
+    case DataSource::Kind::kArith:
+      return "builtin:arith";
+    case DataSource::Kind::kText:
+      return "text:" + s.path;
+    case DataSource::Kind::kShards:
+      return "shards:" + s.path;
+    case DataSource::Kind::kRecords:
+      return "records:" + s.path;
   }
   return "builtin:arith";
 }
 
 std::optional<DataSource> parse_data_source(const std::string& s) {
   if (s == "builtin:arith") return DataSource{DataSource::Kind::kArith, ""};
-  for (auto [prefix, kind] : {std::pair{"text:", DataSource::Kind::kText}, std::pair{"shards:", DataSource::Kind::kShards},
-                              std::pair{"records:", DataSource::Kind::kRecords}}) {
+  for (auto [prefix, kind] :
+       {std::pair{"text:", DataSource::Kind::kText}, std::pair{"shards:", DataSource::Kind::kShards},
+        std::pair{"records:", DataSource::Kind::kRecords}}) {
     const std::string p = prefix;
     if (s.rfind(p, 0) == 0 && s.size() > p.size()) return DataSource{kind, s.substr(p.size())};
   }

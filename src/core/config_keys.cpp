@@ -58,34 +58,26 @@ std::string check_init_from(const ConfigValue& v) {
 }  // namespace
 
 void add_run_keys(std::vector<KeySpec>& s) {
-  s.push_back(string_key(FRUGAL_FIELD(run, name),
-                         "run name; the run writes to <out_dir>/<name>/", check_run_name));
-  s.push_back(string_key(FRUGAL_FIELD(run, out_dir),
-                         "parent folder of run directories"));
-  s.push_back(int_key(FRUGAL_FIELD(run, seed), 0, 9.0e15,
-                      "seed for initialisation, data order and dropout"));
-  s.push_back(int_key(FRUGAL_FIELD(run, threads), 0, 1024,
-                      "intra-op and BLAS threads; 0 = auto (what frugal doctor measured fastest here, else physical cores)"));
-  s.push_back(string_key(FRUGAL_FIELD(run, device),
-                         "\"cpu\", \"cuda\" or \"cuda:N\"", check_device));
+  s.push_back(string_key(FRUGAL_FIELD(run, name), "run name; the run writes to <out_dir>/<name>/", check_run_name));
+  s.push_back(string_key(FRUGAL_FIELD(run, out_dir), "parent folder of run directories"));
+  s.push_back(int_key(FRUGAL_FIELD(run, seed), 0, 9.0e15, "seed for initialisation, data order and dropout"));
+  s.push_back(
+      int_key(FRUGAL_FIELD(run, threads), 0, 1024,
+              "intra-op and BLAS threads; 0 = auto (what frugal doctor measured fastest here, else physical cores)"));
+  s.push_back(string_key(FRUGAL_FIELD(run, device), "\"cpu\", \"cuda\" or \"cuda:N\"", check_device));
   s.push_back(bool_key(FRUGAL_FIELD(run, deterministic),
                        "deterministic GPU kernels, so a resumed GPU run reproduces the uninterrupted one "
                        "bitwise (slower; CPU runs are deterministic either way)"));
 }
 
 void add_model_keys(std::vector<KeySpec>& s) {
-  s.push_back(int_key(FRUGAL_FIELD(model, layers), 1,
-                      1024, "transformer blocks"));
-  s.push_back(int_key(FRUGAL_FIELD(model, heads), 1, 1024,
-                      "attention heads; must divide model.embd"));
-  s.push_back(int_key(FRUGAL_FIELD(model, embd), 8, 65536,
-                      "residual width"));
-  s.push_back(int_key(FRUGAL_FIELD(model, block), 2,
-                      1 << 20, "context length in tokens"));
-  s.push_back(int_key(FRUGAL_FIELD(model, vocab), 2,
-                      1 << 24, "vocabulary size (256 for byte-level data); unset, a shards:DIR dataset's manifest sets it"));
-  s.push_back(float_key(FRUGAL_FIELD(model, dropout), 0,
-                        0.9, "dropout probability; 0 = off"));
+  s.push_back(int_key(FRUGAL_FIELD(model, layers), 1, 1024, "transformer blocks"));
+  s.push_back(int_key(FRUGAL_FIELD(model, heads), 1, 1024, "attention heads; must divide model.embd"));
+  s.push_back(int_key(FRUGAL_FIELD(model, embd), 8, 65536, "residual width"));
+  s.push_back(int_key(FRUGAL_FIELD(model, block), 2, 1 << 20, "context length in tokens"));
+  s.push_back(int_key(FRUGAL_FIELD(model, vocab), 2, 1 << 24,
+                      "vocabulary size (256 for byte-level data); unset, a shards:DIR dataset's manifest sets it"));
+  s.push_back(float_key(FRUGAL_FIELD(model, dropout), 0, 0.9, "dropout probability; 0 = off"));
   s.push_back(enum_key<ModelConfig::Activation>(
       FRUGAL_FIELD(model, activation),
       {{"gelu", ModelConfig::Activation::kGelu}, {"gelu_tanh", ModelConfig::Activation::kGeluTanh}},
@@ -99,7 +91,8 @@ void add_model_keys(std::vector<KeySpec>& s) {
                       "the GPU's fast matmul kernels; 0 = auto (64 on a GPU, off on the CPU), 1 = off"));
   s.push_back(enum_key<ModelConfig::Kernels>(
       FRUGAL_FIELD(model, kernels),
-      {{"auto", ModelConfig::Kernels::kAuto}, {"aten", ModelConfig::Kernels::kAten},
+      {{"auto", ModelConfig::Kernels::kAuto},
+       {"aten", ModelConfig::Kernels::kAten},
        {"frugal", ModelConfig::Kernels::kFrugal}},
       "what runs the GPT's LayerNorms and loss on a GPU: \"aten\" (ATen's operators), \"frugal\" (frugal's CUDA "
       "kernels: fused classifier, residual add + LayerNorm; CUDA, compute capability 8.0+, fp32 or bf16; "
@@ -115,21 +108,20 @@ void add_model_keys(std::vector<KeySpec>& s) {
 }
 
 void add_data_keys(std::vector<KeySpec>& s) {
-  s.push_back(spelled_key<DataSource>(FRUGAL_FIELD(data, source), parse_data_source,
-                                      "must be \"builtin:arith\", \"text:PATH\", \"shards:DIR\" or \"records:DIR\"",
-                                      "\"builtin:arith\", \"text:PATH\", \"shards:DIR\" or \"records:DIR\" (docs/data.md)"));
-  s.push_back(int_key(FRUGAL_FIELD(data, micro_batch),
-                      1, 1 << 20, "sequences per forward/backward pass"));
+  s.push_back(
+      spelled_key<DataSource>(FRUGAL_FIELD(data, source), parse_data_source,
+                              "must be \"builtin:arith\", \"text:PATH\", \"shards:DIR\" or \"records:DIR\"",
+                              "\"builtin:arith\", \"text:PATH\", \"shards:DIR\" or \"records:DIR\" (docs/data.md)"));
+  s.push_back(int_key(FRUGAL_FIELD(data, micro_batch), 1, 1 << 20, "sequences per forward/backward pass"));
   s.push_back(float_key(FRUGAL_FIELD(data, val_fraction), 0.001, 0.5,
                         "text: fraction of the file held out (its end) for validation"));
-  s.push_back(int_key(FRUGAL_FIELD(data, arith_digits), 1, 9,
-                      "arith: operands have 1..N digits"));
-  s.push_back(int_key(FRUGAL_FIELD(data, arith_lines),
-                      10, 1e8, "arith: training problems generated"));
-  s.push_back(int_key(FRUGAL_FIELD(data, workers), 0, 64,
-                      "shards, records and a task's DatasetSource: loader threads; 0 = build batches inline on the trainer thread"));
-  s.push_back(int_key(FRUGAL_FIELD(data, prefetch), 1,
-                      1024, "shards, records: batches built ahead of the trainer at most"));
+  s.push_back(int_key(FRUGAL_FIELD(data, arith_digits), 1, 9, "arith: operands have 1..N digits"));
+  s.push_back(int_key(FRUGAL_FIELD(data, arith_lines), 10, 1e8, "arith: training problems generated"));
+  s.push_back(int_key(
+      FRUGAL_FIELD(data, workers), 0, 64,
+      "shards, records and a task's DatasetSource: loader threads; 0 = build batches inline on the trainer thread"));
+  s.push_back(
+      int_key(FRUGAL_FIELD(data, prefetch), 1, 1024, "shards, records: batches built ahead of the trainer at most"));
 }
 
 void add_train_keys(std::vector<KeySpec>& s) {
@@ -143,30 +135,21 @@ void add_train_keys(std::vector<KeySpec>& s) {
       FRUGAL_FIELD(train, optimizer),
       {{"fused_adamw", OptimizerKind::kFusedAdamW}, {"torch_adamw", OptimizerKind::kTorchAdamW}},
       "fused_adamw: one flat multi-tensor update; torch_adamw: LibTorch's per-parameter AdamW"));
-  s.push_back(float_key(FRUGAL_FIELD(train, lr), 0, 10,
-                        "peak learning rate"));
-  s.push_back(int_key(FRUGAL_FIELD(train, warmup_steps), 0, kBig,
-                      "linear warm-up steps before the cosine decay"));
-  s.push_back(float_key(FRUGAL_FIELD(train, min_lr_ratio), 0, 1,
-                        "final learning rate as a fraction of train.lr"));
-  s.push_back(float_key(FRUGAL_FIELD(train, weight_decay), 0, 10,
-                        "AdamW decoupled weight decay on weight matrices"));
-  s.push_back(float_key(FRUGAL_FIELD(train, beta1), 0,
-                        0.999999, "AdamW first-moment decay"));
-  s.push_back(float_key(FRUGAL_FIELD(train, beta2), 0,
-                        0.999999, "AdamW second-moment decay"));
-  s.push_back(float_key(FRUGAL_FIELD(train, grad_clip),
-                        0, 1e6, "global gradient-norm clip; 0 = off"));
-  s.push_back(int_key(FRUGAL_FIELD(train, eval_every),
-                      0, kBig, "evaluate every N steps (and at the end); 0 = only at the end"));
-  s.push_back(int_key(FRUGAL_FIELD(train, eval_batches), 1, 1 << 20,
-                      "validation batches per evaluation"));
-  s.push_back(int_key(FRUGAL_FIELD(train, log_every), 1,
-                      kBig, "write a metrics.jsonl line every N steps"));
+  s.push_back(float_key(FRUGAL_FIELD(train, lr), 0, 10, "peak learning rate"));
+  s.push_back(int_key(FRUGAL_FIELD(train, warmup_steps), 0, kBig, "linear warm-up steps before the cosine decay"));
+  s.push_back(float_key(FRUGAL_FIELD(train, min_lr_ratio), 0, 1, "final learning rate as a fraction of train.lr"));
+  s.push_back(float_key(FRUGAL_FIELD(train, weight_decay), 0, 10, "AdamW decoupled weight decay on weight matrices"));
+  s.push_back(float_key(FRUGAL_FIELD(train, beta1), 0, 0.999999, "AdamW first-moment decay"));
+  s.push_back(float_key(FRUGAL_FIELD(train, beta2), 0, 0.999999, "AdamW second-moment decay"));
+  s.push_back(float_key(FRUGAL_FIELD(train, grad_clip), 0, 1e6, "global gradient-norm clip; 0 = off"));
+  s.push_back(int_key(FRUGAL_FIELD(train, eval_every), 0, kBig,
+                      "evaluate every N steps (and at the end); 0 = only at the end"));
+  s.push_back(int_key(FRUGAL_FIELD(train, eval_batches), 1, 1 << 20, "validation batches per evaluation"));
+  s.push_back(int_key(FRUGAL_FIELD(train, log_every), 1, kBig, "write a metrics.jsonl line every N steps"));
   s.push_back(int_key(FRUGAL_FIELD(train, answer_samples), 0, 1 << 20,
                       "arith: held-out problems completed for answer_accuracy; 0 = skip"));
-  s.push_back(float_key(FRUGAL_FIELD(train, max_minutes),
-                        0, 1e9, "stop with a checkpoint after this many minutes (summed over resumes); 0 = no limit"));
+  s.push_back(float_key(FRUGAL_FIELD(train, max_minutes), 0, 1e9,
+                        "stop with a checkpoint after this many minutes (summed over resumes); 0 = no limit"));
   s.push_back(bool_key(FRUGAL_FIELD(train, smoke_first),
                        "`frugal train` runs `frugal smoke` (2 tiny steps, checkpoint, kill, resume) before training "
                        "(the CLI only: a program calls run_smoke, tune/smoke.h, itself)"));
@@ -178,8 +161,10 @@ void add_train_keys(std::vector<KeySpec>& s) {
 void add_precision_keys(std::vector<KeySpec>& s) {
   s.push_back(enum_key<PrecisionMode>(
       FRUGAL_FIELD(precision, mode),
-      {{"fp32", PrecisionMode::kFp32}, {"bf16", PrecisionMode::kBf16},
-       {"fp16", PrecisionMode::kFp16}, {"auto", PrecisionMode::kAuto}},
+      {{"fp32", PrecisionMode::kFp32},
+       {"bf16", PrecisionMode::kBf16},
+       {"fp16", PrecisionMode::kFp16},
+       {"auto", PrecisionMode::kAuto}},
       "compute precision: bf16/fp16 autocast with fp32 master weights; auto = bf16 where measured fast"));
   s.push_back(enum_key<LossScaling>(
       FRUGAL_FIELD(precision, loss_scaling),
@@ -187,16 +172,14 @@ void add_precision_keys(std::vector<KeySpec>& s) {
       "dynamic loss scaling: auto = on for fp16 only"));
   s.push_back(bool_key(FRUGAL_FIELD(precision, tf32),
                        "TF32 tensor-core math for fp32 matmuls on Ampere and newer GPUs (no effect on CPU)"));
-  s.push_back(float_key(FRUGAL_FIELD(precision, init_scale), 1, 3e38,
-                        "fp16: initial loss scale"));
+  s.push_back(float_key(FRUGAL_FIELD(precision, init_scale), 1, 3e38, "fp16: initial loss scale"));
   s.push_back(float_key(FRUGAL_FIELD(precision, growth_factor), 1.0001, 1e3,
                         "fp16: scale multiplier after growth_interval finite steps"));
   s.push_back(float_key(FRUGAL_FIELD(precision, backoff_factor), 1e-6, 0.9999,
                         "fp16: scale multiplier after a step with inf/NaN gradients"));
   s.push_back(int_key(FRUGAL_FIELD(precision, growth_interval), 1, kBig,
                       "fp16: consecutive finite steps before the scale grows"));
-  s.push_back(float_key(FRUGAL_FIELD(precision, min_scale), 1e-30, 3e38,
-                        "fp16: floor of the loss scale"));
+  s.push_back(float_key(FRUGAL_FIELD(precision, min_scale), 1e-30, 3e38, "fp16: floor of the loss scale"));
   s.push_back(int_key(FRUGAL_FIELD(precision, fallback_after), 0, kBig,
                       "fp16: switch to bf16 after N consecutive skips at the floor; 0 = never"));
 }
@@ -206,8 +189,8 @@ void add_memory_keys(std::vector<KeySpec>& s) {
       FRUGAL_FIELD(memory, activation_checkpointing), parse_activation_checkpointing,
       "must be \"none\", \"blocks\" or \"every:N\" with N >= 1",
       "\"none\", \"blocks\" or \"every:N\": recompute block activations in backward"));
-  s.push_back(int_key(FRUGAL_FIELD(memory, limit_mb), 0,
-                      kBig, "CPU live tensor memory limit in MiB (out-of-memory past it); 0 = cgroup limit or none"));
+  s.push_back(int_key(FRUGAL_FIELD(memory, limit_mb), 0, kBig,
+                      "CPU live tensor memory limit in MiB (out-of-memory past it); 0 = cgroup limit or none"));
   s.push_back(bool_key(FRUGAL_FIELD(memory, reuse_freed),
                        "keep freed tensor memory in the process for reuse (no page faults for repeat "
                        "sizes); false = glibc returns it to the OS"));
@@ -216,85 +199,76 @@ void add_memory_keys(std::vector<KeySpec>& s) {
 void add_checkpoint_keys(std::vector<KeySpec>& s) {
   s.push_back(bool_key(FRUGAL_FIELD(checkpoint, enabled),
                        "write checkpoints on the cadence and at the end; off = only on a stop signal"));
-  s.push_back(int_key(FRUGAL_FIELD(checkpoint, every_steps), 0, kBig,
-                      "save every N steps; 0 = no step cadence"));
+  s.push_back(int_key(FRUGAL_FIELD(checkpoint, every_steps), 0, kBig, "save every N steps; 0 = no step cadence"));
   s.push_back(float_key(FRUGAL_FIELD(checkpoint, every_minutes), 0, 1e9,
                         "save when N minutes passed since the last save; 0 = off"));
   s.push_back(bool_key(FRUGAL_FIELD_AS(checkpoint, auto_interval, "checkpoint.auto"),
                        "Young/Daly interval sqrt(2 x measured save stall x mtbf); overrides every_minutes"));
   s.push_back(float_key(FRUGAL_FIELD(checkpoint, mtbf_minutes), 0.01, 1e9,
                         "expected minutes between preemptions, for checkpoint.auto"));
-  s.push_back(int_key(FRUGAL_FIELD(checkpoint, keep_last),
-                      1, 1e6, "newest complete checkpoints kept"));
-  s.push_back(int_key(FRUGAL_FIELD(checkpoint, keep_best),
-                      0, 1e6, "best checkpoints by checkpoint.best_metric kept besides; 0 = none"));
+  s.push_back(int_key(FRUGAL_FIELD(checkpoint, keep_last), 1, 1e6, "newest complete checkpoints kept"));
+  s.push_back(int_key(FRUGAL_FIELD(checkpoint, keep_best), 0, 1e6,
+                      "best checkpoints by checkpoint.best_metric kept besides; 0 = none"));
   s.push_back(enum_key<Metric>(FRUGAL_FIELD(checkpoint, best_metric), kMetrics,
                                "metric ranking checkpoints: val_loss, loss or grad_norm"));
-  s.push_back(enum_key<MetricMode>(FRUGAL_FIELD(checkpoint, best_mode),
-                                   kMetricModes, "min: smaller best_metric is better; max: larger"));
+  s.push_back(enum_key<MetricMode>(FRUGAL_FIELD(checkpoint, best_mode), kMetricModes,
+                                   "min: smaller best_metric is better; max: larger"));
   s.push_back(enum_key<WeightsDtype>(
       FRUGAL_FIELD(checkpoint, weights_dtype),
       {{"fp32", WeightsDtype::kFp32}, {"bf16", WeightsDtype::kBf16}, {"fp16", WeightsDtype::kFp16}},
       "dtype of model.safetensors; bf16/fp16 halve its bytes (fp32 masters kept if exact_resume)"));
   s.push_back(bool_key(FRUGAL_FIELD(checkpoint, exact_resume),
                        "keep fp32 master weights when weights_dtype is not fp32 (bitwise resume)"));
-  s.push_back(bool_key(FRUGAL_FIELD(checkpoint, async),
-                       "snapshot to host memory and write on a background thread"));
+  s.push_back(bool_key(FRUGAL_FIELD(checkpoint, async), "snapshot to host memory and write on a background thread"));
   s.push_back(string_key(FRUGAL_FIELD(checkpoint, deadline),
                          "when the job ends: \"auto\" (Slurm's end time if any), \"slurm\", \"\" (none), "
                          "\"2026-11-24T18:00:00Z\" or Unix seconds; the run checkpoints and exits 75 in time",
                          check_deadline));
   s.push_back(float_key(FRUGAL_FIELD(checkpoint, deadline_margin_s), 0, 1e7,
-                        "seconds kept free before checkpoint.deadline besides one step (and an evaluation when one is due) and the longest save"));
+                        "seconds kept free before checkpoint.deadline besides one step (and an evaluation when one is "
+                        "due) and the longest save"));
   s.push_back(string_key(FRUGAL_FIELD(checkpoint, notice_url),
                          "preemption-notice URL polled during training (cloud metadata); \"\" = none",
                          check_notice_url));
-  s.push_back(float_key(FRUGAL_FIELD(checkpoint, notice_poll_s),
-                        0.05, 3600, "seconds between polls of checkpoint.notice_url"));
+  s.push_back(
+      float_key(FRUGAL_FIELD(checkpoint, notice_poll_s), 0.05, 3600, "seconds between polls of checkpoint.notice_url"));
 }
 
 void add_early_stop_keys(std::vector<KeySpec>& s) {
-  s.push_back(bool_key(FRUGAL_FIELD(early_stop, enabled),
-                       "stop when early_stop.metric stops improving"));
+  s.push_back(bool_key(FRUGAL_FIELD(early_stop, enabled), "stop when early_stop.metric stops improving"));
   s.push_back(enum_key<Metric>(FRUGAL_FIELD(early_stop, metric), kMetrics,
                                "\"val_loss\" (per evaluation), \"loss\" or \"grad_norm\" (per log step)"));
-  s.push_back(enum_key<MetricMode>(FRUGAL_FIELD(early_stop, mode),
-                                   kMetricModes, "min: smaller is better; max: larger is better"));
-  s.push_back(int_key(FRUGAL_FIELD(early_stop, patience),
-                      1, 1e9, "evaluations without improvement before stopping"));
-  s.push_back(float_key(FRUGAL_FIELD(early_stop, min_delta), 0, 1e30,
-                        "an improvement must beat the best by more than this"));
-  s.push_back(int_key(FRUGAL_FIELD(early_stop, warmup),
-                      0, 1e9, "first evaluations ignored"));
+  s.push_back(enum_key<MetricMode>(FRUGAL_FIELD(early_stop, mode), kMetricModes,
+                                   "min: smaller is better; max: larger is better"));
+  s.push_back(int_key(FRUGAL_FIELD(early_stop, patience), 1, 1e9, "evaluations without improvement before stopping"));
+  s.push_back(
+      float_key(FRUGAL_FIELD(early_stop, min_delta), 0, 1e30, "an improvement must beat the best by more than this"));
+  s.push_back(int_key(FRUGAL_FIELD(early_stop, warmup), 0, 1e9, "first evaluations ignored"));
   s.push_back(string_key(FRUGAL_FIELD(early_stop, task_metric),
                          "\"\" = watch early_stop.metric; else a figure the task's eval_metrics hook returns (e.g. "
                          "\"accuracy\" with early_stop.mode = \"max\"), counted per evaluation"));
 }
 
 void add_guard_keys(std::vector<KeySpec>& s) {
-  s.push_back(bool_key(FRUGAL_FIELD(guard, enabled),
-                       "roll back to the last good checkpoint when the loss diverges"));
-  s.push_back(float_key(FRUGAL_FIELD(guard, spike_factor),
-                        0, 1e6, "loss above this x its moving average is a spike; 0 = NaN/inf only"));
-  s.push_back(int_key(FRUGAL_FIELD(guard, spike_windows),
-                      1, 1e6, "consecutive spiking log windows that count as divergence"));
-  s.push_back(float_key(FRUGAL_FIELD(guard, ema_decay), 0,
-                        0.9999, "decay of the loss moving average (per log window)"));
-  s.push_back(float_key(FRUGAL_FIELD(guard, lr_factor),
-                        0.001, 1, "learning-rate multiplier applied at each rollback"));
-  s.push_back(int_key(FRUGAL_FIELD(guard, max_rollbacks),
-                      0, 1000, "rollbacks before the run stops with exit code 3"));
+  s.push_back(bool_key(FRUGAL_FIELD(guard, enabled), "roll back to the last good checkpoint when the loss diverges"));
+  s.push_back(float_key(FRUGAL_FIELD(guard, spike_factor), 0, 1e6,
+                        "loss above this x its moving average is a spike; 0 = NaN/inf only"));
+  s.push_back(
+      int_key(FRUGAL_FIELD(guard, spike_windows), 1, 1e6, "consecutive spiking log windows that count as divergence"));
+  s.push_back(
+      float_key(FRUGAL_FIELD(guard, ema_decay), 0, 0.9999, "decay of the loss moving average (per log window)"));
+  s.push_back(float_key(FRUGAL_FIELD(guard, lr_factor), 0.001, 1, "learning-rate multiplier applied at each rollback"));
+  s.push_back(int_key(FRUGAL_FIELD(guard, max_rollbacks), 0, 1000, "rollbacks before the run stops with exit code 3"));
 }
 
 void add_budget_keys(std::vector<KeySpec>& s) {
-  s.push_back(float_key(FRUGAL_FIELD(budget, usd_per_hour),
-                        0, 1e6, "machine price in USD/hour; 0 = from the price table via budget.instance"));
+  s.push_back(float_key(FRUGAL_FIELD(budget, usd_per_hour), 0, 1e6,
+                        "machine price in USD/hour; 0 = from the price table via budget.instance"));
   s.push_back(string_key(FRUGAL_FIELD(budget, instance),
                          "instance name in data/prices.toml (FRUGAL_PRICE_TABLE overrides the file)"));
-  s.push_back(bool_key(FRUGAL_FIELD(budget, spot),
-                       "use the price table's spot column"));
-  s.push_back(float_key(FRUGAL_FIELD(budget, limit_usd),
-                        0, 1e9, "hard spending limit: stop with exit code 3; 0 = none"));
+  s.push_back(bool_key(FRUGAL_FIELD(budget, spot), "use the price table's spot column"));
+  s.push_back(
+      float_key(FRUGAL_FIELD(budget, limit_usd), 0, 1e9, "hard spending limit: stop with exit code 3; 0 = none"));
   s.push_back(string_key(FRUGAL_FIELD(budget, alert_at),
                          "comma-separated fractions of limit_usd that raise an alert once",
                          [](const ConfigValue& v) -> std::string {
@@ -307,45 +281,43 @@ void add_budget_keys(std::vector<KeySpec>& s) {
                          }));
   s.push_back(string_key(FRUGAL_FIELD(budget, alert_command),
                          "shell command run at each alert, with FRUGAL_COST_* environment variables"));
-  s.push_back(float_key(FRUGAL_FIELD(budget, watts), 0, 1e7,
-                        "power draw in watts; 0 = from the price table"));
-  s.push_back(float_key(FRUGAL_FIELD(budget, grid_g_per_kwh), 0, 2000,
-                        "grid carbon intensity in g CO2/kWh"));
+  s.push_back(float_key(FRUGAL_FIELD(budget, watts), 0, 1e7, "power draw in watts; 0 = from the price table"));
+  s.push_back(float_key(FRUGAL_FIELD(budget, grid_g_per_kwh), 0, 2000, "grid carbon intensity in g CO2/kWh"));
 }
 
 void add_dist_keys(std::vector<KeySpec>& s) {
-  s.push_back(enum_key<DistBackend>(
-      FRUGAL_FIELD(dist, backend),
-      {{"auto", DistBackend::kAuto}, {"gloo", DistBackend::kGloo}, {"nccl", DistBackend::kNccl}},
-      "multi-process communication: auto = NCCL on CUDA where built, else Gloo"));
+  s.push_back(
+      enum_key<DistBackend>(FRUGAL_FIELD(dist, backend),
+                            {{"auto", DistBackend::kAuto}, {"gloo", DistBackend::kGloo}, {"nccl", DistBackend::kNccl}},
+                            "multi-process communication: auto = NCCL on CUDA where built, else Gloo"));
   s.push_back(float_key(FRUGAL_FIELD(dist, timeout_s), 1, 1e6,
                         "seconds a rank waits for a missing or silent peer before failing with an error"));
-  s.push_back(int_enum_key<ZeroStage>(FRUGAL_FIELD(dist, zero), 0, 1,
-                      "1 = ZeRO-1: shard the optimizer state across ranks; 0 = every rank holds all of it"));
+  s.push_back(
+      int_enum_key<ZeroStage>(FRUGAL_FIELD(dist, zero), 0, 1,
+                              "1 = ZeRO-1: shard the optimizer state across ranks; 0 = every rank holds all of it"));
   s.push_back(float_key(FRUGAL_FIELD(dist, bucket_mb), 0.001, 1e5,
                         "gradient all-reduce bucket size in MB (started during backward)"));
 }
 
 void add_profile_keys(std::vector<KeySpec>& s) {
-  s.push_back(int_key(FRUGAL_FIELD(profile, capture_steps),
-                      0, 1e6, "steps per profiler capture window (Chrome trace in runs/<name>/profile/); 0 = off"));
-  s.push_back(int_key(FRUGAL_FIELD(profile, start_step),
-                      0, 1e12, "the first window starts after this many steps (skips the warm-up)"));
-  s.push_back(int_key(FRUGAL_FIELD(profile, every_steps),
-                      0, 1e12, "start another window every N steps; 0 = capture once"));
-  s.push_back(bool_key(FRUGAL_FIELD(profile, torch_ops),
-                       "record LibTorch's operator events besides frugal's phase spans"));
+  s.push_back(int_key(FRUGAL_FIELD(profile, capture_steps), 0, 1e6,
+                      "steps per profiler capture window (Chrome trace in runs/<name>/profile/); 0 = off"));
+  s.push_back(int_key(FRUGAL_FIELD(profile, start_step), 0, 1e12,
+                      "the first window starts after this many steps (skips the warm-up)"));
+  s.push_back(
+      int_key(FRUGAL_FIELD(profile, every_steps), 0, 1e12, "start another window every N steps; 0 = capture once"));
+  s.push_back(
+      bool_key(FRUGAL_FIELD(profile, torch_ops), "record LibTorch's operator events besides frugal's phase spans"));
   s.push_back(bool_key(FRUGAL_FIELD(profile, record_shapes),
                        "record each operator's input shapes in the trace (bigger files)"));
-  s.push_back(int_key(FRUGAL_FIELD(profile, top_ops), 1, 1000,
-                      "rows of the top-operators-by-self-time table"));
+  s.push_back(int_key(FRUGAL_FIELD(profile, top_ops), 1, 1000, "rows of the top-operators-by-self-time table"));
 }
 
 void add_monitor_keys(std::vector<KeySpec>& s) {
-  s.push_back(float_key(FRUGAL_FIELD(monitor, peak_tflops),
-                        0, 1e6, "peak TFLOP/s for MFU; 0 = measure a dense matmul in the run's precision at start"));
-  s.push_back(bool_key(FRUGAL_FIELD(monitor, grad_noise),
-                       "estimate the gradient noise scale at log steps when accum > 1"));
+  s.push_back(float_key(FRUGAL_FIELD(monitor, peak_tflops), 0, 1e6,
+                        "peak TFLOP/s for MFU; 0 = measure a dense matmul in the run's precision at start"));
+  s.push_back(
+      bool_key(FRUGAL_FIELD(monitor, grad_noise), "estimate the gradient noise scale at log steps when accum > 1"));
   s.push_back(string_key(FRUGAL_FIELD(monitor, http),
                          "live dashboard address HOST:PORT (port 0 = any free port); \"\" = off",
                          [](const ConfigValue& v) -> std::string {
@@ -367,22 +339,22 @@ void add_monitor_keys(std::vector<KeySpec>& s) {
 }
 
 void add_tune_keys(std::vector<KeySpec>& s) {
-  s.push_back(float_key(FRUGAL_FIELD(tune, max_fraction),
-                        0.001, 1, "tuning time bound, as a fraction of the run's projected time"));
-  s.push_back(int_key(FRUGAL_FIELD(tune, probe_steps), 1,
-                      10000, "measured steps per candidate (after one warm-up step)"));
+  s.push_back(float_key(FRUGAL_FIELD(tune, max_fraction), 0.001, 1,
+                        "tuning time bound, as a fraction of the run's projected time"));
+  s.push_back(
+      int_key(FRUGAL_FIELD(tune, probe_steps), 1, 10000, "measured steps per candidate (after one warm-up step)"));
   s.push_back(int_key(FRUGAL_FIELD(tune, rounds), 1, 100,
                       "measurement rounds, candidates in turn; each candidate's tokens/s is its median"));
   s.push_back(float_key(FRUGAL_FIELD(tune, min_speedup), 0, 10,
                         "a candidate must beat the configuration as given by this fraction to replace it"));
-  s.push_back(float_key(FRUGAL_FIELD(tune, loss_tolerance),
-                        0, 10, "a candidate's loss must be within this relative distance of fp32's"));
-  s.push_back(int_key(FRUGAL_FIELD(tune, loss_check_steps),
-                      0, 1000000, "steps the chosen candidate and fp32 train to compare losses; 0 = probe losses"));
-  s.push_back(float_key(FRUGAL_FIELD(tune, memory_margin),
-                        0, 0.9, "batch-size finder: keep peak memory below (1 - margin) x the budget"));
-  s.push_back(int_key(FRUGAL_FIELD(tune, max_micro_batch),
-                      1, 1 << 20, "batch-size finder: largest micro-batch probed"));
+  s.push_back(float_key(FRUGAL_FIELD(tune, loss_tolerance), 0, 10,
+                        "a candidate's loss must be within this relative distance of fp32's"));
+  s.push_back(int_key(FRUGAL_FIELD(tune, loss_check_steps), 0, 1000000,
+                      "steps the chosen candidate and fp32 train to compare losses; 0 = probe losses"));
+  s.push_back(float_key(FRUGAL_FIELD(tune, memory_margin), 0, 0.9,
+                        "batch-size finder: keep peak memory below (1 - margin) x the budget"));
+  s.push_back(
+      int_key(FRUGAL_FIELD(tune, max_micro_batch), 1, 1 << 20, "batch-size finder: largest micro-batch probed"));
   s.push_back(bool_key(FRUGAL_FIELD(tune, cache),
                        "cache finder results in ~/.cache/frugal/batch_finder.json (FRUGAL_CACHE_DIR overrides)"));
 }
@@ -392,12 +364,12 @@ void add_plan_keys(std::vector<KeySpec>& s) {
                        "`frugal train` probes and projects the run first, shows it in the banner and exits 3 "
                        "before step 1 when budget.limit_usd is below the projected cost (the CLI only: a program "
                        "calls make_cost_plan, tune/plan.h, itself)"));
-  s.push_back(int_key(FRUGAL_FIELD(plan, probe_steps), 3, 100000,
-                      "steps the plan's probe measures (after one warm-up step)"));
+  s.push_back(
+      int_key(FRUGAL_FIELD(plan, probe_steps), 3, 100000, "steps the plan's probe measures (after one warm-up step)"));
   s.push_back(float_key(FRUGAL_FIELD(plan, max_probe_s), 1, 1e6,
                         "the probe stops after this many seconds of steps (3 measured at least)"));
-  s.push_back(float_key(FRUGAL_FIELD(plan, margin), 0, 10,
-                        "smallest relative half-width of each term of the projected range"));
+  s.push_back(
+      float_key(FRUGAL_FIELD(plan, margin), 0, 10, "smallest relative half-width of each term of the projected range"));
 }
 
 }  // namespace frugal::schema

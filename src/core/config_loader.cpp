@@ -39,11 +39,16 @@ namespace {
 
 const char* type_name(ValueType t) {
   switch (t) {
-    case ValueType::kBool: return "a boolean";
-    case ValueType::kInt: return "an integer";
-    case ValueType::kFloat: return "a number";
-    case ValueType::kString: return "a string";
-    case ValueType::kEnum: return "a string";
+    case ValueType::kBool:
+      return "a boolean";
+    case ValueType::kInt:
+      return "an integer";
+    case ValueType::kFloat:
+      return "a number";
+    case ValueType::kString:
+      return "a string";
+    case ValueType::kEnum:
+      return "a string";
   }
   return "?";
 }
@@ -59,23 +64,20 @@ std::string suggestion(const std::string& key) {
 }
 
 [[noreturn]] void unknown_key(const std::string& key, const std::string& where) {
-  throw ConfigError(fmt::format(
-      "unknown config key '{}' ({}){}\n  hint: `frugal config --list` prints every key", key,
-      where, suggestion(key)));
+  throw ConfigError(fmt::format("unknown config key '{}' ({}){}\n  hint: `frugal config --list` prints every key", key,
+                                where, suggestion(key)));
 }
 
 [[noreturn]] void bad_value(const KeySpec& k, const std::string& shown, const std::string& where,
                             const std::string& why) {
-  throw ConfigError(fmt::format("config key {} = {} ({}): {}; allowed: {}", k.key, shown, where,
-                                why, k.allowed()));
+  throw ConfigError(fmt::format("config key {} = {} ({}): {}; allowed: {}", k.key, shown, where, why, k.allowed()));
 }
 
 // Checks range, choices and the custom check; throws with the origin on failure.
 void check_value(const KeySpec& k, const ConfigValue& v, const std::string& where) {
   const std::string shown = format_value(v);
   if (k.type == ValueType::kInt || k.type == ValueType::kFloat) {
-    double x = k.type == ValueType::kInt ? static_cast<double>(std::get<int64_t>(v))
-                                         : std::get<double>(v);
+    double x = k.type == ValueType::kInt ? static_cast<double>(std::get<int64_t>(v)) : std::get<double>(v);
     if (!std::isfinite(x) || x < *k.min || x > *k.max) bad_value(k, shown, where, "out of range");
   }
   if (k.type == ValueType::kEnum) {
@@ -92,8 +94,7 @@ void check_value(const KeySpec& k, const ConfigValue& v, const std::string& wher
 // Parses the text of an environment variable or a --set value for key k.
 ConfigValue parse_text(const KeySpec& k, std::string text, const std::string& where) {
   auto fail = [&](const char* what) {
-    throw ConfigError(fmt::format("config key {} = '{}' ({}): {}; allowed: {}", k.key, text, where,
-                                  what, k.allowed()));
+    throw ConfigError(fmt::format("config key {} = '{}' ({}): {}; allowed: {}", k.key, text, where, what, k.allowed()));
   };
   switch (k.type) {
     case ValueType::kBool: {
@@ -119,8 +120,7 @@ ConfigValue parse_text(const KeySpec& k, std::string text, const std::string& wh
     }
     case ValueType::kString:
     case ValueType::kEnum:
-      if (text.size() >= 2 && text.front() == '"' && text.back() == '"')
-        text = text.substr(1, text.size() - 2);
+      if (text.size() >= 2 && text.front() == '"' && text.back() == '"') text = text.substr(1, text.size() - 2);
       return text;
   }
   fail("unsupported");
@@ -150,8 +150,8 @@ ConfigValue from_toml(const KeySpec& k, const toml::node& node, const std::strin
   std::ostringstream shown, got;
   node.visit([&](const auto& n) { shown << n; });
   got << node.type();
-  throw ConfigError(fmt::format("config key {} = {} ({}): expected {}, got {}; allowed: {}", k.key,
-                                shown.str(), where, type_name(k.type), got.str(), k.allowed()));
+  throw ConfigError(fmt::format("config key {} = {} ({}): expected {}, got {}; allowed: {}", k.key, shown.str(), where,
+                                type_name(k.type), got.str(), k.allowed()));
 }
 
 std::string section_suggestion(const std::string& section) {
@@ -184,10 +184,10 @@ void apply_env(ResolvedConfig& rc, const std::map<std::string, std::string>& env
     }
     if (!match) {
       if (in_section)
-        throw ConfigError(fmt::format(
-            "environment variable {} names no config key\n  hint: `frugal config --list` prints "
-            "every key with its variable name",
-            name));
+        throw ConfigError(
+            fmt::format("environment variable {} names no config key\n  hint: `frugal config --list` prints "
+                        "every key with its variable name",
+                        name));
       continue;
     }
     std::string where = "env " + name;
@@ -206,22 +206,21 @@ void apply_file(ResolvedConfig& rc, const std::string& path) {
     throw ConfigError(fmt::format("config file {}: {}", path, e.what()));
   } catch (const toml::parse_error& e) {
     const auto& b = e.source().begin;
-    throw ConfigError(fmt::format("cannot parse config file {}:{}:{}: {}", path, b.line, b.column,
-                                  e.description()));
+    throw ConfigError(fmt::format("cannot parse config file {}:{}:{}: {}", path, b.line, b.column, e.description()));
   }
   for (const auto& [section_key, section_node] : root) {
     std::string section(section_key.str());
     std::string where = fmt::format("{}:{}", path, section_node.source().begin.line);
     const toml::table* table = section_node.as_table();
     if (!table) {
-      throw ConfigError(fmt::format(
-          "config file {}: '{}' must be a [section] table (keys look like [train] lr = 0.001){}",
-          where, section, known_section(section) ? "" : section_suggestion(section)));
+      throw ConfigError(
+          fmt::format("config file {}: '{}' must be a [section] table (keys look like [train] lr = 0.001){}", where,
+                      section, known_section(section) ? "" : section_suggestion(section)));
     }
     if (!known_section(section))
-      throw ConfigError(fmt::format(
-          "unknown config section [{}] ({}){}\n  hint: `frugal config --list` prints every key",
-          section, where, section_suggestion(section)));
+      throw ConfigError(
+          fmt::format("unknown config section [{}] ({}){}\n  hint: `frugal config --list` prints every key", section,
+                      where, section_suggestion(section)));
     for (const auto& [name, node] : *table) {
       std::string key = section + "." + std::string(name.str());
       std::string at = fmt::format("{}:{}", path, node.source().begin.line);
@@ -238,8 +237,7 @@ void apply_file(ResolvedConfig& rc, const std::string& path) {
 void apply_override(ResolvedConfig& rc, const std::string& text) {
   auto eq = text.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw ConfigError(fmt::format("--set '{}': expected section.key=value, e.g. --set train.lr=1e-3",
-                                  text));
+    throw ConfigError(fmt::format("--set '{}': expected section.key=value, e.g. --set train.lr=1e-3", text));
   std::string key = text.substr(0, eq);
   const KeySpec* k = find_key(key);
   if (!k) unknown_key(key, "--set " + text);
@@ -282,7 +280,7 @@ std::string format_value(const ConfigValue& v) {
           return std::to_string(x);
         } else if constexpr (std::is_same_v<T, double>) {
           if (!std::isfinite(x)) return std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf");
-          std::string s = fmt::format("{}", x);  // shortest text that reads back exactly
+          std::string s = fmt::format("{}", x);                       // shortest text that reads back exactly
           if (s.find_first_of(".e") == std::string::npos) s += ".0";  // TOML floats need one
           return s;
         } else {
@@ -296,12 +294,18 @@ std::string format_value(const ConfigValue& v) {
 
 std::string ValueOrigin::describe() const {
   switch (kind) {
-    case Kind::kDefault: return "default";
-    case Kind::kEnv: return "env " + where;
-    case Kind::kFile: return "file " + where;
-    case Kind::kOverride: return "--set";
-    case Kind::kCode: return "code";
-    case Kind::kRun: return "the run's checkpoint " + where;
+    case Kind::kDefault:
+      return "default";
+    case Kind::kEnv:
+      return "env " + where;
+    case Kind::kFile:
+      return "file " + where;
+    case Kind::kOverride:
+      return "--set";
+    case Kind::kCode:
+      return "code";
+    case Kind::kRun:
+      return "the run's checkpoint " + where;
   }
   return "";
 }
@@ -332,30 +336,29 @@ void validate_config(const Config& c) {
                fmt::format("train.global_batch = {} disagrees with train.accum = {} x data.micro_batch = {}; set "
                            "one of them",
                            gb, c.train.accum, mb));
-  if (c.profile.capture_steps > 0 && c.profile.every_steps > 0 &&
-      c.profile.every_steps < c.profile.capture_steps)
-    throw ConfigError(fmt::format(
-        "profile.every_steps = {} is shorter than profile.capture_steps = {}: windows would "
-        "overlap; set every_steps >= capture_steps (or 0 to capture once)",
-        c.profile.every_steps, c.profile.capture_steps));
+  if (c.profile.capture_steps > 0 && c.profile.every_steps > 0 && c.profile.every_steps < c.profile.capture_steps)
+    throw ConfigError(
+        fmt::format("profile.every_steps = {} is shorter than profile.capture_steps = {}: windows would "
+                    "overlap; set every_steps >= capture_steps (or 0 to capture once)",
+                    c.profile.every_steps, c.profile.capture_steps));
   if (!c.monitor.http.empty()) {
     const HttpAddress a = parse_http_address(c.monitor.http);
     if (!is_loopback_host(a.host) && !c.monitor.allow_remote)
-      throw ConfigError(fmt::format(
-          "monitor.http = \"{}\" listens beyond this machine; anyone who reaches it sees the run. "
-          "Use 127.0.0.1 (and an SSH tunnel), or set monitor.allow_remote = true and a monitor.token",
-          c.monitor.http));
+      throw ConfigError(
+          fmt::format("monitor.http = \"{}\" listens beyond this machine; anyone who reaches it sees the run. "
+                      "Use 127.0.0.1 (and an SSH tunnel), or set monitor.allow_remote = true and a monitor.token",
+                      c.monitor.http));
     if (!is_loopback_host(a.host) && c.monitor.token.empty())
-      throw ConfigError(fmt::format(
-          "monitor.http = \"{}\" with monitor.allow_remote = true needs monitor.token (a shared "
-          "secret; set it with FRUGAL_MONITOR_TOKEN so it stays out of config files)",
-          c.monitor.http));
+      throw ConfigError(
+          fmt::format("monitor.http = \"{}\" with monitor.allow_remote = true needs monitor.token (a shared "
+                      "secret; set it with FRUGAL_MONITOR_TOKEN so it stays out of config files)",
+                      c.monitor.http));
   }
   if (c.model.embd % c.model.heads != 0)
-    throw ConfigError(fmt::format(
-        "model.heads = {} must divide model.embd = {} (each head gets embd/heads channels); "
-        "try model.heads = {}",
-        c.model.heads, c.model.embd, c.model.embd % 4 == 0 ? 4 : 1));
+    throw ConfigError(
+        fmt::format("model.heads = {} must divide model.embd = {} (each head gets embd/heads channels); "
+                    "try model.heads = {}",
+                    c.model.heads, c.model.embd, c.model.embd % 4 == 0 ? 4 : 1));
 }
 
 ResolvedConfig resolve_config(const std::string& file, const std::vector<std::string>& overrides,
@@ -390,8 +393,7 @@ ResolvedConfig resolve_config(const Config& config) {
 
 std::string format_value_shown(const KeySpec& k, const Config& c) {
   ConfigValue v = k.get(c);
-  if (k.secret && std::holds_alternative<std::string>(v) && !std::get<std::string>(v).empty())
-    return "'<redacted>'";
+  if (k.secret && std::holds_alternative<std::string>(v) && !std::get<std::string>(v).empty()) return "'<redacted>'";
   return format_value(v);
 }
 
@@ -407,8 +409,7 @@ std::string ResolvedConfig::to_toml() const {
       out += fmt::format("# {} = (secret, not written)  # {}\n", k.name(), origins.at(k.key).describe());
       continue;
     }
-    out += fmt::format("{} = {}  # {}\n", k.name(), format_value(k.get(config)),
-                       origins.at(k.key).describe());
+    out += fmt::format("{} = {}  # {}\n", k.name(), format_value(k.get(config)), origins.at(k.key).describe());
   }
   return out;
 }

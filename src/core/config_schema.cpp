@@ -60,12 +60,13 @@ std::string config_reference_markdown() {
   for (const auto& k : config_schema()) {
     if (k.section() != section) {
       section = k.section();
-      out += fmt::format("\n## [{}]\n\n| key | default | allowed | environment | meaning |\n"
-                         "| --- | --- | --- | --- | --- |\n",
-                         section);
+      out += fmt::format(
+          "\n## [{}]\n\n| key | default | allowed | environment | meaning |\n"
+          "| --- | --- | --- | --- | --- |\n",
+          section);
     }
-    out += fmt::format("| `{}` | `{}` | {} | `{}` | {} |\n", k.name(), format_value(k.get(defaults)),
-                       k.allowed(), k.env_name(), k.help);
+    out += fmt::format("| `{}` | `{}` | {} | `{}` | {} |\n", k.name(), format_value(k.get(defaults)), k.allowed(),
+                       k.env_name(), k.help);
   }
   return out;
 }

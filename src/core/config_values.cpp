@@ -18,9 +18,10 @@ namespace frugal {
 
 HttpAddress parse_http_address(const std::string& text) {
   auto bad = [&](const std::string& why) {
-    return ConfigError(fmt::format("monitor.http = \"{}\": {}; expected HOST:PORT, e.g. \"127.0.0.1:8080\" "
-                                   "(port 0 = any free port)",
-                                   text, why));
+    return ConfigError(
+        fmt::format("monitor.http = \"{}\": {}; expected HOST:PORT, e.g. \"127.0.0.1:8080\" "
+                    "(port 0 = any free port)",
+                    text, why));
   };
   const size_t colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0) throw bad("no HOST:PORT");

@@ -53,8 +53,9 @@ void Console::finish_status() {
 }
 
 std::string shell_word(const std::string& word) {
-  const bool safe = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                            "0123456789_-./:=,+@%") == std::string::npos;
+  const bool safe = !word.empty() && word.find_first_not_of(
+                                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789_-./:=,+@%") == std::string::npos;
   if (safe) return word;
   std::string out = "'";
   for (char ch : word) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);

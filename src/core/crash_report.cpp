@@ -91,10 +91,14 @@ void put_mapping(const char* label, uintptr_t addr) {
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGSEGV: return "SIGSEGV (invalid memory access)";
-    case SIGBUS: return "SIGBUS (bus error)";
-    case SIGILL: return "SIGILL (illegal instruction)";
-    case SIGFPE: return "SIGFPE (arithmetic fault)";
+    case SIGSEGV:
+      return "SIGSEGV (invalid memory access)";
+    case SIGBUS:
+      return "SIGBUS (bus error)";
+    case SIGILL:
+      return "SIGILL (illegal instruction)";
+    case SIGFPE:
+      return "SIGFPE (arithmetic fault)";
   }
   return "a fatal signal";
 }
@@ -118,7 +122,8 @@ void on_fatal_signal(int sig, siginfo_t* info, void* context) {
   put("\n");
   // What lies at the fault address: nothing (a null or wild pointer), a page without access (a
   // guard page, a GPU driver's reserved range: a device pointer read on the host), a heap.
-  if (info && (sig == SIGSEGV || sig == SIGBUS)) put_mapping("memory at the fault address", reinterpret_cast<uintptr_t>(info->si_addr));
+  if (info && (sig == SIGSEGV || sig == SIGBUS))
+    put_mapping("memory at the fault address", reinterpret_cast<uintptr_t>(info->si_addr));
 #if defined(__x86_64__) && defined(REG_RIP)
   greg_t* regs = context ? static_cast<ucontext_t*>(context)->uc_mcontext.gregs : nullptr;
   const greg_t saved_ip = regs ? regs[REG_RIP] : 0, saved_sp = regs ? regs[REG_RSP] : 0;

@@ -30,7 +30,8 @@ BuildInfo build_info() {
 #if FRUGAL_HAVE_CUDA
   b.cuda_compiled = true;
   b.cuda_version = std::to_string(CUDART_VERSION / 1000) + "." + std::to_string(CUDART_VERSION % 1000 / 10);
-  if (at::detail::getCUDAHooks().hasCuDNN()) b.cudnn_version = static_cast<int>(at::detail::getCUDAHooks().versionCuDNN());
+  if (at::detail::getCUDAHooks().hasCuDNN())
+    b.cudnn_version = static_cast<int>(at::detail::getCUDAHooks().versionCuDNN());
 #endif
   b.nccl_compiled = FRUGAL_HAVE_NCCL != 0;
   return b;
@@ -232,7 +233,8 @@ double EventTimer::seconds_between(int a, int b) const {
   if (!active_ || a < 0 || b < 0) return 0.0;
   if (fake_) return (fake_ms_[static_cast<size_t>(b)] - fake_ms_[static_cast<size_t>(a)]) / 1000.0;
 #if FRUGAL_HAVE_CUDA
-  return static_cast<double>(impl_->events[static_cast<size_t>(a)].elapsed_time(impl_->events[static_cast<size_t>(b)])) /
+  return static_cast<double>(
+             impl_->events[static_cast<size_t>(a)].elapsed_time(impl_->events[static_cast<size_t>(b)])) /
          1000.0;
 #else
   return 0.0;

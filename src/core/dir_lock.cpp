@@ -30,23 +30,24 @@ DirLock::DirLock(const std::string& dir) {
     if (err == ENOSYS || err == ENOLCK || err == EOPNOTSUPP || err == EINVAL) {
       // Some network file systems cannot lock at all. Refusing to run there would cost more than
       // the protection is worth: warn and go on unlocked.
-      fmt::print(stderr, "warning: cannot lock {} ({}): the file system does not support locks; a second "
-                 "process on the same run directory will not be stopped\n", path, std::strerror(err));
+      fmt::print(stderr,
+                 "warning: cannot lock {} ({}): the file system does not support locks; a second "
+                 "process on the same run directory will not be stopped\n",
+                 path, std::strerror(err));
       return;
     }
     char buf[64] = {};
     const ssize_t n = ::pread(fd_, buf, sizeof(buf) - 1, 0);
     ::close(fd_);
     fd_ = -1;
-    if (err != EWOULDBLOCK)
-      throw IoError(fmt::format("cannot lock {}: {}", path, std::strerror(err)));
+    if (err != EWOULDBLOCK) throw IoError(fmt::format("cannot lock {}: {}", path, std::strerror(err)));
     std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("unknown");
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
-    throw ConfigError(fmt::format(
-        "the run directory {} is in use by another frugal process (pid {}); wait for it to finish or "
-        "stop it (kill -TERM {} checkpoints and exits), or give this run another name with "
-        "--set run.name=NAME",
-        dir, holder, holder));
+    throw ConfigError(
+        fmt::format("the run directory {} is in use by another frugal process (pid {}); wait for it to finish or "
+                    "stop it (kill -TERM {} checkpoints and exits), or give this run another name with "
+                    "--set run.name=NAME",
+                    dir, holder, holder));
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {

@@ -13,13 +13,16 @@ ExitCode exit_code_for(const std::exception& e) {
 
 ExitCode exit_code_for(StopKind k) {
   switch (k) {
-    case StopKind::kPreempted: return ExitCode::kPreempted;
+    case StopKind::kPreempted:
+      return ExitCode::kPreempted;
     case StopKind::kGuard:
-    case StopKind::kBudget: return ExitCode::kGuardStop;
+    case StopKind::kBudget:
+      return ExitCode::kGuardStop;
     case StopKind::kCompleted:
     case StopKind::kCallback:
     case StopKind::kEarlyStop:
-    case StopKind::kMaxMinutes: return ExitCode::kDone;
+    case StopKind::kMaxMinutes:
+      return ExitCode::kDone;
   }
   return ExitCode::kFailure;
 }
@@ -36,11 +39,16 @@ const char* error_label(const std::exception& e) {
 
 const char* exit_code_meaning(ExitCode c) {
   switch (c) {
-    case ExitCode::kDone: return "done";
-    case ExitCode::kFailure: return "failure (an unexpected error or a bug)";
-    case ExitCode::kBadInput: return "bad input";
-    case ExitCode::kGuardStop: return "stopped by a guard";
-    case ExitCode::kPreempted: return "preempted (resumable)";
+    case ExitCode::kDone:
+      return "done";
+    case ExitCode::kFailure:
+      return "failure (an unexpected error or a bug)";
+    case ExitCode::kBadInput:
+      return "bad input";
+    case ExitCode::kGuardStop:
+      return "stopped by a guard";
+    case ExitCode::kPreempted:
+      return "preempted (resumable)";
   }
   return "?";
 }

@@ -40,12 +40,12 @@ class CountingAllocator final : public c10::Allocator {
 #endif
     const int64_t limit = g_limit.load();
     if (limit > 0 && g_now.load() + static_cast<int64_t>(n) > limit)
-      compat::throw_out_of_memory(fmt::format(
-          "CPU out of memory: allocating {:.1f} MiB would take live tensor memory to {:.1f} MiB, "
-          "above [memory] limit_mb = {:.1f} MiB; lower data.micro_batch (frugal tune finds one "
-          "that fits) or raise memory.limit_mb",
-          static_cast<double>(n) / kMiB, static_cast<double>(g_now.load() + static_cast<int64_t>(n)) / kMiB,
-          static_cast<double>(limit) / kMiB));
+      compat::throw_out_of_memory(
+          fmt::format("CPU out of memory: allocating {:.1f} MiB would take live tensor memory to {:.1f} MiB, "
+                      "above [memory] limit_mb = {:.1f} MiB; lower data.micro_batch (frugal tune finds one "
+                      "that fits) or raise memory.limit_mb",
+                      static_cast<double>(n) / kMiB, static_cast<double>(g_now.load() + static_cast<int64_t>(n)) / kMiB,
+                      static_cast<double>(limit) / kMiB));
     c10::DataPtr p = base_->allocate(n);
     void* raw = p.release_context();  // the base allocator's context is its data pointer
     if (raw) {
@@ -62,9 +62,7 @@ class CountingAllocator final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::free; }
 
 #if FRUGAL_TORCH_AT_LEAST(2, 3)
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 #endif
 
   static void free(void* p) {

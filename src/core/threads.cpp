@@ -120,12 +120,11 @@ ThreadSettings apply_thread_settings(int requested, bool use_doctor_choice) {
   } else if (measured) {
     t.intra_op = std::min(measured->threads, t.logical_cpus);
     t.reason = fmt::format("auto: {} thread(s), kept by frugal doctor on {}{} ({}; run it again to re-measure)",
-                              measured->threads, measured->measured_utc,
-                              measured->evidence.empty() ? "" : ": " + measured->evidence, thread_choice_path());
+                           measured->threads, measured->measured_utc,
+                           measured->evidence.empty() ? "" : ": " + measured->evidence, thread_choice_path());
   } else {
     t.intra_op = std::max(1, std::min(t.physical_cores, t.logical_cpus));
-    t.reason = fmt::format("auto: {} physical core(s), {} usable CPU(s)", t.physical_cores,
-                              t.logical_cpus);
+    t.reason = fmt::format("auto: {} physical core(s), {} usable CPU(s)", t.physical_cores, t.logical_cpus);
   }
   at::set_num_threads(t.intra_op);
   // BLAS calls come from the intra-op thread that runs the op; one BLAS pool of the same size

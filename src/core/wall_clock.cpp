@@ -6,9 +6,7 @@
 
 namespace frugal {
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 std::string format_utc(double unix_s) {
   const std::time_t t = static_cast<std::time_t>(unix_s);

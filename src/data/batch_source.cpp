@@ -23,22 +23,28 @@ namespace frugal {
 
 namespace {
 constexpr uint64_t kTrainStream = 0x7261696eULL;  // "rain"
-constexpr uint64_t kValStream = 0x76616cULL;       // "val"
+constexpr uint64_t kValStream = 0x76616cULL;      // "val"
 // Validation text for builtin:arith: this many held-out problems (fewer if the space is small).
 constexpr int64_t kArithValProblems = 4000;
 }  // namespace
 
-WindowSource::WindowSource(std::vector<int32_t> train, std::vector<int32_t> val,
-                           int64_t micro_batch, int64_t block, uint64_t seed, std::string what,
-                           int64_t rank, int64_t world_size, bool pin_memory)
-    : train_(std::move(train)), val_(std::move(val)), micro_batch_(micro_batch), block_(block),
-      seed_(seed), rank_(rank), world_(world_size), pin_memory_(pin_memory), what_(std::move(what)) {
+WindowSource::WindowSource(std::vector<int32_t> train, std::vector<int32_t> val, int64_t micro_batch, int64_t block,
+                           uint64_t seed, std::string what, int64_t rank, int64_t world_size, bool pin_memory)
+    : train_(std::move(train)),
+      val_(std::move(val)),
+      micro_batch_(micro_batch),
+      block_(block),
+      seed_(seed),
+      rank_(rank),
+      world_(world_size),
+      pin_memory_(pin_memory),
+      what_(std::move(what)) {
   auto need = [&](const std::vector<int32_t>& t, const char* split) {
     if (static_cast<int64_t>(t.size()) <= block_)
-      throw DataError(fmt::format(
-          "{}: the {} split has {} tokens, but a window needs model.block + 1 = {}; use a larger "
-          "input, a smaller model.block, or (text) a larger data.val_fraction",
-          what_, split, t.size(), block_ + 1));
+      throw DataError(
+          fmt::format("{}: the {} split has {} tokens, but a window needs model.block + 1 = {}; use a larger "
+                      "input, a smaller model.block, or (text) a larger data.val_fraction",
+                      what_, split, t.size(), block_ + 1));
   };
   need(train_, "training");
   need(val_, "validation");
@@ -107,9 +113,7 @@ std::string bytes_to_text(const std::vector<int64_t>& tokens) {
   return s;
 }
 
-bool pin_memory_for(const std::string& device) {
-  return c10::Device(device).is_cuda() && at::hasCUDA();
-}
+bool pin_memory_for(const std::string& device) { return c10::Device(device).is_cuda() && at::hasCUDA(); }
 
 std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, int64_t world_size) {
   const DataSource& src = c.data.source;
@@ -139,10 +143,10 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
     return std::make_unique<ShardSource>(open_token_dataset(src.path), o);
   }
   if (c.model.vocab < 256)
-    throw ConfigError(fmt::format(
-        "data.source = \"{}\" uses byte-level tokens (256 symbols) but model.vocab = {}; set "
-        "model.vocab = 256",
-        to_string(src), c.model.vocab));
+    throw ConfigError(
+        fmt::format("data.source = \"{}\" uses byte-level tokens (256 symbols) but model.vocab = {}; set "
+                    "model.vocab = 256",
+                    to_string(src), c.model.vocab));
   if (src.kind == DataSource::Kind::kArith) {
     ArithTask task(c.data.arith_digits);
     std::string train = task.train_text(c.data.arith_lines, seed);
@@ -150,9 +154,8 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
     for (const auto& p : task.held_out(kArithValProblems, seed)) val += p.line();
     return std::make_unique<WindowSource>(
         byte_tokens(train), byte_tokens(val), c.data.micro_batch, c.model.block, seed,
-        fmt::format("builtin:arith ({} digits, {} training lines)", c.data.arith_digits,
-                    c.data.arith_lines),
-        rank, world_size, pin_memory_for(c.run.device));
+        fmt::format("builtin:arith ({} digits, {} training lines)", c.data.arith_digits, c.data.arith_lines), rank,
+        world_size, pin_memory_for(c.run.device));
   }
   if (src.kind == DataSource::Kind::kText) {
     const std::string& path = src.path;
@@ -169,9 +172,8 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
     std::vector<int32_t> tokens = byte_tokens(text);
     std::vector<int32_t> val(tokens.end() - static_cast<long>(n_val), tokens.end());
     tokens.resize(tokens.size() - n_val);
-    return std::make_unique<WindowSource>(std::move(tokens), std::move(val), c.data.micro_batch,
-                                          c.model.block, seed, "text:" + path, rank, world_size,
-                                          pin_memory_for(c.run.device));
+    return std::make_unique<WindowSource>(std::move(tokens), std::move(val), c.data.micro_batch, c.model.block, seed,
+                                          "text:" + path, rank, world_size, pin_memory_for(c.run.device));
   }
   throw ConfigError(fmt::format("data.source = \"{}\": unknown source kind", to_string(src)));
 }

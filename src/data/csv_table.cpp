@@ -27,8 +27,8 @@ std::vector<std::string> split_fields(std::string_view line, const std::string& 
       ++i;
       for (;;) {
         if (i >= line.size())
-          throw DataError(fmt::format("{}:{}: a quoted field is not closed (quoted fields may not span lines)",
-                                      file, line_no));
+          throw DataError(
+              fmt::format("{}:{}: a quoted field is not closed (quoted fields may not span lines)", file, line_no));
         if (line[i] == '"') {
           if (i + 1 < line.size() && line[i + 1] == '"') {
             field.push_back('"');
@@ -100,32 +100,40 @@ CsvTable read_csv_table(const std::vector<std::string>& files, const std::string
         if (header.empty()) {
           header = fields;
           if (header.size() < 2)
-            throw DataError(fmt::format("{}:{}: the header names {} column(s); a table needs at least one "
-                                        "feature column and a label column", file, line_no, header.size()));
+            throw DataError(
+                fmt::format("{}:{}: the header names {} column(s); a table needs at least one "
+                            "feature column and a label column",
+                            file, line_no, header.size()));
           const std::string want = label_column.empty() ? header.back() : label_column;
           const auto it = std::find(header.begin(), header.end(), want);
           if (it == header.end())
-            throw DataError(fmt::format("{}:{}: no column named '{}' for the label (columns: {}); choose "
-                                        "one with --label-column", file, line_no, want, fmt::join(header, ", ")));
+            throw DataError(
+                fmt::format("{}:{}: no column named '{}' for the label (columns: {}); choose "
+                            "one with --label-column",
+                            file, line_no, want, fmt::join(header, ", ")));
           label_at = static_cast<size_t>(it - header.begin());
           t.label_column = want;
           for (size_t c = 0; c < header.size(); ++c)
             if (c != label_at) t.features.push_back(header[c]);
         } else if (fields != header) {
-          throw DataError(fmt::format("{}:{}: the header differs from the first file's ({}); every CSV "
-                                      "input needs the same columns", file, line_no, fmt::join(header, ", ")));
+          throw DataError(
+              fmt::format("{}:{}: the header differs from the first file's ({}); every CSV "
+                          "input needs the same columns",
+                          file, line_no, fmt::join(header, ", ")));
         }
         continue;
       }
       if (fields.size() != header.size())
-        throw DataError(fmt::format("{}:{}: {} fields, but the header names {} columns", file, line_no,
-                                    fields.size(), header.size()));
+        throw DataError(fmt::format("{}:{}: {} fields, but the header names {} columns", file, line_no, fields.size(),
+                                    header.size()));
       for (size_t c = 0; c < fields.size(); ++c) {
         if (c == label_at) continue;
         float v;
         if (!parse_float(fields[c], &v))
-          throw DataError(fmt::format("{}:{}: column '{}' (column {}): value '{}' is not a finite number; "
-                                      "fix the cell or drop the column", file, line_no, header[c], c + 1, fields[c]));
+          throw DataError(
+              fmt::format("{}:{}: column '{}' (column {}): value '{}' is not a finite number; "
+                          "fix the cell or drop the column",
+                          file, line_no, header[c], c + 1, fields[c]));
         t.values.push_back(v);
       }
       const std::string label(trim(fields[label_at]));
@@ -148,8 +156,8 @@ void set_class_labels(CsvTable* tp, const std::vector<std::string>& raw_labels) 
   if (numeric) {
     const int64_t top = *std::max_element(ids.begin(), ids.end());
     if (top >= (int64_t{1} << 24))
-      throw DataError(fmt::format("label column '{}': class id {} is too large (at most 2^24 classes)",
-                                  t.label_column, top));
+      throw DataError(
+          fmt::format("label column '{}': class id {} is too large (at most 2^24 classes)", t.label_column, top));
     for (int64_t c = 0; c <= top; ++c) t.classes.push_back(std::to_string(c));
     t.labels = std::move(ids);
   } else {

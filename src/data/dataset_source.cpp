@@ -37,17 +37,17 @@ namespace {
 EpochSampler checked_sampler(const DatasetSplit& train, int64_t micro_batch, uint64_t seed, bool shuffle,
                              const std::string& what) {
   if (train.size < 1 || !train.get_batch)
-    throw DataError(fmt::format("{}: the training split is empty (or has no size); a DatasetSource needs at "
-                                "least one sample",
-                                what));
-  if (micro_batch < 1)
-    throw ConfigError(fmt::format("{}: micro_batch = {}; it must be at least 1", what, micro_batch));
+    throw DataError(
+        fmt::format("{}: the training split is empty (or has no size); a DatasetSource needs at "
+                    "least one sample",
+                    what));
+  if (micro_batch < 1) throw ConfigError(fmt::format("{}: micro_batch = {}; it must be at least 1", what, micro_batch));
   return EpochSampler(train.size, seed, 0, 1, shuffle);
 }
 }  // namespace
 
-DatasetSource::DatasetSource(DatasetSplit train, DatasetSplit val, int64_t micro_batch, uint64_t seed,
-                             std::string what, bool shuffle)
+DatasetSource::DatasetSource(DatasetSplit train, DatasetSplit val, int64_t micro_batch, uint64_t seed, std::string what,
+                             bool shuffle)
     : train_(std::move(train)),
       val_(std::move(val)),
       micro_batch_(micro_batch),
@@ -67,10 +67,11 @@ std::vector<int64_t> DatasetSource::train_indices(int64_t index) const {
 
 std::vector<int64_t> DatasetSource::val_indices(int64_t index) const {
   if (val_.size < 1 || !val_.get_batch)
-    throw DataError(fmt::format("{}: the validation split is empty; the trainer evaluates every "
-                                "train.eval_every steps and at the end, so give the DatasetSource a "
-                                "validation split",
-                                what_));
+    throw DataError(
+        fmt::format("{}: the validation split is empty; the trainer evaluates every "
+                    "train.eval_every steps and at the end, so give the DatasetSource a "
+                    "validation split",
+                    what_));
   std::vector<int64_t> out;
   for (int64_t k = 0; k < micro_batch_; ++k) out.push_back((index * micro_batch_ + k) % val_.size);
   return out;
@@ -81,8 +82,8 @@ DatasetSource::~DatasetSource() = default;
 void DatasetSource::set_workers(int workers, int prefetch) {
   loader_.reset();
   if (workers <= 0) return;
-  loader_ = std::make_unique<PrefetchLoader<Batch>>(
-      [this](int64_t k) { return train_.get_batch(train_indices(k)); }, workers, prefetch);
+  loader_ = std::make_unique<PrefetchLoader<Batch>>([this](int64_t k) { return train_.get_batch(train_indices(k)); },
+                                                    workers, prefetch);
 }
 
 Batch DatasetSource::train_batch(int64_t index) {

@@ -86,8 +86,7 @@ std::vector<uint64_t> shingle_set(std::string_view text, int shingle_words) {
     if (!words.empty()) out.push_back(XXH3_64bits(words.data(), words.size() * sizeof(uint64_t)));
     return out;
   }
-  for (size_t i = 0; i + w <= words.size(); ++i)
-    out.push_back(XXH3_64bits(words.data() + i, w * sizeof(uint64_t)));
+  for (size_t i = 0; i + w <= words.size(); ++i) out.push_back(XXH3_64bits(words.data() + i, w * sizeof(uint64_t)));
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

@@ -45,11 +45,11 @@ void require_text(std::string_view bytes, const std::string& path, const std::st
   for (unsigned char ch : bytes)
     if ((ch < 0x20 && (ch < '\t' || ch > '\r')) || ch == 0x7f) ++odd;
   if (bytes.empty() || odd * 100 <= bytes.size()) return;
-  throw DataError(fmt::format(
-      "{}: '{}' does not look like text: {:.1f}% of its {} bytes are NUL or control bytes (a binary "
-      "file, a token shard, an image?); give a UTF-8 text file, or for token files prepare shards "
-      "with `frugal prepare` and train on shards:DIR",
-      what, path, 100.0 * static_cast<double>(odd) / static_cast<double>(bytes.size()), bytes.size()));
+  throw DataError(
+      fmt::format("{}: '{}' does not look like text: {:.1f}% of its {} bytes are NUL or control bytes (a binary "
+                  "file, a token shard, an image?); give a UTF-8 text file, or for token files prepare shards "
+                  "with `frugal prepare` and train on shards:DIR",
+                  what, path, 100.0 * static_cast<double>(odd) / static_cast<double>(bytes.size()), bytes.size()));
 }
 
 void split_documents(const std::string& text, const std::string& path, InputFormat format,
@@ -70,8 +70,8 @@ void split_documents(const std::string& text, const std::string& path, InputForm
         throw DataError(fmt::format("{}:{}: not a JSON object; JSONL needs one object per line", path, line_no));
       auto it = j.find(jsonl_field);
       if (it == j.end() || !it->is_string())
-        throw DataError(fmt::format("{}:{}: no string field \"{}\"; choose the field with --jsonl-field",
-                                    path, line_no, jsonl_field));
+        throw DataError(fmt::format("{}:{}: no string field \"{}\"; choose the field with --jsonl-field", path, line_no,
+                                    jsonl_field));
       if (!it->get_ref<const std::string&>().empty()) docs->push_back(it->get<std::string>());
       continue;
     }

@@ -18,8 +18,7 @@ namespace frugal {
 uint64_t xxh64_file(const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) throw DataError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
-  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> st(XXH64_createState(),
-                                                                        &XXH64_freeState);
+  std::unique_ptr<XXH64_state_t, XXH_errorcode (*)(XXH64_state_t*)> st(XXH64_createState(), &XXH64_freeState);
   XXH64_reset(st.get(), 0);
   std::vector<char> buf(1 << 20);
   size_t n;

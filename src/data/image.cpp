@@ -30,9 +30,10 @@ namespace {
 // Refuses a declared size over kMaxImagePixels before the decoder allocates anything for it.
 void check_declared_size(uint64_t width, uint64_t height, const std::string& what, const char* format) {
   if (width * height > static_cast<uint64_t>(kMaxImagePixels))
-    throw DataError(fmt::format("{}: the {} declares {}x{} = {} pixels, over the limit of {} pixels "
-                                "(a decompression bomb, or an image to downscale before prepare)",
-                                what, format, width, height, width * height, kMaxImagePixels));
+    throw DataError(
+        fmt::format("{}: the {} declares {}x{} = {} pixels, over the limit of {} pixels "
+                    "(a decompression bomb, or an image to downscale before prepare)",
+                    what, format, width, height, width * height, kMaxImagePixels));
 }
 
 struct JpegError {
@@ -65,8 +66,7 @@ Image decode_jpeg(std::string_view bytes, const std::string& what, int min_side)
     throw DataError(fmt::format("{}: cannot decode JPEG: {}; remove or replace the file", what, err.message));
   }
   jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()),
-               static_cast<unsigned long>(bytes.size()));
+  jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
   try {
     check_declared_size(cinfo.image_width, cinfo.image_height, what, "JPEG");
@@ -116,9 +116,10 @@ Image decode_png(std::string_view bytes, const std::string& what) {
     // per pixel: a file too small to hold its declared rows is refused before allocating them.
     const uint64_t min_raw = static_cast<uint64_t>(png.height) * (1 + (static_cast<uint64_t>(png.width) + 7) / 8);
     if (min_raw > 1032 * static_cast<uint64_t>(bytes.size()) + 4096)
-      throw DataError(fmt::format("{}: the PNG declares {}x{} pixels but its {} bytes cannot hold them "
-                                  "(truncated or crafted file); remove or replace the file",
-                                  what, png.width, png.height, bytes.size()));
+      throw DataError(
+          fmt::format("{}: the PNG declares {}x{} pixels but its {} bytes cannot hold them "
+                      "(truncated or crafted file); remove or replace the file",
+                      what, png.width, png.height, bytes.size()));
   } catch (...) {
     png_image_free(&png);
     throw;
@@ -177,7 +178,7 @@ class Draws {
  public:
   explicit Draws(uint64_t seed) : state_(seed) {}
   double uniform() { return static_cast<double>(splitmix64(state_++) >> 11) * 0x1p-53; }  // [0, 1)
-  int integer(int n) { return std::min(static_cast<int>(uniform() * (n + 1)), n); }     // [0, n]
+  int integer(int n) { return std::min(static_cast<int>(uniform() * (n + 1)), n); }       // [0, n]
 
  private:
   uint64_t state_;
@@ -192,8 +193,10 @@ Image decode_image(std::string_view bytes, const std::string& what, int min_side
   if (bytes.size() >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff) return decode_jpeg(bytes, what, min_side);
   if (bytes.size() >= 8 && std::memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) return decode_png(bytes, what);
 #endif
-  throw DataError(fmt::format("{}: not a JPEG or PNG image (unknown signature, {} bytes); remove the "
-                              "file or convert it", what, bytes.size()));
+  throw DataError(
+      fmt::format("{}: not a JPEG or PNG image (unknown signature, {} bytes); remove the "
+                  "file or convert it",
+                  what, bytes.size()));
 }
 
 Image resize_image(const Image& im, int width, int height) {
@@ -276,9 +279,10 @@ std::vector<uint8_t> to_chw(const Image& im) {
 std::string encode_png(const Image& image) {
   if (image.width <= 0 || image.height <= 0 ||
       image.rgb.size() != static_cast<size_t>(image.width) * static_cast<size_t>(image.height) * 3)
-    throw DataError(fmt::format("encode_png: expected a non-empty {}x{} RGB image of {} bytes, got {} bytes",
-                                image.width, image.height, static_cast<size_t>(std::max(0, image.width)) *
-                                static_cast<size_t>(std::max(0, image.height)) * 3, image.rgb.size()));
+    throw DataError(fmt::format(
+        "encode_png: expected a non-empty {}x{} RGB image of {} bytes, got {} bytes", image.width, image.height,
+        static_cast<size_t>(std::max(0, image.width)) * static_cast<size_t>(std::max(0, image.height)) * 3,
+        image.rgb.size()));
   require_feature("images", "writing a PNG image");
 #if FRUGAL_HAVE_IMAGES
   png_image png;

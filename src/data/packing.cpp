@@ -41,8 +41,8 @@ TokenRows empty_rows(int64_t rows, int64_t width, int32_t pad_token) {
 }
 
 // Batches of pieces[first, last), each row padded to `width` (0 = the longest in the batch).
-void emit(const std::vector<std::vector<int32_t>>& docs, const std::vector<Piece>& pieces, size_t first,
-          size_t last, int64_t width, int64_t batch_rows, int32_t pad_token, std::vector<TokenRows>* out) {
+void emit(const std::vector<std::vector<int32_t>>& docs, const std::vector<Piece>& pieces, size_t first, size_t last,
+          int64_t width, int64_t batch_rows, int32_t pad_token, std::vector<TokenRows>* out) {
   for (size_t b = first; b < last; b += static_cast<size_t>(batch_rows)) {
     const size_t e = std::min(last, b + static_cast<size_t>(batch_rows));
     int64_t w = width;
@@ -83,17 +83,16 @@ BatchingStats batching_stats(const std::vector<TokenRows>& batches) {
   return s;
 }
 
-std::vector<TokenRows> pad_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block,
-                                   int64_t batch_rows, int32_t pad_token) {
+std::vector<TokenRows> pad_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block, int64_t batch_rows,
+                                   int32_t pad_token) {
   const std::vector<Piece> pieces = split_pieces(docs, block);
   std::vector<TokenRows> out;
   emit(docs, pieces, 0, pieces.size(), block, batch_rows, pad_token, &out);
   return out;
 }
 
-std::vector<TokenRows> bucket_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block,
-                                      int64_t batch_rows, int32_t pad_token, uint64_t seed,
-                                      int64_t window_batches) {
+std::vector<TokenRows> bucket_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block, int64_t batch_rows,
+                                      int32_t pad_token, uint64_t seed, int64_t window_batches) {
   std::vector<Piece> pieces = split_pieces(docs, block);
   const size_t window = static_cast<size_t>(std::max<int64_t>(1, window_batches) * batch_rows);
   std::vector<TokenRows> out;
@@ -113,8 +112,8 @@ std::vector<TokenRows> bucket_batches(const std::vector<std::vector<int32_t>>& d
   return out;
 }
 
-std::vector<TokenRows> pack_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block,
-                                    int64_t batch_rows, int32_t separator, int32_t pad_token) {
+std::vector<TokenRows> pack_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block, int64_t batch_rows,
+                                    int32_t separator, int32_t pad_token) {
   std::vector<int32_t> stream;
   std::vector<int32_t> owner;  // document of each stream token (a separator belongs to the one it ends)
   for (size_t d = 0; d < docs.size(); ++d) {

@@ -25,8 +25,10 @@ std::string trimmed(std::string s) {
 }
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw DataError(fmt::format("{}: {} (is it a complete Parquet file? re-write it, e.g. with "
-                              "pyarrow.parquet.write_table)", path, trimmed(what)));
+  throw DataError(
+      fmt::format("{}: {} (is it a complete Parquet file? re-write it, e.g. with "
+                  "pyarrow.parquet.write_table)",
+                  path, trimmed(what)));
 }
 
 void check(const arrow::Status& s, const std::string& path) {
@@ -69,9 +71,16 @@ bool is_string_type(arrow::Type::type t) {
 
 bool is_numeric_type(arrow::Type::type t) {
   switch (t) {
-    case arrow::Type::INT8: case arrow::Type::INT16: case arrow::Type::INT32: case arrow::Type::INT64:
-    case arrow::Type::UINT8: case arrow::Type::UINT16: case arrow::Type::UINT32: case arrow::Type::UINT64:
-    case arrow::Type::FLOAT: case arrow::Type::DOUBLE:
+    case arrow::Type::INT8:
+    case arrow::Type::INT16:
+    case arrow::Type::INT32:
+    case arrow::Type::INT64:
+    case arrow::Type::UINT8:
+    case arrow::Type::UINT16:
+    case arrow::Type::UINT32:
+    case arrow::Type::UINT64:
+    case arrow::Type::FLOAT:
+    case arrow::Type::DOUBLE:
       return true;
     default:
       return false;
@@ -115,26 +124,41 @@ int64_t for_each_cell(OpenFile& f, const std::string& path, int index, F cell) {
 
 double number_at(const arrow::Array& a, int64_t i) {
   switch (a.type_id()) {
-    case arrow::Type::INT8: return static_cast<const arrow::Int8Array&>(a).Value(i);
-    case arrow::Type::INT16: return static_cast<const arrow::Int16Array&>(a).Value(i);
-    case arrow::Type::INT32: return static_cast<const arrow::Int32Array&>(a).Value(i);
-    case arrow::Type::INT64: return static_cast<double>(static_cast<const arrow::Int64Array&>(a).Value(i));
-    case arrow::Type::UINT8: return static_cast<const arrow::UInt8Array&>(a).Value(i);
-    case arrow::Type::UINT16: return static_cast<const arrow::UInt16Array&>(a).Value(i);
-    case arrow::Type::UINT32: return static_cast<const arrow::UInt32Array&>(a).Value(i);
-    case arrow::Type::UINT64: return static_cast<double>(static_cast<const arrow::UInt64Array&>(a).Value(i));
-    case arrow::Type::FLOAT: return static_cast<const arrow::FloatArray&>(a).Value(i);
-    case arrow::Type::DOUBLE: return static_cast<const arrow::DoubleArray&>(a).Value(i);
-    default: return 0;  // not reached: the column's type was checked
+    case arrow::Type::INT8:
+      return static_cast<const arrow::Int8Array&>(a).Value(i);
+    case arrow::Type::INT16:
+      return static_cast<const arrow::Int16Array&>(a).Value(i);
+    case arrow::Type::INT32:
+      return static_cast<const arrow::Int32Array&>(a).Value(i);
+    case arrow::Type::INT64:
+      return static_cast<double>(static_cast<const arrow::Int64Array&>(a).Value(i));
+    case arrow::Type::UINT8:
+      return static_cast<const arrow::UInt8Array&>(a).Value(i);
+    case arrow::Type::UINT16:
+      return static_cast<const arrow::UInt16Array&>(a).Value(i);
+    case arrow::Type::UINT32:
+      return static_cast<const arrow::UInt32Array&>(a).Value(i);
+    case arrow::Type::UINT64:
+      return static_cast<double>(static_cast<const arrow::UInt64Array&>(a).Value(i));
+    case arrow::Type::FLOAT:
+      return static_cast<const arrow::FloatArray&>(a).Value(i);
+    case arrow::Type::DOUBLE:
+      return static_cast<const arrow::DoubleArray&>(a).Value(i);
+    default:
+      return 0;  // not reached: the column's type was checked
   }
 }
 
 std::string_view string_at(const arrow::Array& a, int64_t i) {
   switch (a.type_id()) {
-    case arrow::Type::STRING: return static_cast<const arrow::StringArray&>(a).GetView(i);
-    case arrow::Type::LARGE_STRING: return static_cast<const arrow::LargeStringArray&>(a).GetView(i);
-    case arrow::Type::STRING_VIEW: return static_cast<const arrow::StringViewArray&>(a).GetView(i);
-    default: return {};  // not reached: the column's type was checked
+    case arrow::Type::STRING:
+      return static_cast<const arrow::StringArray&>(a).GetView(i);
+    case arrow::Type::LARGE_STRING:
+      return static_cast<const arrow::LargeStringArray&>(a).GetView(i);
+    case arrow::Type::STRING_VIEW:
+      return static_cast<const arrow::StringViewArray&>(a).GetView(i);
+    default:
+      return {};  // not reached: the column's type was checked
   }
 }
 

@@ -27,8 +27,10 @@ bool parquet_has_text_column(const std::vector<std::string>& files, const std::s
     for (const auto& c : detail::parquet_columns(f)) {
       if (c.name != column) continue;
       if (!c.is_string)
-        throw DataError(fmt::format("{}: column '{}' is {}, not text; name the documents' string column with "
-                                    "--text-column, or rename the column for a table of features", f, column, c.type));
+        throw DataError(
+            fmt::format("{}: column '{}' is {}, not text; name the documents' string column with "
+                        "--text-column, or rename the column for a table of features",
+                        f, column, c.type));
       ++with;
     }
   }
@@ -58,24 +60,31 @@ CsvTable read_parquet_table(const std::vector<std::string>& files, const std::st
     if (names.empty()) {
       names = here;
       if (names.size() < 2)
-        throw DataError(fmt::format("{}: {} column(s); a table needs at least one feature column and a label "
-                                    "column (documents need a string column: --text-column)", f, names.size()));
+        throw DataError(
+            fmt::format("{}: {} column(s); a table needs at least one feature column and a label "
+                        "column (documents need a string column: --text-column)",
+                        f, names.size()));
       t.label_column = label_column.empty() ? names.back() : label_column;
       if (std::find(names.begin(), names.end(), t.label_column) == names.end())
-        throw DataError(fmt::format("{}: no column named '{}' for the label (columns: {}); choose one with "
-                                    "--label-column", f, t.label_column, fmt::join(names, ", ")));
+        throw DataError(
+            fmt::format("{}: no column named '{}' for the label (columns: {}); choose one with "
+                        "--label-column",
+                        f, t.label_column, fmt::join(names, ", ")));
       for (const auto& c : cols) {
         if (c.name == t.label_column) continue;
         if (!c.is_numeric)
-          throw DataError(fmt::format("{}: column '{}' is {}; every column but the label must be numeric (a "
-                                      "feature), or be the documents' string column (--text-column)",
-                                      f, c.name, c.type));
+          throw DataError(
+              fmt::format("{}: column '{}' is {}; every column but the label must be numeric (a "
+                          "feature), or be the documents' string column (--text-column)",
+                          f, c.name, c.type));
         t.features.push_back(c.name);
       }
       columns.resize(t.features.size());
     } else if (here != names) {
-      throw DataError(fmt::format("{}: its columns ({}) differ from the first file's ({}); every Parquet input "
-                                  "needs the same columns", f, fmt::join(here, ", "), fmt::join(names, ", ")));
+      throw DataError(
+          fmt::format("{}: its columns ({}) differ from the first file's ({}); every Parquet input "
+                      "needs the same columns",
+                      f, fmt::join(here, ", "), fmt::join(names, ", ")));
     }
     for (size_t c = 0; c < t.features.size(); ++c) detail::read_parquet_numbers(f, t.features[c], &columns[c]);
     detail::read_parquet_labels(f, t.label_column, &labels);
@@ -87,8 +96,10 @@ CsvTable read_parquet_table(const std::vector<std::string>& files, const std::st
     for (size_t r = 0; r < rows; ++r) {
       const double v = columns[c][r];
       if (!std::isfinite(static_cast<float>(v)))
-        throw DataError(fmt::format("column '{}', row {} (counting over the files in order): value {} is not a "
-                                    "finite float32; fix the cell or drop the column", t.features[c], r, v));
+        throw DataError(
+            fmt::format("column '{}', row {} (counting over the files in order): value {} is not a "
+                        "finite float32; fix the cell or drop the column",
+                        t.features[c], r, v));
       t.values[r * F + c] = static_cast<float>(v);
     }
   }

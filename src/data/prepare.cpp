@@ -43,24 +43,27 @@ const char* dedup_name(DedupMode m) {
 
 const char* format_name(InputFormat f) {
   switch (f) {
-    case InputFormat::kText: return "text";
-    case InputFormat::kJsonl: return "jsonl";
-    case InputFormat::kImages: return "images";
-    case InputFormat::kTar: return "tar";
-    case InputFormat::kCsv: return "csv";
-    case InputFormat::kParquet: return "parquet";
+    case InputFormat::kText:
+      return "text";
+    case InputFormat::kJsonl:
+      return "jsonl";
+    case InputFormat::kImages:
+      return "images";
+    case InputFormat::kTar:
+      return "tar";
+    case InputFormat::kCsv:
+      return "csv";
+    case InputFormat::kParquet:
+      return "parquet";
   }
   return "?";
 }
 
 // Everything that shapes the output (threads do not: the output is the same for any count).
 nlohmann::json options_key(const PrepareOptions& o) {
-  nlohmann::json k = {{"format", format_name(o.format)},
-                      {"tokenizer", o.tokenizer},
-                      {"dedup", dedup_name(o.dedup.mode)},
-                      {"val_fraction", o.val_fraction},
-                      {"shard_tokens", o.shard_tokens},
-                      {"zstd", o.zstd}};
+  nlohmann::json k = {{"format", format_name(o.format)},   {"tokenizer", o.tokenizer},
+                      {"dedup", dedup_name(o.dedup.mode)}, {"val_fraction", o.val_fraction},
+                      {"shard_tokens", o.shard_tokens},    {"zstd", o.zstd}};
   if (o.format == InputFormat::kJsonl || o.format == InputFormat::kParquet) k["jsonl_field"] = o.jsonl_field;
   if (o.tokenizer == "sentencepiece") k["vocab"] = o.vocab;
   if (o.tokenizer.rfind("sentencepiece:", 0) == 0) k["model_xxh64"] = hex64(xxh64_file(o.tokenizer.substr(14)));
@@ -90,20 +93,19 @@ nlohmann::json describe_sources(const std::vector<std::string>& files, int64_t* 
   for (const auto& f : files) {
     const auto size = static_cast<int64_t>(fs::file_size(f));
     *bytes += size;
-    s.push_back({{"path", fs::absolute(f).lexically_normal().string()}, {"bytes", size}, {"xxh64", hex64(xxh64_file(f))}});
+    s.push_back(
+        {{"path", fs::absolute(f).lexically_normal().string()}, {"bytes", size}, {"xxh64", hex64(xxh64_file(f))}});
   }
   return s;
 }
 
 // True when out/manifest.json was written from the same options and inputs and its shards are
 // all present with the recorded sizes.
-bool cache_hit(const std::string& out, const nlohmann::json& key, const nlohmann::json& sources,
-               PrepareReport* r) {
+bool cache_hit(const std::string& out, const nlohmann::json& key, const nlohmann::json& sources, PrepareReport* r) {
   nlohmann::json m;
   try {
     m = nlohmann::json::parse(read_small_file(out + "/manifest.json"));
-    if (m.at("format_version") != kFormatVersion || m.at("options") != key || m.at("sources") != sources)
-      return false;
+    if (m.at("format_version") != kFormatVersion || m.at("options") != key || m.at("sources") != sources) return false;
     for (const char* split : {"train", "val"})
       for (const auto& s : m.at("splits").at(split)) {
         std::error_code ec;
@@ -119,8 +121,8 @@ bool cache_hit(const std::string& out, const nlohmann::json& key, const nlohmann
       r->val_records = c.at("val_records");
       r->classes = static_cast<int64_t>(m.at("classes").size());
       r->record_content = m.at("record").at("content").get<std::string>();
-      r->record_shape = fmt::format("{} {}", m.at("record").at("dtype").get<std::string>(),
-                                    m.at("record").at("shape").dump());
+      r->record_shape =
+          fmt::format("{} {}", m.at("record").at("dtype").get<std::string>(), m.at("record").at("shape").dump());
     } else {
       r->documents_in = c.at("documents_in");
       r->documents = c.at("documents");
@@ -139,9 +141,8 @@ bool cache_hit(const std::string& out, const nlohmann::json& key, const nlohmann
   }
 }
 
-nlohmann::json write_split(const std::string& dir, const char* split, const std::vector<int32_t>& tokens,
-                           size_t begin, size_t end, const PrepareOptions& o, ShardDtype dtype,
-                           PrepareReport* r) {
+nlohmann::json write_split(const std::string& dir, const char* split, const std::vector<int32_t>& tokens, size_t begin,
+                           size_t end, const PrepareOptions& o, ShardDtype dtype, PrepareReport* r) {
   nlohmann::json files = nlohmann::json::array();
   const size_t per = static_cast<size_t>(o.shard_tokens);
   for (size_t i = 0, at = begin; at < end; ++i, at += per) {
@@ -155,7 +156,10 @@ nlohmann::json write_split(const std::string& dir, const char* split, const std:
     const auto bytes = static_cast<int64_t>(fs::file_size(dir + "/" + name));
     r->bytes_out += bytes;
     ++r->shards;
-    files.push_back({{"file", name}, {"tokens", n}, {"bytes", bytes}, {"xxh64", hex64(hash)},
+    files.push_back({{"file", name},
+                     {"tokens", n},
+                     {"bytes", bytes},
+                     {"xxh64", hex64(hash)},
                      {"index_xxh64", hex64(w.index_hash())}});
   }
   return files;
@@ -191,8 +195,8 @@ void publish(const std::string& tmp, const std::string& out) {
   fsync_dir(fs::absolute(out).parent_path().string());
 }
 
-std::unique_ptr<Tokenizer> make_tokenizer(const PrepareOptions& o, const std::vector<std::string>& docs,
-                                          int threads, const std::string& tmp) {
+std::unique_ptr<Tokenizer> make_tokenizer(const PrepareOptions& o, const std::vector<std::string>& docs, int threads,
+                                          const std::string& tmp) {
   if (o.tokenizer == "bytes") return make_byte_tokenizer();
   if (o.tokenizer == "sentencepiece") return train_sentencepiece(docs, o.vocab, threads, tmp + "/tokenizer.model", tmp);
   if (o.tokenizer.rfind("sentencepiece:", 0) == 0) {
@@ -202,8 +206,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const PrepareOptions& o, const std::ve
   if (o.tokenizer.rfind("hf:", 0) == 0) {
     const std::string src = o.tokenizer.substr(3);
     if (!fs::is_regular_file(src))
-      throw ConfigError(fmt::format("--tokenizer {}: {} is not a file (a Hugging Face tokenizer.json)", o.tokenizer,
-                                    src));
+      throw ConfigError(
+          fmt::format("--tokenizer {}: {} is not a file (a Hugging Face tokenizer.json)", o.tokenizer, src));
     fs::copy_file(src, tmp + "/tokenizer.json");
     try {
       return load_hf_tokenizer(tmp + "/tokenizer.json");
@@ -211,9 +215,10 @@ std::unique_ptr<Tokenizer> make_tokenizer(const PrepareOptions& o, const std::ve
       throw DataError(fmt::format("--tokenizer {}: {}", o.tokenizer, e.what()));
     }
   }
-  throw ConfigError(fmt::format("--tokenizer {}: expected bytes, sentencepiece, sentencepiece:PATH.model or "
-                                "hf:PATH/tokenizer.json",
-                                o.tokenizer));
+  throw ConfigError(
+      fmt::format("--tokenizer {}: expected bytes, sentencepiece, sentencepiece:PATH.model or "
+                  "hf:PATH/tokenizer.json",
+                  o.tokenizer));
 }
 
 // Dedup, tokenise and write token shards; fills the token manifest fields.
@@ -241,8 +246,8 @@ void prepare_tokens(const PrepareOptions& o, std::vector<std::string> docs, cons
   auto tok = make_tokenizer(o, kept, r.threads, tmp);
   r.tokenizer = tok->name();
   r.vocab = tok->vocab();
-  say(fmt::format("tokenising {:.1f} MB with {} ({} threads)", static_cast<double>(kept_bytes) / 1e6,
-                  tok->name(), r.threads));
+  say(fmt::format("tokenising {:.1f} MB with {} ({} threads)", static_cast<double>(kept_bytes) / 1e6, tok->name(),
+                  r.threads));
   const auto t_tok = Clock::now();
   const auto encoded = tok->encode(kept, r.threads, tmp);
   r.tokenize_s = seconds_since(t_tok);
@@ -267,11 +272,12 @@ void prepare_tokens(const PrepareOptions& o, std::vector<std::string> docs, cons
     m["tokenizer"]["model"] = {{"file", file}, {"xxh64", hex64(xxh64_file(tmp + "/" + file))}};
   }
   m["splits"]["train"] = write_split(tmp, "train", stream, 0, static_cast<size_t>(r.train_tokens), o, dtype, &r);
-  m["splits"]["val"] = write_split(tmp, "val", stream, static_cast<size_t>(r.train_tokens), stream.size(), o, dtype, &r);
-  m["counts"] = {{"documents_in", r.documents_in}, {"documents", r.documents},
-                 {"exact_duplicates", r.exact_removed}, {"near_duplicates", r.near_removed},
-                 {"bytes_in", r.bytes_in}, {"tokens", r.tokens}, {"train_tokens", r.train_tokens},
-                 {"val_tokens", r.val_tokens}};
+  m["splits"]["val"] =
+      write_split(tmp, "val", stream, static_cast<size_t>(r.train_tokens), stream.size(), o, dtype, &r);
+  m["counts"] = {
+      {"documents_in", r.documents_in},    {"documents", r.documents},  {"exact_duplicates", r.exact_removed},
+      {"near_duplicates", r.near_removed}, {"bytes_in", r.bytes_in},    {"tokens", r.tokens},
+      {"train_tokens", r.train_tokens},    {"val_tokens", r.val_tokens}};
   m["dedup"] = {{"mode", dedup_name(o.dedup.mode)}, {"lsh_bands", dd.lsh_bands}, {"lsh_rows", dd.lsh_rows}};
 }
 
@@ -286,7 +292,8 @@ bool read_tars(const PrepareOptions& o, const std::vector<std::string>& files, c
     for (auto& s : read_tar_samples(f)) {
       for (const auto& [ext, data] : s.members) {
         std::string e = ext;
-        std::transform(e.begin(), e.end(), e.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        std::transform(e.begin(), e.end(), e.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
         images = images || e == "jpg" || e == "jpeg" || e == "png";
         texts = texts || ext == "txt";
       }
@@ -299,8 +306,10 @@ bool read_tars(const PrepareOptions& o, const std::vector<std::string>& files, c
     return true;
   }
   if (!texts)
-    throw DataError(fmt::format("the tar inputs hold no image (.jpg, .jpeg, .png) and no text (.txt) members "
-                                "({} samples)", samples.size()));
+    throw DataError(
+        fmt::format("the tar inputs hold no image (.jpg, .jpeg, .png) and no text (.txt) members "
+                    "({} samples)",
+                    samples.size()));
   for (auto& [archive, s] : samples) {
     auto it = s.members.find("txt");
     if (it != s.members.end() && !it->second.empty()) docs->push_back(std::move(it->second));
@@ -314,7 +323,8 @@ void check_prepare_options(const PrepareOptions& o) {
   if (!(o.val_fraction >= 0 && o.val_fraction < 1) || o.shard_tokens < 1 || o.shard_records < 1)
     throw ConfigError("--val-fraction must be in [0, 1), --shard-tokens and --shard-records positive");
   if (o.image_size < 1 || o.image_size > 4096 || o.augment < 0)
-    throw ConfigError(fmt::format("--size {} must be in [1, 4096] and --augment {} at least 0", o.image_size, o.augment));
+    throw ConfigError(
+        fmt::format("--size {} must be in [1, 4096] and --augment {} at least 0", o.image_size, o.augment));
   // What this build lacks (see features.h).
   if (o.zstd) require_feature("zstd", "prepare --zstd");
   if (o.format == InputFormat::kImages || o.format == InputFormat::kTar)
@@ -333,13 +343,16 @@ std::string dataset_folder(const PrepareOptions& o) {
   if (!out_path.has_filename() && out_path.has_relative_path()) out_path = out_path.parent_path();
   const std::string leaf = out_path.filename().string();
   if (leaf.empty() || leaf == "." || leaf == "..")
-    throw ConfigError(fmt::format("--out {}: name the dataset folder itself (for example --out data/mine), not "
-                                  "the current, parent or root folder",
-                                  o.out_dir));
+    throw ConfigError(
+        fmt::format("--out {}: name the dataset folder itself (for example --out data/mine), not "
+                    "the current, parent or root folder",
+                    o.out_dir));
   std::string out = out_path.string();
   if (fs::exists(out) && !fs::exists(out + "/manifest.json") && !fs::is_empty(out))
-    throw ConfigError(fmt::format("--out {}: the folder exists and is not a frugal dataset; choose a new "
-                                  "folder (prepare replaces only earlier datasets)", out));
+    throw ConfigError(
+        fmt::format("--out {}: the folder exists and is not a frugal dataset; choose a new "
+                    "folder (prepare replaces only earlier datasets)",
+                    out));
   return out;
 }
 
@@ -406,9 +419,12 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
       prepare_tokens(o, std::move(docs), tmp, &m, &r, say);
     } else {
       r.kind = "records";
-      m["counts"] = {{"samples", r.train_samples + r.val_samples}, {"train_samples", r.train_samples},
-                     {"val_samples", r.val_samples}, {"train_records", r.train_records},
-                     {"val_records", r.val_records}, {"bytes_in", r.bytes_in}};
+      m["counts"] = {{"samples", r.train_samples + r.val_samples},
+                     {"train_samples", r.train_samples},
+                     {"val_samples", r.val_samples},
+                     {"train_records", r.train_records},
+                     {"val_records", r.val_records},
+                     {"bytes_in", r.bytes_in}};
     }
     m["options"] = key;
     m["sources"] = sources;
@@ -427,13 +443,14 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
 
 std::string format_report(const PrepareReport& r) {
   if (r.kind == "records") {
-    const std::string counts = fmt::format(
-        "  samples     {} train / {} val ({} classes); records {} train / {} val, each {}",
-        r.train_samples, r.val_samples, r.classes, r.train_records, r.val_records, r.record_shape);
+    const std::string counts =
+        fmt::format("  samples     {} train / {} val ({} classes); records {} train / {} val, each {}", r.train_samples,
+                    r.val_samples, r.classes, r.train_records, r.val_records, r.record_shape);
     if (r.up_to_date)
-      return fmt::format("{} is up to date: same options, and all {} inputs ({:.1f} MB) hash as before; "
-                         "nothing to do ({:.2f} s). Pass --force to rebuild.\n{}",
-                         r.out_dir, r.sources, static_cast<double>(r.bytes_in) / 1e6, r.seconds, counts);
+      return fmt::format(
+          "{} is up to date: same options, and all {} inputs ({:.1f} MB) hash as before; "
+          "nothing to do ({:.2f} s). Pass --force to rebuild.\n{}",
+          r.out_dir, r.sources, static_cast<double>(r.bytes_in) / 1e6, r.seconds, counts);
     const double samples = static_cast<double>(r.train_samples + r.val_samples);
     return fmt::format(
         "prepared {} in {:.2f} s\n"
@@ -449,11 +466,12 @@ std::string format_report(const PrepareReport& r) {
         r.shards, static_cast<double>(r.bytes_out) / 1e6, shell_word("records:" + r.out_dir));
   }
   if (r.up_to_date)
-    return fmt::format("{} is up to date: same options, and all {} inputs ({:.1f} MB) hash as before; "
-                       "nothing to do ({:.2f} s). Pass --force to rebuild.\n"
-                       "  {} documents, {} tokens ({} train / {} val), tokenizer {} (vocab {})",
-                       r.out_dir, r.sources, static_cast<double>(r.bytes_in) / 1e6, r.seconds, r.documents,
-                       r.tokens, r.train_tokens, r.val_tokens, r.tokenizer, r.vocab);
+    return fmt::format(
+        "{} is up to date: same options, and all {} inputs ({:.1f} MB) hash as before; "
+        "nothing to do ({:.2f} s). Pass --force to rebuild.\n"
+        "  {} documents, {} tokens ({} train / {} val), tokenizer {} (vocab {})",
+        r.out_dir, r.sources, static_cast<double>(r.bytes_in) / 1e6, r.seconds, r.documents, r.tokens, r.train_tokens,
+        r.val_tokens, r.tokenizer, r.vocab);
   return fmt::format(
       "prepared {} in {:.2f} s\n"
       "  inputs      {} files, {:.2f} MB, {} documents\n"

@@ -77,7 +77,10 @@ class SplitWriter {
     const auto bytes = static_cast<int64_t>(fs::file_size(dir_ + "/" + name_));
     r_->bytes_out += bytes;
     ++r_->shards;
-    files_.push_back({{"file", name_}, {"records", n}, {"bytes", bytes}, {"xxh64", hex64(hash)},
+    files_.push_back({{"file", name_},
+                      {"records", n},
+                      {"bytes", bytes},
+                      {"xxh64", hex64(hash)},
                       {"index_xxh64", hex64(index_hash)}});
   }
 
@@ -134,7 +137,8 @@ void parallel_for(size_t n, int threads, Fn fn) {
 }
 
 bool is_image_ext(std::string ext) {
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png" || ext == "jpg" || ext == "jpeg" || ext == "png";
 }
 
@@ -163,7 +167,8 @@ void prepare_images(const PrepareOptions& o, std::vector<ImageItem> items, const
       if (it.val) return;
       const uint64_t key = xxh64_bytes(it.key);
       for (int v = 1; v <= o.augment; ++v)
-        records[j].push_back(image_record(it.label, augment_image(im, derive_seed(o.seed ^ kAugmentStream, key, v), aug), o.pixels));
+        records[j].push_back(
+            image_record(it.label, augment_image(im, derive_seed(o.seed ^ kAugmentStream, key, v), aug), o.pixels));
     });
     r->decode_s += seconds_since(t0);
     for (size_t j = 0; j < count; ++j) {
@@ -180,8 +185,8 @@ void prepare_images(const PrepareOptions& o, std::vector<ImageItem> items, const
   const size_t pixel_bytes = o.pixels == PixelStorage::kUint8 ? 1 : 2;
   const char* dtype = o.pixels == PixelStorage::kUint8 ? "uint8" : "float16";
   (*m)["kind"] = "records";
-  (*m)["record"] = {{"content", "image"}, {"label", "int64"}, {"dtype", dtype}, {"shape", {3, S, S}},
-                    {"layout", "CHW"}, {"bytes", kRecordLabelBytes + pixel_bytes * 3 * S * S}};
+  (*m)["record"] = {{"content", "image"}, {"label", "int64"}, {"dtype", dtype},
+                    {"shape", {3, S, S}}, {"layout", "CHW"},  {"bytes", kRecordLabelBytes + pixel_bytes * 3 * S * S}};
   (*m)["classes"] = classes;
   (*m)["augment"] = {{"variants", o.augment}, {"pad", aug.pad}, {"jitter", aug.jitter}, {"seed", o.seed}};
   (*m)["validation"] = explicit_val ? "val folder" : "held-out fraction";
@@ -208,8 +213,10 @@ std::vector<std::string> image_files(const fs::path& dir, const fs::path& root, 
   std::vector<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
-    if (is_image_ext(e.path().extension().string())) out.push_back(fs::relative(e.path(), root).string());
-    else ++*skipped;
+    if (is_image_ext(e.path().extension().string()))
+      out.push_back(fs::relative(e.path(), root).string());
+    else
+      ++*skipped;
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -227,8 +234,8 @@ std::vector<bool> held_out(int64_t n, double fraction, uint64_t seed) {
   return val;
 }
 
-void prepare_image_folders(const PrepareOptions& o, const std::string& tmp, nlohmann::ordered_json* m,
-                           PrepareReport* r, const PrepareProgress& say) {
+void prepare_image_folders(const PrepareOptions& o, const std::string& tmp, nlohmann::ordered_json* m, PrepareReport* r,
+                           const PrepareProgress& say) {
   struct Found {
     std::string root, rel, cls;
     bool val;
@@ -238,8 +245,10 @@ void prepare_image_folders(const PrepareOptions& o, const std::string& tmp, nloh
   int64_t skipped = 0;
   for (const auto& in : o.inputs) {
     if (!fs::is_directory(in))
-      throw DataError(fmt::format("--format images: input '{}' is not a folder; give a folder with one "
-                                  "sub-folder of images per class", in));
+      throw DataError(
+          fmt::format("--format images: input '{}' is not a folder; give a folder with one "
+                      "sub-folder of images per class",
+                      in));
     const auto top = subdirs(in);
     const bool split = std::find(top.begin(), top.end(), "train") != top.end() &&
                        std::find(top.begin(), top.end(), "val") != top.end();
@@ -259,8 +268,8 @@ void prepare_image_folders(const PrepareOptions& o, const std::string& tmp, nloh
   for (auto& f : found) {
     const auto it = std::lower_bound(classes.begin(), classes.end(), f.cls);
     if (it == classes.end() || *it != f.cls)
-      throw DataError(fmt::format("image folder '{}': class '{}' appears under val/ but not under train/",
-                                  f.root, f.cls));
+      throw DataError(
+          fmt::format("image folder '{}': class '{}' appears under val/ but not under train/", f.root, f.cls));
     ImageItem item;
     item.path = (fs::path(f.root) / f.rel).string();
     item.what = item.path;
@@ -286,8 +295,8 @@ void prepare_tar_images(const PrepareOptions& o, std::vector<std::pair<std::stri
     if (img == s.members.end()) continue;  // a sample without an image (metadata only)
     auto cls = s.members.find("cls");
     if (cls == s.members.end())
-      throw DataError(fmt::format("tar archive '{}': sample '{}' has an image but no '{}.cls' label member",
-                                  archive, s.key, s.key));
+      throw DataError(fmt::format("tar archive '{}': sample '{}' has an image but no '{}.cls' label member", archive,
+                                  s.key, s.key));
     std::string label = cls->second;
     while (!label.empty() && std::isspace(static_cast<unsigned char>(label.back()))) label.pop_back();
     if (label.empty()) throw DataError(fmt::format("tar archive '{}': member '{}.cls' is empty", archive, s.key));
@@ -359,7 +368,10 @@ void prepare_table(const PrepareOptions& o, const CsvTable& t, const std::string
     stdev[f] = std::sqrt(std::max(0.0, sum2[f] / static_cast<double>(r->train_samples) - mean[f] * mean[f]));
   }
   (*m)["kind"] = "records";
-  (*m)["record"] = {{"content", "table"}, {"label", "int64"}, {"dtype", "float32"}, {"shape", {F}},
+  (*m)["record"] = {{"content", "table"},
+                    {"label", "int64"},
+                    {"dtype", "float32"},
+                    {"shape", {F}},
                     {"bytes", kRecordLabelBytes + 4 * F}};
   (*m)["classes"] = t.classes;
   (*m)["features"] = t.features;

@@ -58,31 +58,38 @@ std::string RecordSplit::locate(int64_t i) const {
 RecordDataset open_record_dataset(const std::string& dir) {
   const std::string mpath = (fs::path(dir) / "manifest.json").string();
   if (!fs::exists(mpath))
-    throw DataError(fmt::format("data.source: '{}' has no manifest.json; create a record dataset with "
-                                "`frugal prepare --format images|tar|csv INPUT --out {}`", dir, dir));
+    throw DataError(
+        fmt::format("data.source: '{}' has no manifest.json; create a record dataset with "
+                    "`frugal prepare --format images|tar|csv INPUT --out {}`",
+                    dir, dir));
   const nlohmann::json m = internal::read_manifest_json(dir, "record");
   RecordDataset d;
   d.dir = dir;
   try {  // value() throws on a field of the wrong type: that is a malformed manifest too
     if (m.value("format", "") != "frugal-dataset" || m.value("kind", "") != "records")
-      throw DataError(fmt::format("not a frugal record-dataset manifest (kind {}); token datasets are read with "
-                                  "data.source = \"shards:DIR\"",
-                                  m.contains("kind") ? m["kind"].dump() : "missing"));
+      throw DataError(
+          fmt::format("not a frugal record-dataset manifest (kind {}); token datasets are read with "
+                      "data.source = \"shards:DIR\"",
+                      m.contains("kind") ? m["kind"].dump() : "missing"));
     if (m.value("format_version", 0) != 1)
-      throw DataError(fmt::format("format_version {} is not supported (this build reads 1)",
-                                  m["format_version"].dump()));
+      throw DataError(
+          fmt::format("format_version {} is not supported (this build reads 1)", m["format_version"].dump()));
     const auto& rec = m.at("record");
     d.spec.content = rec.at("content").get<std::string>();
     const std::string dtype = rec.at("dtype").get<std::string>();
-    if (dtype == "uint8") d.spec.dtype = RecordDtype::kUint8;
-    else if (dtype == "float16") d.spec.dtype = RecordDtype::kFloat16;
-    else if (dtype == "float32") d.spec.dtype = RecordDtype::kFloat32;
-    else throw DataError(fmt::format("unknown record dtype \"{}\"", dtype));
+    if (dtype == "uint8")
+      d.spec.dtype = RecordDtype::kUint8;
+    else if (dtype == "float16")
+      d.spec.dtype = RecordDtype::kFloat16;
+    else if (dtype == "float32")
+      d.spec.dtype = RecordDtype::kFloat32;
+    else
+      throw DataError(fmt::format("unknown record dtype \"{}\"", dtype));
     d.spec.shape = rec.at("shape").get<std::vector<int64_t>>();
     d.spec.bytes = kRecordLabelBytes + static_cast<size_t>(d.spec.values()) * dtype_bytes(d.spec.dtype);
     if (rec.at("bytes").get<size_t>() != d.spec.bytes)
-      throw DataError(fmt::format("record bytes {} disagree with dtype and shape ({})", rec.at("bytes").dump(),
-                                  d.spec.bytes));
+      throw DataError(
+          fmt::format("record bytes {} disagree with dtype and shape ({})", rec.at("bytes").dump(), d.spec.bytes));
     d.classes = m.at("classes").get<std::vector<std::string>>();
   } catch (const DataError& e) {
     throw DataError(fmt::format("'{}': {}", mpath, e.what()));
@@ -111,13 +118,14 @@ RecordDataset open_record_dataset(const std::string& dir) {
 RecordSource::RecordSource(RecordDataset dataset, RecordSourceOptions options)
     : data_(std::move(dataset)), opts_(options) {
   if (data_.train.size() < 1 || data_.val.size() < 1)
-    throw DataError(fmt::format("record dataset '{}': the {} split holds no records; prepare it with a "
-                                "positive --val-fraction (or a val/ folder) and more samples",
-                                data_.dir, data_.train.size() < 1 ? "training" : "validation"));
+    throw DataError(
+        fmt::format("record dataset '{}': the {} split holds no records; prepare it with a "
+                    "positive --val-fraction (or a val/ folder) and more samples",
+                    data_.dir, data_.train.size() < 1 ? "training" : "validation"));
   cursor_ = std::make_unique<MicroBatchCursor>(
       EpochSampler(data_.train.size(), opts_.seed, opts_.rank, opts_.world_size), opts_.micro_batch);
-  loader_ = std::make_unique<PrefetchLoader<RecordBatch>>(
-      [this](int64_t k) { return build_train(k); }, opts_.workers, opts_.prefetch, 0);
+  loader_ = std::make_unique<PrefetchLoader<RecordBatch>>([this](int64_t k) { return build_train(k); }, opts_.workers,
+                                                          opts_.prefetch, 0);
 }
 
 RecordSource::~RecordSource() = default;  // joins the loader threads before data_ goes
@@ -155,7 +163,8 @@ RecordBatch RecordSource::build(const RecordSplit& split, const std::vector<int6
         for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(p[i]) * (1.0f / 255.0f);
         break;
       case RecordDtype::kFloat16:
-        for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(c10::Half(get_u16(p + 2 * i), c10::Half::from_bits()));
+        for (int64_t i = 0; i < n; ++i)
+          out[i] = static_cast<float>(c10::Half(get_u16(p + 2 * i), c10::Half::from_bits()));
         break;
       case RecordDtype::kFloat32:
         for (int64_t i = 0; i < n; ++i) {
@@ -216,10 +225,11 @@ double RecordSource::unigram_baseline() const {
 std::string RecordSource::describe() const {
   std::string shape;
   for (int64_t s : data_.spec.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(s);
-  return fmt::format("records:{} ({} [{}], {} classes, {} train / {} val records, {} loader workers, "
-                     "prefetch {}{})",
-                     data_.dir, data_.spec.content, shape, data_.classes.size(), data_.train.size(),
-                     data_.val.size(), opts_.workers, opts_.prefetch, opts_.pin_memory ? ", pinned" : "");
+  return fmt::format(
+      "records:{} ({} [{}], {} classes, {} train / {} val records, {} loader workers, "
+      "prefetch {}{})",
+      data_.dir, data_.spec.content, shape, data_.classes.size(), data_.train.size(), data_.val.size(), opts_.workers,
+      opts_.prefetch, opts_.pin_memory ? ", pinned" : "");
 }
 
 nlohmann::json RecordSource::state() const { return cursor_->state(loader_->next_index()); }

@@ -24,8 +24,8 @@ SampleCursor cursor_from_json(const nlohmann::json& j) {
     if (c.epoch < 0 || c.position < 0) throw DataError("negative field");
     return c;
   } catch (const std::exception& e) {
-    throw DataError(fmt::format("malformed data cursor {}: {} (expected {{\"epoch\": E, \"position\": P}})",
-                                j.dump(), e.what()));
+    throw DataError(
+        fmt::format("malformed data cursor {}: {} (expected {{\"epoch\": E, \"position\": P}})", j.dump(), e.what()));
   }
 }
 
@@ -34,8 +34,7 @@ EpochSampler::EpochSampler(int64_t n, uint64_t seed, int64_t rank, int64_t world
   if (n <= 0) throw DataError("the dataset holds no samples");
   if (world_size < 1 || rank < 0 || rank >= world_size)
     throw ConfigError(fmt::format("rank {} is outside [0, world_size = {})", rank, world_size));
-  if (n < world_size)
-    throw DataError(fmt::format("{} samples cannot be shared by {} ranks", n, world_size));
+  if (n < world_size) throw DataError(fmt::format("{} samples cannot be shared by {} ranks", n, world_size));
   half_bits_ = 1;
   while ((int64_t{1} << (2 * half_bits_)) < n_) ++half_bits_;
 }
@@ -90,10 +89,11 @@ int64_t MicroBatchCursor::batch_of(const nlohmann::json& state, const char* unit
   const SampleCursor c = cursor_from_json(state);
   const int64_t k = sampler_.index_of(c);
   if (c.position >= sampler_.per_epoch(c.epoch) || k % micro_batch_ != 0)
-    throw DataError(fmt::format("data cursor {} does not fall on a batch boundary of this dataset "
-                                "(micro_batch {}, {} {} per epoch); was it saved with other "
-                                "data settings?",
-                                state.dump(), micro_batch_, sampler_.per_epoch(c.epoch), unit));
+    throw DataError(
+        fmt::format("data cursor {} does not fall on a batch boundary of this dataset "
+                    "(micro_batch {}, {} {} per epoch); was it saved with other "
+                    "data settings?",
+                    state.dump(), micro_batch_, sampler_.per_epoch(c.epoch), unit));
   return k / micro_batch_;
 }
 

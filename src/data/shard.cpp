@@ -112,34 +112,38 @@ size_t shard_cache_bytes() { return inflated_cache().bytes(); }
 
 size_t dtype_width(ShardDtype d) {
   switch (d) {
-    case ShardDtype::kBytes: return 1;
-    case ShardDtype::kUint16: return 2;
-    case ShardDtype::kUint32: return 4;
+    case ShardDtype::kBytes:
+      return 1;
+    case ShardDtype::kUint16:
+      return 2;
+    case ShardDtype::kUint32:
+      return 4;
   }
   return 0;
 }
 
 std::string dtype_name(ShardDtype d) {
   switch (d) {
-    case ShardDtype::kBytes: return "bytes";
-    case ShardDtype::kUint16: return "uint16";
-    case ShardDtype::kUint32: return "uint32";
+    case ShardDtype::kBytes:
+      return "bytes";
+    case ShardDtype::kUint16:
+      return "uint16";
+    case ShardDtype::kUint32:
+      return "uint32";
   }
   return "?";
 }
 
 // ---- writer ------------------------------------------------------------------------------------
 
-ShardWriter::ShardWriter(std::string path, ShardKind kind, ShardDtype dtype,
-                         ShardWriterOptions options)
+ShardWriter::ShardWriter(std::string path, ShardKind kind, ShardDtype dtype, ShardWriterOptions options)
     : path_(std::move(path)), kind_(kind), dtype_(dtype), opts_(options) {
   if (opts_.zstd) require_feature("zstd", fmt::format("writing the zstd-compressed shard '{}'", path_));
   FRUGAL_INTERNAL_ASSERT((kind_ == ShardKind::kTokens) != (dtype_ == ShardDtype::kBytes),
                          path_ + ": token shards need dtype uint16 or uint32, record shards bytes");
   if (opts_.block_bytes < 64) opts_.block_bytes = 64;
   if (opts_.block_bytes > kMaxBlockTarget) opts_.block_bytes = kMaxBlockTarget;
-  if (kind_ == ShardKind::kTokens)
-    items_per_block_ = opts_.block_bytes / static_cast<uint32_t>(dtype_width(dtype_));
+  if (kind_ == ShardKind::kTokens) items_per_block_ = opts_.block_bytes / static_cast<uint32_t>(dtype_width(dtype_));
   tmp_path_ = path_ + ".tmp";
   file_ = std::fopen(tmp_path_.c_str(), "wb");
   if (!file_) throw IoError(fmt::format("cannot create '{}': {}", tmp_path_, std::strerror(errno)));
@@ -167,8 +171,10 @@ void ShardWriter::add_tokens(const int32_t* tokens, size_t n) {
     if (t < 0 || static_cast<uint32_t>(t) > max)
       throw DataError(fmt::format("{}: token {} does not fit dtype {}", path_, t, dtype_name(dtype_)));
     uint8_t b[4];
-    if (w == 2) put_u16(b, static_cast<uint16_t>(t));
-    else put_u32(b, static_cast<uint32_t>(t));
+    if (w == 2)
+      put_u16(b, static_cast<uint16_t>(t));
+    else
+      put_u32(b, static_cast<uint32_t>(t));
     block_.append(reinterpret_cast<const char*>(b), w);
     ++items_;
     ++open_items_;
@@ -179,9 +185,10 @@ void ShardWriter::add_tokens(const int32_t* tokens, size_t n) {
 void ShardWriter::add_record(std::string_view record) {
   FRUGAL_INTERNAL_ASSERT(kind_ == ShardKind::kRecords, path_ + ": add_record on a token shard");
   if (record.size() > kMaxRecordBytes)
-    throw DataError(fmt::format("{}: a record of {} bytes exceeds the {} MiB a shard record may hold (docs/formats/"
-                                "shards.md); make the samples smaller (e.g. prepare --size for images)",
-                                path_, record.size(), kMaxRecordBytes >> 20));
+    throw DataError(
+        fmt::format("{}: a record of {} bytes exceeds the {} MiB a shard record may hold (docs/formats/"
+                    "shards.md); make the samples smaller (e.g. prepare --size for images)",
+                    path_, record.size(), kMaxRecordBytes >> 20));
   records_.push_back({static_cast<uint32_t>(blocks_.size()), static_cast<uint32_t>(block_.size()),
                       static_cast<uint32_t>(record.size())});
   block_.append(record);
@@ -262,7 +269,7 @@ uint64_t ShardWriter::finish() {
 ShardReader::ShardReader(std::string path) : path_(std::move(path)) {
   int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw DataError(fmt::format("cannot open shard '{}': {}", path_, std::strerror(errno)));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     throw DataError(fmt::format("cannot stat shard '{}': {}", path_, std::strerror(errno)));
@@ -291,15 +298,17 @@ ShardReader::~ShardReader() {
 }
 
 void ShardReader::fail(uint64_t offset, const std::string& what) const {
-  throw DataError(fmt::format("shard '{}' is corrupt at byte offset {}: {}; re-create it with "
-                              "`frugal prepare` (or restore it from a copy)",
-                              path_, offset, what));
+  throw DataError(
+      fmt::format("shard '{}' is corrupt at byte offset {}: {}; re-create it with "
+                  "`frugal prepare` (or restore it from a copy)",
+                  path_, offset, what));
 }
 
 void ShardReader::parse() {
   if (file_size_ < kHeaderBytes + kFooterBytes)
     fail(file_size_, fmt::format("truncated: the file has {} bytes, less than a header and footer "
-                                 "({} bytes)", file_size_, kHeaderBytes + kFooterBytes));
+                                 "({} bytes)",
+                                 file_size_, kHeaderBytes + kFooterBytes));
   const uint8_t* h = map_;
   if (std::memcmp(h, kMagic, 8) != 0) fail(0, "bad magic (not a frugal shard)");
   if (get_u64(h + 56) != XXH64(h, kHeaderHashed, 0)) fail(0, "header checksum mismatch");
@@ -323,8 +332,7 @@ void ShardReader::parse() {
   const uint64_t expected = index_offset + index_bytes + kFooterBytes;
   if (index_offset < kHeaderBytes || expected != file_size_)
     fail(std::min(expected, file_size_),
-         fmt::format("truncated or extended: the header describes {} bytes, the file has {}",
-                     expected, file_size_));
+         fmt::format("truncated or extended: the header describes {} bytes, the file has {}", expected, file_size_));
   const uint8_t* footer = map_ + file_size_ - kFooterBytes;
   if (std::memcmp(footer + 8, kEndMagic, 8) != 0) fail(file_size_ - 8, "bad end magic");
   const uint64_t index_hash = XXH64(map_ + index_offset, index_bytes, 0);
@@ -337,13 +345,13 @@ void ShardReader::parse() {
   for (uint64_t b = 0; b < nblocks; ++b, p += kBlockEntryBytes) {
     Block& k = blocks_[b];
     k = {get_u64(p), get_u32(p + 8), get_u32(p + 12), get_u64(p + 16)};
-    if (k.offset != next || k.offset + k.stored_size > index_offset ||
-        (!compressed_ && k.stored_size != k.raw_size))
+    if (k.offset != next || k.offset + k.stored_size > index_offset || (!compressed_ && k.stored_size != k.raw_size))
       fail(index_offset + b * kBlockEntryBytes, fmt::format("block {} entry is inconsistent", b));
     if (compressed_ && k.raw_size > static_cast<uint64_t>(k.stored_size) * kMaxZstdRatio)
       fail(index_offset + b * kBlockEntryBytes,
            fmt::format("block {} declares {} bytes decompressed from {} stored, more than zstd can expand "
-                       "to (at most {}x)", b, k.raw_size, k.stored_size, kMaxZstdRatio));
+                       "to (at most {}x)",
+                       b, k.raw_size, k.stored_size, kMaxZstdRatio));
     if (compressed_ && k.raw_size > kMaxBlockRawBytes)
       fail(index_offset + b * kBlockEntryBytes,
            fmt::format("block {} declares {} bytes decompressed, more than the {} MiB a writer puts in a block", b,
@@ -380,8 +388,8 @@ ShardReader::BlockView ShardReader::block_data(uint64_t b) const {
   if (!verified_[b].load(std::memory_order_acquire)) {
     const uint64_t got = XXH64(stored, k.stored_size, 0);
     if (got != k.checksum)
-      fail(k.offset, fmt::format("block {} ({} bytes) fails its xxhash64 check (stored {}, computed {})",
-                                 b, k.stored_size, hex64(k.checksum), hex64(got)));
+      fail(k.offset, fmt::format("block {} ({} bytes) fails its xxhash64 check (stored {}, computed {})", b,
+                                 k.stored_size, hex64(k.checksum), hex64(got)));
     if (!compressed_) verified_[b].store(1, std::memory_order_release);
   }
   if (!compressed_) return {stored, nullptr};
@@ -413,8 +421,7 @@ ShardReader::BlockView ShardReader::block_data(uint64_t b) const {
 void ShardReader::read_tokens(uint64_t start, size_t n, int32_t* out) const {
   FRUGAL_INTERNAL_ASSERT(kind_ == ShardKind::kTokens, path_ + ": read_tokens on a record shard");
   if (start + n > items_)
-    throw DataError(fmt::format("{}: tokens [{}, {}) are past the end ({} tokens)", path_, start,
-                                start + n, items_));
+    throw DataError(fmt::format("{}: tokens [{}, {}) are past the end ({} tokens)", path_, start, start + n, items_));
   while (n > 0) {
     const uint64_t b = start / items_per_block_, off = start % items_per_block_;
     const size_t take = static_cast<size_t>(std::min<uint64_t>(n, items_per_block_ - off));

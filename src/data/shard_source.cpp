@@ -10,26 +10,27 @@
 
 namespace frugal {
 
-ShardSource::ShardSource(TokenDataset dataset, ShardSourceOptions options)
-    : data_(std::move(dataset)), opts_(options) {
+ShardSource::ShardSource(TokenDataset dataset, ShardSourceOptions options) : data_(std::move(dataset)), opts_(options) {
   auto windows = [&](const TokenStream& s, const char* split) {
     const int64_t n = s.size() > 0 ? static_cast<int64_t>(s.size() - 1) / opts_.block : 0;
     if (n < 1)
-      throw DataError(fmt::format("dataset '{}': the {} split has {} tokens, but a window needs "
-                                  "model.block + 1 = {}; use more data or a smaller model.block",
-                                  data_.dir, split, s.size(), opts_.block + 1));
+      throw DataError(
+          fmt::format("dataset '{}': the {} split has {} tokens, but a window needs "
+                      "model.block + 1 = {}; use more data or a smaller model.block",
+                      data_.dir, split, s.size(), opts_.block + 1));
     return n;
   };
   const int64_t n_train = windows(data_.train, "training");
   windows(data_.val, "validation");
   if (data_.vocab > opts_.vocab)
-    throw ConfigError(fmt::format("dataset '{}' was tokenised with a vocabulary of {} ({}), but "
-                                  "model.vocab = {}; set model.vocab = {}",
-                                  data_.dir, data_.vocab, data_.tokenizer, opts_.vocab, data_.vocab));
+    throw ConfigError(
+        fmt::format("dataset '{}' was tokenised with a vocabulary of {} ({}), but "
+                    "model.vocab = {}; set model.vocab = {}",
+                    data_.dir, data_.vocab, data_.tokenizer, opts_.vocab, data_.vocab));
   cursor_ = std::make_unique<MicroBatchCursor>(EpochSampler(n_train, opts_.seed, opts_.rank, opts_.world_size),
                                                opts_.micro_batch);
-  loader_ = std::make_unique<PrefetchLoader<TokenBatch>>(
-      [this](int64_t k) { return build_train(k); }, opts_.workers, opts_.prefetch, 0);
+  loader_ = std::make_unique<PrefetchLoader<TokenBatch>>([this](int64_t k) { return build_train(k); }, opts_.workers,
+                                                         opts_.prefetch, 0);
 }
 
 ShardSource::~ShardSource() = default;  // joins the loader threads before data_ goes
@@ -45,9 +46,10 @@ TokenBatch ShardSource::build(const TokenStream& stream, const std::vector<int64
     stream.read(start, row, out);
     for (size_t t = 0; t < row; ++t) {
       if (out[t] < 0 || out[t] >= opts_.vocab)
-        throw DataError(fmt::format("token {} in {} is outside model.vocab = {}; set model.vocab "
-                                    "above the dataset's largest token (GPT-2 / llm.c data: 50257)",
-                                    out[t], stream.locate(start + t), opts_.vocab));
+        throw DataError(
+            fmt::format("token {} in {} is outside model.vocab = {}; set model.vocab "
+                        "above the dataset's largest token (GPT-2 / llm.c data: 50257)",
+                        out[t], stream.locate(start + t), opts_.vocab));
     }
   }
   return b;
@@ -80,15 +82,13 @@ Batch ShardSource::train_batch(int64_t index) {
 Batch ShardSource::val_batch(int64_t index) {
   const int64_t n = static_cast<int64_t>(data_.val.size() - 1) / opts_.block;
   std::vector<int64_t> windows(static_cast<size_t>(opts_.micro_batch));
-  for (int64_t i = 0; i < opts_.micro_batch; ++i)
-    windows[static_cast<size_t>(i)] = (index * opts_.micro_batch + i) % n;
+  for (int64_t i = 0; i < opts_.micro_batch; ++i) windows[static_cast<size_t>(i)] = (index * opts_.micro_batch + i) % n;
   return to_tensors(build(data_.val, windows));
 }
 
 std::string ShardSource::describe() const {
-  return fmt::format("shards:{} ({}, tokenizer {}, {} train windows, {} loader workers, prefetch {})",
-                     data_.dir, data_.format, data_.tokenizer, cursor_->sampler().dataset_size(), opts_.workers,
-                     opts_.prefetch);
+  return fmt::format("shards:{} ({}, tokenizer {}, {} train windows, {} loader workers, prefetch {})", data_.dir,
+                     data_.format, data_.tokenizer, cursor_->sampler().dataset_size(), opts_.workers, opts_.prefetch);
 }
 
 nlohmann::json ShardSource::state() const { return cursor_->state(loader_->next_index()); }

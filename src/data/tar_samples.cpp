@@ -19,9 +19,10 @@ namespace frugal {
 
 std::pair<std::string, std::string> split_member_name(const std::string& name, const std::string& archive) {
   auto refuse = [&](const char* why) {
-    throw DataError(fmt::format("tar member '{}' in '{}' {}; frugal refuses unsafe member names; "
-                                "rebuild the archive with relative names",
-                                name, archive, why));
+    throw DataError(
+        fmt::format("tar member '{}' in '{}' {}; frugal refuses unsafe member names; "
+                    "rebuild the archive with relative names",
+                    name, archive, why));
   };
   if (name.empty()) refuse("has an empty name");
   if (name[0] == '/') refuse("is an absolute path");
@@ -64,8 +65,10 @@ std::vector<TarSample> read_tar_samples(const std::string& path) {
     const auto type = archive_entry_filetype(e);
     if (type == AE_IFDIR) continue;
     if (type != AE_IFREG || archive_entry_hardlink(e) != nullptr)
-      throw DataError(fmt::format("tar member '{}' in '{}' is not a regular file (a link or a device); "
-                                  "only regular files are read", name, path));
+      throw DataError(
+          fmt::format("tar member '{}' in '{}' is not a regular file (a link or a device); "
+                      "only regular files are read",
+                      name, path));
     auto [it, fresh] = index.emplace(key, samples.size());
     if (fresh) samples.push_back({key, {}});
     TarSample& s = samples[it->second];
@@ -79,8 +82,10 @@ std::vector<TarSample> read_tar_samples(const std::string& path) {
       data.append(buf, static_cast<size_t>(n));
     }
     if (!s.members.emplace(ext, std::move(data)).second)
-      throw DataError(fmt::format("tar archive '{}': sample '{}' has two '.{}' members (the second is '{}'); "
-                                  "each key may carry each extension once", path, key, ext, name));
+      throw DataError(
+          fmt::format("tar archive '{}': sample '{}' has two '.{}' members (the second is '{}'); "
+                      "each key may carry each extension once",
+                      path, key, ext, name));
   }
   return samples;
 #else

@@ -53,7 +53,7 @@ class LlmcBinFile : public TokenFile {
   LlmcBinFile(std::string path, uint64_t header) : path_(std::move(path)), header_(header) {
     int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw DataError(fmt::format("cannot open '{}': {}", path_, std::strerror(errno)));
-    struct stat st{};
+    struct stat st {};
     ::fstat(fd, &st);
     bytes_ = static_cast<uint64_t>(st.st_size);
     if (bytes_ < header_ || bytes_ == 0) {
@@ -67,18 +67,18 @@ class LlmcBinFile : public TokenFile {
     map_ = static_cast<const uint8_t*>(m);
     if (header_ == 0) {
       tokens_ = bytes_ / 2;
-      if (bytes_ % 2) release_and_fail(bytes_ - 1, fmt::format("{} bytes is not a whole number of uint16 tokens", bytes_));
+      if (bytes_ % 2)
+        release_and_fail(bytes_ - 1, fmt::format("{} bytes is not a whole number of uint16 tokens", bytes_));
       return;
     }
     const uint32_t magic = get_u32(map_), version = get_u32(map_ + 4);
     tokens_ = get_u32(map_ + 8);
     if (magic != kLlmcMagic) release_and_fail(0, fmt::format("magic {} is not llm.c's {}", magic, kLlmcMagic));
-    if (version != 1)
-      release_and_fail(4, fmt::format("version {} is not supported (1 = uint16 tokens)", version));
+    if (version != 1) release_and_fail(4, fmt::format("version {} is not supported (1 = uint16 tokens)", version));
     if (kLlmcHeaderBytes + 2 * tokens_ != bytes_)
       release_and_fail(std::min(bytes_, kLlmcHeaderBytes + 2 * tokens_),
-                       fmt::format("the header promises {} tokens ({} bytes) but the file has {} bytes",
-                                   tokens_, kLlmcHeaderBytes + 2 * tokens_, bytes_));
+                       fmt::format("the header promises {} tokens ({} bytes) but the file has {} bytes", tokens_,
+                                   kLlmcHeaderBytes + 2 * tokens_, bytes_));
   }
   ~LlmcBinFile() override {
     if (map_) ::munmap(const_cast<uint8_t*>(map_), bytes_);
@@ -125,8 +125,10 @@ TokenDataset open_manifest(const std::string& dir) {
     // (Not a number at all: malformed, from get() below.)
     if (vocab.is_number() &&
         (!vocab.is_number_integer() || vocab.get<int64_t>() < 2 || vocab.get<int64_t>() > (int64_t{1} << 24)))
-      throw DataError(fmt::format("'{}': tokenizer.vocab is {}, not a whole number in [2, 16777216]; re-run frugal "
-                                  "prepare", mpath, vocab.dump()));
+      throw DataError(
+          fmt::format("'{}': tokenizer.vocab is {}, not a whole number in [2, 16777216]; re-run frugal "
+                      "prepare",
+                      mpath, vocab.dump()));
     d.vocab = vocab.get<int64_t>();
     d.tokenizer = m.at("tokenizer").at("name").get<std::string>();
     if (m.contains("dtype") && m["dtype"] != "uint16" && m["dtype"] != "uint32")
@@ -172,7 +174,8 @@ bool keep_tokenizer(const std::string& dataset_dir, const std::string& to_dir) {
   std::error_code ec;
   if (fs::exists(to / "manifest.json", ec) || !manifest_tokenizer(dataset_dir)) return false;
   const nlohmann::json m = nlohmann::json::parse(read_small_file((fs::path(dataset_dir) / "manifest.json").string()));
-  nlohmann::json kept = {{"format", "frugal-tokenizer"}, {"format_version", 1},
+  nlohmann::json kept = {{"format", "frugal-tokenizer"},
+                         {"format_version", 1},
                          {"dataset", fs::absolute(dataset_dir).lexically_normal().string()},
                          {"tokenizer", m.at("tokenizer")}};
   fs::create_directories(to, ec);
@@ -182,12 +185,14 @@ bool keep_tokenizer(const std::string& dataset_dir, const std::string& to_dir) {
     const std::string name = fs::path(model["file"].get<std::string>()).filename().string();
     const std::string from = (fs::path(dataset_dir) / name).string();
     if (!fs::is_regular_file(from, ec))
-      throw IoError(fmt::format("{}: the dataset's tokenizer file {} is missing; prepare the dataset again", dataset_dir,
-                                from));
+      throw IoError(
+          fmt::format("{}: the dataset's tokenizer file {} is missing; prepare the dataset again", dataset_dir, from));
     const std::string bytes = read_file(from);
     if (model.contains("xxh64") && model["xxh64"] != hex64(xxh64_bytes(bytes)))
-      throw IoError(fmt::format("{}: {} does not match the xxh64 its manifest.json records (replaced or corrupt); "
-                                "prepare the dataset again", dataset_dir, from));
+      throw IoError(
+          fmt::format("{}: {} does not match the xxh64 its manifest.json records (replaced or corrupt); "
+                      "prepare the dataset again",
+                      dataset_dir, from));
     write_file_atomic((to / name).string(), bytes);
   }
   write_file_atomic((to / "manifest.json").string(), kept.dump(2) + "\n");  // last: it marks the folder complete
@@ -198,9 +203,7 @@ std::unique_ptr<TokenFile> open_llmc_bin(const std::string& path) {
   return std::make_unique<LlmcBinFile>(path, kLlmcHeaderBytes);
 }
 
-std::unique_ptr<TokenFile> open_nanogpt_bin(const std::string& path) {
-  return std::make_unique<LlmcBinFile>(path, 0);
-}
+std::unique_ptr<TokenFile> open_nanogpt_bin(const std::string& path) { return std::make_unique<LlmcBinFile>(path, 0); }
 
 TokenStream::TokenStream(std::vector<std::unique_ptr<TokenFile>> files) {
   for (auto& f : files) {
@@ -212,8 +215,8 @@ TokenStream::TokenStream(std::vector<std::unique_ptr<TokenFile>> files) {
 
 void TokenStream::read(uint64_t start, size_t n, int32_t* out) const {
   if (start + n > total_)
-    throw DataError(fmt::format("token range [{}, {}) is past the end of the split ({} tokens)", start,
-                                start + n, total_));
+    throw DataError(
+        fmt::format("token range [{}, {}) is past the end of the split ({} tokens)", start, start + n, total_));
   size_t f = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), start) - starts_.begin()) - 1;
   while (n > 0) {
     const uint64_t local = start - starts_[f];
@@ -234,15 +237,19 @@ std::string TokenStream::locate(uint64_t token) const {
 
 TokenDataset open_token_dataset(const std::string& dir) {
   if (!fs::is_directory(dir))
-    throw DataError(fmt::format("data.source: dataset directory '{}' does not exist; create it with "
-                                "`frugal prepare INPUT --out {}`", dir, dir));
+    throw DataError(
+        fmt::format("data.source: dataset directory '{}' does not exist; create it with "
+                    "`frugal prepare INPUT --out {}`",
+                    dir, dir));
   if (fs::exists(fs::path(dir) / "manifest.json")) return open_manifest(dir);
   std::vector<std::string> train, val;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (e.path().extension() != ".bin") continue;
-    if (name.find("_train_") != std::string::npos) train.push_back(e.path().string());
-    else if (name.find("_val_") != std::string::npos) val.push_back(e.path().string());
+    if (name.find("_train_") != std::string::npos)
+      train.push_back(e.path().string());
+    else if (name.find("_val_") != std::string::npos)
+      val.push_back(e.path().string());
   }
   TokenDataset d;
   d.dir = dir;
@@ -261,9 +268,10 @@ TokenDataset open_token_dataset(const std::string& dir) {
     return d;
   }
   if (train.empty() || val.empty())
-    throw DataError(fmt::format("dataset '{}' has no manifest.json, no llm.c '*_train_*.bin' and '*_val_*.bin' "
-                                "files and no nanoGPT 'train.bin' and 'val.bin'; prepare it with `frugal prepare`",
-                                dir));
+    throw DataError(
+        fmt::format("dataset '{}' has no manifest.json, no llm.c '*_train_*.bin' and '*_val_*.bin' "
+                    "files and no nanoGPT 'train.bin' and 'val.bin'; prepare it with `frugal prepare`",
+                    dir));
   std::sort(train.begin(), train.end());
   std::sort(val.begin(), val.end());
   d.format = "llm.c";

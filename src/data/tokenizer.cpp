@@ -96,16 +96,16 @@ pid_t spawn_process(const std::string& exe, const std::vector<std::string>& args
   return pid;
 }
 
-pid_t spawn_helper(const std::vector<std::string>& args, const std::string& out_file,
-                   const std::string& err_file) {
+pid_t spawn_helper(const std::vector<std::string>& args, const std::string& out_file, const std::string& err_file) {
   require_sentencepiece("the SentencePiece tokenizer");
   const std::string exe = spm_helper_path();
   int rc = 0;
   const pid_t pid = spawn_process(exe, args, out_file, err_file, {}, &rc);
   if (rc != 0)
-    throw DataError(fmt::format("cannot start the SentencePiece helper '{}': {}; build it (it is "
-                                "part of the frugal build) or point FRUGAL_SPM at it",
-                                exe, std::strerror(rc)));
+    throw DataError(
+        fmt::format("cannot start the SentencePiece helper '{}': {}; build it (it is "
+                    "part of the frugal build) or point FRUGAL_SPM at it",
+                    exe, std::strerror(rc)));
   return pid;
 }
 
@@ -122,8 +122,7 @@ void wait_process(pid_t pid, const std::string& err_file, const std::string& wha
   }
   while (!err.empty() && err.back() == '\n') err.pop_back();
   // frugal_hf_tokenizer.py's "a package is missing" (frugal-spm exits 0 or 1).
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 3)
-    throw ConfigError(fmt::format("{} failed: {}", what, err));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 3) throw ConfigError(fmt::format("{} failed: {}", what, err));
   throw DataError(fmt::format("{} failed: {}", what, err.empty() ? "no message" : err));
 }
 
@@ -241,8 +240,10 @@ void run_python_helper(const std::vector<std::string>& args, const std::string& 
   const pid_t pid =
       spawn_process(python, argv, out, err, {fmt::format("RAYON_NUM_THREADS={}", std::max(1, threads))}, &rc);
   if (rc != 0)
-    throw ConfigError(fmt::format("{}: cannot start Python '{}': {}; set FRUGAL_PYTHON to a Python with the "
-                                  "'tokenizers' package", what, python, std::strerror(rc)));
+    throw ConfigError(
+        fmt::format("{}: cannot start Python '{}': {}; set FRUGAL_PYTHON to a Python with the "
+                    "'tokenizers' package",
+                    what, python, std::strerror(rc)));
   wait_process(pid, err, what);
 }
 
@@ -341,8 +342,8 @@ std::string hf_tokenizer_helper_path() {
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     const fs::path dir = self.parent_path();
-    for (const fs::path& p : {dir / "frugal_hf_tokenizer.py", dir.parent_path() / "libexec" / "frugal" /
-                                                                   "frugal_hf_tokenizer.py"})
+    for (const fs::path& p :
+         {dir / "frugal_hf_tokenizer.py", dir.parent_path() / "libexec" / "frugal" / "frugal_hf_tokenizer.py"})
       if (fs::is_regular_file(p, ec)) return p.string();
   }
   if (fs::is_regular_file(FRUGAL_HF_TOKENIZER_INSTALL_PATH, ec)) return FRUGAL_HF_TOKENIZER_INSTALL_PATH;
@@ -357,9 +358,8 @@ std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path) {
   return std::make_unique<SentencePieceTokenizer>(model_path);
 }
 
-std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& docs, int64_t vocab,
-                                               int threads, const std::string& model_path,
-                                               const std::string& work_dir) {
+std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& docs, int64_t vocab, int threads,
+                                               const std::string& model_path, const std::string& work_dir) {
   const std::string input = work_dir + "/spm_train.txt", prefix = work_dir + "/spm_trained";
   {
     std::ofstream out(input, std::ios::binary);

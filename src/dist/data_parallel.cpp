@@ -23,24 +23,25 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 struct DataParallel::Bucket {
-  at::Tensor view;         // a contiguous range of the flat gradient buffer
-  int64_t params = 0;      // parameters in the bucket
-  int64_t pending = 0;     // of them, not yet accumulated in this backward
+  at::Tensor view;      // a contiguous range of the flat gradient buffer
+  int64_t params = 0;   // parameters in the bucket
+  int64_t pending = 0;  // of them, not yet accumulated in this backward
   std::unique_ptr<Pending> work;
 };
 
 DataParallel::DataParallel(std::shared_ptr<ProcessGroup> pg, const Config& config)
-    : pg_(std::move(pg)), config_(config.dist),
+    : pg_(std::move(pg)),
+      config_(config.dist),
       comm_device_(pg_->backend() == "nccl" ? c10::Device(config.run.device) : c10::Device(c10::kCPU)) {
   if (config.train.optimizer != OptimizerKind::kFusedAdamW)
-    throw ConfigError("multi-process training needs train.optimizer = \"fused_adamw\" (its flat gradient "
-                      "buffer holds the all-reduce buckets); torch_adamw is single-process only");
+    throw ConfigError(
+        "multi-process training needs train.optimizer = \"fused_adamw\" (its flat gradient "
+        "buffer holds the all-reduce buckets); torch_adamw is single-process only");
 }
 
 DataParallel::~DataParallel() = default;
 
-std::unique_ptr<Optimizer> DataParallel::make_optimizer(const std::vector<ParamGroup>& groups,
-                                                        const TrainConfig& t) {
+std::unique_ptr<Optimizer> DataParallel::make_optimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t) {
   if (config_.zero == ZeroStage::kNone) return nullptr;  // the ordinary FusedAdamW
   std::vector<FusedAdamW::Group> fused;
   for (const auto& g : groups) fused.push_back({g.params, g.weight_decay});
@@ -52,10 +53,10 @@ std::unique_ptr<Optimizer> DataParallel::make_optimizer(const std::vector<ParamG
 void DataParallel::attach(const std::vector<at::Tensor>& params) {
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(config_.bucket_mb * 1e6));
   struct Open {
-    int64_t lo = 0, hi = 0;      // element range in the flat buffer
+    int64_t lo = 0, hi = 0;       // element range in the flat buffer
     std::vector<size_t> members;  // parameter indices, descending
   };
-  std::map<const c10::StorageImpl*, Open> open;  // one open bucket per flat buffer (param group)
+  std::map<const c10::StorageImpl*, Open> open;   // one open bucket per flat buffer (param group)
   std::vector<std::pair<Open, at::Tensor>> done;  // closed buckets and a gradient of their buffer
   auto close = [&](const c10::StorageImpl* key, const at::Tensor& g) {
     auto it = open.find(key);
@@ -87,9 +88,8 @@ void DataParallel::attach(const std::vector<at::Tensor>& params) {
   }
   // Launch order = expected completion order: a bucket is complete when its earliest parameter's
   // gradient arrives, so the bucket whose smallest index is largest goes first.
-  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) {
-    return a.first.members.back() > b.first.members.back();
-  });
+  std::sort(done.begin(), done.end(),
+            [](const auto& a, const auto& b) { return a.first.members.back() > b.first.members.back(); });
   bucket_of_.assign(params.size(), 0);
   for (auto& [o, g] : done) {
     auto b = std::make_unique<Bucket>();
@@ -180,9 +180,9 @@ void DataParallel::agree(Control& control) {
   const auto t0 = Clock::now();
   const std::string prefix = fmt::format("stop/{}/", agree_seq_++);
   // The stop of the highest severity wins on every rank (core/callback.h), the kind breaking ties.
-  const double code = control.should_stop() ? stop_severity(control.stop_kind()) * 16.0 +
-                                                  static_cast<double>(control.stop_kind()) + 1
-                                            : 0.0;
+  const double code = control.should_stop()
+                          ? stop_severity(control.stop_kind()) * 16.0 + static_cast<double>(control.stop_kind()) + 1
+                          : 0.0;
   if (code > 0) pg_->store_set(prefix + std::to_string(rank()), fmt::format("{}|{}", code, control.stop_reason()));
   at::Tensor t = small({code, control.checkpoint_requested() ? 1.0 : 0.0});
   pg_->allreduce_max(t);

@@ -7,7 +7,6 @@
 namespace frugal::dist {
 namespace {
 
-
 // Single-quoted for sh.
 std::string quote(const std::string& s) {
   std::string out = "'";
@@ -22,9 +21,10 @@ int64_t gpus_per_node(const EmitOptions& o) {
   if (colon == std::string::npos) return 1;
   const std::string n = o.accelerators.substr(colon + 1);
   if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos || std::stoll(n) < 1)
-    throw ConfigError(fmt::format("frugal launch --accelerators {}: the count after ':' must be a whole number "
-                                  ">= 1, as in H100:8",
-                                  o.accelerators));
+    throw ConfigError(
+        fmt::format("frugal launch --accelerators {}: the count after ':' must be a whole number "
+                    ">= 1, as in H100:8",
+                    o.accelerators));
   return std::stoll(n);
 }
 
@@ -55,23 +55,25 @@ std::string storage_block(const std::string& bucket) {
   bool ok = bucket.size() >= 3 && bucket.size() <= 63 && ok_end(bucket.front()) && ok_end(bucket.back());
   for (char c : bucket) ok = ok && ok_char(c);
   if (!ok)
-    throw ConfigError(fmt::format("frugal launch --bucket '{}': a bucket name has 3-63 lowercase letters, digits, "
-                                  "'-' and '.', and starts and ends with a letter or digit; or give a URI "
-                                  "such as s3://my-bucket or gs://my-bucket",
-                                  bucket));
+    throw ConfigError(
+        fmt::format("frugal launch --bucket '{}': a bucket name has 3-63 lowercase letters, digits, "
+                    "'-' and '.', and starts and ends with a letter or digit; or give a URI "
+                    "such as s3://my-bucket or gs://my-bucket",
+                    bucket));
   return fmt::format("file_mounts:\n  /ckpt:\n    name: {}\n    persistent: true\n    mode: MOUNT\n", bucket);
 }
 
 void check(const EmitOptions& o) {
   if (o.config.empty()) throw ConfigError("frugal launch --emit: name the CONFIG the job trains");
   if (o.nodes < 1 || o.procs_per_node < 1)
-    throw ConfigError(fmt::format("frugal launch --emit: --nodes and -n must be >= 1 (got {} and {})", o.nodes,
-                                  o.procs_per_node));
+    throw ConfigError(
+        fmt::format("frugal launch --emit: --nodes and -n must be >= 1 (got {} and {})", o.nodes, o.procs_per_node));
   const int64_t gpus = gpus_per_node(o);
   if (gpus > 0 && o.procs_per_node != gpus)
-    throw ConfigError(fmt::format("frugal launch --emit: --accelerators {} gives {} GPU(s) per node but -n is {}; "
-                                  "each process drives one GPU, so pass -n {}",
-                                  o.accelerators, gpus, o.procs_per_node, gpus));
+    throw ConfigError(
+        fmt::format("frugal launch --emit: --accelerators {} gives {} GPU(s) per node but -n is {}; "
+                    "each process drives one GPU, so pass -n {}",
+                    o.accelerators, gpus, o.procs_per_node, gpus));
 }
 
 }  // namespace

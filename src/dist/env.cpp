@@ -87,8 +87,7 @@ DistEnv dist_env_from(const Env& env) {
   if (d.master_port > 65535)
     throw ConfigError(fmt::format("MASTER_PORT={} is not a TCP port (1..65535)", d.master_port));
   if (d.rank >= d.world_size)
-    throw ConfigError(fmt::format("{} rank {} is outside the world of {} processes", d.launcher, d.rank,
-                                  d.world_size));
+    throw ConfigError(fmt::format("{} rank {} is outside the world of {} processes", d.launcher, d.rank, d.world_size));
   if (d.local_rank >= d.local_world_size) d.local_world_size = d.local_rank + 1;
   return d;
 }

@@ -71,9 +71,10 @@ Child start_rank(const LaunchOptions& o, const std::string& exe, int64_t local, 
 
 int launch(const LaunchOptions& o, const std::string& exe) {
   if (o.procs_per_node < 1 || o.nodes < 1 || o.node_rank < 0 || o.node_rank >= o.nodes)
-    throw ConfigError(fmt::format("frugal launch: need -n >= 1, --nodes >= 1 and 0 <= --node-rank < --nodes "
-                                  "(got -n {}, --nodes {}, --node-rank {})",
-                                  o.procs_per_node, o.nodes, o.node_rank));
+    throw ConfigError(
+        fmt::format("frugal launch: need -n >= 1, --nodes >= 1 and 0 <= --node-rank < --nodes "
+                    "(got -n {}, --nodes {}, --node-rank {})",
+                    o.procs_per_node, o.nodes, o.node_rank));
   if (o.args.empty()) throw ConfigError("frugal launch: no command; e.g. frugal launch -n 2 -- train my.toml");
   const int64_t world = o.procs_per_node * o.nodes;
   const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
@@ -90,8 +91,8 @@ int launch(const LaunchOptions& o, const std::string& exe) {
   }
   std::fprintf(stderr, "frugal launch: started %lld process(es) (ranks %lld..%lld of %lld), master %s:%lld\n",
                static_cast<long long>(o.procs_per_node), static_cast<long long>(children.front().rank),
-               static_cast<long long>(children.back().rank), static_cast<long long>(world),
-               o.master_addr.c_str(), static_cast<long long>(o.master_port));
+               static_cast<long long>(children.back().rank), static_cast<long long>(world), o.master_addr.c_str(),
+               static_cast<long long>(o.master_port));
 
   using Clock = std::chrono::steady_clock;
   const Child* first_failure = nullptr;
@@ -111,14 +112,14 @@ int launch(const LaunchOptions& o, const std::string& exe) {
         c.done = true;
         --running;
         c.code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-        const bool failed = !(WIFEXITED(status) && (c.code == exit_status(ExitCode::kDone) ||
-                                                      c.code == exit_status(ExitCode::kPreempted)));
+        const bool failed = !(WIFEXITED(status) &&
+                              (c.code == exit_status(ExitCode::kDone) || c.code == exit_status(ExitCode::kPreempted)));
         if (failed && !first_failure) {
           first_failure = &c;
           failed_at = Clock::now();
-          std::fprintf(stderr, "frugal launch: rank %lld (pid %d) %s; waiting up to %.0f s for the other ranks to stop\n",
-                       static_cast<long long>(c.rank), static_cast<int>(c.pid), describe_status(status).c_str(),
-                       o.grace_s);
+          std::fprintf(
+              stderr, "frugal launch: rank %lld (pid %d) %s; waiting up to %.0f s for the other ranks to stop\n",
+              static_cast<long long>(c.rank), static_cast<int>(c.pid), describe_status(status).c_str(), o.grace_s);
         } else if (failed) {
           std::fprintf(stderr, "frugal launch: rank %lld (pid %d) %s\n", static_cast<long long>(c.rank),
                        static_cast<int>(c.pid), describe_status(status).c_str());

@@ -82,10 +82,11 @@ class Heartbeat {
     for (int64_t r = 0; r < world_; ++r)
       if (r != rank_ && after[r] == before[r]) silent.push_back(r);
     if (silent.empty()) return "";
-    return fmt::format("{} {} {} not answering: {} heartbeat did not advance in {:.3g} s (exited, killed, "
-                       "stopped by SIGSTOP or a suspended job, hung, or its machine is lost).",
-                       silent.size() == 1 ? "Rank" : "Ranks", fmt::join(silent, ", "), silent.size() == 1 ? "is" : "are",
-                       silent.size() == 1 ? "its" : "their", 2.5 * period_s_);
+    return fmt::format(
+        "{} {} {} not answering: {} heartbeat did not advance in {:.3g} s (exited, killed, "
+        "stopped by SIGSTOP or a suspended job, hung, or its machine is lost).",
+        silent.size() == 1 ? "Rank" : "Ranks", fmt::join(silent, ", "), silent.size() == 1 ? "is" : "are",
+        silent.size() == 1 ? "its" : "their", 2.5 * period_s_);
   }
 
  private:
@@ -125,12 +126,16 @@ class Heartbeat {
                                const std::exception& e, Heartbeat* heartbeat) {
   const std::string who = heartbeat ? heartbeat->silent_peers() : "";
   const std::string cause =
-      who.empty() ? fmt::format("Another rank exited, was killed or did not answer within dist.timeout_s = {} s; see "
-                                "that rank's output (frugal launch names it).", timeout_s)
-                  : fmt::format("{} See that rank's output (frugal launch names it); dist.timeout_s = {} s.", who,
-                                timeout_s);
-  throw DistError(fmt::format("rank {} of {}: {} failed: {}. {} The run can continue from its last checkpoint with "
-                              "--resume auto.", rank, world, op, what_of(e), cause));
+      who.empty()
+          ? fmt::format(
+                "Another rank exited, was killed or did not answer within dist.timeout_s = {} s; see "
+                "that rank's output (frugal launch names it).",
+                timeout_s)
+          : fmt::format("{} See that rank's output (frugal launch names it); dist.timeout_s = {} s.", who, timeout_s);
+  throw DistError(
+      fmt::format("rank {} of {}: {} failed: {}. {} The run can continue from its last checkpoint with "
+                  "--resume auto.",
+                  rank, world, op, what_of(e), cause));
 }
 
 class C10dPending : public Pending {
@@ -155,8 +160,13 @@ class C10dGroup : public ProcessGroup {
  public:
   C10dGroup(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<PG> pg, int64_t rank, int64_t world,
             double timeout_s, std::string backend, std::unique_ptr<Heartbeat> heartbeat)
-      : store_(std::move(store)), pg_(std::move(pg)), rank_(rank), world_(world), timeout_s_(timeout_s),
-        backend_(std::move(backend)), heartbeat_(std::move(heartbeat)) {}
+      : store_(std::move(store)),
+        pg_(std::move(pg)),
+        rank_(rank),
+        world_(world),
+        timeout_s_(timeout_s),
+        backend_(std::move(backend)),
+        heartbeat_(std::move(heartbeat)) {}
 
   int64_t rank() const override { return rank_; }
   int64_t world_size() const override { return world_; }
@@ -235,9 +245,7 @@ class C10dGroup : public ProcessGroup {
   std::unique_ptr<Heartbeat> heartbeat_;  // last: stops before the store it uses is released
 };
 
-bool is_loopback(const std::string& host) {
-  return host == "127.0.0.1" || host == "localhost" || host == "::1";
-}
+bool is_loopback(const std::string& host) { return host == "127.0.0.1" || host == "localhost" || host == "::1"; }
 
 }  // namespace
 
@@ -278,8 +286,9 @@ std::shared_ptr<ProcessGroup> connect_now(const DistEnv& env, const DistConfig& 
   const bool want_nccl = config.backend == DistBackend::kNccl ||
                          (config.backend == DistBackend::kAuto && device.is_cuda() && nccl_available());
   if (want_nccl && !nccl_available())
-    throw ConfigError("dist.backend = \"nccl\" but this LibTorch build has no NCCL process group; use "
-                      "dist.backend = \"gloo\" (or \"auto\")");
+    throw ConfigError(
+        "dist.backend = \"nccl\" but this LibTorch build has no NCCL process group; use "
+        "dist.backend = \"gloo\" (or \"auto\")");
   if (want_nccl && !device.is_cuda())
     throw ConfigError("dist.backend = \"nccl\" needs run.device = \"cuda\"; use dist.backend = \"gloo\" on CPU");
 
@@ -293,11 +302,11 @@ std::shared_ptr<ProcessGroup> connect_now(const DistEnv& env, const DistConfig& 
     o.timeout = timeout;
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
   } catch (const std::exception& e) {
-    throw DistError(fmt::format(
-        "rank {} of {}: rendezvous at {}:{} failed: {}. Every rank must start within dist.timeout_s = "
-        "{} s and reach MASTER_ADDR:MASTER_PORT; check that all ranks were launched, that the port is "
-        "free (frugal launch --port) and that no firewall blocks it.",
-        env.rank, env.world_size, env.master_addr, env.master_port, what_of(e), config.timeout_s));
+    throw DistError(
+        fmt::format("rank {} of {}: rendezvous at {}:{} failed: {}. Every rank must start within dist.timeout_s = "
+                    "{} s and reach MASTER_ADDR:MASTER_PORT; check that all ranks were launched, that the port is "
+                    "free (frugal launch --port) and that no firewall blocks it.",
+                    env.rank, env.world_size, env.master_addr, env.master_port, what_of(e), config.timeout_s));
   }
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("frugal", store);
   std::unique_ptr<Heartbeat> heartbeat;
@@ -314,8 +323,8 @@ std::shared_ptr<ProcessGroup> connect_now(const DistEnv& env, const DistConfig& 
       heartbeat = std::make_unique<Heartbeat>(c10::make_intrusive<c10d::TCPStore>(env.master_addr, o), env.rank,
                                               env.world_size, period_s);
     } catch (const std::exception& e) {
-      throw DistError(fmt::format("rank {} of {}: connecting to the rendezvous store at {}:{} failed: {}",
-                                  env.rank, env.world_size, env.master_addr, env.master_port, what_of(e)));
+      throw DistError(fmt::format("rank {} of {}: connecting to the rendezvous store at {}:{} failed: {}", env.rank,
+                                  env.world_size, env.master_addr, env.master_port, what_of(e)));
     }
   }
   try {
@@ -325,8 +334,8 @@ std::shared_ptr<ProcessGroup> connect_now(const DistEnv& env, const DistConfig& 
       opts->timeout = timeout;
       auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, static_cast<int>(env.rank),
                                                             static_cast<int>(env.world_size), opts);
-      return std::make_shared<C10dGroup<c10d::ProcessGroupNCCL>>(store, pg, env.rank, env.world_size,
-                                                                 config.timeout_s, "nccl", std::move(heartbeat));
+      return std::make_shared<C10dGroup<c10d::ProcessGroupNCCL>>(store, pg, env.rank, env.world_size, config.timeout_s,
+                                                                 "nccl", std::move(heartbeat));
     }
 #endif
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -339,14 +348,15 @@ std::shared_ptr<ProcessGroup> connect_now(const DistEnv& env, const DistConfig& 
     opts->threads = 2;
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, static_cast<int>(env.rank),
                                                           static_cast<int>(env.world_size), opts);
-    return std::make_shared<C10dGroup<c10d::ProcessGroupGloo>>(store, pg, env.rank, env.world_size,
-                                                               config.timeout_s, "gloo", std::move(heartbeat));
+    return std::make_shared<C10dGroup<c10d::ProcessGroupGloo>>(store, pg, env.rank, env.world_size, config.timeout_s,
+                                                               "gloo", std::move(heartbeat));
   } catch (const DistError&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistError(fmt::format("rank {} of {}: connecting the process group failed: {}. A peer did not "
-                                "join within dist.timeout_s = {} s or is unreachable.",
-                                env.rank, env.world_size, what_of(e), config.timeout_s));
+    throw DistError(
+        fmt::format("rank {} of {}: connecting the process group failed: {}. A peer did not "
+                    "join within dist.timeout_s = {} s or is unreachable.",
+                    env.rank, env.world_size, what_of(e), config.timeout_s));
   }
 }
 

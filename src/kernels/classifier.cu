@@ -89,11 +89,11 @@ int forward_typed(const T* logits, int64_t rows, int64_t vocab, int64_t ld, cons
   const bool vec = ld % P == 0 && aligned16(logits);
   const int threads = row_threads(vec ? (vocab + P - 1) / P : vocab);
   if (vec) {
-    classifier_forward_kernel<T, true><<<static_cast<unsigned>(rows), threads, 0, stream>>>(logits, vocab, ld, targets,
-                                                                                            ignore, lse, loss);
+    classifier_forward_kernel<T, true>
+        <<<static_cast<unsigned>(rows), threads, 0, stream>>>(logits, vocab, ld, targets, ignore, lse, loss);
   } else {
-    classifier_forward_kernel<T, false><<<static_cast<unsigned>(rows), threads, 0, stream>>>(logits, vocab, ld,
-                                                                                             targets, ignore, lse, loss);
+    classifier_forward_kernel<T, false>
+        <<<static_cast<unsigned>(rows), threads, 0, stream>>>(logits, vocab, ld, targets, ignore, lse, loss);
   }
   return launch_status();
 }

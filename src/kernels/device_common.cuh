@@ -18,9 +18,13 @@ __device__ __forceinline__ float to_f(bf16 v) { return bf16_bits_to_float(v); }
 template <typename T>
 __device__ __forceinline__ T from_f(float v);
 template <>
-__device__ __forceinline__ float from_f<float>(float v) { return v; }
+__device__ __forceinline__ float from_f<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ bf16 from_f<bf16>(float v) { return float_to_bf16_bits(v); }
+__device__ __forceinline__ bf16 from_f<bf16>(float v) {
+  return float_to_bf16_bits(v);
+}
 
 // 16 bytes of T: one 128-bit load or store (the pointer must be 16-byte aligned).
 template <typename T>
@@ -30,9 +34,13 @@ struct alignas(16) Pack {
 };
 
 template <typename T>
-__device__ __forceinline__ Pack<T> load_pack(const T* p) { return *reinterpret_cast<const Pack<T>*>(p); }
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T>*>(p);
+}
 template <typename T>
-__device__ __forceinline__ void store_pack(T* p, const Pack<T>& v) { *reinterpret_cast<Pack<T>*>(p) = v; }
+__device__ __forceinline__ void store_pack(T* p, const Pack<T>& v) {
+  *reinterpret_cast<Pack<T>*>(p) = v;
+}
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 

@@ -26,8 +26,8 @@ const char* kernel_error_text(int code);
 //   loss[r] = lse[r] - logits[r, targets[r]]    0 where targets[r] == ignore_index,
 //                                                NaN where the target is outside [0, vocab)
 // One pass over the logits; no normalised probabilities are written.
-int classifier_forward(const void* logits, Dtype dt, int64_t rows, int64_t vocab, int64_t ld,
-                       const int64_t* targets, int64_t ignore_index, float* lse, float* loss, void* stream);
+int classifier_forward(const void* logits, Dtype dt, int64_t rows, int64_t vocab, int64_t ld, const int64_t* targets,
+                       int64_t ignore_index, float* lse, float* loss, void* stream);
 
 // The gradient of mean(loss over the rows whose target is not ignore_index), times *grad:
 //   dlogits[r, j] = (exp(logits[r, j] - lse[r]) - [j == targets[r]]) * *grad / max(*count, 1)
@@ -62,9 +62,8 @@ int residual_layernorm_forward(void* h, void* out, float* mean, float* rstd, con
 // 0 on entry and 0 again on return (the kernel's last block resets it).
 size_t layernorm_backward_blocks(int64_t rows, int sm_count);
 size_t layernorm_backward_scratch_floats(int64_t rows, int64_t C, int sm_count);
-int layernorm_backward(void* dx, void* dx_low, const void* dout, const void* dresid, const void* x,
-                       const void* weight, const float* mean, const float* rstd, Dtype xt, Dtype ot, float* dweight,
-                       float* dbias, float* scratch, unsigned* counter, int64_t rows, int64_t C, int sm_count,
-                       void* stream);
+int layernorm_backward(void* dx, void* dx_low, const void* dout, const void* dresid, const void* x, const void* weight,
+                       const float* mean, const float* rstd, Dtype xt, Dtype ot, float* dweight, float* dbias,
+                       float* scratch, unsigned* counter, int64_t rows, int64_t C, int sm_count, void* stream);
 
 }  // namespace frugal::kernels

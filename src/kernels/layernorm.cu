@@ -40,8 +40,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   const float rs = rsqrtf(warp_sum(var) / static_cast<float>(C) + eps);
   TO* outr = out + r * C;
-  for (int c = lane; c < C; c += 32)
-    outr[c] = from_f<TO>((to_f(xr[c]) - m) * rs * to_f(weight[c]) + to_f(bias[c]));
+  for (int c = lane; c < C; c += 32) outr[c] = from_f<TO>((to_f(xr[c]) - m) * rs * to_f(weight[c]) + to_f(bias[c]));
   if (lane == 0) {
     mean[r] = m;
     rstd[r] = rs;
@@ -185,10 +184,9 @@ size_t layernorm_backward_scratch_floats(int64_t rows, int64_t C, int sm_count) 
   return layernorm_backward_blocks(rows, sm_count) * 2 * static_cast<size_t>(C);
 }
 
-int layernorm_backward(void* dx, void* dx_low, const void* dout, const void* dresid, const void* x,
-                       const void* weight, const float* mean, const float* rstd, Dtype xt, Dtype ot, float* dweight,
-                       float* dbias, float* scratch, unsigned* counter, int64_t rows, int64_t C, int sm_count,
-                       void* stream) {
+int layernorm_backward(void* dx, void* dx_low, const void* dout, const void* dresid, const void* x, const void* weight,
+                       const float* mean, const float* rstd, Dtype xt, Dtype ot, float* dweight, float* dbias,
+                       float* scratch, unsigned* counter, int64_t rows, int64_t C, int sm_count, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (xt == Dtype::kF32 && ot == Dtype::kF32)
     return backward_typed<float, float>(dx, dx_low, dout, dresid, x, weight, mean, rstd, dweight, dbias, scratch,

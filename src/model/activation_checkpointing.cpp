@@ -21,8 +21,8 @@ struct FnHolder : torch::CustomClassHolder {
 
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, c10::intrusive_ptr<FnHolder> h,
-                            const at::Tensor& x, at::TensorList params) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, c10::intrusive_ptr<FnHolder> h, const at::Tensor& x,
+                            at::TensorList params) {
     h->device = x.device();
     h->rng_state = at::globalContext().defaultGenerator(x.device()).get_state();
     h->autocast = compat::autocast_enabled(x.device().type());
@@ -71,8 +71,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 
 }  // namespace
 
-at::Tensor checkpointed(const CheckpointedFn& fn, const at::Tensor& x,
-                        const std::vector<at::Tensor>& params) {
+at::Tensor checkpointed(const CheckpointedFn& fn, const at::Tensor& x, const std::vector<at::Tensor>& params) {
   if (!torch::GradMode::is_enabled()) return fn(x);
   auto h = c10::make_intrusive<FnHolder>();
   h->fn = fn;

@@ -389,7 +389,7 @@ int64_t backward_scratch(const AttentionShape& s) {
 // see at compile time.)
 namespace detail {
 #ifdef FRUGAL_X86_LEVELS
-#define FRUGAL_LEVEL_ENTRIES(name, Elem, body)                                                      \
+#define FRUGAL_LEVEL_ENTRIES(name, Elem, body)                                                    \
   __attribute__((target("arch=x86-64-v4"))) void name##_v4(const Head<Elem>& h, float* scratch) { \
     body<Vec16>(h, scratch);                                                                      \
   }                                                                                               \
@@ -459,8 +459,8 @@ void set_attention_level(int level) {
 
 void attention_forward_f32(const float* qkv, float* y, float* stats, float* probs, const AttentionShape& shape,
                            float scale, int threads) {
-  for_each_head(qkv, y, static_cast<const float*>(nullptr), stats, probs, shape, scale, threads,
-                forward_scratch(shape), FRUGAL_BEST(forward_head_f32));
+  for_each_head(qkv, y, static_cast<const float*>(nullptr), stats, probs, shape, scale, threads, forward_scratch(shape),
+                FRUGAL_BEST(forward_head_f32));
 }
 
 void attention_backward_f32(const float* qkv, const float* stats, const float* probs, const float* dy, float* dqkv,
@@ -469,8 +469,8 @@ void attention_backward_f32(const float* qkv, const float* stats, const float* p
                 backward_scratch(shape), FRUGAL_BEST(backward_head_f32));
 }
 
-void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* stats, float* probs,
-                            const AttentionShape& shape, float scale, int threads) {
+void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* stats, float* probs, const AttentionShape& shape,
+                            float scale, int threads) {
   for_each_head(qkv, y, static_cast<const uint16_t*>(nullptr), stats, probs, shape, scale, threads,
                 forward_scratch(shape), FRUGAL_BEST(forward_head_bf16));
 }

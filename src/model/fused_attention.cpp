@@ -44,8 +44,7 @@ std::pair<at::Tensor, Saved> run_attention_forward(const at::Tensor& qkv, int64_
   float* probs = data_or_null(saved.probs);
   const int threads = at::get_num_threads();
   if (qkv.scalar_type() == at::kFloat) {
-    internal::attention_forward_f32(qkv.data_ptr<float>(), y.data_ptr<float>(), stats, probs, s, scale_of(s),
-                                    threads);
+    internal::attention_forward_f32(qkv.data_ptr<float>(), y.data_ptr<float>(), stats, probs, s, scale_of(s), threads);
   } else {
     internal::attention_forward_bf16(bits(qkv), bits(y), stats, probs, s, scale_of(s), threads);
   }
@@ -60,8 +59,8 @@ at::Tensor run_attention_backward(const at::Tensor& qkv, const Saved& saved, con
   const float* probs = data_or_null(saved.probs);
   const int threads = at::get_num_threads();
   if (qkv.scalar_type() == at::kFloat) {
-    internal::attention_backward_f32(qkv.data_ptr<float>(), stats, probs, dy.data_ptr<float>(),
-                                     dqkv.data_ptr<float>(), s, scale_of(s), threads);
+    internal::attention_backward_f32(qkv.data_ptr<float>(), stats, probs, dy.data_ptr<float>(), dqkv.data_ptr<float>(),
+                                     s, scale_of(s), threads);
   } else {
     internal::attention_backward_bf16(bits(qkv), stats, probs, bits(dy), bits(dqkv), s, scale_of(s), threads);
   }
@@ -88,17 +87,18 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
 
 bool fused_attention_supported(const at::Tensor& qkv, int64_t heads) {
   return qkv.defined() && qkv.device().is_cpu() &&
-         (qkv.scalar_type() == at::kFloat || qkv.scalar_type() == at::kBFloat16) && qkv.dim() == 3 &&
-         heads > 0 && qkv.size(2) > 0 && qkv.size(2) % (3 * heads) == 0;
+         (qkv.scalar_type() == at::kFloat || qkv.scalar_type() == at::kBFloat16) && qkv.dim() == 3 && heads > 0 &&
+         qkv.size(2) > 0 && qkv.size(2) % (3 * heads) == 0;
 }
 
 at::Tensor fused_causal_attention(const at::Tensor& qkv, int64_t heads) {
   if (!fused_attention_supported(qkv, heads)) {
-    throw std::invalid_argument(fmt::format(
-        "fused_causal_attention: needs a CPU float or bfloat16 tensor (B, T, 3C) with 3C divisible by "
-        "3 * heads = {}; got {} {} of sizes {}",
-        3 * heads, qkv.defined() ? qkv.device().str() : "undefined",
-        qkv.defined() ? std::string(c10::toString(qkv.scalar_type())) : "", qkv.defined() ? c10::str(qkv.sizes()) : ""));
+    throw std::invalid_argument(
+        fmt::format("fused_causal_attention: needs a CPU float or bfloat16 tensor (B, T, 3C) with 3C divisible by "
+                    "3 * heads = {}; got {} {} of sizes {}",
+                    3 * heads, qkv.defined() ? qkv.device().str() : "undefined",
+                    qkv.defined() ? std::string(c10::toString(qkv.scalar_type())) : "",
+                    qkv.defined() ? c10::str(qkv.sizes()) : ""));
   }
   at::Tensor x = qkv.contiguous();
   if (!x.requires_grad() || !torch::GradMode::is_enabled()) return run_attention_forward(x, heads, false).first;

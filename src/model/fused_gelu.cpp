@@ -65,8 +65,8 @@ class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
     at::Tensor x = u.contiguous(), b = bias.contiguous();
     at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
     at::Tensor d = at::empty_like(x, at::MemoryFormat::Contiguous);
-    internal::bias_gelu_forward_f32(x.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(),
-                                    d.data_ptr<float>(), x.size(0), x.size(1), at::get_num_threads());
+    internal::bias_gelu_forward_f32(x.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(), d.data_ptr<float>(),
+                                    x.size(0), x.size(1), at::get_num_threads());
     ctx->save_for_backward({d});
     return y;
   }
@@ -89,8 +89,8 @@ at::Tensor linear_gelu(const at::Tensor& x, const at::Tensor& weight, const at::
                          weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat &&
                          !compat::autocast_enabled(c10::DeviceType::CPU);
   const bool shapes = weight.dim() == 2 && bias.dim() == 1 && bias.size(0) == weight.size(0) && x.dim() >= 1;
-  const bool training = torch::GradMode::is_enabled() &&
-                        (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
+  const bool training =
+      torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
   const bool fused = float_cpu && shapes && training;
   if (!fused) return fused_gelu(at::linear(x, weight, bias));
   std::vector<int64_t> sizes = x.sizes().vec();

@@ -25,8 +25,8 @@ struct PhiPdf {
 };
 
 FRUGAL_INLINE PhiPdf phi(float x) {
-  constexpr float kP = 0.3275911f, kA1 = 0.254829592f, kA2 = -0.284496736f, kA3 = 1.421413741f,
-                  kA4 = -1.453152027f, kA5 = 1.061405429f;
+  constexpr float kP = 0.3275911f, kA1 = 0.254829592f, kA2 = -0.284496736f, kA3 = 1.421413741f, kA4 = -1.453152027f,
+                  kA5 = 1.061405429f;
   constexpr float kInvSqrt2 = 0.70710678118654752f, kInvSqrt2Pi = 0.39894228040143268f;
   const float e = exp_nonpositive(-0.5f * x * x);
   const float z = std::fabs(x) * kInvSqrt2;
@@ -46,8 +46,8 @@ FRUGAL_ISA_CLONES void gelu_forward_f32(const float* __restrict x, float* __rest
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * phi(x[i]).cdf;
 }
 
-FRUGAL_ISA_CLONES void gelu_backward_f32(const float* __restrict x, const float* __restrict dy,
-                                         float* __restrict dx, int64_t n) {
+FRUGAL_ISA_CLONES void gelu_backward_f32(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
+                                         int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const PhiPdf p = phi(x[i]);
     dx[i] = dy[i] * (p.cdf + x[i] * p.pdf);
@@ -112,10 +112,13 @@ FRUGAL_ISA_CLONES void add_rows_f32(const float* __restrict partial, float* __re
 void bias_gelu_forward_f32(const float* u, const float* b, float* y, float* d, int64_t rows, int64_t cols,
                            int threads) {
   // Rows are independent: one span of whole rows per thread.
-  parallel_spans(rows, threads, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      detail::bias_gelu_forward_row_f32(u + r * cols, b, y + r * cols, d + r * cols, cols);
-  }, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, cols)), 1);
+  parallel_spans(
+      rows, threads,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          detail::bias_gelu_forward_row_f32(u + r * cols, b, y + r * cols, d + r * cols, cols);
+      },
+      std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, cols)), 1);
 }
 
 void bias_gelu_backward_f32(const float* d, const float* dy, float* dx, float* db, int64_t rows, int64_t cols,
@@ -126,13 +129,16 @@ void bias_gelu_backward_f32(const float* d, const float* dy, float* dx, float* d
   constexpr int64_t kSumRows = 64;
   const int64_t blocks = (rows + kSumRows - 1) / kSumRows;
   std::vector<float> partial(static_cast<size_t>(blocks * cols));
-  parallel_spans(blocks, threads, [&](int64_t k0, int64_t k1) {
-    for (int64_t k = k0; k < k1; ++k) {
-      const int64_t r0 = k * kSumRows, n = std::min(rows, r0 + kSumRows) - r0;
-      detail::bias_gelu_backward_rows_f32(d + r0 * cols, dy + r0 * cols, dx + r0 * cols, partial.data() + k * cols, n,
-                                          cols);
-    }
-  }, std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, kSumRows * cols)), 1);
+  parallel_spans(
+      blocks, threads,
+      [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t r0 = k * kSumRows, n = std::min(rows, r0 + kSumRows) - r0;
+          detail::bias_gelu_backward_rows_f32(d + r0 * cols, dy + r0 * cols, dx + r0 * cols, partial.data() + k * cols,
+                                              n, cols);
+        }
+      },
+      std::max<int64_t>(1, (int64_t{1} << 14) / std::max<int64_t>(1, kSumRows * cols)), 1);
   detail::add_rows_f32(partial.data(), db, blocks, cols);
 }
 

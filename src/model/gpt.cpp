@@ -59,8 +59,7 @@ at::Tensor layer_norm_of(torch::nn::LayerNorm ln, const at::Tensor& x, bool kern
 }
 }  // namespace
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& c)
-    : heads_(c.heads), dropout_(c.dropout) {
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& c) : heads_(c.heads), dropout_(c.dropout) {
   qkv_ = register_module("qkv", torch::nn::Linear(c.embd, 3 * c.embd));
   proj_ = register_module("proj", torch::nn::Linear(c.embd, c.embd));
   resid_drop_ = register_module("resid_drop", torch::nn::Dropout(c.dropout));
@@ -137,16 +136,14 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache) {
   if (on_frugal_kernels(kernels_, x)) {
     // The attention's output projection, then h = x + it and ln2(h) in one kernel.
     const at::Tensor a = attn_->forward(layer_norm_of(ln1_, x, true), cache);
-    std::tie(h, in) = fused_residual_layer_norm(x, a, ln2_->weight, ln2_->bias, ln2_->options.eps(),
-                                                norm_out_dtype(x));
+    std::tie(h, in) = fused_residual_layer_norm(x, a, ln2_->weight, ln2_->bias, ln2_->options.eps(), norm_out_dtype(x));
   } else {
     h = attn_->forward(ln1_->forward(x), cache, x);
     in = ln2_->forward(h);
   }
   // GPT-2's tanh approximation runs on ATen's kernel; the exact form on frugal's fused one.
-  const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh
-                             ? at::gelu(linear(fc_, in), "tanh")
-                             : linear_gelu(in, fc_->weight, fc_->bias);
+  const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh ? at::gelu(linear(fc_, in), "tanh")
+                                                                           : linear_gelu(in, fc_->weight, fc_->bias);
   if (is_training() && mlp_drop_->options.p() > 0) return h + mlp_drop_->forward(linear(fc_proj_, act));
   return residual_linear(h, act, fc_proj_);
 }
@@ -155,8 +152,7 @@ GptImpl::GptImpl(const ModelConfig& c) : config_(c) {
   wte_ = register_module("wte", torch::nn::Embedding(c.vocab, c.embd));
   wpe_ = register_module("wpe", torch::nn::Embedding(c.block, c.embd));
   drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
-  for (int64_t i = 0; i < c.layers; ++i)
-    blocks_.push_back(register_module("h" + std::to_string(i), Block(c)));
+  for (int64_t i = 0; i < c.layers; ++i) blocks_.push_back(register_module("h" + std::to_string(i), Block(c)));
   ln_f_ = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.embd}).eps(c.norm_eps)));
 
   // GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 * layers).
@@ -227,9 +223,8 @@ at::Tensor GptImpl::loss(const at::Tensor& idx, const at::Tensor& targets) {
                                kIgnoreIndex, /*logits_are_scratch=*/true);
   }
   auto logits = forward(idx);
-  return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat),
-                                   targets.reshape({-1}), /*weight=*/{}, at::Reduction::Mean,
-                                   kIgnoreIndex);
+  return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}),
+                                   /*weight=*/{}, at::Reduction::Mean, kIgnoreIndex);
 }
 
 at::Tensor GptImpl::forward_cached(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache) {
@@ -240,9 +235,8 @@ at::Tensor GptImpl::forward_cached(const at::Tensor& idx, int64_t pos, std::vect
   return head(ln_f_->forward(x.narrow(1, T - 1, 1)), /*pad=*/false).reshape({-1});  // the last position's logits
 }
 
-std::vector<int64_t> GptImpl::generate(const std::vector<int64_t>& prompt, int64_t max_new,
-                                       double temperature, uint64_t seed,
-                                       const std::function<bool(int64_t)>& stop) {
+std::vector<int64_t> GptImpl::generate(const std::vector<int64_t>& prompt, int64_t max_new, double temperature,
+                                       uint64_t seed, const std::function<bool(int64_t)>& stop) {
   TORCH_CHECK(!prompt.empty(), "generate: the prompt must hold at least one token");
   torch::NoGradGuard no_grad;
   const bool was_training = is_training();
@@ -256,8 +250,7 @@ std::vector<int64_t> GptImpl::generate(const std::vector<int64_t>& prompt, int64
   int64_t start = 0;   // token index of cache position 0
   auto feed = [&](int64_t from) {
     auto opts = torch::TensorOptions().dtype(torch::kLong);
-    auto idx = torch::tensor(std::vector<int64_t>(tokens.begin() + from, tokens.end()), opts)
-                   .view({1, -1}).to(device);
+    auto idx = torch::tensor(std::vector<int64_t>(tokens.begin() + from, tokens.end()), opts).view({1, -1}).to(device);
     auto logits = forward_cached(idx, from - start, cache);
     cached += static_cast<int64_t>(tokens.size()) - from;
     return logits.to(torch::kCPU, torch::kFloat);

@@ -33,16 +33,23 @@ struct BlockTensor {
   bool transposed;
 };
 constexpr BlockTensor kBlockTensors[] = {
-    {"ln1.weight", "ln_1.weight", false},          {"ln1.bias", "ln_1.bias", false},
-    {"attn.qkv.weight", "attn.c_attn.weight", true}, {"attn.qkv.bias", "attn.c_attn.bias", false},
-    {"attn.proj.weight", "attn.c_proj.weight", true}, {"attn.proj.bias", "attn.c_proj.bias", false},
-    {"ln2.weight", "ln_2.weight", false},          {"ln2.bias", "ln_2.bias", false},
-    {"fc.weight", "mlp.c_fc.weight", true},         {"fc.bias", "mlp.c_fc.bias", false},
-    {"fc_proj.weight", "mlp.c_proj.weight", true},  {"fc_proj.bias", "mlp.c_proj.bias", false},
+    {"ln1.weight", "ln_1.weight", false},
+    {"ln1.bias", "ln_1.bias", false},
+    {"attn.qkv.weight", "attn.c_attn.weight", true},
+    {"attn.qkv.bias", "attn.c_attn.bias", false},
+    {"attn.proj.weight", "attn.c_proj.weight", true},
+    {"attn.proj.bias", "attn.c_proj.bias", false},
+    {"ln2.weight", "ln_2.weight", false},
+    {"ln2.bias", "ln_2.bias", false},
+    {"fc.weight", "mlp.c_fc.weight", true},
+    {"fc.bias", "mlp.c_fc.bias", false},
+    {"fc_proj.weight", "mlp.c_proj.weight", true},
+    {"fc_proj.bias", "mlp.c_proj.bias", false},
 };
-constexpr const char* kTopTensors[][2] = {
-    {"wte.weight", "wte.weight"}, {"wpe.weight", "wpe.weight"},
-    {"ln_f.weight", "ln_f.weight"}, {"ln_f.bias", "ln_f.bias"}};
+constexpr const char* kTopTensors[][2] = {{"wte.weight", "wte.weight"},
+                                          {"wpe.weight", "wpe.weight"},
+                                          {"ln_f.weight", "ln_f.weight"},
+                                          {"ln_f.bias", "ln_f.bias"}};
 
 // frugal name -> (GPT-2 name without "transformer.", transposed) for a model of `layers` blocks.
 std::unordered_map<std::string, std::pair<std::string, bool>> name_map(int64_t layers) {
@@ -123,8 +130,10 @@ ModelConfig read_hf_gpt2_config(const std::string& dir) {
         "GPT2LMHeadModel.from_pretrained(\"{0}\").save_pretrained(\"DIR\") and set model.init_from = \"hf:DIR\"",
         dir, hf_hub_cache()));
   if (!fs::is_regular_file(origin))
-    throw ConfigError(fmt::format("model.init_from = \"hf:{}\": {} is missing (save the model with "
-                                  "GPT2LMHeadModel.save_pretrained)", dir, origin));
+    throw ConfigError(
+        fmt::format("model.init_from = \"hf:{}\": {} is missing (save the model with "
+                    "GPT2LMHeadModel.save_pretrained)",
+                    dir, origin));
   json j;
   try {
     j = json::parse(read_small_file(origin));
@@ -142,8 +151,11 @@ ModelConfig read_hf_gpt2_config(const std::string& dir) {
   m.layers = get_key<int64_t>(j, "n_layer", origin);
   m.heads = get_key<int64_t>(j, "n_head", origin);
   m.norm_eps = get_key<double>(j, "layer_norm_epsilon", origin, 1e-5);
-  const std::pair<const char*, int64_t> sizes[] = {
-      {"vocab_size", m.vocab}, {"n_positions", m.block}, {"n_embd", m.embd}, {"n_layer", m.layers}, {"n_head", m.heads}};
+  const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", m.vocab},
+                                                   {"n_positions", m.block},
+                                                   {"n_embd", m.embd},
+                                                   {"n_layer", m.layers},
+                                                   {"n_head", m.heads}};
   for (const auto& [key, v] : sizes)
     if (v < 1) refuse(origin, key, j[key], "must be positive");
   if (m.embd % m.heads != 0) refuse(origin, "n_head", j["n_head"], fmt::format("does not divide n_embd = {}", m.embd));
@@ -210,11 +222,11 @@ void load_hf_gpt2_file(const NamedTensors& params, const ModelConfig& m, const s
     const bool sharded = fs::exists(fs::path(dir) / "model.safetensors.index.json");
     throw CheckpointError(fmt::format(
         "{} is missing{}", path,
-        bin ? "; the directory has pytorch_model.bin, which frugal does not read (pickle): save it again with "
-              "model.save_pretrained(DIR, safe_serialization=True)"
-            : sharded ? "; the weights are split over several files (model.safetensors.index.json), which frugal "
-                        "does not read: save the model with a max_shard_size above its size"
-                      : ""));
+        bin       ? "; the directory has pytorch_model.bin, which frugal does not read (pickle): save it again with "
+                    "model.save_pretrained(DIR, safe_serialization=True)"
+        : sharded ? "; the weights are split over several files (model.safetensors.index.json), which frugal "
+                    "does not read: save the model with a max_shard_size above its size"
+                  : ""));
   }
   const SafetensorsFile file = load_safetensors(path);
   std::unordered_map<std::string, const at::Tensor*> stored;
@@ -239,9 +251,10 @@ void load_hf_gpt2_file(const NamedTensors& params, const ModelConfig& m, const s
   for (const auto& [ours, theirs] : names) {
     auto it = stored.find(theirs.first);
     if (it == stored.end())
-      throw CheckpointError(fmt::format("{}: tensor '{}' (or 'transformer.{}') is missing; the file does not "
-                                        "match {}/config.json's n_layer = {}", path, theirs.first, theirs.first, dir,
-                                        m.layers));
+      throw CheckpointError(
+          fmt::format("{}: tensor '{}' (or 'transformer.{}') is missing; the file does not "
+                      "match {}/config.json's n_layer = {}",
+                      path, theirs.first, theirs.first, dir, m.layers));
     at::Tensor t = *it->second;
     if (theirs.second) t = t.t();
     if (ours == "wpe.weight" && t.dim() == 2 && t.size(0) > m.block) t = t.narrow(0, 0, m.block);
@@ -249,13 +262,17 @@ void load_hf_gpt2_file(const NamedTensors& params, const ModelConfig& m, const s
     stored.erase(it);
   }
   if (!stored.empty())
-    throw CheckpointError(fmt::format("{}: unexpected tensor '{}' that frugal's GPT does not have (is this a "
-                                      "GPT-2 checkpoint?)", path, stored.begin()->first));
+    throw CheckpointError(
+        fmt::format("{}: unexpected tensor '{}' that frugal's GPT does not have (is this a "
+                    "GPT-2 checkpoint?)",
+                    path, stored.begin()->first));
   if (head) {
     const at::Tensor* wte = renamed.find("wte.weight");
     if (head->sizes() != wte->sizes() || !at::equal(head->to(at::kFloat), wte->to(at::kFloat)))
-      throw CheckpointError(fmt::format("{}: lm_head.weight differs from wte.weight; frugal's output head is "
-                                        "tied to the token embedding", path));
+      throw CheckpointError(
+          fmt::format("{}: lm_head.weight differs from wte.weight; frugal's output head is "
+                      "tied to the token embedding",
+                      path));
   }
   load_parameters(params, renamed, path);
 }
@@ -307,12 +324,14 @@ std::string hf_gpt2_config_json(const ModelConfig& m) {
   return j.dump(2) + "\n";
 }
 
-void write_hf_gpt2(const NamedTensors& params, const ModelConfig& m, const std::string& out_dir,
-                   c10::ScalarType dtype, const std::map<std::string, std::string>& extra_files) {
+void write_hf_gpt2(const NamedTensors& params, const ModelConfig& m, const std::string& out_dir, c10::ScalarType dtype,
+                   const std::map<std::string, std::string>& extra_files) {
   const fs::path out = fs::path(out_dir).lexically_normal();
   if (fs::exists(out))
-    throw ConfigError(fmt::format("{} already exists; export writes a new directory (remove it or choose another "
-                                  "--out)", out_dir));
+    throw ConfigError(
+        fmt::format("{} already exists; export writes a new directory (remove it or choose another "
+                    "--out)",
+                    out_dir));
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
   fs::create_directories(parent);
   const fs::path tmp = parent / fmt::format(".tmp-export-{}-{}", out.filename().string(), ::getpid());

@@ -76,10 +76,9 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
       const auto opts = logits.options().dtype(at::kFloat);
       lse = at::empty({logits.size(0)}, opts);
       rows = at::empty({logits.size(0)}, opts);
-      check_launch(kernels::classifier_forward(logits.data_ptr(), to_kernel_dtype(logits.scalar_type()),
-                                               logits.size(0), vocab, logits.size(1), targets.data_ptr<int64_t>(),
-                                               ignore_index, lse.data_ptr<float>(), rows.data_ptr<float>(),
-                                               current_stream()),
+      check_launch(kernels::classifier_forward(logits.data_ptr(), to_kernel_dtype(logits.scalar_type()), logits.size(0),
+                                               vocab, logits.size(1), targets.data_ptr<int64_t>(), ignore_index,
+                                               lse.data_ptr<float>(), rows.data_ptr<float>(), current_stream()),
                    "classifier_forward");
 #endif
     } else {
@@ -114,11 +113,10 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
 #if FRUGAL_HAVE_KERNELS
       RECORD_FUNCTION("frugal::fused_classifier_backward", std::vector<c10::IValue>());
       const at::Tensor grad = grad_out[0].to(at::kFloat).contiguous();
-      check_launch(kernels::classifier_backward(dlogits.data_ptr(), logits.data_ptr(),
-                                                to_kernel_dtype(logits.scalar_type()), logits.size(0), vocab,
-                                                logits.size(1), targets.data_ptr<int64_t>(), ignore,
-                                                lse.data_ptr<float>(), grad.data_ptr<float>(),
-                                                count.data_ptr<float>(), current_stream()),
+      check_launch(kernels::classifier_backward(
+                       dlogits.data_ptr(), logits.data_ptr(), to_kernel_dtype(logits.scalar_type()), logits.size(0),
+                       vocab, logits.size(1), targets.data_ptr<int64_t>(), ignore, lse.data_ptr<float>(),
+                       grad.data_ptr<float>(), count.data_ptr<float>(), current_stream()),
                    "classifier_backward");
 #endif
     } else {
@@ -185,9 +183,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
                      dx.data_ptr(), dx_low.defined() ? dx_low.data_ptr() : nullptr, dout.data_ptr(),
                      dresid.defined() ? dresid.data_ptr() : nullptr, x.data_ptr(), weight.data_ptr(),
                      mean.data_ptr<float>(), rstd.data_ptr<float>(), to_kernel_dtype(x.scalar_type()),
-                     to_kernel_dtype(out_dtype), dw.data_ptr<float>(), db.data_ptr<float>(),
-                     scratch.data_ptr<float>(), reinterpret_cast<unsigned*>(counter.data_ptr<int32_t>()), rows, C,
-                     sms, current_stream()),
+                     to_kernel_dtype(out_dtype), dw.data_ptr<float>(), db.data_ptr<float>(), scratch.data_ptr<float>(),
+                     reinterpret_cast<unsigned*>(counter.data_ptr<int32_t>()), rows, C, sms, current_stream()),
                  "layernorm_backward");
     return {dx, dx_low, dw.to(weight.scalar_type()), db.to(bias.scalar_type())};
 #endif
@@ -196,8 +193,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
   std::vector<int64_t> stat_shape = x.sizes().vec();
   stat_shape.back() = 1;
   auto r = at::native_layer_norm_backward(dout.to(ct), x.to(ct), {C}, mean.to(ct).view(stat_shape),
-                                          rstd.to(ct).view(stat_shape), weight.to(ct), bias.to(ct),
-                                          {true, true, true});
+                                          rstd.to(ct).view(stat_shape), weight.to(ct), bias.to(ct), {true, true, true});
   at::Tensor dx = std::get<0>(r);
   if (dresid.defined()) dx = dx + dresid.to(ct);
   return {dx.to(x.scalar_type()), y_dtype ? dx.to(*y_dtype) : at::Tensor(), std::get<1>(r).to(weight.scalar_type()),
@@ -245,8 +241,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
 class ResidualLayerNormFunction : public torch::autograd::Function<ResidualLayerNormFunction> {
  public:
   static variable_list forward(AutogradContext* ctx, const at::Tensor& residual_in, const at::Tensor& y_in,
-                               const at::Tensor& weight, const at::Tensor& bias, double eps,
-                               at::ScalarType out_dtype) {
+                               const at::Tensor& weight, const at::Tensor& bias, double eps, at::ScalarType out_dtype) {
     const at::Tensor residual = residual_in.contiguous(), y = y_in.contiguous();
     const bool kernel = layer_norm_on_kernel(residual, weight, bias, out_dtype, y);
     const int64_t C = residual.size(-1), rows = residual.numel() / C;
@@ -291,9 +286,9 @@ void check_layer_norm_args(const char* op, const at::Tensor& x, const at::Tensor
                            at::ScalarType out_dtype) {
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0, op, ": the input needs a last dimension of at least 1, got shape ",
               x.sizes());
-  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(-1) && bias.dim() == 1 && bias.size(0) == x.size(-1),
-              op, ": weight and bias must be 1-D of the input's last size ", x.size(-1), ", got ", weight.sizes(),
-              " and ", bias.sizes());
+  TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(-1) && bias.dim() == 1 && bias.size(0) == x.size(-1), op,
+              ": weight and bias must be 1-D of the input's last size ", x.size(-1), ", got ", weight.sizes(), " and ",
+              bias.sizes());
   TORCH_CHECK(at::isFloatingType(x.scalar_type()) && at::isFloatingType(out_dtype), op,
               ": the input and the output dtype must be floating point, got ", x.scalar_type(), " -> ", out_dtype);
   TORCH_CHECK(weight.device() == x.device() && bias.device() == x.device(), op,
@@ -321,9 +316,9 @@ std::string cuda_kernels_unavailable(const c10::Device& device) {
 void check_model_kernels(const ModelConfig& model, const c10::Device& device, PrecisionMode precision) {
   if (model.kernels != ModelConfig::Kernels::kFrugal) return;
   const std::string why = cuda_kernels_unavailable(device);
-  FRUGAL_CHECK(why.empty(), ConfigError,
-               fmt::format("model.kernels = \"frugal\" cannot run here: {}. Set model.kernels = \"auto\" or \"aten\"",
-                           why));
+  FRUGAL_CHECK(
+      why.empty(), ConfigError,
+      fmt::format("model.kernels = \"frugal\" cannot run here: {}. Set model.kernels = \"auto\" or \"aten\"", why));
   FRUGAL_CHECK(precision != PrecisionMode::kFp16, ConfigError,
                "model.kernels = \"frugal\" runs in fp32 or bf16, and precision.mode is fp16; set precision.mode = "
                "\"bf16\" (or \"auto\"), or model.kernels = \"aten\" for fp16");
@@ -333,10 +328,9 @@ void check_model_kernels(const ModelConfig& model, const c10::Device& device, Pr
                            model.source));
 }
 
-at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab,
-                               int64_t ignore_index, bool logits_are_scratch) {
-  TORCH_CHECK(logits.dim() == 2, "fused_cross_entropy: logits must be 2-D (rows, classes), got shape ",
-              logits.sizes());
+at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab, int64_t ignore_index,
+                               bool logits_are_scratch) {
+  TORCH_CHECK(logits.dim() == 2, "fused_cross_entropy: logits must be 2-D (rows, classes), got shape ", logits.sizes());
   TORCH_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0),
               "fused_cross_entropy: targets must be 1-D with one entry per logits row (", logits.size(0),
               "), got shape ", targets.sizes());
@@ -344,8 +338,8 @@ at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targe
               targets.scalar_type());
   TORCH_CHECK(at::isFloatingType(logits.scalar_type()), "fused_cross_entropy: logits must be floating point, got ",
               logits.scalar_type());
-  TORCH_CHECK(vocab >= 1 && vocab <= logits.size(1), "fused_cross_entropy: vocab = ", vocab,
-              " must be in [1, ", logits.size(1), "] (the logits' width)");
+  TORCH_CHECK(vocab >= 1 && vocab <= logits.size(1), "fused_cross_entropy: vocab = ", vocab, " must be in [1, ",
+              logits.size(1), "] (the logits' width)");
   TORCH_CHECK(targets.device() == logits.device(), "fused_cross_entropy: targets are on ", targets.device(),
               ", logits on ", logits.device());
   return CrossEntropyFunction::apply(logits, targets, vocab, ignore_index, logits_are_scratch);
@@ -363,8 +357,8 @@ std::pair<at::Tensor, at::Tensor> fused_residual_layer_norm(const at::Tensor& re
   check_layer_norm_args("fused_residual_layer_norm", residual, weight, bias, out_dtype);
   TORCH_CHECK(y.sizes() == residual.sizes(), "fused_residual_layer_norm: y must have the residual's shape ",
               residual.sizes(), ", got ", y.sizes());
-  TORCH_CHECK(y.device() == residual.device(), "fused_residual_layer_norm: y is on ", y.device(),
-              ", the residual on ", residual.device());
+  TORCH_CHECK(y.device() == residual.device(), "fused_residual_layer_norm: y is on ", y.device(), ", the residual on ",
+              residual.device());
   TORCH_CHECK(at::isFloatingType(y.scalar_type()), "fused_residual_layer_norm: y must be floating point, got ",
               y.scalar_type());
   auto out = ResidualLayerNormFunction::apply(residual, y, weight, bias, eps, out_dtype);

@@ -40,24 +40,27 @@ std::string torchscript_path(const std::string& model_source) {
   return model_source.rfind(prefix, 0) == 0 ? model_source.substr(prefix.size()) : std::string();
 }
 
-ScriptedModuleImpl::ScriptedModuleImpl(const std::string& path)
-    : torch::nn::Module("ScriptedModule"), path_(path) {
+ScriptedModuleImpl::ScriptedModuleImpl(const std::string& path) : torch::nn::Module("ScriptedModule"), path_(path) {
   if (!std::filesystem::is_regular_file(path))
-    throw ConfigError(fmt::format("model.source = \"torchscript:{}\": no such file (write it with "
-                                  "torch.jit.script(module).save(PATH))", path));
+    throw ConfigError(
+        fmt::format("model.source = \"torchscript:{}\": no such file (write it with "
+                    "torch.jit.script(module).save(PATH))",
+                    path));
   try {
     script_ = std::make_unique<torch::jit::Module>(torch::jit::load(path, torch::kCPU));
   } catch (const c10::Error& e) {
-    throw ConfigError(fmt::format("model.source = \"torchscript:{}\": not a TorchScript archive that this "
-                                  "LibTorch ({}.{}) can load: {}", path, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR,
-                                  e.what_without_backtrace()));
+    throw ConfigError(
+        fmt::format("model.source = \"torchscript:{}\": not a TorchScript archive that this "
+                    "LibTorch ({}.{}) can load: {}",
+                    path, TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, e.what_without_backtrace()));
   }
   const auto method = script_->find_method("forward");
   // forward's schema counts `self`: (self, x, y).
   if (!method || method->function().getSchema().arguments().size() != 3)
-    throw ConfigError(fmt::format("model.source = \"torchscript:{}\": forward must take (x, y) and return the "
-                                  "batch's mean loss; it is {}", path,
-                                  method ? c10::str(method->function().getSchema()) : std::string("missing")));
+    throw ConfigError(
+        fmt::format("model.source = \"torchscript:{}\": forward must take (x, y) and return the "
+                    "batch's mean loss; it is {}",
+                    path, method ? c10::str(method->function().getSchema()) : std::string("missing")));
   // The script's tensors themselves (not copies): the interpreter, the optimizer and the
   // checkpoint all act on the same storage; `to(device)` swaps their data in place.
   std::string leaf;
@@ -73,12 +76,13 @@ ScriptedModuleImpl::~ScriptedModuleImpl() = default;
 at::Tensor ScriptedModuleImpl::forward(const at::Tensor& x, const at::Tensor& y) {
   const c10::IValue out = script_->forward({x, y});
   if (!out.isTensor() || out.toTensor().dim() != 0 || !out.toTensor().is_floating_point())
-    throw DataError(fmt::format("{}: forward(x, y) must return the batch's mean loss as a 0-dim floating tensor; it "
-                                "returned {}", path_,
-                                out.isTensor() ? fmt::format("a {} tensor of shape {}",
-                                                             c10::toString(out.toTensor().scalar_type()),
-                                                             c10::str(out.toTensor().sizes()))
-                                               : out.tagKind()));
+    throw DataError(
+        fmt::format("{}: forward(x, y) must return the batch's mean loss as a 0-dim floating tensor; it "
+                    "returned {}",
+                    path_,
+                    out.isTensor() ? fmt::format("a {} tensor of shape {}", c10::toString(out.toTensor().scalar_type()),
+                                                 c10::str(out.toTensor().sizes()))
+                                   : out.tagKind()));
   return out.toTensor();
 }
 

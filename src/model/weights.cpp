@@ -22,21 +22,25 @@ void load_parameters(const NamedTensors& params, const SafetensorsFile& file, co
     wanted.insert(name);
     auto it = stored.find(name);
     if (it == stored.end())
-      throw CheckpointError(fmt::format("{}: tensor '{}' is missing (was it written by a model with "
-                                        "the same [model] config?)",
-                                        origin, name));
+      throw CheckpointError(
+          fmt::format("{}: tensor '{}' is missing (was it written by a model with "
+                      "the same [model] config?)",
+                      origin, name));
     const at::Tensor& t = *it->second;
     if (t.sizes() != p.sizes())
-      throw CheckpointError(fmt::format("{}: tensor '{}' has shape {} but the model expects {}; "
-                                        "the [model] config differs from the one that wrote it",
-                                        origin, name, c10::str(t.sizes()), c10::str(p.sizes())));
+      throw CheckpointError(
+          fmt::format("{}: tensor '{}' has shape {} but the model expects {}; "
+                      "the [model] config differs from the one that wrote it",
+                      origin, name, c10::str(t.sizes()), c10::str(p.sizes())));
     // Floating weights load into floating parameters of any width (bf16 -> fp32); an integer or
     // bool tensor is not a weight of this parameter, and casting it would train on garbage.
-    if (t.is_floating_point() != p.is_floating_point() || (t.scalar_type() == at::kBool) != (p.scalar_type() == at::kBool))
-      throw CheckpointError(fmt::format("{}: tensor '{}' is stored as {} but the parameter is {}; "
-                                        "a floating-point weight is needed (was the file written for "
-                                        "another model?)",
-                                        origin, name, c10::toString(t.scalar_type()), c10::toString(p.scalar_type())));
+    if (t.is_floating_point() != p.is_floating_point() ||
+        (t.scalar_type() == at::kBool) != (p.scalar_type() == at::kBool))
+      throw CheckpointError(
+          fmt::format("{}: tensor '{}' is stored as {} but the parameter is {}; "
+                      "a floating-point weight is needed (was the file written for "
+                      "another model?)",
+                      origin, name, c10::toString(t.scalar_type()), c10::toString(p.scalar_type())));
   }
   for (const auto& [name, t] : file.tensors)
     if (!wanted.count(name))

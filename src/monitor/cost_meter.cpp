@@ -1,5 +1,5 @@
 // Cost, energy and carbon meter with a budget guard; see cost_meter.h.
-#pragma GCC diagnostic push  // popped at the end: the file may share a unity translation unit
+#pragma GCC diagnostic push                      // popped at the end: the file may share a unity translation unit
 #pragma GCC diagnostic ignored "-Warray-bounds"  // toml++ + GCC 12 false positive
 #define TOML_HEADER_ONLY 1
 #include <toml++/toml.h>
@@ -23,8 +23,8 @@
 namespace frugal {
 namespace fs = std::filesystem;
 
-CostFigures cost_at(double elapsed_s, int64_t step, int64_t total_steps, double usd_per_hour,
-                    double watts, double grid_g_per_kwh) {
+CostFigures cost_at(double elapsed_s, int64_t step, int64_t total_steps, double usd_per_hour, double watts,
+                    double grid_g_per_kwh) {
   CostFigures f;
   f.hours = elapsed_s / 3600.0;
   f.usd = f.hours * usd_per_hour;
@@ -34,7 +34,6 @@ CostFigures cost_at(double elapsed_s, int64_t step, int64_t total_steps, double 
   f.projected_usd = step > 0 ? f.usd * static_cast<double>(total_steps) / static_cast<double>(step) : 0;
   return f;
 }
-
 
 std::string default_price_table_path() {
   if (const char* env = std::getenv("FRUGAL_PRICE_TABLE")) return env;
@@ -63,8 +62,8 @@ std::vector<PriceEntry> load_price_table(const std::string& path) {
     if (!usd || *usd < 0)
       throw ConfigError(fmt::format("price table {}:{}: [{}] needs usd_per_hour = a number >= 0", path,
                                     node.source().begin.line, name.str()));
-    out.push_back({std::string(name.str()), *usd, (*t)["spot_usd_per_hour"].value_or(0.0),
-                   (*t)["watts"].value_or(0.0), (*t)["peak_tflops"].value_or(0.0)});
+    out.push_back({std::string(name.str()), *usd, (*t)["spot_usd_per_hour"].value_or(0.0), (*t)["watts"].value_or(0.0),
+                   (*t)["peak_tflops"].value_or(0.0)});
   }
   return out;
 }
@@ -82,8 +81,8 @@ CostMeter::CostMeter(const BudgetConfig& b) : budget_(b) {
       names += (names.empty() ? "" : ", ") + e.name;
     }
     if (!hit)
-      throw ConfigError(fmt::format("budget.instance = \"{}\" is not in the price table {}; known: {}",
-                                    b.instance, path, names));
+      throw ConfigError(
+          fmt::format("budget.instance = \"{}\" is not in the price table {}; known: {}", b.instance, path, names));
     if (usd_per_hour_ == 0) {
       if (b.spot && hit->spot_usd_per_hour <= 0)
         throw ConfigError(fmt::format("budget.spot = true but {} has no spot price in {}", b.instance, path));
@@ -101,8 +100,8 @@ void CostMeter::alert(double fraction) {
   std::string msg = fmt::format(
       "budget alert: ${:.4f} spent = {:.0f}% of the ${:.2f} limit; burn ${:.3f}/h, projected ${:.4f} "
       "for the whole run",
-      figures_.usd, 100 * figures_.usd / budget_.limit_usd, budget_.limit_usd,
-      figures_.burn_usd_per_hour, figures_.projected_usd);
+      figures_.usd, 100 * figures_.usd / budget_.limit_usd, budget_.limit_usd, figures_.burn_usd_per_hour,
+      figures_.projected_usd);
   alerts_fired_.push_back(msg);
   Console::get().line(msg);
   if (budget_.alert_command.empty()) return;
@@ -149,9 +148,9 @@ void CostMeter::on_resume(const StepMetrics& m, Control& control) {
 void CostMeter::stop_before_the_limit(int64_t step, Control& control) const {
   const double next = step > 0 ? figures_.usd / static_cast<double>(step) : 0;
   if (figures_.usd + next > budget_.limit_usd && step < total_steps_)
-    control.request_stop(fmt::format("budget: ${:.4f} spent of the ${:.2f} limit (budget.limit_usd)",
-                                     figures_.usd, budget_.limit_usd),
-                         StopKind::kBudget);
+    control.request_stop(
+        fmt::format("budget: ${:.4f} spent of the ${:.2f} limit (budget.limit_usd)", figures_.usd, budget_.limit_usd),
+        StopKind::kBudget);
 }
 
 void CostMeter::save_state(nlohmann::json& out) const {

@@ -131,7 +131,6 @@ class GuardedHttpServer : public httplib::Server {
   std::thread watchdog_;
 };
 
-
 namespace {
 
 std::string label_value(const std::string& s) {
@@ -154,9 +153,9 @@ std::string prom_number(double x) {
 }
 
 struct PromMetric {
-  const char* key;    // field of the metrics line
-  const char* name;   // Prometheus name
-  const char* type;   // gauge or counter
+  const char* key;   // field of the metrics line
+  const char* name;  // Prometheus name
+  const char* type;  // gauge or counter
   const char* help;
   double scale;
 };
@@ -170,7 +169,8 @@ constexpr PromMetric kMetrics[] = {
     {"lr", "frugal_learning_rate", "gauge", "Learning rate of the latest step.", 1},
     {"grad_norm", "frugal_grad_norm", "gauge", "Global gradient norm before clipping (latest log step).", 1},
     {"tokens_per_s", "frugal_tokens_per_second", "gauge", "Training tokens per second over the last log window.", 1},
-    {"samples_per_s", "frugal_samples_per_second", "gauge", "Training sequences per second over the last log window.", 1},
+    {"samples_per_s", "frugal_samples_per_second", "gauge", "Training sequences per second over the last log window.",
+     1},
     {"mfu", "frugal_mfu_ratio", "gauge", "Model FLOPs utilisation: model FLOP/s over the peak FLOP/s (0..1).", 1},
     {"step_s", "frugal_step_seconds", "gauge", "Wall time of the latest logged step.", 1},
     {"elapsed_s", "frugal_elapsed_seconds", "gauge", "Wall time since the first step.", 1},
@@ -201,16 +201,18 @@ std::string prometheus_text(const nlohmann::json& latest, const std::string& run
   for (const auto& p : kPhases) {
     if (!latest.contains(p[0]) || !latest[p[0]].is_number()) continue;
     if (!header)
-      out += "# HELP frugal_phase_seconds Time of the latest logged step per phase; eval and checkpoint: time "
-             "spent since the previous log step.\n# TYPE frugal_phase_seconds gauge\n";
+      out +=
+          "# HELP frugal_phase_seconds Time of the latest logged step per phase; eval and checkpoint: time "
+          "spent since the previous log step.\n# TYPE frugal_phase_seconds gauge\n";
     header = true;
     out += fmt::format("frugal_phase_seconds{{{},phase=\"{}\"}} {}\n", label, p[1],
                        prom_number(latest[p[0]].get<double>()));
   }
   const bool running = latest.value("running", true);
-  out += fmt::format("# HELP frugal_running 1 while the run trains, 0 once it has finished.\n"
-                     "# TYPE frugal_running gauge\nfrugal_running{{{}}} {}\n",
-                     label, running ? 1 : 0);
+  out += fmt::format(
+      "# HELP frugal_running 1 while the run trains, 0 once it has finished.\n"
+      "# TYPE frugal_running gauge\nfrugal_running{{{}}} {}\n",
+      label, running ? 1 : 0);
   return out;
 }
 
@@ -221,13 +223,15 @@ Dashboard::Dashboard(const MonitorConfig& config, std::string run_name)
   // name cannot resolve to a loopback address for the check and to another one for the bind.
   const std::vector<std::string> addresses = resolve_host_addresses(addr.host);
   if (addresses.empty())
-    throw ConfigError(fmt::format("monitor.http = \"{}\": the host \"{}\" does not resolve to an address; use "
-                                  "127.0.0.1 (or a name of this machine)",
-                                  config.http, addr.host));
+    throw ConfigError(
+        fmt::format("monitor.http = \"{}\": the host \"{}\" does not resolve to an address; use "
+                    "127.0.0.1 (or a name of this machine)",
+                    config.http, addr.host));
   if (!config.allow_remote && !std::all_of(addresses.begin(), addresses.end(), is_loopback_address))
-    throw ConfigError(fmt::format("monitor.http = \"{}\" resolves to {}, beyond this machine; use 127.0.0.1, or set "
-                                  "monitor.allow_remote = true and a monitor.token",
-                                  config.http, fmt::join(addresses, ", ")));
+    throw ConfigError(
+        fmt::format("monitor.http = \"{}\" resolves to {}, beyond this machine; use 127.0.0.1, or set "
+                    "monitor.allow_remote = true and a monitor.token",
+                    config.http, fmt::join(addresses, ", ")));
   host_ = addresses.front();
   snap_.run = {{"run_name", run_name_}, {"state", "starting"}};
   snap_.latest = nlohmann::json::object();
@@ -273,9 +277,9 @@ Dashboard::Dashboard(const MonitorConfig& config, std::string run_name)
       // The time left at the pace so far (start-up and evaluations included).
       summary["stop_reason"] = fmt::format(
           "running, step {} of {}{}", step, total,
-          step > 0 && total > step ? ", ETA " + format_duration(elapsed / static_cast<double>(step) *
-                                                                 static_cast<double>(total - step))
-                                   : "");
+          step > 0 && total > step
+              ? ", ETA " + format_duration(elapsed / static_cast<double>(step) * static_cast<double>(total - step))
+              : "");
     }
     ReportPageOptions o;
     o.refresh_s = 2;
@@ -298,14 +302,14 @@ Dashboard::Dashboard(const MonitorConfig& config, std::string run_name)
     port_ = server_->bind_to_port(host_, addr.port) ? addr.port : -1;
   }
   if (port_ <= 0)
-    throw IoError(fmt::format("monitor.http = \"{}\": cannot listen there (address in use, or not an "
-                              "address of this machine); choose another port, or 0 for any free one",
-                              config.http));
+    throw IoError(
+        fmt::format("monitor.http = \"{}\": cannot listen there (address in use, or not an "
+                    "address of this machine); choose another port, or 0 for any free one",
+                    config.http));
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   // stop() only stops a server that is already listening: wait for that, so that a Dashboard
   // destroyed right away (a failed start-up) cannot leave the thread listening forever.
-  for (int i = 0; i < 5000 && !server_->is_running(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 5000 && !server_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 Dashboard::~Dashboard() {
@@ -324,8 +328,7 @@ bool Dashboard::authorised(const std::string& auth_header, const std::string& qu
   auto same = [&](const std::string& given) {  // constant time in the token's length
     if (given.size() != config_.token.size()) return false;
     unsigned char diff = 0;
-    for (size_t i = 0; i < given.size(); ++i)
-      diff |= static_cast<unsigned char>(given[i] ^ config_.token[i]);
+    for (size_t i = 0; i < given.size(); ++i) diff |= static_cast<unsigned char>(given[i] ^ config_.token[i]);
     return diff == 0;
   };
   const std::string bearer = "Bearer ";

@@ -79,8 +79,10 @@ void GradNoiseMeter::add_to_summary(nlohmann::ordered_json& summary) {
   const double batch = static_cast<double>(global_batch_);
   summary["grad_noise_hint"] =
       !std::isfinite(gns) ? "too noisy to estimate yet (the mean-gradient estimate is not positive)"
-      : gns > 2 * batch   ? fmt::format("a larger global batch (up to ~{:.0f} sequences) would likely cut the "
-                                        "steps needed nearly in proportion", gns)
+      : gns > 2 * batch   ? fmt::format(
+                                "a larger global batch (up to ~{:.0f} sequences) would likely cut the "
+                                  "steps needed nearly in proportion",
+                                gns)
       : gns < 0.5 * batch ? "the global batch is above the noise scale: a smaller batch would waste fewer tokens"
                           : "the global batch is near the noise scale (a good trade-off)";
 }

@@ -42,8 +42,7 @@ std::pair<double, std::string> datasheet_peak_flops(const std::string& gpu_name,
   return {0.0, ""};
 }
 
-PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10::Device device,
-                             double seconds) {
+PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10::Device device, double seconds) {
   std::pair<double, std::string> sheet{0.0, ""};
   if (device.is_cuda())
     for (const auto& g : device::cuda_devices())
@@ -76,25 +75,29 @@ PeakFlops resolve_measured_peak_flops(const MonitorConfig& c, c10::ScalarType dt
       device::cuda_empty_cache();
       if (bursts > 0) break;  // memory ran short after a burst that fit: that burst's figure stands
       if (n <= 1024)
-        return {0.0, fmt::format("not measured: a {}^3 {} matmul does not fit in {}'s free memory; set "
-                                 "monitor.peak_tflops for MFU", n, c10::toString(dtype), device.str()),
+        return {0.0,
+                fmt::format("not measured: a {}^3 {} matmul does not fit in {}'s free memory; set "
+                            "monitor.peak_tflops for MFU",
+                            n, c10::toString(dtype), device.str()),
                 false, 0.0, ""};
       n /= 2;
       continue;
     }
     ++bursts;
   }
-  return {gflops * 1e9, fmt::format("measured: {} matmul {}^3 on {}, best of {}, {:.1f} GFLOP/s", c10::toString(dtype), n,
-                                    device.str(), bursts, gflops),
+  return {gflops * 1e9,
+          fmt::format("measured: {} matmul {}^3 on {}, best of {}, {:.1f} GFLOP/s", c10::toString(dtype), n,
+                      device.str(), bursts, gflops),
           false, 0.0, ""};
 }
 
 std::string mfu_note(double mfu, const std::string& peak_source) {
   if (!(mfu > 1)) return "";
-  return fmt::format("MFU above 100% means the peak it is measured against ({}) is below what training reached: "
-                     "the machine was slower while the peak was measured (a shared or throttled machine) or the "
-                     "configured peak is too low; set monitor.peak_tflops to the hardware's peak for a stable figure",
-                     peak_source);
+  return fmt::format(
+      "MFU above 100% means the peak it is measured against ({}) is below what training reached: "
+      "the machine was slower while the peak was measured (a shared or throttled machine) or the "
+      "configured peak is too low; set monitor.peak_tflops to the hardware's peak for a stable figure",
+      peak_source);
 }
 
 void MfuMeter::on_step_metrics(StepMetrics& m) {

@@ -36,8 +36,7 @@ std::vector<OpStat> top_ops_by_self_time(const std::vector<TraceEvent>& events, 
     std::vector<double> child_us(evs.size(), 0);
     std::vector<size_t> stack;  // indices of the open events, innermost last
     for (size_t i = 0; i < evs.size(); ++i) {
-      while (!stack.empty() && evs[stack.back()]->ts_us + evs[stack.back()]->dur_us <= evs[i]->ts_us)
-        stack.pop_back();
+      while (!stack.empty() && evs[stack.back()]->ts_us + evs[stack.back()]->dur_us <= evs[i]->ts_us) stack.pop_back();
       if (!stack.empty()) child_us[stack.back()] += static_cast<double>(evs[i]->dur_us);
       stack.push_back(i);
     }
@@ -74,11 +73,12 @@ nlohmann::json chrome_trace(const std::vector<TraceEvent>& events, const nlohman
   for (int64_t t : tids) {
     std::string name = t == 0 ? "frugal phases" : fmt::format("LibTorch ops (thread {})", t);
     list.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", t}, {"args", {{"name", name}}}});
-    list.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", t}, {"args", {{"sort_index", t}}}});
+    list.push_back(
+        {{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", t}, {"args", {{"sort_index", t}}}});
   }
   for (const auto& e : events) {
-    nlohmann::json j = {{"ph", "X"}, {"name", e.name}, {"cat", e.cat}, {"pid", pid},
-                        {"tid", e.tid}, {"ts", e.ts_us}, {"dur", e.dur_us}};
+    nlohmann::json j = {{"ph", "X"},    {"name", e.name}, {"cat", e.cat},   {"pid", pid},
+                        {"tid", e.tid}, {"ts", e.ts_us},  {"dur", e.dur_us}};
     if (e.cat == "phase") j["args"] = {{"step", e.step}};
     if (!e.input_dims.empty()) j["args"] = {{"Input Dims", e.input_dims}};
     list.push_back(std::move(j));
@@ -88,12 +88,12 @@ nlohmann::json chrome_trace(const std::vector<TraceEvent>& events, const nlohman
 
 namespace {
 int64_t unix_us_now() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 int64_t steady_ns_now() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 }  // namespace
 
@@ -196,18 +196,15 @@ void Profiler::close(int64_t last_step) {
     t.step = sp.step;
     events.push_back(std::move(t));
   }
-  nlohmann::json other = {{"frugal_version", FRUGAL_VERSION},
-                          {"torch_version", TORCH_VERSION},
-                          {"first_step", opened_after_ + 1},
-                          {"last_step", last_step},
-                          {"torch_ops", n_ops > 0},
-                          {"device", device_.str()}};
+  nlohmann::json other = {{"frugal_version", FRUGAL_VERSION}, {"torch_version", TORCH_VERSION},
+                          {"first_step", opened_after_ + 1},  {"last_step", last_step},
+                          {"torch_ops", n_ops > 0},           {"device", device_.str()}};
   const std::string name = fmt::format("trace-steps-{:06}-{:06}.json", opened_after_ + 1, last_step);
   write_file_atomic(dir_ + "/" + name, chrome_trace(events, other).dump() + "\n");
   traces_.push_back("profile/" + name);
   captured_steps_ += last_step - opened_after_;
-  Console::get().line(fmt::format("profile: steps {}-{}: {} operator events, trace {}/{}", opened_after_ + 1,
-                                  last_step, n_ops, dir_, name));
+  Console::get().line(fmt::format("profile: steps {}-{}: {} operator events, trace {}/{}", opened_after_ + 1, last_step,
+                                  n_ops, dir_, name));
 }
 
 void Profiler::add_to_summary(nlohmann::ordered_json& summary) {

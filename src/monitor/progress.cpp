@@ -36,9 +36,8 @@ void ProgressDisplay::on_train_begin(const RunInfo& info) {
 
 void ProgressDisplay::on_step_end(const StepMetrics& m, Control&) {
   if (m.logged) last_loss_ = m.loss;
-  const double eta = m.step > 0 ? m.elapsed_s / static_cast<double>(m.step) *
-                                      static_cast<double>(m.total_steps - m.step)
-                                : 0;
+  const double eta =
+      m.step > 0 ? m.elapsed_s / static_cast<double>(m.step) * static_cast<double>(m.total_steps - m.step) : 0;
   // Until the first log step there is neither a loss nor a measured rate: say when they come.
   const bool measured = last_loss_ >= 0;
   const std::string loss = measured ? fmt::format("loss {:.4f}", last_loss_)
@@ -52,8 +51,8 @@ void ProgressDisplay::on_step_end(const StepMetrics& m, Control&) {
     last_draw_s_ = m.elapsed_s;
     const int width = 20;
     int filled = static_cast<int>(width * m.step / std::max<int64_t>(1, m.total_steps));
-    con.status(fmt::format("step {}/{} [{}{}]  {}{}{}{}  ETA {}", m.step, m.total_steps,
-                           std::string(filled, '#'), std::string(width - filled, '-'), loss, val, rate,
+    con.status(fmt::format("step {}/{} [{}{}]  {}{}{}{}  ETA {}", m.step, m.total_steps, std::string(filled, '#'),
+                           std::string(width - filled, '-'), loss, val, rate,
                            m.cost_usd > 0 ? fmt::format("  ${:.4f}", m.cost_usd) : "", format_duration(eta)));
     return;
   }
@@ -61,14 +60,14 @@ void ProgressDisplay::on_step_end(const StepMetrics& m, Control&) {
   const bool due = m.logged && (last_line_s_ < 0 || m.elapsed_s - last_line_s_ >= interval_s_);
   if (!due && !last) return;
   last_line_s_ = m.elapsed_s;
-  con.line(fmt::format("{} step {}/{}  {}{}{}  elapsed {}  ETA {}", format_utc(clock_()), m.step,
-                       m.total_steps, loss, val, rate, format_duration(m.elapsed_s), format_duration(eta)));
+  con.line(fmt::format("{} step {}/{}  {}{}{}  elapsed {}  ETA {}", format_utc(clock_()), m.step, m.total_steps, loss,
+                       val, rate, format_duration(m.elapsed_s), format_duration(eta)));
 }
 
 void ProgressDisplay::on_eval_end(const EvalMetrics& m, Control&) {
   last_val_ = m.val_loss;
-  Console::get().line(fmt::format("eval  step {}  val_loss {:.4f}  best {:.4f}  ({:.1f}s)", m.step,
-                                  m.val_loss, m.best_val_loss, m.eval_s));
+  Console::get().line(fmt::format("eval  step {}  val_loss {:.4f}  best {:.4f}  ({:.1f}s)", m.step, m.val_loss,
+                                  m.best_val_loss, m.eval_s));
 }
 
 void ProgressDisplay::on_train_end(const nlohmann::json&) { Console::get().finish_status(); }

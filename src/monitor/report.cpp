@@ -33,7 +33,7 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
   const double raw = (hi - lo) / (max_ticks - 1);
   // The smallest round step whose ticks, rounded outward to cover [lo, hi], number at most
   // max_ticks. 2.5 only for steps of 1 and up: below, it would cost a decimal (0.25).
-  for (double mag = std::pow(10.0, std::floor(std::log10(raw))); ; mag *= 10) {
+  for (double mag = std::pow(10.0, std::floor(std::log10(raw)));; mag *= 10) {
     for (double m : {1.0, 2.0, 2.5, 5.0}) {
       const double step = m * mag;
       if (step < raw * (1 - 1e-9) || (m == 2.5 && step < 1)) continue;
@@ -64,7 +64,7 @@ std::string format_figure(double x) {
   const double a = std::fabs(x);
   if (a >= 1e9) return with_commas(x / 1e6) + "M";
   if (a >= 1e6) return fmt::format("{:.{}f}M", x / 1e6, decimals_for(a / 1e6, 3));  // 1.23M, 45.6M
-  if (a >= 1000) return with_commas(x);                                              // 14,200
+  if (a >= 1000) return with_commas(x);                                             // 14,200
   return fmt::format("{:.{}f}", x, decimals_for(a, 3));  // 3 significant digits: 45.6, 1.53, 0.000965
 }
 
@@ -86,8 +86,8 @@ namespace {
 
 using Json = nlohmann::json;
 
-using chart::Series;
 using chart::line_chart;
+using chart::Series;
 using chart::stacked_chart;
 
 std::string esc(const std::string& s) { return chart::escape(s); }
@@ -129,10 +129,14 @@ std::string fact_rows(const Json& s) {
     rows += fmt::format("<tr><th>{}</th><td data-key='{}'>{}</td></tr>", esc(k), esc(k), esc(v));
   };
   for (auto it = s.begin(); it != s.end(); ++it) {
-    if (it->is_number_float()) row(it.key(), num(it->get<double>()));
-    else if (it->is_number()) row(it.key(), std::to_string(it->get<int64_t>()));
-    else if (it->is_string()) row(it.key(), it->get<std::string>());
-    else if (it->is_boolean()) row(it.key(), it->get<bool>() ? "true" : "false");
+    if (it->is_number_float())
+      row(it.key(), num(it->get<double>()));
+    else if (it->is_number())
+      row(it.key(), std::to_string(it->get<int64_t>()));
+    else if (it->is_string())
+      row(it.key(), it->get<std::string>());
+    else if (it->is_boolean())
+      row(it.key(), it->get<bool>() ? "true" : "false");
   }
   return rows;
 }
@@ -145,9 +149,10 @@ namespace {
 std::string top_ops_table(const Json& summary) {
   if (!summary.contains("profile") || !summary["profile"].contains("top_ops")) return "";
   const Json& p = summary["profile"];
-  std::string s = fmt::format("<h2>Top operators by self time</h2><p>{} profiled step(s); traces (open in "
-                              "ui.perfetto.dev): {}</p>",
-                              p.value("captured_steps", 0), esc(p.value("traces", Json::array()).dump()));
+  std::string s = fmt::format(
+      "<h2>Top operators by self time</h2><p>{} profiled step(s); traces (open in "
+      "ui.perfetto.dev): {}</p>",
+      p.value("captured_steps", 0), esc(p.value("traces", Json::array()).dump()));
   if (p["top_ops"].empty()) {
     s += fmt::format("<p id='top-ops-missing'>No operator events: {}</p>",
                      esc(p.value("torch_ops_problem", std::string("the profiler recorded none"))));
@@ -168,9 +173,10 @@ std::string headline(const Json& summary) {
   auto card = [&](const char* key, const std::string& label, double scale, const char* unit) {
     const double v = get(summary, key);
     if (!std::isfinite(v)) return;
-    s += fmt::format("<div class='card'><div class='label'>{}</div><div class='figure' data-figure='{}'>{}</div>"
-                     "<div class='unit'>{}</div></div>",
-                     esc(label), key, num(v * scale), unit);
+    s += fmt::format(
+        "<div class='card'><div class='label'>{}</div><div class='figure' data-figure='{}'>{}</div>"
+        "<div class='unit'>{}</div></div>",
+        esc(label), key, num(v * scale), unit);
   };
   card("tokens_per_s", "throughput", 1, "tokens/s");
   card("samples_per_s", "samples", 1, "sequences/s");
@@ -193,9 +199,8 @@ struct ReportSeries {
   Series rss{"RSS MB", "#9467bd", {}}, cost{"USD", "#8c564b", {}}, mfu{"MFU %", "#17becf", {}};
   Series gns{"noise scale", "#bcbd22", {}}, batch{"global batch", "#7f7f7f", {}};
   Series lr{"learning rate", "#e377c2", {}}, gnorm{"grad norm", "#ff7f0e", {}};
-  std::vector<Series> phases{{"data wait", "#7f7f7f", {}}, {"forward", "#1f77b4", {}},
-                             {"backward", "#ff7f0e", {}},  {"optimizer", "#2ca02c", {}},
-                             {"eval", "#d62728", {}},      {"checkpoint", "#9467bd", {}}};
+  std::vector<Series> phases{{"data wait", "#7f7f7f", {}}, {"forward", "#1f77b4", {}}, {"backward", "#ff7f0e", {}},
+                             {"optimizer", "#2ca02c", {}}, {"eval", "#d62728", {}},    {"checkpoint", "#9467bd", {}}};
   // A chart per task evaluation figure ("metrics" on eval lines) and per user scalar ("user" on
   // step lines), in name order.
   std::map<std::string, Series> task_figures, user_scalars;
@@ -266,20 +271,21 @@ std::string live_refresh(const ReportPageOptions& opt) {
 std::string render_report_html(const Json& summary, const std::vector<Json>& lines, const ReportPageOptions& opt) {
   const ReportSeries series = collect_series(summary, lines);
   const auto& [train, val, tps, rss, cost, mfu, gns, batch, lr, gnorm, phases, task_figures, user_scalars] = series;
-  std::string levers = fmt::format(
-      "precision <b>{}</b> ({}), accumulation <b>{}</b>, activation checkpointing <b>{}</b>",
-      esc(summary.value("precision", "?")), esc(summary.value("precision_reason", "")),
-      summary.value("accum", 1), esc(summary.value("activation_checkpointing", "none")));
+  std::string levers =
+      fmt::format("precision <b>{}</b> ({}), accumulation <b>{}</b>, activation checkpointing <b>{}</b>",
+                  esc(summary.value("precision", "?")), esc(summary.value("precision_reason", "")),
+                  summary.value("accum", 1), esc(summary.value("activation_checkpointing", "none")));
   std::string html = R"(<!doctype html><html><head><meta charset="utf-8"><title>frugal run report</title>)";
   if (opt.refresh_s > 0) html += live_refresh(opt);
   html += "<style>" + chart::page_style() + "</style></head><body>";
   html += fmt::format("<h1>frugal run <code>{}</code>{}</h1>", esc(summary.value("run_name", std::string("?"))),
                       opt.refresh_s > 0 ? " (live)" : "");
-  html += fmt::format("<p class='stop{}' id='stop-reason'>{}: <b>{}</b> after {} steps, {} tokens in {} s "
-                      "({} tokens/s)</p>",
-                      opt.refresh_s > 0 ? " live" : "", opt.refresh_s > 0 ? "state" : "stop reason",
-                      esc(summary.value("stop_reason", "?")), summary.value("steps", 0), summary.value("tokens", 0),
-                      num(get(summary, "wall_s")), num(get(summary, "tokens_per_s")));
+  html += fmt::format(
+      "<p class='stop{}' id='stop-reason'>{}: <b>{}</b> after {} steps, {} tokens in {} s "
+      "({} tokens/s)</p>",
+      opt.refresh_s > 0 ? " live" : "", opt.refresh_s > 0 ? "state" : "stop reason",
+      esc(summary.value("stop_reason", "?")), summary.value("steps", 0), summary.value("tokens", 0),
+      num(get(summary, "wall_s")), num(get(summary, "tokens_per_s")));
   html += headline(summary);
   if (summary.contains("precision")) html += "<p id='levers'>Levers in effect: " + levers + "</p>";
   html += "<div class='charts'>";
@@ -342,9 +348,9 @@ std::optional<ResolvedConfig> run_config(const std::string& dir) {
 }  // namespace
 
 namespace {
-constexpr const char* kCompareFigures[] = {"tokens_per_s", "wall_s",         "cost_usd",         "kg_co2",
-                                           "final_val_loss", "best_val_loss", "final_train_loss", "answer_accuracy",
-                                           "peak_tensor_mb", "peak_rss_mb",   "steps"};
+constexpr const char* kCompareFigures[] = {
+    "tokens_per_s",     "wall_s",          "cost_usd",       "kg_co2",      "final_val_loss", "best_val_loss",
+    "final_train_loss", "answer_accuracy", "peak_tensor_mb", "peak_rss_mb", "steps"};
 constexpr const char* kCompareLabels[] = {"precision", "activation_checkpointing", "stop_reason"};
 }  // namespace
 
@@ -355,7 +361,8 @@ Json compare_runs_json(const std::string& a_dir, const std::string& b_dir) {
   auto value = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
   for (const char* k : kCompareFigures) {
     const double x = get(a, k), y = get(b, k);
-    out["figures"][k] = {{"a", value(x)}, {"b", value(y)},
+    out["figures"][k] = {{"a", value(x)},
+                         {"b", value(y)},
                          {"b_over_a", std::isfinite(x) && x != 0 && std::isfinite(y) ? Json(y / x) : Json(nullptr)}};
   }
   for (const char* k : kCompareLabels) out["labels"][k] = {{"a", a.value(k, "")}, {"b", b.value(k, "")}};
@@ -374,8 +381,8 @@ Json compare_runs_json(const std::string& a_dir, const std::string& b_dir) {
 
 std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
   Json a = read_json(RunDir(a_dir).summary()), b = read_json(RunDir(b_dir).summary());
-  std::string out = fmt::format("{:<24} {:>16} {:>16} {:>10}\n", "", a.value("run_name", "A"),
-                                b.value("run_name", "B"), "B / A");
+  std::string out =
+      fmt::format("{:<24} {:>16} {:>16} {:>10}\n", "", a.value("run_name", "A"), b.value("run_name", "B"), "B / A");
   auto row = [&](const char* k) {
     double x = get(a, k), y = get(b, k);
     if (!std::isfinite(x) && !std::isfinite(y)) return;
@@ -389,8 +396,9 @@ std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
   for (const char* k : kCompareLabels)
     out += fmt::format("{:<24} {:>16} {:>16}\n", k, a.value(k, "-"), b.value(k, "-"));
   const double sa = get(a, "tokens_per_s"), sb = get(b, "tokens_per_s");
-  if (sa > 0 && sb > 0) out += fmt::format("\nB trains {:.2f}x {} than A (tokens/s).\n", sb >= sa ? sb / sa : sa / sb,
-                                          sb >= sa ? "faster" : "slower");
+  if (sa > 0 && sb > 0)
+    out += fmt::format("\nB trains {:.2f}x {} than A (tokens/s).\n", sb >= sa ? sb / sa : sa / sb,
+                       sb >= sa ? "faster" : "slower");
   // What was changed between the two (their resolved config.toml), and whether their losses can
   // be compared at all.
   const auto ca = run_config(a_dir), cb = run_config(b_dir);
@@ -401,12 +409,14 @@ std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
       const std::string x = format_value_shown(k, ca->config), y = format_value_shown(k, cb->config);
       if (x != y) diff += fmt::format("  {:<30} {:>20} {:>20}\n", k.key, x, y);
     }
-    out += diff.empty() ? "\nconfig: the same (run.name and run.out_dir aside)\n" : "\nconfig differences (A, B):\n" + diff;
+    out += diff.empty() ? "\nconfig: the same (run.name and run.out_dir aside)\n"
+                        : "\nconfig differences (A, B):\n" + diff;
     const std::string ta = run_tokenizer(ca->config), tb = run_tokenizer(cb->config);
     if (ta != tb)
-      out += fmt::format("\nwarning: A's tokenizer is {}, B's is {}: losses per token are not comparable between "
-                         "them (a token is a different amount of text); compare speeds and costs only\n",
-                         ta, tb);
+      out += fmt::format(
+          "\nwarning: A's tokenizer is {}, B's is {}: losses per token are not comparable between "
+          "them (a token is a different amount of text); compare speeds and costs only\n",
+          ta, tb);
   }
   return out;
 }

@@ -16,11 +16,20 @@ std::string escape_html(const std::string& s) {
   std::string o;
   for (char c : s) {
     switch (c) {
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '&': o += "&amp;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
+      case '<':
+        o += "&lt;";
+        break;
+      case '>':
+        o += "&gt;";
+        break;
+      case '&':
+        o += "&amp;";
+        break;
+      case '"':
+        o += "&quot;";
+        break;
+      default:
+        o += c;
     }
   }
   return o;
@@ -46,15 +55,16 @@ struct Frame {
     for (double yv : yt) {
       s += fmt::format("<text x='{}' y='{:.1f}' class='tick' data-axis='y' text-anchor='end'>{}</text>", kLeft - 4,
                        py(yv) + 4, format_tick(yv, ystep));
-      s += fmt::format("<line x1='{}' y1='{:.1f}' x2='{}' y2='{:.1f}' class='grid'/>", kLeft, py(yv),
-                       kW - kRight, py(yv));
+      s += fmt::format("<line x1='{}' y1='{:.1f}' x2='{}' y2='{:.1f}' class='grid'/>", kLeft, py(yv), kW - kRight,
+                       py(yv));
     }
     // Axis titles: below the x tick labels, and left of the widest y tick label (at most 6
     // characters, ~36 px at 10 px).
-    s += fmt::format("<text x='{}' y='{}' class='axis-title' text-anchor='middle'>{}</text>", (kLeft + kW) / 2,
-                     kH - 4, escape_html(xl));
-    s += fmt::format("<text x='10' y='{}' class='axis-title' transform='rotate(-90 10 {})' text-anchor='middle'>{}</text>",
-                     (kTop + kH - kBottom) / 2, (kTop + kH - kBottom) / 2, escape_html(yl));
+    s += fmt::format("<text x='{}' y='{}' class='axis-title' text-anchor='middle'>{}</text>", (kLeft + kW) / 2, kH - 4,
+                     escape_html(xl));
+    s += fmt::format(
+        "<text x='10' y='{}' class='axis-title' transform='rotate(-90 10 {})' text-anchor='middle'>{}</text>",
+        (kTop + kH - kBottom) / 2, (kTop + kH - kBottom) / 2, escape_html(yl));
     return s;
   }
 };
@@ -85,9 +95,10 @@ std::string legend(const std::vector<std::pair<std::string, std::string>>& serie
     const size_t row = i / per_row, col = i % per_row;
     const double x = kW - kRight - w * static_cast<double>(per_row) + w * static_cast<double>(col);
     const double y = 4 + 11 * static_cast<double>(row);
-    s += fmt::format("<rect x='{:.0f}' y='{:.0f}' width='9' height='9' fill='{}'/><text x='{:.0f}' y='{:.0f}' "
-                     "class='tick'>{}</text>",
-                     x, y, series[i].second, x + 12, y + 8, escape_html(series[i].first));
+    s += fmt::format(
+        "<rect x='{:.0f}' y='{:.0f}' width='9' height='9' fill='{}'/><text x='{:.0f}' y='{:.0f}' "
+        "class='tick'>{}</text>",
+        x, y, series[i].second, x + 12, y + 8, escape_html(series[i].first));
   }
   return s;
 }
@@ -104,8 +115,8 @@ std::vector<std::pair<std::string, std::string>> names(const std::vector<S>& ser
 std::string line_chart(const std::string& id, const std::string& title, const std::string& yl,
                        const std::vector<Series>& series, bool zero_y, const std::string& xl) {
   Frame f = frame_for(series, zero_y);
-  std::string s = fmt::format("<svg id='{}' class='chart' viewBox='0 0 {} {}' width='{}' height='{}'>", id,
-                              kW, kH, kW, kH);
+  std::string s =
+      fmt::format("<svg id='{}' class='chart' viewBox='0 0 {} {}' width='{}' height='{}'>", id, kW, kH, kW, kH);
   s += f.axes(title, xl, yl) + legend(names(series));
   for (const auto& se : series) {
     std::string pts;
@@ -133,8 +144,8 @@ std::string stacked_chart(const std::string& id, const std::string& title, const
     totals[0].points.push_back({series.front().points[i].first, sum});
   }
   Frame f = frame_for(totals, true);
-  std::string s = fmt::format("<svg id='{}' class='chart' viewBox='0 0 {} {}' width='{}' height='{}'>", id,
-                              kW, kH, kW, kH);
+  std::string s =
+      fmt::format("<svg id='{}' class='chart' viewBox='0 0 {} {}' width='{}' height='{}'>", id, kW, kH, kW, kH);
   s += f.axes(title, "step", yl) + legend(names(series));
   const size_t n = series.front().points.size();
   const double bw = std::max(1.0, (kW - kLeft - kRight) / std::max<double>(1, static_cast<double>(n)) * 0.8);
@@ -142,40 +153,42 @@ std::string stacked_chart(const std::string& id, const std::string& title, const
     double base = 0;
     for (const auto& se : series) {
       double x = se.points[i].first, h = se.points[i].second;
-      s += fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' fill='{}'/>",
-                       f.px(x) - bw / 2, f.py(base + h), bw, std::max(0.0, f.py(base) - f.py(base + h)), se.color);
+      s += fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' fill='{}'/>", f.px(x) - bw / 2,
+                       f.py(base + h), bw, std::max(0.0, f.py(base) - f.py(base + h)), se.color);
       base += h;
     }
   }
   return s + "</svg>";
 }
 
-std::string scatter_chart(const std::string& id, const std::string& title, const std::string& xl,
-                          const std::string& yl, const std::vector<PointSeries>& series, double y_clip) {
+std::string scatter_chart(const std::string& id, const std::string& title, const std::string& xl, const std::string& yl,
+                          const std::vector<PointSeries>& series, double y_clip) {
   auto y_of = [&](double y) { return std::isfinite(y_clip) ? std::min(y, y_clip) : y; };
   std::vector<Series> all(1);
   for (const auto& se : series)
     for (const auto& p : se.points)
       if (std::isfinite(p.x)) all[0].points.emplace_back(p.x, y_of(p.y));
   Frame f = frame_for(all, false);
-  std::string s = fmt::format("<svg id='{}' class='chart' viewBox='0 0 {} {}' width='{}' height='{}'>", id,
-                              kW, kH, kW, kH);
+  std::string s =
+      fmt::format("<svg id='{}' class='chart' viewBox='0 0 {} {}' width='{}' height='{}'>", id, kW, kH, kW, kH);
   s += f.axes(title, xl, yl) + legend(names(series), true);
   for (const auto& se : series) {
     std::string pts;
     for (auto [x, y] : se.line)
       if (std::isfinite(x) && std::isfinite(y)) pts += fmt::format("{:.1f},{:.1f} ", f.px(x), f.py(y_of(y)));
     if (!pts.empty())
-      s += fmt::format("<polyline class='front' data-name='{}' fill='none' stroke='{}' stroke-width='1.5' "
-                       "stroke-dasharray='4 3' points='{}'/>",
-                       escape_html(se.name), se.color, pts);
+      s += fmt::format(
+          "<polyline class='front' data-name='{}' fill='none' stroke='{}' stroke-width='1.5' "
+          "stroke-dasharray='4 3' points='{}'/>",
+          escape_html(se.name), se.color, pts);
     for (const auto& p : se.points) {
       if (!std::isfinite(p.x) || !std::isfinite(p.y)) continue;
       const bool clipped = p.y > y_of(p.y);  // drawn hollow at the top edge
-      s += fmt::format("<circle class='point{}' data-series='{}' data-label='{}' cx='{:.1f}' cy='{:.1f}' r='4' "
-                       "fill='{}' stroke='{}'><title>{}</title></circle>",
-                       clipped ? " clipped" : "", escape_html(se.name), escape_html(p.label), f.px(p.x),
-                       f.py(y_of(p.y)), clipped ? "none" : se.color, se.color, escape_html(p.label));
+      s += fmt::format(
+          "<circle class='point{}' data-series='{}' data-label='{}' cx='{:.1f}' cy='{:.1f}' r='4' "
+          "fill='{}' stroke='{}'><title>{}</title></circle>",
+          clipped ? " clipped" : "", escape_html(se.name), escape_html(p.label), f.px(p.x), f.py(y_of(p.y)),
+          clipped ? "none" : se.color, se.color, escape_html(p.label));
     }
   }
   return s + "</svg>";

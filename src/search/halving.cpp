@@ -22,10 +22,11 @@ std::vector<int64_t> rung_steps_for(int64_t max_steps, int64_t rungs, double eta
   }
   for (size_t k = 0; k < steps.size(); ++k)
     if (steps[k] < 1 || (k > 0 && steps[k] <= steps[k - 1]))
-      throw ConfigError(fmt::format("search: {} rungs with eta = {} over train.steps = {} give rung steps {}, "
-                                    "which are not increasing from 1 up; use fewer rungs, a smaller eta or "
-                                    "more train.steps (or list search.rung_steps)",
-                                    rungs, eta, max_steps, fmt::join(steps, ", ")));
+      throw ConfigError(
+          fmt::format("search: {} rungs with eta = {} over train.steps = {} give rung steps {}, "
+                      "which are not increasing from 1 up; use fewer rungs, a smaller eta or "
+                      "more train.steps (or list search.rung_steps)",
+                      rungs, eta, max_steps, fmt::join(steps, ", ")));
   return steps;
 }
 

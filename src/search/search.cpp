@@ -58,12 +58,14 @@ SearchState begin(const SearchSpec& spec, const std::map<std::string, std::strin
   std::set<std::vector<std::pair<std::string, std::string>>> seen;
   std::vector<std::string> search_sets;
   if (spec.parallel > 1 && !spec.threads_given)  // the cores, shared out
-    search_sets.push_back(fmt::format("run.threads={}", std::max(1, usable_cpu_count() / static_cast<int>(spec.parallel))));
+    search_sets.push_back(
+        fmt::format("run.threads={}", std::max(1, usable_cpu_count() / static_cast<int>(spec.parallel))));
   for (int64_t d = 0; d < cap && static_cast<int64_t>(st.trials.size()) < spec.max_trials; ++d) {
     if (space > 0 && seen.size() >= space) break;
     const auto values = sample_point(spec, d);
     seen.insert(values);
-    const auto same = std::find_if(st.trials.begin(), st.trials.end(), [&](const TrialState& t) { return t.values == values; });
+    const auto same =
+        std::find_if(st.trials.begin(), st.trials.end(), [&](const TrialState& t) { return t.values == values; });
     if (same != st.trials.end()) {
       skip(st, d, values, "duplicate", "the same values as " + same->id);
       continue;
@@ -111,10 +113,11 @@ void check_identity(const nlohmann::json& then, const nlohmann::json& now, const
                                                      then.contains(k) ? then[k].dump() : "(none)", v.dump()));
   }
   if (!changed.empty())
-    throw ConfigError(fmt::format("the search in {} began with other settings; these differ:\n{}\n"
-                                  "  hint: resume it with the same search file, base config and --set flags, or start a "
-                                  "new search with --overwrite or another --out (budgets and --parallel may change)",
-                                  dir, fmt::join(changed, "\n")));
+    throw ConfigError(
+        fmt::format("the search in {} began with other settings; these differ:\n{}\n"
+                    "  hint: resume it with the same search file, base config and --set flags, or start a "
+                    "new search with --overwrite or another --out (budgets and --parallel may change)",
+                    dir, fmt::join(changed, "\n")));
 }
 
 // The folder: refuses to replace a search unless asked to, and locks it.
@@ -124,18 +127,20 @@ std::unique_ptr<DirLock> prepare_folder(const std::string& dir, const SearchOpti
   try {
     lock = std::make_unique<DirLock>(dir);
   } catch (const ConfigError&) {
-    throw ConfigError(fmt::format("the search folder {} is in use by another frugal search; wait for it or stop it "
-                                  "(kill -TERM stops its trials with checkpoints), or choose another --out",
-                                  dir));
+    throw ConfigError(
+        fmt::format("the search folder {} is in use by another frugal search; wait for it or stop it "
+                    "(kill -TERM stops its trials with checkpoints), or choose another --out",
+                    dir));
   }
   const bool held = fs::exists(dir + "/search_state.json") || fs::exists(dir + "/trials");
   if (held && o.overwrite) {
     for (const char* f : {"search_state.json", "trials", "search.json", "search.html", "best.toml"})
       remove_tree(fs::path(dir) / f);
   } else if (held && o.resume != "auto") {
-    throw ConfigError(fmt::format("the search folder {} already holds a search; pass --resume auto to continue it, "
-                                  "--overwrite to start again, or choose another --out",
-                                  dir));
+    throw ConfigError(
+        fmt::format("the search folder {} already holds a search; pass --resume auto to continue it, "
+                    "--overwrite to start again, or choose another --out",
+                    dir));
   }
   return lock;
 }
@@ -146,24 +151,25 @@ void apply_options(SearchSpec& spec, const SearchOptions& o) {
   if (o.max_usd >= 0) spec.max_usd = o.max_usd;
   if (o.max_hours >= 0) spec.max_hours = o.max_hours;
   if (o.resume != "" && o.resume != "auto")
-    throw ConfigError(fmt::format("--resume {}: a search resumes with --resume auto (from its folder's state file)",
-                                  o.resume));
+    throw ConfigError(
+        fmt::format("--resume {}: a search resumes with --resume auto (from its folder's state file)", o.resume));
 }
 
 void announce(const SearchContext& ctx, const HalvingSchedule& schedule) {
   const SearchSpec& s = ctx.spec;
   int64_t invalid = 0, duplicate = 0;
   for (const auto& k : ctx.state.skipped) (k.kind == "invalid" ? invalid : duplicate) += k.times;
-  ctx.say(fmt::format("search: {} trials from {} ({} invalid and {} repeated draws skipped); rungs at steps {} "
-                      "(eta {}): {} trial-rungs, {} trial-steps = {:.0f}% of training every trial to the end; {} "
-                      "at once; {}",
-                      ctx.state.trials.size(), s.file, invalid, duplicate, fmt::join(s.rung_steps, ", "), s.eta,
-                      schedule.trial_rungs, schedule.trial_steps,
-                      100.0 * static_cast<double>(schedule.trial_steps) / static_cast<double>(schedule.full_trial_steps),
-                      s.parallel, ctx.dir));
+  ctx.say(
+      fmt::format("search: {} trials from {} ({} invalid and {} repeated draws skipped); rungs at steps {} "
+                  "(eta {}): {} trial-rungs, {} trial-steps = {:.0f}% of training every trial to the end; {} "
+                  "at once; {}",
+                  ctx.state.trials.size(), s.file, invalid, duplicate, fmt::join(s.rung_steps, ", "), s.eta,
+                  schedule.trial_rungs, schedule.trial_steps,
+                  100.0 * static_cast<double>(schedule.trial_steps) / static_cast<double>(schedule.full_trial_steps),
+                  s.parallel, ctx.dir));
   if (ctx.state.sessions > 1)
-    ctx.say(fmt::format("search: resumed at rung {} (session {}; {:.0f} s so far)", ctx.state.rung,
-                        ctx.state.sessions, ctx.earlier_s));
+    ctx.say(fmt::format("search: resumed at rung {} (session {}; {:.0f} s so far)", ctx.state.rung, ctx.state.sessions,
+                        ctx.earlier_s));
 }
 
 // After rung k: the decision (tune/halving.h), applied to the trials.
@@ -201,9 +207,10 @@ SearchOutcome run_search(const SearchOptions& o) {
   ctx.spec = load_search_spec(o.file, o.sets, env);
   apply_options(ctx.spec, o);
   if (ctx.spec.max_usd > 0 && CostMeter(ctx.spec.base_config.budget).usd_per_hour() <= 0)
-    throw ConfigError(fmt::format("search.max_usd = {} but no price is configured, so every trial costs $0: set "
-                                  "[budget] usd_per_hour or instance (data/prices.toml), or use search.max_hours",
-                                  ctx.spec.max_usd));
+    throw ConfigError(
+        fmt::format("search.max_usd = {} but no price is configured, so every trial costs $0: set "
+                    "[budget] usd_per_hour or instance (data/prices.toml), or use search.max_hours",
+                    ctx.spec.max_usd));
   ctx.dir = ctx.spec.out;
   ctx.trainer = o.trainer;
   ctx.progress = o.progress;
@@ -219,7 +226,8 @@ SearchOutcome run_search(const SearchOptions& o) {
   ctx.state.end.clear();
   ctx.state.reason.clear();
   ctx.save();
-  const HalvingSchedule schedule = halving_schedule(static_cast<int64_t>(ctx.state.trials.size()), ctx.spec.rung_steps, ctx.spec.eta);
+  const HalvingSchedule schedule =
+      halving_schedule(static_cast<int64_t>(ctx.state.trials.size()), ctx.spec.rung_steps, ctx.spec.eta);
   ctx.planned_trial_rungs = schedule.trial_rungs;
   announce(ctx, schedule);
 
@@ -236,7 +244,9 @@ SearchOutcome run_search(const SearchOptions& o) {
     }
     decide(ctx, ctx.state.rung);
   }
-  ctx.state.end = out.end == SearchEnd::kCompleted ? "completed" : out.end == SearchEnd::kBudget ? "budget" : "interrupted";
+  ctx.state.end = out.end == SearchEnd::kCompleted ? "completed"
+                  : out.end == SearchEnd::kBudget  ? "budget"
+                                                   : "interrupted";
   ctx.state.reason = out.end == SearchEnd::kCompleted ? "every rung ran" : out.reason;
   ctx.save();
   return detail::write_search_outputs(ctx, schedule, out);

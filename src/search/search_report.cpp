@@ -42,9 +42,15 @@ Json trial_json(const SearchContext& ctx, const TrialState& t, int64_t rank) {
   const double scale = t.steps > 0 ? static_cast<double>(max_steps) / static_cast<double>(t.steps) : NAN;
   Json rungs = Json::array();
   for (const auto& r : t.results)
-    rungs.push_back({{"rung", r.rung}, {"steps", r.steps}, {"metric", finite_or_null(r.metric)},
-                     {"tokens_per_s", finite_or_null(r.tokens_per_s)}, {"cost_usd", r.cost_usd}, {"kg_co2", r.kg_co2},
-                     {"energy_kwh", r.energy_kwh}, {"wall_s", r.wall_s}, {"stop_kind", r.stop_kind}});
+    rungs.push_back({{"rung", r.rung},
+                     {"steps", r.steps},
+                     {"metric", finite_or_null(r.metric)},
+                     {"tokens_per_s", finite_or_null(r.tokens_per_s)},
+                     {"cost_usd", r.cost_usd},
+                     {"kg_co2", r.kg_co2},
+                     {"energy_kwh", r.energy_kwh},
+                     {"wall_s", r.wall_s},
+                     {"stop_kind", r.stop_kind}});
   Json j = {{"rank", rank},
             {"id", t.id},
             {"draw", t.draw},
@@ -91,7 +97,9 @@ Json pareto_json(const SearchContext& ctx, bool priced) {
       for (size_t i : idx) v.push_back(ids[i]);
       return v;
     };
-    out.push_back({{"rung", k}, {"steps", ctx.spec.rung_steps[k]}, {"by_cost", names(pareto_front(by_cost))},
+    out.push_back({{"rung", k},
+                   {"steps", ctx.spec.rung_steps[k]},
+                   {"by_cost", names(pareto_front(by_cost))},
                    {"by_tokens_per_s", names(pareto_front(by_speed))}});
   }
   return out;
@@ -111,7 +119,8 @@ Json search_json(const SearchContext& ctx, const HalvingSchedule& schedule) {
   int64_t trial_steps = 0, sessions = 0;
   double usd = 0, co2 = 0, kwh = 0, secs = 0;
   for (size_t i = 0; i < order.size(); ++i) {
-    const auto& t = *std::find_if(st.trials.begin(), st.trials.end(), [&](const TrialState& x) { return x.id == order[i]; });
+    const auto& t =
+        *std::find_if(st.trials.begin(), st.trials.end(), [&](const TrialState& x) { return x.id == order[i]; });
     trials.push_back(trial_json(ctx, t, static_cast<int64_t>(i) + 1));
     trial_steps += t.steps, sessions += t.sessions;
     usd += t.spent_usd, co2 += t.spent_kg_co2, kwh += t.spent_kwh, secs += t.spent_s;
@@ -120,29 +129,48 @@ Json search_json(const SearchContext& ctx, const HalvingSchedule& schedule) {
   Json skipped = Json::array();
   int64_t invalid = 0, duplicate = 0;
   for (const auto& k : st.skipped) {
-    skipped.push_back({{"draw", k.draw}, {"values", values_json(k.values)}, {"kind", k.kind}, {"why", k.why},
-                       {"times", k.times}});
+    skipped.push_back(
+        {{"draw", k.draw}, {"values", values_json(k.values)}, {"kind", k.kind}, {"why", k.why}, {"times", k.times}});
     (k.kind == "invalid" ? invalid : duplicate) += k.times;
   }
   Json decisions = Json::array();
   for (const auto& d : st.decisions) decisions.push_back(decision_json(d));
-  return {{"file", s.file}, {"base", s.base}, {"out", ctx.dir}, {"fixed", s.fixed},
-          {"metric", s.metric}, {"metric_key", s.metric_key()}, {"mode", s.mode == MetricMode::kMin ? "min" : "max"},
-          {"seed", s.seed}, {"eta", s.eta}, {"rung_steps", s.rung_steps}, {"parallel", s.parallel},
-          {"max_trials", s.max_trials}, {"max_usd", s.max_usd}, {"max_hours", s.max_hours},
-          {"status", st.end}, {"stop_reason", st.reason}, {"sessions", st.sessions}, {"elapsed_s", ctx.elapsed_s()},
+  return {{"file", s.file},
+          {"base", s.base},
+          {"out", ctx.dir},
+          {"fixed", s.fixed},
+          {"metric", s.metric},
+          {"metric_key", s.metric_key()},
+          {"mode", s.mode == MetricMode::kMin ? "min" : "max"},
+          {"seed", s.seed},
+          {"eta", s.eta},
+          {"rung_steps", s.rung_steps},
+          {"parallel", s.parallel},
+          {"max_trials", s.max_trials},
+          {"max_usd", s.max_usd},
+          {"max_hours", s.max_hours},
+          {"status", st.end},
+          {"stop_reason", st.reason},
+          {"sessions", st.sessions},
+          {"elapsed_s", ctx.elapsed_s()},
           {"max_running", st.max_running},
           {"best", has_best ? trials[0]["id"] : Json(nullptr)},
           {"cost_axis", priced ? "usd" : "seconds"},
           {"spent", {{"usd", usd}, {"kg_co2", co2}, {"energy_kwh", kwh}, {"trial_s", secs}}},
-          {"compute", {{"trial_steps", trial_steps}, {"planned_trial_steps", schedule.trial_steps},
-                       {"full_trial_steps", schedule.full_trial_steps},
-                       {"fraction_of_full", schedule.full_trial_steps > 0 ? static_cast<double>(trial_steps) /
-                                                                            static_cast<double>(schedule.full_trial_steps)
-                                                                      : 0.0},
-                       {"trial_sessions", sessions}}},
-          {"trials", trials}, {"skipped", skipped}, {"skipped_invalid", invalid}, {"skipped_duplicate", duplicate},
-          {"decisions", decisions}, {"pareto", pareto_json(ctx, priced)}};
+          {"compute",
+           {{"trial_steps", trial_steps},
+            {"planned_trial_steps", schedule.trial_steps},
+            {"full_trial_steps", schedule.full_trial_steps},
+            {"fraction_of_full", schedule.full_trial_steps > 0
+                                     ? static_cast<double>(trial_steps) / static_cast<double>(schedule.full_trial_steps)
+                                     : 0.0},
+            {"trial_sessions", sessions}}},
+          {"trials", trials},
+          {"skipped", skipped},
+          {"skipped_invalid", invalid},
+          {"skipped_duplicate", duplicate},
+          {"decisions", decisions},
+          {"pareto", pareto_json(ctx, priced)}};
 }
 
 SearchOutcome write_search_outputs(const SearchContext& ctx, const HalvingSchedule& schedule, SearchOutcome out) {
@@ -211,8 +239,8 @@ std::string pareto_chart(const Json& j, bool by_speed) {
   std::vector<chart::PointSeries> series;
   for (const auto& p : j["pareto"]) {
     const int64_t k = p["rung"].get<int64_t>();
-    chart::PointSeries s{fmt::format("{} steps", p["steps"].get<int64_t>()), kRungColors[static_cast<size_t>(k) % 8],
-                         {}, {}};
+    chart::PointSeries s{
+        fmt::format("{} steps", p["steps"].get<int64_t>()), kRungColors[static_cast<size_t>(k) % 8], {}, {}};
     std::map<std::string, std::pair<double, double>> at;
     for (const auto& t : j["trials"])
       for (const auto& r : t["rungs"]) {
@@ -222,8 +250,9 @@ std::string pareto_chart(const Json& j, bool by_speed) {
                                   : spent / r["steps"].get<double>() * static_cast<double>(max_steps);
         const double y = r["metric"].get<double>();
         const std::string id = t["id"].get<std::string>();
-        s.points.push_back({x, y, fmt::format("{} at {} steps: {} {}", id, r["steps"].get<int64_t>(),
-                                              format_figure(y), values_text(t["values"]))});
+        s.points.push_back({x, y,
+                            fmt::format("{} at {} steps: {} {}", id, r["steps"].get<int64_t>(), format_figure(y),
+                                        values_text(t["values"]))});
         at[id] = {x, y};
       }
     for (const auto& id : p[by_speed ? "by_tokens_per_s" : "by_cost"])
@@ -232,30 +261,34 @@ std::string pareto_chart(const Json& j, bool by_speed) {
     series.push_back(std::move(s));
   }
   const std::string metric = j["metric"].get<std::string>();
-  if (by_speed) return chart::scatter_chart("pareto-speed", metric + " vs speed", "tokens/s", metric, series, metric_clip(j));
-  return chart::scatter_chart("pareto-cost", metric + " vs cost",
-                              usd ? "projected USD for train.steps" : "projected seconds for train.steps (no price set)",
-                              metric, series, metric_clip(j));
+  if (by_speed)
+    return chart::scatter_chart("pareto-speed", metric + " vs speed", "tokens/s", metric, series, metric_clip(j));
+  return chart::scatter_chart(
+      "pareto-cost", metric + " vs cost",
+      usd ? "projected USD for train.steps" : "projected seconds for train.steps (no price set)", metric, series,
+      metric_clip(j));
 }
 
 std::string trial_rows(const Json& j) {
   std::string rows;
   for (const auto& t : j["trials"])
-    rows += fmt::format("<tr data-id='{}'><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-                        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                        chart::escape(t["id"].get<std::string>()), t["rank"].get<int64_t>(),
-                        chart::escape(t["id"].get<std::string>()), chart::escape(values_text(t["values"])),
-                        t["rung"].get<int64_t>(), t["steps"].get<int64_t>(), figure(t["metric"]),
-                        figure(t["tokens_per_s"]), figure(t["cost_usd"]), figure(t["kg_co2"]),
-                        figure(t[j.value("cost_axis", "usd") == "usd" ? "projected_usd" : "projected_s"]), chart::escape(t["status"].get<std::string>() +
-                                                                  (t["note"].get<std::string>().empty() ? "" : ": " + t["note"].get<std::string>())));
+    rows += fmt::format(
+        "<tr data-id='{}'><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        chart::escape(t["id"].get<std::string>()), t["rank"].get<int64_t>(), chart::escape(t["id"].get<std::string>()),
+        chart::escape(values_text(t["values"])), t["rung"].get<int64_t>(), t["steps"].get<int64_t>(),
+        figure(t["metric"]), figure(t["tokens_per_s"]), figure(t["cost_usd"]), figure(t["kg_co2"]),
+        figure(t[j.value("cost_axis", "usd") == "usd" ? "projected_usd" : "projected_s"]),
+        chart::escape(t["status"].get<std::string>() +
+                      (t["note"].get<std::string>().empty() ? "" : ": " + t["note"].get<std::string>())));
   return rows;
 }
 
 std::string card(const std::string& label, const std::string& value, const std::string& unit) {
-  return fmt::format("<div class='card'><div class='label'>{}</div><div class='figure'>{}</div><div class='unit'>{}"
-                     "</div></div>",
-                     chart::escape(label), chart::escape(value), chart::escape(unit));
+  return fmt::format(
+      "<div class='card'><div class='label'>{}</div><div class='figure'>{}</div><div class='unit'>{}"
+      "</div></div>",
+      chart::escape(label), chart::escape(value), chart::escape(unit));
 }
 
 }  // namespace
@@ -275,15 +308,19 @@ std::string render_search_html(const Json& j) {
             fmt::format("of {} trial-steps", format_figure(c["full_trial_steps"].get<double>())));
   h += card("spent", figure(j["spent"]["usd"]), "USD") + card("emissions", figure(j["spent"]["kg_co2"]), "kg CO2");
   h += "</div>";
-  h += fmt::format("<p>Rungs at steps {} (eta {}): at each, the best 1/eta of the trials that ran it go on, resuming "
-                   "from their checkpoints. Seed {}, metric <b>{}</b> ({} is better). Points are trials at each rung "
-                   "they reached; dashed: the Pareto front of that rung.</p>",
-                   fmt::join(j["rung_steps"].get<std::vector<int64_t>>(), ", "), j["eta"].get<double>(),
-                   j["seed"].get<uint64_t>(), chart::escape(metric), j["mode"].get<std::string>() == "min" ? "smaller" : "larger");
+  h += fmt::format(
+      "<p>Rungs at steps {} (eta {}): at each, the best 1/eta of the trials that ran it go on, resuming "
+      "from their checkpoints. Seed {}, metric <b>{}</b> ({} is better). Points are trials at each rung "
+      "they reached; dashed: the Pareto front of that rung.</p>",
+      fmt::join(j["rung_steps"].get<std::vector<int64_t>>(), ", "), j["eta"].get<double>(), j["seed"].get<uint64_t>(),
+      chart::escape(metric), j["mode"].get<std::string>() == "min" ? "smaller" : "larger");
   h += "<div class='charts'>" + pareto_chart(j, false) + pareto_chart(j, true) + "</div>";
   h += "<h2>Trials, best first</h2><table id='trials'><tr><th>rank</th><th>trial</th><th>values</th><th>rung</th>"
-       "<th>steps</th><th>" + chart::escape(metric) + "</th><th>tokens/s</th><th>USD</th><th>kg CO2</th>"
-       "<th>" + std::string(j.value("cost_axis", "usd") == "usd" ? "USD" : "seconds") +
+       "<th>steps</th><th>" +
+       chart::escape(metric) +
+       "</th><th>tokens/s</th><th>USD</th><th>kg CO2</th>"
+       "<th>" +
+       std::string(j.value("cost_axis", "usd") == "usd" ? "USD" : "seconds") +
        " for train.steps</th><th>status</th></tr>" + trial_rows(j) + "</table>";
   h += "<h2>Decisions</h2><table id='decisions'><tr><th>rung</th><th>ranked</th><th>went on</th></tr>";
   for (const auto& d : j["decisions"])
@@ -292,9 +329,10 @@ std::string render_search_html(const Json& j) {
                      fmt::join(d["promoted"].get<std::vector<std::string>>(), ", "));
   h += "</table>";
   if (!j["skipped"].empty()) {
-    h += fmt::format("<h2>Skipped draws</h2><p>{} invalid, {} repeated.</p><table id='skipped'><tr><th>values</th>"
-                     "<th>draws</th><th>why</th></tr>",
-                     j["skipped_invalid"].get<int64_t>(), j["skipped_duplicate"].get<int64_t>());
+    h += fmt::format(
+        "<h2>Skipped draws</h2><p>{} invalid, {} repeated.</p><table id='skipped'><tr><th>values</th>"
+        "<th>draws</th><th>why</th></tr>",
+        j["skipped_invalid"].get<int64_t>(), j["skipped_duplicate"].get<int64_t>());
     for (const auto& s : j["skipped"])
       h += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>", chart::escape(values_text(s["values"])),
                        s["times"].get<int64_t>(), chart::escape(s["why"].get<std::string>()));
@@ -304,9 +342,9 @@ std::string render_search_html(const Json& j) {
 }
 
 std::string search_table(const Json& j) {
-  std::string out = fmt::format("{:<5} {:<6} {:>4} {:>7} {:>10} {:>10} {:>10} {:>10}  {:<10} {}\n", "rank", "trial",
-                                "rung", "steps", j["metric"].get<std::string>(), "tok/s", "USD", "kg CO2", "status",
-                                "values");
+  std::string out =
+      fmt::format("{:<5} {:<6} {:>4} {:>7} {:>10} {:>10} {:>10} {:>10}  {:<10} {}\n", "rank", "trial", "rung", "steps",
+                  j["metric"].get<std::string>(), "tok/s", "USD", "kg CO2", "status", "values");
   for (const auto& t : j["trials"])
     out += fmt::format("{:<5} {:<6} {:>4} {:>7} {:>10} {:>10} {:>10} {:>10}  {:<10} {}\n", t["rank"].get<int64_t>(),
                        t["id"].get<std::string>(), t["rung"].get<int64_t>(), t["steps"].get<int64_t>(),

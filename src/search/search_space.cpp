@@ -34,8 +34,8 @@ constexpr uint64_t kSearchStream = 0x5ea4c4;  // the sampler's stream id beside 
 
 // [search] keys and what each takes (the error for an unknown one lists them).
 const std::vector<std::string>& search_keys() {
-  static const std::vector<std::string> keys = {"base", "out", "seed", "max_trials", "rungs", "eta", "rung_steps",
-                                                "metric", "mode", "parallel", "max_usd", "max_hours"};
+  static const std::vector<std::string> keys = {"base",       "out",    "seed", "max_trials", "rungs",   "eta",
+                                                "rung_steps", "metric", "mode", "parallel",   "max_usd", "max_hours"};
   return keys;
 }
 
@@ -44,8 +44,9 @@ const std::map<std::string, std::string>& reserved_keys() {
   static const std::map<std::string, std::string> keys = {
       {"run.name", "each trial is named after its id (t000, t001, ...)"},
       {"run.out_dir", "the trials live under the search folder (search.out)/trials"},
-      {"train.steps", "every trial's full length is train.steps of the base configuration; the rungs "
-                      "stop and resume it (search.rungs, search.eta, search.rung_steps)"},
+      {"train.steps",
+       "every trial's full length is train.steps of the base configuration; the rungs "
+       "stop and resume it (search.rungs, search.eta, search.rung_steps)"},
       {"checkpoint.enabled", "trials resume from their checkpoints at each rung, so it is always on"}};
   return keys;
 }
@@ -97,9 +98,10 @@ SearchParam choices_param(const KeySpec& k, const toml::array& list, const std::
     if (std::find(p.choices.begin(), p.choices.end(), text) == p.choices.end()) p.choices.push_back(text);
   }
   if (p.choices.empty())
-    throw ConfigError(fmt::format("[space] {} ({}): the list of choices is empty; give at least one value "
-                                  "(allowed: {})",
-                                  k.key, where, k.allowed()));
+    throw ConfigError(
+        fmt::format("[space] {} ({}): the list of choices is empty; give at least one value "
+                    "(allowed: {})",
+                    k.key, where, k.allowed()));
   return p;
 }
 
@@ -107,9 +109,10 @@ SearchParam range_param(const KeySpec& k, const toml::node& bounds, bool log, co
   const char* name = log ? "log_range" : "range";
   const auto* arr = bounds.as_array();
   if (k.type != ValueType::kInt && k.type != ValueType::kFloat)
-    throw ConfigError(fmt::format("[space] {} ({}): a {} needs a numeric key; {} takes {}: list its choices "
-                                  "instead, e.g. \"{}\" = [...]",
-                                  k.key, where, name, k.key, k.allowed(), k.key));
+    throw ConfigError(
+        fmt::format("[space] {} ({}): a {} needs a numeric key; {} takes {}: list its choices "
+                    "instead, e.g. \"{}\" = [...]",
+                    k.key, where, name, k.key, k.allowed(), k.key));
   if (!arr || arr->size() != 2)
     throw ConfigError(fmt::format("[space] {} ({}): {} must be [low, high]", k.key, where, name));
   SearchParam p;
@@ -120,12 +123,13 @@ SearchParam range_param(const KeySpec& k, const toml::node& bounds, bool log, co
   p.low = toml_number(*arr->get(0), k.key, where);
   p.high = toml_number(*arr->get(1), k.key, where);
   if (p.integer && (p.low != std::floor(p.low) || p.high != std::floor(p.high)))
-    throw ConfigError(fmt::format("[space] {} ({}): {} is an integer key; its {} bounds must be integers", k.key,
-                                  where, k.key, name));
+    throw ConfigError(fmt::format("[space] {} ({}): {} is an integer key; its {} bounds must be integers", k.key, where,
+                                  k.key, name));
   if (!(p.low < p.high))
-    throw ConfigError(fmt::format("[space] {} ({}): the {} [{}, {}] is empty; give low < high (one value belongs "
-                                  "in the base configuration)",
-                                  k.key, where, name, p.low, p.high));
+    throw ConfigError(
+        fmt::format("[space] {} ({}): the {} [{}, {}] is empty; give low < high (one value belongs "
+                    "in the base configuration)",
+                    k.key, where, name, p.low, p.high));
   if (log && !(p.low > 0))
     throw ConfigError(fmt::format("[space] {} ({}): a log_range needs low > 0, got {}", k.key, where, p.low));
   for (double b : {p.low, p.high}) {
@@ -146,9 +150,10 @@ SearchParam read_param(const std::string& key, const toml::node& node, const std
     if (const auto* r = t->get("range")) return range_param(k, *r, false, where);
     if (const auto* r = t->get("log_range")) return range_param(k, *r, true, where);
   }
-  throw ConfigError(fmt::format("[space] {} ({}): expected a list of choices [a, b, ...] or one of "
-                                "{{ choices = [...] }}, {{ range = [low, high] }}, {{ log_range = [low, high] }}",
-                                key, where));
+  throw ConfigError(
+      fmt::format("[space] {} ({}): expected a list of choices [a, b, ...] or one of "
+                  "{{ choices = [...] }}, {{ range = [low, high] }}, {{ log_range = [low, high] }}",
+                  key, where));
 }
 
 // [space], with quoted keys ("train.lr" = ...) or dotted ones (train.lr = ..., i.e. nested tables).
@@ -221,21 +226,31 @@ SearchKeys read_search(const toml::table* t, const std::string& file, SearchSpec
   for (const auto& [name, node] : *t) {
     const std::string key(name.str());
     const std::string where = at(file, node);
-    if (key == "base") s.base = text_of(node, key, where);
-    else if (key == "out") s.out = text_of(node, key, where);
-    else if (key == "seed") s.seed = static_cast<uint64_t>(int_in(node, key, 0, INT64_MAX, where));
-    else if (key == "max_trials") s.max_trials = int_in(node, key, 1, 100000, where);
-    else if (key == "rungs") got.rungs = int_in(node, key, 1, 30, where);
-    else if (key == "parallel") s.parallel = int_in(node, key, 1, 1024, where);
-    else if (key == "max_usd") s.max_usd = nonnegative(node, key, where);
-    else if (key == "max_hours") s.max_hours = nonnegative(node, key, where);
-    else if (key == "metric") s.metric = text_of(node, key, where);
+    if (key == "base")
+      s.base = text_of(node, key, where);
+    else if (key == "out")
+      s.out = text_of(node, key, where);
+    else if (key == "seed")
+      s.seed = static_cast<uint64_t>(int_in(node, key, 0, INT64_MAX, where));
+    else if (key == "max_trials")
+      s.max_trials = int_in(node, key, 1, 100000, where);
+    else if (key == "rungs")
+      got.rungs = int_in(node, key, 1, 30, where);
+    else if (key == "parallel")
+      s.parallel = int_in(node, key, 1, 1024, where);
+    else if (key == "max_usd")
+      s.max_usd = nonnegative(node, key, where);
+    else if (key == "max_hours")
+      s.max_hours = nonnegative(node, key, where);
+    else if (key == "metric")
+      s.metric = text_of(node, key, where);
     else if (key == "eta") {
       s.eta = toml_number(node, "search.eta", where);
       if (!(s.eta > 1) || s.eta > 1000)
-        throw ConfigError(fmt::format("search.eta ({}): expected a number in (1, 1000]: the fraction 1/eta of "
-                                      "each rung goes on",
-                                      where));
+        throw ConfigError(
+            fmt::format("search.eta ({}): expected a number in (1, 1000]: the fraction 1/eta of "
+                        "each rung goes on",
+                        where));
     } else if (key == "mode") {
       const std::string m = text_of(node, key, where);
       if (m != "min" && m != "max")
@@ -244,12 +259,13 @@ SearchKeys read_search(const toml::table* t, const std::string& file, SearchSpec
       got.mode_given = true;
     } else if (key == "rung_steps") {
       const auto* arr = node.as_array();
-      if (!arr || arr->empty()) throw ConfigError(fmt::format("search.rung_steps ({}): expected a list of step counts", where));
+      if (!arr || arr->empty())
+        throw ConfigError(fmt::format("search.rung_steps ({}): expected a list of step counts", where));
       for (const auto& v : *arr) s.rung_steps.push_back(int_in(v, key, 1, INT64_MAX, where));
       got.rung_steps_given = true;
     } else {
-      throw ConfigError(fmt::format("unknown key search.{} ({}); [search] knows {}", key, where,
-                                    fmt::join(search_keys(), ", ")));
+      throw ConfigError(
+          fmt::format("unknown key search.{} ({}); [search] knows {}", key, where, fmt::join(search_keys(), ", ")));
     }
   }
   return got;
@@ -264,12 +280,13 @@ void resolve_rungs(SearchSpec& s, const SearchKeys& got) {
   }
   for (size_t k = 1; k < s.rung_steps.size(); ++k)
     if (s.rung_steps[k] <= s.rung_steps[k - 1])
-      throw ConfigError(fmt::format("search.rung_steps = [{}] in {}: must increase", fmt::join(s.rung_steps, ", "),
-                                    s.file));
+      throw ConfigError(
+          fmt::format("search.rung_steps = [{}] in {}: must increase", fmt::join(s.rung_steps, ", "), s.file));
   if (s.rung_steps.back() != steps)
-    throw ConfigError(fmt::format("search.rung_steps = [{}] in {}: the last rung must be the full length, "
-                                  "train.steps = {}",
-                                  fmt::join(s.rung_steps, ", "), s.file, steps));
+    throw ConfigError(
+        fmt::format("search.rung_steps = [{}] in {}: the last rung must be the full length, "
+                    "train.steps = {}",
+                    fmt::join(s.rung_steps, ", "), s.file, steps));
 }
 
 }  // namespace
@@ -297,9 +314,10 @@ SearchSpec load_search_spec(const std::string& path, const std::vector<std::stri
       throw ConfigError(fmt::format("search.base = \"{}\" in {}: no such file ({})", b.string(), path, s.base));
   }
   if (!got.mode_given && s.metric.find("loss") == std::string::npos)
-    throw ConfigError(fmt::format("search.metric = \"{}\" in {}: say whether smaller or larger is better with "
-                                  "search.mode = \"min\" or \"max\"",
-                                  s.metric, path));
+    throw ConfigError(
+        fmt::format("search.metric = \"{}\" in {}: say whether smaller or larger is better with "
+                    "search.mode = \"min\" or \"max\"",
+                    s.metric, path));
   read_fixed(root, path, s.fixed);
   for (const auto& o : sets) {
     const std::string key = o.substr(0, o.find('='));
@@ -310,9 +328,10 @@ SearchSpec load_search_spec(const std::string& path, const std::vector<std::stri
   const auto* space = root["space"].as_table();
   if (space) read_space(*space, "", path, s.params);
   if (s.params.empty())
-    throw ConfigError(fmt::format("{} has no [space] entries: list at least one config key to search over, e.g. "
-                                  "[space] \"train.lr\" = {{ log_range = [1e-4, 1e-2] }}",
-                                  path));
+    throw ConfigError(
+        fmt::format("{} has no [space] entries: list at least one config key to search over, e.g. "
+                    "[space] \"train.lr\" = {{ log_range = [1e-4, 1e-2] }}",
+                    path));
   std::sort(s.params.begin(), s.params.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
   const ResolvedConfig base = resolve_run_config(s.base, s.fixed, env);  // the base must hold on its own
   s.base_config = base.config;
@@ -325,8 +344,10 @@ nlohmann::json SearchSpec::identity() const {
   nlohmann::json list = nlohmann::json::array();
   for (const auto& p : params) {
     nlohmann::json j = {{"key", p.key}};
-    if (p.kind == SearchParam::Kind::kChoices) j["choices"] = p.choices;
-    else j[p.kind == SearchParam::Kind::kRange ? "range" : "log_range"] = {p.low, p.high};
+    if (p.kind == SearchParam::Kind::kChoices)
+      j["choices"] = p.choices;
+    else
+      j[p.kind == SearchParam::Kind::kRange ? "range" : "log_range"] = {p.low, p.high};
     list.push_back(j);
   }
   return {{"params", list},
@@ -360,8 +381,8 @@ std::vector<std::pair<std::string, std::string>> sample_point(const SearchSpec& 
       v = p.choices[std::min(n - 1, static_cast<size_t>(u * static_cast<double>(n)))];
     } else if (p.kind == SearchParam::Kind::kRange) {
       if (p.integer)
-        v = std::to_string(std::min(static_cast<int64_t>(p.high),
-                                    static_cast<int64_t>(p.low + std::floor(u * (p.high - p.low + 1)))));
+        v = std::to_string(
+            std::min(static_cast<int64_t>(p.high), static_cast<int64_t>(p.low + std::floor(u * (p.high - p.low + 1)))));
       else
         v = format_value(ConfigValue(round4(p.low + u * (p.high - p.low), p.low, p.high)));
     } else {
@@ -394,9 +415,10 @@ std::string trial_problem(const SearchSpec& spec, const std::vector<std::pair<st
   if (c.early_stop.enabled && every > 0)
     for (size_t k = 0; k + 1 < spec.rung_steps.size(); ++k)
       if (spec.rung_steps[k] % every != 0)
-        return fmt::format("early_stop.enabled with train.eval_every = {}: rung {} at step {} is not an evaluation "
-                           "step; choose search.rung_steps that train.eval_every divides",
-                           every, k, spec.rung_steps[k]);
+        return fmt::format(
+            "early_stop.enabled with train.eval_every = {}: rung {} at step {} is not an evaluation "
+            "step; choose search.rung_steps that train.eval_every divides",
+            every, k, spec.rung_steps[k]);
   return "";
 }
 

@@ -93,12 +93,18 @@ int decode(const std::string& model, const std::string& in_path, const std::stri
 int main(int argc, char** argv) {
   const std::vector<std::string> a(argv + 1, argv + argc);
   if (a.size() == 5 && a[0] == "train") {
-    const std::unordered_map<std::string, std::string> args = {
-        {"input", a[1]}, {"model_prefix", a[2]}, {"vocab_size", a[3]}, {"num_threads", a[4]},
-        {"model_type", "unigram"}, {"character_coverage", "1.0"}, {"byte_fallback", "true"},
-        {"hard_vocab_limit", "false"}, {"max_sentence_length", "65536"},
-        {"input_sentence_size", "2000000"}, {"shuffle_input_sentence", "true"},
-        {"minloglevel", "2"}};
+    const std::unordered_map<std::string, std::string> args = {{"input", a[1]},
+                                                               {"model_prefix", a[2]},
+                                                               {"vocab_size", a[3]},
+                                                               {"num_threads", a[4]},
+                                                               {"model_type", "unigram"},
+                                                               {"character_coverage", "1.0"},
+                                                               {"byte_fallback", "true"},
+                                                               {"hard_vocab_limit", "false"},
+                                                               {"max_sentence_length", "65536"},
+                                                               {"input_sentence_size", "2000000"},
+                                                               {"shuffle_input_sentence", "true"},
+                                                               {"minloglevel", "2"}};
     auto st = sentencepiece::SentencePieceTrainer::Train(args);
     return st.ok() ? 0 : fail("training failed: " + st.ToString());
   }

@@ -37,15 +37,17 @@ void add_producers(const ConnectorContext& ctx, std::vector<std::shared_ptr<Call
   if (!c.guard.enabled) out.push_back(std::make_shared<NonFiniteLossStop>());
   out.push_back(std::make_shared<CostMeter>(c.budget));
   out.push_back(std::make_shared<MfuMeter>(setup.peak, setup.flops_per_token, setup.world_size));
-  if (setup.grad_noise) out.push_back(std::make_shared<GradNoiseMeter>(setup.micro_batch, setup.accum, setup.global_batch));
+  if (setup.grad_noise)
+    out.push_back(std::make_shared<GradNoiseMeter>(setup.micro_batch, setup.accum, setup.global_batch));
 }
 
 std::optional<Deadline> checked_deadline(const Config& c) {
   const std::optional<Deadline> deadline = resolve_deadline(c.checkpoint.deadline);
   if (deadline && deadline->unix_s <= unix_now())  // stopping at once would requeue forever
-    throw ConfigError(fmt::format("the deadline {} ({}) has passed; set checkpoint.deadline to a later time, or "
-                                  "\"\" for none",
-                                  format_utc(deadline->unix_s), deadline->source));
+    throw ConfigError(
+        fmt::format("the deadline {} ({}) has passed; set checkpoint.deadline to a later time, or "
+                    "\"\" for none",
+                    format_utc(deadline->unix_s), deadline->source));
   if (deadline)
     Console::get().line(fmt::format("deadline: {} ({}); the run checkpoints and exits 75 in time for it",
                                     format_utc(deadline->unix_s), deadline->source));
@@ -100,10 +102,11 @@ void check_state_keys(const std::vector<std::shared_ptr<Callback>>& callbacks) {
   for (const auto& cb : callbacks) {
     const std::string key = cb->state_key();
     if (!key.empty() && ++seen[key] == 2)
-      throw ConfigError(fmt::format("two callbacks keep their checkpointed state under the key \"{}\", so one would "
-                                    "overwrite the other's in every checkpoint; give one of them another "
-                                    "state_key()",
-                                    key));
+      throw ConfigError(
+          fmt::format("two callbacks keep their checkpointed state under the key \"{}\", so one would "
+                      "overwrite the other's in every checkpoint; give one of them another "
+                      "state_key()",
+                      key));
   }
 }
 

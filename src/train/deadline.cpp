@@ -35,27 +35,28 @@ std::optional<double> parse_iso_utc(const std::string& t) {
 }
 }  // namespace
 
-std::optional<Deadline> resolve_deadline(const std::string& text,
-                                         const std::function<const char*(const char*)>& env) {
+std::optional<Deadline> resolve_deadline(const std::string& text, const std::function<const char*(const char*)>& env) {
   auto get = [&](const char* name) -> const char* { return env ? env(name) : std::getenv(name); };
   if (text.empty()) return std::nullopt;
   if (text == "auto" || text == "slurm") {
     const char* end = get("SLURM_JOB_END_TIME");
     if (end && *end) {
       if (auto s = parse_unix_seconds(end)) return Deadline{*s, "SLURM_JOB_END_TIME"};
-      throw ConfigError(fmt::format("SLURM_JOB_END_TIME = \"{}\" is not Unix seconds (checkpoint.deadline = \"{}\")",
-                                    end, text));
+      throw ConfigError(
+          fmt::format("SLURM_JOB_END_TIME = \"{}\" is not Unix seconds (checkpoint.deadline = \"{}\")", end, text));
     }
     if (text == "slurm")
-      throw ConfigError("checkpoint.deadline = \"slurm\" but SLURM_JOB_END_TIME is not set (not in a Slurm job, or "
-                        "a Slurm older than 22.05); use \"auto\", or give the end time as \"2026-11-24T18:00:00Z\"");
+      throw ConfigError(
+          "checkpoint.deadline = \"slurm\" but SLURM_JOB_END_TIME is not set (not in a Slurm job, or "
+          "a Slurm older than 22.05); use \"auto\", or give the end time as \"2026-11-24T18:00:00Z\"");
     return std::nullopt;
   }
   if (auto s = parse_unix_seconds(text)) return Deadline{*s, "checkpoint.deadline"};
   if (auto s = parse_iso_utc(text)) return Deadline{*s, "checkpoint.deadline"};
-  throw ConfigError(fmt::format("checkpoint.deadline = \"{}\" is not a time; write \"\" (none), \"auto\", \"slurm\", "
-                                "a UTC time like \"2026-11-24T18:00:00Z\", or Unix seconds",
-                                text));
+  throw ConfigError(
+      fmt::format("checkpoint.deadline = \"{}\" is not a time; write \"\" (none), \"auto\", \"slurm\", "
+                  "a UTC time like \"2026-11-24T18:00:00Z\", or Unix seconds",
+                  text));
 }
 
 bool must_stop_for_deadline(double now_unix, double deadline_unix, double step_s, double save_s, double margin_s) {
@@ -67,21 +68,23 @@ bool must_stop_for_deadline(double now_unix, double deadline_unix, double step_s
 NoticePoller::NoticePoller(const std::string& url, double poll_s) : poll_s_(std::max(poll_s, 0.05)) {
   const std::string scheme = "http://";
   if (url.rfind(scheme, 0) != 0)
-    throw ConfigError(fmt::format("checkpoint.notice_url = \"{}\" must start with http:// (the cloud metadata "
-                                  "endpoints are plain HTTP on a link-local address)",
-                                  url));
+    throw ConfigError(
+        fmt::format("checkpoint.notice_url = \"{}\" must start with http:// (the cloud metadata "
+                    "endpoints are plain HTTP on a link-local address)",
+                    url));
   const size_t slash = url.find('/', scheme.size());
-  const std::string authority = url.substr(scheme.size(), slash == std::string::npos ? std::string::npos
-                                                                                       : slash - scheme.size());
+  const std::string authority =
+      url.substr(scheme.size(), slash == std::string::npos ? std::string::npos : slash - scheme.size());
   const size_t colon = authority.rfind(':');
   const std::string host = authority.substr(0, colon);
   const std::string port = colon == std::string::npos ? "80" : authority.substr(colon + 1);
   const bool port_ok = !port.empty() && port.size() <= 5 && port.find_first_not_of("0123456789") == std::string::npos &&
                        std::stoi(port) >= 1 && std::stoi(port) <= 65535;
   if (host.empty() || host.find_first_of(" @?#[]") != std::string::npos || !port_ok)
-    throw ConfigError(fmt::format("checkpoint.notice_url = \"{}\" is not a URL frugal can poll: it needs a host "
-                                  "and, if given, a port from 1 to 65535 (http://HOST[:PORT]/PATH)",
-                                  url));
+    throw ConfigError(
+        fmt::format("checkpoint.notice_url = \"{}\" is not a URL frugal can poll: it needs a host "
+                    "and, if given, a port from 1 to 65535 (http://HOST[:PORT]/PATH)",
+                    url));
   scheme_host_ = url.substr(0, slash);
   path_ = slash == std::string::npos ? "/" : url.substr(slash);
   thread_ = std::thread([this] { run(); });
@@ -154,8 +157,8 @@ void NoticePoller::poll() {
 
 // ---- the callback ------------------------------------------------------------------------------
 
-DeadlineGuard::DeadlineGuard(const CheckpointConfig& config, std::optional<Deadline> deadline,
-                             int64_t eval_every, std::function<double()> clock)
+DeadlineGuard::DeadlineGuard(const CheckpointConfig& config, std::optional<Deadline> deadline, int64_t eval_every,
+                             std::function<double()> clock)
     : config_(config), deadline_(std::move(deadline)), clock_(std::move(clock)), eval_every_(eval_every) {
   if (!config_.notice_url.empty()) poller_ = std::make_unique<NoticePoller>(config_.notice_url, config_.notice_poll_s);
 }
@@ -188,13 +191,12 @@ void DeadlineGuard::on_step_end(const StepMetrics& m, Control& control) {
   const bool evaluates = eval_every_ > 0 && m.step % eval_every_ == 0;
   const double next_s = std::max(step_s_, logged_step_s_) + (evaluates ? eval_s_ : 0);
   if (must_stop_for_deadline(now, deadline_->unix_s, next_s, save_s_, config_.deadline_margin_s))
-    control.request_stop(
-        fmt::format("deadline ({}) in {:.0f} s: {} ({:.1f} s), a checkpoint ({:.1f} s) and the margin "
-                    "(checkpoint.deadline_margin_s = {:.0f}) would not fit",
-                    deadline_->source, deadline_->unix_s - now,
-                    evaluates ? "an evaluation and one more step" : "one more step", next_s, save_s_,
-                    config_.deadline_margin_s),
-        StopKind::kPreempted);
+    control.request_stop(fmt::format("deadline ({}) in {:.0f} s: {} ({:.1f} s), a checkpoint ({:.1f} s) and the margin "
+                                     "(checkpoint.deadline_margin_s = {:.0f}) would not fit",
+                                     deadline_->source, deadline_->unix_s - now,
+                                     evaluates ? "an evaluation and one more step" : "one more step", next_s, save_s_,
+                                     config_.deadline_margin_s),
+                         StopKind::kPreempted);
 }
 
 }  // namespace frugal

@@ -26,9 +26,10 @@ GuardVerdict next_guard_state(const GuardState& s, double loss, int64_t step, co
     ++n.above;
     if (n.above >= c.spike_windows) {
       v.diverged = true;
-      v.reason = fmt::format("training loss {:.4g} at step {} stayed above {} x its moving average "
-                             "{:.4g} for {} log windows",
-                             loss, step, c.spike_factor, n.ema, n.above);
+      v.reason = fmt::format(
+          "training loss {:.4g} at step {} stayed above {} x its moving average "
+          "{:.4g} for {} log windows",
+          loss, step, c.spike_factor, n.ema, n.above);
     }
     return v;
   }
@@ -47,8 +48,7 @@ void DivergenceGuard::on_step_end(const StepMetrics& m, Control& control) {
 }
 
 void DivergenceGuard::save_state(nlohmann::json& out) const {
-  out = {{"windows", state_.windows}, {"ema", state_.ema}, {"above", state_.above},
-         {"good_step", state_.good_step}};
+  out = {{"windows", state_.windows}, {"ema", state_.ema}, {"above", state_.above}, {"good_step", state_.good_step}};
 }
 
 void DivergenceGuard::load_state(const nlohmann::json& in) {

@@ -10,8 +10,7 @@
 
 namespace frugal {
 
-EarlyStopDecision next_early_stop(const EarlyStopState& s, double value, int64_t step,
-                                  const EarlyStopConfig& c) {
+EarlyStopDecision next_early_stop(const EarlyStopState& s, double value, int64_t step, const EarlyStopConfig& c) {
   EarlyStopDecision d{s, false, ""};
   const std::string watched = c.task_metric.empty() ? std::string(metric_name(c.metric)) : c.task_metric;
   EarlyStopState& n = d.state;
@@ -25,8 +24,8 @@ EarlyStopDecision next_early_stop(const EarlyStopState& s, double value, int64_t
     n.bad = 0;
     return d;
   }
-  const bool improved = finite && (c.mode == MetricMode::kMin ? value < n.best - c.min_delta
-                                                              : value > n.best + c.min_delta);
+  const bool improved =
+      finite && (c.mode == MetricMode::kMin ? value < n.best - c.min_delta : value > n.best + c.min_delta);
   if (improved) {
     n.best = value;
     n.best_step = step;
@@ -36,9 +35,10 @@ EarlyStopDecision next_early_stop(const EarlyStopState& s, double value, int64_t
   ++n.bad;
   if (n.bad >= c.patience) {
     d.stop = true;
-    d.reason = n.has_best ? fmt::format("early stop: {} did not improve on {:.6g} (step {}) by more than "
-                                        "{} for {} evaluations",
-                                        watched, n.best, n.best_step, c.min_delta, n.bad)
+    d.reason = n.has_best ? fmt::format(
+                                "early stop: {} did not improve on {:.6g} (step {}) by more than "
+                                "{} for {} evaluations",
+                                watched, n.best, n.best_step, c.min_delta, n.bad)
                           : fmt::format("early stop: {} was not finite for {} evaluations", watched, n.bad);
   }
   return d;
@@ -61,9 +61,10 @@ void EarlyStopping::on_eval_end(const EvalMetrics& m, Control& control) {
     if (it == m.task.end()) {
       std::string names;
       for (const auto& kv : m.task) names += (names.empty() ? "" : ", ") + kv.first;
-      throw ConfigError(fmt::format("early_stop.task_metric = \"{}\" but the task's evaluation reported {}; name one "
-                                    "of the figures its TaskHooks::eval_metrics returns",
-                                    config_.task_metric, names.empty() ? "no figures of its own" : "{" + names + "}"));
+      throw ConfigError(
+          fmt::format("early_stop.task_metric = \"{}\" but the task's evaluation reported {}; name one "
+                      "of the figures its TaskHooks::eval_metrics returns",
+                      config_.task_metric, names.empty() ? "no figures of its own" : "{" + names + "}"));
     }
     observe(it->second, m.step, control);
     return;
@@ -72,8 +73,11 @@ void EarlyStopping::on_eval_end(const EvalMetrics& m, Control& control) {
 }
 
 void EarlyStopping::save_state(nlohmann::json& out) const {
-  out = {{"seen", state_.seen}, {"has_best", state_.has_best}, {"best", state_.best},
-         {"best_step", state_.best_step}, {"bad", state_.bad}};
+  out = {{"seen", state_.seen},
+         {"has_best", state_.has_best},
+         {"best", state_.best},
+         {"best_step", state_.best_step},
+         {"bad", state_.bad}};
 }
 
 void EarlyStopping::load_state(const nlohmann::json& in) {

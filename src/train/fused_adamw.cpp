@@ -20,8 +20,8 @@ struct AdamWScalars {
 
 // Elements [0, n) of the update. Separate buffers (restrict) and scalars by value, and not
 // inlined into the caller (where the restrict promise is lost), so the loop vectorises.
-[[gnu::noinline]] void adamw_span(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
-                int64_t n, const AdamWScalars s) {
+[[gnu::noinline]] void adamw_span(float* __restrict p, const float* __restrict g, float* __restrict m,
+                                  float* __restrict v, int64_t n, const AdamWScalars s) {
   for (int64_t i = 0; i < n; ++i) {
     const float gi = g[i] * s.grad_scale;  // x * 1.0f == x: no branch
     const float mi = m[i] * s.b1 + s.a1 * gi;
@@ -35,8 +35,8 @@ struct AdamWScalars {
 }  // namespace
 
 void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
-                  const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& h,
-                  double weight_decay, int64_t step, const at::Tensor& grad_scale) {
+                  const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& h, double weight_decay,
+                  int64_t step, const at::Tensor& grad_scale) {
   const double b1 = h.beta1, b2 = h.beta2;
   const double bc1 = 1 - std::pow(b1, static_cast<double>(step));
   const double bc2 = 1 - std::pow(b2, static_cast<double>(step));
@@ -44,8 +44,8 @@ void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::T
   const double bc2_sqrt = std::sqrt(bc2);
   const bool fused = params.device().is_cpu() && params.scalar_type() == at::kFloat &&
                      grads.scalar_type() == at::kFloat && exp_avg.scalar_type() == at::kFloat &&
-                     exp_avg_sq.scalar_type() == at::kFloat && params.is_contiguous() &&
-                     grads.is_contiguous() && exp_avg.is_contiguous() && exp_avg_sq.is_contiguous();
+                     exp_avg_sq.scalar_type() == at::kFloat && params.is_contiguous() && grads.is_contiguous() &&
+                     exp_avg.is_contiguous() && exp_avg_sq.is_contiguous();
   if (grad_scale.defined() && !fused) grads.mul_(grad_scale.to(grads.scalar_type()));
   // On a GPU: ATen's fused AdamW kernel, one pass over the flat buffer.
   if (params.is_cuda() &&
@@ -68,9 +68,8 @@ void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::T
   float* m = exp_avg.data_ptr<float>();
   float* v = exp_avg_sq.data_ptr<float>();
   const AdamWScalars sc{static_cast<float>(1 - h.lr * weight_decay),  // x * 1.0f == x: no branch
-                        static_cast<float>(b1),        static_cast<float>(1 - b1),
-                        static_cast<float>(b2),        static_cast<float>(1 - b2),
-                        static_cast<float>(bc2_sqrt),  static_cast<float>(h.eps),
+                        static_cast<float>(b1), static_cast<float>(1 - b1), static_cast<float>(b2),
+                        static_cast<float>(1 - b2), static_cast<float>(bc2_sqrt), static_cast<float>(h.eps),
                         static_cast<float>(-step_size),
                         // The coefficient as mul_ would apply it: rounded to float.
                         grad_scale.defined() ? grad_scale.to(at::kFloat).item<float>() : 1.0f};

@@ -33,14 +33,11 @@ ScaleState next_scale_state(const ScaleState& s, bool found_inf, const Precision
   return n;
 }
 
-LossScaler::LossScaler(bool enabled, const PrecisionConfig& config)
-    : enabled_(enabled), config_(config) {
+LossScaler::LossScaler(bool enabled, const PrecisionConfig& config) : enabled_(enabled), config_(config) {
   state_.scale = std::max(config.init_scale, config.min_scale);
 }
 
-at::Tensor LossScaler::scale_loss(const at::Tensor& loss) const {
-  return enabled_ ? loss * state_.scale : loss;
-}
+at::Tensor LossScaler::scale_loss(const at::Tensor& loss) const { return enabled_ ? loss * state_.scale : loss; }
 
 void LossScaler::unscale(const std::vector<at::Tensor>& grads) const {
   if (!enabled_) return;

@@ -35,15 +35,17 @@ std::string run_weights(const std::string& run_dir, const char* command) {
     for (const auto& ck : list) {
       const std::string why = ck.complete ? verify_checkpoint(ck.path) : "incomplete";
       if (why.empty()) {
-        fmt::print(stderr, "frugal {}: {} has no final/ weights; using the newest sound checkpoint, step {}\n",
-                   command, run_dir, ck.step);
+        fmt::print(stderr, "frugal {}: {} has no final/ weights; using the newest sound checkpoint, step {}\n", command,
+                   run_dir, ck.step);
         return ck.path + "/model.safetensors";
       }
       problems += fmt::format("; {}: {}", ck.path, why);
     }
   }
-  throw ConfigError(fmt::format("no weights in {}: neither final/model.safetensors nor a sound checkpoint under "
-                                "{}{} (pass --weights PATH)", run_dir, root, problems));
+  throw ConfigError(
+      fmt::format("no weights in {}: neither final/model.safetensors nor a sound checkpoint under "
+                  "{}{} (pass --weights PATH)",
+                  run_dir, root, problems));
 }
 
 std::string named_weights(const std::string& path) {
@@ -52,9 +54,10 @@ std::string named_weights(const std::string& path) {
   if (fs::is_directory(path, ec)) {
     const std::string inside = (fs::path(path) / "model.safetensors").string();
     if (fs::is_regular_file(inside, ec)) return inside;
-    throw ConfigError(fmt::format("--weights {} is a directory without model.safetensors; pass a .safetensors file "
-                                  "or a checkpoint directory (RUN_DIR/checkpoints/step-NNNNNNNN)",
-                                  path));
+    throw ConfigError(
+        fmt::format("--weights {} is a directory without model.safetensors; pass a .safetensors file "
+                    "or a checkpoint directory (RUN_DIR/checkpoints/step-NNNNNNNN)",
+                    path));
   }
   throw ConfigError(fmt::format("--weights {}: no such file or directory", path));
 }
@@ -82,24 +85,28 @@ TokenizerFiles run_tokenizer_files(const OpenedRun& run) {
     if (fs::is_directory(src.path, ec) && !fs::exists(fs::path(src.path) / "manifest.json"))
       for (const auto& e : fs::directory_iterator(src.path, ec)) bins = bins || e.path().extension() == ".bin";
     if (bins)
-      throw ConfigError(fmt::format(
-          "{}: the run trained on {}, token files without a manifest (llm.c or nanoGPT .bin files, whose "
-          "tokenizer they do not record); frugal cannot encode or decode them: it knows the byte and "
-          "SentencePiece tokenizers of `frugal prepare` and Hugging Face tokenizer.json files",
-          cfg, src.path));
-    throw ConfigError(fmt::format("{}: the run keeps no tokenizer ({} is missing) and its dataset {} (data.source) has "
-                                  "no readable manifest.json, so its tokenizer is unknown; put the dataset back where "
-                                  "the run read it",
-                                  cfg, kept + "/manifest.json", src.path));
+      throw ConfigError(
+          fmt::format("{}: the run trained on {}, token files without a manifest (llm.c or nanoGPT .bin files, whose "
+                      "tokenizer they do not record); frugal cannot encode or decode them: it knows the byte and "
+                      "SentencePiece tokenizers of `frugal prepare` and Hugging Face tokenizer.json files",
+                      cfg, src.path));
+    throw ConfigError(
+        fmt::format("{}: the run keeps no tokenizer ({} is missing) and its dataset {} (data.source) has "
+                    "no readable manifest.json, so its tokenizer is unknown; put the dataset back where "
+                    "the run read it",
+                    cfg, kept + "/manifest.json", src.path));
   }
   if (m->name == "bytes") return {"bytes", dir, ""};
   const char* file = m->name == "sentencepiece" ? "tokenizer.model" : m->name == "hf" ? "tokenizer.json" : nullptr;
   if (!file)
-    throw ConfigError(fmt::format("{}: the run's tokenizer in {} is '{}', which frugal does not know (bytes, "
-                                  "sentencepiece, hf)", cfg, dir, m->name));
+    throw ConfigError(
+        fmt::format("{}: the run's tokenizer in {} is '{}', which frugal does not know (bytes, "
+                    "sentencepiece, hf)",
+                    cfg, dir, m->name));
   const std::string model = (fs::path(dir) / file).string();
   if (!fs::is_regular_file(model))
-    throw ConfigError(fmt::format("{}: the run's tokenizer in {} is {} but its {} is missing", cfg, dir, m->name, file));
+    throw ConfigError(
+        fmt::format("{}: the run's tokenizer in {} is {} but its {} is missing", cfg, dir, m->name, file));
   return {m->name, dir, model};
 }
 

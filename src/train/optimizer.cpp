@@ -93,9 +93,10 @@ class TorchOptimizer : public Optimizer {
       const std::string p = "p" + std::to_string(i);
       auto m = by_name.find(p + ".exp_avg"), v = by_name.find(p + ".exp_avg_sq"), k = by_name.find(p + ".step");
       if (m == by_name.end() && v == by_name.end() && k == by_name.end()) continue;
-      if (m == by_name.end() || v == by_name.end() || k == by_name.end() ||
-          m->second.numel() != params_[i].numel() || v->second.numel() != params_[i].numel())
-        throw CheckpointError("optimizer state of parameter " + p + " is incomplete or has the wrong size; the "
+      if (m == by_name.end() || v == by_name.end() || k == by_name.end() || m->second.numel() != params_[i].numel() ||
+          v->second.numel() != params_[i].numel())
+        throw CheckpointError("optimizer state of parameter " + p +
+                              " is incomplete or has the wrong size; the "
                               "model differs from the checkpoint's, or it was written by another optimizer");
       auto s = std::make_unique<torch::optim::AdamWParamState>();
       s->step(k->second.item<int64_t>());
@@ -105,8 +106,8 @@ class TorchOptimizer : public Optimizer {
       restored += 3;
     }
     if (restored != tensors.size())
-      throw CheckpointError("the checkpoint's optimizer state (" + std::to_string(tensors.size()) +
-                            " tensors, e.g. '" + (tensors.empty() ? std::string() : tensors.front().first) +
+      throw CheckpointError("the checkpoint's optimizer state (" + std::to_string(tensors.size()) + " tensors, e.g. '" +
+                            (tensors.empty() ? std::string() : tensors.front().first) +
                             "') is not torch_adamw's for this model; resume with the train.optimizer "
                             "the checkpoint was written with");
     steps_ = steps;
@@ -154,8 +155,10 @@ void check_param_groups(const std::vector<ParamGroup>& groups, const std::vector
     for (const auto& p : groups[g].params) {
       auto it = index.find(p.unsafeGetTensorImpl());
       if (it == index.end())
-        throw ConfigError(fmt::format("{}: group {} holds a tensor of shape {} that is not a trainable parameter "
-                                      "of the module", origin, g, c10::str(p.sizes())));
+        throw ConfigError(
+            fmt::format("{}: group {} holds a tensor of shape {} that is not a trainable parameter "
+                        "of the module",
+                        origin, g, c10::str(p.sizes())));
       if (++seen[it->second] > 1)
         throw ConfigError(fmt::format("{}: parameter {} (shape {}) is in more than one group", origin, it->second,
                                       c10::str(p.sizes())));
@@ -163,8 +166,10 @@ void check_param_groups(const std::vector<ParamGroup>& groups, const std::vector
   }
   for (const auto& [impl, i] : index)
     if (seen[i] == 0)
-      throw ConfigError(fmt::format("{}: parameter {} (shape {}) is in no group; every trainable parameter must "
-                                    "be in exactly one", origin, i, c10::str(params[i].sizes())));
+      throw ConfigError(
+          fmt::format("{}: parameter {} (shape {}) is in no group; every trainable parameter must "
+                      "be in exactly one",
+                      origin, i, c10::str(params[i].sizes())));
 }
 
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<ParamGroup>& groups,

@@ -11,10 +11,14 @@ namespace frugal {
 
 std::string precision_name(PrecisionMode m) {
   switch (m) {
-    case PrecisionMode::kFp32: return "fp32";
-    case PrecisionMode::kBf16: return "bf16";
-    case PrecisionMode::kFp16: return "fp16";
-    case PrecisionMode::kAuto: return "auto";
+    case PrecisionMode::kFp32:
+      return "fp32";
+    case PrecisionMode::kBf16:
+      return "bf16";
+    case PrecisionMode::kFp16:
+      return "fp16";
+    case PrecisionMode::kAuto:
+      return "auto";
   }
   return "?";
 }
@@ -61,9 +65,10 @@ PrecisionMode cpu_auto_precision(std::string* reason, bool remeasure, CpuPrecisi
         if (speeds) *speeds = s;
         const PrecisionMode m = auto_precision(s.bf16_gflops, s.fp32_gflops, reason);
         if (reason)
-          *reason += fmt::format(" (measured {}, medians of {} alternating rounds, kept in {}; frugal doctor "
-                                 "measures again)",
-                                 kept->value("measured_utc", std::string("?")), s.rounds, path);
+          *reason += fmt::format(
+              " (measured {}, medians of {} alternating rounds, kept in {}; frugal doctor "
+              "measures again)",
+              kept->value("measured_utc", std::string("?")), s.rounds, path);
         return m;
       }
     }
@@ -75,8 +80,11 @@ PrecisionMode cpu_auto_precision(std::string* reason, bool remeasure, CpuPrecisi
   std::string kept = "not kept";
   try {
     save_machine_decision("precision.json",
-                          {{"fp32_gflops", s.fp32_gflops}, {"bf16_gflops", s.bf16_gflops}, {"rounds", s.rounds},
-                           {"n", s.n}, {"chosen", precision_name(m)}},
+                          {{"fp32_gflops", s.fp32_gflops},
+                           {"bf16_gflops", s.bf16_gflops},
+                           {"rounds", s.rounds},
+                           {"n", s.n},
+                           {"chosen", precision_name(m)}},
                           remeasure ? "frugal doctor" : "precision.mode = auto");
     kept = "kept in " + path;
   } catch (const std::exception& e) {

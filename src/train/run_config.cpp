@@ -59,11 +59,11 @@ ResolvedConfig resolve_run_config(const std::string& file, const std::vector<std
 }
 
 std::vector<std::string> probe_overrides(const std::string& out_dir, const std::string& name, int64_t steps) {
-  return {"run.out_dir=" + out_dir,     "run.name=" + name,          fmt::format("train.steps={}", steps),
-          "train.log_every=1",          "train.max_minutes=0",       "train.smoke_first=false",
-          "train.auto_tune=false",      "plan.before_train=false",   "early_stop.enabled=false",
-          "guard.enabled=false",        "budget.limit_usd=0",        "budget.alert_command=",
-          "monitor.http=",              "profile.capture_steps=0",   "checkpoint.notice_url=",
+  return {"run.out_dir=" + out_dir, "run.name=" + name,        fmt::format("train.steps={}", steps),
+          "train.log_every=1",      "train.max_minutes=0",     "train.smoke_first=false",
+          "train.auto_tune=false",  "plan.before_train=false", "early_stop.enabled=false",
+          "guard.enabled=false",    "budget.limit_usd=0",      "budget.alert_command=",
+          "monitor.http=",          "profile.capture_steps=0", "checkpoint.notice_url=",
           "checkpoint.deadline="};
 }
 
@@ -75,10 +75,10 @@ bool resume_may_change(const std::string& key) {
   // model.kernels picks an implementation of the same arithmetic; every other model key is the shape.
   if (key.rfind("model.", 0) == 0) return key == "model.kernels";
   static const std::set<std::string> fixed = {
-      "run.seed",          "data.source",      "data.val_fraction", "data.arith_digits", "data.arith_lines",
-      "data.micro_batch",  "train.global_batch", "train.accum",     "train.optimizer",   "train.lr",
-      "train.warmup_steps", "train.min_lr_ratio", "train.weight_decay", "train.beta1",   "train.beta2",
-      "train.grad_clip"};
+      "run.seed",           "data.source",      "data.val_fraction",  "data.arith_digits",
+      "data.arith_lines",   "data.micro_batch", "train.global_batch", "train.accum",
+      "train.optimizer",    "train.lr",         "train.warmup_steps", "train.min_lr_ratio",
+      "train.weight_decay", "train.beta1",      "train.beta2",        "train.grad_clip"};
   return fixed.count(key) == 0;
 }
 

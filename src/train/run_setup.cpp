@@ -52,11 +52,14 @@ PrecisionMode precision_to_continue(PrecisionMode configured, const std::string&
   const std::string now = precision_name(configured);
   if (checkpoint.empty() || checkpoint == now) return configured;
   if (configured == PrecisionMode::kAuto || (configured == PrecisionMode::kFp16 && checkpoint == "bf16"))
-    return checkpoint == "bf16" ? PrecisionMode::kBf16 : checkpoint == "fp16" ? PrecisionMode::kFp16 : PrecisionMode::kFp32;
+    return checkpoint == "bf16"   ? PrecisionMode::kBf16
+           : checkpoint == "fp16" ? PrecisionMode::kFp16
+                                  : PrecisionMode::kFp32;
   if (warning)
-    *warning = fmt::format("the checkpoint trained in {}, this run asks for {}; the continuation will not match "
-                           "an uninterrupted run",
-                           checkpoint, now);
+    *warning = fmt::format(
+        "the checkpoint trained in {}, this run asks for {}; the continuation will not match "
+        "an uninterrupted run",
+        checkpoint, now);
   return configured;
 }
 

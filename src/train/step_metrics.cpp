@@ -33,7 +33,7 @@ StepMetrics make_step_metrics(const StepReadings& r, const StepMetrics& previous
   m.micro_grad_sq = std::isfinite(r.micro_grad_sq_sum) && std::isfinite(r.grad_norm)
                         ? r.micro_grad_sq_sum / static_cast<double>(r.accum)
                         : std::nan("");
-  m.mfu = 0;                      // the MFU meter fills it
+  m.mfu = 0;                          // the MFU meter fills it
   m.grad_noise_scale = std::nan("");  // the noise-scale meter fills it
   return m;
 }

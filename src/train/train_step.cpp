@@ -65,15 +65,15 @@ RunSetup single_process_setup(const Config& config, int64_t tokens_per_sample, c
 }
 }  // namespace
 
-TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
-                     BatchSource& data, c10::Device device, int64_t tokens_per_sample, GradSync* sync)
+TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss, BatchSource& data,
+                     c10::Device device, int64_t tokens_per_sample, GradSync* sync)
     : TrainStep(single_process_setup(config, tokens_per_sample, device), config.train, config.precision,
                 std::move(model), std::move(loss), data, device, sync) {}
 
 TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device, GradSync* sync)
-    : TrainStep(config, model.ptr(),
-                [m = model.get()](torch::nn::Module&, const Batch& b) { return m->loss(b.x, b.y); },
-                data, device, config.model.block, sync) {
+    : TrainStep(
+          config, model.ptr(), [m = model.get()](torch::nn::Module&, const Batch& b) { return m->loss(b.x, b.y); },
+          data, device, config.model.block, sync) {
   install_activation_checkpointing(model, config.memory.activation_checkpointing);
 }
 
@@ -201,18 +201,19 @@ bool TrainStep::back_off(const std::exception& e, int64_t iteration) {
   const int64_t mb = micro_batch_;
   if (!compat::is_out_of_memory(e)) return false;
   if (mb % (2 * chunks_) != 0) {
-    Console::get().line(fmt::format("out of memory at step {} with micro-batch {}, which does not halve "
-                                    "into equal chunks; lower data.micro_batch or raise memory.limit_mb",
-                                    iteration + 1, mb / chunks_));
+    Console::get().line(
+        fmt::format("out of memory at step {} with micro-batch {}, which does not halve "
+                    "into equal chunks; lower data.micro_batch or raise memory.limit_mb",
+                    iteration + 1, mb / chunks_));
     return false;
   }
   chunks_ *= 2;
   oom_backoffs_ += 1;
   if (device_.is_cuda()) device::cuda_empty_cache();  // hand the failed attempt's blocks back
-  Console::get().line(fmt::format("out of memory at step {}: micro-batch {} -> {}, accumulation {} -> {} "
-                                  "(the step is redone on the same data; global batch unchanged)",
-                                  iteration + 1, 2 * mb / chunks_, mb / chunks_, accum_ * chunks_ / 2,
-                                  accum_ * chunks_));
+  Console::get().line(
+      fmt::format("out of memory at step {}: micro-batch {} -> {}, accumulation {} -> {} "
+                  "(the step is redone on the same data; global batch unchanged)",
+                  iteration + 1, 2 * mb / chunks_, mb / chunks_, accum_ * chunks_ / 2, accum_ * chunks_));
   return true;
 }
 
@@ -254,8 +255,8 @@ StepResult TrainStep::run_step(int64_t iteration, double lr) {
     r.skipped = scaler_.update(found_inf);
     const auto& s = scaler_.state();
     if (precision_config_.fallback_after > 0 && s.skipped_at_floor >= precision_config_.fallback_after &&
-        precision_.fall_back_to_bf16(fmt::format("{} consecutive skipped steps at the minimum loss scale {}",
-                                                 s.skipped_at_floor, s.scale))) {
+        precision_.fall_back_to_bf16(
+            fmt::format("{} consecutive skipped steps at the minimum loss scale {}", s.skipped_at_floor, s.scale))) {
       scaler_ = LossScaler(false, precision_config_);
       Console::get().line("precision: " + precision_.reason() + "; continuing in bf16");
     }

@@ -49,17 +49,17 @@ std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming, std:
   const RunDir dir = RunDir::of(c);
   const bool used = dir.holds_run();
   if (used && !overwrite && !resuming)
-    throw ConfigError(fmt::format(
-        "run directory {} already holds a run; pass --resume auto to continue it, --overwrite to "
-        "replace it, or choose another name with --set run.name=NAME",
-        dir.root()));
+    throw ConfigError(
+        fmt::format("run directory {} already holds a run; pass --resume auto to continue it, --overwrite to "
+                    "replace it, or choose another name with --set run.name=NAME",
+                    dir.root()));
   std::error_code ec;
   fs::create_directories(dir.root(), ec);
   if (ec) throw IoError(fmt::format("cannot create run directory {}: {}", dir.root(), ec.message()));
   if (!lock) lock = std::make_unique<DirLock>(dir.root());  // a resume took it already
   if (used && overwrite && !resuming) {
-    for (const std::string& p : {dir.metrics(), dir.summary(), dir.final_dir(), dir.config(), dir.checkpoints(),
-                                 dir.tokenizer_dir()})
+    for (const std::string& p :
+         {dir.metrics(), dir.summary(), dir.final_dir(), dir.config(), dir.checkpoints(), dir.tokenizer_dir()})
       remove_tree(p, ec);
   }
   // Temp directories of checkpoint writes whose process died (a kill, a full disk) go now, before
@@ -85,10 +85,11 @@ std::function<void(WriteStage)> fault_kill_hook() {
                        WriteStage::kDataState, WriteStage::kState, WriteStage::kRenamed, WriteStage::kMarker})
     known = known || stage == write_stage_name(w);
   if (!known || nth.empty() || nth.size() > 9 || nth.find_first_not_of("0123456789") != std::string::npos)
-    throw ConfigError(fmt::format("FRUGAL_FAULT_KILL_AT = \"{}\" must be STAGE:N with STAGE one of temp_dir, model, "
-                                  "master, optimizer, data_state, state, renamed, marker and N a save number "
-                                  "(1 = the first); unset it for a normal run",
-                                  v));
+    throw ConfigError(
+        fmt::format("FRUGAL_FAULT_KILL_AT = \"{}\" must be STAGE:N with STAGE one of temp_dir, model, "
+                    "master, optimizer, data_state, state, renamed, marker and N a save number "
+                    "(1 = the first); unset it for a normal run",
+                    v));
   const int64_t n = std::stoll(nth);
   auto saves = std::make_shared<std::atomic<int64_t>>(0);
   return [stage, n, saves](WriteStage now) {
@@ -129,11 +130,9 @@ Trainer::Trainer(ResolvedConfig config, TrainerOptions options)
     : Trainer(std::move(config), TaskFactory(make_model_task), std::move(options)) {}
 
 Trainer::Trainer(ResolvedConfig config, Task task, TrainerOptions options)
-    : Trainer(std::move(config), TaskFactory([t = std::move(task)](const Config&) { return t; }),
-              std::move(options)) {}
+    : Trainer(std::move(config), TaskFactory([t = std::move(task)](const Config&) { return t; }), std::move(options)) {}
 
-Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions options)
-    : s_(std::make_unique<State>()) {
+Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions options) : s_(std::make_unique<State>()) {
   State& s = *s_;
   s.rc = std::move(config);
   s.opts = std::move(options);
@@ -181,8 +180,9 @@ std::optional<LoadedCheckpoint> Trainer::State::open_checkpoint() {
   if (path.empty()) return std::nullopt;
   // A checkpoint named with --resume PATH that cannot be read is bad input (exit 2); with --resume
   // auto, one find_resumable judged sound and then failed to load is frugal's failure (exit 1).
-  LoadedCheckpoint ck = opts.resume == "auto" ? load_checkpoint(path)
-                                              : reading_named_input("--resume " + path, [&] { return load_checkpoint(path); });
+  LoadedCheckpoint ck = opts.resume == "auto"
+                            ? load_checkpoint(path)
+                            : reading_named_input("--resume " + path, [&] { return load_checkpoint(path); });
   adopt_run_config(ck);
   return ck;
 }
@@ -192,16 +192,17 @@ void Trainer::State::set_up_device(const std::optional<LoadedCheckpoint>& ck) {
   device = torch::Device(c.run.device);
   if (device.is_cuda()) {
     if (!device::build_info().cuda_compiled)
-      throw ConfigError(fmt::format("run.device = \"{}\" but frugal was built against a LibTorch without "
-                                    "CUDA; rebuild against the CUDA wheel (scripts/install-deps.sh) or use "
-                                    "run.device = \"cpu\"",
-                                    c.run.device));
+      throw ConfigError(
+          fmt::format("run.device = \"{}\" but frugal was built against a LibTorch without "
+                      "CUDA; rebuild against the CUDA wheel (scripts/install-deps.sh) or use "
+                      "run.device = \"cpu\"",
+                      c.run.device));
     const int gpus = device::cuda_device_count();
     if (gpus == 0 || (device.has_index() && device.index() >= gpus))
-      throw ConfigError(fmt::format("run.device = \"{}\" but this process sees {} GPU(s) (check nvidia-smi "
-                                    "and CUDA_VISIBLE_DEVICES); use run.device = \"cpu\"{}",
-                                    c.run.device, gpus,
-                                    gpus == 0 ? "" : fmt::format(" or one of \"cuda:0\" to \"cuda:{}\"", gpus - 1)));
+      throw ConfigError(fmt::format(
+          "run.device = \"{}\" but this process sees {} GPU(s) (check nvidia-smi "
+          "and CUDA_VISIBLE_DEVICES); use run.device = \"cpu\"{}",
+          c.run.device, gpus, gpus == 0 ? "" : fmt::format(" or one of \"cuda:0\" to \"cuda:{}\"", gpus - 1)));
     device::set_deterministic(c.run.deterministic);
     device::set_tf32(c.precision.tf32);
   }
@@ -214,9 +215,10 @@ void Trainer::State::set_up_device(const std::optional<LoadedCheckpoint>& ck) {
   } else {
     threads = apply_thread_settings(static_cast<int>(c.run.threads));
     if (kept > 0)
-      Console::get().line(fmt::format("resume: warning: the run trained with {} threads but this process may use {} "
-                                      "CPU(s); continuing with {}, so not bitwise the uninterrupted run",
-                                      kept, usable_cpu_count(), threads.intra_op));
+      Console::get().line(
+          fmt::format("resume: warning: the run trained with {} threads but this process may use {} "
+                      "CPU(s); continuing with {}, so not bitwise the uninterrupted run",
+                      kept, usable_cpu_count(), threads.intra_op));
   }
   if (c.memory.reuse_freed) keep_freed_memory_in_process();
   if (!device.is_cuda()) {
@@ -273,9 +275,9 @@ void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
     const c10::ScalarType dtype = setup.precision.autocast() ? setup.precision.dtype() : torch::kFloat;
     setup.peak = resolve_peak_flops(c.monitor, dtype, device);
   }
-  step = std::make_unique<TrainStep>(setup, c.train, c.precision, model, task.loss, *data, device, dp.get(),
-                                     task.hooks.param_groups ? task.hooks.param_groups(*model)
-                                                             : std::vector<ParamGroup>{});
+  step = std::make_unique<TrainStep>(
+      setup, c.train, c.precision, model, task.loss, *data, device, dp.get(),
+      task.hooks.param_groups ? task.hooks.param_groups(*model) : std::vector<ParamGroup>{});
   loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
 }
 
@@ -286,19 +288,19 @@ void Trainer::State::continue_on_this_world(const LoadedCheckpoint& ck) {
   if (from == setup.world_size) return;
   const int64_t old_accum = setup.accum;
   const int64_t global = ck.state.contains("global_batch") ? ck.state["global_batch"].get<int64_t>()
-                                                          : setup.global_batch / setup.world_size * from;
+                                                           : setup.global_batch / setup.world_size * from;
   continue_global_batch(setup, global, from);
-  Console::get().line(fmt::format("resume: {} -> {} process(es): accumulation {} -> {} keeps the global batch of {} "
-                                  "sequences and the data order",
-                                  from, setup.world_size, old_accum, setup.accum, setup.global_batch));
+  Console::get().line(
+      fmt::format("resume: {} -> {} process(es): accumulation {} -> {} keeps the global batch of {} "
+                  "sequences and the data order",
+                  from, setup.world_size, old_accum, setup.accum, setup.global_batch));
 }
 
 // runs/<name>/ (rank 0 alone writes it): prepared, its resolved config.toml, and metrics.jsonl cut
 // back to the checkpoint a resume continues from.
 void Trainer::State::open_run_dir(const std::optional<LoadedCheckpoint>& ck) {
   const Config& c = rc.config;
-  run_dir = is_writer() ? prepare_run_dir(c, opts.overwrite, !opts.resume.empty(), run_lock)
-                        : RunDir::of(c).root();
+  run_dir = is_writer() ? prepare_run_dir(c, opts.overwrite, !opts.resume.empty(), run_lock) : RunDir::of(c).root();
   if (!is_writer()) return;
   const RunDir dir(run_dir);
   write_file_atomic(dir.config(), rc.to_toml());
@@ -308,9 +310,10 @@ void Trainer::State::open_run_dir(const std::optional<LoadedCheckpoint>& ck) {
     try {
       keep_tokenizer(c.data.source.path, dir.tokenizer_dir());
     } catch (const std::exception& e) {
-      Console::get().line(fmt::format("warning: the run keeps no copy of its tokenizer ({}); sample and export will "
-                                      "read it from the dataset",
-                                      e.what()));
+      Console::get().line(
+          fmt::format("warning: the run keeps no copy of its tokenizer ({}); sample and export will "
+                      "read it from the dataset",
+                      e.what()));
     }
   }
 }
@@ -341,8 +344,8 @@ void Trainer::State::open_checkpoint_writer() {
   wo.exact_resume = c.checkpoint.exact_resume;
   wo.after_stage = fault_kill_hook();
   writer = std::make_unique<CheckpointWriter>(
-      RunDir(run_dir).checkpoints(), wo, RetentionPolicy{c.checkpoint.keep_last, c.checkpoint.keep_best, c.checkpoint.best_mode},
-      c.checkpoint.async);
+      RunDir(run_dir).checkpoints(), wo,
+      RetentionPolicy{c.checkpoint.keep_last, c.checkpoint.keep_best, c.checkpoint.best_mode}, c.checkpoint.async);
 }
 
 void Trainer::State::continue_from(const LoadedCheckpoint& ck) {
@@ -356,10 +359,11 @@ void Trainer::State::continue_from(const LoadedCheckpoint& ck) {
 void Trainer::State::describe_run() {
   const Config& c = rc.config;
   if (c.train.warmup_steps > 0 && c.train.warmup_steps >= c.train.steps)
-    Console::get().line(fmt::format("warning: train.steps = {} ends within the warm-up (train.warmup_steps = {}): "
-                                    "the learning rate never reaches train.lr = {}; set train.warmup_steps below "
-                                    "train.steps",
-                                    c.train.steps, c.train.warmup_steps, c.train.lr));
+    Console::get().line(
+        fmt::format("warning: train.steps = {} ends within the warm-up (train.warmup_steps = {}): "
+                    "the learning rate never reaches train.lr = {}; set train.warmup_steps below "
+                    "train.steps",
+                    c.train.steps, c.train.warmup_steps, c.train.lr));
   info.config = &rc.config;
   info.run_dir = run_dir;
   info.params = parameter_count(*model);

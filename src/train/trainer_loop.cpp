@@ -115,7 +115,7 @@ void Trainer::State::train_one_step(Control& control) {
 // in TrainStep::run on a GPU), and the log window closes.
 StepReadings Trainer::State::read_step(const StepResult& r, double lr, double step_s) {
   const int64_t tokens = r.tokens * (dp ? dp->world_size() : 1);  // every rank consumed as many
-  loss_sum += r.loss;  // r.loss is already the mean over ranks
+  loss_sum += r.loss;                                             // r.loss is already the mean over ranks
   ++loop.step;
   loop.window_steps += 1;
   loop.window_tokens += tokens;
@@ -204,8 +204,9 @@ void add_eval_figures(const std::vector<std::pair<std::string, double>>& got, in
                       std::map<std::string, double>& sums) {
   std::map<std::string, double> now;
   for (const auto& [name, value] : got) {
-    FRUGAL_CHECK(valid_metric_name(name), ConfigError,
-                 fmt::format("TaskHooks::eval_metrics: figure name '{}' must be 1-64 letters, digits or _ . - /", name));
+    FRUGAL_CHECK(
+        valid_metric_name(name), ConfigError,
+        fmt::format("TaskHooks::eval_metrics: figure name '{}' must be 1-64 letters, digits or _ . - /", name));
     FRUGAL_CHECK(now.emplace(name, value).second, ConfigError,
                  fmt::format("TaskHooks::eval_metrics returned '{}' twice for validation batch {}", name, batch));
   }

@@ -53,7 +53,8 @@ void Trainer::State::adopt_run_config(const LoadedCheckpoint& ck) {
 CheckpointData Trainer::State::capture(bool snapshot) {
   CheckpointData d;
   {
-    CrashPhase phase(snapshot ? "capture: weights and optimizer state, copied to the host" : "capture: weights and optimizer state");
+    CrashPhase phase(snapshot ? "capture: weights and optimizer state, copied to the host"
+                              : "capture: weights and optimizer state");
     d.model = module_tensors(*model);
     d.optimizer = step->optimizer().state_tensors();
     if (snapshot) writer->snapshot(d);
@@ -69,8 +70,10 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   st["global_batch"] = setup.global_batch;  // sequences per step over every process (elastic resume)
   st["world_size"] = setup.world_size;
   const ScaleState& ss = step->scaler().state();
-  st["loss_scaler"] = {{"enabled", step->scaler().enabled()}, {"scale", ss.scale},
-                       {"growth_tracker", ss.growth_tracker}, {"skipped", ss.skipped},
+  st["loss_scaler"] = {{"enabled", step->scaler().enabled()},
+                       {"scale", ss.scale},
+                       {"growth_tracker", ss.growth_tracker},
+                       {"skipped", ss.skipped},
                        {"skipped_at_floor", ss.skipped_at_floor}};
   st["precision"] = step->precision().name();
   st["threads"] = threads.intra_op;  // kept on resume with run.threads = 0 (trainer.cpp)
@@ -172,17 +175,18 @@ void Trainer::State::restore_data_position(const LoadedCheckpoint& ck) {
   if (ck.data_state.contains("next_sample")) {
     const int64_t expect = loop.step * setup.global_batch, got = ck.data_state["next_sample"].get<int64_t>();
     if (got != expect)
-      throw CheckpointError(fmt::format("{}: data_state.json's next_sample {} does not match step {} x the global batch "
-                                        "{}; data.micro_batch, train.accum or train.global_batch changed since the "
-                                        "checkpoint",
-                                        ck.path, got, loop.step, setup.global_batch));
+      throw CheckpointError(
+          fmt::format("{}: data_state.json's next_sample {} does not match step {} x the global batch "
+                      "{}; data.micro_batch, train.accum or train.global_batch changed since the "
+                      "checkpoint",
+                      ck.path, got, loop.step, setup.global_batch));
   } else if (checkpoint_world_size(ck) == world) {
     const int64_t expect = loop.step * step->accum();
     if (ck.data_state.value("next_micro_batch", expect) != expect)
-      throw CheckpointError(fmt::format("{}: data_state.json's next_micro_batch {} does not match step {} x "
-                                        "accum {}; train.accum or the batch size changed since the checkpoint",
-                                        ck.path, ck.data_state.value("next_micro_batch", int64_t{0}), loop.step,
-                                        step->accum()));
+      throw CheckpointError(
+          fmt::format("{}: data_state.json's next_micro_batch {} does not match step {} x "
+                      "accum {}; train.accum or the batch size changed since the checkpoint",
+                      ck.path, ck.data_state.value("next_micro_batch", int64_t{0}), loop.step, step->accum()));
   }
   if (checkpoint_world_size(ck) != world) return;
   const nlohmann::json& cursors = ck.data_state.contains("cursors") ? ck.data_state["cursors"] : nlohmann::json();
@@ -260,9 +264,10 @@ void Trainer::State::rollback(Control& control) {
   loop.lr_scale = lr_scale;
   loop.rollbacks = rollbacks;
   rollback_log.push_back({{"at_step", from}, {"to_step", ck.step}, {"reason", why}, {"lr_scale", lr_scale}});
-  Console::get().line(fmt::format("guard: {}; rolled back from step {} to {} with the learning rate x{} "
-                                  "(rollback {} of {})",
-                                  why, from, ck.step, lr_scale, rollbacks, g.max_rollbacks));
+  Console::get().line(
+      fmt::format("guard: {}; rolled back from step {} to {} with the learning rate x{} "
+                  "(rollback {} of {})",
+                  why, from, ck.step, lr_scale, rollbacks, g.max_rollbacks));
 }
 
 void Trainer::State::print_banner() const {
@@ -274,17 +279,17 @@ void Trainer::State::print_banner() const {
                        device.str(), threads.intra_op, threads.reason, blas));
   con.line(fmt::format("config (besides the defaults; all of it in {}/config.toml):\n{}", run_dir, rc.summary()));
   const std::string what = task.hooks.describe.empty() ? model->name() : task.hooks.describe;
-  con.line(fmt::format("model: {} | {:.3f}M parameters{}", what, static_cast<double>(info.params) / 1e6,
-                       setup.flops_per_token > 0
-                           ? fmt::format(" | {:.1f} MFLOP/token (training)", setup.flops_per_token / 1e6)
-                           : ""));
+  con.line(fmt::format(
+      "model: {} | {:.3f}M parameters{}", what, static_cast<double>(info.params) / 1e6,
+      setup.flops_per_token > 0 ? fmt::format(" | {:.1f} MFLOP/token (training)", setup.flops_per_token / 1e6) : ""));
   con.line(fmt::format("data: {} | {} training {}s, {} validation {}s | run dir {}", data->describe(),
                        data->train_tokens(), setup.item, data->val_tokens(), setup.item, run_dir));
-  con.line(fmt::format("levers: precision {} ({}) | micro_batch {} x accum {} | activation "
-                       "checkpointing {} | optimizer {} | checkpoints {}",
-                       setup.precision.name(), setup.precision.reason(), setup.micro_batch, setup.accum,
-                       to_string(setup.activation_checkpointing), std::get<std::string>(find_key("train.optimizer")->get(c)),
-                       c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only"));
+  con.line(
+      fmt::format("levers: precision {} ({}) | micro_batch {} x accum {} | activation "
+                  "checkpointing {} | optimizer {} | checkpoints {}",
+                  setup.precision.name(), setup.precision.reason(), setup.micro_batch, setup.accum,
+                  to_string(setup.activation_checkpointing), std::get<std::string>(find_key("train.optimizer")->get(c)),
+                  c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only"));
   std::vector<std::string> lines;
   for (const auto& cb : callbacks) cb->add_to_banner(lines);
   for (const auto& l : lines) con.line(l);
@@ -385,7 +390,8 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
 }
 
 void Trainer::State::add_memory_summary(nlohmann::ordered_json& summary) const {
-  if (tensor_bytes_limit() > 0) summary["memory_limit_mb"] = static_cast<double>(tensor_bytes_limit()) / (1024.0 * 1024.0);
+  if (tensor_bytes_limit() > 0)
+    summary["memory_limit_mb"] = static_cast<double>(tensor_bytes_limit()) / (1024.0 * 1024.0);
   if (counting_allocator_installed()) summary["peak_tensor_mb"] = static_cast<double>(tensor_bytes_peak()) / 1e6;
   summary["peak_rss_mb"] = static_cast<double>(rss_peak_bytes()) / 1e6;
   if (device.is_cuda()) {  // the caching allocator's figures: live tensors and what it reserved
@@ -399,18 +405,17 @@ void Trainer::State::add_memory_summary(nlohmann::ordered_json& summary) const {
 void Trainer::State::add_checkpoint_summary(nlohmann::ordered_json& summary) const {
   const CheckpointWriterStats cs = writer->stats();
   const auto listing = list_checkpoints(writer->root());
-  summary["checkpoint"] = {
-      {"saves", cs.saves},
-      {"async", writer->async()},
-      {"stall_s_total", cs.stall_s_total},
-      {"stall_s_mean", cs.saves ? cs.stall_s_total / static_cast<double>(cs.saves) : 0.0},
-      {"stall_s_max", cs.stall_s_max},
-      {"stall_s_each", cs.stall_s_each},
-      {"write_s_mean", cs.saves ? cs.write_s_total / static_cast<double>(cs.saves) : 0.0},
-      {"bytes", cs.last_bytes},
-      {"latest", last_checkpoint},
-      {"best", best_checkpoint(listing, rc.config.checkpoint.best_mode)},
-      {"resumed_from", resumed_from}};
+  summary["checkpoint"] = {{"saves", cs.saves},
+                           {"async", writer->async()},
+                           {"stall_s_total", cs.stall_s_total},
+                           {"stall_s_mean", cs.saves ? cs.stall_s_total / static_cast<double>(cs.saves) : 0.0},
+                           {"stall_s_max", cs.stall_s_max},
+                           {"stall_s_each", cs.stall_s_each},
+                           {"write_s_mean", cs.saves ? cs.write_s_total / static_cast<double>(cs.saves) : 0.0},
+                           {"bytes", cs.last_bytes},
+                           {"latest", last_checkpoint},
+                           {"best", best_checkpoint(listing, rc.config.checkpoint.best_mode)},
+                           {"resumed_from", resumed_from}};
 }
 
 }  // namespace frugal

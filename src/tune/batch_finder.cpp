@@ -48,9 +48,7 @@ class RandomTokens final : public BatchSource {
   int64_t rows_, block_, vocab_;
 };
 
-std::string option_name(const Config& c, const std::string& key) {
-  return format_value(find_key(key)->get(c));
-}
+std::string option_name(const Config& c, const std::string& key) { return format_value(find_key(key)->get(c)); }
 
 }  // namespace
 
@@ -102,8 +100,8 @@ MemoryBudget memory_budget(const Config& c) {
     b.source = fmt::format("memory.limit_mb = {}", c.memory.limit_mb);
   } else if (const int64_t cg = cgroup_memory_limit_bytes(); cg > 0) {
     b.bytes = resolve_tensor_bytes_limit(0);
-    b.source = fmt::format("cgroup limit {:.0f} MiB less the process's non-tensor memory",
-                           static_cast<double>(cg) / kMiB);
+    b.source =
+        fmt::format("cgroup limit {:.0f} MiB less the process's non-tensor memory", static_cast<double>(cg) / kMiB);
   }
   return b;
 }
@@ -177,14 +175,15 @@ std::string batch_finder_cache_path() {
 
 std::string FinderResult::describe() const {
   std::string peak = peak_bytes > 0 && budget.bytes > 0
-                         ? fmt::format(", peak {:.1f} MiB of a {:.1f} MiB budget", static_cast<double>(peak_bytes) / kMiB,
-                                       static_cast<double>(budget.bytes) / kMiB)
+                         ? fmt::format(", peak {:.1f} MiB of a {:.1f} MiB budget",
+                                       static_cast<double>(peak_bytes) / kMiB, static_cast<double>(budget.bytes) / kMiB)
                          : "";
-  return fmt::format("micro_batch {} x accum {} = global batch {} (largest micro-batch that fits: {}{}; "
-                     "budget: {}; {})",
-                     micro_batch, accum, global_batch, largest, peak, budget.source,
-                     from_cache ? "from the cache " + batch_finder_cache_path()
-                                : fmt::format("{} probes in {:.1f} s", probes.size(), seconds));
+  return fmt::format(
+      "micro_batch {} x accum {} = global batch {} (largest micro-batch that fits: {}{}; "
+      "budget: {}; {})",
+      micro_batch, accum, global_batch, largest, peak, budget.source,
+      from_cache ? "from the cache " + batch_finder_cache_path()
+                 : fmt::format("{} probes in {:.1f} s", probes.size(), seconds));
 }
 
 FinderResult find_batch_size(const Config& config, const std::function<void(const std::string&)>& progress) {
@@ -193,8 +192,9 @@ FinderResult find_batch_size(const Config& config, const std::function<void(cons
   FinderResult r;
   r.budget = memory_budget(config);
   if (!device.is_cuda() && r.budget.bytes <= 0)
-    throw ConfigError("batch-size finder: no memory budget on CPU; set memory.limit_mb (MiB of tensor "
-                      "memory the run may use), or run inside a cgroup with a memory limit");
+    throw ConfigError(
+        "batch-size finder: no memory budget on CPU; set memory.limit_mb (MiB of tensor "
+        "memory the run may use), or run inside a cgroup with a memory limit");
   Config c = config;
   c.precision.mode = PrecisionPolicy(config.precision.mode, device).mode();  // auto measures once, here
   r.global_batch = c.data.micro_batch * accumulation_steps(c);
@@ -232,14 +232,16 @@ FinderResult find_batch_size(const Config& config, const std::function<void(cons
     r.probes = s.probes;
     r.largest = s.largest;
     if (device.is_cuda() && r.largest > 1)  // no exact peak on CUDA: keep the margin in batch size
-      r.largest = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(r.largest) * (1.0 - c.tune.memory_margin)));
+      r.largest =
+          std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(r.largest) * (1.0 - c.tune.memory_margin)));
     for (const auto& p : s.probes)
       if (p.micro_batch == r.largest) r.peak_bytes = p.outcome.peak_bytes;
     if (r.largest < 1)
-      throw ConfigError(fmt::format("batch-size finder: not even one sequence of model.block = {} fits the "
-                                    "budget ({}, {:.0f}% margin); raise memory.limit_mb, lower model.block, "
-                                    "or set memory.activation_checkpointing = \"blocks\"",
-                                    c.model.block, r.budget.source, 100 * c.tune.memory_margin));
+      throw ConfigError(
+          fmt::format("batch-size finder: not even one sequence of model.block = {} fits the "
+                      "budget ({}, {:.0f}% margin); raise memory.limit_mb, lower model.block, "
+                      "or set memory.activation_checkpointing = \"blocks\"",
+                      c.model.block, r.budget.source, 100 * c.tune.memory_margin));
     if (c.tune.cache) {
       cache[r.cache_key] = {{"largest", r.largest}, {"peak_bytes", r.peak_bytes}};
       write_file_atomic(cache_path, cache.dump(2) + "\n");

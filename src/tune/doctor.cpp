@@ -104,16 +104,17 @@ void check_build(DoctorReport& r) {
   const std::string fs_library = std_filesystem_library();
   f["std_filesystem_library"] = fs_library;
   if (fs_library.find("libstdc++") == std::string::npos)
-    r.warnings.push_back(fmt::format("std::filesystem resolves to {} instead of libstdc++: LibTorch's exported copy "
-                                     "can fault when a call continues in the other (pytorch/pytorch#133437). Link "
-                                     "libstdc++ ahead of LibTorch (frugal's CMakeLists.txt links -l:libstdc++.so.6 first)",
-                                     fs_library.empty() ? "an unknown library" : fs_library));
+    r.warnings.push_back(
+        fmt::format("std::filesystem resolves to {} instead of libstdc++: LibTorch's exported copy "
+                    "can fault when a call continues in the other (pytorch/pytorch#133437). Link "
+                    "libstdc++ ahead of LibTorch (frugal's CMakeLists.txt links -l:libstdc++.so.6 first)",
+                    fs_library.empty() ? "an unknown library" : fs_library));
   nlohmann::ordered_json features = nlohmann::ordered_json::object();
   for (const Feature& x : build_features()) {
     features[x.name] = x.compiled;
     if (!x.compiled)
-      r.warnings.push_back(fmt::format("this build has no {} ({}): {} is refused. Install {} and rebuild.",
-                                       x.name, x.library, x.enables, x.package));
+      r.warnings.push_back(fmt::format("this build has no {} ({}): {} is refused. Install {} and rebuild.", x.name,
+                                       x.library, x.enables, x.package));
   }
   f["build_features"] = features;
 }
@@ -135,7 +136,8 @@ void check_gpus(const DoctorOptions& o, DoctorReport& r) {
     // The datasheet's dense bf16/fp16 figure MFU is quoted against first (monitor/mfu.h); null
     // for a GPU not in frugal's table.
     const auto sheet = datasheet_peak_flops(g.name, torch::kBFloat16);
-    one["datasheet_bf16_tflops"] = sheet.first > 0 ? nlohmann::ordered_json(sheet.first / 1e12) : nlohmann::ordered_json();
+    one["datasheet_bf16_tflops"] =
+        sheet.first > 0 ? nlohmann::ordered_json(sheet.first / 1e12) : nlohmann::ordered_json();
     one["datasheet_source"] = sheet.second;
     if (o.seconds_per_probe > 0) {  // the peaks MFU is measured against on this GPU
       const c10::Device dev(c10::kCUDA, static_cast<c10::DeviceIndex>(g.index));
@@ -146,11 +148,13 @@ void check_gpus(const DoctorOptions& o, DoctorReport& r) {
   }
   f["gpus"] = gpus;
   if (build.cuda_compiled && gpus.empty())
-    r.warnings.push_back("CUDA is compiled in but no GPU is visible (no driver, no device, or "
-                         "CUDA_VISIBLE_DEVICES hides them): runs use run.device = \"cpu\".");
+    r.warnings.push_back(
+        "CUDA is compiled in but no GPU is visible (no driver, no device, or "
+        "CUDA_VISIBLE_DEVICES hides them): runs use run.device = \"cpu\".");
   if (!build.cuda_compiled)
-    r.warnings.push_back("this build has no CUDA: run.device = \"cuda\" is refused. Build against the "
-                         "official CUDA wheel (scripts/install-deps.sh) to use a GPU.");
+    r.warnings.push_back(
+        "this build has no CUDA: run.device = \"cuda\" is refused. Build against the "
+        "official CUDA wheel (scripts/install-deps.sh) to use a GPU.");
 }
 
 // The BLAS behind LibTorch's fp32 matmuls, and the thread pools it starts with.
@@ -222,13 +226,13 @@ void check_threads(const DoctorOptions& o, DoctorReport& r) {
   if (blas_pool) f["mlp_step_ms_blas_oversubscribed"] = over_s * 1e3;
   f["threads_recommended"] = recommended;
   if (blas_pool && over_s > planned_s * 1.3)
-    r.warnings.push_back(fmt::format(
-        "oversubscription: with OpenBLAS's own pool of {} threads beside {} OpenMP threads an fp32 "
-        "step takes {:.1f} ms vs {:.1f} ms with matched pools ({:.1f}x slower).\n"
-        "    frugal sets both pools itself ([run] threads); other programs on this machine should "
-        "set OPENBLAS_NUM_THREADS and OMP_NUM_THREADS to the same count.",
-        std::max(threads.logical_cpus, 2) * threads.intra_op, threads.intra_op, over_s * 1e3,
-        planned_s * 1e3, over_s / planned_s));
+    r.warnings.push_back(
+        fmt::format("oversubscription: with OpenBLAS's own pool of {} threads beside {} OpenMP threads an fp32 "
+                    "step takes {:.1f} ms vs {:.1f} ms with matched pools ({:.1f}x slower).\n"
+                    "    frugal sets both pools itself ([run] threads); other programs on this machine should "
+                    "set OPENBLAS_NUM_THREADS and OMP_NUM_THREADS to the same count.",
+                    std::max(threads.logical_cpus, 2) * threads.intra_op, threads.intra_op, over_s * 1e3,
+                    planned_s * 1e3, over_s / planned_s));
   if (too_busy)
     r.warnings.push_back(fmt::format(
         "one thread measured faster ({}), but other processes kept {:.0f}% of the CPUs busy: frugal train keeps "
@@ -262,10 +266,10 @@ void check_precision(const DoctorOptions& o, DoctorReport& r) {
   f["precision_auto"] = precision_reason;
   f["bf16_fast"] = bf16_fast;
   if (!bf16_fast)
-    r.warnings.push_back(fmt::format(
-        "bf16 matmul ({:.0f} GFLOP/s) is not much faster than fp32 ({:.0f}) here{}: "
-        "[precision] mode = \"auto\" will keep fp32.",
-        bf16, fp32, f["avx512_bf16"].get<bool>() ? "" : " (no AVX-512 BF16)"));
+    r.warnings.push_back(
+        fmt::format("bf16 matmul ({:.0f} GFLOP/s) is not much faster than fp32 ({:.0f}) here{}: "
+                    "[precision] mode = \"auto\" will keep fp32.",
+                    bf16, fp32, f["avx512_bf16"].get<bool>() ? "" : " (no AVX-512 BF16)"));
 }
 
 // Free space where runs are written.

@@ -140,9 +140,10 @@ MachinePrices resolve_prices(const BudgetConfig& b, const std::string& instance,
     for (const auto& e : table) names += (names.empty() ? "" : ", ") + e.name;
     const auto hit = std::find_if(table.begin(), table.end(), [&](const PriceEntry& e) { return e.name == name; });
     if (hit == table.end())
-      throw ConfigError(fmt::format("{} \"{}\" is not in the price table {}; known: {} (add a row, or point "
-                                    "FRUGAL_PRICE_TABLE at your own table)",
-                                    instance.empty() ? "budget.instance =" : "--instance", name, path, names));
+      throw ConfigError(
+          fmt::format("{} \"{}\" is not in the price table {}; known: {} (add a row, or point "
+                      "FRUGAL_PRICE_TABLE at your own table)",
+                      instance.empty() ? "budget.instance =" : "--instance", name, path, names));
     row = *hit;
     p.name = name;
   }
@@ -213,9 +214,10 @@ PlanFigures run_dir_figures(const std::string& dir) {
     if (event == "eval") evals.push_back(std::move(j));
   }
   if (steps.size() < 2)
-    throw ConfigError(fmt::format("--from {}: {}/metrics.jsonl holds {} step line(s); a step time needs two (a run "
-                                  "logs one every train.log_every steps)",
-                                  dir, dir, steps.size()));
+    throw ConfigError(
+        fmt::format("--from {}: {}/metrics.jsonl holds {} step line(s); a step time needs two (a run "
+                    "logs one every train.log_every steps)",
+                    dir, dir, steps.size()));
   PlanFigures f;
   f.source = "run";
   // One figure per log window: its wall time less its evaluations and saves, per step.
@@ -227,7 +229,8 @@ PlanFigures run_dir_figures(const std::string& dir) {
     if (n > 0 && t > 0) f.step_s.push_back(t / n);
     if (number(b, "checkpoint_s") > 0) saves.push_back(number(b, "checkpoint_s"));
   }
-  if (f.step_s.empty()) throw ConfigError(fmt::format("--from {}: no log window of metrics.jsonl moves forward in steps and time", dir));
+  if (f.step_s.empty())
+    throw ConfigError(fmt::format("--from {}: no log window of metrics.jsonl moves forward in steps and time", dir));
   std::vector<double> eval_s;
   for (const auto& e : evals) eval_s.push_back(number(e, "eval_s"));
   f.eval_s = median_of(eval_s);
@@ -278,15 +281,17 @@ CostPlan make_cost_plan(const std::string& file, const std::vector<std::string>&
   const MachinePrices prices = resolve_prices(c.budget, options.instance, &peak_tflops);
   if (options.peak_tflops > 0) peak_tflops = options.peak_tflops;
   if (!options.instance.empty() && peak_tflops <= 0)
-    throw ConfigError(fmt::format("--instance {}: the price table gives no peak_tflops for it, so the figures "
-                                  "measured here cannot be scaled to it; pass --peak-tflops, add peak_tflops "
-                                  "to its row, or price this machine's figures at its rate with --set "
-                                  "budget.instance={}",
-                                  options.instance, options.instance));
+    throw ConfigError(
+        fmt::format("--instance {}: the price table gives no peak_tflops for it, so the figures "
+                    "measured here cannot be scaled to it; pass --peak-tflops, add peak_tflops "
+                    "to its row, or price this machine's figures at its rate with --set "
+                    "budget.instance={}",
+                    options.instance, options.instance));
   if (options.from_run.empty()) {
     if (options.progress)
       options.progress(fmt::format("plan: probing 1 + {} steps of {} on {} (start-up, steps, evaluation, save)",
-                                   c.plan.probe_steps, c.run.name, c.run.device), true);
+                                   c.plan.probe_steps, c.run.name, c.run.device),
+                       true);
     plan.figures = probe_figures(file, overrides, env, options.progress);
     plan.figures.launch_s = options.launch_s;
   } else {
@@ -311,14 +316,16 @@ CostPlan make_cost_plan(const std::string& file, const std::vector<std::string>&
   plan.target = fmt::format("this machine ({})", c.run.device);
   if (!options.instance.empty()) {
     if (f.peak_flops <= 0)
-      throw ConfigError(fmt::format("--instance {}: the peak FLOP/s where the figures were measured is unknown "
-                                    "(a partial run directory has no summary.json); set monitor.peak_tflops or probe here",
-                                    options.instance));
+      throw ConfigError(
+          fmt::format("--instance {}: the peak FLOP/s where the figures were measured is unknown "
+                      "(a partial run directory has no summary.json); set monitor.peak_tflops or probe here",
+                      options.instance));
     in.compute_scale = f.peak_flops / (peak_tflops * 1e12);
     in.scale_spread = kCrossMachineSpread;
-    plan.target = fmt::format("{} (step and evaluation times x {:.3g}: peak {:.3g} TFLOP/s measured here over its "
-                              "{:.3g} TFLOP/s; a rough model, range widened {}x each way)",
-                              options.instance, in.compute_scale, f.peak_flops / 1e12, peak_tflops, kCrossMachineSpread);
+    plan.target = fmt::format(
+        "{} (step and evaluation times x {:.3g}: peak {:.3g} TFLOP/s measured here over its "
+        "{:.3g} TFLOP/s; a rough model, range widened {}x each way)",
+        options.instance, in.compute_scale, f.peak_flops / 1e12, peak_tflops, kCrossMachineSpread);
   }
   plan.projection = project_run(in);
   return plan;

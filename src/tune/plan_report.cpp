@@ -59,10 +59,9 @@ std::string breakdown(const CostPlan& plan) {
   const Projection& p = plan.projection;
   const ProjectionInputs& in = plan.inputs;
   std::string out = "where the time goes (central):\n";
-  out += fmt::format("  {:<20} {:>10}   launch {}, trainer start-up {}\n", "start-up",
-                     describe_duration(p.launch_s + p.startup_s),
-                     plan.figures.source == "run" ? "not recorded" : describe_duration(p.launch_s),
-                     describe_duration(p.startup_s));
+  out += fmt::format(
+      "  {:<20} {:>10}   launch {}, trainer start-up {}\n", "start-up", describe_duration(p.launch_s + p.startup_s),
+      plan.figures.source == "run" ? "not recorded" : describe_duration(p.launch_s), describe_duration(p.startup_s));
   out += fmt::format("  {:<20} {:>10}   first step {}, then {} x {} (range {} to {})\n", "steps",
                      describe_duration(p.first_step_s + p.steps_s), describe_duration(p.first_step_s),
                      std::max<int64_t>(0, plan.steps - 1), describe_duration(p.step_s.central),
@@ -70,9 +69,10 @@ std::string breakdown(const CostPlan& plan) {
   out += fmt::format("  {:<20} {:>10}   {} x {} (train.eval_every = {}, the final one included)\n", "evaluations",
                      describe_duration(p.evals_s), p.evals,
                      describe_duration(p.evals ? p.evals_s / static_cast<double>(p.evals) : 0.0), in.eval_every);
-  const std::string cadence = !in.checkpoint.enabled ? "checkpoint.enabled = false"
-                              : p.saves > 1 ? "one every " + describe_duration(p.checkpoint_interval_s) + ", the final one included"
-                                            : "the final one only";
+  const std::string cadence =
+      !in.checkpoint.enabled ? "checkpoint.enabled = false"
+      : p.saves > 1          ? "one every " + describe_duration(p.checkpoint_interval_s) + ", the final one included"
+                             : "the final one only";
   out += fmt::format("  {:<20} {:>10}   {} x {} stall ({})\n", "checkpoints", describe_duration(p.saves_s), p.saves,
                      describe_duration(in.save_s), cadence);
   out += fmt::format("  {:<20} {:>10}   after the last step: summary, final weights, report\n", "finish",
@@ -89,19 +89,21 @@ std::string notes(const CostPlan& plan) {
       "+-{:.0f}% (plan.margin), summed end by end\n",
       100 * p.probe_spread, 100 * in.margin);
   if (in.mtbf_s > 0 && in.checkpoint.enabled)
-    out += fmt::format("Young-Daly: for a {} save and an MTBF of {}, the cheapest checkpoint interval is {}{}\n",
-                       describe_duration(in.save_s), describe_duration(in.mtbf_s), describe_duration(p.young_daly_s),
-                       in.checkpoint.auto_interval ? " (checkpoint.auto = true uses it)"
-                                                   : "; checkpoint.auto = true would use it");
+    out += fmt::format(
+        "Young-Daly: for a {} save and an MTBF of {}, the cheapest checkpoint interval is {}{}\n",
+        describe_duration(in.save_s), describe_duration(in.mtbf_s), describe_duration(p.young_daly_s),
+        in.checkpoint.auto_interval ? " (checkpoint.auto = true uses it)" : "; checkpoint.auto = true would use it");
   if (in.scale_spread > 1)
-    out += "instance: scaled by peak FLOP/s, which assumes the step is compute bound there; a model too small to keep "
-           "the accelerator busy (kernel launches, memory bandwidth) takes longer than this. Probe on the target for a "
-           "measured figure\n";
+    out +=
+        "instance: scaled by peak FLOP/s, which assumes the step is compute bound there; a model too small to keep "
+        "the accelerator busy (kernel launches, memory bandwidth) takes longer than this. Probe on the target for a "
+        "measured figure\n";
   if (p.spot.priced)
-    out += fmt::format("spot: preemptions every {} on average (checkpoint.mtbf_minutes) without a usable notice; each "
-                       "loses half a checkpoint interval and a {} restart: {:.2f} expected, +{} (central)\n",
-                       describe_duration(in.mtbf_s), describe_duration(p.restart_s), p.spot.expected_preemptions,
-                       describe_duration(p.spot.lost_s));
+    out += fmt::format(
+        "spot: preemptions every {} on average (checkpoint.mtbf_minutes) without a usable notice; each "
+        "loses half a checkpoint interval and a {} restart: {:.2f} expected, +{} (central)\n",
+        describe_duration(in.mtbf_s), describe_duration(p.restart_s), p.spot.expected_preemptions,
+        describe_duration(p.spot.lost_s));
   return out;
 }
 
@@ -134,9 +136,10 @@ std::string CostPlan::table() const {
   out += breakdown(*this) + notes(*this);
   const Scenario& b = billed();
   if (limit_usd > 0 && b.priced && b.usd.central <= limit_usd && b.usd.high > limit_usd)
-    out += fmt::format("budget: budget.limit_usd = {} covers the central {} but not the high end {}: the run may stop "
-                       "at the limit (exit 3) before it finishes\n",
-                       usd(limit_usd), usd(b.usd.central), usd(b.usd.high));
+    out += fmt::format(
+        "budget: budget.limit_usd = {} covers the central {} but not the high end {}: the run may stop "
+        "at the limit (exit 3) before it finishes\n",
+        usd(limit_usd), usd(b.usd.central), usd(b.usd.high));
   if (figures.probe_s > 0) out += fmt::format("the probe took {}", describe_duration(figures.probe_s));
   return out;
 }
@@ -151,15 +154,32 @@ nlohmann::json CostPlan::to_json() const {
   j["tokens_per_step"] = figures.tokens_per_step;
   j["item"] = figures.item;
   j["target"] = target;
-  j["figures"] = {{"source", f.source}, {"describe", f.describe}, {"step_s", f.step_s},
-                  {"first_step_s", f.first_step_s}, {"launch_s", f.launch_s}, {"startup_s", f.startup_s},
-                  {"eval_s", f.eval_s}, {"save_s", f.save_s}, {"saved", f.saved}, {"finish_s", f.finish_s},
-                  {"peak_tflops", f.peak_flops / 1e12}, {"device", f.device}, {"probe_s", f.probe_s}};
-  j["terms"] = {{"launch_s", p.launch_s}, {"startup_s", p.startup_s}, {"first_step_s", p.first_step_s},
-                {"steps_s", p.steps_s}, {"evals_s", p.evals_s}, {"saves_s", p.saves_s},
-                {"finish_s", p.finish_s}, {"evals", p.evals}, {"saves", p.saves},
-                {"step_s", range_json(p.step_s)}, {"probe_spread", p.probe_spread},
-                {"checkpoint_interval_s", p.checkpoint_interval_s}, {"young_daly_s", p.young_daly_s},
+  j["figures"] = {{"source", f.source},
+                  {"describe", f.describe},
+                  {"step_s", f.step_s},
+                  {"first_step_s", f.first_step_s},
+                  {"launch_s", f.launch_s},
+                  {"startup_s", f.startup_s},
+                  {"eval_s", f.eval_s},
+                  {"save_s", f.save_s},
+                  {"saved", f.saved},
+                  {"finish_s", f.finish_s},
+                  {"peak_tflops", f.peak_flops / 1e12},
+                  {"device", f.device},
+                  {"probe_s", f.probe_s}};
+  j["terms"] = {{"launch_s", p.launch_s},
+                {"startup_s", p.startup_s},
+                {"first_step_s", p.first_step_s},
+                {"steps_s", p.steps_s},
+                {"evals_s", p.evals_s},
+                {"saves_s", p.saves_s},
+                {"finish_s", p.finish_s},
+                {"evals", p.evals},
+                {"saves", p.saves},
+                {"step_s", range_json(p.step_s)},
+                {"probe_spread", p.probe_spread},
+                {"checkpoint_interval_s", p.checkpoint_interval_s},
+                {"young_daly_s", p.young_daly_s},
                 {"restart_s", p.restart_s}};
   j["margin"] = inputs.margin;
   j["compute_scale"] = inputs.compute_scale;
@@ -196,13 +216,15 @@ std::string budget_shortfall(const CostPlan& plan) {
   const double per_s = b.usd_per_hour / 3600;
   const double fixed_s = p.launch_s + p.startup_s + p.evals_s + p.saves_s + p.finish_s;
   const double steps_fit = p.step_s.central > 0 ? (plan.limit_usd / per_s - fixed_s) / p.step_s.central : 0;
-  const std::string fit = steps_fit >= 1 ? fmt::format("lower train.steps to about {:.0f} (what the limit covers)", std::floor(steps_fit))
-                                         : std::string("the start-up alone costs more than the limit");
-  return fmt::format("the projected run costs {} (central; {} to {}) at {}/h{}, more than budget.limit_usd = {}. "
-                     "Raise budget.limit_usd to at least {}, {}, or compare cheaper machines with `frugal plan "
-                     "--instance NAME`",
-                     usd(b.usd.central), usd(b.usd.low), usd(b.usd.high), usd(b.usd_per_hour),
-                     plan.spot_billed ? " spot" : "", usd(plan.limit_usd), usd(b.usd.central), fit);
+  const std::string fit =
+      steps_fit >= 1 ? fmt::format("lower train.steps to about {:.0f} (what the limit covers)", std::floor(steps_fit))
+                     : std::string("the start-up alone costs more than the limit");
+  return fmt::format(
+      "the projected run costs {} (central; {} to {}) at {}/h{}, more than budget.limit_usd = {}. "
+      "Raise budget.limit_usd to at least {}, {}, or compare cheaper machines with `frugal plan "
+      "--instance NAME`",
+      usd(b.usd.central), usd(b.usd.low), usd(b.usd.high), usd(b.usd_per_hour), plan.spot_billed ? " spot" : "",
+      usd(plan.limit_usd), usd(b.usd.central), fit);
 }
 
 namespace {

@@ -15,7 +15,9 @@ namespace {
 // A term measured once: +-margin around it.
 Range around(double x, double margin) { return {x * (1 - margin), x, x * (1 + margin)}; }
 
-Range scaled(Range r, double scale, double spread) { return {r.low * scale / spread, r.central * scale, r.high * scale * spread}; }
+Range scaled(Range r, double scale, double spread) {
+  return {r.low * scale / spread, r.central * scale, r.high * scale * spread};
+}
 
 Range times(Range r, double n) { return {r.low * n, r.central * n, r.high * n}; }
 
@@ -87,7 +89,8 @@ Scenario with_preemptions(const Range& t, const Projection& p, double mtbf_s) {
   s.expected_preemptions = s.seconds.central / mtbf_s;
   s.lost_s = s.seconds.central - t.central;
   const double interval_high = p.checkpoint_interval_s > 0 ? std::min(p.checkpoint_interval_s, t.high) : t.high;
-  s.seconds.high = t.high + static_cast<double>(poisson_quantile(t.high / mtbf_s, 0.9)) * (interval_high / 2 + p.restart_s);
+  s.seconds.high =
+      t.high + static_cast<double>(poisson_quantile(t.high / mtbf_s, 0.9)) * (interval_high / 2 + p.restart_s);
   s.seconds.high = std::max(s.seconds.high, s.seconds.central);
   return s;
 }
@@ -146,17 +149,19 @@ Projection project_run(const ProjectionInputs& in) {
   const Range step = scaled({std::min(part_lo, m * (1 - in.margin)), m, std::max(part_hi, m * (1 + in.margin))},
                             in.compute_scale, in.scale_spread);
   p.step_s = step;
-  const Range first = scaled(around(in.first_step_s >= 0 ? in.first_step_s : m, in.margin), in.compute_scale,
-                             in.scale_spread);
+  const Range first =
+      scaled(around(in.first_step_s >= 0 ? in.first_step_s : m, in.margin), in.compute_scale, in.scale_spread);
   const Range eval = scaled(around(in.eval_s, in.margin), in.compute_scale, in.scale_spread);
   const double later_steps = static_cast<double>(std::max<int64_t>(0, in.steps - 1));
   p.evals = evaluation_count(in.steps, in.eval_every);
-  const Range training = (in.steps > 0 ? first : Range{}) + times(step, later_steps) + times(eval, static_cast<double>(p.evals));
+  const Range training =
+      (in.steps > 0 ? first : Range{}) + times(step, later_steps) + times(eval, static_cast<double>(p.evals));
   const SaveCount saves = count_saves(in.checkpoint, in.steps, training.central, first.central, in.save_s);
   p.saves = saves.saves;
   p.checkpoint_interval_s = saves.interval_s;
   p.young_daly_s = in.mtbf_s > 0 ? young_daly_interval_s(std::max(in.save_s, 1e-3), in.mtbf_s) : 0;
-  p.trainer_seconds = training + around(in.startup_s, in.margin) + times(around(in.save_s, in.margin), static_cast<double>(p.saves));
+  p.trainer_seconds =
+      training + around(in.startup_s, in.margin) + times(around(in.save_s, in.margin), static_cast<double>(p.saves));
   const Range total = p.trainer_seconds + around(in.launch_s, in.margin) + around(in.finish_s, in.margin);
   p.launch_s = in.launch_s;
   p.startup_s = in.startup_s;

@@ -109,8 +109,8 @@ Gpt check_forward(const Config& c, const Batch& batch, SmokeReport& r) {
   r.logits_shape = shape(logits);
   const std::vector<int64_t> want = {batch.x.size(0), batch.x.size(1), c.model.vocab};
   if (logits.sizes().vec() != want)
-    throw Error(fmt::format("logits have shape {} but [batch, block, vocab] = [{}] was expected",
-                            shape(logits), fmt::join(want, ", ")));
+    throw Error(fmt::format("logits have shape {} but [batch, block, vocab] = [{}] was expected", shape(logits),
+                            fmt::join(want, ", ")));
   return model;
 }
 
@@ -123,8 +123,8 @@ void measure_memory(const Config& c, const Batch& batch, SmokeReport& r) {
   const int64_t two = step_bytes(model, batch, std::min<int64_t>(2, batch.x.size(0)));
   r.bytes_per_sample = static_cast<double>(std::max<int64_t>(two - one, 0));
   r.static_bytes = 16.0 * static_cast<double>(r.params);
-  r.estimated_bytes = r.static_bytes + static_cast<double>(one) +
-                      r.bytes_per_sample * static_cast<double>(r.micro_batch - 1);
+  r.estimated_bytes =
+      r.static_bytes + static_cast<double>(one) + r.bytes_per_sample * static_cast<double>(r.micro_batch - 1);
 }
 
 // The resumed run's step-2 loss must equal the uninterrupted run's, bit for bit.
@@ -133,9 +133,10 @@ void compare_step_2(LossRecorder& first, LossRecorder& resumed, SmokeReport& r) 
   r.loss_uninterrupted = first.losses[2];
   r.loss_resumed = resumed.losses[2];
   if (r.loss_uninterrupted != r.loss_resumed)
-    throw CheckpointError(fmt::format("the resumed step 2 loss {:.9g} differs from the uninterrupted "
-                                      "{:.9g}: some state is not saved or not restored",
-                                      r.loss_resumed, r.loss_uninterrupted));
+    throw CheckpointError(
+        fmt::format("the resumed step 2 loss {:.9g} differs from the uninterrupted "
+                    "{:.9g}: some state is not saved or not restored",
+                    r.loss_resumed, r.loss_uninterrupted));
 }
 
 }  // namespace
@@ -164,15 +165,13 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
     Batch v = data->val_batch(0);
     r.batch_shape = shape(batch.x);
     if (!batch.x.sizes().equals(batch.y.sizes()) || !batch.x.sizes().equals(v.x.sizes()))
-      throw DataError(fmt::format("training inputs {} vs targets {} vs validation inputs {}: the shapes "
-                                  "must agree", shape(batch.x), shape(batch.y), shape(v.x)));
+      throw DataError(
+          fmt::format("training inputs {} vs targets {} vs validation inputs {}: the shapes "
+                      "must agree",
+                      shape(batch.x), shape(batch.y), shape(v.x)));
   });
-  stage("forward", [&] {
-    model = check_forward(rc.config, batch, r);
-  });
-  stage("memory", [&] {
-    measure_memory(rc.config, batch, r);
-  });
+  stage("forward", [&] { model = check_forward(rc.config, batch, r); });
+  stage("memory", [&] { measure_memory(rc.config, batch, r); });
   stage("train", [&] {
     TrainerOptions o;
     o.quiet = true;
@@ -198,9 +197,7 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
     Trainer t(again, o);
     t.fit();
   });
-  stage("compare", [&] {
-    compare_step_2(first, resumed, r);
-  });
+  stage("compare", [&] { compare_step_2(first, resumed, r); });
   std::error_code ec;
   remove_tree(dir, ec);
   Console::get().set_quiet(was_quiet);
@@ -217,10 +214,12 @@ std::string SmokeReport::describe() const {
   if (params > 0) out += fmt::format("  parameters {}\n", params);
   if (step_s > 0) out += fmt::format("  time per step {:.3f} s (smoke batch, CPU)\n", step_s);
   if (bytes_per_sample > 0)
-    out += fmt::format("  memory: {:.2f} MB per sample + {:.2f} MB weights/grads/AdamW -> about {:.1f} MB "
-                       "at micro_batch {} (fp32 estimate)\n",
-                       mb(bytes_per_sample), mb(static_bytes), mb(estimated_bytes), micro_batch);
-  if (ok) out += fmt::format("  resumed step 2 loss {:.9g} == uninterrupted {:.9g}\n", loss_resumed, loss_uninterrupted);
+    out += fmt::format(
+        "  memory: {:.2f} MB per sample + {:.2f} MB weights/grads/AdamW -> about {:.1f} MB "
+        "at micro_batch {} (fp32 estimate)\n",
+        mb(bytes_per_sample), mb(static_bytes), mb(estimated_bytes), micro_batch);
+  if (ok)
+    out += fmt::format("  resumed step 2 loss {:.9g} == uninterrupted {:.9g}\n", loss_resumed, loss_uninterrupted);
   return out;
 }
 

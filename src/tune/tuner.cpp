@@ -53,7 +53,8 @@ class ProbeRecorder final : public Callback {
 
 std::vector<std::string> tune_probe_sets(int64_t steps, const std::string& root, size_t index) {
   std::vector<std::string> sets = probe_overrides(root, fmt::format("candidate-{}", index), steps);
-  for (const char* s : {"train.eval_every=0", "train.eval_batches=1", "train.answer_samples=0", "checkpoint.enabled=false"})
+  for (const char* s :
+       {"train.eval_every=0", "train.eval_batches=1", "train.answer_samples=0", "checkpoint.enabled=false"})
     sets.push_back(s);
   return sets;
 }
@@ -65,8 +66,7 @@ std::vector<TuneCandidate> make_candidates(const Config& c, const FinderResult* 
   if (device.is_cuda()) precisions.push_back("fp16");
   const int64_t mb = c.data.micro_batch, accum = accumulation_steps(c);
   std::vector<TuneCandidate> out;
-  auto add = [&](const std::string& prec, const std::string& recompute, int64_t micro, int64_t acc,
-                 int64_t workers) {
+  auto add = [&](const std::string& prec, const std::string& recompute, int64_t micro, int64_t acc, int64_t workers) {
     TuneCandidate k;
     k.label = fmt::format("{} recompute={} micro {}x{}", prec, recompute, micro, acc);
     if (workers >= 0) k.label += fmt::format(" workers={}", workers);
@@ -95,9 +95,9 @@ std::vector<TuneCandidate> make_candidates(const Config& c, const FinderResult* 
 // recorder, or throws what the Trainer threw.
 std::shared_ptr<ProbeRecorder> train_candidate(const TuneCandidate& k, int64_t steps, const std::string& file,
                                                const std::vector<std::string>& overrides,
-                                               const std::map<std::string, std::string>& env,
-                                               const std::string& root, size_t index, const std::string& what,
-                                               const TuneProgress& progress, double* peak_mb) {
+                                               const std::map<std::string, std::string>& env, const std::string& root,
+                                               size_t index, const std::string& what, const TuneProgress& progress,
+                                               double* peak_mb) {
   std::vector<std::string> sets = overrides;
   sets.insert(sets.end(), k.sets.begin(), k.sets.end());
   for (const auto& s : tune_probe_sets(steps, root, index)) sets.push_back(s);
@@ -129,11 +129,15 @@ void run_candidate(TuneCandidate& k, const std::string& file, const std::vector<
                    const std::map<std::string, std::string>& env, const std::string& root, size_t index,
                    const CostMeter& cost, const TuneProgress& progress) {
   const auto t0 = Clock::now();
-  const Config target = resolve_run_config(file, [&] {
-                          std::vector<std::string> s = overrides;
-                          s.insert(s.end(), k.sets.begin(), k.sets.end());
-                          return s;
-                        }(), env).config;  // the run the projection is for
+  const Config target = resolve_run_config(
+                            file,
+                            [&] {
+                              std::vector<std::string> s = overrides;
+                              s.insert(s.end(), k.sets.begin(), k.sets.end());
+                              return s;
+                            }(),
+                            env)
+                            .config;  // the run the projection is for
   const bool first = !k.ran;
   k.ran = true;
   std::shared_ptr<ProbeRecorder> rec;
@@ -218,9 +222,10 @@ int choose_candidate(std::vector<TuneCandidate>& cands, const TuneRules& rules) 
     const bool checked = std::isfinite(k.check_loss) && std::isfinite(r.check_loss);
     const double mine = checked ? k.check_loss : k.loss, theirs = checked ? r.check_loss : r.loss;
     if (!std::isfinite(mine) || std::fabs(mine - theirs) > rules.loss_tolerance * std::fabs(theirs)) {
-      k.note = fmt::format("{} {:.4f} is more than {:.0f}% from fp32's {:.4f}",
-                           checked ? fmt::format("loss after {} steps", rules.loss_check_steps) : std::string("probe loss"),
-                           mine, 100 * rules.loss_tolerance, theirs);
+      k.note =
+          fmt::format("{} {:.4f} is more than {:.0f}% from fp32's {:.4f}",
+                      checked ? fmt::format("loss after {} steps", rules.loss_check_steps) : std::string("probe loss"),
+                      mine, 100 * rules.loss_tolerance, theirs);
       continue;
     }
     if (rules.limit_mb > 0 && k.peak_mb > rules.limit_mb) {
@@ -231,8 +236,8 @@ int choose_candidate(std::vector<TuneCandidate>& cands, const TuneRules& rules) 
     if (best < 0 || k.tokens_per_s > cands[static_cast<size_t>(best)].tokens_per_s) best = static_cast<int>(i);
   }
   // Within the machine's noise of the configuration as given, keep it: a change must pay.
-  if (best > 0 && cands[0].qualifies && cands[static_cast<size_t>(best)].tokens_per_s <
-                                            (1 + rules.min_speedup) * cands[0].tokens_per_s) {
+  if (best > 0 && cands[0].qualifies &&
+      cands[static_cast<size_t>(best)].tokens_per_s < (1 + rules.min_speedup) * cands[0].tokens_per_s) {
     TuneCandidate& k = cands[static_cast<size_t>(best)];
     k.note = fmt::format("fastest, but only {:+.1f}% over the configuration as given (tune.min_speedup = {:.0f}%)",
                          100 * (k.tokens_per_s / cands[0].tokens_per_s - 1), 100 * rules.min_speedup);
@@ -270,11 +275,12 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
     TuneCandidate& k = cands[i];
     const double spent = seconds_since(t0);
     if (i >= 2 && spent + longest > report.bound_s) {
-      k.note = fmt::format("skipped: time bound ({:.0f}% of the projected run = {:.1f} s)",
-                           100 * c.tune.max_fraction, report.bound_s);
+      k.note = fmt::format("skipped: time bound ({:.0f}% of the projected run = {:.1f} s)", 100 * c.tune.max_fraction,
+                           report.bound_s);
       continue;
     }
-    if (progress) progress(fmt::format("tune: round 1, candidate {}/{}: {} (starting)", i + 1, cands.size(), k.label), false);
+    if (progress)
+      progress(fmt::format("tune: round 1, candidate {}/{}: {} (starting)", i + 1, cands.size(), k.label), false);
     run_candidate(k, file, overrides, env, root.path(), i, cost, progress);
     longest = std::max(longest, k.wall_s);
     if (i == 0) {
@@ -289,7 +295,8 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
       if (k.ran && !k.failed) round_s += k.wall_s;
     if (seconds_since(t0) + round_s > report.bound_s) break;
     for (size_t i = 0; i < cands.size(); ++i)
-      if (cands[i].ran && !cands[i].failed) run_candidate(cands[i], file, overrides, env, root.path(), i, cost, progress);
+      if (cands[i].ran && !cands[i].failed)
+        run_candidate(cands[i], file, overrides, env, root.path(), i, cost, progress);
     report.rounds = round;
   }
   if (cands[0].ran && !cands[0].failed) report.projected_run_s = cands[0].projected_s;  // from the median
@@ -305,15 +312,17 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
   for (size_t i = 0; i < cands.size() && ref < 0; ++i)
     if (cands[i].ran && !cands[i].failed && cands[i].sets[0] == "precision.mode=fp32") ref = static_cast<int>(i);
   const int64_t n = c.tune.loss_check_steps;
-  while (n > 0 && report.best >= 0 && ref >= 0 && report.best != ref && cands[static_cast<size_t>(ref)].sets != cands[static_cast<size_t>(report.best)].sets &&
+  while (n > 0 && report.best >= 0 && ref >= 0 && report.best != ref &&
+         cands[static_cast<size_t>(ref)].sets != cands[static_cast<size_t>(report.best)].sets &&
          !std::isfinite(cands[static_cast<size_t>(report.best)].check_loss)) {
     TuneCandidate& b = cands[static_cast<size_t>(report.best)];
     TuneCandidate& r = cands[static_cast<size_t>(ref)];
     const double need = static_cast<double>(n) * ((std::isfinite(r.check_loss) ? 0 : r.step_s) + b.step_s);
     if (seconds_since(t0) + need > report.bound_s) {
-      report.loss_check = fmt::format("loss check skipped: {} steps of {} and fp32 would pass the time bound; "
-                                      "the probe losses were compared",
-                                      n, b.label);
+      report.loss_check = fmt::format(
+          "loss check skipped: {} steps of {} and fp32 would pass the time bound; "
+          "the probe losses were compared",
+          n, b.label);
       break;
     }
     if (progress) progress(fmt::format("tune: loss check: {} and fp32, {} steps each", b.label, n), false);
@@ -340,22 +349,23 @@ std::vector<std::string> TuneReport::chosen_sets() const {
 }
 
 std::string TuneReport::table() const {
-  std::string out = fmt::format("{:<3} {:<48} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8}  {}\n", "", "candidate",
-                                "tok/s", "peak MB", "run time", "run $", "run kg CO2", "loss", "note");
+  std::string out = fmt::format("{:<3} {:<48} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8}  {}\n", "", "candidate", "tok/s",
+                                "peak MB", "run time", "run $", "run kg CO2", "loss", "note");
   for (size_t i = 0; i < candidates.size(); ++i) {
     const TuneCandidate& k = candidates[i];
     const std::string mark = static_cast<int>(i) == best ? "*" : "";
     if (!k.ran || k.step_s <= 0) {
-      out += fmt::format("{:<3} {:<48} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8}  {}\n", mark, k.label, "-", "-", "-",
-                         "-", "-", "-", k.note);
+      out += fmt::format("{:<3} {:<48} {:>9} {:>9} {:>10} {:>10} {:>10} {:>8}  {}\n", mark, k.label, "-", "-", "-", "-",
+                         "-", "-", k.note);
       continue;
     }
     std::string note = k.qualifies ? "ok" : k.note;
     if (static_cast<int>(i) == best)
-      note = i == 0 ? "chosen: the configuration as given"
-                    : fmt::format("chosen: fastest that qualifies, {:+.1f}% over the configuration as given",
-                                  candidates[0].tokens_per_s > 0 ? 100 * (k.tokens_per_s / candidates[0].tokens_per_s - 1)
-                                                                 : 0.0);
+      note = i == 0
+                 ? "chosen: the configuration as given"
+                 : fmt::format(
+                       "chosen: fastest that qualifies, {:+.1f}% over the configuration as given",
+                       candidates[0].tokens_per_s > 0 ? 100 * (k.tokens_per_s / candidates[0].tokens_per_s - 1) : 0.0);
     else if (k.qualifies && !k.note.empty())
       note = k.note;
     out += fmt::format("{:<3} {:<48} {:>9.0f} {:>9} {:>9.1f}s {:>10} {:>10} {:>8.4f}  {}\n", mark, k.label,
@@ -384,8 +394,8 @@ nlohmann::json TuneReport::to_json() const {
   j["chosen_sets"] = chosen_sets();
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& k : candidates) {
-    nlohmann::json r = {{"label", k.label}, {"sets", k.sets}, {"ran", k.ran}, {"qualifies", k.qualifies},
-                        {"note", k.note}};
+    nlohmann::json r = {
+        {"label", k.label}, {"sets", k.sets}, {"ran", k.ran}, {"qualifies", k.qualifies}, {"note", k.note}};
     if (k.ran && k.step_s > 0) {
       r["tokens_per_s"] = k.tokens_per_s;
       r["round_tokens_per_s"] = k.round_tokens_per_s;

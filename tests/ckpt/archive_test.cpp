@@ -31,8 +31,8 @@ namespace fs = std::filesystem;
 constexpr int64_t kDay = 86400;
 
 // Writes RUNS/<run>/checkpoints/step-N with metric `metric` and backdates its COMPLETE marker.
-std::string make_checkpoint(const std::string& runs, const std::string& run, int64_t step,
-                            double metric, int64_t age_days, const std::string& best_mode = "min") {
+std::string make_checkpoint(const std::string& runs, const std::string& run, int64_t step, double metric,
+                            int64_t age_days, const std::string& best_mode = "min") {
   CheckpointData d;
   torch::manual_seed(step);
   d.model = {{"w", torch::randn({64, 32})}};
@@ -43,7 +43,9 @@ std::string make_checkpoint(const std::string& runs, const std::string& run, int
   d.data_state = {{"cursor", step}};
   const std::string p = write_checkpoint(runs + "/" + run + "/checkpoints", step, d);
   const time_t t = std::time(nullptr) - age_days * kDay;
-  struct utimbuf times {t, t};
+  struct utimbuf times {
+    t, t
+  };
   utime((p + "/COMPLETE").c_str(), &times);
   return p;
 }
@@ -161,7 +163,7 @@ TEST(Archive, RoundTripRestoresTheCheckpointBitwise) {
   const std::string arc = archive_checkpoint(c, dir.file("cold"));
   EXPECT_EQ(arc, dir.file("cold") + "/a/step-00000010.tar.zst");
   EXPECT_FALSE(fs::exists(old));
-  EXPECT_LT(fs::file_size(arc), 64 * 32 * 4 + 2048 * 4 + 4096);  // compressed tar, not a blow-up
+  EXPECT_LT(fs::file_size(arc), 64 * 32 * 4 + 2048 * 4 + 4096);          // compressed tar, not a blow-up
   for (const auto& e : fs::directory_iterator(runs + "/a/checkpoints"))  // no debris left behind
     EXPECT_EQ(e.path().filename().string().rfind('.', 0), std::string::npos) << e.path();
 
@@ -205,8 +207,9 @@ TEST(Archive, ARepackByPlainTarRestores) {
   const std::string arc = archive_checkpoint(find(plan_archive(runs, 90 * kDay), "a", 10), dir.file("cold"));
   fs::create_directories(dir.file("x"));
   const std::string repacked = dir.file("repacked.tar.zst");
-  ASSERT_EQ(std::system(("tar --zstd -xf '" + arc + "' -C '" + dir.file("x") + "' && tar --zstd -C '" +
-                         dir.file("x") + "' -cf '" + repacked + "' .").c_str()),
+  ASSERT_EQ(std::system(("tar --zstd -xf '" + arc + "' -C '" + dir.file("x") + "' && tar --zstd -C '" + dir.file("x") +
+                         "' -cf '" + repacked + "' .")
+                            .c_str()),
             0);
   EXPECT_EQ(restore_checkpoint(repacked, runs), old);
   EXPECT_EQ(files_of(old), before);
@@ -262,7 +265,8 @@ TEST(Archive, CliDryRunChangesNothingAndRealRunPrintsRestoreCommand) {
   auto dry = test::run_frugal("archive " + runs + " --older-than 90d --to " + dir.file("cold") + " --dry-run");
   EXPECT_EQ(dry.exit_code, 0) << dry.output;
   EXPECT_NE(dry.output.find("would archive " + runs + "/a/checkpoints/step-00000010"), std::string::npos) << dry.output;
-  EXPECT_NE(dry.output.find("keep     " + runs + "/a/checkpoints/step-00000020  (best)"), std::string::npos) << dry.output;
+  EXPECT_NE(dry.output.find("keep     " + runs + "/a/checkpoints/step-00000020  (best)"), std::string::npos)
+      << dry.output;
   EXPECT_TRUE(fs::exists(runs + "/a/checkpoints/step-00000010/COMPLETE"));
   EXPECT_FALSE(fs::exists(dir.file("cold")));
 

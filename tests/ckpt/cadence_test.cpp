@@ -39,7 +39,7 @@ TEST(Cadence, AutoMeasuresFirstThenUsesYoungDaly) {
   c.auto_interval = true;
   c.every_minutes = 0;
   c.mtbf_minutes = 60;
-  EXPECT_TRUE(checkpoint_due(c, {1, 0, 0.1, -1}));  // no measurement yet: save to measure
+  EXPECT_TRUE(checkpoint_due(c, {1, 0, 0.1, -1}));           // no measurement yet: save to measure
   const double interval = young_daly_interval_s(0.5, 3600);  // 60 s
   EXPECT_FALSE(checkpoint_due(c, {50, 1, interval - 1, 0.5}));
   EXPECT_TRUE(checkpoint_due(c, {50, 1, interval + 1, 0.5}));

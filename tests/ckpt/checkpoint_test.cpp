@@ -220,8 +220,8 @@ TEST(Checkpoint, AReSignedStateJsonWithMissingFilesOrImpossibleValuesIsNotSound)
       state["files"]["data_state.json"] = {{"bytes", data_state.size()}, {"xxh3", xxh3_hex(data_state)}};
     const std::string bytes = state.dump(1) + "\n";
     test::write_text(path + "/state.json", bytes);
-    test::write_text(path + "/COMPLETE", fmt::format("frugal-checkpoint 1 state.json xxh3={} bytes={}\n",
-                                                     xxh3_hex(bytes), bytes.size()));
+    test::write_text(path + "/COMPLETE",
+                     fmt::format("frugal-checkpoint 1 state.json xxh3={} bytes={}\n", xxh3_hex(bytes), bytes.size()));
     return verify_checkpoint(path);
   };
   const nlohmann::json good = nlohmann::json::parse(original);

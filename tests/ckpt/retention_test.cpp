@@ -130,7 +130,8 @@ TEST(Retention, ACorruptCheckpointIsNeverCountedAndGoesOnceASoundOneExists) {
 // falls back to the previous one, and the checkpoints it writes next must survive keep_last = 1.
 TEST(Retention, ApplyKeepsTheCheckpointsWrittenAfterAFallBackFromACorruptNewest) {
   test::TempDir dir;
-  for (int64_t s : {10, 20, 30}) write_checkpoint(dir.path(), s, CheckpointData{{{"w", torch::ones({64})}}, {}, {}, {}});
+  for (int64_t s : {10, 20, 30})
+    write_checkpoint(dir.path(), s, CheckpointData{{{"w", torch::ones({64})}}, {}, {}, {}});
   damage(dir.path() + "/step-00000030/model.safetensors");
   EXPECT_EQ(fs::path(*find_resumable(dir.path(), nullptr)).filename(), "step-00000020");
   write_checkpoint(dir.path(), 25, CheckpointData{{{"w", torch::zeros({64})}}, {}, {}, {}});
@@ -159,8 +160,8 @@ TEST(Retention, ApplyKeepsAnotherVersionsCheckpoint) {
   j["version"] = kCheckpointVersion + 1;
   const std::string state = j.dump(1) + "\n";
   test::write_text(d + "/state.json", state);
-  test::write_text(d + "/COMPLETE", fmt::format("frugal-checkpoint {} state.json xxh3={} bytes={}\n", kCheckpointVersion,
-                                                xxh3_hex(state), state.size()));
+  test::write_text(d + "/COMPLETE", fmt::format("frugal-checkpoint {} state.json xxh3={} bytes={}\n",
+                                                kCheckpointVersion, xxh3_hex(state), state.size()));
   EXPECT_FALSE(check_checkpoint(d).definite) << check_checkpoint(d).problem;
   apply_retention(dir.path(), {1, 0, MetricMode::kMin});
   EXPECT_EQ(entries(dir.path()), (std::vector<std::string>{"step-00000020", "step-00000030"}));
@@ -172,8 +173,9 @@ TEST(Retention, ApplyKeepsAnotherVersionsCheckpoint) {
 TEST(Retention, StaleDebrisOfDeadProcessesGoesALiveProcesssStays) {
   test::TempDir dir;
   const std::string mine = fmt::format(".tmp-step-00000005-{}-0", ::getpid());
-  for (const std::string& n : {std::string(".tmp-step-00000005-99999999-0"), std::string(".trash-step-00000001-99999998"),
-                               mine, fmt::format(".trash-step-00000002-{}-3", ::getppid())})
+  for (const std::string& n :
+       {std::string(".tmp-step-00000005-99999999-0"), std::string(".trash-step-00000001-99999998"), mine,
+        fmt::format(".trash-step-00000002-{}-3", ::getppid())})
     fs::create_directories(dir.file(n));
   auto removed = remove_stale_debris(dir.path());
   EXPECT_EQ(removed.size(), 2u);

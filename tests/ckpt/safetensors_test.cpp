@@ -93,16 +93,16 @@ std::string decode_error(const std::string& bytes) {
 
 // A shape whose element count wraps around 2^64 must not match a small (here empty) data range.
 TEST(Safetensors, AShapeWhoseElementCountOverflowsIsRejected) {
-  const std::string msg = decode_error(
-      with_header(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""));
+  const std::string msg =
+      decode_error(with_header(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", ""));
   EXPECT_NE(msg.find("crafted.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("multiply past"), std::string::npos) << msg;
   // A 0 after the overflow makes the product 0 again; the shape is still refused.
-  const std::string zero = decode_error(
-      with_header(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})", ""));
+  const std::string zero =
+      decode_error(with_header(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,0],"data_offsets":[0,0]}})", ""));
   EXPECT_NE(zero.find("multiply past"), std::string::npos) << zero;
-  const std::string huge = decode_error(
-      with_header(R"({"w":{"dtype":"F32","shape":[9223372036854775808,0],"data_offsets":[0,0]}})", ""));
+  const std::string huge =
+      decode_error(with_header(R"({"w":{"dtype":"F32","shape":[9223372036854775808,0],"data_offsets":[0,0]}})", ""));
   EXPECT_NE(huge.find("over the largest a tensor can have"), std::string::npos) << huge;
 }
 
@@ -121,7 +121,8 @@ TEST(Safetensors, WrongTypesInTheHeaderNameTheFile) {
 // parsed into an ordered map with a linear search per key).
 TEST(Safetensors, ManyEntriesRoundTripInFileOrder) {
   NamedTensors many;
-  for (int i = 0; i < 20000; ++i) many.emplace_back("t" + std::to_string(19999 - i), torch::full({1}, static_cast<float>(i)));
+  for (int i = 0; i < 20000; ++i)
+    many.emplace_back("t" + std::to_string(19999 - i), torch::full({1}, static_cast<float>(i)));
   auto f = decode_safetensors(encode_safetensors(many), "many");
   ASSERT_EQ(f.tensors.size(), many.size());
   for (size_t i = 0; i < many.size(); i += 997) {
@@ -136,12 +137,15 @@ TEST(Safetensors, AnIntegerTensorIsNotLoadedIntoAFloatParameter) {
   at::Tensor p = torch::zeros({3});
   const NamedTensors params = {{"w", p}};
   try {
-    load_parameters(params, decode_safetensors(encode_safetensors({{"w", torch::tensor({1, 2, 3}, torch::kInt)}}), "i.st"), "i.st");
+    load_parameters(
+        params, decode_safetensors(encode_safetensors({{"w", torch::tensor({1, 2, 3}, torch::kInt)}}), "i.st"), "i.st");
     FAIL() << "an I32 tensor was cast into an F32 parameter";
   } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("'w' is stored as Int but the parameter is Float"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'w' is stored as Int but the parameter is Float"), std::string::npos)
+        << e.what();
   }
-  load_parameters(params, decode_safetensors(encode_safetensors({{"w", torch::full({3}, 2.0).to(torch::kBFloat16)}}), "b"), "b");
+  load_parameters(
+      params, decode_safetensors(encode_safetensors({{"w", torch::full({3}, 2.0).to(torch::kBFloat16)}}), "b"), "b");
   EXPECT_TRUE(torch::equal(p, torch::full({3}, 2.0)));
 }
 

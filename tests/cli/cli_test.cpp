@@ -73,7 +73,8 @@ TEST(Cli, UnknownOptionsAndCommandsAreNamedWithTheClosestChoice) {
   EXPECT_NE(joined.output.find("unknown option '--sett'"), std::string::npos) << joined.output;
   auto command = run_frugal("trian");
   EXPECT_EQ(command.exit_code, 2) << command.output;
-  EXPECT_NE(command.output.find("unknown command 'trian' (did you mean 'train'?)"), std::string::npos) << command.output;
+  EXPECT_NE(command.output.find("unknown command 'trian' (did you mean 'train'?)"), std::string::npos)
+      << command.output;
   EXPECT_NE(command.output.find("prepare"), std::string::npos) << command.output;  // the list
   auto launched = run_frugal("launch --emit slurm -n 1 -- --dashed-name.toml");
   EXPECT_EQ(launched.exit_code, 0) << launched.output;
@@ -88,8 +89,10 @@ TEST(Cli, ARunShorterThanItsWarmUpIsWarnedAbout) {
   auto short_run = run_frugal("train" + tiny_sets(dir.path()) + " --set train.steps=3 --set train.warmup_steps=10");
   EXPECT_EQ(short_run.exit_code, 0) << short_run.output;
   EXPECT_NE(short_run.output.find("warning: train.steps = 3 ends within the warm-up (train.warmup_steps = 10)"),
-            std::string::npos) << short_run.output;
-  auto long_run = run_frugal("train" + tiny_sets(dir.path()) + " --set train.steps=3 --set train.warmup_steps=2 --overwrite");
+            std::string::npos)
+      << short_run.output;
+  auto long_run =
+      run_frugal("train" + tiny_sets(dir.path()) + " --set train.steps=3 --set train.warmup_steps=2 --overwrite");
   EXPECT_EQ(long_run.exit_code, 0) << long_run.output;
   EXPECT_EQ(long_run.output.find("ends within the warm-up"), std::string::npos) << long_run.output;
 }

@@ -23,7 +23,8 @@ using test::run_frugal;
 std::map<std::string, std::string> snapshot(const std::string& dir) {
   std::map<std::string, std::string> files;
   for (const auto& e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file() && e.path().filename() != ".lock") files[e.path().string()] = test::read_text(e.path().string());
+    if (e.is_regular_file() && e.path().filename() != ".lock")
+      files[e.path().string()] = test::read_text(e.path().string());
   return files;
 }
 
@@ -46,7 +47,8 @@ TEST(RunIntegrityCli, AResumeToldOnlyTheRunsNameContinuesItsDataShapeAndSchedule
 
   // Other data, asked for: exit 2 naming the key and both values; nothing in the run changes.
   const auto before = snapshot(dir.file("r"));
-  auto other = run_frugal("train --set run.out_dir=" + dir.path() + " --set run.name=r --set data.source=builtin:arith "
+  auto other = run_frugal("train --set run.out_dir=" + dir.path() +
+                          " --set run.name=r --set data.source=builtin:arith "
                           "--resume auto");
   EXPECT_EQ(other.exit_code, 2) << other.output;
   EXPECT_NE(other.output.find("data.source: the run has 'text:" + dir.file("a.txt") + "', --set gives 'builtin:arith'"),
@@ -97,8 +99,9 @@ TEST(RunIntegrityCli, ThePrintedResumeCommandAfterAStopSignalContinuesTheRun) {
   for (const auto& o : test::tiny_overrides(dir.path() + "/out dir")) train += " --set '" + o + "'";
   train += " --set run.name=r-1 --set train.steps=100000 --set train.log_every=1";
   const std::string run = dir.path() + "/out dir/r-1";
-  const std::string script = "(" + train + " & pid=$!; for i in $(seq 1 600); do [ -s '" + run +
-                             "/metrics.jsonl' ] && break; sleep 0.05; done; kill -TERM $pid; wait $pid; echo rc=$?) 2>&1";
+  const std::string script =
+      "(" + train + " & pid=$!; for i in $(seq 1 600); do [ -s '" + run +
+      "/metrics.jsonl' ] && break; sleep 0.05; done; kill -TERM $pid; wait $pid; echo rc=$?) 2>&1";
   std::string out;
   FILE* p = popen(script.c_str(), "r");
   ASSERT_NE(p, nullptr);
@@ -133,7 +136,8 @@ TEST(RunIntegrityCli, OnShardsWithTheirOwnVocabularySmokeAndTheTunedConfigWorkAs
   const size_t at = prep.output.find(hint);
   ASSERT_NE(at, std::string::npos) << prep.output;
   const std::string printed = prep.output.substr(at + hint.size(), prep.output.find('\n', at) - at - hint.size());
-  auto hinted = run_frugal(printed + " -q" + test::tiny_sets(dir.path()) + " --set run.name=hinted --set train.steps=2");
+  auto hinted =
+      run_frugal(printed + " -q" + test::tiny_sets(dir.path()) + " --set run.name=hinted --set train.steps=2");
   EXPECT_EQ(hinted.exit_code, 0) << printed << "\n" << hinted.output;
   const std::string data = " --set data.source=shards:" + dir.file("ds");
   auto smoke = run_frugal("smoke" + test::tiny_sets(dir.path()) + data);

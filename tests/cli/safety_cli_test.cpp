@@ -101,8 +101,9 @@ TEST(SafetyCli, AnUnreadableCheckpointWeightsFileOrArchiveTheUserNamesExitsTwo) 
 // stays 3 (it gave 143, the signal's default action, once the handlers were restored).
 TEST(SafetyCli, AStopSignalDuringTheExitKeepsTheRunsExitCode) {
   test::TempDir dir;
-  auto r = run_frugal("train -q" + tiny_sets(dir.path()) + " --set budget.usd_per_hour=360000 --set budget.limit_usd=0.5",
-                      "FRUGAL_FAULT_SIGNAL_AT_EXIT=1 ");
+  auto r =
+      run_frugal("train -q" + tiny_sets(dir.path()) + " --set budget.usd_per_hour=360000 --set budget.limit_usd=0.5",
+                 "FRUGAL_FAULT_SIGNAL_AT_EXIT=1 ");
   EXPECT_EQ(r.exit_code, 3) << r.output;
   r = run_frugal("train -q" + tiny_sets(dir.path()) + " --overwrite", "FRUGAL_FAULT_SIGNAL_AT_EXIT=1 ");
   EXPECT_EQ(r.exit_code, 0) << r.output;

@@ -38,10 +38,10 @@ TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
   FRUGAL_NEED_FEATURE("sentencepiece");
   test::TempDir dir;
   // Lines of 9 words from 27 in varying order: enough variety for SentencePiece to learn words.
-  const std::vector<std::string> words = {"the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "number",
-                                          "seven", "river", "mountain", "green", "yellow", "market", "street",
-                                          "window", "garden", "table", "letter", "morning", "evening", "winter",
-                                          "summer", "happy", "silver", "golden"};
+  const std::vector<std::string> words = {"the",     "quick",  "brown",  "fox",    "jumps",    "over",   "lazy",
+                                          "dog",     "number", "seven",  "river",  "mountain", "green",  "yellow",
+                                          "market",  "street", "window", "garden", "table",    "letter", "morning",
+                                          "evening", "winter", "summer", "happy",  "silver",   "golden"};
   std::string corpus;
   for (size_t i = 0; i < 600; ++i) {
     for (size_t k = 0; k < 9; ++k) corpus += (k ? " " : "") + words[(i * 7 + k * k * 3 + i / 5) % words.size()];
@@ -55,8 +55,8 @@ TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
   ASSERT_EQ(train.exit_code, 0) << train.output;
 
   const std::string prompt = "the quick brown fox";
-  auto r = test::run_frugal(fmt::format("sample '{}' --prompt '{}' --max-tokens 6 --stop '' --json",
-                                        dir.file("demo"), prompt));
+  auto r = test::run_frugal(
+      fmt::format("sample '{}' --prompt '{}' --max-tokens 6 --stop '' --json", dir.file("demo"), prompt));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto j = sample_json(r.output);
   EXPECT_EQ(j["tokenizer"], "sentencepiece");
@@ -70,7 +70,8 @@ TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
   EXPECT_EQ(j["text"].get<std::string>(), spm->decode(tokens, dir.path()));
 
   // The plain output is the prompt and the same decoded text.
-  auto plain = test::run_frugal(fmt::format("sample '{}' --prompt '{}' --max-tokens 6 --stop ''", dir.file("demo"), prompt));
+  auto plain =
+      test::run_frugal(fmt::format("sample '{}' --prompt '{}' --max-tokens 6 --stop ''", dir.file("demo"), prompt));
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_EQ(plain.output.rfind(prompt + j["text"].get<std::string>(), 0), 0u) << plain.output;
 
@@ -78,7 +79,8 @@ TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
   // sample (without a prompt: from a document start) and export still work, and export writes the
   // tokenizer's model beside the weights.
   fs::rename(dir.file("ds"), dir.file("ds-moved"));
-  auto moved = test::run_frugal(fmt::format("sample '{}' --max-tokens 4 --stop '' --json", dir.file("demo")), "cd / &&");
+  auto moved =
+      test::run_frugal(fmt::format("sample '{}' --max-tokens 4 --stop '' --json", dir.file("demo")), "cd / &&");
   ASSERT_EQ(moved.exit_code, 0) << moved.output;
   EXPECT_EQ(sample_json(moved.output)["tokens"].size(), 4u) << moved.output;
   auto exported =
@@ -95,7 +97,8 @@ TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
   test::write_text(dir.file("demo/tokenizer/manifest.json"), manifest.dump());
   auto unknown = test::run_frugal(fmt::format("sample '{}' --prompt 'the'", dir.file("demo")));
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
-  EXPECT_NE(unknown.output.find("tokenizer in " + dir.file("demo/tokenizer") + " is 'gpt2-hf'"), std::string::npos) << unknown.output;
+  EXPECT_NE(unknown.output.find("tokenizer in " + dir.file("demo/tokenizer") + " is 'gpt2-hf'"), std::string::npos)
+      << unknown.output;
   // Token files without a manifest (llm.c's GPT-2 ids), and no copy kept with the run: refused too.
   remove_tree(dir.file("demo/tokenizer"));
   fs::remove(dir.file("ds/manifest.json"));
@@ -126,8 +129,8 @@ TEST(Sample, WithoutFinalWeightsTheNewestSoundCheckpointIsUsed) {
                                             dir.file("demo"), dir.file("demo/checkpoints/step-00000003")));
   ASSERT_EQ(named.exit_code, 0) << named.output;
   EXPECT_EQ(sample_json(named.output)["weights"], dir.file("demo/checkpoints/step-00000003/model.safetensors"));
-  auto not_weights = test::run_frugal(fmt::format("sample '{}' --weights '{}' --prompt '1+2='", dir.file("demo"),
-                                                  dir.file("demo")));
+  auto not_weights =
+      test::run_frugal(fmt::format("sample '{}' --weights '{}' --prompt '1+2='", dir.file("demo"), dir.file("demo")));
   EXPECT_EQ(not_weights.exit_code, 2) << not_weights.output;
   EXPECT_NE(not_weights.output.find("is a directory without model.safetensors"), std::string::npos)
       << not_weights.output;

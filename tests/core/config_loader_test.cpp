@@ -36,9 +36,9 @@ TEST(ConfigLoader, PrecedenceIsDefaultThenEnvThenFileThenSet) {
   std::map<std::string, std::string> env = {
       {"FRUGAL_TRAIN_STEPS", "20"}, {"FRUGAL_TRAIN_WARMUP_STEPS", "7"}, {"FRUGAL_TRAIN_LR", "0.5"}};
   auto rc = resolve_config(dir.file("c.toml"), {"train.lr=0.002"}, env);
-  EXPECT_EQ(rc.config.train.warmup_steps, 7);      // env beats default
-  EXPECT_EQ(rc.config.train.steps, 30);            // file beats env
-  EXPECT_DOUBLE_EQ(rc.config.train.lr, 0.002);     // --set beats file
+  EXPECT_EQ(rc.config.train.warmup_steps, 7);   // env beats default
+  EXPECT_EQ(rc.config.train.steps, 30);         // file beats env
+  EXPECT_DOUBLE_EQ(rc.config.train.lr, 0.002);  // --set beats file
   EXPECT_EQ(rc.config.model.embd, Config{}.model.embd);
   EXPECT_EQ(rc.origins.at("train.warmup_steps").describe(), "env FRUGAL_TRAIN_WARMUP_STEPS");
   EXPECT_EQ(rc.origins.at("train.steps").describe(), "file " + dir.file("c.toml") + ":2");
@@ -47,7 +47,8 @@ TEST(ConfigLoader, PrecedenceIsDefaultThenEnvThenFileThenSet) {
 
 // The banner lists what differs from the defaults, with its origin, not every key (100+ lines).
 TEST(ConfigLoader, TheSummaryListsOnlyTheValuesThatAreNotDefaults) {
-  const std::string some = resolve_config("", {"train.lr=0.002", "model.layers=6"}, {{"FRUGAL_TRAIN_STEPS", "77"}}).summary();
+  const std::string some =
+      resolve_config("", {"train.lr=0.002", "model.layers=6"}, {{"FRUGAL_TRAIN_STEPS", "77"}}).summary();
   EXPECT_NE(some.find("train.lr"), std::string::npos) << some;
   EXPECT_NE(some.find("(--set)"), std::string::npos) << some;
   EXPECT_NE(some.find("train.steps"), std::string::npos) << some;
@@ -59,9 +60,8 @@ TEST(ConfigLoader, TheSummaryListsOnlyTheValuesThatAreNotDefaults) {
 
 TEST(ConfigLoader, ResolvedTomlLoadsBackToTheSameConfig) {
   TempDir dir;
-  auto rc = resolve_config("", {"run.name=x-1", "train.lr=0.00125", "model.dropout=0.1",
-                                "data.source=text:/tmp/a b.txt"},
-                           {});
+  auto rc = resolve_config(
+      "", {"run.name=x-1", "train.lr=0.00125", "model.dropout=0.1", "data.source=text:/tmp/a b.txt"}, {});
   write_text(dir.file("r.toml"), rc.to_toml());
   auto back = resolve_config(dir.file("r.toml"), {}, {});
   for (const auto& k : config_schema())
@@ -143,12 +143,9 @@ TEST(ConfigLoader, SetWithoutEqualsOrUnknownKey) {
 }
 
 TEST(ConfigLoader, StringChecksRejectBadSourceAndName) {
-  EXPECT_NE(error_of([&] { resolve_config("", {"data.source=csv:x"}, {}); }).find("builtin:arith"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_config("", {"run.name=a/b"}, {}); }).find("names a folder"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { resolve_config("", {"run.device=tpu"}, {}); }).find("cuda"),
-            std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_config("", {"data.source=csv:x"}, {}); }).find("builtin:arith"), std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_config("", {"run.name=a/b"}, {}); }).find("names a folder"), std::string::npos);
+  EXPECT_NE(error_of([&] { resolve_config("", {"run.device=tpu"}, {}); }).find("cuda"), std::string::npos);
 }
 
 TEST(ConfigLoader, CrossKeyCheckHeadsDivideEmbd) {

@@ -53,9 +53,7 @@ namespace {
 // global style flag restored after each.
 class CrashReport : public ::testing::Test {
  protected:
-  void SetUp() override {
-    style_ = GTEST_FLAG_GET(death_test_style);
-    }
+  void SetUp() override { style_ = GTEST_FLAG_GET(death_test_style); }
   void TearDown() override { GTEST_FLAG_SET(death_test_style, style_); }
 
  private:

@@ -32,7 +32,7 @@ TEST(Threads, TheDoctorsChoiceAppliesToAutoOnTheSameCpusOnly) {
   EXPECT_EQ(t.intra_op, 1);
   EXPECT_NE(t.reason.find("auto: 1 thread(s), kept by frugal doctor on "), std::string::npos) << t.reason;
   EXPECT_NE(t.reason.find("1 thread 8.0 ms/step"), std::string::npos) << t.reason;  // with its evidence
-  EXPECT_EQ(apply_thread_settings(3).intra_op, 3);  // run.threads wins
+  EXPECT_EQ(apply_thread_settings(3).intra_op, 3);                                  // run.threads wins
   EXPECT_EQ(apply_thread_settings(0, /*use_doctor_choice=*/false).reason.find("doctor"), std::string::npos);
   auto j = nlohmann::json::parse(test::read_text(thread_choice_path()));
   j["machine"]["logical_cpus"] = j["machine"]["logical_cpus"].get<int>() + 7;  // measured on another CPU set

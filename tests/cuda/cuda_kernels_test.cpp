@@ -25,12 +25,12 @@
 namespace frugal::cuda_kernels_test {
 namespace {
 
-#define FRUGAL_REQUIRE_KERNELS()                                                                          \
-  do {                                                                                                    \
-    if (!cuda_kernels_built()) GTEST_SKIP() << "frugal was built without its CUDA kernels";              \
-    if (!device::cuda_available()) GTEST_SKIP() << "no CUDA device visible to this process";             \
-    const std::string why = cuda_kernels_unavailable(torch::Device(torch::kCUDA, 0));                    \
-    if (!why.empty()) GTEST_SKIP() << why;                                                                \
+#define FRUGAL_REQUIRE_KERNELS()                                                             \
+  do {                                                                                       \
+    if (!cuda_kernels_built()) GTEST_SKIP() << "frugal was built without its CUDA kernels";  \
+    if (!device::cuda_available()) GTEST_SKIP() << "no CUDA device visible to this process"; \
+    const std::string why = cuda_kernels_unavailable(torch::Device(torch::kCUDA, 0));        \
+    if (!why.empty()) GTEST_SKIP() << why;                                                   \
   } while (0)
 
 #if FRUGAL_HAVE_KERNELS
@@ -72,9 +72,8 @@ void check_classifier(const ClassifierShape& s, bool all_ignored, bool extreme) 
   }
   const auto f32 = cuda.dtype(torch::kFloat);
   auto lse = torch::full({s.rows}, NAN, f32), loss = torch::full({s.rows}, NAN, f32);
-  ASSERT_EQ(kn::classifier_forward(logits.data_ptr(), kdt(s.dtype), s.rows, s.vocab, s.ld,
-                                   targets.data_ptr<int64_t>(), kIgnoreIndex, lse.data_ptr<float>(),
-                                   loss.data_ptr<float>(), stream()),
+  ASSERT_EQ(kn::classifier_forward(logits.data_ptr(), kdt(s.dtype), s.rows, s.vocab, s.ld, targets.data_ptr<int64_t>(),
+                                   kIgnoreIndex, lse.data_ptr<float>(), loss.data_ptr<float>(), stream()),
             0);
   // The reference, in double.
   const auto z = logits.narrow(1, 0, s.vocab).to(torch::kDouble);
@@ -85,7 +84,8 @@ void check_classifier(const ClassifierShape& s, bool all_ignored, bool extreme) 
   ASSERT_FALSE(any_nan(lse)) << "lse left unwritten";
   ASSERT_FALSE(any_nan(loss)) << "loss left unwritten";
   EXPECT_LT(rel_err(lse, ref_lse), 1e-5);
-  EXPECT_LT((loss.to(torch::kDouble) - ref_loss).abs().max().item<double>(), 1e-5 * (1 + ref_lse.abs().max().item<double>()));
+  EXPECT_LT((loss.to(torch::kDouble) - ref_loss).abs().max().item<double>(),
+            1e-5 * (1 + ref_lse.abs().max().item<double>()));
 
   // The backward, out of place into a NaN-filled buffer, then in place over a copy of the logits.
   const auto count = valid.sum().to(torch::kFloat);
@@ -115,11 +115,11 @@ void check_classifier(const ClassifierShape& s, bool all_ignored, bool extreme) 
 TEST(Cuda, FusedClassifierMatchesLogSoftmaxInDoubleAndWritesEveryElement) {
   FRUGAL_REQUIRE_KERNELS();
   torch::manual_seed(1);
-  for (const ClassifierShape& s : {ClassifierShape{torch::kBFloat16, 263, 50257, 50304},  // GPT-2, padded: 16-byte loads
-                                   ClassifierShape{torch::kBFloat16, 97, 50257, 50257},   // unpadded: element loads
-                                   ClassifierShape{torch::kFloat, 97, 50257, 50304},
-                                   ClassifierShape{torch::kBFloat16, 1, 256, 256},
-                                   ClassifierShape{torch::kFloat, 33, 300, 301}}) {
+  for (const ClassifierShape& s :
+       {ClassifierShape{torch::kBFloat16, 263, 50257, 50304},  // GPT-2, padded: 16-byte loads
+        ClassifierShape{torch::kBFloat16, 97, 50257, 50257},   // unpadded: element loads
+        ClassifierShape{torch::kFloat, 97, 50257, 50304}, ClassifierShape{torch::kBFloat16, 1, 256, 256},
+        ClassifierShape{torch::kFloat, 33, 300, 301}}) {
     check_classifier(s, false, false);
     check_classifier(s, false, true);
     check_classifier(s, true, false);
@@ -192,13 +192,13 @@ void check_layer_norm(const NormShape& s, bool residual) {
     auto dx = torch::full({s.rows, s.C}, NAN, cuda.dtype(s.xt));
     auto dx_low = torch::full({s.rows, s.C}, NAN, cuda.dtype(s.ot));
     auto dw = torch::full({s.C}, NAN, f32), db = torch::full({s.C}, NAN, f32);
-    ASSERT_EQ(kn::layernorm_backward(dx.data_ptr(), residual ? dx_low.data_ptr() : nullptr, dout.data_ptr(),
-                                     residual ? dresid.data_ptr() : nullptr, h.data_ptr(), w.data_ptr(),
-                                     mean.data_ptr<float>(), rstd.data_ptr<float>(), kdt(s.xt), kdt(s.ot),
-                                     dw.data_ptr<float>(), db.data_ptr<float>(), scratch.data_ptr<float>(),
-                                     reinterpret_cast<unsigned*>(counter.data_ptr<int32_t>()), s.rows, s.C, sms(),
-                                     stream()),
-              0);
+    ASSERT_EQ(
+        kn::layernorm_backward(dx.data_ptr(), residual ? dx_low.data_ptr() : nullptr, dout.data_ptr(),
+                               residual ? dresid.data_ptr() : nullptr, h.data_ptr(), w.data_ptr(),
+                               mean.data_ptr<float>(), rstd.data_ptr<float>(), kdt(s.xt), kdt(s.ot),
+                               dw.data_ptr<float>(), db.data_ptr<float>(), scratch.data_ptr<float>(),
+                               reinterpret_cast<unsigned*>(counter.data_ptr<int32_t>()), s.rows, s.C, sms(), stream()),
+        0);
     EXPECT_EQ(counter.item<int>(), 0) << "the last block did not reset the counter";
     ASSERT_FALSE(any_nan(dx) || any_nan(dw) || any_nan(db)) << "a gradient left unwritten";
     if (run == 0) {
@@ -227,11 +227,10 @@ void check_layer_norm(const NormShape& s, bool residual) {
 TEST(Cuda, LayerNormKernelsMatchAtenInDoubleAndAreDeterministic) {
   FRUGAL_REQUIRE_KERNELS();
   torch::manual_seed(3);
-  for (const NormShape& s : {NormShape{torch::kFloat, torch::kBFloat16, 16384, 768},  // GPT-2 under bf16 autocast
-                             NormShape{torch::kFloat, torch::kFloat, 16384, 768},
-                             NormShape{torch::kBFloat16, torch::kBFloat16, 300, 768},
-                             NormShape{torch::kFloat, torch::kFloat, 1, 100},
-                             NormShape{torch::kFloat, torch::kBFloat16, 7, 8}}) {
+  for (const NormShape& s :
+       {NormShape{torch::kFloat, torch::kBFloat16, 16384, 768},  // GPT-2 under bf16 autocast
+        NormShape{torch::kFloat, torch::kFloat, 16384, 768}, NormShape{torch::kBFloat16, torch::kBFloat16, 300, 768},
+        NormShape{torch::kFloat, torch::kFloat, 1, 100}, NormShape{torch::kFloat, torch::kBFloat16, 7, 8}}) {
     check_layer_norm(s, false);
     check_layer_norm(s, true);
   }

@@ -38,10 +38,10 @@ namespace frugal::cuda_test {
 namespace {
 namespace fs = std::filesystem;
 
-#define FRUGAL_REQUIRE_GPU()                                                                       \
-  do {                                                                                             \
-    if (!device::build_info().cuda_compiled) GTEST_SKIP() << "frugal was built without CUDA";     \
-    if (!device::cuda_available()) GTEST_SKIP() << "no CUDA device visible to this process";      \
+#define FRUGAL_REQUIRE_GPU()                                                                  \
+  do {                                                                                        \
+    if (!device::build_info().cuda_compiled) GTEST_SKIP() << "frugal was built without CUDA"; \
+    if (!device::cuda_available()) GTEST_SKIP() << "no CUDA device visible to this process";  \
   } while (0)
 
 nlohmann::json train_on_gpu(const std::string& out, std::vector<std::string> extra, TrainerOptions o = {}) {
@@ -83,7 +83,8 @@ TEST(Cuda, GptForwardAndGradientsOnTheGpuMatchTheCpu) {
     for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
   }
   gpu->to(torch::kCUDA);
-  auto x = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong), y = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong);
+  auto x = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong),
+       y = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong);
   {
     torch::NoGradGuard ng;
     EXPECT_EQ(gpu->forward(x.cuda()).stride(1), 256);  // padded on the GPU
@@ -107,7 +108,9 @@ TEST(Cuda, Bf16AndFp16TrainingTrackFp32) {
   auto sc = train_on_gpu(c.path(), {"precision.mode=fp16"});
   EXPECT_EQ(sb["precision"], "bf16");
   EXPECT_EQ(sc["precision"], "fp16");
-  auto la = test::step_losses(a.path() + "/demo/metrics.jsonl"), lb = test::step_losses(b.path() + "/demo/metrics.jsonl"), lc = test::step_losses(c.path() + "/demo/metrics.jsonl");
+  auto la = test::step_losses(a.path() + "/demo/metrics.jsonl"),
+       lb = test::step_losses(b.path() + "/demo/metrics.jsonl"),
+       lc = test::step_losses(c.path() + "/demo/metrics.jsonl");
   ASSERT_FALSE(la.empty());
   ASSERT_EQ(la.size(), lb.size());
   ASSERT_EQ(la.size(), lc.size());
@@ -124,8 +127,8 @@ TEST(Cuda, LossScalerSkipsStepsOnRealFp16Overflow) {
   test::TempDir d;
   // 2^40 times the loss overflows fp16 (max 65504) in backward: the first steps must be skipped
   // and the scale backed off until the gradients are finite, and training then goes on.
-  auto s = train_on_gpu(d.path(), {"precision.mode=fp16", "precision.init_scale=1099511627776",
-                                   "precision.backoff_factor=0.5"});
+  auto s = train_on_gpu(d.path(),
+                        {"precision.mode=fp16", "precision.init_scale=1099511627776", "precision.backoff_factor=0.5"});
   EXPECT_GT(s["skipped_steps"].get<int64_t>(), 0);
   EXPECT_LT(s["loss_scale"].get<double>(), 1099511627776.0);
   EXPECT_GT(s["optimizer_steps"].get<int64_t>(), 0);
@@ -150,8 +153,7 @@ TEST(Cuda, OutOfMemoryOnTheCachingAllocatorBacksOffTheMicroBatch) {
   nlohmann::json s;
   try {
     s = train_on_gpu(d.path(), {"model.embd=512", "model.layers=4", "model.heads=8", "model.block=256",
-                                "data.micro_batch=64", "train.steps=3", "precision.mode=fp32",
-                                "train.eval_every=0"});
+                                "data.micro_batch=64", "train.steps=3", "precision.mode=fp32", "train.eval_every=0"});
   } catch (...) {
     c10::cuda::CUDACachingAllocator::setMemoryFraction(1.0, 0);
     throw;

@@ -44,7 +44,8 @@ Corpus make_corpus(uint32_t seed) {
     for (size_t i = 0; i < words.size(); ++i) {
       if (i) s += (i % 7 == 0 && shout) ? "\n  " : " ";
       std::string w = words[i];
-      if (shout && i % 3 == 0) for (auto& ch : w) ch = static_cast<char>(std::toupper(ch));
+      if (shout && i % 3 == 0)
+        for (auto& ch : w) ch = static_cast<char>(std::toupper(ch));
       s += w;
     }
     return s;

@@ -159,7 +159,7 @@ TEST(ImagePrepare, AugmentationIsBitwiseDeterministicForASeedAndThreadCount) {
   run("b", 5, 1);
   run("c", 6, 2);
   EXPECT_EQ(a.train_records, a.train_samples * 4);  // the original + 3 variants
-  EXPECT_EQ(a.val_records, a.val_samples);           // validation is never augmented
+  EXPECT_EQ(a.val_records, a.val_samples);          // validation is never augmented
   for (const char* f : {"train_000000.frs", "val_000000.frs"})
     EXPECT_EQ(test::read_text(dir.file(std::string("a/") + f)), test::read_text(dir.file(std::string("b/") + f))) << f;
   EXPECT_NE(test::read_text(dir.file("a/train_000000.frs")), test::read_text(dir.file("c/train_000000.frs")));
@@ -198,12 +198,12 @@ TEST(ImagePrepare, TrainAndValFoldersAreTheSplit) {
 TEST(ImagePrepare, CliPreparesAFolderAndSaysHowToTrain) {
   test::TempDir dir;
   make_folder(dir.file("in"));
-  const auto res = test::run_frugal(fmt::format("prepare --format images --size 8 --augment 1 --quiet {} --out {}",
-                                                dir.file("in"), dir.file("ds")));
+  const auto res = test::run_frugal(
+      fmt::format("prepare --format images --size 8 --augment 1 --quiet {} --out {}", dir.file("in"), dir.file("ds")));
   EXPECT_EQ(res.exit_code, 0) << res.output;
   EXPECT_NE(res.output.find("data.source=records:"), std::string::npos) << res.output;
-  const auto bad = test::run_frugal(fmt::format("prepare --format images {} --out {}", dir.file("in/cat/img0.jpg"),
-                                                dir.file("ds2")));
+  const auto bad = test::run_frugal(
+      fmt::format("prepare --format images {} --out {}", dir.file("in/cat/img0.jpg"), dir.file("ds2")));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("is not a folder"), std::string::npos) << bad.output;
 }

@@ -62,8 +62,8 @@ TEST(Image, ResizeMatchesTorchAntialiasedBilinear) {
     for (int y = 0; y < h; ++y)
       for (int x = 0; x < w; ++x)
         for (int c = 0; c < 3; ++c)
-          worst = std::max(worst, std::abs(out.rgb[(static_cast<size_t>(y) * w + x) * 3 + c] -
-                                           ref[c][y][x].item<float>()));
+          worst =
+              std::max(worst, std::abs(out.rgb[(static_cast<size_t>(y) * w + x) * 3 + c] - ref[c][y][x].item<float>()));
     // Ours rounds to uint8 (0.5) and accumulates in a different order (float rounding).
     EXPECT_LE(worst, 0.51f) << w << "x" << h;
   }
@@ -80,8 +80,9 @@ TEST(Image, CorruptFilesAreErrorsThatNameTheFile) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(jpeg.substr(0, jpeg.size() / 2), "cats/truncated.jpg").find("cats/truncated.jpg: cannot decode JPEG"),
-            std::string::npos);
+  EXPECT_NE(
+      message(jpeg.substr(0, jpeg.size() / 2), "cats/truncated.jpg").find("cats/truncated.jpg: cannot decode JPEG"),
+      std::string::npos);
   EXPECT_NE(message(png.substr(0, png.size() / 2), "dogs/truncated.png").find("dogs/truncated.png: cannot decode PNG"),
             std::string::npos);
   EXPECT_NE(message("hello, not an image", "x/readme.jpg").find("x/readme.jpg: not a JPEG or PNG"), std::string::npos);
@@ -131,16 +132,20 @@ std::string decode_error(const std::string& bytes, const std::string& what) {
 TEST(Image, DeclaredSizesAreCheckedBeforeAnyPixelIsAllocated) {
   const std::string png = encode_png(gradient_image(8, 8, 1));
   ASSERT_EQ(png.substr(12, 4), "IHDR");
-  EXPECT_EQ(decode_image(png_declaring(png, 8, 8), "same.png").rgb, decode_image(png, "x.png").rgb);  // the CRC is right
+  EXPECT_EQ(decode_image(png_declaring(png, 8, 8), "same.png").rgb,
+            decode_image(png, "x.png").rgb);  // the CRC is right
   const std::string bomb = decode_error(png_declaring(png, 50000, 50000), "bomb.png");
-  EXPECT_NE(bomb.find("bomb.png: the PNG declares 50000x50000 = 2500000000 pixels, over the limit"), std::string::npos) << bomb;
+  EXPECT_NE(bomb.find("bomb.png: the PNG declares 50000x50000 = 2500000000 pixels, over the limit"), std::string::npos)
+      << bomb;
   // Under the pixel limit, but no 100-byte file holds 8000 rows of 8000 pixels.
   const std::string lie = decode_error(png_declaring(png, 8000, 8000), "lie.png");
   EXPECT_NE(lie.find("lie.png: the PNG declares 8000x8000 pixels but its"), std::string::npos) << lie;
 
   const std::string jpeg = encode_jpeg(gradient_image(16, 16, 2));
   const std::string jbomb = decode_error(jpeg_declaring(jpeg, 60000, 60000), "bomb.jpg");
-  EXPECT_NE(jbomb.find("bomb.jpg: the JPEG declares 60000x60000 = 3600000000 pixels, over the limit"), std::string::npos) << jbomb;
+  EXPECT_NE(jbomb.find("bomb.jpg: the JPEG declares 60000x60000 = 3600000000 pixels, over the limit"),
+            std::string::npos)
+      << jbomb;
 }
 
 TEST(Image, AugmentationIsAPureFunctionOfTheSeed) {

@@ -66,7 +66,7 @@ TEST(PrefetchLoader, BuildsNoMoreThanPrefetchAheadAndJoinsOnDestruction) {
     for (int i = 0; i < 200 && built.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     EXPECT_LE(built.load(), 4);  // batch 0 (returned) + at most 3 ahead
-  }  // destructor joins workers blocked on a full queue
+  }                              // destructor joins workers blocked on a full queue
 }
 
 }  // namespace

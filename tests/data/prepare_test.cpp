@@ -92,7 +92,8 @@ TEST(Prepare, BinaryInputIsRefusedNamingTheFileAndTheFraction) {
   } catch (const DataError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("prepare: '" + dir.file("blob.bin") + "' does not look like text: 5.0% of its 1000 bytes"),
-              std::string::npos) << m;
+              std::string::npos)
+        << m;
   }
   EXPECT_FALSE(std::filesystem::exists(dir.file("ds/manifest.json")));
   const Config c = resolve_config("", {"data.source=text:" + dir.file("blob.bin")}, {}).config;
@@ -101,7 +102,8 @@ TEST(Prepare, BinaryInputIsRefusedNamingTheFileAndTheFraction) {
     ADD_FAILURE() << "a binary file was read as a text source";
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("data.source: '" + dir.file("blob.bin") + "' does not look like text"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
   std::string text;
   for (int i = 0; i < 40; ++i) text += "caf\xc3\xa9\tline " + std::to_string(i) + "\r\n";
@@ -141,7 +143,8 @@ TEST(Prepare, RemovesTheTempFolderOfAKilledPrepareButNotOfALiveOne) {
   prepare_dataset(small({dir.file("c.txt")}, dir.file("ds")), [&](const std::string& s) { said.push_back(s); });
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(live));
-  EXPECT_TRUE(std::any_of(said.begin(), said.end(), [&](const std::string& s) { return s.find(dead) != std::string::npos; }));
+  EXPECT_TRUE(
+      std::any_of(said.begin(), said.end(), [&](const std::string& s) { return s.find(dead) != std::string::npos; }));
 }
 
 // "--out ds/" is the folder ds: its temp folder is the sibling ds.tmp-PID (a killed prepare's is
@@ -177,8 +180,7 @@ TEST(Prepare, OutputIsByteIdenticalForOneAndTwoThreads) {
   prepare_dataset(o);
   for (const auto& e : fs::directory_iterator(dir.file("one")))
     if (e.path().extension() == ".frs") {
-      EXPECT_EQ(test::read_text(e.path().string()),
-                test::read_text(dir.file("two/" + e.path().filename().string())));
+      EXPECT_EQ(test::read_text(e.path().string()), test::read_text(dir.file("two/" + e.path().filename().string())));
     }
 }
 
@@ -204,7 +206,7 @@ TEST(Prepare, JsonlUsesTheNamedFieldAndReportsBadLinesWithFileAndLine) {
 TEST(Prepare, DedupCountsReachTheReportAndTheManifest) {
   test::TempDir dir;
   std::string text = corpus(20, 4);
-  text += "Document 3 of corpus 4: the QUICK brown   fox 25 jumps.\nSecond line 3.\n\n";  // exact (normalised)
+  text += "Document 3 of corpus 4: the QUICK brown   fox 25 jumps.\nSecond line 3.\n\n";       // exact (normalised)
   text += "Document 3 of corpus 4: the quick brown fox 25 jumps.\nSecond line 3 indeed.\n\n";  // near
   test::write_text(dir.file("c.txt"), text);
   PrepareOptions o = small({dir.file("c.txt")}, dir.file("ds"));
@@ -262,7 +264,8 @@ TEST(Prepare, CliPreparesOnceThenTrainsFromTheShards) {
   std::string text;
   for (int i = 0; i < 300; ++i) text += fmt::format("{}+{}={}\n\n", i % 17, i % 13, i % 17 + i % 13);
   test::write_text(dir.file("arith.txt"), text);
-  const std::string args = fmt::format("prepare '{}' --out '{}' --dedup exact --quiet", dir.file("arith.txt"), dir.file("ds"));
+  const std::string args =
+      fmt::format("prepare '{}' --out '{}' --dedup exact --quiet", dir.file("arith.txt"), dir.file("ds"));
   auto p = test::run_frugal(args);
   ASSERT_EQ(p.exit_code, 0) << p.output;
   EXPECT_NE(p.output.find("exact duplicates"), std::string::npos) << p.output;
@@ -291,12 +294,14 @@ TEST(Prepare, CliPreparesOnceThenTrainsFromTheShards) {
   auto wide = test::run_frugal(train);
   ASSERT_EQ(wide.exit_code, 0) << wide.output;
   const std::string toml = test::read_text(dir.file("demo/config.toml"));
-  EXPECT_NE(toml.find("vocab = 300  # file " + dir.file("ds/manifest.json") + " tokenizer.vocab"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("vocab = 300  # file " + dir.file("ds/manifest.json") + " tokenizer.vocab"), std::string::npos)
+      << toml;
   auto narrow = test::run_frugal(train + " --set model.vocab=256");
   EXPECT_EQ(narrow.exit_code, 2) << narrow.output;
   EXPECT_NE(narrow.output.find("set model.vocab = 300"), std::string::npos) << narrow.output;
 
-  auto bad = test::run_frugal(fmt::format("prepare '{}' --out '{}' --format jsonl --quiet", dir.file("arith.txt"), dir.file("j")));
+  auto bad = test::run_frugal(
+      fmt::format("prepare '{}' --out '{}' --format jsonl --quiet", dir.file("arith.txt"), dir.file("j")));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("arith.txt:1"), std::string::npos) << bad.output;
 }

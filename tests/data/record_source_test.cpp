@@ -27,7 +27,8 @@ namespace {
 // the CSV row it came from.
 std::string make_table(const test::TempDir& dir, int rows) {
   std::string csv = "row,half,label\n";
-  for (int i = 0; i < rows; ++i) csv += fmt::format("{},{},{}\n", i, i * 0.5, i % 3 == 0 ? "a" : i % 3 == 1 ? "b" : "c");
+  for (int i = 0; i < rows; ++i)
+    csv += fmt::format("{},{},{}\n", i, i * 0.5, i % 3 == 0 ? "a" : i % 3 == 1 ? "b" : "c");
   test::write_text(dir.file("t.csv"), csv);
   PrepareOptions o;
   o.inputs = {dir.file("t.csv")};
@@ -149,7 +150,8 @@ TEST(RecordSource, ImageBatchesAreFloatChwInTheUnitInterval) {
   for (int c = 0; c < 3; ++c) {
     std::filesystem::create_directories(dir.file(fmt::format("in/c{}", c)));
     for (int i = 0; i < 4; ++i)
-      test::write_bytes(dir.file(fmt::format("in/c{}/{}.png", c, i)), encode_png(test::gradient_image(12, 10, c * 4 + i)));
+      test::write_bytes(dir.file(fmt::format("in/c{}/{}.png", c, i)),
+                        encode_png(test::gradient_image(12, 10, c * 4 + i)));
   }
   PrepareOptions o;
   o.inputs = {dir.file("in")};
@@ -202,7 +204,8 @@ TEST(RecordSource, AShortOrMissingShardIsNamedWithTheManifestsSize) {
     FAIL() << "a truncated shard was opened";
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find(fmt::format("has {} bytes, the manifest says {}", bytes - 1, bytes)),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
   std::filesystem::remove(shard);
   try {

@@ -72,7 +72,8 @@ TEST(EpochSampler, AStepsSamplesAreTheSameForAnyWorldSize) {
   };
   for (int64_t step = 0; step < steps; ++step) {
     const auto one = step_samples(1, step);
-    for (int64_t world : {2, 3, 4, 6}) EXPECT_EQ(step_samples(world, step), one) << "world " << world << " step " << step;
+    for (int64_t world : {2, 3, 4, 6})
+      EXPECT_EQ(step_samples(world, step), one) << "world " << world << " step " << step;
   }
 }
 

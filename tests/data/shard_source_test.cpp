@@ -26,9 +26,11 @@ std::vector<int32_t> stream(size_t n, uint32_t salt) {
 }
 
 // A dataset directory as `frugal prepare` lays it out, with the train split in several shards.
-void write_dataset(const std::string& dir, const std::vector<int32_t>& train,
-                   const std::vector<int32_t>& val, size_t shard_tokens) {
-  nlohmann::json m = {{"format", "frugal-dataset"}, {"format_version", 1}, {"kind", "tokens"},
+void write_dataset(const std::string& dir, const std::vector<int32_t>& train, const std::vector<int32_t>& val,
+                   size_t shard_tokens) {
+  nlohmann::json m = {{"format", "frugal-dataset"},
+                      {"format_version", 1},
+                      {"kind", "tokens"},
                       {"tokenizer", {{"name", "bytes"}, {"vocab", 256}}}};
   for (auto [split, tokens] : {std::pair{"train", &train}, std::pair{"val", &val}}) {
     m["splits"][split] = nlohmann::json::array();
@@ -39,8 +41,10 @@ void write_dataset(const std::string& dir, const std::vector<int32_t>& train,
       ShardWriter w(dir + "/" + file, ShardKind::kTokens, ShardDtype::kUint16, o);
       w.add_tokens(tokens->data() + n, std::min(shard_tokens, tokens->size() - n));
       const uint64_t hash = w.finish();
-      m["splits"][split].push_back({{"file", file}, {"bytes", std::filesystem::file_size(dir + "/" + file)},
-                                    {"xxh64", hex64(hash)}, {"index_xxh64", hex64(w.index_hash())}});
+      m["splits"][split].push_back({{"file", file},
+                                    {"bytes", std::filesystem::file_size(dir + "/" + file)},
+                                    {"xxh64", hex64(hash)},
+                                    {"index_xxh64", hex64(w.index_hash())}});
     }
   }
   test::write_text(dir + "/manifest.json", m.dump());
@@ -66,8 +70,7 @@ TEST(ShardSource, EveryRowIsTheWindowItNamesAcrossShardBoundaries) {
     TokenBatch b = s.next_train();
     ASSERT_EQ(b.samples.size(), 4u);
     for (size_t r = 0; r < 4; ++r)
-      for (size_t t = 0; t < 9; ++t)
-        ASSERT_EQ(b.tokens[r * 9 + t], train[static_cast<size_t>(b.samples[r]) * 8 + t]);
+      for (size_t t = 0; t < 9; ++t) ASSERT_EQ(b.tokens[r * 9 + t], train[static_cast<size_t>(b.samples[r]) * 8 + t]);
   }
   Batch t = s.train_batch(20);
   EXPECT_TRUE(t.x.narrow(1, 1, 7).equal(t.y.narrow(1, 0, 7)));  // targets are inputs shifted by one
@@ -128,8 +131,7 @@ TEST(ShardSource, CorruptShardStopsTheTrainerThreadWithFileAndOffset) {
     for (int k = 0; k < 200; ++k) s.train_batch(k);
     FAIL() << "trained on a corrupt block";
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find(shard + "' is corrupt at byte offset 832"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find(shard + "' is corrupt at byte offset 832"), std::string::npos) << e.what();
   }
 }
 
@@ -154,7 +156,8 @@ TEST(ShardSource, SwappedSameSizeShardsAreRefusedAtOpen) {
       FAIL() << "swapped shards were accepted (index_hash " << index_hash << ")";
     } catch (const DataError& e) {
       EXPECT_NE(std::string(e.what()).find(dir.file("train_0.frs") + "' does not hold what the manifest lists"),
-                std::string::npos) << e.what();
+                std::string::npos)
+          << e.what();
     }
   }
 }
@@ -287,8 +290,7 @@ TEST(ShardSource, ReadsLlmcBinFiles) {
     for (int k = 0; k < 100; ++k) s.train_batch(k);
     FAIL() << "a token outside the vocabulary reached the model";
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("fineweb_train_000001.bin' at byte offset"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("fineweb_train_000001.bin' at byte offset"), std::string::npos) << e.what();
   }
 }
 

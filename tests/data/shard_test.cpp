@@ -73,8 +73,7 @@ TEST(Shard, TokenShardsRoundTripInEveryDtypeWithAndWithoutZstd) {
       r.read_tokens(0, all.size(), all.data());
       EXPECT_EQ(all, tokens);
       const uint64_t block = 1000 / dtype_width(d);  // tokens per block
-      EXPECT_EQ(r.token_offset(1234), zstd ? r.token_offset((1234 / block) * block)
-                                           : 64 + 1234 * dtype_width(d));
+      EXPECT_EQ(r.token_offset(1234), zstd ? r.token_offset((1234 / block) * block) : 64 + 1234 * dtype_width(d));
       std::vector<int32_t> mid(777);  // spans several blocks from an unaligned start
       r.read_tokens(1234, mid.size(), mid.data());
       EXPECT_TRUE(std::equal(mid.begin(), mid.end(), tokens.begin() + 1234));
@@ -177,10 +176,10 @@ TEST(Shard, FlippedByteInAZstdBlockIsDetected) {
 std::string declare_raw_size(std::string b, uint32_t raw) {
   auto* p = reinterpret_cast<uint8_t*>(b.data());
   const uint64_t index_offset = detail::get_u64(p + 40);
-  detail::put_u64(p + 24, raw / 2);                    // tokens
-  detail::put_u32(p + 48, raw / 2);                    // tokens per block: still one block
+  detail::put_u64(p + 24, raw / 2);  // tokens
+  detail::put_u32(p + 48, raw / 2);  // tokens per block: still one block
   detail::put_u64(p + 56, xxh64_bytes(std::string_view(b.data(), 56)));
-  detail::put_u32(p + index_offset + 12, raw);         // the block's raw size
+  detail::put_u32(p + index_offset + 12, raw);  // the block's raw size
   detail::put_u64(p + index_offset + 24, xxh64_bytes(std::string_view(b.data() + index_offset, 24)));
   return b;
 }

@@ -65,8 +65,13 @@ std::string error_of(const std::function<void()>& f) {
 TEST(TarSamples, MembersGroupByKeyInFirstAppearanceOrder) {
   test::TempDir dir;
   const std::string tar = dir.file("a.tar");
-  write_tar(tar, {{"s/000.jpg", "J0"}, {"s/000.cls", "3"}, {"s/001.cls", "1"}, {"s/001.png", "P1"},
-                  {"s/000.meta.json", "{}"}, {"t/x.y/doc.txt", "hello"}, {"noext", "N"}});
+  write_tar(tar, {{"s/000.jpg", "J0"},
+                  {"s/000.cls", "3"},
+                  {"s/001.cls", "1"},
+                  {"s/001.png", "P1"},
+                  {"s/000.meta.json", "{}"},
+                  {"t/x.y/doc.txt", "hello"},
+                  {"noext", "N"}});
   const auto samples = read_tar_samples(tar);
   ASSERT_EQ(samples.size(), 4u);
   EXPECT_EQ(samples[0].key, "s/000");
@@ -116,8 +121,8 @@ TEST(TarSamples, ImageSamplesPrepareIntoRecords) {
   std::vector<std::pair<std::string, std::string>> m;
   for (int i = 0; i < 6; ++i) {
     const Image im = test::gradient_image(20, 12, i);
-    m.push_back({fmt::format("train/{:03d}.{}", i, i % 2 ? "png" : "jpg"),
-                 i % 2 ? encode_png(im) : test::encode_jpeg(im)});
+    m.push_back(
+        {fmt::format("train/{:03d}.{}", i, i % 2 ? "png" : "jpg"), i % 2 ? encode_png(im) : test::encode_jpeg(im)});
     m.push_back({fmt::format("train/{:03d}.cls", i), i < 3 ? "bird\n" : "ant\n"});
   }
   write_tar(dir.file("shard-000.tar"), m);

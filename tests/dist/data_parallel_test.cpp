@@ -99,8 +99,10 @@ TEST(ZeroAdamW, ShardedStepsMatchFusedAdamWAndHalveTheState) {
   EXPECT_EQ(reloaded.step_count(), 4);
   std::vector<std::pair<std::string, at::Tensor>> again;
   on_both([&](int64_t r) {
-    if (r == 0) opts[0]->state_tensors();  // rank 0's half of the gather
-    else again = reloaded.state_tensors();
+    if (r == 0)
+      opts[0]->state_tensors();  // rank 0's half of the gather
+    else
+      again = reloaded.state_tensors();
   });
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(again[i].second, want[i].second));
 }
@@ -125,8 +127,7 @@ TEST(DataParallel, BucketsAverageGradientsOncePerStep) {
   on_both([&](int64_t r) {
     dps[r] = std::make_unique<DataParallel>(groups[r], c);
     opts[r] = std::make_unique<FusedAdamW>(
-        std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1], params[r][2]}, 0.0}},
-        AdamWHyper{});
+        std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1], params[r][2]}, 0.0}}, AdamWHyper{});
     dps[r]->attach(params[r]);
     // Two micro-batches: only the second backward reduces.
     at::Tensor total = torch::zeros({});

@@ -67,8 +67,11 @@ int wait_for(const Proc& p, double limit_s) {
 
 // ctest runs tests side by side: every test here rendezvouses on a port no other test uses.
 std::vector<std::pair<std::string, std::string>> rank_env(int rank, int port) {
-  return {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", std::to_string(rank)},
-          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+  return {{"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", "2"},
+          {"LOCAL_RANK", std::to_string(rank)},
+          {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)}};
 }
 
 std::vector<std::string> train_args(const std::string& out, const std::string& name,
@@ -149,9 +152,7 @@ void expect_matches_single_process(int port, const std::string& zero) {
 
 TEST(DistTrain, TwoRanksMatchOneProcessWithTheSameGlobalBatch) { expect_matches_single_process(29660, "0"); }
 
-TEST(DistTrain, TwoRanksWithZero1MatchOneProcessWithTheSameGlobalBatch) {
-  expect_matches_single_process(29661, "1");
-}
+TEST(DistTrain, TwoRanksWithZero1MatchOneProcessWithTheSameGlobalBatch) { expect_matches_single_process(29661, "1"); }
 
 TEST(DistTrain, PeerThatNeverArrivesFailsWithinTheTimeout) {
   TempDir dir;
@@ -198,8 +199,9 @@ TEST(DistTrain, KilledRankMakesTheOtherFailClearlyAndResumeContinues) {
       newest = c.step;
     }
   ASSERT_GE(newest, 4);
-  auto resume = train_args(dir.path(), "crash", {"checkpoint.every_steps=2", "train.eval_every=0",
-                                                 "train.steps=" + std::to_string(newest + 4)});
+  auto resume =
+      train_args(dir.path(), "crash",
+                 {"checkpoint.every_steps=2", "train.eval_every=0", "train.steps=" + std::to_string(newest + 4)});
   resume.push_back("--resume");
   resume.push_back("auto");
   auto r = test::run_frugal("launch -n 2 --port 29664 --" + joined(resume));
@@ -255,13 +257,20 @@ TEST(DistTrain, AStoppedRankIsNamedByTheOther) {
 TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch) {
   TempDir dir;
   std::string corpus;
-  for (int i = 0; corpus.size() < 40000; ++i) corpus += fmt::format("line {} of the elastic corpus: {}\n", i, i * 7919 % 1000);
+  for (int i = 0; corpus.size() < 40000; ++i)
+    corpus += fmt::format("line {} of the elastic corpus: {}\n", i, i * 7919 % 1000);
   test::write_text(dir.file("corpus.txt"), corpus);
   auto prep = test::run_frugal(fmt::format("prepare '{}' --out '{}' --quiet", dir.file("corpus.txt"), dir.file("ds")));
   ASSERT_EQ(prep.exit_code, 0) << prep.output;
-  const std::vector<std::string> common{"data.source=shards:" + dir.file("ds"), "train.steps=8", "train.warmup_steps=2",
-                                        "train.eval_every=0", "checkpoint.every_steps=4", "checkpoint.keep_last=5",
-                                        "dist.zero=1", "dist.bucket_mb=0.01", "train.log_every=1"};
+  const std::vector<std::string> common{"data.source=shards:" + dir.file("ds"),
+                                        "train.steps=8",
+                                        "train.warmup_steps=2",
+                                        "train.eval_every=0",
+                                        "checkpoint.every_steps=4",
+                                        "checkpoint.keep_last=5",
+                                        "dist.zero=1",
+                                        "dist.bucket_mb=0.01",
+                                        "train.log_every=1"};
   auto with = [&](std::vector<std::string> v, std::initializer_list<std::string> more) {
     v.insert(v.end(), more);
     return v;
@@ -296,8 +305,10 @@ TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch
   for (const char* name : {"one", "four"}) {
     // fp32 sums in another order (one process sums 4 micro-batches, 4 ranks all-reduce 4): measured
     // ~1e-7 after 4 more AdamW steps; data in another order would move the weights by ~1e-3.
-    EXPECT_LT(max_abs_diff(dir.file("full/final/model.safetensors"), dir.file(std::string(name) + "/final/model.safetensors")),
-              1e-5) << name;
+    EXPECT_LT(max_abs_diff(dir.file("full/final/model.safetensors"),
+                           dir.file(std::string(name) + "/final/model.safetensors")),
+              1e-5)
+        << name;
     const auto losses = test::step_losses(dir.file(std::string(name) + "/metrics.jsonl"));
     ASSERT_EQ(losses.size(), 8u) << name;
     for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(losses[i], losses_full[i], 1e-5) << name << " step " << i + 1;

@@ -37,9 +37,10 @@ TEST(Emit, SkyPilotTaskUsesSpotAndResumesAuto) {
   EXPECT_TRUE(has(y, "file_mounts:\n  /ckpt:\n    name: my-ckpts\n    persistent: true\n    mode: MOUNT\n"));
   EXPECT_TRUE(has(y, "setup: |\n"));
   EXPECT_TRUE(has(y, "run: |\n"));
-  EXPECT_TRUE(has(y, "build/frugal launch -n 8 --nodes \"$SKYPILOT_NUM_NODES\" --node-rank \"$SKYPILOT_NODE_RANK\" "
-                     "--master-addr \"$MASTER_ADDR\" --port 29500 -- train 'examples/demo.toml' --resume auto "
-                     "--set run.device=cuda --set 'train.steps=1000' --set run.out_dir=/ckpt/runs\n"));
+  EXPECT_TRUE(has(y,
+                  "build/frugal launch -n 8 --nodes \"$SKYPILOT_NUM_NODES\" --node-rank \"$SKYPILOT_NODE_RANK\" "
+                  "--master-addr \"$MASTER_ADDR\" --port 29500 -- train 'examples/demo.toml' --resume auto "
+                  "--set run.device=cuda --set 'train.steps=1000' --set run.out_dir=/ckpt/runs\n"));
   // Every line is YAML: a comment, a key, or an indented block line.
   for (size_t start = 0; start < y.size();) {
     size_t end = y.find('\n', start);
@@ -64,7 +65,8 @@ TEST(Emit, SlurmScriptRequeuesOnPreemption) {
   EXPECT_TRUE(has(s, "#SBATCH --requeue\n"));
   EXPECT_TRUE(has(s, "#SBATCH --signal=TERM@120\n"));
   EXPECT_TRUE(has(s, "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)\n"));
-  EXPECT_TRUE(has(s, "srun --kill-on-bad-exit=1 build/frugal train 'my run.toml' --resume auto --set run.device=cuda\n"));
+  EXPECT_TRUE(
+      has(s, "srun --kill-on-bad-exit=1 build/frugal train 'my run.toml' --resume auto --set run.device=cuda\n"));
   EXPECT_TRUE(has(s, "if [ \"$code\" -eq 75 ]; then scontrol requeue \"$SLURM_JOB_ID\"; fi\n"));
 }
 
@@ -112,7 +114,8 @@ assert "--set run.out_dir=/ckpt/runs" in t["run"], t["run"]
 print("ok")
 )";
     test::write_text(d.file("check.py"), check);
-    auto [code, out] = shell(venv_python() + " " + d.file("check.py") + " " + d.file("task.yaml") + " '" + bucket + "'");
+    auto [code, out] =
+        shell(venv_python() + " " + d.file("check.py") + " " + d.file("task.yaml") + " '" + bucket + "'");
     EXPECT_EQ(code, 0) << out;
     EXPECT_TRUE(has(out, "ok")) << out;
   }
@@ -169,17 +172,16 @@ TEST(Emit, RejectsGpuCountsThatDisagreeAndMalformedBuckets) {
   }
 }
 
-TEST(Emit, RejectsAMissingConfig) {
-  EXPECT_THROW(emit_slurm(EmitOptions{}), ConfigError);
-}
+TEST(Emit, RejectsAMissingConfig) { EXPECT_THROW(emit_slurm(EmitOptions{}), ConfigError); }
 
 TEST(Launch, ReportsWhichRankFailedAndReturnsItsCode) {
   // Each rank runs a shell: rank 1 fails with 7, rank 0 finishes normally.
   LaunchOptions o;
   o.procs_per_node = 2;
   o.master_port = 29640;
-  o.args = {"-c", "if [ \"$RANK\" = 1 ]; then exit 7; fi; [ \"$WORLD_SIZE\" = 2 ] && [ \"$MASTER_PORT\" = 29640 ] "
-                  "&& [ \"$LOCAL_RANK\" = 0 ] && [ -n \"$FRUGAL_RUN_THREADS\" ]"};
+  o.args = {"-c",
+            "if [ \"$RANK\" = 1 ]; then exit 7; fi; [ \"$WORLD_SIZE\" = 2 ] && [ \"$MASTER_PORT\" = 29640 ] "
+            "&& [ \"$LOCAL_RANK\" = 0 ] && [ -n \"$FRUGAL_RUN_THREADS\" ]"};
   testing::internal::CaptureStderr();
   const int code = launch(o, "/bin/sh");
   const std::string err = testing::internal::GetCapturedStderr();

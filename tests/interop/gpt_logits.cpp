@@ -23,10 +23,14 @@ int main(int argc, char** argv) {
   std::string hf, run, tokens, out;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--hf") hf = v;
-    else if (k == "--run") run = v;
-    else if (k == "--tokens") tokens = v;
-    else if (k == "--out") out = v;
+    if (k == "--hf")
+      hf = v;
+    else if (k == "--run")
+      run = v;
+    else if (k == "--tokens")
+      tokens = v;
+    else if (k == "--out")
+      out = v;
   }
   if (hf.empty() == run.empty() || tokens.empty() || out.empty()) {
     std::fprintf(stderr, "usage: frugal_gpt_logits (--hf DIR | --run RUN_DIR) --tokens 1,2,3 --out FILE\n");

@@ -37,8 +37,7 @@ TEST(ActivationCheckpointing, GradientsEqualPlainBackwardBitwiseEvenWithDropout)
   for (const char* spec : {"blocks", "every:2"}) {
     auto ck = grads_with(spec, 0.1);
     ASSERT_EQ(plain.size(), ck.size());
-    for (size_t i = 0; i < plain.size(); ++i)
-      EXPECT_TRUE(torch::equal(plain[i], ck[i])) << spec << " param " << i;
+    for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], ck[i])) << spec << " param " << i;
   }
 }
 

@@ -66,8 +66,12 @@ TEST(FusedAttention, MatchesTheFormulaInFloat) {
   // tails in every loop, the last with T > 3 D, so that its backward recomputes the softmax
   // instead of reading it back; then two more in-place shapes: one whose kept softmax rows need
   // padding, one that recomputes.
-  for (auto [B, T, H, D] : {std::array<int64_t, 4>{4, 64, 4, 32}, {3, 37, 3, 24}, {2, 1, 2, 8}, {1, 130, 2, 5},
-                            {2, 40, 3, 32}, {2, 104, 2, 16}})
+  for (auto [B, T, H, D] : {std::array<int64_t, 4>{4, 64, 4, 32},
+                            {3, 37, 3, 24},
+                            {2, 1, 2, 8},
+                            {1, 130, 2, 5},
+                            {2, 40, 3, 32},
+                            {2, 104, 2, 16}})
     expect_matches_formula(B, T, H, D);
 }
 

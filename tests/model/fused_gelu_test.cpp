@@ -156,8 +156,8 @@ LinearGeluCase linear_gelu_case(std::vector<int64_t> x_sizes, int64_t out) {
   const int64_t in = x_sizes.back();
   std::vector<int64_t> y_sizes = x_sizes;
   y_sizes.back() = out;
-  return {torch::randn(x_sizes), torch::randn({out, in}) / std::sqrt(static_cast<double>(in)) * 3,
-          torch::randn({out}), torch::randn(y_sizes)};
+  return {torch::randn(x_sizes), torch::randn({out, in}) / std::sqrt(static_cast<double>(in)) * 3, torch::randn({out}),
+          torch::randn(y_sizes)};
 }
 
 struct Grads {
@@ -194,8 +194,7 @@ TEST(LinearGelu, MatchesTheFormulaInDouble) {
 
 TEST(LinearGelu, AgreesWithLinearThenFusedGelu) {
   const auto c = linear_gelu_case({5, 64, 32}, 128);
-  auto x = c.x.clone().requires_grad_(true), w = c.w.clone().requires_grad_(true),
-       b = c.b.clone().requires_grad_(true);
+  auto x = c.x.clone().requires_grad_(true), w = c.w.clone().requires_grad_(true), b = c.b.clone().requires_grad_(true);
   auto y = fused_gelu(at::linear(x, w, b));
   y.backward(c.dy);
   const Grads got = run_linear_gelu(c, false);

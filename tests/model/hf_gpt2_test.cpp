@@ -31,9 +31,7 @@ ModelConfig small() {
 
 nlohmann::json gpt2_config(const ModelConfig& m) { return nlohmann::json::parse(hf_gpt2_config_json(m)); }
 
-void write_config(const std::string& dir, const nlohmann::json& j) {
-  test::write_text(dir + "/config.json", j.dump());
-}
+void write_config(const std::string& dir, const nlohmann::json& j) { test::write_text(dir + "/config.json", j.dump()); }
 
 // What the exception says, or "" when none is thrown.
 template <class F>
@@ -99,8 +97,10 @@ TEST(HfGpt2, ASmallerBlockTakesTheFirstPositionEmbeddings) {
   Gpt b(shorter);
   load_hf_gpt2(b->named_parameter_list(), shorter, tmp.file("hf"));
   at::Tensor wpe_a, wpe_b;
-  for (const auto& [k, t] : a->named_parameter_list()) if (k == "wpe.weight") wpe_a = t;
-  for (const auto& [k, t] : b->named_parameter_list()) if (k == "wpe.weight") wpe_b = t;
+  for (const auto& [k, t] : a->named_parameter_list())
+    if (k == "wpe.weight") wpe_a = t;
+  for (const auto& [k, t] : b->named_parameter_list())
+    if (k == "wpe.weight") wpe_b = t;
   EXPECT_TRUE(torch::equal(wpe_b, wpe_a.narrow(0, 0, 5)));
 }
 
@@ -151,10 +151,14 @@ TEST(HfGpt2, ConfigsFrugalCannotRepresentAreRefusedByKey) {
   test::TempDir tmp;
   const std::string dir = tmp.file("hf");
   std::filesystem::create_directories(dir);
-  const std::vector<std::pair<std::string, nlohmann::json>> bad = {
-      {"model_type", "llama"},           {"tie_word_embeddings", false}, {"n_inner", 99},
-      {"activation_function", "relu"},   {"add_cross_attention", true}, {"scale_attn_by_inverse_layer_idx", true},
-      {"n_head", 3},                     {"n_layer", 0}};
+  const std::vector<std::pair<std::string, nlohmann::json>> bad = {{"model_type", "llama"},
+                                                                   {"tie_word_embeddings", false},
+                                                                   {"n_inner", 99},
+                                                                   {"activation_function", "relu"},
+                                                                   {"add_cross_attention", true},
+                                                                   {"scale_attn_by_inverse_layer_idx", true},
+                                                                   {"n_head", 3},
+                                                                   {"n_layer", 0}};
   for (const auto& [key, value] : bad) {
     nlohmann::json j = gpt2_config(small());
     j[key] = value;
@@ -167,8 +171,7 @@ TEST(HfGpt2, ConfigsFrugalCannotRepresentAreRefusedByKey) {
   j.erase("n_embd");
   write_config(dir, j);
   EXPECT_NE(message_of([&] { read_hf_gpt2_config(dir); }).find("\"n_embd\" is missing"), std::string::npos);
-  EXPECT_NE(message_of([&] { read_hf_gpt2_config(tmp.file("nowhere")); }).find("no such directory"),
-            std::string::npos);
+  EXPECT_NE(message_of([&] { read_hf_gpt2_config(tmp.file("nowhere")); }).find("no such directory"), std::string::npos);
 }
 
 TEST(HfGpt2, WeightsThatDoNotFitAreBadInputNamingTheFileAndTensor) {
@@ -202,8 +205,9 @@ TEST(HfGpt2, ExportNeverReplacesAnExistingDirectory) {
   test::TempDir tmp;
   std::filesystem::create_directories(tmp.file("taken"));
   test::write_text(tmp.file("taken/keep.txt"), "mine");
-  EXPECT_NE(message_of([&] { write_hf_gpt2(Gpt(small())->named_parameter_list(), small(), tmp.file("taken"),
-                                           at::kFloat); }).find("already exists"),
+  EXPECT_NE(message_of([&] {
+              write_hf_gpt2(Gpt(small())->named_parameter_list(), small(), tmp.file("taken"), at::kFloat);
+            }).find("already exists"),
             std::string::npos);
   EXPECT_EQ(test::read_text(tmp.file("taken/keep.txt")), "mine");
 }

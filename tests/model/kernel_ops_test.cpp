@@ -40,9 +40,18 @@ float float_of(uint32_t u) {
 }
 
 TEST(KernelMath, Bf16RoundingMatchesC10ForEveryKindOfValue) {
-  std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.0f, 1e-40f, -1e-40f, 3.4e38f, -3.4e38f,
-                               std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                               std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::max()};
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               -1.0f,
+                               1e-40f,
+                               -1e-40f,
+                               3.4e38f,
+                               -3.4e38f,
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::denorm_min(),
+                               std::numeric_limits<float>::max()};
   // Exact ties between two bfloat16 values (the low 16 bits 0x8000), below and above: ties go to even.
   for (uint32_t hi : {0x3f80u, 0x3f81u, 0x4049u, 0xc049u, 0x7f7fu}) {
     values.push_back(float_of(hi << 16 | 0x8000u));
@@ -167,7 +176,9 @@ TEST(KernelOps, CrossEntropyMatchesAtenOverTheUnpaddedColumns) {
 TEST(KernelOps, CrossEntropyPassesGradcheckInDouble) {
   auto c = classifier_case(torch::kDouble, 9, 13, 16);
   auto x = c.logits.requires_grad_();
-  auto f = [&](const std::vector<at::Tensor>& in) { return fused_cross_entropy(in[0], c.targets, c.vocab, kIgnoreIndex); };
+  auto f = [&](const std::vector<at::Tensor>& in) {
+    return fused_cross_entropy(in[0], c.targets, c.vocab, kIgnoreIndex);
+  };
   auto y = f({x});
   // Numerical against analytical gradient, by central differences.
   auto g = torch::autograd::grad({y}, {x})[0];
@@ -306,9 +317,11 @@ TEST(KernelOps, BadArgumentsAreRefusedNamingTheArgument) {
   auto x = torch::randn({3, 8});
   expect_message([&] { fused_layer_norm(x, torch::ones({7}), torch::zeros({8}), 1e-5, torch::kFloat); },
                  "weight and bias must be 1-D of the input's last size 8");
-  expect_message([&] { fused_residual_layer_norm(x, torch::randn({3, 4}), torch::ones({8}), torch::zeros({8}), 1e-5,
-                                                 torch::kFloat); },
-                 "y must have the residual's shape");
+  expect_message(
+      [&] {
+        fused_residual_layer_norm(x, torch::randn({3, 4}), torch::ones({8}), torch::zeros({8}), 1e-5, torch::kFloat);
+      },
+      "y must have the residual's shape");
 }
 
 TEST(KernelOps, FrugalKernelsAreRefusedWhereTheyCannotRun) {

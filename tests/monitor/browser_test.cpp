@@ -33,9 +33,10 @@ bool chromium_installed() { return std::system("command -v chromium >/dev/null 2
 
 // Renders `url` and returns the DOM after load; writes a screenshot to `png`.
 std::string render(const std::string& url, const std::string& png, const std::string& profile_dir) {
-  const std::string cmd = "timeout 180 chromium --headless --disable-gpu --no-sandbox --hide-scrollbars "
-                          "--user-data-dir='" + profile_dir + "' --window-size=1280,2400 --screenshot='" + png +
-                          "' --dump-dom '" + url + "' 2>/dev/null";
+  const std::string cmd =
+      "timeout 180 chromium --headless --disable-gpu --no-sandbox --hide-scrollbars "
+      "--user-data-dir='" +
+      profile_dir + "' --window-size=1280,2400 --screenshot='" + png + "' --dump-dom '" + url + "' 2>/dev/null";
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return out;
@@ -61,8 +62,7 @@ std::pair<int, int> png_size(const std::string& path) {
 std::map<std::string, double> headline_figures(const std::string& dom) {
   std::map<std::string, double> out;
   std::regex re("data-figure=\"([a-z_]+)\">([^<]+)<");
-  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), re); it != std::sregex_iterator(); ++it)
-  {
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), re); it != std::sregex_iterator(); ++it) {
     std::string shown = (*it)[2].str();  // "14,214", "1.23M", "45.7" (report.h: format_figure)
     shown.erase(std::remove(shown.begin(), shown.end(), ','), shown.end());
     const bool mega = !shown.empty() && shown.back() == 'M';
@@ -74,8 +74,7 @@ std::map<std::string, double> headline_figures(const std::string& dom) {
 void expect_charts(const std::string& dom, std::vector<std::string> ids) {
   for (const auto& id : ids) {
     std::smatch m;
-    EXPECT_TRUE(std::regex_search(dom, m, std::regex("<svg id=\"" + id + "\"[^>]*>(.*?)</svg>")))
-        << "no chart " << id;
+    EXPECT_TRUE(std::regex_search(dom, m, std::regex("<svg id=\"" + id + "\"[^>]*>(.*?)</svg>"))) << "no chart " << id;
     if (!m.empty()) {
       EXPECT_TRUE(m[1].str().find("<polyline") != std::string::npos || m[1].str().find("<rect") != std::string::npos)
           << "chart " << id << " draws nothing";

@@ -123,7 +123,8 @@ TEST(CostMeter, BudgetStopEndsTheCliRunWithExitCodeThree) {
   test::TempDir dir;
   const std::string sets = test::tiny_sets(dir.path());
   // At $360000/h ($100/s) even a 5 ms step costs $0.5: a $0.5 limit stops within a few steps.
-  auto r = test::run_frugal("train" + sets + " --set budget.usd_per_hour=360000 --set budget.limit_usd=0.5 --set train.log_every=1");
+  auto r = test::run_frugal("train" + sets +
+                            " --set budget.usd_per_hour=360000 --set budget.limit_usd=0.5 --set train.log_every=1");
   EXPECT_EQ(r.exit_code, 3) << r.output;
   auto s = nlohmann::json::parse(test::read_text(dir.file("demo/summary.json")));
   EXPECT_LT(s["steps"].get<int>(), 30);

@@ -78,9 +78,10 @@ TEST(Dashboard, NonLoopbackAddressNeedsAllowRemoteAndAToken) {
 }
 
 TEST(Dashboard, PrometheusTextHasHelpTypeAndValues) {
-  nlohmann::json latest = {{"step", 40}, {"loss", 1.5}, {"tokens_per_s", 1234.5}, {"tokens", 5000},
-                           {"rss_mb", 100.0}, {"cost_usd", 0.25}, {"forward_s", 0.01}, {"mfu", 0.125},
-                           {"grad_noise_scale", nullptr}, {"running", true}};
+  nlohmann::json latest = {{"step", 40},        {"loss", 1.5},     {"tokens_per_s", 1234.5},
+                           {"tokens", 5000},    {"rss_mb", 100.0}, {"cost_usd", 0.25},
+                           {"forward_s", 0.01}, {"mfu", 0.125},    {"grad_noise_scale", nullptr},
+                           {"running", true}};
   const std::string t = prometheus_text(latest, "my\"run");
   EXPECT_NE(t.find("# HELP frugal_step "), std::string::npos);
   EXPECT_NE(t.find("# TYPE frugal_step gauge\nfrugal_step{run=\"my\\\"run\"} 40\n"), std::string::npos) << t;
@@ -139,7 +140,8 @@ TEST(Dashboard, ServesMetricsApiAndLivePageWhileTraining) {
   sets.push_back("monitor.http=127.0.0.1:0");
   std::string url;
   auto fetch = std::make_shared<FetchAt>(
-      20, &url, std::vector<std::pair<std::string, httplib::Headers>>{{"/metrics", {}}, {"/api/metrics", {}}, {"/", {}}});
+      20, &url,
+      std::vector<std::pair<std::string, httplib::Headers>>{{"/metrics", {}}, {"/api/metrics", {}}, {"/", {}}});
   Trainer t(resolve_config("", sets, {}), test::quiet_run({fetch}));
   url = t.dashboard_url();
   ASSERT_TRUE(std::regex_match(url, std::regex("http://127\\.0\\.0\\.1:[0-9]+/"))) << url;
@@ -152,8 +154,8 @@ TEST(Dashboard, ServesMetricsApiAndLivePageWhileTraining) {
   EXPECT_NE(prom.find("frugal_step{run=\"demo\"} 20\n"), std::string::npos) << prom;  // mid-run
   EXPECT_NE(prom.find("frugal_total_steps{run=\"demo\"} 30\n"), std::string::npos);
   EXPECT_NE(prom.find("frugal_running{run=\"demo\"} 1\n"), std::string::npos);
-  for (const char* name : {"frugal_loss", "frugal_tokens_per_second", "frugal_samples_per_second",
-                           "frugal_mfu_ratio", "frugal_cost_usd", "frugal_val_loss"})
+  for (const char* name : {"frugal_loss", "frugal_tokens_per_second", "frugal_samples_per_second", "frugal_mfu_ratio",
+                           "frugal_cost_usd", "frugal_val_loss"})
     EXPECT_NE(prom.find(std::string("# TYPE ") + name + " gauge"), std::string::npos) << name;
 
   auto api = nlohmann::json::parse(fetch->got[1].body);
@@ -173,7 +175,8 @@ TEST(Dashboard, ServesMetricsApiAndLivePageWhileTraining) {
   }
   const std::string& page = fetch->got[2].body;
   // The page updates itself in place (a plain reload only without scripts) and says how long is left.
-  EXPECT_NE(page.find("<script>setInterval(function(){fetch(\"/\",{cache:'no-store'})"), std::string::npos) << page.substr(0, 600);
+  EXPECT_NE(page.find("<script>setInterval(function(){fetch(\"/\",{cache:'no-store'})"), std::string::npos)
+      << page.substr(0, 600);
   EXPECT_NE(page.find("<noscript><meta http-equiv='refresh'"), std::string::npos);
   EXPECT_EQ(page.find("<meta http-equiv='refresh'"), page.find("<noscript>") + 10);  // none outside <noscript>
   EXPECT_TRUE(std::regex_search(page, std::regex("running, step 20 of 30, ETA [0-9]+:[0-9]{2}"))) << page;
@@ -188,12 +191,11 @@ TEST(Dashboard, TokenIsRequiredWhenSetAndNeverWrittenToFiles) {
   std::string url;
   auto fetch = std::make_shared<FetchAt>(
       10, &url,
-      std::vector<std::pair<std::string, httplib::Headers>>{
-          {"/metrics", {}},
-          {"/metrics", {{"Authorization", "Bearer wrong"}}},
-          {"/api/metrics?token=wrong", {}},
-          {"/metrics", {{"Authorization", "Bearer s3cret-t0ken"}}},
-          {"/api/metrics?token=s3cret-t0ken", {}}});
+      std::vector<std::pair<std::string, httplib::Headers>>{{"/metrics", {}},
+                                                            {"/metrics", {{"Authorization", "Bearer wrong"}}},
+                                                            {"/api/metrics?token=wrong", {}},
+                                                            {"/metrics", {{"Authorization", "Bearer s3cret-t0ken"}}},
+                                                            {"/api/metrics?token=s3cret-t0ken", {}}});
   Trainer t(resolve_config("", sets, {}), test::quiet_run({fetch}));
   url = t.dashboard_url();
   t.fit();

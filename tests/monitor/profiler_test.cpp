@@ -21,8 +21,8 @@ TEST(Profiler, SelfTimeSubtractsDirectChildrenOnTheSameTrack) {
   // Track 1: A [0,100) holds B [10,40) (which holds D [15,20)) and C [50,60).
   // Track 2: another B [0,7), and a second A [10,30) with nothing inside.
   std::vector<TraceEvent> ev = {
-      {"A", "op", 1, 0, 100},  {"B", "op", 1, 10, 30}, {"D", "op", 1, 15, 5},
-      {"C", "op", 1, 50, 10},  {"B", "op", 2, 0, 7},   {"A", "op", 2, 10, 20},
+      {"A", "op", 1, 0, 100}, {"B", "op", 1, 10, 30}, {"D", "op", 1, 15, 5},
+      {"C", "op", 1, 50, 10}, {"B", "op", 2, 0, 7},   {"A", "op", 2, 10, 20},
   };
   auto rows = top_ops_by_self_time(ev, 0);
   ASSERT_EQ(rows.size(), 4u);
@@ -77,8 +77,8 @@ TEST(Profiler, CaptureWritesAChromeTraceWithPhaseSpansOperatorsAndATopOpsTable) 
   test::TempDir dir;
   auto sets = test::tiny_overrides(dir.path());
   // Steps 14-16 are captured; the evaluation after step 15 falls inside the window.
-  for (const char* s : {"profile.capture_steps=3", "profile.start_step=13", "profile.top_ops=8",
-                        "checkpoint.every_steps=15"})
+  for (const char* s :
+       {"profile.capture_steps=3", "profile.start_step=13", "profile.top_ops=8", "checkpoint.every_steps=15"})
     sets.push_back(s);
   // LibTorch's profiler logs to standard error by itself; on a CPU run it must not print an
   // ERROR line about a CUDA driver the machine does not need.

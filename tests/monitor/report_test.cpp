@@ -29,12 +29,12 @@ TEST(Report, TrainingWritesASelfContainedReportWithEveryChart) {
   sets.push_back("budget.usd_per_hour=3.0");
   Trainer(resolve_config("", sets, {}), test::quiet_run()).fit();
   std::string html = test::read_text(dir.file("demo/report.html"));
-  for (const char* id : {"id='loss'", "id='lr'", "id='grad-norm'", "id='throughput'", "id='breakdown'",
-                         "id='memory'", "id='cost'", "id='config'"})
+  for (const char* id : {"id='loss'", "id='lr'", "id='grad-norm'", "id='throughput'", "id='breakdown'", "id='memory'",
+                         "id='cost'", "id='config'"})
     EXPECT_NE(html.find(id), std::string::npos) << id;
   EXPECT_NE(html.find("lr = "), std::string::npos);  // the resolved config.toml, folded
   EXPECT_EQ(html.find("e+0"), std::string::npos);    // no engineering notation anywhere
-  EXPECT_EQ(html.find("://"), std::string::npos);  // nothing loaded from the network
+  EXPECT_EQ(html.find("://"), std::string::npos);    // nothing loaded from the network
   EXPECT_EQ(html.find("<script"), std::string::npos);
   // The train-loss line has one point per logged step (30 steps / log_every 5 = 6).
   std::smatch m;
@@ -50,7 +50,8 @@ TEST(Report, TrainingWritesASelfContainedReportWithEveryChart) {
 TEST(Report, CompareShowsTheSpeedRatioAndMissingRunsAreDataErrors) {
   test::TempDir a, b;
   test::write_text(a.file("summary.json"), R"({"run_name":"a","tokens_per_s":100.0,"final_val_loss":1.5,"steps":60})");
-  test::write_text(b.file("summary.json"), R"({"run_name":"b","tokens_per_s":250.0,"final_val_loss":1.5,"steps":1200})");
+  test::write_text(b.file("summary.json"),
+                   R"({"run_name":"b","tokens_per_s":250.0,"final_val_loss":1.5,"steps":1200})");
   std::string out = compare_runs(a.path(), b.path());
   EXPECT_NE(out.find("                      60            1,200"), std::string::npos) << out;  // counts whole
   EXPECT_NE(out.find("2.500"), std::string::npos) << out;
@@ -89,14 +90,14 @@ TEST(Report, TicksAreRoundAndCoverTheData) {
     }
   };
   expect_round(0, 1.0, 5);
-  expect_round(1.083, 2.71, 5);        // a loss curve
-  expect_round(0, 23617, 5);           // tokens/s
-  expect_round(0, 0.0009651, 5);       // dollars of a short run
-  expect_round(2e-4, 6e-4, 5);         // a learning rate
-  expect_round(0, 6e-5, 5);            // a small one
-  expect_round(0, 1'048'576, 5);       // bytes
-  expect_round(1, 30, 6);              // steps
-  expect_round(3, 3, 5);               // a flat line
+  expect_round(1.083, 2.71, 5);   // a loss curve
+  expect_round(0, 23617, 5);      // tokens/s
+  expect_round(0, 0.0009651, 5);  // dollars of a short run
+  expect_round(2e-4, 6e-4, 5);    // a learning rate
+  expect_round(0, 6e-5, 5);       // a small one
+  expect_round(0, 1'048'576, 5);  // bytes
+  expect_round(1, 30, 6);         // steps
+  expect_round(3, 3, 5);          // a flat line
   EXPECT_EQ(nice_ticks(0, 23617, 5), (std::vector<double>{0, 10000, 20000, 30000}));
   EXPECT_EQ(format_tick(20000, 10000), "20k");
   const auto dollars = nice_ticks(0, 0.0009651, 5);
@@ -112,7 +113,8 @@ TEST(Report, TicksAreRoundAndCoverTheData) {
 
 // A series measured once (a run with one evaluation) is drawn as a dot, not an empty polyline.
 TEST(Report, ASeriesWithOnePointIsDrawnAsADot) {
-  const std::string one = chart::line_chart("loss", "loss", "nats", {{"val", "#f00", {{10, 2.5}}}, {"train", "#00f", {{5, 3.0}, {10, 2.7}}}});
+  const std::string one = chart::line_chart("loss", "loss", "nats",
+                                            {{"val", "#f00", {{10, 2.5}}}, {"train", "#00f", {{5, 3.0}, {10, 2.7}}}});
   EXPECT_NE(one.find("<circle class='point' data-name='val'"), std::string::npos) << one;
   EXPECT_EQ(one.find("<circle class='point' data-name='train'"), std::string::npos) << one;
 }
@@ -148,7 +150,8 @@ TEST(Report, CompareListsTheConfigDifferencesAndWarnsAboutDifferentTokenizers) {
   std::string other = compare_runs(a.path(), b.path());
   EXPECT_NE(other.find("data.source"), std::string::npos) << other;
   EXPECT_NE(other.find("warning: A's tokenizer is bytes (256 symbols), B's is sentencepiece (8000 symbols)"),
-            std::string::npos) << other;
+            std::string::npos)
+      << other;
   test::write_text(b.file("config.toml"), resolve_config("", {"train.lr=0.001", "run.name=b"}, {}).to_toml());
   EXPECT_NE(compare_runs(a.path(), b.path()).find("config: the same"), std::string::npos);
 }

@@ -21,7 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-
 // ---- the halving rule ------------------------------------------------------------------------
 
 TEST(Halving, RungStepsDivideTheFullLengthByEtaPerRung) {
@@ -48,9 +47,10 @@ TEST(Halving, ScheduleKeepsTheBestFractionAndCountsTrialSteps) {
 }
 
 TEST(Halving, DecisionPromotesTheBestThatCanContinueAndNeverAFailure) {
-  std::vector<RungEntry> e = {{"t000", 2.0, true}, {"t001", NAN, false}, {"t002", 1.0, true},
+  std::vector<RungEntry> e = {{"t000", 2.0, true},  {"t001", NAN, false}, {"t002", 1.0, true},
                               {"t003", 1.5, false},  // ended on its own: ranked, but nothing left to train
-                              {"t004", 1.5, true},   {"t005", 1.0, true}, {"t006", 3.0, true}, {"t007", 2.5, true}};
+                              {"t004", 1.5, true},  {"t005", 1.0, true},  {"t006", 3.0, true},
+                              {"t007", 2.5, true}};
   RungDecision d = decide_rung(0, e, 2, MetricMode::kMin);
   EXPECT_EQ(d.ranked, (std::vector<std::string>{"t002", "t005", "t003", "t004", "t000", "t007", "t006", "t001"}));
   EXPECT_EQ(d.promoted, (std::vector<std::string>{"t002", "t005", "t004", "t000"}));  // 8 / 2 = 4, t003 skipped
@@ -66,11 +66,9 @@ TEST(Halving, DecisionPromotesTheBestThatCanContinueAndNeverAFailure) {
 
 TEST(Halving, RankingComparesTrialsAtEqualRungsThenByCost) {
   std::vector<Standing> s = {{"t000", 0, 0.5, 1.0},  // best metric, but stopped at the first rung
-                             {"t001", 2, 1.2, 5.0},
-                             {"t002", 2, 1.1, 9.0},
+                             {"t001", 2, 1.2, 5.0},  {"t002", 2, 1.1, 9.0},
                              {"t003", 2, 1.1, 3.0},  // the tie goes to the cheaper
-                             {"t004", -1, NAN, 0.0},
-                             {"t005", 1, 0.9, 1.0}};
+                             {"t004", -1, NAN, 0.0}, {"t005", 1, 0.9, 1.0}};
   EXPECT_EQ(rank_standings(s, MetricMode::kMin),
             (std::vector<std::string>{"t003", "t002", "t001", "t005", "t000", "t004"}));
 }
@@ -123,8 +121,9 @@ TEST(SearchSpace, UnknownKeysEmptyRangesAndRejectedValuesAreErrorsNamingTheKeyAn
 
 TEST(SearchSpace, DottedAndQuotedKeysAndFixedSectionsAreRead) {
   test::TempDir dir;
-  test::write_text(dir.file("s.toml"), "[search]\nrungs = 2\n[train]\nsteps = 100\n[space]\ntrain.lr = { log_range = "
-                                       "[1e-4, 1e-2] }\n\"model.layers\" = { choices = [1, 2] }\n");
+  test::write_text(dir.file("s.toml"),
+                   "[search]\nrungs = 2\n[train]\nsteps = 100\n[space]\ntrain.lr = { log_range = "
+                   "[1e-4, 1e-2] }\n\"model.layers\" = { choices = [1, 2] }\n");
   const SearchSpec s = load_search_spec(dir.file("s.toml"), {"train.warmup_steps=3"}, {});
   ASSERT_EQ(s.params.size(), 2u);
   EXPECT_EQ(s.params[0].key, "model.layers");
@@ -137,8 +136,9 @@ TEST(SearchSpace, DottedAndQuotedKeysAndFixedSectionsAreRead) {
 
 TEST(SearchSpace, SamplingIsAPureFunctionOfTheSeedAndTheDrawAndCoversTheRanges) {
   test::TempDir dir;
-  test::write_text(dir.file("s.toml"), "[search]\nseed = 3\n[space]\n\"train.lr\" = { log_range = [1e-5, 1e-1] }\n"
-                                       "\"data.micro_batch\" = { range = [4, 6] }\n\"model.embd\" = [32, 64]\n");
+  test::write_text(dir.file("s.toml"),
+                   "[search]\nseed = 3\n[space]\n\"train.lr\" = { log_range = [1e-5, 1e-1] }\n"
+                   "\"data.micro_batch\" = { range = [4, 6] }\n\"model.embd\" = [32, 64]\n");
   SearchSpec s = load_search_spec(dir.file("s.toml"), {}, {});
   std::set<std::string> micro, embd;
   std::map<int, int> decades;

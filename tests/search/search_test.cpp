@@ -115,8 +115,8 @@ json decisions_and_metrics(const json& search) {
   for (const auto& t : search["trials"]) {
     json rungs = json::array();
     for (const auto& r : t["rungs"]) rungs.push_back({r["rung"], r["steps"], r["metric"]});
-    out["trials"][t["id"].get<std::string>()] = {{"values", t["values"]}, {"rank", t["rank"]}, {"rungs", rungs},
-                                                 {"status", t["status"]}};
+    out["trials"][t["id"].get<std::string>()] = {
+        {"values", t["values"]}, {"rank", t["rank"]}, {"rungs", rungs}, {"status", t["status"]}};
   }
   return out;
 }
@@ -238,8 +238,9 @@ int64_t finished_trial_rungs(const std::string& state_path) {
 
 void write_small(const test::TempDir& dir) {
   test::write_text(dir.file("base.toml"), kBase);
-  test::write_text(dir.file("s.toml"), "[search]\nbase = \"base.toml\"\nseed = 11\nmax_trials = 4\nrungs = 2\n"
-                                       "[space]\n\"train.lr\" = [0.003, 0.01, 0.03]\n\"model.layers\" = [1, 2]\n");
+  test::write_text(dir.file("s.toml"),
+                   "[search]\nbase = \"base.toml\"\nseed = 11\nmax_trials = 4\nrungs = 2\n"
+                   "[space]\n\"train.lr\" = [0.003, 0.01, 0.03]\n\"model.layers\" = [1, 2]\n");
 }
 
 // Waits until the search's state records `n` finished trial-rungs (at most two minutes).
@@ -272,8 +273,9 @@ TEST(Search, StoppedBySignalOrKilledOutrightAndResumedItRepeatsNoFinishedTrialRu
   const std::string printed = log.substr(at + hint.size(), log.find('\n', at) - at - hint.size());
   EXPECT_NE(printed.find("--set train.log_every=5"), std::string::npos) << printed;
   // SIGKILL of the resumed search: no chance to stop its trials or save anything.
-  pid = spawn_frugal({"search", dir.file("s.toml"), "--out", dir.file("k"), "--resume", "auto", "--set", "train.log_every=5"},
-                     dir.file("k.log"));
+  pid = spawn_frugal(
+      {"search", dir.file("s.toml"), "--out", dir.file("k"), "--resume", "auto", "--set", "train.log_every=5"},
+      dir.file("k.log"));
   wait_for_trial_rungs(state, finished_trial_rungs(state) + 2);
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
@@ -301,18 +303,20 @@ TEST(Search, StoppedBySignalOrKilledOutrightAndResumedItRepeatsNoFinishedTrialRu
   const auto other = test::run_frugal("search " + dir.file("s.toml") + " --out " + dir.file("k") +
                                       " --resume auto --set train.log_every=3");
   EXPECT_EQ(other.exit_code, 2) << other.output;
-  EXPECT_NE(other.output.find("fixed settings (the search file's sections and --set): began with [\"train.log_every=5\"], "
-                                  "now [\"train.log_every=3\"]"),
-            std::string::npos)
+  EXPECT_NE(
+      other.output.find("fixed settings (the search file's sections and --set): began with [\"train.log_every=5\"], "
+                        "now [\"train.log_every=3\"]"),
+      std::string::npos)
       << other.output;
 }
 
 TEST(Search, ABudgetStopRanksWhatWasMeasuredExitsThreeAndALargerBudgetFinishesIt) {
   test::TempDir dir;
   test::write_text(dir.file("base.toml"), kBase);
-  test::write_text(dir.file("s.toml"), "[search]\nbase = \"base.toml\"\nseed = 5\nmax_trials = 6\nrungs = 2\n"
-                                       "[budget]\nusd_per_hour = 360000\n"  // $100 per second of training
-                                       "[space]\n\"train.lr\" = [0.003, 0.01, 0.03]\n\"model.layers\" = [1, 2]\n");
+  test::write_text(dir.file("s.toml"),
+                   "[search]\nbase = \"base.toml\"\nseed = 5\nmax_trials = 6\nrungs = 2\n"
+                   "[budget]\nusd_per_hour = 360000\n"  // $100 per second of training
+                   "[space]\n\"train.lr\" = [0.003, 0.01, 0.03]\n\"model.layers\" = [1, 2]\n");
   const std::string search = "search " + dir.file("s.toml") + " --out " + dir.file("b");
   // A time budget already spent: the search stops before it trains anything, and says so.
   auto r = test::run_frugal(search + " --max-hours 0.000000001");
@@ -350,7 +354,8 @@ TEST(Search, ABudgetStopRanksWhatWasMeasuredExitsThreeAndALargerBudgetFinishesIt
   // A changed space is refused: it would not be the same search.
   r = test::run_frugal(search + " --resume auto --set train.weight_decay=0.0");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("fixed settings (the search file's sections and --set): began with"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fixed settings (the search file's sections and --set): began with"), std::string::npos)
+      << r.output;
 }
 
 TEST(Search, ABadSpaceStopsBeforeAnyTrialAndAnInvalidCombinationIsSkippedAndCounted) {
@@ -362,8 +367,9 @@ TEST(Search, ABadSpaceStopsBeforeAnyTrialAndAnInvalidCombinationIsSkippedAndCoun
   EXPECT_NE(r.output.find("did you mean 'model.layers'"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir.file("bad/trials")));
   // model.heads = 3 does not divide model.embd = 32: that trial is skipped, the search goes on.
-  test::write_text(dir.file("heads.toml"), "[search]\nbase = \"base.toml\"\nmax_trials = 4\nrungs = 1\n[train]\n"
-                                           "steps = 10\n[space]\n\"model.heads\" = [2, 3]\n");
+  test::write_text(dir.file("heads.toml"),
+                   "[search]\nbase = \"base.toml\"\nmax_trials = 4\nrungs = 1\n[train]\n"
+                   "steps = 10\n[space]\n\"model.heads\" = [2, 3]\n");
   r = test::run_frugal("search " + dir.file("heads.toml") + " --out " + dir.file("heads"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json S = read_json(dir.file("heads/search.json"));

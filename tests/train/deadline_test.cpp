@@ -200,8 +200,8 @@ struct FakeMetadata {
 
 TEST(Deadline, APreemptionNoticeStopsTheRunAsPreempted) {
   // AWS-style 404, GCP-style "FALSE", and AWS with IMDSv2 required (a session token first).
-  for (const auto& [quiet, imds_v2] : std::vector<std::pair<std::string, bool>>{{"", false}, {"FALSE", false},
-                                                                               {"", true}}) {
+  for (const auto& [quiet, imds_v2] :
+       std::vector<std::pair<std::string, bool>>{{"", false}, {"FALSE", false}, {"", true}}) {
     FakeMetadata meta(quiet, imds_v2);
     CheckpointConfig cc;
     cc.notice_url = meta.url();
@@ -213,7 +213,7 @@ TEST(Deadline, APreemptionNoticeStopsTheRunAsPreempted) {
     while (meta.requests < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     g.on_step_end(m, control);
     EXPECT_FALSE(control.should_stop()) << "a quiet endpoint (" << quiet << ", IMDSv2 " << imds_v2
-                                      << ") was taken for a notice";
+                                        << ") was taken for a notice";
     meta.reclaim = true;
     for (int i = 0; i < 2000 && !control.should_stop(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));

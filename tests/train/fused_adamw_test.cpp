@@ -26,8 +26,7 @@ Pair make_params() {
 TEST(FusedAdamW, MatchesTorchAdamWStepForStep) {
   auto p = make_params();
   // Two groups, as the trainer uses: matrices decayed, vectors not.
-  FusedAdamW ours({{{p.ours[0], p.ours[2]}, 0.1}, {{p.ours[1], p.ours[3]}, 0.0}},
-                  AdamWHyper{1e-2, 0.9, 0.95, 1e-8});
+  FusedAdamW ours({{{p.ours[0], p.ours[2]}, 0.1}, {{p.ours[1], p.ours[3]}, 0.0}}, AdamWHyper{1e-2, 0.9, 0.95, 1e-8});
   auto opts = [](double wd) {
     return std::make_unique<torch::optim::AdamWOptions>(
         torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(wd));

@@ -87,9 +87,8 @@ TEST(LossScaler, OverflowingRunSkipsStepsBacksOffAndNeverPutsNanInTheWeights) {
   // off by 1e-4 each time) until the scale is sane; then training proceeds.
   test::TempDir dir;
   auto sets = test::tiny_overrides(dir.path());
-  for (const char* s : {"precision.loss_scaling=dynamic", "precision.init_scale=1e38",
-                        "precision.backoff_factor=1e-4", "precision.growth_interval=5",
-                        "train.steps=20", "train.log_every=1"})
+  for (const char* s : {"precision.loss_scaling=dynamic", "precision.init_scale=1e38", "precision.backoff_factor=1e-4",
+                        "precision.growth_interval=5", "train.steps=20", "train.log_every=1"})
     sets.push_back(s);
   Trainer t(resolve_config("", sets, {}), test::quiet_run());
   auto s = t.fit();

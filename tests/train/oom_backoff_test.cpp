@@ -26,8 +26,8 @@ constexpr int64_t kMiB = 1024 * 1024;
 std::string make_dataset(const test::TempDir& dir) {
   std::string text;
   for (int i = 0; i < 400; ++i)
-    text += fmt::format("Document {}: {} plus {} is {}; the fox {} jumps over {} dogs.\n\n", i, i * 13 % 97,
-                        i * 7 % 89, i * 13 % 97 + i * 7 % 89, i % 11, i % 5);
+    text += fmt::format("Document {}: {} plus {} is {}; the fox {} jumps over {} dogs.\n\n", i, i * 13 % 97, i * 7 % 89,
+                        i * 13 % 97 + i * 7 % 89, i % 11, i % 5);
   test::write_text(dir.file("corpus.txt"), text);
   PrepareOptions o;
   o.inputs = {dir.file("corpus.txt")};
@@ -40,11 +40,25 @@ std::string make_dataset(const test::TempDir& dir) {
 
 std::vector<std::string> run_sets(const test::TempDir& dir, const std::string& source, const std::string& name,
                                   int64_t micro) {
-  return {"run.out_dir=" + dir.path(), "run.name=" + name, "run.threads=1", "model.layers=2", "model.heads=2",
-          "model.embd=64", "model.block=64", "data.source=" + source, "data.workers=0",
-          fmt::format("data.micro_batch={}", micro), "train.global_batch=16", "train.steps=4",
-          "train.warmup_steps=1", "train.eval_every=0", "train.eval_batches=1", "train.log_every=1",
-          "checkpoint.enabled=false", "guard.enabled=false", "precision.mode=fp32"};
+  return {"run.out_dir=" + dir.path(),
+          "run.name=" + name,
+          "run.threads=1",
+          "model.layers=2",
+          "model.heads=2",
+          "model.embd=64",
+          "model.block=64",
+          "data.source=" + source,
+          "data.workers=0",
+          fmt::format("data.micro_batch={}", micro),
+          "train.global_batch=16",
+          "train.steps=4",
+          "train.warmup_steps=1",
+          "train.eval_every=0",
+          "train.eval_batches=1",
+          "train.log_every=1",
+          "checkpoint.enabled=false",
+          "guard.enabled=false",
+          "precision.mode=fp32"};
 }
 
 TEST(OomBackoff, RunThatDoesNotFitBacksOffAndMatchesTheHalvedRunFromTheStart) {

@@ -87,7 +87,7 @@ TEST(Preemption, AStopSignalDuringStartUpExits75) {
     sigemptyset(&term);
     sigaddset(&term, SIGTERM);
     sigprocmask(SIG_BLOCK, &term, nullptr);
-    kill(getpid(), SIGTERM);  // pending until frugal unblocks it
+    kill(getpid(), SIGTERM);      // pending until frugal unblocks it
     unsetenv("OMP_WAIT_POLICY");  // ranks sharing the machine: frugal re-executes itself as PASSIVE
     unsetenv("FRUGAL_NO_REEXEC");
     setenv("LOCAL_WORLD_SIZE", "2", 1);

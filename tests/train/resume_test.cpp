@@ -34,9 +34,9 @@ std::vector<nlohmann::json> metrics_without_timing(const std::string& path) {
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
-    for (const char* k : {"tokens_per_s", "step_s", "elapsed_s", "eval_s", "data_s", "forward_s",
-                          "backward_s", "optimizer_s", "data_wait_s", "rss_mb", "cost_usd", "samples_per_s", "mfu",
-                          "checkpoint_s"}) j.erase(k);
+    for (const char* k : {"tokens_per_s", "step_s", "elapsed_s", "eval_s", "data_s", "forward_s", "backward_s",
+                          "optimizer_s", "data_wait_s", "rss_mb", "cost_usd", "samples_per_s", "mfu", "checkpoint_s"})
+      j.erase(k);
     out.push_back(j);
   }
   return out;
@@ -45,8 +45,7 @@ std::vector<nlohmann::json> metrics_without_timing(const std::string& path) {
 nlohmann::json train(const std::string& out, std::vector<std::string> extra, TrainerOptions o = {}) {
   auto sets = test::tiny_overrides(out);
   // Dropout draws from the CPU generator; a checkpoint every 7 steps splits log windows of 5.
-  for (const char* s : {"model.dropout=0.1", "checkpoint.every_steps=7", "checkpoint.keep_last=5"})
-    sets.push_back(s);
+  for (const char* s : {"model.dropout=0.1", "checkpoint.every_steps=7", "checkpoint.keep_last=5"}) sets.push_back(s);
   sets.insert(sets.end(), extra.begin(), extra.end());
   o.quiet = true;
   Trainer t(resolve_config("", sets, {}), o);
@@ -280,8 +279,8 @@ TEST(Stops, ARollbackBillsTheDivergedStepsOnce) {
   // would count it twice (wall_s above the time fit() took).
   test::TempDir dir;
   auto sets = test::tiny_overrides(dir.path());
-  for (const char* s : {"guard.spike_factor=0.5", "guard.spike_windows=1", "guard.max_rollbacks=2",
-                        "checkpoint.every_steps=5"})
+  for (const char* s :
+       {"guard.spike_factor=0.5", "guard.spike_windows=1", "guard.max_rollbacks=2", "checkpoint.every_steps=5"})
     sets.push_back(s);
   TrainerOptions o;
   o.quiet = true;

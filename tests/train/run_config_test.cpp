@@ -41,8 +41,8 @@ std::string message_of(const std::function<void()>& f) {
 }
 
 TEST(RunConfig, AKeyLeftAtItsDefaultTakesTheRunsValue) {
-  const ResolvedConfig run = resolve_config("", {"data.source=text:/data/a.txt", "train.steps=100", "model.layers=3",
-                                                 "run.name=r"}, {});
+  const ResolvedConfig run =
+      resolve_config("", {"data.source=text:/data/a.txt", "train.steps=100", "model.layers=3", "run.name=r"}, {});
   ResolvedConfig now = resolve_config("", {"run.name=r"}, {});
   const auto changes = reconcile_resume_config(now, saved_values(run), "runs/r/checkpoints/step-00000060");
   EXPECT_TRUE(changes.empty());
@@ -120,7 +120,8 @@ TEST(RunConfig, ATrainerResumedWithoutTheConfigContinuesTheRunAndARefusedOneWrit
   const nlohmann::json s = Trainer(resolve_config("", {"run.out_dir=" + dir.path()}, {}), r).fit();
   EXPECT_EQ(s["steps"], 12);  // the run's train.steps, not the default 600
   EXPECT_FALSE(s.contains("config_changes"));
-  EXPECT_NE(test::read_text(dir.file("demo/config.toml")).find("layers = 1  # the run's checkpoint"), std::string::npos);
+  EXPECT_NE(test::read_text(dir.file("demo/config.toml")).find("layers = 1  # the run's checkpoint"),
+            std::string::npos);
 }
 
 // A checkpoint that does not fit the model the task builds (a shape the config cannot see) fails
@@ -168,11 +169,16 @@ TEST(RunConfig, AStartUpProbeDoesNotChangeTheRunThatFollowsIt) {
 // The probe runs of tune, plan and smoke share one list of what they neutralise: whatever the user's
 // config says, a probe sets no limit, alert, early stop, guard, dashboard, profiler or deadline.
 TEST(RunConfig, ProbeOverridesNeutraliseWhatWouldActOnTheWorldOrStopTheProbe) {
-  std::vector<std::string> user = {"budget.limit_usd=5",       "budget.alert_command=echo spent",
-                                   "early_stop.enabled=true",  "guard.enabled=true",
-                                   "monitor.http=127.0.0.1:0", "profile.capture_steps=3",
-                                   "train.max_minutes=9",      "train.auto_tune=true",
-                                   "train.smoke_first=true",   "plan.before_train=true",
+  std::vector<std::string> user = {"budget.limit_usd=5",
+                                   "budget.alert_command=echo spent",
+                                   "early_stop.enabled=true",
+                                   "guard.enabled=true",
+                                   "monitor.http=127.0.0.1:0",
+                                   "profile.capture_steps=3",
+                                   "train.max_minutes=9",
+                                   "train.auto_tune=true",
+                                   "train.smoke_first=true",
+                                   "plan.before_train=true",
                                    "checkpoint.deadline=2030-01-01T00:00:00Z"};
   ResolvedConfig rc = resolve_config("", user, {});
   apply_overrides(rc, probe_overrides("/tmp/probes", "p", 3));

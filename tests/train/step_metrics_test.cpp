@@ -35,17 +35,17 @@ StepReadings logged_step() {
 TEST(StepMetrics, ALogStepAveragesItsWindow) {
   const StepMetrics m = make_step_metrics(logged_step(), StepMetrics{});
   EXPECT_TRUE(m.logged);
-  EXPECT_DOUBLE_EQ(m.loss, 2.5);              // 10 over 4 steps, not the last step's loss
-  EXPECT_DOUBLE_EQ(m.tokens_per_s, 800);      // 1600 tokens in 2 s, not the cumulative 4000
-  EXPECT_DOUBLE_EQ(m.samples_per_s, 16);      // 4 steps x 8 sequences in 2 s
-  EXPECT_DOUBLE_EQ(m.micro_grad_sq, 3);       // the mean over the 4 micro-batches
+  EXPECT_DOUBLE_EQ(m.loss, 2.5);          // 10 over 4 steps, not the last step's loss
+  EXPECT_DOUBLE_EQ(m.tokens_per_s, 800);  // 1600 tokens in 2 s, not the cumulative 4000
+  EXPECT_DOUBLE_EQ(m.samples_per_s, 16);  // 4 steps x 8 sequences in 2 s
+  EXPECT_DOUBLE_EQ(m.micro_grad_sq, 3);   // the mean over the 4 micro-batches
   EXPECT_DOUBLE_EQ(m.grad_norm, 3);
   EXPECT_DOUBLE_EQ(m.eval_s, 0.25);
   EXPECT_DOUBLE_EQ(m.checkpoint_s, 0.75);
   EXPECT_DOUBLE_EQ(m.phases.forward_s, 0.2);
   EXPECT_EQ(m.tokens, 4000);
   EXPECT_EQ(m.step, 10);
-  EXPECT_DOUBLE_EQ(m.mfu, 0);                 // for the MFU meter to fill
+  EXPECT_DOUBLE_EQ(m.mfu, 0);                   // for the MFU meter to fill
   EXPECT_TRUE(std::isnan(m.grad_noise_scale));  // for the noise-scale meter to fill
 }
 
@@ -73,7 +73,7 @@ TEST(StepMetrics, StepsBetweenLogStepsKeepTheNewestLogFigures) {
   EXPECT_DOUBLE_EQ(m.tokens_per_s, 800);
   EXPECT_DOUBLE_EQ(m.mfu, 0.4);
   EXPECT_DOUBLE_EQ(m.grad_noise_scale, 64);
-  EXPECT_DOUBLE_EQ(m.cost_usd, 0.5);  // until the cost meter updates it
+  EXPECT_DOUBLE_EQ(m.cost_usd, 0.5);         // until the cost meter updates it
   EXPECT_TRUE(std::isnan(m.micro_grad_sq));  // measured at log steps only: never carried over
 }
 

@@ -54,7 +54,8 @@ void expect_stop_then_resume_matches(int64_t stop_at) {
   bool evaluated = false, checkpointed = false;
   for (const auto& j : metrics(stopped.file("demo/metrics.jsonl")))
     evaluated = evaluated || (j["event"] == "eval" && j["step"] == stop_at);
-  for (const auto& c : list_checkpoints(stopped.file("demo/checkpoints"))) checkpointed = checkpointed || c.step == stop_at;
+  for (const auto& c : list_checkpoints(stopped.file("demo/checkpoints")))
+    checkpointed = checkpointed || c.step == stop_at;
   EXPECT_TRUE(evaluated) << "no evaluation at step " << stop_at;
   EXPECT_TRUE(checkpointed) << "no checkpoint at step " << stop_at;
   const auto done = train(stopped.path(), 0, "auto");

@@ -37,17 +37,16 @@ Net linear_task(std::function<torch::data::Example<>(int64_t)> sample = point) {
   n.task = make_task(n.fc, [](torch::nn::LinearImpl& m, const Batch& b) {
     return torch::nn::functional::cross_entropy(m.forward(b.x), b.y);
   });
-  n.task.data = std::make_shared<DatasetSource>(sample_function(sample, 256),
-                                                sample_function([](int64_t i) { return point(9000 + i); }, 64), 16, 3,
-                                                "points");
+  n.task.data = std::make_shared<DatasetSource>(
+      sample_function(sample, 256), sample_function([](int64_t i) { return point(9000 + i); }, 64), 16, 3, "points");
   return n;
 }
 
 std::vector<std::string> sets(const std::string& out, std::vector<std::string> extra = {}) {
-  std::vector<std::string> s = {"run.out_dir=" + out, "run.name=hooks", "run.threads=1", "data.micro_batch=16",
-                                "train.steps=12", "train.warmup_steps=0", "train.lr=0.05", "train.eval_every=3",
-                                "train.eval_batches=2", "train.log_every=1", "precision.mode=fp32",
-                                "checkpoint.enabled=false"};
+  std::vector<std::string> s = {"run.out_dir=" + out,  "run.name=hooks",      "run.threads=1",
+                                "data.micro_batch=16", "train.steps=12",      "train.warmup_steps=0",
+                                "train.lr=0.05",       "train.eval_every=3",  "train.eval_batches=2",
+                                "train.log_every=1",   "precision.mode=fp32", "checkpoint.enabled=false"};
   s.insert(s.end(), extra.begin(), extra.end());
   return s;
 }
@@ -110,9 +109,9 @@ TEST(TaskHooks, EarlyStoppingWatchesATaskFigureByName) {
     *evals = e;
     return std::vector<std::pair<std::string, double>>{{"score", e == 2 ? 1.0 : 0.5}};
   };
-  const auto s = fit(n.task, sets(dir.path(), {"train.steps=30", "early_stop.enabled=true",
-                                               "early_stop.task_metric=score", "early_stop.mode=max",
-                                               "early_stop.patience=2"}));
+  const auto s =
+      fit(n.task, sets(dir.path(), {"train.steps=30", "early_stop.enabled=true", "early_stop.task_metric=score",
+                                    "early_stop.mode=max", "early_stop.patience=2"}));
   EXPECT_EQ(s["stop_kind"], "early_stop") << s.dump();
   EXPECT_EQ(s["steps"], 12) << "best at step 6, two evaluations without improvement: steps 9 and 12";
   EXPECT_NE(s["stop_reason"].get<std::string>().find("score"), std::string::npos) << s["stop_reason"];
@@ -172,8 +171,8 @@ TEST(TaskHooks, ParameterGroupsSetEachTensorsWeightDecay) {
         return std::vector<ParamGroup>{{{fc->weight}, 0.0}, {{fc->bias}, 0.5}};
       };
     const at::Tensor w0 = n.fc->weight.detach().clone(), b0 = n.fc->bias.detach().clone();
-    fit(n.task, sets(dir.path(), {"train.steps=1", "train.eval_every=0", "train.weight_decay=0.1",
-                                  "train.grad_clip=0"}));
+    fit(n.task,
+        sets(dir.path(), {"train.steps=1", "train.eval_every=0", "train.weight_decay=0.1", "train.grad_clip=0"}));
     return std::make_tuple(w0, b0, n.fc->weight.detach().clone(), n.fc->bias.detach().clone());
   };
   const auto [w0, b0, w, b] = run(false);

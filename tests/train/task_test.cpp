@@ -42,20 +42,20 @@ torch::data::Example<> blob(int64_t i) {
 Task mlp_task(int64_t micro_batch) {
   torch::manual_seed(3);
   auto net = std::make_shared<MlpImpl>();
-  Task t = make_task(net, [](MlpImpl& m, const Batch& b) {
-    return torch::nn::functional::cross_entropy(m.forward(b.x), b.y);
-  });
-  t.data = std::make_shared<DatasetSource>(sample_function(blob, 512), sample_function(
-      [](int64_t i) { return blob(100000 + i); }, 128), micro_batch, 7, "blobs");
+  Task t = make_task(
+      net, [](MlpImpl& m, const Batch& b) { return torch::nn::functional::cross_entropy(m.forward(b.x), b.y); });
+  t.data = std::make_shared<DatasetSource>(sample_function(blob, 512),
+                                           sample_function([](int64_t i) { return blob(100000 + i); }, 128),
+                                           micro_batch, 7, "blobs");
   t.hooks.describe = "MLP 4-32-2";
   return t;
 }
 
 std::vector<std::string> mlp_sets(const std::string& out) {
-  return {"run.out_dir=" + out, "run.name=mlp", "run.threads=1", "data.micro_batch=16",
-          "train.steps=40", "train.warmup_steps=4", "train.lr=0.01", "train.eval_every=10",
-          "train.eval_batches=2", "train.log_every=5", "precision.mode=fp32",
-          "checkpoint.every_steps=10", "checkpoint.keep_last=5"};
+  return {"run.out_dir=" + out,    "run.name=mlp",         "run.threads=1",       "data.micro_batch=16",
+          "train.steps=40",        "train.warmup_steps=4", "train.lr=0.01",       "train.eval_every=10",
+          "train.eval_batches=2",  "train.log_every=5",    "precision.mode=fp32", "checkpoint.every_steps=10",
+          "checkpoint.keep_last=5"};
 }
 
 nlohmann::json train_mlp(const std::string& out, TrainerOptions o = {}, std::vector<std::string> extra = {}) {
@@ -99,8 +99,8 @@ TEST(UserTask, MlpTrainsThroughThePublicApiAndItsLossFalls) {
   auto s = train_mlp(dir.path(), o);
   EXPECT_EQ(s["steps"], 40);
   EXPECT_EQ(s["stop_kind"], "completed");
-  EXPECT_EQ(s["tokens"], 40 * 16);  // one item per sample
-  EXPECT_EQ(rec->item, "sample");     // the console says samples/s, not tok/s
+  EXPECT_EQ(s["tokens"], 40 * 16);                            // one item per sample
+  EXPECT_EQ(rec->item, "sample");                             // the console says samples/s, not tok/s
   EXPECT_EQ(rec->params, 4 * 32 + 32 + 2 * 32 + 32 * 2 + 2);  // fc1, bn (weight, bias), fc2
   ASSERT_EQ(rec->val.size(), 4u);
   // A linear rule: chance is ln 2 = 0.693; 40 steps of AdamW reach well below it.
@@ -128,7 +128,8 @@ TEST(UserTask, StoppedAndResumedRunMatchesUninterruptedRunBitwise) {
   EXPECT_EQ(resumed["steps"], 40);
   EXPECT_EQ(resumed["checkpoint"]["resumed_from"].get<std::string>().substr(b.path().size()),
             "/mlp/checkpoints/step-00000013");
-  EXPECT_EQ(test::read_text(a.file("mlp/final/model.safetensors")), test::read_text(b.file("mlp/final/model.safetensors")))
+  EXPECT_EQ(test::read_text(a.file("mlp/final/model.safetensors")),
+            test::read_text(b.file("mlp/final/model.safetensors")))
       << "final weights (parameters and BatchNorm buffers) differ";
   auto sa = nlohmann::json::parse(test::read_text(a.file("mlp/summary.json")));
   EXPECT_EQ(sa["final_val_loss"], resumed["final_val_loss"]);
@@ -149,7 +150,8 @@ TEST(UserTask, TorchAdamWRunResumesBitwiseToo) {
   r.resume = "auto";
   auto resumed = train_mlp(b.path(), r, torch_opt);
   EXPECT_EQ(resumed["steps"], 40);
-  EXPECT_EQ(test::read_text(a.file("mlp/final/model.safetensors")), test::read_text(b.file("mlp/final/model.safetensors")))
+  EXPECT_EQ(test::read_text(a.file("mlp/final/model.safetensors")),
+            test::read_text(b.file("mlp/final/model.safetensors")))
       << "final weights differ after a torch_adamw resume";
 }
 
@@ -180,8 +182,8 @@ TEST(UserTask, CallbacksSeeTheDocumentedEventsInOrder) {
   TrainerOptions o;
   o.callbacks = {rec};
   train_mlp(dir.path(), o, {"train.steps=4", "train.eval_every=2", "checkpoint.every_steps=2"});
-  const std::vector<std::string> want = {"begin",  "step 1",       "step 2", "eval 2",       "checkpoint 2",
-                                         "step 3", "step 4",       "eval 4", "checkpoint 4", "end completed"};
+  const std::vector<std::string> want = {"begin",  "step 1", "step 2", "eval 2",       "checkpoint 2",
+                                         "step 3", "step 4", "eval 4", "checkpoint 4", "end completed"};
   EXPECT_EQ(rec->events, want);
 }
 
@@ -191,15 +193,17 @@ TEST(UserTask, ActivationCheckpointingWithoutAHookIsAConfigError) {
     train_mlp(dir.path(), {}, {"memory.activation_checkpointing=blocks"});
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("memory.activation_checkpointing = \"blocks\""), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("memory.activation_checkpointing = \"blocks\""), std::string::npos)
+        << e.what();
   }
 }
 
 TEST(UserTask, EarlyStoppingAndTheBudgetLeverApplyToAUserModule) {
   test::TempDir dir;
   // patience 1 with an impossible min_delta: the second evaluation stops the run.
-  auto s = train_mlp(dir.path(), {}, {"early_stop.enabled=true", "early_stop.patience=1", "early_stop.min_delta=100",
-                                      "budget.usd_per_hour=3.6"});
+  auto s = train_mlp(
+      dir.path(), {},
+      {"early_stop.enabled=true", "early_stop.patience=1", "early_stop.min_delta=100", "budget.usd_per_hour=3.6"});
   EXPECT_EQ(s["stop_kind"], "early_stop");
   EXPECT_EQ(s["steps"], 20);
   EXPECT_GT(s["cost_usd"].get<double>(), 0.0);
@@ -234,8 +238,8 @@ class Squares : public torch::data::datasets::Dataset<Squares> {
 
 TEST(DatasetSource, TorchDatasetAdapterYieldsTheDatasetsSamples) {
   DatasetSource plain(torch_dataset(Squares()), torch_dataset(Squares()), 5, 9, "squares");
-  DatasetSource stacked(torch_dataset(Squares().map(torch::data::transforms::Stack<>())),
-                        torch_dataset(Squares()), 5, 9, "squares");
+  DatasetSource stacked(torch_dataset(Squares().map(torch::data::transforms::Stack<>())), torch_dataset(Squares()), 5,
+                        9, "squares");
   Squares ref;
   std::multiset<int64_t> epoch0;
   for (int64_t k = 0; k < 4; ++k) {
@@ -256,8 +260,8 @@ TEST(DatasetSource, TorchDatasetAdapterYieldsTheDatasetsSamples) {
   // Validation batches are in order, wrapping around.
   EXPECT_EQ(plain.val_indices(1), (std::vector<int64_t>{5, 6, 7, 8, 9}));
   EXPECT_EQ(plain.val_indices(2), (std::vector<int64_t>{0, 1, 2, 3, 4}));
-  EXPECT_TRUE(plain.val_batch(1).x.equal(at::stack({ref.get(5).data, ref.get(6).data, ref.get(7).data,
-                                                     ref.get(8).data, ref.get(9).data})));
+  EXPECT_TRUE(plain.val_batch(1).x.equal(
+      at::stack({ref.get(5).data, ref.get(6).data, ref.get(7).data, ref.get(8).data, ref.get(9).data})));
 }
 
 TEST(DatasetSource, EmptySplitsAreDataErrorsNamingTheSource) {

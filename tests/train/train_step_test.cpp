@@ -83,8 +83,7 @@ TEST(TrainStep, AccumulatingFourMicroBatchesOfFourGivesTheGradientOfOneBatchOfSi
   }
   // The weights, what users see, agree too.
   auto wa = train_tiny(a, 5).weights, wb = train_tiny(b, 5).weights;
-  for (size_t i = 0; i < wa.size(); ++i)
-    EXPECT_TRUE(torch::allclose(wa[i], wb[i], /*rtol=*/1e-4, /*atol=*/1e-4)) << i;
+  for (size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(torch::allclose(wa[i], wb[i], /*rtol=*/1e-4, /*atol=*/1e-4)) << i;
 }
 
 TEST(TrainStep, GlobalBatchMustBeAMultipleOfMicroBatch) {

@@ -50,9 +50,8 @@ TEST(Trainer, SummaryJsonHasTheDocumentedSchema) {
   test::TempDir dir;
   train_tiny(dir.path());
   auto s = nlohmann::json::parse(test::read_text(dir.file("demo/summary.json")));
-  for (const char* k : {"steps", "tokens", "wall_s", "tokens_per_s", "final_train_loss",
-                        "final_val_loss", "best_val_loss", "params", "answer_accuracy",
-                        "unigram_baseline_loss", "flops_per_token"})
+  for (const char* k : {"steps", "tokens", "wall_s", "tokens_per_s", "final_train_loss", "final_val_loss",
+                        "best_val_loss", "params", "answer_accuracy", "unigram_baseline_loss", "flops_per_token"})
     EXPECT_TRUE(s.contains(k) && s[k].is_number()) << k;
   EXPECT_EQ(s["steps"], 30);
   EXPECT_EQ(s["tokens"], 30 * 8 * 16);
@@ -190,8 +189,7 @@ TEST(Trainer, TwoCallbacksWithOneStateKeyAreRefusedBeforeTheFirstStep) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("\"cost_meter\""), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(fs::exists(dir.file("demo/metrics.jsonl")) &&
-               !test::read_text(dir.file("demo/metrics.jsonl")).empty());
+  EXPECT_FALSE(fs::exists(dir.file("demo/metrics.jsonl")) && !test::read_text(dir.file("demo/metrics.jsonl")).empty());
 }
 
 // What a crash report would name as the phase, seen from inside the callbacks the trainer calls.

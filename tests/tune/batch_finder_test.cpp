@@ -71,8 +71,9 @@ TEST(BatchFinder, AllocatorLimitThrowsTheOutOfMemoryErrorNamingTheKey) {
 }
 
 Config tiny_config() {
-  Config c = resolve_config("", {"model.layers=1", "model.heads=2", "model.embd=32", "model.block=32",
-                                 "precision.mode=fp32", "data.micro_batch=64", "run.threads=1", "tune.cache=false"},
+  Config c = resolve_config("",
+                            {"model.layers=1", "model.heads=2", "model.embd=32", "model.block=32",
+                             "precision.mode=fp32", "data.micro_batch=64", "run.threads=1", "tune.cache=false"},
                             {})
                  .config;
   return c;

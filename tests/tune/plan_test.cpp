@@ -31,12 +31,13 @@ void expect_ordered(const nlohmann::json& r, const std::string& what) {
 // The tiny run priced as the price table's cpu-2vcpu row ($0.08/h on demand, $0.03/h spot, 30 W).
 TEST(CostPlan, TinyConfigPrintsATableAndWritesAConsistentJson) {
   test::TempDir dir;
-  auto r = test::run_frugal("plan" + test::tiny_sets(dir.path()) +
-                            " --set budget.instance=cpu-2vcpu --set plan.probe_steps=4 --set train.steps=500 --json-out " +
-                            dir.file("plan.json"));
+  auto r =
+      test::run_frugal("plan" + test::tiny_sets(dir.path()) +
+                       " --set budget.instance=cpu-2vcpu --set plan.probe_steps=4 --set train.steps=500 --json-out " +
+                       dir.file("plan.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* s : {"wall time", "on demand at $0.0800/h", "spot at $0.0300/h", "energy at 30 W", "where the time goes",
-                        "evaluations", "Young-Daly", "the probe took", "wrote " })
+  for (const char* s : {"wall time", "on demand at $0.0800/h", "spot at $0.0300/h", "energy at 30 W",
+                        "where the time goes", "evaluations", "Young-Daly", "the probe took", "wrote "})
     EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
   const nlohmann::json j = read_json(dir.file("plan.json"));
   EXPECT_EQ(j["steps"], 500);
@@ -48,7 +49,7 @@ TEST(CostPlan, TinyConfigPrintsATableAndWritesAConsistentJson) {
   EXPECT_GT(j["figures"]["probe_s"].get<double>(), 0);
   EXPECT_GT(j["figures"]["startup_s"].get<double>(), 0);
   EXPECT_GT(j["figures"]["eval_s"].get<double>(), 0);
-  EXPECT_TRUE(j["figures"]["saved"].get<bool>());  // the probe's final save was measured
+  EXPECT_TRUE(j["figures"]["saved"].get<bool>());        // the probe's final save was measured
   EXPECT_GT(j["figures"]["launch_s"].get<double>(), 0);  // this frugal process's own launch
   expect_ordered(j["seconds"], "seconds");
   // Counts by the trainer's rules: evaluations at 15, 30, ..., 495 and the final one; the final save.
@@ -144,7 +145,8 @@ TEST(CostPlan, ARunDirectoryIsASourceAndAnInstanceScalesItByPeak) {
   EXPECT_NEAR(j["on_demand"]["usd_per_hour"].get<double>(), 3.0, 1e-12);
   EXPECT_NEAR(j["spot"]["usd_per_hour"].get<double>(), 1.5, 1e-12);
   EXPECT_NE(r.output.find("a rough model"), std::string::npos) << r.output;
-  r = test::run_frugal("plan --from " + run + " --instance gpu-1xh100 --peak-tflops 100 --json-out " + dir.file("h.json"));
+  r = test::run_frugal("plan --from " + run + " --instance gpu-1xh100 --peak-tflops 100 --json-out " +
+                       dir.file("h.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NEAR(read_json(dir.file("h.json"))["compute_scale"].get<double>(), 0.5 / 100, 1e-12);
 
@@ -193,14 +195,16 @@ TEST(CostPlan, TrainRefusesToStartWhenTheLimitCannotCoverTheProjection) {
                             " --set run.name=capped --set plan.before_train=true --set plan.probe_steps=3 "
                             "--set budget.usd_per_hour=1000 --set budget.limit_usd=0.01");
   EXPECT_EQ(r.exit_code, 3) << r.output;
-  for (const char* s : {"more than budget.limit_usd = $0.0100", "Raise budget.limit_usd to at least", "nothing was trained"})
+  for (const char* s :
+       {"more than budget.limit_usd = $0.0100", "Raise budget.limit_usd to at least", "nothing was trained"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
   EXPECT_EQ(r.output.find("step 1/"), std::string::npos) << "a step ran:\n" << r.output;
   EXPECT_FALSE(fs::exists(dir.file("capped"))) << "the refusal wrote a run directory";
   // `frugal plan` says the same with the same exit code, and its JSON says why.
-  r = test::run_frugal("plan" + test::tiny_sets(dir.path()) +
-                       " --set plan.probe_steps=3 --set budget.usd_per_hour=1000 --set budget.limit_usd=0.01 --json-out " +
-                       dir.file("p.json"));
+  r = test::run_frugal(
+      "plan" + test::tiny_sets(dir.path()) +
+      " --set plan.probe_steps=3 --set budget.usd_per_hour=1000 --set budget.limit_usd=0.01 --json-out " +
+      dir.file("p.json"));
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("more than budget.limit_usd = $0.0100"), std::string::npos) << r.output;
   const nlohmann::json plan = read_json(dir.file("p.json"));
@@ -225,7 +229,8 @@ TEST(CostPlan, TrainShowsThePlanAndRecordsProjectedAgainstMeasured) {
   ASSERT_TRUE(s.contains("plan")) << s.dump(1);
   expect_ordered(s["plan"]["projected_s"], "projected_s");
   expect_ordered(s["plan"]["trainer_s_projected"], "trainer_s_projected");
-  EXPECT_NEAR(s["plan"]["trainer_s_measured"].get<double>(), s["wall_s"].get<double>() + s["startup_s"].get<double>(), 1e-9);
+  EXPECT_NEAR(s["plan"]["trainer_s_measured"].get<double>(), s["wall_s"].get<double>() + s["startup_s"].get<double>(),
+              1e-9);
   EXPECT_TRUE(s["plan"].contains("trainer_s_within_range"));
   EXPECT_TRUE(fs::exists(dir.file("planned/plan.json")));
 }
@@ -241,9 +246,10 @@ TEST(CostPlan, TrainShowsThePlanAndRecordsProjectedAgainstMeasured) {
 // one of the two processes and not the other.
 TEST(PlanAccuracy, ADemoShapedRunTakesAndCostsWhatItsPlanProjected) {
   test::TempDir dir;
-  const std::string sets = " --set run.out_dir=" + dir.path() +
-                           " --set run.name=accuracy --set train.steps=120 --set train.eval_every=40 "
-                           "--set train.answer_samples=20 --set checkpoint.every_steps=60 --set budget.usd_per_hour=0.08";
+  const std::string sets =
+      " --set run.out_dir=" + dir.path() +
+      " --set run.name=accuracy --set train.steps=120 --set train.eval_every=40 "
+      "--set train.answer_samples=20 --set checkpoint.every_steps=60 --set budget.usd_per_hour=0.08";
   auto p = test::run_frugal("plan" + sets + " --json-out " + dir.file("plan.json"));
   ASSERT_EQ(p.exit_code, 0) << p.output;
   const auto t0 = std::chrono::steady_clock::now();

@@ -250,7 +250,7 @@ TEST(Projection, HelpersCountAndSummarise) {
   EXPECT_EQ(evaluation_count(100, 25), 4);
   EXPECT_EQ(evaluation_count(101, 25), 5);
   EXPECT_EQ(poisson_quantile(0, 0.9), 0);
-  EXPECT_EQ(poisson_quantile(1, 0.9), 2);  // P(<= 1) = 0.736, P(<= 2) = 0.920
+  EXPECT_EQ(poisson_quantile(1, 0.9), 2);    // P(<= 1) = 0.736, P(<= 2) = 0.920
   EXPECT_EQ(poisson_quantile(10, 0.9), 14);  // P(<= 13) = 0.864, P(<= 14) = 0.917
   EXPECT_DOUBLE_EQ(median_of({3, 1, 2}), 2);
   EXPECT_DOUBLE_EQ(median_of({4, 1, 2, 3}), 2.5);

@@ -19,8 +19,8 @@ TEST(Smoke, PassesEveryStageAndReportsTheFigures) {
   test::TempDir dir;
   SmokeReport r = run_smoke(tiny(dir.path(), {"model.dropout=0.1"}));
   ASSERT_TRUE(r.ok) << r.describe();
-  EXPECT_EQ(r.passed, (std::vector<std::string>{"config", "data", "forward", "memory", "train", "checkpoint",
-                                                "resume", "compare"}));
+  EXPECT_EQ(r.passed, (std::vector<std::string>{"config", "data", "forward", "memory", "train", "checkpoint", "resume",
+                                                "compare"}));
   EXPECT_EQ(r.batch_shape, "[2, 16]");
   EXPECT_EQ(r.logits_shape, "[2, 16, 256]");
   EXPECT_GT(r.params, 0);
@@ -45,8 +45,8 @@ TEST(Smoke, MissingDataFailsAtTheDataStageNamingTheFile) {
 // names the stage, and nothing after it ran.
 TEST(Smoke, EveryStageReportsItsOwnFailure) {
   test::TempDir dir;
-  const std::vector<std::string> order = {"config", "data", "forward", "memory", "train", "checkpoint",
-                                          "resume", "compare"};
+  const std::vector<std::string> order = {"config", "data",       "forward", "memory",
+                                          "train",  "checkpoint", "resume",  "compare"};
   for (size_t i = 0; i < order.size(); ++i) {
     SmokeReport r = run_smoke(tiny(dir.path()), order[i]);
     EXPECT_FALSE(r.ok) << order[i];

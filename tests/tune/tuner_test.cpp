@@ -135,7 +135,8 @@ TEST(Tune, TinyConfigPrintsATableAndWritesAConfigThatTrainAccepts) {
     const std::string key = kv.substr(0, kv.find('='));
     EXPECT_EQ(tuned.origins.at(key).kind, ValueOrigin::Kind::kFile) << key;
   }
-  auto t = test::run_frugal("train " + dir.file("tuned.toml") + " --set train.steps=2 --set run.name=from-tuned --quiet");
+  auto t =
+      test::run_frugal("train " + dir.file("tuned.toml") + " --set train.steps=2 --set run.name=from-tuned --quiet");
   EXPECT_EQ(t.exit_code, 0) << t.output;
   const nlohmann::json summary = nlohmann::json::parse(test::read_text(dir.file("from-tuned/summary.json")));
   EXPECT_EQ(summary["stop_kind"], "completed");
@@ -145,8 +146,8 @@ TEST(Tune, TinyConfigPrintsATableAndWritesAConfigThatTrainAccepts) {
 // that all failed the same way (and no tuned config).
 TEST(Tune, BadInputExitsTwoOnceInsteadOfFailingEveryCandidate) {
   test::TempDir dir;
-  auto r = test::run_frugal("tune" + tune_sets(dir) + " --set data.source=text:" + dir.file("missing.txt") +
-                            " --out " + dir.file("tuned.toml"));
+  auto r = test::run_frugal("tune" + tune_sets(dir) + " --set data.source=text:" + dir.file("missing.txt") + " --out " +
+                            dir.file("tuned.toml"));
   EXPECT_EQ(r.exit_code, 2) << r.output;
   const std::string cause = dir.file("missing.txt");
   const size_t first = r.output.find(cause);
@@ -157,8 +158,9 @@ TEST(Tune, BadInputExitsTwoOnceInsteadOfFailingEveryCandidate) {
 
 TEST(Tune, AutoTuneTrainsWithTheChoiceAndRecordsItInTheSummary) {
   test::TempDir dir;
-  auto r = test::run_frugal("train" + tune_sets(dir) +
-                            " --set tune.probe_steps=1 --set train.auto_tune=true --set train.steps=3 --set run.name=auto");
+  auto r =
+      test::run_frugal("train" + tune_sets(dir) +
+                       " --set tune.probe_steps=1 --set train.auto_tune=true --set train.steps=3 --set run.name=auto");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const nlohmann::json s = nlohmann::json::parse(test::read_text(dir.file("auto/summary.json")));
   ASSERT_TRUE(s.contains("auto_tune")) << s.dump(2);

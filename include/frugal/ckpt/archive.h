@@ -27,13 +27,13 @@ namespace frugal {
 int64_t parse_duration_seconds(const std::string& text);
 
 struct ArchiveCandidate {
-  std::string run;         // run directory name under RUNS_DIR
-  std::string path;        // the checkpoint directory
+  std::string run;   // run directory name under RUNS_DIR
+  std::string path;  // the checkpoint directory
   int64_t step = 0;
-  double age_s = 0;        // seconds since COMPLETE was written
-  uint64_t bytes = 0;      // size of its files
-  bool archive = false;    // true: will be archived; false: kept, see `reason`
-  std::string reason;      // why kept: "newest", "best", "incomplete", "younger than ...", "training ..."
+  double age_s = 0;      // seconds since COMPLETE was written
+  uint64_t bytes = 0;    // size of its files
+  bool archive = false;  // true: will be archived; false: kept, see `reason`
+  std::string reason;    // why kept: "newest", "best", "incomplete", "younger than ...", "training ..."
 };
 
 // Every checkpoint under RUNS_DIR/*/checkpoints/, with the decision for each. Pure reading. A run

@@ -21,10 +21,10 @@ namespace frugal {
 double young_daly_interval_s(double save_s, double mtbf_s);
 
 struct CadenceInput {
-  int64_t step = 0;             // steps completed
-  int64_t last_save_step = 0;   // step of the last save (0 = none in this run)
-  double since_save_s = 0;      // seconds since the last save (or since the run began)
-  double last_stall_s = -1;     // measured cost of the last save; < 0 = not measured yet
+  int64_t step = 0;            // steps completed
+  int64_t last_save_step = 0;  // step of the last save (0 = none in this run)
+  double since_save_s = 0;     // seconds since the last save (or since the run began)
+  double last_stall_s = -1;    // measured cost of the last save; < 0 = not measured yet
 };
 
 // Whether the loop should save after this step. every_steps and the time rule combine with "or";

@@ -35,10 +35,10 @@ inline constexpr int kCheckpointVersion = 1;
 // What goes into a checkpoint. The tensors may live anywhere (they are copied to the CPU while
 // encoding); for an asynchronous save they must be a private snapshot.
 struct CheckpointData {
-  NamedTensors model;          // the parameters in training precision (fp32 masters)
-  NamedTensors optimizer;      // Optimizer::state_tensors()
-  nlohmann::json state;        // trainer state; the writer adds format, version, step, files
-  nlohmann::json data_state;   // the data source's cursor ({} for pure-function sources)
+  NamedTensors model;         // the parameters in training precision (fp32 masters)
+  NamedTensors optimizer;     // Optimizer::state_tensors()
+  nlohmann::json state;       // trainer state; the writer adds format, version, step, files
+  nlohmann::json data_state;  // the data source's cursor ({} for pure-function sources)
 };
 
 // The stages of a write, in order. WriteOptions::after_stage is called after each (tests throw
@@ -63,13 +63,13 @@ std::string write_checkpoint(const std::string& root, int64_t step, const Checkp
 struct CheckpointInfo {
   std::string path;
   int64_t step = 0;
-  bool complete = false;          // COMPLETE present, state.json matches its checksum and its step
-                                  // matches the directory's name
-  std::optional<double> metric;   // state.json "metric".value, when recorded
-  bool corrupt = false;           // complete, but verify_checkpoint() found a damaged file (set by
-                                  // apply_retention(), which verifies; list_checkpoints() does not)
-  bool unverified = false;        // complete, but its files could not be read (an I/O error) or it
-                                  // is another checkpoint version's: neither sound nor corrupt
+  bool complete = false;         // COMPLETE present, state.json matches its checksum and its step
+                                 // matches the directory's name
+  std::optional<double> metric;  // state.json "metric".value, when recorded
+  bool corrupt = false;          // complete, but verify_checkpoint() found a damaged file (set by
+                                 // apply_retention(), which verifies; list_checkpoints() does not)
+  bool unverified = false;       // complete, but its files could not be read (an I/O error) or it
+                                 // is another checkpoint version's: neither sound nor corrupt
 };
 
 // step-* directories under root, newest (highest step) first. Cheap: reads COMPLETE and
@@ -92,14 +92,13 @@ CheckpointCheck check_checkpoint(const std::string& path);
 
 // The newest checkpoint under root that verifies. Each newer one that does not is reported
 // through `warn` (path and problem). nullopt when none verifies.
-std::optional<std::string> find_resumable(const std::string& root,
-                                          const std::function<void(const std::string&)>& warn);
+std::optional<std::string> find_resumable(const std::string& root, const std::function<void(const std::string&)>& warn);
 
 struct LoadedCheckpoint {
   std::string path;
   int64_t step = 0;
-  NamedTensors weights;   // exact fp32 masters when stored, else model.safetensors as written
-  bool exact = true;      // false when only reduced-precision weights were stored
+  NamedTensors weights;  // exact fp32 masters when stored, else model.safetensors as written
+  bool exact = true;     // false when only reduced-precision weights were stored
   NamedTensors optimizer;
   nlohmann::json state;
   nlohmann::json data_state;

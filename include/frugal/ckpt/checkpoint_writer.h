@@ -57,14 +57,14 @@ class SnapshotBuffer {
 
 struct CheckpointWriterStats {
   int64_t saves = 0;
-  double stall_s_total = 0;   // trainer-blocked time, summed over saves (measured by the caller)
+  double stall_s_total = 0;  // trainer-blocked time, summed over saves (measured by the caller)
   double stall_s_max = 0;
   // Each save's stall, in order, the first kStallsListed saves (the first async save on a GPU
   // also allocates the page-locked buffer; a save that finds the previous write in flight waits
   // for it): what a mean hides.
   static constexpr size_t kStallsListed = 1000;
   std::vector<double> stall_s_each;
-  double write_s_total = 0;   // encode + write + fsync + rename + rotate, on whichever thread
+  double write_s_total = 0;  // encode + write + fsync + rename + rotate, on whichever thread
   double last_write_s = 0;
   int64_t last_bytes = 0;
 };

@@ -32,8 +32,7 @@ struct RetentionPolicy {
 };
 
 // Returns the paths of `listing` (any order) to delete.
-std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listing,
-                                        const RetentionPolicy& policy);
+std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listing, const RetentionPolicy& policy);
 
 // Lists root, verifies (each checkpoint's files are read and hashed once per process: the
 // newest until keep_last sound ones are found, and the keep_best candidates), plans and

@@ -16,15 +16,14 @@ namespace frugal {
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 // Serialises tensors (any device; copied to CPU, made contiguous) into safetensors bytes.
-std::string encode_safetensors(const NamedTensors& tensors,
-                               const std::map<std::string, std::string>& metadata = {});
+std::string encode_safetensors(const NamedTensors& tensors, const std::map<std::string, std::string>& metadata = {});
 
 // Writes atomically (temp file, fsync, rename).
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsFile {
-  NamedTensors tensors;                          // in file order
+  NamedTensors tensors;                         // in file order
   std::map<std::string, std::string> metadata;  // "__metadata__"
   const at::Tensor* find(const std::string& name) const;
 };

@@ -44,9 +44,9 @@ struct RunInfo {
   int64_t samples_per_step = 0;  // sequences per optimizer step (the global batch)
   std::string item = "token";    // what tokens_per_step counts (TaskHooks::item): "token", "sample"
   int threads = 0;
-  double peak_flops = 0;         // MFU's denominator, FLOP/s ([monitor] peak_tflops or measured)
-  std::string dashboard_url;     // the live dashboard ("" = off)
-  int64_t start_step = 0;        // the step this session starts from (a resumed checkpoint's; 0 fresh)
+  double peak_flops = 0;      // MFU's denominator, FLOP/s ([monitor] peak_tflops or measured)
+  std::string dashboard_url;  // the live dashboard ("" = off)
+  int64_t start_step = 0;     // the step this session starts from (a resumed checkpoint's; 0 fresh)
 };
 
 // Where a step's wall time went (seconds). `data` is the wait for the batch source; on a CPU the
@@ -66,24 +66,24 @@ struct PhaseTimes {
 };
 
 struct StepMetrics {
-  int64_t step = 0;          // optimizer steps completed (1-based)
+  int64_t step = 0;  // optimizer steps completed (1-based)
   int64_t total_steps = 0;
-  bool logged = false;       // true on log steps: loss and grad_norm are read from the device
-  double loss = 0;           // mean training loss since the previous log step
-  double grad_norm = 0;      // global gradient norm before clipping (this step)
+  bool logged = false;   // true on log steps: loss and grad_norm are read from the device
+  double loss = 0;       // mean training loss since the previous log step
+  double grad_norm = 0;  // global gradient norm before clipping (this step)
   double lr = 0;
-  double step_s = 0;         // wall time of this step
-  PhaseTimes phases;         // this step's phases (phases.data_s: waiting for the batch; on a GPU
-                             // see PhaseTimes)
-  double tokens_per_s = 0;   // over the window since the previous log step
-  double elapsed_s = 0;      // billed wall time so far, over every session (start-ups included)
-  int64_t tokens = 0;        // tokens consumed so far
-  double cost_usd = 0;       // spend so far ([budget]; filled by the cost meter, a producer)
-  double rss_mb = 0;         // resident memory at this (logged) step
-  double loss_scale = 1;     // the fp16 loss scale after this step (1 when not scaling)
-  bool loss_scaling = false; // the loss scaler ran this step (it skips inf/NaN steps itself);
-                             // false again after an fp16 run fell back to bf16
-  int64_t skipped_steps = 0; // optimizer steps skipped for inf/NaN gradients so far
+  double step_s = 0;          // wall time of this step
+  PhaseTimes phases;          // this step's phases (phases.data_s: waiting for the batch; on a GPU
+                              // see PhaseTimes)
+  double tokens_per_s = 0;    // over the window since the previous log step
+  double elapsed_s = 0;       // billed wall time so far, over every session (start-ups included)
+  int64_t tokens = 0;         // tokens consumed so far
+  double cost_usd = 0;        // spend so far ([budget]; filled by the cost meter, a producer)
+  double rss_mb = 0;          // resident memory at this (logged) step
+  double loss_scale = 1;      // the fp16 loss scale after this step (1 when not scaling)
+  bool loss_scaling = false;  // the loss scaler ran this step (it skips inf/NaN steps itself);
+                              // false again after an fp16 run fell back to bf16
+  int64_t skipped_steps = 0;  // optimizer steps skipped for inf/NaN gradients so far
   // Logged steps only (docs/observability.md has the formulas):
   double samples_per_s = 0;  // sequences per second over the window since the previous log step
   double mfu = 0;            // model FLOP/s over the peak FLOP/s (filled by the MFU meter)
@@ -179,8 +179,8 @@ class Control {
 
 struct CheckpointEvent {
   int64_t step = 0;
-  std::string path;     // checkpoints/step-NNNNNNNN (complete once the writer finished)
-  double stall_s = 0;   // time the trainer was blocked by this save
+  std::string path;    // checkpoints/step-NNNNNNNN (complete once the writer finished)
+  double stall_s = 0;  // time the trainer was blocked by this save
   bool async = false;
   double last_write_s = 0;  // the whole write of the newest finished save (sync: this one)
 };

@@ -16,8 +16,7 @@
 #include <string>
 
 #define FRUGAL_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) ||         \
-   (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 namespace frugal::compat {
 
@@ -47,8 +46,7 @@ inline c10::ScalarType autocast_dtype(c10::DeviceType dev) {
 #if FRUGAL_TORCH_AT_LEAST(2, 4)
   return at::autocast::get_autocast_dtype(dev);
 #else
-  return dev == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype()
-                                      : at::autocast::get_autocast_cpu_dtype();
+  return dev == c10::DeviceType::CUDA ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
 #endif
 }
 
@@ -68,8 +66,7 @@ inline void set_autocast_dtype(c10::DeviceType dev, c10::ScalarType t) {
 // such guard. Disabled (a no-op) when `enabled` is false.
 class AutocastGuard {
  public:
-  AutocastGuard(c10::DeviceType dev, c10::ScalarType dtype, bool enabled = true)
-      : dev_(dev), enabled_(enabled) {
+  AutocastGuard(c10::DeviceType dev, c10::ScalarType dtype, bool enabled = true) : dev_(dev), enabled_(enabled) {
     if (!enabled_) return;
     prev_on_ = autocast_enabled(dev_);
     prev_dtype_ = autocast_dtype(dev_);
@@ -182,8 +179,7 @@ int64_t profiler_event_duration_us(const Event& e) {
 using OutOfMemoryError = c10::OutOfMemoryError;
 
 [[noreturn]] inline void throw_out_of_memory(const std::string& message) {
-  throw OutOfMemoryError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-                         message);
+  throw OutOfMemoryError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)}, message);
 }
 
 inline bool is_out_of_memory(const std::exception& e) {

@@ -14,7 +14,7 @@ namespace frugal {
 
 // [run] — identity and placement of a run.
 struct RunConfig {
-  std::string name = "demo";    // runs/<name>/ holds everything the run writes
+  std::string name = "demo";     // runs/<name>/ holds everything the run writes
   std::string out_dir = "runs";  // parent folder of run directories
   int64_t seed = 1337;           // fixes initialisation, data order and dropout
   // Intra-op threads for LibTorch and the BLAS. 0 = auto: the physical core count, which on a
@@ -29,12 +29,12 @@ struct RunConfig {
 
 // [model] — the reference GPT decoder (src/model/gpt.cpp).
 struct ModelConfig {
-  int64_t layers = 4;     // transformer blocks
-  int64_t heads = 4;      // attention heads; must divide embd
-  int64_t embd = 128;     // residual width
-  int64_t block = 64;     // context length in tokens
-  int64_t vocab = 256;    // vocabulary size; 256 for byte-level data
-  double dropout = 0.0;   // dropout on attention, MLP and embeddings (0 = off; deterministic either way)
+  int64_t layers = 4;    // transformer blocks
+  int64_t heads = 4;     // attention heads; must divide embd
+  int64_t embd = 128;    // residual width
+  int64_t block = 64;    // context length in tokens
+  int64_t vocab = 256;   // vocabulary size; 256 for byte-level data
+  double dropout = 0.0;  // dropout on attention, MLP and embeddings (0 = off; deterministic either way)
   // The MLP's nonlinearity: exact GELU (erf form, frugal's fused CPU kernel) or the tanh
   // approximation GPT-2 was trained with (Hugging Face's "gelu_new"; ATen's kernel).
   enum class Activation { kGelu, kGeluTanh };
@@ -82,7 +82,7 @@ std::string to_string(const DataSource& s);
 std::optional<DataSource> parse_data_source(const std::string& text);
 
 struct DataConfig {
-  DataSource source;  // builtin:arith by default
+  DataSource source;            // builtin:arith by default
   int64_t micro_batch = 32;     // sequences per forward/backward pass
   double val_fraction = 0.1;    // text: the last fraction of the file is held out for validation
   int64_t arith_digits = 2;     // arith: operands have 1..arith_digits digits
@@ -109,11 +109,11 @@ enum class LossScaling {
 struct PrecisionConfig {
   PrecisionMode mode = PrecisionMode::kAuto;  // the cheap setting where it is measured safe and fast
   LossScaling loss_scaling = LossScaling::kAuto;
-  double init_scale = 65536.0;    // fp16: first loss scale
-  double growth_factor = 2.0;     // fp16: scale *= this after growth_interval finite steps
-  double backoff_factor = 0.5;    // fp16: scale *= this after a step with inf/NaN gradients
-  int64_t growth_interval = 2000; // fp16: finite steps between growths
-  double min_scale = 1.0;         // fp16: the scale never falls below this floor
+  double init_scale = 65536.0;     // fp16: first loss scale
+  double growth_factor = 2.0;      // fp16: scale *= this after growth_interval finite steps
+  double backoff_factor = 0.5;     // fp16: scale *= this after a step with inf/NaN gradients
+  int64_t growth_interval = 2000;  // fp16: finite steps between growths
+  double min_scale = 1.0;          // fp16: the scale never falls below this floor
   // fp16: after this many consecutive skipped steps at the floor, switch to bf16 where it is
   // supported and say so (0 = never; keep skipping).
   int64_t fallback_after = 0;
@@ -156,14 +156,14 @@ struct MemoryConfig {
 
 // [budget] — cost, energy and carbon accounting, and the hard spending limit.
 struct BudgetConfig {
-  double usd_per_hour = 0;      // price of the machine; 0 = from the price table (budget.instance)
-  std::string instance;         // a name from data/prices.toml (e.g. "gpu-1xh100"); "" = none
-  bool spot = false;            // take the table's spot price instead of on-demand
-  double limit_usd = 0;         // hard limit: checkpoint and stop with exit code 3; 0 = none
+  double usd_per_hour = 0;                // price of the machine; 0 = from the price table (budget.instance)
+  std::string instance;                   // a name from data/prices.toml (e.g. "gpu-1xh100"); "" = none
+  bool spot = false;                      // take the table's spot price instead of on-demand
+  double limit_usd = 0;                   // hard limit: checkpoint and stop with exit code 3; 0 = none
   std::string alert_at = "0.5,0.8,0.95";  // fractions of limit_usd that log an alert once
-  std::string alert_command;    // run (sh -c) at each alert with FRUGAL_COST_* variables; "" = none
-  double watts = 0;             // power draw; 0 = from the price table, else unknown (no kWh)
-  double grid_g_per_kwh = 475;  // grid carbon intensity, g CO2 per kWh (~world average); set yours
+  std::string alert_command;              // run (sh -c) at each alert with FRUGAL_COST_* variables; "" = none
+  double watts = 0;                       // power draw; 0 = from the price table, else unknown (no kWh)
+  double grid_g_per_kwh = 475;            // grid carbon intensity, g CO2 per kWh (~world average); set yours
 };
 
 enum class OptimizerKind {
@@ -173,11 +173,11 @@ enum class OptimizerKind {
 
 // [train] — the optimisation schedule.
 struct TrainConfig {
-  int64_t steps = 600;           // training iterations (each consumes global_batch sequences)
+  int64_t steps = 600;  // training iterations (each consumes global_batch sequences)
   // Sequences per optimizer step; 0 = data.micro_batch. Must be a multiple of data.micro_batch:
   // accumulation = global_batch / micro_batch micro-batches per step.
   int64_t global_batch = 0;
-  int64_t accum = 0;             // explicit accumulation count; 0 = derived from global_batch
+  int64_t accum = 0;  // explicit accumulation count; 0 = derived from global_batch
   OptimizerKind optimizer = OptimizerKind::kFusedAdamW;
   double lr = 3e-3;              // peak learning rate, reached after warmup_steps
   int64_t warmup_steps = 50;     // linear warm-up from 0, then cosine decay to lr * min_lr_ratio
@@ -218,14 +218,14 @@ struct CheckpointConfig {
   // Master switch. When on, a checkpoint is written on the cadence below, at the end of the run
   // and when a stop signal arrives; off = only on a stop signal (so the run stays resumable).
   bool enabled = true;
-  int64_t every_steps = 0;     // save every N optimizer steps; 0 = no step cadence
-  double every_minutes = 30;   // save when this many minutes passed since the last save; 0 = off
+  int64_t every_steps = 0;    // save every N optimizer steps; 0 = no step cadence
+  double every_minutes = 30;  // save when this many minutes passed since the last save; 0 = off
   // Young/Daly: save every sqrt(2 x save_stall_s x mtbf) seconds, from the measured stall of the
   // previous save (the first save happens after step 1 to measure it). Overrides every_minutes.
   bool auto_interval = false;
-  double mtbf_minutes = 120;   // expected minutes between preemptions, for auto_interval
-  int64_t keep_last = 3;       // newest complete checkpoints kept (>= 1)
-  int64_t keep_best = 1;       // complete checkpoints kept by best_metric (0 = none)
+  double mtbf_minutes = 120;  // expected minutes between preemptions, for auto_interval
+  int64_t keep_last = 3;      // newest complete checkpoints kept (>= 1)
+  int64_t keep_best = 1;      // complete checkpoints kept by best_metric (0 = none)
   // Metric that ranks checkpoints for keep_best: val_loss (a checkpoint counts only if an
   // evaluation ran at its step; align every_steps with train.eval_every), loss or grad_norm.
   Metric best_metric = Metric::kValLoss;
@@ -257,9 +257,9 @@ struct EarlyStopConfig {
   // val_loss (counted per evaluation) or a step metric (loss, grad_norm; counted per log step).
   Metric metric = Metric::kValLoss;
   MetricMode mode = MetricMode::kMin;
-  int64_t patience = 5;   // evaluations without improvement before stopping
-  double min_delta = 0;   // an improvement must beat the best by more than this (absolute)
-  int64_t warmup = 0;     // first evaluations ignored entirely (curricula where loss rises first)
+  int64_t patience = 5;  // evaluations without improvement before stopping
+  double min_delta = 0;  // an improvement must beat the best by more than this (absolute)
+  int64_t warmup = 0;    // first evaluations ignored entirely (curricula where loss rises first)
   // "" = watch `metric`; else a figure the task's eval_metrics hook returns (e.g. "accuracy", with
   // mode = "max"), counted per evaluation.
   std::string task_metric;
@@ -339,7 +339,7 @@ struct TuneConfig {
   // Time `frugal tune` may spend, as a fraction of the configured run's projected time (from the
   // baseline candidate's measured step time x train.steps). Candidates past it are skipped.
   double max_fraction = 0.05;
-  int64_t probe_steps = 4;       // measured optimizer steps per candidate (after one warm-up step)
+  int64_t probe_steps = 4;  // measured optimizer steps per candidate (after one warm-up step)
   // Measurement rounds: every candidate runs once per round, in turn, so that a machine whose speed
   // drifts slows all of them alike; a candidate's tokens/s is the median of its rounds.
   int64_t rounds = 3;
@@ -353,7 +353,7 @@ struct TuneConfig {
   // many steps from the same start, and their mean losses over the last quarter must agree within
   // loss_tolerance (the probe's few steps cannot tell); 0 = compare the probe losses only.
   int64_t loss_check_steps = 40;
-  double memory_margin = 0.1;    // the finder keeps peak memory below (1 - margin) x the budget
+  double memory_margin = 0.1;      // the finder keeps peak memory below (1 - margin) x the budget
   int64_t max_micro_batch = 1024;  // the finder never probes above this
   // Cache finder results per (model, device, precision, sequence length, recompute, budget) in
   // $FRUGAL_CACHE_DIR or $XDG_CACHE_HOME/frugal or ~/.cache/frugal (batch_finder.json).

@@ -23,10 +23,10 @@ enum class ValueType { kBool, kInt, kFloat, kString, kEnum };
 
 // One configuration key: the single source of truth for docs, env names, parsing and checks.
 struct KeySpec {
-  std::string key;                   // "train.lr"
+  std::string key;  // "train.lr"
   ValueType type = ValueType::kString;
-  std::string help;                  // one line: meaning, unit, trade-off
-  std::optional<double> min;         // numbers: inclusive bounds
+  std::string help;           // one line: meaning, unit, trade-off
+  std::optional<double> min;  // numbers: inclusive bounds
   std::optional<double> max;
   std::vector<std::string> choices;  // enums: the allowed spellings
   std::function<ConfigValue(const Config&)> get;
@@ -39,8 +39,8 @@ struct KeySpec {
 
   std::string section() const { return key.substr(0, key.find('.')); }
   std::string name() const { return key.substr(key.find('.') + 1); }
-  std::string env_name() const;      // FRUGAL_TRAIN_LR
-  std::string allowed() const;       // "a number in [0, 10]", "one of fp32, bf16"
+  std::string env_name() const;  // FRUGAL_TRAIN_LR
+  std::string allowed() const;   // "a number in [0, 10]", "one of fp32, bf16"
 };
 
 // All keys, in documentation order.

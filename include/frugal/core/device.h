@@ -15,7 +15,7 @@
 namespace frugal::device {
 
 struct BuildInfo {
-  std::string torch_version;  // e.g. "2.11.0"
+  std::string torch_version;   // e.g. "2.11.0"
   bool cuda_compiled = false;  // frugal and LibTorch both built with CUDA
   std::string cuda_version;    // the CUDA runtime frugal was compiled against ("13.0"), or ""
   bool nccl_compiled = false;  // the c10d NCCL process group is in the build
@@ -29,7 +29,7 @@ bool cuda_available();
 
 struct GpuInfo {
   int index = 0;
-  std::string name;         // "NVIDIA H100 80GB HBM3"
+  std::string name;          // "NVIDIA H100 80GB HBM3"
   int major = 0, minor = 0;  // compute capability
   int64_t total_bytes = 0;
   int multiprocessors = 0;

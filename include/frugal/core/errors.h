@@ -90,7 +90,7 @@ namespace detail {
   } while (false)
 
 // Throws InternalError unless `cond` holds: an invariant of frugal's own code.
-#define FRUGAL_INTERNAL_ASSERT(cond, message)                                              \
-  do {                                                                                     \
+#define FRUGAL_INTERNAL_ASSERT(cond, message)                                                \
+  do {                                                                                       \
     if (!(cond)) ::frugal::detail::throw_internal_error(__FILE__, __LINE__, #cond, message); \
   } while (false)

@@ -15,10 +15,10 @@
 namespace frugal {
 
 struct PhaseSpanRecord {
-  const char* name;   // a string literal: "data", "forward", ...
-  int64_t begin_ns;   // steady_clock nanoseconds
+  const char* name;  // a string literal: "data", "forward", ...
+  int64_t begin_ns;  // steady_clock nanoseconds
   int64_t end_ns;
-  int64_t step;       // the 1-based step being run (0 = outside a step)
+  int64_t step;  // the 1-based step being run (0 = outside a step)
 };
 
 class PhaseTrace {

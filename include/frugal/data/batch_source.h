@@ -65,9 +65,8 @@ class WindowSource : public BatchSource {
  public:
   // REQUIRES: both splits hold more than block tokens (throws DataError naming `what` otherwise).
   // pin_memory: batches in page-locked host memory (pin_memory_for), for non-blocking copies.
-  WindowSource(std::vector<int32_t> train, std::vector<int32_t> val, int64_t micro_batch,
-               int64_t block, uint64_t seed, std::string what, int64_t rank = 0, int64_t world_size = 1,
-               bool pin_memory = false);
+  WindowSource(std::vector<int32_t> train, std::vector<int32_t> val, int64_t micro_batch, int64_t block, uint64_t seed,
+               std::string what, int64_t rank = 0, int64_t world_size = 1, bool pin_memory = false);
   Batch train_batch(int64_t index) override;
   Batch val_batch(int64_t index) override;
   std::string describe() const override { return what_; }
@@ -99,7 +98,6 @@ bool pin_memory_for(const std::string& device);
 // "records:DIR") for rank `rank` of `world_size` data-parallel processes (shards: disjoint sample
 // streams, sampler.h; in-memory sources: interleaved micro-batches, WindowSource), with pinned
 // batches when run.device is CUDA. Throws ConfigError/DataError.
-std::unique_ptr<BatchSource> make_batch_source(const Config& config, int64_t rank = 0,
-                                               int64_t world_size = 1);
+std::unique_ptr<BatchSource> make_batch_source(const Config& config, int64_t rank = 0, int64_t world_size = 1);
 
 }  // namespace frugal

@@ -18,9 +18,9 @@ namespace frugal {
 struct CsvTable {
   std::vector<std::string> features;  // feature column names, in file order
   std::string label_column;
-  std::vector<float> values;          // rows x features, row-major
-  std::vector<int64_t> labels;        // class id per row
-  std::vector<std::string> classes;   // class id -> name
+  std::vector<float> values;         // rows x features, row-major
+  std::vector<int64_t> labels;       // class id per row
+  std::vector<std::string> classes;  // class id -> name
   int64_t rows() const { return static_cast<int64_t>(labels.size()); }
 };
 

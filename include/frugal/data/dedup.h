@@ -27,7 +27,7 @@ struct DedupOptions {
 };
 
 struct DedupResult {
-  std::vector<uint8_t> keep;     // 1 = keep document i
+  std::vector<uint8_t> keep;  // 1 = keep document i
   int64_t exact_removed = 0;
   int64_t near_removed = 0;
   int lsh_bands = 0, lsh_rows = 0;  // the banding chosen for the threshold

@@ -30,10 +30,10 @@ constexpr int64_t kIgnoreIndex = -100;
 // A batch of `rows` rows of `width` positions, row-major.
 struct TokenRows {
   int64_t rows = 0;
-  int64_t width = 0;           // positions per row (<= block)
-  std::vector<int64_t> x;      // inputs; padding positions hold the pad token
-  std::vector<int64_t> y;      // next-token targets; kIgnoreIndex = no target
-  std::vector<int32_t> doc;    // document index of each x position; -1 = padding
+  int64_t width = 0;         // positions per row (<= block)
+  std::vector<int64_t> x;    // inputs; padding positions hold the pad token
+  std::vector<int64_t> y;    // next-token targets; kIgnoreIndex = no target
+  std::vector<int32_t> doc;  // document index of each x position; -1 = padding
   // Where each row starts: the token offset inside its document (pad, bucket) or inside the
   // packed stream (pack).
   std::vector<int64_t> offset;
@@ -55,18 +55,17 @@ struct BatchingStats {
 BatchingStats batching_stats(const std::vector<TokenRows>& batches);
 
 // REQUIRES for all: block >= 1, batch_rows >= 1. Empty documents are skipped.
-std::vector<TokenRows> pad_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block,
-                                   int64_t batch_rows, int32_t pad_token);
+std::vector<TokenRows> pad_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block, int64_t batch_rows,
+                                   int32_t pad_token);
 
 // Sorts pieces by length inside windows of `window_batches` batches (longer windows: less
 // padding, less randomness), pads each batch to its longest row, then shuffles the batch order
 // with `seed`.
-std::vector<TokenRows> bucket_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block,
-                                      int64_t batch_rows, int32_t pad_token, uint64_t seed,
-                                      int64_t window_batches = 32);
+std::vector<TokenRows> bucket_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block, int64_t batch_rows,
+                                      int32_t pad_token, uint64_t seed, int64_t window_batches = 32);
 
 // Every document is followed by `separator` in the stream.
-std::vector<TokenRows> pack_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block,
-                                    int64_t batch_rows, int32_t separator, int32_t pad_token);
+std::vector<TokenRows> pack_batches(const std::vector<std::vector<int32_t>>& docs, int64_t block, int64_t batch_rows,
+                                    int32_t separator, int32_t pad_token);
 
 }  // namespace frugal

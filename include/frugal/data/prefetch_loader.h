@@ -32,8 +32,11 @@ class PrefetchLoader {
   using Make = std::function<T(int64_t)>;
 
   PrefetchLoader(Make make, int workers, int prefetch, int64_t first = 0)
-      : make_(std::move(make)), workers_(workers < 0 ? 0 : workers),
-        prefetch_(prefetch < 1 ? 1 : prefetch), next_(first), claim_(first) {
+      : make_(std::move(make)),
+        workers_(workers < 0 ? 0 : workers),
+        prefetch_(prefetch < 1 ? 1 : prefetch),
+        next_(first),
+        claim_(first) {
     start();
   }
   ~PrefetchLoader() { stop(); }

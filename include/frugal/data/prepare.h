@@ -25,13 +25,13 @@
 namespace frugal {
 
 enum class InputFormat {
-  kText,   // documents are separated by blank lines
-  kJsonl,  // one JSON object per line; the document is the string field `jsonl_field`
-  kImages, // a folder with one sub-folder of JPEG/PNG files per class -> record shards
-  kTar,    // WebDataset-style tars: key.jpg/key.png + key.cls -> records; key.txt -> tokens
-  kCsv,    // a header row, numeric feature columns and a label column -> record shards
-  kParquet,// Parquet files (FRUGAL_WITH_PARQUET): the string column `jsonl_field` -> documents;
-           // without that column, numeric feature columns and a label column -> record shards
+  kText,     // documents are separated by blank lines
+  kJsonl,    // one JSON object per line; the document is the string field `jsonl_field`
+  kImages,   // a folder with one sub-folder of JPEG/PNG files per class -> record shards
+  kTar,      // WebDataset-style tars: key.jpg/key.png + key.cls -> records; key.txt -> tokens
+  kCsv,      // a header row, numeric feature columns and a label column -> record shards
+  kParquet,  // Parquet files (FRUGAL_WITH_PARQUET): the string column `jsonl_field` -> documents;
+             // without that column, numeric feature columns and a label column -> record shards
 };
 
 // How image pixels are stored in record shards.
@@ -52,19 +52,19 @@ struct PrepareOptions {
   std::string tokenizer = "bytes";
   int64_t vocab = 8000;  // sentencepiece training only
   DedupOptions dedup;
-  double val_fraction = 0.05;           // the last fraction of the token stream is validation
+  double val_fraction = 0.05;               // the last fraction of the token stream is validation
   int64_t shard_tokens = int64_t{1} << 26;  // tokens per shard file (64 Mi)
-  bool zstd = false;                    // zstd-compress shard blocks (smaller, slower first read)
-  int threads = 0;                      // tokeniser threads; 0 = the CPUs this process may use
-  bool force = false;                   // rebuild even when the cache says up to date
+  bool zstd = false;                        // zstd-compress shard blocks (smaller, slower first read)
+  int threads = 0;                          // tokeniser threads; 0 = the CPUs this process may use
+  bool force = false;                       // rebuild even when the cache says up to date
 
   // Record datasets (images, tar images, csv).
-  int image_size = 32;              // images are resized once to image_size x image_size
+  int image_size = 32;  // images are resized once to image_size x image_size
   PixelStorage pixels = PixelStorage::kUint8;
-  int augment = 0;                  // augmented variants stored per training image (besides the original)
-  uint64_t seed = 0;                // the validation hold-out and the augmentation draws
-  std::string label_column;         // csv, parquet: the label column; empty = the last column
-  int64_t shard_records = 65536;    // records per record shard file
+  int augment = 0;                // augmented variants stored per training image (besides the original)
+  uint64_t seed = 0;              // the validation hold-out and the augmentation draws
+  std::string label_column;       // csv, parquet: the label column; empty = the last column
+  int64_t shard_records = 65536;  // records per record shard file
 };
 
 struct PrepareReport {
@@ -74,7 +74,7 @@ struct PrepareReport {
   std::string tokenizer;
   int64_t vocab = 0;
   int64_t sources = 0, bytes_in = 0, bytes_kept = 0;  // input bytes, and those left after dedup
-  int64_t documents_in = 0, documents = 0;  // before and after dedup
+  int64_t documents_in = 0, documents = 0;            // before and after dedup
   int64_t exact_removed = 0, near_removed = 0;
   int64_t tokens = 0, train_tokens = 0, val_tokens = 0;
   int64_t shards = 0, bytes_out = 0;

@@ -39,7 +39,7 @@ enum class RecordDtype { kUint8, kFloat16, kFloat32 };
 // What one record holds: an int64 label (kRecordLabelBytes), then prod(shape) values of dtype.
 inline constexpr size_t kRecordLabelBytes = 8;
 struct RecordSpec {
-  std::string content;         // "image" or "table"
+  std::string content;  // "image" or "table"
   RecordDtype dtype = RecordDtype::kUint8;
   std::vector<int64_t> shape;  // per-sample tensor shape: [3, H, W] or [F]
   size_t bytes = 0;            // 8 + prod(shape) * dtype width
@@ -83,9 +83,9 @@ struct RecordBatch {
 struct RecordSourceOptions {
   int64_t micro_batch = 32;
   uint64_t seed = 0;
-  int workers = 1;     // loader threads; 0 = build batches inline on the trainer thread
-  int prefetch = 4;    // batches built ahead of the trainer at most
-  int64_t rank = 0;    // this process's rank and the world size: ranks see disjoint records
+  int workers = 1;   // loader threads; 0 = build batches inline on the trainer thread
+  int prefetch = 4;  // batches built ahead of the trainer at most
+  int64_t rank = 0;  // this process's rank and the world size: ranks see disjoint records
   int64_t world_size = 1;
   bool pin_memory = false;  // page-locked host batches (REQUIRES a CUDA build; see pin_memory_for)
 };

@@ -25,7 +25,7 @@ enum class ShardKind : uint32_t { kTokens = 1, kRecords = 2 };
 // Element type of a token shard (records are plain bytes: kBytes).
 enum class ShardDtype : uint32_t { kBytes = 0, kUint16 = 1, kUint32 = 2 };
 
-size_t dtype_width(ShardDtype d);    // bytes per element: 1, 2 or 4
+size_t dtype_width(ShardDtype d);      // bytes per element: 1, 2 or 4
 std::string dtype_name(ShardDtype d);  // "bytes", "uint16", "uint32"
 
 struct ShardWriterOptions {

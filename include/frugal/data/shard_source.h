@@ -38,11 +38,11 @@ struct ShardSourceOptions {
   int64_t micro_batch = 32;
   int64_t block = 64;
   uint64_t seed = 0;
-  int workers = 1;     // loader threads; 0 = build batches inline on the trainer thread
-  int prefetch = 4;    // batches built ahead of the trainer at most
-  int64_t rank = 0;    // this process's rank and the world size: ranks see disjoint windows
+  int workers = 1;   // loader threads; 0 = build batches inline on the trainer thread
+  int prefetch = 4;  // batches built ahead of the trainer at most
+  int64_t rank = 0;  // this process's rank and the world size: ranks see disjoint windows
   int64_t world_size = 1;
-  int64_t vocab = 256; // model.vocab: a token >= vocab is a DataError
+  int64_t vocab = 256;      // model.vocab: a token >= vocab is a DataError
   bool pin_memory = false;  // page-locked host batches (REQUIRES a CUDA build; see pin_memory_for)
 };
 

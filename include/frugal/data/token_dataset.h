@@ -53,9 +53,9 @@ class TokenStream {
 
 struct TokenDataset {
   std::string dir;
-  std::string format;    // "frugal" (manifest) or "llm.c"
-  int64_t vocab = -1;    // from the manifest; -1 when the files do not say (llm.c)
-  std::string tokenizer; // the manifest's tokenizer name, or "gpt2 (llm.c convention)"
+  std::string format;     // "frugal" (manifest) or "llm.c"
+  int64_t vocab = -1;     // from the manifest; -1 when the files do not say (llm.c)
+  std::string tokenizer;  // the manifest's tokenizer name, or "gpt2 (llm.c convention)"
   TokenStream train, val;
 };
 

@@ -43,9 +43,8 @@ std::unique_ptr<Tokenizer> load_sentencepiece(const std::string& model_path);
 
 // Trains a SentencePiece (unigram, byte fallback) model with `vocab` pieces on docs and writes
 // it to `model_path`. Throws DataError with the trainer's message on failure.
-std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& docs, int64_t vocab,
-                                               int threads, const std::string& model_path,
-                                               const std::string& work_dir);
+std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& docs, int64_t vocab, int threads,
+                                               const std::string& model_path, const std::string& work_dir);
 
 // A Hugging Face tokenizer.json, run by the reference `tokenizers` library in a helper process:
 // `hf_tokenizer_python()` running src/spm/frugal_hf_tokenizer.py (so the ids are the library's

@@ -71,7 +71,7 @@ class DataParallel : public DataParallelism {
   DistConfig config_;
   c10::Device comm_device_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
-  std::vector<size_t> bucket_of_;                 // parameter index -> bucket
+  std::vector<size_t> bucket_of_;                   // parameter index -> bucket
   std::vector<std::shared_ptr<void>> hook_owners_;  // keeps the gradient accumulators alive
   size_t next_launch_ = 0;
   bool reducing_ = false;

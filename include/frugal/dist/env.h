@@ -20,8 +20,8 @@ namespace frugal::dist {
 struct DistEnv {
   int64_t rank = 0;
   int64_t world_size = 1;
-  int64_t local_rank = 0;        // index among the processes on this node (picks cuda:N)
-  int64_t local_world_size = 1;  // processes on this node (shares the cores among them)
+  int64_t local_rank = 0;                 // index among the processes on this node (picks cuda:N)
+  int64_t local_world_size = 1;           // processes on this node (shares the cores among them)
   std::string master_addr = "127.0.0.1";  // host of rank 0, where the TCPStore listens
   int64_t master_port = 29500;
   std::string launcher = "none";  // "none", "torchrun", "slurm" or "openmpi"

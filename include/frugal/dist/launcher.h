@@ -31,15 +31,15 @@ struct LaunchOptions {
 int launch(const LaunchOptions& options, const std::string& exe);
 
 struct EmitOptions {
-  std::string config;            // the TOML config the job trains
-  std::string name = "frugal";   // job / task name
+  std::string config;           // the TOML config the job trains
+  std::string name = "frugal";  // job / task name
   int64_t nodes = 1;
-  int64_t procs_per_node = 1;    // processes (GPUs) per node
-  std::string accelerators;      // SkyPilot resources.accelerators, e.g. "H100:8"; "" = CPU
-  std::string bucket;            // SkyPilot: object-store bucket mounted at /ckpt for runs/; "" = none
-  std::string time = "24:00:00"; // Slurm: --time
+  int64_t procs_per_node = 1;     // processes (GPUs) per node
+  std::string accelerators;       // SkyPilot resources.accelerators, e.g. "H100:8"; "" = CPU
+  std::string bucket;             // SkyPilot: object-store bucket mounted at /ckpt for runs/; "" = none
+  std::string time = "24:00:00";  // Slurm: --time
   int64_t port = 29500;
-  std::vector<std::string> sets; // --set overrides passed to `frugal train`
+  std::vector<std::string> sets;  // --set overrides passed to `frugal train`
 };
 
 // A SkyPilot task YAML (spot instances; the job recovers on preemption and `--resume auto`

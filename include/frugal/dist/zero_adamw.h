@@ -42,7 +42,7 @@ class ZeroAdamW : public Optimizer {
 
  private:
   struct Flat {
-    at::Tensor params, grads;              // padded to world x chunk, full on every rank
+    at::Tensor params, grads;               // padded to world x chunk, full on every rank
     at::Tensor exp_avg, exp_avg_sq, denom;  // this rank's chunk only
     int64_t numel = 0, chunk = 0;
     double weight_decay = 0;

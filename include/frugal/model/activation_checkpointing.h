@@ -18,8 +18,7 @@ using CheckpointedFn = std::function<at::Tensor(const at::Tensor&)>;
 
 // y = fn(x), with fn's activations dropped and recomputed in backward. `params` are the
 // parameters fn uses (they receive gradients). Outside grad mode this is just fn(x).
-at::Tensor checkpointed(const CheckpointedFn& fn, const at::Tensor& x,
-                        const std::vector<at::Tensor>& params);
+at::Tensor checkpointed(const CheckpointedFn& fn, const at::Tensor& x, const std::vector<at::Tensor>& params);
 
 // Which of `layers` blocks to checkpoint for memory.activation_checkpointing (none, every block, or
 // blocks 0, N, 2N, ...), the last block excepted: its activations are the first backward needs,

@@ -81,8 +81,7 @@ class GptImpl : public torch::nn::Module {
   // max_new tokens or when `stop` returns true for a generated token. The context is at most one
   // block: when it would grow past it (a long prompt, a long generation), the cache restarts from
   // the newest block/2 tokens, so each token is predicted from the tokens since that restart.
-  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new,
-                                double temperature, uint64_t seed,
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new, double temperature, uint64_t seed,
                                 const std::function<bool(int64_t)>& stop = nullptr);
 
   // Parameters with their state-dict names, in a stable order (safetensors keys).

@@ -55,7 +55,7 @@ std::string hf_gpt2_config_json(const ModelConfig& m);
 // Writes `out_dir` (which must not exist) with config.json, model.safetensors and `extra_files`
 // (name -> bytes: the tokenizer's files), all at once: into a temporary sibling folder, fsynced,
 // then renamed. Throws ConfigError when out_dir exists.
-void write_hf_gpt2(const NamedTensors& params, const ModelConfig& m, const std::string& out_dir,
-                   c10::ScalarType dtype, const std::map<std::string, std::string>& extra_files = {});
+void write_hf_gpt2(const NamedTensors& params, const ModelConfig& m, const std::string& out_dir, c10::ScalarType dtype,
+                   const std::map<std::string, std::string>& extra_files = {});
 
 }  // namespace frugal

@@ -37,8 +37,8 @@ void check_model_kernels(const ModelConfig& model, const c10::Device& device, Pr
 // `logits_are_scratch`: the backward writes the gradient over the logits and returns that memory
 // (no second logits-sized buffer); only for logits nothing else reads after the loss, as the GPT's
 // own. Otherwise the gradient is a new tensor.
-at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab,
-                               int64_t ignore_index, bool logits_are_scratch = false);
+at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab, int64_t ignore_index,
+                               bool logits_are_scratch = false);
 
 // LayerNorm over the last dimension (weight and bias of that size, in x's dtype), the result in
 // `out_dtype` (float or bfloat16 for the kernels; e.g. bfloat16 where it feeds an autocast matmul).

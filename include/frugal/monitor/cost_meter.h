@@ -28,8 +28,8 @@ struct CostFigures {
 };
 
 // Pure arithmetic of the meter (tested directly).
-CostFigures cost_at(double elapsed_s, int64_t step, int64_t total_steps, double usd_per_hour,
-                    double watts, double grid_g_per_kwh);
+CostFigures cost_at(double elapsed_s, int64_t step, int64_t total_steps, double usd_per_hour, double watts,
+                    double grid_g_per_kwh);
 
 // A price-table row: data/prices.toml, [instance-name] usd_per_hour, spot_usd_per_hour, watts,
 // peak_tflops (the accelerators' dense bf16 peak, for `frugal plan --instance`; 0 = not given).
@@ -44,7 +44,6 @@ struct PriceEntry {
 std::vector<PriceEntry> load_price_table(const std::string& path);
 // The default table shipped with frugal (FRUGAL_PRICE_TABLE overrides the path).
 std::string default_price_table_path();
-
 
 class CostMeter : public Callback {
  public:

@@ -34,7 +34,6 @@ namespace frugal {
 
 class GuardedHttpServer;  // dashboard.cpp: httplib's server with connection limits
 
-
 // The Prometheus text exposition of a metrics line (the `latest` object of /api/metrics) and the
 // run's totals; every metric has HELP and TYPE lines and a run="NAME" label.
 std::string prometheus_text(const nlohmann::json& latest, const std::string& run_name);

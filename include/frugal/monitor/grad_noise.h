@@ -29,8 +29,8 @@
 namespace frugal {
 
 struct GradNoiseEstimate {
-  double g2 = 0;        // |G|^2 estimate
-  double trace_cov = 0; // tr(Sigma) estimate (per sequence)
+  double g2 = 0;         // |G|^2 estimate
+  double trace_cov = 0;  // tr(Sigma) estimate (per sequence)
 };
 
 // One step's estimate. REQUIRES: b_big > b_small > 0.

@@ -47,10 +47,9 @@ struct PeakFlops {
 std::pair<double, std::string> datasheet_peak_flops(const std::string& gpu_name, c10::ScalarType dtype);
 
 // The configured peak, or the best of up to 5 measurements of n x n matmuls in `dtype` on
-// `device`, `seconds` in all (fewer when one outlasts the budget): the best, because a burst slowed by another process (a shared machine, a
-// page fault) says nothing about what the hardware can do, and a low peak inflates MFU.
-PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10::Device device,
-                             double seconds = 0.2);
+// `device`, `seconds` in all (fewer when one outlasts the budget): the best, because a burst slowed by another process
+// (a shared machine, a page fault) says nothing about what the hardware can do, and a low peak inflates MFU.
+PeakFlops resolve_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10::Device device, double seconds = 0.2);
 // The same without the datasheet's figure (as on the CPU).
 PeakFlops resolve_measured_peak_flops(const MonitorConfig& c, c10::ScalarType dtype, c10::Device device,
                                       double seconds = 0.2);

@@ -81,7 +81,7 @@ class Profiler : public Callback {
   bool torch_open_ = false;    // LibTorch's profiler is recording this window
   std::string torch_problem_;  // why operator events are missing ("" = none)
   int64_t opened_after_ = 0;
-  int64_t sys_us0_ = 0;        // clocks at open(): phase spans (steady) -> Unix microseconds
+  int64_t sys_us0_ = 0;  // clocks at open(): phase spans (steady) -> Unix microseconds
   int64_t steady_ns0_ = 0;
   int64_t captured_steps_ = 0;
   std::vector<std::string> traces_;

@@ -45,7 +45,7 @@ struct PointSeries {
 // Points per series, with an optional line per series; x titled `xl`. Values of y above y_clip (NaN =
 // none) are drawn hollow at y_clip, so that a few far-off points (a diverged trial) do not flatten
 // the rest; their labels keep the value.
-std::string scatter_chart(const std::string& id, const std::string& title, const std::string& xl,
-                          const std::string& yl, const std::vector<PointSeries>& series, double y_clip = NAN);
+std::string scatter_chart(const std::string& id, const std::string& title, const std::string& xl, const std::string& yl,
+                          const std::vector<PointSeries>& series, double y_clip = NAN);
 
 }  // namespace frugal::chart

@@ -27,11 +27,11 @@ int64_t survivors(int64_t ran, double eta);
 
 // The schedule of a search of `trials` trials when every trial that runs a rung finishes it.
 struct HalvingSchedule {
-  std::vector<int64_t> steps;   // per rung: the step the trials train to
-  std::vector<int64_t> trials;  // per rung: how many trials run it
-  int64_t trial_steps = 0;      // optimizer steps of all trials together (each rung resumes the last)
-  int64_t full_trial_steps = 0; // the same when every trial runs to the last rung's step
-  int64_t trial_rungs = 0;      // trial-rungs to run (the progress count)
+  std::vector<int64_t> steps;    // per rung: the step the trials train to
+  std::vector<int64_t> trials;   // per rung: how many trials run it
+  int64_t trial_steps = 0;       // optimizer steps of all trials together (each rung resumes the last)
+  int64_t full_trial_steps = 0;  // the same when every trial runs to the last rung's step
+  int64_t trial_rungs = 0;       // trial-rungs to run (the progress count)
 };
 HalvingSchedule halving_schedule(int64_t trials, const std::vector<int64_t>& rung_steps, double eta);
 
@@ -53,9 +53,9 @@ RungDecision decide_rung(int64_t rung, std::vector<RungEntry> entries, double et
 // A trial's standing at the end: the highest rung it reached and its metric there.
 struct Standing {
   std::string id;
-  int64_t rung = -1;         // -1 = reached none
-  double metric = 0;         // at that rung; non-finite = failed
-  double cost = 0;           // projected full-run cost (or time): ties of the metric go to the cheaper
+  int64_t rung = -1;  // -1 = reached none
+  double metric = 0;  // at that rung; non-finite = failed
+  double cost = 0;    // projected full-run cost (or time): ties of the metric go to the cheaper
 };
 // Trial ids, best first: a higher rung first (trials are compared at equal rungs), then the metric
 // (mode), then the cost, then the id; failed ones last.

@@ -32,14 +32,14 @@
 namespace frugal {
 
 struct SearchOptions {
-  std::string file;                   // the search file
-  std::vector<std::string> sets;      // KEY=VALUE for every trial (after the file's own sections)
-  std::string out;                    // the search folder; "" = search.out
-  int64_t parallel = 0;               // trials at once; 0 = search.parallel
-  double max_usd = -1, max_hours = -1;  // < 0: the file's (search.max_usd, search.max_hours)
-  std::string resume;                 // "auto": continue the search in the folder (or start one)
-  bool overwrite = false;             // replace a search already in the folder
-  std::string trainer;                // the `frugal` program that trains a trial
+  std::string file;                                  // the search file
+  std::vector<std::string> sets;                     // KEY=VALUE for every trial (after the file's own sections)
+  std::string out;                                   // the search folder; "" = search.out
+  int64_t parallel = 0;                              // trials at once; 0 = search.parallel
+  double max_usd = -1, max_hours = -1;               // < 0: the file's (search.max_usd, search.max_hours)
+  std::string resume;                                // "auto": continue the search in the folder (or start one)
+  bool overwrite = false;                            // replace a search already in the folder
+  std::string trainer;                               // the `frugal` program that trains a trial
   std::function<void(const std::string&)> progress;  // one line per event (nullptr: silent)
 };
 

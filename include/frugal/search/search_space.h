@@ -35,7 +35,7 @@ namespace frugal {
 
 struct SearchParam {
   enum class Kind { kChoices, kRange, kLogRange };
-  std::string key;                   // a config key, "train.lr"
+  std::string key;  // a config key, "train.lr"
   Kind kind = Kind::kChoices;
   std::vector<std::string> choices;  // kChoices: values as --set reads them
   double low = 0, high = 0;          // kRange, kLogRange: inclusive bounds
@@ -44,22 +44,22 @@ struct SearchParam {
 };
 
 struct SearchSpec {
-  std::string file;                  // the search file as given
-  std::string base;                  // search.base resolved against the file's folder; "" = built-in defaults
-  std::vector<std::string> fixed;    // KEY=VALUE for every trial: the file's config sections, then --set
-  std::vector<SearchParam> params;   // alphabetical by key
+  std::string file;                 // the search file as given
+  std::string base;                 // search.base resolved against the file's folder; "" = built-in defaults
+  std::vector<std::string> fixed;   // KEY=VALUE for every trial: the file's config sections, then --set
+  std::vector<SearchParam> params;  // alphabetical by key
   uint64_t seed = 1;
   int64_t max_trials = 8;
   double eta = 2;
-  std::vector<int64_t> rung_steps;   // increasing; the last is train.steps
-  std::string metric = "val_loss";   // a numeric key of summary.json; "val_loss" = final_val_loss
+  std::vector<int64_t> rung_steps;  // increasing; the last is train.steps
+  std::string metric = "val_loss";  // a numeric key of summary.json; "val_loss" = final_val_loss
   MetricMode mode = MetricMode::kMin;
-  int64_t parallel = 1;              // trials trained at once
-  double max_usd = 0;                // stop once the trials' spend reaches this; 0 = no limit
-  double max_hours = 0;              // stop once the search's wall time reaches this; 0 = no limit
-  std::string out;                   // the search folder
-  Config base_config;                // base + fixed, resolved (train.steps, the price, ...)
-  bool threads_given = false;        // run.threads was set (base, fixed or environment)
+  int64_t parallel = 1;        // trials trained at once
+  double max_usd = 0;          // stop once the trials' spend reaches this; 0 = no limit
+  double max_hours = 0;        // stop once the search's wall time reaches this; 0 = no limit
+  std::string out;             // the search folder
+  Config base_config;          // base + fixed, resolved (train.steps, the price, ...)
+  bool threads_given = false;  // run.threads was set (base, fixed or environment)
 
   // The summary.json key the metric reads.
   std::string metric_key() const { return metric == "val_loss" ? "final_val_loss" : metric; }

@@ -29,8 +29,8 @@
 namespace frugal {
 
 struct Deadline {
-  double unix_s = 0;    // when the job ends
-  std::string source;   // "checkpoint.deadline", "SLURM_JOB_END_TIME"
+  double unix_s = 0;   // when the job ends
+  std::string source;  // "checkpoint.deadline", "SLURM_JOB_END_TIME"
 };
 
 // checkpoint.deadline: "" (none), "auto" (SLURM_JOB_END_TIME when the job has one), "slurm" (the
@@ -83,11 +83,11 @@ class DeadlineGuard : public Callback {
   std::optional<Deadline> deadline_;
   std::function<double()> clock_;
   std::unique_ptr<NoticePoller> poller_;
-  double save_s_ = 0;    // longest save measured
-  double step_s_ = 0;    // longest recent step
+  double save_s_ = 0;         // longest save measured
+  double step_s_ = 0;         // longest recent step
   double logged_step_s_ = 0;  // longest recent log step (on a GPU: with the window's backlog)
   int64_t eval_every_ = 0;
-  double eval_s_ = 0;    // longest evaluation measured
+  double eval_s_ = 0;  // longest evaluation measured
 };
 
 }  // namespace frugal

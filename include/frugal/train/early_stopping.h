@@ -18,21 +18,20 @@
 namespace frugal {
 
 struct EarlyStopState {
-  int64_t seen = 0;       // values received (warm-up included)
+  int64_t seen = 0;  // values received (warm-up included)
   bool has_best = false;
   double best = 0;
   int64_t best_step = 0;
-  int64_t bad = 0;        // consecutive counted values without improvement
+  int64_t bad = 0;  // consecutive counted values without improvement
 };
 
 struct EarlyStopDecision {
   EarlyStopState state;
   bool stop = false;
-  std::string reason;     // set when stop
+  std::string reason;  // set when stop
 };
 
-EarlyStopDecision next_early_stop(const EarlyStopState& s, double value, int64_t step,
-                                  const EarlyStopConfig& c);
+EarlyStopDecision next_early_stop(const EarlyStopState& s, double value, int64_t step, const EarlyStopConfig& c);
 
 class EarlyStopping : public Callback {
  public:

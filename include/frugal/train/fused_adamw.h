@@ -37,8 +37,8 @@ struct AdamWHyper {
 // `grad_scale` (0-dim, or undefined for 1) multiplies the gradients first: inside the CPU pass
 // (the gradients are left as they are), elsewhere in place beforehand; the same bits either way.
 void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
-                  const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& hyper,
-                  double weight_decay, int64_t step, const at::Tensor& grad_scale = {});
+                  const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& hyper, double weight_decay,
+                  int64_t step, const at::Tensor& grad_scale = {});
 
 class FusedAdamW {
  public:

@@ -26,8 +26,7 @@ namespace frugal {
 class GradSync {
  public:
   virtual ~GradSync() = default;
-  virtual std::unique_ptr<Optimizer> make_optimizer(const std::vector<ParamGroup>& groups,
-                                                    const TrainConfig& t) = 0;
+  virtual std::unique_ptr<Optimizer> make_optimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t) = 0;
   virtual void attach(const std::vector<at::Tensor>& params) = 0;
   virtual void before_backward(bool last_micro_batch) = 0;
   // `loss` (0-dim, this rank's mean over its micro-batches) becomes the mean over ranks, in place.

@@ -19,9 +19,9 @@ namespace frugal {
 
 struct ScaleState {
   double scale = 65536.0;
-  int64_t growth_tracker = 0;   // consecutive finite steps since the last growth or backoff
-  int64_t skipped = 0;          // steps skipped over the whole run
-  int64_t skipped_at_floor = 0; // consecutive skipped steps while at min_scale
+  int64_t growth_tracker = 0;    // consecutive finite steps since the last growth or backoff
+  int64_t skipped = 0;           // steps skipped over the whole run
+  int64_t skipped_at_floor = 0;  // consecutive skipped steps while at min_scale
 };
 
 // One transition: `found_inf` says whether this step's gradients held inf/NaN.

@@ -28,8 +28,8 @@
 namespace frugal {
 
 // Makes data.source's path absolute; fills model.* from model.init_from and model.vocab from
-// data.source where they are left at their defaults (origin: the file they came from); ConfigError when a key set on purpose disagrees with
-// model.init_from. Idempotent: the Trainer calls it again on what it is given.
+// data.source where they are left at their defaults (origin: the file they came from); ConfigError when a key set on
+// purpose disagrees with model.init_from. Idempotent: the Trainer calls it again on what it is given.
 void complete_config(ResolvedConfig& rc);
 
 // resolve_config (config_loader.h) followed by complete_config: what every command that trains,

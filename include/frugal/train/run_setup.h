@@ -25,11 +25,11 @@ struct RunSetup {
   double flops_per_token = 0;     // training FLOPs per item (0 = unknown)
   // The compute precision: `auto` measured, or the precision a resumed checkpoint trained in.
   PrecisionPolicy precision{PrecisionMode::kFp32, c10::Device(c10::kCPU)};
-  bool loss_scaling = false;      // the dynamic loss scaler runs (fp16, or precision.loss_scaling)
+  bool loss_scaling = false;                         // the dynamic loss scaler runs (fp16, or precision.loss_scaling)
   ActivationCheckpointing activation_checkpointing;  // memory.activation_checkpointing
-  bool grad_noise_wanted = false; // monitor.grad_noise
-  bool grad_noise = false;        // monitor.grad_noise and accum > 1: the noise scale is measured
-  PeakFlops peak;                 // MFU's denominator (configured, or measured once in the run's dtype)
+  bool grad_noise_wanted = false;                    // monitor.grad_noise
+  bool grad_noise = false;                           // monitor.grad_noise and accum > 1: the noise scale is measured
+  PeakFlops peak;  // MFU's denominator (configured, or measured once in the run's dtype)
 };
 
 // The setup for `config` on `world_size` processes with `precision` already resolved. `peak` is

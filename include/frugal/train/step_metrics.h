@@ -15,24 +15,24 @@ struct StepReadings {
   int64_t step = 0, total_steps = 0;  // step: optimizer steps completed, this one included
   bool logged = false;                // a log step: the window below is closed and read
   double lr = 0;
-  double step_s = 0;                  // wall time of this step
-  PhaseTimes phases;                  // its split
-  int64_t tokens = 0;                 // items consumed so far, every process
-  double elapsed_s = 0;               // billed wall time so far, over every session
-  int64_t skipped_steps = 0;          // optimizer steps skipped for inf/NaN gradients so far
+  double step_s = 0;          // wall time of this step
+  PhaseTimes phases;          // its split
+  int64_t tokens = 0;         // items consumed so far, every process
+  double elapsed_s = 0;       // billed wall time so far, over every session
+  int64_t skipped_steps = 0;  // optimizer steps skipped for inf/NaN gradients so far
   double loss_scale = 1;
-  bool loss_scaling = false;          // the loss scaler ran this step
+  bool loss_scaling = false;  // the loss scaler ran this step
   int64_t micro_batch = 0, oom_backoffs = 0;
   // The log window (the steps since the previous log step, this one included): logged steps only.
   int64_t window_steps = 0, window_tokens = 0;
   double window_s = 0;
-  double window_loss_sum = 0;         // sum of the window's step losses
-  double grad_norm = 0;               // this step's global gradient norm
+  double window_loss_sum = 0;  // sum of the window's step losses
+  double grad_norm = 0;        // this step's global gradient norm
   // Sum over this step's micro-batches of their squared gradient norms, and their count; NaN when
   // not measured (the noise scale's input).
   double micro_grad_sq_sum = std::numeric_limits<double>::quiet_NaN();
   int64_t accum = 1;
-  int64_t samples_per_step = 0;       // sequences per optimizer step (the global batch)
+  int64_t samples_per_step = 0;  // sequences per optimizer step (the global batch)
   double rss_mb = 0;
   double eval_s = 0, checkpoint_s = 0;  // spent between steps since the previous log step
 };

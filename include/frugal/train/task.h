@@ -45,9 +45,7 @@ namespace frugal {
 using LossFn = std::function<at::Tensor(torch::nn::Module&, const Batch&)>;
 
 // Named figures of one validation batch, e.g. {{"accuracy", 0.93}} (TaskHooks::eval_metrics).
-using EvalMetricsFn =
-    std::function<std::vector<std::pair<std::string, double>>(torch::nn::Module&, const Batch&)>;
-
+using EvalMetricsFn = std::function<std::vector<std::pair<std::string, double>>(torch::nn::Module&, const Batch&)>;
 
 // Optional model-specific extras. Every field may be left empty.
 struct TaskHooks {

@@ -52,7 +52,7 @@ struct StepResult {
   at::Tensor loss;       // mean loss over the step's micro-batches (0-dim, on the device)
   at::Tensor grad_norm;  // global norm before clipping, after unscaling
   bool skipped = false;  // inf/NaN gradients: no optimizer step was taken
-  int64_t tokens = 0;     // samples x tokens_per_sample
+  int64_t tokens = 0;    // samples x tokens_per_sample
   // Time of each phase: host wall time on a CPU. On a GPU, data is host time (the wait for the
   // loader) and forward, backward and optimizer are device time from CUDA events where this step
   // settled them (phases_on_device), else host time (kernel launches: the device was not waited
@@ -84,13 +84,11 @@ class TrainStep {
             GradSync* sync = nullptr, std::vector<ParamGroup> groups = {});
   // A single-process step planned from `config` alone (precision.mode = auto is measured here);
   // each sample counts as tokens_per_sample.
-  TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss,
-            BatchSource& data, c10::Device device, int64_t tokens_per_sample = 1,
-            GradSync* sync = nullptr);
+  TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss, BatchSource& data,
+            c10::Device device, int64_t tokens_per_sample = 1, GradSync* sync = nullptr);
   // The reference GPT: its next-token loss, model.block tokens per sample, and
   // memory.activation_checkpointing installed on its blocks.
-  TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device,
-            GradSync* sync = nullptr);
+  TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device, GradSync* sync = nullptr);
 
   // Runs iteration `iteration` (0-based) at learning rate `lr`. Reads the device only when the
   // loss scaler needs the inf/NaN verdict and, on a GPU, on a settling step: once at its end, for

@@ -36,10 +36,10 @@
 namespace frugal {
 
 struct TrainerOptions {
-  bool overwrite = false;  // replace an existing runs/<name>/ instead of refusing
-  bool quiet = false;      // no banner or progress display (metrics files are still written)
+  bool overwrite = false;                            // replace an existing runs/<name>/ instead of refusing
+  bool quiet = false;                                // no banner or progress display (metrics files are still written)
   std::vector<std::shared_ptr<Callback>> callbacks;  // user observers, called after built-ins
-  std::string resume;           // "" = fresh run, "auto" = newest sound checkpoint, or a path
+  std::string resume;                                // "" = fresh run, "auto" = newest sound checkpoint, or a path
   // Install SIGTERM/SIGINT/SIGUSR1 handlers for the trainer's lifetime (train/preemption.h): a
   // signal finishes the step, writes a checkpoint and stops with stop_kind "preempted".
   bool handle_signals = false;

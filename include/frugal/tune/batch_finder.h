@@ -44,7 +44,7 @@ struct ProbeRecord {
 };
 
 struct BatchSearch {
-  int64_t largest = 0;  // 0 = not even one sequence fits
+  int64_t largest = 0;              // 0 = not even one sequence fits
   std::vector<ProbeRecord> probes;  // in the order they ran
 };
 
@@ -83,8 +83,7 @@ struct FinderResult {
 
 // Runs the finder for `config` (REQUIRES a budget: memory_budget(config).bytes > 0 or CUDA;
 // throws ConfigError otherwise). `progress` receives a line per probe.
-FinderResult find_batch_size(const Config& config,
-                             const std::function<void(const std::string&)>& progress = nullptr);
+FinderResult find_batch_size(const Config& config, const std::function<void(const std::string&)>& progress = nullptr);
 
 // The cache file used (see the file comment).
 std::string batch_finder_cache_path();

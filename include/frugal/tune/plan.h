@@ -41,39 +41,39 @@ constexpr double kCrossMachineSpread = 3.0;
 
 // The measured inputs of a projection and where they came from.
 struct PlanFigures {
-  std::string source;             // "probe" or "run"
-  std::string describe;           // one line: "a probe on this machine (cpu): 21 steps in 3.4 s"
-  std::vector<double> step_s;     // seconds per step, in order (warm-up excluded)
-  double first_step_s = -1;       // the warm-up step; < 0 = not measured
+  std::string source;          // "probe" or "run"
+  std::string describe;        // one line: "a probe on this machine (cpu): 21 steps in 3.4 s"
+  std::vector<double> step_s;  // seconds per step, in order (warm-up excluded)
+  double first_step_s = -1;    // the warm-up step; < 0 = not measured
   double launch_s = 0, startup_s = 0, eval_s = 0, save_s = 0, finish_s = 0;
-  bool saved = false;             // a save was measured (else save_s is 0)
-  double peak_flops = 0;          // where they were measured (0 = unknown)
-  int64_t tokens_per_step = 0;    // tokens (or samples: item) per optimizer step; 0 = unknown
+  bool saved = false;           // a save was measured (else save_s is 0)
+  double peak_flops = 0;        // where they were measured (0 = unknown)
+  int64_t tokens_per_step = 0;  // tokens (or samples: item) per optimizer step; 0 = unknown
   std::string item = "token";
   std::string device;
-  double probe_s = 0;             // the probe's own wall time (0 for a run directory)
+  double probe_s = 0;  // the probe's own wall time (0 for a run directory)
 };
 
 using PlanProgress = std::function<void(const std::string& line, bool permanent)>;
 
 struct CostPlanOptions {
-  std::string from_run;           // measure from this run directory instead of probing
-  std::string instance;           // project onto this price-table row ("" = this machine)
-  double peak_tflops = 0;         // the instance's peak; 0 = its peak_tflops in the price table
-  double launch_s = 0;            // the process's launch before the Trainer (the CLI measures its own)
-  PlanProgress progress;          // status while probing (may be empty)
+  std::string from_run;    // measure from this run directory instead of probing
+  std::string instance;    // project onto this price-table row ("" = this machine)
+  double peak_tflops = 0;  // the instance's peak; 0 = its peak_tflops in the price table
+  double launch_s = 0;     // the process's launch before the Trainer (the CLI measures its own)
+  PlanProgress progress;   // status while probing (may be empty)
 };
 
 struct CostPlan {
   std::string run_name;
   int64_t steps = 0;
-  int64_t tokens = 0;             // steps x the figures' tokens_per_step (0 = unknown)
-  bool spot_billed = false;       // budget.spot: the run is billed at the spot price
-  double limit_usd = 0;           // budget.limit_usd
+  int64_t tokens = 0;        // steps x the figures' tokens_per_step (0 = unknown)
+  bool spot_billed = false;  // budget.spot: the run is billed at the spot price
+  double limit_usd = 0;      // budget.limit_usd
   PlanFigures figures;
   ProjectionInputs inputs;
   Projection projection;
-  std::string target;             // "this machine (cpu)" or "gpu-1xh100 (scaled by peak FLOP/s: ...)"
+  std::string target;  // "this machine (cpu)" or "gpu-1xh100 (scaled by peak FLOP/s: ...)"
 
   // The scenario the configured price bills (spot when budget.spot).
   const Scenario& billed() const { return spot_billed ? projection.spot : projection.on_demand; }

@@ -42,54 +42,54 @@ struct Range {
 
 // The price of a machine (on demand and spot), its power draw and the grid's carbon intensity.
 struct MachinePrices {
-  std::string name;                // price-table row or "" (budget.usd_per_hour given directly)
-  double usd_per_hour = 0;         // on demand; 0 = unknown
-  double spot_usd_per_hour = 0;    // 0 = unknown or not offered
-  double watts = 0;                // 0 = unknown (no kWh, no CO2)
+  std::string name;              // price-table row or "" (budget.usd_per_hour given directly)
+  double usd_per_hour = 0;       // on demand; 0 = unknown
+  double spot_usd_per_hour = 0;  // 0 = unknown or not offered
+  double watts = 0;              // 0 = unknown (no kWh, no CO2)
   double grid_g_per_kwh = 0;
 };
 
 struct ProjectionInputs {
-  int64_t steps = 0;               // optimizer steps to project (train.steps)
-  std::vector<double> step_s;      // measured seconds per step, in order (warm-up step excluded)
-  double first_step_s = -1;        // the warm-up step (allocations, first touch); < 0 = a median step
-  double launch_s = 0;             // process start until the Trainer is constructed
-  double startup_s = 0;            // the Trainer's start-up (data, model, peak probe, run directory)
-  double eval_s = 0;               // one evaluation (train.eval_batches batches)
-  int64_t eval_every = 0;          // train.eval_every; 0 = the final evaluation only
-  double save_s = 0;               // the trainer's stall for one checkpoint
-  CheckpointConfig checkpoint;     // enabled, every_steps, every_minutes, auto_interval, mtbf_minutes
-  double finish_s = 0;             // after the last step, besides the final evaluation and save
-  double margin = 0.10;            // smallest relative half-width of every term's range (>= 0)
+  int64_t steps = 0;            // optimizer steps to project (train.steps)
+  std::vector<double> step_s;   // measured seconds per step, in order (warm-up step excluded)
+  double first_step_s = -1;     // the warm-up step (allocations, first touch); < 0 = a median step
+  double launch_s = 0;          // process start until the Trainer is constructed
+  double startup_s = 0;         // the Trainer's start-up (data, model, peak probe, run directory)
+  double eval_s = 0;            // one evaluation (train.eval_batches batches)
+  int64_t eval_every = 0;       // train.eval_every; 0 = the final evaluation only
+  double save_s = 0;            // the trainer's stall for one checkpoint
+  CheckpointConfig checkpoint;  // enabled, every_steps, every_minutes, auto_interval, mtbf_minutes
+  double finish_s = 0;          // after the last step, besides the final evaluation and save
+  double margin = 0.10;         // smallest relative half-width of every term's range (>= 0)
   // Figures measured on another machine: step and evaluation times x compute_scale (peak FLOP/s
   // where they were measured / peak FLOP/s of the target), their range widened by scale_spread
   // each way (>= 1).
   double compute_scale = 1;
   double scale_spread = 1;
   MachinePrices prices;
-  double mtbf_s = 0;               // spot: mean seconds between preemptions; 0 = no preemptions
+  double mtbf_s = 0;  // spot: mean seconds between preemptions; 0 = no preemptions
 };
 
 // Time, money and energy of one way to rent the machine.
 struct Scenario {
-  bool priced = false;             // a price is known
+  bool priced = false;  // a price is known
   double usd_per_hour = 0;
   Range seconds, usd, kwh, kg_co2;
-  double expected_preemptions = 0; // over the central time
-  double lost_s = 0;               // expected seconds lost to preemptions (central - no-preemption)
-  bool converges = true;           // false: a preemption costs more than the MTBF; never finishes
+  double expected_preemptions = 0;  // over the central time
+  double lost_s = 0;                // expected seconds lost to preemptions (central - no-preemption)
+  bool converges = true;            // false: a preemption costs more than the MTBF; never finishes
 };
 
 struct Projection {
   // The terms, central seconds.
   double launch_s = 0, startup_s = 0, first_step_s = 0, steps_s = 0, evals_s = 0, saves_s = 0, finish_s = 0;
-  Range step_s;                    // one step (after scaling)
-  double probe_spread = 0;         // relative: (highest - lowest quarter median) / median
-  int64_t evals = 0;               // every evaluation, the final one included
-  int64_t saves = 0;               // every checkpoint, the final one included
+  Range step_s;                      // one step (after scaling)
+  double probe_spread = 0;           // relative: (highest - lowest quarter median) / median
+  int64_t evals = 0;                 // every evaluation, the final one included
+  int64_t saves = 0;                 // every checkpoint, the final one included
   double checkpoint_interval_s = 0;  // seconds between saves during training; 0 = no save before the end
-  double young_daly_s = 0;         // sqrt(2 x save x MTBF) for the measured save stall (0 = no MTBF)
-  double restart_s = 0;            // a preemption's restart: launch + start-up (+ one save to read)
+  double young_daly_s = 0;           // sqrt(2 x save x MTBF) for the measured save stall (0 = no MTBF)
+  double restart_s = 0;              // a preemption's restart: launch + start-up (+ one save to read)
   // Start-up, steps, evaluations and saves: the share summary.json's startup_s + wall_s measure
   // (launch and finish fall outside them).
   Range trainer_seconds;

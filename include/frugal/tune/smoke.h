@@ -22,19 +22,19 @@ namespace frugal {
 
 struct SmokeReport {
   bool ok = false;
-  std::string stage;                 // the failing stage ("" when ok)
-  std::string error;                 // its cause
-  std::vector<std::string> passed;   // stages that passed, in order
-  std::string batch_shape;           // "[2, 64]"
-  std::string logits_shape;          // "[2, 64, 256]"
+  std::string stage;                // the failing stage ("" when ok)
+  std::string error;                // its cause
+  std::vector<std::string> passed;  // stages that passed, in order
+  std::string batch_shape;          // "[2, 64]"
+  std::string logits_shape;         // "[2, 64, 256]"
   int64_t params = 0;
-  double step_s = 0;                 // mean wall time of the 2 smoke steps (tiny batch)
-  double bytes_per_sample = 0;       // activation + transient bytes per sequence (forward+backward)
-  double static_bytes = 0;           // weights + gradients + AdamW moments (16 bytes/parameter)
-  int64_t micro_batch = 0;           // the configured data.micro_batch
-  double estimated_bytes = 0;        // static + bytes_per_sample x micro_batch (an estimate)
-  double loss_uninterrupted = 0;     // step 2
-  double loss_resumed = 0;           // step 2 after the simulated kill
+  double step_s = 0;              // mean wall time of the 2 smoke steps (tiny batch)
+  double bytes_per_sample = 0;    // activation + transient bytes per sequence (forward+backward)
+  double static_bytes = 0;        // weights + gradients + AdamW moments (16 bytes/parameter)
+  int64_t micro_batch = 0;        // the configured data.micro_batch
+  double estimated_bytes = 0;     // static + bytes_per_sample x micro_batch (an estimate)
+  double loss_uninterrupted = 0;  // step 2
+  double loss_resumed = 0;        // step 2 after the simulated kill
 
   // A human report: one line per stage, then the figures (or the failure).
   std::string describe() const;

@@ -39,33 +39,33 @@ struct TuneCandidate {
   std::string label;              // e.g. "bf16 recompute=blocks micro 16x2"
   std::vector<std::string> sets;  // KEY=VALUE overrides on top of the tuned config file
   bool ran = false;
-  bool failed = false;            // an error or an out-of-memory back-off (the note says which)
-  std::string note;               // why skipped, the error, or why it does not qualify
+  bool failed = false;  // an error or an out-of-memory back-off (the note says which)
+  std::string note;     // why skipped, the error, or why it does not qualify
   bool qualifies = false;
-  std::vector<double> round_tokens_per_s, round_step_s;  // one per round it ran
-  double tokens_per_s = 0;        // median over the rounds
-  double step_s = 0;              // median of the rounds' mean measured step times
+  std::vector<double> round_tokens_per_s, round_step_s;          // one per round it ran
+  double tokens_per_s = 0;                                       // median over the rounds
+  double step_s = 0;                                             // median of the rounds' mean measured step times
   double check_loss = std::numeric_limits<double>::quiet_NaN();  // loss check (tune.loss_check_steps)
-  double peak_mb = -1;            // peak live tensor memory (CPU); -1 = not measured
-  double loss = 0;                // mean training loss over the probe steps
-  double projected_s = 0;         // step_s x train.steps
+  double peak_mb = -1;                                           // peak live tensor memory (CPU); -1 = not measured
+  double loss = 0;                                               // mean training loss over the probe steps
+  double projected_s = 0;                                        // step_s x train.steps
   double projected_usd = 0, projected_kg_co2 = 0;
-  double wall_s = 0;              // time this candidate took, start-up included
+  double wall_s = 0;  // time this candidate took, start-up included
 };
 
 struct TuneReport {
   std::vector<TuneCandidate> candidates;
-  int best = -1;                  // index into candidates; -1 = none qualified
-  double seconds = 0;             // the whole tune
-  double bound_s = 0;             // tune.max_fraction x the baseline's projected run time
-  double projected_run_s = 0;     // the baseline's projected run time
-  bool cost_known = false;        // a price ([budget]) was configured
-  bool energy_known = false;      // a power draw was configured
-  std::string finder;             // the batch-size finder's one-line result, if it ran
-  int64_t rounds = 0;             // measurement rounds that ran
-  std::string loss_check;         // what the loss check did, one line ("" = not needed)
+  int best = -1;               // index into candidates; -1 = none qualified
+  double seconds = 0;          // the whole tune
+  double bound_s = 0;          // tune.max_fraction x the baseline's projected run time
+  double projected_run_s = 0;  // the baseline's projected run time
+  bool cost_known = false;     // a price ([budget]) was configured
+  bool energy_known = false;   // a power draw was configured
+  std::string finder;          // the batch-size finder's one-line result, if it ran
+  int64_t rounds = 0;          // measurement rounds that ran
+  std::string loss_check;      // what the loss check did, one line ("" = not needed)
 
-  std::string table() const;      // the printed table
+  std::string table() const;  // the printed table
   nlohmann::json to_json() const;
   // The overrides of the chosen candidate (plus train.auto_tune = false); empty if none.
   std::vector<std::string> chosen_sets() const;
@@ -81,8 +81,8 @@ using TuneProgress = std::function<void(const std::string& line, bool permanent)
 struct TuneRules {
   double loss_tolerance = 0.05;
   double min_speedup = 0.05;
-  double limit_mb = 0;            // peak tensor memory limit; 0 = none
-  int64_t loss_check_steps = 0;   // for the notes
+  double limit_mb = 0;           // peak tensor memory limit; 0 = none
+  int64_t loss_check_steps = 0;  // for the notes
 };
 int choose_candidate(std::vector<TuneCandidate>& candidates, const TuneRules& rules);
 

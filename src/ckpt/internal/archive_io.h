@@ -94,8 +94,8 @@ inline void read_members(const std::string& archive, Sink sink, OnMember on_memb
   archive_read_support_filter_all(r.a);
   archive_read_support_format_tar(r.a);
   if (archive_read_open_filename(r.a, archive.c_str(), kChunk) != ARCHIVE_OK)
-    throw CheckpointError(fmt::format("archive {} cannot be read (damaged or not a .tar.zst): {}",
-                                      archive, archive_error_string(r.a)));
+    throw CheckpointError(
+        fmt::format("archive {} cannot be read (damaged or not a .tar.zst): {}", archive, archive_error_string(r.a)));
   struct archive_entry* e = nullptr;
   while (true) {
     int rc = archive_read_next_header(r.a, &e);
@@ -105,13 +105,15 @@ inline void read_members(const std::string& archive, Sink sink, OnMember on_memb
     const std::string name = normal_member(archive_entry_pathname(e));
     if (archive_entry_filetype(e) == AE_IFDIR) continue;  // directories are implied by file names
     if (archive_entry_filetype(e) != AE_IFREG)
-      throw CheckpointError(fmt::format("archive {} holds \"{}\", which is not a regular file (a link or a "
-                                        "device); a checkpoint archive holds only files",
-                                        archive, name));
+      throw CheckpointError(
+          fmt::format("archive {} holds \"{}\", which is not a regular file (a link or a "
+                      "device); a checkpoint archive holds only files",
+                      archive, name));
     if (!safe_member(name))
-      throw CheckpointError(fmt::format("archive {} holds an unsafe member name \"{}\" (absolute or "
-                                        "with \"..\"); refusing to extract it",
-                                        archive, name));
+      throw CheckpointError(
+          fmt::format("archive {} holds an unsafe member name \"{}\" (absolute or "
+                      "with \"..\"); refusing to extract it",
+                      archive, name));
     XXH3_state_t* h = XXH3_createState();
     XXH3_64bits_reset(h);
     uint64_t size = 0;
@@ -126,8 +128,8 @@ inline void read_members(const std::string& archive, Sink sink, OnMember on_memb
     const uint64_t digest = XXH3_64bits_digest(h);
     XXH3_freeState(h);
     if (rc != ARCHIVE_EOF)
-      throw CheckpointError(fmt::format("archive {} is damaged in member {}: {}", archive, name,
-                                        archive_error_string(r.a)));
+      throw CheckpointError(
+          fmt::format("archive {} is damaged in member {}: {}", archive, name, archive_error_string(r.a)));
     on_member(name, size, hex64(digest));
   }
 }
@@ -138,9 +140,10 @@ inline void make_member_dirs(const std::filesystem::path& p, const std::string& 
   std::error_code ec;
   std::filesystem::create_directories(p.parent_path(), ec);
   if (ec)
-    throw CheckpointError(fmt::format("archive {} holds member \"{}\", which cannot be extracted ({}); a checkpoint "
-                                      "archive holds step-NNNNNNNN/<file> members only",
-                                      archive, name, ec.message()));
+    throw CheckpointError(
+        fmt::format("archive {} holds member \"{}\", which cannot be extracted ({}); a checkpoint "
+                    "archive holds step-NNNNNNNN/<file> members only",
+                    archive, name, ec.message()));
 }
 
 }  // namespace frugal::archive_io

@@ -23,9 +23,9 @@ using Field = T& (*)(Config&);
 // A key and its field, spelled once: the key "section.name" is the field config.section.name, so
 // the two cannot drift apart. FRUGAL_FIELD_AS is for a key whose name is a C++ keyword.
 #define FRUGAL_FIELD(section, name) \
-  #section "." #name, [](Config& c) -> auto& { return c.section.name; }
+#section "." #name, [](Config & c) -> auto& { return c.section.name; }
 #define FRUGAL_FIELD_AS(section, name, key) \
-  key, [](Config& c) -> auto& { return c.section.name; }
+  key, [](Config & c) -> auto& { return c.section.name; }
 
 // A key bound to a field of type T (int64_t, double, std::string or bool).
 template <class T>
@@ -54,7 +54,7 @@ inline KeySpec float_key(std::string key, Field<double> f, double min, double ma
 }
 
 inline KeySpec string_key(std::string key, Field<std::string> f, std::string help,
-                   std::function<std::string(const ConfigValue&)> check = nullptr) {
+                          std::function<std::string(const ConfigValue&)> check = nullptr) {
   KeySpec k = field_key<std::string>(std::move(key), ValueType::kString, f, std::move(help));
   k.check = std::move(check);
   return k;
@@ -66,8 +66,7 @@ inline KeySpec bool_key(std::string key, Field<bool> f, std::string help) {
 
 // An enum class field spelled as one of `names` in the config.
 template <class E>
-KeySpec enum_key(std::string key, Field<E> f, std::vector<std::pair<std::string, E>> names,
-                 std::string help) {
+KeySpec enum_key(std::string key, Field<E> f, std::vector<std::pair<std::string, E>> names, std::string help) {
   KeySpec k;
   k.key = std::move(key);
   k.type = ValueType::kEnum;
@@ -119,7 +118,7 @@ KeySpec int_enum_key(std::string key, Field<E> f, double min, double max, std::s
 inline const std::vector<std::pair<std::string, Metric>> kMetrics = {
     {"val_loss", Metric::kValLoss}, {"loss", Metric::kLoss}, {"grad_norm", Metric::kGradNorm}};
 inline const std::vector<std::pair<std::string, MetricMode>> kMetricModes = {{"min", MetricMode::kMin},
-                                                                      {"max", MetricMode::kMax}};
+                                                                             {"max", MetricMode::kMax}};
 
 // Each section's keys, in the order docs/config.md lists them (src/core/config_keys.cpp).
 void add_run_keys(std::vector<KeySpec>& s);

@@ -43,9 +43,10 @@ inline std::string malformed_manifest(const std::string& mpath, const nlohmann::
   std::string what = e.what();
   const size_t bracket = what.find("] ");  // drop the library's "[json.exception.type_error.302] "
   if (bracket != std::string::npos) what = what.substr(bracket + 2);
-  return fmt::format("dataset manifest '{}' is malformed: {}; re-run frugal prepare to write a new one "
-                     "(docs/formats/shards.md lists the keys)",
-                     mpath, what);
+  return fmt::format(
+      "dataset manifest '{}' is malformed: {}; re-run frugal prepare to write a new one "
+      "(docs/formats/shards.md lists the keys)",
+      mpath, what);
 }
 
 // DIR/entry["file"], after checking that it exists and has entry["bytes"] bytes. Throws DataError
@@ -55,11 +56,15 @@ inline std::string checked_shard_path(const std::string& dir, const nlohmann::js
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   if (ec)
-    throw DataError(fmt::format("dataset '{}': shard '{}' listed in the manifest is missing; "
-                                "re-run frugal prepare", dir, path));
+    throw DataError(
+        fmt::format("dataset '{}': shard '{}' listed in the manifest is missing; "
+                    "re-run frugal prepare",
+                    dir, path));
   if (size != entry.at("bytes").get<uint64_t>())
-    throw DataError(fmt::format("dataset '{}': shard '{}' has {} bytes, the manifest says {}; "
-                                "re-run frugal prepare", dir, path, size, entry.at("bytes").get<uint64_t>()));
+    throw DataError(
+        fmt::format("dataset '{}': shard '{}' has {} bytes, the manifest says {}; "
+                    "re-run frugal prepare",
+                    dir, path, size, entry.at("bytes").get<uint64_t>()));
   return path;
 }
 
@@ -69,8 +74,8 @@ inline void check_listed_once(const std::string& dir, const nlohmann::json& entr
   const std::string file = entry.at("file").get<std::string>();
   const std::string key = std::filesystem::path(file).lexically_normal().string();
   if (!seen.insert(key).second)
-    throw DataError(fmt::format("dataset '{}': the manifest lists shard '{}' more than once; re-run frugal prepare",
-                                dir, file));
+    throw DataError(
+        fmt::format("dataset '{}': the manifest lists shard '{}' more than once; re-run frugal prepare", dir, file));
 }
 
 // Checks that the shard opened from `entry` holds what the manifest lists: same-size shards
@@ -84,9 +89,10 @@ inline void check_shard_identity(const std::string& dir, const nlohmann::json& e
     if (!entry.contains(key)) continue;
     const nlohmann::json& v = entry.at(key);
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<uint64_t>() != r.size())
-      throw DataError(fmt::format("dataset '{}': the manifest gives shard '{}' \"{}\": {}, but the shard holds {}; "
-                                  "re-run frugal prepare",
-                                  dir, r.path(), key, v.dump(), r.size()));
+      throw DataError(
+          fmt::format("dataset '{}': the manifest gives shard '{}' \"{}\": {}, but the shard holds {}; "
+                      "re-run frugal prepare",
+                      dir, r.path(), key, v.dump(), r.size()));
   }
   std::string listed, found;
   if (entry.contains("index_xxh64")) {
@@ -97,10 +103,11 @@ inline void check_shard_identity(const std::string& dir, const nlohmann::json& e
     found = hex64(xxh64_file(r.path()));
   }
   if (listed != found)
-    throw DataError(fmt::format("dataset '{}': shard '{}' does not hold what the manifest lists for it (hash {}, "
-                                "manifest {}): shards were swapped, replaced or copied from another dataset; "
-                                "re-run frugal prepare",
-                                dir, r.path(), found, listed));
+    throw DataError(
+        fmt::format("dataset '{}': shard '{}' does not hold what the manifest lists for it (hash {}, "
+                    "manifest {}): shards were swapped, replaced or copied from another dataset; "
+                    "re-run frugal prepare",
+                    dir, r.path(), found, listed));
 }
 
 }  // namespace frugal::internal

@@ -17,7 +17,7 @@ namespace frugal::detail {
 
 struct ParquetColumn {
   std::string name;
-  std::string type;  // Arrow's spelling: "string", "large_string", "double", "int64", ...
+  std::string type;         // Arrow's spelling: "string", "large_string", "double", "int64", ...
   bool is_string = false;   // string, large_string or string_view
   bool is_numeric = false;  // integers of any width, float32, float64
 };

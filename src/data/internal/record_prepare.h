@@ -22,13 +22,13 @@ struct ImageItem {
   std::string path;   // read from here when `bytes` is empty
   std::string bytes;  // the encoded image, when it came from a tar
   int64_t label = 0;
-  bool val = false;   // an explicit val/ folder put it in the validation split
+  bool val = false;  // an explicit val/ folder put it in the validation split
 };
 
 // An image folder (or folders): INPUT/<class>/...; or INPUT/train/<class>/... and
 // INPUT/val/<class>/... for an explicit validation split.
-void prepare_image_folders(const PrepareOptions& o, const std::string& tmp, nlohmann::ordered_json* m,
-                           PrepareReport* r, const PrepareProgress& say);
+void prepare_image_folders(const PrepareOptions& o, const std::string& tmp, nlohmann::ordered_json* m, PrepareReport* r,
+                           const PrepareProgress& say);
 
 // Tar samples that carry images (key.jpg / key.jpeg / key.png with key.cls).
 void prepare_tar_images(const PrepareOptions& o, std::vector<std::pair<std::string, TarSample>> samples,

@@ -28,8 +28,8 @@ void attention_forward_f32(const float* qkv, float* y, float* stats, float* prob
 void attention_backward_f32(const float* qkv, const float* stats, const float* probs, const float* dy, float* dqkv,
                             const AttentionShape& shape, float scale, int threads);
 // The same on bfloat16 bit patterns: computed in float, rounded once on the way out.
-void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* stats, float* probs,
-                            const AttentionShape& shape, float scale, int threads);
+void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* stats, float* probs, const AttentionShape& shape,
+                            float scale, int threads);
 void attention_backward_bf16(const uint16_t* qkv, const float* stats, const float* probs, const uint16_t* dy,
                              uint16_t* dqkv, const AttentionShape& shape, float scale, int threads);
 

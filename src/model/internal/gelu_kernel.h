@@ -19,8 +19,7 @@ void gelu_backward_bf16(const uint16_t* x, const uint16_t* dy, uint16_t* dx, int
 
 // The biased form on a rows x cols row-major matrix u: y = GELU(u + b) and d = GELU'(u + b),
 // b broadcast over the rows. The derivative is kept so the backward is arithmetic only.
-void bias_gelu_forward_f32(const float* u, const float* b, float* y, float* d, int64_t rows, int64_t cols,
-                           int threads);
+void bias_gelu_forward_f32(const float* u, const float* b, float* y, float* d, int64_t rows, int64_t cols, int threads);
 // dx = dy * d, and db = the column sums of dx. The threads split the columns, and each column is
 // summed in row order, so both results are the same for any thread count.
 void bias_gelu_backward_f32(const float* d, const float* dy, float* dx, float* db, int64_t rows, int64_t cols,

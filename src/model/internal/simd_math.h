@@ -72,7 +72,7 @@ void parallel_spans(int64_t n, int threads, Fn fn, int64_t grain = 1 << 14, int6
     return;
   }
   const int64_t step = ((n + spans - 1) / spans + align - 1) / align * align;  // spans * step >= n
-#pragma omp parallel for num_threads(static_cast<int>(spans)) schedule(static, 1)
+#pragma omp parallel for num_threads(static_cast <int>(spans)) schedule(static, 1)
   for (int64_t i = 0; i < spans; ++i) {
     const int64_t begin = std::min(n, i * step), end = std::min(n, begin + step);
     if (begin < end) fn(begin, end);

@@ -85,7 +85,8 @@ std::string tail_lines(const std::string& path, int lines) {
   while (std::getline(in, line))
     if (!line.empty()) all.push_back(line);
   std::string out;
-  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - static_cast<size_t>(lines) : 0; i < all.size(); ++i)
+  for (size_t i = all.size() > static_cast<size_t>(lines) ? all.size() - static_cast<size_t>(lines) : 0; i < all.size();
+       ++i)
     out += (out.empty() ? "" : "\n") + all[i];
   return out;
 }

@@ -32,9 +32,7 @@ namespace frugal::detail {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double SearchContext::elapsed_s() const {
-  return earlier_s + seconds_since(session_start);
-}
+double SearchContext::elapsed_s() const { return earlier_s + seconds_since(session_start); }
 
 double SearchContext::spent_usd() const {
   double sum = 0;
@@ -53,7 +51,7 @@ struct Job {
   size_t trial = 0;
   pid_t pid = -1;
   Clock::time_point start;
-  double live_usd = 0;    // its cost meter's total at its newest logged step (metrics.jsonl)
+  double live_usd = 0;  // its cost meter's total at its newest logged step (metrics.jsonl)
   Clock::time_point read_at;
   bool term_sent = false;
 };
@@ -118,8 +116,8 @@ int64_t finished_trial_rungs(const SearchState& st) {
 }
 
 std::string progress_head(const SearchContext& ctx, const TrialState& t, int64_t k) {
-  return fmt::format("search [{}/{}] {} rung {} ({} steps):", finished_trial_rungs(ctx.state),
-                     ctx.planned_trial_rungs, t.id, k, ctx.spec.rung_steps[static_cast<size_t>(k)]);
+  return fmt::format("search [{}/{}] {} rung {} ({} steps):", finished_trial_rungs(ctx.state), ctx.planned_trial_rungs,
+                     t.id, k, ctx.spec.rung_steps[static_cast<size_t>(k)]);
 }
 
 std::string progress_tail(const SearchContext& ctx) {
@@ -130,9 +128,10 @@ std::string progress_tail(const SearchContext& ctx) {
 void record(SearchContext& ctx, TrialState& t, int64_t k, const nlohmann::json& s, bool own_end) {
   const std::string key = ctx.spec.metric_key();
   if (!s.contains(key))
-    throw ConfigError(fmt::format("search.metric = \"{}\": {}/summary.json has no '{}'; use a number that "
-                                  "summary.json reports (final_val_loss is \"val_loss\")",
-                                  ctx.spec.metric, ctx.trial_dir(t), key));
+    throw ConfigError(
+        fmt::format("search.metric = \"{}\": {}/summary.json has no '{}'; use a number that "
+                    "summary.json reports (final_val_loss is \"val_loss\")",
+                    ctx.spec.metric, ctx.trial_dir(t), key));
   take_figures(t, s);
   RungResult r;
   r.rung = k;
@@ -301,9 +300,10 @@ std::string next_would_pass(const SearchContext& ctx, const TrialState& t, int64
   const double estimate = rate * static_cast<double>(std::max<int64_t>(0, to - t.steps));
   const double spend = live_spend(ctx, running);
   if (estimate <= 0 || spend + estimate <= ctx.spec.max_usd) return "";
-  return fmt::format("search.max_usd = ${:.2f}: the next trial-rung ({} to step {}) would cost about ${:.4f} on "
-                     "top of ${:.4f} spent",
-                     ctx.spec.max_usd, t.id, to, estimate, spend);
+  return fmt::format(
+      "search.max_usd = ${:.2f}: the next trial-rung ({} to step {}) would cost about ${:.4f} on "
+      "top of ${:.4f} spent",
+      ctx.spec.max_usd, t.id, to, estimate, spend);
 }
 
 }  // namespace
@@ -330,7 +330,8 @@ void handle_exit(SearchContext& ctx, Pool& pool, const Job& job, int status, int
   const nlohmann::json s = read_summary(dir);
   const bool exited = WIFEXITED(status);
   const int code = exited ? WEXITSTATUS(status) : -1;
-  const bool stopped_by_us = job.term_sent && (code == exit_status(ExitCode::kPreempted) || (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM));
+  const bool stopped_by_us = job.term_sent && (code == exit_status(ExitCode::kPreempted) ||
+                                               (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM));
   take_figures(t, s);
   if (exited && code == 0) {
     if (rung_done(s, dir, step)) return record(ctx, t, k, s, false);
@@ -357,7 +358,8 @@ void handle_exit(SearchContext& ctx, Pool& pool, const Job& job, int status, int
     return ctx.save();  // it stays at rung k and resumes from its checkpoint
   }
   std::string why = describe_status(status);
-  if (exited && code == exit_status(ExitCode::kGuardStop) && !s.is_null()) why = "stopped by a guard: " + s.value("stop_reason", "");
+  if (exited && code == exit_status(ExitCode::kGuardStop) && !s.is_null())
+    why = "stopped by a guard: " + s.value("stop_reason", "");
   const std::string last = tail_lines(dir + "/trial.log", 1);
   if (!(exited && code == exit_status(ExitCode::kGuardStop)) && !last.empty()) why += ": " + last;
   fail(ctx, t, k, why);

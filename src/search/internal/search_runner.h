@@ -16,18 +16,18 @@ namespace frugal::detail {
 struct SearchContext {
   SearchSpec spec;
   SearchState state;
-  std::string dir;            // the search folder
-  std::string trainer;        // the frugal program
+  std::string dir;      // the search folder
+  std::string trainer;  // the frugal program
   std::function<void(const std::string&)> progress;
   std::chrono::steady_clock::time_point session_start = std::chrono::steady_clock::now();
-  double earlier_s = 0;       // wall time of the earlier sessions
+  double earlier_s = 0;  // wall time of the earlier sessions
   int64_t planned_trial_rungs = 0;
 
   std::string state_path() const { return dir + "/search_state.json"; }
   std::string trial_dir(const TrialState& t) const { return dir + "/trials/" + t.id; }
-  double elapsed_s() const;   // the search's wall time over all its sessions
-  double spent_usd() const;   // the trials' spend so far (finished sessions)
-  void save();                // the state file, with the elapsed time
+  double elapsed_s() const;  // the search's wall time over all its sessions
+  double spent_usd() const;  // the trials' spend so far (finished sessions)
+  void save();               // the state file, with the elapsed time
   void say(const std::string& line) const {
     if (progress) progress(line);
   }

@@ -26,9 +26,14 @@ std::vector<std::pair<std::string, std::string>> values_from(const nlohmann::jso
 }
 
 nlohmann::json result_json(const RungResult& r) {
-  return {{"rung", r.rung},         {"steps", r.steps},   {"metric", number(r.metric)},
-          {"tokens_per_s", number(r.tokens_per_s)},       {"cost_usd", r.cost_usd},
-          {"kg_co2", r.kg_co2},     {"energy_kwh", r.energy_kwh}, {"wall_s", r.wall_s},
+  return {{"rung", r.rung},
+          {"steps", r.steps},
+          {"metric", number(r.metric)},
+          {"tokens_per_s", number(r.tokens_per_s)},
+          {"cost_usd", r.cost_usd},
+          {"kg_co2", r.kg_co2},
+          {"energy_kwh", r.energy_kwh},
+          {"wall_s", r.wall_s},
           {"stop_kind", r.stop_kind}};
 }
 
@@ -63,22 +68,31 @@ nlohmann::json SearchState::to_json() const {
   for (const auto& t : trials) {
     nlohmann::json results_j = nlohmann::json::array();
     for (const auto& r : t.results) results_j.push_back(result_json(r));
-    trials_j.push_back({{"id", t.id}, {"draw", t.draw}, {"values", values_json(t.values)},
-                        {"search_sets", t.search_sets}, {"status", t.status}, {"rung", t.rung},
-                        {"results", results_j}, {"note", t.note}, {"sessions", t.sessions}, {"steps", t.steps},
-                        {"spent_usd", t.spent_usd}, {"spent_kg_co2", t.spent_kg_co2}, {"spent_kwh", t.spent_kwh},
-                        {"spent_s", t.spent_s}, {"usd_per_hour", t.usd_per_hour}});
+    trials_j.push_back({{"id", t.id},
+                        {"draw", t.draw},
+                        {"values", values_json(t.values)},
+                        {"search_sets", t.search_sets},
+                        {"status", t.status},
+                        {"rung", t.rung},
+                        {"results", results_j},
+                        {"note", t.note},
+                        {"sessions", t.sessions},
+                        {"steps", t.steps},
+                        {"spent_usd", t.spent_usd},
+                        {"spent_kg_co2", t.spent_kg_co2},
+                        {"spent_kwh", t.spent_kwh},
+                        {"spent_s", t.spent_s},
+                        {"usd_per_hour", t.usd_per_hour}});
   }
   nlohmann::json skipped_j = nlohmann::json::array();
   for (const auto& s : skipped)
-    skipped_j.push_back({{"draw", s.draw}, {"values", values_json(s.values)}, {"kind", s.kind}, {"why", s.why},
-                         {"times", s.times}});
+    skipped_j.push_back(
+        {{"draw", s.draw}, {"values", values_json(s.values)}, {"kind", s.kind}, {"why", s.why}, {"times", s.times}});
   nlohmann::json decisions_j = nlohmann::json::array();
   for (const auto& d : decisions) decisions_j.push_back(decision_json(d));
-  return {{"format", kFormat},     {"version", kVersion},     {"identity", identity},
-          {"trials", trials_j},    {"skipped", skipped_j},    {"decisions", decisions_j},
-          {"rung", rung},          {"elapsed_s", elapsed_s},  {"sessions", sessions},
-          {"max_running", max_running}, {"end", end},         {"reason", reason}};
+  return {{"format", kFormat},    {"version", kVersion},        {"identity", identity}, {"trials", trials_j},
+          {"skipped", skipped_j}, {"decisions", decisions_j},   {"rung", rung},         {"elapsed_s", elapsed_s},
+          {"sessions", sessions}, {"max_running", max_running}, {"end", end},           {"reason", reason}};
 }
 
 SearchState SearchState::from_json(const nlohmann::json& j) {
@@ -123,8 +137,8 @@ SearchState load_search_state(const std::string& path) {
   try {
     const nlohmann::json j = nlohmann::json::parse(read_small_file(path));
     if (j.value("format", "") != kFormat || j.value("version", 0) != kVersion)
-      throw CheckpointError(fmt::format("{} is not a frugal search state (format {} version {} expected)", path,
-                                        kFormat, kVersion));
+      throw CheckpointError(
+          fmt::format("{} is not a frugal search state (format {} version {} expected)", path, kFormat, kVersion));
     return SearchState::from_json(j);
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(fmt::format("{} is damaged ({}); start the search again with --overwrite", path, e.what()));

@@ -90,7 +90,8 @@ std::vector<uint8_t> hex_to_bytes(const std::string& hex, const std::string& wha
     throw CheckpointError("state.json " + what + ": '" + std::string(1, ch) + "' is not a hex digit");
   };
   std::vector<uint8_t> out(hex.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(nibble(hex[2 * i]) << 4 | nibble(hex[2 * i + 1]));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<uint8_t>(nibble(hex[2 * i]) << 4 | nibble(hex[2 * i + 1]));
   return out;
 }
 

@@ -13,9 +13,9 @@
 namespace frugal::detail {
 
 struct LoopState {
-  int64_t step = 0;            // optimizer iterations completed
-  int64_t tokens = 0;          // tokens consumed
-  double loss_sum = 0;         // fp32 sum of step losses in the open log window (exact)
+  int64_t step = 0;     // optimizer iterations completed
+  int64_t tokens = 0;   // tokens consumed
+  double loss_sum = 0;  // fp32 sum of step losses in the open log window (exact)
   int64_t window_steps = 0;
   int64_t window_tokens = 0;
   double window_s = 0;
@@ -23,11 +23,11 @@ struct LoopState {
   double best_val = std::numeric_limits<double>::infinity();
   double final_train = std::numeric_limits<double>::quiet_NaN();
   int64_t last_eval_step = -1;
-  bool eval_pending = false;   // a stop signal interrupted the evaluation at `step`
-  double elapsed_s = 0;        // wall time of earlier sessions' training (tokens_per_s)
-  double startup_s = 0;        // start-up time of earlier sessions (billed and counted by
-                               // train.max_minutes, not by tokens_per_s)
-  double lr_scale = 1;         // product of guard.lr_factor over rollbacks
+  bool eval_pending = false;  // a stop signal interrupted the evaluation at `step`
+  double elapsed_s = 0;       // wall time of earlier sessions' training (tokens_per_s)
+  double startup_s = 0;       // start-up time of earlier sessions (billed and counted by
+                              // train.max_minutes, not by tokens_per_s)
+  double lr_scale = 1;        // product of guard.lr_factor over rollbacks
   int64_t rollbacks = 0;
 };
 

@@ -48,17 +48,17 @@ struct Trainer::State {
   std::shared_ptr<torch::nn::Module> model;  // task.module
   std::unique_ptr<DataParallelism> dp;       // multi-process only; outlives `step` (declared first)
   std::shared_ptr<BatchSource> data;         // task.data
-  RunSetup setup;                             // resolved once at start-up
+  RunSetup setup;                            // resolved once at start-up
   std::unique_ptr<TrainStep> step;
   std::vector<std::shared_ptr<Callback>> callbacks;  // from the connector, in calling order
   std::string dashboard_url;
   std::unique_ptr<CheckpointWriter> writer;
   RunInfo info;
   std::unique_ptr<TensorBytesLimitGuard> memory_limit;  // memory.limit_mb, for the trainer's lifetime (CPU)
-  std::unique_ptr<SignalHandlers> signals;  // while the trainer lives (TrainerOptions::handle_signals)
+  std::unique_ptr<SignalHandlers> signals;              // while the trainer lives (TrainerOptions::handle_signals)
 
   detail::LoopState loop;
-  at::Tensor loss_sum;  // fp32 sum of step losses in the open log window, on the device
+  at::Tensor loss_sum;       // fp32 sum of step losses in the open log window, on the device
   StepMetrics last_metrics;  // the previous step's figures (log-step figures carry over)
   int64_t last_saved_step = -1;
   std::string last_checkpoint;
@@ -66,16 +66,16 @@ struct Trainer::State {
   // Every deliberate config change of a resume over the run's life (run_config.h), oldest first;
   // carried in each checkpoint and shown in summary.json.
   nlohmann::json config_changes = nlohmann::json::array();
-  detail::Clock::time_point constructed = detail::Clock::now();  // this process's start-up began
+  detail::Clock::time_point constructed = detail::Clock::now();    // this process's start-up began
   detail::Clock::time_point session_start = detail::Clock::now();  // reset when fit() begins
   double startup_s = 0;  // this session's start-up (construction to fit()): data, model, probes
   // This session's totals (summary.json's per-step figures).
   PhaseTimes session_phases;
   int64_t session_steps = 0;
-  double session_step_s = 0;  // wall time of this session's steps
+  double session_step_s = 0;                          // wall time of this session's steps
   double eval_s_window = 0, checkpoint_s_window = 0;  // since the previous log step
   double eval_s_total = 0, checkpoint_s_total = 0;    // this session
-  std::map<std::string, double> final_metrics;          // the newest evaluation's task figures
+  std::map<std::string, double> final_metrics;        // the newest evaluation's task figures
   double logged_grad_norm = 0;  // the gradient norm of the newest log step (checkpoint.best_metric)
   int64_t logged_grad_norm_step = -1;
   StopKind stopped = StopKind::kCompleted;  // why fit() returned
