@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   build-essential cmake ccache pkg-config
   python3-venv              # Debian's python3 needs it for `python3 -m venv`
+  clang-format              # the ctest `format` (.clang-format; Debian 12's is version 14)
   # The optional features (CMake switches each off, and says so, when its library is absent):
   libzstd-dev               # zstd-compressed shards (prepare --zstd)
   libarchive-dev            # tar archives: frugal archive/restore, WebDataset input
