@@ -19,6 +19,8 @@ const char* stop_kind_name(StopKind k) {
       return "guard";
     case StopKind::kBudget:
       return "budget";
+    case StopKind::kTarget:
+      return "target_reached";
   }
   return "?";
 }
@@ -31,6 +33,7 @@ int stop_severity(StopKind k) {
       return 1;
     case StopKind::kCallback:
     case StopKind::kEarlyStop:
+    case StopKind::kTarget:
       return 2;
     case StopKind::kPreempted:
       return 3;

@@ -133,15 +133,41 @@ void add_train_keys(std::vector<KeySpec>& s) {
                       "micro-batches per optimizer step; 0 = global_batch / micro_batch"));
   s.push_back(enum_key<OptimizerKind>(
       FRUGAL_FIELD(train, optimizer),
-      {{"fused_adamw", OptimizerKind::kFusedAdamW}, {"torch_adamw", OptimizerKind::kTorchAdamW}},
-      "fused_adamw: one flat multi-tensor update; torch_adamw: LibTorch's per-parameter AdamW"));
+      {{"fused_adamw", OptimizerKind::kFusedAdamW},
+       {"torch_adamw", OptimizerKind::kTorchAdamW},
+       {"muon", OptimizerKind::kMuon}},
+      "fused_adamw: one flat multi-tensor update; torch_adamw: LibTorch's per-parameter AdamW; muon: Muon "
+      "(momentum orthogonalised by Newton-Schulz, as torch.optim.Muon) on the hidden weight matrices and "
+      "fused_adamw on embeddings, gains and biases (docs/levers.md)"));
   s.push_back(float_key(FRUGAL_FIELD(train, lr), 0, 10, "peak learning rate"));
-  s.push_back(int_key(FRUGAL_FIELD(train, warmup_steps), 0, kBig, "linear warm-up steps before the cosine decay"));
+  s.push_back(
+      int_key(FRUGAL_FIELD(train, warmup_steps), 0, kBig, "linear warm-up steps before the decay (train.schedule)"));
   s.push_back(float_key(FRUGAL_FIELD(train, min_lr_ratio), 0, 1, "final learning rate as a fraction of train.lr"));
   s.push_back(float_key(FRUGAL_FIELD(train, weight_decay), 0, 10, "AdamW decoupled weight decay on weight matrices"));
   s.push_back(float_key(FRUGAL_FIELD(train, beta1), 0, 0.999999, "AdamW first-moment decay"));
   s.push_back(float_key(FRUGAL_FIELD(train, beta2), 0, 0.999999, "AdamW second-moment decay"));
   s.push_back(float_key(FRUGAL_FIELD(train, grad_clip), 0, 1e6, "global gradient-norm clip; 0 = off"));
+  s.push_back(enum_key<LrSchedule>(
+      FRUGAL_FIELD(train, schedule), {{"cosine", LrSchedule::kCosine}, {"wsd", LrSchedule::kWsd}},
+      "after the warm-up: cosine (decay to lr * min_lr_ratio over the rest of the run) or wsd (warmup-stable-decay: "
+      "train.lr until the last train.decay_fraction of train.steps, then linear to the floor; a resumed run can be "
+      "lengthened with --set train.steps=N while still stable)"));
+  s.push_back(float_key(FRUGAL_FIELD(train, decay_fraction), 0, 1,
+                        "wsd: the share of train.steps its final linear decay takes"));
+  s.push_back(float_key(FRUGAL_FIELD(train, muon_momentum), 0, 0.999999,
+                        "muon: the momentum of its gradient buffer (torch.optim.Muon's default)"));
+  s.push_back(enum_key<MuonLrAdjust>(
+      FRUGAL_FIELD(train, muon_lr_adjust),
+      {{"match_rms_adamw", MuonLrAdjust::kMatchRmsAdamW}, {"original", MuonLrAdjust::kOriginal}},
+      "muon: the learning rate per matrix of rows x cols: match_rms_adamw = lr * 0.2 * sqrt(max(rows, cols)) "
+      "(AdamW's train.lr and weight_decay carry over), original = lr * sqrt(max(1, rows / cols)) (wants lr ~0.02)"));
+  s.push_back(enum_key<MuonPrecision>(
+      FRUGAL_FIELD(train, muon_precision),
+      {{"auto", MuonPrecision::kAuto}, {"bf16", MuonPrecision::kBf16}, {"fp32", MuonPrecision::kFp32}},
+      "muon: the dtype of its Newton-Schulz iteration; auto = bf16 on a GPU, fp32 on the CPU"));
+  s.push_back(float_key(FRUGAL_FIELD(train, target_loss), 0, 1e6,
+                        "stop when the validation loss reaches this at an evaluation (stop reason \"target reached\", "
+                        "exit 0; summary.json's to_target: tokens, wall time, $ and kWh); 0 = off"));
   s.push_back(int_key(FRUGAL_FIELD(train, eval_every), 0, kBig,
                       "evaluate every N steps (and at the end); 0 = only at the end"));
   s.push_back(int_key(FRUGAL_FIELD(train, eval_batches), 1, 1 << 20, "validation batches per evaluation"));

@@ -22,6 +22,7 @@ ExitCode exit_code_for(StopKind k) {
     case StopKind::kCallback:
     case StopKind::kEarlyStop:
     case StopKind::kMaxMinutes:
+    case StopKind::kTarget:
       return ExitCode::kDone;
   }
   return ExitCode::kFailure;

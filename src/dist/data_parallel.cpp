@@ -43,6 +43,12 @@ DataParallel::~DataParallel() = default;
 
 std::unique_ptr<Optimizer> DataParallel::make_optimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t) {
   if (config_.zero == ZeroStage::kNone) return nullptr;  // the ordinary FusedAdamW
+  if (t.optimizer != OptimizerKind::kFusedAdamW)
+    throw ConfigError(
+        fmt::format("dist.zero = 1 shards fused_adamw's state; train.optimizer = \"{}\" is not sharded. "
+                    "Set dist.zero = 0 (every rank keeps the whole state) or train.optimizer = "
+                    "\"fused_adamw\"",
+                    t.optimizer == OptimizerKind::kMuon ? "muon" : "torch_adamw"));
   std::vector<FusedAdamW::Group> fused;
   for (const auto& g : groups) fused.push_back({g.params, g.weight_decay});
   auto opt = std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_);

@@ -349,8 +349,10 @@ std::optional<ResolvedConfig> run_config(const std::string& dir) {
 
 namespace {
 constexpr const char* kCompareFigures[] = {
-    "tokens_per_s",     "wall_s",          "cost_usd",       "kg_co2",      "final_val_loss", "best_val_loss",
-    "final_train_loss", "answer_accuracy", "peak_tensor_mb", "peak_rss_mb", "steps"};
+    "tokens_per_s", "wall_s", "cost_usd", "kg_co2", "final_val_loss", "best_val_loss", "final_train_loss",
+    "answer_accuracy", "peak_tensor_mb", "peak_rss_mb", "steps",
+    // train.target_loss: what reaching it took (rows appear when either run set a target)
+    "tokens_to_target", "wall_s_to_target", "usd_to_target", "kwh_to_target"};
 constexpr const char* kCompareLabels[] = {"precision", "activation_checkpointing", "stop_reason"};
 }  // namespace
 
@@ -387,7 +389,7 @@ std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
     double x = get(a, k), y = get(b, k);
     if (!std::isfinite(x) && !std::isfinite(y)) return;
     // A count is a whole number ("steps 60", not "60.0").
-    const bool count = std::string(k) == "steps";
+    const bool count = std::string(k) == "steps" || std::string(k) == "tokens_to_target";
     auto shown = [&](double v) { return count && std::isfinite(v) ? with_commas(v) : num(v); };
     out += fmt::format("{:<24} {:>16} {:>16} {:>10}\n", k, shown(x), shown(y),
                        std::isfinite(x) && x != 0 && std::isfinite(y) ? fmt::format("{:.3f}", y / x) : "-");

@@ -79,6 +79,12 @@ Connection connect_callbacks(const ConnectorContext& ctx) {
   if (ctx.writer) cbs.push_back(std::make_shared<MetricsWriter>(RunDir(ctx.run_dir).metrics(), ctx.resuming));
   cbs.push_back(std::make_shared<CheckpointCadence>(c.checkpoint));
   if (c.early_stop.enabled) cbs.push_back(std::make_shared<EarlyStopping>(c.early_stop));
+  if (c.train.target_loss > 0) {
+    std::shared_ptr<const CostMeter> cost;
+    for (const auto& cb : cbs)
+      if (auto m = std::dynamic_pointer_cast<const CostMeter>(cb)) cost = m;
+    cbs.push_back(std::make_shared<TargetLoss>(c.train.target_loss, cost));
+  }
   const std::optional<Deadline> deadline = checked_deadline(c);
   if (deadline || !c.checkpoint.notice_url.empty())
     cbs.push_back(std::make_shared<DeadlineGuard>(c.checkpoint, deadline, c.train.eval_every));

@@ -12,6 +12,7 @@
 #include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
 #include "frugal/train/fused_adamw.h"
+#include "frugal/train/muon.h"
 
 namespace frugal {
 namespace {
@@ -174,7 +175,16 @@ void check_param_groups(const std::vector<ParamGroup>& groups, const std::vector
 
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<ParamGroup>& groups,
                                           const TrainConfig& t) {
+  if (kind != OptimizerKind::kMuon)
+    for (const auto& g : groups)
+      if (g.muon)
+        throw ConfigError(
+            "a parameter group is marked for Muon (ParamGroup::muon) but train.optimizer is not \"muon\"");
   if (kind == OptimizerKind::kTorchAdamW) return std::make_unique<TorchOptimizer>(groups, t);
+  if (kind == OptimizerKind::kMuon) {
+    const bool cuda = !groups.empty() && !groups.front().params.empty() && groups.front().params.front().is_cuda();
+    return make_muon(groups, t, cuda);
+  }
   std::vector<FusedAdamW::Group> fused;
   for (const auto& g : groups) fused.push_back({g.params, g.weight_decay});
   return std::make_unique<FusedOptimizer>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8});

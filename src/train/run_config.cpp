@@ -74,11 +74,27 @@ nlohmann::json ConfigChange::to_json(int64_t at_step) const {
 bool resume_may_change(const std::string& key) {
   // model.kernels picks an implementation of the same arithmetic; every other model key is the shape.
   if (key.rfind("model.", 0) == 0) return key == "model.kernels";
-  static const std::set<std::string> fixed = {
-      "run.seed",           "data.source",      "data.val_fraction",  "data.arith_digits",
-      "data.arith_lines",   "data.micro_batch", "train.global_batch", "train.accum",
-      "train.optimizer",    "train.lr",         "train.warmup_steps", "train.min_lr_ratio",
-      "train.weight_decay", "train.beta1",      "train.beta2",        "train.grad_clip"};
+  static const std::set<std::string> fixed = {"run.seed",
+                                              "data.source",
+                                              "data.val_fraction",
+                                              "data.arith_digits",
+                                              "data.arith_lines",
+                                              "data.micro_batch",
+                                              "train.global_batch",
+                                              "train.accum",
+                                              "train.optimizer",
+                                              "train.lr",
+                                              "train.warmup_steps",
+                                              "train.min_lr_ratio",
+                                              "train.weight_decay",
+                                              "train.beta1",
+                                              "train.beta2",
+                                              "train.grad_clip",
+                                              "train.schedule",
+                                              "train.decay_fraction",
+                                              "train.muon_momentum",
+                                              "train.muon_lr_adjust",
+                                              "train.muon_precision"};
   return fixed.count(key) == 0;
 }
 

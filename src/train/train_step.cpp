@@ -1,6 +1,8 @@
 // The training step; see train_step.h.
 #include "frugal/train/train_step.h"
 
+#include "frugal/train/muon.h"
+
 #include <torch/torch.h>
 
 #include <fmt/format.h>
@@ -48,7 +50,8 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
       sync_(sync),
       events_(device) {
   if (groups.empty()) {
-    groups = default_param_groups(model_->parameters(), train.weight_decay);
+    groups = train.optimizer == OptimizerKind::kMuon ? muon_param_groups(*model_, train.weight_decay)
+                                                     : default_param_groups(model_->parameters(), train.weight_decay);
   } else {
     check_param_groups(groups, model_->parameters(), "TaskHooks::param_groups");
   }

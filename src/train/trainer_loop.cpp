@@ -88,7 +88,7 @@ void Trainer::State::train_one_step(Control& control) {
                  fmt::format("TaskHooks::lr_schedule({}, {}) returned {}; a learning rate must be finite and >= 0",
                              taken, c.train.steps, base));
   } else {
-    base = lr_at(taken, c.train.steps, c.train.warmup_steps, c.train.lr, c.train.min_lr_ratio);
+    base = schedule_lr(taken, c.train);
   }
   const double lr = loop.lr_scale * base;
   PhaseTrace::set_step(loop.step + 1);

@@ -3,7 +3,8 @@
 # killing it with SIGKILL at random steps (at least 5 times; no warning, no checkpoint on the way
 # out, often in the middle of a checkpoint write) and resuming each time with --resume auto. The
 # final weights (byte for byte) and metrics.jsonl (minus the timing fields) must be identical,
-# in fp32 and bf16. Then one kill after each stage of a checkpoint write (fp32), same check.
+# in fp32, bf16, and fp32 with Muon and the WSD schedule. Then one kill after each stage of a
+# checkpoint write (fp32), same check.
 #
 #   tests/chaos/chaos_test.sh BUILD/frugal            # CI: 300 steps, 5 kills per precision (< 60 s)
 #   tests/chaos/chaos_test.sh BUILD/frugal --long     # manual: 2000 steps, 25 kills per precision
@@ -54,10 +55,14 @@ strip_timing() {
   sed -E 's/,"(tokens_per_s|step_s|elapsed_s|eval_s|data_s|forward_s|backward_s|optimizer_s|data_wait_s|rss_mb|cost_usd|samples_per_s|mfu|checkpoint_s)":[^,}]*//g' "$1"
 }
 
-for prec in fp32 bf16; do
+for prec in fp32 bf16 muon; do
+  case $prec in  # muon: Muon with the warmup-stable-decay schedule, in fp32
+    muon) X=(--set precision.mode=fp32 --set train.optimizer=muon --set train.schedule=wsd) ;;
+    *) X=(--set precision.mode=$prec) ;;
+  esac
   ref=$WORK/ref-$prec
   run=$WORK/chaos-$prec
-  "$BIN" train -q "${COMMON[@]}" --set precision.mode=$prec --set run.out_dir="$ref" >"$WORK/ref.log" 2>&1 ||
+  "$BIN" train -q "${COMMON[@]}" "${X[@]}" --set run.out_dir="$ref" >"$WORK/ref.log" 2>&1 ||
     { cat "$WORK/ref.log"; echo "chaos: FAIL: the uninterrupted $prec run failed"; exit 1; }
 
   start_load
@@ -67,7 +72,7 @@ for prec in fp32 bf16; do
   while (( kills < KILLS )); do
     now=$(last_step "$run")
     target=$(( now + 1 + RANDOM % span ))
-    "$BIN" train -q --resume auto "${COMMON[@]}" --set precision.mode=$prec --set run.out_dir="$run" \
+    "$BIN" train -q --resume auto "${COMMON[@]}" "${X[@]}" --set run.out_dir="$run" \
       >"$WORK/run.log" 2>&1 &
     pid=$!
     while kill -0 "$pid" 2>/dev/null && (( $(last_step "$run") < target )); do sleep 0.01; done
@@ -81,7 +86,7 @@ for prec in fp32 bf16; do
       exit 1
     fi
   done
-  "$BIN" train -q --resume auto "${COMMON[@]}" --set precision.mode=$prec --set run.out_dir="$run" \
+  "$BIN" train -q --resume auto "${COMMON[@]}" "${X[@]}" --set run.out_dir="$run" \
     >"$WORK/run.log" 2>&1 || { cat "$WORK/run.log"; echo "chaos: FAIL: the final $prec resume failed"; exit 1; }
   stop_load
 

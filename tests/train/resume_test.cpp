@@ -95,6 +95,15 @@ TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseBf16WithAccumulation) {
   expect_identical_runs(a.path(), b.path());
 }
 
+// Muon's momentum buffers and the WSD schedule resume bitwise too.
+TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseWithMuonAndWsd) {
+  test::TempDir a, b;
+  std::vector<std::string> x = {"train.optimizer=muon", "train.schedule=wsd", "train.decay_fraction=0.3"};
+  train(a.path(), x);
+  interrupted_then_resumed(b.path(), x, 16);
+  expect_identical_runs(a.path(), b.path());
+}
+
 TEST(Resume, SignalOnAnEvalStepDefersTheEvaluationToTheResumedRun) {
   test::TempDir a, b;
   train(a.path(), {"checkpoint.async=true"});
@@ -202,6 +211,33 @@ TEST(Resume, ASecondProcessOnALiveRunDirectoryIsRefusedWithTheHoldersPid) {
   }
   first.reset();  // released with its holder
   EXPECT_NO_THROW(Trainer(resolve_config("", sets, {}), r));
+}
+
+// train.target_loss: a target the first evaluation meets ends the run there as a success, with
+// what it took; one never met leaves the run to complete and says so.
+TEST(Stops, TargetLossEndsTheRunAsASuccessAndRecordsWhatItTook) {
+  test::TempDir dir;
+  auto s = train(dir.path(), {"train.target_loss=50", "budget.usd_per_hour=3.6", "budget.watts=360"});
+  EXPECT_EQ(s["stop_kind"], "target_reached");
+  EXPECT_EQ(s["steps"], 15);  // the first evaluation (train.eval_every = 15)
+  EXPECT_NE(s["stop_reason"].get<std::string>().find("target reached"), std::string::npos) << s["stop_reason"];
+  const auto& t = s["to_target"];
+  EXPECT_TRUE(t["reached"].get<bool>());
+  EXPECT_EQ(t["step"], 15);
+  EXPECT_EQ(t["tokens"].get<int64_t>(), 15 * s["tokens"].get<int64_t>() / s["steps"].get<int64_t>());
+  EXPECT_LE(t["val_loss"].get<double>(), 50.0);
+  const double wall = t["wall_s"].get<double>();
+  EXPECT_GT(wall, 0);
+  EXPECT_NEAR(t["usd"].get<double>(), wall / 3600 * 3.6, 1e-9);
+  EXPECT_NEAR(t["kwh"].get<double>(), wall / 3600 * 0.36, 1e-9);
+  EXPECT_EQ(s["tokens_to_target"], t["tokens"]);
+  EXPECT_TRUE(fs::exists(dir.path() + "/demo/final/model.safetensors"));
+
+  test::TempDir never;
+  auto n = train(never.path(), {"train.target_loss=0.0001"});
+  EXPECT_EQ(n["stop_kind"], "completed");
+  EXPECT_FALSE(n["to_target"]["reached"].get<bool>());
+  EXPECT_FALSE(n.contains("tokens_to_target"));
 }
 
 TEST(Stops, PreemptionWritesACheckpointAndSkipsTheFinalWeights) {

@@ -1,7 +1,8 @@
-// The time limit and the non-finite loss stop, as callbacks.
+// The time limit, the non-finite loss stop and the target loss, as callbacks.
 #include "frugal/train/stop_rules.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 
@@ -137,6 +138,55 @@ TEST(Control, TheFirstStopWinsAndAnAgreedStopReplacesIt) {
   c.clear_rollback_request();
   EXPECT_FALSE(c.checkpoint_requested());
   EXPECT_FALSE(c.rollback_requested());
+}
+
+// train.target_loss: an evaluation at or below the target stops the run as a success, once; the
+// summary says what it took (without a cost meter, $ and kWh are unknown: null), and a resumed run
+// keeps the record.
+TEST(TargetLoss, AnEvaluationAtTheTargetStopsTheRunAsASuccessAndTheSummarySaysWhatItTook) {
+  TargetLoss t(2.5, nullptr);
+  RunInfo info;
+  info.tokens_per_step = 1000;
+  t.on_train_begin(info);
+  Control c;
+  EvalMetrics e;
+  e.step = 10;
+  e.val_loss = 2.6;
+  e.elapsed_s = 30;
+  t.on_eval_end(e, c);
+  EXPECT_FALSE(c.should_stop());
+  e.step = 20;
+  e.val_loss = std::nan("");  // a NaN never counts as reached
+  t.on_eval_end(e, c);
+  EXPECT_FALSE(c.should_stop());
+  e.val_loss = 2.5;
+  e.elapsed_s = 61;
+  t.on_eval_end(e, c);
+  ASSERT_TRUE(c.should_stop());
+  EXPECT_EQ(c.stop_kind(), StopKind::kTarget);
+  EXPECT_STREQ(stop_kind_name(StopKind::kTarget), "target_reached");
+  nlohmann::ordered_json s;
+  t.add_to_summary(s);
+  EXPECT_TRUE(s["to_target"]["reached"].get<bool>());
+  EXPECT_EQ(s["to_target"]["step"], 20);
+  EXPECT_EQ(s["to_target"]["tokens"], 20000);
+  EXPECT_EQ(s["to_target"]["wall_s"], 61.0);
+  EXPECT_TRUE(s["to_target"]["usd"].is_null());
+  EXPECT_EQ(s["tokens_to_target"], 20000);
+  // A later, lower evaluation does not move the record.
+  e.step = 30;
+  e.val_loss = 1.0;
+  Control later;
+  t.on_eval_end(e, later);
+  EXPECT_FALSE(later.should_stop());
+  nlohmann::json saved;
+  t.save_state(saved);
+  TargetLoss resumed(2.5, nullptr);
+  resumed.on_train_begin(info);
+  resumed.load_state(saved);
+  nlohmann::ordered_json s2;
+  resumed.add_to_summary(s2);
+  EXPECT_EQ(s2["to_target"], s["to_target"]);
 }
 
 }  // namespace

@@ -118,8 +118,9 @@ struct EvalMetrics {
 };
 
 // Why a run stopped; summary.json's "stop_kind" (core/exit_code.h maps it to the exit code).
-// kGuard: divergence (weights not trusted); kBudget: the spending limit (weights fine, checkpointed).
-enum class StopKind { kCompleted, kCallback, kEarlyStop, kMaxMinutes, kPreempted, kGuard, kBudget };
+// kGuard: divergence (weights not trusted); kBudget: the spending limit (weights fine, checkpointed);
+// kTarget: train.target_loss reached (a success: exit 0).
+enum class StopKind { kCompleted, kCallback, kEarlyStop, kMaxMinutes, kPreempted, kGuard, kBudget, kTarget };
 const char* stop_kind_name(StopKind k);
 // When several stops are requested at one step, the one that must decide what happens next wins:
 // a divergence the guard gave up on (the weights are not to be saved as final), then the spending

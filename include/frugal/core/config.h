@@ -169,6 +169,21 @@ struct BudgetConfig {
 enum class OptimizerKind {
   kFusedAdamW,  // frugal's flat-buffer AdamW (one multi-tensor update)
   kTorchAdamW,  // torch::optim::AdamW, the per-parameter reference
+  kMuon,        // Muon on the hidden matrices, FusedAdamW on the rest (train/muon.h)
+};
+
+// How Muon scales its orthogonalised update for a rows x cols matrix (train/muon.h).
+enum class MuonLrAdjust {
+  kMatchRmsAdamW,  // 0.2 sqrt(max(rows, cols)): the update's RMS matches AdamW's; train.lr carries over
+  kOriginal,       // sqrt(max(1, rows / cols)): Keller Jordan's; wants a Muon-sized train.lr (~0.02)
+};
+// The dtype of Muon's Newton-Schulz iteration: auto = bf16 on a GPU, fp32 on the CPU.
+enum class MuonPrecision { kAuto, kBf16, kFp32 };
+
+// The learning-rate schedule after the warm-up (train/lr_schedule.h).
+enum class LrSchedule {
+  kCosine,  // cosine decay from train.lr to lr * min_lr_ratio over the rest of the run
+  kWsd,     // warmup-stable-decay: train.lr until the last decay_fraction of the run, then linear to the floor
 };
 
 // [train] — the optimisation schedule.
@@ -179,13 +194,26 @@ struct TrainConfig {
   int64_t global_batch = 0;
   int64_t accum = 0;  // explicit accumulation count; 0 = derived from global_batch
   OptimizerKind optimizer = OptimizerKind::kFusedAdamW;
-  double lr = 3e-3;              // peak learning rate, reached after warmup_steps
-  int64_t warmup_steps = 50;     // linear warm-up from 0, then cosine decay to lr * min_lr_ratio
-  double min_lr_ratio = 0.1;     // floor of the cosine decay, as a fraction of lr
-  double weight_decay = 0.1;     // AdamW decoupled weight decay on matrices (not on biases/norms)
-  double beta1 = 0.9;            // AdamW first-moment decay
-  double beta2 = 0.99;           // AdamW second-moment decay
-  double grad_clip = 1.0;        // global gradient-norm clip; 0 = off
+  double lr = 3e-3;           // peak learning rate, reached after warmup_steps
+  int64_t warmup_steps = 50;  // linear warm-up from 0, then cosine decay to lr * min_lr_ratio
+  double min_lr_ratio = 0.1;  // floor of the cosine decay, as a fraction of lr
+  double weight_decay = 0.1;  // AdamW decoupled weight decay on matrices (not on biases/norms)
+  double beta1 = 0.9;         // AdamW first-moment decay
+  double beta2 = 0.99;        // AdamW second-moment decay
+  double grad_clip = 1.0;     // global gradient-norm clip; 0 = off
+  // After the warm-up: cosine decay over the whole rest of the run, or warmup-stable-decay (the
+  // peak rate until the last decay_fraction of train.steps, then a linear decay to the floor), whose
+  // stable phase lets a resumed run be lengthened (--set train.steps=N) without restarting a decay.
+  LrSchedule schedule = LrSchedule::kCosine;
+  double decay_fraction = 0.2;  // wsd: the share of train.steps the final decay takes
+  // Muon (train.optimizer = "muon"): the momentum of its buffer, its learning-rate adjustment per
+  // matrix shape, and the dtype of its Newton-Schulz iteration.
+  double muon_momentum = 0.95;
+  MuonLrAdjust muon_lr_adjust = MuonLrAdjust::kMatchRmsAdamW;
+  MuonPrecision muon_precision = MuonPrecision::kAuto;
+  // Stop once the validation loss reaches this value (at an evaluation), with stop reason "target
+  // reached" and exit 0; summary.json records the tokens, wall time, $ and kWh it took. 0 = off.
+  double target_loss = 0;
   int64_t eval_every = 150;      // evaluate validation loss every N steps (and at the end); 0 = only at the end
   int64_t eval_batches = 8;      // validation batches per evaluation
   int64_t log_every = 10;        // write a metrics.jsonl line every N steps

@@ -1,5 +1,6 @@
-// The optimizer behind the training step: frugal's FusedAdamW (default) or LibTorch's AdamW
-// (train.optimizer = "torch_adamw", the per-parameter reference the benchmark compares with).
+// The optimizer behind the training step: frugal's FusedAdamW (default), LibTorch's AdamW
+// (train.optimizer = "torch_adamw", the per-parameter reference the benchmark compares with) or
+// Muon with FusedAdamW beside it ("muon", train/muon.h).
 // By default both decay weight matrices only (biases, LayerNorm and rank-1 tensors are not
 // decayed); a task may give its own parameter groups (TaskHooks::param_groups).
 #pragma once
@@ -39,6 +40,7 @@ class Optimizer {
 struct ParamGroup {
   std::vector<at::Tensor> params;
   double weight_decay = 0;
+  bool muon = false;  // train.optimizer = "muon": Muon trains this group's 2-D matrices (train/muon.h)
 };
 
 // The default grouping: `weight_decay` on tensors of rank >= 2, none on the rest.
@@ -49,7 +51,8 @@ std::vector<ParamGroup> default_param_groups(const std::vector<at::Tensor>& para
 void check_param_groups(const std::vector<ParamGroup>& groups, const std::vector<at::Tensor>& params,
                         const std::string& origin);
 
-// `groups` in a stable order (the model's named_parameters order within each group).
+// `groups` in a stable order (the model's named_parameters order within each group). kMuon needs
+// groups marked `muon` (muon_param_groups).
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<ParamGroup>& groups,
                                           const TrainConfig& t);
 // The default grouping of `params` (default_param_groups with train.weight_decay).

@@ -335,7 +335,10 @@ void handle_exit(SearchContext& ctx, Pool& pool, const Job& job, int status, int
   take_figures(t, s);
   if (exited && code == 0) {
     if (rung_done(s, dir, step)) return record(ctx, t, k, s, false);
-    if (!s.is_null() && s.value("stop_kind", "") == "early_stop") return record(ctx, t, k, s, true);
+    // Ended on its own before the rung: early stopping, or train.target_loss reached (the trial is
+    // done; search.metric = "usd_to_target" ranks such trials by what reaching it cost).
+    const std::string kind = s.is_null() ? "" : s.value("stop_kind", "");
+    if (kind == "early_stop" || kind == "target_reached") return record(ctx, t, k, s, true);
     const int64_t reached = s.is_null() ? 0 : s.value("steps", int64_t{0});
     if (reached < step && !s.is_null() && s.value("stop_kind", "") != "preempted")
       return fail(ctx, t, k, fmt::format("stopped at step {}: {}", reached, s.value("stop_reason", "")));

@@ -1,0 +1,57 @@
+// Muon for the hidden weight matrices, AdamW for the rest: train.optimizer = "muon".
+//
+// Muon (Jordan et al., "Muon: an optimizer for hidden layers in neural networks") keeps a momentum
+// buffer per matrix and replaces the update by its nearest semi-orthogonal matrix, computed by a
+// quintic Newton-Schulz iteration. The maths are torch.optim.Muon's (PyTorch 2.9+), step for step:
+//   B <- B + (1 - momentum) (G - B)                      (the buffer as an average of gradients)
+//   U <- G + momentum (B - G)  (nesterov) or U <- B
+//   O <- NS5(U / max(|U|_F, eps)), in bf16 or fp32, on the wide side of U
+//   W <- W (1 - lr x weight_decay) - lr x adjust(rows, cols) x O
+// where adjust is sqrt(max(1, rows / cols)) ("original", Keller Jordan's) or 0.2 sqrt(max(rows,
+// cols)) ("match_rms_adamw", Moonshot's: the update's RMS matches AdamW's, so train.lr and
+// train.weight_decay carry over from an AdamW run). A test checks the update against the venv's
+// torch.optim.Muon on the same gradients.
+//
+// Which tensors Muon takes (muon_param_groups): every 2-D parameter except an embedding's (a
+// torch::nn::Embedding module's weight, or a parameter named like one: wte, wpe, embed, lm_head,
+// head). The embeddings, gains and biases go to frugal's FusedAdamW with train.lr, beta1, beta2.
+// Both use the schedule's learning rate of the step.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "frugal/core/config.h"
+#include "frugal/train/optimizer.h"
+
+namespace torch::nn {
+class Module;
+}  // namespace torch::nn
+
+namespace frugal {
+
+// The zeroth power of a 2-D `update` by `steps` quintic Newton-Schulz iterations with
+// torch.optim.Muon's coefficients (3.4445, -4.7750, 2.0315), computed in bf16 (`bf16`) or fp32,
+// returned in that dtype.
+at::Tensor newton_schulz(const at::Tensor& update, int steps, double eps, bool bf16);
+
+// The learning rate Muon applies to a rows x cols matrix at schedule rate `lr`.
+double muon_lr(double lr, MuonLrAdjust adjust, int64_t rows, int64_t cols);
+
+// Whether a parameter named `name` (as named_parameters spells it) of shape rank `dim` is a hidden
+// matrix Muon takes, by name alone (a TorchScript module, whose module types are not known here).
+bool muon_takes(const std::string& name, int64_t dim);
+
+// The groups train.optimizer = "muon" trains `model` with: the hidden matrices (ParamGroup::muon,
+// `weight_decay`), then the other tensors of rank >= 2 (AdamW, `weight_decay`), then the rest
+// (AdamW, no decay). ConfigError when the model has no hidden matrix at all.
+std::vector<ParamGroup> muon_param_groups(torch::nn::Module& model, double weight_decay);
+
+// Muon on the groups marked `muon`, FusedAdamW on the others. `cuda`: the parameters live on a
+// GPU (train.muon_precision = "auto" takes bf16 there, fp32 on the CPU).
+std::unique_ptr<Optimizer> make_muon(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda);
+
+}  // namespace frugal

@@ -1,0 +1,213 @@
+// train.optimizer = "muon": the update matches torch.optim.Muon (the venv's PyTorch) on the same
+// gradients, for both learning-rate adjustments and a tall and a wide matrix; the hidden matrices
+// go to Muon and the embeddings, gains and biases to AdamW; its state survives a checkpoint
+// bitwise; a model without a hidden matrix is refused by name.
+#include "frugal/train/muon.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "frugal/ckpt/safetensors.h"
+#include "frugal/core/errors.h"
+#include "frugal/model/gpt.h"
+#include "test_util.h"
+
+namespace frugal::muon_test {
+namespace {
+namespace fs = std::filesystem;
+
+std::string venv_python() { return std::string(FRUGAL_SOURCE_DIR) + "/.venv/bin/python"; }
+
+constexpr int kSteps = 3;
+
+// Two matrices (one wide, one tall) and kSteps gradients for each, seeded.
+NamedTensors problem() {
+  torch::manual_seed(3);
+  NamedTensors t = {{"w0", torch::randn({8, 24})}, {"w1", torch::randn({40, 16})}};
+  for (int s = 0; s < kSteps; ++s)
+    for (int i = 0; i < 2; ++i)
+      t.emplace_back(fmt::format("g{}_{}", s, i), torch::randn(t[static_cast<size_t>(i)].second.sizes()));
+  return t;
+}
+
+// The matrices after kSteps of frugal's Muon.
+std::vector<at::Tensor> frugal_muon(const NamedTensors& in, const TrainConfig& t) {
+  std::vector<at::Tensor> w = {in[0].second.clone().requires_grad_(), in[1].second.clone().requires_grad_()};
+  ParamGroup g;
+  g.muon = true;
+  g.weight_decay = t.weight_decay;
+  g.params = w;
+  auto opt = make_optimizer(OptimizerKind::kMuon, std::vector<ParamGroup>{g}, t);
+  for (int s = 0; s < kSteps; ++s) {
+    for (int i = 0; i < 2; ++i)
+      w[static_cast<size_t>(i)].mutable_grad().copy_(in[static_cast<size_t>(2 + 2 * s + i)].second);
+    opt->set_lr(t.lr);
+    opt->step();
+  }
+  return w;
+}
+
+TEST(Muon, MatchesTorchOptimMuonOnTheSameGradients) {
+  if (!fs::exists(venv_python())) GTEST_SKIP() << "no .venv (scripts/install-deps.sh makes it)";
+  test::TempDir d;
+  const NamedTensors in = problem();
+  save_safetensors(d.file("in.safetensors"), in);
+  const std::string script = R"(
+import sys, torch
+from safetensors.torch import load_file, save_file
+if not hasattr(torch.optim, "Muon"):
+    print("no torch.optim.Muon"); sys.exit(77)
+t = load_file(sys.argv[1])
+for adjust in ("match_rms_adamw", "original"):
+    w = [t["w0"].clone().requires_grad_(), t["w1"].clone().requires_grad_()]
+    opt = torch.optim.Muon(w, lr=0.02, weight_decay=0.1, momentum=0.95, adjust_lr_fn=adjust)
+    for s in range(3):
+        for i in range(2):
+            w[i].grad = t[f"g{s}_{i}"].clone()
+        opt.step()
+    save_file({"w0": w[0].detach(), "w1": w[1].detach()}, sys.argv[2] + "." + adjust)
+print("ok")
+)";
+  test::write_text(d.file("ref.py"), script);
+  const int rc = std::system((venv_python() + " " + d.file("ref.py") + " " + d.file("in.safetensors") + " " +
+                              d.file("out") + " > " + d.file("log") + " 2>&1")
+                                 .c_str());
+  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 77) GTEST_SKIP() << "this PyTorch has no torch.optim.Muon";
+  ASSERT_EQ(rc, 0) << test::read_text(d.file("log"));
+  for (const auto& [name, adjust] :
+       {std::pair<std::string, MuonLrAdjust>{"match_rms_adamw", MuonLrAdjust::kMatchRmsAdamW},
+        {"original", MuonLrAdjust::kOriginal}}) {
+    TrainConfig t;
+    t.lr = 0.02;
+    t.weight_decay = 0.1;
+    t.muon_momentum = 0.95;
+    t.muon_lr_adjust = adjust;
+    t.muon_precision = MuonPrecision::kBf16;  // torch.optim.Muon's Newton-Schulz runs in bf16
+    const std::vector<at::Tensor> got = frugal_muon(in, t);
+    const SafetensorsFile ref = load_safetensors(d.file("out." + name));
+    for (size_t i = 0; i < 2; ++i) {
+      const at::Tensor want = ref.tensors[i].second;
+      const at::Tensor moved = want - in[i].second;
+      // Tolerance: 1% of the update's size (the two may order bf16 matmul sums differently).
+      const double err = (got[i].detach() - want).abs().max().item<double>();
+      EXPECT_LE(err, 0.01 * moved.abs().max().item<double>()) << name << " w" << i;
+      EXPECT_GT(moved.abs().max().item<double>(), 1e-3) << "the reference did not move";
+    }
+    // fp32 Newton-Schulz (frugal's CPU default) lands near the bf16 one.
+    t.muon_precision = MuonPrecision::kFp32;
+    const std::vector<at::Tensor> fp32 = frugal_muon(in, t);
+    for (size_t i = 0; i < 2; ++i)
+      EXPECT_LE((fp32[i].detach() - got[i].detach()).abs().max().item<double>(),
+                0.05 * (got[i].detach() - in[i].second).abs().max().item<double>());
+  }
+}
+
+TEST(Muon, NewtonSchulzOrthogonalisesTheWideSide) {
+  torch::manual_seed(1);
+  const at::Tensor g = torch::randn({12, 48});
+  const at::Tensor o = newton_schulz(g, 5, 1e-7, /*bf16=*/false);
+  ASSERT_EQ(o.sizes(), g.sizes());
+  // Singular values near 1 (the quintic lands them in roughly [0.5, 1.5], not exactly 1).
+  const at::Tensor s = torch::linalg_svdvals(o);
+  EXPECT_GT(s.min().item<double>(), 0.4);
+  EXPECT_LT(s.max().item<double>(), 1.6);
+  // A tall matrix is handled on its wide side: the transpose's result, transposed.
+  EXPECT_TRUE(torch::allclose(newton_schulz(g.t(), 5, 1e-7, false), o.t(), 1e-5, 1e-6));
+  EXPECT_DOUBLE_EQ(muon_lr(0.01, MuonLrAdjust::kOriginal, 48, 12), 0.01 * 2.0);
+  EXPECT_DOUBLE_EQ(muon_lr(0.01, MuonLrAdjust::kOriginal, 12, 48), 0.01);
+  EXPECT_DOUBLE_EQ(muon_lr(0.01, MuonLrAdjust::kMatchRmsAdamW, 12, 48), 0.01 * 0.2 * std::sqrt(48.0));
+}
+
+TEST(Muon, TakesTheHiddenMatricesAndLeavesEmbeddingsGainsAndBiasesToAdamW) {
+  ModelConfig c;
+  c.layers = 2;
+  c.heads = 2;
+  c.embd = 16;
+  c.block = 8;
+  c.vocab = 32;
+  Gpt model(c);
+  const std::vector<ParamGroup> g = muon_param_groups(*model, 0.1);
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_TRUE(g[0].muon);
+  EXPECT_FALSE(g[1].muon);
+  EXPECT_FALSE(g[2].muon);
+  std::set<const c10::TensorImpl*> in_muon, in_matrix_adamw;
+  for (const auto& p : g[0].params) in_muon.insert(p.unsafeGetTensorImpl());
+  for (const auto& p : g[1].params) in_matrix_adamw.insert(p.unsafeGetTensorImpl());
+  for (const auto& item : model->named_parameters()) {
+    const std::string& n = item.key();
+    const bool hidden =
+        item.value().dim() == 2 && n.find("wte") == std::string::npos && n.find("wpe") == std::string::npos;
+    EXPECT_EQ(in_muon.count(item.value().unsafeGetTensorImpl()), hidden ? 1u : 0u) << n;
+    if (n.find("wte") != std::string::npos || n.find("wpe") != std::string::npos) {
+      EXPECT_EQ(in_matrix_adamw.count(item.value().unsafeGetTensorImpl()), 1u) << n;
+    }
+  }
+  EXPECT_EQ(g[0].params.size(), 2u * 4u);  // qkv, proj, fc, fc_proj of each block
+  check_param_groups(g, model->parameters(), "muon_param_groups");
+  // By name, for modules whose types are not known (TorchScript).
+  EXPECT_TRUE(muon_takes("h0.attn.qkv.weight", 2));
+  EXPECT_FALSE(muon_takes("transformer.wte.weight", 2));
+  EXPECT_FALSE(muon_takes("lm_head.weight", 2));
+  EXPECT_FALSE(muon_takes("h0.ln1.weight", 1));
+  EXPECT_TRUE(muon_takes("heads_proj.weight", 2));  // "head" as a whole word only
+}
+
+TEST(Muon, AModelWithoutAHiddenMatrixIsRefusedByName) {
+  torch::nn::Sequential only_embedding(torch::nn::Embedding(10, 4));
+  try {
+    muon_param_groups(*only_embedding, 0.1);
+    FAIL() << "a model with no hidden matrix was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no hidden 2-D weight matrix"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Muon, StateRoundTripsThroughACheckpointBitwise) {
+  const NamedTensors in = problem();
+  TrainConfig t;
+  t.lr = 0.02;
+  auto run = [&](bool reload) {
+    std::vector<at::Tensor> w = {in[0].second.clone().requires_grad_(), in[1].second.clone().requires_grad_(),
+                                 torch::zeros({5}).requires_grad_()};
+    std::vector<ParamGroup> g(2);
+    g[0].muon = true;
+    g[0].params = {w[0], w[1]};
+    g[1].params = {w[2]};  // a gain: AdamW
+    auto opt = make_optimizer(OptimizerKind::kMuon, g, t);
+    for (int s = 0; s < kSteps; ++s) {
+      if (reload && s == 1) {  // a fresh optimizer from the saved state, as a resume builds it
+        const auto saved = opt->state_tensors();
+        std::vector<std::pair<std::string, at::Tensor>> copy;
+        for (const auto& [n, x] : saved) copy.emplace_back(n, x.clone());
+        opt = make_optimizer(OptimizerKind::kMuon, g, t);
+        opt->load_state(copy, s);
+      }
+      for (int i = 0; i < 2; ++i)
+        w[static_cast<size_t>(i)].mutable_grad().copy_(in[static_cast<size_t>(2 + 2 * s + i)].second);
+      w[2].mutable_grad().fill_(0.5 * (s + 1));
+      opt->set_lr(t.lr);
+      opt->step();
+    }
+    return w;
+  };
+  const auto a = run(false), b = run(true);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(torch::equal(a[i], b[i])) << "tensor " << i;
+  // A state without Muon's momentum (another optimizer's) is refused.
+  std::vector<at::Tensor> w = {in[0].second.clone().requires_grad_()};
+  ParamGroup g;
+  g.muon = true;
+  g.params = w;
+  auto opt = make_optimizer(OptimizerKind::kMuon, std::vector<ParamGroup>{g}, t);
+  EXPECT_THROW(opt->load_state({}, 1), CheckpointError);
+}
+
+}  // namespace
+}  // namespace frugal::muon_test
