@@ -791,7 +791,35 @@ def render_reliability(R):
     return "\n".join(lines)
 
 
-RENDERERS = {"reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
+def render_time_to_loss(R):
+    j = R.get("time_to_loss")
+    if not j:
+        return not_measured("no bench/results/<date>/time_to_loss.json", "`bench/time_to_loss.py` writes it.")
+    lines = [f"Measured by {provenance(j, R.path('time_to_loss'))}; {machine_line(j)}. Target: validation loss "
+             f"{j['target_loss']} (nats per byte of English text, {j['corpus']['bytes']:,} bytes), evaluated every "
+             f"{j['eval_every']} steps, at most {j['max_steps']} steps; each side at the best learning rate of its "
+             f"sweep on the first seed, medians over the seeds that reached the target:", "",
+             "| shape | side | lr | reached | tokens to target | wall s to target | ms per step |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    labels = {"adamw_cosine": "AdamW + cosine", "muon_wsd": "Muon + WSD"}
+    for row in j["table"]:
+        for side in ("adamw_cosine", "muon_wsd"):
+            r = row[side]
+            tok = n0(r["median_tokens_to_target"]) if r["median_tokens_to_target"] else "-"
+            wall = n0(r["median_wall_s_to_target"]) if r["median_wall_s_to_target"] else "-"
+            lines.append(f"| {row['shape']} | {labels[side]} | {r['lr']:g} | {r['reached']} of {r['seeds']} | {tok} | "
+                         f"{wall} | {n0(r['median_step_ms'])} |")
+    lines.append("")
+    for row in j["table"]:
+        ratio = row["token_ratio_adamw_over_muon"]
+        said = (f"AdamW needs {ratio:.2f}x the tokens Muon needs" if ratio else
+                "the token ratio is not defined (a side did not reach the target)")
+        lines.append(f"- {row['shape']}: {said} (target: 1.25x or more); Muon's step takes "
+                     f"{row['step_time_ratio_muon_over_adamw']:.2f}x AdamW's (target: at most 1.10x).")
+    return "\n".join(lines)
+
+
+RENDERERS = {"time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
              "levers": render_levers, "gpu": render_gpu, "gpu_kernels": render_gpu_kernels, "threads": render_threads, "reuse_freed": render_reuse_freed,
              "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,

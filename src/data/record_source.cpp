@@ -70,10 +70,10 @@ RecordDataset open_record_dataset(const std::string& dir) {
       throw DataError(
           fmt::format("not a frugal record-dataset manifest (kind {}); token datasets are read with "
                       "data.source = \"shards:DIR\"",
-                      m.contains("kind") ? m["kind"].dump() : "missing"));
+                      internal::manifest_field(m, "kind")));
     if (m.value("format_version", 0) != 1)
-      throw DataError(
-          fmt::format("format_version {} is not supported (this build reads 1)", m["format_version"].dump()));
+      throw DataError(fmt::format("format_version {} is not supported (this build reads 1)",
+                                  internal::manifest_field(m, "format_version")));
     const auto& rec = m.at("record");
     d.spec.content = rec.at("content").get<std::string>();
     const std::string dtype = rec.at("dtype").get<std::string>();

@@ -118,7 +118,7 @@ TokenDataset open_manifest(const std::string& dir) {
       throw DataError(fmt::format("'{}' is not a frugal token-dataset manifest (format/kind)", mpath));
     if (m.value("format_version", 0) != 1)
       throw DataError(fmt::format("'{}': format_version {} is not supported (this build reads 1)", mpath,
-                                  m["format_version"].dump()));
+                                  internal::manifest_field(m, "format_version")));
     const nlohmann::json& vocab = m.at("tokenizer").at("vocab");
     // The model's embedding has a row per token: a vocabulary that is no whole number in the range
     // model.vocab allows would train on a truncated value or ask for terabytes.

@@ -216,5 +216,25 @@ TEST(RecordSource, AShortOrMissingShardIsNamedWithTheManifestsSize) {
   }
 }
 
+// A manifest without format_version or kind is a DataError naming what is missing (the message
+// once read the absent key through a const reference: an assertion, found by the fuzz target on
+// the token reader, which shares the manifest reader).
+TEST(RecordSource, AManifestWithoutItsFormatFieldsIsADataErrorSayingWhatIsMissing) {
+  test::TempDir dir;
+  const std::string ds = make_table(dir, 40);
+  const auto good = nlohmann::json::parse(test::read_text(ds + "/manifest.json"));
+  for (const char* key : {"format_version", "kind"}) {
+    auto m = good;
+    m.erase(key);
+    test::write_text(ds + "/manifest.json", m.dump());
+    try {
+      open_record_dataset(ds);
+      FAIL() << "accepted a manifest without " << key;
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace frugal::record_source_test

@@ -49,6 +49,12 @@ inline std::string malformed_manifest(const std::string& mpath, const nlohmann::
       mpath, what);
 }
 
+// The value of `key` in a manifest as JSON text for a message, or "missing": a const json's
+// operator[] on an absent key is undefined behaviour (an assertion), so messages go through this.
+inline std::string manifest_field(const nlohmann::json& m, const char* key) {
+  return m.contains(key) ? m.at(key).dump() : "missing";
+}
+
 // DIR/entry["file"], after checking that it exists and has entry["bytes"] bytes. Throws DataError
 // naming the dataset and the shard otherwise.
 inline std::string checked_shard_path(const std::string& dir, const nlohmann::json& entry) {
