@@ -33,10 +33,12 @@ DataParallel::DataParallel(std::shared_ptr<ProcessGroup> pg, const Config& confi
     : pg_(std::move(pg)),
       config_(config.dist),
       comm_device_(pg_->backend() == "nccl" ? c10::Device(config.run.device) : c10::Device(c10::kCPU)) {
-  if (config.train.optimizer != OptimizerKind::kFusedAdamW)
+  // The all-reduce buckets are views of gradients that stay in place from step to step: fused_adamw's
+  // flat buffer, or Muon's gradient per matrix beside the flat buffer of its AdamW part.
+  if (config.train.optimizer == OptimizerKind::kTorchAdamW)
     throw ConfigError(
-        "multi-process training needs train.optimizer = \"fused_adamw\" (its flat gradient "
-        "buffer holds the all-reduce buckets); torch_adamw is single-process only");
+        "multi-process training needs train.optimizer = \"fused_adamw\" or \"muon\" (their gradients stay "
+        "in place, where the all-reduce buckets view them); torch_adamw is single-process only");
 }
 
 DataParallel::~DataParallel() = default;
@@ -75,7 +77,8 @@ void DataParallel::attach(const std::vector<at::Tensor>& params) {
   for (size_t k = params.size(); k-- > 0;) {
     const at::Tensor& g = params[k].grad();
     if (!g.defined() || !g.is_contiguous())
-      throw Error("data parallel: a parameter has no flat gradient view; the optimizer must be fused_adamw");
+      throw Error(
+          "data parallel: a parameter has no gradient that stays in place; the optimizer must be fused_adamw or muon");
     const auto* key = g.storage().unsafeGetStorageImpl();
     const int64_t off = g.storage_offset(), n = g.numel();
     auto it = open.find(key);

@@ -217,11 +217,21 @@ TEST(ProcessGroup, APortAnsweredByAnotherProgramFailsWithinTheTimeout) {
   ::close(listener);
 }
 
-TEST(DataParallel, RefusesTheTorchOptimizer) {
+TEST(DataParallel, RefusesTheTorchOptimizerAndMuonWithZero1) {
   auto groups = two_ranks(29653);
   Config c;
   c.train.optimizer = OptimizerKind::kTorchAdamW;
   EXPECT_THROW({ DataParallel dp(groups[0], c); }, ConfigError);
+  // Muon trains data parallel, but ZeRO-1 shards fused_adamw's state only.
+  c.train.optimizer = OptimizerKind::kMuon;
+  c.dist.zero = ZeroStage::kOptimizerState;
+  DataParallel dp(groups[0], c);
+  try {
+    dp.make_optimizer({}, c.train);
+    FAIL() << "dist.zero = 1 with muon was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("dist.zero = 1"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

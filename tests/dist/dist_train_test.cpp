@@ -119,10 +119,10 @@ nlohmann::json summary_of(const std::string& run_dir) {
 
 // Two ranks with train.accum = 2 each consume, per step, exactly the micro-batches of one process
 // with accum = 4 (data_parallel.h), so the weights agree up to fp32 summation order.
-void expect_matches_single_process(int port, const std::string& zero) {
+void expect_matches_single_process(int port, const std::string& zero, const std::string& optimizer = "fused_adamw") {
   TempDir dir;
   const std::vector<std::string> common{"train.steps=6", "train.warmup_steps=2", "dist.zero=" + zero,
-                                        "dist.bucket_mb=0.01"};
+                                        "dist.bucket_mb=0.01", "train.optimizer=" + optimizer};
   auto single = common;
   single.push_back("train.accum=4");
   auto r1 = test::run_frugal(joined(train_args(dir.path(), "single", single)));
@@ -153,6 +153,12 @@ void expect_matches_single_process(int port, const std::string& zero) {
 TEST(DistTrain, TwoRanksMatchOneProcessWithTheSameGlobalBatch) { expect_matches_single_process(29660, "0"); }
 
 TEST(DistTrain, TwoRanksWithZero1MatchOneProcessWithTheSameGlobalBatch) { expect_matches_single_process(29661, "1"); }
+
+// Muon: its gradients per matrix are all-reduce buckets of their own beside the AdamW part's flat
+// buffer; every rank keeps the whole state and steps it alike.
+TEST(DistTrain, TwoRanksWithMuonMatchOneProcessWithTheSameGlobalBatch) {
+  expect_matches_single_process(29667, "0", "muon");
+}
 
 TEST(DistTrain, PeerThatNeverArrivesFailsWithinTheTimeout) {
   TempDir dir;
