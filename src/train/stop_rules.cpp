@@ -36,13 +36,15 @@ void TargetLoss::add_to_summary(nlohmann::ordered_json& summary) {
   t["target_loss"] = target_;
   t["reached"] = reached_;
   if (reached_) {
-    const double hours = elapsed_s_ / 3600;
+    // The cost meter's own arithmetic at the moment of the target (its rates, this wall time).
+    const CostFigures f =
+        cost_ ? cost_at(elapsed_s_, step_, step_, cost_->usd_per_hour(), cost_->watts(), 0) : CostFigures{};
     t["step"] = step_;
     t["val_loss"] = val_loss_;
     t["tokens"] = step_ * tokens_per_step_;
     t["wall_s"] = elapsed_s_;
-    t["usd"] = cost_ && cost_->usd_per_hour() > 0 ? nlohmann::ordered_json(hours * cost_->usd_per_hour()) : nullptr;
-    t["kwh"] = cost_ && cost_->watts() > 0 ? nlohmann::ordered_json(hours * cost_->watts() / 1000) : nullptr;
+    t["usd"] = cost_ && cost_->usd_per_hour() > 0 ? nlohmann::ordered_json(f.usd) : nullptr;
+    t["kwh"] = cost_ && cost_->watts() > 0 ? nlohmann::ordered_json(f.kwh) : nullptr;
     // Flat copies for `frugal compare` and search's ranking.
     summary["tokens_to_target"] = t["tokens"];
     summary["wall_s_to_target"] = elapsed_s_;

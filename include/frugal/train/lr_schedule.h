@@ -9,11 +9,16 @@
 
 namespace frugal {
 
+// The warm-up both schedules share: peak * (step + 1) / warmup for step < warmup.
+inline double warmup_lr(int64_t step, int64_t warmup, double peak) {
+  return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
+}
+
 // Learning rate for optimizer step `step` (0-based: the step about to be taken), cosine:
 //   step < warmup:  peak * (step + 1) / warmup
 //   after:          floor + (peak - floor) * (1 + cos(pi * progress)) / 2, progress in [0, 1]
 inline double lr_at(int64_t step, int64_t total, int64_t warmup, double peak, double min_ratio) {
-  if (warmup > 0 && step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (warmup > 0 && step < warmup) return warmup_lr(step, warmup, peak);
   const double floor = peak * min_ratio;
   const int64_t decay = total - warmup;
   if (decay <= 1) return peak;
@@ -35,7 +40,7 @@ inline int64_t wsd_decay_start(int64_t total, int64_t warmup, double decay_fract
 // down to peak * min_ratio, reached at the last step (total - 1).
 inline double wsd_lr_at(int64_t step, int64_t total, int64_t warmup, double peak, double min_ratio,
                         double decay_fraction) {
-  if (warmup > 0 && step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  if (warmup > 0 && step < warmup) return warmup_lr(step, warmup, peak);
   const int64_t start = wsd_decay_start(total, warmup, decay_fraction);
   if (step < start) return peak;
   const int64_t span = total - 1 - start;
