@@ -44,7 +44,7 @@ COMMON = ["--set", "model.layers=1", "--set", "model.heads=2", "--set", "model.e
           "--set", "checkpoint.every_steps=7", "--set", "checkpoint.every_minutes=0", "--set", "checkpoint.keep_last=2",
           "--set", "precision.mode=fp32"]
 TIMING = re.compile(r',"(tokens_per_s|step_s|elapsed_s|eval_s|data_s|forward_s|backward_s|optimizer_s|data_wait_s|'
-                    r'rss_mb|cost_usd|samples_per_s|mfu|checkpoint_s)":[^,}]*')
+                    r'rss_mb|cost_usd|energy_kwh|kg_co2|samples_per_s|mfu|checkpoint_s)":[^,}]*')
 STAGES = ["temp_dir", "model", "master", "optimizer", "data_state", "state", "renamed", "marker"]
 
 

@@ -819,7 +819,25 @@ def render_time_to_loss(R):
     return "\n".join(lines)
 
 
-RENDERERS = {"time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
+def render_tracker_overhead(R):
+    j = R.get("tracker_overhead")
+    if not j:
+        return not_measured("no bench/results/<date>/tracker_overhead.json", "`bench/tracker_overhead.py` writes it.")
+    lines = [f"Measured by {provenance(j, R.path('tracker_overhead'))}; {machine_line(j)}. Every run logs at every "
+             f"step (train.log_every = 1), the MLflow side to a real `mlflow server` on loopback; medians of "
+             f"{j['repeats']} alternating rounds of summary.json's tokens/s, and of the process's wall time from "
+             f"start to exit:", "",
+             "| shape | steps | trackers | tokens/s | vs off | process s |",
+             "| --- | ---: | --- | ---: | ---: | ---: |"]
+    for row in j["table"]:
+        for side in j["sides"]:
+            r = row[side]
+            lines.append(f"| {row['shape']} | {row['steps_config']} | {side} | {n0(r['median_tokens_per_s'])} | "
+                         f"{r['throughput_vs_off']:.3f}x | {r['median_process_s']:.2f} |")
+    return "\n".join(lines)
+
+
+RENDERERS = {"tracker_overhead": render_tracker_overhead, "time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
              "levers": render_levers, "gpu": render_gpu, "gpu_kernels": render_gpu_kernels, "threads": render_threads, "reuse_freed": render_reuse_freed,
              "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,

@@ -19,6 +19,7 @@ PACKAGES=(
   libsentencepiece-dev      # frugal prepare --tokenizer sentencepiece (the frugal-spm helper)
   libjpeg62-turbo-dev libpng-dev # frugal prepare --format images|tar (JPEG and PNG decoding)
   chromium                  # headless browser tests of report.html and the live page (ctest -L browser)
+  libprotobuf-dev protobuf-compiler libboost-dev # TensorBoard event files ([track] tensorboard)
 )
 # --fuzz: also clang with libFuzzer, for scripts/fuzz.sh (CI runs it; GPU jobs need none of it).
 [[ "${1:-}" == "--fuzz" ]] && PACKAGES+=(clang)
@@ -41,22 +42,27 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   fi
 fi
 
-# The virtual environment: made once, refreshed when scripts/requirements.txt changes (the
-# marker holds the hash of the requirements it was made from).
-VENV=.venv
-MARKER=$VENV/.frugal-requirements
-want=$(sha256sum scripts/requirements.txt | cut -d' ' -f1)
-if [[ -x $VENV/bin/python && -f $MARKER && "$(cat "$MARKER")" == "$want" ]]; then
-  exit 0
-fi
+# A virtual environment: made once, refreshed when its requirements file changes (the marker holds
+# the hash of the requirements it was made from).
+#   .venv         scripts/requirements.txt: torch (LibTorch), the reference libraries, tensorboard
+#   .venv-mlflow  scripts/requirements-mlflow.txt: an MLflow server and client for the tracker's
+#                 check (its own environment: mlflow pins a pyarrow older than frugal's)
 PY=${FRUGAL_PYTHON:-python3}
-command -v "$PY" >/dev/null || { echo "install-deps: $PY not found; set FRUGAL_PYTHON to a Python 3.9+" >&2; exit 1; }
-echo "install-deps: installing the Python packages of scripts/requirements.txt into $VENV (torch with CUDA: ~3 GB, about a minute)"
-start=$(date +%s)
-[[ -x $VENV/bin/python ]] || "$PY" -m venv "$VENV"
-if ! "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements.txt \
-    >/tmp/frugal-pip.log 2>&1; then
-  echo "install-deps: pip failed; see /tmp/frugal-pip.log" >&2; tail -20 /tmp/frugal-pip.log >&2; exit 1
-fi
-echo "$want" >"$MARKER"
-echo "install-deps: done ($(( $(date +%s) - start )) s)"
+make_venv() {  # VENV REQUIREMENTS WHAT
+  local venv=$1 req=$2 what=$3 marker=$1/.frugal-requirements want start
+  want=$(sha256sum "$req" | cut -d' ' -f1)
+  if [[ -x $venv/bin/python && -f $marker && "$(cat "$marker")" == "$want" ]]; then
+    return 0
+  fi
+  command -v "$PY" >/dev/null || { echo "install-deps: $PY not found; set FRUGAL_PYTHON to a Python 3.9+" >&2; exit 1; }
+  echo "install-deps: installing the Python packages of $req into $venv ($what)"
+  start=$(date +%s)
+  [[ -x $venv/bin/python ]] || "$PY" -m venv "$venv"
+  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >/tmp/frugal-pip.log 2>&1; then
+    echo "install-deps: pip failed; see /tmp/frugal-pip.log" >&2; tail -20 /tmp/frugal-pip.log >&2; exit 1
+  fi
+  echo "$want" >"$marker"
+  echo "install-deps: $venv done ($(( $(date +%s) - start )) s)"
+}
+make_venv .venv scripts/requirements.txt "torch with CUDA: ~3 GB, about a minute"
+make_venv .venv-mlflow scripts/requirements-mlflow.txt "mlflow: about 30 s"

@@ -364,6 +364,34 @@ void add_monitor_keys(std::vector<KeySpec>& s) {
   s.push_back(token);
 }
 
+void add_track_keys(std::vector<KeySpec>& s) {
+  s.push_back(bool_key(FRUGAL_FIELD(track, tensorboard),
+                       "write TensorBoard event files in runs/<name>/tb/ (every metric, the config, the levers)"));
+  s.push_back(string_key(FRUGAL_FIELD(track, mlflow_uri),
+                         "MLflow tracking server http://HOST:PORT; \"\" = off (credentials: MLFLOW_TRACKING_* "
+                         "environment variables)",
+                         [](const ConfigValue& v) -> std::string {
+                           const auto& t = std::get<std::string>(v);
+                           if (t.empty()) return "";
+                           try {
+                             parse_http_url(t, "track.mlflow_uri");
+                           } catch (const std::exception& e) {
+                             return e.what();
+                           }
+                           return "";
+                         }));
+  s.push_back(string_key(
+      FRUGAL_FIELD(track, mlflow_experiment),
+      "MLflow experiment of the run (created when the server has none by that name)",
+      [](const ConfigValue& v) -> std::string { return std::get<std::string>(v).empty() ? "must not be empty" : ""; }));
+  s.push_back(
+      bool_key(FRUGAL_FIELD(track, mlflow_weights), "also send final/model.safetensors to MLflow as an artifact"));
+  s.push_back(float_key(FRUGAL_FIELD(track, mlflow_timeout_s), 0.1, 3600,
+                        "seconds one MLflow request may take; the run's end waits at most this long"));
+  s.push_back(int_key(FRUGAL_FIELD(track, mlflow_queue), 100, 1e8,
+                      "metric points held while the MLflow server is slow or down; more are dropped and counted"));
+}
+
 void add_tune_keys(std::vector<KeySpec>& s) {
   s.push_back(float_key(FRUGAL_FIELD(tune, max_fraction), 0.001, 1,
                         "tuning time bound, as a fraction of the run's projected time"));

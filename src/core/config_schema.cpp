@@ -29,6 +29,7 @@ std::vector<KeySpec> build_schema() {
   add_dist_keys(s);
   add_profile_keys(s);
   add_monitor_keys(s);
+  add_track_keys(s);
   add_tune_keys(s);
   add_plan_keys(s);
   return s;

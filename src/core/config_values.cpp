@@ -37,6 +37,59 @@ HttpAddress parse_http_address(const std::string& text) {
   return a;
 }
 
+std::string HttpUrl::origin() const {
+  const std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return fmt::format("http://{}:{}", h, port);
+}
+
+HttpUrl parse_http_url(const std::string& text, const std::string& key) {
+  auto bad = [&](const std::string& why) {
+    return ConfigError(
+        fmt::format("{} = \"{}\": {}; expected http://HOST:PORT, e.g. \"http://127.0.0.1:5000\"", key, text, why));
+  };
+  const std::string scheme = "http://";
+  if (text.rfind("https://", 0) == 0)
+    throw bad(
+        "https is not supported (frugal's client speaks plain HTTP); reach the server over http on a trusted "
+        "network, or through a local TLS-terminating proxy");
+  if (text.rfind(scheme, 0) != 0) throw bad("not an http:// URL");
+  const std::string rest = text.substr(scheme.size());
+  if (rest.find_first_of("?#") != std::string::npos) throw bad("a query or fragment is not allowed");
+  const size_t slash = rest.find('/');
+  const std::string authority = rest.substr(0, slash);
+  if (authority.find('@') != std::string::npos)
+    throw bad(
+        "credentials do not belong in the URL (it is written into the run directory); set "
+        "MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, in the environment");
+  HttpUrl u;
+  std::string host = authority, port;
+  if (!host.empty() && host.front() == '[') {
+    const size_t close = host.find(']');
+    if (close == std::string::npos) throw bad("unclosed '[' in the host");
+    if (close + 1 < host.size()) {
+      if (host[close + 1] != ':') throw bad("bad host");
+      port = host.substr(close + 2);
+    }
+    host = host.substr(1, close - 1);
+  } else if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
+    port = host.substr(colon + 1);
+    host = host.substr(0, colon);
+  }
+  if (host.empty() || host.find_first_of(" /") != std::string::npos) throw bad("no host");
+  u.host = host;
+  if (!port.empty()) {
+    if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+      throw bad("the port is not a number");
+    u.port = std::stoi(port);
+    if (u.port < 1 || u.port > 65535) throw bad("the port is not in 1..65535");
+  }
+  if (slash != std::string::npos) {
+    u.base_path = rest.substr(slash);
+    while (!u.base_path.empty() && u.base_path.back() == '/') u.base_path.pop_back();
+  }
+  return u;
+}
+
 std::vector<std::string> resolve_host_addresses(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

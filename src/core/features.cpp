@@ -25,6 +25,9 @@ const std::vector<Feature>& build_features() {
        "the SentencePiece tokenizer (its helper program frugal-spm)", "libsentencepiece-dev"},
       {"parquet", FRUGAL_HAVE_PARQUET != 0, "Apache Arrow C++ (the pyarrow wheel's)",
        "Parquet input (prepare --format parquet)", "pyarrow==26.0.1 into FRUGAL_PYTHON (scripts/install-deps.sh)"},
+      {"tensorboard", FRUGAL_HAVE_TENSORBOARD != 0, "protobuf, Boost's CRC and the tensorboard Python package",
+       "TensorBoard event files ([track] tensorboard)",
+       "libprotobuf-dev protobuf-compiler libboost-dev, and tensorboard into FRUGAL_PYTHON (scripts/install-deps.sh)"},
   };
   return features;
 }

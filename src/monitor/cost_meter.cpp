@@ -117,6 +117,8 @@ void CostMeter::alert(double fraction) {
 void CostMeter::on_step_metrics(StepMetrics& m) {
   figures_ = cost_at(m.elapsed_s, m.step, total_steps_, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
   m.cost_usd = figures_.usd;
+  m.energy_kwh = figures_.kwh;
+  m.kg_co2 = figures_.kg_co2;
 }
 
 void CostMeter::add_to_banner(std::vector<std::string>& lines) const {

@@ -61,6 +61,8 @@ nlohmann::ordered_json step_json(const StepMetrics& m) {
   j["eval_s"] = m.eval_s;
   j["checkpoint_s"] = m.checkpoint_s;
   j["cost_usd"] = m.cost_usd;
+  j["energy_kwh"] = m.energy_kwh;
+  j["kg_co2"] = m.kg_co2;
   j["rss_mb"] = m.rss_mb;
   j["loss_scale"] = m.loss_scale;
   j["skipped_steps"] = m.skipped_steps;

@@ -1,6 +1,7 @@
 // The callback connector; see internal/callback_connector.h.
 #include "train/internal/callback_connector.h"
 
+#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -15,9 +16,11 @@
 #include "frugal/monitor/grad_noise.h"
 #include "frugal/monitor/json_progress.h"
 #include "frugal/monitor/metrics_writer.h"
+#include "frugal/monitor/mlflow.h"
 #include "frugal/monitor/mfu.h"
 #include "frugal/monitor/profiler.h"
 #include "frugal/monitor/progress.h"
+#include "frugal/monitor/tensorboard.h"
 #include "frugal/train/deadline.h"
 #include "frugal/train/divergence_guard.h"
 #include "frugal/train/early_stopping.h"
@@ -39,6 +42,26 @@ void add_producers(const ConnectorContext& ctx, std::vector<std::shared_ptr<Call
   out.push_back(std::make_shared<MfuMeter>(setup.peak, setup.flops_per_token, setup.world_size));
   if (setup.grad_noise)
     out.push_back(std::make_shared<GradNoiseMeter>(setup.micro_batch, setup.accum, setup.global_batch));
+}
+
+// The trackers a team already watches ([track]); rank 0 alone writes to them.
+void add_trackers(const ConnectorContext& ctx, std::vector<std::shared_ptr<Callback>>& out) {
+  const Config& c = *ctx.config;
+  const std::string levers = levers_line(*ctx.setup, c);
+  if (c.track.tensorboard)
+    out.push_back(std::make_shared<TensorBoardWriter>(RunDir(ctx.run_dir).tensorboard(), levers));
+  if (c.track.mlflow_uri.empty()) return;
+  MlflowRunFacts facts;
+  facts.run_name = c.run.name;
+  facts.run_dir = ctx.run_dir;
+  facts.resuming = ctx.resuming;
+  facts.params = mlflow_params(c);
+  facts.tags = {{"frugal.version", FRUGAL_VERSION},
+                {"frugal.device", ctx.device.str()},
+                {"frugal.levers", levers},
+                {"frugal.run_dir", std::filesystem::absolute(ctx.run_dir).string()},
+                {"mlflow.source.name", "frugal train"}};
+  out.push_back(std::make_shared<MlflowTracker>(c.track, std::move(facts)));
 }
 
 std::optional<Deadline> checked_deadline(const Config& c) {
@@ -77,6 +100,7 @@ Connection connect_callbacks(const ConnectorContext& ctx) {
   if (ctx.writer && ctx.json) cbs.push_back(std::make_shared<JsonProgress>());
   if (ctx.writer && !ctx.json && !ctx.quiet) cbs.push_back(std::make_shared<ProgressDisplay>());
   if (ctx.writer) cbs.push_back(std::make_shared<MetricsWriter>(RunDir(ctx.run_dir).metrics(), ctx.resuming));
+  if (ctx.writer) add_trackers(ctx, cbs);
   cbs.push_back(std::make_shared<CheckpointCadence>(c.checkpoint));
   if (c.early_stop.enabled) cbs.push_back(std::make_shared<EarlyStopping>(c.early_stop));
   if (c.train.target_loss > 0) {

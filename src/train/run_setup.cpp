@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
 
 #include "frugal/train/task.h"
@@ -28,6 +29,15 @@ RunSetup set_up_run(const Config& c, const TaskHooks& hooks, int64_t world_size,
   p.grad_noise_wanted = c.monitor.grad_noise;
   p.grad_noise = p.grad_noise_wanted && p.accum > 1;
   return p;
+}
+
+std::string levers_line(const RunSetup& setup, const Config& c) {
+  return fmt::format(
+      "precision {} ({}) | micro_batch {} x accum {} | activation checkpointing {} | optimizer {} | "
+      "checkpoints {}",
+      setup.precision.name(), setup.precision.reason(), setup.micro_batch, setup.accum,
+      to_string(setup.activation_checkpointing), std::get<std::string>(find_key("train.optimizer")->get(c)),
+      c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only");
 }
 
 void continue_global_batch(RunSetup& p, int64_t global_batch, int64_t from_world) {

@@ -58,8 +58,8 @@ std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming, std:
   if (ec) throw IoError(fmt::format("cannot create run directory {}: {}", dir.root(), ec.message()));
   if (!lock) lock = std::make_unique<DirLock>(dir.root());  // a resume took it already
   if (used && overwrite && !resuming) {
-    for (const std::string& p :
-         {dir.metrics(), dir.summary(), dir.final_dir(), dir.config(), dir.checkpoints(), dir.tokenizer_dir()})
+    for (const std::string& p : {dir.metrics(), dir.summary(), dir.final_dir(), dir.config(), dir.checkpoints(),
+                                 dir.tokenizer_dir(), dir.tensorboard(), dir.mlflow()})
       remove_tree(p, ec);
   }
   // Temp directories of checkpoint writes whose process died (a kill, a full disk) go now, before

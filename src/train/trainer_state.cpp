@@ -284,12 +284,7 @@ void Trainer::State::print_banner() const {
       setup.flops_per_token > 0 ? fmt::format(" | {:.1f} MFLOP/token (training)", setup.flops_per_token / 1e6) : ""));
   con.line(fmt::format("data: {} | {} training {}s, {} validation {}s | run dir {}", data->describe(),
                        data->train_tokens(), setup.item, data->val_tokens(), setup.item, run_dir));
-  con.line(
-      fmt::format("levers: precision {} ({}) | micro_batch {} x accum {} | activation "
-                  "checkpointing {} | optimizer {} | checkpoints {}",
-                  setup.precision.name(), setup.precision.reason(), setup.micro_batch, setup.accum,
-                  to_string(setup.activation_checkpointing), std::get<std::string>(find_key("train.optimizer")->get(c)),
-                  c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only"));
+  con.line("levers: " + levers_line(setup, c));
   std::vector<std::string> lines;
   for (const auto& cb : callbacks) cb->add_to_banner(lines);
   for (const auto& l : lines) con.line(l);

@@ -52,7 +52,7 @@ last_step() {  # the step of the last complete metrics line, 0 when none
 }
 
 strip_timing() {
-  sed -E 's/,"(tokens_per_s|step_s|elapsed_s|eval_s|data_s|forward_s|backward_s|optimizer_s|data_wait_s|rss_mb|cost_usd|samples_per_s|mfu|checkpoint_s)":[^,}]*//g' "$1"
+  sed -E 's/,"(tokens_per_s|step_s|elapsed_s|eval_s|data_s|forward_s|backward_s|optimizer_s|data_wait_s|rss_mb|cost_usd|energy_kwh|kg_co2|samples_per_s|mfu|checkpoint_s)":[^,}]*//g' "$1"
 }
 
 for prec in fp32 bf16 muon; do

@@ -28,11 +28,10 @@ TEST(Device, BuildInfoSaysWhatWasCompiledIn) {
 // The optional features say what CMake compiled in (the generated header), and a missing one is
 // refused with a message that names the caller's action, the library, the package and the switch.
 TEST(Features, EachFeatureReportsWhatWasCompiledInAndAnAbsentOneRefusesByName) {
-  const std::vector<std::pair<std::string, int>> expected = {{"zstd", FRUGAL_HAVE_ZSTD},
-                                                             {"libarchive", FRUGAL_HAVE_LIBARCHIVE},
-                                                             {"images", FRUGAL_HAVE_IMAGES},
-                                                             {"sentencepiece", FRUGAL_HAVE_SENTENCEPIECE},
-                                                             {"parquet", FRUGAL_HAVE_PARQUET}};
+  const std::vector<std::pair<std::string, int>> expected = {
+      {"zstd", FRUGAL_HAVE_ZSTD},       {"libarchive", FRUGAL_HAVE_LIBARCHIVE},
+      {"images", FRUGAL_HAVE_IMAGES},   {"sentencepiece", FRUGAL_HAVE_SENTENCEPIECE},
+      {"parquet", FRUGAL_HAVE_PARQUET}, {"tensorboard", FRUGAL_HAVE_TENSORBOARD}};
   ASSERT_EQ(build_features().size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     const Feature& f = build_features()[i];

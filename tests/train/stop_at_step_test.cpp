@@ -23,8 +23,9 @@ std::vector<nlohmann::json> metrics(const std::string& path) {
   std::string line;
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line);
-    for (const char* k : {"tokens_per_s", "step_s", "elapsed_s", "eval_s", "data_s", "forward_s", "backward_s",
-                          "optimizer_s", "data_wait_s", "rss_mb", "cost_usd", "samples_per_s", "mfu", "checkpoint_s"})
+    for (const char* k :
+         {"tokens_per_s", "step_s", "elapsed_s", "eval_s", "data_s", "forward_s", "backward_s", "optimizer_s",
+          "data_wait_s", "rss_mb", "cost_usd", "energy_kwh", "kg_co2", "samples_per_s", "mfu", "checkpoint_s"})
       j.erase(k);
     out.push_back(j);
   }

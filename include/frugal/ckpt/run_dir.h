@@ -33,6 +33,8 @@ class RunDir {
   std::string plan() const { return at("plan.json"); }            // plan.before_train's projection
   std::string tuned_config() const { return at("tuned.toml"); }   // `frugal tune`'s default output
   std::string profile_dir() const { return at("profile"); }       // profile.* traces
+  std::string tensorboard() const { return at("tb"); }            // [track] tensorboard's event files
+  std::string mlflow() const { return at("mlflow.json"); }        // the MLflow run this run logs to
   std::string lock() const { return at(".lock"); }                // held by the process writing the run
 
   // True when the directory holds a run (its metrics, summary, final weights or checkpoints).

@@ -72,13 +72,15 @@ struct StepMetrics {
   double loss = 0;       // mean training loss since the previous log step
   double grad_norm = 0;  // global gradient norm before clipping (this step)
   double lr = 0;
-  double step_s = 0;          // wall time of this step
-  PhaseTimes phases;          // this step's phases (phases.data_s: waiting for the batch; on a GPU
-                              // see PhaseTimes)
-  double tokens_per_s = 0;    // over the window since the previous log step
-  double elapsed_s = 0;       // billed wall time so far, over every session (start-ups included)
-  int64_t tokens = 0;         // tokens consumed so far
-  double cost_usd = 0;        // spend so far ([budget]; filled by the cost meter, a producer)
+  double step_s = 0;        // wall time of this step
+  PhaseTimes phases;        // this step's phases (phases.data_s: waiting for the batch; on a GPU
+                            // see PhaseTimes)
+  double tokens_per_s = 0;  // over the window since the previous log step
+  double elapsed_s = 0;     // billed wall time so far, over every session (start-ups included)
+  int64_t tokens = 0;       // tokens consumed so far
+  double cost_usd = 0;      // spend so far ([budget]; filled by the cost meter, a producer)
+  double energy_kwh = 0;    // energy so far, and its carbon: the cost meter's, as cost_usd
+  double kg_co2 = 0;
   double rss_mb = 0;          // resident memory at this (logged) step
   double loss_scale = 1;      // the fp16 loss scale after this step (1 when not scaling)
   bool loss_scaling = false;  // the loss scaler ran this step (it skips inf/NaN steps itself);

@@ -362,6 +362,27 @@ struct MonitorConfig {
   std::string token;
 };
 
+// [track] — the trackers a team already watches (docs/observability.md, "Trackers"): every figure
+// of metrics.jsonl, the resolved config and the levers, written by rank 0 alone.
+struct TrackConfig {
+  // TensorBoard event files in runs/<name>/tb/ (`tensorboard --logdir runs`).
+  bool tensorboard = false;
+  // "http://HOST:PORT" of an MLflow tracking server; "" = off. Credentials come from the
+  // environment (MLFLOW_TRACKING_TOKEN, or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD),
+  // never from the config, so they are never written into the run directory.
+  std::string mlflow_uri;
+  std::string mlflow_experiment = "frugal";  // created when the server has none by that name
+  // Also send final/model.safetensors as an artifact (summary.json, report.html and config.toml
+  // always go).
+  bool mlflow_weights = false;
+  // Seconds one request to the server may take; the end of the run waits at most this long for
+  // what is still queued (a server that is down never holds the run longer).
+  double mlflow_timeout_s = 10;
+  // Metric points held while the server is slow or down; points past it are dropped (counted in
+  // summary.json's trackers.mlflow.dropped).
+  int64_t mlflow_queue = 100000;
+};
+
 // [tune] — `frugal tune` and the batch-size finder (docs/tuning.md).
 struct TuneConfig {
   // Time `frugal tune` may spend, as a fraction of the configured run's projected time (from the
@@ -417,6 +438,7 @@ struct Config {
   DistConfig dist;
   ProfileConfig profile;
   MonitorConfig monitor;
+  TrackConfig track;
   TuneConfig tune;
   PlanConfig plan;
 };

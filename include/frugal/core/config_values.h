@@ -23,6 +23,19 @@ bool is_loopback_address(const std::string& numeric);
 // the addresses, not the spelling ("127.evil.example" may resolve to anything).
 bool is_loopback_host(const std::string& host);
 
+// An http:// URL of a service frugal talks to (track.mlflow_uri).
+struct HttpUrl {
+  std::string host;
+  int port = 80;
+  std::string base_path;       // "" or "/prefix" (a server behind a proxy path), no trailing '/'
+  std::string origin() const;  // "http://HOST:PORT" ([HOST] for IPv6)
+};
+// Parses "http://HOST[:PORT][/PATH]"; throws ConfigError naming `key` and the value. Refused:
+// another scheme (https included: frugal's HTTP client speaks plain HTTP), credentials in the
+// URL (they would be written into the run directory: the environment carries them), a query
+// or fragment.
+HttpUrl parse_http_url(const std::string& text, const std::string& key);
+
 // Parses budget.alert_at ("0.5,0.8,0.95"); throws ConfigError.
 std::vector<double> parse_alert_fractions(const std::string& text);
 

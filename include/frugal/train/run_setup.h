@@ -36,6 +36,10 @@ struct RunSetup {
 // left empty (the Trainer measures it; a probe of a few steps does not need it).
 RunSetup set_up_run(const Config& config, const TaskHooks& hooks, int64_t world_size, PrecisionPolicy precision);
 
+// The levers the run trains with, on one line: the banner's "levers:" line, and the text the
+// trackers show beside the run ([track]).
+std::string levers_line(const RunSetup& setup, const Config& c);
+
 // Elastic resume: a run checkpointed with `from_world` processes and a global batch of
 // `global_batch` sequences continues on setup.world_size processes with the same global batch and
 // the same data order; the accumulation adjusts (accum = global_batch / (micro_batch x world)).

@@ -1,0 +1,74 @@
+// An MLflow tracking server as a run's tracker ([track] mlflow_uri = "http://HOST:PORT"), through
+// MLflow's REST API (docs/observability.md, "Trackers").
+//
+// What it sends (rank 0 alone):
+//   - the run: created in track.mlflow_experiment (made when missing) and named after run.name,
+//     with params (the resolved config, one param per key; secrets left out) and tags
+//     (frugal.version, frugal.device, frugal.levers, frugal.run_dir);
+//   - metrics: every scalar of each metrics.jsonl line (monitor/trackers.h) at its step;
+//   - artifacts at the end: summary.json, report.html, config.toml (and final/model.safetensors
+//     with track.mlflow_weights), when the server stores artifacts itself (`mlflow server`'s
+//     default, mlflow-artifacts:/); and the run's status (FINISHED, FAILED, or KILLED for a
+//     preempted run, which a resume sets RUNNING again).
+// The run id is kept in runs/<name>/mlflow.json, so a resumed run continues the same MLflow run;
+// the steps the killed session had sent past its checkpoint are sent again, and the run's tag
+// frugal.resumes lists "STEP@TIME" for each resume (a reader takes each step's newest point).
+//
+// A tracker that is down or slow never stops or slows training: the trainer thread only puts
+// points into a bounded queue (track.mlflow_queue); a background thread sends them in batches,
+// retries a server that does not answer, and warns once (and again when it answers). The end of
+// the run waits at most track.mlflow_timeout_s for the queue; what was never sent is counted in
+// summary.json's trackers.mlflow (sent, dropped). Credentials: MLFLOW_TRACKING_TOKEN (a bearer
+// token), or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (basic auth), read from the
+// environment, never written anywhere.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "frugal/core/callback.h"
+#include "frugal/core/config.h"
+
+namespace frugal {
+
+// What a run tells MLflow about itself besides its metrics.
+struct MlflowRunFacts {
+  std::string run_name;
+  std::string run_dir;
+  bool resuming = false;                                    // continue the run named in <run_dir>/mlflow.json, if any
+  std::vector<std::pair<std::string, std::string>> params;  // key -> value (mlflow_params())
+  std::map<std::string, std::string> tags;
+};
+
+// The resolved config as MLflow params: every key of the schema but the secrets, strings
+// unquoted, other values as TOML writes them.
+std::vector<std::pair<std::string, std::string>> mlflow_params(const Config& c);
+
+class MlflowTracker : public Callback {
+ public:
+  MlflowTracker(const TrackConfig& track, MlflowRunFacts facts);
+  ~MlflowTracker() override;
+  MlflowTracker(const MlflowTracker&) = delete;
+  MlflowTracker& operator=(const MlflowTracker&) = delete;
+
+  void on_train_begin(const RunInfo& info) override;
+  void on_step_end(const StepMetrics& m, Control& control) override;
+  void on_eval_end(const EvalMetrics& m, Control& control) override;
+  // Waits (at most track.mlflow_timeout_s) for the queue, then records trackers.mlflow.
+  void add_to_summary(nlohmann::ordered_json& summary) override;
+  // Artifacts and the run's status.
+  void on_train_end(const nlohmann::json& summary) override;
+
+  struct Sender;  // the background thread and its queue (mlflow.cpp)
+
+ private:
+  void print_warnings();
+  TrackConfig track_;
+  MlflowRunFacts facts_;
+  std::unique_ptr<Sender> sender_;
+};
+
+}  // namespace frugal

@@ -1,0 +1,139 @@
+// TensorBoard event files; see tensorboard.h.
+#include "frugal/monitor/tensorboard.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "frugal/core/atomic_file.h"
+#include "frugal/core/errors.h"
+#include "frugal/core/features.h"
+#include "frugal/monitor/metrics_writer.h"
+#include "frugal/monitor/trackers.h"
+#include "frugal_build_config.h"  // FRUGAL_HAVE_TENSORBOARD
+
+#if FRUGAL_HAVE_TENSORBOARD
+#include "monitor/internal/tb_events.h"
+#endif
+
+namespace frugal {
+
+#if FRUGAL_HAVE_TENSORBOARD
+namespace {
+
+double wall_time_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The seconds field of an event file's name: events.out.tfevents.<seconds>.<host>... (0 if none).
+int64_t name_seconds(const std::string& name) {
+  const std::string prefix = "events.out.tfevents.";
+  if (name.rfind(prefix, 0) != 0) return 0;
+  const size_t end = name.find('.', prefix.size());
+  const std::string digits = name.substr(prefix.size(), end - prefix.size());
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return std::stoll(digits);
+}
+
+// A name that sorts after every event file already in `dir` (TensorBoard reads a folder's files
+// in name order): the seconds field is now, or one past the newest file's when that is not older.
+std::string next_event_file(const std::string& dir) {
+  int64_t seconds = static_cast<int64_t>(wall_time_s());
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    seconds = std::max(seconds, name_seconds(e.path().filename().string()) + 1);
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof host - 1);
+  return fmt::format("{}/events.out.tfevents.{:010d}.{}.{}.frugal", dir, seconds, host, ::getpid());
+}
+
+std::string scalars_event(int64_t step, const nlohmann::ordered_json& line) {
+  std::vector<std::pair<std::string, double>> values;
+  for (const TrackedScalar& s : tracked_scalars(line)) values.emplace_back(s.tag, s.value);
+  return detail::tb_scalars_event(wall_time_s(), step, values);
+}
+
+}  // namespace
+
+uint32_t crc32c(const std::string& data) { return detail::tb_crc32c(data); }
+
+uint32_t masked_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+std::string tf_record(const std::string& data) {
+  std::string length(8, '\0');
+  const uint64_t n = data.size();
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  auto le32 = [](uint32_t x) {
+    std::string b(4, '\0');
+    for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((x >> (8 * i)) & 0xff);
+    return b;
+  };
+  return length + le32(masked_crc32c(crc32c(length))) + data + le32(masked_crc32c(crc32c(data)));
+}
+
+TensorBoardWriter::TensorBoardWriter(std::string dir, std::string levers)
+    : dir_(std::move(dir)), levers_(std::move(levers)) {}
+
+TensorBoardWriter::~TensorBoardWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void TensorBoardWriter::write_event(const std::string& serialized) {
+  const std::string record = tf_record(serialized);
+  if (std::fwrite(record.data(), 1, record.size(), f_) != record.size() || std::fflush(f_) != 0)
+    throw IoError(fmt::format("cannot append to {}: {}", path_, std::strerror(errno)));
+}
+
+void TensorBoardWriter::on_train_begin(const RunInfo& info) {
+  std::filesystem::create_directories(dir_);
+  path_ = next_event_file(dir_);
+  f_ = std::fopen(path_.c_str(), "wb");
+  if (!f_) throw IoError(fmt::format("cannot create {}: {}", path_, std::strerror(errno)));
+  write_event(detail::tb_version_event(wall_time_s(), info.start_step));
+  // The points earlier sessions logged after the step this one starts from (a killed session's steps
+  // past its checkpoint, or a run started over without one) are dropped by the reader.
+  write_event(detail::tb_session_start_event(wall_time_s(), info.start_step + 1));
+  const std::string config_path = info.run_dir + "/config.toml";
+  const std::string config = std::filesystem::exists(config_path) ? read_file(config_path) : "";
+  write_event(detail::tb_text_event(wall_time_s(), info.start_step,
+                                    {{"config", "```toml\n" + config + "```"}, {"levers", levers_}}));
+}
+
+void TensorBoardWriter::on_step_end(const StepMetrics& m, Control&) {
+  if (m.logged && f_) write_event(scalars_event(m.step, step_json(m)));
+}
+
+void TensorBoardWriter::on_eval_end(const EvalMetrics& m, Control&) {
+  if (f_) write_event(scalars_event(m.step, eval_json(m)));
+}
+
+void TensorBoardWriter::on_train_end(const nlohmann::json&) {
+  if (f_) std::fclose(f_);
+  f_ = nullptr;
+}
+
+#else  // no TensorBoard support in this build
+
+uint32_t crc32c(const std::string&) { throw ConfigError("crc32c: this frugal was built without TensorBoard support"); }
+uint32_t masked_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+std::string tf_record(const std::string&) {
+  throw ConfigError("tf_record: this frugal was built without TensorBoard support");
+}
+TensorBoardWriter::TensorBoardWriter(std::string dir, std::string levers)
+    : dir_(std::move(dir)), levers_(std::move(levers)) {
+  require_feature("tensorboard", "track.tensorboard");
+}
+TensorBoardWriter::~TensorBoardWriter() = default;
+void TensorBoardWriter::write_event(const std::string&) {}
+void TensorBoardWriter::on_train_begin(const RunInfo&) {}
+void TensorBoardWriter::on_step_end(const StepMetrics&, Control&) {}
+void TensorBoardWriter::on_eval_end(const EvalMetrics&, Control&) {}
+void TensorBoardWriter::on_train_end(const nlohmann::json&) {}
+
+#endif
+
+}  // namespace frugal

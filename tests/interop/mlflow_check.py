@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""A real `mlflow server` (loopback, a temporary SQLite store) as a frugal run's tracker
+([track] mlflow_uri), read back with mlflow.MlflowClient.
+
+1. A run killed (SIGKILL) once the server holds steps past its newest checkpoint, and resumed
+   with --resume auto, is one MLflow run: params are the resolved config, every metric's history holds every
+   step of metrics.jsonl with the same value (a re-sent step's newest point counts), the tag
+   frugal.resumes names the resume, summary.json, report.html and config.toml are artifacts, the
+   status is FINISHED, and the run directory's mlflow.json holds no credentials.
+2. The server stopped in the middle of a run: training completes with exit 0, warns, and
+   summary.json counts the points that were not sent.
+
+Usage: mlflow_check.py FRUGAL_BINARY (run with a Python that has mlflow: .venv-mlflow, made by
+scripts/install-deps.sh). Exit 77 (skipped) without mlflow.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from interop_common import Check
+from tracker_common import expected_points, sets, train
+
+CHECK = Check("mlflow_check")
+fail = CHECK.fail
+
+try:
+    from mlflow.tracking import MlflowClient
+except ImportError as e:
+    print(f"skipped: mlflow is not importable by {sys.executable} ({e}); scripts/install-deps.sh makes .venv-mlflow")
+    sys.exit(77)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(tmp):
+    port = free_port()
+    mlflow = os.path.join(os.path.dirname(sys.executable), "mlflow")
+    log = open(os.path.join(tmp, "server.log"), "w")
+    p = subprocess.Popen([mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                          "--backend-store-uri", f"sqlite:///{tmp}/mlflow.db",
+                          "--artifacts-destination", f"{tmp}/artifacts"],
+                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        if p.poll() is not None:
+            fail(f"mlflow server exited {p.returncode}: {open(log.name).read()[-2000:]}")
+        try:
+            with urllib.request.urlopen(uri + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return p, uri
+        except OSError:
+            time.sleep(0.5)
+    fail("mlflow server did not start within 180 s")
+
+
+def stop_server(p):
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def newest_checkpoint(run_dir):
+    d = os.path.join(run_dir, "checkpoints")
+    steps = [int(n[5:]) for n in os.listdir(d) if re.fullmatch(r"step-\d{8}", n)] if os.path.isdir(d) else []
+    return max(steps, default=0)
+
+
+def kill_past_a_checkpoint(p, run_dir, client):
+    """SIGKILLs the run once the server holds steps past its newest checkpoint (checked with the
+    run held still by SIGSTOP), so that the resume sends those steps again."""
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        if p.poll() is not None:
+            fail(f"the run ended (exit {p.returncode}) before it could be killed past a checkpoint")
+        kept = os.path.join(run_dir, "mlflow.json")
+        if os.path.exists(kept) and newest_checkpoint(run_dir) > 0:
+            run_id = json.load(open(kept))["run_id"]
+            p.send_signal(signal.SIGSTOP)
+            ckpt = newest_checkpoint(run_dir)
+            sent = max((m.step for m in client.get_metric_history(run_id, "train/loss")), default=0)
+            if sent > ckpt:
+                p.kill()
+                p.wait()
+                return ckpt, sent
+            p.send_signal(signal.SIGCONT)
+        time.sleep(0.1)
+    fail("the server never held steps past a checkpoint within 300 s")
+
+
+def check_resumed_run(frugal, tmp, uri):
+    # A model big enough (a step of several ms) that the sender keeps up with the steps.
+    extra = [f"run.out_dir={tmp}", "run.name=resumed", "model.layers=2", "model.embd=128", "model.block=64",
+             "data.micro_batch=8", "train.steps=600", "train.log_every=5", "checkpoint.every_steps=100", f"track.mlflow_uri={uri}", "track.mlflow_experiment=frugal-check",
+             "track.mlflow_timeout_s=60"]
+    client = MlflowClient(tracking_uri=uri)
+    first = subprocess.Popen([frugal, "train", "--quiet"] + sets(extra), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    ckpt, sent = kill_past_a_checkpoint(first, os.path.join(tmp, "resumed"), client)
+    train(CHECK, frugal, extra, resume=True)
+    run_dir = os.path.join(tmp, "resumed")
+    kept = json.load(open(os.path.join(run_dir, "mlflow.json")))
+    if set(kept) != {"uri", "experiment_id", "run_id"} or kept["uri"] != uri:
+        fail(f"mlflow.json: {kept}")
+    exp = client.get_experiment_by_name("frugal-check")
+    runs = client.search_runs([exp.experiment_id])
+    if len(runs) != 1 or runs[0].info.run_id != kept["run_id"]:
+        fail(f"expected one MLflow run ({kept['run_id']}), found {[r.info.run_id for r in runs]}")
+    run = runs[0]
+    if run.info.status != "FINISHED":
+        fail(f"the run's status is {run.info.status}, expected FINISHED")
+    if run.data.params.get("train.steps") != "600" or run.data.params.get("model.embd") != "128":
+        fail(f"params are not the resolved config: train.steps={run.data.params.get('train.steps')}")
+    resumes = run.data.tags.get("frugal.resumes", "")
+    if not re.fullmatch(r"\d+@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", resumes) or int(resumes.split("@")[0]) > ckpt:
+        fail(f"tag frugal.resumes: {resumes!r}, expected one resume at step {ckpt} or before")
+    if "precision" not in run.data.tags.get("frugal.levers", ""):
+        fail(f"tag frugal.levers: {run.data.tags.get('frugal.levers')!r}")
+    want = expected_points(os.path.join(run_dir, "metrics.jsonl"))
+    resent = 0
+    for tag, points in want.items():
+        history = client.get_metric_history(run.info.run_id, tag)
+        newest = {}
+        for m in sorted(history, key=lambda m: m.timestamp):
+            newest[m.step] = m.value
+        resent += len(history) - len(newest)
+        got = sorted(newest.items())
+        exp = sorted(points)
+        if got != exp:
+            fail(f"{tag}: MLflow has {len(got)} steps, metrics.jsonl {len(exp)}; first difference "
+                 f"{next(((g, e) for g, e in zip(got, exp) if g != e), 'in length')}")
+    if resent == 0:
+        fail("no step was sent twice: the kill did not leave sent steps past the checkpoint")
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    if not {"summary.json", "report.html", "config.toml"} <= artifacts:
+        fail(f"artifacts: {sorted(artifacts)}")
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    s = summary["trackers"]["mlflow"]
+    if s["dropped"] != 0 or s["sent"] <= 0 or s["run_id"] != kept["run_id"]:
+        fail(f"summary.json trackers.mlflow: {s}")
+    return len(want), sum(len(p) for p in want.values()), resent, (ckpt, sent)
+
+
+def check_server_stopped(frugal, tmp, server):
+    uri = server[1]
+    run_dir = os.path.join(tmp, "outage")
+    args = [frugal, "train"] + sets([f"run.out_dir={tmp}", "run.name=outage", "model.layers=2", "model.embd=128",
+                                     "model.block=64", "data.micro_batch=8", "train.steps=600",
+                                     "checkpoint.every_steps=300", f"track.mlflow_uri={uri}",
+                                     "track.mlflow_timeout_s=2"])
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    client = MlflowClient(tracking_uri=uri)
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None:  # until the server holds some of its points
+        kept = os.path.join(run_dir, "mlflow.json")
+        if os.path.exists(kept) and len(client.get_metric_history(json.load(open(kept))["run_id"], "train/loss")) >= 5:
+            break
+        time.sleep(0.1)
+    # Held still while the server goes, so that the run has steps left after it (on any machine).
+    p.send_signal(signal.SIGSTOP)
+    stop_server(server[0])
+    p.send_signal(signal.SIGCONT)
+    out, _ = p.communicate(timeout=600)
+    if p.returncode != 0:
+        fail(f"training with the server stopped exited {p.returncode}:\n{out[-2000:]}")
+    if "warning: mlflow" not in out:
+        fail(f"no warning about the server:\n{out[-2000:]}")
+    s = json.load(open(os.path.join(run_dir, "summary.json")))["trackers"]["mlflow"]
+    if s["dropped"] <= 0 or s["sent"] <= 0:
+        fail(f"summary.json trackers.mlflow: {s}; expected points sent before the stop and dropped after it")
+    return s
+
+
+def main():
+    frugal = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start_server(tmp)
+        try:
+            tags, points, resent, (ckpt, sent) = check_resumed_run(frugal, tmp, server[1])
+            outage = check_server_stopped(frugal, tmp, server)
+        finally:
+            stop_server(server[0])
+        print(f"mlflow_check: ok (one run over a kill at step {sent}, past the checkpoint at {ckpt}, and a resume: "
+              f"{tags} metrics, {points} points, {resent} re-sent; server stopped mid-run: exit 0, {outage['sent']} sent, {outage['dropped']} counted as "
+              f"dropped)")
+
+
+if __name__ == "__main__":
+    main()
