@@ -37,6 +37,10 @@ using detail::MlflowError;
 constexpr size_t kBatchMetrics = 1000;  // MLflow's limit per log-batch request
 constexpr size_t kBatchParams = 100;
 constexpr size_t kMaxParamValue = 6000;
+// The sender gathers points for up to this long (or a full batch) before a request: a few
+// requests a second at most, whatever the log rate, so that neither the sender nor the server
+// takes much of the machine.
+constexpr std::chrono::milliseconds kGather{1000};
 
 int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -82,6 +86,7 @@ struct MlflowTracker::Sender {
   void add(const nlohmann::ordered_json& line, int64_t step) {
     const int64_t ms = unix_ms();
     std::lock_guard<std::mutex> lock(mu);
+    const bool was_empty = queue.empty();
     for (const TrackedScalar& s : tracked_scalars(line)) {
       if (static_cast<int64_t>(queue.size()) >= track.mlflow_queue) {
         ++dropped;
@@ -89,7 +94,8 @@ struct MlflowTracker::Sender {
       }
       queue.push_back({s.tag, s.value, step, ms});
     }
-    cv.notify_one();
+    // The sender wakes for the first point (to start its gathering window) and for a full batch.
+    if (was_empty || queue.size() >= kBatchMetrics) cv.notify_one();
   }
   void start(int64_t resume_step) {
     start_step = resume_step;
@@ -276,6 +282,7 @@ void MlflowTracker::Sender::run() {
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return closing || !queue.empty(); });
+      cv.wait_until(lock, Clock::now() + kGather, [&] { return closing || queue.size() >= kBatchMetrics; });
       if (queue.empty() || (closing && Clock::now() >= deadline)) break;
       const size_t n = std::min(queue.size(), kBatchMetrics);
       batch.assign(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n));

@@ -106,7 +106,8 @@ def kill_past_a_checkpoint(p, run_dir, client):
 def check_resumed_run(frugal, tmp, uri):
     # A model big enough (a step of several ms) that the sender keeps up with the steps.
     extra = [f"run.out_dir={tmp}", "run.name=resumed", "model.layers=2", "model.embd=128", "model.block=64",
-             "data.micro_batch=8", "train.steps=600", "train.log_every=5", "checkpoint.every_steps=100", f"track.mlflow_uri={uri}", "track.mlflow_experiment=frugal-check",
+             "data.micro_batch=8", "train.steps=800", "train.log_every=5", "checkpoint.every_steps=200",
+             f"track.mlflow_uri={uri}", "track.mlflow_experiment=frugal-check",
              "track.mlflow_timeout_s=60"]
     client = MlflowClient(tracking_uri=uri)
     first = subprocess.Popen([frugal, "train", "--quiet"] + sets(extra), stdout=subprocess.DEVNULL,
@@ -124,7 +125,7 @@ def check_resumed_run(frugal, tmp, uri):
     run = runs[0]
     if run.info.status != "FINISHED":
         fail(f"the run's status is {run.info.status}, expected FINISHED")
-    if run.data.params.get("train.steps") != "600" or run.data.params.get("model.embd") != "128":
+    if run.data.params.get("train.steps") != "800" or run.data.params.get("model.embd") != "128":
         fail(f"params are not the resolved config: train.steps={run.data.params.get('train.steps')}")
     resumes = run.data.tags.get("frugal.resumes", "")
     if not re.fullmatch(r"\d+@\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", resumes) or int(resumes.split("@")[0]) > ckpt:

@@ -15,7 +15,8 @@
 // frugal.resumes lists "STEP@TIME" for each resume (a reader takes each step's newest point).
 //
 // A tracker that is down or slow never stops or slows training: the trainer thread only puts
-// points into a bounded queue (track.mlflow_queue); a background thread sends them in batches,
+// points into a bounded queue (track.mlflow_queue); a background thread sends them in batches
+// (what gathered in a second, or 1,000 points),
 // retries a server that does not answer, and warns once (and again when it answers). The end of
 // the run waits at most track.mlflow_timeout_s for the queue; what was never sent is counted in
 // summary.json's trackers.mlflow (sent, dropped). Credentials: MLFLOW_TRACKING_TOKEN (a bearer
