@@ -8,8 +8,11 @@ alike: off, tensorboard (event files), mlflow (a real `mlflow server` on loopbac
 (train.log_every = 1, the trackers' worst case) on the demo task, for two shapes: "tiny" (a step
 of a few milliseconds, where a per-step cost would show) and "mid" (4 layers x 4 heads x 256,
 block 128, micro-batch 16). The figure is summary.json's tokens_per_s (the whole session: steps,
-evaluations, checkpoints); the process's wall time, start to exit (MLflow's final flush and
-artifact upload included), is recorded beside it.
+evaluations, checkpoints); recorded beside it: the process's wall time, start to exit (MLflow's
+final flush and artifact upload included), the training thread's own time in the trackers per log
+step (summary.json's trackers.*.trainer_thread_s: the whole of their cost to training, which the
+sending thread does not add to), and the CPU time the local MLflow server spent meanwhile (on a
+machine of few cores it competes with training; a team's server runs elsewhere).
 
 Writes bench/results/<date>/tracker_overhead.json and prints a table.
 
@@ -51,7 +54,8 @@ def start_mlflow(tmp):
     p = subprocess.Popen([mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
                           "--backend-store-uri", f"sqlite:///{tmp}/mlflow.db", "--artifacts-destination",
                           f"{tmp}/artifacts"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
+                         start_new_session=True,
+                         env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))
     uri = f"http://127.0.0.1:{port}"
     for _ in range(360):
         try:
@@ -62,7 +66,22 @@ def start_mlflow(tmp):
     die("mlflow server did not start")
 
 
-def train_once(frugal, work, shape, side, uri, k):
+def group_cpu_s(pgid):
+    """CPU seconds (user + system) of every live process in process group `pgid` (the MLflow
+    server and its workers), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # pgrp
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def train_once(frugal, work, shape, side, uri, server_pgid, k):
     s = SHAPES[shape]
     name = f"{shape}-{side}-{k}"
     sets = [f"run.out_dir={work}", f"run.name={name}", "run.threads=1", f"model.layers={s['layers']}",
@@ -71,6 +90,7 @@ def train_once(frugal, work, shape, side, uri, k):
             f"train.eval_every={s['steps'] // 4}", "train.eval_batches=2", "train.answer_samples=0",
             f"checkpoint.every_steps={s['steps'] // 2}", "track.mlflow_experiment=bench"]
     sets += [x.format(uri=uri) for x in SIDES[side]]
+    cpu0 = group_cpu_s(server_pgid)
     t0 = time.time()
     p = subprocess.run([frugal, "train", "--quiet"] + [a for x in sets for a in ("--set", x)],
                        capture_output=True, text=True)
@@ -78,9 +98,13 @@ def train_once(frugal, work, shape, side, uri, k):
     if p.returncode != 0:
         die(f"{name}: frugal train exited {p.returncode}:\n{p.stderr[-2000:]}")
     summary = json.load(open(os.path.join(work, name, "summary.json")))
-    tr = summary.get("trackers", {}).get("mlflow", {})
+    tr = summary.get("trackers", {})
+    ml, tb = tr.get("mlflow", {}), tr.get("tensorboard", {})
     return {"tokens_per_s": summary["tokens_per_s"], "process_s": round(wall, 3),
-            "mlflow_sent": tr.get("sent"), "mlflow_dropped": tr.get("dropped")}
+            "log_steps": summary.get("steps", s["steps"]),
+            "tracker_thread_s": ml.get("trainer_thread_s", 0) + tb.get("trainer_thread_s", 0),
+            "server_cpu_s": round(group_cpu_s(server_pgid) - cpu0, 3),
+            "mlflow_sent": ml.get("sent"), "mlflow_dropped": ml.get("dropped")}
 
 
 def main():
@@ -101,7 +125,7 @@ def main():
         try:
             for shape in shapes:
                 k = iter(range(10**6))
-                fns = [lambda side=side: train_once(frugal, tmp, shape, side, uri, next(k)) for side in SIDES]
+                fns = [lambda side=side: train_once(frugal, tmp, shape, side, uri, server.pid, next(k)) for side in SIDES]
                 res = alternate(a.rounds, fns)
                 row = {"shape": shape, **{f"{x}_config": v for x, v in SHAPES[shape].items()}}
                 base = median([r["tokens_per_s"] for r in res[0]])
@@ -109,8 +133,14 @@ def main():
                     tps = median([r["tokens_per_s"] for r in rs])
                     row[side] = {"runs": rs, "median_tokens_per_s": tps,
                                  "median_process_s": median([r["process_s"] for r in rs]),
-                                 "throughput_vs_off": tps / base}
+                                 "throughput_vs_off": tps / base,
+                                 "median_tracker_us_per_log_step":
+                                     median([1e6 * r["tracker_thread_s"] / r["log_steps"] for r in rs]),
+                                 "median_server_cpu_s": median([r["server_cpu_s"] for r in rs]),
+                                 "median_wall_s": median([r["process_s"] for r in rs])}
                     print(f"{shape:5s} {side:12s} {tps:10.0f} tokens/s  {tps / base:6.3f}x off  "
+                          f"trainer thread {row[side]['median_tracker_us_per_log_step']:.0f} us/log step  "
+                          f"server CPU {row[side]['median_server_cpu_s']:.2f} s  "
                           f"process {row[side]['median_process_s']:.2f} s", flush=True)
                 table.append(row)
         finally:

@@ -335,12 +335,18 @@ void MlflowTracker::print_warnings() {
 void MlflowTracker::on_train_begin(const RunInfo& info) { sender_->start(info.start_step); }
 
 void MlflowTracker::on_step_end(const StepMetrics& m, Control&) {
-  if (m.logged) sender_->add(step_json(m), m.step);
+  if (m.logged) {
+    const auto start = Clock::now();
+    sender_->add(step_json(m), m.step);
+    add_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+  }
   print_warnings();
 }
 
 void MlflowTracker::on_eval_end(const EvalMetrics& m, Control&) {
+  const auto start = Clock::now();
   sender_->add(eval_json(m), m.step);
+  add_s_ += std::chrono::duration<double>(Clock::now() - start).count();
   print_warnings();
 }
 
@@ -348,11 +354,9 @@ void MlflowTracker::add_to_summary(nlohmann::ordered_json& summary) {
   sender_->finish();
   print_warnings();
   const Sender& s = *sender_;
-  summary["trackers"]["mlflow"] = {{"uri", track_.mlflow_uri},
-                                   {"experiment_id", s.experiment_id},
-                                   {"run_id", s.run_id},
-                                   {"sent", s.sent},
-                                   {"dropped", s.dropped}};
+  summary["trackers"]["mlflow"] = {{"uri", track_.mlflow_uri}, {"experiment_id", s.experiment_id},
+                                   {"run_id", s.run_id},       {"sent", s.sent},
+                                   {"dropped", s.dropped},     {"trainer_thread_s", add_s_}};
   if (s.dropped > 0)
     Console::get().line(
         fmt::format("warning: mlflow: {} metric points were not sent to {} (summary.json: "

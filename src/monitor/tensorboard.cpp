@@ -104,11 +104,23 @@ void TensorBoardWriter::on_train_begin(const RunInfo& info) {
 }
 
 void TensorBoardWriter::on_step_end(const StepMetrics& m, Control&) {
-  if (m.logged && f_) write_event(scalars_event(m.step, step_json(m)));
+  if (!m.logged || !f_) return;
+  const auto start = std::chrono::steady_clock::now();
+  write_event(scalars_event(m.step, step_json(m)));
+  ++events_;
+  write_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void TensorBoardWriter::on_eval_end(const EvalMetrics& m, Control&) {
-  if (f_) write_event(scalars_event(m.step, eval_json(m)));
+  if (!f_) return;
+  const auto start = std::chrono::steady_clock::now();
+  write_event(scalars_event(m.step, eval_json(m)));
+  ++events_;
+  write_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void TensorBoardWriter::add_to_summary(nlohmann::ordered_json& summary) {
+  summary["trackers"]["tensorboard"] = {{"dir", dir_}, {"events", events_}, {"trainer_thread_s", write_s_}};
 }
 
 void TensorBoardWriter::on_train_end(const nlohmann::json&) {
@@ -133,6 +145,7 @@ void TensorBoardWriter::on_train_begin(const RunInfo&) {}
 void TensorBoardWriter::on_step_end(const StepMetrics&, Control&) {}
 void TensorBoardWriter::on_eval_end(const EvalMetrics&, Control&) {}
 void TensorBoardWriter::on_train_end(const nlohmann::json&) {}
+void TensorBoardWriter::add_to_summary(nlohmann::ordered_json&) {}
 
 #endif
 

@@ -7,7 +7,8 @@
    step of metrics.jsonl with the same value (a re-sent step's newest point counts), the tag
    frugal.resumes names the resume, summary.json, report.html and config.toml are artifacts, the
    status is FINISHED, and the run directory's mlflow.json holds no credentials.
-2. The server stopped in the middle of a run: training completes with exit 0, warns, and
+2. A data-parallel run of 2 processes is one MLflow run (rank 0's), with metrics.jsonl's figures.
+3. The server stopped in the middle of a run: training completes with exit 0, warns, and
    summary.json counts the points that were not sent.
 
 Usage: mlflow_check.py FRUGAL_BINARY (run with a Python that has mlflow: .venv-mlflow, made by
@@ -50,7 +51,8 @@ def start_server(tmp):
     p = subprocess.Popen([mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
                           "--backend-store-uri", f"sqlite:///{tmp}/mlflow.db",
                           "--artifacts-destination", f"{tmp}/artifacts"],
-                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                         env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))
     uri = f"http://127.0.0.1:{port}"
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -132,19 +134,7 @@ def check_resumed_run(frugal, tmp, uri):
         fail(f"tag frugal.resumes: {resumes!r}, expected one resume at step {ckpt} or before")
     if "precision" not in run.data.tags.get("frugal.levers", ""):
         fail(f"tag frugal.levers: {run.data.tags.get('frugal.levers')!r}")
-    want = expected_points(os.path.join(run_dir, "metrics.jsonl"))
-    resent = 0
-    for tag, points in want.items():
-        history = client.get_metric_history(run.info.run_id, tag)
-        newest = {}
-        for m in sorted(history, key=lambda m: m.timestamp):
-            newest[m.step] = m.value
-        resent += len(history) - len(newest)
-        got = sorted(newest.items())
-        exp = sorted(points)
-        if got != exp:
-            fail(f"{tag}: MLflow has {len(got)} steps, metrics.jsonl {len(exp)}; first difference "
-                 f"{next(((g, e) for g, e in zip(got, exp) if g != e), 'in length')}")
+    tags, points, resent = same_history(client, run.info.run_id, os.path.join(run_dir, "metrics.jsonl"))
     if resent == 0:
         fail("no step was sent twice: the kill did not leave sent steps past the checkpoint")
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
@@ -154,7 +144,39 @@ def check_resumed_run(frugal, tmp, uri):
     s = summary["trackers"]["mlflow"]
     if s["dropped"] != 0 or s["sent"] <= 0 or s["run_id"] != kept["run_id"]:
         fail(f"summary.json trackers.mlflow: {s}")
-    return len(want), sum(len(p) for p in want.values()), resent, (ckpt, sent)
+    return tags, points, resent, (ckpt, sent)
+
+
+def same_history(client, run_id, metrics_path):
+    """Fails unless every metric's history holds metrics.jsonl's steps and values (a step sent
+    twice counts with its newest point); returns (tags, points, points sent twice)."""
+    want = expected_points(metrics_path)
+    resent = 0
+    for tag, points in want.items():
+        history = client.get_metric_history(run_id, tag)
+        newest = {}
+        for m in sorted(history, key=lambda m: m.timestamp):
+            newest[m.step] = m.value
+        resent += len(history) - len(newest)
+        got, exp = sorted(newest.items()), sorted(points)
+        if got != exp:
+            fail(f"{tag}: MLflow has {len(got)} steps, metrics.jsonl {len(exp)}; first difference "
+                 f"{next(((g, e) for g, e in zip(got, exp) if g != e), 'in length')}")
+    return len(want), sum(len(p) for p in want.values()), resent
+
+
+def check_two_ranks(frugal, tmp, uri):
+    args = [frugal, "launch", "-n", "2", "--port", str(free_port()), "--", "train", "--quiet"] + \
+        sets([f"run.out_dir={tmp}", "run.name=dp", "train.steps=20", f"track.mlflow_uri={uri}",
+              "track.mlflow_experiment=frugal-dp"])
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode != 0:
+        fail(f"frugal launch -n 2 exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("frugal-dp").experiment_id])
+    if len(runs) != 1:
+        fail(f"a 2-process run made {len(runs)} MLflow runs, expected rank 0's alone")
+    same_history(client, runs[0].info.run_id, os.path.join(tmp, "dp", "metrics.jsonl"))
 
 
 def check_server_stopped(frugal, tmp, server):
@@ -193,11 +215,12 @@ def main():
         server = start_server(tmp)
         try:
             tags, points, resent, (ckpt, sent) = check_resumed_run(frugal, tmp, server[1])
+            check_two_ranks(frugal, tmp, server[1])
             outage = check_server_stopped(frugal, tmp, server)
         finally:
             stop_server(server[0])
         print(f"mlflow_check: ok (one run over a kill at step {sent}, past the checkpoint at {ckpt}, and a resume: "
-              f"{tags} metrics, {points} points, {resent} re-sent; server stopped mid-run: exit 0, {outage['sent']} sent, {outage['dropped']} counted as "
+              f"{tags} metrics, {points} points, {resent} re-sent; 2 processes: one run; server stopped mid-run: exit 0, {outage['sent']} sent, {outage['dropped']} counted as "
               f"dropped)")
 
 

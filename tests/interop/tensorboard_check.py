@@ -11,11 +11,13 @@ where it starts (a SessionLog START), not because they were never written.
 Usage: tensorboard_check.py FRUGAL_BINARY. Exit 77 (skipped) without the tensorboard package.
 """
 import os
+import socket
+import subprocess
 import sys
 import tempfile
 
 from interop_common import Check
-from tracker_common import expected_points, train
+from tracker_common import expected_points, sets, train
 
 CHECK = Check("tensorboard_check")
 fail = CHECK.fail
@@ -32,6 +34,38 @@ def accumulate(tb_dir, purge):
     acc = EventAccumulator(tb_dir, size_guidance={"scalars": 0, "tensors": 0}, purge_orphaned_data=purge)
     acc.Reload()
     return acc
+
+
+def same_points(acc, want):
+    """Fails unless TensorBoard's scalars are metrics.jsonl's, step for step (as float32)."""
+    tags = set(acc.Tags()["scalars"])
+    if tags != set(want):
+        fail(f"scalar tags differ from metrics.jsonl's: only in TensorBoard {sorted(tags - set(want))}, "
+             f"only in metrics.jsonl {sorted(set(want) - tags)}")
+    for tag, points in want.items():
+        got = [(e.step, e.value) for e in acc.Scalars(tag)]
+        exp = [(s, float(np.float32(v))) for s, v in points]
+        if got != exp:
+            steps = [s for s, _ in got]
+            fail(f"{tag}: TensorBoard has {len(got)} points (steps {steps[:5]}...{steps[-5:]}), metrics.jsonl "
+                 f"{len(exp)}; first difference: "
+                 f"{next(((g, e) for g, e in zip(got, exp) if g != e), 'in length')}")
+
+
+def check_two_ranks(frugal, tmp):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [frugal, "launch", "-n", "2", "--port", str(port), "--", "train", "--quiet"] + \
+        sets([f"run.out_dir={tmp}", "run.name=dp", "train.steps=20", "track.tensorboard=true"])
+    p = subprocess.run(args, capture_output=True, text=True)
+    if p.returncode != 0:
+        fail(f"frugal launch -n 2 exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    tb_dir = os.path.join(tmp, "dp", "tb")
+    files = [f for f in os.listdir(tb_dir) if "tfevents" in f]
+    if len(files) != 1:
+        fail(f"a 2-process run wrote {len(files)} event files, expected rank 0's alone: {files}")
+    same_points(accumulate(tb_dir, purge=True), expected_points(os.path.join(tmp, "dp", "metrics.jsonl")))
 
 
 def main():
@@ -56,18 +90,7 @@ def main():
             fail("the kills left no re-logged steps in the event files: the check would not see a doubled step")
 
         acc = accumulate(tb_dir, purge=True)
-        tags = set(acc.Tags()["scalars"])
-        if tags != set(want):
-            fail(f"scalar tags differ from metrics.jsonl's: only in TensorBoard {sorted(tags - set(want))}, "
-                 f"only in metrics.jsonl {sorted(set(want) - tags)}")
-        for tag, points in want.items():
-            got = [(e.step, e.value) for e in acc.Scalars(tag)]
-            exp = [(s, float(np.float32(v))) for s, v in points]
-            if got != exp:
-                steps = [s for s, _ in got]
-                fail(f"{tag}: TensorBoard has {len(got)} points (steps {steps[:5]}...{steps[-5:]}), metrics.jsonl "
-                     f"{len(exp)}; first difference: "
-                     f"{next(((g, e) for g, e in zip(got, exp) if g != e), 'in length')}")
+        same_points(acc, want)
         texts = set(acc.Tags()["tensors"])
         if not {"config", "levers"} <= texts:
             fail(f"the config and levers texts are missing: {sorted(texts)}")
@@ -77,9 +100,11 @@ def main():
             fail(f"the config text is not the resolved config.toml: {config[:300]}")
         if "precision" not in levers or "optimizer" not in levers:
             fail(f"the levers text is not the levers line: {levers}")
+        check_two_ranks(frugal, tmp)
         n = sum(len(p) for p in want.values())
         print(f"tensorboard_check: ok ({len(want)} tags, {n} points over 3 sessions, "
-              f"{len(raw_steps) - len(set(raw_steps))} re-logged steps dropped by the reader)")
+              f"{len(raw_steps) - len(set(raw_steps))} re-logged steps dropped by the reader; 2 processes: rank 0's file "
+              f"alone)")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ class MlflowTracker : public Callback {
  private:
   void print_warnings();
   TrackConfig track_;
+  double add_s_ = 0;  // the trainer thread's time handing points to the sender
   MlflowRunFacts facts_;
   std::unique_ptr<Sender> sender_;
 };

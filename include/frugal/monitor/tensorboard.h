@@ -37,6 +37,8 @@ class TensorBoardWriter : public Callback {
   void on_step_end(const StepMetrics& m, Control& control) override;
   void on_eval_end(const EvalMetrics& m, Control& control) override;
   void on_train_end(const nlohmann::json& summary) override;
+  // trackers.tensorboard: the folder, this session's events and the trainer thread's time in them.
+  void add_to_summary(nlohmann::ordered_json& summary) override;
 
   const std::string& path() const { return path_; }  // this session's event file ("" before the run)
 
@@ -44,6 +46,8 @@ class TensorBoardWriter : public Callback {
   void write_event(const std::string& serialized);
   std::string dir_, levers_, path_;
   std::FILE* f_ = nullptr;
+  int64_t events_ = 0;
+  double write_s_ = 0;  // the trainer thread's time in on_step_end / on_eval_end
 };
 
 // The TFRecord framing of one record (exposed for tests).
