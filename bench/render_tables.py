@@ -827,14 +827,15 @@ def render_tracker_overhead(R):
              f"step (train.log_every = 1), the MLflow side to a real `mlflow server` on loopback; medians of "
              f"{j['repeats']} alternating rounds of summary.json's tokens/s, and of the process's wall time from "
              f"start to exit:", "",
-             "| shape | steps | trackers | tokens/s | vs off | trainer thread, µs per log step | MLflow server CPU s "
-             "| process s |",
-             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "| shape | steps | trackers | tokens/s | vs off | vs off, paired by round | trainer thread, µs per log "
+             "step | MLflow server CPU s | process s |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for row in j["table"]:
         for side in j["sides"]:
             r = row[side]
             lines.append(f"| {row['shape']} | {row['steps_config']} | {side} | {n0(r['median_tokens_per_s'])} | "
-                         f"{r['throughput_vs_off']:.3f}x | {n0(r.get('median_tracker_us_per_log_step', 0))} | "
+                         f"{r['throughput_vs_off']:.3f}x | {r.get('median_paired_ratio', 0):.3f}x | "
+                         f"{n0(r.get('median_tracker_us_per_log_step', 0))} | "
                          f"{r.get('median_server_cpu_s', 0):.2f} | {r['median_process_s']:.2f} |")
     return "\n".join(lines)
 

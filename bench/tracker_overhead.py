@@ -3,7 +3,8 @@
 against the same run with them off (target: within 1%).
 
 Four sides, alternating over --rounds rounds so that a drift in the machine's speed hits all
-alike: off, tensorboard (event files), mlflow (a real `mlflow server` on loopback, from
+alike (the ratio to "off" is also taken within each round, and its median reported): off,
+tensorboard (event files), mlflow (a real `mlflow server` on loopback, from
 .venv-mlflow, with a temporary SQLite store), and both. Every run logs at every step
 (train.log_every = 1, the trackers' worst case) on the demo task, for two shapes: "tiny" (a step
 of a few milliseconds, where a per-step cost would show) and "mid" (4 layers x 4 heads x 256,
@@ -110,7 +111,7 @@ def train_once(frugal, work, shape, side, uri, server_pgid, k):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frugal")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--shapes", default="tiny,mid")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
@@ -134,11 +135,16 @@ def main():
                     row[side] = {"runs": rs, "median_tokens_per_s": tps,
                                  "median_process_s": median([r["process_s"] for r in rs]),
                                  "throughput_vs_off": tps / base,
+                                 # Each round's own ratio to that round's run without trackers:
+                                 # pairs taken minutes apart share less of the machine's drift.
+                                 "median_paired_ratio": median([r["tokens_per_s"] / o["tokens_per_s"]
+                                                                for r, o in zip(rs, res[0])]),
                                  "median_tracker_us_per_log_step":
                                      median([1e6 * r["tracker_thread_s"] / r["log_steps"] for r in rs]),
                                  "median_server_cpu_s": median([r["server_cpu_s"] for r in rs]),
                                  "median_wall_s": median([r["process_s"] for r in rs])}
                     print(f"{shape:5s} {side:12s} {tps:10.0f} tokens/s  {tps / base:6.3f}x off  "
+                          f"(paired {row[side]['median_paired_ratio']:.3f}x)  "
                           f"trainer thread {row[side]['median_tracker_us_per_log_step']:.0f} us/log step  "
                           f"server CPU {row[side]['median_server_cpu_s']:.2f} s  "
                           f"process {row[side]['median_process_s']:.2f} s", flush=True)
