@@ -269,10 +269,14 @@ void MlflowTracker::Sender::run() {
           continue;
         }
         disabled = true;
+        const bool auth = e.status == 401 || e.status == 403;
         say(
             fmt::format("warning: mlflow: {}; nothing more is sent to it (what is dropped is counted in "
-                        "summary.json)",
-                        e.what()));
+                        "summary.json){}",
+                        e.what(),
+                        auth ? ". The server wants credentials: set MLFLOW_TRACKING_TOKEN, or "
+                               "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, in the environment"
+                             : ""));
       } catch (const std::exception& e) {
         disabled = true;
         say(fmt::format("warning: mlflow: {}; nothing more is sent to it", e.what()));

@@ -10,6 +10,9 @@
 2. A data-parallel run of 2 processes is one MLflow run (rank 0's), with metrics.jsonl's figures.
 3. The server stopped in the middle of a run: training completes with exit 0, warns, and
    summary.json counts the points that were not sent.
+4. A server with MLflow's basic-auth app: without credentials the run completes (exit 0) and the
+   warning names the variables to set; with MLFLOW_TRACKING_USERNAME / _PASSWORD the metrics
+   arrive, and the password is written nowhere in the run directory.
 
 Usage: mlflow_check.py FRUGAL_BINARY (run with a Python that has mlflow: .venv-mlflow, made by
 scripts/install-deps.sh). Exit 77 (skipped) without mlflow.
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 from interop_common import Check
@@ -44,15 +48,23 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_server(tmp):
+AUTH_PASSWORD = "frugal-check-admin-pass"
+
+
+def start_server(tmp, auth=False):
+    """`mlflow server` on a free loopback port with its store in `tmp`; auth: MLflow's basic-auth
+    app, with the user admin / AUTH_PASSWORD."""
+    os.makedirs(tmp, exist_ok=True)
     port = free_port()
     mlflow = os.path.join(os.path.dirname(sys.executable), "mlflow")
     log = open(os.path.join(tmp, "server.log"), "w")
     p = subprocess.Popen([mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
                           "--backend-store-uri", f"sqlite:///{tmp}/mlflow.db",
-                          "--artifacts-destination", f"{tmp}/artifacts"],
+                          "--artifacts-destination", f"{tmp}/artifacts"] +
+                         (["--app-name", "basic-auth"] if auth else []), cwd=tmp,
                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                         env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false"))
+                         env=dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false",
+                                  MLFLOW_AUTH_ADMIN_PASSWORD=AUTH_PASSWORD, MLFLOW_FLASK_SERVER_SECRET_KEY="frugal-check"))
     uri = f"http://127.0.0.1:{port}"
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -62,6 +74,10 @@ def start_server(tmp):
             with urllib.request.urlopen(uri + "/health", timeout=2) as r:
                 if r.status == 200:
                     return p, uri
+        except urllib.error.HTTPError as e:  # basic-auth answers /health with 401 once it is up
+            if e.code == 401:
+                return p, uri
+            time.sleep(0.5)
         except OSError:
             time.sleep(0.5)
     fail("mlflow server did not start within 180 s")
@@ -209,6 +225,39 @@ def check_server_stopped(frugal, tmp, server):
     return s
 
 
+def check_credentials(frugal, tmp):
+    """A server that wants credentials: without them the run still completes (exit 0) and says
+    which variables to set; with MLFLOW_TRACKING_USERNAME / _PASSWORD its metrics arrive, and the
+    password is written nowhere in the run directory."""
+    server = start_server(os.path.join(tmp, "auth-server"), auth=True)
+    try:
+        uri = server[1]
+        extra = [f"run.out_dir={tmp}", "train.steps=20", f"track.mlflow_uri={uri}"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_TRACKING_")}
+        p = subprocess.run([frugal, "train"] + sets(extra + ["run.name=noauth"]), capture_output=True, text=True,
+                           env=env)
+        if p.returncode != 0 or "HTTP 401" not in p.stdout or "MLFLOW_TRACKING_USERNAME" not in p.stdout:
+            fail(f"without credentials: exit {p.returncode}, expected 0 and a warning naming the variables:\n"
+                 f"{p.stdout[-1500:]}")
+        env.update(MLFLOW_TRACKING_USERNAME="admin", MLFLOW_TRACKING_PASSWORD=AUTH_PASSWORD)
+        p = subprocess.run([frugal, "train", "--quiet"] + sets(extra + ["run.name=auth"]), capture_output=True,
+                           text=True, env=env)
+        if p.returncode != 0:
+            fail(f"with credentials: exit {p.returncode}:\n{p.stdout[-1500:]}{p.stderr[-1500:]}")
+        s = json.load(open(os.path.join(tmp, "auth", "summary.json")))["trackers"]["mlflow"]
+        if s["sent"] <= 0 or s["dropped"] != 0:
+            fail(f"with credentials: summary.json trackers.mlflow: {s}")
+        for root, _, names in os.walk(os.path.join(tmp, "auth")):
+            for n in names:
+                if AUTH_PASSWORD.encode() in open(os.path.join(root, n), "rb").read():
+                    fail(f"the password was written to {os.path.join(root, n)}")
+        os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"] = "admin", AUTH_PASSWORD
+        same_history(MlflowClient(tracking_uri=uri), s["run_id"], os.path.join(tmp, "auth", "metrics.jsonl"))
+        return s["sent"]
+    finally:
+        stop_server(server[0])
+
+
 def main():
     frugal = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -219,9 +268,11 @@ def main():
             outage = check_server_stopped(frugal, tmp, server)
         finally:
             stop_server(server[0])
+        auth_sent = check_credentials(frugal, tmp)
         print(f"mlflow_check: ok (one run over a kill at step {sent}, past the checkpoint at {ckpt}, and a resume: "
               f"{tags} metrics, {points} points, {resent} re-sent; 2 processes: one run; server stopped mid-run: exit 0, {outage['sent']} sent, {outage['dropped']} counted as "
-              f"dropped)")
+              f"dropped; a server with basic auth: refused without credentials (exit 0), {auth_sent} points with them, "
+              f"the password nowhere in the run directory)")
 
 
 if __name__ == "__main__":

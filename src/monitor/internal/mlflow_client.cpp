@@ -59,7 +59,7 @@ nlohmann::json answer(const httplib::Result& res, const std::string& what) {
   }
   const bool retryable = res->status == 429 || res->status >= 500;
   throw MlflowError(fmt::format("{}: HTTP {}{}: {}", what, res->status, code.empty() ? "" : " " + code, message),
-                    retryable, code);
+                    retryable, code, res->status);
 }
 
 }  // namespace

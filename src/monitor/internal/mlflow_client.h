@@ -15,10 +15,11 @@ namespace frugal::detail {
 // (try again later); else it refused the request (4xx: a bad name, no permission, ...), and
 // `code` is MLflow's error_code ("RESOURCE_DOES_NOT_EXIST", ...) when it sent one.
 struct MlflowError : std::runtime_error {
-  MlflowError(const std::string& what, bool can_retry, std::string error_code = "")
-      : std::runtime_error(what), retryable(can_retry), code(std::move(error_code)) {}
+  MlflowError(const std::string& what, bool can_retry, std::string error_code = "", int http_status = 0)
+      : std::runtime_error(what), retryable(can_retry), code(std::move(error_code)), status(http_status) {}
   bool retryable;
   std::string code;
+  int status;  // the HTTP status (0: no answer)
 };
 
 class MlflowClient {
