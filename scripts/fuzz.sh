@@ -42,6 +42,7 @@ cat > "$out/generated/frugal_build_config.h.new" <<CFG
 #define FRUGAL_HAVE_IMAGES 0
 #define FRUGAL_HAVE_SENTENCEPIECE 0
 #define FRUGAL_HAVE_PARQUET 0
+#define FRUGAL_HAVE_TENSORBOARD 0
 CFG
 cmp -s "$out/generated/frugal_build_config.h.new" "$out/generated/frugal_build_config.h" ||
   mv "$out/generated/frugal_build_config.h.new" "$out/generated/frugal_build_config.h"

@@ -7,7 +7,8 @@
    step of metrics.jsonl with the same value (a re-sent step's newest point counts), the tag
    frugal.resumes names the resume, summary.json, report.html and config.toml are artifacts, the
    status is FINISHED, and the run directory's mlflow.json holds no credentials.
-2. A data-parallel run of 2 processes is one MLflow run (rank 0's), with metrics.jsonl's figures.
+2. A data-parallel run of 2 processes is one MLflow run (rank 0's), with metrics.jsonl's figures,
+   and with track.mlflow_weights its final weights as an artifact, byte for byte.
 3. The server stopped in the middle of a run: training completes with exit 0, warns, and
    summary.json counts the points that were not sent.
 4. A server with MLflow's basic-auth app: without credentials the run completes (exit 0) and the
@@ -184,7 +185,7 @@ def same_history(client, run_id, metrics_path):
 def check_two_ranks(frugal, tmp, uri):
     args = [frugal, "launch", "-n", "2", "--port", str(free_port()), "--", "train", "--quiet"] + \
         sets([f"run.out_dir={tmp}", "run.name=dp", "train.steps=20", f"track.mlflow_uri={uri}",
-              "track.mlflow_experiment=frugal-dp"])
+              "track.mlflow_experiment=frugal-dp", "track.mlflow_weights=true"])
     p = subprocess.run(args, capture_output=True, text=True)
     if p.returncode != 0:
         fail(f"frugal launch -n 2 exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
@@ -193,6 +194,12 @@ def check_two_ranks(frugal, tmp, uri):
     if len(runs) != 1:
         fail(f"a 2-process run made {len(runs)} MLflow runs, expected rank 0's alone")
     same_history(client, runs[0].info.run_id, os.path.join(tmp, "dp", "metrics.jsonl"))
+    artifacts = {a.path for a in client.list_artifacts(runs[0].info.run_id)}
+    if "model.safetensors" not in artifacts:
+        fail(f"track.mlflow_weights = true sent no final weights: {sorted(artifacts)}")
+    local = client.download_artifacts(runs[0].info.run_id, "model.safetensors", tmp)
+    if open(local, "rb").read() != open(os.path.join(tmp, "dp", "final", "model.safetensors"), "rb").read():
+        fail("the weights artifact differs from final/model.safetensors")
 
 
 def check_server_stopped(frugal, tmp, server):
@@ -270,7 +277,7 @@ def main():
             stop_server(server[0])
         auth_sent = check_credentials(frugal, tmp)
         print(f"mlflow_check: ok (one run over a kill at step {sent}, past the checkpoint at {ckpt}, and a resume: "
-              f"{tags} metrics, {points} points, {resent} re-sent; 2 processes: one run; server stopped mid-run: exit 0, {outage['sent']} sent, {outage['dropped']} counted as "
+              f"{tags} metrics, {points} points, {resent} re-sent; 2 processes: one run, its weights artifact byte-equal; server stopped mid-run: exit 0, {outage['sent']} sent, {outage['dropped']} counted as "
               f"dropped; a server with basic auth: refused without credentials (exit 0), {auth_sent} points with them, "
               f"the password nowhere in the run directory)")
 

@@ -6,6 +6,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -139,6 +144,47 @@ TEST(Mlflow, AServerThatIsDownNeitherStopsNorHoldsTheRunAndWhatWasNotSentIsCount
   EXPECT_EQ(s.at("dropped").get<int64_t>(), static_cast<int64_t>(points));
   EXPECT_EQ(s.at("run_id").get<std::string>(), "");
   tracker.on_train_end(nlohmann::json::object());  // no run was made: nothing to close
+}
+
+// A server that takes the connection and never answers (a hung proxy, a stalled server): every
+// request gives up after track.mlflow_timeout_s, the trainer thread never waits on one, and the end
+// of the run is held for about that long, not more.
+TEST(Mlflow, AServerThatNeverAnswersHoldsTheRunsEndForItsTimeoutAndNoLonger) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 64), 0);  // connections queue in the backlog; none is ever accepted
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  test::TempDir dir;
+  TrackConfig t;
+  t.mlflow_uri = fmt::format("http://127.0.0.1:{}", ntohs(addr.sin_port));
+  t.mlflow_timeout_s = 0.5;
+  MlflowTracker tracker(t, MlflowRunFacts{"run", dir.path(), false, {}, {}});
+  RunInfo info;
+  info.run_dir = dir.path();
+  tracker.on_train_begin(info);
+  Control control;
+  StepMetrics m;
+  m.logged = true;
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t step = 1; step <= 50; ++step) {
+    m.step = step;
+    tracker.on_step_end(m, control);
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.25)
+      << "the trainer thread waited on the server";
+  nlohmann::ordered_json summary;
+  const auto end = std::chrono::steady_clock::now();
+  tracker.add_to_summary(summary);
+  const double held = std::chrono::duration<double>(std::chrono::steady_clock::now() - end).count();
+  EXPECT_LT(held, 2.5) << "the end of the run waited past its timeout";
+  EXPECT_EQ(summary.at("trackers").at("mlflow").at("sent").get<int64_t>(), 0);
+  EXPECT_GT(summary.at("trackers").at("mlflow").at("dropped").get<int64_t>(), 0);
+  ::close(fd);
 }
 
 TEST(TensorBoard, ABuildWithoutItRefusesByName) {
