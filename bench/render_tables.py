@@ -795,9 +795,15 @@ def render_time_to_loss(R):
     j = R.get("time_to_loss")
     if not j:
         return not_measured("no bench/results/<date>/time_to_loss.json", "`bench/time_to_loss.py` writes it.")
+    by_shape = j.get("by_shape", {})
+    if len(by_shape) > 1:  # shapes measured in separate passes (--merge)
+        at_most = "; ".join(f"{k}: at most {v['max_steps']} steps, source {v['source']['commit'][:12]}, "
+                            f"{v['bench_seconds'] / 60:.0f} min" for k, v in by_shape.items())
+    else:
+        at_most = f"at most {j['max_steps']} steps"
     lines = [f"Measured by {provenance(j, R.path('time_to_loss'))}; {machine_line(j)}. Target: validation loss "
              f"{j['target_loss']} (nats per byte of English text, {j['corpus']['bytes']:,} bytes), evaluated every "
-             f"{j['eval_every']} steps, at most {j['max_steps']} steps; each side at the best learning rate of its "
+             f"{j['eval_every']} steps ({at_most}); each side at the best learning rate of its "
              f"sweep on the first seed, medians over the seeds that reached the target:", "",
              "| shape | side | lr | reached | tokens to target | wall s to target | ms per step |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]

@@ -19,6 +19,7 @@ Writes bench/results/<date>/time_to_loss.json and prints a table.
   .venv/bin/python bench/time_to_loss.py [--frugal build/frugal] [--shapes mid,wide] [--seeds 1,2,3]
         [--target 2.0] [--max-steps 1200] [--eval-every 25]
         [--adamw-lrs 1e-3,3e-3] [--muon-lrs 1e-3,3e-3]
+  .venv/bin/python bench/time_to_loss.py --shapes wide --merge   # adds a shape to today's file
   .venv/bin/python bench/time_to_loss.py --quick   # a tiny shape, a few steps: a smoke run
                                                    # (bench/out/quick/<date>/)
 """
@@ -96,6 +97,9 @@ def main():
     ap.add_argument("--muon-lrs", default="1e-3,3e-3")
     ap.add_argument("--bytes", type=int, default=2_700_000, help="corpus size")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the other shapes' rows and runs of today's time_to_loss.json (each shape's command "
+                         "and source revision are kept in by_shape)")
     a = ap.parse_args()
     if a.quick:
         a.shapes, a.seeds, a.max_steps, a.warmup, a.eval_every, a.target = "quick", "1", 60, 5, 10, 3.0
@@ -150,9 +154,29 @@ def main():
         row["step_time_ratio_muon_over_adamw"] = m_["median_step_ms"] / a_["median_step_ms"]
         table.append(row)
     common = common_fields("time_to_loss", a.quick, len(seeds))
+    mine = a.shapes.split(",")
+    by_shape = {k: {"command": common["command"], "source": common["source"], "date": common["date"],
+                    "learning_rates": lrs, "max_steps": a.max_steps, "bench_seconds": round(time.time() - t_start, 1)}
+                for k in mine}
+    shapes = {k: SHAPES[k] for k in mine}
+    old_path = os.path.join(results_dir(quick=a.quick), "time_to_loss.json")
+    if a.merge and os.path.exists(old_path):
+        old = json.load(open(old_path))
+        if old["target_loss"] != a.target or old["eval_every"] != a.eval_every:
+            die(f"time_to_loss: --merge: {old_path} has target {old['target_loss']} and eval_every "
+                f"{old['eval_every']}; this pass {a.target} and {a.eval_every}")
+        keep = [r for r in old["table"] if r["shape"] not in mine]
+        table = keep + table
+        runs = [r for r in old["runs"] if r["shape"] not in mine] + runs
+        for r in keep:
+            shapes[r["shape"]] = old["shapes"][r["shape"]]
+            by_shape[r["shape"]] = old.get("by_shape", {}).get(r["shape"]) or {
+                "command": old["command"], "source": old["source"], "date": old["date"],
+                "learning_rates": old["learning_rates"], "max_steps": old["max_steps"],
+                "bench_seconds": old["bench_seconds"]}
     out = {"target_loss": a.target, "max_steps": a.max_steps, "eval_every": a.eval_every, "warmup_steps": a.warmup,
-           "corpus": corpus_facts, "shapes": {k: SHAPES[k] for k in a.shapes.split(",")}, "sides": SIDES,
-           "learning_rates": lrs, "table": table, "runs": runs,
+           "corpus": corpus_facts, "shapes": shapes, "sides": SIDES,
+           "learning_rates": lrs, "by_shape": by_shape, "table": table, "runs": runs,
            "targets": {"token_ratio_adamw_over_muon": 1.25, "step_time_ratio_muon_over_adamw": 1.10}}
     path = save_result(results_dir(quick=a.quick), common, out, t_start)
     print(f"\n{'shape':<6} {'side':<14} {'lr':>7} {'reached':>8} {'tokens to target':>17} {'wall s':>8} {'ms/step':>8}")
