@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 
 #include "frugal/core/config_values.h"
 #include "frugal/core/errors.h"
@@ -108,6 +109,15 @@ TEST(Trackers, TheMlflowUrlIsPlainHttpWithoutCredentials) {
   refused("http://host:abc", "port");
 }
 
+// A tracker for a fresh run in `dir`, begun (its sender runs).
+std::unique_ptr<MlflowTracker> started_tracker(const TrackConfig& t, const std::string& dir) {
+  auto tracker = std::make_unique<MlflowTracker>(t, MlflowRunFacts{"run", dir, false, {{"train.lr", "0.1"}}, {}});
+  RunInfo info;
+  info.run_dir = dir;
+  tracker->on_train_begin(info);
+  return tracker;
+}
+
 // Nothing listens on the port: training goes on (no call waits on the server), and the end of
 // the run gives up after track.mlflow_timeout_s and counts every point as dropped.
 TEST(Mlflow, AServerThatIsDownNeitherStopsNorHoldsTheRunAndWhatWasNotSentIsCounted) {
@@ -116,10 +126,7 @@ TEST(Mlflow, AServerThatIsDownNeitherStopsNorHoldsTheRunAndWhatWasNotSentIsCount
   t.mlflow_uri = "http://127.0.0.1:9";  // discard: nothing answers HTTP there
   t.mlflow_timeout_s = 0.5;
   t.mlflow_queue = 100;
-  MlflowTracker tracker(t, MlflowRunFacts{"run", dir.path(), false, {{"train.lr", "0.1"}}, {}});
-  RunInfo info;
-  info.run_dir = dir.path();
-  tracker.on_train_begin(info);
+  const std::unique_ptr<MlflowTracker> tracker = started_tracker(t, dir.path());
   Control control;
   StepMetrics m;
   m.logged = true;
@@ -128,7 +135,7 @@ TEST(Mlflow, AServerThatIsDownNeitherStopsNorHoldsTheRunAndWhatWasNotSentIsCount
   for (int64_t step = 1; step <= 20; ++step) {
     m.step = step;
     m.loss = 1.0 / static_cast<double>(step);
-    tracker.on_step_end(m, control);
+    tracker->on_step_end(m, control);
     points += tracked_scalars(step_json(m)).size();
   }
   const double feed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -137,13 +144,13 @@ TEST(Mlflow, AServerThatIsDownNeitherStopsNorHoldsTheRunAndWhatWasNotSentIsCount
   ASSERT_GT(points, 100u);  // more than the queue holds
   nlohmann::ordered_json summary;
   const auto end = std::chrono::steady_clock::now();
-  tracker.add_to_summary(summary);
+  tracker->add_to_summary(summary);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - end).count(), 5.0);
   const auto& s = summary.at("trackers").at("mlflow");
   EXPECT_EQ(s.at("sent").get<int64_t>(), 0);
   EXPECT_EQ(s.at("dropped").get<int64_t>(), static_cast<int64_t>(points));
   EXPECT_EQ(s.at("run_id").get<std::string>(), "");
-  tracker.on_train_end(nlohmann::json::object());  // no run was made: nothing to close
+  tracker->on_train_end(nlohmann::json::object());  // no run was made: nothing to close
 }
 
 // A server that takes the connection and never answers (a hung proxy, a stalled server): every
@@ -163,23 +170,20 @@ TEST(Mlflow, AServerThatNeverAnswersHoldsTheRunsEndForItsTimeoutAndNoLonger) {
   TrackConfig t;
   t.mlflow_uri = fmt::format("http://127.0.0.1:{}", ntohs(addr.sin_port));
   t.mlflow_timeout_s = 0.5;
-  MlflowTracker tracker(t, MlflowRunFacts{"run", dir.path(), false, {}, {}});
-  RunInfo info;
-  info.run_dir = dir.path();
-  tracker.on_train_begin(info);
+  const std::unique_ptr<MlflowTracker> tracker = started_tracker(t, dir.path());
   Control control;
   StepMetrics m;
   m.logged = true;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t step = 1; step <= 50; ++step) {
     m.step = step;
-    tracker.on_step_end(m, control);
+    tracker->on_step_end(m, control);
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.25)
       << "the trainer thread waited on the server";
   nlohmann::ordered_json summary;
   const auto end = std::chrono::steady_clock::now();
-  tracker.add_to_summary(summary);
+  tracker->add_to_summary(summary);
   const double held = std::chrono::duration<double>(std::chrono::steady_clock::now() - end).count();
   EXPECT_LT(held, 2.5) << "the end of the run waited past its timeout";
   EXPECT_EQ(summary.at("trackers").at("mlflow").at("sent").get<int64_t>(), 0);
