@@ -109,6 +109,7 @@ def main():
     lrs = {"adamw_cosine": [float(x) for x in a.adamw_lrs.split(",")],
            "muon_wsd": [float(x) for x in a.muon_lrs.split(",")]}
     t_start = time.time()
+    common = common_fields("time_to_loss", a.quick, len(seeds))  # the machine and source as the runs start
     text = os.path.join(ROOT, "bench", "out", "english.txt")
     corpus_facts = corpus(text, a.bytes)
     runs, best = [], {}
@@ -153,7 +154,6 @@ def main():
                                               if a_["median_tokens_to_target"] and m_["median_tokens_to_target"] else None)
         row["step_time_ratio_muon_over_adamw"] = m_["median_step_ms"] / a_["median_step_ms"]
         table.append(row)
-    common = common_fields("time_to_loss", a.quick, len(seeds))
     mine = a.shapes.split(",")
     by_shape = {k: {"command": common["command"], "source": common["source"], "date": common["date"],
                     "learning_rates": lrs, "max_steps": a.max_steps, "bench_seconds": round(time.time() - t_start, 1)}
