@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "frugal/core/config_loader.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/wall_clock.h"
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/monitor/trackers.h"
 #include "monitor/internal/mlflow_client.h"
@@ -42,19 +44,7 @@ constexpr size_t kMaxParamValue = 6000;
 // takes much of the machine.
 constexpr std::chrono::milliseconds kGather{1000};
 
-int64_t unix_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+int64_t unix_ms() { return std::llround(unix_now() * 1000); }
 
 // MLflow's run status for summary.json's stop_kind: a preempted run is KILLED (a resume sets it
 // RUNNING again), a diverged one FAILED, every other stop FINISHED.
@@ -185,7 +175,7 @@ bool MlflowTracker::Sender::continue_run() {
   run_id = info.at("run_id").get<std::string>();
   experiment_id = info.at("experiment_id").get<std::string>();
   artifact_uri = info.value("artifact_uri", "");
-  std::string resumes = fmt::format("{}@{}", start_step, utc_now());
+  std::string resumes = fmt::format("{}@{}", start_step, format_utc(unix_now()));
   for (const auto& tag : run.at("run").at("data").value("tags", nlohmann::json::array()))
     if (tag.value("key", "") == "frugal.resumes") resumes = tag.value("value", "") + "," + resumes;
   client.post("runs/update", {{"run_id", run_id}, {"status", "RUNNING"}}, request_timeout());
@@ -342,7 +332,7 @@ void MlflowTracker::on_step_end(const StepMetrics& m, Control&) {
   if (m.logged) {
     const auto start = Clock::now();
     sender_->add(step_json(m), m.step);
-    add_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+    add_s_ += seconds_since(start);
   }
   print_warnings();
 }
@@ -350,7 +340,7 @@ void MlflowTracker::on_step_end(const StepMetrics& m, Control&) {
 void MlflowTracker::on_eval_end(const EvalMetrics& m, Control&) {
   const auto start = Clock::now();
   sender_->add(eval_json(m), m.step);
-  add_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+  add_s_ += seconds_since(start);
   print_warnings();
 }
 

@@ -10,9 +10,11 @@
 
 #include <fmt/format.h>
 
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
+#include "frugal/core/wall_clock.h"
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/monitor/trackers.h"
 #include "frugal_build_config.h"  // FRUGAL_HAVE_TENSORBOARD
@@ -23,12 +25,10 @@
 
 namespace frugal {
 
+uint32_t masked_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
 #if FRUGAL_HAVE_TENSORBOARD
 namespace {
-
-double wall_time_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // The seconds field of an event file's name: events.out.tfevents.<seconds>.<host>... (0 if none).
 int64_t name_seconds(const std::string& name) {
@@ -43,7 +43,7 @@ int64_t name_seconds(const std::string& name) {
 // A name that sorts after every event file already in `dir` (TensorBoard reads a folder's files
 // in name order): the seconds field is now, or one past the newest file's when that is not older.
 std::string next_event_file(const std::string& dir) {
-  int64_t seconds = static_cast<int64_t>(wall_time_s());
+  int64_t seconds = static_cast<int64_t>(unix_now());
   for (const auto& e : std::filesystem::directory_iterator(dir))
     seconds = std::max(seconds, name_seconds(e.path().filename().string()) + 1);
   char host[256] = "localhost";
@@ -54,14 +54,12 @@ std::string next_event_file(const std::string& dir) {
 std::string scalars_event(int64_t step, const nlohmann::ordered_json& line) {
   std::vector<std::pair<std::string, double>> values;
   for (const TrackedScalar& s : tracked_scalars(line)) values.emplace_back(s.tag, s.value);
-  return detail::tb_scalars_event(wall_time_s(), step, values);
+  return detail::tb_scalars_event(unix_now(), step, values);
 }
 
 }  // namespace
 
 uint32_t crc32c(const std::string& data) { return detail::tb_crc32c(data); }
-
-uint32_t masked_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 std::string tf_record(const std::string& data) {
   std::string length(8, '\0');
@@ -93,13 +91,13 @@ void TensorBoardWriter::on_train_begin(const RunInfo& info) {
   path_ = next_event_file(dir_);
   f_ = std::fopen(path_.c_str(), "wb");
   if (!f_) throw IoError(fmt::format("cannot create {}: {}", path_, std::strerror(errno)));
-  write_event(detail::tb_version_event(wall_time_s(), info.start_step));
+  write_event(detail::tb_version_event(unix_now(), info.start_step));
   // The points earlier sessions logged after the step this one starts from (a killed session's steps
   // past its checkpoint, or a run started over without one) are dropped by the reader.
-  write_event(detail::tb_session_start_event(wall_time_s(), info.start_step + 1));
-  const std::string config_path = info.run_dir + "/config.toml";
+  write_event(detail::tb_session_start_event(unix_now(), info.start_step + 1));
+  const std::string config_path = RunDir(info.run_dir).config();
   const std::string config = std::filesystem::exists(config_path) ? read_file(config_path) : "";
-  write_event(detail::tb_text_event(wall_time_s(), info.start_step,
+  write_event(detail::tb_text_event(unix_now(), info.start_step,
                                     {{"config", "```toml\n" + config + "```"}, {"levers", levers_}}));
 }
 
@@ -108,7 +106,7 @@ void TensorBoardWriter::on_step_end(const StepMetrics& m, Control&) {
   const auto start = std::chrono::steady_clock::now();
   write_event(scalars_event(m.step, step_json(m)));
   ++events_;
-  write_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  write_s_ += seconds_since(start);
 }
 
 void TensorBoardWriter::on_eval_end(const EvalMetrics& m, Control&) {
@@ -116,7 +114,7 @@ void TensorBoardWriter::on_eval_end(const EvalMetrics& m, Control&) {
   const auto start = std::chrono::steady_clock::now();
   write_event(scalars_event(m.step, eval_json(m)));
   ++events_;
-  write_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  write_s_ += seconds_since(start);
 }
 
 void TensorBoardWriter::add_to_summary(nlohmann::ordered_json& summary) {
@@ -131,7 +129,6 @@ void TensorBoardWriter::on_train_end(const nlohmann::json&) {
 #else  // no TensorBoard support in this build
 
 uint32_t crc32c(const std::string&) { throw ConfigError("crc32c: this frugal was built without TensorBoard support"); }
-uint32_t masked_crc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 std::string tf_record(const std::string&) {
   throw ConfigError("tf_record: this frugal was built without TensorBoard support");
 }

@@ -47,6 +47,6 @@ def expected_points(metrics_path):
                     for name, x in v.items():
                         if x is not None:
                             out.setdefault(group + name, []).append((j["step"], x))
-                elif isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None:
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
                     out.setdefault(own + k, []).append((j["step"], v))
     return out
