@@ -164,7 +164,8 @@ void add_train_keys(std::vector<KeySpec>& s) {
   s.push_back(enum_key<MuonPrecision>(
       FRUGAL_FIELD(train, muon_precision),
       {{"auto", MuonPrecision::kAuto}, {"bf16", MuonPrecision::kBf16}, {"fp32", MuonPrecision::kFp32}},
-      "muon: the dtype of its Newton-Schulz iteration; auto = bf16 on a GPU, fp32 on the CPU"));
+      "muon: the dtype of its Newton-Schulz iteration; auto = bf16 on a GPU and on a CPU with AVX-512 BF16 or "
+      "AMX, else fp32"));
   s.push_back(float_key(FRUGAL_FIELD(train, target_loss), 0, 1e6,
                         "stop when the validation loss reaches this at an evaluation (stop reason \"target reached\", "
                         "exit 0; summary.json's to_target: tokens, wall time, $ and kWh); 0 = off"));

@@ -26,6 +26,19 @@ std::string cpu_model_name() {
   return "unknown";
 }
 
+bool cpu_has_flag(const std::string& flag) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+  return false;
+}
+
+bool cpu_has_native_bf16() {
+  static const bool yes = cpu_has_flag("avx512_bf16") || cpu_has_flag("amx_bf16");
+  return yes;
+}
+
 namespace {
 
 // Seconds of CPU time every process has used (user, nice, system, irq, softirq, steal), from the

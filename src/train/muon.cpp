@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "frugal/core/errors.h"
+#include "frugal/core/machine_cache.h"
 
 namespace frugal {
 namespace {
@@ -26,7 +27,8 @@ class MuonOptimizer : public Optimizer {
   using Optimizer::step;
   MuonOptimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda)
       : momentum_(t.muon_momentum), adjust_(t.muon_lr_adjust) {
-    bf16_ = t.muon_precision == MuonPrecision::kBf16 || (t.muon_precision == MuonPrecision::kAuto && cuda);
+    bf16_ = t.muon_precision == MuonPrecision::kBf16 ||
+            (t.muon_precision == MuonPrecision::kAuto && (cuda || cpu_has_native_bf16()));
     std::vector<ParamGroup> rest;
     for (const auto& g : groups) {
       if (!g.muon) {
@@ -41,7 +43,6 @@ class MuonOptimizer : public Optimizer {
                           c10::str(p.sizes())));
         params_.push_back(p);
         decay_.push_back(g.weight_decay);
-        bufs_.push_back(torch::zeros_like(p, at::MemoryFormat::Contiguous));
         if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       }
     }
@@ -49,6 +50,25 @@ class MuonOptimizer : public Optimizer {
       throw ConfigError(
           "train.optimizer = \"muon\": no parameter group is marked for Muon (ParamGroup::muon); use "
           "muon_param_groups or mark the hidden matrices");
+    // Matrices of one shape, dtype and device share a stack: one momentum buffer [k, rows, cols]
+    // (each matrix's buffer a view of it, so checkpoints keep one tensor per matrix) and one
+    // batched Newton-Schulz iteration, in the order the matrices first appear.
+    bufs_.resize(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const at::Tensor& p = params_[i];
+      auto same = [&](const Stack& s) {
+        const at::Tensor& q = params_[s.members.front()];
+        return q.sizes().equals(p.sizes()) && q.scalar_type() == p.scalar_type() && q.device() == p.device();
+      };
+      auto it = std::find_if(stacks_.begin(), stacks_.end(), same);
+      if (it == stacks_.end()) it = stacks_.insert(stacks_.end(), Stack{});
+      it->members.push_back(i);
+    }
+    for (auto& s : stacks_) {
+      const at::Tensor& p = params_[s.members.front()];
+      s.momentum = torch::zeros({static_cast<int64_t>(s.members.size()), p.size(0), p.size(1)}, p.options());
+      for (size_t j = 0; j < s.members.size(); ++j) bufs_[s.members[j]] = s.momentum[static_cast<int64_t>(j)];
+    }
     if (!rest.empty()) adamw_ = make_optimizer(OptimizerKind::kFusedAdamW, rest, t);
   }
 
@@ -63,14 +83,20 @@ class MuonOptimizer : public Optimizer {
   void step() override {
     c10::NoGradGuard no_grad;
     if (adamw_) adamw_->step();
-    for (size_t i = 0; i < params_.size(); ++i) {
-      at::Tensor& p = params_[i];
-      const at::Tensor g = p.grad();
-      bufs_[i].lerp_(g, 1 - momentum_);
-      const at::Tensor update = g.lerp(bufs_[i], momentum_);  // Nesterov, as torch.optim.Muon by default
-      const at::Tensor o = newton_schulz(update, kNsSteps, kNsEps, bf16_);
-      p.mul_(1 - lr_ * decay_[i]);
-      p.add_(o.to(p.scalar_type()), -muon_lr(lr_, adjust_, p.size(0), p.size(1)));
+    for (const Stack& s : stacks_) {
+      std::vector<at::Tensor> grads;
+      for (size_t i : s.members) grads.push_back(params_[i].grad());
+      at::Tensor update = at::stack(grads);  // a copy: the gradients stay as they are
+      s.momentum.lerp_(update, 1 - momentum_);
+      update.lerp_(s.momentum, momentum_);  // Nesterov, as torch.optim.Muon by default
+      const at::Tensor o = newton_schulz(update, kNsSteps, kNsEps, bf16_).to(s.momentum.scalar_type());
+      const at::Tensor& first = params_[s.members.front()];
+      const double rate = muon_lr(lr_, adjust_, first.size(0), first.size(1));
+      for (size_t j = 0; j < s.members.size(); ++j) {
+        at::Tensor& p = params_[s.members[j]];
+        p.mul_(1 - lr_ * decay_[s.members[j]]);
+        p.add_(o[static_cast<int64_t>(j)], -rate);
+      }
     }
     ++steps_;
   }
@@ -121,8 +147,13 @@ class MuonOptimizer : public Optimizer {
   }
 
  private:
-  std::unique_ptr<Optimizer> adamw_;  // the embeddings, gains and biases
-  std::vector<at::Tensor> params_, bufs_;
+  struct Stack {
+    std::vector<size_t> members;  // indices into params_
+    at::Tensor momentum;          // [members, rows, cols]
+  };
+  std::unique_ptr<Optimizer> adamw_;       // the embeddings, gains and biases
+  std::vector<at::Tensor> params_, bufs_;  // bufs_[i]: params_[i]'s momentum, a view into its stack's
+  std::vector<Stack> stacks_;
   std::vector<double> decay_;
   double momentum_;
   MuonLrAdjust adjust_;
@@ -149,17 +180,21 @@ bool embedding_like(const std::string& name) {
 }  // namespace
 
 at::Tensor newton_schulz(const at::Tensor& update, int steps, double eps, bool bf16) {
-  TORCH_CHECK(update.dim() == 2, "newton_schulz: a 2-D matrix is required, got ", update.sizes());
-  const bool tall = update.size(0) > update.size(1);
+  TORCH_CHECK(update.dim() == 2 || update.dim() == 3,
+              "newton_schulz: a matrix or a stack of matrices is required, got ", update.sizes());
+  const bool stacked = update.dim() == 3;
+  const bool tall = update.size(-2) > update.size(-1);
   at::Tensor x = update.to(bf16 ? at::kBFloat16 : at::kFloat);
-  if (tall) x = x.t();
-  x = x / x.norm().clamp_min(eps);
+  if (!stacked) x = x.unsqueeze(0);
+  if (tall) x = x.transpose(-2, -1);
+  x = x / at::linalg_vector_norm(x, 2, {-2, -1}, /*keepdim=*/true).clamp_min(eps);
   for (int i = 0; i < steps; ++i) {
-    const at::Tensor gram = at::matmul(x, x.t());
-    const at::Tensor poly = at::addmm(gram, gram, gram, kNsB, kNsC);
-    x = at::addmm(x, poly, x, kNsA, 1.0);
+    const at::Tensor gram = at::bmm(x, x.transpose(-2, -1));
+    const at::Tensor poly = at::baddbmm(gram, gram, gram, kNsB, kNsC);
+    x = at::baddbmm(x, poly, x, kNsA, 1.0);
   }
-  return tall ? x.t() : x;
+  if (tall) x = x.transpose(-2, -1);
+  return stacked ? x : x.squeeze(0);
 }
 
 double muon_lr(double lr, MuonLrAdjust adjust, int64_t rows, int64_t cols) {

@@ -30,18 +30,6 @@ namespace frugal {
 namespace {
 using Clock = std::chrono::steady_clock;
 
-std::string cpu_flags_line() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("flags", 0) == 0) return line;
-  return "";
-}
-
-bool has_flag(const std::string& flags, const std::string& f) {
-  return (" " + flags + " ").find(" " + f + " ") != std::string::npos;
-}
-
 // The middle value; of an even count, the upper of the two middle ones.
 double upper_median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -75,14 +63,13 @@ void check_cpu(DoctorReport& r) {
   f["frugal_version"] = FRUGAL_VERSION;
   f["torch_version"] = TORCH_VERSION;
   f["parallel_backend"] = at::get_parallel_info().find("OpenMP") != std::string::npos ? "OpenMP" : "native";
-  const std::string flags = cpu_flags_line();
   f["cpu"] = cpu_model_name();
   f["logical_cpus"] = usable_cpu_count();
   f["physical_cores"] = physical_core_count();
-  f["avx512f"] = has_flag(flags, "avx512f");
-  f["avx512_bf16"] = has_flag(flags, "avx512_bf16");
-  f["amx_bf16"] = has_flag(flags, "amx_bf16");
-  f["avx2"] = has_flag(flags, "avx2");
+  f["avx512f"] = cpu_has_flag("avx512f");
+  f["avx512_bf16"] = cpu_has_flag("avx512_bf16");
+  f["amx_bf16"] = cpu_has_flag("amx_bf16");
+  f["avx2"] = cpu_has_flag("avx2");
   // The x86-64 level frugal's own CPU kernels (attention) run at on this CPU: 4 (AVX-512),
   // 3 (AVX2 and FMA) or 1 (baseline; also every other architecture).
   f["kernel_level"] = fused_attention_cpu_level();

@@ -26,28 +26,38 @@ namespace fs = std::filesystem;
 std::string venv_python() { return std::string(FRUGAL_SOURCE_DIR) + "/.venv/bin/python"; }
 
 constexpr int kSteps = 3;
+constexpr size_t kMats = 3;
 
-// Two matrices (one wide, one tall) and kSteps gradients for each, seeded.
+// Three matrices (two wide of one shape, which Muon stacks, and a tall one) and kSteps gradients
+// for each, seeded: the matrices first, then step 0's gradients, step 1's, ...
 NamedTensors problem() {
   torch::manual_seed(3);
-  NamedTensors t = {{"w0", torch::randn({8, 24})}, {"w1", torch::randn({40, 16})}};
+  NamedTensors t = {{"w0", torch::randn({8, 24})}, {"w1", torch::randn({40, 16})}, {"w2", torch::randn({8, 24})}};
   for (int s = 0; s < kSteps; ++s)
-    for (int i = 0; i < 2; ++i)
-      t.emplace_back(fmt::format("g{}_{}", s, i), torch::randn(t[static_cast<size_t>(i)].second.sizes()));
+    for (size_t i = 0; i < kMats; ++i) t.emplace_back(fmt::format("g{}_{}", s, i), torch::randn(t[i].second.sizes()));
   return t;
+}
+
+const at::Tensor& grad_of(const NamedTensors& in, int step, size_t i) {
+  return in[kMats + kMats * static_cast<size_t>(step) + i].second;
+}
+
+std::vector<at::Tensor> fresh_matrices(const NamedTensors& in) {
+  std::vector<at::Tensor> w;
+  for (size_t i = 0; i < kMats; ++i) w.push_back(in[i].second.clone().requires_grad_());
+  return w;
 }
 
 // The matrices after kSteps of frugal's Muon.
 std::vector<at::Tensor> frugal_muon(const NamedTensors& in, const TrainConfig& t) {
-  std::vector<at::Tensor> w = {in[0].second.clone().requires_grad_(), in[1].second.clone().requires_grad_()};
+  std::vector<at::Tensor> w = fresh_matrices(in);
   ParamGroup g;
   g.muon = true;
   g.weight_decay = t.weight_decay;
   g.params = w;
   auto opt = make_optimizer(OptimizerKind::kMuon, std::vector<ParamGroup>{g}, t);
   for (int s = 0; s < kSteps; ++s) {
-    for (int i = 0; i < 2; ++i)
-      w[static_cast<size_t>(i)].mutable_grad().copy_(in[static_cast<size_t>(2 + 2 * s + i)].second);
+    for (size_t i = 0; i < kMats; ++i) w[i].mutable_grad().copy_(grad_of(in, s, i));
     opt->set_lr(t.lr);
     opt->step();
   }
@@ -66,13 +76,13 @@ if not hasattr(torch.optim, "Muon"):
     print("no torch.optim.Muon"); sys.exit(77)
 t = load_file(sys.argv[1])
 for adjust in ("match_rms_adamw", "original"):
-    w = [t["w0"].clone().requires_grad_(), t["w1"].clone().requires_grad_()]
+    w = [t[f"w{i}"].clone().requires_grad_() for i in range(3)]
     opt = torch.optim.Muon(w, lr=0.02, weight_decay=0.1, momentum=0.95, adjust_lr_fn=adjust)
     for s in range(3):
-        for i in range(2):
+        for i in range(3):
             w[i].grad = t[f"g{s}_{i}"].clone()
         opt.step()
-    save_file({"w0": w[0].detach(), "w1": w[1].detach()}, sys.argv[2] + "." + adjust)
+    save_file({f"w{i}": w[i].detach() for i in range(3)}, sys.argv[2] + "." + adjust)
 print("ok")
 )";
   test::write_text(d.file("ref.py"), script);
@@ -92,7 +102,7 @@ print("ok")
     t.muon_precision = MuonPrecision::kBf16;  // torch.optim.Muon's Newton-Schulz runs in bf16
     const std::vector<at::Tensor> got = frugal_muon(in, t);
     const SafetensorsFile ref = load_safetensors(d.file("out." + name));
-    for (size_t i = 0; i < 2; ++i) {
+    for (size_t i = 0; i < kMats; ++i) {
       const at::Tensor want = ref.tensors[i].second;
       const at::Tensor moved = want - in[i].second;
       // Tolerance: 1% of the update's size (the two may order bf16 matmul sums differently).
@@ -100,10 +110,10 @@ print("ok")
       EXPECT_LE(err, 0.01 * moved.abs().max().item<double>()) << name << " w" << i;
       EXPECT_GT(moved.abs().max().item<double>(), 1e-3) << "the reference did not move";
     }
-    // fp32 Newton-Schulz (frugal's CPU default) lands near the bf16 one.
+    // fp32 Newton-Schulz (the default on a CPU without native bf16) lands near the bf16 one.
     t.muon_precision = MuonPrecision::kFp32;
     const std::vector<at::Tensor> fp32 = frugal_muon(in, t);
-    for (size_t i = 0; i < 2; ++i)
+    for (size_t i = 0; i < kMats; ++i)
       EXPECT_LE((fp32[i].detach() - got[i].detach()).abs().max().item<double>(),
                 0.05 * (got[i].detach() - in[i].second).abs().max().item<double>());
   }
@@ -123,6 +133,25 @@ TEST(Muon, NewtonSchulzOrthogonalisesTheWideSide) {
   EXPECT_DOUBLE_EQ(muon_lr(0.01, MuonLrAdjust::kOriginal, 48, 12), 0.01 * 2.0);
   EXPECT_DOUBLE_EQ(muon_lr(0.01, MuonLrAdjust::kOriginal, 12, 48), 0.01);
   EXPECT_DOUBLE_EQ(muon_lr(0.01, MuonLrAdjust::kMatchRmsAdamW, 12, 48), 0.01 * 0.2 * std::sqrt(48.0));
+}
+
+TEST(Muon, AStackOfMatricesIsOrthogonalisedMatrixByMatrix) {
+  torch::manual_seed(2);
+  for (const bool tall : {false, true}) {
+    // Norms far apart: a stack normalised as a whole (not matrix by matrix) would fail.
+    const at::Tensor stack = torch::randn({3, 12, 40}) * torch::tensor({1.0f, 30.0f, 0.02f}).view({3, 1, 1});
+    const at::Tensor in = tall ? stack.transpose(1, 2).contiguous() : stack;
+    for (const bool bf16 : {false, true}) {
+      const at::Tensor got = newton_schulz(in, 5, 1e-7, bf16);
+      ASSERT_EQ(got.sizes(), in.sizes());
+      for (int64_t k = 0; k < 3; ++k) {
+        const at::Tensor one = newton_schulz(in[k], 5, 1e-7, bf16);
+        const double tol = bf16 ? 2e-2 : 1e-5;
+        EXPECT_TRUE(torch::allclose(got[k].to(at::kFloat), one.to(at::kFloat), tol, tol))
+            << "matrix " << k << (tall ? " (tall)" : " (wide)") << (bf16 ? " bf16" : " fp32");
+      }
+    }
+  }
 }
 
 TEST(Muon, TakesTheHiddenMatricesAndLeavesEmbeddingsGainsAndBiasesToAdamW) {
@@ -175,12 +204,12 @@ TEST(Muon, StateRoundTripsThroughACheckpointBitwise) {
   TrainConfig t;
   t.lr = 0.02;
   auto run = [&](bool reload) {
-    std::vector<at::Tensor> w = {in[0].second.clone().requires_grad_(), in[1].second.clone().requires_grad_(),
-                                 torch::zeros({5}).requires_grad_()};
+    std::vector<at::Tensor> w = fresh_matrices(in);
+    w.push_back(torch::zeros({5}).requires_grad_());
     std::vector<ParamGroup> g(2);
     g[0].muon = true;
-    g[0].params = {w[0], w[1]};
-    g[1].params = {w[2]};  // a gain: AdamW
+    g[0].params = {w[0], w[1], w[2]};
+    g[1].params = {w[3]};  // a gain: AdamW
     auto opt = make_optimizer(OptimizerKind::kMuon, g, t);
     for (int s = 0; s < kSteps; ++s) {
       if (reload && s == 1) {  // a fresh optimizer from the saved state, as a resume builds it
@@ -190,9 +219,8 @@ TEST(Muon, StateRoundTripsThroughACheckpointBitwise) {
         opt = make_optimizer(OptimizerKind::kMuon, g, t);
         opt->load_state(copy, s);
       }
-      for (int i = 0; i < 2; ++i)
-        w[static_cast<size_t>(i)].mutable_grad().copy_(in[static_cast<size_t>(2 + 2 * s + i)].second);
-      w[2].mutable_grad().fill_(0.5 * (s + 1));
+      for (size_t i = 0; i < kMats; ++i) w[i].mutable_grad().copy_(grad_of(in, s, i));
+      w[3].mutable_grad().fill_(0.5 * (s + 1));
       opt->set_lr(t.lr);
       opt->step();
     }

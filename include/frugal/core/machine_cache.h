@@ -21,6 +21,11 @@ namespace frugal {
 std::string machine_cache_path(const std::string& file);
 // The CPU's model name from /proc/cpuinfo ("unknown" where it does not say).
 std::string cpu_model_name();
+// Whether /proc/cpuinfo's flags name `flag` ("avx512_bf16", "amx_bf16"); false where it cannot be read.
+bool cpu_has_flag(const std::string& flag);
+// The CPU multiplies bf16 natively (AVX-512 BF16 or AMX-BF16): a bf16 matmul runs several times
+// faster than an fp32 one there, and slower than fp32 where it is emulated.
+bool cpu_has_native_bf16();
 // {"cpu": model name, "physical_cores", "logical_cpus" (usable by this process), "torch": version}.
 nlohmann::json machine_identity();
 // The kept decision in `file` when it exists, parses and was measured on this machine.

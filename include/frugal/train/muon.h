@@ -33,9 +33,9 @@ class Module;
 
 namespace frugal {
 
-// The zeroth power of a 2-D `update` by `steps` quintic Newton-Schulz iterations with
-// torch.optim.Muon's coefficients (3.4445, -4.7750, 2.0315), computed in bf16 (`bf16`) or fp32,
-// returned in that dtype.
+// The zeroth power of a 2-D `update` (or of each matrix of a stack [k, rows, cols]) by `steps`
+// quintic Newton-Schulz iterations with torch.optim.Muon's coefficients (3.4445, -4.7750,
+// 2.0315), computed in bf16 (`bf16`) or fp32, returned in that dtype.
 at::Tensor newton_schulz(const at::Tensor& update, int steps, double eps, bool bf16);
 
 // The learning rate Muon applies to a rows x cols matrix at schedule rate `lr`.
@@ -51,7 +51,9 @@ bool muon_takes(const std::string& name, int64_t dim);
 std::vector<ParamGroup> muon_param_groups(torch::nn::Module& model, double weight_decay);
 
 // Muon on the groups marked `muon`, FusedAdamW on the others. `cuda`: the parameters live on a
-// GPU (train.muon_precision = "auto" takes bf16 there, fp32 on the CPU).
+// GPU (train.muon_precision = "auto" takes bf16 there and on a CPU that multiplies bf16 natively,
+// fp32 on other CPUs). Matrices of one shape share one momentum buffer and one batched
+// Newton-Schulz iteration.
 std::unique_ptr<Optimizer> make_muon(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda);
 
 }  // namespace frugal
