@@ -797,8 +797,9 @@ def render_time_to_loss(R):
         return not_measured("no bench/results/<date>/time_to_loss.json", "`bench/time_to_loss.py` writes it.")
     by_shape = j.get("by_shape", {})
     if len(by_shape) > 1:  # shapes measured in separate passes (--merge)
-        at_most = "; ".join(f"{k}: at most {v['max_steps']} steps, source {v['source']['commit'][:12]}, "
-                            f"{v['bench_seconds'] / 60:.0f} min" for k, v in by_shape.items())
+        at_most = "; ".join(f"{k}: at most {v['max_steps']} steps, {v['date']}, source {v['source']['commit'][:12]}, "
+                            f"{v['bench_seconds'] / 60:.0f} min, Newton-Schulz in {v.get('newton_schulz', 'fp32')}"
+                            for k, v in by_shape.items())
     else:
         at_most = f"at most {j['max_steps']} steps"
     lines = [f"Measured by {provenance(j, R.path('time_to_loss'))}; {machine_line(j)}. Target: validation loss "

@@ -19,7 +19,7 @@ Writes bench/results/<date>/time_to_loss.json and prints a table.
   .venv/bin/python bench/time_to_loss.py [--frugal build/frugal] [--shapes mid,wide] [--seeds 1,2,3]
         [--target 2.0] [--max-steps 1200] [--eval-every 25]
         [--adamw-lrs 1e-3,3e-3] [--muon-lrs 1e-3,3e-3]
-  .venv/bin/python bench/time_to_loss.py --shapes wide --merge   # adds a shape to today's file
+  .venv/bin/python bench/time_to_loss.py --shapes wide --merge   # adds a shape to today's file (else the newest earlier day's)
   .venv/bin/python bench/time_to_loss.py --quick   # a tiny shape, a few steps: a smoke run
                                                    # (bench/out/quick/<date>/)
 """
@@ -49,6 +49,26 @@ def corpus(path, nbytes):
         run([venv_python(), os.path.join(ROOT, "bench", "english_text.py"), "--out", path, "--bytes", str(nbytes)],
             "english_text")
     return json.load(open(path + ".json"))
+
+
+def newton_schulz_dtype():
+    """What train.muon_precision = "auto" picks on this CPU: bf16 where it multiplies bf16 natively."""
+    try:
+        flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "").split()
+    except OSError:
+        flags = []
+    return "bf16" if "avx512_bf16" in flags or "amx_bf16" in flags else "fp32"
+
+
+def merge_source(quick):
+    """The results --merge adds to: today's time_to_loss.json, else the newest earlier day's."""
+    today = os.path.join(results_dir(quick=quick), "time_to_loss.json")
+    if os.path.exists(today):
+        return today
+    base = os.path.dirname(results_dir(quick=quick))
+    days = sorted(d for d in os.listdir(base) if os.path.exists(os.path.join(base, d, "time_to_loss.json"))) \
+        if os.path.isdir(base) else []
+    return os.path.join(base, days[-1], "time_to_loss.json") if days else None
 
 
 def train_once(frugal, work, text, shape, side, lr, seed, a):
@@ -98,7 +118,7 @@ def main():
     ap.add_argument("--bytes", type=int, default=2_700_000, help="corpus size")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--merge", action="store_true",
-                    help="keep the other shapes' rows and runs of today's time_to_loss.json (each shape's command "
+                    help="keep the other shapes' rows and runs of today's time_to_loss.json (else the newest earlier day's) (each shape's command "
                          "and source revision are kept in by_shape)")
     a = ap.parse_args()
     if a.quick:
@@ -156,11 +176,13 @@ def main():
         table.append(row)
     mine = a.shapes.split(",")
     by_shape = {k: {"command": common["command"], "source": common["source"], "date": common["date"],
-                    "learning_rates": lrs, "max_steps": a.max_steps, "bench_seconds": round(time.time() - t_start, 1)}
+                    "learning_rates": lrs, "max_steps": a.max_steps, "bench_seconds": round(time.time() - t_start, 1),
+                    "newton_schulz": newton_schulz_dtype()}
                 for k in mine}
     shapes = {k: SHAPES[k] for k in mine}
-    old_path = os.path.join(results_dir(quick=a.quick), "time_to_loss.json")
-    if a.merge and os.path.exists(old_path):
+    old_path = merge_source(a.quick)
+    if a.merge and old_path:
+        print(f"time_to_loss: --merge: keeping the other shapes of {os.path.relpath(old_path, ROOT)}")
         old = json.load(open(old_path))
         if old["target_loss"] != a.target or old["eval_every"] != a.eval_every:
             die(f"time_to_loss: --merge: {old_path} has target {old['target_loss']} and eval_every "
