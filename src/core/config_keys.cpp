@@ -251,6 +251,11 @@ void add_checkpoint_keys(std::vector<KeySpec>& s) {
                          "when the job ends: \"auto\" (Slurm's end time if any), \"slurm\", \"\" (none), "
                          "\"2026-11-24T18:00:00Z\" or Unix seconds; the run checkpoints and exits 75 in time",
                          check_deadline));
+  s.push_back(enum_key<DeadlineAction>(
+      FRUGAL_FIELD(checkpoint, deadline_action),
+      {{"requeue", DeadlineAction::kRequeue}, {"decay", DeadlineAction::kDecay}},
+      "when checkpoint.deadline comes before train.steps: requeue = checkpoint and exit 75; decay (train.schedule = "
+      "\"wsd\") = start the decay in time to end the run at the deadline, decayed (exit 0)"));
   s.push_back(float_key(FRUGAL_FIELD(checkpoint, deadline_margin_s), 0, 1e7,
                         "seconds kept free before checkpoint.deadline besides one step (and an evaluation when one is "
                         "due) and the longest save"));

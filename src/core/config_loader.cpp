@@ -354,6 +354,11 @@ void validate_config(const Config& c) {
                       "secret; set it with FRUGAL_MONITOR_TOKEN so it stays out of config files)",
                       c.monitor.http));
   }
+  if (c.checkpoint.deadline_action == DeadlineAction::kDecay && c.train.schedule != LrSchedule::kWsd)
+    throw ConfigError(
+        "checkpoint.deadline_action = \"decay\" moves the end of a warmup-stable-decay schedule; with train.schedule "
+        "= \"cosine\" every rate already used would change. Set train.schedule = \"wsd\", or "
+        "checkpoint.deadline_action = \"requeue\"");
   if (c.model.embd % c.model.heads != 0)
     throw ConfigError(
         fmt::format("model.heads = {} must divide model.embd = {} (each head gets embd/heads channels); "

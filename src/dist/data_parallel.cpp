@@ -16,6 +16,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/core/wall_clock.h"
 #include "frugal/dist/zero_adamw.h"
+#include "frugal/train/muon.h"
 
 namespace frugal::dist {
 namespace {
@@ -44,18 +45,28 @@ DataParallel::DataParallel(std::shared_ptr<ProcessGroup> pg, const Config& confi
 DataParallel::~DataParallel() = default;
 
 std::unique_ptr<Optimizer> DataParallel::make_optimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t) {
-  if (config_.zero == ZeroStage::kNone) return nullptr;  // the ordinary FusedAdamW
-  if (t.optimizer != OptimizerKind::kFusedAdamW)
+  if (config_.zero == ZeroStage::kNone) return nullptr;  // the ordinary FusedAdamW or Muon
+  if (t.optimizer != OptimizerKind::kFusedAdamW && t.optimizer != OptimizerKind::kMuon)
     throw ConfigError(
-        fmt::format("dist.zero = 1 shards fused_adamw's state; train.optimizer = \"{}\" is not sharded. "
-                    "Set dist.zero = 0 (every rank keeps the whole state) or train.optimizer = "
-                    "\"fused_adamw\"",
-                    t.optimizer == OptimizerKind::kMuon ? "muon" : "torch_adamw"));
+        "dist.zero = 1 shards fused_adamw's and muon's state; train.optimizer = \"torch_adamw\" is not sharded. "
+        "Set dist.zero = 0 (every rank keeps the whole state) or train.optimizer = \"fused_adamw\"");
+  const bool muon = t.optimizer == OptimizerKind::kMuon;
   std::vector<FusedAdamW::Group> fused;
-  for (const auto& g : groups) fused.push_back({g.params, g.weight_decay});
-  auto opt = std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_);
-  zero_ = opt.get();
-  return opt;
+  for (const auto& g : groups)
+    if (!(muon && g.muon) && !g.params.empty()) fused.push_back({g.params, g.weight_decay});
+  std::unique_ptr<ZeroAdamW> adamw;
+  if (!fused.empty()) {
+    adamw = std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_);
+    zero_ = adamw.get();
+  }
+  if (!muon) return adamw;
+  // Muon's matrices by owner: each rank steps its own, then broadcasts them (train/muon.h).
+  MuonShards shards;
+  shards.rank = rank();
+  shards.world = world_size();
+  shards.broadcast = [pg = pg_](at::Tensor& x, int64_t root) { pg->broadcast(x, root); };
+  shards.adamw = std::move(adamw);
+  return make_muon(groups, t, comm_device_.is_cuda(), std::move(shards));
 }
 
 void DataParallel::attach(const std::vector<at::Tensor>& params) {
@@ -193,11 +204,20 @@ void DataParallel::agree(Control& control) {
                           ? stop_severity(control.stop_kind()) * 16.0 + static_cast<double>(control.stop_kind()) + 1
                           : 0.0;
   if (code > 0) pg_->store_set(prefix + std::to_string(rank()), fmt::format("{}|{}", code, control.stop_reason()));
-  at::Tensor t = small({code, control.checkpoint_requested() ? 1.0 : 0.0});
+  // An end moved before train.steps: the earliest any rank asks for (as -step, for the max).
+  constexpr double kNoEnd = -1e18;
+  const int64_t mine = control.end_at();
+  at::Tensor t =
+      small({code, control.checkpoint_requested() ? 1.0 : 0.0, mine > 0 ? -static_cast<double>(mine) : kNoEnd});
   pg_->allreduce_max(t);
   t = t.cpu();
   const double global = t[0].item<double>();
   if (t[1].item<double>() > 0) control.request_checkpoint();  // taken by all when asked by one
+  if (t[2].item<double>() > kNoEnd) {
+    const auto end = static_cast<int64_t>(-t[2].item<double>());
+    if (end != mine)
+      control.request_end_at(end, fmt::format("another rank's deadline guard moved the end to step {}", end));
+  }
   if (global > 0 && global != code) {
     // Another rank asked for a stronger (or any) stop: adopt its kind and reason.
     std::string reason = "a stop requested by another rank";

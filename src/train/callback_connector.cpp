@@ -110,8 +110,12 @@ Connection connect_callbacks(const ConnectorContext& ctx) {
     cbs.push_back(std::make_shared<TargetLoss>(c.train.target_loss, cost));
   }
   const std::optional<Deadline> deadline = checked_deadline(c);
-  if (deadline || !c.checkpoint.notice_url.empty())
-    cbs.push_back(std::make_shared<DeadlineGuard>(c.checkpoint, deadline, c.train.eval_every));
+  if (deadline || !c.checkpoint.notice_url.empty()) {
+    auto guard = std::make_shared<DeadlineGuard>(c.checkpoint, deadline, c.train.eval_every);
+    if (c.checkpoint.deadline_action == DeadlineAction::kDecay)
+      guard->end_schedule_in_time(WsdEnd{c.train.warmup_steps, c.train.decay_fraction});
+    cbs.push_back(guard);
+  }
   if (c.guard.enabled) cbs.push_back(std::make_shared<DivergenceGuard>(c.guard));
   if (c.profile.capture_steps > 0 && ctx.writer)
     cbs.push_back(std::make_shared<Profiler>(c.profile, ctx.run_dir, ctx.device));

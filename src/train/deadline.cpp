@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <iomanip>
 #include <sstream>
 
 #include "frugal/core/errors.h"
+#include "frugal/train/lr_schedule.h"
 
 namespace frugal {
 
@@ -61,6 +63,15 @@ std::optional<Deadline> resolve_deadline(const std::string& text, const std::fun
 
 bool must_stop_for_deadline(double now_unix, double deadline_unix, double step_s, double save_s, double margin_s) {
   return now_unix + step_s + save_s + margin_s >= deadline_unix;
+}
+
+int64_t steps_before_deadline(double now_unix, double deadline_unix, double step_s, double eval_s, int64_t eval_every,
+                              double save_s, double margin_s) {
+  const double left = deadline_unix - now_unix - eval_s - save_s - margin_s;
+  const double per_step = step_s + (eval_every > 0 ? eval_s / static_cast<double>(eval_every) : 0.0);
+  if (left <= 0 || per_step <= 0) return 0;
+  // Strictly before, as must_stop_for_deadline counts: n steps with n x per_step < left.
+  return std::max<int64_t>(0, static_cast<int64_t>(std::ceil(left / per_step)) - 1);
 }
 
 // ---- notice poller -----------------------------------------------------------------------------
@@ -186,6 +197,21 @@ void DeadlineGuard::on_step_end(const StepMetrics& m, Control& control) {
   }
   if (!deadline_ || m.step >= m.total_steps) return;
   const double now = clock_();
+  if (wsd_ && !end_requested_) {
+    const int64_t fit = steps_before_deadline(now, deadline_->unix_s, std::max(step_s_, logged_step_s_), eval_s_,
+                                              eval_every_, save_s_, config_.deadline_margin_s);
+    const int64_t end = m.step + fit;
+    if (fit > 0 && end < m.total_steps && wsd_decay_start(end, wsd_->warmup_steps, wsd_->decay_fraction) <= m.step) {
+      end_requested_ = true;
+      control.request_end_at(
+          end,
+          fmt::format("deadline ({}) in {:.0f} s: {} more steps fit ({:.2f} s each, a save of {:.1f} s, the margin "
+                      "{:.0f} s), so the decay ends at step {} instead of train.steps = {} "
+                      "(checkpoint.deadline_action = \"decay\")",
+                      deadline_->source, deadline_->unix_s - now, fit, std::max(step_s_, logged_step_s_), save_s_,
+                      config_.deadline_margin_s, end, m.total_steps));
+    }
+  }
   // Going on means this step's evaluation (when it has one) and one more step before the save; a
   // stop now defers the evaluation to the resumed run.
   const bool evaluates = eval_every_ > 0 && m.step % eval_every_ == 0;

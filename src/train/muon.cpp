@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string>
 
 #include <fmt/format.h>
@@ -25,8 +26,8 @@ constexpr const char* kMomentumPrefix = "muon.";
 class MuonOptimizer : public Optimizer {
  public:
   using Optimizer::step;
-  MuonOptimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda)
-      : momentum_(t.muon_momentum), adjust_(t.muon_lr_adjust) {
+  MuonOptimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda, MuonShards shards)
+      : momentum_(t.muon_momentum), adjust_(t.muon_lr_adjust), shards_(std::move(shards)) {
     bf16_ = t.muon_precision == MuonPrecision::kBf16 ||
             (t.muon_precision == MuonPrecision::kAuto && (cuda || cpu_has_native_bf16()));
     std::vector<ParamGroup> rest;
@@ -50,11 +51,14 @@ class MuonOptimizer : public Optimizer {
       throw ConfigError(
           "train.optimizer = \"muon\": no parameter group is marked for Muon (ParamGroup::muon); use "
           "muon_param_groups or mark the hidden matrices");
+    assign_owners();
     // Matrices of one shape, dtype and device share a stack: one momentum buffer [k, rows, cols]
     // (each matrix's buffer a view of it, so checkpoints keep one tensor per matrix) and one
-    // batched Newton-Schulz iteration, in the order the matrices first appear.
+    // batched Newton-Schulz iteration, in the order the matrices first appear. Sharded, a rank
+    // stacks the matrices it owns only.
     bufs_.resize(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) {
+      if (owner_[i] != shards_.rank) continue;
       const at::Tensor& p = params_[i];
       auto same = [&](const Stack& s) {
         const at::Tensor& q = params_[s.members.front()];
@@ -69,7 +73,10 @@ class MuonOptimizer : public Optimizer {
       s.momentum = torch::zeros({static_cast<int64_t>(s.members.size()), p.size(0), p.size(1)}, p.options());
       for (size_t j = 0; j < s.members.size(); ++j) bufs_[s.members[j]] = s.momentum[static_cast<int64_t>(j)];
     }
-    if (!rest.empty()) adamw_ = make_optimizer(OptimizerKind::kFusedAdamW, rest, t);
+    if (shards_.adamw)
+      adamw_ = std::move(shards_.adamw);
+    else if (!rest.empty())
+      adamw_ = make_optimizer(OptimizerKind::kFusedAdamW, rest, t);
   }
 
   void set_lr(double lr) override {
@@ -98,6 +105,8 @@ class MuonOptimizer : public Optimizer {
         p.add_(o[static_cast<int64_t>(j)], -rate);
       }
     }
+    if (shards_.world > 1)  // every matrix from its owner, in one order on every rank
+      for (size_t i = 0; i < params_.size(); ++i) shards_.broadcast(params_[i], owner_[i]);
     ++steps_;
   }
   std::vector<at::Tensor> grads() override {
@@ -108,8 +117,14 @@ class MuonOptimizer : public Optimizer {
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() override {
     std::vector<std::pair<std::string, at::Tensor>> out =
         adamw_ ? adamw_->state_tensors() : std::vector<std::pair<std::string, at::Tensor>>{};
-    for (size_t i = 0; i < bufs_.size(); ++i)
-      out.emplace_back(fmt::format("{}{}.momentum", kMomentumPrefix, i), bufs_[i]);
+    for (size_t i = 0; i < bufs_.size(); ++i) {
+      at::Tensor m = bufs_[i];
+      if (shards_.world > 1) {  // the whole state, each buffer from its owner (a collective)
+        if (owner_[i] != shards_.rank) m = torch::empty_like(params_[i], at::MemoryFormat::Contiguous);
+        shards_.broadcast(m, owner_[i]);
+      }
+      out.emplace_back(fmt::format("{}{}.momentum", kMomentumPrefix, i), m);
+    }
     return out;
   }
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& t, int64_t steps) override {
@@ -122,13 +137,13 @@ class MuonOptimizer : public Optimizer {
       }
       size_t i = 0;
       const bool parsed = std::sscanf(name.c_str() + std::string(kMomentumPrefix).size(), "%zu", &i) == 1;
-      if (!parsed || i >= bufs_.size() || !tensor.sizes().equals(bufs_[i].sizes()))
+      if (!parsed || i >= bufs_.size() || !tensor.sizes().equals(params_[i].sizes()))
         throw CheckpointError(
             fmt::format("the checkpoint's Muon momentum '{}' does not fit this model's {} hidden "
                         "matrices; resume with the model the checkpoint was written with",
                         name, bufs_.size()));
       c10::NoGradGuard no_grad;
-      bufs_[i].copy_(tensor);
+      if (bufs_[i].defined()) bufs_[i].copy_(tensor);  // sharded: this rank's matrices only
       restored.insert(i);
     }
     if (restored.size() != bufs_.size())
@@ -142,11 +157,29 @@ class MuonOptimizer : public Optimizer {
   int64_t step_count() const override { return steps_; }
   int64_t state_bytes() const override {
     int64_t n = adamw_ ? adamw_->state_bytes() : 0;
-    for (const auto& b : bufs_) n += b.numel() * static_cast<int64_t>(b.element_size());
+    for (const auto& b : bufs_)
+      if (b.defined()) n += b.numel() * static_cast<int64_t>(b.element_size());
     return n;
   }
 
  private:
+  // Sharded: each matrix to the rank with the fewest elements so far, the largest first (ties to
+  // the lower rank, then to the earlier matrix), alike on every rank. Unsharded: all to rank 0.
+  void assign_owners() {
+    owner_.assign(params_.size(), 0);
+    if (shards_.world <= 1) return;
+    std::vector<size_t> order(params_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return params_[a].numel() > params_[b].numel(); });
+    std::vector<int64_t> load(static_cast<size_t>(shards_.world), 0);
+    for (size_t i : order) {
+      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+      owner_[i] = least;
+      load[static_cast<size_t>(least)] += params_[i].numel();
+    }
+  }
+
   struct Stack {
     std::vector<size_t> members;  // indices into params_
     at::Tensor momentum;          // [members, rows, cols]
@@ -154,9 +187,11 @@ class MuonOptimizer : public Optimizer {
   std::unique_ptr<Optimizer> adamw_;       // the embeddings, gains and biases
   std::vector<at::Tensor> params_, bufs_;  // bufs_[i]: params_[i]'s momentum, a view into its stack's
   std::vector<Stack> stacks_;
+  std::vector<int64_t> owner_;  // the rank that steps each matrix (all 0 unsharded)
   std::vector<double> decay_;
   double momentum_;
   MuonLrAdjust adjust_;
+  MuonShards shards_;
   bool bf16_ = false;
   double lr_ = 0;
   int64_t steps_ = 0;
@@ -227,8 +262,11 @@ std::vector<ParamGroup> muon_param_groups(torch::nn::Module& model, double weigh
   return g;
 }
 
-std::unique_ptr<Optimizer> make_muon(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda) {
-  return std::make_unique<MuonOptimizer>(groups, t, cuda);
+std::unique_ptr<Optimizer> make_muon(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda,
+                                     MuonShards shards) {
+  if (shards.world > 1 && !shards.broadcast)
+    throw std::invalid_argument("make_muon: sharded over several ranks without a broadcast");
+  return std::make_unique<MuonOptimizer>(groups, t, cuda, std::move(shards));
 }
 
 }  // namespace frugal

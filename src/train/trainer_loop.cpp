@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "frugal/core/console.h"
 #include "frugal/core/crash_report.h"
 #include "frugal/core/device.h"
 #include "frugal/core/errors.h"
@@ -23,13 +24,12 @@ namespace frugal {
 
 nlohmann::json Trainer::fit() {
   State& s = *s_;
-  const Config& c = s.rc.config;
   Control control;
   {
     CrashPhase phase("session start");
     s.begin_session(control);
   }
-  while (s.loop.step < c.train.steps && !control.should_stop()) {
+  while (s.loop.step < s.total_steps() && !control.should_stop()) {
     s.writer->poll();  // an async write's error surfaces here, on the trainer thread
     s.train_one_step(control);
     if (control.rollback_requested()) {
@@ -40,6 +40,7 @@ nlohmann::json Trainer::fit() {
     s.maybe_eval(control);
     s.check_signal(control);
     if (s.dp) s.dp->agree(control);  // stops and checkpoints are decided by all ranks together
+    s.apply_end_request(control);
     if (control.checkpoint_requested() && !control.should_stop()) s.save_checkpoint();
     control.clear_checkpoint_request();
   }
@@ -52,7 +53,7 @@ nlohmann::json Trainer::fit() {
 void Trainer::State::begin_session(Control& control) {
   print_banner();
   for (auto& cb : callbacks) cb->on_train_begin(info);
-  last_metrics.total_steps = rc.config.train.steps;
+  last_metrics.total_steps = total_steps();
   last_metrics.tokens = loop.tokens;
   session_start = detail::Clock::now();
   startup_s = std::chrono::duration<double>(session_start - constructed).count();
@@ -65,7 +66,7 @@ void Trainer::State::begin_session(Control& control) {
     // stops here, as the uninterrupted run did, instead of training and billing one more step.
     StepMetrics now;
     now.step = loop.step;
-    now.total_steps = rc.config.train.steps;
+    now.total_steps = total_steps();
     now.tokens = loop.tokens;
     now.elapsed_s = billed_s();
     for (auto& cb : callbacks) cb->on_resume(now, control);
@@ -83,12 +84,12 @@ void Trainer::State::train_one_step(Control& control) {
   const int64_t taken = step->optimizer().step_count();
   double base = 0;
   if (task.hooks.lr_schedule) {
-    base = task.hooks.lr_schedule(taken, c.train.steps);
+    base = task.hooks.lr_schedule(taken, total_steps());
     FRUGAL_CHECK(std::isfinite(base) && base >= 0, ConfigError,
                  fmt::format("TaskHooks::lr_schedule({}, {}) returned {}; a learning rate must be finite and >= 0",
-                             taken, c.train.steps, base));
+                             taken, total_steps(), base));
   } else {
-    base = schedule_lr(taken, c.train);
+    base = schedule_lr(taken, c.train, total_steps());
   }
   const double lr = loop.lr_scale * base;
   PhaseTrace::set_step(loop.step + 1);
@@ -131,8 +132,8 @@ StepReadings Trainer::State::read_step(const StepResult& r, double lr, double st
   session_steps += 1;
   StepReadings in;
   in.step = loop.step;
-  in.total_steps = rc.config.train.steps;
-  in.logged = loop.step % rc.config.train.log_every == 0 || loop.step == rc.config.train.steps;
+  in.total_steps = total_steps();
+  in.logged = loop.step % rc.config.train.log_every == 0 || loop.step == total_steps();
   in.lr = lr;
   in.step_s = step_s;
   in.phases = r.phases;
@@ -178,7 +179,24 @@ void Trainer::State::settle_queued_steps() {
 
 bool Trainer::State::next_step_logs() const {
   const int64_t next = loop.step + 1;
-  return next % rc.config.train.log_every == 0 || next == rc.config.train.steps;
+  return next % rc.config.train.log_every == 0 || next == total_steps();
+}
+
+int64_t Trainer::State::total_steps() const {
+  const int64_t steps = rc.config.train.steps;
+  return loop.end_step > 0 && loop.end_step < steps ? loop.end_step : steps;
+}
+
+// An end moved before train.steps (the deadline guard's, agreed by every rank): the schedule and
+// the loop end there from the next step on; a checkpoint keeps it for a resume.
+void Trainer::State::apply_end_request(Control& control) {
+  const int64_t end = control.end_at();
+  std::string why = control.end_reason();
+  control.clear_end_request();
+  if (end <= 0 || end >= total_steps() || end <= loop.step) return;
+  loop.end_step = end;
+  loop.end_reason = std::move(why);
+  if (is_writer()) Console::get().line(fmt::format("step {}: {}", loop.step, loop.end_reason));
 }
 
 void Trainer::State::check_signal(Control& control) const {

@@ -346,7 +346,14 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
   summary["unigram_baseline_loss"] = data->unigram_baseline();
   summary["params"] = info.params;
   summary["flops_per_token"] = setup.flops_per_token;
-  summary["stop_reason"] = control.should_stop() ? control.stop_reason() : "completed";
+  summary["stop_reason"] = control.should_stop() ? control.stop_reason()
+                           : total_steps() < rc.config.train.steps
+                               ? fmt::format("completed at step {}, before train.steps = {}: {}", total_steps(),
+                                             rc.config.train.steps, loop.end_reason)
+                               : "completed";
+  if (total_steps() < rc.config.train.steps)
+    summary["end_moved"] = {
+        {"step", total_steps()}, {"train_steps", rc.config.train.steps}, {"reason", loop.end_reason}};
   summary["stop_kind"] = stop_kind_name(control.stop_kind());
   const double n_steps = static_cast<double>(std::max<int64_t>(1, session_steps));
   summary["data_ms_per_step"] = 1e3 * session_phases.data_s / n_steps;

@@ -17,7 +17,10 @@
 #include "frugal/ckpt/run_dir.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/wall_clock.h"
 #include "frugal/monitor/cost_meter.h"
+#include "frugal/train/deadline.h"
+#include "frugal/train/lr_schedule.h"
 #include "frugal/train/trainer.h"
 #include "frugal/train/run_config.h"
 #include "tune/internal/temp_root.h"
@@ -269,6 +272,45 @@ PlanFigures run_dir_figures(const std::string& dir) {
   return f;
 }
 
+namespace {
+
+// The central projected time from launch to the start of step `step` (1-based).
+double projected_time_to(const CostPlan& plan, int64_t step) {
+  const Projection& p = plan.projection;
+  const double eval_s = p.evals > 0 ? p.evals_s / static_cast<double>(p.evals) : 0.0;
+  const int64_t every = plan.inputs.eval_every;
+  const int64_t before = std::max<int64_t>(0, step - 1);
+  return p.launch_s + p.startup_s + (before > 0 ? p.first_step_s : 0.0) +
+         static_cast<double>(std::max<int64_t>(0, before - 1)) * p.step_s.central +
+         (every > 0 ? static_cast<double>(before / every) * eval_s : 0.0);
+}
+
+}  // namespace
+
+PlanSchedule plan_schedule(const Config& c, const CostPlan& plan, double now_unix) {
+  PlanSchedule s;
+  const TrainConfig& t = c.train;
+  s.kind = t.schedule == LrSchedule::kWsd ? "wsd" : "cosine";
+  s.warmup_steps = t.warmup_steps;
+  s.decay_start = t.schedule == LrSchedule::kWsd ? wsd_decay_start(t.steps, t.warmup_steps, t.decay_fraction) + 1
+                                                 : std::min(t.steps, t.warmup_steps + 1);
+  s.decay_start_s = projected_time_to(plan, s.decay_start);
+  s.target_loss = t.target_loss;
+  s.deadline_action = c.checkpoint.deadline_action == DeadlineAction::kDecay ? "decay" : "requeue";
+  const std::optional<Deadline> deadline = resolve_deadline(c.checkpoint.deadline);
+  if (!deadline) return s;
+  const Projection& p = plan.projection;
+  s.deadline_source = deadline->source;
+  s.deadline_in_s = deadline->unix_s - now_unix;
+  const double first_done = now_unix + p.launch_s + p.startup_s + p.first_step_s;
+  const double eval_s = p.evals > 0 ? p.evals_s / static_cast<double>(p.evals) : 0.0;
+  const int64_t fit =
+      1 + steps_before_deadline(first_done, deadline->unix_s, p.step_s.central, eval_s, plan.inputs.eval_every,
+                                plan.inputs.save_s, c.checkpoint.deadline_margin_s);
+  if (fit < t.steps) s.deadline_steps = std::max<int64_t>(0, first_done < deadline->unix_s ? fit : 0);
+  return s;
+}
+
 CostPlan make_cost_plan(const std::string& file, const std::vector<std::string>& overrides,
                         const std::map<std::string, std::string>& env, const CostPlanOptions& options) {
   const Config c = resolve_run_config(file, overrides, env).config;  // bad input fails before any probe
@@ -328,6 +370,7 @@ CostPlan make_cost_plan(const std::string& file, const std::vector<std::string>&
         options.instance, in.compute_scale, f.peak_flops / 1e12, peak_tflops, kCrossMachineSpread);
   }
   plan.projection = project_run(in);
+  plan.schedule = plan_schedule(c, plan, unix_now());
   return plan;
 }
 

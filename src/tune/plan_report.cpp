@@ -107,6 +107,38 @@ std::string notes(const CostPlan& plan) {
   return out;
 }
 
+// The schedule's phases in time, a target's early end, and how far a deadline lets the run go.
+std::string schedule_lines(const CostPlan& plan) {
+  const PlanSchedule& s = plan.schedule;
+  std::string out;
+  if (s.kind == "wsd")
+    out += fmt::format(
+        "schedule: wsd: warm-up {} steps, the peak rate to step {}, then the decay to step {} (it starts about {} "
+        "in; a larger train.steps on resume before then moves it later)\n",
+        s.warmup_steps, s.decay_start - 1, plan.steps, describe_duration(s.decay_start_s));
+  else
+    out += fmt::format("schedule: cosine: warm-up {} steps, then the decay over the other {} (from about {} in)\n",
+                       s.warmup_steps, std::max<int64_t>(0, plan.steps - s.warmup_steps),
+                       describe_duration(s.decay_start_s));
+  if (s.target_loss > 0)
+    out += fmt::format(
+        "target: train.target_loss = {} ends the run (exit 0) when the validation loss reaches it; this plan "
+        "is for all of train.steps, the most it can cost\n",
+        s.target_loss);
+  if (s.deadline_source.empty()) return out;
+  if (s.deadline_steps < 0)
+    return out + fmt::format("deadline ({}) in {}: the whole run fits\n", s.deadline_source,
+                             describe_duration(s.deadline_in_s));
+  out += fmt::format("deadline ({}) in {}: about {} of the {} steps fit; ", s.deadline_source,
+                     describe_duration(s.deadline_in_s), s.deadline_steps, plan.steps);
+  out += s.deadline_action == "decay"
+             ? "checkpoint.deadline_action = \"decay\": the decay moves to end there and the run finishes "
+               "(exit 0)\n"
+             : "the run checkpoints there and exits 75 for a requeue to finish (checkpoint.deadline_action = "
+               "\"requeue\")\n";
+  return out;
+}
+
 }  // namespace
 
 std::string CostPlan::table() const {
@@ -133,7 +165,7 @@ std::string CostPlan::table() const {
   } else {
     out += "  energy, carbon               n/a: no power draw (set budget.watts or budget.instance)\n";
   }
-  out += breakdown(*this) + notes(*this);
+  out += breakdown(*this) + notes(*this) + schedule_lines(*this);
   const Scenario& b = billed();
   if (limit_usd > 0 && b.priced && b.usd.central <= limit_usd && b.usd.high > limit_usd)
     out += fmt::format(
@@ -194,6 +226,18 @@ nlohmann::json CostPlan::to_json() const {
   j["grid_g_per_kwh"] = inputs.prices.grid_g_per_kwh;
   j["limit_usd"] = limit_usd;
   j["within_limit"] = budget_shortfall(*this).empty();
+  const PlanSchedule& s = schedule;
+  j["schedule"] = {{"kind", s.kind},
+                   {"warmup_steps", s.warmup_steps},
+                   {"decay_start_step", s.decay_start},
+                   {"decay_start_s", s.decay_start_s},
+                   {"target_loss", s.target_loss}};
+  if (!s.deadline_source.empty())
+    j["deadline"] = {{"source", s.deadline_source},
+                     {"in_s", s.deadline_in_s},
+                     {"steps_that_fit", s.deadline_steps < 0 ? steps : s.deadline_steps},
+                     {"whole_run_fits", s.deadline_steps < 0},
+                     {"action", s.deadline_action}};
   return j;
 }
 

@@ -18,6 +18,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/dist/zero_adamw.h"
 #include "frugal/train/fused_adamw.h"
+#include "frugal/train/muon.h"
 
 namespace frugal::dist::data_parallel_test {
 namespace {
@@ -217,20 +218,88 @@ TEST(ProcessGroup, APortAnsweredByAnotherProgramFailsWithinTheTimeout) {
   ::close(listener);
 }
 
-TEST(DataParallel, RefusesTheTorchOptimizerAndMuonWithZero1) {
+TEST(DataParallel, RefusesTheTorchOptimizer) {
   auto groups = two_ranks(29653);
   Config c;
   c.train.optimizer = OptimizerKind::kTorchAdamW;
-  EXPECT_THROW({ DataParallel dp(groups[0], c); }, ConfigError);
-  // Muon trains data parallel, but ZeRO-1 shards fused_adamw's state only.
-  c.train.optimizer = OptimizerKind::kMuon;
-  c.dist.zero = ZeroStage::kOptimizerState;
-  DataParallel dp(groups[0], c);
   try {
-    dp.make_optimizer({}, c.train);
-    FAIL() << "dist.zero = 1 with muon was accepted";
+    DataParallel dp(groups[0], c);
+    FAIL() << "torch_adamw was accepted for data parallel";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("dist.zero = 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("torch_adamw is single-process only"), std::string::npos) << e.what();
+  }
+}
+
+// Three matrices (two of one shape) and a gain: Muon's groups as muon_param_groups makes them.
+std::vector<ParamGroup> muon_groups(const std::vector<at::Tensor>& p) {
+  std::vector<ParamGroup> g(2);
+  g[0].muon = true;
+  g[0].weight_decay = 0.1;
+  g[0].params = {p[0], p[1], p[2]};
+  g[1].params = {p[3]};
+  return g;
+}
+
+std::vector<at::Tensor> muon_params(uint64_t seed) {
+  torch::manual_seed(seed);
+  return {torch::randn({6, 10}).requires_grad_(), torch::randn({12, 4}).requires_grad_(),
+          torch::randn({6, 10}).requires_grad_(), torch::randn({5}).requires_grad_()};
+}
+
+// dist.zero = 1 with Muon: each rank owns whole matrices (12x4 and one 6x10 to one rank, the other
+// 6x10 to the other: 48 + 60 against 60 elements), steps them, and broadcasts them; the weights
+// equal unsharded Muon's, each rank keeps its own matrices' momentum only, and the gathered state
+// is unsharded Muon's, name for name.
+TEST(DataParallel, Zero1ShardsMuonByMatrixAndMatchesItUnsharded) {
+  auto pgs = two_ranks(29654);
+  Config c;
+  c.train.optimizer = OptimizerKind::kMuon;
+  c.train.muon_precision = MuonPrecision::kFp32;
+  c.train.lr = 0.02;
+  c.dist.zero = ZeroStage::kOptimizerState;
+  auto ref_params = muon_params(5);
+  auto ref = make_optimizer(OptimizerKind::kMuon, muon_groups(ref_params), c.train);
+  std::vector<std::vector<at::Tensor>> params = {muon_params(5), muon_params(5)};
+  std::vector<std::unique_ptr<DataParallel>> dps(2);
+  std::vector<std::unique_ptr<Optimizer>> opts(2);
+  on_both([&](int64_t r) {
+    dps[r] = std::make_unique<DataParallel>(pgs[r], c);
+    opts[r] = dps[r]->make_optimizer(muon_groups(params[r]), c.train);
+  });
+  for (int step = 0; step < 3; ++step) {
+    torch::manual_seed(200 + step);
+    std::vector<at::Tensor> grads;
+    for (const auto& p : ref_params) grads.push_back(torch::randn(p.sizes()));
+    {
+      torch::NoGradGuard ng;
+      for (size_t i = 0; i < grads.size(); ++i) {
+        ref_params[i].mutable_grad().copy_(grads[i]);
+        for (int r = 0; r < 2; ++r) params[r][i].mutable_grad().copy_(grads[i]);
+      }
+    }
+    ref->set_lr(0.02);
+    ref->step();
+    on_both([&](int64_t r) {
+      opts[r]->set_lr(0.02);
+      opts[r]->step();
+    });
+  }
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < ref_params.size(); ++i)
+      EXPECT_TRUE(torch::allclose(params[r][i], ref_params[i], 1e-5, 1e-6)) << "rank " << r << " parameter " << i;
+  // Momentum: 108 floats on one rank, 60 on the other (of 168); AdamW's 5-element gain in chunks of 3.
+  const int64_t adamw = 2 * 3 * 4;
+  EXPECT_EQ(opts[0]->state_bytes() + opts[1]->state_bytes(), 2 * adamw + 168 * 4);
+  EXPECT_EQ(std::max(opts[0]->state_bytes(), opts[1]->state_bytes()), adamw + 108 * 4);
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> states(2);
+  on_both([&](int64_t r) { states[r] = opts[r]->state_tensors(); });
+  const auto want = ref->state_tensors();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(states[r].size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(states[r][i].first, want[i].first);
+      EXPECT_TRUE(torch::allclose(states[r][i].second, want[i].second, 1e-5, 1e-6)) << want[i].first;
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // preemption-notice endpoint on loopback, and a real run that stops in time with a checkpoint and
 // exit code 75.
 #include "frugal/train/deadline.h"
+#include "frugal/train/lr_schedule.h"
 
 #include <httplib.h>
 
@@ -93,6 +94,76 @@ TEST(Deadline, TheGuardStopsAtTheLastStepThatLeavesRoomForTheSave) {
   EXPECT_EQ(stopped_at, 84);  // 84 + 1 + 10 + 5 = 100
   EXPECT_EQ(control.stop_kind(), StopKind::kPreempted);
   EXPECT_NE(control.stop_reason().find("deadline (test)"), std::string::npos) << control.stop_reason();
+}
+
+TEST(Deadline, CountsTheStepsThatFitBeforeTheFinalEvaluationSaveAndMargin) {
+  EXPECT_EQ(steps_before_deadline(0, 100, 1, 0, 0, 10, 5), 84);  // 84 + 10 + 5 < 100; 85 would reach it
+  EXPECT_EQ(steps_before_deadline(0, 100, 1, 5, 5, 10, 5), 39);  // a 5 s final eval; 1 s per step + 1 s of eval
+  EXPECT_EQ(steps_before_deadline(0, 100.5, 1, 0, 0, 10, 5), 85);
+  EXPECT_EQ(steps_before_deadline(90, 100, 1, 0, 0, 10, 5), 0);  // no room at all
+  EXPECT_EQ(steps_before_deadline(0, 100, 0, 0, 0, 10, 5), 0);   // no step time measured yet
+}
+
+// checkpoint.deadline_action = "decay": with warmup-stable-decay (warm-up 10, the last 20% decays)
+// and one second per step, the guard moves the end to the last step that fits (84) at the step
+// where the decay to it must begin (84 - round(0.2 x 84) = 67), once; the run then ends there,
+// completed, and the requeue stop never comes. A guard that moved the end at once (step 1) would
+// shorten the stable phase of a run whose step time may still change.
+TEST(Deadline, WithDecayTheGuardMovesTheEndWhenTheDecayToItMustBegin) {
+  double now = 0;
+  auto g = guard_after_a_10s_save(100, 0, now);
+  g->end_schedule_in_time(WsdEnd{10, 0.2});
+  StepMetrics m;
+  m.total_steps = 1000;
+  m.step_s = 1;
+  Control control;
+  int64_t requested_at = -1, requests = 0;
+  for (int64_t step = 1; step <= 1000 && step <= m.total_steps && !control.should_stop(); ++step) {
+    now = static_cast<double>(step);
+    m.step = step;
+    g->on_step_end(m, control);
+    if (control.end_at() > 0) {
+      requested_at = step;
+      ++requests;
+      m.total_steps = control.end_at();  // as the loop applies it
+      control.clear_end_request();
+    }
+  }
+  EXPECT_EQ(requests, 1);
+  EXPECT_EQ(requested_at, 67);
+  EXPECT_EQ(m.total_steps, 84);  // 84 + 10 + 5 < 100
+  EXPECT_EQ(wsd_decay_start(84, 10, 0.2), 67);
+  EXPECT_FALSE(control.should_stop()) << control.stop_reason();
+  // Without end_schedule_in_time (requeue, the default) the same run stops for a requeue instead.
+  now = 0;
+  auto requeue = guard_after_a_10s_save(100, 0, now);
+  Control c2;
+  m.total_steps = 1000;
+  for (int64_t step = 1; step <= 1000 && !c2.should_stop(); ++step) {
+    now = static_cast<double>(step);
+    m.step = step;
+    requeue->on_step_end(m, c2);
+  }
+  EXPECT_EQ(c2.end_at(), 0);
+  EXPECT_EQ(c2.stop_kind(), StopKind::kPreempted);
+}
+
+// A run that ends before its deadline anyway keeps train.steps.
+TEST(Deadline, WithDecayARunThatFitsKeepsItsEnd) {
+  double now = 0;
+  auto g = guard_after_a_10s_save(100, 0, now);
+  g->end_schedule_in_time(WsdEnd{10, 0.2});
+  StepMetrics m;
+  m.total_steps = 80;
+  m.step_s = 1;
+  Control control;
+  for (int64_t step = 1; step <= 80; ++step) {
+    now = static_cast<double>(step);
+    m.step = step;
+    g->on_step_end(m, control);
+  }
+  EXPECT_EQ(control.end_at(), 0);
+  EXPECT_FALSE(control.should_stop());
 }
 
 // On a GPU the steps between log steps do not wait for the device: here the host spends 0.1 s on

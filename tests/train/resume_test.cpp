@@ -18,6 +18,7 @@
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/ckpt/safetensors.h"
 #include "frugal/core/errors.h"
+#include "frugal/train/lr_schedule.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/trainer.h"
 #include "signal_at.h"
@@ -102,6 +103,54 @@ TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseWithMuonAndWsd) {
   std::vector<std::string> x = {"train.optimizer=muon", "train.schedule=wsd", "train.decay_fraction=0.3"};
   train(a.path(), x);
   interrupted_then_resumed(b.path(), x, 16);
+  expect_identical_runs(a.path(), b.path());
+}
+
+// At step `at`, asks the loop to end the run at step `end` (as the deadline guard does with
+// checkpoint.deadline_action = "decay").
+class EndAt : public Callback {
+ public:
+  EndAt(int64_t at, int64_t end) : at_(at), end_(end) {}
+  void on_step_end(const StepMetrics& m, Control& control) override {
+    if (m.step == at_) control.request_end_at(end_, "the test moved the end");
+  }
+
+ private:
+  int64_t at_, end_;
+};
+
+// An end moved before train.steps: the WSD schedule decays to it, the run ends there completed,
+// and a resume keeps it (the callback that moved it fires before the interruption only), bitwise.
+TEST(Resume, AMovedEndDecaysToItAndSurvivesAResumeBitwise) {
+  test::TempDir a, b;
+  std::vector<std::string> x = {"train.schedule=wsd", "train.decay_fraction=0.3", "train.lr=0.01",
+                                "train.min_lr_ratio=0.1"};
+  TrainerOptions o;
+  o.callbacks = {std::make_shared<EndAt>(8, 20)};
+  auto s = train(a.path(), x, o);
+  EXPECT_EQ(s["stop_kind"], "completed");
+  EXPECT_EQ(s["steps"], 20);
+  EXPECT_EQ(s["end_moved"]["step"], 20);
+  EXPECT_EQ(s["end_moved"]["train_steps"], 30);
+  EXPECT_NE(s["stop_reason"].get<std::string>().find("before train.steps = 30: the test moved the end"),
+            std::string::npos)
+      << s["stop_reason"];
+  int64_t lines = 0;
+  for (const auto& line : test::read_jsonl(a.path() + "/demo/metrics.jsonl")) {
+    if (!line.contains("lr")) continue;
+    const int64_t step = line["step"].get<int64_t>();
+    EXPECT_DOUBLE_EQ(line["lr"].get<double>(), wsd_lr_at(step - 1, 20, 5, 0.01, 0.1, 0.3)) << "step " << step;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 4);  // steps 5, 10, 15, 20
+  TrainerOptions first;
+  first.handle_signals = true;
+  first.callbacks = {std::make_shared<EndAt>(8, 20), std::make_shared<test::SignalAt>(16, SIGUSR1)};
+  ASSERT_EQ(train(b.path(), x, first)["stop_kind"], "preempted");
+  TrainerOptions r;
+  r.resume = "auto";
+  auto done = train(b.path(), x, r);
+  EXPECT_EQ(done["steps"], 20);
   expect_identical_runs(a.path(), b.path());
 }
 

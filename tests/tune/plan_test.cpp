@@ -74,6 +74,55 @@ TEST(CostPlan, TinyConfigPrintsATableAndWritesAConsistentJson) {
   EXPECT_FALSE(fs::exists(dir.file("demo/metrics.jsonl")));
 }
 
+// The schedule outlook on a hand-made projection: 1 s launch, 2 s start-up, a 3 s first step,
+// then 0.5 s a step, a 10 s save. WSD over 600 steps (warm-up 50, the last 20% decaying) decays
+// from step 481, 6 + 479 x 0.5 = 245.5 s in; cosine from step 51. A deadline 200 s away with a
+// 10 s margin lets 1 + 347 steps fit (6 s, then 347 x 0.5 < 174 s).
+TEST(CostPlan, TheScheduleOutlookPlacesTheDecayAndTheDeadlineInSteps) {
+  CostPlan plan;
+  plan.steps = 600;
+  plan.projection.launch_s = 1;
+  plan.projection.startup_s = 2;
+  plan.projection.first_step_s = 3;
+  plan.projection.step_s = {0.4, 0.5, 0.6};
+  plan.inputs.save_s = 10;
+  Config c;
+  c.train.steps = 600;
+  c.train.warmup_steps = 50;
+  c.train.schedule = LrSchedule::kWsd;
+  c.train.decay_fraction = 0.2;
+  c.train.target_loss = 2.3;
+  c.checkpoint.deadline = "1200";
+  c.checkpoint.deadline_margin_s = 10;
+  c.checkpoint.deadline_action = DeadlineAction::kDecay;
+  plan.schedule = plan_schedule(c, plan, 1000);
+  EXPECT_EQ(plan.schedule.kind, "wsd");
+  EXPECT_EQ(plan.schedule.decay_start, 481);
+  EXPECT_DOUBLE_EQ(plan.schedule.decay_start_s, 245.5);
+  EXPECT_EQ(plan.schedule.deadline_steps, 348);
+  EXPECT_DOUBLE_EQ(plan.schedule.deadline_in_s, 200);
+  const std::string table = plan.table();
+  for (const char* said : {"schedule: wsd: warm-up 50 steps, the peak rate to step 480", "train.target_loss = 2.3",
+                           "about 348 of the 600 steps fit", "the decay moves to end there"})
+    EXPECT_NE(table.find(said), std::string::npos) << said << "\n" << table;
+  const nlohmann::json j = plan.to_json();
+  EXPECT_EQ(j["schedule"]["decay_start_step"], 481);
+  EXPECT_EQ(j["deadline"]["steps_that_fit"], 348);
+  EXPECT_EQ(j["deadline"]["action"], "decay");
+  // Cosine decays right after the warm-up; a deadline far away lets the whole run fit; none, no line.
+  c.train.schedule = LrSchedule::kCosine;
+  c.checkpoint.deadline = "100000";
+  plan.schedule = plan_schedule(c, plan, 1000);
+  EXPECT_EQ(plan.schedule.decay_start, 51);
+  EXPECT_DOUBLE_EQ(plan.schedule.decay_start_s, 6 + 49 * 0.5);
+  EXPECT_EQ(plan.schedule.deadline_steps, -1);
+  EXPECT_NE(plan.table().find("the whole run fits"), std::string::npos) << plan.table();
+  c.checkpoint.deadline = "";
+  plan.schedule = plan_schedule(c, plan, 1000);
+  EXPECT_EQ(plan.table().find("deadline"), std::string::npos) << plan.table();
+  EXPECT_FALSE(plan.to_json().contains("deadline"));
+}
+
 // Bad input is reported once with exit 2, before any probe: an unknown instance lists the table's
 // names; a config that cannot train names its cause once.
 TEST(CostPlan, BadInputExitsTwoOnceBeforeProbing) {

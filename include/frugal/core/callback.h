@@ -151,6 +151,14 @@ class Control {
     kind_ = k;
   }
   void request_checkpoint() { checkpoint_requested_ = true; }
+  // End the run after optimizer step `step`, before train.steps, the schedule ending there with it
+  // (checkpoint.deadline_action = "decay"). The earliest requested end wins.
+  void request_end_at(int64_t step, std::string why) {
+    if (end_at_ == 0 || step < end_at_) {
+      end_at_ = step;
+      end_reason_ = std::move(why);
+    }
+  }
   // Divergence: roll back to the newest sound checkpoint at or before `good_step`.
   void request_rollback(std::string why, int64_t good_step) {
     rollback_requested_ = true;
@@ -165,10 +173,16 @@ class Control {
   bool rollback_requested() const { return rollback_requested_; }
   const std::string& rollback_reason() const { return rollback_reason_; }
   int64_t rollback_max_step() const { return rollback_max_step_; }
+  int64_t end_at() const { return end_at_; }  // 0: no end requested
+  const std::string& end_reason() const { return end_reason_; }
 
   // The loop's side: a request acted on is cleared.
   void clear_checkpoint_request() { checkpoint_requested_ = false; }
   void clear_rollback_request() { rollback_requested_ = false; }
+  void clear_end_request() {
+    end_at_ = 0;
+    end_reason_.clear();
+  }
 
  private:
   bool should_stop_ = false;
@@ -178,6 +192,8 @@ class Control {
   bool rollback_requested_ = false;
   std::string rollback_reason_;
   int64_t rollback_max_step_ = 0;  // newest step known good
+  int64_t end_at_ = 0;
+  std::string end_reason_;
 };
 
 struct CheckpointEvent {

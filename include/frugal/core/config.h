@@ -180,6 +180,12 @@ enum class MuonLrAdjust {
 // The dtype of Muon's Newton-Schulz iteration: auto = bf16 on a GPU, fp32 on the CPU.
 enum class MuonPrecision { kAuto, kBf16, kFp32 };
 
+// What checkpoint.deadline does when the run cannot finish before it (train/deadline.h).
+enum class DeadlineAction {
+  kRequeue,  // checkpoint and exit 75, for the scheduler to requeue the job
+  kDecay,    // warmup-stable-decay only: end the schedule in time, finish decayed (exit 0)
+};
+
 // The learning-rate schedule after the warm-up (train/lr_schedule.h).
 enum class LrSchedule {
   kCosine,  // cosine decay from train.lr to lr * min_lr_ratio over the rest of the run
@@ -272,6 +278,9 @@ struct CheckpointConfig {
   // the longest measured save and deadline_margin_s still fit.
   std::string deadline = "auto";
   double deadline_margin_s = 60;
+  // What a deadline that comes before train.steps does: requeue (checkpoint, exit 75) or, with
+  // train.schedule = "wsd", decay (move the decay to end in time and finish, exit 0).
+  DeadlineAction deadline_action = DeadlineAction::kRequeue;
   // A preemption-notice URL polled every notice_poll_s (AWS:
   // http://169.254.169.254/latest/meta-data/spot/instance-action, GCP:
   // http://metadata.google.internal/computeMetadata/v1/instance/preempted); "" = none.

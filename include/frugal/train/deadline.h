@@ -41,6 +41,23 @@ std::optional<Deadline> resolve_deadline(const std::string& text,
 
 bool must_stop_for_deadline(double now_unix, double deadline_unix, double step_s, double save_s, double margin_s);
 
+// How many more steps fit before the deadline when the run is to finish there: each step takes
+// `step_s` and every `eval_every`-th an evaluation of `eval_s` (0: none), and after the last come
+// the final evaluation, the final save and the margin, all ending before the deadline (as
+// must_stop_for_deadline counts). 0 when not even one fits.
+int64_t steps_before_deadline(double now_unix, double deadline_unix, double step_s, double eval_s, int64_t eval_every,
+                              double save_s, double margin_s);
+
+// checkpoint.deadline_action = "decay" with train.schedule = "wsd": the run's end is moved to the
+// last step that fits before the deadline, decided while the rate is still at its peak (in the
+// stable phase the end does not change any rate), at the step where the decay to that end must
+// begin. The deadline's own stop (checkpoint, exit 75) stays as the backstop when the steps slow
+// down after that.
+struct WsdEnd {
+  int64_t warmup_steps = 0;
+  double decay_fraction = 0.2;
+};
+
 // Polls a preemption-notice URL ("http://HOST[:PORT]/PATH") on its own thread.
 class NoticePoller {
  public:
@@ -76,6 +93,9 @@ class DeadlineGuard : public Callback {
   void on_checkpoint(const CheckpointEvent& e) override;
   void on_eval_end(const EvalMetrics& m, Control& control) override;
 
+  // Finish decayed at the deadline instead of requeueing (checkpoint.deadline_action = "decay").
+  void end_schedule_in_time(const WsdEnd& wsd) { wsd_ = wsd; }
+
   double save_s() const { return save_s_; }
 
  private:
@@ -88,6 +108,8 @@ class DeadlineGuard : public Callback {
   double logged_step_s_ = 0;  // longest recent log step (on a GPU: with the window's backlog)
   int64_t eval_every_ = 0;
   double eval_s_ = 0;  // longest evaluation measured
+  std::optional<WsdEnd> wsd_;
+  bool end_requested_ = false;
 };
 
 }  // namespace frugal

@@ -50,11 +50,13 @@ inline double wsd_lr_at(int64_t step, int64_t total, int64_t warmup, double peak
   return peak + (peak * min_ratio - peak) * progress;
 }
 
-// The rate train.schedule gives step `step` of `t`'s run.
-inline double schedule_lr(int64_t step, const TrainConfig& t) {
+// The rate train.schedule gives step `step` of `t`'s run of `total` steps (train.steps, or the
+// earlier end a deadline moved it to).
+inline double schedule_lr(int64_t step, const TrainConfig& t, int64_t total) {
   if (t.schedule == LrSchedule::kWsd)
-    return wsd_lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr_ratio, t.decay_fraction);
-  return lr_at(step, t.steps, t.warmup_steps, t.lr, t.min_lr_ratio);
+    return wsd_lr_at(step, total, t.warmup_steps, t.lr, t.min_lr_ratio, t.decay_fraction);
+  return lr_at(step, total, t.warmup_steps, t.lr, t.min_lr_ratio);
 }
+inline double schedule_lr(int64_t step, const TrainConfig& t) { return schedule_lr(step, t, t.steps); }
 
 }  // namespace frugal

@@ -20,6 +20,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,19 @@ std::vector<ParamGroup> muon_param_groups(torch::nn::Module& model, double weigh
 // GPU (train.muon_precision = "auto" takes bf16 there and on a CPU that multiplies bf16 natively,
 // fp32 on other CPUs). Matrices of one shape share one momentum buffer and one batched
 // Newton-Schulz iteration.
-std::unique_ptr<Optimizer> make_muon(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda);
+//
+// Sharded (dist.zero = 1, built by dist/data_parallel.cpp): each rank owns whole matrices (the
+// largest first, to the least-loaded rank), keeps their momentum only and runs their
+// Newton-Schulz iteration only, then every matrix is broadcast from its owner, so the iteration's
+// work is split across the ranks too. `adamw` steps the other groups (ZeRO-1's sharded AdamW).
+// state_tensors() gathers every buffer (a collective) so a checkpoint holds the whole state and
+// resumes sharded or not; load_state() takes this rank's matrices.
+struct MuonShards {
+  int64_t rank = 0, world = 1;
+  std::function<void(at::Tensor& t, int64_t root)> broadcast;  // in place, called on every rank
+  std::unique_ptr<Optimizer> adamw;
+};
+std::unique_ptr<Optimizer> make_muon(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda,
+                                     MuonShards shards = {});
 
 }  // namespace frugal

@@ -64,6 +64,20 @@ struct CostPlanOptions {
   PlanProgress progress;   // status while probing (may be empty)
 };
 
+// What the learning-rate schedule and the run's own stops make of train.steps: where the decay
+// begins, and how far a deadline lets the run go.
+struct PlanSchedule {
+  std::string kind;  // train.schedule: "cosine" or "wsd"
+  int64_t warmup_steps = 0;
+  int64_t decay_start = 0;      // the first step of the decay (cosine: the first after the warm-up)
+  double decay_start_s = 0;     // central projected time from launch to it
+  double target_loss = 0;       // train.target_loss (0 = none): the run may end sooner
+  std::string deadline_source;  // checkpoint.deadline resolved ("" = none)
+  double deadline_in_s = 0;     // from when the plan was made
+  int64_t deadline_steps = -1;  // the steps that fit before the deadline (central); -1 = all of them
+  std::string deadline_action;  // checkpoint.deadline_action: "requeue" or "decay"
+};
+
 struct CostPlan {
   std::string run_name;
   int64_t steps = 0;
@@ -74,6 +88,7 @@ struct CostPlan {
   ProjectionInputs inputs;
   Projection projection;
   std::string target;  // "this machine (cpu)" or "gpu-1xh100 (scaled by peak FLOP/s: ...)"
+  PlanSchedule schedule;
 
   // The scenario the configured price bills (spot when budget.spot).
   const Scenario& billed() const { return spot_billed ? projection.spot : projection.on_demand; }
@@ -95,6 +110,10 @@ PlanFigures probe_figures(const std::string& file, const std::vector<std::string
 // The figures of a run directory. Throws ConfigError when it holds no metrics.jsonl with two step
 // lines (nothing to measure from).
 PlanFigures run_dir_figures(const std::string& run_dir);
+
+// `plan`'s schedule outlook for config `c` (its projection made), the deadline counted from
+// `now_unix`.
+PlanSchedule plan_schedule(const Config& c, const CostPlan& plan, double now_unix);
 
 CostPlan make_cost_plan(const std::string& file, const std::vector<std::string>& overrides,
                         const std::map<std::string, std::string>& env, const CostPlanOptions& options);

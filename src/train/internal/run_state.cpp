@@ -43,7 +43,9 @@ nlohmann::json to_json(const LoopState& s) {
           {"elapsed_s", s.elapsed_s},
           {"startup_s", s.startup_s},
           {"lr_scale", s.lr_scale},
-          {"rollbacks", s.rollbacks}};
+          {"rollbacks", s.rollbacks},
+          {"end_step", s.end_step},
+          {"end_reason", s.end_reason}};
 }
 
 LoopState loop_state_from_json(const nlohmann::json& j) {
@@ -64,6 +66,8 @@ LoopState loop_state_from_json(const nlohmann::json& j) {
     s.startup_s = j.value("startup_s", 0.0);  // absent in checkpoints of earlier versions
     s.lr_scale = j.at("lr_scale").get<double>();
     s.rollbacks = j.at("rollbacks").get<int64_t>();
+    s.end_step = j.value("end_step", int64_t{0});  // absent in checkpoints of earlier versions
+    s.end_reason = j.value("end_reason", std::string());
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(fmt::format("state.json \"loop\" is incomplete: {}", e.what()));

@@ -29,6 +29,10 @@ struct LoopState {
                               // train.max_minutes, not by tokens_per_s)
   double lr_scale = 1;        // product of guard.lr_factor over rollbacks
   int64_t rollbacks = 0;
+  // The step the run ends at, its schedule with it, when moved before train.steps (Control::
+  // request_end_at: checkpoint.deadline_action = "decay"); 0 = train.steps. Kept by a resume.
+  int64_t end_step = 0;
+  std::string end_reason;
 };
 
 nlohmann::json to_json(const LoopState& s);

@@ -101,6 +101,9 @@ struct Trainer::State {
   void train_one_step(Control& control);
   StepReadings read_step(const StepResult& r, double lr, double step_s);
   bool next_step_logs() const;
+  // The step the run ends at: train.steps, or earlier where the end was moved (LoopState::end_step).
+  int64_t total_steps() const;
+  void apply_end_request(Control& control);
   void settle_queued_steps();
   void maybe_eval(Control& control);
   bool run_eval(Control& control);
