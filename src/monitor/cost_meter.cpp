@@ -115,6 +115,7 @@ void CostMeter::alert(double fraction) {
 }
 
 void CostMeter::on_step_metrics(StepMetrics& m) {
+  if (m.total_steps > 0) total_steps_ = m.total_steps;  // an end moved before train.steps
   figures_ = cost_at(m.elapsed_s, m.step, total_steps_, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
   m.cost_usd = figures_.usd;
   m.energy_kwh = figures_.kwh;
@@ -130,6 +131,7 @@ void CostMeter::add_to_banner(std::vector<std::string>& lines) const {
 
 void CostMeter::on_step_end(const StepMetrics& m, Control& control) {
   // The same figures on_step_metrics made (recomputed: a caller may run only this event).
+  if (m.total_steps > 0) total_steps_ = m.total_steps;
   figures_ = cost_at(m.elapsed_s, m.step, total_steps_, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
   if (budget_.limit_usd <= 0) return;
   for (size_t i = 0; i < fractions_.size(); ++i) {

@@ -272,7 +272,9 @@ Dashboard::Dashboard(const MonitorConfig& config, std::string run_name)
       for (const char* k : {"tokens_per_s", "samples_per_s", "mfu", "cost_usd", "grad_noise_scale"})
         if (l.contains(k)) summary[k] = l[k];
       for (const auto& [k, v] : s.run.items()) summary[k] = v;
-      const int64_t step = l.value("step", int64_t{0}), total = s.run.value("total_steps", int64_t{0});
+      // The line's own total: an end moved before train.steps (checkpoint.deadline_action) shows.
+      const int64_t step = l.value("step", int64_t{0}),
+                    total = l.value("total_steps", s.run.value("total_steps", int64_t{0}));
       const double elapsed = l.value("elapsed_s", 0.0);
       // The time left at the pace so far (start-up and evaluations included).
       summary["stop_reason"] = fmt::format(

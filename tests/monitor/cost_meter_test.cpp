@@ -83,6 +83,30 @@ TEST(CostMeter, AlertsFireOnceEachAndTheLimitRequestsAGuardStop) {
   EXPECT_NE(control.stop_reason().find("budget"), std::string::npos);
 }
 
+// The projection follows the steps the run will take: train.steps, or the earlier end a deadline
+// moved it to (StepMetrics::total_steps).
+TEST(CostMeter, TheProjectionFollowsAnEndMovedBeforeTrainSteps) {
+  BudgetConfig b;
+  b.usd_per_hour = 3600;  // $1 per second of training
+  CostMeter meter(b);
+  Config c;
+  c.train.steps = 100;
+  RunInfo info;
+  info.config = &c;
+  meter.on_train_begin(info);
+  StepMetrics m;
+  m.step = 10;
+  m.elapsed_s = 10;
+  m.total_steps = 100;
+  meter.on_step_metrics(m);
+  EXPECT_DOUBLE_EQ(meter.figures().projected_usd, 100.0);
+  m.step = 11;
+  m.elapsed_s = 11;
+  m.total_steps = 40;  // moved
+  meter.on_step_metrics(m);
+  EXPECT_DOUBLE_EQ(meter.figures().projected_usd, 40.0);
+}
+
 // A resumed run must not fire (and run alert_command for) an alert the first session fired: the
 // fired fractions travel in the checkpoint.
 TEST(CostMeter, FiredAlertsSurviveAResume) {

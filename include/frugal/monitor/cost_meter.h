@@ -24,7 +24,7 @@ struct CostFigures {
   double kwh = 0;
   double kg_co2 = 0;
   double burn_usd_per_hour = 0;
-  double projected_usd = 0;  // for train.steps at the pace so far
+  double projected_usd = 0;  // for the run's steps (train.steps, or an end moved before it) at the pace so far
 };
 
 // Pure arithmetic of the meter (tested directly).
