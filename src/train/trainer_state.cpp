@@ -253,12 +253,17 @@ void Trainer::State::rollback(Control& control) {
   // describes the world (the cost meter's alerts) carry across the rollback (restore() would take
   // the checkpoint's).
   const double elapsed_s = loop.elapsed_s, startup = loop.startup_s;
+  // So does an end a deadline moved (the deadline did not move with the weights).
+  const int64_t end_step = loop.end_step;
+  const std::string end_reason = loop.end_reason;
   std::vector<nlohmann::json> kept(callbacks.size());
   for (size_t i = 0; i < callbacks.size(); ++i)
     if (callbacks[i]->state_survives_rollback()) callbacks[i]->save_state(kept[i]);
   restore(ck);
   loop.elapsed_s = elapsed_s;
   loop.startup_s = startup;
+  loop.end_step = end_step;
+  loop.end_reason = end_reason;
   for (size_t i = 0; i < callbacks.size(); ++i)
     if (callbacks[i]->state_survives_rollback()) callbacks[i]->load_state(kept[i]);
   loop.lr_scale = lr_scale;

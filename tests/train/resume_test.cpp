@@ -106,17 +106,20 @@ TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseWithMuonAndWsd) {
   expect_identical_runs(a.path(), b.path());
 }
 
-// At step `at`, asks the loop to end the run at step `end` (as the deadline guard does with
+// At step `at`, asks the loop to end the run at step `end`, once (as the deadline guard does with
 // checkpoint.deadline_action = "decay").
 class EndAt : public Callback {
  public:
   EndAt(int64_t at, int64_t end) : at_(at), end_(end) {}
   void on_step_end(const StepMetrics& m, Control& control) override {
-    if (m.step == at_) control.request_end_at(end_, "the test moved the end");
+    if (m.step != at_ || asked_) return;
+    asked_ = true;
+    control.request_end_at(end_, "the test moved the end");
   }
 
  private:
   int64_t at_, end_;
+  bool asked_ = false;
 };
 
 // An end moved before train.steps: the WSD schedule decays to it, the run ends there completed,
@@ -152,6 +155,21 @@ TEST(Resume, AMovedEndDecaysToItAndSurvivesAResumeBitwise) {
   auto done = train(b.path(), x, r);
   EXPECT_EQ(done["steps"], 20);
   expect_identical_runs(a.path(), b.path());
+}
+
+// A rollback to a checkpoint older than the move keeps the moved end: the deadline did not move.
+TEST(Stops, ARollbackKeepsAnEndMovedAfterItsCheckpoint) {
+  test::TempDir dir;
+  TrainerOptions o;
+  o.callbacks = {std::make_shared<EndAt>(7, 20)};  // after the checkpoint at step 5
+  auto s = train(dir.path(),
+                 {"train.schedule=wsd", "guard.spike_factor=0.5", "guard.spike_windows=1", "guard.max_rollbacks=1",
+                  "checkpoint.every_steps=5"},
+                 o);
+  ASSERT_GE(s["rollbacks"].size(), 1u);
+  EXPECT_EQ(s["rollbacks"][0]["to_step"], 5);
+  ASSERT_TRUE(s.contains("end_moved")) << s.dump();
+  EXPECT_EQ(s["end_moved"]["step"], 20);
 }
 
 TEST(Resume, SignalOnAnEvalStepDefersTheEvaluationToTheResumedRun) {
