@@ -68,10 +68,20 @@ class MuonOptimizer : public Optimizer {
       if (it == stacks_.end()) it = stacks_.insert(stacks_.end(), Stack{});
       it->members.push_back(i);
     }
+    // The stack's gradients are one tensor too, as fused_adamw's: each matrix's .grad a view of
+    // it, which autograd accumulates into in place (and the all-reduce buckets view).
     for (auto& s : stacks_) {
       const at::Tensor& p = params_[s.members.front()];
-      s.momentum = torch::zeros({static_cast<int64_t>(s.members.size()), p.size(0), p.size(1)}, p.options());
-      for (size_t j = 0; j < s.members.size(); ++j) bufs_[s.members[j]] = s.momentum[static_cast<int64_t>(j)];
+      const std::vector<int64_t> shape = {static_cast<int64_t>(s.members.size()), p.size(0), p.size(1)};
+      s.momentum = torch::zeros(shape, p.options());
+      s.grads = torch::zeros(shape, p.options());
+      for (size_t j = 0; j < s.members.size(); ++j) {
+        at::Tensor& q = params_[s.members[j]];
+        bufs_[s.members[j]] = s.momentum[static_cast<int64_t>(j)];
+        at::Tensor g = s.grads[static_cast<int64_t>(j)];
+        g.copy_(q.grad());
+        q.mutable_grad() = g;
+      }
     }
     if (shards_.adamw)
       adamw_ = std::move(shards_.adamw);
@@ -91,12 +101,10 @@ class MuonOptimizer : public Optimizer {
     c10::NoGradGuard no_grad;
     if (adamw_) adamw_->step();
     for (const Stack& s : stacks_) {
-      std::vector<at::Tensor> grads;
-      for (size_t i : s.members) grads.push_back(params_[i].grad());
-      at::Tensor update = at::stack(grads);  // a copy: the gradients stay as they are
-      s.momentum.lerp_(update, 1 - momentum_);
-      update.lerp_(s.momentum, momentum_);  // Nesterov, as torch.optim.Muon by default
-      const at::Tensor o = newton_schulz(update, kNsSteps, kNsEps, bf16_).to(s.momentum.scalar_type());
+      s.momentum.lerp_(s.grads, 1 - momentum_);
+      const at::Tensor update = s.grads.lerp(s.momentum, momentum_);  // Nesterov, as torch.optim.Muon
+      // In bf16 or fp32; added to the weights in their own dtype (an exact widening).
+      const at::Tensor o = newton_schulz(update, kNsSteps, kNsEps, bf16_);
       const at::Tensor& first = params_[s.members.front()];
       const double rate = muon_lr(lr_, adjust_, first.size(0), first.size(1));
       for (size_t j = 0; j < s.members.size(); ++j) {
@@ -182,7 +190,7 @@ class MuonOptimizer : public Optimizer {
 
   struct Stack {
     std::vector<size_t> members;  // indices into params_
-    at::Tensor momentum;          // [members, rows, cols]
+    at::Tensor momentum, grads;   // [members, rows, cols]; the members' .grad are views of grads
   };
   std::unique_ptr<Optimizer> adamw_;       // the embeddings, gains and biases
   std::vector<at::Tensor> params_, bufs_;  // bufs_[i]: params_[i]'s momentum, a view into its stack's
