@@ -104,6 +104,33 @@ TEST(Deadline, CountsTheStepsThatFitBeforeTheFinalEvaluationSaveAndMargin) {
   EXPECT_EQ(steps_before_deadline(0, 100, 0, 0, 0, 10, 5), 0);   // no step time measured yet
 }
 
+// What a guard did over a run of one second per step up to `total` steps, an end it moved applied
+// as the loop applies it.
+struct GuardRun {
+  int64_t requests = 0, requested_at = -1, total = 0;
+  Control control;
+};
+
+GuardRun one_second_steps(DeadlineGuard& g, double& now, int64_t total) {
+  GuardRun r;
+  r.total = total;
+  StepMetrics m;
+  m.step_s = 1;
+  for (int64_t step = 1; step <= r.total && !r.control.should_stop(); ++step) {
+    now = static_cast<double>(step);
+    m.step = step;
+    m.total_steps = r.total;
+    g.on_step_end(m, r.control);
+    if (r.control.end_at() > 0) {
+      r.requested_at = step;
+      ++r.requests;
+      r.total = r.control.end_at();
+      r.control.clear_end_request();
+    }
+  }
+  return r;
+}
+
 // checkpoint.deadline_action = "decay": with warmup-stable-decay (warm-up 10, the last 20% decays)
 // and one second per step, the guard moves the end to the last step that fits (84) at the step
 // where the decay to it must begin (84 - round(0.2 x 84) = 67), once; the run then ends there,
@@ -113,39 +140,18 @@ TEST(Deadline, WithDecayTheGuardMovesTheEndWhenTheDecayToItMustBegin) {
   double now = 0;
   auto g = guard_after_a_10s_save(100, 0, now);
   g->end_schedule_in_time(WsdEnd{10, 0.2});
-  StepMetrics m;
-  m.total_steps = 1000;
-  m.step_s = 1;
-  Control control;
-  int64_t requested_at = -1, requests = 0;
-  for (int64_t step = 1; step <= 1000 && step <= m.total_steps && !control.should_stop(); ++step) {
-    now = static_cast<double>(step);
-    m.step = step;
-    g->on_step_end(m, control);
-    if (control.end_at() > 0) {
-      requested_at = step;
-      ++requests;
-      m.total_steps = control.end_at();  // as the loop applies it
-      control.clear_end_request();
-    }
-  }
-  EXPECT_EQ(requests, 1);
-  EXPECT_EQ(requested_at, 67);
-  EXPECT_EQ(m.total_steps, 84);  // 84 + 10 + 5 < 100
+  const GuardRun r = one_second_steps(*g, now, 1000);
+  EXPECT_EQ(r.requests, 1);
+  EXPECT_EQ(r.requested_at, 67);
+  EXPECT_EQ(r.total, 84);  // 84 + 10 + 5 < 100
   EXPECT_EQ(wsd_decay_start(84, 10, 0.2), 67);
-  EXPECT_FALSE(control.should_stop()) << control.stop_reason();
+  EXPECT_FALSE(r.control.should_stop()) << r.control.stop_reason();
   // Without end_schedule_in_time (requeue, the default) the same run stops for a requeue instead.
   now = 0;
   auto requeue = guard_after_a_10s_save(100, 0, now);
-  Control c2;
-  m.total_steps = 1000;
-  for (int64_t step = 1; step <= 1000 && !c2.should_stop(); ++step) {
-    now = static_cast<double>(step);
-    m.step = step;
-    requeue->on_step_end(m, c2);
-  }
-  EXPECT_EQ(c2.end_at(), 0);
-  EXPECT_EQ(c2.stop_kind(), StopKind::kPreempted);
+  const GuardRun q = one_second_steps(*requeue, now, 1000);
+  EXPECT_EQ(q.requests, 0);
+  EXPECT_EQ(q.control.stop_kind(), StopKind::kPreempted);
 }
 
 // A run that ends before its deadline anyway keeps train.steps.
@@ -153,17 +159,10 @@ TEST(Deadline, WithDecayARunThatFitsKeepsItsEnd) {
   double now = 0;
   auto g = guard_after_a_10s_save(100, 0, now);
   g->end_schedule_in_time(WsdEnd{10, 0.2});
-  StepMetrics m;
-  m.total_steps = 80;
-  m.step_s = 1;
-  Control control;
-  for (int64_t step = 1; step <= 80; ++step) {
-    now = static_cast<double>(step);
-    m.step = step;
-    g->on_step_end(m, control);
-  }
-  EXPECT_EQ(control.end_at(), 0);
-  EXPECT_FALSE(control.should_stop());
+  const GuardRun r = one_second_steps(*g, now, 80);
+  EXPECT_EQ(r.requests, 0);
+  EXPECT_EQ(r.total, 80);
+  EXPECT_FALSE(r.control.should_stop());
 }
 
 // On a GPU the steps between log steps do not wait for the device: here the host spends 0.1 s on
