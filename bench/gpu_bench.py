@@ -20,6 +20,8 @@ Rows (each side's runs alternate, --repeats rounds; medians):
     torch.utils.checkpoint per block) against none: peak tensor memory and step time, bf16;
   - checkpoint stall, sync against async (checkpoint.async): the trainer's stall per save, the
     write time and bytes of a checkpoint (summary.json's "checkpoint" figures), bf16;
+  - muon: frugal's step with train.optimizer = "muon" (Newton-Schulz in bf16 on the GPU) against
+    its default fused AdamW, bf16: the step-time ratio the time-to-loss bench needs on a GPU;
   - data wait: the fraction of step time the trainer waited for its batch (frugal's prefetching
     loader: metrics.jsonl data_wait_s; the peer builds its batch inline: data_ms).
 
@@ -73,7 +75,7 @@ GPT2 = dict(layers=12, heads=12, embd=768, block=1024, vocab=50257)
 SMOKE = dict(layers=2, heads=2, embd=64, block=32, vocab=50257)
 # The files a run writes into the results folder (save() refuses any other name, so that the
 # clean-up of an earlier run's files knows them all).
-ROW_FILES = ("gpu_bf16", "gpu_fp16", "gpu_sync_every", "gpu_activation_checkpointing", "gpu_checkpoint_stall",
+ROW_FILES = ("gpu_muon", "gpu_bf16", "gpu_fp16", "gpu_sync_every", "gpu_activation_checkpointing", "gpu_checkpoint_stall",
              "gpu_machine")
 SKIP = 3  # untimed steps at the start of every run (the peer's first one compiles under --compile)
 
@@ -298,7 +300,7 @@ def main():
     ap.add_argument("--max-autotune", action="store_true",
                     help="add torch.compile mode \"max-autotune\" to the bf16 row (its autotuning takes minutes)")
     ap.add_argument("--only", default="",
-                    help="comma-separated rows to run (bf16, fp16, sync, ckpt, stall; default all): e.g. "
+                    help="comma-separated rows to run (bf16, fp16, sync, ckpt, stall, muon; default all): e.g. "
                          "--only bf16 for a short lease")
     ap.add_argument("--sync-every", type=int, default=10,
                     help="the sync-every row: both sides read the loss every N steps (0 = skip the row)")
@@ -309,10 +311,10 @@ def main():
     a = ap.parse_args()
 
     shape = SMOKE if a.smoke else GPT2
-    rows = {r.strip() for r in a.only.split(",") if r.strip()} or {"bf16", "fp16", "sync", "ckpt", "stall"}
-    unknown = rows - {"bf16", "fp16", "sync", "ckpt", "stall"}
+    rows = {r.strip() for r in a.only.split(",") if r.strip()} or {"bf16", "fp16", "sync", "ckpt", "stall", "muon"}
+    unknown = rows - {"bf16", "fp16", "sync", "ckpt", "stall", "muon"}
     if unknown:
-        ap.error(f"--only {a.only}: unknown row(s) {', '.join(sorted(unknown))}; allowed: bf16, fp16, sync, ckpt, stall")
+        ap.error(f"--only {a.only}: unknown row(s) {', '.join(sorted(unknown))}; allowed: bf16, fp16, sync, ckpt, stall, muon")
     a.rows = rows
     if a.sync_every < 0:
         die("gpu_bench: --sync-every must be 0 (no row) or at least 1", 2)
@@ -403,9 +405,13 @@ def main():
         f"checkpoint.async={'true' if m == 'async' else 'false'}"], steps=stall_steps)) for mode in ("sync", "async")
         if "stall" in a.rows]
 
+    muon_sides = [("fused_adamw", lambda: b.frugal("bf16", "bf16_adamw")),
+                  ("muon", lambda: b.frugal("bf16", "bf16_muon", ["train.optimizer=muon", "train.schedule=wsd"]))
+                  ] if "muon" in a.rows else []
+
     res = {}
     groups = (("bf16", sides), ("fp16", fp16_sides), (f"sync every {n}", sync_sides),
-              ("checkpoint stall", stall_sides))
+              ("checkpoint stall", stall_sides), ("muon", muon_sides))
     rounds = {id(g): {k: [] for k, _ in g} for _, g in groups}
     failures = []
     for r in range(a.repeats):
@@ -503,6 +509,12 @@ def main():
                                              if st["sync"]["stall_s_mean"] > 0 else None)
     if st:
         save("gpu_checkpoint_stall", {"dtype": "bf16", "every_steps": a.ckpt_every, "steps": stall_steps, "modes": st})
+    mu = {k: summarize(b, v, "bf16") for k, v in rounds[id(muon_sides)].items() if v}
+    if mu:
+        obj = {"dtype": "bf16", "sides": mu}
+        if "muon" in mu and "fused_adamw" in mu:
+            obj["step_time_ratio_muon_over_adamw"] = mu["muon"]["step_ms_median"] / mu["fused_adamw"]["step_ms_median"]
+        save("gpu_muon", obj)
     machine["bench_seconds"] = time.time() - t0
     machine["failures"] = failures
     with open(os.path.join(out, "gpu_machine.json"), "w") as f:
@@ -541,6 +553,8 @@ def main():
               f" write {1e3 * v['write_s_mean']:.0f} ms; {v['bytes'] / 1e6:.0f} MB x {v['saves']} saves")
         if v.get("stall_s_each"):
             print(f"{'':34} stall of each save: {', '.join(f'{1e3 * x:.0f}' for x in v['stall_s_each'])} ms")
+    if "step_time_ratio_muon_over_adamw" in res.get("gpu_muon", {}):
+        print(f"{'muon over fused_adamw':34} step time x{res['gpu_muon']['step_time_ratio_muon_over_adamw']:.3f}")
     for f in failures:
         print(f"{'FAILED round ' + str(f['round']) + ' ' + f['row'] + ' ' + f['side']:34} {f['error']}")
     print(f"\nresults: {out}/ ({', '.join(sorted(res) + ['gpu_machine'])})")

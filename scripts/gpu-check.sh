@@ -25,9 +25,9 @@
 #                    default 90-real: H100/H200 machine code only, the quickest build)
 #   --max-autotune   the benchmark also runs torch.compile mode "max-autotune" (minutes of autotuning)
 #   --no-sanitizer   skip compute-sanitizer memcheck over the kernel tests
-#   --bench-rows LIST the benchmark's rows, comma-separated (bf16, fp16, sync, ckpt, stall; default
-#                    all): `--bench-rows bf16` for frugal on ATen and on its kernels against eager
-#                    and torch.compile only
+#   --bench-rows LIST the benchmark's rows, comma-separated (bf16, fp16, sync, ckpt, stall, muon;
+#                    default all): `--bench-rows bf16` for frugal on ATen and on its kernels against
+#                    eager and torch.compile only; `muon` for Muon's step against fused AdamW's
 #
 # Steps, each timed and logged to OUT/gpu-check.log: 1. facts (nvidia-smi, python3's torch, cmake,
 # ninja, nvcc); 2. configure and build with Ninja against python3's torch (FRUGAL_PYTHON); 3.
@@ -62,8 +62,8 @@ while [[ $# -gt 0 ]]; do
     --smoke) SMOKE=1; shift ;;
     --max-autotune) BENCH_ARGS+=(--max-autotune); shift ;;
     --no-sanitizer) SANITIZER=0; shift ;;
-    --bench-rows) rows_re='^(bf16|fp16|sync|ckpt|stall)(,(bf16|fp16|sync|ckpt|stall))*$'
-                  [[ ${2:-} =~ $rows_re ]] || { echo "gpu-check: --bench-rows takes a comma-separated list of bf16, fp16, sync, ckpt, stall, not '${2:-}'" >&2; exit 2; }
+    --bench-rows) rows_re='^(bf16|fp16|sync|ckpt|stall|muon)(,(bf16|fp16|sync|ckpt|stall|muon))*$'
+                  [[ ${2:-} =~ $rows_re ]] || { echo "gpu-check: --bench-rows takes a comma-separated list of bf16, fp16, sync, ckpt, stall, muon, not '${2:-}'" >&2; exit 2; }
                   BENCH_ARGS+=(--only "$2"); shift 2 ;;
     --cuda-arch) arch_re='^[0-9a-z;-]+$'
                  [[ ${2:-} =~ $arch_re ]] || { echo "gpu-check: --cuda-arch takes CMake CUDA architectures such as 90-real or '80-real;90-real', not '${2:-}'" >&2; exit 2; }
