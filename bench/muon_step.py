@@ -7,8 +7,8 @@ iterations in the dtype train.muon_precision = "auto" picks on this machine.
 Muon's iterations cost the same whatever the batch, while forward and backward grow with the
 tokens of a step; this bench measures how much of the step the iterations are at each size. Each
 run is one `frugal train` of --steps steps on the English corpus of bench/time_to_loss.py; its
-step time is summary.json's data + forward + backward + optimizer per step (means over the run's
-steps, the first one included on both sides). The sides alternate within each round, --repeats rounds; medians.
+step time is the median over its log windows after the first (metrics.jsonl's elapsed_s per step,
+the warm-up step left out), and its optimizer time the median of the log steps' optimizer_s. The sides alternate within each round, --repeats rounds; medians.
 
 Writes bench/results/<date>/muon_step.json and prints a table.
 
@@ -46,9 +46,16 @@ def step_ms(frugal, work, text, shape, side, accum, steps):
     if p.returncode != 0:
         die(f"muon_step: {name} exited {p.returncode}:\n{p.stderr[-2000:]}", 1)
     summ = json.load(open(os.path.join(work, name, "summary.json")))
-    phases = {k: summ[k] for k in ("data_ms_per_step", "forward_ms_per_step", "backward_ms_per_step",
-                                   "optimizer_ms_per_step")}
-    return {"step_ms": sum(phases.values()), **phases, "tokens_per_step": summ["tokens"] // summ["steps"]}
+    lines = [json.loads(x) for x in open(os.path.join(work, name, "metrics.jsonl")) if '"event":"step"' in x]
+    if len(lines) < 3:
+        die(f"muon_step: {name} logged {len(lines)} step lines; --steps must leave two windows after the first", 1)
+    # Each log window after the first (the warm-up step, allocations and thread start-up are in it):
+    # its wall time per step; and the optimizer phase of its log step.
+    windows = [((b["elapsed_s"] - a["elapsed_s"] - b.get("eval_s", 0) - b.get("checkpoint_s", 0)) /
+                (b["step"] - a["step"])) for a, b in zip(lines, lines[1:])]
+    return {"step_ms": 1e3 * median(windows), "window_ms": [round(1e3 * w, 2) for w in windows],
+            "optimizer_ms": 1e3 * median([x["optimizer_s"] for x in lines[1:]]),
+            "tokens_per_step": summ["tokens"] // summ["steps"]}
 
 
 def main():
@@ -61,13 +68,14 @@ def main():
     a = ap.parse_args()
     shape = "quick" if a.quick else "mid"
     if a.quick:
-        a.accums, a.steps, a.repeats = "1,2", 10, 1
+        a.accums, a.steps, a.repeats = "1,2", 15, 1
     try:
         accums = [int(x) for x in a.accums.split(",")]
     except ValueError:
         die(f"muon_step: --accums '{a.accums}': expected comma-separated whole numbers, e.g. 1,2,4")
-    if not accums or min(accums) < 1 or a.steps < 10 or a.repeats < 1:
-        die("muon_step: --accums must be at least 1 each, --steps at least 10, --repeats at least 1")
+    if not accums or min(accums) < 1 or a.steps < 15 or a.repeats < 1:
+        die("muon_step: --accums must be at least 1 each, --steps at least 15 (three log windows of 5), --repeats "
+            "at least 1")
     frugal = frugal_binary(a.frugal)
     t_start = time.time()
     common = common_fields("muon_step", a.quick, a.repeats)
@@ -82,14 +90,14 @@ def main():
                                round=r + 1)
                     runs.append(one)
                     print(f"  round {r + 1} accum {accum} {side}: {one['step_ms']:.0f} ms/step "
-                          f"(optimizer {one['optimizer_ms_per_step']:.1f} ms)", file=sys.stderr, flush=True)
+                          f"(optimizer {one['optimizer_ms']:.1f} ms)", file=sys.stderr, flush=True)
     table = []
     for accum in accums:
         row = {"accum": accum}
         for side in SIDES:
             mine = [x for x in runs if x["accum"] == accum and x["side"] == side]
             row[side] = {"median_step_ms": median([x["step_ms"] for x in mine]),
-                         "median_optimizer_ms": median([x["optimizer_ms_per_step"] for x in mine]),
+                         "median_optimizer_ms": median([x["optimizer_ms"] for x in mine]),
                          "tokens_per_step": mine[0]["tokens_per_step"]}
         row["step_time_ratio_muon_over_adamw"] = row["muon"]["median_step_ms"] / row["fused_adamw"]["median_step_ms"]
         table.append(row)

@@ -826,6 +826,24 @@ def render_time_to_loss(R):
     return "\n".join(lines)
 
 
+def render_muon_step(R):
+    j = R.get("muon_step")
+    if not j:
+        return not_measured("no bench/results/<date>/muon_step.json", "`bench/muon_step.py` writes it.")
+    lines = [f"Measured by {provenance(j, R.path('muon_step'))}; {machine_line(j)}. The mid shape, {j['steps']} "
+             f"steps a run, Newton-Schulz in {j['newton_schulz']}; medians of {j['repeats']} alternating rounds of "
+             f"each run's median step time over its log windows after the first (the warm-up left out):", "",
+             "| train.accum | tokens a step | AdamW ms per step | Muon ms per step | of which Muon's optimizer | "
+             "Muon / AdamW |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for row in j["table"]:
+        a, m = row["fused_adamw"], row["muon"]
+        lines.append(f"| {row['accum']} | {n0(m['tokens_per_step'])} | {a['median_step_ms']:.0f} | "
+                     f"{m['median_step_ms']:.0f} | {m['median_optimizer_ms']:.1f} | "
+                     f"{row['step_time_ratio_muon_over_adamw']:.2f}x |")
+    return "\n".join(lines)
+
+
 def render_tracker_overhead(R):
     j = R.get("tracker_overhead")
     if not j:
@@ -847,7 +865,7 @@ def render_tracker_overhead(R):
     return "\n".join(lines)
 
 
-RENDERERS = {"tracker_overhead": render_tracker_overhead, "time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
+RENDERERS = {"muon_step": render_muon_step, "tracker_overhead": render_tracker_overhead, "time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
              "levers": render_levers, "gpu": render_gpu, "gpu_kernels": render_gpu_kernels, "threads": render_threads, "reuse_freed": render_reuse_freed,
              "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,

@@ -34,6 +34,7 @@ BENCHES=(
   "search|bench/search_bench.py"
   "demo_run|bench/demo_run.py"
   "plan_accuracy|bench/plan_accuracy.py"
+  "muon_step|bench/muon_step.py"
 )
 TARGETS=(frugal optimizer_bench loader_bench dynamic_batching_bench)
 
