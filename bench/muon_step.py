@@ -24,7 +24,7 @@ import tempfile
 import time
 
 from bench_common import ROOT, common_fields, die, frugal_binary, median, results_dir, save_result
-from time_to_loss import corpus, newton_schulz_dtype
+from time_to_loss import corpus, newton_schulz_dtype, step_windows_ms
 
 SHAPES = {"mid": dict(layers=4, heads=4, embd=256, block=128, batch=16),
           "quick": dict(layers=1, heads=2, embd=32, block=32, batch=8)}
@@ -47,13 +47,8 @@ def step_ms(frugal, work, text, shape, side, accum, steps):
         die(f"muon_step: {name} exited {p.returncode}:\n{p.stderr[-2000:]}", 1)
     summ = json.load(open(os.path.join(work, name, "summary.json")))
     lines = [json.loads(x) for x in open(os.path.join(work, name, "metrics.jsonl")) if '"event":"step"' in x]
-    if len(lines) < 3:
-        die(f"muon_step: {name} logged {len(lines)} step lines; --steps must leave two windows after the first", 1)
-    # Each log window after the first (the warm-up step, allocations and thread start-up are in it):
-    # its wall time per step; and the optimizer phase of its log step.
-    windows = [((b["elapsed_s"] - a["elapsed_s"] - b.get("eval_s", 0) - b.get("checkpoint_s", 0)) /
-                (b["step"] - a["step"])) for a, b in zip(lines, lines[1:])]
-    return {"step_ms": 1e3 * median(windows), "window_ms": [round(1e3 * w, 2) for w in windows],
+    windows = step_windows_ms(os.path.join(work, name))
+    return {"step_ms": median(windows), "window_ms": [round(w, 2) for w in windows],
             "optimizer_ms": 1e3 * median([x["optimizer_s"] for x in lines[1:]]),
             "tokens_per_step": summ["tokens"] // summ["steps"]}
 

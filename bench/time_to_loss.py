@@ -10,8 +10,8 @@ Every run is one `frugal train` with train.target_loss: it stops at the first ev
 to_target gives the tokens and the billed wall time it took; a run that has not reached it after
 --max-steps steps counts as "not reached". Each side's learning rate is picked on the first seed
 (the fewest tokens to target, then the lowest final validation loss), and every seed then runs
-at it. The step time of each run (data + forward + backward + optimizer, ms per step, from the
-summary) shows what Muon's Newton-Schulz iterations cost; the runs of the two sides alternate,
+at it. The step time of each run (the median over its log windows after the first, evaluations
+left out; see step_windows_ms) shows what Muon's Newton-Schulz iterations cost; the runs of the two sides alternate,
 so a drift in the machine's speed hits both alike.
 
 Writes bench/results/<date>/time_to_loss.json and prints a table.
@@ -60,6 +60,18 @@ def newton_schulz_dtype():
     return "bf16" if "avx512_bf16" in flags or "amx_bf16" in flags else "fp32"
 
 
+def step_windows_ms(run_dir):
+    """A run's step time in each log window between two step lines of metrics.jsonl (so not in the
+    one up to the first line, which holds the warm-up step, the allocations and the thread
+    start-up): the window's wall time less its evaluations and saves, per step (the windows
+    `frugal plan --from` reads)."""
+    lines = [json.loads(x) for x in open(os.path.join(run_dir, "metrics.jsonl")) if '"event":"step"' in x]
+    if len(lines) < 3:
+        die(f"time_to_loss: {run_dir} logged {len(lines)} step lines; a step time needs three", 1)
+    return [1e3 * (b["elapsed_s"] - a["elapsed_s"] - b.get("eval_s", 0) - b.get("checkpoint_s", 0)) /
+            (b["step"] - a["step"]) for a, b in zip(lines, lines[1:])]
+
+
 def merge_source(quick):
     """The results --merge adds to: today's time_to_loss.json, else the newest earlier day's."""
     today = os.path.join(results_dir(quick=quick), "time_to_loss.json")
@@ -92,11 +104,14 @@ def train_once(frugal, work, text, shape, side, lr, seed, a):
         die(f"time_to_loss: {name} exited {p.returncode}:\n{p.stderr[-2000:]}", 1)
     summ = json.load(open(os.path.join(work, name, "summary.json")))
     t = summ.get("to_target", {})
-    step_ms = sum(summ.get(k, 0) for k in ("data_ms_per_step", "forward_ms_per_step", "backward_ms_per_step",
-                                            "optimizer_ms_per_step"))
+    # The mean over all steps (the summary's phases) carries the warm-up step, which weighs more on
+    # the side that stops sooner; the median log window after the first does not.
+    mean_ms = sum(summ.get(k, 0) for k in ("data_ms_per_step", "forward_ms_per_step", "backward_ms_per_step",
+                                           "optimizer_ms_per_step"))
     return {"shape": shape, "side": side, "lr": lr, "seed": seed, "reached": bool(t.get("reached")),
             "steps": summ["steps"], "tokens_to_target": t.get("tokens"), "wall_s_to_target": t.get("wall_s"),
-            "final_val_loss": summ.get("final_val_loss"), "step_ms": step_ms,
+            "final_val_loss": summ.get("final_val_loss"), "step_ms": median(step_windows_ms(os.path.join(work, name))),
+            "mean_step_ms_with_warmup": mean_ms,
             "optimizer_ms_per_step": summ.get("optimizer_ms_per_step"), "process_wall_s": round(wall, 2)}
 
 

@@ -36,7 +36,9 @@ namespace frugal {
 
 // The zeroth power of a 2-D `update` (or of each matrix of a stack [k, rows, cols]) by `steps`
 // quintic Newton-Schulz iterations with torch.optim.Muon's coefficients (3.4445, -4.7750,
-// 2.0315), computed in bf16 (`bf16`) or fp32, returned in that dtype.
+// 2.0315), computed in bf16 (`bf16`) or fp32, returned in that dtype. A matrix whose long side is
+// over 1.5 times its short side takes the iteration's Gram form (the same result in exact
+// arithmetic, fewer multiply-adds; see muon.cpp).
 at::Tensor newton_schulz(const at::Tensor& update, int steps, double eps, bool bf16);
 
 // The learning rate Muon applies to a rows x cols matrix at schedule rate `lr`.
