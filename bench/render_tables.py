@@ -797,24 +797,34 @@ def render_time_to_loss(R):
         return not_measured("no bench/results/<date>/time_to_loss.json", "`bench/time_to_loss.py` writes it.")
     by_shape = j.get("by_shape", {})
     if len(by_shape) > 1:  # shapes measured in separate passes (--merge)
-        at_most = "; ".join(f"{k}: at most {v['max_steps']} steps, {v['date']}, source {v['source']['commit'][:12]}, "
+        at_most = "; ".join(f"{k}: at most {v['max_steps']} steps, evaluated every {v.get('eval_every', j['eval_every'])}, "
+                            f"{v['date']}, source {v['source']['commit'][:12]}, "
                             f"{v['bench_seconds'] / 60:.0f} min, Newton-Schulz in {v.get('newton_schulz', 'fp32')}"
                             for k, v in by_shape.items())
     else:
-        at_most = f"at most {j['max_steps']} steps"
+        at_most = f"at most {j['max_steps']} steps, evaluated every {j['eval_every']}"
+    methods = {k: v.get("step_time", "mean over all steps (the warm-up in it)") for k, v in by_shape.items()} or \
+        {"": "mean over all steps (the warm-up in it)"}
+    if len(set(methods.values())) == 1:
+        step_time = f"each run's {next(iter(methods.values()))}"
+    else:
+        step_time = "; ".join(f"{k}: each run's {m}" for k, m in methods.items())
     lines = [f"Measured by {provenance(j, R.path('time_to_loss'))}; {machine_line(j)}. Target: validation loss "
-             f"{j['target_loss']} (nats per byte of English text, {j['corpus']['bytes']:,} bytes), evaluated every "
-             f"{j['eval_every']} steps ({at_most}); each side at the best learning rate of its "
-             f"sweep on the first seed, medians over the seeds that reached the target:", "",
-             "| shape | side | lr | reached | tokens to target | wall s to target | ms per step |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+             f"{j['target_loss']} (nats per byte of English text, {j['corpus']['bytes']:,} bytes) ({at_most}); each "
+             f"side at the best learning rate of its "
+             f"sweep on the first seed, medians over the seeds that reached the target; ms per step: "
+             f"{step_time}, evaluations left out:", "",
+             "| shape | tokens a step | side | lr | reached | tokens to target | wall s to target | ms per step |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     labels = {"adamw_cosine": "AdamW + cosine", "muon_wsd": "Muon + WSD"}
     for row in j["table"]:
         for side in ("adamw_cosine", "muon_wsd"):
             r = row[side]
             tok = n0(r["median_tokens_to_target"]) if r["median_tokens_to_target"] else "-"
             wall = n0(r["median_wall_s_to_target"]) if r["median_wall_s_to_target"] else "-"
-            lines.append(f"| {row['shape']} | {labels[side]} | {r['lr']:g} | {r['reached']} of {r['seeds']} | {tok} | "
+            sh = j["shapes"][row["shape"]]
+            per_step = n0(sh["batch"] * sh["block"] * sh.get("accum", 1))
+            lines.append(f"| {row['shape']} | {per_step} | {labels[side]} | {r['lr']:g} | {r['reached']} of {r['seeds']} | {tok} | "
                          f"{wall} | {n0(r['median_step_ms'])} |")
     lines.append("")
     for row in j["table"]:

@@ -3,7 +3,7 @@
 with warmup-stable-decay (train.optimizer = "muon", train.schedule = "wsd"), each at the best of
 a small learning-rate sweep, on English text (bench/english_text.py, byte-level), for the "mid"
 shape of the compute bench (4 layers x 4 heads x 256, block 128, micro-batch 16) and a wider one
-(4 x 8 x 512), over --seeds seeds.
+(4 x 8 x 512), over --seeds seeds; "mid-accum2" is mid at train.accum = 2.
 
 Every run is one `frugal train` with train.target_loss: it stops at the first evaluation (every
 --eval-every steps) whose validation loss is at or below the target, and summary.json's
@@ -36,6 +36,9 @@ from bench_common import ROOT, common_fields, die, frugal_binary, median, result
 SHAPES = {
     "mid": dict(layers=4, heads=4, embd=256, block=128, batch=16),
     "wide": dict(layers=4, heads=8, embd=512, block=128, batch=16),
+    # mid at two micro-batches a step (train.accum = 2): twice the tokens a step, the same
+    # Newton-Schulz work; run it with half mid's --max-steps, --eval-every and --warmup.
+    "mid-accum2": dict(layers=4, heads=4, embd=256, block=128, batch=16, accum=2),
     "quick": dict(layers=1, heads=2, embd=32, block=32, batch=8),
 }
 SIDES = {
@@ -58,6 +61,9 @@ def newton_schulz_dtype():
     except OSError:
         flags = []
     return "bf16" if "avx512_bf16" in flags or "amx_bf16" in flags else "fp32"
+
+
+STEP_TIME = "median log window after the first"  # by_shape's "step_time": how step_ms was taken
 
 
 def step_windows_ms(run_dir):
@@ -89,7 +95,7 @@ def train_once(frugal, work, text, shape, side, lr, seed, a):
     name = f"{shape}-{side}-lr{lr:g}-s{seed}"
     sets = [f"run.out_dir={work}", f"run.name={name}", f"run.seed={seed}", f"data.source=text:{text}",
             f"model.layers={s['layers']}", f"model.heads={s['heads']}", f"model.embd={s['embd']}",
-            f"model.block={s['block']}", "model.dropout=0", "model.vocab=256", f"data.micro_batch={s['batch']}",
+            f"model.block={s['block']}", "model.dropout=0", "model.vocab=256", f"data.micro_batch={s['batch']}", f"train.accum={s.get('accum', 1)}",
             f"train.steps={a.max_steps}", f"train.warmup_steps={a.warmup}", f"train.eval_every={a.eval_every}",
             "train.eval_batches=8", "train.log_every=25", "train.answer_samples=0", "precision.mode=fp32",
             "checkpoint.every_steps=0", "checkpoint.every_minutes=0", f"train.lr={lr}",
@@ -192,7 +198,8 @@ def main():
     mine = a.shapes.split(",")
     by_shape = {k: {"command": common["command"], "source": common["source"], "date": common["date"],
                     "learning_rates": lrs, "max_steps": a.max_steps, "bench_seconds": round(time.time() - t_start, 1),
-                    "newton_schulz": newton_schulz_dtype()}
+                    "newton_schulz": newton_schulz_dtype(), "step_time": STEP_TIME, "eval_every": a.eval_every,
+                    "warmup_steps": a.warmup}
                 for k in mine}
     shapes = {k: SHAPES[k] for k in mine}
     old_path = merge_source(a.quick)

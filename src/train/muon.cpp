@@ -1,6 +1,7 @@
 // Muon + AdamW; see muon.h.
 #include "frugal/train/muon.h"
 
+#include <ATen/Parallel.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -22,6 +23,59 @@ constexpr double kNsA = 3.4445, kNsB = -4.7750, kNsC = 2.0315;  // torch.optim.M
 constexpr int kNsSteps = 5;
 constexpr double kNsEps = 1e-7;
 constexpr const char* kMomentumPrefix = "muon.";
+
+// The elementwise parts of a step in one pass each where the tensors are contiguous fp32 on the
+// CPU (ATen's ops elsewhere): plain loops over restrict pointers, not inlined, so they vectorise.
+[[gnu::noinline]] void momentum_span(float* __restrict m, const float* __restrict g, float* __restrict u, int64_t n,
+                                     float mu) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float mi = m[i] + (1 - mu) * (g[i] - m[i]);  // m.lerp_(g, 1 - mu)
+    m[i] = mi;
+    u[i] = g[i] + mu * (mi - g[i]);  // Nesterov: g.lerp(m, mu)
+  }
+}
+
+template <typename T>
+[[gnu::noinline]] void update_span(float* __restrict p, const T* __restrict o, int64_t n, float decay, float neg_rate) {
+  for (int64_t i = 0; i < n; ++i) p[i] = p[i] * decay + neg_rate * static_cast<float>(o[i]);
+}
+
+bool plain_fp32_cpu(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
+}
+
+// The Nesterov update of `grads` with `momentum` (which it advances), as torch.optim.Muon's.
+at::Tensor nesterov(const at::Tensor& momentum, const at::Tensor& grads, double mu) {
+  if (!plain_fp32_cpu(momentum) || !plain_fp32_cpu(grads)) {
+    momentum.lerp_(grads, 1 - mu);
+    return grads.lerp(momentum, mu);
+  }
+  at::Tensor u = at::empty_like(grads);
+  float* m = momentum.data_ptr<float>();
+  const float* g = grads.data_ptr<float>();
+  float* out = u.data_ptr<float>();
+  at::parallel_for(0, grads.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+    momentum_span(m + begin, g + begin, out + begin, end - begin, static_cast<float>(mu));
+  });
+  return u;
+}
+
+// p = p * decay - rate * o, o in bf16 or in p's dtype.
+void apply_update(at::Tensor& p, const at::Tensor& o, double decay, double rate) {
+  if (!plain_fp32_cpu(p) || !o.is_contiguous() || (o.scalar_type() != at::kFloat && o.scalar_type() != at::kBFloat16)) {
+    p.mul_(decay);
+    p.add_(o, -rate);
+    return;
+  }
+  float* w = p.data_ptr<float>();
+  const auto d = static_cast<float>(decay), r = static_cast<float>(-rate);
+  at::parallel_for(0, p.numel(), 1 << 15, [&](int64_t begin, int64_t end) {
+    if (o.scalar_type() == at::kFloat)
+      update_span(w + begin, o.data_ptr<float>() + begin, end - begin, d, r);
+    else
+      update_span(w + begin, o.data_ptr<at::BFloat16>() + begin, end - begin, d, r);
+  });
+}
 
 class MuonOptimizer : public Optimizer {
  public:
@@ -103,17 +157,12 @@ class MuonOptimizer : public Optimizer {
     c10::NoGradGuard no_grad;
     if (adamw_) adamw_->step();
     for (const Stack& s : stacks_) {
-      s.momentum.lerp_(s.grads, 1 - momentum_);
-      const at::Tensor update = s.grads.lerp(s.momentum, momentum_);  // Nesterov, as torch.optim.Muon
       // In bf16 or fp32; added to the weights in their own dtype (an exact widening).
-      const at::Tensor o = newton_schulz(update, kNsSteps, kNsEps, bf16_);
+      const at::Tensor o = newton_schulz(nesterov(s.momentum, s.grads, momentum_), kNsSteps, kNsEps, bf16_);
       const at::Tensor& first = params_[s.members.front()];
       const double rate = muon_lr(lr_, adjust_, first.size(0), first.size(1));
-      for (size_t j = 0; j < s.members.size(); ++j) {
-        at::Tensor& p = params_[s.members[j]];
-        p.mul_(1 - lr_ * decay_[s.members[j]]);
-        p.add_(o[static_cast<int64_t>(j)], -rate);
-      }
+      for (size_t j = 0; j < s.members.size(); ++j)
+        apply_update(params_[s.members[j]], o[static_cast<int64_t>(j)], 1 - lr_ * decay_[s.members[j]], rate);
     }
     if (shards_.world > 1)  // every matrix from its owner, in one order on every rank
       for (size_t i = 0; i < params_.size(); ++i) shards_.broadcast(params_[i], owner_[i]);
@@ -208,7 +257,8 @@ class MuonOptimizer : public Optimizer {
 };
 
 // The Gram form of the iteration ("Gram Newton-Schulz", Dao AI Lab, 2026). Each step
-// multiplies x [k, r, c] (r <= c) by P = a + Z, Z = b*R + c*R^2, R = x x^T. P is a polynomial in R,
+// multiplies x (wide: r x c, r <= c; a tall one on its short side, see ShortSide) by P = a + Z,
+// Z = b*R + c*R^2, R = x x^T. P is a polynomial in R,
 // so every step's P commutes with R and the next Gram matrix is P R P = P (P R): the step can run
 // on r x r matrices alone, carrying R and the product Q of the steps' P, and x is multiplied by Q
 // once at the end. In exact arithmetic the result is the plain iteration's; in bf16 R drifts
@@ -221,12 +271,33 @@ constexpr int kGramRestart = 3;
 
 bool gram_pays(int64_t r, int64_t c) { return 2 * c > 3 * r; }
 
-at::Tensor gram_newton_schulz(at::Tensor x, int steps) {
-  at::Tensor gram = at::bmm(x, x.transpose(-2, -1)), q;  // q undefined: the identity
+// x [k, rows, cols] with its products on the short side: x x^T and m x for a wide x, x^T x and
+// x m for a tall one (m symmetric, so x m = (m x^T)^T), so a tall x is never transposed in memory.
+struct ShortSide {
+  bool tall;
+  at::Tensor gram(const at::Tensor& x) const {
+    return tall ? at::bmm(x.transpose(-2, -1), x) : at::bmm(x, x.transpose(-2, -1));
+  }
+  at::Tensor times(const at::Tensor& m, const at::Tensor& x) const { return tall ? at::bmm(x, m) : at::bmm(m, x); }
+  at::Tensor plus_times(const at::Tensor& x, double a, const at::Tensor& m) const {  // a x + m x
+    return tall ? at::baddbmm(x, x, m, a, 1.0) : at::baddbmm(x, m, x, a, 1.0);
+  }
+};
+
+at::Tensor plain_newton_schulz(at::Tensor x, int steps, ShortSide side) {
+  for (int i = 0; i < steps; ++i) {
+    const at::Tensor gram = side.gram(x);
+    x = side.plus_times(x, kNsA, at::baddbmm(gram, gram, gram, kNsB, kNsC));
+  }
+  return x;
+}
+
+at::Tensor gram_newton_schulz(at::Tensor x, int steps, ShortSide side) {
+  at::Tensor gram = side.gram(x), q;  // q undefined: the identity
   for (int i = 0; i < steps; ++i) {
     if (i > 0 && i % kGramRestart == 0) {
-      x = at::bmm(q, x);
-      gram = at::bmm(x, x.transpose(-2, -1));
+      x = side.times(q, x);
+      gram = side.gram(x);
       q = at::Tensor();
     }
     at::Tensor z = at::baddbmm(gram, gram, gram, kNsB, kNsC);
@@ -241,7 +312,7 @@ at::Tensor gram_newton_schulz(at::Tensor x, int steps) {
       q = z;
     }
   }
-  return at::bmm(q, x);
+  return side.times(q, x);
 }
 
 bool embedding_like(const std::string& name) {
@@ -265,22 +336,14 @@ at::Tensor newton_schulz(const at::Tensor& update, int steps, double eps, bool b
   TORCH_CHECK(update.dim() == 2 || update.dim() == 3,
               "newton_schulz: a matrix or a stack of matrices is required, got ", update.sizes());
   const bool stacked = update.dim() == 3;
-  const bool tall = update.size(-2) > update.size(-1);
-  at::Tensor x = update.to(bf16 ? at::kBFloat16 : at::kFloat);
-  if (!stacked) x = x.unsqueeze(0);
-  if (tall) x = x.transpose(-2, -1);
-  x = x / at::linalg_vector_norm(x, 2, {-2, -1}, /*keepdim=*/true).clamp_min(eps);
-  if (gram_pays(x.size(-2), x.size(-1))) {
-    x = gram_newton_schulz(x, steps);
-  } else {
-    for (int i = 0; i < steps; ++i) {
-      const at::Tensor gram = at::bmm(x, x.transpose(-2, -1));
-      const at::Tensor poly = at::baddbmm(gram, gram, gram, kNsB, kNsC);
-      x = at::baddbmm(x, poly, x, kNsA, 1.0);
-    }
-  }
-  if (tall) x = x.transpose(-2, -1);
-  return stacked ? x : x.squeeze(0);
+  const ShortSide side{update.size(-2) > update.size(-1)};
+  const at::Tensor u = stacked ? update : update.unsqueeze(0);
+  // Scaled to Frobenius norm 1 (so the spectral norm is at most 1) before the cast.
+  const at::Tensor x = (u / at::linalg_vector_norm(u, 2, {-2, -1}, /*keepdim=*/true).clamp_min(eps))
+                           .to(bf16 ? at::kBFloat16 : at::kFloat);
+  const int64_t r = std::min(x.size(-2), x.size(-1)), c = std::max(x.size(-2), x.size(-1));
+  const at::Tensor o = gram_pays(r, c) ? gram_newton_schulz(x, steps, side) : plain_newton_schulz(x, steps, side);
+  return stacked ? o : o.squeeze(0);
 }
 
 double muon_lr(double lr, MuonLrAdjust adjust, int64_t rows, int64_t cols) {

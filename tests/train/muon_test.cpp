@@ -87,7 +87,7 @@ double worst_relative_gap(const std::vector<at::Tensor>& got, const SafetensorsF
 // (its _zeropower_via_newtonschulz with bfloat16() widened to double), the exact update. frugal's
 // fp32 Newton-Schulz must land on the exact one (within 1e-4 of the largest move); its bf16,
 // whose Gram form rounds differently, within 5% of it and of the shipped bf16 (the shipped bf16
-// is about 1.2% from the exact one here, frugal's about 3%; a wrong coefficient, scale or
+// is about 1.2% from the exact one here, frugal's about 2%; a wrong coefficient, scale or
 // orientation moves an update by tens of per cent).
 TEST(Muon, MatchesTorchOptimMuonOnTheSameGradients) {
   if (!fs::exists(venv_python())) GTEST_SKIP() << "no .venv (scripts/install-deps.sh makes it)";
