@@ -149,6 +149,11 @@ def main():
     seeds = [int(x) for x in a.seeds.split(",")]
     lrs = {"adamw_cosine": [float(x) for x in a.adamw_lrs.split(",")],
            "muon_wsd": [float(x) for x in a.muon_lrs.split(",")]}
+    old_path = merge_source(a.quick) if a.merge else None
+    old = json.load(open(old_path)) if old_path else None
+    if old and old["target_loss"] != a.target:  # checked before the runs, not after
+        die(f"time_to_loss: --merge: {old_path} has target {old['target_loss']}; this pass {a.target} (the rows of "
+            f"one table share their target)")
     t_start = time.time()
     common = common_fields("time_to_loss", a.quick, len(seeds))  # the machine and source as the runs start
     text = os.path.join(ROOT, "bench", "out", "english.txt")
@@ -202,13 +207,8 @@ def main():
                     "warmup_steps": a.warmup}
                 for k in mine}
     shapes = {k: SHAPES[k] for k in mine}
-    old_path = merge_source(a.quick)
-    if a.merge and old_path:
+    if old:
         print(f"time_to_loss: --merge: keeping the other shapes of {os.path.relpath(old_path, ROOT)}")
-        old = json.load(open(old_path))
-        if old["target_loss"] != a.target or old["eval_every"] != a.eval_every:
-            die(f"time_to_loss: --merge: {old_path} has target {old['target_loss']} and eval_every "
-                f"{old['eval_every']}; this pass {a.target} and {a.eval_every}")
         keep = [r for r in old["table"] if r["shape"] not in mine]
         table = keep + table
         runs = [r for r in old["runs"] if r["shape"] not in mine] + runs
@@ -218,6 +218,9 @@ def main():
                 "command": old["command"], "source": old["source"], "date": old["date"],
                 "learning_rates": old["learning_rates"], "max_steps": old["max_steps"],
                 "bench_seconds": old["bench_seconds"]}
+            # Each shape keeps its own cadence (a pass may evaluate at another one).
+            by_shape[r["shape"]].setdefault("eval_every", old["eval_every"])
+            by_shape[r["shape"]].setdefault("warmup_steps", old["warmup_steps"])
     out = {"target_loss": a.target, "max_steps": a.max_steps, "eval_every": a.eval_every, "warmup_steps": a.warmup,
            "corpus": corpus_facts, "shapes": shapes, "sides": SIDES,
            "learning_rates": lrs, "by_shape": by_shape, "table": table, "runs": runs,
