@@ -94,7 +94,7 @@ CostMeter::CostMeter(const BudgetConfig& b) : budget_(b) {
   fired_.assign(fractions_.size(), false);
 }
 
-void CostMeter::on_train_begin(const RunInfo& info) { total_steps_ = info.config->train.steps; }
+void CostMeter::on_train_begin(const RunInfo& info) { total_steps_ = info.total_steps(); }
 
 void CostMeter::alert(double fraction) {
   std::string msg = fmt::format(

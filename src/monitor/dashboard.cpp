@@ -163,7 +163,8 @@ struct PromMetric {
 // Names follow Prometheus conventions: base units (seconds, bytes), _total for counters.
 constexpr PromMetric kMetrics[] = {
     {"step", "frugal_step", "gauge", "Optimizer steps completed.", 1},
-    {"total_steps", "frugal_total_steps", "gauge", "Steps the run is configured for (train.steps).", 1},
+    {"total_steps", "frugal_total_steps", "gauge",
+     "The step the run ends at (train.steps, or an end a deadline moved).", 1},
     {"loss", "frugal_loss", "gauge", "Mean training loss over the last log window (nats/token).", 1},
     {"val_loss", "frugal_val_loss", "gauge", "Latest validation loss (nats/token).", 1},
     {"lr", "frugal_learning_rate", "gauge", "Learning rate of the latest step.", 1},
@@ -346,7 +347,7 @@ Dashboard::Snapshot Dashboard::snapshot() const {
 void Dashboard::on_train_begin(const RunInfo& info) {
   std::lock_guard<std::mutex> lock(mu_);
   snap_.run["state"] = "running";
-  snap_.run["total_steps"] = info.config ? info.config->train.steps : 0;
+  snap_.run["total_steps"] = info.total_steps();
   snap_.run["params"] = info.params;
   snap_.run["global_batch"] = info.samples_per_step;
   snap_.run["peak_tflops"] = info.peak_flops / 1e12;

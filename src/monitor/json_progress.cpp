@@ -12,7 +12,7 @@ void JsonProgress::on_train_begin(const RunInfo& info) {
   nlohmann::ordered_json j;
   j["event"] = "start";
   j["run_name"] = info.config ? info.config->run.name : "";
-  j["total_steps"] = info.config ? info.config->train.steps : 0;
+  j["total_steps"] = info.total_steps();
   j["run_dir"] = info.run_dir;
   j["params"] = info.params;
   j["peak_flops"] = info.peak_flops;

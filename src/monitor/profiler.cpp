@@ -111,7 +111,7 @@ Profiler::~Profiler() {
 }
 
 void Profiler::on_train_begin(const RunInfo& info) {
-  total_steps_ = info.config ? info.config->train.steps : 0;
+  total_steps_ = info.total_steps();
   std::error_code ec;
   remove_tree(dir_, ec);  // traces of an earlier run under this name
   if (profile_window_opens_after(config_, 0)) open(0);

@@ -12,7 +12,7 @@ std::string reason(int64_t step) { return fmt::format("stopped at step {} (--sto
 void StopAtStep::on_train_begin(const RunInfo& info) {
   if (!info.config) return;
   eval_every_ = info.config->train.eval_every;
-  total_steps_ = info.config->train.steps;
+  total_steps_ = info.total_steps();
 }
 
 void StopAtStep::on_step_end(const StepMetrics& m, Control& control) {

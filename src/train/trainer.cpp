@@ -375,6 +375,7 @@ void Trainer::State::describe_run() {
   info.peak_flops = setup.peak.flops;
   info.dashboard_url = dashboard_url;
   info.start_step = loop.step;
+  info.end_step = total_steps();
 }
 
 }  // namespace frugal

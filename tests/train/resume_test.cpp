@@ -122,8 +122,16 @@ class EndAt : public Callback {
   bool asked_ = false;
 };
 
+// The end a session's callbacks are told at its start (RunInfo::total_steps).
+class SeesTheEnd : public Callback {
+ public:
+  void on_train_begin(const RunInfo& info) override { end = info.total_steps(); }
+  int64_t end = -1;
+};
+
 // An end moved before train.steps: the WSD schedule decays to it, the run ends there completed,
-// and a resume keeps it (the callback that moved it fires before the interruption only), bitwise.
+// and a resume keeps it (the callback that moved it fires before the interruption only), bitwise;
+// the resumed session's callbacks start with the moved end.
 TEST(Resume, AMovedEndDecaysToItAndSurvivesAResumeBitwise) {
   test::TempDir a, b;
   std::vector<std::string> x = {"train.schedule=wsd", "train.decay_fraction=0.3", "train.lr=0.01",
@@ -152,8 +160,11 @@ TEST(Resume, AMovedEndDecaysToItAndSurvivesAResumeBitwise) {
   ASSERT_EQ(train(b.path(), x, first)["stop_kind"], "preempted");
   TrainerOptions r;
   r.resume = "auto";
+  auto sees = std::make_shared<SeesTheEnd>();
+  r.callbacks = {sees};
   auto done = train(b.path(), x, r);
   EXPECT_EQ(done["steps"], 20);
+  EXPECT_EQ(sees->end, 20) << "the resumed session's RunInfo::total_steps";
   expect_identical_runs(a.path(), b.path());
 }
 

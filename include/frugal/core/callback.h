@@ -47,6 +47,11 @@ struct RunInfo {
   double peak_flops = 0;      // MFU's denominator, FLOP/s ([monitor] peak_tflops or measured)
   std::string dashboard_url;  // the live dashboard ("" = off)
   int64_t start_step = 0;     // the step this session starts from (a resumed checkpoint's; 0 fresh)
+  int64_t end_step = 0;       // where the run ends as this session starts: train.steps, or the earlier
+                              // end a deadline moved it to (checkpoint.deadline_action = "decay")
+
+  // end_step, or train.steps where it is not set (0).
+  int64_t total_steps() const { return end_step > 0 ? end_step : (config ? config->train.steps : 0); }
 };
 
 // Where a step's wall time went (seconds). `data` is the wait for the batch source; on a CPU the
