@@ -30,10 +30,12 @@
 #include "frugal/ckpt/run_dir.h"     // every path of runs/<name>/
 #include "frugal/ckpt/safetensors.h"
 
-#include "frugal/model/gpt.h"  // the reference GPT decoder
+#include "frugal/model/gpt.h"           // the reference GPT decoder
+#include "frugal/model/llama.h"         // the Llama family
+#include "frugal/model/model_family.h"  // make_causal_lm: either by model.arch
 #include "frugal/model/weights.h"
 
-#include "frugal/train/gpt_task.h"
+#include "frugal/train/lm_task.h"
 #include "frugal/train/open_run.h"    // a run read back: config, weights, tokenizer
 #include "frugal/train/run_config.h"  // complete_config, reconcile_resume_config
 #include "frugal/tune/smoke.h"

@@ -1,11 +1,16 @@
-// `frugal export RUN_DIR --out DIR`: a run's GPT written as a Hugging Face GPT-2 directory
-// (config.json + model.safetensors) that transformers.GPT2LMHeadModel.from_pretrained loads, with
-// the run's tokenizer files where transformers can use them (and a note saying how otherwise).
+// `frugal export RUN_DIR --out DIR`: a run's model written as a Hugging Face directory of its
+// family (model/model_family.h: GPT-2, or Llama / Qwen2 / Qwen3 / Mistral) that
+// transformers.AutoModelForCausalLM.from_pretrained loads: config.json, model.safetensors (or
+// shards with their index past --max-shard-size), generation_config.json, and the run's tokenizer
+// files where transformers can use them (with the chat template of the checkpoint the run started
+// from), and a note saying how otherwise.
 #include <torch/torch.h>
 
+#include <cctype>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -15,8 +20,8 @@
 #include "cli/commands.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
-#include "frugal/model/gpt.h"
-#include "frugal/model/hf_gpt2.h"
+#include "frugal/model/hf_checkpoint.h"
+#include "frugal/model/model_family.h"
 #include "frugal/model/scripted_module.h"
 #include "frugal/model/weights.h"
 #include "frugal/train/open_run.h"
@@ -25,12 +30,14 @@ namespace frugal::cli {
 
 namespace {
 namespace fs = std::filesystem;
+using nlohmann::json;
 
 struct ExportArgs {
   std::string run_dir;
   std::string out;
   std::string weights;
   std::string dtype = "fp32";
+  std::string max_shard_size = "5GB";
   bool json = false;
 };
 
@@ -40,6 +47,55 @@ struct ExportedTokenizer {
   std::string note;
 };
 
+// The config files of the checkpoint the run started from (model.init_from): the run's own copy
+// (RUN/hf_source, kept when it started), else the directory itself where it still exists.
+std::optional<fs::path> source_dir(const OpenedRun& run) {
+  std::error_code ec;
+  const fs::path kept = run.dir.hf_source();
+  if (fs::is_regular_file(kept / "config.json", ec)) return kept;
+  const std::string dir = hf_init_dir(run.config.model);
+  if (dir.empty() || !fs::is_regular_file(fs::path(dir) / "config.json", ec)) return std::nullopt;
+  return fs::path(dir);
+}
+
+std::optional<json> source_config(const OpenedRun& run) {
+  const auto dir = source_dir(run);
+  if (!dir) return std::nullopt;
+  try {
+    json j = json::parse(read_small_file((*dir / "config.json").string()));
+    if (j.is_object()) return j;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+// The files beside a Hugging Face tokenizer.json that say how to use it: its chat template and
+// special tokens. Taken from the checkpoint the run started from when that directory holds the
+// very tokenizer the run trained with; otherwise a tokenizer_config.json naming the fast class.
+void hf_tokenizer_files(const OpenedRun& run, const std::string& tokenizer_json, ExportedTokenizer& e) {
+  e.files["tokenizer.json"] = tokenizer_json;
+  const auto src = source_dir(run);
+  std::error_code ec;
+  if (src && fs::is_regular_file(*src / "tokenizer.json", ec) &&
+      read_file((*src / "tokenizer.json").string()) == tokenizer_json &&
+      fs::is_regular_file(*src / "tokenizer_config.json", ec)) {
+    for (const char* name :
+         {"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "chat_template.json"})
+      if (fs::is_regular_file(*src / name, ec)) e.files[name] = read_file((*src / name).string());
+    e.note =
+        fmt::format("tokenizer.json with {}'s tokenizer_config.json{}: transformers.AutoTokenizer.from_pretrained(DIR)",
+                    src->string(),
+                    e.files.count("chat_template.jinja") ||
+                            json::parse(e.files["tokenizer_config.json"], nullptr, false).contains("chat_template")
+                        ? " (and its chat template)"
+                        : "");
+    return;
+  }
+  e.files["tokenizer_config.json"] =
+      json{{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", run.config.model.block}}.dump(2) + "\n";
+  e.note = "tokenizer.json (the dataset's Hugging Face tokenizer): transformers.AutoTokenizer.from_pretrained(DIR)";
+}
+
 ExportedTokenizer export_tokenizer(const OpenedRun& run) {
   const TokenizerFiles t = run_tokenizer_files(run);
   ExportedTokenizer e;
@@ -48,56 +104,87 @@ ExportedTokenizer export_tokenizer(const OpenedRun& run) {
         "byte-level: the token ids are the UTF-8 bytes of the text (ids = list(text.encode()), "
         "text = bytes(ids).decode()); there is no tokenizer file to load";
   } else if (t.name == "hf") {
-    // tokenizer.json with a tokenizer_config.json naming the fast tokenizer class: what
-    // transformers.AutoTokenizer.from_pretrained(DIR) reads.
-    e.files["tokenizer.json"] = read_file(t.model_file);
-    e.files["tokenizer_config.json"] =
-        nlohmann::json{{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", run.config.model.block}}
-            .dump(2) +
-        "\n";
-    e.note = "tokenizer.json (the dataset's Hugging Face tokenizer): transformers.AutoTokenizer.from_pretrained(DIR)";
+    hf_tokenizer_files(run, read_file(t.model_file), e);
   } else {
-    // transformers has no GPT-2 tokenizer class over a SentencePiece model; the model file itself is
-    // what encodes and decodes exactly as the run did.
+    // transformers has no tokenizer class over a bare SentencePiece model for these families; the
+    // model file itself is what encodes and decodes exactly as the run did.
     e.files["tokenizer.model"] = read_file(t.model_file);
     e.note =
-        "tokenizer.model (SentencePiece): transformers has no GPT-2 tokenizer for it; encode and decode with "
+        "tokenizer.model (SentencePiece): encode and decode with "
         "sentencepiece.SentencePieceProcessor(model_file=\"DIR/tokenizer.model\")";
   }
   return e;
+}
+
+// generation_config.json: the source checkpoint's, else the token ids config.json names.
+std::optional<std::string> generation_config(const OpenedRun& run, const json& config) {
+  const auto src = source_dir(run);
+  std::error_code ec;
+  if (src && fs::is_regular_file(*src / "generation_config.json", ec))
+    return read_file((*src / "generation_config.json").string());
+  json g{{"_from_model_config", true}};
+  for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (config.contains(k) && !config[k].is_null()) g[k] = config[k];
+  if (g.size() == 1) return std::nullopt;
+  return g.dump(2) + "\n";
+}
+
+// "5GB" (10^9), "500MB", "2GiB" (2^30), "100KB" or a byte count, as transformers' max_shard_size.
+int64_t parse_size(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  const std::string unit = text.substr(i);
+  static const std::map<std::string, double> units = {{"", 1},     {"B", 1},        {"KB", 1e3},      {"MB", 1e6},
+                                                      {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1 << 20}, {"GiB", 1 << 30}};
+  auto u = units.find(unit);
+  if (i == 0 || u == units.end())
+    throw ConfigError(
+        fmt::format("--max-shard-size {}: expected a size such as 5GB, 500MB, 2GiB or a byte count", text));
+  return static_cast<int64_t>(std::stod(text.substr(0, i)) * u->second);
 }
 
 int run_export(const ExportArgs& a) {
   const OpenedRun run = open_run(a.run_dir);
   const Config& c = run.config;
   FRUGAL_CHECK(torchscript_path(c.model.source).empty(), ConfigError,
-               fmt::format("{}: the run trained model.source = \"{}\"; frugal export writes the reference GPT "
-                           "(its module and weights are the script's own: save them from Python)",
+               fmt::format("{}: the run trained model.source = \"{}\"; frugal export writes frugal's own decoders "
+                           "(a scripted module's weights are the script's own: save them from Python)",
                            run.config_file, c.model.source));
+  const int64_t max_shard = parse_size(a.max_shard_size);
   const std::string weights = a.weights.empty() ? run_weights(a.run_dir, "export") : named_weights(a.weights);
   const ExportedTokenizer tok = export_tokenizer(run);
   const c10::ScalarType dtype = a.dtype == "bf16" ? at::kBFloat16 : a.dtype == "fp16" ? at::kHalf : at::kFloat;
-  Gpt model(c.model);
+  const ModelFamily& family = model_family(c.model.arch);
+  CausalLm model = family.make(c.model);
   reading_named_input("the weights " + weights,
                       [&] { load_parameters(model->named_parameter_list(), load_safetensors(weights), weights); });
-  write_hf_gpt2(model->named_parameter_list(), c.model, a.out, dtype, tok.files);
-  std::vector<std::string> files = {"config.json", "model.safetensors"};
-  for (const auto& [name, bytes] : tok.files) files.push_back(name);
-  const std::string& note = tok.note;
+  const std::optional<json> source = source_config(run);
+  json config = family.hf_config(c.model, source ? &*source : nullptr);
+  config["torch_dtype"] = a.dtype == "bf16" ? "bfloat16" : a.dtype == "fp16" ? "float16" : "float32";
+  std::map<std::string, std::string> extra = tok.files;
+  if (const auto g = generation_config(run, config)) extra["generation_config.json"] = *g;
+  const NamedTensors tensors = to_hf_tensors(model->named_parameter_list(), family.hf_layout(c.model), dtype);
+  write_hf_dir(tensors, config.dump(2) + "\n", a.out, extra, max_shard);
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(a.out)) files.push_back(e.path().filename().string());
+  std::sort(files.begin(), files.end());
+  const std::string cls = config["architectures"][0].get<std::string>();
   if (a.json) {
-    nlohmann::json j{{"out", a.out},
-                     {"weights", weights},
-                     {"dtype", a.dtype},
-                     {"files", files},
-                     {"parameters", model->parameter_count()},
-                     {"tokenizer", note}};
+    json j{{"out", a.out},
+           {"weights", weights},
+           {"dtype", a.dtype},
+           {"files", files},
+           {"parameters", model->parameter_count()},
+           {"model_type", config["model_type"]},
+           {"architecture", cls},
+           {"tokenizer", tok.note}};
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print(
         "exported {} ({} parameters, {}) to {}: {}\n"
-        "  load it: transformers.GPT2LMHeadModel.from_pretrained(\"{}\")\n"
+        "  load it: transformers.AutoModelForCausalLM.from_pretrained(\"{}\")  ({})\n"
         "  tokenizer: {}\n",
-        weights, model->parameter_count(), a.dtype, a.out, fmt::join(files, ", "), a.out, note);
+        weights, model->parameter_count(), a.dtype, a.out, fmt::join(files, ", "), a.out, cls, tok.note);
   }
   return 0;
 }
@@ -107,8 +194,9 @@ void add_export_command(CLI::App& app, Run* run) {
   auto args = std::make_shared<ExportArgs>();
   auto* cmd = app.add_subcommand(
       "export",
-      "Write a run's GPT as a Hugging Face GPT-2 directory (config.json + model.safetensors) that "
-      "transformers.GPT2LMHeadModel.from_pretrained loads. Without final/ it uses the newest sound checkpoint.");
+      "Write a run's model as a Hugging Face directory of its family (GPT-2, Llama, Qwen2, Qwen3, Mistral: "
+      "config.json, safetensors, generation_config.json, the tokenizer files) that "
+      "transformers.AutoModelForCausalLM.from_pretrained loads. Without final/ it uses the newest sound checkpoint.");
   cmd->add_option("run_dir", args->run_dir, "run directory, e.g. runs/demo")->required()->check(CLI::ExistingDirectory);
   cmd->add_option("-o,--out", args->out, "directory to write; must not exist (written whole or not at all)")
       ->required();
@@ -118,7 +206,12 @@ void add_export_command(CLI::App& app, Run* run) {
   cmd->add_option("--dtype", args->dtype, "dtype of the written weights")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
-  cmd->add_flag("--json", args->json, "print one JSON object: out, weights, dtype, files, parameters");
+  cmd->add_option("--max-shard-size", args->max_shard_size,
+                  "weights larger than this are split into shards model-0000K-of-0000N.safetensors with "
+                  "model.safetensors.index.json (as save_pretrained's max_shard_size: 5GB, 500MB, 2GiB, bytes)")
+      ->capture_default_str();
+  cmd->add_flag("--json", args->json,
+                "print one JSON object: out, weights, dtype, files, parameters, model_type, architecture, tokenizer");
   cmd->callback([args, run] { *run = [args] { return run_export(*args); }; });
 }
 

@@ -21,7 +21,7 @@
 #include "frugal/core/threads.h"
 #include "frugal/data/token_dataset.h"
 #include "frugal/data/tokenizer.h"
-#include "frugal/model/gpt.h"
+#include "frugal/model/model_family.h"
 #include "frugal/model/scripted_module.h"
 #include "frugal/model/weights.h"
 #include "frugal/train/open_run.h"
@@ -76,7 +76,7 @@ int run_sample(const SampleArgs& a) {
     throw ConfigError(fmt::format("{}: the run's tokenizer ({}) has {} tokens but model.vocab = {}", cfg,
                                   tokenizer->name(), tokenizer->vocab(), c.model.vocab));
   const std::string weights = a.weights.empty() ? run_weights(a.run_dir, "sample") : named_weights(a.weights);
-  Gpt model(c.model);
+  CausalLm model = make_causal_lm(c.model);
   reading_named_input("the weights " + weights,
                       [&] { load_parameters(model->named_parameter_list(), load_safetensors(weights), weights); });
   const std::string prompt = unescape(a.prompt);

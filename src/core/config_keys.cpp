@@ -46,13 +46,13 @@ std::string check_notice_url(const ConfigValue& v) {
 std::string check_model_source(const ConfigValue& v) {
   const auto& s = std::get<std::string>(v);
   if (s == "gpt" || (s.rfind("torchscript:", 0) == 0 && s.size() > 12)) return "";
-  return "must be \"gpt\" (the reference GPT) or \"torchscript:FILE\" (a scripted module)";
+  return "must be \"gpt\" (frugal's own decoder, of model.arch's family) or \"torchscript:FILE\" (a scripted module)";
 }
 
 std::string check_init_from(const ConfigValue& v) {
   const auto& s = std::get<std::string>(v);
   if (s.empty() || (s.rfind("hf:", 0) == 0 && s.size() > 3)) return "";
-  return "must be \"\" (random initialisation) or \"hf:DIR\" (a Hugging Face GPT-2 directory)";
+  return "must be \"\" (random initialisation) or \"hf:DIR\" (a Hugging Face GPT-2 or Llama-family directory)";
 }
 
 }  // namespace
@@ -71,9 +71,22 @@ void add_run_keys(std::vector<KeySpec>& s) {
 }
 
 void add_model_keys(std::vector<KeySpec>& s) {
+  s.push_back(enum_key<ModelConfig::Arch>(
+      FRUGAL_FIELD(model, arch), {{"gpt", ModelConfig::Arch::kGpt}, {"llama", ModelConfig::Arch::kLlama}},
+      "the decoder family: \"gpt\" (learned positions, LayerNorm, GELU MLP, tied head) or \"llama\" (rotary "
+      "positions, RMSNorm, SwiGLU MLP, grouped-query attention: Llama 2/3, Qwen2/2.5/3, Mistral; docs/model.md); "
+      "unset, model.init_from's config.json sets it"));
   s.push_back(int_key(FRUGAL_FIELD(model, layers), 1, 1024, "transformer blocks"));
-  s.push_back(int_key(FRUGAL_FIELD(model, heads), 1, 1024, "attention heads; must divide model.embd"));
+  s.push_back(int_key(FRUGAL_FIELD(model, heads), 1, 1024,
+                      "attention (query) heads; must divide model.embd unless model.head_dim is set"));
+  s.push_back(int_key(FRUGAL_FIELD(model, kv_heads), 0, 1024,
+                      "llama: key/value heads, each shared by heads / kv_heads query heads (grouped-query "
+                      "attention); 0 = model.heads"));
   s.push_back(int_key(FRUGAL_FIELD(model, embd), 8, 65536, "residual width"));
+  s.push_back(int_key(FRUGAL_FIELD(model, head_dim), 0, 4096, "llama: channels of one head (even); 0 = embd / heads"));
+  s.push_back(int_key(FRUGAL_FIELD(model, mlp_width), 0, 1 << 20,
+                      "llama: the SwiGLU MLP's hidden width (intermediate_size); 0 = 8/3 embd rounded up to a "
+                      "multiple of 16"));
   s.push_back(int_key(FRUGAL_FIELD(model, block), 2, 1 << 20, "context length in tokens"));
   s.push_back(int_key(FRUGAL_FIELD(model, vocab), 2, 1 << 24,
                       "vocabulary size (256 for byte-level data); unset, a shards:DIR dataset's manifest sets it"));
@@ -84,7 +97,40 @@ void add_model_keys(std::vector<KeySpec>& s) {
       "MLP nonlinearity: \"gelu\" (exact, erf; frugal's fused CPU kernel) or \"gelu_tanh\" (GPT-2's tanh "
       "approximation); unset, model.init_from's config.json sets it"));
   s.push_back(float_key(FRUGAL_FIELD(model, norm_eps), 1e-12, 1e-1,
-                        "LayerNorm epsilon; unset, model.init_from's config.json sets it"));
+                        "LayerNorm (gpt) or RMSNorm (llama) epsilon; unset, model.init_from's config.json sets it"));
+  s.push_back(float_key(FRUGAL_FIELD(model, rope_theta), 1, 1e12, "llama: the rotary embedding's base wavelength"));
+  s.push_back(enum_key<ModelConfig::RopeScaling>(
+      FRUGAL_FIELD(model, rope_scaling),
+      {{"none", ModelConfig::RopeScaling::kNone},
+       {"linear", ModelConfig::RopeScaling::kLinear},
+       {"llama3", ModelConfig::RopeScaling::kLlama3},
+       {"yarn", ModelConfig::RopeScaling::kYarn}},
+      "llama: rotary frequency scaling for a context past the pretraining one: \"linear\" (positions / factor), "
+      "\"llama3\" (Llama 3.1+'s band-wise scaling), \"yarn\" (YaRN, beta_fast 32, beta_slow 1)"));
+  s.push_back(float_key(FRUGAL_FIELD(model, rope_factor), 1, 4096, "llama: rope_scaling's factor"));
+  s.push_back(
+      float_key(FRUGAL_FIELD(model, rope_low_freq_factor), 1e-6, 1e6, "llama: llama3 scaling's low_freq_factor"));
+  s.push_back(
+      float_key(FRUGAL_FIELD(model, rope_high_freq_factor), 1e-6, 1e6, "llama: llama3 scaling's high_freq_factor"));
+  s.push_back(int_key(FRUGAL_FIELD(model, rope_original_block), 0, 1 << 24,
+                      "llama: llama3 and yarn scaling's original_max_position_embeddings; 0 = model.block"));
+  s.push_back(enum_key<ModelConfig::AttentionBias>(
+      FRUGAL_FIELD(model, attention_bias),
+      {{"none", ModelConfig::AttentionBias::kNone},
+       {"qkv", ModelConfig::AttentionBias::kQkv},
+       {"all", ModelConfig::AttentionBias::kAll}},
+      "llama: biases of the attention projections: \"none\" (Llama, Mistral), \"qkv\" (q, k and v: Qwen2), "
+      "\"all\" (q, k, v and output: attention_bias = true)"));
+  s.push_back(bool_key(FRUGAL_FIELD(model, qk_norm),
+                       "llama: RMSNorm over each head's queries and keys before the rotation (Qwen3)"));
+  s.push_back(bool_key(FRUGAL_FIELD(model, tie_embeddings),
+                       "the output head shares the token embedding's weight (the GPT's always does)"));
+  s.push_back(int_key(FRUGAL_FIELD(model, sliding_window), 0, 1 << 24,
+                      "llama: each token attends to the last N positions only, itself included (Mistral); 0 = the "
+                      "whole context"));
+  s.push_back(int_key(FRUGAL_FIELD(model, loss_chunk), 0, 1 << 24,
+                      "llama: rows of the output head + cross-entropy computed at a time, so no tokens x vocab fp32 "
+                      "logits are held; 0 = auto (a chunk's logits about the size of its hidden states)"));
   s.push_back(int_key(FRUGAL_FIELD(model, head_multiple), 0, 4096,
                       "the output head's matmuls run at model.vocab rounded up to a multiple of this (zero rows "
                       "for the product only; parameters, checkpoints and logits unchanged): aligned widths use "
@@ -98,12 +144,14 @@ void add_model_keys(std::vector<KeySpec>& s) {
       "kernels: fused classifier, residual add + LayerNorm; CUDA, compute capability 8.0+, fp32 or bf16; "
       "docs/gpu.md), \"auto\" (aten for now: frugal's kernels are opt-in until their GPU check is committed)"));
   s.push_back(string_key(FRUGAL_FIELD(model, source),
-                         "what is trained: \"gpt\" (the reference GPT) or \"torchscript:FILE\" (a module scripted in "
+                         "what is trained: \"gpt\" (frugal's own decoder, of model.arch's family) or "
+                         "\"torchscript:FILE\" (a module scripted in "
                          "Python whose forward(x, y) returns the mean loss; docs/library.md)",
                          check_model_source));
   s.push_back(string_key(FRUGAL_FIELD(model, init_from),
-                         "initial weights: \"\" = random (run.seed), \"hf:DIR\" = a Hugging Face GPT-2 directory "
-                         "(config.json + model.safetensors), whose config.json sets the model keys left unset",
+                         "initial weights: \"\" = random (run.seed), \"hf:DIR\" = a Hugging Face directory of a "
+                         "GPT-2 or Llama-family model (config.json + safetensors), whose config.json sets model.arch "
+                         "and the model keys left unset",
                          check_init_from));
 }
 

@@ -83,6 +83,70 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   }
 };
 
+// The Llama family's grouped-query attention: the same saved state per query head as above.
+internal::GqaShape gqa_shape_of(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, const at::Tensor& cos,
+                                const at::Tensor& sin, int64_t window) {
+  const int64_t D = qkv.size(2) / (heads + 2 * kv_heads);
+  return {qkv.size(0),
+          qkv.size(1),
+          heads,
+          kv_heads,
+          D,
+          window,
+          cos.numel() > 0 ? cos.data_ptr<float>() : nullptr,
+          sin.numel() > 0 ? sin.data_ptr<float>() : nullptr};
+}
+
+float gqa_scale(const internal::GqaShape& s) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+}
+
+std::pair<at::Tensor, Saved> run_gqa_forward(const at::Tensor& qkv, const internal::GqaShape& s, bool for_backward) {
+  RECORD_FUNCTION("frugal::fused_gqa_attention", std::vector<c10::IValue>());
+  const auto f32 = qkv.options().dtype(at::kFloat);
+  at::Tensor y = at::empty({s.batch, s.seq, s.heads * s.head_dim}, qkv.options());
+  Saved saved{at::empty({s.batch, s.heads, s.seq, 2}, f32), at::Tensor()};
+  if (for_backward && s.seq <= 3 * s.head_dim) saved.probs = at::empty({s.batch, s.heads, s.seq, s.seq}, f32);
+  const int threads = at::get_num_threads();
+  if (qkv.scalar_type() == at::kFloat)
+    internal::gqa_forward_f32(qkv.data_ptr<float>(), y.data_ptr<float>(), saved.stats.data_ptr<float>(),
+                              data_or_null(saved.probs), s, gqa_scale(s), threads);
+  else
+    internal::gqa_forward_bf16(bits(qkv), bits(y), saved.stats.data_ptr<float>(), data_or_null(saved.probs), s,
+                               gqa_scale(s), threads);
+  return {y, saved};
+}
+
+class GqaAttentionFunction : public torch::autograd::Function<GqaAttentionFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& qkv, int64_t heads,
+                            int64_t kv_heads, const at::Tensor& cos, const at::Tensor& sin, int64_t window) {
+    auto [y, saved] = run_gqa_forward(qkv, gqa_shape_of(qkv, heads, kv_heads, cos, sin, window), true);
+    ctx->save_for_backward({qkv, saved.stats, saved.probs, cos, sin});
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["kv_heads"] = kv_heads;
+    ctx->saved_data["window"] = window;
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const auto v = ctx->get_saved_variables();
+    const at::Tensor& qkv = v[0];
+    const auto s = gqa_shape_of(qkv, ctx->saved_data["heads"].toInt(), ctx->saved_data["kv_heads"].toInt(), v[3], v[4],
+                                ctx->saved_data["window"].toInt());
+    at::Tensor dy = grad[0].to(qkv.scalar_type()).contiguous();
+    at::Tensor dqkv = at::empty_like(qkv, at::MemoryFormat::Contiguous);
+    const int threads = at::get_num_threads();
+    if (qkv.scalar_type() == at::kFloat)
+      internal::gqa_backward_f32(qkv.data_ptr<float>(), v[1].data_ptr<float>(), data_or_null(v[2]),
+                                 dy.data_ptr<float>(), dqkv.data_ptr<float>(), s, gqa_scale(s), threads);
+    else
+      internal::gqa_backward_bf16(bits(qkv), v[1].data_ptr<float>(), data_or_null(v[2]), bits(dy), bits(dqkv), s,
+                                  gqa_scale(s), threads);
+    return {dqkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 bool fused_attention_supported(const at::Tensor& qkv, int64_t heads) {
@@ -103,6 +167,39 @@ at::Tensor fused_causal_attention(const at::Tensor& qkv, int64_t heads) {
   at::Tensor x = qkv.contiguous();
   if (!x.requires_grad() || !torch::GradMode::is_enabled()) return run_attention_forward(x, heads, false).first;
   return AttentionFunction::apply(x, heads);
+}
+
+bool fused_gqa_attention_supported(const at::Tensor& qkv, int64_t heads, int64_t kv_heads) {
+  if (!qkv.defined() || !qkv.device().is_cpu() || qkv.dim() != 3 || heads <= 0 || kv_heads <= 0 ||
+      heads % kv_heads != 0 || (qkv.scalar_type() != at::kFloat && qkv.scalar_type() != at::kBFloat16))
+    return false;
+  const int64_t width = qkv.size(2), parts = heads + 2 * kv_heads;
+  return width > 0 && width % parts == 0 && (width / parts) % 2 == 0;
+}
+
+at::Tensor fused_gqa_attention(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, const at::Tensor& rope_cos,
+                               const at::Tensor& rope_sin, int64_t window) {
+  if (!fused_gqa_attention_supported(qkv, heads, kv_heads))
+    throw std::invalid_argument(
+        fmt::format("fused_gqa_attention: needs a CPU float or bfloat16 tensor (B, T, (heads + 2 kv_heads) D) with "
+                    "heads = {} a multiple of kv_heads = {} and D even; got {}",
+                    heads, kv_heads, qkv.defined() ? c10::str(qkv.sizes()) : "undefined"));
+  const int64_t T = qkv.size(1), D = qkv.size(2) / (heads + 2 * kv_heads);
+  // No rotation: empty tables (an autograd Function takes no undefined tensor arguments).
+  at::Tensor cos = at::empty({0}, at::kFloat), sin = at::empty({0}, at::kFloat);
+  if (rope_cos.defined()) {
+    if (rope_cos.size(0) < T || rope_cos.size(1) != D / 2 || rope_sin.sizes() != rope_cos.sizes())
+      throw std::invalid_argument(
+          fmt::format("fused_gqa_attention: rotary tables of sizes {} for {} positions of {} "
+                      "channels",
+                      c10::str(rope_cos.sizes()), T, D));
+    cos = rope_cos.narrow(0, 0, T).to(at::kCPU, at::kFloat).contiguous();
+    sin = rope_sin.narrow(0, 0, T).to(at::kCPU, at::kFloat).contiguous();
+  }
+  at::Tensor x = qkv.contiguous();
+  if (!x.requires_grad() || !torch::GradMode::is_enabled())
+    return run_gqa_forward(x, gqa_shape_of(x, heads, kv_heads, cos, sin, window), false).first;
+  return GqaAttentionFunction::apply(x, heads, kv_heads, cos, sin, window);
 }
 
 int fused_attention_cpu_level() { return internal::attention_level(); }

@@ -1,6 +1,7 @@
 // GPT decoder; see gpt.h.
 #include "frugal/model/gpt.h"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <atomic>
@@ -148,7 +149,7 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache) {
   return residual_linear(h, act, fc_proj_);
 }
 
-GptImpl::GptImpl(const ModelConfig& c) : config_(c) {
+GptImpl::GptImpl(const ModelConfig& c) : CausalLmImpl(c) {
   wte_ = register_module("wte", torch::nn::Embedding(c.vocab, c.embd));
   wpe_ = register_module("wpe", torch::nn::Embedding(c.block, c.embd));
   drop_ = register_module("drop", torch::nn::Dropout(c.dropout));
@@ -179,8 +180,11 @@ at::Tensor GptImpl::hidden(const at::Tensor& idx) {
   TORCH_CHECK(T <= config_.block, "sequence length ", T, " exceeds model.block = ", config_.block);
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = drop_->forward(wte_->forward(idx) + wpe_->forward(pos));
-  for (size_t i = 0; i < blocks_.size(); ++i)
-    x = block_runner_ ? block_runner_(blocks_[i], x, i) : blocks_[i]->forward(x);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    Block b = blocks_[i];
+    x = run_block(
+        i, [b](const at::Tensor& t) mutable { return b->forward(t); }, x, *b);
+  }
   return layer_norm_of(ln_f_, x, on_frugal_kernels(config_.kernels, x));
 }
 
@@ -227,70 +231,12 @@ at::Tensor GptImpl::loss(const at::Tensor& idx, const at::Tensor& targets) {
                                    /*weight=*/{}, at::Reduction::Mean, kIgnoreIndex);
 }
 
-at::Tensor GptImpl::forward_cached(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache) {
+at::Tensor GptImpl::decode(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache) {
   const int64_t T = idx.size(1);
   auto p = torch::arange(pos, pos + T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = wte_->forward(idx) + wpe_->forward(p);
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward(x, &cache[i]);
   return head(ln_f_->forward(x.narrow(1, T - 1, 1)), /*pad=*/false).reshape({-1});  // the last position's logits
-}
-
-std::vector<int64_t> GptImpl::generate(const std::vector<int64_t>& prompt, int64_t max_new, double temperature,
-                                       uint64_t seed, const std::function<bool(int64_t)>& stop) {
-  TORCH_CHECK(!prompt.empty(), "generate: the prompt must hold at least one token");
-  torch::NoGradGuard no_grad;
-  const bool was_training = is_training();
-  eval();
-  auto device = wte_->weight.device();
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  std::vector<int64_t> tokens = prompt;
-  std::vector<int64_t> out;
-  std::vector<LayerKv> cache(blocks_.size());
-  int64_t cached = 0;  // positions held in the cache
-  int64_t start = 0;   // token index of cache position 0
-  auto feed = [&](int64_t from) {
-    auto opts = torch::TensorOptions().dtype(torch::kLong);
-    auto idx = torch::tensor(std::vector<int64_t>(tokens.begin() + from, tokens.end()), opts).view({1, -1}).to(device);
-    auto logits = forward_cached(idx, from - start, cache);
-    cached += static_cast<int64_t>(tokens.size()) - from;
-    return logits.to(torch::kCPU, torch::kFloat);
-  };
-  auto restart = [&]() {
-    // The context is full: keep the most recent half-block and re-encode it.
-    start = static_cast<int64_t>(tokens.size()) - config_.block / 2;
-    if (start < 0) start = 0;
-    cache.assign(blocks_.size(), LayerKv{});
-    cached = 0;
-    return feed(start);
-  };
-  at::Tensor logits = static_cast<int64_t>(tokens.size()) > config_.block ? restart() : feed(0);
-  for (int64_t i = 0; i < max_new; ++i) {
-    int64_t next;
-    if (temperature <= 0) {
-      next = logits.argmax().item<int64_t>();
-    } else {
-      auto probs = torch::softmax(logits / temperature, -1);
-      next = at::multinomial(probs, 1, false, gen).item<int64_t>();
-    }
-    tokens.push_back(next);
-    out.push_back(next);
-    if (stop && stop(next)) break;
-    logits = cached >= config_.block ? restart() : feed(static_cast<int64_t>(tokens.size()) - 1);
-  }
-  if (was_training) train();
-  return out;
-}
-
-std::vector<std::pair<std::string, at::Tensor>> GptImpl::named_parameter_list() const {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& p : named_parameters()) out.emplace_back(p.key(), p.value());
-  return out;
-}
-
-int64_t GptImpl::parameter_count() const {
-  int64_t n = 0;
-  for (const auto& p : parameters()) n += p.numel();
-  return n;
 }
 
 double GptImpl::flops_per_token() const {
@@ -301,6 +247,11 @@ double GptImpl::flops_per_token() const {
   const double V = static_cast<double>(config_.vocab), T = static_cast<double>(config_.block);
   const double matmul_params = L * 12.0 * C * C + V * C;
   return 6.0 * matmul_params + 12.0 * L * T * C;
+}
+
+std::string GptImpl::describe() const {
+  const ModelConfig& m = config_;
+  return fmt::format("GPT {} layers, {} heads, embd {}, block {}", m.layers, m.heads, m.embd, m.block);
 }
 
 }  // namespace frugal

@@ -287,6 +287,9 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
       esc(summary.value("stop_reason", "?")), summary.value("steps", 0), summary.value("tokens", 0),
       num(get(summary, "wall_s")), num(get(summary, "tokens_per_s")));
   html += headline(summary);
+  if (summary.contains("model"))
+    html += fmt::format("<p id='model'>Model: <b>{}</b>, {} parameters</p>", esc(summary.value("model", "")),
+                        with_commas(get(summary, "params")));
   if (summary.contains("precision")) html += "<p id='levers'>Levers in effect: " + levers + "</p>";
   html += "<div class='charts'>";
   html += line_chart("loss", "loss", "nats/token", {train, val});
@@ -368,6 +371,7 @@ Json compare_runs_json(const std::string& a_dir, const std::string& b_dir) {
                          {"b_over_a", std::isfinite(x) && x != 0 && std::isfinite(y) ? Json(y / x) : Json(nullptr)}};
   }
   for (const char* k : kCompareLabels) out["labels"][k] = {{"a", a.value(k, "")}, {"b", b.value(k, "")}};
+  out["labels"]["model"] = {{"a", a.value("model", "")}, {"b", b.value("model", "")}};
   out["config_differences"] = Json::object();
   const auto ca = run_config(a_dir), cb = run_config(b_dir);
   if (ca && cb) {
@@ -397,6 +401,8 @@ std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
   for (const char* k : kCompareFigures) row(k);
   for (const char* k : kCompareLabels)
     out += fmt::format("{:<24} {:>16} {:>16}\n", k, a.value(k, "-"), b.value(k, "-"));
+  if (a.contains("model") || b.contains("model"))
+    out += fmt::format("model  A: {}\n       B: {}\n", a.value("model", "-"), b.value("model", "-"));
   const double sa = get(a, "tokens_per_s"), sb = get(b, "tokens_per_s");
   if (sa > 0 && sb > 0)
     out += fmt::format("\nB trains {:.2f}x {} than A (tokens/s).\n", sb >= sa ? sb / sa : sa / sb,

@@ -8,7 +8,7 @@
 
 namespace frugal {
 
-AnswerAccuracy arith_answer_accuracy(Gpt& model, const Config& config, int64_t samples) {
+AnswerAccuracy arith_answer_accuracy(CausalLm& model, const Config& config, int64_t samples) {
   AnswerAccuracy acc;
   ArithTask task(config.data.arith_digits);
   // A different seed stream from the validation text, so these are not all in val batches.

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "frugal/core/device.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/machine_cache.h"
 #include "frugal/core/matmul_probe.h"
@@ -27,10 +28,15 @@ PrecisionPolicy::PrecisionPolicy(PrecisionMode requested, c10::Device device, st
     : mode_(requested), device_(device), reason_(why.empty() ? "precision.mode" : std::move(why)) {
   if (requested == PrecisionMode::kAuto) {
     if (device.is_cuda()) {
-      // bf16 autocast on CUDA needs Ampere or newer; the matmul probe below runs on the CPU, so
-      // on CUDA trust the build's own check.
-      mode_ = PrecisionMode::kBf16;
-      reason_ = "auto: CUDA device, bf16 autocast";
+      // bf16 tensor cores need Ampere or newer: the device's compute capability decides.
+      const auto gpus = device::cuda_devices();
+      const size_t i = device.has_index() ? static_cast<size_t>(device.index()) : 0;
+      if (i < gpus.size()) {
+        mode_ = cuda_auto_precision(gpus[i].name, gpus[i].major, gpus[i].minor, &reason_);
+      } else {
+        mode_ = PrecisionMode::kBf16;
+        reason_ = "auto: CUDA device, bf16 autocast";
+      }
     } else {
       mode_ = cpu_auto_precision(&reason_);
     }
@@ -41,6 +47,15 @@ PrecisionPolicy::PrecisionPolicy(PrecisionMode requested, c10::Device device, st
     throw ConfigError(
         "precision.mode = \"fp16\" needs a CUDA device: on the CPU fp16 autocast runs far slower than fp32 "
         "(no fp16 matrix units). Use precision.mode = \"bf16\" (or \"auto\") on CPU");
+}
+
+PrecisionMode cuda_auto_precision(const std::string& gpu, int major, int minor, std::string* reason) {
+  const bool bf16 = major >= 8;
+  if (reason)
+    *reason = fmt::format(
+        "auto: {} (compute capability {}.{}) {}", gpu, major, minor,
+        bf16 ? "has bf16 tensor cores -> bf16" : "has no bf16 tensor cores (8.0+) -> fp16 with dynamic loss scaling");
+  return bf16 ? PrecisionMode::kBf16 : PrecisionMode::kFp16;
 }
 
 PrecisionMode auto_precision(double bf16_gflops, double fp32_gflops, std::string* reason) {

@@ -11,7 +11,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/data/token_dataset.h"
 #include "frugal/data/tokenizer.h"
-#include "frugal/model/hf_gpt2.h"
+#include "frugal/model/hf_checkpoint.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -47,7 +47,12 @@ void complete_config(ResolvedConfig& rc) {
   DataSource& src = rc.config.data.source;
   if (src.kind != DataSource::Kind::kArith && !src.path.empty() && fs::path(src.path).is_relative())
     src.path = fs::absolute(src.path).lexically_normal().string();
-  adopt_hf_gpt2_shape(rc);  // before the dataset's vocabulary: the checkpoint's is the model's
+  // model.init_from's directory likewise (a hub id stays as it is: the cache is looked up anew).
+  std::string& init = rc.config.model.init_from;
+  std::error_code ec;
+  if (init.rfind("hf:", 0) == 0 && fs::path(init.substr(3)).is_relative() && fs::is_directory(init.substr(3), ec))
+    init = "hf:" + fs::absolute(init.substr(3)).lexically_normal().string();
+  adopt_hf_shape(rc);  // before the dataset's vocabulary: the checkpoint's is the model's
   adopt_dataset_vocab(rc);
 }
 

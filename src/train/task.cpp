@@ -1,4 +1,4 @@
-// Task helpers and the reference GPT's task; see task.h and gpt_task.h.
+// Task helpers and the task of frugal's own decoders; see task.h and lm_task.h.
 #include "frugal/train/task.h"
 
 #include <torch/torch.h>
@@ -6,10 +6,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "frugal/model/hf_gpt2.h"
+#include "frugal/model/hf_checkpoint.h"
+#include "frugal/model/model_family.h"
 #include "frugal/model/scripted_module.h"
 #include "frugal/train/answer_accuracy.h"
-#include "frugal/train/gpt_task.h"
+#include "frugal/train/lm_task.h"
 #include "frugal/train/model_task.h"
 #include "frugal/train/train_step.h"
 
@@ -30,15 +31,14 @@ int64_t parameter_count(const torch::nn::Module& module) {
   return n;
 }
 
-Task gpt_task(Gpt model, std::shared_ptr<BatchSource> data, const Config& config) {
+Task lm_task(CausalLm model, std::shared_ptr<BatchSource> data, const Config& config) {
   Task t;
   t.module = model.ptr();
-  GptImpl* raw = model.get();
+  CausalLmImpl* raw = model.get();
   t.loss = [raw](torch::nn::Module&, const Batch& b) { return raw->loss(b.x, b.y); };
   t.data = std::move(data);
-  const ModelConfig& m = config.model;
-  t.hooks.describe = fmt::format("GPT {} layers, {} heads, embd {}, block {}", m.layers, m.heads, m.embd, m.block);
-  t.hooks.tokens_per_sample = m.block;
+  t.hooks.describe = model->describe();
+  t.hooks.tokens_per_sample = config.model.block;
   t.hooks.item = "token";
   t.hooks.flops_per_token = model->flops_per_token();
   t.hooks.activation_checkpointing = [model](const ActivationCheckpointing& spec) mutable {
@@ -55,25 +55,26 @@ Task gpt_task(Gpt model, std::shared_ptr<BatchSource> data, const Config& config
   return t;
 }
 
-Task make_gpt_task(const Config& config) {
-  Gpt model(config.model);
+Task make_lm_task(const Config& config) {
+  CausalLm model = make_causal_lm(config.model);
   // Pretrained weights replace the random ones (a resumed run's checkpoint replaces both).
   const std::string hf = hf_init_dir(config.model);
   if (!hf.empty())
     reading_named_input("model.init_from = \"" + config.model.init_from + "\"",
-                        [&] { load_hf_gpt2(model->named_parameter_list(), config.model, hf); });
+                        [&] { load_hf_model(model->named_parameter_list(), config.model, hf); });
   // The data stays null: the Trainer builds data.source for this process's data-parallel rank.
-  Task t = gpt_task(model, nullptr, config);
+  Task t = lm_task(model, nullptr, config);
   if (!hf.empty()) t.hooks.describe += ", from " + config.model.init_from;
   return t;
 }
 
 Task scripted_task(const Config& config) {
   const std::string path = torchscript_path(config.model.source);
-  FRUGAL_CHECK(config.model.init_from.empty(), ConfigError,
-               fmt::format("model.init_from = \"{}\" loads GPT-2 weights into the reference GPT, but model.source = "
-                           "\"{}\"; a scripted module brings its own weights (set model.init_from = \"\")",
-                           config.model.init_from, config.model.source));
+  FRUGAL_CHECK(
+      config.model.init_from.empty(), ConfigError,
+      fmt::format("model.init_from = \"{}\" loads Hugging Face weights into frugal's own decoder, but model.source = "
+                  "\"{}\"; a scripted module brings its own weights (set model.init_from = \"\")",
+                  config.model.init_from, config.model.source));
   ScriptedModule module(path);
   Task t;
   t.module = module.ptr();
@@ -88,7 +89,7 @@ Task scripted_task(const Config& config) {
 }
 
 Task make_model_task(const Config& config) {
-  return torchscript_path(config.model.source).empty() ? make_gpt_task(config) : scripted_task(config);
+  return torchscript_path(config.model.source).empty() ? make_lm_task(config) : scripted_task(config);
 }
 
 }  // namespace frugal

@@ -20,17 +20,10 @@
 
 namespace frugal {
 
-void install_activation_checkpointing(Gpt& model, const ActivationCheckpointing& spec) {
-  std::vector<bool> plan = checkpoint_plan(spec, model->config().layers);
-  if (std::none_of(plan.begin(), plan.end(), [](bool b) { return b; })) {
-    model->set_block_runner(nullptr);
-    return;
-  }
-  model->set_block_runner([plan](Block& block, const at::Tensor& x, size_t i) {
-    if (!plan[i]) return block->forward(x);
-    Block b = block;
-    return checkpointed([b](const at::Tensor& t) mutable { return b->forward(t); }, x, b->parameters());
-  });
+void install_activation_checkpointing(CausalLm& model, const ActivationCheckpointing& spec) {
+  std::vector<bool> plan = checkpoint_plan(spec, model->layers());
+  if (std::none_of(plan.begin(), plan.end(), [](bool b) { return b; })) plan.clear();
+  model->set_recompute(std::move(plan));
 }
 
 TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const PrecisionConfig& precision,
@@ -73,7 +66,7 @@ TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> mo
     : TrainStep(single_process_setup(config, tokens_per_sample, device), config.train, config.precision,
                 std::move(model), std::move(loss), data, device, sync) {}
 
-TrainStep::TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device, GradSync* sync)
+TrainStep::TrainStep(const Config& config, CausalLm model, BatchSource& data, c10::Device device, GradSync* sync)
     : TrainStep(
           config, model.ptr(), [m = model.get()](torch::nn::Module&, const Batch& b) { return m->loss(b.x, b.y); },
           data, device, config.model.block, sync) {

@@ -32,6 +32,7 @@
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/model/hf_gpt2.h"
 #include "frugal/model/kernel_ops.h"
+#include "frugal/model/hf_checkpoint.h"
 #include "frugal/train/model_task.h"
 #include "frugal/train/run_config.h"
 #include "train/internal/callback_connector.h"
@@ -59,7 +60,7 @@ std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming, std:
   if (!lock) lock = std::make_unique<DirLock>(dir.root());  // a resume took it already
   if (used && overwrite && !resuming) {
     for (const std::string& p : {dir.metrics(), dir.summary(), dir.final_dir(), dir.config(), dir.checkpoints(),
-                                 dir.tokenizer_dir(), dir.tensorboard(), dir.mlflow()})
+                                 dir.tokenizer_dir(), dir.hf_source(), dir.tensorboard(), dir.mlflow()})
       remove_tree(p, ec);
   }
   // Temp directories of checkpoint writes whose process died (a kill, a full disk) go now, before
@@ -305,6 +306,14 @@ void Trainer::State::open_run_dir(const std::optional<LoadedCheckpoint>& ck) {
   const RunDir dir(run_dir);
   write_file_atomic(dir.config(), rc.to_toml());
   if (!opts.resume.empty()) truncate_metrics_after(dir.metrics(), ck ? ck->step : 0);
+  // The checkpoint's descriptive files travel with the run (export writes its chat template and token ids).
+  if (const std::string hf = hf_init_dir(c.model); !hf.empty() && ck == std::nullopt) {
+    try {
+      keep_hf_source_files(hf, dir.hf_source());
+    } catch (const std::exception& e) {
+      Console::get().line(fmt::format("warning: the run keeps no copy of {}'s config files ({})", hf, e.what()));
+    }
+  }
   // The dataset's tokenizer travels with the run: sample and export then need only the run directory.
   if (c.data.source.kind == DataSource::Kind::kShards) {
     try {

@@ -349,6 +349,7 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
   summary["best_val_loss"] = loop.best_val;
   if (!final_metrics.empty()) summary["final_metrics"] = final_metrics;  // the task's own figures
   summary["unigram_baseline_loss"] = data->unigram_baseline();
+  summary["model"] = task.hooks.describe.empty() ? model->name() : task.hooks.describe;
   summary["params"] = info.params;
   summary["flops_per_token"] = setup.flops_per_token;
   summary["stop_reason"] = control.should_stop() ? control.stop_reason()

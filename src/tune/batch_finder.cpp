@@ -22,7 +22,7 @@
 #include "frugal/core/memory.h"
 #include "frugal/core/wall_clock.h"
 #include "frugal/data/batch_source.h"
-#include "frugal/model/gpt.h"
+#include "frugal/model/model_family.h"
 #include "frugal/train/train_step.h"
 
 namespace frugal {
@@ -130,7 +130,7 @@ ProbeOutcome probe_training_memory(const Config& config, int64_t micro_batch, in
   ProbeOutcome out;
   try {
     RandomTokens data(micro_batch, c.model.block, c.model.vocab);
-    Gpt model(c.model);
+    CausalLm model = make_causal_lm(c.model);
     model->to(device);
     TrainStep step(c, model, data, device);
     step.run(0, c.train.lr);  // forward, backward, optimizer (moments allocated)

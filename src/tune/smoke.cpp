@@ -19,7 +19,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
 #include "frugal/data/batch_source.h"
-#include "frugal/model/gpt.h"
+#include "frugal/model/model_family.h"
 #include "frugal/model/hf_gpt2.h"
 #include "frugal/model/scripted_module.h"
 #include "frugal/train/run_config.h"
@@ -72,7 +72,7 @@ ResolvedConfig smoke_config(const ResolvedConfig& rc, const std::string& dir, co
 }
 
 // Activation bytes of forward + backward at batch b (parameters and their gradients excluded).
-int64_t step_bytes(Gpt& model, const Batch& b, int64_t n) {
+int64_t step_bytes(CausalLm& model, const Batch& b, int64_t n) {
   model->zero_grad(/*set_to_none=*/true);
   reset_tensor_bytes_peak();
   const int64_t base = tensor_bytes_now();
@@ -101,9 +101,9 @@ void run_stage(SmokeReport& r, const std::string& inject, const std::string& nam
 }
 
 // The model from run.seed, its forward pass on one batch, the logits' shape checked.
-Gpt check_forward(const Config& c, const Batch& batch, SmokeReport& r) {
+CausalLm check_forward(const Config& c, const Batch& batch, SmokeReport& r) {
   torch::manual_seed(static_cast<uint64_t>(c.run.seed));
-  Gpt model(c.model);
+  CausalLm model = make_causal_lm(c.model);
   r.params = model->parameter_count();
   at::Tensor logits = model->forward(batch.x);
   r.logits_shape = shape(logits);
@@ -118,7 +118,7 @@ Gpt check_forward(const Config& c, const Batch& batch, SmokeReport& r) {
 // the estimate at data.micro_batch.
 void measure_memory(const Config& c, const Batch& batch, SmokeReport& r) {
   install_counting_allocator();
-  Gpt model(c.model);  // allocated after the allocator: every byte counted
+  CausalLm model = make_causal_lm(c.model);  // allocated after the allocator: every byte counted
   const int64_t one = step_bytes(model, batch, 1);
   const int64_t two = step_bytes(model, batch, std::min<int64_t>(2, batch.x.size(0)));
   r.bytes_per_sample = static_cast<double>(std::max<int64_t>(two - one, 0));
@@ -152,7 +152,7 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
   ResolvedConfig rc;
   std::unique_ptr<BatchSource> data;
   Batch batch;
-  Gpt model{nullptr};
+  CausalLm model{nullptr};
   LossRecorder first, resumed;
   std::string ck1;
   stage("config", [&] {

@@ -338,7 +338,7 @@ TEST(Cuda, OnlySettlingStepsWaitForTheGpu) {
   Gpt model(c.model);
   model->to(torch::kCUDA);
   RandomTokens data(c.data.micro_batch, c.model.block);
-  TrainStep step(c, model, data, torch::kCUDA);
+  TrainStep step(c, as_causal_lm(model), data, torch::kCUDA);
   // Two settled steps first: the first steps create cuBLAS handles, load modules and allocate.
   for (int64_t i = 0; i < 2; ++i) step.run(i, c.train.lr);
   const int64_t waits0 = step.device_waits();

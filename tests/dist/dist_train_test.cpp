@@ -119,10 +119,12 @@ nlohmann::json summary_of(const std::string& run_dir) {
 
 // Two ranks with train.accum = 2 each consume, per step, exactly the micro-batches of one process
 // with accum = 4 (data_parallel.h), so the weights agree up to fp32 summation order.
-void expect_matches_single_process(int port, const std::string& zero, const std::string& optimizer = "fused_adamw") {
+void expect_matches_single_process(int port, const std::string& zero, const std::string& optimizer = "fused_adamw",
+                                   const std::vector<std::string>& model = {}) {
   TempDir dir;
   std::vector<std::string> common{"train.steps=6", "train.warmup_steps=2", "dist.zero=" + zero, "dist.bucket_mb=0.01",
                                   "train.optimizer=" + optimizer};
+  common.insert(common.end(), model.begin(), model.end());
   // Muon's Newton-Schulz in fp32: in bf16 (auto on some CPUs) a last-bit difference of a gradient
   // (the all-reduce sums in another order) can round the iteration differently, which is not what
   // this test is about.
@@ -172,6 +174,14 @@ TEST(DistTrain, TwoRanksWithMuonMatchOneProcessWithTheSameGlobalBatch) {
 // Muon with ZeRO-1: each rank steps and keeps its own matrices (train/muon.h, MuonShards).
 TEST(DistTrain, TwoRanksWithMuonAndZero1MatchOneProcessWithTheSameGlobalBatch) {
   expect_matches_single_process(29668, "1", "muon");
+}
+
+// The Llama family under data parallel and ZeRO-1: grouped heads, an untied head (its own
+// gradient bucket) and the chunked loss's gradients reduced as any other.
+TEST(DistTrain, TwoLlamaRanksWithZero1MatchOneProcessWithTheSameGlobalBatch) {
+  expect_matches_single_process(
+      29669, "1", "fused_adamw",
+      {"model.arch=llama", "model.heads=4", "model.kv_heads=2", "model.tie_embeddings=false"});
 }
 
 TEST(DistTrain, PeerThatNeverArrivesFailsWithinTheTimeout) {

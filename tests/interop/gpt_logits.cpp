@@ -1,11 +1,16 @@
-// The logits frugal's GPT gives for a token sequence, for the interop tests to compare with the
-// reference library's (tests/interop/hf_gpt2_check.py):
+// What frugal's own decoders (either family) compute for a token sequence, for the interop tests
+// to compare with the reference library's (tests/interop/hf_gpt2_check.py, hf_llama_check.py):
 //
-//   frugal_gpt_logits --hf DIR   --tokens 5,17,3 --out logits.safetensors   (model.init_from's path)
-//   frugal_gpt_logits --run RUN  --tokens 5,17,3 --out logits.safetensors   (a run's final weights)
+//   frugal_gpt_logits --hf DIR   --tokens 5,17,3 --out out.safetensors   (model.init_from's path)
+//   frugal_gpt_logits --run RUN  --tokens 5,17,3 --out out.safetensors   (a run's final weights)
+//     [--targets 17,3,9 --grad NAME]   also the loss against these targets and the gradient of the
+//                                      parameter NAME (frugal's name, e.g. h0.attn.qkv.weight)
+//     [--generate N]                   also N greedy tokens after the sequence (KV cache)
 //
-// Writes one fp32 tensor "logits" of shape (T, vocab), computed in eval mode without a KV cache
-// (the training forward). Exits 2 with the message on bad input.
+// Writes fp32 "logits" of shape (T, vocab), computed in eval mode without a KV cache (the training
+// forward); with --targets, "loss" (0-dim) and "grad" (the parameter's shape) from the training
+// loss (model.loss, the chunked head + cross-entropy for the Llama family); with --generate,
+// "generated" (int64, N). Exits 2 with the message on bad input.
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -15,12 +20,26 @@
 #include "frugal/ckpt/safetensors.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
-#include "frugal/model/gpt.h"
-#include "frugal/model/hf_gpt2.h"
+#include "frugal/model/hf_checkpoint.h"
+#include "frugal/model/model_family.h"
 #include "frugal/model/weights.h"
 
+namespace {
+std::vector<int64_t> parse_ids(const std::string& text) {
+  std::vector<int64_t> ids;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t comma = text.find(',', start);
+    ids.push_back(std::stoll(text.substr(start, comma - start)));
+    start = comma == std::string::npos ? text.size() : comma + 1;
+  }
+  return ids;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
-  std::string hf, run, tokens, out;
+  std::string hf, run, tokens, out, targets, grad_name;
+  int64_t generate = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--hf")
@@ -31,37 +50,55 @@ int main(int argc, char** argv) {
       tokens = v;
     else if (k == "--out")
       out = v;
+    else if (k == "--targets")
+      targets = v;
+    else if (k == "--grad")
+      grad_name = v;
+    else if (k == "--generate")
+      generate = std::stoll(v);
   }
   if (hf.empty() == run.empty() || tokens.empty() || out.empty()) {
-    std::fprintf(stderr, "usage: frugal_gpt_logits (--hf DIR | --run RUN_DIR) --tokens 1,2,3 --out FILE\n");
+    std::fprintf(stderr,
+                 "usage: frugal_gpt_logits (--hf DIR | --run RUN_DIR) --tokens 1,2,3 --out FILE "
+                 "[--targets 2,3,4 --grad NAME] [--generate N]\n");
     return 2;
   }
   try {
     torch::set_num_threads(1);
-    std::vector<int64_t> ids;
-    size_t start = 0;
-    while (start < tokens.size()) {
-      const size_t comma = tokens.find(',', start);
-      ids.push_back(std::stoll(tokens.substr(start, comma - start)));
-      start = comma == std::string::npos ? tokens.size() : comma + 1;
-    }
+    const std::vector<int64_t> ids = parse_ids(tokens);
     frugal::ModelConfig m;
-    frugal::Gpt model{nullptr};
+    frugal::CausalLm model{nullptr};
     if (!hf.empty()) {
-      m = frugal::read_hf_gpt2_config(hf);
-      model = frugal::Gpt(m);
-      frugal::load_hf_gpt2(model->named_parameter_list(), m, hf);
+      m = frugal::read_hf_model_config(hf);
+      model = frugal::make_causal_lm(m);
+      frugal::load_hf_model(model->named_parameter_list(), m, hf);
     } else {
       m = frugal::resolve_config(run + "/config.toml", {}, {}).config.model;
-      model = frugal::Gpt(m);
+      model = frugal::make_causal_lm(m);
       const std::string w = run + "/final/model.safetensors";
       frugal::load_parameters(model->named_parameter_list(), frugal::load_safetensors(w), w);
     }
-    model->eval();
-    torch::NoGradGuard no_grad;
+    frugal::NamedTensors result;
     const at::Tensor idx = torch::tensor(ids, torch::kLong).view({1, -1});
-    const at::Tensor logits = model->forward(idx).squeeze(0).to(torch::kFloat).contiguous();
-    frugal::save_safetensors(out, {{"logits", logits}});
+    model->eval();
+    {
+      torch::NoGradGuard no_grad;
+      result.emplace_back("logits", model->forward(idx).squeeze(0).to(torch::kFloat).contiguous());
+    }
+    if (!targets.empty()) {
+      const at::Tensor y = torch::tensor(parse_ids(targets), torch::kLong).view({1, -1});
+      const at::Tensor loss = model->loss(idx, y);
+      loss.backward();
+      result.emplace_back("loss", loss.detach().to(torch::kFloat));
+      for (const auto& [name, p] : model->named_parameter_list())
+        if (name == grad_name) result.emplace_back("grad", p.grad().to(torch::kFloat).contiguous());
+      if (result.back().first != "grad") throw frugal::ConfigError("--grad " + grad_name + ": no such parameter");
+    }
+    if (generate > 0) {
+      const std::vector<int64_t> g = model->generate(ids, generate, 0.0, 0);
+      result.emplace_back("generated", torch::tensor(g, torch::kLong));
+    }
+    frugal::save_safetensors(out, result);
     return 0;
   } catch (const frugal::Error& e) {
     std::fprintf(stderr, "frugal_gpt_logits: %s\n", e.what());

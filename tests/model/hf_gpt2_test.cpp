@@ -110,7 +110,7 @@ TEST(HfGpt2, TheRunTakesUnsetKeysFromConfigJsonAndRefusesAConflict) {
   torch::manual_seed(7);
   write_hf_gpt2(Gpt(small())->named_parameter_list(), small(), dir, at::kFloat);
   ResolvedConfig rc = resolve_config("", {"model.init_from=hf:" + dir, "model.block=6"}, {});
-  adopt_hf_gpt2_shape(rc);
+  adopt_hf_shape(rc);
   EXPECT_EQ(rc.config.model.layers, 2);
   EXPECT_EQ(rc.config.model.vocab, 40);
   EXPECT_EQ(rc.config.model.block, 6) << "a smaller block set on purpose is kept";
@@ -118,11 +118,11 @@ TEST(HfGpt2, TheRunTakesUnsetKeysFromConfigJsonAndRefusesAConflict) {
   EXPECT_NE(rc.origins.at("model.layers").where.find("config.json n_layer"), std::string::npos);
 
   ResolvedConfig wider = resolve_config("", {"model.init_from=hf:" + dir, "model.embd=32"}, {});
-  const std::string why = message_of([&] { adopt_hf_gpt2_shape(wider); });
+  const std::string why = message_of([&] { adopt_hf_shape(wider); });
   EXPECT_NE(why.find("model.embd = 32"), std::string::npos) << why;
   EXPECT_NE(why.find("n_embd = 16"), std::string::npos) << why;
   ResolvedConfig longer = resolve_config("", {"model.init_from=hf:" + dir, "model.block=9"}, {});
-  EXPECT_NE(message_of([&] { adopt_hf_gpt2_shape(longer); }).find("not larger"), std::string::npos);
+  EXPECT_NE(message_of([&] { adopt_hf_shape(longer); }).find("not larger"), std::string::npos);
 }
 
 // hf:NAME that is not a directory is looked up in the Hugging Face cache, as transformers would;
@@ -138,7 +138,7 @@ TEST(HfGpt2, AHubIdIsFoundInTheLocalCacheAndOtherwiseTheMessageSaysHowToGetIt) {
   m.init_from = "hf:org/tiny-gpt2";
   EXPECT_EQ(hf_init_dir(m), snapshot);
   ResolvedConfig rc = resolve_config("", {"model.init_from=hf:org/tiny-gpt2"}, {});
-  adopt_hf_gpt2_shape(rc);
+  adopt_hf_shape(rc);
   EXPECT_EQ(rc.config.model.vocab, 40);
   m.init_from = "hf:gpt2";
   const std::string why = message_of([&] { read_hf_gpt2_config(hf_init_dir(m)); });

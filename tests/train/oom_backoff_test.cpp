@@ -39,46 +39,48 @@ std::string make_dataset(const test::TempDir& dir) {
 }
 
 std::vector<std::string> run_sets(const test::TempDir& dir, const std::string& source, const std::string& name,
-                                  int64_t micro) {
-  return {"run.out_dir=" + dir.path(),
-          "run.name=" + name,
-          "run.threads=1",
-          "model.layers=2",
-          "model.heads=2",
-          "model.embd=64",
-          "model.block=64",
-          "data.source=" + source,
-          "data.workers=0",
-          fmt::format("data.micro_batch={}", micro),
-          "train.global_batch=16",
-          "train.steps=4",
-          "train.warmup_steps=1",
-          "train.eval_every=0",
-          "train.eval_batches=1",
-          "train.log_every=1",
-          "checkpoint.enabled=false",
-          "guard.enabled=false",
-          "precision.mode=fp32"};
+                                  int64_t micro, const std::vector<std::string>& model = {}) {
+  std::vector<std::string> sets = {"run.out_dir=" + dir.path(),
+                                   "run.name=" + name,
+                                   "run.threads=1",
+                                   "model.layers=2",
+                                   "model.heads=2",
+                                   "model.embd=64",
+                                   "model.block=64",
+                                   "data.source=" + source,
+                                   "data.workers=0",
+                                   fmt::format("data.micro_batch={}", micro),
+                                   "train.global_batch=16",
+                                   "train.steps=4",
+                                   "train.warmup_steps=1",
+                                   "train.eval_every=0",
+                                   "train.eval_batches=1",
+                                   "train.log_every=1",
+                                   "checkpoint.enabled=false",
+                                   "guard.enabled=false",
+                                   "precision.mode=fp32"};
+  sets.insert(sets.end(), model.begin(), model.end());
+  return sets;
 }
 
-TEST(OomBackoff, RunThatDoesNotFitBacksOffAndMatchesTheHalvedRunFromTheStart) {
+void expect_backoff_matches_the_halved_run(const std::vector<std::string>& model) {
   test::TempDir dir;
   const std::string source = make_dataset(dir);
   install_counting_allocator();
   // A limit between the measured peaks of micro-batches 8 and 16: 16 cannot fit, 8 can.
-  const Config probe = resolve_config("", run_sets(dir, source, "probe", 16), {}).config;
+  const Config probe = resolve_config("", run_sets(dir, source, "probe", 16, model), {}).config;
   const int64_t p8 = probe_training_memory(probe, 8, 0).peak_bytes;
   const int64_t p16 = probe_training_memory(probe, 16, 0).peak_bytes;
   ASSERT_GT(p16 - p8, 4 * kMiB) << "the model is too small for a MiB-granular limit";
   const int64_t limit_mb = (tensor_bytes_now() + (p8 + p16) / 2) / kMiB;
 
-  std::vector<std::string> a = run_sets(dir, source, "backoff", 16);
+  std::vector<std::string> a = run_sets(dir, source, "backoff", 16, model);
   a.push_back(fmt::format("memory.limit_mb={}", limit_mb));
   TrainerOptions opts;
   opts.quiet = true;
   nlohmann::json sa = Trainer(resolve_config("", a, {}), opts).fit();
   EXPECT_EQ(tensor_bytes_limit(), 0) << "the trainer leaves the limit behind";
-  nlohmann::json sb = Trainer(resolve_config("", run_sets(dir, source, "halved", 8), {}), opts).fit();
+  nlohmann::json sb = Trainer(resolve_config("", run_sets(dir, source, "halved", 8, model), {}), opts).fit();
 
   EXPECT_EQ(sa["stop_kind"], "completed");
   EXPECT_EQ(sa["oom_backoffs"], 1);
@@ -103,6 +105,16 @@ TEST(OomBackoff, RunThatDoesNotFitBacksOffAndMatchesTheHalvedRunFromTheStart) {
     const double diff = (wa.tensors[i].second - wb.tensors[i].second).abs().max().item<double>();
     EXPECT_LE(diff, 1e-6) << wa.tensors[i].first;
   }
+}
+
+TEST(OomBackoff, RunThatDoesNotFitBacksOffAndMatchesTheHalvedRunFromTheStart) {
+  expect_backoff_matches_the_halved_run({});
+}
+
+// The Llama family backs off alike (its chunked loss and grouped attention allocate per
+// micro-batch too).
+TEST(OomBackoff, ALlamaRunBacksOffAndMatchesTheHalvedRunToo) {
+  expect_backoff_matches_the_halved_run({"model.arch=llama", "model.heads=4", "model.kv_heads=2"});
 }
 
 TEST(OomBackoff, MicroBatchThatCannotHalveRethrowsTheError) {

@@ -82,6 +82,19 @@ TEST(Precision, AutoMeasuresAndSaysWhy) {
 }
 
 // The decision itself, from injected speeds: bf16 from 1.5x fp32 on, fp32 below.
+// On a GPU, auto follows the compute capability: a T4 (7.5) or V100 (7.0) has no bf16 tensor
+// cores and gets fp16 with loss scaling; an A100 (8.0) and newer bf16.
+TEST(Precision, OnAGpuAutoPicksFp16BelowComputeCapability8AndSaysWhy) {
+  std::string why;
+  EXPECT_EQ(cuda_auto_precision("Tesla T4", 7, 5, &why), PrecisionMode::kFp16);
+  EXPECT_NE(why.find("Tesla T4 (compute capability 7.5)"), std::string::npos) << why;
+  EXPECT_NE(why.find("fp16 with dynamic loss scaling"), std::string::npos) << why;
+  EXPECT_EQ(cuda_auto_precision("Tesla V100", 7, 0, nullptr), PrecisionMode::kFp16);
+  EXPECT_EQ(cuda_auto_precision("A100", 8, 0, &why), PrecisionMode::kBf16);
+  EXPECT_NE(why.find("-> bf16"), std::string::npos) << why;
+  EXPECT_EQ(cuda_auto_precision("H100", 9, 0, nullptr), PrecisionMode::kBf16);
+}
+
 TEST(Precision, AutoChoosesBf16FromOneAndAHalfTimesFp32On) {
   std::string why;
   EXPECT_EQ(auto_precision(149, 100, &why), PrecisionMode::kFp32);

@@ -106,6 +106,32 @@ TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseWithMuonAndWsd) {
   expect_identical_runs(a.path(), b.path());
 }
 
+// The Llama family resumes bitwise too: grouped-query attention on frugal's kernel (no dropout),
+// an untied head, the chunked loss; then bf16 with accumulation, recomputed blocks, attention
+// dropout (the reference path) and Muon.
+const std::vector<std::string> kLlama = {"model.arch=llama", "model.layers=2", "model.heads=4", "model.kv_heads=2",
+                                         "model.tie_embeddings=false"};
+
+TEST(Resume, ALlamaRunResumesBitwise) {
+  test::TempDir a, b;
+  std::vector<std::string> x = kLlama;
+  x.push_back("model.dropout=0");
+  train(a.path(), x);
+  interrupted_then_resumed(b.path(), x, 16);
+  expect_identical_runs(a.path(), b.path());
+}
+
+TEST(Resume, ALlamaRunResumesBitwiseInBf16WithAccumulationRecomputeAndMuon) {
+  test::TempDir a, b;
+  std::vector<std::string> x = kLlama;
+  for (const char* s :
+       {"precision.mode=bf16", "train.accum=2", "memory.activation_checkpointing=blocks", "train.optimizer=muon"})
+    x.push_back(s);
+  train(a.path(), x);
+  interrupted_then_resumed(b.path(), x, 12);
+  expect_identical_runs(a.path(), b.path());
+}
+
 // At step `at`, asks the loop to end the run at step `end`, once (as the deadline guard does with
 // checkpoint.deadline_action = "decay").
 class EndAt : public Callback {

@@ -2,6 +2,8 @@
 // have their own files: precision_test.cpp, model/activation_checkpointing_test.cpp).
 #include "frugal/train/train_step.h"
 
+#include "frugal/model/gpt.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -48,7 +50,7 @@ Trained train_tiny(Config c, int64_t steps) {
   torch::manual_seed(5);
   Gpt model(c.model);
   TableSource data(c.data.micro_batch, c.model.block);
-  TrainStep step(c, model, data, torch::kCPU);
+  TrainStep step(c, as_causal_lm(model), data, torch::kCPU);
   for (int64_t i = 0; i < steps; ++i) step.run(i, c.train.lr);
   Trained t;
   for (auto& p : model->parameters()) t.weights.push_back(p.detach().clone());
@@ -112,7 +114,7 @@ TEST(TrainStep, OnlySettlingStepsWaitForTheDeviceAndEveryStepsDeviceTimeCountsOn
   torch::manual_seed(5);
   Gpt ma(c.model), mb(c.model);
   TableSource da(c.data.micro_batch, c.model.block), db(c.data.micro_batch, c.model.block);
-  TrainStep every(c, ma, da, torch::kCPU), some(c, mb, db, torch::kCPU);
+  TrainStep every(c, as_causal_lm(ma), da, torch::kCPU), some(c, as_causal_lm(mb), db, torch::kCPU);
   some.set_settle_each_step(false);
   PhaseTimes all_every, all_some;
   const auto add = [](PhaseTimes& to, const PhaseTimes& p) {
@@ -159,7 +161,7 @@ TEST(TrainStep, PendingEventsPastTheLimitSettleWithoutBeingAsked) {
   torch::manual_seed(5);
   Gpt ma(c.model), mb(c.model);
   TableSource da(c.data.micro_batch, c.model.block), db(c.data.micro_batch, c.model.block);
-  TrainStep every(c, ma, da, torch::kCPU), capped(c, mb, db, torch::kCPU);
+  TrainStep every(c, as_causal_lm(ma), da, torch::kCPU), capped(c, as_causal_lm(mb), db, torch::kCPU);
   capped.set_settle_each_step(false);
   int64_t settled_steps = 0, steps = 0;
   PhaseTimes want, got;

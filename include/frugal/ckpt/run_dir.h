@@ -29,6 +29,10 @@ class RunDir {
   // The dataset's tokenizer, kept with the run so that sample and export need not find the dataset:
   // manifest.json (the dataset's "tokenizer" entry and where the dataset was) and its model file.
   std::string tokenizer_dir() const { return at("tokenizer"); }
+  // model.init_from's descriptive files (config.json, tokenizer_config.json with its chat template,
+  // generation_config.json, ...), kept so that `frugal export` writes them after the checkpoint
+  // directory or the hub cache has gone.
+  std::string hf_source() const { return at("hf_source"); }
   std::string auto_tune() const { return at("auto_tune.json"); }  // train.auto_tune's choice
   std::string plan() const { return at("plan.json"); }            // plan.before_train's projection
   std::string tuned_config() const { return at("tuned.toml"); }   // `frugal tune`'s default output

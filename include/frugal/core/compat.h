@@ -143,6 +143,19 @@ inline at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, con
 #endif
 }
 
+// The same with grouped key/value heads: q (B, H, T, D), k and v (B, K, T, D), H a multiple of K
+// (query head h reads key/value head h / (H / K)). SDPA's enable_gqa came in 2.5; before it this
+// is undefined and the caller repeats the heads by hand.
+inline at::Tensor gqa_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout) {
+#if FRUGAL_TORCH_AT_LEAST(2, 5)
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true, std::nullopt,
+                                          /*enable_gqa=*/q.size(1) != k.size(1));
+#else
+  (void)q, (void)k, (void)v, (void)dropout;
+  return {};
+#endif
+}
+
 // LibTorch profiler events (torch::autograd::profiler::KinetoEvent; the caller includes
 // <torch/csrc/autograd/profiler_kineto.h>). 1.13 reports microseconds (startUs, durationUs); 2.x
 // replaced them with nanoseconds (startNs, durationNs). Both are on the Unix-epoch clock. Detected

@@ -29,17 +29,53 @@ struct RunConfig {
 
 // [model] — the reference GPT decoder (src/model/gpt.cpp).
 struct ModelConfig {
-  int64_t layers = 4;    // transformer blocks
-  int64_t heads = 4;     // attention heads; must divide embd
-  int64_t embd = 128;    // residual width
-  int64_t block = 64;    // context length in tokens
-  int64_t vocab = 256;   // vocabulary size; 256 for byte-level data
-  double dropout = 0.0;  // dropout on attention, MLP and embeddings (0 = off; deterministic either way)
+  // The decoder family (model/model_family.h, docs/model.md): the GPT (learned positions,
+  // LayerNorm, GELU MLP, head tied to the embedding) or the Llama family (rotary positions,
+  // RMSNorm, SwiGLU MLP, grouped-query attention: Llama 2/3, Qwen2/2.5/3, Mistral). With
+  // model.init_from, config.json's model_type sets it. The keys marked "llama" below apply to the
+  // Llama family only.
+  enum class Arch { kGpt, kLlama };
+  Arch arch = Arch::kGpt;
+  int64_t layers = 4;     // transformer blocks
+  int64_t heads = 4;      // attention (query) heads; must divide embd unless head_dim is set
+  int64_t kv_heads = 0;   // llama: key/value heads, each shared by heads / kv_heads query heads (GQA); 0 = heads
+  int64_t embd = 128;     // residual width
+  int64_t head_dim = 0;   // llama: channels of one head; 0 = embd / heads
+  int64_t mlp_width = 0;  // llama: the SwiGLU MLP's hidden width; 0 = 8/3 embd rounded up to a multiple of 16
+  int64_t block = 64;     // context length in tokens
+  int64_t vocab = 256;    // vocabulary size; 256 for byte-level data
+  double dropout = 0.0;   // dropout on attention, MLP and embeddings (0 = off; deterministic either way)
   // The MLP's nonlinearity: exact GELU (erf form, frugal's fused CPU kernel) or the tanh
   // approximation GPT-2 was trained with (Hugging Face's "gelu_new"; ATen's kernel).
   enum class Activation { kGelu, kGeluTanh };
   Activation activation = Activation::kGelu;
-  double norm_eps = 1e-5;  // LayerNorm epsilon (GPT-2's layer_norm_epsilon)
+  double norm_eps = 1e-5;  // LayerNorm (gpt) or RMSNorm (llama) epsilon
+  // llama: rotary position embeddings: the base wavelength (rope_theta) and the frequency scaling
+  // of a model extended past its pretraining context (transformers' rope_type): none; linear
+  // (positions / factor); llama3 (Llama 3.1+: low frequencies / factor, high kept, smoothed
+  // between); yarn (YaRN with transformers' defaults beta_fast 32, beta_slow 1).
+  double rope_theta = 10000.0;
+  enum class RopeScaling { kNone, kLinear, kLlama3, kYarn };
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  double rope_factor = 1.0;            // linear, llama3, yarn: the scaling factor
+  double rope_low_freq_factor = 1.0;   // llama3: low_freq_factor
+  double rope_high_freq_factor = 4.0;  // llama3: high_freq_factor
+  int64_t rope_original_block = 0;     // llama3, yarn: original_max_position_embeddings; 0 = block
+  // llama: biases of the attention projections: none (Llama, Mistral), qkv (q, k and v: Qwen2),
+  // all (q, k, v and the output: Llama's attention_bias = true).
+  enum class AttentionBias { kNone, kQkv, kAll };
+  AttentionBias attention_bias = AttentionBias::kNone;
+  bool qk_norm = false;  // llama: RMSNorm over each head's queries and keys before the rotation (Qwen3)
+  // The output head shares the token embedding's weight (tied: the GPT always; Llama 3.2 1B/3B,
+  // small Qwens) or has its own (Llama 3 8B, Mistral).
+  bool tie_embeddings = true;
+  // llama: each token attends to the last `sliding_window` positions only (itself included:
+  // Mistral's sliding_window); 0 = the whole context.
+  int64_t sliding_window = 0;
+  // llama: rows of the output head + cross-entropy computed at a time (model/linear_cross_entropy.h:
+  // no tokens x vocab fp32 logits are held); 0 = auto (a chunk's logits about the size of its
+  // hidden states).
+  int64_t loss_chunk = 0;
   // The output head's matmuls run at the vocabulary rounded up to a multiple of this: the tied
   // weight gets zero rows for the product only (parameters, checkpoints and logits keep `vocab`
   // columns). GPU matmul kernels need aligned widths: GPT-2's 50257 falls back to kernels several
@@ -53,15 +89,17 @@ struct ModelConfig {
   //   kAuto:   ATen for now: frugal's kernels are opt-in until their GPU check is committed.
   enum class Kernels { kAuto, kAten, kFrugal };
   Kernels kernels = Kernels::kAuto;
-  // Where the initial weights come from: "" = random GPT-2 initialisation from run.seed;
-  // "hf:DIR" = a Hugging Face GPT-2 checkpoint directory (config.json + model.safetensors, the
-  // transformers layout): its config.json sets the keys above that the run leaves unset
-  // (model/hf_gpt2.h, docs/library.md "Hugging Face GPT-2").
+  // Where the initial weights come from: "" = random initialisation from run.seed; "hf:DIR" = a
+  // Hugging Face checkpoint directory of a GPT-2 or a Llama-family model (config.json +
+  // model.safetensors or its shards, the transformers layout; or a hub id the local cache holds):
+  // its config.json sets model.arch and the keys above that the run leaves unset
+  // (model/hf_checkpoint.h, docs/library.md "Hugging Face checkpoints").
   std::string init_from;
-  // What is trained: "gpt" = the reference GPT above; "torchscript:FILE" = a module scripted in
-  // Python (torch.jit.script(module).save(FILE)) whose forward(x, y) returns the mean loss of the
-  // batch (model/scripted_module.h, docs/library.md "A model written in Python"); the GPT's shape
-  // keys above then do not apply.
+  // What is trained: "gpt" = frugal's own decoder, of the family model.arch names (the name is
+  // older than the Llama family); "torchscript:FILE" = a module scripted in Python
+  // (torch.jit.script(module).save(FILE)) whose forward(x, y) returns the mean loss of the batch
+  // (model/scripted_module.h, docs/library.md "A model written in Python"); the shape keys above
+  // then do not apply.
   std::string source = "gpt";
 };
 

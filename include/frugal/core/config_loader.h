@@ -86,11 +86,18 @@ void apply_overrides(ResolvedConfig& rc, const std::vector<std::string>& overrid
 // One value for key k as `--set` reads it (type, range, choices, the key's own check), without the
 // cross-key checks; `where` names its origin in the error. Throws ConfigError.
 ConfigValue parse_config_value(const KeySpec& k, const std::string& text, const std::string& where);
+// Range, choices and the key's own check for one value of key k, as the loader applies them; the
+// error names `where` (a file and field that value came from). Throws ConfigError.
+void check_config_value(const KeySpec& k, const ConfigValue& v, const std::string& where);
 // One value for key k written as a TOML literal, as format_value writes it (a checkpoint's
 // config_values): type, range, choices and the key's own check. Throws ConfigError naming `where`.
 ConfigValue parse_toml_value(const KeySpec& k, const std::string& literal, const std::string& where);
 // Cross-key checks (heads divide embd, ...). Called by resolve_config; exposed for tests.
 void validate_config(const Config& c);
+// The [model] part of validate_config: the family's own keys only on its family, heads dividing
+// embd (or model.head_dim set), kv_heads dividing heads, an even head width for the rotation.
+// Also run on what a Hugging Face config.json sets (model/hf_checkpoint.h).
+void validate_model_config(const ModelConfig& m);
 
 // docs/config.md, generated from the schema (`frugal config --markdown`).
 std::string config_reference_markdown();

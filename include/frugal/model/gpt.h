@@ -1,7 +1,7 @@
-// The reference GPT decoder: token + position embeddings, pre-LayerNorm blocks of causal
-// self-attention and a GELU MLP, a final LayerNorm and an output head tied to the token
-// embedding. Sized by ModelConfig. Also reports its parameter count and training FLOPs per token
-// (docs/model.md gives the formula), and decodes with a KV cache for `frugal sample`.
+// The reference GPT decoder (model.arch = "gpt"): token + position embeddings, pre-LayerNorm
+// blocks of causal self-attention and a GELU MLP, a final LayerNorm and an output head tied to the
+// token embedding. Sized by ModelConfig. One of the decoder families of causal_lm.h: its training
+// FLOPs per token (docs/model.md gives the formula), decoding with a KV cache for `frugal sample`.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -12,18 +12,13 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
-#include <functional>
+#include <string>
 #include <vector>
 
 #include "frugal/core/config.h"
+#include "frugal/model/causal_lm.h"
 
 namespace frugal {
-
-// Keys and values of one attention layer for the positions decoded so far.
-struct LayerKv {
-  at::Tensor k;  // (B, heads, T_cached, head_dim)
-  at::Tensor v;
-};
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
@@ -58,41 +53,28 @@ class BlockImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Block);
 
-class GptImpl : public torch::nn::Module {
+class GptImpl : public CausalLmImpl {
  public:
   explicit GptImpl(const ModelConfig& c);
 
   // idx: (B, T) int64 token ids, T <= block. Returns logits (B, T, vocab). Where the head is
   // padded (model.head_multiple; by default on a GPU) they are a view whose row stride exceeds
   // vocab: call .contiguous() before .view() or raw data access.
-  at::Tensor forward(const at::Tensor& idx);
+  at::Tensor forward(const at::Tensor& idx) override;
   // Mean cross-entropy of next-token prediction; logits are computed in fp32 for the loss.
   // Targets equal to kIgnoreIndex (-100, data/packing.h: padding, masked positions) count
   // neither in the sum nor in the mean. With model.kernels = "frugal" on a GPU, frugal's fused
   // classifier reads the padded bf16 logits directly (no fp32 copy) and is 0 where every target is
   // ignored (ATen's mean is then NaN).
-  at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets);
-
-  // Wraps each block's forward (activation checkpointing plugs in here). Identity by default.
-  using BlockRunner = std::function<at::Tensor(Block&, const at::Tensor&, size_t index)>;
-  void set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
-
-  // Greedy (temperature 0) or sampled continuation of `prompt` with a KV cache; stops after
-  // max_new tokens or when `stop` returns true for a generated token. The context is at most one
-  // block: when it would grow past it (a long prompt, a long generation), the cache restarts from
-  // the newest block/2 tokens, so each token is predicted from the tokens since that restart.
-  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new, double temperature, uint64_t seed,
-                                const std::function<bool(int64_t)>& stop = nullptr);
-
-  // Parameters with their state-dict names, in a stable order (safetensors keys).
-  std::vector<std::pair<std::string, at::Tensor>> named_parameter_list() const;
-  int64_t parameter_count() const;
+  at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets) override;
   // Training FLOPs per token: 6 * (matmul parameters, head included) + 12 * layers * block * embd.
-  double flops_per_token() const;
-  const ModelConfig& config() const { return config_; }
+  double flops_per_token() const override;
+  std::string describe() const override;
+
+ protected:
+  at::Tensor decode(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache) override;
 
  private:
-  at::Tensor forward_cached(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache);
   // Embeddings, blocks and the final LayerNorm: (B, T) ids -> (B, T, embd).
   at::Tensor hidden(const at::Tensor& idx);
   // The tied output head, (..., embd) -> (..., vocab), padded per model.head_multiple unless
@@ -103,12 +85,10 @@ class GptImpl : public torch::nn::Module {
   at::Tensor head_product(const at::Tensor& x, int64_t multiple) const;
   int64_t head_multiple_for(const at::Tensor& x) const;
 
-  ModelConfig config_;
   torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
   torch::nn::Dropout drop_{nullptr};
   std::vector<Block> blocks_;
   torch::nn::LayerNorm ln_f_{nullptr};
-  BlockRunner block_runner_;
 };
 TORCH_MODULE(Gpt);
 

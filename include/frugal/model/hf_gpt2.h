@@ -1,10 +1,11 @@
-// Hugging Face GPT-2 checkpoints in and out: the directory `transformers` writes with
+// Hugging Face GPT-2 checkpoints in and out (the GPT's entry in model_family.h; the directory
+// handling common to every family is hf_checkpoint.h): the directory `transformers` writes with
 // `GPT2LMHeadModel.save_pretrained` (config.json + model.safetensors) holds the same network as
 // frugal's GPT (pre-LayerNorm blocks, learned positions, a head tied to the token embedding), with
 // other tensor names, Conv1D weights stored as (in, out) where a Linear keeps (out, in), and GPT-2's
 // tanh GELU. docs/library.md ("Hugging Face GPT-2") lists the mapping and what is refused.
 //
-//   model.init_from = "hf:DIR"   starts a run from DIR (read_hf_gpt2_config + load_hf_gpt2)
+//   model.init_from = "hf:DIR"   starts a run from DIR (adopt_hf_shape + load_hf_model)
 //   frugal export RUN --out DIR  writes a run's weights for GPT2LMHeadModel.from_pretrained
 #pragma once
 
@@ -16,6 +17,7 @@
 #include "frugal/ckpt/safetensors.h"
 #include "frugal/core/config.h"
 #include "frugal/core/config_loader.h"
+#include "frugal/model/hf_checkpoint.h"
 
 namespace frugal {
 
@@ -25,24 +27,10 @@ namespace frugal {
 // separate n_inner, cross-attention, unscaled or layer-scaled attention, an unknown activation).
 ModelConfig read_hf_gpt2_config(const std::string& dir);
 
-// The directory `model.init_from = "hf:X"` names: X when it is a directory, else, for a hub id
-// ("gpt2", "org/name"), the snapshot the local Hugging Face cache holds of it (refs/main under
-// hf_hub_cache()/models--org--name), else X (which then fails, saying how to get one); "" when the
-// run starts from random weights.
-std::string hf_init_dir(const ModelConfig& m);
-// The Hugging Face hub cache: $HF_HUB_CACHE, else $HF_HOME/hub, else
-// $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub.
-std::string hf_hub_cache();
-
-// With model.init_from = "hf:DIR": the model keys that `rc` leaves at their defaults take DIR's
-// config.json values (their origin names the file and key); a key set on purpose must agree with
-// it (model.block may be smaller than n_positions). Throws ConfigError naming both values
-// otherwise. Does nothing for a run without init_from.
-void adopt_hf_gpt2_shape(ResolvedConfig& rc);
-
-// Copies DIR/model.safetensors into `params` (the GPT's named_parameter_list(), shaped by `m`), in
-// place. m.block may be below n_positions: the first block position embeddings are taken. Throws
-// CheckpointError naming the file and tensor on a missing, unexpected or mis-shaped tensor.
+// Copies DIR's weights (model.safetensors or its shards) into `params` (the GPT's
+// named_parameter_list(), shaped by `m`), in place. m.block may be below n_positions: the first block position
+// embeddings are taken. Throws CheckpointError naming the file and tensor on a missing, unexpected or mis-shaped
+// tensor.
 void load_hf_gpt2(const NamedTensors& params, const ModelConfig& m, const std::string& dir);
 
 // Tensors named as GPT2LMHeadModel's state dict ("transformer.h.0.attn.c_attn.weight", ...; the

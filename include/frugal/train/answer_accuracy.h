@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "frugal/core/config.h"
-#include "frugal/model/gpt.h"
+#include "frugal/model/causal_lm.h"
 
 namespace frugal {
 
@@ -15,6 +15,6 @@ struct AnswerAccuracy {
   double fraction() const { return total ? static_cast<double>(correct) / static_cast<double>(total) : 0.0; }
 };
 
-AnswerAccuracy arith_answer_accuracy(Gpt& model, const Config& config, int64_t samples);
+AnswerAccuracy arith_answer_accuracy(CausalLm& model, const Config& config, int64_t samples);
 
 }  // namespace frugal

@@ -53,6 +53,11 @@ std::string precision_name(PrecisionMode m);
 inline constexpr double kAutoBf16MinSpeedup = 1.5;
 PrecisionMode auto_precision(double bf16_gflops, double fp32_gflops, std::string* reason);
 
+// The CUDA decision of `mode = "auto"` from the GPU's compute capability: bf16 from 8.0 (Ampere:
+// bf16 tensor cores), fp16 with loss scaling below (a T4 or V100 runs bf16 autocast without tensor
+// cores, several times slower). `reason` receives the GPU, its capability and the choice.
+PrecisionMode cuda_auto_precision(const std::string& gpu, int major, int minor, std::string* reason);
+
 // The CPU's `auto` precision on this machine, decided once and kept (core/machine_cache.h,
 // "precision.json"): the kept speeds when there are some for this machine, else 5 alternating
 // rounds of 512^3 fp32 and bf16 products (medians), kept for the next run, tune and doctor, so

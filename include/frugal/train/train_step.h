@@ -11,7 +11,7 @@
 //   optimizer step (FusedAdamW)
 //
 // The model is any torch::nn::Module with a LossFn (train/task.h). Activation checkpointing acts
-// inside the model's forward (a task hook; for the GPT, Gpt::set_block_runner).
+// inside the model's forward (a task hook; for frugal's decoders, CausalLmImpl::set_recompute).
 //
 // Data parallel (src/dist) joins through GradSync at fixed points (grad_sync.h): gradients are
 // all-reduced during the last micro-batch's backward, and all ranks agree on an fp16 skip.
@@ -38,7 +38,7 @@
 #include "frugal/core/config.h"
 #include "frugal/core/device.h"
 #include "frugal/data/batch_source.h"
-#include "frugal/model/gpt.h"
+#include "frugal/model/causal_lm.h"
 #include "frugal/train/grad_sync.h"
 #include "frugal/train/loss_scaler.h"
 #include "frugal/train/optimizer.h"
@@ -86,9 +86,9 @@ class TrainStep {
   // each sample counts as tokens_per_sample.
   TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> model, LossFn loss, BatchSource& data,
             c10::Device device, int64_t tokens_per_sample = 1, GradSync* sync = nullptr);
-  // The reference GPT: its next-token loss, model.block tokens per sample, and
-  // memory.activation_checkpointing installed on its blocks.
-  TrainStep(const Config& config, Gpt model, BatchSource& data, c10::Device device, GradSync* sync = nullptr);
+  // frugal's own decoder (either family): its next-token loss, model.block tokens per sample,
+  // and memory.activation_checkpointing installed on its blocks.
+  TrainStep(const Config& config, CausalLm model, BatchSource& data, c10::Device device, GradSync* sync = nullptr);
 
   // Runs iteration `iteration` (0-based) at learning rate `lr`. Reads the device only when the
   // loss scaler needs the inf/NaN verdict and, on a GPU, on a settling step: once at its end, for
@@ -154,6 +154,6 @@ class TrainStep {
 };
 
 // Installs activation checkpointing on the model per memory.activation_checkpointing.
-void install_activation_checkpointing(Gpt& model, const ActivationCheckpointing& spec);
+void install_activation_checkpointing(CausalLm& model, const ActivationCheckpointing& spec);
 
 }  // namespace frugal

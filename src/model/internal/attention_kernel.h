@@ -33,6 +33,27 @@ void attention_forward_bf16(const uint16_t* qkv, uint16_t* y, float* stats, floa
 void attention_backward_bf16(const uint16_t* qkv, const float* stats, const float* probs, const uint16_t* dy,
                              uint16_t* dqkv, const AttentionShape& shape, float scale, int threads);
 
+// Grouped-query attention with rotary positions (the Llama family; gqa_attention_kernel.cpp).
+// qkv rows hold `heads` query heads, then `kv_heads` key heads, then `kv_heads` value heads,
+// head_dim each: (B, T, (heads + 2 kv_heads) D); query head h reads key/value head
+// h / (heads / kv_heads). Where cos and sin are not null (seq x D/2 floats each, rope.h's
+// tables), q and k are rotated as they are read and their gradients rotated back. With
+// window > 0, query i attends to keys i - window + 1 .. i only. y and dy: (B, T, heads D);
+// stats (B, heads, T, 2) and probs (B, heads, T, T) or null, as above.
+struct GqaShape {
+  int64_t batch, seq, heads, kv_heads, head_dim, window;
+  const float* cos;
+  const float* sin;
+};
+void gqa_forward_f32(const float* qkv, float* y, float* stats, float* probs, const GqaShape& shape, float scale,
+                     int threads);
+void gqa_backward_f32(const float* qkv, const float* stats, const float* probs, const float* dy, float* dqkv,
+                      const GqaShape& shape, float scale, int threads);
+void gqa_forward_bf16(const uint16_t* qkv, uint16_t* y, float* stats, float* probs, const GqaShape& shape, float scale,
+                      int threads);
+void gqa_backward_bf16(const uint16_t* qkv, const float* stats, const float* probs, const uint16_t* dy, uint16_t* dqkv,
+                       const GqaShape& shape, float scale, int threads);
+
 // The loops exist per x86-64 level: 1 (any x86-64 CPU, and every other architecture), 3 (AVX2
 // and FMA), 4 (AVX-512). The best level the CPU supports is used; attention_levels() lists the
 // ones it can run, and set_attention_level() picks one of them for the whole process (tests run

@@ -1,0 +1,85 @@
+// What every decoder family frugal trains natively gives the rest of frugal: the trainer (the
+// loss of a micro-batch), activation checkpointing (which blocks recompute), the sampler (decoding
+// with a KV cache), the exporter and checkpoints (parameters by stable names), MFU (training FLOPs
+// per token) and the banner (a description). The GPT (gpt.h) and the Llama family (llama.h) are
+// the two families; model_family.h builds the one model.arch names and knows each family's
+// Hugging Face layout. Nothing outside model/ needs to know which family it holds.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "frugal/core/config.h"
+
+namespace frugal {
+
+// Keys and values of one attention layer for the positions decoded so far, as the layer's
+// attention reads them: (B, kv heads, T_cached, head_dim).
+struct LayerKv {
+  at::Tensor k;
+  at::Tensor v;
+};
+
+class CausalLmImpl : public torch::nn::Module {
+ public:
+  explicit CausalLmImpl(const ModelConfig& c) : config_(c) {}
+  ~CausalLmImpl() override = default;
+
+  // idx: (B, T) int64 token ids, T <= model.block. Returns the logits (B, T, vocab); they may be a
+  // view with a row stride above vocab (a padded head): call .contiguous() before raw access.
+  virtual at::Tensor forward(const at::Tensor& idx) = 0;
+  // Mean next-token cross-entropy over the targets that are not kIgnoreIndex (-100,
+  // data/packing.h), computed in fp32.
+  virtual at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets) = 0;
+  // Training FLOPs (forward + backward) per token at the full context (docs/model.md).
+  virtual double flops_per_token() const = 0;
+  // One line for the banner, e.g. "GPT 4 layers, 4 heads, embd 128, block 64".
+  virtual std::string describe() const = 0;
+
+  // Greedy (temperature 0) or sampled continuation of `prompt` with a KV cache; stops after
+  // max_new tokens or when `stop` returns true for a generated token. The context is at most one
+  // block: when it would grow past it (a long prompt, a long generation), the cache restarts from
+  // the newest block/2 tokens, so each token is predicted from the tokens since that restart.
+  std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new, double temperature, uint64_t seed,
+                                const std::function<bool(int64_t)>& stop = nullptr);
+
+  // Activation checkpointing: block i drops its activations in the forward and recomputes them
+  // in the backward where plan[i] is true (model/activation_checkpointing.h's checkpoint_plan).
+  // An empty plan (the default) keeps every block's activations.
+  void set_recompute(std::vector<bool> plan) { recompute_ = std::move(plan); }
+  int64_t layers() const { return config_.layers; }
+
+  // Parameters with their state-dict names, in a stable order (the checkpoint's safetensors keys).
+  std::vector<std::pair<std::string, at::Tensor>> named_parameter_list() const;
+  int64_t parameter_count() const;
+  const ModelConfig& config() const { return config_; }
+
+ protected:
+  // The logits (vocab,) of the last position of `idx` (1, T), whose first token sits at position
+  // `pos`; `cache` holds one LayerKv per block and grows by T positions.
+  virtual at::Tensor decode(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache) = 0;
+  // fn(x) for block i, with its activations recomputed in the backward where the plan says so;
+  // `block` is the module whose parameters fn uses.
+  at::Tensor run_block(size_t i, const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x,
+                       const torch::nn::Module& block) const;
+
+  ModelConfig config_;
+
+ private:
+  std::vector<bool> recompute_;
+};
+TORCH_MODULE(CausalLm);
+
+// A family's module holder (Gpt, Llama) as the shared interface: the same module, not a copy.
+template <class Impl>
+CausalLm as_causal_lm(const torch::nn::ModuleHolder<Impl>& model) {
+  return CausalLm(std::shared_ptr<CausalLmImpl>(model.ptr()));
+}
+
+}  // namespace frugal

@@ -1,0 +1,75 @@
+// What the decoder families share; see causal_lm.h.
+#include "frugal/model/causal_lm.h"
+
+#include <torch/torch.h>
+
+#include "frugal/model/activation_checkpointing.h"
+
+namespace frugal {
+
+at::Tensor CausalLmImpl::run_block(size_t i, const std::function<at::Tensor(const at::Tensor&)>& fn,
+                                   const at::Tensor& x, const torch::nn::Module& block) const {
+  if (i >= recompute_.size() || !recompute_[i]) return fn(x);
+  return checkpointed(fn, x, block.parameters());
+}
+
+std::vector<int64_t> CausalLmImpl::generate(const std::vector<int64_t>& prompt, int64_t max_new, double temperature,
+                                            uint64_t seed, const std::function<bool(int64_t)>& stop) {
+  TORCH_CHECK(!prompt.empty(), "generate: the prompt must hold at least one token");
+  torch::NoGradGuard no_grad;
+  const bool was_training = is_training();
+  eval();
+  const auto params = parameters();
+  const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const size_t blocks = static_cast<size_t>(config_.layers);
+  std::vector<int64_t> tokens = prompt;
+  std::vector<int64_t> out;
+  std::vector<LayerKv> cache(blocks);
+  int64_t cached = 0;  // positions held in the cache
+  int64_t start = 0;   // token index of cache position 0
+  auto feed = [&](int64_t from) {
+    auto opts = torch::TensorOptions().dtype(torch::kLong);
+    auto idx = torch::tensor(std::vector<int64_t>(tokens.begin() + from, tokens.end()), opts).view({1, -1}).to(device);
+    auto logits = decode(idx, from - start, cache);
+    cached += static_cast<int64_t>(tokens.size()) - from;
+    return logits.to(torch::kCPU, torch::kFloat);
+  };
+  auto restart = [&]() {
+    // The context is full: keep the most recent half-block and encode it again from position 0.
+    start = std::max<int64_t>(0, static_cast<int64_t>(tokens.size()) - config_.block / 2);
+    cache.assign(blocks, LayerKv{});
+    cached = 0;
+    return feed(start);
+  };
+  at::Tensor logits = static_cast<int64_t>(tokens.size()) > config_.block ? restart() : feed(0);
+  for (int64_t i = 0; i < max_new; ++i) {
+    int64_t next;
+    if (temperature <= 0) {
+      next = logits.argmax().item<int64_t>();
+    } else {
+      auto probs = torch::softmax(logits / temperature, -1);
+      next = at::multinomial(probs, 1, false, gen).item<int64_t>();
+    }
+    tokens.push_back(next);
+    out.push_back(next);
+    if (stop && stop(next)) break;
+    logits = cached >= config_.block ? restart() : feed(static_cast<int64_t>(tokens.size()) - 1);
+  }
+  if (was_training) train();
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> CausalLmImpl::named_parameter_list() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : named_parameters()) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
+int64_t CausalLmImpl::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace frugal

@@ -1,0 +1,155 @@
+// RMSNorm and SwiGLU as autograd ops; see fused_llama.h.
+#include "frugal/model/fused_llama.h"
+
+#include <torch/torch.h>
+
+#include "frugal/core/compat.h"
+#include "model/internal/llama_kernel.h"
+
+namespace frugal {
+namespace {
+
+bool own_cpu(const at::Tensor& x) {
+  return x.device().is_cpu() && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16);
+}
+
+uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+float* fp(const at::Tensor& t) { return t.data_ptr<float>(); }
+
+// x2: (rows, cols) contiguous float or bf16; w: (cols,) float. Returns y in out_dtype and rstd.
+std::pair<at::Tensor, at::Tensor> rms_forward(const at::Tensor& x2, const at::Tensor& w, double eps,
+                                              c10::ScalarType out_dtype) {
+  RECORD_FUNCTION("frugal::fused_rms_norm", std::vector<c10::IValue>());
+  const int64_t rows = x2.size(0), cols = x2.size(1);
+  at::Tensor y = at::empty({rows, cols}, x2.options().dtype(out_dtype));
+  at::Tensor rstd = at::empty({rows}, x2.options().dtype(at::kFloat));
+  const int threads = at::get_num_threads();
+  const float e = static_cast<float>(eps);
+  if (x2.scalar_type() == at::kFloat && out_dtype == at::kFloat) {
+    internal::rms_norm_forward_f32(fp(x2), fp(w), fp(y), fp(rstd), rows, cols, e, threads);
+  } else if (x2.scalar_type() == at::kFloat) {
+    internal::rms_norm_forward_f32_bf16(fp(x2), fp(w), bf16_bits(y), fp(rstd), rows, cols, e, threads);
+  } else {
+    internal::rms_norm_forward_bf16(bf16_bits(x2), fp(w), bf16_bits(y), fp(rstd), rows, cols, e, threads);
+  }
+  return {y, rstd};
+}
+
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            double eps, int64_t out_dtype) {
+    const at::Tensor x2 = x.contiguous().view({-1, x.size(-1)});
+    auto [y, rstd] = rms_forward(x2, weight.contiguous(), eps, static_cast<c10::ScalarType>(out_dtype));
+    ctx->save_for_backward({x2, weight, rstd});
+    ctx->saved_data["sizes"] = x.sizes().vec();
+    return y.view(x.sizes());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x2 = saved[0];
+    const at::Tensor w = saved[1].contiguous();
+    const at::Tensor& rstd = saved[2];
+    const bool x_float = x2.scalar_type() == at::kFloat;
+    // dy in float or bf16 for a float x, in bf16 for a bf16 x.
+    at::Tensor dy = grad[0].contiguous().view({x2.size(0), x2.size(1)});
+    if (!x_float || (dy.scalar_type() != at::kFloat && dy.scalar_type() != at::kBFloat16))
+      dy = dy.to(x_float ? at::kFloat : at::kBFloat16).contiguous();
+    at::Tensor dx = at::empty_like(x2);
+    at::Tensor dw = at::empty({x2.size(1)}, x2.options().dtype(at::kFloat));
+    const bool dy_float = dy.scalar_type() == at::kFloat;
+    internal::rms_norm_backward(x_float ? fp(x2) : nullptr, x_float ? nullptr : bf16_bits(x2), fp(w), fp(rstd),
+                                dy_float ? fp(dy) : nullptr, dy_float ? nullptr : bf16_bits(dy),
+                                x_float ? fp(dx) : nullptr, x_float ? nullptr : bf16_bits(dx), fp(dw), x2.size(0),
+                                x2.size(1), at::get_num_threads());
+    const auto sizes = ctx->saved_data["sizes"].toIntVector();
+    return {dx.view(sizes), dw.to(saved[1].scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
+at::Tensor swiglu_forward(const at::Tensor& gu2) {
+  RECORD_FUNCTION("frugal::fused_swiglu", std::vector<c10::IValue>());
+  const int64_t rows = gu2.size(0), cols = gu2.size(1) / 2;
+  at::Tensor act = at::empty({rows, cols}, gu2.options());
+  if (gu2.scalar_type() == at::kFloat)
+    internal::swiglu_forward_f32(fp(gu2), fp(act), rows, cols, at::get_num_threads());
+  else
+    internal::swiglu_forward_bf16(bf16_bits(gu2), bf16_bits(act), rows, cols, at::get_num_threads());
+  return act;
+}
+
+class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& gate_up) {
+    const at::Tensor gu2 = gate_up.contiguous().view({-1, gate_up.size(-1)});
+    ctx->save_for_backward({gu2});
+    ctx->saved_data["sizes"] = gate_up.sizes().vec();
+    std::vector<int64_t> out = gate_up.sizes().vec();
+    out.back() /= 2;
+    return swiglu_forward(gu2).view(out);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const at::Tensor gu2 = ctx->get_saved_variables()[0];
+    const int64_t rows = gu2.size(0), cols = gu2.size(1) / 2;
+    const at::Tensor dact = grad[0].to(gu2.scalar_type()).contiguous().view({rows, cols});
+    at::Tensor dgu = at::empty_like(gu2);
+    if (gu2.scalar_type() == at::kFloat)
+      internal::swiglu_backward_f32(fp(gu2), fp(dact), fp(dgu), rows, cols, at::get_num_threads());
+    else
+      internal::swiglu_backward_bf16(bf16_bits(gu2), bf16_bits(dact), bf16_bits(dgu), rows, cols,
+                                     at::get_num_threads());
+    return {dgu.view(ctx->saved_data["sizes"].toIntVector())};
+  }
+};
+
+bool needs_grad(std::initializer_list<at::Tensor> ts) {
+  if (!torch::GradMode::is_enabled()) return false;
+  for (const auto& t : ts)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+}  // namespace
+
+at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor variance = xf.pow(2).mean(-1, /*keepdim=*/true);
+  return weight * (xf * at::rsqrt(variance + eps)).to(x.scalar_type());
+}
+
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, c10::ScalarType out_dtype) {
+  const bool ours = own_cpu(x) && weight.device().is_cpu() && weight.scalar_type() == at::kFloat && weight.dim() == 1 &&
+                    weight.size(0) == x.size(-1) &&
+                    (out_dtype == at::kBFloat16 || (out_dtype == at::kFloat && x.scalar_type() == at::kFloat));
+  if (!ours) {
+    // Under autocast the reference's product with the weight would run in autocast's rules; the
+    // norm is computed outside it, as transformers' module does in fp32.
+    return rms_norm_reference(x, weight, eps).to(out_dtype);
+  }
+  if (!needs_grad({x, weight})) {
+    const at::Tensor x2 = x.contiguous().view({-1, x.size(-1)});
+    return rms_forward(x2, weight.contiguous(), eps, out_dtype).first.view(x.sizes());
+  }
+  return RmsNormFunction::apply(x, weight, eps, static_cast<int64_t>(out_dtype));
+}
+
+at::Tensor swiglu_reference(const at::Tensor& gate_up) {
+  const auto halves = gate_up.chunk(2, -1);
+  return at::silu(halves[0]) * halves[1];
+}
+
+at::Tensor fused_swiglu(const at::Tensor& gate_up) {
+  if (!own_cpu(gate_up) || gate_up.size(-1) % 2 != 0) return swiglu_reference(gate_up);
+  if (!needs_grad({gate_up})) {
+    std::vector<int64_t> out = gate_up.sizes().vec();
+    out.back() /= 2;
+    return swiglu_forward(gate_up.contiguous().view({-1, gate_up.size(-1)})).view(out);
+  }
+  return SwigluFunction::apply(gate_up);
+}
+
+}  // namespace frugal
