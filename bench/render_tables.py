@@ -309,7 +309,7 @@ def render_levers(R):
                     f"{signed(a['time_overhead'])} time |")
     f = R.get("fused_adamw")
     if f:
-        rows.append(f"| AdamW step, {f['params'] / 1e6:.1f}M parameters (`bench/optimizer_bench`) | "
+        rows.append(f"| AdamW step, {f['params'] / 1e6:.1f}M parameters (`bench/optimizer_bench.cpp`) | "
                     f"torch_adamw {f['optimizer_ms_torch']:.1f} ms | fused_adamw {f['optimizer_ms_fused']:.1f} ms | "
                     f"{r2(f['speedup'])} |")
     r = R.get("reuse_freed")
@@ -875,7 +875,38 @@ def render_tracker_overhead(R):
     return "\n".join(lines)
 
 
-RENDERERS = {"muon_step": render_muon_step, "tracker_overhead": render_tracker_overhead, "time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
+def render_llama(R):
+    f32, b16, mem = R.get("llama_speed_fp32"), R.get("llama_speed_bf16"), R.get("llama_memory")
+    if not (f32 or b16 or mem):
+        return not_measured("no bench/results/<date>/llama_speed_*.json", "`bench/llama_bench.py` writes them.")
+    first = f32 or b16 or mem
+    m = first["model"]
+    lines = [f"Measured by {provenance(first, R.path('llama_speed_fp32' if f32 else 'llama_memory'))}; "
+             f"{machine_line(dict(first, machine=first.get('machine_facts')))}. The Llama shape: {m['layers']} layers x {m['embd']} wide, {m['heads']} heads, "
+             f"{m['kv_heads']} key/value heads, SwiGLU {m['mlp']}, block {m['block']}, an untied head, micro-batch "
+             f"{m['batch']} of English bytes; transformers' LlamaForCausalLM (SDPA, fused AdamW) in the same loop "
+             f"settings; each side at its fastest thread count; medians of the alternating rounds' ratios:", "",
+             "| precision | frugal tok/s | transformers eager | transformers + torch.compile | frugal / eager | "
+             "frugal / compile | target |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for j, target in ((f32, "fp32: >= 1.0x the best PyTorch side"), (b16, "bf16: >= 1.3x eager")):
+        if not j:
+            continue
+        lines.append(f"| {j['dtype']} | {n0(j['frugal_tokens_per_s'])} | {n0(j.get('eager_tokens_per_s'))} | "
+                     f"{n0(j.get('compile_tokens_per_s'))} | {r2(j.get('ratio_vs_eager'))} | "
+                     f"{r2(j.get('ratio_vs_compile'))} | {target}: {met(j['targets']['met'])} |")
+    if mem:
+        lines += ["", f"Memory at a vocabulary of {mem['vocab']:,} (fp32, {mem['tokens_per_micro_batch']:,} tokens a "
+                      f"micro-batch, whose fp32 logits alone are {n0(mem['fp32_logits_mb'])} MB; {mem['steps']} steps, "
+                      f"medians of alternating runs; raw JSON `{R.path('llama_memory')}`): peak resident memory "
+                      f"frugal {n0(mem['frugal_peak_rss_mb'])} MB against transformers "
+                      f"{n0(mem['transformers_peak_rss_mb'])} MB ({r2(mem['frugal_over_transformers'])}, "
+                      f"{n0(mem['saved_mb'])} MB less); frugal's peak of live tensors "
+                      f"{n0(mem['frugal_peak_tensor_mb'])} MB."]
+    return "\n".join(lines)
+
+
+RENDERERS = {"llama": render_llama, "muon_step": render_muon_step, "tracker_overhead": render_tracker_overhead, "time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
              "levers": render_levers, "gpu": render_gpu, "gpu_kernels": render_gpu_kernels, "threads": render_threads, "reuse_freed": render_reuse_freed,
              "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,

@@ -304,8 +304,11 @@ std::string ValueOrigin::describe() const {
       return "--set";
     case Kind::kCode:
       return "code";
-    case Kind::kRun:
-      return "the run's checkpoint " + where;
+    case Kind::kRun:  // a checkpoint, or the run's config.toml where it had none (a start over)
+      return (where.size() >= 11 && where.compare(where.size() - 11, 11, "config.toml") == 0
+                  ? "the run's own "
+                  : "the run's checkpoint ") +
+             where;
   }
   return "";
 }

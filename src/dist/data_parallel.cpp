@@ -44,29 +44,20 @@ DataParallel::DataParallel(std::shared_ptr<ProcessGroup> pg, const Config& confi
 
 DataParallel::~DataParallel() = default;
 
-std::unique_ptr<Optimizer> DataParallel::make_optimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t) {
-  if (config_.zero == ZeroStage::kNone) return nullptr;  // the ordinary FusedAdamW or Muon
-  if (t.optimizer != OptimizerKind::kFusedAdamW && t.optimizer != OptimizerKind::kMuon)
-    throw ConfigError(
-        "dist.zero = 1 shards fused_adamw's and muon's state; train.optimizer = \"torch_adamw\" is not sharded. "
-        "Set dist.zero = 0 (every rank keeps the whole state) or train.optimizer = \"fused_adamw\"");
-  const bool muon = t.optimizer == OptimizerKind::kMuon;
-  std::vector<FusedAdamW::Group> fused;
-  for (const auto& g : groups)
-    if (!(muon && g.muon) && !g.params.empty()) fused.push_back({g.params, g.weight_decay});
-  std::unique_ptr<ZeroAdamW> adamw;
-  if (!fused.empty()) {
-    adamw = std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_);
+OptimizerSharding DataParallel::optimizer_sharding() {
+  if (config_.zero == ZeroStage::kNone) return {};  // every rank keeps the whole state
+  OptimizerSharding s;
+  s.rank = rank();
+  s.world = world_size();
+  s.broadcast = [pg = pg_](at::Tensor& x, int64_t root) { pg->broadcast(x, root); };
+  s.adamw = [this](const std::vector<ParamGroup>& groups, const TrainConfig& t) -> std::unique_ptr<Optimizer> {
+    std::vector<FusedAdamW::Group> fused;
+    for (const auto& g : groups) fused.push_back({g.params, g.weight_decay});
+    auto adamw = std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_);
     zero_ = adamw.get();
-  }
-  if (!muon) return adamw;
-  // Muon's matrices by owner: each rank steps its own, then broadcasts them (train/muon.h).
-  MuonShards shards;
-  shards.rank = rank();
-  shards.world = world_size();
-  shards.broadcast = [pg = pg_](at::Tensor& x, int64_t root) { pg->broadcast(x, root); };
-  shards.adamw = std::move(adamw);
-  return make_muon(groups, t, comm_device_.is_cuda(), std::move(shards));
+    return adamw;
+  };
+  return s;
 }
 
 void DataParallel::attach(const std::vector<at::Tensor>& params) {

@@ -37,6 +37,13 @@ std::string describe_status(int status) {
   return fmt::format("exited with code {}", WEXITSTATUS(status));
 }
 
+// A rank's whole process group: a rank that is a script has its own children (a shell's sleep, a
+// Python wrapper's frugal), which a signal to the rank's process alone would leave running, holding
+// the job's output open. The rank alone where its group is gone.
+void signal_rank(const Child& c, int sig) {
+  if (kill(-c.pid, sig) != 0) kill(c.pid, sig);
+}
+
 // Forks rank node_rank x procs_per_node + local and runs `exe` in it with torchrun's variables;
 // the child gets its own process group, so a Ctrl-C reaches the launcher only, which forwards it once.
 Child start_rank(const LaunchOptions& o, const std::string& exe, int64_t local, int64_t world,
@@ -46,6 +53,7 @@ Child start_rank(const LaunchOptions& o, const std::string& exe, int64_t local, 
   std::fflush(nullptr);
   c.pid = fork();
   if (c.pid < 0) throw Error(fmt::format("frugal launch: fork failed: {}", std::strerror(errno)));
+  if (c.pid > 0) setpgid(c.pid, c.pid);  // also here: a signal may come before the child ran its own
   if (c.pid == 0) {
     setpgid(0, 0);
     for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) signal(sig, SIG_DFL);
@@ -102,7 +110,7 @@ int launch(const LaunchOptions& o, const std::string& exe) {
   while (running > 0) {
     if (int sig = g_pending_signal.exchange(0); sig != 0) {
       for (auto& c : children)
-        if (!c.done) kill(c.pid, sig);
+        if (!c.done) signal_rank(c, sig);
     }
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -131,11 +139,11 @@ int launch(const LaunchOptions& o, const std::string& exe) {
       const double waited = seconds_since(failed_at);
       if (!termed && waited > o.grace_s) {
         for (auto& c : children)
-          if (!c.done) kill(c.pid, SIGTERM);
+          if (!c.done) signal_rank(c, SIGTERM);
         termed = true;
       } else if (!killed && waited > o.grace_s + 10) {
         for (auto& c : children)
-          if (!c.done) kill(c.pid, SIGKILL);
+          if (!c.done) signal_rank(c, SIGKILL);
         killed = true;
       }
     }

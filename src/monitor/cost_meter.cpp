@@ -94,8 +94,6 @@ CostMeter::CostMeter(const BudgetConfig& b) : budget_(b) {
   fired_.assign(fractions_.size(), false);
 }
 
-void CostMeter::on_train_begin(const RunInfo& info) { total_steps_ = info.total_steps(); }
-
 void CostMeter::alert(double fraction) {
   std::string msg = fmt::format(
       "budget alert: ${:.4f} spent = {:.0f}% of the ${:.2f} limit; burn ${:.3f}/h, projected ${:.4f} "
@@ -115,8 +113,7 @@ void CostMeter::alert(double fraction) {
 }
 
 void CostMeter::on_step_metrics(StepMetrics& m) {
-  if (m.total_steps > 0) total_steps_ = m.total_steps;  // an end moved before train.steps
-  figures_ = cost_at(m.elapsed_s, m.step, total_steps_, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
+  figures_ = cost_at(m.elapsed_s, m.step, m.total_steps, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
   m.cost_usd = figures_.usd;
   m.energy_kwh = figures_.kwh;
   m.kg_co2 = figures_.kg_co2;
@@ -131,8 +128,7 @@ void CostMeter::add_to_banner(std::vector<std::string>& lines) const {
 
 void CostMeter::on_step_end(const StepMetrics& m, Control& control) {
   // The same figures on_step_metrics made (recomputed: a caller may run only this event).
-  if (m.total_steps > 0) total_steps_ = m.total_steps;
-  figures_ = cost_at(m.elapsed_s, m.step, total_steps_, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
+  figures_ = cost_at(m.elapsed_s, m.step, m.total_steps, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
   if (budget_.limit_usd <= 0) return;
   for (size_t i = 0; i < fractions_.size(); ++i) {
     if (!fired_[i] && figures_.usd >= fractions_[i] * budget_.limit_usd) {
@@ -140,18 +136,18 @@ void CostMeter::on_step_end(const StepMetrics& m, Control& control) {
       alert(fractions_[i]);
     }
   }
-  stop_before_the_limit(m.step, control);
+  stop_before_the_limit(m.step, m.total_steps, control);
 }
 
 void CostMeter::on_resume(const StepMetrics& m, Control& control) {
-  figures_ = cost_at(m.elapsed_s, m.step, total_steps_, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
-  if (budget_.limit_usd > 0) stop_before_the_limit(m.step, control);
+  figures_ = cost_at(m.elapsed_s, m.step, m.total_steps, usd_per_hour_, watts_, budget_.grid_g_per_kwh);
+  if (budget_.limit_usd > 0) stop_before_the_limit(m.step, m.total_steps, control);
 }
 
 // Stop before the next step would cross the limit (a step costs about the average so far).
-void CostMeter::stop_before_the_limit(int64_t step, Control& control) const {
+void CostMeter::stop_before_the_limit(int64_t step, int64_t total_steps, Control& control) const {
   const double next = step > 0 ? figures_.usd / static_cast<double>(step) : 0;
-  if (figures_.usd + next > budget_.limit_usd && step < total_steps_)
+  if (figures_.usd + next > budget_.limit_usd && step < total_steps)
     control.request_stop(
         fmt::format("budget: ${:.4f} spent of the ${:.2f} limit (budget.limit_usd)", figures_.usd, budget_.limit_usd),
         StopKind::kBudget);

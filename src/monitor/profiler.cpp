@@ -110,8 +110,7 @@ Profiler::~Profiler() {
   if (open_) PhaseTrace::stop();
 }
 
-void Profiler::on_train_begin(const RunInfo& info) {
-  total_steps_ = info.total_steps();
+void Profiler::on_train_begin(const RunInfo&) {
   std::error_code ec;
   remove_tree(dir_, ec);  // traces of an earlier run under this name
   if (profile_window_opens_after(config_, 0)) open(0);

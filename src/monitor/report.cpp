@@ -18,6 +18,7 @@
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/token_dataset.h"
+#include "frugal/monitor/levers.h"
 #include "frugal/monitor/svg_chart.h"
 
 namespace frugal {
@@ -271,10 +272,14 @@ std::string live_refresh(const ReportPageOptions& opt) {
 std::string render_report_html(const Json& summary, const std::vector<Json>& lines, const ReportPageOptions& opt) {
   const ReportSeries series = collect_series(summary, lines);
   const auto& [train, val, tps, rss, cost, mfu, gns, batch, lr, gnorm, phases, task_figures, user_scalars] = series;
+  // The levers as every other place shows them (monitor/levers.h); runs from before summary.json
+  // kept them, from their separate figures.
   std::string levers =
-      fmt::format("precision <b>{}</b> ({}), accumulation <b>{}</b>, activation checkpointing <b>{}</b>",
-                  esc(summary.value("precision", "?")), esc(summary.value("precision_reason", "")),
-                  summary.value("accum", 1), esc(summary.value("activation_checkpointing", "none")));
+      summary.contains("levers")
+          ? esc(describe_levers(summary["levers"]))
+          : fmt::format("precision <b>{}</b> ({}), accumulation <b>{}</b>, activation checkpointing <b>{}</b>",
+                        esc(summary.value("precision", "?")), esc(summary.value("precision_reason", "")),
+                        summary.value("accum", 1), esc(summary.value("activation_checkpointing", "none")));
   std::string html = R"(<!doctype html><html><head><meta charset="utf-8"><title>frugal run report</title>)";
   if (opt.refresh_s > 0) html += live_refresh(opt);
   html += "<style>" + chart::page_style() + "</style></head><body>";
@@ -290,7 +295,8 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
   if (summary.contains("model"))
     html += fmt::format("<p id='model'>Model: <b>{}</b>, {} parameters</p>", esc(summary.value("model", "")),
                         with_commas(get(summary, "params")));
-  if (summary.contains("precision")) html += "<p id='levers'>Levers in effect: " + levers + "</p>";
+  if (summary.contains("precision") || summary.contains("levers"))
+    html += "<p id='levers'>Levers in effect: " + levers + "</p>";
   html += "<div class='charts'>";
   html += line_chart("loss", "loss", "nats/token", {train, val});
   html += line_chart("lr", "learning rate", "lr", {lr}, true);
@@ -372,6 +378,9 @@ Json compare_runs_json(const std::string& a_dir, const std::string& b_dir) {
   }
   for (const char* k : kCompareLabels) out["labels"][k] = {{"a", a.value(k, "")}, {"b", b.value(k, "")}};
   out["labels"]["model"] = {{"a", a.value("model", "")}, {"b", b.value("model", "")}};
+  for (const char* k : {"optimizer", "schedule"})
+    out["labels"][k] = {{"a", lever_label(a.value("levers", Json()), k)},
+                        {"b", lever_label(b.value("levers", Json()), k)}};
   out["config_differences"] = Json::object();
   const auto ca = run_config(a_dir), cb = run_config(b_dir);
   if (ca && cb) {
@@ -395,18 +404,32 @@ std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
     // A count is a whole number ("steps 60", not "60.0").
     const bool count = std::string(k) == "steps" || std::string(k) == "tokens_to_target";
     auto shown = [&](double v) { return count && std::isfinite(v) ? with_commas(v) : num(v); };
-    out += fmt::format("{:<24} {:>16} {:>16} {:>10}\n", k, shown(x), shown(y),
+    // wall_s_to_target is billed time (every session, start-ups included), not the run's wall_s.
+    const std::string label = std::string(k) == "wall_s_to_target" ? "billed_s_to_target" : k;
+    out += fmt::format("{:<24} {:>16} {:>16} {:>10}\n", label, shown(x), shown(y),
                        std::isfinite(x) && x != 0 && std::isfinite(y) ? fmt::format("{:.3f}", y / x) : "-");
   };
   for (const char* k : kCompareFigures) row(k);
   for (const char* k : kCompareLabels)
     out += fmt::format("{:<24} {:>16} {:>16}\n", k, a.value(k, "-"), b.value(k, "-"));
+  for (const char* k : {"optimizer", "schedule"})
+    out += fmt::format("{:<24} {:>16} {:>16}\n", k, lever_label(a.value("levers", Json()), k),
+                       lever_label(b.value("levers", Json()), k));
   if (a.contains("model") || b.contains("model"))
     out += fmt::format("model  A: {}\n       B: {}\n", a.value("model", "-"), b.value("model", "-"));
+  // The verdict: where both reached their target, the time and money to it decide (a run that
+  // trains slower per token may still get there first); otherwise the training speed.
   const double sa = get(a, "tokens_per_s"), sb = get(b, "tokens_per_s");
-  if (sa > 0 && sb > 0)
+  const double to_a = get(a, "wall_s_to_target"), to_b = get(b, "wall_s_to_target");
+  const double ua = get(a, "usd_to_target"), ub = get(b, "usd_to_target");
+  if (to_a > 0 && to_b > 0) {
+    out += fmt::format("\nB reaches the target in {:.2f}x A's billed time{}{}.\n", to_b / to_a,
+                       ua > 0 && ub > 0 ? fmt::format(" and {:.2f}x A's cost", ub / ua) : "",
+                       sa > 0 && sb > 0 ? fmt::format(" (per token it trains {:.2f}x A's speed)", sb / sa) : "");
+  } else if (sa > 0 && sb > 0) {
     out += fmt::format("\nB trains {:.2f}x {} than A (tokens/s).\n", sb >= sa ? sb / sa : sa / sb,
                        sb >= sa ? "faster" : "slower");
+  }
   // What was changed between the two (their resolved config.toml), and whether their losses can
   // be compared at all.
   const auto ca = run_config(a_dir), cb = run_config(b_dir);

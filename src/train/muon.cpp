@@ -80,10 +80,8 @@ void apply_update(at::Tensor& p, const at::Tensor& o, double decay, double rate)
 class MuonOptimizer : public Optimizer {
  public:
   using Optimizer::step;
-  MuonOptimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda, MuonShards shards)
-      : momentum_(t.muon_momentum), adjust_(t.muon_lr_adjust), shards_(std::move(shards)) {
-    bf16_ = t.muon_precision == MuonPrecision::kBf16 ||
-            (t.muon_precision == MuonPrecision::kAuto && (cuda || cpu_has_native_bf16()));
+  MuonOptimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool bf16, MuonShards shards)
+      : bf16_(bf16), momentum_(t.muon_momentum), adjust_(t.muon_lr_adjust), shards_(std::move(shards)) {
     std::vector<ParamGroup> rest;
     for (const auto& g : groups) {
       if (!g.muon) {
@@ -248,10 +246,10 @@ class MuonOptimizer : public Optimizer {
   std::vector<Stack> stacks_;
   std::vector<int64_t> owner_;  // the rank that steps each matrix (all 0 unsharded)
   std::vector<double> decay_;
+  bool bf16_ = false;
   double momentum_;
   MuonLrAdjust adjust_;
   MuonShards shards_;
-  bool bf16_ = false;
   double lr_ = 0;
   int64_t steps_ = 0;
 };
@@ -376,11 +374,16 @@ std::vector<ParamGroup> muon_param_groups(torch::nn::Module& model, double weigh
   return g;
 }
 
-std::unique_ptr<Optimizer> make_muon(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda,
+std::unique_ptr<Optimizer> make_muon(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool bf16,
                                      MuonShards shards) {
   if (shards.world > 1 && !shards.broadcast)
     throw std::invalid_argument("make_muon: sharded over several ranks without a broadcast");
-  return std::make_unique<MuonOptimizer>(groups, t, cuda, std::move(shards));
+  return std::make_unique<MuonOptimizer>(groups, t, bf16, std::move(shards));
+}
+
+bool muon_uses_bf16(MuonPrecision precision, c10::Device device) {
+  return precision == MuonPrecision::kBf16 ||
+         (precision == MuonPrecision::kAuto && (device.is_cuda() || cpu_has_native_bf16()));
 }
 
 }  // namespace frugal

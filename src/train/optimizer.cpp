@@ -173,21 +173,50 @@ void check_param_groups(const std::vector<ParamGroup>& groups, const std::vector
                       origin, i, c10::str(params[i].sizes())));
 }
 
-std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<ParamGroup>& groups,
-                                          const TrainConfig& t) {
+std::unique_ptr<Optimizer> build_optimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool muon_bf16,
+                                           const OptimizerSharding& sharding) {
+  const OptimizerKind kind = t.optimizer;
   if (kind != OptimizerKind::kMuon)
     for (const auto& g : groups)
       if (g.muon)
         throw ConfigError(
             "a parameter group is marked for Muon (ParamGroup::muon) but train.optimizer is not \"muon\"");
-  if (kind == OptimizerKind::kTorchAdamW) return std::make_unique<TorchOptimizer>(groups, t);
-  if (kind == OptimizerKind::kMuon) {
-    const bool cuda = !groups.empty() && !groups.front().params.empty() && groups.front().params.front().is_cuda();
-    return make_muon(groups, t, cuda);
+  if (kind == OptimizerKind::kTorchAdamW) {
+    if (sharding.sharded())
+      throw ConfigError(
+          "dist.zero = 1 shards fused_adamw's and muon's state; train.optimizer = \"torch_adamw\" is not sharded. "
+          "Set dist.zero = 0 (every rank keeps the whole state) or train.optimizer = \"fused_adamw\"");
+    return std::make_unique<TorchOptimizer>(groups, t);
   }
-  std::vector<FusedAdamW::Group> fused;
-  for (const auto& g : groups) fused.push_back({g.params, g.weight_decay});
-  return std::make_unique<FusedOptimizer>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8});
+  // The groups AdamW steps: all of them, or beside Muon the ones it does not take.
+  std::vector<ParamGroup> adamw;
+  for (const auto& g : groups)
+    if (!(kind == OptimizerKind::kMuon && g.muon) && (!g.params.empty() || !sharding.sharded())) adamw.push_back(g);
+  if (kind == OptimizerKind::kFusedAdamW) {
+    if (sharding.sharded()) return sharding.adamw(adamw, t);
+    std::vector<FusedAdamW::Group> fused;
+    for (const auto& g : adamw) fused.push_back({g.params, g.weight_decay});
+    return std::make_unique<FusedOptimizer>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8});
+  }
+  MuonShards shards;
+  if (sharding.sharded()) {
+    // Each rank steps and keeps its own matrices, then broadcasts them (train/muon.h).
+    shards.rank = sharding.rank;
+    shards.world = sharding.world;
+    shards.broadcast = sharding.broadcast;
+    if (!adamw.empty()) shards.adamw = sharding.adamw(adamw, t);
+  }
+  return make_muon(groups, t, muon_bf16, std::move(shards));
+}
+
+std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<ParamGroup>& groups,
+                                          const TrainConfig& t) {
+  TrainConfig with_kind = t;
+  with_kind.optimizer = kind;
+  c10::Device device(c10::kCPU);
+  for (const auto& g : groups)
+    if (!g.params.empty()) device = g.params.front().device();
+  return build_optimizer(groups, with_kind, muon_uses_bf16(t.muon_precision, device));
 }
 
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<at::Tensor>& params,

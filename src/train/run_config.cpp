@@ -6,8 +6,8 @@
 
 #include <filesystem>
 #include <optional>
-#include <set>
 
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/token_dataset.h"
 #include "frugal/data/tokenizer.h"
@@ -39,6 +39,17 @@ void adopt_dataset_vocab(ResolvedConfig& rc) {
   origin = ValueOrigin{ValueOrigin::Kind::kFile, (fs::path(dir) / "manifest.json").string() + " tokenizer.vocab"};
 }
 
+// Whether `path` lies inside `dir` (both made absolute and normal).
+bool within(const std::string& path, const std::string& dir) {
+  const fs::path p = fs::absolute(path).lexically_normal(), d = fs::absolute(dir).lexically_normal();
+  auto pi = p.begin();
+  for (auto di = d.begin(); di != d.end(); ++di, ++pi) {
+    if (di->empty()) continue;  // a trailing separator
+    if (pi == p.end() || *pi != *di) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void complete_config(ResolvedConfig& rc) {
@@ -64,12 +75,7 @@ ResolvedConfig resolve_run_config(const std::string& file, const std::vector<std
 }
 
 std::vector<std::string> probe_overrides(const std::string& out_dir, const std::string& name, int64_t steps) {
-  return {"run.out_dir=" + out_dir, "run.name=" + name,        fmt::format("train.steps={}", steps),
-          "train.log_every=1",      "train.max_minutes=0",     "train.smoke_first=false",
-          "train.auto_tune=false",  "plan.before_train=false", "early_stop.enabled=false",
-          "guard.enabled=false",    "budget.limit_usd=0",      "budget.alert_command=",
-          "monitor.http=",          "profile.capture_steps=0", "checkpoint.notice_url=",
-          "checkpoint.deadline="};
+  return {"run.out_dir=" + out_dir, "run.name=" + name, fmt::format("train.steps={}", steps), "train.log_every=1"};
 }
 
 nlohmann::json ConfigChange::to_json(int64_t at_step) const {
@@ -77,37 +83,16 @@ nlohmann::json ConfigChange::to_json(int64_t at_step) const {
 }
 
 bool resume_may_change(const std::string& key) {
-  // model.kernels picks an implementation of the same arithmetic; every other model key is the shape.
-  if (key.rfind("model.", 0) == 0) return key == "model.kernels";
-  static const std::set<std::string> fixed = {"run.seed",
-                                              "data.source",
-                                              "data.val_fraction",
-                                              "data.arith_digits",
-                                              "data.arith_lines",
-                                              "data.micro_batch",
-                                              "train.global_batch",
-                                              "train.accum",
-                                              "train.optimizer",
-                                              "train.lr",
-                                              "train.warmup_steps",
-                                              "train.min_lr_ratio",
-                                              "train.weight_decay",
-                                              "train.beta1",
-                                              "train.beta2",
-                                              "train.grad_clip",
-                                              "train.schedule",
-                                              "train.decay_fraction",
-                                              "train.muon_momentum",
-                                              "train.muon_lr_adjust",
-                                              "train.muon_precision"};
-  return fixed.count(key) == 0;
+  const KeySpec* k = find_key(key);
+  return k && k->on_resume == KeySpec::OnResume::kMayChange;
 }
 
 std::vector<ConfigChange> reconcile_resume_config(ResolvedConfig& rc, const nlohmann::json& saved,
-                                                  const std::string& checkpoint) {
+                                                  const std::string& checkpoint, std::vector<std::string>* not_taken) {
   std::vector<ConfigChange> changes;
   std::vector<std::string> refused;
   if (!saved.is_object()) return changes;
+  const bool own_run = within(checkpoint, RunDir::of(rc.config).root());
   for (const KeySpec& k : config_schema()) {
     if (k.secret || k.key == "run.name" || k.key == "run.out_dir") continue;
     if (!saved.contains(k.key) || !saved[k.key].is_string()) continue;
@@ -115,6 +100,10 @@ std::vector<ConfigChange> reconcile_resume_config(ResolvedConfig& rc, const nloh
     const std::string mine = format_value_shown(k, rc.config);
     if (theirs == mine) continue;
     ValueOrigin& origin = rc.origins.at(k.key);
+    if (k.reaches_out && !own_run) {  // another run's command or server is not this run's to use
+      if (not_taken) not_taken->push_back(k.key);
+      continue;
+    }
     if (origin.kind == ValueOrigin::Kind::kDefault) {
       k.set(rc.config, parse_toml_value(k, theirs, "the run's checkpoint " + checkpoint));
       origin = ValueOrigin{ValueOrigin::Kind::kRun, checkpoint};

@@ -8,6 +8,8 @@
 
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
+#include "frugal/monitor/levers.h"
+#include "frugal/train/muon.h"
 
 #include "frugal/train/task.h"
 
@@ -26,19 +28,50 @@ RunSetup set_up_run(const Config& c, const TaskHooks& hooks, int64_t world_size,
   p.loss_scaling = precision.loss_scaling(c.precision.loss_scaling);
   p.precision = std::move(precision);
   p.activation_checkpointing = c.memory.activation_checkpointing;
+  p.muon_bf16 =
+      c.train.optimizer == OptimizerKind::kMuon && muon_uses_bf16(c.train.muon_precision, p.precision.device());
+  p.task_schedule = static_cast<bool>(hooks.lr_schedule);
   p.grad_noise_wanted = c.monitor.grad_noise;
   p.grad_noise = p.grad_noise_wanted && p.accum > 1;
   return p;
 }
 
-std::string levers_line(const RunSetup& setup, const Config& c) {
-  return fmt::format(
-      "precision {} ({}) | micro_batch {} x accum {} | activation checkpointing {} | optimizer {} | "
-      "checkpoints {}",
-      setup.precision.name(), setup.precision.reason(), setup.micro_batch, setup.accum,
-      to_string(setup.activation_checkpointing), std::get<std::string>(find_key("train.optimizer")->get(c)),
-      c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only");
+nlohmann::ordered_json levers_json(const RunSetup& setup, const Config& c) {
+  auto spelled = [&](const char* key) { return std::get<std::string>(find_key(key)->get(c)); };
+  nlohmann::ordered_json j;
+  j["precision"] = {
+      {"mode", setup.precision.name()}, {"reason", setup.precision.reason()}, {"loss_scaling", setup.loss_scaling}};
+  j["batch"] = {{"micro_batch", setup.micro_batch},
+                {"accum", setup.accum},
+                {"world_size", setup.world_size},
+                {"global_batch", setup.global_batch}};
+  j["activation_checkpointing"] = to_string(setup.activation_checkpointing);
+  nlohmann::ordered_json opt = {{"kind", spelled("train.optimizer")},
+                                {"lr", c.train.lr},
+                                {"weight_decay", c.train.weight_decay},
+                                {"betas", {c.train.beta1, c.train.beta2}},
+                                {"grad_clip", c.train.grad_clip}};
+  if (c.train.optimizer == OptimizerKind::kMuon)
+    opt["muon"] = {{"momentum", c.train.muon_momentum},
+                   {"lr_adjust", spelled("train.muon_lr_adjust")},
+                   {"newton_schulz", setup.muon_bf16 ? "bf16" : "fp32"}};
+  j["optimizer"] = opt;
+  if (setup.task_schedule) {
+    j["schedule"] = {{"kind", "the task's (TaskHooks::lr_schedule)"}};
+  } else {
+    nlohmann::ordered_json sched = {{"kind", spelled("train.schedule")},
+                                    {"warmup_steps", c.train.warmup_steps},
+                                    {"min_lr_ratio", c.train.min_lr_ratio}};
+    if (c.train.schedule == LrSchedule::kWsd) sched["decay_fraction"] = c.train.decay_fraction;
+    j["schedule"] = sched;
+  }
+  j["zero"] = static_cast<int>(c.dist.zero);
+  j["kernels"] = spelled("model.kernels");
+  j["checkpoints"] = c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only";
+  return j;
 }
+
+std::string levers_line(const RunSetup& setup, const Config& c) { return describe_levers(levers_json(setup, c)); }
 
 void continue_global_batch(RunSetup& p, int64_t global_batch, int64_t from_world) {
   const int64_t per_step = p.micro_batch * p.world_size;  // sequences per micro-batch round

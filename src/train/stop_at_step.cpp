@@ -12,7 +12,6 @@ std::string reason(int64_t step) { return fmt::format("stopped at step {} (--sto
 void StopAtStep::on_train_begin(const RunInfo& info) {
   if (!info.config) return;
   eval_every_ = info.config->train.eval_every;
-  total_steps_ = info.total_steps();
 }
 
 void StopAtStep::on_step_end(const StepMetrics& m, Control& control) {
@@ -22,7 +21,7 @@ void StopAtStep::on_step_end(const StepMetrics& m, Control& control) {
 }
 
 void StopAtStep::on_eval_end(const EvalMetrics& m, Control& control) {
-  if (m.step >= step_ && m.step < total_steps_) control.request_stop(reason(step_));
+  if (m.step >= step_ && m.step < m.total_steps) control.request_stop(reason(step_));
 }
 
 }  // namespace frugal

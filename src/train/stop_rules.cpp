@@ -31,6 +31,18 @@ void TargetLoss::on_eval_end(const EvalMetrics& m, Control& control) {
                        StopKind::kTarget);
 }
 
+void TargetLoss::on_resume(const StepMetrics&, Control& control) {
+  if (!reached_) return;
+  if (!(val_loss_ <= target_)) {  // the target was lowered: train on toward it
+    reached_ = false;
+    return;
+  }
+  control.request_stop(fmt::format("target already reached: validation loss {:.4f} <= train.target_loss = {} at step "
+                                   "{}; nothing left to train (lower train.target_loss, or set it to 0, to train on)",
+                                   val_loss_, target_, step_),
+                       StopKind::kTarget);
+}
+
 void TargetLoss::add_to_summary(nlohmann::ordered_json& summary) {
   nlohmann::ordered_json t;
   t["target_loss"] = target_;

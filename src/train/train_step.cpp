@@ -48,8 +48,8 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
   } else {
     check_param_groups(groups, model_->parameters(), "TaskHooks::param_groups");
   }
-  if (sync_) optimizer_ = sync_->make_optimizer(groups, train);
-  if (!optimizer_) optimizer_ = make_optimizer(train.optimizer, groups, train);
+  optimizer_ =
+      build_optimizer(groups, train, setup.muon_bf16, sync_ ? sync_->optimizer_sharding() : OptimizerSharding{});
   if (sync_) sync_->attach(model_->parameters());
 }
 

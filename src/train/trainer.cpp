@@ -146,7 +146,7 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   // and completed again from what the run's config names.
   complete_config(s.rc);
   const std::optional<LoadedCheckpoint> ck = s.open_checkpoint();
-  if (ck) complete_config(s.rc);
+  if (ck || s.started_over) complete_config(s.rc);
   s.set_up_device(ck);
   // Nothing is written into the run directory before every check has passed: bad data, a bad
   // price table, a state-key clash, a checkpoint that does not fit the model all leave it as it was.
@@ -178,7 +178,10 @@ std::optional<LoadedCheckpoint> Trainer::State::open_checkpoint() {
   if (!opts.resume.empty() && opts.data_parallel.rank == 0 && fs::is_directory(run_path))
     run_lock = std::make_unique<DirLock>(run_path);
   const std::string path = choose_checkpoint(rc.config, opts.resume);
-  if (path.empty()) return std::nullopt;
+  if (path.empty()) {
+    if (opts.resume == "auto") start_over_with_run_config();
+    return std::nullopt;
+  }
   // A checkpoint named with --resume PATH that cannot be read is bad input (exit 2); with --resume
   // auto, one find_resumable judged sound and then failed to load is frugal's failure (exit 1).
   LoadedCheckpoint ck = opts.resume == "auto"
@@ -341,6 +344,7 @@ void Trainer::State::connect() {
   ctx.device = device;
   ctx.user = opts.callbacks;
   ctx.stop_at_step = opts.stop_at_step;
+  ctx.probe = opts.probe;
   detail::Connection connection = detail::connect_callbacks(ctx);
   callbacks = std::move(connection.callbacks);
   dashboard_url = connection.dashboard_url;

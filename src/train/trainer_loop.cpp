@@ -277,7 +277,7 @@ bool Trainer::State::run_eval(Control& control) {
   loop.final_val = sum.item<double>() / static_cast<double>(n);
   loop.best_val = std::min(loop.best_val, loop.final_val);
   loop.last_eval_step = loop.step;
-  EvalMetrics e{loop.step, loop.final_val, loop.best_val, seconds_since(t0), billed_s(), {}};
+  EvalMetrics e{loop.step, total_steps(), loop.final_val, loop.best_val, seconds_since(t0), billed_s(), {}};
   for (const auto& [name, total] : figures) e.task[name] = total / static_cast<double>(n);
   final_metrics = e.task;
   eval_s_window += e.eval_s;

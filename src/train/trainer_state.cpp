@@ -43,11 +43,39 @@ void Trainer::State::adopt_run_config(const LoadedCheckpoint& ck) {
   if (ck.state.contains("config_changes") && ck.state["config_changes"].is_array())
     config_changes = ck.state["config_changes"];
   if (!ck.state.contains("config_values")) return;
-  for (const ConfigChange& change : reconcile_resume_config(rc, ck.state["config_values"], ck.path)) {
+  std::vector<std::string> not_taken;
+  for (const ConfigChange& change : reconcile_resume_config(rc, ck.state["config_values"], ck.path, &not_taken)) {
     Console::get().line(fmt::format("resume: {} = {} -> {} ({}), as asked; recorded in summary.json", change.key,
                                     change.from, change.to, change.origin));
     config_changes.push_back(change.to_json(ck.step));
   }
+  if (!not_taken.empty())
+    Console::get().line(
+        fmt::format("resume: {} is another run's checkpoint: its {} not taken (commands and servers "
+                    "are the run's own); set them here to use them",
+                    ck.path, fmt::join(not_taken, ", ")));
+}
+
+// --resume auto on a run that has no sound checkpoint (killed before its first, or its only one
+// damaged): the run starts again from step 0 with its own config.toml, as a resume would continue
+// it (keys left unset take the run's values, deliberate changes follow the resume rules), never
+// with the defaults of what this invocation left unset, which would train another model on other
+// data over the run's files.
+void Trainer::State::start_over_with_run_config() {
+  const std::string file = RunDir::of(rc.config).config();
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return;
+  const Config own = resolve_config(file, {}, {}).config;
+  nlohmann::json values = nlohmann::json::object();
+  for (const KeySpec& k : config_schema())
+    if (!k.secret) values[k.key] = format_value(k.get(own));
+  for (const ConfigChange& change : reconcile_resume_config(rc, values, file)) {
+    Console::get().line(fmt::format("resume: {} = {} -> {} ({}), as asked; recorded in summary.json", change.key,
+                                    change.from, change.to, change.origin));
+    config_changes.push_back(change.to_json(0));
+  }
+  started_over = true;
+  Console::get().line(fmt::format("resume: starting over from step 0 with the run's own config, {}", file));
 }
 
 CheckpointData Trainer::State::capture(bool snapshot) {
@@ -382,6 +410,10 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
   summary["skipped_steps"] = step->scaler().state().skipped;
   summary["loss_scale"] = step->scaler().scale();
   summary["activation_checkpointing"] = to_string(setup.activation_checkpointing);
+  // The levers decided at the start; the precision as it ended (an fp16 run may fall back to bf16).
+  summary["levers"] = levers_json(setup, rc.config);
+  summary["levers"]["precision"]["mode"] = step->precision().name();
+  summary["levers"]["precision"]["reason"] = step->precision().reason();
   add_memory_summary(summary);
   if (dp) dp->add_to_summary(summary, session_step_s, session_steps);
   if (evaluated && is_writer() && task.hooks.extend_summary) task.hooks.extend_summary(summary);

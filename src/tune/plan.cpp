@@ -84,8 +84,9 @@ class PlanProbe final : public Callback {
   double between_s_ = 0, measured_s_ = 0;
 };
 
-// The probe's overrides: its own run directory, 1 + probe_steps steps, nothing that would stop,
-// roll back, serve or profile it. Evaluation and checkpoint settings stay as configured.
+// The probe's overrides: its own run directory, 1 + probe_steps steps (TrainerOptions::probe
+// leaves out what would stop, roll back, serve or profile it). Evaluation and checkpoint settings
+// stay as configured.
 // Every step logs (probe_overrides), so that on a GPU every step waits for its device work and is
 // timed alone.
 std::vector<std::string> plan_probe_sets(const Config& c, const std::string& root) {
@@ -169,6 +170,7 @@ PlanFigures probe_figures(const std::string& file, const std::vector<std::string
   TrainerOptions opts;
   opts.quiet = true;
   opts.overwrite = true;
+  opts.probe = true;
   opts.callbacks.push_back(probe);
   auto& con = Console::get();
   const bool was_quiet = con.quiet(), was_json = con.json_mode();

@@ -175,6 +175,7 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
   stage("train", [&] {
     TrainerOptions o;
     o.quiet = true;
+    o.probe = true;
     o.callbacks = {std::shared_ptr<Callback>(&first, [](Callback*) {})};
     Trainer t(rc, o);
     nlohmann::json s = t.fit();
@@ -192,6 +193,7 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
     ResolvedConfig again = smoke_config(rc_in, dir.string(), "smoke-resumed");
     TrainerOptions o;
     o.quiet = true;
+    o.probe = true;
     o.resume = ck1;
     o.callbacks = {std::shared_ptr<Callback>(&resumed, [](Callback*) {})};
     Trainer t(again, o);

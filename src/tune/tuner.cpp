@@ -108,6 +108,7 @@ std::shared_ptr<ProbeRecorder> train_candidate(const TuneCandidate& k, int64_t s
   TrainerOptions opts;
   opts.quiet = true;
   opts.overwrite = true;
+  opts.probe = true;
   opts.callbacks.push_back(rec);
   auto& con = Console::get();
   const bool was_quiet = con.quiet();

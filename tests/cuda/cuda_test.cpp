@@ -20,6 +20,7 @@
 #include "frugal/data/batch_source.h"
 #include "frugal/dist/process_group.h"
 #include "frugal/model/gpt.h"
+#include "frugal/model/model_family.h"
 #include "frugal/train/fused_adamw.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/train_step.h"
@@ -98,6 +99,54 @@ TEST(Cuda, GptForwardAndGradientsOnTheGpuMatchTheCpu) {
   auto gc = cpu->parameters(), gg = gpu->parameters();
   for (size_t i = 0; i < gc.size(); ++i)
     EXPECT_TRUE(torch::allclose(gg[i].grad().cpu(), gc[i].grad(), 1e-3, 1e-5)) << "parameter " << i;
+}
+
+// The Llama family on the GPU: grouped heads through SDPA's enable_gqa (and, with a window, the
+// masked path), RMSNorm, SwiGLU and the chunked loss in ATen, against frugal's CPU kernels; then a
+// bf16 training run on the GPU tracks fp32's.
+TEST(Cuda, LlamaForwardAndGradientsOnTheGpuMatchTheCpuAndBf16TracksFp32) {
+  FRUGAL_REQUIRE_GPU();
+  device::set_tf32(false);
+  for (int64_t window : {0, 9}) {
+    ModelConfig mc;
+    mc.arch = ModelConfig::Arch::kLlama;
+    mc.layers = 2;
+    mc.heads = 4;
+    mc.kv_heads = 2;
+    mc.embd = 64;
+    mc.block = 32;
+    mc.vocab = 250;
+    mc.tie_embeddings = false;
+    mc.sliding_window = window;
+    torch::manual_seed(4);
+    CausalLm cpu = make_causal_lm(mc), gpu = make_causal_lm(mc);
+    {
+      torch::NoGradGuard ng;
+      auto src = cpu->parameters(), dst = gpu->parameters();
+      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+    }
+    gpu->to(torch::kCUDA);
+    auto x = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong),
+         y = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong);
+    auto lc = cpu->loss(x, y);
+    auto lg = gpu->loss(x.cuda(), y.cuda());
+    EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-4) << "window " << window;
+    lc.backward();
+    lg.backward();
+    auto gc = cpu->parameters(), gg = gpu->parameters();
+    for (size_t i = 0; i < gc.size(); ++i)
+      EXPECT_TRUE(torch::allclose(gg[i].grad().cpu(), gc[i].grad(), 1e-3, 1e-5)) << "parameter " << i;
+    EXPECT_EQ(cpu->generate({1, 2, 3}, 8, 0.0, 0), gpu->generate({1, 2, 3}, 8, 0.0, 0)) << "window " << window;
+  }
+  test::TempDir a, b;
+  const std::vector<std::string> llama = {"model.arch=llama", "model.heads=4", "model.kv_heads=2"};
+  auto fa = llama, fb = llama;
+  fa.push_back("precision.mode=fp32");
+  fa.push_back("precision.tf32=false");
+  fb.push_back("precision.mode=bf16");
+  auto sa = train_on_gpu(a.path(), fa);
+  auto sb = train_on_gpu(b.path(), fb);
+  EXPECT_NEAR(sb["final_val_loss"].get<double>(), sa["final_val_loss"].get<double>(), 0.1);
 }
 
 TEST(Cuda, Bf16AndFp16TrainingTrackFp32) {

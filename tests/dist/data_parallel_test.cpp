@@ -264,7 +264,7 @@ TEST(DataParallel, Zero1ShardsMuonByMatrixAndMatchesItUnsharded) {
   std::vector<std::unique_ptr<Optimizer>> opts(2);
   on_both([&](int64_t r) {
     dps[r] = std::make_unique<DataParallel>(pgs[r], c);
-    opts[r] = dps[r]->make_optimizer(muon_groups(params[r]), c.train);
+    opts[r] = build_optimizer(muon_groups(params[r]), c.train, /*muon_bf16=*/false, dps[r]->optimizer_sharding());
   });
   for (int step = 0; step < 3; ++step) {
     torch::manual_seed(200 + step);

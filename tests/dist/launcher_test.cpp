@@ -200,18 +200,34 @@ TEST(Launch, AllRanksSucceedingReturnsZero) {
   testing::internal::GetCapturedStderr();
 }
 
-TEST(Launch, KilledRankIsNamedWithItsSignal) {
+// Rank 1 dies; rank 0, a script whose own child sleeps, is stopped after the grace period: the
+// signal goes to its process group, so the child goes too (a signal to the script alone left the
+// sleep running, holding the job's output open for its 30 s).
+TEST(Launch, KilledRankIsNamedWithItsSignalAndTheOthersScriptsChildrenStopToo) {
+  test::TempDir dir;
   LaunchOptions o;
   o.procs_per_node = 2;
   o.master_port = 29642;
   o.grace_s = 0.5;  // rank 0 sleeps; it gets SIGTERM after the grace period
-  o.args = {"-c", "if [ \"$RANK\" = 1 ]; then kill -9 $$; fi; sleep 30"};
+  const std::string pid_file = dir.file("sleep.pid");
+  // Rank 1 dies once rank 0's sleep has started (its pid written).
+  o.args = {"-c", "if [ \"$RANK\" = 1 ]; then while [ ! -s \"" + pid_file +
+                      "\" ]; do sleep 0.05; done; kill -9 $$; fi; " + "sleep 30 & echo $! > \"" + pid_file +
+                      ".tmp\"; mv \"" + pid_file + ".tmp\" \"" + pid_file + "\"; wait"};
   testing::internal::CaptureStderr();
   const int code = launch(o, "/bin/sh");
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(code, 128 + 9);
   EXPECT_TRUE(has(err, "rank 1 (pid")) << err;
   EXPECT_TRUE(has(err, "was killed by signal 9")) << err;
+  const pid_t child = std::stoi(test::read_text(pid_file));
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = kill(child, 0) != 0;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << "rank 0's sleep (pid " << child << ") outlived the launcher";
+  if (!gone) kill(child, SIGKILL);
 }
 
 TEST(Launch, ForwardsAStopSignalToEveryRank) {

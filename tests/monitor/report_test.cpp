@@ -69,6 +69,47 @@ TEST(Report, CompareShowsTheSpeedRatioAndMissingRunsAreDataErrors) {
   EXPECT_NE(r.output.find("metrics.jsonl"), std::string::npos) << r.output;
 }
 
+// summary.json's levers: compare and report.html show which optimizer and schedule each run used,
+// rendered by the one function the banner uses (monitor/levers.h).
+TEST(Report, CompareAndTheReportSayWhichOptimizerAndScheduleEachRunUsed) {
+  test::TempDir a, b;
+  const nlohmann::json muon = {
+      {"precision", {{"mode", "bf16"}, {"reason", "auto"}}},
+      {"batch", {{"micro_batch", 8}, {"accum", 2}, {"world_size", 1}}},
+      {"optimizer", {{"kind", "muon"}, {"muon", {{"momentum", 0.95}, {"newton_schulz", "bf16"}}}}},
+      {"schedule", {{"kind", "wsd"}, {"warmup_steps", 50}, {"decay_fraction", 0.2}}},
+      {"checkpoints", "async"}};
+  nlohmann::json adamw = muon;
+  adamw["optimizer"] = {{"kind", "fused_adamw"}};
+  adamw["schedule"] = {{"kind", "cosine"}, {"warmup_steps", 50}, {"min_lr_ratio", 0.1}};
+  test::write_text(a.file("summary.json"), nlohmann::json{{"run_name", "a"}, {"levers", adamw}}.dump());
+  test::write_text(b.file("summary.json"), nlohmann::json{{"run_name", "b"}, {"levers", muon}}.dump());
+  const std::string out = compare_runs(a.path(), b.path());
+  EXPECT_NE(out.find("fused_adamw"), std::string::npos) << out;
+  EXPECT_NE(out.find("muon (Newton-Schulz bf16, momentum 0.95)"), std::string::npos) << out;
+  EXPECT_NE(out.find("cosine (warm-up 50, to 0.1 x lr)"), std::string::npos) << out;
+  EXPECT_NE(out.find("wsd (warm-up 50, decay the last 20%)"), std::string::npos) << out;
+  const nlohmann::json j = compare_runs_json(a.path(), b.path());
+  EXPECT_EQ(j["labels"]["optimizer"]["a"], "fused_adamw");
+  EXPECT_EQ(j["labels"]["schedule"]["b"], "wsd (warm-up 50, decay the last 20%)");
+  const std::string html = render_report_html(nlohmann::json{{"run_name", "b"}, {"levers", muon}}, {}, {});
+  EXPECT_NE(html.find("optimizer muon (Newton-Schulz bf16, momentum 0.95) | schedule wsd"), std::string::npos);
+}
+
+// Both runs reached their target: the verdict is the time and money to it, not the speed per
+// token that contradicted it (B slower per token yet there in half the time).
+TEST(Report, CompareJudgesByTheTimeAndCostToTheTargetWhenBothReachedIt) {
+  test::TempDir a, b;
+  test::write_text(a.file("summary.json"), R"({"run_name":"a","tokens_per_s":141.0,"wall_s_to_target":100.0,)"
+                                           R"("usd_to_target":2.0})");
+  test::write_text(b.file("summary.json"), R"({"run_name":"b","tokens_per_s":100.0,"wall_s_to_target":54.0,)"
+                                           R"("usd_to_target":1.08})");
+  const std::string out = compare_runs(a.path(), b.path());
+  EXPECT_NE(out.find("B reaches the target in 0.54x A's billed time and 0.54x A's cost"), std::string::npos) << out;
+  EXPECT_EQ(out.find("slower"), std::string::npos) << out;
+  EXPECT_NE(out.find("billed_s_to_target"), std::string::npos) << out;
+}
+
 // Ticks are round: a step of 1, 2, 2.5 or 5 times a power of ten, covering the data, at most as
 // many as asked; their labels fit the 6 characters the axis titles leave room for.
 TEST(Report, TicksAreRoundAndCoverTheData) {

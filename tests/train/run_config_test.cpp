@@ -124,6 +124,55 @@ TEST(RunConfig, ATrainerResumedWithoutTheConfigContinuesTheRunAndARefusedOneWrit
             std::string::npos);
 }
 
+// A checkpoint copied from another run does not bring its author's commands or servers: the keys
+// that run a command or contact a host are taken only from the run's own checkpoints.
+TEST(RunConfig, AnotherRunsCheckpointDoesNotBringItsCommandsOrServers) {
+  const nlohmann::json saved = {{"budget.alert_command", "'touch /tmp/pwned'"},
+                                {"track.mlflow_uri", "'http://10.9.8.7:5000'"},
+                                {"checkpoint.notice_url", "'http://10.9.8.7/notice'"},
+                                {"train.steps", "77"}};
+  ResolvedConfig other = resolve_config("", {"run.out_dir=/tmp/mine", "run.name=r"}, {});
+  std::vector<std::string> not_taken;
+  reconcile_resume_config(other, saved, "/tmp/theirs/r/checkpoints/step-00000010", &not_taken);
+  EXPECT_EQ(other.config.budget.alert_command, "");
+  EXPECT_EQ(other.config.track.mlflow_uri, "");
+  EXPECT_EQ(other.config.checkpoint.notice_url, "");
+  EXPECT_EQ(other.config.train.steps, 77) << "the rest of the run's config is still continued";
+  EXPECT_EQ(not_taken, (std::vector<std::string>{"checkpoint.notice_url", "budget.alert_command", "track.mlflow_uri"}));
+  ResolvedConfig own = resolve_config("", {"run.out_dir=/tmp/mine", "run.name=r"}, {});
+  reconcile_resume_config(own, saved, "/tmp/mine/r/checkpoints/step-00000010");
+  EXPECT_EQ(own.config.budget.alert_command, "touch /tmp/pwned");
+  EXPECT_EQ(own.config.track.mlflow_uri, "http://10.9.8.7:5000");
+}
+
+// A run killed before its first checkpoint (or whose only one is damaged), resumed with --resume
+// auto and nothing else: it starts over from step 0 with its own config.toml, said plainly, never
+// with the built-in defaults (which trained the demo over the run's files).
+TEST(RunConfig, AResumeWithoutASoundCheckpointStartsOverWithTheRunsOwnConfig) {
+  test::TempDir dir;
+  auto sets = test::tiny_overrides(dir.path());
+  sets.push_back("run.name=k");
+  sets.push_back("train.steps=7");
+  sets.push_back("model.embd=48");
+  const ResolvedConfig own = resolve_config("", sets, {});
+  std::filesystem::create_directories(dir.file("k"));
+  test::write_text(dir.file("k/config.toml"), own.to_toml());  // what a run writes before its first step
+  test::write_text(dir.file("k/metrics.jsonl"), "{\"event\":\"step\",\"step\":1}\n");
+  TrainerOptions r = test::quiet_run({}, false);
+  r.resume = "auto";
+  const nlohmann::json s = Trainer(resolve_config("", {"run.out_dir=" + dir.path(), "run.name=k"}, {}), r).fit();
+  EXPECT_EQ(s["steps"], 7);
+  EXPECT_NE(s["model"].get<std::string>().find("embd 48"), std::string::npos) << s["model"];
+  const std::string config = test::read_text(dir.file("k/config.toml"));
+  EXPECT_NE(config.find("embd = 48  # the run's own " + dir.file("k/config.toml")), std::string::npos) << config;
+  // A key the resume may not change is refused against the run's own config too.
+  TrainerOptions again = test::quiet_run({}, false);
+  again.resume = "auto";
+  std::filesystem::remove_all(dir.file("k/checkpoints"));
+  EXPECT_THROW(Trainer(resolve_config("", {"run.out_dir=" + dir.path(), "run.name=k", "model.embd=64"}, {}), again),
+               ConfigError);
+}
+
 // A checkpoint that does not fit the model the task builds (a shape the config cannot see) fails
 // the resume before anything is written into the run directory.
 TEST(RunConfig, ACheckpointThatDoesNotFitTheModelLeavesTheRunDirectoryAsItWas) {
@@ -166,37 +215,33 @@ TEST(RunConfig, AStartUpProbeDoesNotChangeTheRunThatFollowsIt) {
       << "the run whose peak was measured trained differently from the one told its peak";
 }
 
-// The probe runs of tune, plan and smoke share one list of what they neutralise: whatever the user's
-// config says, a probe sets no limit, alert, early stop, guard, dashboard, profiler or deadline.
-TEST(RunConfig, ProbeOverridesNeutraliseWhatWouldActOnTheWorldOrStopTheProbe) {
-  std::vector<std::string> user = {"budget.limit_usd=5",
-                                   "budget.alert_command=echo spent",
-                                   "early_stop.enabled=true",
-                                   "guard.enabled=true",
-                                   "monitor.http=127.0.0.1:0",
-                                   "profile.capture_steps=3",
-                                   "train.max_minutes=9",
-                                   "train.auto_tune=true",
-                                   "train.smoke_first=true",
-                                   "plan.before_train=true",
-                                   "checkpoint.deadline=2030-01-01T00:00:00Z"};
-  ResolvedConfig rc = resolve_config("", user, {});
+// A probe's overrides are its directory, steps and logging only: what it must not do is the
+// connector's (callback_connector_test.cpp), not a list of keys to keep in step with the schema.
+TEST(RunConfig, ProbeOverridesAreTheProbesDirectoryStepsAndLoggingOnly) {
+  ResolvedConfig rc = resolve_config("", {"budget.limit_usd=5", "train.log_every=50"}, {});
   apply_overrides(rc, probe_overrides("/tmp/probes", "p", 3));
   const Config& c = rc.config;
   EXPECT_EQ(c.run.out_dir, "/tmp/probes");
   EXPECT_EQ(c.run.name, "p");
   EXPECT_EQ(c.train.steps, 3);
-  EXPECT_EQ(c.budget.limit_usd, 0);
-  EXPECT_EQ(c.budget.alert_command, "");
-  EXPECT_FALSE(c.early_stop.enabled);
-  EXPECT_FALSE(c.guard.enabled);
-  EXPECT_EQ(c.monitor.http, "");
-  EXPECT_EQ(c.profile.capture_steps, 0);
-  EXPECT_EQ(c.train.max_minutes, 0);
-  EXPECT_FALSE(c.train.auto_tune);
-  EXPECT_FALSE(c.train.smoke_first);
-  EXPECT_FALSE(c.plan.before_train);
-  EXPECT_EQ(c.checkpoint.deadline, "");
+  EXPECT_EQ(c.train.log_every, 1);
+  EXPECT_EQ(c.budget.limit_usd, 5) << "left to TrainerOptions::probe";
+}
+
+// Every key of the schema says whether a resume may change it (config_keys.cpp declares it with
+// the key): a key added without the decision fails here. The keys the trained state depends on are
+// fixed; the knobs of a session may change.
+TEST(RunConfig, EveryKeyDeclaresWhetherAResumeMayChangeIt) {
+  for (const KeySpec& k : config_schema())
+    EXPECT_NE(k.on_resume, KeySpec::OnResume::kUnset) << k.key << " is declared without a resume rule";
+  for (const char* fixed : {"run.seed", "model.arch", "model.layers", "model.kv_heads", "model.rope_theta",
+                            "model.init_from", "data.source", "data.micro_batch", "train.global_batch",
+                            "train.optimizer", "train.lr", "train.schedule", "train.muon_precision"})
+    EXPECT_FALSE(resume_may_change(fixed)) << fixed;
+  for (const char* may : {"train.steps", "train.eval_every", "checkpoint.every_steps", "budget.limit_usd",
+                          "monitor.http", "run.device", "model.kernels", "model.loss_chunk", "track.mlflow_uri"})
+    EXPECT_TRUE(resume_may_change(may)) << may;
+  EXPECT_FALSE(resume_may_change("no.such_key"));
 }
 
 // run.threads = 0 picks a count at start (the doctor's kept choice, else the cores); a resume keeps

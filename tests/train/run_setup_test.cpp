@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "frugal/core/errors.h"
+#include "frugal/train/muon.h"
 #include "frugal/train/task.h"
 #include "test_util.h"
 
@@ -64,6 +65,56 @@ TEST(RunSetup, AResumeContinuesInTheCheckpointsPrecisionWhereTheConfigAllowsIt) 
   warning.clear();
   EXPECT_EQ(precision_to_continue(PrecisionMode::kBf16, "", &warning), PrecisionMode::kBf16);  // a fresh run
   EXPECT_TRUE(warning.empty());
+}
+
+// Muon's Newton-Schulz precision is decided once, from the run's device, whatever the number of
+// processes (the optimizer no longer guesses it from where its tensors or its collectives live:
+// under Gloo on a GPU the sharded path used to pick fp32 where one process picked bf16).
+TEST(RunSetup, MuonsPrecisionIsDecidedOnceFromTheRunsDevice) {
+  Config c = test::tiny_config();
+  c.train.optimizer = OptimizerKind::kMuon;
+  c.train.muon_precision = MuonPrecision::kAuto;
+  const TaskHooks hooks;
+  const PrecisionPolicy gpu(PrecisionMode::kFp32, c10::Device("cuda:1"));  // no GPU needed: fp32 asks nothing of it
+  for (int64_t world : {1, 2, 8}) EXPECT_TRUE(set_up_run(c, hooks, world, gpu).muon_bf16) << world;
+  const PrecisionPolicy cpu(PrecisionMode::kFp32, c10::Device(c10::kCPU));
+  EXPECT_EQ(set_up_run(c, hooks, 2, cpu).muon_bf16, muon_uses_bf16(MuonPrecision::kAuto, c10::Device(c10::kCPU)));
+  c.train.muon_precision = MuonPrecision::kFp32;
+  EXPECT_FALSE(set_up_run(c, hooks, 2, gpu).muon_bf16);
+  c.train.muon_precision = MuonPrecision::kBf16;
+  EXPECT_TRUE(set_up_run(c, hooks, 1, cpu).muon_bf16);
+  c.train.optimizer = OptimizerKind::kFusedAdamW;
+  EXPECT_FALSE(set_up_run(c, hooks, 1, cpu).muon_bf16) << "no Muon, no Newton-Schulz";
+}
+
+// The levers decided once, as summary.json records them, and the one line every display renders
+// from them: the optimizer with its Newton-Schulz precision, the schedule with its shape.
+TEST(RunSetup, TheLeversObjectRecordsTheOptimizerScheduleAndPrecisionAndRendersAsOneLine) {
+  Config c = test::tiny_config();
+  c.train.optimizer = OptimizerKind::kMuon;
+  c.train.muon_precision = MuonPrecision::kBf16;
+  c.train.schedule = LrSchedule::kWsd;
+  c.train.decay_fraction = 0.25;
+  c.train.warmup_steps = 40;
+  c.memory.activation_checkpointing = *parse_activation_checkpointing("blocks");
+  TaskHooks hooks;
+  const RunSetup p = set_up_run(c, hooks, 2, PrecisionPolicy(PrecisionMode::kFp32, c10::Device(c10::kCPU)));
+  const nlohmann::ordered_json j = levers_json(p, c);
+  EXPECT_EQ(j["optimizer"]["kind"], "muon");
+  EXPECT_EQ(j["optimizer"]["muon"]["newton_schulz"], "bf16");
+  EXPECT_EQ(j["schedule"]["kind"], "wsd");
+  EXPECT_EQ(j["schedule"]["decay_fraction"], 0.25);
+  EXPECT_EQ(j["precision"]["mode"], "fp32");
+  EXPECT_EQ(j["batch"]["world_size"], 2);
+  EXPECT_EQ(j["activation_checkpointing"], "blocks");
+  const std::string line = levers_line(p, c);
+  for (const char* s :
+       {"precision fp32", "x 2 ranks", "activation checkpointing blocks",
+        "optimizer muon (Newton-Schulz bf16, momentum 0.95)", "schedule wsd (warm-up 40, decay the last 25%)"})
+    EXPECT_NE(line.find(s), std::string::npos) << s << " in: " << line;
+  hooks.lr_schedule = [](int64_t, int64_t) { return 1e-3; };
+  const RunSetup own = set_up_run(c, hooks, 1, PrecisionPolicy(PrecisionMode::kFp32, c10::Device(c10::kCPU)));
+  EXPECT_EQ(levers_json(own, c)["schedule"]["kind"], "the task's (TaskHooks::lr_schedule)");
 }
 
 }  // namespace

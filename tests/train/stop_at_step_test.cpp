@@ -89,5 +89,44 @@ TEST(StopAtStep, StoppedBetweenEvaluationsAndResumedMatchesTheStraightRunBitwise
   expect_stop_then_resume_matches(12);
 }
 
+// At step `at` asks the loop to end the run at step `end` (as the deadline guard's decay does), and
+// records the end every later event carries.
+class MovesTheEnd : public Callback {
+ public:
+  MovesTheEnd(int64_t at, int64_t end) : at_(at), end_(end) {}
+  void on_step_end(const StepMetrics& m, Control& control) override {
+    if (m.step > at_) step_ends.push_back(m.total_steps);
+    if (m.step == at_) control.request_end_at(end_, "the test moved the end");
+  }
+  void on_eval_end(const EvalMetrics& e, Control&) override {
+    if (e.step > at_) eval_ends.push_back(e.total_steps);
+  }
+  std::vector<int64_t> step_ends, eval_ends;
+
+ private:
+  int64_t at_, end_;
+};
+
+// The loop holds the run's end; every callback reads it from the event it is given, none keeps a
+// copy: once moved from 30 to 18 at step 5, every later step and evaluation says 18, the stop at
+// step 20 (past the new end) never fires, and the run completes at 18.
+TEST(StopAtStep, AnEndMovedMidRunIsTheEndEveryLaterEventCarries) {
+  test::TempDir dir;
+  auto sets = test::tiny_overrides(dir.path());  // 30 steps, evaluation every 15
+  sets.push_back("train.schedule=wsd");
+  auto mover = std::make_shared<MovesTheEnd>(5, 18);
+  TrainerOptions o;
+  o.quiet = true;
+  o.stop_at_step = 20;
+  o.callbacks = {mover};
+  const auto s = Trainer(resolve_config("", sets, {}), o).fit();
+  EXPECT_EQ(s["steps"], 18);
+  EXPECT_EQ(s["stop_kind"], "completed");
+  ASSERT_EQ(mover->step_ends.size(), 13u);
+  for (int64_t end : mover->step_ends) EXPECT_EQ(end, 18);
+  ASSERT_FALSE(mover->eval_ends.empty());
+  for (int64_t end : mover->eval_ends) EXPECT_EQ(end, 18);
+}
+
 }  // namespace
 }  // namespace frugal::stop_at_step_test

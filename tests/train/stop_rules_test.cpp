@@ -187,6 +187,20 @@ TEST(TargetLoss, AnEvaluationAtTheTargetStopsTheRunAsASuccessAndTheSummarySaysWh
   nlohmann::ordered_json s2;
   resumed.add_to_summary(s2);
   EXPECT_EQ(s2["to_target"], s["to_target"]);
+  // Resumed after the target: nothing left to train; it stops at once, saying so, a success.
+  Control at_start;
+  StepMetrics now;
+  now.step = 20;
+  resumed.on_resume(now, at_start);
+  ASSERT_TRUE(at_start.should_stop());
+  EXPECT_EQ(at_start.stop_kind(), StopKind::kTarget);
+  EXPECT_NE(at_start.stop_reason().find("target already reached"), std::string::npos) << at_start.stop_reason();
+  // Resumed with a lower target: it trains on toward it.
+  TargetLoss lower(2.0, nullptr);
+  lower.load_state(saved);
+  Control go_on;
+  lower.on_resume(now, go_on);
+  EXPECT_FALSE(go_on.should_stop());
 }
 
 }  // namespace

@@ -72,6 +72,9 @@ struct PhaseTimes {
 
 struct StepMetrics {
   int64_t step = 0;  // optimizer steps completed (1-based)
+  // Where the run ends now: train.steps, or the earlier end a deadline moved it to. The loop holds
+  // the end (LoopState::end_step) and fills it in every event; a callback reads it here (or in
+  // EvalMetrics, RunInfo at the start) and never keeps a copy, which a moved end would leave stale.
   int64_t total_steps = 0;
   bool logged = false;   // true on log steps: loss and grad_norm are read from the device
   double loss = 0;       // mean training loss since the previous log step
@@ -114,6 +117,7 @@ struct StepMetrics {
 
 struct EvalMetrics {
   int64_t step = 0;
+  int64_t total_steps = 0;  // where the run ends now (as StepMetrics::total_steps)
   double val_loss = 0;
   double best_val_loss = 0;
   double eval_s = 0;

@@ -36,6 +36,18 @@ struct KeySpec {
   std::function<std::string(const ConfigValue&)> check;
   // A secret (monitor.token): never written to the resolved config.toml, checkpoints or logs.
   bool secret = false;
+  // Whether a resume (--resume) may change it: kFixed for what the trained state depends on (the
+  // model, the data and its order, the batch, the optimizer and its schedule: changed, the run
+  // would not be the one its checkpoint continues), kMayChange for the rest (steps, cadences,
+  // checkpoints, budgets, monitors, devices). Declared with each key (config_keys.cpp); kUnset
+  // only for a key declared without a rule, which a test catches.
+  enum class OnResume { kUnset, kFixed, kMayChange };
+  OnResume on_resume = OnResume::kUnset;
+  // A command run or a host contacted (budget.alert_command, track.mlflow_uri,
+  // checkpoint.notice_url, monitor.http): a resume takes it from a checkpoint only when the
+  // checkpoint is the run's own (under its run directory), so resuming a copied checkpoint never
+  // runs its author's command or contacts their servers.
+  bool reaches_out = false;
 
   std::string section() const { return key.substr(0, key.find('.')); }
   std::string name() const { return key.substr(key.find('.') + 1); }

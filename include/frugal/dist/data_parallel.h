@@ -41,7 +41,7 @@ class DataParallel : public DataParallelism {
   ~DataParallel() override;
 
   // GradSync (the training step's side).
-  std::unique_ptr<Optimizer> make_optimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t) override;
+  OptimizerSharding optimizer_sharding() override;
   void attach(const std::vector<at::Tensor>& params) override;
   void before_backward(bool last_micro_batch) override;
   void finish(at::Tensor& loss) override;

@@ -50,7 +50,6 @@ class CostMeter : public Callback {
   // Resolves budget.instance against the price table when usd_per_hour/watts are not given.
   explicit CostMeter(const BudgetConfig& budget);
 
-  void on_train_begin(const RunInfo& info) override;
   // A producer: the spend so far into StepMetrics::cost_usd.
   void on_step_metrics(StepMetrics& m) override;
   // Alerts, and a budget stop before the next step would cross budget.limit_usd.
@@ -73,7 +72,7 @@ class CostMeter : public Callback {
   const std::vector<std::string>& alerts_fired() const { return alerts_fired_; }
 
  private:
-  void stop_before_the_limit(int64_t step, Control& control) const;
+  void stop_before_the_limit(int64_t step, int64_t total_steps, Control& control) const;
   void alert(double fraction);
 
   BudgetConfig budget_;
@@ -83,7 +82,6 @@ class CostMeter : public Callback {
   std::vector<double> fractions_;
   std::vector<bool> fired_;
   std::vector<std::string> alerts_fired_;
-  int64_t total_steps_ = 0;
   CostFigures figures_;
 };
 

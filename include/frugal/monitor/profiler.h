@@ -76,7 +76,6 @@ class Profiler : public Callback {
   ProfileConfig config_;
   std::string dir_;
   c10::Device device_;
-  int64_t total_steps_ = 0;
   bool open_ = false;
   bool torch_open_ = false;    // LibTorch's profiler is recording this window
   std::string torch_problem_;  // why operator events are missing ("" = none)

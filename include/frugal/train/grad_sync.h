@@ -2,8 +2,8 @@
 // process passes no GradSync and the step is unchanged. With one, TrainStep calls it at fixed
 // points:
 //
-//   construction     make_optimizer(groups)   the optimizer (e.g. ZeRO-1's sharded AdamW); null =
-//                                             the ordinary one
+//   construction     optimizer_sharding()     how the optimizer's state is sharded (ZeRO-1), which
+//                                             the one factory (build_optimizer) takes as an argument
 //                    attach(params)           once the optimizer owns the gradients' storage
 //   each micro-batch before_backward(last)    last = this backward completes the step's gradients
 //   after backward   finish(loss)             every gradient (and the step's mean loss) is now the
@@ -26,7 +26,8 @@ namespace frugal {
 class GradSync {
  public:
   virtual ~GradSync() = default;
-  virtual std::unique_ptr<Optimizer> make_optimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t) = 0;
+  // dist.zero = 0: the default (one process's optimizer on every rank).
+  virtual OptimizerSharding optimizer_sharding() = 0;
   virtual void attach(const std::vector<at::Tensor>& params) = 0;
   virtual void before_backward(bool last_micro_batch) = 0;
   // `loss` (0-dim, this rank's mean over its micro-batches) becomes the mean over ranks, in place.

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <functional>
 #include <memory>
@@ -53,12 +54,12 @@ bool muon_takes(const std::string& name, int64_t dim);
 // (AdamW, no decay). ConfigError when the model has no hidden matrix at all.
 std::vector<ParamGroup> muon_param_groups(torch::nn::Module& model, double weight_decay);
 
-// Muon on the groups marked `muon`, FusedAdamW on the others. `cuda`: the parameters live on a
-// GPU (train.muon_precision = "auto" takes bf16 there and on a CPU that multiplies bf16 natively,
-// fp32 on other CPUs). Matrices of one shape share one momentum buffer and one batched
-// Newton-Schulz iteration.
+// Muon on the groups marked `muon`, FusedAdamW on the others, the Newton-Schulz iterations in
+// bf16 where `bf16` (muon_uses_bf16; the run decides it once, RunSetup::muon_bf16). Matrices of
+// one shape share one momentum buffer and one batched Newton-Schulz iteration. Built through
+// build_optimizer (train/optimizer.h), which also hands it the sharding below.
 //
-// Sharded (dist.zero = 1, built by dist/data_parallel.cpp): each rank owns whole matrices (the
+// Sharded (dist.zero = 1, with data parallel's OptimizerSharding): each rank owns whole matrices (the
 // largest first, to the least-loaded rank), keeps their momentum only and runs their
 // Newton-Schulz iteration only, then every matrix is broadcast from its owner, so the iteration's
 // work is split across the ranks too. `adamw` steps the other groups (ZeRO-1's sharded AdamW).
@@ -69,7 +70,12 @@ struct MuonShards {
   std::function<void(at::Tensor& t, int64_t root)> broadcast;  // in place, called on every rank
   std::unique_ptr<Optimizer> adamw;
 };
-std::unique_ptr<Optimizer> make_muon(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool cuda,
+std::unique_ptr<Optimizer> make_muon(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool bf16,
                                      MuonShards shards = {});
+
+// Whether train.muon_precision runs the iterations in bf16 on `device`: "bf16" always, "fp32"
+// never, "auto" on a GPU and on a CPU that multiplies bf16 natively (AVX-512 BF16, AMX), where
+// bf16 products are faster than fp32's; emulated elsewhere, they are slower.
+bool muon_uses_bf16(MuonPrecision precision, c10::Device device);
 
 }  // namespace frugal

@@ -7,6 +7,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -51,8 +52,27 @@ std::vector<ParamGroup> default_param_groups(const std::vector<at::Tensor>& para
 void check_param_groups(const std::vector<ParamGroup>& groups, const std::vector<at::Tensor>& params,
                         const std::string& origin);
 
-// `groups` in a stable order (the model's named_parameters order within each group). kMuon needs
-// groups marked `muon` (muon_param_groups).
+// How data parallel shards the optimizer's state across its ranks (dist.zero = 1), handed to
+// build_optimizer as an argument by the data-parallel seam (grad_sync.h), as torchtitan passes its
+// parallel dimensions: this rank and the world size, an in-place broadcast from a root rank, and
+// ZeRO-1's sharded AdamW over given groups. The default: one process, nothing sharded.
+struct OptimizerSharding {
+  int64_t rank = 0, world = 1;
+  std::function<void(at::Tensor& t, int64_t root)> broadcast;
+  std::function<std::unique_ptr<Optimizer>(const std::vector<ParamGroup>& groups, const TrainConfig& t)> adamw;
+  bool sharded() const { return static_cast<bool>(adamw); }
+};
+
+// The one factory of a run's optimizer: train.optimizer over `groups` (in a stable order: the
+// model's named_parameters order within each group; kMuon needs groups marked `muon`,
+// muon_param_groups), Muon's Newton-Schulz in bf16 where `muon_bf16` (RunSetup decides it once for
+// the run's device), the state sharded as `sharding` says. The TrainStep builds through it, with
+// or without data parallel.
+std::unique_ptr<Optimizer> build_optimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool muon_bf16,
+                                           const OptimizerSharding& sharding = {});
+
+// build_optimizer in one process for `kind`, Muon's precision decided for the parameters' device
+// (muon_uses_bf16): for programs and tests that build an optimizer outside a run.
 std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<ParamGroup>& groups,
                                           const TrainConfig& t);
 // The default grouping of `params` (default_param_groups with train.weight_decay).

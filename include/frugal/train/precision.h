@@ -22,6 +22,7 @@ class PrecisionPolicy {
   PrecisionPolicy(PrecisionMode requested, c10::Device device, std::string why = "");
 
   PrecisionMode mode() const { return mode_; }
+  c10::Device device() const { return device_; }
   bool autocast() const { return mode_ == PrecisionMode::kBf16 || mode_ == PrecisionMode::kFp16; }
   bool needs_loss_scaling() const { return mode_ == PrecisionMode::kFp16; }
   // The loss-scaling decision for a precision.loss_scaling setting.

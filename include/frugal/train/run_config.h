@@ -38,11 +38,11 @@ ResolvedConfig resolve_run_config(const std::string& file, const std::vector<std
                                   const std::map<std::string, std::string>& env);
 
 // What every short probe run (tune's candidates, plan's probe, the smoke test) changes in the
-// user's config, one list for the three: its own run directory and step count, every step logged,
-// and nothing that would act on the world or stop it early: no time or dollar limit, budget alert
-// command, early stop or divergence guard; no smoke test, tune or plan before training; no
-// dashboard, profiler, preemption-notice poll or deadline. Each caller adds what is its own (tune:
-// no evaluations or checkpoints; smoke: a tiny batch and a checkpoint every step).
+// user's config: its own run directory and step count, every step logged. What a probe must not do
+// (act on the world, stop early) is not a list of keys here: the probe runs with
+// TrainerOptions::probe, and the callback connector leaves those callbacks out. Each caller adds
+// what is its own (tune: no evaluations or checkpoints; smoke: a tiny batch and a checkpoint every
+// step).
 std::vector<std::string> probe_overrides(const std::string& out_dir, const std::string& name, int64_t steps);
 
 // One deliberate change of a safe key on a resume, as the run records it.
@@ -54,7 +54,8 @@ struct ConfigChange {
 };
 
 // True for a key a resume may change on purpose; false for the keys that define the model, the
-// data and its order, the batch and the optimizer that the checkpoint continues.
+// data and its order, the batch and the optimizer that the checkpoint continues. The schema says
+// which (KeySpec::on_resume, declared with each key in config_keys.cpp).
 bool resume_may_change(const std::string& key);
 
 // Reconciles `rc` with `saved` (key -> TOML literal: the checkpoint's config_values) as described
@@ -62,7 +63,11 @@ bool resume_may_change(const std::string& key);
 // Throws ConfigError (exit 2) naming every refused key before anything is written. run.name and
 // run.out_dir (they found the run) and secrets (never saved) are left alone; a key the checkpoint
 // does not record (written by an older frugal) keeps this invocation's value.
+// A key that reaches out (KeySpec::reaches_out: a command, a URL, a listening address) is taken
+// from the checkpoint only when `checkpoint` lies in the run's own directory; otherwise it keeps
+// this invocation's value and its name is added to `not_taken` (when given).
 std::vector<ConfigChange> reconcile_resume_config(ResolvedConfig& rc, const nlohmann::json& saved,
-                                                  const std::string& checkpoint);
+                                                  const std::string& checkpoint,
+                                                  std::vector<std::string>* not_taken = nullptr);
 
 }  // namespace frugal

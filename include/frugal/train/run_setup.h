@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "frugal/core/config.h"
 #include "frugal/monitor/mfu.h"
 #include "frugal/train/precision.h"
@@ -27,17 +29,25 @@ struct RunSetup {
   PrecisionPolicy precision{PrecisionMode::kFp32, c10::Device(c10::kCPU)};
   bool loss_scaling = false;                         // the dynamic loss scaler runs (fp16, or precision.loss_scaling)
   ActivationCheckpointing activation_checkpointing;  // memory.activation_checkpointing
-  bool grad_noise_wanted = false;                    // monitor.grad_noise
-  bool grad_noise = false;                           // monitor.grad_noise and accum > 1: the noise scale is measured
-  PeakFlops peak;  // MFU's denominator (configured, or measured once in the run's dtype)
+  // Muon's Newton-Schulz iterations in bf16 (train.muon_precision, auto decided here once, from
+  // the run's device: bf16 on a GPU or a CPU with native bf16 products), for every sharding.
+  bool muon_bf16 = false;
+  bool task_schedule = false;      // the task supplies the learning rate (TaskHooks::lr_schedule)
+  bool grad_noise_wanted = false;  // monitor.grad_noise
+  bool grad_noise = false;         // monitor.grad_noise and accum > 1: the noise scale is measured
+  PeakFlops peak;                  // MFU's denominator (configured, or measured once in the run's dtype)
 };
 
 // The setup for `config` on `world_size` processes with `precision` already resolved. `peak` is
 // left empty (the Trainer measures it; a probe of a few steps does not need it).
 RunSetup set_up_run(const Config& config, const TaskHooks& hooks, int64_t world_size, PrecisionPolicy precision);
 
-// The levers the run trains with, on one line: the banner's "levers:" line, and the text the
-// trackers show beside the run ([track]).
+// The levers the run trains with, decided once (the precision and its reason, the batch, activation
+// checkpointing, the optimizer with Muon's Newton-Schulz precision, the schedule, ZeRO, kernels,
+// checkpoints): summary.json's "levers" object, which monitor/levers.h renders for the banner,
+// report.html, `frugal compare` and the trackers.
+nlohmann::ordered_json levers_json(const RunSetup& setup, const Config& c);
+// describe_levers(levers_json(...)): the banner's "levers:" line and the trackers' text.
 std::string levers_line(const RunSetup& setup, const Config& c);
 
 // Elastic resume: a run checkpointed with `from_world` processes and a global batch of

@@ -31,7 +31,6 @@ class StopAtStep final : public Callback {
  private:
   int64_t step_ = 0;
   int64_t eval_every_ = 0;
-  int64_t total_steps_ = 0;  // train.steps: a stop there would only rename "completed"
 };
 
 }  // namespace frugal

@@ -52,6 +52,9 @@ class TargetLoss : public Callback {
   TargetLoss(double target, std::shared_ptr<const CostMeter> cost) : target_(target), cost_(std::move(cost)) {}
   void on_train_begin(const RunInfo& info) override { tokens_per_step_ = info.tokens_per_step; }
   void on_eval_end(const EvalMetrics& m, Control& control) override;
+  // A run resumed after it reached its target stops at once, saying so (exit 0): nothing is left
+  // to train. A target lowered since (train.target_loss set anew) is trained toward instead.
+  void on_resume(const StepMetrics& m, Control& control) override;
   void add_to_summary(nlohmann::ordered_json& summary) override;
   std::string state_key() const override { return "target_loss"; }
   void save_state(nlohmann::json& out) const override;

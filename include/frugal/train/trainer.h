@@ -52,6 +52,12 @@ struct TrainerOptions {
   // End the run after this step, keeping the schedule of train.steps (train/stop_at_step.h;
   // `frugal train --stop-at-step N`); 0 = run to the end.
   int64_t stop_at_step = 0;
+  // A probe run (tune's candidates, plan's probe, the smoke test): it trains exactly train.steps
+  // steps into its own directory and acts on nothing outside it. The callback connector leaves out
+  // the trackers, the dashboard, the profiler, the deadline guard (notice poll and deadline
+  // actions), the target-loss stop, early stopping, the divergence guard and the time limit, and
+  // keeps the cost meter without the budget's limit and alert command, whatever the config says.
+  bool probe = false;
 };
 
 // Builds the task from the resolved config (after a resumed checkpoint's precision is adopted,

@@ -115,6 +115,27 @@ KeySpec int_enum_key(std::string key, Field<E> f, double min, double max, std::s
   return k;
 }
 
+// A key that runs a command or contacts a host (KeySpec::reaches_out).
+inline KeySpec reaches_out(KeySpec k) {
+  k.reaches_out = true;
+  return k;
+}
+
+// A section's keys, each declared with whether a resume may change it (KeySpec::OnResume):
+//   k.fixed(int_key(...))  the trained state depends on it (model, data, batch, optimizer, schedule);
+//   k.may(int_key(...))    a resume may change it (steps, cadences, checkpoints, budgets, monitors).
+struct KeyList {
+  std::vector<KeySpec>& s;
+  void fixed(KeySpec k) {
+    k.on_resume = KeySpec::OnResume::kFixed;
+    s.push_back(std::move(k));
+  }
+  void may(KeySpec k) {
+    k.on_resume = KeySpec::OnResume::kMayChange;
+    s.push_back(std::move(k));
+  }
+};
+
 inline const std::vector<std::pair<std::string, Metric>> kMetrics = {
     {"val_loss", Metric::kValLoss}, {"loss", Metric::kLoss}, {"grad_norm", Metric::kGradNorm}};
 inline const std::vector<std::pair<std::string, MetricMode>> kMetricModes = {{"min", MetricMode::kMin},

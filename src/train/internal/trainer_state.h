@@ -112,6 +112,9 @@ struct Trainer::State {
   // Checkpoints, banner and summary (trainer_state.cpp).
   static int64_t checkpoint_world_size(const LoadedCheckpoint& ck);
   void adopt_run_config(const LoadedCheckpoint& ck);
+  // --resume auto without a sound checkpoint: the run's own config.toml, from step 0.
+  void start_over_with_run_config();
+  bool started_over = false;
   CheckpointData capture(bool snapshot);
   void restore(const LoadedCheckpoint& ck);
   void restore_data_position(const LoadedCheckpoint& ck);
