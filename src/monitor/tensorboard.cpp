@@ -12,6 +12,7 @@
 
 #include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
 #include "frugal/core/wall_clock.h"
@@ -87,38 +88,76 @@ void TensorBoardWriter::write_event(const std::string& serialized) {
 }
 
 void TensorBoardWriter::on_train_begin(const RunInfo& info) {
-  std::filesystem::create_directories(dir_);
-  path_ = next_event_file(dir_);
-  f_ = std::fopen(path_.c_str(), "wb");
-  if (!f_) throw IoError(fmt::format("cannot create {}: {}", path_, std::strerror(errno)));
-  write_event(detail::tb_version_event(unix_now(), info.start_step));
-  // The points earlier sessions logged after the step this one starts from (a killed session's steps
-  // past its checkpoint, or a run started over without one) are dropped by the reader.
-  write_event(detail::tb_session_start_event(unix_now(), info.start_step + 1));
-  const std::string config_path = RunDir(info.run_dir).config();
-  const std::string config = std::filesystem::exists(config_path) ? read_file(config_path) : "";
-  write_event(detail::tb_text_event(unix_now(), info.start_step,
-                                    {{"config", "```toml\n" + config + "```"}, {"levers", levers_}}));
+  start_step_ = info.start_step;
+  run_dir_ = info.run_dir;
+  began_ = true;
+}
+
+// The session's file, with its header events: made at the first point, so that a session that
+// logs nothing (a finished run resumed) leaves no file.
+bool TensorBoardWriter::open_file() {
+  if (f_) return true;
+  if (failed_ || !began_) return false;
+  try {
+    std::filesystem::create_directories(dir_);
+    path_ = next_event_file(dir_);
+    f_ = std::fopen(path_.c_str(), "wb");
+    if (!f_) throw IoError(fmt::format("cannot create {}: {}", path_, std::strerror(errno)));
+    write_event(detail::tb_version_event(unix_now(), start_step_));
+    // The points earlier sessions logged after the step this one starts from (a killed session's
+    // steps past its checkpoint, or a run started over without one) are dropped by the reader.
+    write_event(detail::tb_session_start_event(unix_now(), start_step_ + 1));
+    const std::string config_path = RunDir(run_dir_).config();
+    const std::string config = std::filesystem::exists(config_path) ? read_file(config_path) : "";
+    write_event(detail::tb_text_event(unix_now(), start_step_,
+                                      {{"config", "```toml\n" + config + "```"}, {"levers", levers_}}));
+    return true;
+  } catch (const std::exception& e) {
+    stop_writing(e.what());
+    return false;
+  }
+}
+
+void TensorBoardWriter::stop_writing(const std::string& why) {
+  if (f_) std::fclose(f_);
+  f_ = nullptr;
+  failed_ = true;
+  Console::get().line(
+      fmt::format("warning: tensorboard: {}; training goes on without TensorBoard (the points not written are "
+                  "counted in summary.json: trackers.tensorboard.dropped)",
+                  why));
+}
+
+void TensorBoardWriter::write_point(const std::string& serialized) {
+  if (!open_file()) {
+    ++dropped_;
+    return;
+  }
+  try {
+    write_event(serialized);
+    ++events_;
+  } catch (const std::exception& e) {
+    ++dropped_;
+    stop_writing(e.what());
+  }
 }
 
 void TensorBoardWriter::on_step_end(const StepMetrics& m, Control&) {
-  if (!m.logged || !f_) return;
+  if (!m.logged) return;
   const auto start = std::chrono::steady_clock::now();
-  write_event(scalars_event(m.step, step_json(m)));
-  ++events_;
+  write_point(scalars_event(m.step, step_json(m)));
   write_s_ += seconds_since(start);
 }
 
 void TensorBoardWriter::on_eval_end(const EvalMetrics& m, Control&) {
-  if (!f_) return;
   const auto start = std::chrono::steady_clock::now();
-  write_event(scalars_event(m.step, eval_json(m)));
-  ++events_;
+  write_point(scalars_event(m.step, eval_json(m)));
   write_s_ += seconds_since(start);
 }
 
 void TensorBoardWriter::add_to_summary(nlohmann::ordered_json& summary) {
-  summary["trackers"]["tensorboard"] = {{"dir", dir_}, {"events", events_}, {"trainer_thread_s", write_s_}};
+  summary["trackers"]["tensorboard"] = {
+      {"dir", dir_}, {"events", events_}, {"dropped", dropped_}, {"trainer_thread_s", write_s_}};
 }
 
 void TensorBoardWriter::on_train_end(const nlohmann::json&) {

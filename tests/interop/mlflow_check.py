@@ -135,7 +135,9 @@ def check_resumed_run(frugal, tmp, uri):
     train(CHECK, frugal, extra, resume=True)
     run_dir = os.path.join(tmp, "resumed")
     kept = json.load(open(os.path.join(run_dir, "mlflow.json")))
-    if set(kept) != {"uri", "experiment_id", "run_id"} or kept["uri"] != uri:
+    expected_keys = {"uri", "experiment", "experiment_id", "run_id", "run_dir", "sent_through_step"}
+    if (set(kept) != expected_keys or kept["uri"] != uri or kept["experiment"] != "frugal-check"
+            or kept["run_dir"] != os.path.realpath(run_dir) or kept["sent_through_step"] != 800):
         fail(f"mlflow.json: {kept}")
     exp = client.get_experiment_by_name("frugal-check")
     runs = client.search_runs([exp.experiment_id])

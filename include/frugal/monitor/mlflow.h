@@ -10,20 +10,26 @@
 //     with track.mlflow_weights), when the server stores artifacts itself (`mlflow server`'s
 //     default, mlflow-artifacts:/); and the run's status (FINISHED, FAILED, or KILLED for a
 //     preempted run, which a resume sets RUNNING again).
-// The run id is kept in runs/<name>/mlflow.json, so a resumed run continues the same MLflow run;
+// The run id is kept in runs/<name>/mlflow.json, so a resumed run continues the same MLflow run
+// (a copied or moved run dir, or a changed track.mlflow_experiment, makes a new one);
 // the steps the killed session had sent past its checkpoint are sent again, and the run's tag
 // frugal.resumes lists "STEP@TIME" for each resume (a reader takes each step's newest point).
 //
 // A tracker that is down or slow never stops or slows training: the trainer thread only puts
 // points into a bounded queue (track.mlflow_queue); a background thread sends them in batches
 // (what gathered in a second, or 1,000 points),
-// retries a server that does not answer, and warns once (and again when it answers). The end of
-// the run waits at most track.mlflow_timeout_s for the queue; what was never sent is counted in
+// retries a server that does not answer, and warns once (and again when it answers). Every request
+// is bounded as a whole (a server that trickles its answer is cut at the deadline) and its reply
+// is capped. The run's end has one deadline, track.mlflow_timeout_s, for all of it: the run's
+// status first, then what is queued, then the artifacts (the weights get time for their size on
+// top); a stop signal during it cuts it short; a preempted run gives MLflow at most 0.5 s (its
+// status), so exit 75 is never held up. What was never sent is counted in
 // summary.json's trackers.mlflow (sent, dropped). Credentials: MLFLOW_TRACKING_TOKEN (a bearer
 // token), or MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (basic auth), read from the
 // environment, never written anywhere.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,6 +48,9 @@ struct MlflowRunFacts {
   bool resuming = false;                                    // continue the run named in <run_dir>/mlflow.json, if any
   std::vector<std::pair<std::string, std::string>> params;  // key -> value (mlflow_params())
   std::map<std::string, std::string> tags;
+  // True once a stop signal has come (the trainer's flag): the end of the run then cuts its
+  // requests at once instead of waiting out their deadline. Empty: never.
+  std::function<bool()> stop_requested;
 };
 
 // The resolved config as MLflow params: every key of the schema but the secrets, strings
@@ -58,9 +67,10 @@ class MlflowTracker : public Callback {
   void on_train_begin(const RunInfo& info) override;
   void on_step_end(const StepMetrics& m, Control& control) override;
   void on_eval_end(const EvalMetrics& m, Control& control) override;
-  // Waits (at most track.mlflow_timeout_s) for the queue, then records trackers.mlflow.
+  // Starts the run's end (its one deadline): sends the run's status, waits for the queue, then
+  // records trackers.mlflow.
   void add_to_summary(nlohmann::ordered_json& summary) override;
-  // Artifacts and the run's status.
+  // The artifacts, in what is left of the end's deadline (none for a preempted run).
   void on_train_end(const nlohmann::json& summary) override;
 
   struct Sender;  // the background thread and its queue (mlflow.cpp)
@@ -69,6 +79,7 @@ class MlflowTracker : public Callback {
   void print_warnings();
   TrackConfig track_;
   double add_s_ = 0;  // the trainer thread's time handing points to the sender
+  bool preempted_ = false;
   MlflowRunFacts facts_;
   std::unique_ptr<Sender> sender_;
 };

@@ -10,7 +10,11 @@
 // protobuf), each framed as TFRecord specifies: length (u64 LE), masked CRC-32C of the length,
 // the bytes, masked CRC-32C of the bytes.
 //
-// Resume: every session writes a new file whose name sorts after the others, and starts it with a
+// A tracker never stops training: a file that cannot be made or written (a full disk) is warned
+// about once, and the points after it are counted as dropped in summary.json.
+//
+// Resume: every session that logs writes a new file whose name sorts after the others (made at its
+// first point: resuming a finished run adds none), and starts it with a
 // SessionLog START event at (the step it starts from + 1): TensorBoard's reader drops the earlier
 // files' points from that step on (the steps a killed session logged after its last checkpoint,
 // which the resumed session logs again), so no step is shown twice and none is missing.
@@ -37,16 +41,22 @@ class TensorBoardWriter : public Callback {
   void on_step_end(const StepMetrics& m, Control& control) override;
   void on_eval_end(const EvalMetrics& m, Control& control) override;
   void on_train_end(const nlohmann::json& summary) override;
-  // trackers.tensorboard: the folder, this session's events and the trainer thread's time in them.
+  // trackers.tensorboard: the folder, this session's events (and those dropped after a write
+  // failed) and the trainer thread's time in them.
   void add_to_summary(nlohmann::ordered_json& summary) override;
 
-  const std::string& path() const { return path_; }  // this session's event file ("" before the run)
+  const std::string& path() const { return path_; }  // this session's event file ("" before its first point)
 
  private:
   void write_event(const std::string& serialized);
-  std::string dir_, levers_, path_;
+  bool open_file();  // at the first point; false once writing failed
+  void write_point(const std::string& serialized);
+  void stop_writing(const std::string& why);
+  std::string dir_, levers_, path_, run_dir_;
+  int64_t start_step_ = 0;
   std::FILE* f_ = nullptr;
-  int64_t events_ = 0;
+  bool failed_ = false, began_ = false;
+  int64_t events_ = 0, dropped_ = 0;
   double write_s_ = 0;  // the trainer thread's time in on_step_end / on_eval_end
 };
 

@@ -1,6 +1,7 @@
 // The few calls of MLflow's REST API (2.0) the tracker makes, over plain HTTP (monitor/mlflow.h).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -22,11 +23,18 @@ struct MlflowError : std::runtime_error {
   int status;  // the HTTP status (0: no answer)
 };
 
+// The most a reply may hold (MLflow's are a few KiB): a larger one is refused, never read into memory.
+constexpr size_t kMaxMlflowReply = size_t{16} << 20;
+
+// Every call is bounded as a whole: `timeout_s` covers connecting, sending, the reply's headers
+// and its body together (a server that trickles a byte now and then is cut at the deadline, not
+// kept alive by it), and `give_up` (polled every 20 ms from a watchdog thread) cuts a call at
+// once, e.g. when a stop signal arrives. A cut call throws a retryable MlflowError.
 class MlflowClient {
  public:
   // Credentials from the environment: MLFLOW_TRACKING_TOKEN (Bearer), else
   // MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (basic auth).
-  explicit MlflowClient(HttpUrl url);
+  explicit MlflowClient(HttpUrl url, std::function<bool()> give_up = {});
 
   // POST /api/2.0/mlflow/<api> with a JSON body; the answer's JSON. Throws MlflowError.
   nlohmann::json post(const std::string& api, const nlohmann::json& body, double timeout_s) const;
@@ -41,6 +49,7 @@ class MlflowClient {
 
  private:
   HttpUrl url_;
+  std::function<bool()> give_up_;
   std::string token_, user_, password_;
 };
 
