@@ -442,7 +442,8 @@ void add_track_keys(std::vector<KeySpec>& s) {
       [](const ConfigValue& v) -> std::string { return std::get<std::string>(v).empty() ? "must not be empty" : ""; }));
   k.may(bool_key(FRUGAL_FIELD(track, mlflow_weights), "also send final/model.safetensors to MLflow as an artifact"));
   k.may(float_key(FRUGAL_FIELD(track, mlflow_timeout_s), 0.1, 3600,
-                  "seconds one MLflow request may take; the run's end waits at most this long"));
+                  "seconds one MLflow request may take in all; the run's end (status, queue, artifacts) waits at most "
+                  "this long"));
   k.may(int_key(FRUGAL_FIELD(track, mlflow_queue), 100, 1e8,
                 "metric points held while the MLflow server is slow or down; more are dropped and counted"));
 }
