@@ -50,6 +50,9 @@ HalvingSchedule halving_schedule(int64_t trials, const std::vector<int64_t>& run
   return p;
 }
 
+double not_reached_metric(MetricMode mode) { return mode == MetricMode::kMin ? 1e300 : -1e300; }
+bool is_not_reached(double metric) { return std::fabs(metric) >= 1e300; }
+
 namespace {
 // Whether a is better than b (both finite).
 bool better(double a, double b, MetricMode mode) { return mode == MetricMode::kMin ? a < b : a > b; }

@@ -13,6 +13,7 @@
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/monitor/report.h"  // format_figure
+#include "frugal/search/halving.h"
 #include "frugal/monitor/svg_chart.h"
 #include "frugal/train/run_config.h"
 
@@ -190,7 +191,9 @@ SearchOutcome write_search_outputs(const SearchContext& ctx, const HalvingSchedu
     out.best_toml = ctx.dir + "/best.toml";
     write_file_atomic(out.best_toml,
                       fmt::format("# written by `frugal search {}`: trial {} ({} {} at step {}, rank 1 of {})\n{}",
-                                  ctx.spec.file, out.best, ctx.spec.metric, format_figure(b["metric"].get<double>()),
+                                  ctx.spec.file, out.best, ctx.spec.metric,
+                                  is_not_reached(b["metric"].get<double>()) ? std::string("not reached")
+                                                                            : format_figure(b["metric"].get<double>()),
                                   b["steps"].get<int64_t>(), j["trials"].size(), rc.to_toml()));
     j["best_toml"] = out.best_toml;
   }
@@ -212,8 +215,11 @@ std::string values_text(const Json& values) {
   return fmt::format("{}", fmt::join(parts, " "));
 }
 
+// A metric or figure as shown; a trial that has not reached train.target_loss says so.
+std::string metric_text(double x) { return is_not_reached(x) ? "not reached" : format_figure(x); }
+
 std::string figure(const Json& v, const char* f = "{}") {
-  return v.is_number() ? fmt::format(fmt::runtime(f), format_figure(v.get<double>())) : "-";
+  return v.is_number() ? fmt::format(fmt::runtime(f), metric_text(v.get<double>())) : "-";
 }
 
 const char* kRungColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
@@ -224,7 +230,7 @@ double metric_clip(const Json& j) {
   std::vector<double> m;
   for (const auto& t : j["trials"])
     for (const auto& r : t["rungs"])
-      if (r["metric"].is_number()) m.push_back(r["metric"].get<double>());
+      if (r["metric"].is_number() && !is_not_reached(r["metric"].get<double>())) m.push_back(r["metric"].get<double>());
   if (m.size() < 3 || j["mode"] != "min") return NAN;
   std::sort(m.begin(), m.end());
   const double clip = m.front() + 4 * (m[m.size() / 2] - m.front());
@@ -245,6 +251,7 @@ std::string pareto_chart(const Json& j, bool by_speed) {
     for (const auto& t : j["trials"])
       for (const auto& r : t["rungs"]) {
         if (r["rung"].get<int64_t>() != k || !r["metric"].is_number() || r["steps"].get<int64_t>() <= 0) continue;
+        if (is_not_reached(r["metric"].get<double>())) continue;  // no point to plot
         const double spent = usd ? r["cost_usd"].get<double>() : r["wall_s"].get<double>();
         const double x = by_speed ? (r["tokens_per_s"].is_number() ? r["tokens_per_s"].get<double>() : NAN)
                                   : spent / r["steps"].get<double>() * static_cast<double>(max_steps);
@@ -348,7 +355,9 @@ std::string search_table(const Json& j) {
   for (const auto& t : j["trials"])
     out += fmt::format("{:<5} {:<6} {:>4} {:>7} {:>10} {:>10} {:>10} {:>10}  {:<10} {}\n", t["rank"].get<int64_t>(),
                        t["id"].get<std::string>(), t["rung"].get<int64_t>(), t["steps"].get<int64_t>(),
-                       t["metric"].is_number() ? fmt::format("{:.4f}", t["metric"].get<double>()) : "-",
+                       !t["metric"].is_number()                    ? std::string("-")
+                       : is_not_reached(t["metric"].get<double>()) ? std::string("not reached")
+                                                                   : fmt::format("{:.4f}", t["metric"].get<double>()),
                        figure(t["tokens_per_s"]), figure(t["cost_usd"]), figure(t["kg_co2"]),
                        t["status"].get<std::string>(), values_text(t["values"]));
   const Json& c = j["compute"];

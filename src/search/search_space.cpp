@@ -313,7 +313,10 @@ SearchSpec load_search_spec(const std::string& path, const std::vector<std::stri
     if (!fs::is_regular_file(s.base))
       throw ConfigError(fmt::format("search.base = \"{}\" in {}: no such file ({})", b.string(), path, s.base));
   }
-  if (!got.mode_given && s.metric.find("loss") == std::string::npos)
+  // A loss, and what reaching train.target_loss took (tokens, time, dollars, energy), are better
+  // smaller; any other figure needs its direction said.
+  const bool to_target = s.metric.size() > 10 && s.metric.compare(s.metric.size() - 10, 10, "_to_target") == 0;
+  if (!got.mode_given && s.metric.find("loss") == std::string::npos && !to_target)
     throw ConfigError(
         fmt::format("search.metric = \"{}\" in {}: say whether smaller or larger is better with "
                     "search.mode = \"min\" or \"max\"",

@@ -64,6 +64,21 @@ TEST(Halving, DecisionPromotesTheBestThatCanContinueAndNeverAFailure) {
   EXPECT_TRUE(d.promoted.empty());
 }
 
+// search.metric = "usd_to_target": a trial that has not reached the target is measured (not a
+// failure): it ranks after every trial that reached it and is promoted where there is room (here
+// no trial reached it yet at the first rung, and the best half still goes on to train longer).
+TEST(Halving, ATrialThatHasNotReachedTheTargetRanksLastButMayGoOn) {
+  const double no = not_reached_metric(MetricMode::kMin);
+  EXPECT_TRUE(is_not_reached(no));
+  EXPECT_FALSE(is_not_reached(12.5));
+  RungDecision d =
+      decide_rung(0, {{"t1", no, true}, {"t0", 0.30, true}, {"t2", NAN, true}, {"t3", no, true}}, 2, MetricMode::kMin);
+  EXPECT_EQ(d.ranked, (std::vector<std::string>{"t0", "t1", "t3", "t2"}));
+  EXPECT_EQ(d.promoted, (std::vector<std::string>{"t0", "t1"}));
+  d = decide_rung(0, {{"t0", no, true}, {"t1", no, true}, {"t2", NAN, true}}, 2, MetricMode::kMin);
+  EXPECT_EQ(d.promoted, (std::vector<std::string>{"t0"})) << "nobody reached it yet: the search goes on anyway";
+}
+
 TEST(Halving, RankingComparesTrialsAtEqualRungsThenByCost) {
   std::vector<Standing> s = {{"t000", 0, 0.5, 1.0},  // best metric, but stopped at the first rung
                              {"t001", 2, 1.2, 5.0},  {"t002", 2, 1.1, 9.0},

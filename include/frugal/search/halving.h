@@ -36,6 +36,11 @@ struct HalvingSchedule {
 HalvingSchedule halving_schedule(int64_t trials, const std::vector<int64_t>& rung_steps, double eta);
 
 // One trial's outcome at a rung.
+// The metric of a trial that has not reached train.target_loss, for a *_to_target metric: finite
+// (it is measured and may be promoted), and worse than any figure a trial that reached it has.
+double not_reached_metric(MetricMode mode);
+bool is_not_reached(double metric);
+
 struct RungEntry {
   std::string id;            // trial id ("t003"): the tie-breaker
   double metric = 0;         // non-finite = failed (ranked last, never promoted)

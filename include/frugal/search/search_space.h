@@ -63,6 +63,11 @@ struct SearchSpec {
 
   // The summary.json key the metric reads.
   std::string metric_key() const { return metric == "val_loss" ? "final_val_loss" : metric; }
+  // A metric of what reaching train.target_loss took ("usd_to_target", ...): a trial without it
+  // has not reached the target yet, which ranks it after those that have (not a failure).
+  bool metric_is_to_target() const {
+    return metric.size() > 10 && metric.compare(metric.size() - 10, 10, "_to_target") == 0;
+  }
   // What must not change when a search resumes (a JSON object; budgets and parallel may change).
   nlohmann::json identity() const;
 };

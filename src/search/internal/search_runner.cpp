@@ -25,6 +25,7 @@
 #include "frugal/core/exit_code.h"
 #include "frugal/core/wall_clock.h"
 #include "frugal/monitor/report.h"  // format_figure
+#include "frugal/search/halving.h"
 #include "frugal/train/preemption.h"
 #include "search/internal/child_process.h"
 
@@ -127,7 +128,8 @@ std::string progress_tail(const SearchContext& ctx) {
 // Records the trial's result at rung k from its summary; `own_end` = it ended on its own (early stop).
 void record(SearchContext& ctx, TrialState& t, int64_t k, const nlohmann::json& s, bool own_end) {
   const std::string key = ctx.spec.metric_key();
-  if (!s.contains(key))
+  const bool not_reached = ctx.spec.metric_is_to_target() && (!s.contains(key) || s[key].is_null());
+  if (!s.contains(key) && !not_reached)
     throw ConfigError(
         fmt::format("search.metric = \"{}\": {}/summary.json has no '{}'; use a number that "
                     "summary.json reports (final_val_loss is \"val_loss\")",
@@ -136,7 +138,9 @@ void record(SearchContext& ctx, TrialState& t, int64_t k, const nlohmann::json& 
   RungResult r;
   r.rung = k;
   r.steps = s.value("steps", int64_t{0});
-  r.metric = number_or_nan(s, key);
+  // A trial that has not reached the target (yet): the worst of the measured, never a failure, so
+  // it may go on to the next rung where there is room.
+  r.metric = not_reached ? not_reached_metric(ctx.spec.mode) : number_or_nan(s, key);
   r.tokens_per_s = number_or_nan(s, "tokens_per_s");
   r.cost_usd = t.spent_usd;
   r.kg_co2 = t.spent_kg_co2;
@@ -150,7 +154,10 @@ void record(SearchContext& ctx, TrialState& t, int64_t k, const nlohmann::json& 
   }
   ctx.save();
   ctx.say(fmt::format("{} {} {} | {} tok/s | ${:.4f}{} | {}", progress_head(ctx, t, k), ctx.spec.metric,
-                      std::isfinite(r.metric) ? fmt::format("{:.4f}", r.metric) : "not finite",
+                      not_reached ? std::string("target not reached")
+                      : std::isfinite(r.metric)
+                          ? fmt::format(ctx.spec.metric_is_to_target() ? "{:.6g}" : "{:.4f}", r.metric)
+                          : std::string("not finite"),
                       format_figure(r.tokens_per_s), r.cost_usd, own_end ? " | " + t.note : "", progress_tail(ctx)));
 }
 
