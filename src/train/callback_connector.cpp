@@ -1,6 +1,7 @@
 // The callback connector; see internal/callback_connector.h.
 #include "train/internal/callback_connector.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "frugal/train/deadline.h"
 #include "frugal/train/divergence_guard.h"
 #include "frugal/train/early_stopping.h"
+#include "frugal/train/preemption.h"
 #include "frugal/train/stop_at_step.h"
 #include "frugal/train/stop_rules.h"
 
@@ -38,8 +40,12 @@ std::optional<Deadline> checked_deadline(const Config& c) {
                     "\"\" for none",
                     format_utc(deadline->unix_s), deadline->source));
   if (deadline)
-    Console::get().line(fmt::format("deadline: {} ({}); the run checkpoints and exits 75 in time for it",
-                                    format_utc(deadline->unix_s), deadline->source));
+    Console::get().line(fmt::format(
+        "deadline: {} ({}); {}", format_utc(deadline->unix_s), deadline->source,
+        c.checkpoint.deadline_action == DeadlineAction::kDecay
+            ? "the run's WSD decay is moved to end before it (checkpoint.deadline_action = \"decay\"); where even "
+              "that does not fit, it checkpoints and exits 75"
+            : "the run checkpoints and exits 75 in time for it"));
   return deadline;
 }
 
@@ -68,6 +74,7 @@ std::shared_ptr<Callback> mlflow_tracker(const ConnectorContext& ctx) {
                 {"frugal.levers", levers},
                 {"frugal.run_dir", std::filesystem::absolute(ctx.run_dir).string()},
                 {"mlflow.source.name", "frugal train"}};
+  facts.stop_requested = preemption_requested;
   return std::make_shared<MlflowTracker>(c.track, std::move(facts));
 }
 
@@ -147,11 +154,18 @@ const Kind kKinds[] = {
      }},
     {"target_loss", false,
      [](Cfg ctx, const std::vector<Made>& before) -> Made {
-       if (ctx.config->train.target_loss <= 0) return nullptr;
+       const TrainConfig& t = ctx.config->train;
+       if (t.target_loss <= 0) return nullptr;
+       if (t.eval_every == 0 && ctx.writer)
+         Console::get().line(fmt::format(
+             "warning: train.target_loss = {} is checked at evaluations, and train.eval_every = 0 evaluates only at "
+             "the end: the run trains all train.steps = {} before it can stop there. Set train.eval_every (e.g. "
+             "{}) to stop when the target is reached",
+             t.target_loss, t.steps, std::max<int64_t>(1, t.steps / 20)));
        std::shared_ptr<const CostMeter> cost;
        for (const auto& cb : before)
          if (auto m = std::dynamic_pointer_cast<const CostMeter>(cb)) cost = m;
-       return std::make_shared<TargetLoss>(ctx.config->train.target_loss, cost);
+       return std::make_shared<TargetLoss>(t.target_loss, cost);
      }},
     {"deadline_guard", false,
      [](Cfg ctx, const std::vector<Made>&) -> Made {

@@ -89,7 +89,7 @@ void Trainer::State::train_one_step(Control& control) {
                  fmt::format("TaskHooks::lr_schedule({}, {}) returned {}; a learning rate must be finite and >= 0",
                              taken, total_steps(), base));
   } else {
-    base = schedule_lr(taken, c.train, total_steps());
+    base = schedule_lr(taken, c.train, total_steps(), loop.decay_from);
   }
   const double lr = loop.lr_scale * base;
   PhaseTrace::set_step(loop.step + 1);
@@ -196,6 +196,17 @@ void Trainer::State::apply_end_request(Control& control) {
   if (end <= 0 || end >= total_steps() || end <= loop.step) return;
   loop.end_step = end;
   loop.end_reason = std::move(why);
+  // An end this close comes after the step its WSD decay should have begun at: the decay begins
+  // now, from the peak, over the steps left (no cliff in the rate).
+  const TrainConfig& t = rc.config.train;
+  const int64_t taken = step->optimizer().step_count();
+  const int64_t own_start = wsd_decay_start(end, t.warmup_steps, t.decay_fraction);
+  if (t.schedule == LrSchedule::kWsd && !task.hooks.lr_schedule && own_start < taken) {
+    loop.decay_from = taken;
+    loop.end_reason +=
+        fmt::format("; its decay would have begun at step {}, so it begins now and runs over the {} steps left",
+                    own_start, end - loop.step);
+  }
   if (is_writer()) Console::get().line(fmt::format("step {}: {}", loop.step, loop.end_reason));
 }
 

@@ -20,6 +20,7 @@
 #include "frugal/core/phase_trace.h"
 #include "frugal/model/weights.h"
 #include "frugal/monitor/report.h"
+#include "frugal/train/lr_schedule.h"
 #include "frugal/train/run_config.h"
 
 namespace frugal {
@@ -48,12 +49,36 @@ void Trainer::State::adopt_run_config(const LoadedCheckpoint& ck) {
     Console::get().line(fmt::format("resume: {} = {} -> {} ({}), as asked; recorded in summary.json", change.key,
                                     change.from, change.to, change.origin));
     config_changes.push_back(change.to_json(ck.step));
+    warn_if_rewarmed(change, ck.step);
   }
   if (!not_taken.empty())
     Console::get().line(
         fmt::format("resume: {} is another run's checkpoint: its {} not taken (commands and servers "
                     "are the run's own); set them here to use them",
                     ck.path, fmt::join(not_taken, ", ")));
+}
+
+// More train.steps on a WSD run stopped in its decay moves the decay later: the rate goes back up
+// to the peak first. Allowed (a run may be extended on purpose), and said.
+void Trainer::State::warn_if_rewarmed(const ConfigChange& change, int64_t at_step) const {
+  const TrainConfig& t = rc.config.train;
+  if (change.key != "train.steps" || t.schedule != LrSchedule::kWsd || task.hooks.lr_schedule) return;
+  int64_t before = 0;
+  try {
+    before = std::stoll(change.from);
+  } catch (const std::exception&) {
+    return;
+  }
+  const int64_t was = wsd_decay_start(before, t.warmup_steps, t.decay_fraction);
+  const int64_t now = wsd_decay_start(t.steps, t.warmup_steps, t.decay_fraction);
+  if (at_step <= was || now <= was) return;
+  const double from = schedule_lr(at_step, t, before), to = schedule_lr(at_step, t, t.steps);
+  Console::get().line(fmt::format(
+      "warning: resume: the WSD decay had begun (at step {} of train.steps = {}; this checkpoint is at step {}); "
+      "with train.steps = {} it begins at step {}, so the rate goes back up, from {:.4g} to {:.4g}{}. To finish "
+      "the decay instead, keep train.steps = {}",
+      was, before, at_step, t.steps, now, from, to,
+      at_step < now ? fmt::format(" (the peak, train.lr, until step {})", now) : "", before));
 }
 
 // --resume auto on a run that has no sound checkpoint (killed before its first, or its only one
@@ -282,7 +307,7 @@ void Trainer::State::rollback(Control& control) {
   // the checkpoint's).
   const double elapsed_s = loop.elapsed_s, startup = loop.startup_s;
   // So does an end a deadline moved (the deadline did not move with the weights).
-  const int64_t end_step = loop.end_step;
+  const int64_t end_step = loop.end_step, decay_from = loop.decay_from;
   const std::string end_reason = loop.end_reason;
   std::vector<nlohmann::json> kept(callbacks.size());
   for (size_t i = 0; i < callbacks.size(); ++i)
@@ -291,6 +316,7 @@ void Trainer::State::rollback(Control& control) {
   loop.elapsed_s = elapsed_s;
   loop.startup_s = startup;
   loop.end_step = end_step;
+  loop.decay_from = decay_from;
   loop.end_reason = end_reason;
   for (size_t i = 0; i < callbacks.size(); ++i)
     if (callbacks[i]->state_survives_rollback()) callbacks[i]->load_state(kept[i]);

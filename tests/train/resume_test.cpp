@@ -1,7 +1,7 @@
-// Resume and stops end to end, in-process: a run stopped by a signal and resumed reproduces the
-// uninterrupted run bitwise (weights and metrics.jsonl minus timing fields) in fp32 and bf16,
-// also from an older checkpoint and past a corrupt newest one; early stopping, the divergence
-// guard and max_minutes stop with their stop_kind.
+// Resume end to end, in-process: a run stopped by a signal and resumed reproduces the
+// uninterrupted run bitwise (weights and metrics.jsonl minus timing fields) in fp32 and bf16, for
+// GPT and Llama, also from an older checkpoint and past a corrupt newest one, and with an end a
+// deadline moved (the WSD decay to it, even when moved late). How runs stop: run_stops_test.cpp.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -21,6 +21,7 @@
 #include "frugal/train/lr_schedule.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/trainer.h"
+#include "resume_util.h"
 #include "signal_at.h"
 #include "test_util.h"
 
@@ -28,58 +29,10 @@ namespace frugal::resume_test {
 namespace {
 namespace fs = std::filesystem;
 
-// metrics.jsonl without the fields that measure time.
-std::vector<nlohmann::json> metrics_without_timing(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    for (const char* k :
-         {"tokens_per_s", "step_s", "elapsed_s", "eval_s", "data_s", "forward_s", "backward_s", "optimizer_s",
-          "data_wait_s", "rss_mb", "cost_usd", "energy_kwh", "kg_co2", "samples_per_s", "mfu", "checkpoint_s"})
-      j.erase(k);
-    out.push_back(j);
-  }
-  return out;
-}
-
+using test::expect_identical_runs;
+using test::interrupted_then_resumed;
 nlohmann::json train(const std::string& out, std::vector<std::string> extra, TrainerOptions o = {}) {
-  auto sets = test::tiny_overrides(out);
-  // Dropout draws from the CPU generator; a checkpoint every 7 steps splits log windows of 5.
-  for (const char* s : {"model.dropout=0.1", "checkpoint.every_steps=7", "checkpoint.keep_last=5"}) sets.push_back(s);
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  o.quiet = true;
-  Trainer t(resolve_config("", sets, {}), o);
-  auto s = t.fit();
-  clear_preemption();
-  return s;
-}
-
-void expect_identical_runs(const std::string& a, const std::string& b) {
-  EXPECT_EQ(test::read_text(a + "/demo/final/model.safetensors"), test::read_text(b + "/demo/final/model.safetensors"))
-      << "final weights differ";
-  auto ma = metrics_without_timing(a + "/demo/metrics.jsonl");
-  auto mb = metrics_without_timing(b + "/demo/metrics.jsonl");
-  ASSERT_EQ(ma.size(), mb.size());
-  for (size_t i = 0; i < ma.size(); ++i) EXPECT_EQ(ma[i], mb[i]) << "metrics line " << i + 1;
-}
-
-void interrupted_then_resumed(const std::string& dir, std::vector<std::string> extra, int64_t stop_at,
-                              const std::string& final_kind = "completed") {
-  TrainerOptions o;
-  o.handle_signals = true;
-  o.callbacks = {std::make_shared<test::SignalAt>(stop_at, SIGUSR1)};
-  auto s = train(dir, extra, o);
-  ASSERT_EQ(s["stop_kind"], "preempted");
-  ASSERT_EQ(s["steps"], stop_at);
-  EXPECT_FALSE(fs::exists(dir + "/demo/final"));
-  TrainerOptions r;
-  r.resume = "auto";
-  auto done = train(dir, extra, r);
-  EXPECT_EQ(done["stop_kind"], final_kind);
-  EXPECT_EQ(done["checkpoint"]["resumed_from"].get<std::string>(),
-            dir + "/demo/checkpoints/" + checkpoint_dir_name(stop_at));
+  return test::train_tiny(out, std::move(extra), std::move(o));
 }
 
 TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseFp32) {
@@ -191,6 +144,43 @@ TEST(Resume, AMovedEndDecaysToItAndSurvivesAResumeBitwise) {
   auto done = train(b.path(), x, r);
   EXPECT_EQ(done["steps"], 20);
   EXPECT_EQ(sees->end, 20) << "the resumed session's RunInfo::total_steps";
+  expect_identical_runs(a.path(), b.path());
+}
+
+// An end moved after the step its decay should have begun at (a deadline guard that decides late:
+// the step time grew): the decay begins at the move, from the peak, over the steps left, instead of
+// jumping to where a decay begun earlier would be; a resume keeps that, bitwise.
+TEST(Resume, AnEndMovedPastItsDecayStartDecaysFromThereWithoutACliff) {
+  test::TempDir a, b;
+  std::vector<std::string> x = {"train.schedule=wsd", "train.decay_fraction=0.3", "train.lr=0.01",
+                                "train.min_lr_ratio=0.1", "train.log_every=1"};
+  ASSERT_EQ(wsd_decay_start(20, 5, 0.3), 14);  // the decay to step 20 begins at 14; the move comes at 16
+  TrainerOptions o;
+  o.callbacks = {std::make_shared<EndAt>(16, 20)};
+  auto s = train(a.path(), x, o);
+  EXPECT_EQ(s["steps"], 20);
+  EXPECT_NE(s["stop_reason"].get<std::string>().find(
+                "its decay would have begun at step 14, so it begins now and runs over the 4 steps left"),
+            std::string::npos)
+      << s["stop_reason"];
+  double previous = 0.01;
+  for (const auto& line : test::read_jsonl(a.path() + "/demo/metrics.jsonl")) {
+    if (!line.contains("lr")) continue;
+    const int64_t step = line["step"].get<int64_t>();
+    if (step <= 5) continue;  // the warm-up
+    const double lr = line["lr"].get<double>();
+    EXPECT_DOUBLE_EQ(lr, step <= 16 ? 0.01 : wsd_lr_at(step - 1, 20, 5, 0.01, 0.1, 0.3, 16)) << "step " << step;
+    EXPECT_LE(previous - lr, (0.01 - 0.001) / 4 + 1e-12) << "the rate fell off a cliff at step " << step;
+    previous = lr;
+  }
+  EXPECT_DOUBLE_EQ(previous, 0.001);  // the floor, at the end
+  TrainerOptions first;
+  first.handle_signals = true;
+  first.callbacks = {std::make_shared<EndAt>(16, 20), std::make_shared<test::SignalAt>(18, SIGUSR1)};
+  ASSERT_EQ(train(b.path(), x, first)["stop_kind"], "preempted");
+  TrainerOptions r;
+  r.resume = "auto";
+  EXPECT_EQ(train(b.path(), x, r)["steps"], 20);
   expect_identical_runs(a.path(), b.path());
 }
 
@@ -316,161 +306,6 @@ TEST(Resume, ASecondProcessOnALiveRunDirectoryIsRefusedWithTheHoldersPid) {
   }
   first.reset();  // released with its holder
   EXPECT_NO_THROW(Trainer(resolve_config("", sets, {}), r));
-}
-
-// train.target_loss: a target the first evaluation meets ends the run there as a success, with
-// what it took; one never met leaves the run to complete and says so.
-TEST(Stops, TargetLossEndsTheRunAsASuccessAndRecordsWhatItTook) {
-  test::TempDir dir;
-  auto s = train(dir.path(), {"train.target_loss=50", "budget.usd_per_hour=3.6", "budget.watts=360"});
-  EXPECT_EQ(s["stop_kind"], "target_reached");
-  EXPECT_EQ(s["steps"], 15);  // the first evaluation (train.eval_every = 15)
-  EXPECT_NE(s["stop_reason"].get<std::string>().find("target reached"), std::string::npos) << s["stop_reason"];
-  const auto& t = s["to_target"];
-  EXPECT_TRUE(t["reached"].get<bool>());
-  EXPECT_EQ(t["step"], 15);
-  EXPECT_EQ(t["tokens"].get<int64_t>(), 15 * s["tokens"].get<int64_t>() / s["steps"].get<int64_t>());
-  EXPECT_LE(t["val_loss"].get<double>(), 50.0);
-  const double wall = t["wall_s"].get<double>();
-  EXPECT_GT(wall, 0);
-  EXPECT_NEAR(t["usd"].get<double>(), wall / 3600 * 3.6, 1e-9);
-  EXPECT_NEAR(t["kwh"].get<double>(), wall / 3600 * 0.36, 1e-9);
-  EXPECT_EQ(s["tokens_to_target"], t["tokens"]);
-  EXPECT_TRUE(fs::exists(dir.path() + "/demo/final/model.safetensors"));
-
-  test::TempDir never;
-  auto n = train(never.path(), {"train.target_loss=0.0001"});
-  EXPECT_EQ(n["stop_kind"], "completed");
-  EXPECT_FALSE(n["to_target"]["reached"].get<bool>());
-  EXPECT_FALSE(n.contains("tokens_to_target"));
-}
-
-TEST(Stops, PreemptionWritesACheckpointAndSkipsTheFinalWeights) {
-  test::TempDir dir;
-  TrainerOptions o;
-  o.handle_signals = true;
-  o.callbacks = {std::make_shared<test::SignalAt>(9, SIGINT)};
-  auto s = train(dir.path(), {"checkpoint.enabled=false"}, o);
-  EXPECT_EQ(s["stop_kind"], "preempted");
-  EXPECT_NE(s["stop_reason"].get<std::string>().find("signal"), std::string::npos);
-  EXPECT_EQ(verify_checkpoint(dir.path() + "/demo/checkpoints/step-00000009"), "");
-  EXPECT_FALSE(fs::exists(dir.path() + "/demo/final"));
-  EXPECT_TRUE(fs::exists(dir.path() + "/demo/summary.json"));
-}
-
-TEST(Stops, EarlyStopLandsInSummaryAndAResumedRunStopsAtTheSameStep) {
-  // min_delta is huge: after the first evaluation none counts as an improvement.
-  std::vector<std::string> x = {"early_stop.enabled=true", "early_stop.patience=2", "early_stop.min_delta=100",
-                                "train.eval_every=3", "train.steps=40"};
-  test::TempDir a, b;
-  auto s = train(a.path(), x);
-  EXPECT_EQ(s["stop_kind"], "early_stop");
-  EXPECT_EQ(s["steps"], 9);  // evaluations at 3 (best), 6 and 9 (stalls)
-  EXPECT_NE(s["stop_reason"].get<std::string>().find("did not improve"), std::string::npos);
-  interrupted_then_resumed(b.path(), x, 7, "early_stop");  // the patience counter (1 stall) is in the checkpoint
-  auto r = nlohmann::json::parse(test::read_text(b.path() + "/demo/summary.json"));
-  EXPECT_EQ(r["stop_kind"], "early_stop");
-  EXPECT_EQ(r["steps"], 9);
-  expect_identical_runs(a.path(), b.path());
-}
-
-TEST(Stops, GuardRollsBackWithALowerLrThenGivesUp) {
-  // spike_factor 0.5 makes every window after the first a "spike": a forced divergence.
-  test::TempDir dir;
-  auto s = train(dir.path(), {"guard.spike_factor=0.5", "guard.spike_windows=1", "guard.max_rollbacks=2",
-                              "checkpoint.every_steps=5"});
-  EXPECT_EQ(s["stop_kind"], "guard");
-  ASSERT_EQ(s["rollbacks"].size(), 2u);
-  EXPECT_EQ(s["rollbacks"][0]["to_step"], 5);
-  EXPECT_DOUBLE_EQ(s["lr_scale"].get<double>(), 0.25);
-  EXPECT_NE(s["stop_reason"].get<std::string>().find("after 2 rollback"), std::string::npos) << s["stop_reason"];
-  EXPECT_FALSE(fs::exists(dir.path() + "/demo/final"));
-}
-
-// checkpoint.best_metric = "grad_norm" was accepted but never recorded, so keep_best kept nothing:
-// each checkpoint at a log step records the gradient norm of that step, and keep_best keeps the
-// smallest.
-TEST(Checkpoints, GradNormAsTheBestMetricIsRecordedAndRanked) {
-  test::TempDir dir;
-  auto s = train(dir.path(), {"checkpoint.every_steps=5", "checkpoint.keep_last=1", "checkpoint.keep_best=1",
-                              "checkpoint.best_metric=grad_norm", "train.log_every=5"});
-  std::map<int64_t, double> norms;  // step -> grad_norm, from metrics.jsonl
-  std::ifstream in(dir.path() + "/demo/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.contains("grad_norm") && j["grad_norm"].is_number()) norms[j["step"].get<int64_t>()] = j["grad_norm"];
-  }
-  ASSERT_GE(norms.size(), 4u);
-  int64_t best_step = -1;
-  for (const auto& [step, g] : norms)
-    if (step % 5 == 0 && (best_step < 0 || g < norms[best_step])) best_step = step;
-  std::vector<int64_t> kept;
-  for (const auto& c : list_checkpoints(dir.path() + "/demo/checkpoints")) {
-    kept.push_back(c.step);
-    ASSERT_TRUE(c.metric.has_value()) << c.path;
-    EXPECT_DOUBLE_EQ(*c.metric, norms.at(c.step)) << c.path;
-  }
-  // The newest, and the one with the smallest gradient norm.
-  EXPECT_NE(std::find(kept.begin(), kept.end(), s["steps"].get<int64_t>()), kept.end());
-  EXPECT_NE(std::find(kept.begin(), kept.end(), best_step), kept.end()) << best_step;
-}
-
-TEST(Stops, ARollbackBillsTheDivergedStepsOnce) {
-  // The checkpoint rolled back to records the time up to it; taking that as the time billed so far
-  // would count it twice (wall_s above the time fit() took).
-  test::TempDir dir;
-  auto sets = test::tiny_overrides(dir.path());
-  for (const char* s :
-       {"guard.spike_factor=0.5", "guard.spike_windows=1", "guard.max_rollbacks=2", "checkpoint.every_steps=5"})
-    sets.push_back(s);
-  TrainerOptions o;
-  o.quiet = true;
-  Trainer t(resolve_config("", sets, {}), o);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto s = t.fit();
-  const double fit_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  clear_preemption();
-  ASSERT_EQ(s["rollbacks"].size(), 2u);
-  EXPECT_LE(s["wall_s"].get<double>(), fit_s);
-}
-
-TEST(Stops, GuardWithoutACheckpointStopsAndSaysSo) {
-  test::TempDir dir;
-  auto s = train(dir.path(), {"guard.spike_factor=0.5", "guard.spike_windows=1", "checkpoint.every_steps=0"});
-  EXPECT_EQ(s["stop_kind"], "guard");
-  EXPECT_NE(s["stop_reason"].get<std::string>().find("no sound checkpoint"), std::string::npos) << s["stop_reason"];
-}
-
-TEST(Stops, MaxMinutesStopsWithACheckpoint) {
-  test::TempDir dir;
-  auto s = train(dir.path(), {"train.max_minutes=0.000001"});
-  EXPECT_EQ(s["stop_kind"], "max_minutes");
-  EXPECT_EQ(s["steps"], 1);
-  EXPECT_EQ(verify_checkpoint(dir.path() + "/demo/checkpoints/step-00000001"), "");
-}
-
-// Resuming a run that stopped at its time limit or its budget trains no step and bills none:
-// the uninterrupted run stopped there too (each resume used to train and bill one more step).
-TEST(Stops, AResumedRunAlreadyPastItsTimeLimitOrBudgetTrainsNoMoreSteps) {
-  for (const std::vector<std::string>& limit :
-       {std::vector<std::string>{"train.max_minutes=0.000001"},
-        std::vector<std::string>{"budget.usd_per_hour=360000", "budget.limit_usd=0.5", "train.log_every=1"}}) {
-    SCOPED_TRACE(limit[0]);
-    test::TempDir dir;
-    auto first = train(dir.path(), limit);
-    ASSERT_NE(first["stop_kind"], "completed");
-    const int64_t steps = first["steps"].get<int64_t>();
-    const std::string latest = first["checkpoint"]["latest"].get<std::string>();
-    ASSERT_FALSE(latest.empty());
-    TrainerOptions r;
-    r.resume = "auto";
-    for (int again = 0; again < 2; ++again) {
-      auto resumed = train(dir.path(), limit, r);
-      EXPECT_EQ(resumed["steps"].get<int64_t>(), steps) << "resume " << again + 1 << " trained another step";
-      EXPECT_EQ(resumed["stop_kind"], first["stop_kind"]);
-      EXPECT_EQ(resumed["checkpoint"]["latest"].get<std::string>(), latest) << "a checkpoint of no new step";
-    }
-  }
 }
 
 }  // namespace

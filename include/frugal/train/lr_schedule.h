@@ -37,11 +37,14 @@ inline int64_t wsd_decay_start(int64_t total, int64_t warmup, double decay_fract
 }
 
 // Warmup-stable-decay: the warm-up as above, `peak` until wsd_decay_start, then linear from peak
-// down to peak * min_ratio, reached at the last step (total - 1).
+// down to peak * min_ratio, reached at the last step (total - 1). `decay_from` > 0: the decay
+// begins no earlier than that step (an end moved so late that its decay should have begun
+// already: the rate goes down from the peak over the steps left, not from where it would be).
 inline double wsd_lr_at(int64_t step, int64_t total, int64_t warmup, double peak, double min_ratio,
-                        double decay_fraction) {
+                        double decay_fraction, int64_t decay_from = 0) {
   if (warmup > 0 && step < warmup) return warmup_lr(step, warmup, peak);
-  const int64_t start = wsd_decay_start(total, warmup, decay_fraction);
+  int64_t start = wsd_decay_start(total, warmup, decay_fraction);
+  if (decay_from > start) start = decay_from;
   if (step < start) return peak;
   const int64_t span = total - 1 - start;
   if (span <= 0) return peak * min_ratio;
@@ -51,10 +54,10 @@ inline double wsd_lr_at(int64_t step, int64_t total, int64_t warmup, double peak
 }
 
 // The rate train.schedule gives step `step` of `t`'s run of `total` steps (train.steps, or the
-// earlier end a deadline moved it to).
-inline double schedule_lr(int64_t step, const TrainConfig& t, int64_t total) {
+// earlier end a deadline moved it to; `decay_from`: see wsd_lr_at).
+inline double schedule_lr(int64_t step, const TrainConfig& t, int64_t total, int64_t decay_from = 0) {
   if (t.schedule == LrSchedule::kWsd)
-    return wsd_lr_at(step, total, t.warmup_steps, t.lr, t.min_lr_ratio, t.decay_fraction);
+    return wsd_lr_at(step, total, t.warmup_steps, t.lr, t.min_lr_ratio, t.decay_fraction, decay_from);
   return lr_at(step, total, t.warmup_steps, t.lr, t.min_lr_ratio);
 }
 inline double schedule_lr(int64_t step, const TrainConfig& t) { return schedule_lr(step, t, t.steps); }

@@ -45,7 +45,8 @@ nlohmann::json to_json(const LoopState& s) {
           {"lr_scale", s.lr_scale},
           {"rollbacks", s.rollbacks},
           {"end_step", s.end_step},
-          {"end_reason", s.end_reason}};
+          {"end_reason", s.end_reason},
+          {"decay_from", s.decay_from}};
 }
 
 LoopState loop_state_from_json(const nlohmann::json& j) {
@@ -68,6 +69,7 @@ LoopState loop_state_from_json(const nlohmann::json& j) {
     s.rollbacks = j.at("rollbacks").get<int64_t>();
     s.end_step = j.value("end_step", int64_t{0});  // absent in checkpoints of earlier versions
     s.end_reason = j.value("end_reason", std::string());
+    s.decay_from = j.value("decay_from", int64_t{0});
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(fmt::format("state.json \"loop\" is incomplete: {}", e.what()));
@@ -116,7 +118,12 @@ void set_cpu_rng_state_hex(const std::string& hex) {
   std::copy(bytes.begin(), bytes.end(), t.data_ptr<uint8_t>());
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(t);
+  try {
+    gen.set_state(t);
+  } catch (const c10::Error& e) {  // the right size, but no state the generator takes
+    throw CheckpointError(
+        fmt::format("state.json rng.cpu is not a CPU generator state: {}", e.what_without_backtrace()));
+  }
 }
 
 }  // namespace frugal::detail

@@ -33,6 +33,9 @@ struct LoopState {
   // request_end_at: checkpoint.deadline_action = "decay"); 0 = train.steps. Kept by a resume.
   int64_t end_step = 0;
   std::string end_reason;
+  // With that end, the optimizer step the WSD decay begins at when its own start had passed
+  // already (wsd_lr_at's decay_from); 0 = the schedule's own start.
+  int64_t decay_from = 0;
 };
 
 nlohmann::json to_json(const LoopState& s);

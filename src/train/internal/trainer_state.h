@@ -24,6 +24,7 @@
 #include "frugal/data/batch_source.h"
 #include "frugal/train/data_parallelism.h"
 #include "frugal/train/preemption.h"
+#include "frugal/train/run_config.h"
 #include "frugal/train/run_setup.h"
 #include "frugal/train/step_metrics.h"
 #include "frugal/train/train_step.h"
@@ -112,6 +113,7 @@ struct Trainer::State {
   // Checkpoints, banner and summary (trainer_state.cpp).
   static int64_t checkpoint_world_size(const LoadedCheckpoint& ck);
   void adopt_run_config(const LoadedCheckpoint& ck);
+  void warn_if_rewarmed(const ConfigChange& change, int64_t at_step) const;
   // --resume auto without a sound checkpoint: the run's own config.toml, from step 0.
   void start_over_with_run_config();
   bool started_over = false;
