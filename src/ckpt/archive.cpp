@@ -59,14 +59,7 @@ uint64_t dir_bytes(const std::string& dir) {
 // training run's retention removes checkpoints while it runs. Only a run frugal trained has a
 // lock file; none is made here (planning only reads).
 std::string training_note(const fs::path& run) {
-  std::error_code ec;
-  if (!fs::exists(RunDir(run.string()).lock(), ec)) return "";
-  try {
-    DirLock probe(run.string());
-    return "";
-  } catch (const ConfigError&) {
-    return "training (a live process holds the run directory's lock)";
-  }
+  return locked_by_another_process(run.string()) ? "training (a live process holds the run directory's lock)" : "";
 }
 
 // Temporary archives of `frugal archive` processes that died before renaming them into place

@@ -3,6 +3,7 @@
 #include "frugal/ckpt/checkpoint.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <mutex>
 #include <set>
 
 #include "frugal/core/atomic_file.h"
@@ -255,6 +257,16 @@ CheckpointCheck check_checkpoint(const std::string& path) {
 }
 
 namespace {
+// The size of LibTorch's CPU generator state (what state.json's rng.cpu holds, as hex).
+size_t cpu_rng_bytes() {
+  static const size_t bytes = [] {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    return static_cast<size_t>(gen.get_state().numel());
+  }();
+  return bytes;
+}
+
 // What a checkpoint's state.json and data_state.json must hold besides their checksums: the
 // fields resume relies on, by type and range, and exactly the files write_checkpoint writes. A
 // state.json re-signed by hand (its COMPLETE recomputed) with `files: {}` skipped every file's
@@ -264,6 +276,9 @@ namespace {
 std::string state_problem(const nlohmann::json& s) {
   auto is_int_at_least = [](const nlohmann::json& v, int64_t min) {
     return v.is_number_integer() && v.get<int64_t>() >= min;
+  };
+  auto is_finite_at_least = [](const nlohmann::json& v, double min) {
+    return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= min;
   };
   auto one_of = [](const nlohmann::json& v, std::initializer_list<const char*> allowed) {
     if (!v.is_string()) return false;
@@ -293,11 +308,14 @@ std::string state_problem(const nlohmann::json& s) {
     const auto& l = s["loop"];
     if (!l.is_object()) return "\"loop\" is not an object";
     if (l.contains("step") && l["step"] != s["step"]) return "\"loop.step\" differs from \"step\"";
-    for (const char* k : {"elapsed_s", "startup_s"})
-      if (l.contains(k) && !(l[k].is_number() && l[k].get<double>() >= 0 && std::isfinite(l[k].get<double>())))
-        return fmt::format("\"loop.{}\" is not a time >= 0", k);
-    for (const char* k : {"tokens", "window_steps", "window_tokens", "rollbacks"})
+    for (const char* k : {"elapsed_s", "startup_s", "window_s"})
+      if (l.contains(k) && !is_finite_at_least(l[k], 0)) return fmt::format("\"loop.{}\" is not a time >= 0", k);
+    for (const char* k : {"tokens", "window_steps", "window_tokens", "rollbacks", "end_step", "decay_from"})
       if (l.contains(k) && !is_int_at_least(l[k], 0)) return fmt::format("\"loop.{}\" is not a whole number >= 0", k);
+    // The product of guard.lr_factor (each in (0, 1]) over the rollbacks.
+    if (l.contains("lr_scale") &&
+        !(is_finite_at_least(l["lr_scale"], 0) && l["lr_scale"].get<double>() > 0 && l["lr_scale"].get<double>() <= 1))
+      return "\"loop.lr_scale\" is not a number in (0, 1]";
     if (l.contains("last_eval_step") && !is_int_at_least(l["last_eval_step"], -1))  // -1: none yet
       return "\"loop.last_eval_step\" is not a step (or -1)";
   }
@@ -307,6 +325,30 @@ std::string state_problem(const nlohmann::json& s) {
     return "\"optimizer_steps\" is not a whole number >= 0";
   if (s.contains("precision") && !one_of(s["precision"], {"fp32", "bf16", "fp16"}))
     return "\"precision\" is not one of fp32, bf16, fp16";
+  if (s.contains("loss_scaler")) {
+    const auto& ls = s["loss_scaler"];
+    if (!ls.is_object()) return "\"loss_scaler\" is not an object";
+    if (ls.contains("scale") && !(is_finite_at_least(ls["scale"], 0) && ls["scale"].get<double>() > 0))
+      return "\"loss_scaler.scale\" is not a number > 0";
+    for (const char* k : {"growth_tracker", "skipped", "skipped_at_floor"})
+      if (ls.contains(k) && !is_int_at_least(ls[k], 0))
+        return fmt::format("\"loss_scaler.{}\" is not a whole number >= 0", k);
+  }
+  if (s.contains("rng")) {
+    const auto& rng = s["rng"];
+    auto is_hex = [](const nlohmann::json& v) {
+      return v.is_string() && v.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos;
+    };
+    if (!rng.is_object()) return "\"rng\" is not an object";
+    if (rng.contains("cpu") && !(is_hex(rng["cpu"]) && rng["cpu"].get<std::string>().size() == 2 * cpu_rng_bytes()))
+      return fmt::format("\"rng.cpu\" is not the CPU generator's state ({} bytes as hex digits)", cpu_rng_bytes());
+    if (rng.contains("cuda")) {
+      if (!rng["cuda"].is_array()) return "\"rng.cuda\" is not a list";
+      for (const auto& g : rng["cuda"])
+        if (!is_hex(g) || g.get<std::string>().empty() || g.get<std::string>().size() % 2 != 0)
+          return "\"rng.cuda\" holds an entry that is not a generator state in hex digits";
+    }
+  }
   return "";
 }
 

@@ -11,6 +11,7 @@
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
 #include "ckpt/internal/archive_io.h"
@@ -18,12 +19,31 @@
 namespace frugal {
 namespace fs = std::filesystem;
 
-std::string restore_checkpoint(const std::string& archive, const std::string& runs_dir) {
+namespace {
+
+// Staging folders of restores whose process is gone (killed mid-extraction): never used again.
+void remove_dead_stages(const fs::path& runs_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(runs_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const std::string prefix = ".tmp-restore-";
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    if (!process_alive(std::stoll(pid))) remove_tree(e.path().string(), ec);
+  }
+}
+
+}  // namespace
+
+std::string restore_checkpoint(const std::string& archive, const std::string& runs_dir, bool* already) {
+  if (already) *already = false;
   require_feature("libarchive", "frugal restore (a checkpoint archive is a .tar.zst)");
 #if FRUGAL_HAVE_LIBARCHIVE
   using namespace archive_io;
   if (!fs::is_regular_file(archive)) throw ConfigError(fmt::format("archive {} does not exist", archive));
   fs::create_directories(runs_dir);
+  remove_dead_stages(runs_dir);
   const fs::path stage = fs::path(runs_dir) / fmt::format(".tmp-restore-{}", ::getpid());
   std::error_code ec;
   remove_tree(stage, ec);
@@ -70,6 +90,11 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
           fmt::format("{} is not a frugal checkpoint archive (no readable {} with format "
                       "\"frugal-checkpoint-archive\", run and checkpoint)",
                       archive, kMetaName));
+    if (meta.value("version", nlohmann::json()) != 1)
+      throw CheckpointError(
+          fmt::format("{} is a checkpoint archive of version {}; this frugal restores version 1 "
+                      "(restore it with the frugal that wrote it)",
+                      archive, meta.value("version", nlohmann::json()).dump()));
     const std::string run = meta["run"].get<std::string>();
     const std::string name = meta["checkpoint"].get<std::string>();
     if (!safe_member(run) || !safe_member(name) || run.find('/') != std::string::npos ||
@@ -80,11 +105,23 @@ std::string restore_checkpoint(const std::string& archive, const std::string& ru
       throw CheckpointError(fmt::format("the checkpoint restored from {} does not verify: {}", archive, bad));
     const fs::path dest_root = RunDir((fs::path(runs_dir) / run).string()).checkpoints();
     const fs::path dest = dest_root / name;
-    if (fs::exists(dest))
+    if (fs::exists(dest)) {
+      // A rerun (several archives, the first ones restored before): the same checkpoint is there.
+      std::error_code same_ec;
+      const bool same =
+          fs::is_regular_file(dest / "COMPLETE", same_ec) &&
+          read_small_file((dest / "COMPLETE").string()) == read_small_file((staged / "COMPLETE").string()) &&
+          verify_checkpoint(dest.string()).empty();
+      if (same) {
+        cleanup();
+        if (already) *already = true;
+        return dest.string();
+      }
       throw ConfigError(
           fmt::format("{} already exists; restoring {} would overwrite it (move or remove that "
                       "checkpoint first, or restore into another --runs directory)",
                       dest.string(), archive));
+    }
     fs::create_directories(dest_root);
     fs::rename(staged, dest);
     fsync_dir(dest_root.string());

@@ -67,17 +67,21 @@ void add_archive_commands(CLI::App& app, Run* run) {
 
   auto archives = std::make_shared<std::vector<std::string>>();
   auto runs_dir = std::make_shared<std::string>("runs");
-  auto* restore =
-      app.add_subcommand("restore",
-                         "Put archived checkpoints back: extracts each ARCHIVE (written by `frugal archive`) to "
-                         "RUNS_DIR/<run>/checkpoints/step-NNNNNNNN, verifies its checksums, never overwrites.");
+  auto* restore = app.add_subcommand(
+      "restore",
+      "Put archived checkpoints back: extracts each ARCHIVE (written by `frugal archive`) to "
+      "RUNS_DIR/<run>/checkpoints/step-NNNNNNNN, verifies its checksums, never overwrites (a checkpoint "
+      "already restored is said and skipped, so a rerun over the same archives finishes them).");
   restore->add_option("archives", *archives, "archive files (.tar.zst)")->required()->check(CLI::ExistingFile);
   restore->add_option("--runs", *runs_dir, "runs directory to restore into (default runs)");
   restore->callback([archives, runs_dir, run] {
     *run = [archives, runs_dir] {
-      for (const auto& f : *archives)
-        fmt::print("restored {} -> {}\n", f,
-                   reading_named_input("the archive " + f, [&] { return restore_checkpoint(f, *runs_dir); }));
+      for (const auto& f : *archives) {
+        bool already = false;
+        const std::string to =
+            reading_named_input("the archive " + f, [&] { return restore_checkpoint(f, *runs_dir, &already); });
+        fmt::print("{} {} -> {}\n", already ? "already restored" : "restored", f, to);
+      }
       return 0;
     };
   });

@@ -17,6 +17,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/core/atomic_file.h"
@@ -170,13 +175,21 @@ TEST(Archive, RoundTripRestoresTheCheckpointBitwise) {
   EXPECT_EQ(restore_checkpoint(arc, runs), old);
   EXPECT_EQ(files_of(old), before);
   EXPECT_EQ(verify_checkpoint(old), "");
-  // Restoring again would overwrite: refused as bad input (exit 2), naming the directory.
+  // Restoring again (a rerun over several archives) finds the same checkpoint there: left as it
+  // is, said so. One with other files there is never overwritten: bad input (exit 2), named.
+  bool already = false;
+  EXPECT_EQ(restore_checkpoint(arc, runs, &already), old);
+  EXPECT_TRUE(already);
+  EXPECT_EQ(files_of(old), before);
+  test::write_text(old + "/COMPLETE", test::read_text(old + "/COMPLETE") + " ");
   try {
     restore_checkpoint(arc, runs);
     ADD_FAILURE();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("already exists"), std::string::npos) << e.what();
   }
+  remove_tree(old);
+  EXPECT_EQ(restore_checkpoint(arc, runs), old);
   // A rerun after a kill between the archive's rename and the checkpoint's removal finds an
   // archive that holds exactly the checkpoint's files: it completes the move.
   EXPECT_EQ(archive_checkpoint(c, dir.file("cold")), arc);
@@ -216,6 +229,63 @@ TEST(Archive, ARepackByPlainTarRestores) {
 }
 
 #if FRUGAL_HAVE_LIBARCHIVE
+// Writes a .tar.zst of regular files (name, content), as a forger would.
+void write_archive(const std::string& path, const std::vector<std::pair<std::string, std::string>>& files) {
+  struct archive* a = archive_write_new();
+  archive_write_set_format_pax_restricted(a);
+  archive_write_add_filter_zstd(a);
+  archive_write_open_filename(a, path.c_str());
+  for (const auto& [name, data] : files) {
+    struct archive_entry* e = archive_entry_new();
+    archive_entry_set_pathname(e, name.c_str());
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, static_cast<la_int64_t>(data.size()));
+    archive_write_header(a, e);
+    archive_write_data(a, data.data(), data.size());
+    archive_entry_free(e);
+  }
+  archive_write_close(a);
+  archive_write_free(a);
+}
+
+// Archives no `frugal archive` writes are refused by what is wrong, before anything lands: 16,000
+// members (each extracted took 112 s in all), a 100 KB member name (exit 1 from the file system),
+// a meta file of another version. A killed restore's staging folder goes at the next restore; a
+// live process's stays.
+TEST(Archive, RestoreRefusesForgedArchivesAndClearsWhatKilledRestoresLeft) {
+  test::TempDir dir;
+  const std::string runs = dir.file("runs");
+  auto refused = [&](const std::string& arc, const std::string& why) {
+    try {
+      restore_checkpoint(arc, runs);
+      ADD_FAILURE() << arc << " was restored";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  std::vector<std::pair<std::string, std::string>> many;
+  for (int i = 0; i < 1000; ++i) many.emplace_back(fmt::format("step-00000010/f{}", i), "");
+  write_archive(dir.file("many.tar.zst"), many);
+  refused(dir.file("many.tar.zst"), "holds more than 64 members");
+  write_archive(dir.file("long.tar.zst"), {{"step-00000010/" + std::string(100000, 'x'), "1"}});
+  refused(dir.file("long.tar.zst"), "holds a member name of 100014 bytes");
+  const nlohmann::json meta = {
+      {"format", "frugal-checkpoint-archive"}, {"version", 2}, {"run", "a"}, {"checkpoint", "step-00000010"}};
+  write_archive(dir.file("v2.tar.zst"), {{"frugal-archive.json", meta.dump()}});
+  refused(dir.file("v2.tar.zst"), "is a checkpoint archive of version 2; this frugal restores version 1");
+  EXPECT_FALSE(fs::exists(runs + "/a"));
+
+  fs::create_directories(runs + "/.tmp-restore-4999999/step-00000010");  // above any Linux pid: dead
+  fs::create_directories(runs + "/.tmp-restore-1");                      // init: alive
+  make_checkpoint(runs, "a", 10, 0.9, 100);
+  make_checkpoint(runs, "a", 20, 0.5, 1);
+  const std::string arc = archive_checkpoint(find(plan_archive(runs, 0), "a", 10), dir.file("cold"));
+  EXPECT_NE(restore_checkpoint(arc, runs), "");
+  EXPECT_FALSE(fs::exists(runs + "/.tmp-restore-4999999"));
+  EXPECT_TRUE(fs::exists(runs + "/.tmp-restore-1"));
+}
+
 // A hand-made archive whose member escapes the staging directory.
 TEST(Archive, RestoreRejectsUnsafeMemberNamesAndDamage) {
   test::TempDir dir;
@@ -282,9 +352,15 @@ TEST(Archive, CliDryRunChangesNothingAndRealRunPrintsRestoreCommand) {
   auto back = test::run_frugal("restore " + arc + " --runs " + runs);
   EXPECT_EQ(back.exit_code, 0) << back.output;
   EXPECT_EQ(verify_checkpoint(runs + "/a/checkpoints/step-00000010"), "");
-  auto again = test::run_frugal("restore " + arc + " --runs " + runs);  // would overwrite: bad input
-  EXPECT_EQ(again.exit_code, 2) << again.output;
-  EXPECT_NE(again.output.find("already exists"), std::string::npos) << again.output;
+  // A rerun finds it there, the same: said, and the rest of the list goes on.
+  auto again = test::run_frugal("restore " + arc + " --runs " + runs);
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("already restored " + arc), std::string::npos) << again.output;
+  // Another checkpoint of that name there (its files changed): never overwritten, bad input.
+  test::write_text(runs + "/a/checkpoints/step-00000010/COMPLETE", "changed\n");
+  auto other = test::run_frugal("restore " + arc + " --runs " + runs);
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("already exists"), std::string::npos) << other.output;
 }
 
 }  // namespace

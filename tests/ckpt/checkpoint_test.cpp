@@ -240,6 +240,29 @@ TEST(Checkpoint, AReSignedStateJsonWithMissingFilesOrImpossibleValuesIsNotSound)
       {[](nlohmann::json& s) { s["optimizer_steps"] = -2; }, "optimizer_steps"},
       {[](nlohmann::json& s) { s["precision"] = "fp64"; }, "precision"},
       {[](nlohmann::json& s) { s["files"]["model.safetensors"]["xxh3"] = "zz"; }, "model.safetensors"},
+      {[](nlohmann::json& s) { s["loop"]["lr_scale"] = 1e308; }, "loop.lr_scale"},
+      {[](nlohmann::json& s) { s["loop"]["lr_scale"] = "1"; }, "loop.lr_scale"},
+      {[](nlohmann::json& s) { s["loop"]["decay_from"] = -5; }, "loop.decay_from"},
+      {[](nlohmann::json& s) {
+         s["loss_scaler"] = {{"scale", -1.0}};
+       },
+       "loss_scaler.scale"},
+      {[](nlohmann::json& s) {
+         s["loss_scaler"] = {{"scale", 1.0}, {"skipped", "2"}};
+       },
+       "loss_scaler.skipped"},
+      {[](nlohmann::json& s) {
+         s["rng"] = {{"cpu", "00ff"}};
+       },
+       "rng.cpu"},  // hex, but not a generator's state
+      {[](nlohmann::json& s) {
+         s["rng"] = {{"cpu", 12}};
+       },
+       "rng.cpu"},
+      {[](nlohmann::json& s) {
+         s["rng"] = {{"cuda", {"xyz"}}};
+       },
+       "rng.cuda"},
   };
   for (const auto& [edit, named] : edits) {
     nlohmann::json s = good;

@@ -49,8 +49,12 @@ std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t 
 std::string archive_checkpoint(const ArchiveCandidate& c, const std::string& to_dir);
 
 // Extracts an archive back to RUNS_DIR/<run>/checkpoints/step-NNNNNNNN (the run name is read from
-// the archive) and returns that path. Throws CheckpointError if the checkpoint already exists,
-// the archive is damaged, a member name is unsafe, or the restored files fail verification.
-std::string restore_checkpoint(const std::string& archive, const std::string& runs_dir);
+// the archive) and returns that path. A checkpoint already there with the same files (a rerun) is
+// left as it is and *already set; one with other files is never overwritten (ConfigError). Throws
+// CheckpointError if the archive is damaged, is another version's, holds an unsafe or overlong
+// member name or more members than a checkpoint has, or the restored files fail verification.
+// Staging folders of restores that were killed (.tmp-restore-<pid> of a pid no longer alive)
+// are removed first.
+std::string restore_checkpoint(const std::string& archive, const std::string& runs_dir, bool* already = nullptr);
 
 }  // namespace frugal

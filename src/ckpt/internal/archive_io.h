@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -97,12 +98,27 @@ inline void read_members(const std::string& archive, Sink sink, OnMember on_memb
     throw CheckpointError(
         fmt::format("archive {} cannot be read (damaged or not a .tar.zst): {}", archive, archive_error_string(r.a)));
   struct archive_entry* e = nullptr;
-  while (true) {
+  // A checkpoint archive holds its meta file and a checkpoint's few files (and, repacked by plain
+  // tar, their folders): anything much larger is not one, and is not unpacked entry by entry.
+  constexpr int kMaxMembers = 64;
+  constexpr size_t kMaxName = 255;
+  for (int members = 1;; ++members) {
     int rc = archive_read_next_header(r.a, &e);
     if (rc == ARCHIVE_EOF) break;
     if (rc != ARCHIVE_OK)
       throw CheckpointError(fmt::format("archive {} is damaged: {}", archive, archive_error_string(r.a)));
-    const std::string name = normal_member(archive_entry_pathname(e));
+    if (members > kMaxMembers)
+      throw CheckpointError(
+          fmt::format("archive {} holds more than {} members; a checkpoint archive holds a "
+                      "checkpoint's few files: not one written by `frugal archive`",
+                      archive, kMaxMembers));
+    const char* raw = archive_entry_pathname(e);
+    if (raw == nullptr || std::strlen(raw) > kMaxName)
+      throw CheckpointError(
+          fmt::format("archive {} holds a member name of {} bytes; a checkpoint archive's are "
+                      "step-NNNNNNNN/<file>, at most {} bytes",
+                      archive, raw ? std::strlen(raw) : 0, kMaxName));
+    const std::string name = normal_member(raw);
     if (archive_entry_filetype(e) == AE_IFDIR) continue;  // directories are implied by file names
     if (archive_entry_filetype(e) != AE_IFREG)
       throw CheckpointError(
