@@ -5,6 +5,8 @@
 
 #include "cli/commands.h"
 #include "frugal/core/config_loader.h"
+#include "frugal/core/errors.h"
+#include "frugal/train/run_config.h"
 
 namespace frugal::cli {
 
@@ -51,7 +53,15 @@ void add_config_command(CLI::App& app, Run* run) {
         }
         return 0;
       }
-      fmt::print("{}", resolve_config(args->config, args->sets, process_environment()).to_toml());
+      // As `frugal train` would run it: model.vocab from a shards dataset, model.* from init_from.
+      // What cannot be completed here (a dataset not there yet) is said, and the rest printed.
+      ResolvedConfig rc = resolve_config(args->config, args->sets, process_environment());
+      try {
+        complete_config(rc);
+      } catch (const Error& e) {
+        fmt::print(stderr, "note: printed without what the data or model.init_from would fill in: {}\n", e.what());
+      }
+      fmt::print("{}", rc.to_toml());
       return 0;
     };
   });

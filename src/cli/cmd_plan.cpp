@@ -16,6 +16,7 @@
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/core/console.h"
+#include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
 #include "frugal/tune/plan.h"
@@ -40,12 +41,6 @@ double process_age_s() {
   }
   return 0;
 }
-
-namespace {
-
-std::string default_plan_path(const Config& c) { return RunDir::of(c).plan(); }
-
-}  // namespace
 
 void plan_before_training(const std::string& config, const std::vector<std::string>& sets,
                           const std::map<std::string, std::string>& env, double launch_s, bool quiet,
@@ -126,11 +121,22 @@ void add_plan_command(CLI::App& app, Run* run) {
       auto& con = Console::get();
       con.finish_status();
       con.line(plan.table());
-      const std::string path = args->json_out.empty()
-                                   ? default_plan_path(resolve_run_config(config, args->sets, env).config)
-                                   : args->json_out;
-      write_file_atomic(path, plan.to_json().dump(2) + "\n");
-      con.line("wrote " + path);
+      std::string path = args->json_out;
+      if (path.empty()) {
+        // A run training now writes its own plan.json (plan.before_train): this one is not put over it.
+        const RunDir dir = RunDir::of(resolve_run_config(config, args->sets, env).config);
+        if (locked_by_another_process(dir.root()))
+          con.line(
+              fmt::format("{} is training now: its plan.json is left as it is (--json-out FILE writes this plan "
+                          "elsewhere)",
+                          dir.root()));
+        else
+          path = dir.plan();
+      }
+      if (!path.empty()) {
+        write_file_atomic(path, plan.to_json().dump(2) + "\n");
+        con.line("wrote " + path);
+      }
       if (args->json) fmt::print("{}\n", plan.to_json().dump());
       const std::string why = budget_shortfall(plan);
       if (why.empty()) return exit_status(ExitCode::kDone);

@@ -35,7 +35,8 @@ struct SampleArgs {
   int64_t max_tokens = 64;
   double temperature = 0;
   uint64_t seed = 0;
-  std::string stop = "\\n";
+  std::string stop;  // with stop_given; else by the run's data (stop_by_default)
+  bool stop_given = false;
   std::string weights;
   bool json = false;
 };
@@ -96,11 +97,18 @@ int run_sample(const SampleArgs& a) {
   if (encoded.empty() && a.prompt == SampleArgs().prompt) encoded = tokenizer->separator();
   if (encoded.empty()) throw ConfigError(fmt::format("--prompt '{}' encodes to no tokens", a.prompt));
   const std::vector<int64_t> tokens(encoded.begin(), encoded.end());
-  const std::string stop = unescape(a.stop);
-  // Byte tokens stop as soon as the text ends with `stop`; other tokenizers decode once at the end.
+  // Without --stop: the arithmetic demo's lines are one problem each (stop at the newline); other
+  // data is prose, which runs to the end of its document (the dataset's separator token) or
+  // --max-tokens.
+  const bool arith = c.data.source.kind == DataSource::Kind::kArith;
+  const std::string stop = a.stop_given ? unescape(a.stop) : arith ? "\n" : "";
   const bool bytes = tokenizer->name() == "bytes";
+  const std::vector<int32_t> separator = tokenizer->separator();
+  const bool stop_at_document_end = !a.stop_given && !bytes && separator.size() == 1;
+  // Byte tokens stop as soon as the text ends with `stop`; other tokenizers decode once at the end.
   std::string generated;
   auto out = model->generate(tokens, a.max_tokens, a.temperature, a.seed, [&](int64_t t) {
+    if (stop_at_document_end && t == separator[0]) return true;
     if (!bytes) return false;
     generated.push_back(static_cast<char>(t));
     return !stop.empty() && generated.size() >= stop.size() &&
@@ -137,15 +145,20 @@ void add_sample_command(CLI::App& app, Run* run) {
       ->check(CLI::Range(0.0, 100.0))
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
-  cmd->add_option("--stop", args->stop,
-                  "stop after generating this text ('' = never; with SentencePiece the text is cut there)")
-      ->capture_default_str();
+  auto* stop = cmd->add_option("--stop", args->stop,
+                               "stop after generating this text ('' = never; with SentencePiece or a Hugging Face "
+                               "tokenizer the text is cut there). Default: a newline for builtin:arith runs (one "
+                               "problem per line); for other data, the end of a document (the dataset's separator "
+                               "token)");
   cmd->add_option("--weights", args->weights,
                   "a weights file or a checkpoint directory (default RUN_DIR/final/model.safetensors, else the newest "
                   "sound checkpoint's)");
   cmd->add_flag("--json", args->json,
                 "print one JSON object: weights, tokenizer, prompt, prompt_tokens, tokens (generated) and text");
-  cmd->callback([args, run] { *run = [args] { return run_sample(*args); }; });
+  cmd->callback([args, run, stop] {
+    args->stop_given = stop->count() > 0;
+    *run = [args] { return run_sample(*args); };
+  });
 }
 
 }  // namespace frugal::cli

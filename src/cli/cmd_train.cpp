@@ -137,7 +137,7 @@ int run_train(const TrainArgs& args) {
   }
   if (rc.config.train.smoke_first && env.rank == 0) {
     SmokeReport r = run_smoke(rc);
-    Console::get().line(r.describe());
+    if (!args.quiet || !r.ok) Console::get().line(r.describe());  // --quiet: only a failure's report
     if (!r.ok) throw Error("train.smoke_first: the smoke test failed at stage " + r.stage + ": " + r.error);
   }
   TrainerOptions opts;

@@ -93,6 +93,8 @@ int main(int argc, char** argv) {
   auto fail = [](const std::string& what, const std::exception& e) {
     Console::get().finish_status();
     std::fprintf(stderr, "frugal: %s: %s\n", error_label(e), what.c_str());
+    if (const std::string advice = error_advice(what); !advice.empty())
+      std::fprintf(stderr, "frugal: %s\n", advice.c_str());
     return exit_status(exit_code_for(e));
   };
   // `frugal train`: once the run is over its exit code is decided, and a stop signal during the

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -23,7 +24,13 @@ bool process_alive(int64_t pid) {
 
 DirLock::DirLock(const std::string& dir) {
   const std::string path = dir + "/.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a .lock planted as a symbolic link must not make the lock truncate its target.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd_ < 0 && errno == ELOOP)  // bad input (exit 2), and not the ConfigError that means "in use"
+    throw DataError(
+        fmt::format("the lock file {} is a symbolic link; a run directory's lock must be a file of "
+                    "its own: remove the link (rm {}) and start again",
+                    path, path));
   if (fd_ < 0) throw IoError(fmt::format("cannot open the lock file {}: {}", path, std::strerror(errno)));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
@@ -52,6 +59,17 @@ DirLock::DirLock(const std::string& dir) {
   const std::string pid = std::to_string(::getpid()) + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
     // The lock holds without the pid in it; a second process would say "pid unknown".
+  }
+}
+
+bool locked_by_another_process(const std::string& dir) {
+  struct stat st {};
+  if (::lstat((dir + "/.lock").c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  try {
+    const DirLock probe(dir);
+    return false;
+  } catch (const ConfigError&) {
+    return true;
   }
 }
 

@@ -135,7 +135,10 @@ std::string emit_slurm(const EmitOptions& o) {
   s += "test -x build/frugal || { echo \"build/frugal is missing: run bash scripts/job-setup.sh\" >&2; exit 2; }\n";
   s += fmt::format("srun --kill-on-bad-exit=1 build/frugal {}\n", train_args(o, ""));
   s += "code=$?\n";
-  s += "if [ \"$code\" -eq 75 ]; then scontrol requeue \"$SLURM_JOB_ID\"; fi\n";
+  // 143 (128 + SIGTERM) too: a SIGTERM in a process's first milliseconds, while the dynamic loader
+  // maps LibTorch and before frugal holds the stop signals, ends it with the default action.
+  s += "# 75: checkpointed and stopped; 143: stopped by SIGTERM before frugal had started (nothing lost).\n";
+  s += "if [ \"$code\" -eq 75 ] || [ \"$code\" -eq 143 ]; then scontrol requeue \"$SLURM_JOB_ID\"; fi\n";
   s += "exit \"$code\"\n";
   return s;
 }

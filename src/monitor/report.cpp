@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -105,8 +104,13 @@ Json read_json(const std::string& path) {
 }
 
 std::vector<Json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw DataError(fmt::format("cannot open {} (is this a run directory?)", path));
+  std::string text;
+  try {
+    text = read_file(path);  // a regular file only: a FIFO put there would hang an ifstream
+  } catch (const IoError& e) {
+    throw DataError(fmt::format("{} (is this a run directory?)", e.what()));
+  }
+  std::istringstream in(text);
   std::vector<Json> out;
   std::string line;
   int n = 0;

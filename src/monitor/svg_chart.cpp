@@ -28,6 +28,9 @@ std::string escape_html(const std::string& s) {
       case '"':
         o += "&quot;";
         break;
+      case '\'':  // attributes in single quotes (the live page's no-script refresh link)
+        o += "&#39;";
+        break;
       default:
         o += c;
     }

@@ -49,11 +49,15 @@ namespace {
 std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming, std::unique_ptr<DirLock>& lock) {
   const RunDir dir = RunDir::of(c);
   const bool used = dir.holds_run();
-  if (used && !overwrite && !resuming)
+  if (used && !overwrite && !resuming) {
+    // A run that is training now is said so (DirLock throws naming its pid), not taken for a
+    // finished one to continue.
+    const DirLock running(dir.root());
     throw ConfigError(
         fmt::format("run directory {} already holds a run; pass --resume auto to continue it, --overwrite to "
                     "replace it, or choose another name with --set run.name=NAME",
                     dir.root()));
+  }
   std::error_code ec;
   fs::create_directories(dir.root(), ec);
   if (ec) throw IoError(fmt::format("cannot create run directory {}: {}", dir.root(), ec.message()));

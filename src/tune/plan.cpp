@@ -9,12 +9,13 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "frugal/ckpt/run_dir.h"
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/wall_clock.h"
@@ -95,7 +96,9 @@ std::vector<std::string> plan_probe_sets(const Config& c, const std::string& roo
 
 std::vector<nlohmann::json> read_json_lines(const std::string& path) {
   std::vector<nlohmann::json> out;
-  std::ifstream in(path);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return out;
+  std::istringstream in(read_file(path));  // a regular file only: a FIFO would hang an ifstream
   std::string line;
   while (std::getline(in, line)) {
     nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -248,8 +251,7 @@ PlanFigures run_dir_figures(const std::string& dir) {
   const fs::path summary_path = RunDir(dir).summary();
   std::string end = "a partial run: start-up estimated, its end not measured";
   if (fs::exists(summary_path)) {
-    std::ifstream in(summary_path);
-    const nlohmann::json s = nlohmann::json::parse(in, nullptr, false);
+    const nlohmann::json s = nlohmann::json::parse(read_small_file(summary_path.string()), nullptr, false);
     if (s.is_object()) {
       f.startup_s = number(s, "startup_s", f.startup_s);
       // The attainable (measured or configured) peak: what scales a run onto another machine.

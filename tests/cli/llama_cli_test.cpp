@@ -1,6 +1,6 @@
 // Every command on the Llama family, end to end through the CLI: train (arch from the command
-// line), sample with the KV cache, export, report and compare against a GPT run, smoke, plan, and
-// a search whose space holds the family itself. The numbers against transformers are
+// line), sample with the KV cache, export, report and compare against a GPT run, smoke, plan,
+// tune, and a search whose space holds the family itself. The numbers against transformers are
 // tests/interop/hf_llama_check.py; these check that no command is GPT-only.
 #include <gtest/gtest.h>
 
@@ -58,7 +58,7 @@ TEST(LlamaCli, TrainSampleExportReportAndCompare) {
   EXPECT_NE(r.output.find("model.arch"), std::string::npos) << r.output;
 }
 
-TEST(LlamaCli, SmokeAndPlanTakeTheLlamaFamily) {
+TEST(LlamaCli, SmokePlanAndTuneTakeTheLlamaFamily) {
   test::TempDir dir;
   auto r = test::run_frugal("smoke" + test::tiny_sets(dir.path()) + kLlama);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -67,6 +67,15 @@ TEST(LlamaCli, SmokeAndPlanTakeTheLlamaFamily) {
                        " --set plan.probe_steps=3 --set train.steps=200 --json-out " + dir.file("plan.json"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_GT(json::parse(test::read_text(dir.file("plan.json")))["seconds"]["central"].get<double>(), 0);
+  r = test::run_frugal(
+      "tune" + test::tiny_sets(dir.path()) + kLlama +
+      " --set train.steps=100000 --set tune.probe_steps=2 --set tune.max_fraction=1 --set tune.rounds=1 "
+      "--set tune.loss_check_steps=8 --out " +
+      dir.file("tuned.toml") + " --json-out " + dir.file("tune.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json tuned = json::parse(test::read_text(dir.file("tune.json")));
+  ASSERT_TRUE(tuned["chosen"].is_string()) << tuned.dump(1);
+  EXPECT_NE(test::read_text(dir.file("tuned.toml")).find("arch = 'llama'"), std::string::npos);
 }
 
 // The family as a search axis: both trials train, each its own architecture.

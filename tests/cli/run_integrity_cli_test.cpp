@@ -2,15 +2,19 @@
 // told only the run's name continues that run (its data, shape and schedule) bitwise; one asked for
 // other data exits 2 naming the key and leaves every file of the run as it was; a deliberate safe
 // change is said and recorded; and on a shards dataset with its own vocabulary, `smoke` and the
-// config `frugal tune` writes work as printed.
+// config `frugal tune` writes work as printed. What a user would otherwise find out too late is said
+// at once: a run that is training now, a WSD decay undone by more steps, a target that only the end
+// can check; a FIFO or a planted link is refused by name, never waited on or followed.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "frugal/core/dir_lock.h"
 #include "frugal/tune/tuner.h"
 #include "test_util.h"
 
@@ -88,6 +92,105 @@ TEST(RunIntegrityCli, ADeliberateChangeOfASafeKeyIsSaidAndRecordedAcrossResumes)
   EXPECT_EQ(s["config_changes"][0]["from"], "20");
   EXPECT_EQ(s["config_changes"][0]["to"], "25");
   EXPECT_EQ(s["config_changes"][0]["at_step"], 10);
+}
+
+// More train.steps for a WSD run stopped in its decay moves the decay later: the rate goes back up
+// to the peak. Allowed, and said (with the way to finish the decay instead); a run stopped before
+// its decay is extended without a word.
+TEST(RunIntegrityCli, ExtendingAWsdRunInItsDecayWarnsThatTheRateGoesBackUp) {
+  test::TempDir dir;
+  const std::string sets = test::tiny_sets(dir.path()) +
+                           " --set checkpoint.every_steps=5 --set train.schedule=wsd --set train.decay_fraction=0.5";
+  ASSERT_EQ(run_frugal("train -q" + sets + " --set run.name=late --set train.steps=20 --stop-at-step 15").exit_code, 0);
+  auto more = run_frugal("train" + sets + " --set run.name=late --set train.steps=40 --resume auto --stop-at-step 16");
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_NE(more.output.find("warning: resume: the WSD decay had begun (at step 10 of train.steps = 20; this "
+                             "checkpoint is at step 15); with train.steps = 40 it begins at step 20, so the rate "
+                             "goes back up"),
+            std::string::npos)
+      << more.output;
+  EXPECT_NE(more.output.find("(the peak, train.lr, until step 20). To finish the decay instead, keep "
+                             "train.steps = 20"),
+            std::string::npos)
+      << more.output;
+  ASSERT_EQ(run_frugal("train -q" + sets + " --set run.name=early --set train.steps=20 --stop-at-step 5").exit_code, 0);
+  auto early = run_frugal("train" + sets + " --set run.name=early --set train.steps=40 --resume auto --stop-at-step 6");
+  ASSERT_EQ(early.exit_code, 0) << early.output;
+  EXPECT_EQ(early.output.find("WSD decay had begun"), std::string::npos) << early.output;
+}
+
+// A target is checked at evaluations: without any before the end, it cannot stop the run early,
+// and the start says so (with the key to set); --quiet silences it, and the smoke report too.
+TEST(RunIntegrityCli, ATargetWithoutEvaluationsBeforeTheEndIsSaidToWaitForTheEnd) {
+  test::TempDir dir;
+  const std::string sets = test::tiny_sets(dir.path()) + " --set train.steps=4 --set train.target_loss=0.5";
+  auto none = run_frugal("train" + sets + " --set run.name=none --set train.eval_every=0");
+  ASSERT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_NE(none.output.find("warning: train.target_loss = 0.5 is checked at evaluations, and train.eval_every = 0 "
+                             "evaluates only at the end"),
+            std::string::npos)
+      << none.output;
+  // --quiet means quiet: no warning, and no smoke-test report when it passes.
+  auto quiet = run_frugal("train -q" + sets +
+                          " --set run.name=quiet --set train.eval_every=0 --set "
+                          "train.smoke_first=true");
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.output;
+  EXPECT_EQ(quiet.output.find("is checked at evaluations"), std::string::npos) << quiet.output;
+  EXPECT_EQ(quiet.output.find("smoke test:"), std::string::npos) << quiet.output;
+  auto some = run_frugal("train" + sets + " --set run.name=some --set train.eval_every=2");
+  ASSERT_EQ(some.exit_code, 0) << some.output;
+  EXPECT_EQ(some.output.find("is checked at evaluations"), std::string::npos) << some.output;
+}
+
+// A second `train` on a run that is training now is told it is running (and by which pid), not to
+// pass --resume auto (which the lock then refuses); `plan` leaves its plan.json alone. A .lock planted as a symbolic
+// link is refused by name, its target untouched.
+TEST(RunIntegrityCli, ASecondTrainOnARunningRunIsToldItIsRunning) {
+  test::TempDir dir;
+  const std::string sets = test::tiny_sets(dir.path()) + " --set run.name=r --set train.steps=10";
+  ASSERT_EQ(run_frugal("train -q" + sets).exit_code, 0);
+  {
+    const DirLock running(dir.file("r"));  // as the training process holds it
+    auto again = run_frugal("train" + sets);
+    EXPECT_EQ(again.exit_code, 2) << again.output;
+    EXPECT_NE(again.output.find("is in use by another frugal process"), std::string::npos) << again.output;
+    EXPECT_EQ(again.output.find("--resume auto to continue"), std::string::npos) << again.output;
+    // `plan` does not put its plan.json into a run that is training (the run writes its own).
+    auto plan = run_frugal("plan --from " + dir.file("r"));
+    EXPECT_EQ(plan.exit_code, 0) << plan.output;
+    EXPECT_NE(plan.output.find(dir.file("r") + " is training now: its plan.json is left as it is"), std::string::npos)
+        << plan.output;
+    EXPECT_FALSE(std::filesystem::exists(dir.file("r/plan.json")));
+  }
+  std::filesystem::remove(dir.file("r/.lock"));
+  test::write_text(dir.file("precious.txt"), "keep me");
+  std::filesystem::create_symlink(dir.file("precious.txt"), dir.file("r/.lock"));
+  auto linked = run_frugal("train" + sets + " --resume auto");
+  EXPECT_EQ(linked.exit_code, 2) << linked.output;
+  EXPECT_NE(linked.output.find("r/.lock is a symbolic link"), std::string::npos) << linked.output;
+  EXPECT_EQ(test::read_text(dir.file("precious.txt")), "keep me");
+}
+
+// A FIFO where a run's metrics.jsonl or summary.json belongs would hang a reader that opens it
+// (waiting for a writer that never comes): `report` and `plan --from` refuse it by name instead.
+TEST(RunIntegrityCli, ReportAndPlanRefuseAFifoInsteadOfWaitingOnIt) {
+  test::TempDir dir;
+  ASSERT_EQ(run_frugal("train -q" + test::tiny_sets(dir.path()) + " --set run.name=r --set train.steps=10").exit_code,
+            0);
+  for (const std::string file : {"metrics.jsonl", "summary.json"}) {
+    SCOPED_TRACE(file);
+    const std::string path = dir.file("r/" + file), kept = path + ".kept";
+    std::filesystem::rename(path, kept);
+    ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+    for (const std::string& cmd : {"report " + dir.file("r"), "plan --from " + dir.file("r")}) {
+      auto r = run_frugal(cmd);
+      EXPECT_EQ(r.exit_code, 2) << cmd << "\n" << r.output;
+      EXPECT_NE(r.output.find(path + " is a FIFO (named pipe), not a regular file"), std::string::npos) << cmd << "\n"
+                                                                                                        << r.output;
+    }
+    std::filesystem::remove(path);
+    std::filesystem::rename(kept, path);
+  }
 }
 
 // The command printed after a stop signal continues the run as printed: it names only the run (the

@@ -5,6 +5,7 @@
 // dataset has moved, from any working directory.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -74,6 +75,19 @@ TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
       test::run_frugal(fmt::format("sample '{}' --prompt '{}' --max-tokens 6 --stop ''", dir.file("demo"), prompt));
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
   EXPECT_EQ(plain.output.rfind(prompt + j["text"].get<std::string>(), 0), 0u) << plain.output;
+
+  // Without --stop, prose runs to the end of a document: generation stops at the separator token
+  // (an undertrained model would otherwise repeat it up to --max-tokens), and no newline cuts it.
+  auto doc = test::run_frugal(fmt::format("sample '{}' --max-tokens 64 --json", dir.file("demo")));
+  ASSERT_EQ(doc.exit_code, 0) << doc.output;
+  const auto doc_tokens = sample_json(doc.output)["tokens"].get<std::vector<int32_t>>();
+  ASSERT_EQ(spm->separator().size(), 1u);
+  const int32_t end = spm->separator()[0];
+  const auto ends = std::count(doc_tokens.begin(), doc_tokens.end(), end);
+  EXPECT_LE(ends, 1) << doc.output;
+  if (ends == 1) {
+    EXPECT_EQ(doc_tokens.back(), end) << doc.output;
+  }
 
   // The run keeps its tokenizer: with the dataset moved away and from another working directory,
   // sample (without a prompt: from a document start) and export still work, and export writes the

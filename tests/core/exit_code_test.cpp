@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "frugal/core/errors.h"
 #include "frugal/data/shard.h"
@@ -23,6 +26,22 @@ TEST(ExitCode, ErrorsMapToTheDocumentedCodes) {
   EXPECT_EQ(exit_status(ExitCode::kPreempted), 75);
   EXPECT_EQ(exit_status(ExitCode::kBadInput), 2);
   EXPECT_EQ(exit_status(ExitCode::kGuardStop), 3);
+}
+
+// One exit code, one word for it: every error that exits 2 is printed as "bad input: ...".
+TEST(ExitCode, EveryExit2IsLabelledBadInput) {
+  EXPECT_STREQ(error_label(ConfigError("x")), "bad input");
+  EXPECT_STREQ(error_label(DataError("x")), "bad input");
+  EXPECT_STREQ(error_label(IoError("x")), "error");
+  EXPECT_STREQ(error_label(GuardStop("x")), "stopped");
+}
+
+// A full disk is said as such, with what to free and the command that continues.
+TEST(ExitCode, AFullDiskGetsAdviceOtherErrorsDoNot) {
+  const std::string advice = error_advice(std::string("cannot write runs/x/metrics.jsonl: ") + std::strerror(ENOSPC));
+  EXPECT_NE(advice.find("the disk is full"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("--resume auto"), std::string::npos) << advice;
+  EXPECT_EQ(error_advice(std::string("cannot write x: ") + std::strerror(EACCES)), "");
 }
 
 TEST(ExitCode, StopKindsMapToTheDocumentedCodes) {

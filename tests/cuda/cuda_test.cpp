@@ -138,15 +138,19 @@ TEST(Cuda, LlamaForwardAndGradientsOnTheGpuMatchTheCpuAndBf16TracksFp32) {
       EXPECT_TRUE(torch::allclose(gg[i].grad().cpu(), gc[i].grad(), 1e-3, 1e-5)) << "parameter " << i;
     EXPECT_EQ(cpu->generate({1, 2, 3}, 8, 0.0, 0), gpu->generate({1, 2, 3}, 8, 0.0, 0)) << "window " << window;
   }
-  test::TempDir a, b;
+  test::TempDir a, b, f;
   const std::vector<std::string> llama = {"model.arch=llama", "model.heads=4", "model.kv_heads=2"};
-  auto fa = llama, fb = llama;
+  auto fa = llama, fb = llama, ff = llama;
   fa.push_back("precision.mode=fp32");
   fa.push_back("precision.tf32=false");
   fb.push_back("precision.mode=bf16");
+  ff.push_back("precision.mode=fp16");  // with dynamic loss scaling
   auto sa = train_on_gpu(a.path(), fa);
   auto sb = train_on_gpu(b.path(), fb);
+  auto sf = train_on_gpu(f.path(), ff);
   EXPECT_NEAR(sb["final_val_loss"].get<double>(), sa["final_val_loss"].get<double>(), 0.1);
+  EXPECT_NEAR(sf["final_val_loss"].get<double>(), sa["final_val_loss"].get<double>(), 0.1);
+  EXPECT_EQ(sf["levers"]["precision"]["loss_scaling"], true);
 }
 
 TEST(Cuda, Bf16AndFp16TrainingTrackFp32) {

@@ -296,6 +296,12 @@ TEST(Prepare, CliPreparesOnceThenTrainsFromTheShards) {
   const std::string toml = test::read_text(dir.file("demo/config.toml"));
   EXPECT_NE(toml.find("vocab = 300  # file " + dir.file("ds/manifest.json") + " tokenizer.vocab"), std::string::npos)
       << toml;
+  // `frugal config` shows the run as `train` would run it: the dataset's vocabulary, not 256.
+  auto shown = test::run_frugal(fmt::format("config --set 'data.source=shards:{}'", dir.file("ds")));
+  ASSERT_EQ(shown.exit_code, 0) << shown.output;
+  EXPECT_NE(shown.output.find("vocab = 300  # file " + dir.file("ds/manifest.json") + " tokenizer.vocab"),
+            std::string::npos)
+      << shown.output;
   auto narrow = test::run_frugal(train + " --set model.vocab=256");
   EXPECT_EQ(narrow.exit_code, 2) << narrow.output;
   EXPECT_NE(narrow.output.find("set model.vocab = 300"), std::string::npos) << narrow.output;

@@ -160,6 +160,17 @@ TEST(Report, ASeriesWithOnePointIsDrawnAsADot) {
   EXPECT_EQ(one.find("<circle class='point' data-name='train'"), std::string::npos) << one;
 }
 
+// The live page's reload link carries the request's ?token= inside a single-quoted attribute: a
+// quote in it stays text (it closed the attribute, and what followed became markup).
+TEST(Report, TheLivePagesReloadLinkEscapesTheTokenItEchoes) {
+  ReportPageOptions o;
+  o.refresh_s = 2;
+  o.token_query = "?token=a'><b id='x'>";
+  const std::string page = render_report_html(nlohmann::json{{"run_name", "r"}}, {}, o);
+  EXPECT_NE(page.find("url=/?token=a&#39;&gt;&lt;b id=&#39;x&#39;&gt;'>"), std::string::npos) << page;
+  EXPECT_EQ(page.find("<b id='x'>"), std::string::npos) << page;
+}
+
 // Headline figures are read by people: grouped digits or M, 3 significant digits, no "e+04".
 TEST(Report, HeadlineFiguresAvoidEngineeringNotation) {
   EXPECT_EQ(format_figure(14213.7), "14,214");

@@ -14,10 +14,15 @@ namespace frugal {
 // leftovers.
 bool process_alive(int64_t pid);
 
+// Whether a live process holds DIR's lock (a run that is training now). Makes no lock file where
+// there is none.
+bool locked_by_another_process(const std::string& dir);
+
 class DirLock {
  public:
   // Takes the lock (DIR must exist). Throws ConfigError naming the directory and the holder's
-  // pid when another process holds it, IoError when the lock file cannot be opened. On a file
+  // pid when another process holds it, DataError when DIR/.lock is a symbolic link (never
+  // followed), IoError when the lock file cannot be opened. On a file
   // system without locks (flock fails with ENOSYS, ENOLCK, EOPNOTSUPP, EINVAL) it warns on stderr and
   // holds nothing.
   explicit DirLock(const std::string& dir);

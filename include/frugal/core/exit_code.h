@@ -10,6 +10,7 @@
 #pragma once
 
 #include <exception>
+#include <string>
 
 #include "frugal/core/callback.h"
 
@@ -31,8 +32,11 @@ ExitCode exit_code_for(const std::exception& e);
 ExitCode exit_code_for(StopKind k);
 // "done", "bad input", ... (the table above), for messages.
 const char* exit_code_meaning(ExitCode c);
-// How a program names an error it ends with: "bad input" (a config key, flag, path or file the
-// user named), "data error", "stopped" (a guard), "internal error" or "error" (`frugal: bad input: ...`).
+// How a program names an error it ends with: "bad input" (a config key, flag, path, file or data
+// the user named), "stopped" (a guard), "internal error" or "error" (`frugal: bad input: ...`).
 const char* error_label(const std::exception& e);
+// What to do about an error whose message alone does not say it ("" for none): a full disk
+// (ENOSPC's text in the message) gets what to free and how to continue.
+std::string error_advice(const std::string& message);
 
 }  // namespace frugal

@@ -15,7 +15,7 @@
 namespace frugal {
 
 struct Feature {
-  std::string name;     // "zstd", "libarchive", "images", "sentencepiece"
+  std::string name;     // "zstd", "libarchive", "images", "sentencepiece", "parquet", "tensorboard"
   bool compiled;        // in this build
   std::string library;  // what it needs: "libzstd"
   std::string enables;  // what it is for, for `frugal doctor`

@@ -16,7 +16,7 @@ struct Series {
   std::vector<std::pair<double, double>> points;  // (x, y); non-finite y values are left out
 };
 
-// HTML text with <, >, & and " escaped.
+// HTML text with <, >, &, " and ' escaped (safe in text and in either kind of quoted attribute).
 std::string escape(const std::string& s);
 
 // The CSS of the pages (the inside of a <style> element).
