@@ -75,6 +75,7 @@ void describe_command(const CLI::App& app, const std::string& path, std::string&
     rows += fmt::format("| {} | {} | {} |\n", option_names(*o), option_argument(*o), cell(desc));
   }
   if (!rows.empty()) out += "\n| Option | Argument | Description |\n|---|---|---|\n" + rows;
+  if (!app.get_footer().empty()) out += fmt::format("\n```text\n{}```\n", app.get_footer());
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
     describe_command(*sub, path + " " + sub->get_name(), out);
 }

@@ -15,6 +15,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
 #include "frugal/search/search.h"
+#include "frugal/search/search_space.h"
 
 namespace frugal::cli {
 
@@ -39,6 +40,9 @@ void add_search_command(CLI::App& app, Run* run) {
       "their cost, and writes <out>/search.json, search.html (table and Pareto charts) and best.toml.\n"
       "Exit 3: search.max_usd or search.max_hours was reached (the outputs rank what was measured). Exit 75: "
       "stopped by a signal; continue with --resume auto. See docs/search.md.");
+  std::string keys = "[search] keys of the search file (every one optional):\n";
+  for (const auto& [key, help] : search_keys()) keys += fmt::format("  {:<11} {}\n", key, help);
+  cmd->footer(keys);
   cmd->add_option("space", o.file,
                   "the search file: [search] options, [space] keys and values, and config "
                   "sections fixed for every trial (examples/search.toml)")

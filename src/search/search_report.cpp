@@ -349,15 +349,19 @@ std::string render_search_html(const Json& j) {
 }
 
 std::string search_table(const Json& j) {
+  // A *_to_target metric (seconds, dollars, tokens) keeps its significant digits: $0.000031.
+  const std::string name = j["metric"].get<std::string>();
+  const bool to_target = name.size() > 10 && name.compare(name.size() - 10, 10, "_to_target") == 0;
   std::string out =
       fmt::format("{:<5} {:<6} {:>4} {:>7} {:>10} {:>10} {:>10} {:>10}  {:<10} {}\n", "rank", "trial", "rung", "steps",
                   j["metric"].get<std::string>(), "tok/s", "USD", "kg CO2", "status", "values");
   for (const auto& t : j["trials"])
     out += fmt::format("{:<5} {:<6} {:>4} {:>7} {:>10} {:>10} {:>10} {:>10}  {:<10} {}\n", t["rank"].get<int64_t>(),
                        t["id"].get<std::string>(), t["rung"].get<int64_t>(), t["steps"].get<int64_t>(),
-                       !t["metric"].is_number()                    ? std::string("-")
-                       : is_not_reached(t["metric"].get<double>()) ? std::string("not reached")
-                                                                   : fmt::format("{:.4f}", t["metric"].get<double>()),
+                       !t["metric"].is_number() ? std::string("-")
+                       : is_not_reached(t["metric"].get<double>())
+                           ? std::string("not reached")
+                           : fmt::format(fmt::runtime(to_target ? "{:.6g}" : "{:.4f}"), t["metric"].get<double>()),
                        figure(t["tokens_per_s"]), figure(t["cost_usd"]), figure(t["kg_co2"]),
                        t["status"].get<std::string>(), values_text(t["values"]));
   const Json& c = j["compute"];

@@ -28,15 +28,34 @@
 namespace frugal {
 namespace fs = std::filesystem;
 
+const std::vector<std::pair<std::string, std::string>>& search_keys() {
+  static const std::vector<std::pair<std::string, std::string>> keys = {
+      {"base", "the config file every trial starts from, relative to the search file (default: the built-in defaults)"},
+      {"out", "the search folder (default: runs/<file name>; --out overrides it)"},
+      {"seed", "fixes which trials are drawn and the decisions (default 1)"},
+      {"max_trials", "the number of trials (default 8); invalid and repeated draws do not count"},
+      {"rungs", "the number of rungs (default 3); rung k of R ends at step round(train.steps / eta^(R-1-k))"},
+      {"eta", "the best 1/eta of each rung goes on (default 2)"},
+      {"rung_steps", "the rung steps by hand: increasing, the last equal to train.steps"},
+      {"metric",
+       "any number in summary.json (default \"val_loss\"); usd_to_target, tokens_to_target or wall_s_to_target "
+       "rank by what reaching train.target_loss cost (a trial that has not reached it ranks last)"},
+      {"mode", "\"min\" or \"max\"; needed only when the metric's name neither contains loss nor ends in _to_target"},
+      {"parallel", "trials trained at once (default 1; --parallel)"},
+      {"max_usd", "stop once the trials have spent this many dollars (0: no limit; needs a price in [budget])"},
+      {"max_hours", "stop once the search has run this many hours over all its sessions (0: no limit)"}};
+  return keys;
+}
+
 namespace {
 
 constexpr uint64_t kSearchStream = 0x5ea4c4;  // the sampler's stream id beside data's (data/rng.h)
 
-// [search] keys and what each takes (the error for an unknown one lists them).
-const std::vector<std::string>& search_keys() {
-  static const std::vector<std::string> keys = {"base",       "out",    "seed", "max_trials", "rungs",   "eta",
-                                                "rung_steps", "metric", "mode", "parallel",   "max_usd", "max_hours"};
-  return keys;
+// [search]'s key names (the error for an unknown one lists them).
+std::vector<std::string> search_key_names() {
+  std::vector<std::string> names;
+  for (const auto& [key, help] : search_keys()) names.push_back(key);
+  return names;
 }
 
 // Keys a search must not vary: they name the trials' places or are the search's own length.
@@ -264,8 +283,8 @@ SearchKeys read_search(const toml::table* t, const std::string& file, SearchSpec
       for (const auto& v : *arr) s.rung_steps.push_back(int_in(v, key, 1, INT64_MAX, where));
       got.rung_steps_given = true;
     } else {
-      throw ConfigError(
-          fmt::format("unknown key search.{} ({}); [search] knows {}", key, where, fmt::join(search_keys(), ", ")));
+      throw ConfigError(fmt::format("unknown key search.{} ({}); [search] knows {}", key, where,
+                                    fmt::join(search_key_names(), ", ")));
     }
   }
   return got;

@@ -1,5 +1,6 @@
 // What a CostPlan shows: the table of `frugal plan`, its JSON, the budget check and the training
 // banner's line with summary.json's projected-against-measured figures; see plan.h.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -131,12 +132,19 @@ std::string schedule_lines(const CostPlan& plan) {
                              describe_duration(s.deadline_in_s));
   out += fmt::format("deadline ({}) in {}: about {} of the {} steps fit; ", s.deadline_source,
                      describe_duration(s.deadline_in_s), s.deadline_steps, plan.steps);
-  out += s.deadline_action == "decay"
-             ? "checkpoint.deadline_action = \"decay\": the decay moves to end there and the run finishes "
-               "(exit 0)\n"
-             : "the run checkpoints there and exits 75 for a requeue to finish (checkpoint.deadline_action = "
-               "\"requeue\")\n";
-  return out;
+  if (s.deadline_action != "decay")
+    return out +
+           "the run checkpoints there and exits 75 for a requeue to finish (checkpoint.deadline_action = "
+           "\"requeue\")\n";
+  out += "checkpoint.deadline_action = \"decay\": the decay moves to end there and the run finishes (exit 0)\n";
+  // The rows above price all of train.steps; the run ends at the deadline, so say what that costs.
+  const Scenario& b = plan.billed();
+  const double share = b.seconds.central > 0 ? std::min(1.0, s.deadline_in_s / b.seconds.central) : 1.0;
+  out += fmt::format("  so the run takes about {}, {:.0f}% of the wall time above (which is for all {} steps)",
+                     describe_duration(std::min(s.deadline_in_s, b.seconds.central)), 100 * share, plan.steps);
+  if (b.priced)
+    out += fmt::format(", and costs about {} of the central {}", usd(b.usd.central * share), usd(b.usd.central));
+  return out + "\n";
 }
 
 }  // namespace

@@ -29,6 +29,11 @@ TEST(Cli, HelpOnEveryCommandExitsZero) {
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
     EXPECT_NE(r.output.find("Usage"), std::string::npos) << cmd;
   }
+  // search's help lists the search file's [search] keys with what each does.
+  auto r = run_frugal("search --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* key : {"max_trials", "rung_steps", "metric", "mode", "max_hours"})
+    EXPECT_NE(r.output.find(fmt::format("  {:<11} ", key)), std::string::npos) << key << "\n" << r.output;
 }
 
 TEST(Cli, UnknownKeyExitsTwoAndNamesIt) {

@@ -13,6 +13,7 @@
 
 #include "frugal/core/errors.h"
 #include "frugal/search/halving.h"
+#include "frugal/search/search.h"
 #include "frugal/search/search_space.h"
 #include "test_util.h"
 
@@ -79,6 +80,27 @@ TEST(Halving, ATrialThatHasNotReachedTheTargetRanksLastButMayGoOn) {
   EXPECT_EQ(d.promoted, (std::vector<std::string>{"t0"})) << "nobody reached it yet: the search goes on anyway";
 }
 
+// The text table keeps a *_to_target metric's significant digits (a small run's dollars to target
+// are fractions of a cent), and loss-like metrics their four decimals.
+TEST(Halving, TheTableShowsDollarsToTargetWithTheirSignificantDigits) {
+  auto table_of = [](const std::string& metric, double value) {
+    const json trial = {{"rank", 1},        {"id", "t000"},
+                        {"rung", 0},        {"steps", 40},
+                        {"metric", value},  {"tokens_per_s", 1e4},
+                        {"cost_usd", 1e-4}, {"kg_co2", 1e-6},
+                        {"status", "done"}, {"values", {{"train.lr", "0.01"}}}};
+    const json search = {{"metric", metric},
+                         {"trials", json::array({trial})},
+                         {"rung_steps", {40}},
+                         {"compute", {{"trial_steps", 40}, {"fraction_of_full", 1.0}, {"full_trial_steps", 40}}}};
+    return search_table(search);
+  };
+  EXPECT_NE(table_of("usd_to_target", 3.14159e-5).find("3.14159e-05"), std::string::npos)
+      << table_of("usd_to_target", 3.14159e-5);
+  EXPECT_NE(table_of("val_loss", 2.345678).find("2.3457"), std::string::npos);
+  EXPECT_NE(table_of("usd_to_target", not_reached_metric(MetricMode::kMin)).find("not reached"), std::string::npos);
+}
+
 TEST(Halving, RankingComparesTrialsAtEqualRungsThenByCost) {
   std::vector<Standing> s = {{"t000", 0, 0.5, 1.0},  // best metric, but stopped at the first rung
                              {"t001", 2, 1.2, 5.0},  {"t002", 2, 1.1, 9.0},
@@ -132,6 +154,23 @@ TEST(SearchSpace, UnknownKeysEmptyRangesAndRejectedValuesAreErrorsNamingTheKeyAn
   EXPECT_NE(error_of(f).find("search.mode"), std::string::npos) << error_of(f);
   test::write_text(f, "[search]\nrung_steps = [10, 20]\n[train]\nsteps = 40\n[space]\n\"train.lr\" = [0.1]\n");
   EXPECT_NE(error_of(f).find("full length"), std::string::npos) << error_of(f);
+}
+
+// Every [search] key `frugal search --help` documents is one the reader takes (a wrong type is
+// refused by the key's name, never as unknown), and docs/search.md's table has a row for each.
+TEST(SearchSpace, EveryDocumentedSearchKeyIsReadAndInTheDocsTable) {
+  test::TempDir dir;
+  const std::string f = dir.file("s.toml");
+  const std::string docs = test::read_text(std::string(FRUGAL_SOURCE_DIR) + "/docs/search.md");
+  ASSERT_EQ(search_keys().size(), 12u);
+  for (const auto& [key, help] : search_keys()) {
+    EXPECT_FALSE(help.empty()) << key;
+    test::write_text(f, "[search]\n" + key + " = { not = \"a value\" }\n[space]\n\"train.lr\" = [0.1]\n");
+    const std::string e = error_of(f);
+    EXPECT_EQ(e.find("unknown key"), std::string::npos) << key << ": " << e;
+    EXPECT_NE(e.find(key), std::string::npos) << key << ": " << e;
+    EXPECT_NE(docs.find("| `" + key + "` |"), std::string::npos) << key << " has no row in docs/search.md";
+  }
 }
 
 TEST(SearchSpace, DottedAndQuotedKeysAndFixedSectionsAreRead) {

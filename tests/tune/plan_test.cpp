@@ -86,6 +86,9 @@ TEST(CostPlan, TheScheduleOutlookPlacesTheDecayAndTheDeadlineInSteps) {
   plan.projection.first_step_s = 3;
   plan.projection.step_s = {0.4, 0.5, 0.6};
   plan.inputs.save_s = 10;
+  plan.projection.on_demand.priced = true;
+  plan.projection.on_demand.seconds = {300, 400, 500};
+  plan.projection.on_demand.usd = {1.5, 2, 2.5};
   Config c;
   c.train.steps = 600;
   c.train.warmup_steps = 50;
@@ -103,7 +106,10 @@ TEST(CostPlan, TheScheduleOutlookPlacesTheDecayAndTheDeadlineInSteps) {
   EXPECT_DOUBLE_EQ(plan.schedule.deadline_in_s, 200);
   const std::string table = plan.table();
   for (const char* said : {"schedule: wsd: warm-up 50 steps, the peak rate to step 480", "train.target_loss = 2.3",
-                           "about 348 of the 600 steps fit", "the decay moves to end there"})
+                           "about 348 of the 600 steps fit", "the decay moves to end there",
+                           // the table prices all 600 steps; the run ends at the deadline, 200 of 400 s
+                           "50% of the wall time above (which is for all 600 steps), and costs about $1.00 of the "
+                           "central $2.00"})
     EXPECT_NE(table.find(said), std::string::npos) << said << "\n" << table;
   const nlohmann::json j = plan.to_json();
   EXPECT_EQ(j["schedule"]["decay_start_step"], 481);

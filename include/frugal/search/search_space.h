@@ -72,6 +72,10 @@ struct SearchSpec {
   nlohmann::json identity() const;
 };
 
+// [search]'s keys and what each does, in the order docs/search.md lists them (`frugal search
+// --help` prints them; an unknown key's error names them).
+const std::vector<std::pair<std::string, std::string>>& search_keys();
+
 // Reads and checks the search file. `sets` (KEY=VALUE, from the command line) apply to every trial
 // after the file's own config sections. Throws ConfigError.
 SearchSpec load_search_spec(const std::string& path, const std::vector<std::string>& sets,
