@@ -1,28 +1,49 @@
 #!/usr/bin/env bash
-# Installs everything frugal needs to build, test and benchmark: Debian packages, and a project
-# virtual environment (.venv/) with the pinned PyTorch wheel (scripts/requirements.txt), whose
-# LibTorch 2.x (CUDA compiled in) frugal builds against.
-# Idempotent and quiet: when everything is present it runs one dpkg query and compares one file
-# (well under a second). Run as root, or as a user with sudo. FRUGAL_PYTHON picks the Python
-# that makes the environment (default: python3 on PATH, 3.9 or newer).
+# Installs what frugal needs: Debian packages, and a project virtual environment (.venv/) with the
+# pinned PyTorch wheel, whose LibTorch 2.x (CUDA compiled in) frugal builds against.
+#
+#   bash scripts/install-deps.sh          everything: build, run, every test and benchmark
+#                                         (`make test`, `make bench`)
+#   bash scripts/install-deps.sh --run    only what building and running frugal needs (`make demo`,
+#                                         a training job's setup): no browser, no formatter, no
+#                                         reference libraries, no MLflow server
+#   bash scripts/install-deps.sh --fuzz   everything, and clang with libFuzzer (scripts/fuzz.sh)
+#
+# Idempotent and quiet: when everything is present it runs one dpkg query and compares a file per
+# requirements list (well under a second); a later full run adds what --run left out. Run as root,
+# or as a user with sudo. FRUGAL_PYTHON picks the Python that makes the environment (default:
+# python3 on PATH, 3.9 or newer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+mode=all
+case "${1:-}" in
+  "") ;;
+  --run) mode=run ;;
+  --fuzz) mode=fuzz ;;
+  -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "install-deps: unknown option '$1' (allowed: --run, --fuzz, --help)" >&2; exit 2 ;;
+esac
 
 # TOML, CLI, JSON, HTTP, xxHash, GoogleTest and the Gloo headers come with the tree (third_party/).
 PACKAGES=(
   build-essential cmake ccache pkg-config
   python3-venv              # Debian's python3 needs it for `python3 -m venv`
-  clang-format              # the ctest `format` (.clang-format; Debian 12's is version 14)
   # The optional features (CMake switches each off, and says so, when its library is absent):
   libzstd-dev               # zstd-compressed shards (prepare --zstd)
   libarchive-dev            # tar archives: frugal archive/restore, WebDataset input
   libsentencepiece-dev      # frugal prepare --tokenizer sentencepiece (the frugal-spm helper)
   libjpeg62-turbo-dev libpng-dev # frugal prepare --format images|tar (JPEG and PNG decoding)
-  chromium                  # headless browser tests of report.html and the live page (ctest -L browser)
   libprotobuf-dev protobuf-compiler libboost-dev # TensorBoard event files ([track] tensorboard)
 )
+if [[ $mode != run ]]; then
+  PACKAGES+=(
+    clang-format            # the ctest `format` (.clang-format; Debian 12's is version 14)
+    chromium                # headless browser tests of report.html and the live page (ctest -L browser)
+  )
+fi
 # --fuzz: also clang with libFuzzer, for scripts/fuzz.sh (CI runs it; GPU jobs need none of it).
-[[ "${1:-}" == "--fuzz" ]] && PACKAGES+=(clang)
+[[ $mode == fuzz ]] && PACKAGES+=(clang)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -42,14 +63,16 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   fi
 fi
 
-# A virtual environment: made once, refreshed when its requirements file changes (the marker holds
-# the hash of the requirements it was made from).
-#   .venv         scripts/requirements.txt: torch (LibTorch), the reference libraries, tensorboard
-#   .venv-mlflow  scripts/requirements-mlflow.txt: an MLflow server and client for the tracker's
-#                 check (its own environment: mlflow pins a pyarrow older than frugal's)
+# A virtual environment: made once; each requirements list is installed into it when its file is
+# new or has changed (a marker per list holds the hash of the file it was installed from).
+#   .venv         scripts/requirements.txt: torch (LibTorch), pyarrow, tensorboard, tokenizers
+#                 scripts/requirements-test.txt (not with --run): the reference libraries
+#   .venv-mlflow  scripts/requirements-mlflow.txt (not with --run): an MLflow server and client for
+#                 the tracker's check (its own environment: mlflow pins a pyarrow older than frugal's)
 PY=${FRUGAL_PYTHON:-python3}
 make_venv() {  # VENV REQUIREMENTS WHAT
-  local venv=$1 req=$2 what=$3 marker=$1/.frugal-requirements want start
+  local venv=$1 req=$2 what=$3 marker want start
+  marker=$venv/.frugal-$(basename "$req" .txt)
   want=$(sha256sum "$req" | cut -d' ' -f1)
   if [[ -x $venv/bin/python && -f $marker && "$(cat "$marker")" == "$want" ]]; then
     return 0
@@ -65,4 +88,6 @@ make_venv() {  # VENV REQUIREMENTS WHAT
   echo "install-deps: $venv done ($(( $(date +%s) - start )) s)"
 }
 make_venv .venv scripts/requirements.txt "torch with CUDA: ~3 GB, about a minute"
+[[ $mode == run ]] && exit 0
+make_venv .venv scripts/requirements-test.txt "the reference libraries the tests check against: about 20 s"
 make_venv .venv-mlflow scripts/requirements-mlflow.txt "mlflow: about 30 s"

@@ -13,7 +13,7 @@ if [[ $# -gt 0 ]]; then
   echo "job-setup: takes no arguments (got '$1')" >&2
   exit 2
 fi
-bash scripts/install-deps.sh
+bash scripts/install-deps.sh --run
 mkdir -p build
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >build/configure.log 2>&1 ||
   { tail -20 build/configure.log >&2; echo "job-setup: cmake configure failed; the whole log is build/configure.log" >&2; exit 1; }
