@@ -553,6 +553,18 @@ def render_demo_time(R):
             f"`{R.path('demo_run')}`)")
 
 
+def render_first_run(R):
+    d = R.get("first_run")
+    if not d:
+        return not_measured_span("first_run")
+    m, sec = divmod(round(d["make_demo_s"]), 60)
+    bm, bs = divmod(round(d["build_and_rest_s"]), 60)
+    return (f"`make demo` in a fresh clone took {m}:{sec:02d} ({d['venv_run_s']} s for `.venv/`, {bm}:{bs:02d} "
+            f"to build, {d['demo_train_wall_s']:.0f} s to train; the Debian packages were already installed, no "
+            f"pip cache, no ccache; {d['machine']['cpu']}, {d['machine']['physical_cores']} cores; {d['date']}, "
+            f"`{R.path('first_run')}`); `make test` then adds {d['make_test_adds_install_s']:.0f} s of installs")
+
+
 def render_venv_size(R):
     d = R.get("demo_run")
     if not d or not d.get("venv_bytes"):
@@ -912,7 +924,7 @@ RENDERERS = {"llama": render_llama, "muon_step": render_muon_step, "tracker_over
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,
              "dist": render_dist, "stacked_levers": render_stacked_levers,
              "dynamic_batching": render_dynamic_batching, "demo_rss": render_demo_rss, "demo_time": render_demo_time,
-             "venv_size": render_venv_size, "tune_demo": render_tune_demo, "tune_demo_notes": render_tune_demo_notes}
+             "venv_size": render_venv_size, "first_run": render_first_run, "tune_demo": render_tune_demo, "tune_demo_notes": render_tune_demo_notes}
 
 
 def render_doc(text, doc, R):
