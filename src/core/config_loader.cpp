@@ -145,6 +145,12 @@ ConfigValue from_toml(const KeySpec& k, const toml::node& node, const std::strin
     case ValueType::kString:
     case ValueType::kEnum:
       if (auto s = node.value_exact<std::string>()) return *s;
+      if (const auto* list = node.as_array();
+          list && k.list && (list->empty() || list->is_homogeneous<std::string>())) {
+        std::string joined;  // a list key (train.freeze): its strings joined with ", "
+        for (const auto& item : *list) joined += (joined.empty() ? "" : ", ") + *item.value_exact<std::string>();
+        return joined;
+      }
       break;
   }
   std::ostringstream shown, got;

@@ -296,9 +296,17 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
       esc(summary.value("stop_reason", "?")), summary.value("steps", 0), summary.value("tokens", 0),
       num(get(summary, "wall_s")), num(get(summary, "tokens_per_s")));
   html += headline(summary);
-  if (summary.contains("model"))
-    html += fmt::format("<p id='model'>Model: <b>{}</b>, {} parameters</p>", esc(summary.value("model", "")),
-                        with_commas(get(summary, "params")));
+  if (summary.contains("model")) {
+    // train.freeze: how many of them train, and what the optimizer keeps for them.
+    const double trainable = get(summary, "trainable_params"), all = get(summary, "params");
+    const std::string trains =
+        std::isfinite(trainable) && trainable < all
+            ? fmt::format(" (<span id='trainable'>{}</span> of them train; optimizer state {} MB)",
+                          with_commas(trainable), num(get(summary, "optimizer_state_mb")))
+            : "";
+    html += fmt::format("<p id='model'>Model: <b>{}</b>, {} parameters{}</p>", esc(summary.value("model", "")),
+                        with_commas(all), trains);
+  }
   if (summary.contains("precision") || summary.contains("levers"))
     html += "<p id='levers'>Levers in effect: " + levers + "</p>";
   html += "<div class='charts'>";

@@ -139,7 +139,8 @@ void Optimizer::step(const at::Tensor& grad_scale) {
 std::vector<ParamGroup> default_param_groups(const std::vector<at::Tensor>& params, double weight_decay) {
   std::vector<ParamGroup> g(2);
   g[0].weight_decay = weight_decay;
-  for (const auto& p : params) g[p.dim() >= 2 ? 0 : 1].params.push_back(p);
+  for (const auto& p : params)
+    if (p.requires_grad()) g[p.dim() >= 2 ? 0 : 1].params.push_back(p);  // a frozen one (train.freeze): none
   return g;
 }
 

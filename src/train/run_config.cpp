@@ -25,8 +25,19 @@ void adopt_dataset_vocab(ResolvedConfig& rc) {
   const DataSource& src = rc.config.data.source;
   if (src.kind != DataSource::Kind::kShards) return;
   ValueOrigin& origin = rc.origins.at("model.vocab");
-  if (origin.kind != ValueOrigin::Kind::kDefault) return;  // set on purpose: checked against the data later
   const std::string& dir = src.path;
+  // model.init_from's vocabulary is its embedding's: data with larger ids was tokenised otherwise,
+  // and no model.vocab fixes that.
+  if (const std::string& init = rc.config.model.init_from; !init.empty() && origin.kind == ValueOrigin::Kind::kFile) {
+    const std::optional<ManifestTokenizer> tok = manifest_tokenizer(dir);
+    if (tok && tok->vocab > rc.config.model.vocab)
+      throw ConfigError(fmt::format(
+          "data.source = \"shards:{}\" was tokenised with {} (a vocabulary of {}), but model.init_from = \"{}\" "
+          "has {} ({}): its embedding has no row for the larger ids. Prepare the data with the checkpoint's own "
+          "tokenizer: frugal prepare FILES --tokenizer {}/tokenizer.json --out DIR",
+          dir, tok->name, tok->vocab, init, rc.config.model.vocab, origin.describe(), init));
+  }
+  if (origin.kind != ValueOrigin::Kind::kDefault) return;  // set on purpose: checked against the data later
   const std::optional<ManifestTokenizer> tok = manifest_tokenizer(dir);
   const fs::path meta = fs::path(dir) / "meta.pkl";
   if (!tok && fs::is_regular_file(meta) && fs::is_regular_file(fs::path(dir) / "train.bin")) {
@@ -117,9 +128,11 @@ std::vector<ConfigChange> reconcile_resume_config(ResolvedConfig& rc, const nloh
     throw ConfigError(fmt::format(
         "cannot resume {} with a different model, data, batch or optimizer; these keys differ from the run's:\n{}\n"
         "  hint: drop them to continue the run as it was (a resume takes the run's own config), or start a new run "
-        "with --set run.name=NEW (model.init_from can start it from these weights); a resume may change only keys "
-        "such as train.steps, train.eval_every, checkpoint.*, budget.*, monitor.*, run.device",
-        checkpoint, fmt::join(refused, "\n")));
+        "from these weights: frugal export {} --weights {} --out DIR, then --set run.name=NEW --set "
+        "model.init_from=hf:DIR; a "
+        "resume may change only keys such as train.steps, train.eval_every, checkpoint.*, budget.*, monitor.*, "
+        "run.device",
+        checkpoint, fmt::join(refused, "\n"), fs::path(checkpoint).parent_path().parent_path().string(), checkpoint));
   validate_config(rc.config);
   return changes;
 }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/model/freeze.h"
 #include "frugal/model/hf_checkpoint.h"
 #include "frugal/model/model_family.h"
 #include "frugal/model/scripted_module.h"
@@ -28,6 +29,13 @@ std::vector<std::pair<std::string, at::Tensor>> module_tensors(const torch::nn::
 int64_t parameter_count(const torch::nn::Module& module) {
   int64_t n = 0;
   for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+int64_t trainable_parameter_count(const torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters())
+    if (p.requires_grad()) n += p.numel();
   return n;
 }
 
@@ -63,8 +71,13 @@ Task make_lm_task(const Config& config) {
     reading_named_input("model.init_from = \"" + config.model.init_from + "\"",
                         [&] { load_hf_model(model->named_parameter_list(), config.model, hf); });
   // The data stays null: the Trainer builds data.source for this process's data-parallel rank.
+  const FrozenParameters frozen = freeze_parameters(*model, config.train.freeze);
   Task t = lm_task(model, nullptr, config);
   if (!hf.empty()) t.hooks.describe += ", from " + config.model.init_from;
+  if (frozen.tensors > 0)
+    t.hooks.describe += fmt::format(", {} tensors frozen ({:.1f}% of the parameters train)", frozen.tensors,
+                                    100.0 * static_cast<double>(frozen.trainable_elements) /
+                                        static_cast<double>(frozen.trainable_elements + frozen.frozen_elements));
   return t;
 }
 
@@ -75,6 +88,10 @@ Task scripted_task(const Config& config) {
       fmt::format("model.init_from = \"{}\" loads Hugging Face weights into frugal's own decoder, but model.source = "
                   "\"{}\"; a scripted module brings its own weights (set model.init_from = \"\")",
                   config.model.init_from, config.model.source));
+  FRUGAL_CHECK(config.train.freeze.empty(), ConfigError,
+               fmt::format("train.freeze = \"{}\" names parameters of frugal's own decoders, but model.source = \"{}\" "
+                           "is a scripted module (set train.freeze = \"\", or freeze inside the module)",
+                           config.train.freeze, config.model.source));
   ScriptedModule module(path);
   Task t;
   t.module = module.ptr();

@@ -50,7 +50,12 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
   }
   optimizer_ =
       build_optimizer(groups, train, setup.muon_bf16, sync_ ? sync_->optimizer_sharding() : OptimizerSharding{});
-  if (sync_) sync_->attach(model_->parameters());
+  if (sync_) {
+    std::vector<at::Tensor> trainable;  // frozen parameters (train.freeze) have no gradient to reduce
+    for (const auto& p : model_->parameters())
+      if (p.requires_grad()) trainable.push_back(p);
+    sync_->attach(trainable);
+  }
 }
 
 namespace {

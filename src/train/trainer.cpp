@@ -384,6 +384,7 @@ void Trainer::State::describe_run() {
   info.config = &rc.config;
   info.run_dir = run_dir;
   info.params = parameter_count(*model);
+  info.trainable_params = trainable_parameter_count(*model);
   info.flops_per_token = setup.flops_per_token;
   info.tokens_per_step = setup.items_per_step;
   info.samples_per_step = setup.global_batch;

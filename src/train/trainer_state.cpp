@@ -405,6 +405,7 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
   summary["unigram_baseline_loss"] = data->unigram_baseline();
   summary["model"] = task.hooks.describe.empty() ? model->name() : task.hooks.describe;
   summary["params"] = info.params;
+  summary["trainable_params"] = info.trainable_params;
   summary["flops_per_token"] = setup.flops_per_token;
   summary["stop_reason"] = control.should_stop() ? control.stop_reason()
                            : total_steps() < rc.config.train.steps

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <filesystem>
+#include <regex>
 #include <string>
 
 #include <fmt/format.h>
@@ -257,6 +258,29 @@ TEST(RunIntegrityCli, OnShardsWithTheirOwnVocabularySmokeAndTheTunedConfigWorkAs
   test::write_text(dir.file("tuned.toml"), toml);
   auto train = run_frugal("train -q " + dir.file("tuned.toml"));
   EXPECT_EQ(train.exit_code, 0) << train.output;
+}
+
+// A resume refused for a changed optimizer prints how to start a new run from its weights: the
+// export and the init_from it names work as printed.
+TEST(RunIntegrityCli, TheHintOfARefusedResumeWorksAsPrinted) {
+  test::TempDir dir;
+  const std::string sets = test::tiny_sets(dir.path()) + " --set train.steps=8 --set checkpoint.every_steps=4";
+  auto r = run_frugal("train --quiet" + sets + " --set run.name=a");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_frugal("train --quiet" + sets + " --set run.name=a --set train.steps=12 --set train.optimizer=torch_adamw" +
+                 " --resume auto");
+  ASSERT_EQ(r.exit_code, 2) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m,
+                                std::regex("frugal export (\\S+) --weights (\\S+) --out DIR, then "
+                                           "--set run.name=NEW --set model.init_from=hf:DIR")))
+      << r.output;
+  const std::string hf = dir.file("hf");
+  r = run_frugal(fmt::format("export {} --weights {} --out {}", m[1].str(), m[2].str(), hf));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_frugal("train --quiet" + sets + " --set train.optimizer=torch_adamw --set run.name=NEW" +
+                 " --set model.init_from=hf:" + hf);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 
 }  // namespace

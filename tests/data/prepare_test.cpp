@@ -285,6 +285,8 @@ TEST(Prepare, CliPreparesOnceThenTrainsFromTheShards) {
   EXPECT_TRUE(wait >= 0.0 && wait <= 1.0) << wait;
   const std::string metrics = test::read_text(dir.file("demo/metrics.jsonl"));
   EXPECT_NE(metrics.find("\"data_wait_s\""), std::string::npos);
+  auto exported = test::run_frugal(fmt::format("export '{}' --out '{}'", dir.file("demo"), dir.file("hf")));
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
 
   // model.vocab left at its default follows the manifest's tokenizer.vocab (here raised to 300,
   // as a tokenizer with more symbols would have it); set on purpose, it is checked against it.
@@ -305,6 +307,12 @@ TEST(Prepare, CliPreparesOnceThenTrainsFromTheShards) {
   auto narrow = test::run_frugal(train + " --set model.vocab=256");
   EXPECT_EQ(narrow.exit_code, 2) << narrow.output;
   EXPECT_NE(narrow.output.find("set model.vocab = 300"), std::string::npos) << narrow.output;
+  // From a checkpoint of 256 ids, no model.vocab helps: the advice is to tokenise with its tokenizer.
+  auto from = test::run_frugal(train + " --set model.init_from=hf:" + dir.file("hf"));
+  EXPECT_EQ(from.exit_code, 2) << from.output;
+  EXPECT_NE(from.output.find("a vocabulary of 300"), std::string::npos) << from.output;
+  EXPECT_NE(from.output.find("--tokenizer hf:" + dir.file("hf") + "/tokenizer.json"), std::string::npos) << from.output;
+  EXPECT_EQ(from.output.find("set model.vocab"), std::string::npos) << from.output;
 
   auto bad = test::run_frugal(
       fmt::format("prepare '{}' --out '{}' --format jsonl --quiet", dir.file("arith.txt"), dir.file("j")));

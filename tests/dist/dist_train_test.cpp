@@ -184,6 +184,12 @@ TEST(DistTrain, TwoLlamaRanksWithZero1MatchOneProcessWithTheSameGlobalBatch) {
       {"model.arch=llama", "model.heads=4", "model.kv_heads=2", "model.tie_embeddings=false"});
 }
 
+// train.freeze under data parallel and ZeRO-1: the frozen tensors are in no bucket and no shard,
+// and the rest still matches one process (and the optimizer state is half of its, per rank).
+TEST(DistTrain, TwoRanksWithFrozenTensorsAndZero1MatchOneProcessWithTheSameGlobalBatch) {
+  expect_matches_single_process(29673, "1", "fused_adamw", {"train.freeze=transformer.h.0.*, transformer.wpe.weight"});
+}
+
 TEST(DistTrain, PeerThatNeverArrivesFailsWithinTheTimeout) {
   TempDir dir;
   // Rank 0 of 2 alone: the rendezvous must give up after dist.timeout_s with a clear message.

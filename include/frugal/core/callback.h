@@ -39,6 +39,7 @@ struct RunInfo {
   const Config* config = nullptr;
   std::string run_dir;
   int64_t params = 0;
+  int64_t trainable_params = 0;  // params less those train.freeze leaves as they are
   double flops_per_token = 0;
   int64_t tokens_per_step = 0;
   int64_t samples_per_step = 0;  // sequences per optimizer step (the global batch)

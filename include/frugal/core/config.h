@@ -237,6 +237,8 @@ struct TrainConfig {
   // accumulation = global_batch / micro_batch micro-batches per step.
   int64_t global_batch = 0;
   int64_t accum = 0;  // explicit accumulation count; 0 = derived from global_batch
+  // Parameters left as they are: comma-separated globs over the Hugging Face names (model/freeze.h).
+  std::string freeze;
   OptimizerKind optimizer = OptimizerKind::kFusedAdamW;
   double lr = 3e-3;           // peak learning rate, reached after warmup_steps
   int64_t warmup_steps = 50;  // linear warm-up from 0, then cosine decay to lr * min_lr_ratio

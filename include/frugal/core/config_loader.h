@@ -48,6 +48,9 @@ struct KeySpec {
   // checkpoint is the run's own (under its run directory), so resuming a copied checkpoint never
   // runs its author's command or contacts their servers.
   bool reaches_out = false;
+  // A string key that a config file may also give as a TOML list of strings: they are joined
+  // with ", " (train.freeze).
+  bool list = false;
 
   std::string section() const { return key.substr(0, key.find('.')); }
   std::string name() const { return key.substr(key.find('.') + 1); }

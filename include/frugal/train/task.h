@@ -106,5 +106,7 @@ Task make_task(std::shared_ptr<ModuleT> module, F loss) {
 std::vector<std::pair<std::string, at::Tensor>> module_tensors(const torch::nn::Module& module);
 // The number of parameter elements.
 int64_t parameter_count(const torch::nn::Module& module);
+// The number of parameter elements that train (train.freeze leaves the others as they are).
+int64_t trainable_parameter_count(const torch::nn::Module& module);
 
 }  // namespace frugal

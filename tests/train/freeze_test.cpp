@@ -1,0 +1,177 @@
+// train.freeze: globs over the Hugging Face names pick the parameters a run leaves as they are.
+// In the model: which tensors a glob freezes, and the refusals (a glob that matches nothing, part
+// of a tensor frugal holds as one, everything). Through the CLI: a run from another run's export
+// ends with its frozen tensors bitwise those of the export, the others trained, and its
+// checkpoints hold optimizer state for the trained ones only.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "frugal/ckpt/safetensors.h"
+#include "frugal/core/config_loader.h"
+#include "frugal/core/errors.h"
+#include "frugal/model/freeze.h"
+#include "frugal/model/model_family.h"
+#include "test_util.h"
+
+namespace frugal::freeze_test {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+ModelConfig tiny(ModelConfig::Arch arch) {
+  ModelConfig m;
+  m.arch = arch;
+  m.layers = 2;
+  m.heads = 4;
+  m.kv_heads = arch == ModelConfig::Arch::kLlama ? 2 : 4;
+  m.embd = 32;
+  m.block = 16;
+  m.vocab = 40;
+  if (arch == ModelConfig::Arch::kLlama) {
+    m.mlp_width = 48;
+    m.tie_embeddings = false;
+  }
+  return m;
+}
+
+std::string error_of(CausalLmImpl& model, const std::string& patterns) {
+  try {
+    freeze_parameters(model, patterns);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Freeze, GlobsOverTheHuggingFaceNamesFreezeWholeTensorsOfEitherFamily) {
+  EXPECT_EQ(freeze_patterns(" a.*, ,b ,"), (std::vector<std::string>{"a.*", "b"}));
+
+  CausalLm llama = make_causal_lm(tiny(ModelConfig::Arch::kLlama));
+  const int64_t all = llama->parameter_count();
+  FrozenParameters f = freeze_parameters(*llama, "model.embed_tokens.weight, model.layers.0.self_attn.[qkv]_proj.*");
+  // The embedding, and layer 0's q, k and v projections: one tensor in frugal (stacked rows).
+  EXPECT_EQ(f.tensors, 2);
+  EXPECT_EQ(f.hf_names.size(), 4u);
+  EXPECT_EQ(f.frozen_elements + f.trainable_elements, all);
+  int64_t frozen = 0;
+  for (const auto& [name, p] : llama->named_parameter_list())
+    if (!p.requires_grad()) frozen += p.numel();
+  EXPECT_EQ(frozen, f.frozen_elements);
+  EXPECT_EQ(frozen, 40 * 32 + (32 + 2 * 16) * 32);  // the embedding; q (4 heads) + k, v (2 kv heads) of 8 dims
+
+  // The refusals name the setting, the pattern and what to do.
+  CausalLm fresh = make_causal_lm(tiny(ModelConfig::Arch::kLlama));
+  std::string e = error_of(*fresh, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_NE(e.find("k_proj"), std::string::npos) << e;
+  EXPECT_NE(e.find("one tensor"), std::string::npos) << e;
+  e = error_of(*fresh, "model.layer.*");
+  EXPECT_NE(e.find("\"model.layer.*\" matches no parameter"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.embed_tokens.weight"), std::string::npos) << e;  // an example of the names
+  e = error_of(*fresh, "*");
+  EXPECT_NE(e.find("nothing would train"), std::string::npos) << e;
+  for (const auto& [name, p] : fresh->named_parameter_list()) EXPECT_TRUE(p.requires_grad()) << name;
+
+  // GPT-2 names; the tied head is the embedding: naming either freezes the one tensor.
+  CausalLm tied = make_causal_lm(tiny(ModelConfig::Arch::kGpt));
+  f = freeze_parameters(*tied, "lm_head.weight");
+  EXPECT_EQ(f.tensors, 1);
+  EXPECT_EQ(f.hf_names, (std::vector<std::string>{"transformer.wte.weight", "lm_head.weight"}));
+  CausalLm gpt = make_causal_lm(tiny(ModelConfig::Arch::kGpt));
+  e = error_of(*gpt, "transformer.h.0.attn.c_attn.bias, transformer.h.9.*");
+  EXPECT_NE(e.find("\"transformer.h.9.*\" matches no parameter"), std::string::npos) << e;
+  gpt = make_causal_lm(tiny(ModelConfig::Arch::kGpt));
+  f = freeze_parameters(*gpt, "transformer.wte.weight,transformer.h.1.*");
+  EXPECT_GE(f.tensors, 3);
+  bool some_frozen_in_h1 = false;
+  for (const std::string& n : f.hf_names) some_frozen_in_h1 |= n.rfind("transformer.h.1.", 0) == 0;
+  EXPECT_TRUE(some_frozen_in_h1);
+  for (const std::string& n : f.hf_names) EXPECT_EQ(n.find("transformer.h.0."), std::string::npos) << n;
+}
+
+TEST(Freeze, AConfigFileMayListTheGlobs) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.toml"), "[train]\nfreeze = [\"model.embed_tokens.*\", \"model.layers.0.*\"]\n");
+  const ResolvedConfig rc = resolve_config(dir.file("c.toml"), {}, {});
+  EXPECT_EQ(rc.config.train.freeze, "model.embed_tokens.*, model.layers.0.*");
+  test::write_text(dir.file("none.toml"), "[train]\nfreeze = []\n");
+  EXPECT_EQ(resolve_config(dir.file("none.toml"), {}, {}).config.train.freeze, "");
+  test::write_text(dir.file("bad.toml"), "[train]\nfreeze = [\"a\", 3]\n");
+  try {
+    resolve_config(dir.file("bad.toml"), {}, {});
+    ADD_FAILURE() << "a list holding a number was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.freeze"), std::string::npos) << e.what();
+  }
+}
+
+// The elements of every tensor of a checkpoint's optimizer state.
+int64_t optimizer_elements(const std::string& run) {
+  int64_t n = 0;
+  for (const auto& entry : fs::directory_iterator(run + "/checkpoints")) {
+    if (!fs::exists(entry.path() / "optimizer.safetensors")) continue;
+    for (const auto& [name, t] : load_safetensors((entry.path() / "optimizer.safetensors").string()).tensors)
+      n += t.numel();
+    return n;
+  }
+  ADD_FAILURE() << "no checkpoint in " << run;
+  return 0;
+}
+
+TEST(Freeze, AFineTuneLeavesItsFrozenTensorsBitwiseAndKeepsNoOptimizerStateForThem) {
+  test::TempDir dir;
+  const std::string base = test::tiny_sets(dir.path()) + " --set checkpoint.every_steps=10";
+  auto r = test::run_frugal("train --quiet" + base + " --set run.name=a");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_frugal("export " + dir.file("a") + " --out " + dir.file("hf"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string from = base + " --set model.init_from=hf:" + dir.file("hf");
+  r = test::run_frugal("train --quiet" + from + " --set run.name=all");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_frugal("train --quiet" + from + " --set run.name=frozen" +
+                       " --set 'train.freeze=transformer.wte.weight, transformer.h.0.attn.*'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  const json s = json::parse(test::read_text(dir.file("frozen/summary.json")));
+  EXPECT_LT(s["trainable_params"].get<int64_t>(), s["params"].get<int64_t>());
+  EXPECT_NE(s["model"].get<std::string>().find("tensors frozen"), std::string::npos) << s["model"];
+  const int64_t frozen_elements = s["params"].get<int64_t>() - s["trainable_params"].get<int64_t>();
+  r = test::run_frugal("report " + dir.file("frozen"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string trainable = std::to_string(s["trainable_params"].get<int64_t>());
+  const std::string shown =
+      trainable.size() > 3 ? trainable.substr(0, trainable.size() - 3) + "," + trainable.substr(trainable.size() - 3)
+                           : trainable;
+  EXPECT_NE(test::read_text(dir.file("frozen/report.html")).find("<span id='trainable'>" + shown + "</span>"),
+            std::string::npos)
+      << shown;
+
+  const SafetensorsFile start = load_safetensors(dir.file("a/final/model.safetensors"));
+  const SafetensorsFile end = load_safetensors(dir.file("frozen/final/model.safetensors"));
+  int64_t unchanged = 0;
+  for (const auto& [name, t] : end.tensors) {
+    const at::Tensor* before = start.find(name);
+    ASSERT_NE(before, nullptr) << name;
+    const bool frozen = name.rfind("wte.", 0) == 0 || name.rfind("h0.attn.", 0) == 0;
+    if (frozen) {
+      EXPECT_TRUE(t.equal(*before)) << name << " moved although frozen";
+      unchanged += t.numel();
+    } else if (t.dim() >= 2) {
+      EXPECT_FALSE(t.equal(*before)) << name << " did not train";
+    }
+  }
+  EXPECT_EQ(unchanged, frozen_elements) << "the tensors compared as frozen are the ones the run froze";
+  // AdamW keeps two moments an element: the frozen run's state is smaller by two per frozen element.
+  EXPECT_EQ(optimizer_elements(dir.file("all")) - optimizer_elements(dir.file("frozen")), 2 * frozen_elements);
+
+  r = test::run_frugal("train --quiet" + from + " --set run.name=bad --set train.freeze=transformer.h.9.*");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("matches no parameter"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace frugal::freeze_test
