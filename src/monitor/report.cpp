@@ -185,7 +185,9 @@ std::string headline(const Json& summary) {
   };
   card("tokens_per_s", "throughput", 1, "tokens/s");
   card("samples_per_s", "samples", 1, "sequences/s");
-  card("mfu", "MFU", 100, "% of peak");
+  const double peak = get(summary, "peak_tflops");
+  const std::string of_peak = std::isfinite(peak) && peak > 0 ? fmt::format("% of {} TFLOP/s", num(peak)) : "% of peak";
+  card("mfu", "MFU", 100, of_peak.c_str());
   card("cost_usd", "cost", 1, "USD");
   card("final_val_loss", "val loss", 1, "nats/token");
   card("peak_rss_mb", "peak memory", 1, "MB resident");
@@ -314,7 +316,11 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
   html += line_chart("lr", "learning rate", "lr", {lr}, true);
   html += line_chart("grad-norm", "gradient norm (before clipping)", "L2 norm", {gnorm}, true);
   html += line_chart("throughput", "throughput", "tokens/s", {tps}, true);
-  html += line_chart("mfu", "model FLOPs utilisation", "% of peak", {mfu}, true);
+  // The axis names the peak MFU is a share of (summary.json's peak_tflops; peak_source says whence).
+  const double peak = get(summary, "peak_tflops");
+  html += line_chart("mfu", "model FLOPs utilisation",
+                     std::isfinite(peak) && peak > 0 ? fmt::format("% of {} TFLOP/s", num(peak)) : "% of peak", {mfu},
+                     true);
   html += stacked_chart("breakdown", "step time breakdown", "ms/step", phases);
   html += line_chart("memory", "memory (resident)", "MB", {rss}, true);
   html += line_chart("cost", "cost so far", "USD", {cost}, true);

@@ -82,6 +82,7 @@ Frame frame_for(const std::vector<Series>& series, bool zero_y) {
     }
   if (f.x0 > f.x1) f = {0, 1, 0, 1, {}, {}};
   if (zero_y) f.y0 = std::min(0.0, f.y0);
+  if (zero_y && f.y0 == 0 && f.y1 == 0) f.y1 = 1;  // all zero (no price: $0): 0 at the bottom, not mid-chart
   f.xt = nice_ticks(f.x0, f.x1, 6);
   f.yt = nice_ticks(f.y0, f.y1, 5);
   f.x0 = f.xt.front(), f.x1 = f.xt.back();

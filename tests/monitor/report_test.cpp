@@ -160,6 +160,28 @@ TEST(Report, ASeriesWithOnePointIsDrawnAsADot) {
   EXPECT_EQ(one.find("<circle class='point' data-name='train'"), std::string::npos) << one;
 }
 
+// A series that is all zero (a run without a price: $0 throughout) sits on the axis's 0 at the
+// bottom, not mid-chart between -1 and 1.
+TEST(Report, AnAllZeroSeriesStartsItsAxisAtZero) {
+  const std::string cost = chart::line_chart("cost", "cost so far", "USD", {{"USD", "#000", {{5, 0}, {10, 0}}}}, true);
+  EXPECT_EQ(cost.find(">-1"), std::string::npos) << cost;
+  EXPECT_EQ(cost.find(">-0.5"), std::string::npos) << cost;
+  EXPECT_NE(cost.find("data-axis='y' text-anchor='end'>0.5<"), std::string::npos) << cost;
+}
+
+// MFU is a share of a peak: the headline card and the chart's axis name it (summary.json's
+// peak_tflops).
+TEST(Report, TheMfuChartAndCardNameThePeakTheyAreAShareOf) {
+  const nlohmann::json summary = {{"run_name", "r"}, {"mfu", 0.285}, {"peak_tflops", 0.5866}};
+  const std::vector<nlohmann::json> lines = {{{"step", 5}, {"loss", 3.0}, {"mfu", 0.28}},
+                                             {{"step", 10}, {"loss", 2.9}, {"mfu", 0.29}}};
+  const std::string page = render_report_html(summary, lines, {});
+  const size_t chart = page.find("<svg id='mfu'");
+  ASSERT_NE(chart, std::string::npos);
+  EXPECT_NE(page.find("% of 0.587 TFLOP/s", chart), std::string::npos) << page.substr(chart, 3000);
+  EXPECT_LT(page.find("% of 0.587 TFLOP/s"), chart) << "the headline card names it too";
+}
+
 // The live page's reload link carries the request's ?token= inside a single-quoted attribute: a
 // quote in it stays text (it closed the attribute, and what followed became markup).
 TEST(Report, TheLivePagesReloadLinkEscapesTheTokenItEchoes) {
