@@ -163,6 +163,15 @@ MachinePrices resolve_prices(const BudgetConfig& b, const std::string& instance,
   return p;
 }
 
+// The sizes summary.json `s` gives (PlanFigures::params and after).
+void take_sizes(const nlohmann::json& s, PlanFigures& f) {
+  f.params = static_cast<int64_t>(number(s, "params", -1));
+  f.trainable_params = static_cast<int64_t>(number(s, "trainable_params", static_cast<double>(f.params)));
+  f.optimizer_state_mb = number(s, "optimizer_state_mb", -1);
+  if (s.contains("checkpoint") && s["checkpoint"].is_object())
+    f.checkpoint_bytes = static_cast<int64_t>(number(s["checkpoint"], "bytes", -1));
+}
+
 PlanFigures probe_figures(const std::string& file, const std::vector<std::string>& overrides,
                           const std::map<std::string, std::string>& env, const PlanProgress& progress) {
   const Config target = resolve_run_config(file, overrides, env).config;
@@ -179,10 +188,11 @@ PlanFigures probe_figures(const std::string& file, const std::vector<std::string
   const bool was_quiet = con.quiet(), was_json = con.json_mode();
   const auto t0 = Clock::now();
   Clock::time_point end;
+  nlohmann::json summary;
   try {
     {
       Trainer trainer(resolve_run_config(file, sets, env), opts);
-      trainer.fit();
+      summary = trainer.fit();
     }  // its end (loader threads joined, memory returned) is part of a run's end too
     end = Clock::now();
   } catch (...) {
@@ -208,6 +218,7 @@ PlanFigures probe_figures(const std::string& file, const std::vector<std::string
   f.item = probe->item;
   f.device = target.run.device;
   f.probe_s = seconds(end - t0);
+  take_sizes(summary, f);
   f.describe = fmt::format("a probe on this machine ({}): 1 + {} steps, {} evaluation(s), {} save(s) in {}", f.device,
                            f.step_s.size(), probe->eval_s.size(), probe->save_s.size(), describe_duration(f.probe_s));
   return f;
@@ -253,6 +264,7 @@ PlanFigures run_dir_figures(const std::string& dir) {
   if (fs::exists(summary_path)) {
     const nlohmann::json s = nlohmann::json::parse(read_small_file(summary_path.string()), nullptr, false);
     if (s.is_object()) {
+      take_sizes(s, f);
       f.startup_s = number(s, "startup_s", f.startup_s);
       // The attainable (measured or configured) peak: what scales a run onto another machine.
       f.peak_flops = number(s, "peak_tflops_measured", number(s, "peak_tflops")) * 1e12;

@@ -9,6 +9,7 @@
 
 #include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/monitor/report.h"  // format_figure
 #include "frugal/tune/plan.h"
 
 namespace frugal {
@@ -154,6 +155,15 @@ std::string CostPlan::table() const {
   std::string out = fmt::format("plan: {} steps of {} on {}\n", steps, run_name, target);
   if (tokens > 0) out += fmt::format("  {} {}s ({} a step)\n", tokens, figures.item, figures.tokens_per_step);
   out += fmt::format("measured from {}\n", figures.describe);
+  if (figures.params > 0) {
+    out += fmt::format("  holds {} parameters", format_figure(static_cast<double>(figures.params)));
+    if (figures.trainable_params >= 0 && figures.trainable_params < figures.params)
+      out += fmt::format(", {} of them train (train.freeze)",
+                         format_figure(static_cast<double>(figures.trainable_params)));
+    if (figures.optimizer_state_mb >= 0) out += fmt::format("; optimizer state {:.1f} MB", figures.optimizer_state_mb);
+    if (figures.checkpoint_bytes >= 0) out += fmt::format("; a checkpoint {:.1f} MB", figures.checkpoint_bytes / 1e6);
+    out += "\n";
+  }
   out += fmt::format("  {:<28} {:>12} {:>12} {:>12}\n", "", "low", "central", "high");
   out += row("wall time", p.on_demand.seconds, describe_duration);
   if (p.on_demand.priced)
@@ -206,7 +216,11 @@ nlohmann::json CostPlan::to_json() const {
                   {"finish_s", f.finish_s},
                   {"peak_tflops", f.peak_flops / 1e12},
                   {"device", f.device},
-                  {"probe_s", f.probe_s}};
+                  {"probe_s", f.probe_s},
+                  {"params", f.params},
+                  {"trainable_params", f.trainable_params},
+                  {"optimizer_state_mb", f.optimizer_state_mb},
+                  {"checkpoint_bytes", f.checkpoint_bytes}};
   j["terms"] = {{"launch_s", p.launch_s},
                 {"startup_s", p.startup_s},
                 {"first_step_s", p.first_step_s},

@@ -168,6 +168,21 @@ TEST(Freeze, AFineTuneLeavesItsFrozenTensorsBitwiseAndKeepsNoOptimizerStateForTh
   // AdamW keeps two moments an element: the frozen run's state is smaller by two per frozen element.
   EXPECT_EQ(optimizer_elements(dir.file("all")) - optimizer_elements(dir.file("frozen")), 2 * frozen_elements);
 
+  // plan says what the run holds: from the run directory, and from a probe of the same config.
+  r = test::run_frugal("plan --from " + dir.file("frozen") + " --json-out " + dir.file("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  json plan = json::parse(test::read_text(dir.file("plan.json")));
+  EXPECT_EQ(plan["figures"]["trainable_params"], s["trainable_params"]);
+  EXPECT_EQ(plan["figures"]["params"], s["params"]);
+  EXPECT_GT(plan["figures"]["checkpoint_bytes"].get<int64_t>(), 0);
+  EXPECT_NE(r.output.find("of them train (train.freeze)"), std::string::npos) << r.output;
+  r = test::run_frugal("plan" + from + " --set 'train.freeze=transformer.wte.weight, transformer.h.0.attn.*'" +
+                       " --set plan.probe_steps=3 --json-out " + dir.file("probe.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  plan = json::parse(test::read_text(dir.file("probe.json")));
+  EXPECT_EQ(plan["figures"]["trainable_params"], s["trainable_params"]);
+  EXPECT_NEAR(plan["figures"]["optimizer_state_mb"].get<double>(), s["optimizer_state_mb"].get<double>(), 1e-9);
+
   r = test::run_frugal("train --quiet" + from + " --set run.name=bad --set train.freeze=transformer.h.9.*");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("matches no parameter"), std::string::npos) << r.output;

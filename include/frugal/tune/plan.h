@@ -52,6 +52,10 @@ struct PlanFigures {
   std::string item = "token";
   std::string device;
   double probe_s = 0;  // the probe's own wall time (0 for a run directory)
+  // What the run holds (summary.json's): parameters and those that train (train.freeze), the
+  // optimizer's state and a checkpoint's bytes; < 0 = not known (no checkpoint written).
+  int64_t params = -1, trainable_params = -1, checkpoint_bytes = -1;
+  double optimizer_state_mb = -1;
 };
 
 using PlanProgress = std::function<void(const std::string& line, bool permanent)>;
