@@ -334,6 +334,16 @@ std::string state_problem(const nlohmann::json& s) {
       if (ls.contains(k) && !is_int_at_least(ls[k], 0))
         return fmt::format("\"loss_scaler.{}\" is not a whole number >= 0", k);
   }
+  if (s.contains("frozen")) {  // a fine-tune's frozen tensors, named instead of stored (model/freeze.h)
+    const auto& f = s["frozen"];
+    if (!f.is_object() || !f.contains("init_from") || !f["init_from"].is_string() || !f.contains("tensors") ||
+        !f["tensors"].is_object())
+      return "\"frozen\" is not {\"init_from\": base, \"tensors\": {name: digest}}";
+    for (const auto& [name, digest] : f["tensors"].items())
+      if (!digest.is_string() || digest.get<std::string>().size() != 16 ||
+          digest.get<std::string>().find_first_not_of("0123456789abcdef") != std::string::npos)
+        return fmt::format("\"frozen.tensors\" holds {} without a digest of 16 hex digits", name);
+  }
   if (s.contains("rng")) {
     const auto& rng = s["rng"];
     auto is_hex = [](const nlohmann::json& v) {

@@ -156,8 +156,7 @@ int run_export(const ExportArgs& a) {
   const c10::ScalarType dtype = a.dtype == "bf16" ? at::kBFloat16 : a.dtype == "fp16" ? at::kHalf : at::kFloat;
   const ModelFamily& family = model_family(c.model.arch);
   CausalLm model = family.make(c.model);
-  reading_named_input("the weights " + weights,
-                      [&] { load_parameters(model->named_parameter_list(), load_safetensors(weights), weights); });
+  reading_named_input("the weights " + weights, [&] { load_run_weights(*model, c, weights); });
   const std::optional<json> source = source_config(run);
   json config = family.hf_config(c.model, source ? &*source : nullptr);
   config["torch_dtype"] = a.dtype == "bf16" ? "bfloat16" : a.dtype == "fp16" ? "float16" : "float32";

@@ -78,8 +78,7 @@ int run_sample(const SampleArgs& a) {
                                   tokenizer->name(), tokenizer->vocab(), c.model.vocab));
   const std::string weights = a.weights.empty() ? run_weights(a.run_dir, "sample") : named_weights(a.weights);
   CausalLm model = make_causal_lm(c.model);
-  reading_named_input("the weights " + weights,
-                      [&] { load_parameters(model->named_parameter_list(), load_safetensors(weights), weights); });
+  reading_named_input("the weights " + weights, [&] { load_run_weights(*model, c, weights); });
   const std::string prompt = unescape(a.prompt);
   if (prompt.empty()) throw ConfigError("--prompt must not be empty");
   const std::string work = (fs::temp_directory_path() / fmt::format("frugal-sample-{}", ::getpid())).string();

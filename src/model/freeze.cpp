@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "frugal/core/console.h"
+#include "frugal/ckpt/checkpoint.h"  // xxh3_hex
 #include "frugal/core/errors.h"
 #include "frugal/model/model_family.h"
 
@@ -109,6 +110,47 @@ FrozenParameters freeze_parameters(CausalLmImpl& model, const std::string& text)
     throw ConfigError(fmt::format("train.freeze = \"{}\" freezes every parameter: nothing would train", text));
   for (at::Tensor& p : frozen) p.requires_grad_(false);
   return out;
+}
+
+namespace {
+std::string digest(const at::Tensor& t) {
+  const at::Tensor c = t.detach().cpu().contiguous();
+  return xxh3_hex(std::string(static_cast<const char*>(c.data_ptr()), c.nbytes()));
+}
+}  // namespace
+
+nlohmann::json frozen_base(const torch::nn::Module& module, const std::string& init_from) {
+  if (init_from.empty()) return nullptr;
+  nlohmann::json tensors = nlohmann::json::object();
+  for (const auto& p : module.named_parameters(/*recurse=*/true))
+    if (!p.value().requires_grad()) tensors[p.key()] = digest(p.value());
+  if (tensors.empty()) return nullptr;
+  return {{"init_from", init_from}, {"tensors", tensors}};
+}
+
+NamedTensors without_frozen(NamedTensors tensors, const nlohmann::json& frozen) {
+  if (!frozen.is_object() || !frozen.contains("tensors")) return tensors;
+  const auto& names = frozen["tensors"];
+  tensors.erase(std::remove_if(tensors.begin(), tensors.end(), [&](const auto& t) { return names.contains(t.first); }),
+                tensors.end());
+  return tensors;
+}
+
+void check_frozen_base(const torch::nn::Module& module, const nlohmann::json& frozen, const std::string& origin) {
+  std::map<std::string, at::Tensor> params;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) params.emplace(p.key(), p.value());
+  const std::string base = frozen.value("init_from", "");
+  for (const auto& [name, want] : frozen.at("tensors").items()) {
+    const auto it = params.find(name);
+    if (it == params.end() || it->second.requires_grad() || digest(it->second) != want.get<std::string>())
+      throw ConfigError(fmt::format(
+          "{} leaves its frozen tensor {} to the base it was trained on, model.init_from = \"{}\", but {}: the base "
+          "changed since (or names another model). Resume on the base weights the run started from",
+          origin, name, base,
+          it == params.end()           ? "this model has no such parameter"
+          : it->second.requires_grad() ? "train.freeze no longer freezes it"
+                                       : "the tensor it loads from there differs"));
+  }
 }
 
 }  // namespace frugal

@@ -8,6 +8,10 @@
 #include <filesystem>
 
 #include "frugal/ckpt/checkpoint.h"
+#include "frugal/core/atomic_file.h"
+#include "frugal/model/freeze.h"
+#include "frugal/model/hf_checkpoint.h"
+#include "frugal/model/weights.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/token_dataset.h"
@@ -118,6 +122,22 @@ std::unique_ptr<Tokenizer> run_tokenizer(const OpenedRun& run) {
     return load_sentencepiece(t.model_file);
   }
   return load_hf_tokenizer(t.model_file);
+}
+
+void load_run_weights(CausalLmImpl& model, const Config& c, const std::string& weights) {
+  const SafetensorsFile file = load_safetensors(weights);
+  nlohmann::json frozen;
+  const fs::path state = fs::path(weights).parent_path() / "state.json";
+  if (fs::is_regular_file(state)) {
+    const nlohmann::json st = nlohmann::json::parse(read_small_file(state.string()), nullptr, false);
+    if (st.is_object() && st.contains("frozen") && st["frozen"].is_object()) frozen = st["frozen"];
+  }
+  if (frozen.is_object()) {  // the frozen tensors come from the base, as in training
+    freeze_parameters(model, c.train.freeze);
+    load_hf_model(model.named_parameter_list(), c.model, hf_init_dir(c.model));
+    check_frozen_base(model, frozen, weights);
+  }
+  load_parameters(without_frozen(model.named_parameter_list(), frozen), file, weights);
 }
 
 }  // namespace frugal

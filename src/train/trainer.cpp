@@ -32,6 +32,7 @@
 #include "frugal/monitor/metrics_writer.h"
 #include "frugal/model/hf_gpt2.h"
 #include "frugal/model/kernel_ops.h"
+#include "frugal/model/freeze.h"
 #include "frugal/model/hf_checkpoint.h"
 #include "frugal/train/model_task.h"
 #include "frugal/train/run_config.h"
@@ -155,6 +156,7 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   // Nothing is written into the run directory before every check has passed: bad data, a bad
   // price table, a state-key clash, a checkpoint that does not fit the model all leave it as it was.
   s.build_task(make_task);
+  s.frozen = frozen_base(*s.model, s.rc.config.model.init_from);
   s.make_setup(ck);
   s.connect();
   if (ck) s.continue_from(*ck);

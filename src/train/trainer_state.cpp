@@ -18,6 +18,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
 #include "frugal/core/phase_trace.h"
+#include "frugal/model/freeze.h"
 #include "frugal/model/weights.h"
 #include "frugal/monitor/report.h"
 #include "frugal/train/lr_schedule.h"
@@ -108,7 +109,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   {
     CrashPhase phase(snapshot ? "capture: weights and optimizer state, copied to the host"
                               : "capture: weights and optimizer state");
-    d.model = module_tensors(*model);
+    d.model = without_frozen(module_tensors(*model), frozen);  // the base holds them (model.init_from)
     d.optimizer = step->optimizer().state_tensors();
     if (snapshot) writer->snapshot(d);
     loop.loss_sum = loss_sum.item<double>();
@@ -120,6 +121,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   st["loop"]["elapsed_s"] = loop.elapsed_s + seconds_since(session_start);
   st["loop"]["startup_s"] = loop.startup_s + startup_s;
   st["optimizer_steps"] = step->optimizer().step_count();
+  if (!frozen.is_null()) st["frozen"] = frozen;
   st["global_batch"] = setup.global_batch;  // sequences per step over every process (elastic resume)
   st["world_size"] = setup.world_size;
   const ScaleState& ss = step->scaler().state();
@@ -181,7 +183,9 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
   const nlohmann::json& st = ck.state;
   {
     torch::NoGradGuard no_grad;
-    load_parameters(module_tensors(*model), SafetensorsFile{ck.weights, {}}, ck.path);
+    const nlohmann::json kept = st.value("frozen", nlohmann::json());
+    if (!kept.is_null()) check_frozen_base(*model, kept, ck.path);  // loaded from model.init_from
+    load_parameters(without_frozen(module_tensors(*model), kept), SafetensorsFile{ck.weights, {}}, ck.path);
   }
   step->optimizer().load_state(ck.optimizer, st.at("optimizer_steps").get<int64_t>());
   const auto& ls = st.at("loss_scaler");

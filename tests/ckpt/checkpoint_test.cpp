@@ -263,6 +263,11 @@ TEST(Checkpoint, AReSignedStateJsonWithMissingFilesOrImpossibleValuesIsNotSound)
          s["rng"] = {{"cuda", {"xyz"}}};
        },
        "rng.cuda"},
+      {[](nlohmann::json& s) {
+         s["frozen"] = {{"init_from", "hf:/base"}, {"tensors", {{"wte.weight", "xyz"}}}};
+       },
+       "frozen.tensors"},
+      {[](nlohmann::json& s) { s["frozen"] = "hf:/base"; }, "\"frozen\""},
   };
   for (const auto& [edit, named] : edits) {
     nlohmann::json s = good;

@@ -122,6 +122,51 @@ int64_t optimizer_elements(const std::string& run) {
   return 0;
 }
 
+// The frozen run's checkpoints name the frozen tensors (the base, model.init_from, holds them)
+// instead of storing them; export and a resume take them from the base, and refuse a base that
+// changed since.
+void expect_checkpoints_name_the_frozen_tensors(const test::TempDir& dir, const std::string& from,
+                                                const SafetensorsFile& start, int64_t frozen_elements) {
+  test::CommandResult r;
+  std::string ckpt;
+  for (const auto& e : fs::directory_iterator(dir.file("frozen/checkpoints")))
+    if (fs::exists(e.path() / "state.json")) ckpt = std::max(ckpt, e.path().string());
+  ASSERT_FALSE(ckpt.empty());
+  const SafetensorsFile stored = load_safetensors(ckpt + "/model.safetensors");
+  EXPECT_EQ(stored.find("wte.weight"), nullptr);
+  EXPECT_EQ(stored.find("h0.attn.qkv.weight"), nullptr);
+  EXPECT_NE(stored.find("h0.fc.weight"), nullptr);
+  const json state = json::parse(test::read_text(ckpt + "/state.json"));
+  EXPECT_TRUE(state["frozen"]["tensors"].contains("wte.weight")) << state["frozen"].dump();
+  std::string full_ckpt;  // the same step of the run that trains everything
+  for (const auto& e : fs::directory_iterator(dir.file("all/checkpoints")))
+    if (e.path().filename() == fs::path(ckpt).filename()) full_ckpt = e.path().string();
+  ASSERT_FALSE(full_ckpt.empty());
+  // At least 2 bytes an element (bf16 weights; fp32 masters where kept) fewer.
+  EXPECT_LE(fs::file_size(ckpt + "/model.safetensors") + 2 * static_cast<uintmax_t>(frozen_elements),
+            fs::file_size(full_ckpt + "/model.safetensors"));
+  r = test::run_frugal("export " + dir.file("frozen") + " --weights " + ckpt + " --out " + dir.file("hf-ckpt"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(load_safetensors(dir.file("hf-ckpt/model.safetensors"))
+                  .find("transformer.wte.weight")
+                  ->equal(*load_safetensors(dir.file("hf/model.safetensors")).find("transformer.wte.weight")));
+  r = test::run_frugal("train --quiet" + from + " --set run.name=frozen --set train.steps=40 --resume auto" +
+                       " --set 'train.freeze=transformer.wte.weight, transformer.h.0.attn.*'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(load_safetensors(dir.file("frozen/final/model.safetensors"))
+                  .find("wte.weight")
+                  ->equal(*start.find("wte.weight")));
+  SafetensorsFile changed = load_safetensors(dir.file("hf/model.safetensors"));
+  for (auto& [name, t] : changed.tensors)
+    if (name == "transformer.wte.weight") t = t + 1e-3;
+  save_safetensors(dir.file("hf/model.safetensors"), changed.tensors, changed.metadata);
+  r = test::run_frugal("train --quiet" + from + " --set run.name=frozen --set train.steps=50 --resume auto" +
+                       " --set 'train.freeze=transformer.wte.weight, transformer.h.0.attn.*'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("frozen tensor wte.weight"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the base"), std::string::npos) << r.output;
+}
+
 TEST(Freeze, AFineTuneLeavesItsFrozenTensorsBitwiseAndKeepsNoOptimizerStateForThem) {
   test::TempDir dir;
   const std::string base = test::tiny_sets(dir.path()) + " --set checkpoint.every_steps=10";
@@ -167,6 +212,8 @@ TEST(Freeze, AFineTuneLeavesItsFrozenTensorsBitwiseAndKeepsNoOptimizerStateForTh
   EXPECT_EQ(unchanged, frozen_elements) << "the tensors compared as frozen are the ones the run froze";
   // AdamW keeps two moments an element: the frozen run's state is smaller by two per frozen element.
   EXPECT_EQ(optimizer_elements(dir.file("all")) - optimizer_elements(dir.file("frozen")), 2 * frozen_elements);
+
+  expect_checkpoints_name_the_frozen_tensors(dir, from, start, frozen_elements);
 
   // plan says what the run holds: from the run directory, and from a probe of the same config.
   r = test::run_frugal("plan --from " + dir.file("frozen") + " --json-out " + dir.file("plan.json"));

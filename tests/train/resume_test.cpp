@@ -31,13 +31,10 @@ namespace fs = std::filesystem;
 
 using test::expect_identical_runs;
 using test::interrupted_then_resumed;
-nlohmann::json train(const std::string& out, std::vector<std::string> extra, TrainerOptions o = {}) {
-  return test::train_tiny(out, std::move(extra), std::move(o));
-}
 
 TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseFp32) {
   test::TempDir a, b;
-  train(a.path(), {});
+  test::train_tiny(a.path(), {});
   interrupted_then_resumed(b.path(), {}, 16);
   expect_identical_runs(a.path(), b.path());
 }
@@ -45,7 +42,7 @@ TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseFp32) {
 TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseBf16WithAccumulation) {
   test::TempDir a, b;
   std::vector<std::string> x = {"precision.mode=bf16", "train.accum=2", "checkpoint.weights_dtype=bf16"};
-  train(a.path(), x);
+  test::train_tiny(a.path(), x);
   interrupted_then_resumed(b.path(), x, 12);
   expect_identical_runs(a.path(), b.path());
 }
@@ -54,7 +51,7 @@ TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseBf16WithAccumulation) {
 TEST(Resume, ResumedRunMatchesUninterruptedRunBitwiseWithMuonAndWsd) {
   test::TempDir a, b;
   std::vector<std::string> x = {"train.optimizer=muon", "train.schedule=wsd", "train.decay_fraction=0.3"};
-  train(a.path(), x);
+  test::train_tiny(a.path(), x);
   interrupted_then_resumed(b.path(), x, 16);
   expect_identical_runs(a.path(), b.path());
 }
@@ -69,7 +66,7 @@ TEST(Resume, ALlamaRunResumesBitwise) {
   test::TempDir a, b;
   std::vector<std::string> x = kLlama;
   x.push_back("model.dropout=0");
-  train(a.path(), x);
+  test::train_tiny(a.path(), x);
   interrupted_then_resumed(b.path(), x, 16);
   expect_identical_runs(a.path(), b.path());
 }
@@ -80,7 +77,7 @@ TEST(Resume, ALlamaRunResumesBitwiseInBf16WithAccumulationRecomputeAndMuon) {
   for (const char* s :
        {"precision.mode=bf16", "train.accum=2", "memory.activation_checkpointing=blocks", "train.optimizer=muon"})
     x.push_back(s);
-  train(a.path(), x);
+  test::train_tiny(a.path(), x);
   interrupted_then_resumed(b.path(), x, 12);
   expect_identical_runs(a.path(), b.path());
 }
@@ -117,7 +114,7 @@ TEST(Resume, AMovedEndDecaysToItAndSurvivesAResumeBitwise) {
                                 "train.min_lr_ratio=0.1"};
   TrainerOptions o;
   o.callbacks = {std::make_shared<EndAt>(8, 20)};
-  auto s = train(a.path(), x, o);
+  auto s = test::train_tiny(a.path(), x, o);
   EXPECT_EQ(s["stop_kind"], "completed");
   EXPECT_EQ(s["steps"], 20);
   EXPECT_EQ(s["end_moved"]["step"], 20);
@@ -136,12 +133,12 @@ TEST(Resume, AMovedEndDecaysToItAndSurvivesAResumeBitwise) {
   TrainerOptions first;
   first.handle_signals = true;
   first.callbacks = {std::make_shared<EndAt>(8, 20), std::make_shared<test::SignalAt>(16, SIGUSR1)};
-  ASSERT_EQ(train(b.path(), x, first)["stop_kind"], "preempted");
+  ASSERT_EQ(test::train_tiny(b.path(), x, first)["stop_kind"], "preempted");
   TrainerOptions r;
   r.resume = "auto";
   auto sees = std::make_shared<SeesTheEnd>();
   r.callbacks = {sees};
-  auto done = train(b.path(), x, r);
+  auto done = test::train_tiny(b.path(), x, r);
   EXPECT_EQ(done["steps"], 20);
   EXPECT_EQ(sees->end, 20) << "the resumed session's RunInfo::total_steps";
   expect_identical_runs(a.path(), b.path());
@@ -157,7 +154,7 @@ TEST(Resume, AnEndMovedPastItsDecayStartDecaysFromThereWithoutACliff) {
   ASSERT_EQ(wsd_decay_start(20, 5, 0.3), 14);  // the decay to step 20 begins at 14; the move comes at 16
   TrainerOptions o;
   o.callbacks = {std::make_shared<EndAt>(16, 20)};
-  auto s = train(a.path(), x, o);
+  auto s = test::train_tiny(a.path(), x, o);
   EXPECT_EQ(s["steps"], 20);
   EXPECT_NE(s["stop_reason"].get<std::string>().find(
                 "its decay would have begun at step 14, so it begins now and runs over the 4 steps left"),
@@ -177,10 +174,10 @@ TEST(Resume, AnEndMovedPastItsDecayStartDecaysFromThereWithoutACliff) {
   TrainerOptions first;
   first.handle_signals = true;
   first.callbacks = {std::make_shared<EndAt>(16, 20), std::make_shared<test::SignalAt>(18, SIGUSR1)};
-  ASSERT_EQ(train(b.path(), x, first)["stop_kind"], "preempted");
+  ASSERT_EQ(test::train_tiny(b.path(), x, first)["stop_kind"], "preempted");
   TrainerOptions r;
   r.resume = "auto";
-  EXPECT_EQ(train(b.path(), x, r)["steps"], 20);
+  EXPECT_EQ(test::train_tiny(b.path(), x, r)["steps"], 20);
   expect_identical_runs(a.path(), b.path());
 }
 
@@ -189,10 +186,10 @@ TEST(Stops, ARollbackKeepsAnEndMovedAfterItsCheckpoint) {
   test::TempDir dir;
   TrainerOptions o;
   o.callbacks = {std::make_shared<EndAt>(7, 20)};  // after the checkpoint at step 5
-  auto s = train(dir.path(),
-                 {"train.schedule=wsd", "guard.spike_factor=0.5", "guard.spike_windows=1", "guard.max_rollbacks=1",
-                  "checkpoint.every_steps=5"},
-                 o);
+  auto s = test::train_tiny(dir.path(),
+                            {"train.schedule=wsd", "guard.spike_factor=0.5", "guard.spike_windows=1",
+                             "guard.max_rollbacks=1", "checkpoint.every_steps=5"},
+                            o);
   ASSERT_GE(s["rollbacks"].size(), 1u);
   EXPECT_EQ(s["rollbacks"][0]["to_step"], 5);
   ASSERT_TRUE(s.contains("end_moved")) << s.dump();
@@ -201,38 +198,38 @@ TEST(Stops, ARollbackKeepsAnEndMovedAfterItsCheckpoint) {
 
 TEST(Resume, SignalOnAnEvalStepDefersTheEvaluationToTheResumedRun) {
   test::TempDir a, b;
-  train(a.path(), {"checkpoint.async=true"});
+  test::train_tiny(a.path(), {"checkpoint.async=true"});
   interrupted_then_resumed(b.path(), {"checkpoint.async=true"}, 15);  // train.eval_every = 15
   expect_identical_runs(a.path(), b.path());
 }
 
 TEST(Resume, FromAnOlderCheckpointTruncatesMetricsAndStillMatches) {
   test::TempDir a, b;
-  train(a.path(), {});
+  test::train_tiny(a.path(), {});
   TrainerOptions o;
   o.handle_signals = true;
   o.callbacks = {std::make_shared<test::SignalAt>(23, SIGTERM)};
-  train(b.path(), {}, o);
+  test::train_tiny(b.path(), {}, o);
   TrainerOptions r;
   r.resume = b.path() + "/demo/checkpoints/step-00000014";
-  train(b.path(), {}, r);
+  test::train_tiny(b.path(), {}, r);
   expect_identical_runs(a.path(), b.path());
 }
 
 TEST(Resume, AutoSkipsACorruptNewestCheckpointAndStillMatches) {
   test::TempDir a, b;
-  train(a.path(), {});
+  test::train_tiny(a.path(), {});
   TrainerOptions o;
   o.handle_signals = true;
   o.callbacks = {std::make_shared<test::SignalAt>(16, SIGTERM)};
-  train(b.path(), {}, o);
+  test::train_tiny(b.path(), {}, o);
   const std::string newest = b.path() + "/demo/checkpoints/step-00000016/model.safetensors";
   std::string bytes = test::read_text(newest);
   bytes[bytes.size() - 3] ^= 0x11;
   test::write_text(newest, bytes);
   TrainerOptions r;
   r.resume = "auto";
-  auto s = train(b.path(), {}, r);
+  auto s = test::train_tiny(b.path(), {}, r);
   EXPECT_NE(s["checkpoint"]["resumed_from"].get<std::string>().find("step-00000014"), std::string::npos);
   expect_identical_runs(a.path(), b.path());
 }
@@ -241,7 +238,7 @@ TEST(Resume, AutoWithoutACheckpointStartsFromStepZero) {
   test::TempDir dir;
   TrainerOptions r;
   r.resume = "auto";
-  auto s = train(dir.path(), {}, r);
+  auto s = test::train_tiny(dir.path(), {}, r);
   EXPECT_EQ(s["steps"], 30);
   EXPECT_EQ(s["checkpoint"]["resumed_from"], "");
 }
@@ -251,7 +248,7 @@ TEST(Resume, ExplicitBadPathNamesIt) {
   TrainerOptions r;
   r.resume = dir.file("nowhere");
   try {
-    train(dir.path(), {}, r);
+    test::train_tiny(dir.path(), {}, r);
     FAIL();
   } catch (const ConfigError& e) {  // bad input (exit 2), not a damaged checkpoint
     EXPECT_NE(std::string(e.what()).find("nowhere: no such directory"), std::string::npos) << e.what();
@@ -265,7 +262,7 @@ TEST(Resume, WallTimeAndTokensPerSecondSpanEverySession) {
   TrainerOptions o;
   o.handle_signals = true;
   o.callbacks = {std::make_shared<test::SignalAt>(9, SIGINT)};
-  const auto first = train(dir.path(), {"checkpoint.enabled=false"}, o);
+  const auto first = test::train_tiny(dir.path(), {"checkpoint.enabled=false"}, o);
   ASSERT_EQ(first["stop_kind"], "preempted");
   std::ifstream in(dir.path() + "/demo/checkpoints/step-00000009/state.json");
   const auto state = nlohmann::json::parse(in);
@@ -278,7 +275,7 @@ TEST(Resume, WallTimeAndTokensPerSecondSpanEverySession) {
   EXPECT_TRUE(state.at("callbacks").contains("cost_meter")) << state.at("callbacks").dump();
   TrainerOptions r;
   r.resume = "auto";
-  const auto resumed = train(dir.path(), {"checkpoint.enabled=false"}, r);
+  const auto resumed = test::train_tiny(dir.path(), {"checkpoint.enabled=false"}, r);
   ASSERT_EQ(resumed["stop_kind"], "completed");
   const double wall = resumed["wall_s"].get<double>();
   EXPECT_GT(wall, saved) << "the resumed run's wall time leaves out the first session";

@@ -22,15 +22,12 @@ namespace fs = std::filesystem;
 
 using test::expect_identical_runs;
 using test::interrupted_then_resumed;
-nlohmann::json train(const std::string& out, std::vector<std::string> extra, TrainerOptions o = {}) {
-  return test::train_tiny(out, std::move(extra), std::move(o));
-}
 
 // train.target_loss: a target the first evaluation meets ends the run there as a success, with
 // what it took; one never met leaves the run to complete and says so.
 TEST(Stops, TargetLossEndsTheRunAsASuccessAndRecordsWhatItTook) {
   test::TempDir dir;
-  auto s = train(dir.path(), {"train.target_loss=50", "budget.usd_per_hour=3.6", "budget.watts=360"});
+  auto s = test::train_tiny(dir.path(), {"train.target_loss=50", "budget.usd_per_hour=3.6", "budget.watts=360"});
   EXPECT_EQ(s["stop_kind"], "target_reached");
   EXPECT_EQ(s["steps"], 15);  // the first evaluation (train.eval_every = 15)
   EXPECT_NE(s["stop_reason"].get<std::string>().find("target reached"), std::string::npos) << s["stop_reason"];
@@ -47,7 +44,7 @@ TEST(Stops, TargetLossEndsTheRunAsASuccessAndRecordsWhatItTook) {
   EXPECT_TRUE(fs::exists(dir.path() + "/demo/final/model.safetensors"));
 
   test::TempDir never;
-  auto n = train(never.path(), {"train.target_loss=0.0001"});
+  auto n = test::train_tiny(never.path(), {"train.target_loss=0.0001"});
   EXPECT_EQ(n["stop_kind"], "completed");
   EXPECT_FALSE(n["to_target"]["reached"].get<bool>());
   EXPECT_FALSE(n.contains("tokens_to_target"));
@@ -58,7 +55,7 @@ TEST(Stops, PreemptionWritesACheckpointAndSkipsTheFinalWeights) {
   TrainerOptions o;
   o.handle_signals = true;
   o.callbacks = {std::make_shared<test::SignalAt>(9, SIGINT)};
-  auto s = train(dir.path(), {"checkpoint.enabled=false"}, o);
+  auto s = test::train_tiny(dir.path(), {"checkpoint.enabled=false"}, o);
   EXPECT_EQ(s["stop_kind"], "preempted");
   EXPECT_NE(s["stop_reason"].get<std::string>().find("signal"), std::string::npos);
   EXPECT_EQ(verify_checkpoint(dir.path() + "/demo/checkpoints/step-00000009"), "");
@@ -71,7 +68,7 @@ TEST(Stops, EarlyStopLandsInSummaryAndAResumedRunStopsAtTheSameStep) {
   std::vector<std::string> x = {"early_stop.enabled=true", "early_stop.patience=2", "early_stop.min_delta=100",
                                 "train.eval_every=3", "train.steps=40"};
   test::TempDir a, b;
-  auto s = train(a.path(), x);
+  auto s = test::train_tiny(a.path(), x);
   EXPECT_EQ(s["stop_kind"], "early_stop");
   EXPECT_EQ(s["steps"], 9);  // evaluations at 3 (best), 6 and 9 (stalls)
   EXPECT_NE(s["stop_reason"].get<std::string>().find("did not improve"), std::string::npos);
@@ -85,8 +82,8 @@ TEST(Stops, EarlyStopLandsInSummaryAndAResumedRunStopsAtTheSameStep) {
 TEST(Stops, GuardRollsBackWithALowerLrThenGivesUp) {
   // spike_factor 0.5 makes every window after the first a "spike": a forced divergence.
   test::TempDir dir;
-  auto s = train(dir.path(), {"guard.spike_factor=0.5", "guard.spike_windows=1", "guard.max_rollbacks=2",
-                              "checkpoint.every_steps=5"});
+  auto s = test::train_tiny(dir.path(), {"guard.spike_factor=0.5", "guard.spike_windows=1", "guard.max_rollbacks=2",
+                                         "checkpoint.every_steps=5"});
   EXPECT_EQ(s["stop_kind"], "guard");
   ASSERT_EQ(s["rollbacks"].size(), 2u);
   EXPECT_EQ(s["rollbacks"][0]["to_step"], 5);
@@ -100,8 +97,8 @@ TEST(Stops, GuardRollsBackWithALowerLrThenGivesUp) {
 // smallest.
 TEST(Checkpoints, GradNormAsTheBestMetricIsRecordedAndRanked) {
   test::TempDir dir;
-  auto s = train(dir.path(), {"checkpoint.every_steps=5", "checkpoint.keep_last=1", "checkpoint.keep_best=1",
-                              "checkpoint.best_metric=grad_norm", "train.log_every=5"});
+  auto s = test::train_tiny(dir.path(), {"checkpoint.every_steps=5", "checkpoint.keep_last=1", "checkpoint.keep_best=1",
+                                         "checkpoint.best_metric=grad_norm", "train.log_every=5"});
   std::map<int64_t, double> norms;  // step -> grad_norm, from metrics.jsonl
   std::ifstream in(dir.path() + "/demo/metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
@@ -144,14 +141,15 @@ TEST(Stops, ARollbackBillsTheDivergedStepsOnce) {
 
 TEST(Stops, GuardWithoutACheckpointStopsAndSaysSo) {
   test::TempDir dir;
-  auto s = train(dir.path(), {"guard.spike_factor=0.5", "guard.spike_windows=1", "checkpoint.every_steps=0"});
+  auto s =
+      test::train_tiny(dir.path(), {"guard.spike_factor=0.5", "guard.spike_windows=1", "checkpoint.every_steps=0"});
   EXPECT_EQ(s["stop_kind"], "guard");
   EXPECT_NE(s["stop_reason"].get<std::string>().find("no sound checkpoint"), std::string::npos) << s["stop_reason"];
 }
 
 TEST(Stops, MaxMinutesStopsWithACheckpoint) {
   test::TempDir dir;
-  auto s = train(dir.path(), {"train.max_minutes=0.000001"});
+  auto s = test::train_tiny(dir.path(), {"train.max_minutes=0.000001"});
   EXPECT_EQ(s["stop_kind"], "max_minutes");
   EXPECT_EQ(s["steps"], 1);
   EXPECT_EQ(verify_checkpoint(dir.path() + "/demo/checkpoints/step-00000001"), "");
@@ -165,7 +163,7 @@ TEST(Stops, AResumedRunAlreadyPastItsTimeLimitOrBudgetTrainsNoMoreSteps) {
         std::vector<std::string>{"budget.usd_per_hour=360000", "budget.limit_usd=0.5", "train.log_every=1"}}) {
     SCOPED_TRACE(limit[0]);
     test::TempDir dir;
-    auto first = train(dir.path(), limit);
+    auto first = test::train_tiny(dir.path(), limit);
     ASSERT_NE(first["stop_kind"], "completed");
     const int64_t steps = first["steps"].get<int64_t>();
     const std::string latest = first["checkpoint"]["latest"].get<std::string>();
@@ -173,7 +171,7 @@ TEST(Stops, AResumedRunAlreadyPastItsTimeLimitOrBudgetTrainsNoMoreSteps) {
     TrainerOptions r;
     r.resume = "auto";
     for (int again = 0; again < 2; ++again) {
-      auto resumed = train(dir.path(), limit, r);
+      auto resumed = test::train_tiny(dir.path(), limit, r);
       EXPECT_EQ(resumed["steps"].get<int64_t>(), steps) << "resume " << again + 1 << " trained another step";
       EXPECT_EQ(resumed["stop_kind"], first["stop_kind"]);
       EXPECT_EQ(resumed["checkpoint"]["latest"].get<std::string>(), latest) << "a checkpoint of no new step";

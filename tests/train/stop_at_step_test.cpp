@@ -11,26 +11,14 @@
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/trainer.h"
+#include "resume_util.h"
 #include "test_util.h"
 
 namespace frugal::stop_at_step_test {
 namespace {
 namespace fs = std::filesystem;
 
-std::vector<nlohmann::json> metrics(const std::string& path) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    for (const char* k :
-         {"tokens_per_s", "step_s", "elapsed_s", "eval_s", "data_s", "forward_s", "backward_s", "optimizer_s",
-          "data_wait_s", "rss_mb", "cost_usd", "energy_kwh", "kg_co2", "samples_per_s", "mfu", "checkpoint_s"})
-      j.erase(k);
-    out.push_back(j);
-  }
-  return out;
-}
+std::vector<nlohmann::json> metrics(const std::string& path) { return test::metrics_without_timing(path); }
 
 nlohmann::json train(const std::string& out, int64_t stop_at, const std::string& resume) {
   auto sets = test::tiny_overrides(out);  // 30 steps, evaluation every 15, log every 5

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "frugal/ckpt/safetensors.h"
 #include "frugal/model/causal_lm.h"
 
 namespace frugal {
@@ -27,5 +30,17 @@ std::vector<std::string> freeze_patterns(const std::string& text);
 // matches no name, for one that matches part of a tensor frugal holds as one (a Llama block's
 // q_proj without k_proj and v_proj: they are one matrix), and when nothing would be left to train.
 FrozenParameters freeze_parameters(CausalLmImpl& model, const std::string& patterns);
+
+// A fine-tune's checkpoints name its frozen tensors instead of storing them, where the run has a
+// base to take them from (model.init_from): {"init_from": base, "tensors": {name: digest}}, a
+// digest (xxh3) of each frozen parameter's values by its module name; null when the module has
+// none frozen or there is no base.
+nlohmann::json frozen_base(const torch::nn::Module& module, const std::string& init_from);
+// `tensors` less those `frozen` (frozen_base's) names.
+NamedTensors without_frozen(NamedTensors tensors, const nlohmann::json& frozen);
+// Checks that the frozen tensors of `module` (loaded from the base) hold the values `frozen`
+// recorded; throws ConfigError naming `origin` (the checkpoint or weights file), the base and the
+// first tensor that differs or is missing.
+void check_frozen_base(const torch::nn::Module& module, const nlohmann::json& frozen, const std::string& origin);
 
 }  // namespace frugal

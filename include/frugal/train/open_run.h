@@ -10,6 +10,7 @@
 #include "frugal/ckpt/run_dir.h"
 #include "frugal/core/config.h"
 #include "frugal/data/tokenizer.h"
+#include "frugal/model/causal_lm.h"
 
 namespace frugal {
 
@@ -39,6 +40,12 @@ TokenizerFiles run_tokenizer_files(const OpenedRun& run);
 // The weights file `--weights PATH` names: PATH itself when it is a file, PATH/model.safetensors when
 // PATH is a checkpoint or final/ directory; ConfigError (exit 2) saying which was expected otherwise.
 std::string named_weights(const std::string& path);
+
+// Loads `weights` (final/'s or a checkpoint's) into `model`, a model of the run's config `c`. A
+// checkpoint of a fine-tune with frozen tensors names them in its state.json instead of storing
+// them (model/freeze.h): they are loaded from model.init_from first, and checked against the
+// digests the checkpoint recorded.
+void load_run_weights(CausalLmImpl& model, const Config& c, const std::string& weights);
 
 // The tokenizer the run's data was tokenised with: bytes for text and the built-in data; for
 // shards the run's own copy (tokenizer/), else the dataset's. ConfigError naming the file and

@@ -50,6 +50,7 @@ struct Trainer::State {
   std::unique_ptr<DataParallelism> dp;       // multi-process only; outlives `step` (declared first)
   std::shared_ptr<BatchSource> data;         // task.data
   RunSetup setup;                            // resolved once at start-up
+  nlohmann::json frozen;                     // frozen tensors a checkpoint names instead of storing (model/freeze.h)
   std::unique_ptr<TrainStep> step;
   std::vector<std::shared_ptr<Callback>> callbacks;  // from the connector, in calling order
   std::string dashboard_url;
