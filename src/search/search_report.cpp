@@ -13,6 +13,7 @@
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/monitor/report.h"  // format_figure
+#include "frugal/search/search_space.h"
 #include "frugal/search/halving.h"
 #include "frugal/monitor/svg_chart.h"
 #include "frugal/train/run_config.h"
@@ -350,8 +351,7 @@ std::string render_search_html(const Json& j) {
 
 std::string search_table(const Json& j) {
   // A *_to_target metric (seconds, dollars, tokens) keeps its significant digits: $0.000031.
-  const std::string name = j["metric"].get<std::string>();
-  const bool to_target = name.size() > 10 && name.compare(name.size() - 10, 10, "_to_target") == 0;
+  const bool to_target = is_to_target_metric(j["metric"].get<std::string>());
   std::string out =
       fmt::format("{:<5} {:<6} {:>4} {:>7} {:>10} {:>10} {:>10} {:>10}  {:<10} {}\n", "rank", "trial", "rung", "steps",
                   j["metric"].get<std::string>(), "tok/s", "USD", "kg CO2", "status", "values");

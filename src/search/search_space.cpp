@@ -334,8 +334,7 @@ SearchSpec load_search_spec(const std::string& path, const std::vector<std::stri
   }
   // A loss, and what reaching train.target_loss took (tokens, time, dollars, energy), are better
   // smaller; any other figure needs its direction said.
-  const bool to_target = s.metric.size() > 10 && s.metric.compare(s.metric.size() - 10, 10, "_to_target") == 0;
-  if (!got.mode_given && s.metric.find("loss") == std::string::npos && !to_target)
+  if (!got.mode_given && s.metric.find("loss") == std::string::npos && !s.metric_is_to_target())
     throw ConfigError(
         fmt::format("search.metric = \"{}\" in {}: say whether smaller or larger is better with "
                     "search.mode = \"min\" or \"max\"",

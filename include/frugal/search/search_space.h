@@ -43,6 +43,11 @@ struct SearchParam {
   std::string where;                 // "space.toml:12"
 };
 
+// Whether a summary.json metric is what reaching train.target_loss took ("usd_to_target", ...).
+inline bool is_to_target_metric(const std::string& metric) {
+  return metric.size() > 10 && metric.compare(metric.size() - 10, 10, "_to_target") == 0;
+}
+
 struct SearchSpec {
   std::string file;                 // the search file as given
   std::string base;                 // search.base resolved against the file's folder; "" = built-in defaults
@@ -65,9 +70,7 @@ struct SearchSpec {
   std::string metric_key() const { return metric == "val_loss" ? "final_val_loss" : metric; }
   // A metric of what reaching train.target_loss took ("usd_to_target", ...): a trial without it
   // has not reached the target yet, which ranks it after those that have (not a failure).
-  bool metric_is_to_target() const {
-    return metric.size() > 10 && metric.compare(metric.size() - 10, 10, "_to_target") == 0;
-  }
+  bool metric_is_to_target() const { return is_to_target_metric(metric); }
   // What must not change when a search resumes (a JSON object; budgets and parallel may change).
   nlohmann::json identity() const;
 };
