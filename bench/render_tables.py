@@ -37,7 +37,7 @@ from compute_levers import BF16_USABLE_RATIO, bf16_emulated  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "docs/search.md", "docs/gpu.md", "docs/reliability.md",
-        "README.md"]
+        "docs/lora.md", "README.md"]
 MARKER = re.compile(r"<!-- bench-table:(\w+) -->.*?<!-- /bench-table:\1 -->|<!-- bench:(\w+) -->.*?<!-- /bench:\2 -->",
                     re.S)
 
@@ -918,7 +918,36 @@ def render_llama(R):
     return "\n".join(lines)
 
 
-RENDERERS = {"llama": render_llama, "muon_step": render_muon_step, "tracker_overhead": render_tracker_overhead, "time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
+def render_lora(R):
+    j = R.get("lora")
+    if not j:
+        return not_measured("no bench/results/<date>/lora.json", "`bench/lora_bench.py` writes it.")
+    m, sides, t = j["model"], j["sides"], j["targets"]
+    lines = [f"Measured by {provenance(j, R.path('lora'))}; {machine_line(dict(j, machine=j.get('machine_facts')))}. "
+             f"The Llama bench shape ({m['layers']} layers x {m['embd']} wide, {m['heads']} heads, {m['kv_heads']} "
+             f"key/value heads, SwiGLU {m['mlp']}, block {m['block']}, micro-batch {m['batch']} of English bytes), "
+             f"{j['precision']}, fine-tuned for {j['steps']} steps from a base trained {j['base_steps']} steps; "
+             f"step times are medians of {j['repeats']} alternating rounds:", "",
+             "| run | trainable | optimizer + gradients | checkpoint | step | val loss after the same tokens |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    full = sides["full"]
+    for name, label in (("full", "full fine-tune"), ("lora", "LoRA r=16"), ("dora", "DoRA r=16")):
+        s = sides[name]
+        og = s["optimizer_state_mb"] + s["grad_mb"]
+        share = "" if name == "full" else f" ({s['optimizer_and_grad_share']:.1%})"
+        ck = "" if name == "full" else f" ({s['checkpoint_share']:.1%})"
+        step = "" if name == "full" else f" ({s['step_time_ratio']:.2f}x)"
+        lines.append(f"| {label} | {s['trainable_params']:,} | {og:.2f} MB{share} | {s['checkpoint_bytes'] / 1e6:.2f} MB{ck} "
+                     f"| {s['step_ms']:.1f} ms{step} | {s['final_val_loss']:.4f} |")
+    lora = sides["lora"]
+    lines += ["", f"Targets for LoRA: optimizer + gradients <= {t['optimizer_and_grad_share']:.0%} of the full run's: "
+                  f"{met(lora['targets_met']['optimizer_and_grad_share'])}; checkpoint <= {t['checkpoint_share']:.0%}: "
+                  f"{met(lora['targets_met']['checkpoint_share'])}; step time <= {t['step_time_ratio']}x: "
+                  f"{met(lora['targets_met']['step_time_ratio'])}."]
+    return "\n".join(lines)
+
+
+RENDERERS = {"lora": render_lora, "llama": render_llama, "muon_step": render_muon_step, "tracker_overhead": render_tracker_overhead, "time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
              "levers": render_levers, "gpu": render_gpu, "gpu_kernels": render_gpu_kernels, "threads": render_threads, "reuse_freed": render_reuse_freed,
              "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,

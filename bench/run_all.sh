@@ -35,6 +35,7 @@ BENCHES=(
   "demo_run|bench/demo_run.py"
   "plan_accuracy|bench/plan_accuracy.py"
   "muon_step|bench/muon_step.py"
+  "lora|bench/lora_bench.py"
 )
 TARGETS=(frugal optimizer_bench loader_bench dynamic_batching_bench)
 

@@ -3,7 +3,8 @@
 // transformers.AutoModelForCausalLM.from_pretrained loads: config.json, model.safetensors (or
 // shards with their index past --max-shard-size), generation_config.json, and the run's tokenizer
 // files where transformers can use them (with the chat template of the checkpoint the run started
-// from), and a note saying how otherwise.
+// from), and a note saying how otherwise. A LoRA run's adapters are merged into the weights, or
+// with --adapter written alone as PEFT's adapter directory (model/peft.h).
 #include <torch/torch.h>
 
 #include <cctype>
@@ -21,7 +22,9 @@
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/model/hf_checkpoint.h"
+#include "frugal/model/lora.h"
 #include "frugal/model/model_family.h"
+#include "frugal/model/peft.h"
 #include "frugal/model/scripted_module.h"
 #include "frugal/model/weights.h"
 #include "frugal/train/open_run.h"
@@ -39,6 +42,7 @@ struct ExportArgs {
   std::string dtype = "fp32";
   std::string max_shard_size = "5GB";
   bool json = false;
+  bool adapter = false;
 };
 
 // The tokenizer files written beside the weights, and what a user reads about them.
@@ -143,6 +147,33 @@ int64_t parse_size(const std::string& text) {
   return static_cast<int64_t>(std::stod(text.substr(0, i)) * u->second);
 }
 
+// `--adapter`: the run's LoRA adapters as PEFT's adapter directory.
+int export_adapter(const ExportArgs& a, const OpenedRun& run, CausalLmImpl& model, const std::string& weights) {
+  const Config& c = run.config;
+  const std::string base = c.model.init_from.rfind("hf:", 0) == 0 ? c.model.init_from.substr(3) : c.model.init_from;
+  const std::string cls = model_family(c.model.arch).hf_class(c.model);
+  const LoraSetup setup = lora_setup(c.lora);
+  write_peft_adapter(model, setup, base, cls, a.out);
+  int64_t n = 0;
+  for (const auto& [name, p] : model.named_parameter_list())
+    if (p.requires_grad()) n += p.numel();
+  if (a.json) {
+    fmt::print("{}\n", json{{"out", a.out},
+                            {"weights", weights},
+                            {"adapter", true},
+                            {"files", json::array({"adapter_config.json", "adapter_model.safetensors"})},
+                            {"parameters", n},
+                            {"base", base}}
+                           .dump());
+  } else {
+    fmt::print(
+        "exported the {} adapters of {} ({} parameters, r={}) to {}\n"
+        "  load them: peft.PeftModel.from_pretrained({}.from_pretrained(\"{}\"), \"{}\")\n",
+        setup.dora ? "DoRA" : "LoRA", weights, n, setup.rank, a.out, cls, base.empty() ? "BASE" : base, a.out);
+  }
+  return 0;
+}
+
 int run_export(const ExportArgs& a) {
   const OpenedRun run = open_run(a.run_dir);
   const Config& c = run.config;
@@ -157,33 +188,36 @@ int run_export(const ExportArgs& a) {
   const ModelFamily& family = model_family(c.model.arch);
   CausalLm model = family.make(c.model);
   reading_named_input("the weights " + weights, [&] { load_run_weights(*model, c, weights); });
+  FRUGAL_CHECK(
+      !a.adapter || has_lora(*model), ConfigError,
+      fmt::format("--adapter: {} trained no adapters (lora.rank = 0); export the model without --adapter", a.run_dir));
+  if (a.adapter) return export_adapter(a, run, *model, weights);
   const std::optional<json> source = source_config(run);
   json config = family.hf_config(c.model, source ? &*source : nullptr);
   config["torch_dtype"] = a.dtype == "bf16" ? "bfloat16" : a.dtype == "fp16" ? "float16" : "float32";
   std::map<std::string, std::string> extra = tok.files;
   if (const auto g = generation_config(run, config)) extra["generation_config.json"] = *g;
-  const NamedTensors tensors = to_hf_tensors(model->named_parameter_list(), family.hf_layout(c.model), dtype);
+  // A LoRA run's adapters merged into the weights they adapt: the family's own layout.
+  const NamedTensors params = has_lora(*model) ? merged_parameter_list(*model) : model->named_parameter_list();
+  const NamedTensors tensors = to_hf_tensors(params, family.hf_layout(c.model), dtype);
+  int64_t parameters = 0;
+  for (const auto& [name, p] : params) parameters += p.numel();
   write_hf_dir(tensors, config.dump(2) + "\n", a.out, extra, max_shard);
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(a.out)) files.push_back(e.path().filename().string());
   std::sort(files.begin(), files.end());
   const std::string cls = config["architectures"][0].get<std::string>();
   if (a.json) {
-    json j{{"out", a.out},
-           {"weights", weights},
-           {"dtype", a.dtype},
-           {"files", files},
-           {"parameters", model->parameter_count()},
-           {"model_type", config["model_type"]},
-           {"architecture", cls},
-           {"tokenizer", tok.note}};
+    json j{{"out", a.out},        {"weights", weights},       {"dtype", a.dtype},
+           {"files", files},      {"parameters", parameters}, {"model_type", config["model_type"]},
+           {"architecture", cls}, {"tokenizer", tok.note}};
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print(
         "exported {} ({} parameters, {}) to {}: {}\n"
         "  load it: transformers.AutoModelForCausalLM.from_pretrained(\"{}\")  ({})\n"
         "  tokenizer: {}\n",
-        weights, model->parameter_count(), a.dtype, a.out, fmt::join(files, ", "), a.out, cls, tok.note);
+        weights, parameters, a.dtype, a.out, fmt::join(files, ", "), a.out, cls, tok.note);
   }
   return 0;
 }
@@ -209,6 +243,10 @@ void add_export_command(CLI::App& app, Run* run) {
                   "weights larger than this are split into shards model-0000K-of-0000N.safetensors with "
                   "model.safetensors.index.json (as save_pretrained's max_shard_size: 5GB, 500MB, 2GiB, bytes)")
       ->capture_default_str();
+  cmd->add_flag(
+      "--adapter", args->adapter,
+      "a LoRA run: write its adapters as PEFT's adapter directory (adapter_config.json, "
+      "adapter_model.safetensors) for peft.PeftModel.from_pretrained(base, DIR), instead of the merged model");
   cmd->add_flag("--json", args->json,
                 "print one JSON object: out, weights, dtype, files, parameters, model_type, architecture, tokenizer");
   cmd->callback([args, run] { *run = [args] { return run_export(*args); }; });

@@ -20,6 +20,7 @@ std::vector<KeySpec> build_schema() {
   add_model_keys(s);
   add_data_keys(s);
   add_train_keys(s);
+  add_lora_keys(s);
   add_precision_keys(s);
   add_memory_keys(s);
   add_checkpoint_keys(s);

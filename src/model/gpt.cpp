@@ -12,6 +12,7 @@
 #include "frugal/model/fused_attention.h"
 #include "frugal/model/fused_gelu.h"
 #include "frugal/model/kernel_ops.h"
+#include "frugal/model/lora.h"
 
 namespace frugal {
 namespace F = torch::nn::functional;
@@ -20,14 +21,19 @@ namespace {
 // ATen's linear: one addmm with the bias fused in for a contiguous 3-D input. (The C++
 // frontend's Linear::forward runs matmul and then a separate `+= bias` pass, and its backward
 // a separate reduction: one more pass over the activations each way.)
-at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x) { return at::linear(x, m->weight, m->bias); }
+// With `adapters` (model/lora.h), the adapted product.
+at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x, const std::shared_ptr<LoraSiteImpl>& adapters = {}) {
+  return lora_linear(x, m->weight, m->bias, adapters);
+}
 
 // residual + (y W^T + b). On the CPU in float, the bias is added to the residual (one pass, where
 // the separate sum stood) and the product accumulates onto that in place (beta = 1), so ATen's
 // copy of the bias into the product's output, a pass over the activations, is gone. Elsewhere
 // (autocast, other dtypes, GPUs, whose linear adds the bias in the product's epilogue), the
 // plain sum.
-at::Tensor residual_linear(const at::Tensor& residual, const at::Tensor& y, const torch::nn::Linear& m) {
+at::Tensor residual_linear(const at::Tensor& residual, const at::Tensor& y, const torch::nn::Linear& m,
+                           const std::shared_ptr<LoraSiteImpl>& adapters) {
+  if (adapters) return residual + linear(m, y, adapters);
   const at::Tensor& w = m->weight;
   const at::Tensor& b = m->bias;
   const bool cpu_float = b.defined() && y.device().is_cpu() && y.scalar_type() == at::kFloat &&
@@ -67,14 +73,14 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& c) : heads_(
 }
 
 at::Tensor CausalSelfAttentionImpl::project(const at::Tensor& y, const at::Tensor& residual) {
-  if (!residual.defined()) return resid_drop_->forward(linear(proj_, y));
-  if (is_training() && dropout_ > 0) return residual + resid_drop_->forward(linear(proj_, y));
-  return residual_linear(residual, y, proj_);
+  if (!residual.defined()) return resid_drop_->forward(linear(proj_, y, proj_lora_));
+  if (is_training() && dropout_ > 0) return residual + resid_drop_->forward(linear(proj_, y, proj_lora_));
+  return residual_linear(residual, y, proj_, proj_lora_);
 }
 
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache, const at::Tensor& residual) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads_;
-  const at::Tensor projected = linear(qkv_, x);  // (B, T, 3C)
+  const at::Tensor projected = linear(qkv_, x, qkv_lora_);  // (B, T, 3C)
   // frugal's own kernel wherever it applies: training and scoring a whole window on CPU (no
   // cache, no dropout on the attention weights).
   if (!cache && T > 1 && !(is_training() && dropout_ > 0) && fused_attention_supported(projected, heads_))
@@ -143,10 +149,11 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache) {
     in = ln2_->forward(h);
   }
   // GPT-2's tanh approximation runs on ATen's kernel; the exact form on frugal's fused one.
-  const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh ? at::gelu(linear(fc_, in), "tanh")
+  const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh ? at::gelu(linear(fc_, in, fc_lora_), "tanh")
+                         : fc_lora_                                        ? fused_gelu(linear(fc_, in, fc_lora_))
                                                                            : linear_gelu(in, fc_->weight, fc_->bias);
-  if (is_training() && mlp_drop_->options.p() > 0) return h + mlp_drop_->forward(linear(fc_proj_, act));
-  return residual_linear(h, act, fc_proj_);
+  if (is_training() && mlp_drop_->options.p() > 0) return h + mlp_drop_->forward(linear(fc_proj_, act, fc_proj_lora_));
+  return residual_linear(h, act, fc_proj_, fc_proj_lora_);
 }
 
 GptImpl::GptImpl(const ModelConfig& c) : CausalLmImpl(c) {
@@ -247,6 +254,23 @@ double GptImpl::flops_per_token() const {
   const double V = static_cast<double>(config_.vocab), T = static_cast<double>(config_.block);
   const double matmul_params = L * 12.0 * C * C + V * C;
   return 6.0 * matmul_params + 12.0 * L * T * C;
+}
+
+void CausalSelfAttentionImpl::adaptable(const std::string& prefix, std::vector<AdaptableProduct>& out) {
+  out.push_back({prefix + "qkv.weight", qkv_.get(), &qkv_lora_});
+  out.push_back({prefix + "proj.weight", proj_.get(), &proj_lora_});
+}
+
+void BlockImpl::adaptable(const std::string& prefix, std::vector<AdaptableProduct>& out) {
+  attn_->adaptable(prefix + "attn.", out);
+  out.push_back({prefix + "fc.weight", fc_.get(), &fc_lora_});
+  out.push_back({prefix + "fc_proj.weight", fc_proj_.get(), &fc_proj_lora_});
+}
+
+std::vector<AdaptableProduct> GptImpl::adaptable_products() {
+  std::vector<AdaptableProduct> out;
+  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->adaptable("h" + std::to_string(i) + ".", out);
+  return out;
 }
 
 std::string GptImpl::describe() const {

@@ -369,8 +369,8 @@ void write_weights(const fs::path& tmp, const NamedTensors& tensors, int64_t max
 }
 }  // namespace
 
-void write_hf_dir(const NamedTensors& tensors, const std::string& config_json, const std::string& out_dir,
-                  const std::map<std::string, std::string>& extra_files, int64_t max_shard_bytes) {
+void write_new_dir(const std::string& out_dir, const std::map<std::string, std::string>& files,
+                   const std::function<void(const std::string&)>& fill) {
   const fs::path out = fs::path(out_dir).lexically_normal();
   if (fs::exists(out))
     throw ConfigError(
@@ -382,9 +382,8 @@ void write_hf_dir(const NamedTensors& tensors, const std::string& config_json, c
   remove_tree(tmp, ec);
   try {
     fs::create_directories(tmp);
-    write_weights(tmp, tensors, max_shard_bytes);
-    write_file_atomic((tmp / "config.json").string(), config_json);
-    for (const auto& [name, bytes] : extra_files) write_file_atomic((tmp / name).string(), bytes);
+    if (fill) fill(tmp.string());
+    for (const auto& [name, bytes] : files) write_file_atomic((tmp / name).string(), bytes);
     fsync_dir(tmp.string());
     fs::rename(tmp, out);
     fsync_dir(parent.string());
@@ -392,6 +391,13 @@ void write_hf_dir(const NamedTensors& tensors, const std::string& config_json, c
     remove_tree(tmp, ec);
     throw;
   }
+}
+
+void write_hf_dir(const NamedTensors& tensors, const std::string& config_json, const std::string& out_dir,
+                  const std::map<std::string, std::string>& extra_files, int64_t max_shard_bytes) {
+  std::map<std::string, std::string> files = extra_files;
+  files["config.json"] = config_json;
+  write_new_dir(out_dir, files, [&](const std::string& tmp) { write_weights(tmp, tensors, max_shard_bytes); });
 }
 
 }  // namespace frugal

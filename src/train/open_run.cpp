@@ -10,6 +10,7 @@
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/model/freeze.h"
+#include "frugal/model/lora.h"
 #include "frugal/model/hf_checkpoint.h"
 #include "frugal/model/weights.h"
 #include "frugal/core/config_loader.h"
@@ -135,8 +136,9 @@ void load_run_weights(CausalLmImpl& model, const Config& c, const std::string& w
   if (frozen.is_object()) {  // the frozen tensors come from the base, as in training
     freeze_parameters(model, c.train.freeze);
     load_hf_model(model.named_parameter_list(), c.model, hf_init_dir(c.model));
-    check_frozen_base(model, frozen, weights);
   }
+  install_lora(model, c.lora);  // the adapters' values come from the weights below
+  if (frozen.is_object()) check_frozen_base(model, frozen, weights);
   load_parameters(without_frozen(model.named_parameter_list(), frozen), file, weights);
 }
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/model/freeze.h"
+#include "frugal/model/lora.h"
 #include "frugal/model/hf_checkpoint.h"
 #include "frugal/model/model_family.h"
 #include "frugal/model/scripted_module.h"
@@ -71,9 +72,20 @@ Task make_lm_task(const Config& config) {
     reading_named_input("model.init_from = \"" + config.model.init_from + "\"",
                         [&] { load_hf_model(model->named_parameter_list(), config.model, hf); });
   // The data stays null: the Trainer builds data.source for this process's data-parallel rank.
+  FRUGAL_CHECK(!lora_enabled(config.lora) || config.train.freeze.empty(), ConfigError,
+               fmt::format("train.freeze = \"{}\" with lora.rank = {}: adapters freeze the whole base model (set "
+                           "train.freeze = \"\")",
+                           config.train.freeze, config.lora.rank));
   const FrozenParameters frozen = freeze_parameters(*model, config.train.freeze);
+  const LoraSetup lora = install_lora(*model, config.lora);  // after the base weights: DoRA reads their norms
   Task t = lm_task(model, nullptr, config);
   if (!hf.empty()) t.hooks.describe += ", from " + config.model.init_from;
+  if (lora.rank > 0)
+    t.hooks.describe += fmt::format(", {} r={} alpha={:g} on {} modules{} ({:.2f}% of the parameters train)",
+                                    lora.dora ? "DoRA" : "LoRA", lora.rank, lora.alpha, lora.adapted_modules,
+                                    lora.init_from.empty() ? "" : " from " + lora.init_from,
+                                    100.0 * static_cast<double>(lora.trainable_elements) /
+                                        static_cast<double>(lora.trainable_elements + lora.frozen_elements));
   if (frozen.tensors > 0)
     t.hooks.describe += fmt::format(", {} tensors frozen ({:.1f}% of the parameters train)", frozen.tensors,
                                     100.0 * static_cast<double>(frozen.trainable_elements) /
@@ -88,6 +100,10 @@ Task scripted_task(const Config& config) {
       fmt::format("model.init_from = \"{}\" loads Hugging Face weights into frugal's own decoder, but model.source = "
                   "\"{}\"; a scripted module brings its own weights (set model.init_from = \"\")",
                   config.model.init_from, config.model.source));
+  FRUGAL_CHECK(!lora_enabled(config.lora), ConfigError,
+               fmt::format("lora.rank = {} adapts frugal's own decoders, but model.source = \"{}\" is a scripted "
+                           "module (set lora.rank = 0 and lora.init_from = \"\")",
+                           config.lora.rank, config.model.source));
   FRUGAL_CHECK(config.train.freeze.empty(), ConfigError,
                fmt::format("train.freeze = \"{}\" names parameters of frugal's own decoders, but model.source = \"{}\" "
                            "is a scripted module (set train.freeze = \"\", or freeze inside the module)",

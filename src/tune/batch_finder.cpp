@@ -22,6 +22,8 @@
 #include "frugal/core/memory.h"
 #include "frugal/core/wall_clock.h"
 #include "frugal/data/batch_source.h"
+#include "frugal/model/freeze.h"
+#include "frugal/model/lora.h"
 #include "frugal/model/model_family.h"
 #include "frugal/train/train_step.h"
 
@@ -131,6 +133,8 @@ ProbeOutcome probe_training_memory(const Config& config, int64_t micro_batch, in
   try {
     RandomTokens data(micro_batch, c.model.block, c.model.vocab);
     CausalLm model = make_causal_lm(c.model);
+    freeze_parameters(*model, c.train.freeze);
+    install_lora(*model, c.lora);  // a LoRA run holds no gradients or moments for the base
     model->to(device);
     TrainStep step(c, model, data, device);
     step.run(0, c.train.lr);  // forward, backward, optimizer (moments allocated)

@@ -158,7 +158,7 @@ std::string CostPlan::table() const {
   if (figures.params > 0) {
     out += fmt::format("  holds {} parameters", format_figure(static_cast<double>(figures.params)));
     if (figures.trainable_params >= 0 && figures.trainable_params < figures.params)
-      out += fmt::format(", {} of them train (train.freeze)",
+      out += fmt::format(", {} of them train (the rest frozen: train.freeze or [lora])",
                          format_figure(static_cast<double>(figures.trainable_params)));
     if (figures.optimizer_state_mb >= 0) out += fmt::format("; optimizer state {:.1f} MB", figures.optimizer_state_mb);
     if (figures.checkpoint_bytes >= 0) out += fmt::format("; a checkpoint {:.1f} MB", figures.checkpoint_bytes / 1e6);

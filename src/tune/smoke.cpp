@@ -19,6 +19,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
 #include "frugal/data/batch_source.h"
+#include "frugal/model/lora.h"
 #include "frugal/model/model_family.h"
 #include "frugal/model/hf_gpt2.h"
 #include "frugal/model/scripted_module.h"
@@ -119,6 +120,7 @@ CausalLm check_forward(const Config& c, const Batch& batch, SmokeReport& r) {
 void measure_memory(const Config& c, const Batch& batch, SmokeReport& r) {
   install_counting_allocator();
   CausalLm model = make_causal_lm(c.model);  // allocated after the allocator: every byte counted
+  install_lora(*model, c.lora);
   const int64_t one = step_bytes(model, batch, 1);
   const int64_t two = step_bytes(model, batch, std::min<int64_t>(2, batch.x.size(0)));
   r.bytes_per_sample = static_cast<double>(std::max<int64_t>(two - one, 0));

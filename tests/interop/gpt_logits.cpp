@@ -3,6 +3,7 @@
 //
 //   frugal_gpt_logits --hf DIR   --tokens 5,17,3 --out out.safetensors   (model.init_from's path)
 //   frugal_gpt_logits --run RUN  --tokens 5,17,3 --out out.safetensors   (a run's final weights)
+//     [--lora DIR]                     with --hf: PEFT's adapter DIR over the model (lora.init_from)
 //     [--targets 17,3,9 --grad NAME]   also the loss against these targets and the gradient of the
 //                                      parameter NAME (frugal's name, e.g. h0.attn.qkv.weight)
 //     [--generate N]                   also N greedy tokens after the sequence (KV cache)
@@ -21,8 +22,10 @@
 #include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
 #include "frugal/model/hf_checkpoint.h"
+#include "frugal/model/lora.h"
 #include "frugal/model/model_family.h"
 #include "frugal/model/weights.h"
+#include "frugal/train/open_run.h"
 
 namespace {
 std::vector<int64_t> parse_ids(const std::string& text) {
@@ -38,7 +41,7 @@ std::vector<int64_t> parse_ids(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string hf, run, tokens, out, targets, grad_name;
+  std::string hf, run, tokens, out, targets, grad_name, lora;
   int64_t generate = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -54,6 +57,8 @@ int main(int argc, char** argv) {
       targets = v;
     else if (k == "--grad")
       grad_name = v;
+    else if (k == "--lora")
+      lora = v;
     else if (k == "--generate")
       generate = std::stoll(v);
   }
@@ -72,11 +77,15 @@ int main(int argc, char** argv) {
       m = frugal::read_hf_model_config(hf);
       model = frugal::make_causal_lm(m);
       frugal::load_hf_model(model->named_parameter_list(), m, hf);
+      frugal::LoraConfig l;
+      l.init_from = lora;
+      l.base_dtype = frugal::LoraConfig::BaseDtype::kFp32;  // exact, for the comparisons
+      frugal::install_lora(*model, l);
     } else {
-      m = frugal::resolve_config(run + "/config.toml", {}, {}).config.model;
+      const frugal::Config c = frugal::resolve_config(run + "/config.toml", {}, {}).config;
+      m = c.model;
       model = frugal::make_causal_lm(m);
-      const std::string w = run + "/final/model.safetensors";
-      frugal::load_parameters(model->named_parameter_list(), frugal::load_safetensors(w), w);
+      frugal::load_run_weights(*model, c, run + "/final/model.safetensors");
     }
     frugal::NamedTensors result;
     const at::Tensor idx = torch::tensor(ids, torch::kLong).view({1, -1});

@@ -2,13 +2,14 @@
 // default, unit and trade-off (the defaults here ARE the built-in defaults). config_keys.cpp
 // lists every key once, with its range and help text; config_loader.h resolves a Config from
 // built-in defaults < FRUGAL_<SECTION>_<KEY> environment variables < a TOML file < --set.
-//
 // These structs hold no torch types, so including this header is cheap.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+
+#include "frugal/core/lora_config.h"
 
 namespace frugal {
 
@@ -478,6 +479,7 @@ struct Config {
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
+  LoraConfig lora;
   PrecisionConfig precision;
   MemoryConfig memory;
   BudgetConfig budget;
@@ -492,8 +494,7 @@ struct Config {
   PlanConfig plan;
 };
 
-// Micro-batches per optimizer step, from train.accum / train.global_batch / data.micro_batch.
-// Validated by validate_config().
+// Micro-batches per optimizer step, from train.accum / global_batch / data.micro_batch (validated).
 int64_t accumulation_steps(const Config& c);
 
 }  // namespace frugal

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,17 @@ namespace frugal {
 struct LayerKv {
   at::Tensor k;
   at::Tensor v;
+};
+
+class LoraSiteImpl;  // model/lora.h
+
+// A product of a block that low-rank adapters may adapt (model/lora.h): its weight's parameter name
+// ("h0.attn.qkv.weight"), the module holding the weight (the adapters register under it as
+// "lora") and the slot the block's forward reads its adapters from (empty: the plain product).
+struct AdaptableProduct {
+  std::string weight;
+  torch::nn::Module* module = nullptr;
+  std::shared_ptr<LoraSiteImpl>* adapters = nullptr;
 };
 
 class CausalLmImpl : public torch::nn::Module {
@@ -41,6 +53,8 @@ class CausalLmImpl : public torch::nn::Module {
   virtual double flops_per_token() const = 0;
   // One line for the banner, e.g. "GPT 4 layers, 4 heads, embd 128, block 64".
   virtual std::string describe() const = 0;
+  // Every block's projections, in the model's order.
+  virtual std::vector<AdaptableProduct> adaptable_products() = 0;
 
   // Greedy (temperature 0) or sampled continuation of `prompt` with a KV cache; stops after
   // max_new tokens or when `stop` returns true for a generated token. The context is at most one

@@ -12,6 +12,7 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   // `residual` (B, T, C), returns residual + the attention's output (the sum fused into the
   // output projection where it can be).
   at::Tensor forward(const at::Tensor& x, LayerKv* cache = nullptr, const at::Tensor& residual = {});
+  // Its projections (qkv, proj) under `prefix` ("h0.attn.").
+  void adaptable(const std::string& prefix, std::vector<AdaptableProduct>& out);
 
  private:
   at::Tensor project(const at::Tensor& y, const at::Tensor& residual);
@@ -34,6 +37,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   int64_t heads_;
   double dropout_;
   torch::nn::Linear qkv_{nullptr}, proj_{nullptr};
+  std::shared_ptr<LoraSiteImpl> qkv_lora_, proj_lora_;  // model/lora.h; empty without adapters
   torch::nn::Dropout resid_drop_{nullptr};
 };
 TORCH_MODULE(CausalSelfAttention);
@@ -42,11 +46,13 @@ class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const ModelConfig& c);
   at::Tensor forward(const at::Tensor& x, LayerKv* cache = nullptr);
+  void adaptable(const std::string& prefix, std::vector<AdaptableProduct>& out);
 
  private:
   torch::nn::LayerNorm ln1_{nullptr}, ln2_{nullptr};
   CausalSelfAttention attn_{nullptr};
   torch::nn::Linear fc_{nullptr}, fc_proj_{nullptr};
+  std::shared_ptr<LoraSiteImpl> fc_lora_, fc_proj_lora_;
   torch::nn::Dropout mlp_drop_{nullptr};
   ModelConfig::Activation activation_;
   ModelConfig::Kernels kernels_;
@@ -70,6 +76,7 @@ class GptImpl : public CausalLmImpl {
   // Training FLOPs per token: 6 * (matmul parameters, head included) + 12 * layers * block * embd.
   double flops_per_token() const override;
   std::string describe() const override;
+  std::vector<AdaptableProduct> adaptable_products() override;
 
  protected:
   at::Tensor decode(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache) override;

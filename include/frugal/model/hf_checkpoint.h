@@ -13,6 +13,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -79,5 +80,9 @@ NamedTensors to_hf_tensors(const NamedTensors& params, const HfLayout& layout, c
 // and `extra_files` (name -> bytes). Throws ConfigError when out_dir exists.
 void write_hf_dir(const NamedTensors& tensors, const std::string& config_json, const std::string& out_dir,
                   const std::map<std::string, std::string>& extra_files, int64_t max_shard_bytes);
+// Writes `out_dir` (which must not exist) all at once, as write_hf_dir does: `files` (name ->
+// bytes), after `fill` (when given) has written into the temporary folder it is passed.
+void write_new_dir(const std::string& out_dir, const std::map<std::string, std::string>& files,
+                   const std::function<void(const std::string&)>& fill = nullptr);
 
 }  // namespace frugal

@@ -14,6 +14,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/embedding.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ class LlamaBlockImpl : public torch::nn::Module {
   // x: (B, T, embd) at positions [pos, pos + T). With `cache`, x holds only the new positions and
   // their keys and values are appended to it.
   at::Tensor forward(const at::Tensor& x, const RopeTables& rope, int64_t pos, LayerKv* cache);
+  // Its projections (attn.qkv, attn.proj, mlp.gate_up, mlp.down) under `prefix` ("h0.").
+  void adaptable(const std::string& prefix, std::vector<AdaptableProduct>& out);
 
  private:
   at::Tensor attention(const at::Tensor& normed, const RopeTables& rope, int64_t pos, LayerKv* cache);
@@ -39,6 +42,7 @@ class LlamaBlockImpl : public torch::nn::Module {
   int64_t head_dim_;
   at::Tensor attn_norm_, qkv_, qkv_bias_, proj_, proj_bias_, q_norm_, k_norm_;
   at::Tensor mlp_norm_, gate_up_, down_;
+  std::shared_ptr<LoraSiteImpl> qkv_lora_, proj_lora_, gate_up_lora_, down_lora_;  // model/lora.h
 };
 TORCH_MODULE(LlamaBlock);
 
@@ -53,6 +57,7 @@ class LlamaImpl : public CausalLmImpl {
   // 6 x (matmul weights, head included) + 12 x layers x block x heads x head_dim (docs/model.md).
   double flops_per_token() const override;
   std::string describe() const override;
+  std::vector<AdaptableProduct> adaptable_products() override;
 
   // The output head's weight: the embedding where tied.
   const at::Tensor& head_weight() const;

@@ -146,6 +146,7 @@ void add_run_keys(std::vector<KeySpec>& s);
 void add_model_keys(std::vector<KeySpec>& s);
 void add_data_keys(std::vector<KeySpec>& s);
 void add_train_keys(std::vector<KeySpec>& s);
+void add_lora_keys(std::vector<KeySpec>& s);  // config_keys_lora.cpp
 void add_precision_keys(std::vector<KeySpec>& s);
 void add_memory_keys(std::vector<KeySpec>& s);
 void add_checkpoint_keys(std::vector<KeySpec>& s);

@@ -12,6 +12,7 @@
 #include "frugal/model/fused_attention.h"
 #include "frugal/model/fused_llama.h"
 #include "frugal/model/linear_cross_entropy.h"
+#include "frugal/model/lora.h"
 
 namespace frugal {
 namespace F = torch::nn::functional;
@@ -97,7 +98,7 @@ at::Tensor LlamaBlockImpl::qk_normed(const at::Tensor& qkv) const {
 at::Tensor LlamaBlockImpl::attention(const at::Tensor& normed, const RopeTables& rope, int64_t pos, LayerKv* cache) {
   const int64_t B = normed.size(0), T = normed.size(1), H = c_.heads, K = kv_heads_of(c_), D = head_dim_;
   const double dropout = is_training() ? c_.dropout : 0.0;
-  at::Tensor qkv = at::linear(normed, qkv_, qkv_bias_);  // (B, T, (H + 2K) D)
+  at::Tensor qkv = lora_linear(normed, qkv_, qkv_bias_, qkv_lora_);  // (B, T, (H + 2K) D)
   if (c_.qk_norm) qkv = qk_normed(qkv);
   // frugal's kernel wherever it applies: a whole window on the CPU, no dropout on the weights.
   if (!cache && T > 1 && dropout == 0 && pos == 0 && fused_gqa_attention_supported(qkv, H, K))
@@ -134,14 +135,28 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& normed, const RopeTables&
   return at::matmul(att, v).transpose(1, 2).reshape({B, T, H * D});
 }
 
-at::Tensor LlamaBlockImpl::mlp(const at::Tensor& normed) { return fused_swiglu(at::linear(normed, gate_up_)); }
+at::Tensor LlamaBlockImpl::mlp(const at::Tensor& normed) {
+  return fused_swiglu(lora_linear(normed, gate_up_, at::Tensor(), gate_up_lora_));
+}
 
 at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const RopeTables& rope, int64_t pos, LayerKv* cache) {
   const double eps = c_.norm_eps;
   const at::Tensor a = attention(fused_rms_norm(x, attn_norm_, eps, norm_out_dtype(x)), rope, pos, cache);
-  const at::Tensor h = residual_linear(x, a, proj_, proj_bias_);
+  const at::Tensor h =
+      proj_lora_ ? x + proj_lora_->forward(a, proj_, proj_bias_) : residual_linear(x, a, proj_, proj_bias_);
   const at::Tensor m = mlp(fused_rms_norm(h, mlp_norm_, eps, norm_out_dtype(h)));
-  return residual_linear(h, m, down_, at::Tensor());
+  return down_lora_ ? h + down_lora_->forward(m, down_, at::Tensor()) : residual_linear(h, m, down_, at::Tensor());
+}
+
+void LlamaBlockImpl::adaptable(const std::string& prefix, std::vector<AdaptableProduct>& out) {
+  const auto modules = named_modules("", /*include_self=*/false);
+  auto add = [&](const char* name, std::shared_ptr<LoraSiteImpl>* slot) {
+    out.push_back({prefix + name + ".weight", modules[name].get(), slot});
+  };
+  add("attn.qkv", &qkv_lora_);
+  add("attn.proj", &proj_lora_);
+  add("mlp.gate_up", &gate_up_lora_);
+  add("mlp.down", &down_lora_);
 }
 
 LlamaImpl::LlamaImpl(const ModelConfig& c) : CausalLmImpl(c) {
@@ -216,6 +231,12 @@ double LlamaImpl::flops_per_token() const {
   const double T = static_cast<double>(m.sliding_window > 0 ? std::min(m.sliding_window, m.block) : m.block);
   const double matmul_params = L * ((H + 2 * K) * D * C + H * D * C + 3 * Fw * C) + V * C;
   return 6.0 * matmul_params + 12.0 * L * T * H * D;
+}
+
+std::vector<AdaptableProduct> LlamaImpl::adaptable_products() {
+  std::vector<AdaptableProduct> out;
+  for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i]->adaptable("h" + std::to_string(i) + ".", out);
+  return out;
 }
 
 std::string LlamaImpl::describe() const {
