@@ -924,7 +924,7 @@ def render_lora(R):
         return not_measured("no bench/results/<date>/lora.json", "`bench/lora_bench.py` writes it.")
     m, sides, t = j["model"], j["sides"], j["targets"]
     lines = [f"Measured by {provenance(j, R.path('lora'))}; {machine_line(dict(j, machine=j.get('machine_facts')))}. "
-             f"The Llama bench shape ({m['layers']} layers x {m['embd']} wide, {m['heads']} heads, {m['kv_heads']} "
+             f"A Llama-family shape ({m['layers']} layers x {m['embd']} wide, {m['heads']} heads, {m['kv_heads']} "
              f"key/value heads, SwiGLU {m['mlp']}, block {m['block']}, micro-batch {m['batch']} of English bytes), "
              f"{j['precision']}, fine-tuned for {j['steps']} steps from a base trained {j['base_steps']} steps; "
              f"step times are medians of {j['repeats']} alternating rounds:", "",
