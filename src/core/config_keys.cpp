@@ -179,17 +179,11 @@ void add_train_keys(std::vector<KeySpec>& s) {
                   "sequences per optimizer step, a multiple of data.micro_batch; 0 = micro_batch"));
   k.fixed(int_key(FRUGAL_FIELD(train, accum), 0, 1 << 20,
                   "micro-batches per optimizer step; 0 = global_batch / micro_batch"));
-  KeySpec freeze = string_key(
-      FRUGAL_FIELD(train, freeze),
-      "parameters left as they are: globs over the Hugging Face names `frugal export` writes, comma-separated or a "
-      "TOML list (\"model.embed_tokens.*\", \"model.layers.[0-3].*\"); frozen tensors get no gradient and no "
-      "optimizer state; \"\" = train all",
-      [](const ConfigValue& v) -> std::string {
-        const std::string& t = std::get<std::string>(v);
-        return t.find_first_of("\n\r\t") != std::string::npos ? "must be globs separated by commas" : "";
-      });
-  freeze.list = true;
-  k.fixed(std::move(freeze));
+  k.fixed(list_key(FRUGAL_FIELD(train, freeze),
+                   "parameters left as they are: globs over the Hugging Face names `frugal export` writes, "
+                   "comma-separated or a TOML list (\"model.embed_tokens.*\", \"model.layers.[0-3].*\"); frozen "
+                   "tensors get no gradient and no optimizer state; \"\" = train all",
+                   "globs"));
   k.fixed(enum_key<OptimizerKind>(
       FRUGAL_FIELD(train, optimizer),
       {{"fused_adamw", OptimizerKind::kFusedAdamW},

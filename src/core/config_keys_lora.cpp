@@ -12,17 +12,11 @@ void add_lora_keys(std::vector<KeySpec>& s) {
                     "lora.rslora"));
   k.fixed(bool_key(FRUGAL_FIELD(lora, rslora), "rank-stabilised scaling, alpha / sqrt(rank) (PEFT's use_rslora)"));
   k.fixed(float_key(FRUGAL_FIELD(lora, dropout), 0, 0.99, "dropout on the adapters' input, in training"));
-  KeySpec targets =
-      string_key(FRUGAL_FIELD(lora, targets),
-                 "the products adapted, as PEFT's target_modules names them, comma-separated or a TOML list: q_proj, "
-                 "k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (Llama family), c_attn, c_proj, c_fc (GPT); "
-                 "\"all-linear\" = every projection in the blocks",
-                 [](const ConfigValue& v) -> std::string {
-                   const std::string& t = std::get<std::string>(v);
-                   return t.find_first_of("\n\r\t") != std::string::npos ? "must be names separated by commas" : "";
-                 });
-  targets.list = true;
-  k.fixed(std::move(targets));
+  k.fixed(list_key(FRUGAL_FIELD(lora, targets),
+                   "the products adapted, as PEFT's target_modules names them, comma-separated or a TOML list: "
+                   "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (Llama family), c_attn, c_proj, "
+                   "c_fc (GPT); \"all-linear\" = every projection in the blocks",
+                   "names"));
   k.fixed(string_key(FRUGAL_FIELD(lora, init_from),
                      "an adapter directory written by PEFT (save_pretrained) or `frugal export --adapter` to start "
                      "from: its rank, alpha, targets and DoRA setting apply; \"\" = new adapters"));

@@ -60,6 +60,17 @@ inline KeySpec string_key(std::string key, Field<std::string> f, std::string hel
   return k;
 }
 
+// A string key a config file may also give as a TOML list of strings (joined with ", "): names or
+// globs separated by commas, `what` saying which in the error for a line break or tab.
+inline KeySpec list_key(std::string key, Field<std::string> f, std::string help, std::string what) {
+  KeySpec k = string_key(std::move(key), f, std::move(help), [what](const ConfigValue& v) -> std::string {
+    const std::string& t = std::get<std::string>(v);
+    return t.find_first_of("\n\r\t") != std::string::npos ? "must be " + what + " separated by commas" : "";
+  });
+  k.list = true;
+  return k;
+}
+
 inline KeySpec bool_key(std::string key, Field<bool> f, std::string help) {
   return field_key<bool>(std::move(key), ValueType::kBool, f, std::move(help));
 }
