@@ -95,6 +95,22 @@ std::string tiny_sets(const std::string& out_dir) {
   return s;
 }
 
+ModelConfig tiny_model(ModelConfig::Arch arch) {
+  ModelConfig m;
+  m.arch = arch;
+  m.layers = 2;
+  m.heads = 4;
+  m.kv_heads = arch == ModelConfig::Arch::kLlama ? 2 : 4;
+  m.embd = 32;
+  m.block = 16;
+  m.vocab = 40;
+  if (arch == ModelConfig::Arch::kLlama) {
+    m.mlp_width = 48;
+    m.tie_embeddings = false;
+  }
+  return m;
+}
+
 Config tiny_config() {
   Config c;
   c.model.layers = 2;

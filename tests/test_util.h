@@ -55,6 +55,9 @@ std::string tiny_sets(const std::string& out_dir);
 // A Config (not resolved from files) for in-process pieces: a 2-layer, 2-head GPT of width 32 with
 // block 16, learning rate 1e-2, fp32.
 Config tiny_config();
+// A 2-layer model of either family, 32 wide, 4 heads, block 16, vocabulary 40; the Llama with 2
+// key/value heads, SwiGLU 48 and an untied head: for tests of the model's parameters by name.
+ModelConfig tiny_model(ModelConfig::Arch arch);
 
 // One JSON value per line of a JSON-lines file (metrics.jsonl); empty when the file is missing.
 std::vector<nlohmann::json> read_jsonl(const std::string& path);

@@ -128,6 +128,7 @@ bool targets_module(const std::string& target, const std::string& module) {
 
 struct Adaptable {
   AdaptableProduct product;
+  at::Tensor weight;
   std::vector<LoraSiteImpl::Spec> modules;  // every Hugging Face module the weight holds
 };
 
@@ -141,7 +142,7 @@ std::vector<Adaptable> adaptable_modules(CausalLmImpl& model) {
   for (const AdaptableProduct& ap : model.adaptable_products()) {
     const auto t = by_name.find(ap.weight);
     FRUGAL_INTERNAL_ASSERT(t != by_name.end() && params.count(ap.weight), "no Hugging Face name for " + ap.weight);
-    Adaptable a{ap, {}};
+    Adaptable a{ap, params[ap.weight], {}};
     int64_t row = 0;
     for (size_t k = 0; k < t->second->hf.size(); ++k) {
       const std::string& hf = t->second->hf[k];
@@ -222,9 +223,7 @@ LoraSetup install_lora(CausalLmImpl& model, const LoraConfig& l) {
       if (hit) parts.push_back(m);
     }
     if (parts.empty()) continue;
-    at::Tensor weight;
-    for (const auto& [name, p] : model.named_parameter_list())
-      if (name == a.product.weight) weight = p;
+    at::Tensor weight = a.weight;
     auto site = std::make_shared<LoraSiteImpl>(parts, weight, s.rank, s.scale, l.dropout, s.dora);
     a.product.module->register_module("lora", site);
     *a.product.adapters = site;

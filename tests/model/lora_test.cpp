@@ -13,24 +13,15 @@
 #include "frugal/model/lora.h"
 #include "frugal/model/model_family.h"
 #include "frugal/model/weights.h"
+#include "test_util.h"
 
 namespace frugal::lora_test {
 namespace {
 
 ModelConfig tiny(ModelConfig::Arch arch) {
-  ModelConfig m;
-  m.arch = arch;
-  m.layers = 2;
-  m.heads = 4;
-  m.kv_heads = arch == ModelConfig::Arch::kLlama ? 2 : 4;
-  m.embd = 32;
-  m.block = 16;
-  m.vocab = 40;
-  if (arch == ModelConfig::Arch::kLlama) {
-    m.mlp_width = 48;
-    m.tie_embeddings = false;
+  ModelConfig m = test::tiny_model(arch);
+  if (arch == ModelConfig::Arch::kLlama)
     m.attention_bias = ModelConfig::AttentionBias::kQkv;  // biases under the adapted rows
-  }
   return m;
 }
 

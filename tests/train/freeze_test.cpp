@@ -16,28 +16,13 @@
 #include "frugal/core/errors.h"
 #include "frugal/model/freeze.h"
 #include "frugal/model/model_family.h"
+#include "resume_util.h"
 #include "test_util.h"
 
 namespace frugal::freeze_test {
 namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-ModelConfig tiny(ModelConfig::Arch arch) {
-  ModelConfig m;
-  m.arch = arch;
-  m.layers = 2;
-  m.heads = 4;
-  m.kv_heads = arch == ModelConfig::Arch::kLlama ? 2 : 4;
-  m.embd = 32;
-  m.block = 16;
-  m.vocab = 40;
-  if (arch == ModelConfig::Arch::kLlama) {
-    m.mlp_width = 48;
-    m.tie_embeddings = false;
-  }
-  return m;
-}
 
 std::string error_of(CausalLmImpl& model, const std::string& patterns) {
   try {
@@ -51,7 +36,7 @@ std::string error_of(CausalLmImpl& model, const std::string& patterns) {
 TEST(Freeze, GlobsOverTheHuggingFaceNamesFreezeWholeTensorsOfEitherFamily) {
   EXPECT_EQ(freeze_patterns(" a.*, ,b ,"), (std::vector<std::string>{"a.*", "b"}));
 
-  CausalLm llama = make_causal_lm(tiny(ModelConfig::Arch::kLlama));
+  CausalLm llama = make_causal_lm(test::tiny_model(ModelConfig::Arch::kLlama));
   const int64_t all = llama->parameter_count();
   FrozenParameters f = freeze_parameters(*llama, "model.embed_tokens.weight, model.layers.0.self_attn.[qkv]_proj.*");
   // The embedding, and layer 0's q, k and v projections: one tensor in frugal (stacked rows).
@@ -65,7 +50,7 @@ TEST(Freeze, GlobsOverTheHuggingFaceNamesFreezeWholeTensorsOfEitherFamily) {
   EXPECT_EQ(frozen, 40 * 32 + (32 + 2 * 16) * 32);  // the embedding; q (4 heads) + k, v (2 kv heads) of 8 dims
 
   // The refusals name the setting, the pattern and what to do.
-  CausalLm fresh = make_causal_lm(tiny(ModelConfig::Arch::kLlama));
+  CausalLm fresh = make_causal_lm(test::tiny_model(ModelConfig::Arch::kLlama));
   std::string e = error_of(*fresh, "model.layers.0.self_attn.q_proj.weight");
   EXPECT_NE(e.find("k_proj"), std::string::npos) << e;
   EXPECT_NE(e.find("one tensor"), std::string::npos) << e;
@@ -77,14 +62,14 @@ TEST(Freeze, GlobsOverTheHuggingFaceNamesFreezeWholeTensorsOfEitherFamily) {
   for (const auto& [name, p] : fresh->named_parameter_list()) EXPECT_TRUE(p.requires_grad()) << name;
 
   // GPT-2 names; the tied head is the embedding: naming either freezes the one tensor.
-  CausalLm tied = make_causal_lm(tiny(ModelConfig::Arch::kGpt));
+  CausalLm tied = make_causal_lm(test::tiny_model(ModelConfig::Arch::kGpt));
   f = freeze_parameters(*tied, "lm_head.weight");
   EXPECT_EQ(f.tensors, 1);
   EXPECT_EQ(f.hf_names, (std::vector<std::string>{"transformer.wte.weight", "lm_head.weight"}));
-  CausalLm gpt = make_causal_lm(tiny(ModelConfig::Arch::kGpt));
+  CausalLm gpt = make_causal_lm(test::tiny_model(ModelConfig::Arch::kGpt));
   e = error_of(*gpt, "transformer.h.0.attn.c_attn.bias, transformer.h.9.*");
   EXPECT_NE(e.find("\"transformer.h.9.*\" matches no parameter"), std::string::npos) << e;
-  gpt = make_causal_lm(tiny(ModelConfig::Arch::kGpt));
+  gpt = make_causal_lm(test::tiny_model(ModelConfig::Arch::kGpt));
   f = freeze_parameters(*gpt, "transformer.wte.weight,transformer.h.1.*");
   EXPECT_GE(f.tensors, 3);
   bool some_frozen_in_h1 = false;
@@ -169,12 +154,9 @@ void expect_checkpoints_name_the_frozen_tensors(const test::TempDir& dir, const 
 
 TEST(Freeze, AFineTuneLeavesItsFrozenTensorsBitwiseAndKeepsNoOptimizerStateForThem) {
   test::TempDir dir;
-  const std::string base = test::tiny_sets(dir.path()) + " --set checkpoint.every_steps=10";
-  auto r = test::run_frugal("train --quiet" + base + " --set run.name=a");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = test::run_frugal("export " + dir.file("a") + " --out " + dir.file("hf"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string from = base + " --set model.init_from=hf:" + dir.file("hf");
+  const std::string from = test::fine_tune_sets(dir);
+  ASSERT_FALSE(from.empty());
+  test::CommandResult r;
   r = test::run_frugal("train --quiet" + from + " --set run.name=all");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   r = test::run_frugal("train --quiet" + from + " --set run.name=frozen" +

@@ -41,14 +41,10 @@ SafetensorsFile newest_checkpoint(const std::string& run) {
 
 TEST(LoraRun, AFineTuneTrainsTheAdaptersAloneAndExportsThemBothWays) {
   test::TempDir dir;
-  const std::string base = test::tiny_sets(dir.path()) + " --set checkpoint.every_steps=10";
-  auto r = test::run_frugal("train --quiet" + base + " --set run.name=a");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  r = test::run_frugal("export " + dir.file("a") + " --out " + dir.file("hf"));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const std::string from = base + " --set model.init_from=hf:" + dir.file("hf");
-  r = test::run_frugal("train --quiet" + from +
-                       " --set run.name=lora --set lora.rank=4 --set lora.targets=c_attn,c_fc");
+  const std::string from = test::fine_tune_sets(dir);
+  ASSERT_FALSE(from.empty());
+  auto r = test::run_frugal("train --quiet" + from +
+                            " --set run.name=lora --set lora.rank=4 --set lora.targets=c_attn,c_fc");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   const json s = json::parse(test::read_text(dir.file("lora/summary.json")));

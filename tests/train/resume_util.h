@@ -77,4 +77,18 @@ inline void interrupted_then_resumed(const std::string& dir, std::vector<std::st
             dir + "/demo/checkpoints/" + checkpoint_dir_name(stop_at));
 }
 
+// The tiny run `a` trained in `dir` (a checkpoint every 10 steps) and exported to dir/hf: the
+// --set arguments of a fine-tune from it (model.init_from = hf:dir/hf), or "" (with a failure
+// recorded) when either command failed.
+inline std::string fine_tune_sets(const TempDir& dir) {
+  const std::string base = tiny_sets(dir.path()) + " --set checkpoint.every_steps=10";
+  for (const std::string& cmd :
+       {"train --quiet" + base + " --set run.name=a", "export " + dir.file("a") + " --out " + dir.file("hf")}) {
+    const CommandResult r = run_frugal(cmd);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    if (r.exit_code != 0) return "";
+  }
+  return base + " --set model.init_from=hf:" + dir.file("hf");
+}
+
 }  // namespace frugal::test
