@@ -123,7 +123,9 @@ TEST(Lora, OnlyTheAdaptersTrain) {
   for (const auto& [name, p] : model->named_parameter_list()) {
     const bool adapter = name.find(".lora.") != std::string::npos;
     EXPECT_EQ(p.requires_grad(), adapter) << name;
-    if (!adapter) EXPECT_FALSE(p.grad().defined()) << name;
+    if (!adapter) {
+      EXPECT_FALSE(p.grad().defined()) << name;
+    }
     if (adapter && name.find("_B") != std::string::npos) {
       ASSERT_TRUE(p.grad().defined()) << name;
       EXPECT_GT(p.grad().abs().max().item<double>(), 0) << name;  // B gets a gradient at B = 0
