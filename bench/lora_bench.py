@@ -7,14 +7,16 @@ one's state, whatever the implementation. At 1,024 wide it is 3.1%; at Llama 3 8
 
 A base model is trained from scratch on the English text (bench/english_text.py) and exported as a
 Hugging Face directory; then, from it, at the same micro-batch and settings, in alternating rounds:
-a full fine-tune, LoRA r=16 alpha=32 over every projection (a bf16 base, the default) and DoRA the
-same, each --steps steps with a checkpoint at the end. Per side: the median step time (the wall
+a full fine-tune, LoRA r=16 alpha=32 over every projection (a bf16 base, the default), DoRA the
+same, and QLoRA (LoRA over an NF4 base, lora.base_dtype = nf4), each --steps steps with a checkpoint
+at the end. Per side: the median step time (the wall
 time between consecutive steps after the 3rd, metrics.jsonl's elapsed_s), the trainable parameters,
 the optimizer's state and the gradients' bytes (fp32 each, from summary.json's optimizer_state_mb
 and trainable_params), the bytes of the checkpoint's files, the bytes of the weights the adapted
-products hold, the peak of live tensor bytes and the validation loss at the end (the same tokens
-for every side). Targets (the LoRA issue): optimizer + gradient bytes <= 5% of the full run's,
-checkpoint bytes <= 5%, step time <= 0.8x.
+products hold (summary.json's lora.base_mb, with NF4's scales), the peak of live tensor bytes and the
+validation loss at the end (the same tokens for every side). Targets (the LoRA issue): optimizer +
+gradient bytes <= 5% of the full run's, checkpoint bytes <= 5%, step time <= 0.8x; QLoRA's base
+weights <= 0.3x the bf16 base's.
 
 Writes bench/results/<YYYY-MM-DD>/lora.json; bench/render_tables.py turns it into docs/lora.md's
 table.
@@ -40,8 +42,10 @@ PY = venv_python()
 SKIP = 3
 SHAPE = dict(layers=4, heads=8, kv_heads=2, embd=1024, mlp=2752, block=128, batch=4)
 TARGETS = {"optimizer_and_grad_share": 0.05, "checkpoint_share": 0.05, "step_time_ratio": 0.8}
+BASE_TARGET = 0.3  # QLoRA's base weights against the bf16 base's
 SIDES = {"full": [], "lora": ["lora.rank=16", "lora.alpha=32"],
-         "dora": ["lora.rank=16", "lora.alpha=32", "lora.dora=true"]}
+         "dora": ["lora.rank=16", "lora.alpha=32", "lora.dora=true"],
+         "qlora": ["lora.rank=16", "lora.alpha=32", "lora.base_dtype=nf4"]}
 
 
 def train(frugal, work, name, sets):
@@ -74,6 +78,7 @@ def measure(run_dir):
             "params": s["params"], "optimizer_state_mb": s["optimizer_state_mb"],
             "grad_mb": 4 * s["trainable_params"] / 1e6, "checkpoint_bytes": ckpt_bytes,
             "peak_tensor_mb": s.get("peak_tensor_mb"), "final_val_loss": s.get("final_val_loss"),
+            "base_mb": s.get("lora", {}).get("base_mb"), "base_mb_bf16": s.get("lora", {}).get("base_mb_bf16"),
             "model": s["model"]}
 
 
@@ -116,7 +121,7 @@ def main():
         out["sides"][side] = dict(first, step_ms=statistics.median(r["step_ms"] for r in rs),
                                   step_ms_runs=[r["step_ms"] for r in rs])
     full = out["sides"]["full"]
-    for side in ("lora", "dora"):
+    for side in ("lora", "dora", "qlora"):
         s = out["sides"][side]
         s["optimizer_and_grad_share"] = (s["optimizer_state_mb"] + s["grad_mb"]) / (full["optimizer_state_mb"] +
                                                                                    full["grad_mb"])
@@ -124,7 +129,10 @@ def main():
         s["step_time_ratio_rounds"] = [x / y for x, y in zip(s["step_ms_runs"], full["step_ms_runs"])]
         s["step_time_ratio"] = statistics.median(s["step_time_ratio_rounds"])
         s["targets_met"] = {k: s[k] <= v for k, v in TARGETS.items()}
-    out["targets"] = TARGETS
+    q = out["sides"]["qlora"]
+    q["base_share"] = q["base_mb"] / out["sides"]["lora"]["base_mb"]
+    q["targets_met"]["base_share"] = q["base_share"] <= BASE_TARGET
+    out["targets"] = dict(TARGETS, base_share=BASE_TARGET)
     out["machine_end_loadavg_1_5_15"] = list(os.getloadavg())
     with open(os.path.join(res_dir, "lora.json"), "w") as f:
         json.dump(out, f, indent=2)
@@ -133,7 +141,8 @@ def main():
     print(f"lora_bench: {time.time() - t0:.0f} s; results in {res_dir}/lora.json")
     for side, s in out["sides"].items():
         extra = "" if side == "full" else (f"  opt+grad {s['optimizer_and_grad_share']:.1%}, checkpoint "
-                                           f"{s['checkpoint_share']:.1%}, step {s['step_time_ratio']:.2f}x")
+                                           f"{s['checkpoint_share']:.1%}, step {s['step_time_ratio']:.2f}x, base "
+                                           f"{s['base_mb']:.1f} MB")
         print(f"  {side:5} {s['step_ms']:7.1f} ms/step  trainable {s['trainable_params']:>9,}  val loss "
               f"{s['final_val_loss']:.4f}{extra}")
 

@@ -928,22 +928,31 @@ def render_lora(R):
              f"key/value heads, SwiGLU {m['mlp']}, block {m['block']}, micro-batch {m['batch']} of English bytes), "
              f"{j['precision']}, fine-tuned for {j['steps']} steps from a base trained {j['base_steps']} steps; "
              f"step times are medians of {j['repeats']} alternating rounds:", "",
-             "| run | trainable | optimizer + gradients | checkpoint | step | val loss after the same tokens |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
-    full = sides["full"]
-    for name, label in (("full", "full fine-tune"), ("lora", "LoRA r=16"), ("dora", "DoRA r=16")):
+             "| run | trainable | optimizer + gradients | checkpoint | adapted base weights | step | val loss after the "
+             "same tokens |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    labels = (("full", "full fine-tune"), ("lora", "LoRA r=16 (bf16 base)"), ("dora", "DoRA r=16"),
+              ("qlora", "QLoRA r=16 (NF4 base)"))
+    for name, label in labels:
+        if name not in sides:
+            continue
         s = sides[name]
         og = s["optimizer_state_mb"] + s["grad_mb"]
         share = "" if name == "full" else f" ({s['optimizer_and_grad_share']:.1%})"
         ck = "" if name == "full" else f" ({s['checkpoint_share']:.1%})"
         step = "" if name == "full" else f" ({s['step_time_ratio']:.2f}x)"
+        base = "trained" if name == "full" else "—" if s.get("base_mb") is None else f"{s['base_mb']:.1f} MB" + (
+            f" ({s['base_share']:.2f}x)" if "base_share" in s else "")
         lines.append(f"| {label} | {s['trainable_params']:,} | {og:.2f} MB{share} | {s['checkpoint_bytes'] / 1e6:.2f} MB{ck} "
-                     f"| {s['step_ms']:.1f} ms{step} | {s['final_val_loss']:.4f} |")
+                     f"| {base} | {s['step_ms']:.1f} ms{step} | {s['final_val_loss']:.4f} |")
     lora = sides["lora"]
     lines += ["", f"Targets for LoRA: optimizer + gradients <= {t['optimizer_and_grad_share']:.0%} of the full run's: "
                   f"{met(lora['targets_met']['optimizer_and_grad_share'])}; checkpoint <= {t['checkpoint_share']:.0%}: "
                   f"{met(lora['targets_met']['checkpoint_share'])}; step time <= {t['step_time_ratio']}x: "
                   f"{met(lora['targets_met']['step_time_ratio'])}."]
+    if "qlora" in sides:
+        lines[-1] += (f" For QLoRA: base weights <= {t['base_share']}x the bf16 base's: "
+                      f"{met(sides['qlora']['targets_met']['base_share'])}.")
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "frugal/model/activation_checkpointing.h"
+#include "frugal/model/lora.h"
 
 namespace frugal {
 
@@ -68,7 +69,7 @@ std::vector<std::pair<std::string, at::Tensor>> CausalLmImpl::named_parameter_li
 
 int64_t CausalLmImpl::parameter_count() const {
   int64_t n = 0;
-  for (const auto& p : parameters()) n += p.numel();
+  for (const auto& p : named_parameters()) n += weight_elements(p.key(), p.value());  // an NF4 base counts its weights
   return n;
 }
 

@@ -56,10 +56,11 @@ LoraSiteImpl::LoraSiteImpl(const std::vector<Spec>& parts, const at::Tensor& wei
 }
 
 at::Tensor LoraSiteImpl::forward(const at::Tensor& x, const at::Tensor& stored, const at::Tensor& bias) {
-  // A bf16 base (lora.base_dtype) under fp32 compute is widened here; autocast casts it itself.
-  const bool widen = stored.scalar_type() != x.scalar_type() && !compat::autocast_enabled(x.device().type());
+  // A bf16 base (lora.base_dtype) under fp32 compute is widened here; autocast casts it itself. An
+  // NF4 base is dequantised inside its product.
+  const bool widen = !nf4() && stored.scalar_type() != x.scalar_type() && !compat::autocast_enabled(x.device().type());
   const at::Tensor weight = widen ? stored.to(x.scalar_type()) : stored;
-  at::Tensor y = at::linear(x, weight, bias);
+  at::Tensor y = nf4() ? nf4_product(x, stored, 0, total_rows(stored), bias) : at::linear(x, weight, bias);
   const bool drop = is_training() && dropout_ > 0;
   const at::Tensor xd = drop ? F::dropout(x, F::DropoutFuncOptions().p(dropout_).training(true)) : x;
   // Every part's rank-r product at once, (..., parts * r), scaled once.
@@ -87,10 +88,11 @@ at::Tensor LoraSiteImpl::forward(const at::Tensor& x, const at::Tensor& stored, 
   for (size_t k = 0; k < parts_.size(); ++k) {
     const Part& p = parts_[k];
     if (p.row0 > at) pieces.push_back(y.narrow(-1, at, p.row0 - at));
-    const at::Tensor w = weight.narrow(0, p.row0, p.rows);
     const at::Tensor yp = y.narrow(-1, p.row0, p.rows);
-    at::Tensor base = drop ? at::linear(xd, w) : bias.defined() ? yp - bias.narrow(0, p.row0, p.rows) : yp;
-    const at::Tensor g = p.magnitude / row_norms(w, p.a, p.b, scale_);
+    at::Tensor base = !drop   ? bias.defined() ? yp - bias.narrow(0, p.row0, p.rows) : yp
+                      : nf4() ? nf4_product(xd, stored, p.row0, p.rows, at::Tensor())
+                              : at::linear(xd, weight.narrow(0, p.row0, p.rows));
+    const at::Tensor g = p.magnitude / row_norms(dense_rows(stored, p.row0, p.rows), p.a, p.b, scale_);
     const at::Tensor lora = at::linear(xa.narrow(-1, static_cast<int64_t>(k) * rank_, rank_), p.b);
     pieces.push_back((yp + (g - 1) * base + g * lora).to(y.scalar_type()));
     at = p.row0 + p.rows;
@@ -101,7 +103,7 @@ at::Tensor LoraSiteImpl::forward(const at::Tensor& x, const at::Tensor& stored, 
 
 at::Tensor LoraSiteImpl::merged(const at::Tensor& weight) const {
   torch::NoGradGuard no_grad;
-  at::Tensor out = weight.detach().to(at::kFloat).clone();
+  at::Tensor out = dense_rows(weight.detach(), 0, total_rows(weight)).clone();
   for (const Part& p : parts_) {
     at::Tensor rows = out.narrow(0, p.row0, p.rows);
     const at::Tensor w = rows.clone();
@@ -109,6 +111,54 @@ at::Tensor LoraSiteImpl::merged(const at::Tensor& weight) const {
     if (dora_) rows.mul_((p.magnitude.to(at::kFloat) / row_norms(w, p.a, p.b, scale_)).unsqueeze(1));
   }
   return out;
+}
+
+void LoraSiteImpl::hold_in_nf4(at::Tensor& weight, const std::vector<Spec>& modules) {
+  torch::NoGradGuard no_grad;
+  in_ = weight.size(1);
+  std::vector<at::Tensor> codes;
+  int64_t code0 = 0;
+  for (const Spec& m : modules) {
+    Nf4 q = nf4_quantize(weight.narrow(0, m.row0, m.rows));
+    const std::string n = short_name(m.hf_module) + "_nf4_";
+    nf4_.push_back({m.row0, m.rows, code0, q.codes.numel(), register_parameter(n + "scalers", q.scalers, false),
+                    register_parameter(n + "factors", q.factors, false),
+                    register_parameter(n + "mean", q.mean, false)});
+    code0 += q.codes.numel();
+    codes.push_back(q.codes);
+  }
+  weight.requires_grad_(false);
+  weight.set_data(codes.size() == 1 ? codes[0] : at::cat(codes));  // every holder of the tensor sees it
+  // DoRA's magnitudes start from the rows as the run holds them (PEFT's, from the dequantised base).
+  if (dora_)
+    for (Part& p : parts_) p.magnitude.copy_(row_norms(dense_rows(weight, p.row0, p.rows), p.a, p.b, 0));
+}
+
+std::vector<Nf4> LoraSiteImpl::nf4_slices(const at::Tensor& weight, int64_t row0, int64_t rows,
+                                          std::vector<int64_t>* counts) const {
+  std::vector<Nf4> out;
+  for (const Nf4Slice& s : nf4_) {
+    if (s.row0 < row0 || s.row0 + s.rows > row0 + rows) continue;
+    out.push_back({weight.narrow(0, s.code0, s.codes), s.scalers, s.factors, s.mean});
+    counts->push_back(s.rows);
+  }
+  return out;
+}
+
+at::Tensor LoraSiteImpl::nf4_product(const at::Tensor& x, const at::Tensor& weight, int64_t row0, int64_t rows,
+                                     const at::Tensor& bias) const {
+  std::vector<int64_t> counts;
+  const std::vector<Nf4> slices = nf4_slices(weight, row0, rows, &counts);
+  return nf4_linear(x, slices, counts, in_, bias.defined() ? bias.narrow(0, row0, rows) : bias);
+}
+
+at::Tensor LoraSiteImpl::dense_rows(const at::Tensor& weight, int64_t row0, int64_t rows) const {
+  if (!nf4()) return weight.narrow(0, row0, rows).to(at::kFloat);
+  std::vector<int64_t> counts;
+  std::vector<at::Tensor> parts;
+  const std::vector<Nf4> slices = nf4_slices(weight, row0, rows, &counts);
+  for (size_t k = 0; k < slices.size(); ++k) parts.push_back(nf4_dequantize(slices[k], {counts[k], in_}));
+  return (parts.size() == 1 ? parts[0] : at::cat(parts)).to(at::kFloat);
 }
 
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
@@ -167,6 +217,9 @@ LoraSetup lora_setup(const LoraConfig& l) {
   s.rslora = l.rslora;
   s.dropout = l.dropout;
   s.targets = freeze_patterns(l.targets);
+  s.base_dtype = l.base_dtype == LoraConfig::BaseDtype::kNf4    ? "nf4"
+                 : l.base_dtype == LoraConfig::BaseDtype::kFp32 ? "fp32"
+                                                                : "bf16";
   if (!l.init_from.empty()) {
     const nlohmann::json j = read_peft_config(l.init_from);
     const std::string file = l.init_from + "/adapter_config.json";
@@ -227,10 +280,16 @@ LoraSetup install_lora(CausalLmImpl& model, const LoraConfig& l) {
     auto site = std::make_shared<LoraSiteImpl>(parts, weight, s.rank, s.scale, l.dropout, s.dora);
     a.product.module->register_module("lora", site);
     *a.product.adapters = site;
+    s.base_bytes_bf16 += 2 * weight.numel();
     if (l.base_dtype == LoraConfig::BaseDtype::kBf16) {
       torch::NoGradGuard no_grad;
       weight.set_data(weight.detach().to(at::kBFloat16));  // every holder of the tensor sees it
+    } else if (l.base_dtype == LoraConfig::BaseDtype::kNf4) {
+      site->hold_in_nf4(weight, a.modules);
     }
+    s.base_bytes += weight.numel() * static_cast<int64_t>(weight.element_size());
+    for (const auto& p : site->named_parameters())
+      if (p.key().find("_nf4_") != std::string::npos) s.base_bytes += p.value().nbytes();
     s.adapted_modules += static_cast<int64_t>(parts.size());
   }
   if (!all)
@@ -240,12 +299,21 @@ LoraSetup install_lora(CausalLmImpl& model, const LoraConfig& l) {
                                "\"all-linear\" for all of them)",
                                t, model.describe(), fmt::join(names, ", ")));
   for (auto& p : model.named_parameters(/*recurse=*/true)) {
-    const bool adapter = p.key().find(".lora.") != std::string::npos;
+    const bool adapter = is_adapter_parameter(p.key());
     if (!adapter) p.value().requires_grad_(false);
-    (adapter ? s.trainable_elements : s.frozen_elements) += p.value().numel();
+    (adapter ? s.trainable_elements : s.frozen_elements) += weight_elements(p.key(), p.value());
   }
   if (!s.init_from.empty()) load_peft_adapter(model, s.init_from);
   return s;
+}
+
+bool is_adapter_parameter(const std::string& name) {
+  return name.find(".lora.") != std::string::npos && name.find("_nf4_") == std::string::npos;
+}
+
+int64_t weight_elements(const std::string& name, const at::Tensor& p) {
+  if (p.scalar_type() == at::kByte) return 2 * p.numel();
+  return name.find(".lora.") != std::string::npos && name.find("_nf4_") != std::string::npos ? 0 : p.numel();
 }
 
 bool has_lora(CausalLmImpl& model) {

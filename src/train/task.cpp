@@ -29,7 +29,7 @@ std::vector<std::pair<std::string, at::Tensor>> module_tensors(const torch::nn::
 
 int64_t parameter_count(const torch::nn::Module& module) {
   int64_t n = 0;
-  for (const auto& p : module.parameters()) n += p.numel();
+  for (const auto& p : module.named_parameters()) n += weight_elements(p.key(), p.value());  // an NF4 base: its weights
   return n;
 }
 
@@ -86,6 +86,22 @@ Task make_lm_task(const Config& config) {
                                     lora.init_from.empty() ? "" : " from " + lora.init_from,
                                     100.0 * static_cast<double>(lora.trainable_elements) /
                                         static_cast<double>(lora.trainable_elements + lora.frozen_elements));
+  if (lora.base_dtype == "nf4")
+    t.hooks.describe +=
+        fmt::format(", an NF4 base ({:.1f} MB, {:.2f}x bf16's)", static_cast<double>(lora.base_bytes) / 1e6,
+                    static_cast<double>(lora.base_bytes) / static_cast<double>(lora.base_bytes_bf16));
+  if (lora.rank > 0) {
+    t.hooks.extend_summary = [prev = t.hooks.extend_summary, lora](nlohmann::ordered_json& summary) {
+      if (prev) prev(summary);
+      summary["lora"] = {{"rank", lora.rank},
+                         {"alpha", lora.alpha},
+                         {"dora", lora.dora},
+                         {"adapted_modules", lora.adapted_modules},
+                         {"base_dtype", lora.base_dtype},
+                         {"base_mb", static_cast<double>(lora.base_bytes) / 1e6},
+                         {"base_mb_bf16", static_cast<double>(lora.base_bytes_bf16) / 1e6}};
+    };
+  }
   if (frozen.tensors > 0)
     t.hooks.describe += fmt::format(", {} tensors frozen ({:.1f}% of the parameters train)", frozen.tensors,
                                     100.0 * static_cast<double>(frozen.trainable_elements) /

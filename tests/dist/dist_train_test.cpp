@@ -190,6 +190,19 @@ TEST(DistTrain, TwoRanksWithFrozenTensorsAndZero1MatchOneProcessWithTheSameGloba
   expect_matches_single_process(29673, "1", "fused_adamw", {"train.freeze=transformer.h.0.*, transformer.wpe.weight"});
 }
 
+// LoRA under data parallel: only the adapters' gradients are reduced (the base is in no bucket),
+// over an NF4 base and with activation checkpointing (the blocks' products, dequantisation
+// included, recomputed in the backward); with ZeRO-1 and with Muon (whose matrices are the
+// adapters).
+TEST(DistTrain, TwoRanksOfQloraWithActivationCheckpointingAndZero1MatchOneProcess) {
+  expect_matches_single_process(29674, "1", "fused_adamw",
+                                {"lora.rank=4", "lora.base_dtype=nf4", "memory.activation_checkpointing=blocks"});
+}
+
+TEST(DistTrain, TwoRanksOfLoraWithMuonMatchOneProcess) {
+  expect_matches_single_process(29675, "0", "muon", {"lora.rank=4", "lora.dora=true"});
+}
+
 TEST(DistTrain, PeerThatNeverArrivesFailsWithinTheTimeout) {
   TempDir dir;
   // Rank 0 of 2 alone: the rendezvous must give up after dist.timeout_s with a clear message.

@@ -4,6 +4,10 @@
 //   frugal_gpt_logits --hf DIR   --tokens 5,17,3 --out out.safetensors   (model.init_from's path)
 //   frugal_gpt_logits --run RUN  --tokens 5,17,3 --out out.safetensors   (a run's final weights)
 //     [--lora DIR]                     with --hf: PEFT's adapter DIR over the model (lora.init_from)
+//     [--base-dtype nf4]               with --lora: the adapted products held in NF4 (default fp32)
+//   frugal_gpt_logits --nf4 IN.safetensors --out out.safetensors
+//     each tensor T of IN in NF4 (model/nf4.h): "T.codes", "T.scalers", "T.factors", "T.mean" and
+//     "T.dequantized" (bf16, T's shape)
 //     [--targets 17,3,9 --grad NAME]   also the loss against these targets and the gradient of the
 //                                      parameter NAME (frugal's name, e.g. h0.attn.qkv.weight)
 //     [--generate N]                   also N greedy tokens after the sequence (KV cache)
@@ -24,6 +28,7 @@
 #include "frugal/model/hf_checkpoint.h"
 #include "frugal/model/lora.h"
 #include "frugal/model/model_family.h"
+#include "frugal/model/nf4.h"
 #include "frugal/model/weights.h"
 #include "frugal/train/open_run.h"
 
@@ -41,7 +46,7 @@ std::vector<int64_t> parse_ids(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string hf, run, tokens, out, targets, grad_name, lora;
+  std::string hf, run, tokens, out, targets, grad_name, lora, nf4, base_dtype = "fp32";
   int64_t generate = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
@@ -59,13 +64,37 @@ int main(int argc, char** argv) {
       grad_name = v;
     else if (k == "--lora")
       lora = v;
+    else if (k == "--nf4")
+      nf4 = v;
+    else if (k == "--base-dtype")
+      base_dtype = v;
     else if (k == "--generate")
       generate = std::stoll(v);
+  }
+  if (!nf4.empty() && !out.empty()) {
+    try {
+      torch::set_num_threads(1);
+      frugal::NamedTensors result;
+      for (const auto& [name, t] : frugal::load_safetensors(nf4).tensors) {
+        const frugal::Nf4 q = frugal::nf4_quantize(t);
+        result.emplace_back(name + ".codes", q.codes);
+        result.emplace_back(name + ".scalers", q.scalers);
+        result.emplace_back(name + ".factors", q.factors);
+        result.emplace_back(name + ".mean", q.mean);
+        result.emplace_back(name + ".dequantized", frugal::nf4_dequantize(q, t.sizes()));
+      }
+      frugal::save_safetensors(out, result);
+      return 0;
+    } catch (const frugal::Error& e) {
+      std::fprintf(stderr, "frugal_gpt_logits: %s\n", e.what());
+      return 2;
+    }
   }
   if (hf.empty() == run.empty() || tokens.empty() || out.empty()) {
     std::fprintf(stderr,
                  "usage: frugal_gpt_logits (--hf DIR | --run RUN_DIR) --tokens 1,2,3 --out FILE "
-                 "[--targets 2,3,4 --grad NAME] [--generate N]\n");
+                 "[--lora DIR [--base-dtype nf4]] [--targets 2,3,4 --grad NAME] [--generate N]\n"
+                 "       frugal_gpt_logits --nf4 IN.safetensors --out FILE\n");
     return 2;
   }
   try {
@@ -79,7 +108,8 @@ int main(int argc, char** argv) {
       frugal::load_hf_model(model->named_parameter_list(), m, hf);
       frugal::LoraConfig l;
       l.init_from = lora;
-      l.base_dtype = frugal::LoraConfig::BaseDtype::kFp32;  // exact, for the comparisons
+      l.base_dtype = base_dtype == "nf4" ? frugal::LoraConfig::BaseDtype::kNf4
+                                         : frugal::LoraConfig::BaseDtype::kFp32;  // exact, for the comparisons
       frugal::install_lora(*model, l);
     } else {
       const frugal::Config c = frugal::resolve_config(run + "/config.toml", {}, {}).config;

@@ -39,7 +39,7 @@ LoraConfig lora(int64_t rank, const std::string& targets, bool dora) {
 void perturb_adapters(CausalLmImpl& model) {
   torch::NoGradGuard no_grad;
   for (auto& p : model.named_parameters(true))
-    if (p.key().find(".lora.") != std::string::npos) p.value().add_(torch::randn_like(p.value()) * 0.05);
+    if (is_adapter_parameter(p.key())) p.value().add_(torch::randn_like(p.value()) * 0.05);
 }
 
 at::Tensor logits(CausalLmImpl& model, const at::Tensor& idx) {
@@ -163,6 +163,85 @@ TEST(Lora, ABf16BaseHalvesTheAdaptedWeightsAndStaysCloseToTheFp32One) {
   EXPECT_GT(diff, 0) << "the bf16 base is not rounded";
   EXPECT_LT(diff, 2e-2);
   for (const auto& [name, t] : merged_parameter_list(*half)) EXPECT_EQ(t.scalar_type(), at::kFloat) << name;
+}
+
+// The weight a parameter list holds under `name`.
+at::Tensor find_param(CausalLmImpl& model, const std::string& name) {
+  for (const auto& [n, t] : model.named_parameter_list())
+    if (n == name) return t;
+  return {};
+}
+
+// An NF4 base computes what an fp32 base holding its dequantised values computes (each Hugging
+// Face module quantised on its own, as NF4Tensor quantises that module's weight), gradients
+// included, in a quarter of bf16's bytes.
+void expect_nf4_equals_dequantised(bool dora) {
+  SCOPED_TRACE(dora ? "dora" : "lora");
+  torch::manual_seed(11);
+  const ModelConfig m = tiny(ModelConfig::Arch::kLlama);
+  CausalLm quant = make_causal_lm(m), dense = make_causal_lm(m);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < quant->named_parameter_list().size(); ++i)
+      dense->named_parameter_list()[i].second.copy_(quant->named_parameter_list()[i].second);
+  }
+  const int64_t weights = quant->parameter_count();
+  LoraConfig l = lora(4, "all-linear", dora);
+  l.base_dtype = LoraConfig::BaseDtype::kNf4;
+  torch::manual_seed(12);
+  const LoraSetup s = install_lora(*quant, l);
+  EXPECT_EQ(s.base_dtype, "nf4");
+  EXPECT_EQ(quant->parameter_count(), weights + s.trainable_elements) << "an NF4 base counts its weights";
+  EXPECT_LT(s.base_bytes, 0.27 * static_cast<double>(s.base_bytes_bf16));
+  EXPECT_GT(s.base_bytes, 0.25 * static_cast<double>(s.base_bytes_bf16));
+  {
+    // The dense copy: each module's rows replaced by their NF4 values.
+    torch::NoGradGuard no_grad;
+    for (const AdaptableProduct& p : quant->adaptable_products()) {
+      ASSERT_TRUE(*p.adapters);
+      EXPECT_EQ(find_param(*quant, p.weight).scalar_type(), at::kByte) << p.weight;
+      const at::Tensor w = find_param(*dense, p.weight);
+      for (const LoraSiteImpl::Part& part : (*p.adapters)->parts()) {
+        const at::Tensor rows = w.narrow(0, part.row0, part.rows);
+        rows.copy_(nf4_dequantize(nf4_quantize(rows), rows.sizes()));
+      }
+    }
+  }
+  torch::manual_seed(12);
+  install_lora(*dense, lora(4, "all-linear", dora));
+  perturb_adapters(*quant);
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& [name, t] : quant->named_parameter_list())
+      if (is_adapter_parameter(name)) find_param(*dense, name).copy_(t);
+  }
+  const at::Tensor idx = torch::randint(0, m.vocab, {2, 12}), y = torch::randint(0, m.vocab, {2, 12});
+  EXPECT_TRUE(logits(*quant, idx).allclose(logits(*dense, idx), 1e-5, 1e-5));
+  quant->train();
+  dense->train();
+  quant->loss(idx, y).backward();
+  dense->loss(idx, y).backward();
+  int64_t compared = 0;
+  for (const auto& [name, t] : quant->named_parameter_list()) {
+    if (!is_adapter_parameter(name)) {
+      EXPECT_FALSE(t.requires_grad()) << name;
+      continue;
+    }
+    ASSERT_TRUE(t.grad().defined()) << name;
+    EXPECT_TRUE(t.grad().allclose(find_param(*dense, name).grad(), 1e-4, 1e-6)) << name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, dora ? 42 : 28);
+  // The merged export: the dequantised base plus the adapters.
+  const NamedTensors merged = merged_parameter_list(*quant), want = merged_parameter_list(*dense);
+  ASSERT_EQ(merged.size(), want.size());
+  for (size_t i = 0; i < merged.size(); ++i)
+    EXPECT_TRUE(merged[i].second.allclose(want[i].second, 1e-6, 1e-6)) << merged[i].first;
+}
+
+TEST(Lora, AnNf4BaseComputesWhatItsDequantisedValuesCompute) {
+  expect_nf4_equals_dequantised(false);
+  expect_nf4_equals_dequantised(true);
 }
 
 TEST(Lora, TargetsTheModelDoesNotHaveAreRefusedByName) {

@@ -1,7 +1,8 @@
 // LoRA runs through the trainer and the CLI: a resumed run reproduces the uninterrupted one bitwise
 // (the adapters' dropout included); a fine-tune from a base leaves the base bitwise, keeps
 // optimizer state for the adapters only, writes checkpoints of the adapters only, and exports both
-// ways (PEFT's adapter directory; the merged model, which computes what the run computes).
+// ways (PEFT's adapter directory; the merged model, which computes what the run computes); a QLoRA
+// run (an NF4 base) does the same and tracks the bf16 base's run.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/ckpt/safetensors.h"
+#include "frugal/model/lora.h"
 #include "frugal/model/model_family.h"
 #include "frugal/model/weights.h"
 #include "resume_util.h"
@@ -107,6 +109,39 @@ TEST(LoraRun, AFineTuneTrainsTheAdaptersAloneAndExportsThemBothWays) {
   }
   EXPECT_NEAR(again["final_val_loss"].get<double>(), s["final_val_loss"].get<double>(), 1e-6)
       << "the run from the exported adapter does not start where the adapted run ended";
+}
+
+TEST(LoraRun, AQloraRunResumesBitwiseTracksTheBf16BaseRunAndStoresNoBase) {
+  test::TempDir a, b, c;
+  const std::vector<std::string> qlora = {"lora.rank=4", "lora.alpha=8", "lora.base_dtype=nf4"};
+  test::interrupted_then_resumed(a.path(), qlora, 9);
+  const json s = test::train_tiny(b.path(), qlora);
+  test::expect_identical_runs(a.path(), b.path());
+  const json bf16 = test::train_tiny(c.path(), {"lora.rank=4", "lora.alpha=8"});
+  EXPECT_EQ(s["lora"]["base_dtype"], "nf4");
+  EXPECT_LT(s["lora"]["base_mb"].get<double>(), 0.27 * s["lora"]["base_mb_bf16"].get<double>());
+  EXPECT_EQ(s["params"], bf16["params"]) << "an NF4 base counts its weights";
+  EXPECT_EQ(s["trainable_params"], bf16["trainable_params"]);
+  EXPECT_NE(s["model"].get<std::string>().find("an NF4 base"), std::string::npos) << s["model"];
+  // The 4-bit base costs little: the loss after the same steps within 2% of the bf16 base's.
+  const double q = s["final_val_loss"].get<double>(), h = bf16["final_val_loss"].get<double>();
+  EXPECT_NE(q, h) << "the NF4 run computed what the bf16 one did: no 4-bit base";
+  EXPECT_NEAR(q, h, 0.02 * h);
+  // Its merged export holds the dequantised base plus the adapters, in floats.
+  const auto r = test::run_frugal("export " + b.file("demo") + " --out " + b.file("merged"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const auto& [name, t] : load_safetensors(b.file("merged/model.safetensors")).tensors)
+    EXPECT_TRUE(t.is_floating_point()) << name;
+
+  // A fine-tune from a base: the checkpoints hold the adapters alone, not the codes or scales.
+  test::TempDir dir;
+  const std::string from = test::fine_tune_sets(dir);
+  ASSERT_FALSE(from.empty());
+  const auto t =
+      test::run_frugal("train --quiet" + from + " --set run.name=q --set lora.rank=4 --set lora.base_dtype=nf4");
+  ASSERT_EQ(t.exit_code, 0) << t.output;
+  for (const auto& [name, tensor] : newest_checkpoint(dir.file("q")).tensors)
+    EXPECT_TRUE(is_adapter_parameter(name)) << name << " stored in a checkpoint of a QLoRA run";
 }
 
 }  // namespace

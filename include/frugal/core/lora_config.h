@@ -23,8 +23,9 @@ struct LoraConfig {
   // DoRA: each adapted product's rows rescaled by a trained magnitude over their norm.
   bool dora = false;
   // The dtype the frozen weights of the adapted products are held in: bf16 halves their bytes
-  // (under fp32 compute they are widened per product); fp32 keeps them exact.
-  enum class BaseDtype { kBf16, kFp32 };
+  // (under fp32 compute they are widened per product); fp32 keeps them exact; nf4 (QLoRA) holds
+  // them in 4 bits with double-quantised block scales (0.26x bf16's bytes), dequantised per product.
+  enum class BaseDtype { kBf16, kFp32, kNf4 };
   BaseDtype base_dtype = BaseDtype::kBf16;
 };
 
