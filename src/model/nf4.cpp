@@ -73,29 +73,74 @@ Nf4 nf4_quantize(const at::Tensor& w) {
   return q;
 }
 
+namespace {
+
+// The scales as torchao recovers them: int8 / factor in bf16, plus the mean.
+at::Tensor block_scales(const Nf4& q) {
+  const int64_t blocks = q.scalers.numel();
+  return q.scalers / q.factors.repeat_interleave(kNf4ScalerBlock).narrow(0, 0, blocks) + q.mean;
+}
+
+// The CPU's dequantisation in one pass over the codes, written as `out`'s dtype: each value is
+// level * scale rounded to bf16 (the product of two bf16 is exact in float; ATen's bf16 product
+// rounds it to nearest even, as BFloat16's constructor does): the tensor expression's bits.
+template <typename T>
+void dequantize_cpu(const Nf4& q, T* out) {
+  const at::Tensor scales = block_scales(q).contiguous();
+  const at::Tensor codes = q.codes.contiguous();
+  const auto* s = scales.data_ptr<at::BFloat16>();
+  const auto* c = codes.data_ptr<uint8_t>();
+  float levels[16];
+  for (int i = 0; i < 16; ++i) levels[i] = static_cast<float>(at::BFloat16(kLevels[static_cast<size_t>(i)]));
+  const int64_t n = 2 * codes.numel(), blocks = scales.numel();
+  at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const float scale = static_cast<float>(s[b]);
+      const int64_t end = std::min(n, (b + 1) * kNf4Block);
+      for (int64_t i = b * kNf4Block; i < end; i += 2) {
+        const uint8_t byte = c[i / 2];
+        out[i] = static_cast<T>(at::BFloat16(levels[byte >> 4] * scale));
+        out[i + 1] = static_cast<T>(at::BFloat16(levels[byte & 15] * scale));
+      }
+    }
+  });
+}
+
+// `q` dequantised into `out` (contiguous, 2 x codes elements; bf16 or fp32 on the CPU, bf16
+// elsewhere).
+void dequantize_into(const Nf4& q, at::Tensor out) {
+  if (out.is_cpu() && out.scalar_type() == at::kFloat) return dequantize_cpu(q, out.data_ptr<float>());
+  if (out.is_cpu()) return dequantize_cpu(q, out.data_ptr<at::BFloat16>());
+  const int64_t n = 2 * q.codes.numel(), blocks = q.scalers.numel();
+  const at::Tensor values = level_pairs(q.codes.device()).index_select(0, q.codes.to(at::kInt)).view({-1});
+  const at::Tensor scaled = (pad_to(values, blocks * kNf4Block).view({blocks, kNf4Block}) * block_scales(q).unsqueeze(1));
+  out.view({-1}).copy_(scaled.view({-1}).narrow(0, 0, n));
+}
+
+}  // namespace
+
 at::Tensor nf4_dequantize(const Nf4& q, at::IntArrayRef shape) {
   torch::NoGradGuard no_grad;
-  const int64_t n = 2 * q.codes.numel(), blocks = q.scalers.numel();
-  // The scales as torchao recovers them: int8 / factor in bf16, plus the mean.
-  const at::Tensor factor = q.factors.repeat_interleave(kNf4ScalerBlock).narrow(0, 0, blocks);
-  const at::Tensor scales = q.scalers / factor + q.mean;
-  const at::Tensor values = level_pairs(q.codes.device()).index_select(0, q.codes.to(at::kInt)).view({-1});
-  at::Tensor out = n == blocks * kNf4Block
-                       ? values.view({blocks, kNf4Block}) * scales.unsqueeze(1)
-                       : (pad_to(values, blocks * kNf4Block).view({blocks, kNf4Block}) * scales.unsqueeze(1))
-                             .view({-1})
-                             .narrow(0, 0, n);
-  return out.reshape(shape);
+  at::Tensor out = at::empty(shape, q.codes.options().dtype(at::kBFloat16));
+  dequantize_into(q, out);
+  return out;
 }
 
 namespace {
 
-// W from its row slices, in `dtype`.
+// W from its row slices, in `dtype` (written straight in it on the CPU).
 at::Tensor dequantize_rows(const std::vector<Nf4>& slices, const std::vector<int64_t>& rows, int64_t in,
                            at::ScalarType dtype) {
-  std::vector<at::Tensor> parts;
-  for (size_t k = 0; k < slices.size(); ++k) parts.push_back(nf4_dequantize(slices[k], {rows[k], in}));
-  const at::Tensor w = parts.size() == 1 ? parts[0] : at::cat(parts);
+  torch::NoGradGuard no_grad;
+  int64_t total = 0;
+  for (const int64_t r : rows) total += r;
+  const bool direct = slices[0].codes.is_cpu() && (dtype == at::kFloat || dtype == at::kBFloat16);
+  at::Tensor w = at::empty({total, in}, slices[0].codes.options().dtype(direct ? dtype : at::kBFloat16));
+  int64_t row = 0;
+  for (size_t k = 0; k < slices.size(); ++k) {
+    dequantize_into(slices[k], w.narrow(0, row, rows[k]));
+    row += rows[k];
+  }
   return w.scalar_type() == dtype ? w : w.to(dtype);
 }
 

@@ -21,6 +21,7 @@
 #include "frugal/dist/process_group.h"
 #include "frugal/model/gpt.h"
 #include "frugal/model/model_family.h"
+#include "frugal/model/nf4.h"
 #include "frugal/train/fused_adamw.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/train_step.h"
@@ -64,6 +65,23 @@ TEST(Cuda, DoctorFactsNameTheGpu) {
   EXPECT_FALSE(gpus[0].name.empty());
   EXPECT_GT(gpus[0].total_bytes, 0);
   EXPECT_GE(gpus[0].major, 5);
+}
+
+// NF4 on the GPU (model/nf4.h): the tensor expressions' dequantisation gives the CPU loop's bits,
+// and a QLoRA run trains there.
+TEST(Cuda, Nf4OnTheGpuGivesTheCpusBitsAndAQloraRunTrains) {
+  FRUGAL_REQUIRE_GPU();
+  torch::manual_seed(4);
+  const at::Tensor w = torch::randn({96, 70});
+  const Nf4 cpu = nf4_quantize(w);
+  const Nf4 gpu{cpu.codes.cuda(), cpu.scalers.cuda(), cpu.factors.cuda(), cpu.mean.cuda()};
+  EXPECT_TRUE(nf4_dequantize(gpu, {96, 70}).cpu().equal(nf4_dequantize(cpu, {96, 70})));
+  const Nf4 requantised = nf4_quantize(w.cuda());
+  EXPECT_TRUE(requantised.codes.cpu().equal(cpu.codes)) << "the GPU quantises to other codes";
+  test::TempDir dir;
+  const auto s = train_on_gpu(dir.path(), {"lora.rank=4", "lora.base_dtype=nf4", "precision.mode=bf16"});
+  EXPECT_EQ(s["stop_kind"], "completed");
+  EXPECT_EQ(s["lora"]["base_dtype"], "nf4");
 }
 
 TEST(Cuda, GptForwardAndGradientsOnTheGpuMatchTheCpu) {
