@@ -214,6 +214,26 @@ TEST(SearchSpace, SamplingIsAPureFunctionOfTheSeedAndTheDrawAndCoversTheRanges) 
   EXPECT_NE(sample_point(s, 0), first);
 }
 
+// LoRA's rank and alpha are axes like any key (docs/lora.md); a rank the config refuses is a problem
+// of its trial only.
+TEST(SearchSpace, LorasRankAndAlphaAreAxes) {
+  test::TempDir dir;
+  test::write_text(dir.file("s.toml"),
+                   "[lora]\ntargets = \"c_attn\"\n[space]\n\"lora.rank\" = [4, 8, 16]\n"
+                   "\"lora.alpha\" = { log_range = [8, 64] }\n");
+  const SearchSpec s = load_search_spec(dir.file("s.toml"), {}, {});
+  std::set<std::string> ranks;
+  for (int d = 0; d < 50; ++d) {
+    const auto v = sample_point(s, d);
+    ASSERT_EQ(v.size(), 2u);
+    EXPECT_EQ(trial_problem(s, v, {}), "") << v[0].second << " " << v[1].second;
+    for (const auto& [k, x] : v)
+      if (k == "lora.rank") ranks.insert(x);
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"4", "8", "16"}));
+  EXPECT_NE(trial_problem(s, {{"lora.rank", "5000"}, {"lora.alpha", "16"}}, {}).find("lora.rank"), std::string::npos);
+}
+
 TEST(SearchSpace, ACombinationTheConfigRejectsIsAProblemOfThatTrialOnly) {
   test::TempDir dir;
   test::write_text(dir.file("s.toml"), "[model]\nembd = 32\n[space]\n\"model.heads\" = [2, 3]\n");

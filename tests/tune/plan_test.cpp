@@ -74,6 +74,28 @@ TEST(CostPlan, TinyConfigPrintsATableAndWritesAConsistentJson) {
   EXPECT_FALSE(fs::exists(dir.file("demo/metrics.jsonl")));
 }
 
+// A LoRA run's plan measures it as it trains: its probe holds the adapters' gradients and moments
+// alone, which the figures say.
+TEST(CostPlan, ALoraRunsPlanCountsItsTrainableParametersAndTheirState) {
+  test::TempDir dir;
+  nlohmann::json j[2];
+  for (int lora = 0; lora < 2; ++lora) {
+    const std::string out = dir.file(lora ? "lora.json" : "full.json");
+    auto r = test::run_frugal("plan" + test::tiny_sets(dir.path()) +
+                              " --set plan.probe_steps=3 --set lora.rank=" + (lora ? "2" : "0") + " --json-out " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    j[lora] = read_json(out);
+    if (lora) {
+      EXPECT_NE(r.output.find("of them train"), std::string::npos) << r.output;
+    }
+  }
+  const auto& full = j[0]["figures"];
+  const auto& lora = j[1]["figures"];
+  EXPECT_EQ(full["trainable_params"], full["params"]);
+  EXPECT_LT(lora["trainable_params"].get<int64_t>() * 5, lora["params"].get<int64_t>());
+  EXPECT_LT(lora["optimizer_state_mb"].get<double>() * 5, full["optimizer_state_mb"].get<double>());
+}
+
 // The schedule outlook on a hand-made projection: 1 s launch, 2 s start-up, a 3 s first step,
 // then 0.5 s a step, a 10 s save. WSD over 600 steps (warm-up 50, the last 20% decaying) decays
 // from step 481, 6 + 479 x 0.5 = 245.5 s in; cosine from step 51. A deadline 200 s away with a
