@@ -26,6 +26,8 @@ void add_config_command(CLI::App& app, Run* run);
 void add_report_commands(CLI::App& app, Run* run);  // report, compare
 void add_smoke_command(CLI::App& app, Run* run);
 void add_prepare_command(CLI::App& app, Run* run);
+// `frugal inspect DIR`: a chat or prompt-completion dataset's documents as the model sees them.
+void add_inspect_command(CLI::App& app, Run* run);
 void add_archive_commands(CLI::App& app, Run* run);  // archive, restore
 void add_launch_command(CLI::App& app, Run* run);
 // `frugal help [--markdown]`: every command and flag, from the registered tables (register last).

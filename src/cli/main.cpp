@@ -70,6 +70,7 @@ int main(int argc, char** argv) {
   cli::add_report_commands(app, &run);
   cli::add_smoke_command(app, &run);
   cli::add_prepare_command(app, &run);
+  cli::add_inspect_command(app, &run);
   cli::add_archive_commands(app, &run);
   cli::add_launch_command(app, &run);
   cli::add_help_command(app, &run);

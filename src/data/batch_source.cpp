@@ -1,6 +1,7 @@
 // In-memory window sampling for builtin:arith and text:PATH, and the factory for every source;
 // see batch_source.h.
 #include "frugal/data/batch_source.h"
+#include "frugal/data/document_dataset.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -128,6 +129,16 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
     o.rank = rank;
     o.world_size = world_size;
     return std::make_unique<RecordSource>(open_record_dataset(src.path), o);
+  }
+  if (src.kind == DataSource::Kind::kShards && is_document_dataset(src.path)) {
+    auto ds = std::make_shared<const DocumentDataset>(src.path);
+    if (ds->vocab() > c.model.vocab)
+      throw ConfigError(
+          fmt::format("data.source = \"{}\" holds token ids up to {} but model.vocab = {}: set "
+                      "model.vocab = {} (or more)",
+                      to_string(src), ds->vocab() - 1, c.model.vocab, ds->vocab()));
+    return std::make_unique<DocumentSource>(ds, c.data.micro_batch, c.model.block, seed, rank, world_size,
+                                            pin_memory_for(c.run.device));
   }
   if (src.kind == DataSource::Kind::kShards) {
     ShardSourceOptions o;

@@ -55,6 +55,10 @@ const char* format_name(InputFormat f) {
       return "csv";
     case InputFormat::kParquet:
       return "parquet";
+    case InputFormat::kChat:
+      return "chat";
+    case InputFormat::kPromptCompletion:
+      return "prompt-completion";
   }
   return "?";
 }
@@ -84,6 +88,14 @@ nlohmann::json options_key(const PrepareOptions& o) {
     k["augment"] = o.augment;
   }
   if (o.format == InputFormat::kCsv || o.format == InputFormat::kParquet) k["label_column"] = o.label_column;
+  if (o.format == InputFormat::kChat || o.format == InputFormat::kPromptCompletion) {
+    k["seed"] = o.seed;
+    k["shard_records"] = o.shard_records;
+    k["train_on_prompt"] = o.train_on_prompt;
+    k["max_tokens"] = o.max_tokens;
+    k["overflow"] = o.overflow;
+    if (!o.chat_template.empty()) k["chat_template_xxh64"] = hex64(xxh64_file(o.chat_template));
+  }
   return k;
 }
 
@@ -114,7 +126,16 @@ bool cache_hit(const std::string& out, const nlohmann::json& key, const nlohmann
       }
     const auto& c = m.at("counts");
     r->kind = m.at("kind").get<std::string>();
-    if (r->kind == "records") {
+    if (r->kind == "documents") {
+      r->documents = c.at("documents");
+      r->train_records = c.at("train_documents");
+      r->val_records = c.at("val_documents");
+      r->tokens = c.at("tokens");
+      r->target_tokens = c.at("target_tokens");
+      r->record_content = m.at("content").get<std::string>();
+      r->vocab = m.at("tokenizer").at("vocab");
+      r->tokenizer = m.at("tokenizer").at("name");
+    } else if (r->kind == "records") {
       r->train_samples = c.at("train_samples");
       r->val_samples = c.at("val_samples");
       r->train_records = c.at("train_records");
@@ -389,7 +410,10 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     m["format_version"] = kFormatVersion;
     std::vector<std::string> docs;
     bool tokens = true;
-    if (o.format == InputFormat::kImages) {
+    if (o.format == InputFormat::kChat || o.format == InputFormat::kPromptCompletion) {
+      detail::prepare_masked_documents(o, files, tmp, &m, &r, say);
+      tokens = false;
+    } else if (o.format == InputFormat::kImages) {
       detail::prepare_image_folders(o, tmp, &m, &r, say);
       tokens = false;
     } else if (o.format == InputFormat::kCsv) {
@@ -417,7 +441,7 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     }
     if (tokens) {
       prepare_tokens(o, std::move(docs), tmp, &m, &r, say);
-    } else {
+    } else if (r.kind != "documents") {
       r.kind = "records";
       m["counts"] = {{"samples", r.train_samples + r.val_samples},
                      {"train_samples", r.train_samples},
@@ -439,51 +463,6 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
   }
   r.seconds = seconds_since(t0);
   return r;
-}
-
-std::string format_report(const PrepareReport& r) {
-  if (r.kind == "records") {
-    const std::string counts =
-        fmt::format("  samples     {} train / {} val ({} classes); records {} train / {} val, each {}", r.train_samples,
-                    r.val_samples, r.classes, r.train_records, r.val_records, r.record_shape);
-    if (r.up_to_date)
-      return fmt::format(
-          "{} is up to date: same options, and all {} inputs ({:.1f} MB) hash as before; "
-          "nothing to do ({:.2f} s). Pass --force to rebuild.\n{}",
-          r.out_dir, r.sources, static_cast<double>(r.bytes_in) / 1e6, r.seconds, counts);
-    const double samples = static_cast<double>(r.train_samples + r.val_samples);
-    return fmt::format(
-        "prepared {} in {:.2f} s\n"
-        "  inputs      {} files, {:.2f} MB\n{}\n"
-        "  {}\n"
-        "  output      {} shards, {:.2f} MB\n"
-        "train with:   --set data.source={}  (in the program that trains your model on records)",
-        r.out_dir, r.seconds, r.sources, static_cast<double>(r.bytes_in) / 1e6, counts,
-        r.record_content == "table"
-            ? fmt::format("parsing     {:.2f} s ({:.0f} rows/s)", r.decode_s, samples / std::max(r.decode_s, 1e-9))
-            : fmt::format("decoding    {:.2f} s with {} threads ({:.0f} images/s)", r.decode_s, r.threads,
-                          samples / std::max(r.decode_s, 1e-9)),
-        r.shards, static_cast<double>(r.bytes_out) / 1e6, shell_word("records:" + r.out_dir));
-  }
-  if (r.up_to_date)
-    return fmt::format(
-        "{} is up to date: same options, and all {} inputs ({:.1f} MB) hash as before; "
-        "nothing to do ({:.2f} s). Pass --force to rebuild.\n"
-        "  {} documents, {} tokens ({} train / {} val), tokenizer {} (vocab {})",
-        r.out_dir, r.sources, static_cast<double>(r.bytes_in) / 1e6, r.seconds, r.documents, r.tokens, r.train_tokens,
-        r.val_tokens, r.tokenizer, r.vocab);
-  return fmt::format(
-      "prepared {} in {:.2f} s\n"
-      "  inputs      {} files, {:.2f} MB, {} documents\n"
-      "  dedup       {} exact duplicates and {} near duplicates removed; {} documents kept\n"
-      "  tokens      {} ({} train / {} val), tokenizer {} (vocab {})\n"
-      "  tokenising  {:.2f} s with {} threads ({:.1f} MB/s)\n"
-      "  output      {} shards, {:.2f} MB\n"
-      "train with:   frugal train --set data.source={}",
-      r.out_dir, r.seconds, r.sources, static_cast<double>(r.bytes_in) / 1e6, r.documents_in, r.exact_removed,
-      r.near_removed, r.documents, r.tokens, r.train_tokens, r.val_tokens, r.tokenizer, r.vocab, r.tokenize_s,
-      r.threads, static_cast<double>(r.bytes_kept) / 1e6 / std::max(r.tokenize_s, 1e-9), r.shards,
-      static_cast<double>(r.bytes_out) / 1e6, shell_word("shards:" + r.out_dir));
 }
 
 }  // namespace frugal

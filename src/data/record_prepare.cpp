@@ -43,55 +43,6 @@ namespace {
 constexpr uint64_t kAugmentStream = 0x6175676dULL;  // "augm"
 constexpr uint64_t kHoldOutStream = 0x686f6c64ULL;  // "hold"
 
-// Appends records to `{split}_NNNNNN.frs` files of at most `per_shard` records each.
-class SplitWriter {
- public:
-  SplitWriter(std::string dir, std::string split, const PrepareOptions& o, PrepareReport* r)
-      : dir_(std::move(dir)), split_(std::move(split)), o_(o), r_(r) {}
-
-  void add(std::string_view record) {
-    if (!w_) {
-      name_ = fmt::format("{}_{:06d}.frs", split_, files_.size());
-      ShardWriterOptions wo;
-      wo.zstd = o_.zstd;
-      w_ = std::make_unique<ShardWriter>(dir_ + "/" + name_, ShardKind::kRecords, ShardDtype::kBytes, wo);
-    }
-    w_->add_record(record);
-    ++records_;
-    if (static_cast<int64_t>(w_->items()) >= o_.shard_records) close();
-  }
-
-  nlohmann::json finish() {
-    close();
-    return files_;
-  }
-  int64_t records() const { return records_; }
-
- private:
-  void close() {
-    if (!w_) return;
-    const uint64_t n = w_->items();
-    const uint64_t hash = w_->finish();
-    const uint64_t index_hash = w_->index_hash();
-    w_.reset();
-    const auto bytes = static_cast<int64_t>(fs::file_size(dir_ + "/" + name_));
-    r_->bytes_out += bytes;
-    ++r_->shards;
-    files_.push_back({{"file", name_},
-                      {"records", n},
-                      {"bytes", bytes},
-                      {"xxh64", hex64(hash)},
-                      {"index_xxh64", hex64(index_hash)}});
-  }
-
-  std::string dir_, split_, name_;
-  const PrepareOptions& o_;
-  PrepareReport* r_;
-  std::unique_ptr<ShardWriter> w_;
-  nlohmann::json files_ = nlohmann::json::array();
-  int64_t records_ = 0;
-};
-
 void put_label(std::string* rec, int64_t label) {
   rec->resize(kRecordLabelBytes);
   put_u64(reinterpret_cast<uint8_t*>(rec->data()), static_cast<uint64_t>(label));

@@ -66,6 +66,7 @@ RecordDataset open_record_dataset(const std::string& dir) {
   RecordDataset d;
   d.dir = dir;
   try {  // value() throws on a field of the wrong type: that is a malformed manifest too
+    internal::refuse_documents_dataset(m, dir + "/manifest.json");
     if (m.value("format", "") != "frugal-dataset" || m.value("kind", "") != "records")
       throw DataError(
           fmt::format("not a frugal record-dataset manifest (kind {}); token datasets are read with "

@@ -114,6 +114,7 @@ TokenDataset open_manifest(const std::string& dir) {
   d.dir = dir;
   d.format = "frugal";
   try {  // value() throws on a field of the wrong type: that is a malformed manifest too
+    internal::refuse_documents_dataset(m, mpath);
     if (m.value("format", "") != "frugal-dataset" || m.value("kind", "") != "tokens")
       throw DataError(fmt::format("'{}' is not a frugal token-dataset manifest (format/kind)", mpath));
     if (m.value("format_version", 0) != 1)

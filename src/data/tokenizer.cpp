@@ -317,6 +317,64 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json) 
   return std::make_unique<HfTokenizer>(tokenizer_json);
 }
 
+std::vector<MaskedDocument> encode_masked_documents(const std::string& tokenizer_json, const std::string& chat_template,
+                                                    bool prompt_completion, bool train_on_prompt,
+                                                    const std::vector<std::string>& docs, const std::string& work_dir) {
+  const std::string in = work_dir + "/chat.in", out = work_dir + "/chat.out", err = work_dir + "/chat.err";
+  write_docs(in, docs, 0, docs.size());
+  std::vector<std::string> args{"chat",
+                                tokenizer_json,
+                                chat_template.empty() ? "-" : chat_template,
+                                prompt_completion ? "prompt-completion" : "chat",
+                                in,
+                                out};
+  if (train_on_prompt) args.push_back("train-on-prompt");
+  run_python_helper(args, "/dev/null", err, 1, "rendering the chat template");
+  const std::string bytes = read_file(out);
+  const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
+  std::vector<MaskedDocument> result(docs.size());
+  size_t off = 0;
+  for (MaskedDocument& d : result) {
+    const uint32_t n = off + 4 <= bytes.size() ? detail::get_u32(p + off) : 0;
+    if (off + 4 + 5ull * n > bytes.size()) throw DataError("the chat helper's output is short: " + out);
+    d.ids.resize(n);
+    for (uint32_t k = 0; k < n; ++k) d.ids[k] = static_cast<int32_t>(detail::get_u32(p + off + 4 + 4ull * k));
+    d.mask.assign(p + off + 4 + 4ull * n, p + off + 4 + 5ull * n);
+    off += 4 + 5ull * n;
+  }
+  for (const auto& f : {in, out, err}) fs::remove(f);
+  return result;
+}
+
+std::vector<std::string> decode_pieces(const std::string& tokenizer_json,
+                                       const std::vector<std::vector<int32_t>>& pieces, const std::string& work_dir) {
+  const std::string in = work_dir + "/decode.in", out = work_dir + "/decode.out", err = work_dir + "/decode.err";
+  {
+    std::ofstream f(in, std::ios::binary);
+    for (const auto& piece : pieces) {
+      std::string b(4 + 4 * piece.size(), '\0');
+      auto* p = reinterpret_cast<uint8_t*>(b.data());
+      detail::put_u32(p, static_cast<uint32_t>(piece.size()));
+      for (size_t k = 0; k < piece.size(); ++k) detail::put_u32(p + 4 + 4 * k, static_cast<uint32_t>(piece[k]));
+      f.write(b.data(), static_cast<std::streamsize>(b.size()));
+    }
+    if (!f.flush()) throw IoError("cannot write " + in);
+  }
+  run_python_helper({"decode-many", tokenizer_json, in, out}, "/dev/null", err, 1, "Hugging Face tokenizer decoding");
+  const std::string bytes = read_file(out);
+  std::vector<std::string> texts;
+  for (size_t off = 0; off + 8 <= bytes.size();) {
+    const uint64_t n = detail::get_u64(reinterpret_cast<const uint8_t*>(bytes.data()) + off);
+    texts.push_back(bytes.substr(off + 8, n));
+    off += 8 + n;
+  }
+  if (texts.size() != pieces.size())
+    throw DataError("the tokenizer helper decoded " + std::to_string(texts.size()) + " pieces of " +
+                    std::to_string(pieces.size()));
+  for (const auto& f : {in, out, err}) fs::remove(f);
+  return texts;
+}
+
 int64_t nanogpt_meta_vocab(const std::string& meta_pkl) {
   const ScratchFiles tmp("meta");
   run_python_helper({"meta", meta_pkl}, tmp.out(), tmp.err(), 1, "reading the nanoGPT vocabulary");

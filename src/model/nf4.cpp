@@ -113,7 +113,8 @@ void dequantize_into(const Nf4& q, at::Tensor out) {
   if (out.is_cpu()) return dequantize_cpu(q, out.data_ptr<at::BFloat16>());
   const int64_t n = 2 * q.codes.numel(), blocks = q.scalers.numel();
   const at::Tensor values = level_pairs(q.codes.device()).index_select(0, q.codes.to(at::kInt)).view({-1});
-  const at::Tensor scaled = (pad_to(values, blocks * kNf4Block).view({blocks, kNf4Block}) * block_scales(q).unsqueeze(1));
+  const at::Tensor scaled =
+      (pad_to(values, blocks * kNf4Block).view({blocks, kNf4Block}) * block_scales(q).unsqueeze(1));
   out.view({-1}).copy_(scaled.view({-1}).narrow(0, 0, n));
 }
 

@@ -11,9 +11,21 @@ the way frugal-spm runs SentencePiece: the tokenizer is the reference library it
                                                           u32 ids (little-endian), no special
                                                           tokens added
   frugal_hf_tokenizer.py decode TOKENIZER_JSON IN OUT     IN: u32 ids; OUT: the text (UTF-8)
+  frugal_hf_tokenizer.py decode-many TOKENIZER_JSON IN OUT
+                                                          IN: per piece u32 count + u32 ids; OUT:
+                                                          per piece u64 length + its text
   frugal_hf_tokenizer.py meta   META_PKL                  -> "vocab N": a nanoGPT dataset's
                                                           meta.pkl vocab_size (read without
                                                           running any code the file names)
+  frugal_hf_tokenizer.py chat   TOKENIZER_JSON TEMPLATE KIND IN OUT
+                                                          IN: per document u64 length + one JSON
+                                                          object (a jsonl line); KIND "chat"
+                                                          ({"messages": [...]}) or
+                                                          "prompt-completion"; TEMPLATE a Jinja
+                                                          file, or "-" for the tokenizer's own;
+                                                          OUT: per document u32 count + u32 ids +
+                                                          count u8 loss mask (1 = trained on)
+                                                          (frugal_chat.py: how)
 
 Exits 3 with a one-line message on stderr when `tokenizers` is missing, 2 on bad input.
 """
@@ -83,11 +95,14 @@ def meta_vocab(path):
 
 
 def main(argv):
-    if len(argv) < 2 or argv[0] not in ("info", "encode", "decode", "meta"):
+    if len(argv) < 2 or argv[0] not in ("info", "encode", "decode", "decode-many", "meta", "chat"):
         print(__doc__, file=sys.stderr)
         return 2
     if argv[0] == "meta":
         return meta_vocab(argv[1])
+    if argv[0] == "chat":
+        import frugal_chat
+        return frugal_chat.main(argv[1:], load, separator, read_docs)
     tok = load(argv[1])
     if argv[0] == "info":
         print(f"vocab {tok.get_vocab_size(with_added_tokens=True)} separator {' '.join(map(str, separator(tok)))}")
@@ -102,6 +117,16 @@ def main(argv):
                 out.write(struct.pack(f"<I{len(enc.ids)}I", len(enc.ids), *enc.ids))
         return 0
     data = open(argv[2], "rb").read()
+    if argv[0] == "decode-many":
+        with open(argv[3], "wb") as out:
+            off = 0
+            while off < len(data):
+                (n,) = struct.unpack_from("<I", data, off)
+                text = tok.decode(list(struct.unpack_from(f"<{n}I", data, off + 4)), skip_special_tokens=False)
+                b = text.encode("utf-8")
+                out.write(struct.pack("<Q", len(b)) + b)
+                off += 4 + 4 * n
+        return 0
     ids = list(struct.unpack(f"<{len(data) // 4}I", data))
     with open(argv[3], "wb") as out:
         out.write(tok.decode(ids, skip_special_tokens=False).encode("utf-8"))

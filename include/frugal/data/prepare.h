@@ -25,13 +25,17 @@
 namespace frugal {
 
 enum class InputFormat {
-  kText,     // documents are separated by blank lines
-  kJsonl,    // one JSON object per line; the document is the string field `jsonl_field`
-  kImages,   // a folder with one sub-folder of JPEG/PNG files per class -> record shards
-  kTar,      // WebDataset-style tars: key.jpg/key.png + key.cls -> records; key.txt -> tokens
-  kCsv,      // a header row, numeric feature columns and a label column -> record shards
-  kParquet,  // Parquet files (FRUGAL_WITH_PARQUET): the string column `jsonl_field` -> documents;
-             // without that column, numeric feature columns and a label column -> record shards
+  kText,              // documents are separated by blank lines
+  kJsonl,             // one JSON object per line; the document is the string field `jsonl_field`
+  kImages,            // a folder with one sub-folder of JPEG/PNG files per class -> record shards
+  kTar,               // WebDataset-style tars: key.jpg/key.png + key.cls -> records; key.txt -> tokens
+  kCsv,               // a header row, numeric feature columns and a label column -> record shards
+  kParquet,           // Parquet files (FRUGAL_WITH_PARQUET): the string column `jsonl_field` -> documents;
+                      // without that column, numeric feature columns and a label column -> record shards
+  kChat,              // jsonl of {"messages": [{role, content}, ...]}: rendered with the chat template, stored
+                      // one document a record with its loss mask (the assistant's tokens)
+  kPromptCompletion,  // jsonl of {"prompt", "completion"} (strings, or lists of messages): the same,
+                      // trained on the completion
 };
 
 // How image pixels are stored in record shards.
@@ -65,11 +69,16 @@ struct PrepareOptions {
   uint64_t seed = 0;              // the validation hold-out and the augmentation draws
   std::string label_column;       // csv, parquet: the label column; empty = the last column
   int64_t shard_records = 65536;  // records per record shard file
+  // Chat and prompt-completion documents (a Hugging Face tokenizer, hf:DIR/tokenizer.json).
+  std::string chat_template;          // a Jinja file; "" = the tokenizer folder's own template
+  bool train_on_prompt = false;       // train on every token, not only the assistant's / completion's
+  int64_t max_tokens = 0;             // longer documents are cut as `overflow` says; 0 = no limit
+  std::string overflow = "truncate";  // "truncate" (keep the first max_tokens) or "split" (pieces)
 };
 
 struct PrepareReport {
   bool up_to_date = false;
-  std::string kind = "tokens";  // "tokens" or "records" (the manifest's kind)
+  std::string kind = "tokens";  // "tokens", "records" or "documents" (the manifest's kind)
   std::string out_dir;
   std::string tokenizer;
   int64_t vocab = 0;
@@ -81,9 +90,12 @@ struct PrepareReport {
   // Record datasets: samples (images or rows) and records (training records include the
   // augmented variants), classes, and the decode + resize + augment phase alone.
   int64_t train_samples = 0, val_samples = 0, train_records = 0, val_records = 0, classes = 0;
-  std::string record_content;  // "image" or "table"
+  std::string record_content;  // "image" or "table"; documents: "chat" or "prompt-completion"
   std::string record_shape;    // e.g. "uint8 [3, 32, 32]"
   double decode_s = 0;
+  // Chat and prompt-completion documents: tokens trained on, documents cut at --max-tokens, and
+  // documents left with no token to train on (dropped).
+  int64_t target_tokens = 0, truncated_documents = 0, split_documents = 0, dropped_documents = 0;
   int threads = 1;
   double tokenize_s = 0;  // wall time of tokenisation alone
   double seconds = 0;     // the whole call

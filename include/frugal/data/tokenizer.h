@@ -56,6 +56,24 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json);
 // data), read by the helper above with an unpickler that builds plain data only. Throws DataError
 // naming the file when it is not such a file, ConfigError when no Python can be started.
 int64_t nanogpt_meta_vocab(const std::string& meta_pkl);
+// A chat or prompt-completion document as `frugal prepare` stores it (docs/data.md): its token ids
+// and a loss mask (1 = trained on).
+struct MaskedDocument {
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> mask;
+};
+// `docs` (each one JSON object, a jsonl line: {"messages": [...]} or {"prompt", "completion"})
+// rendered with a chat template and tokenised by the Hugging Face tokenizer `tokenizer_json`, in
+// the helper above (src/spm/frugal_chat.py says how: transformers' renderer and mask rules).
+// `chat_template` is a Jinja file, or "" for the tokenizer directory's own. Throws DataError whose
+// message holds "document K: " (K 0-based) for a document the helper refused.
+std::vector<MaskedDocument> encode_masked_documents(const std::string& tokenizer_json, const std::string& chat_template,
+                                                    bool prompt_completion, bool train_on_prompt,
+                                                    const std::vector<std::string>& docs, const std::string& work_dir);
+// Each of `pieces` decoded by the Hugging Face tokenizer `tokenizer_json`, special tokens shown (one
+// helper process for all of them).
+std::vector<std::string> decode_pieces(const std::string& tokenizer_json,
+                                       const std::vector<std::vector<int32_t>>& pieces, const std::string& work_dir);
 // $FRUGAL_PYTHON, else the Python the build took LibTorch from (.venv/bin/python), else
 // /usr/bin/python3.
 std::string hf_tokenizer_python();

@@ -55,6 +55,16 @@ inline std::string manifest_field(const nlohmann::json& m, const char* key) {
   return m.contains(key) ? m.at(key).dump() : "missing";
 }
 
+// A documents dataset (chat, prompt-completion) given where tokens or records are read: refused by
+// what it is.
+inline void refuse_documents_dataset(const nlohmann::json& m, const std::string& mpath) {
+  if (m.is_object() && m.contains("kind") && m["kind"] == "documents")
+    throw DataError(
+        fmt::format("'{}' is a documents dataset (chat or prompt-completion, with loss masks): train on "
+                    "it with data.source = \"shards:DIR\" (docs/data.md)",
+                    mpath));
+}
+
 // DIR/entry["file"], after checking that it exists and has entry["bytes"] bytes. Throws DataError
 // naming the dataset and the shard otherwise.
 inline std::string checked_shard_path(const std::string& dir, const nlohmann::json& entry) {
