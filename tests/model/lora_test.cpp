@@ -42,6 +42,13 @@ void perturb_adapters(CausalLmImpl& model) {
     if (is_adapter_parameter(p.key())) p.value().add_(torch::randn_like(p.value()) * 0.05);
 }
 
+// `to` takes `from`'s values (two models of one configuration, before adapters).
+void copy_parameters(CausalLmImpl& from, CausalLmImpl& to) {
+  torch::NoGradGuard no_grad;
+  const NamedTensors src = from.named_parameter_list(), dst = to.named_parameter_list();
+  for (size_t i = 0; i < src.size(); ++i) dst[i].second.copy_(src[i].second);
+}
+
 at::Tensor logits(CausalLmImpl& model, const at::Tensor& idx) {
   torch::NoGradGuard no_grad;
   model.eval();
@@ -139,11 +146,7 @@ TEST(Lora, ABf16BaseHalvesTheAdaptedWeightsAndStaysCloseToTheFp32One) {
   torch::manual_seed(7);
   const ModelConfig m = tiny(ModelConfig::Arch::kLlama);
   CausalLm exact = make_causal_lm(m), half = make_causal_lm(m);
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < exact->named_parameter_list().size(); ++i)
-      half->named_parameter_list()[i].second.copy_(exact->named_parameter_list()[i].second);
-  }
+  copy_parameters(*exact, *half);
   install_lora(*exact, lora(4, "all-linear", true));
   LoraConfig l = lora(4, "all-linear", true);
   l.base_dtype = LoraConfig::BaseDtype::kBf16;
@@ -180,11 +183,7 @@ void expect_nf4_equals_dequantised(bool dora) {
   torch::manual_seed(11);
   const ModelConfig m = tiny(ModelConfig::Arch::kLlama);
   CausalLm quant = make_causal_lm(m), dense = make_causal_lm(m);
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < quant->named_parameter_list().size(); ++i)
-      dense->named_parameter_list()[i].second.copy_(quant->named_parameter_list()[i].second);
-  }
+  copy_parameters(*quant, *dense);
   const int64_t weights = quant->parameter_count();
   LoraConfig l = lora(4, "all-linear", dora);
   l.base_dtype = LoraConfig::BaseDtype::kNf4;
