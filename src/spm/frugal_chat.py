@@ -106,6 +106,23 @@ def special_tokens(config):
             v = v.get("content")
         if isinstance(v, str):
             out[key] = v
+    extra = config.get("additional_special_tokens")
+    if isinstance(extra, list):
+        out["additional_special_tokens"] = [t.get("content") if isinstance(t, dict) else t for t in extra]
+    return out
+
+
+REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+
+
+def alias_reasoning(messages):
+    """transformers' _alias_reasoning_fields: a message's reasoning under every name templates read."""
+    out = []
+    for m in messages:
+        reasoning = next((m[k] for k in REASONING_FIELDS if m.get(k) is not None), None)
+        if reasoning is not None:
+            m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+        out.append(m)
     return out
 
 
@@ -192,6 +209,7 @@ def encode_document(tok, renderer, sep, kind, doc, train_on_prompt):
     else:
         messages = doc.get("messages")
     check_messages(messages)
+    messages = alias_reasoning([{k: v for k, v in m.items() if v is not None} for m in messages])
     if renderer is None:
         raise ValueError("no chat template: the tokenizer directory has none (tokenizer_config.json's chat_template "
                          "or chat_template.jinja); give one with --chat-template FILE")

@@ -142,6 +142,28 @@ TEST(Tune, TinyConfigPrintsATableAndWritesAConfigThatTrainAccepts) {
   EXPECT_EQ(summary["stop_kind"], "completed");
 }
 
+// A QLoRA run is tuned as it trains (adapters over an NF4 base: the probes install them), and the
+// tuned config keeps its [lora].
+TEST(Tune, AQloraRunIsMeasuredWithItsAdaptersAndKeepsThem) {
+  test::TempDir dir;
+  auto r = test::run_frugal("tune" + test::tiny_sets(dir.path()) +
+                            " --set train.steps=100000 --set tune.probe_steps=2 --set tune.rounds=1 --set "
+                            "tune.max_fraction=1 --set lora.rank=2 --set lora.base_dtype=nf4 --out " +
+                            dir.file("tuned.toml") + " --json-out " + dir.file("tune.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(test::read_text(dir.file("tune.json")));
+  int ran = 0;
+  for (const auto& k : j["candidates"])
+    if (k["ran"].get<bool>() && k.contains("tokens_per_s")) {
+      EXPECT_GT(k["tokens_per_s"].get<double>(), 0) << k.dump();
+      ++ran;
+    }
+  EXPECT_GE(ran, 2);
+  const ResolvedConfig tuned = resolve_config(dir.file("tuned.toml"), {}, {});
+  EXPECT_EQ(tuned.config.lora.rank, 2);
+  EXPECT_EQ(tuned.config.lora.base_dtype, LoraConfig::BaseDtype::kNf4);
+}
+
 // A missing data file is the user's to fix: exit 2 with the cause once, not a table of candidates
 // that all failed the same way (and no tuned config).
 TEST(Tune, BadInputExitsTwoOnceInsteadOfFailingEveryCandidate) {
