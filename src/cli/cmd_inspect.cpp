@@ -3,11 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <memory>
 
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "cli/commands.h"
 #include "frugal/data/document_dataset.h"
@@ -22,12 +20,12 @@ struct InspectArgs {
 };
 
 // The runs of equal mask values of `d`: [begin, end) and whether they are trained on.
-struct Run_ {
+struct Span {
   size_t begin, end;
   bool trained;
 };
-std::vector<Run_> runs(const MaskedDocument& d) {
-  std::vector<Run_> out;
+std::vector<Span> spans_of(const MaskedDocument& d) {
+  std::vector<Span> out;
   for (size_t i = 0; i < d.ids.size(); ++i)
     if (out.empty() || out.back().trained != (d.mask[i] != 0))
       out.push_back({i, i + 1, d.mask[i] != 0});
@@ -44,21 +42,11 @@ int inspect(const InspectArgs& a) {
   for (int64_t i = 0; i < n; ++i) {
     docs.push_back(ds.document(a.split, i));
     pieces.push_back(docs.back().ids);
-    for (const Run_& r : runs(docs.back()))
+    for (const Span& r : spans_of(docs.back()))
       pieces.emplace_back(docs.back().ids.begin() + static_cast<ptrdiff_t>(r.begin),
                           docs.back().ids.begin() + static_cast<ptrdiff_t>(r.end));
   }
-  const std::string work =
-      (std::filesystem::temp_directory_path() / fmt::format("frugal-inspect-{}", ::getpid())).string();
-  std::filesystem::create_directories(work);
-  std::vector<std::string> texts;
-  try {
-    texts = decode_pieces(ds.tokenizer_json(), pieces, work);
-  } catch (...) {
-    std::filesystem::remove_all(work);
-    throw;
-  }
-  std::filesystem::remove_all(work);
+  const std::vector<std::string> texts = decode_pieces(ds.tokenizer_json(), pieces);
   if (!a.json)
     fmt::print(
         "{}: {} documents, {} train / {} val, vocab {}; the first {} of {}, the trained-on text between ⟦ and "
@@ -71,7 +59,7 @@ int inspect(const InspectArgs& a) {
     const auto trained = std::count(d.mask.begin(), d.mask.end(), uint8_t{1});
     std::string marked;
     nlohmann::json spans = nlohmann::json::array();
-    for (const Run_& r : runs(d)) {
+    for (const Span& r : spans_of(d)) {
       const std::string& s = texts[t++];
       marked += r.trained ? "⟦" + s + "⟧" : s;
       if (r.trained) spans.push_back(s);

@@ -347,8 +347,9 @@ std::vector<MaskedDocument> encode_masked_documents(const std::string& tokenizer
 }
 
 std::vector<std::string> decode_pieces(const std::string& tokenizer_json,
-                                       const std::vector<std::vector<int32_t>>& pieces, const std::string& work_dir) {
-  const std::string in = work_dir + "/decode.in", out = work_dir + "/decode.out", err = work_dir + "/decode.err";
+                                       const std::vector<std::vector<int32_t>>& pieces) {
+  const ScratchFiles tmp("decode");
+  const std::string in = tmp.base + ".in", out = tmp.out(), err = tmp.err();
   {
     std::ofstream f(in, std::ios::binary);
     for (const auto& piece : pieces) {
@@ -368,10 +369,9 @@ std::vector<std::string> decode_pieces(const std::string& tokenizer_json,
     texts.push_back(bytes.substr(off + 8, n));
     off += 8 + n;
   }
+  fs::remove(in);
   if (texts.size() != pieces.size())
-    throw DataError("the tokenizer helper decoded " + std::to_string(texts.size()) + " pieces of " +
-                    std::to_string(pieces.size()));
-  for (const auto& f : {in, out, err}) fs::remove(f);
+    throw DataError(fmt::format("the tokenizer helper decoded {} pieces of {}", texts.size(), pieces.size()));
   return texts;
 }
 

@@ -92,7 +92,9 @@ at::Tensor LoraSiteImpl::forward(const at::Tensor& x, const at::Tensor& stored, 
     at::Tensor base = !drop   ? bias.defined() ? yp - bias.narrow(0, p.row0, p.rows) : yp
                       : nf4() ? nf4_product(xd, stored, p.row0, p.rows, at::Tensor())
                               : at::linear(xd, weight.narrow(0, p.row0, p.rows));
-    const at::Tensor g = p.magnitude / row_norms(dense_rows(stored, p.row0, p.rows), p.a, p.b, scale_);
+    // The rows as this product used them (a dense base already widened above; NF4 dequantised).
+    const at::Tensor w = nf4() ? dense_rows(stored, p.row0, p.rows) : weight.narrow(0, p.row0, p.rows);
+    const at::Tensor g = p.magnitude / row_norms(w, p.a, p.b, scale_);
     const at::Tensor lora = at::linear(xa.narrow(-1, static_cast<int64_t>(k) * rank_, rank_), p.b);
     pieces.push_back((yp + (g - 1) * base + g * lora).to(y.scalar_type()));
     at = p.row0 + p.rows;

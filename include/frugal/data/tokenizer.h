@@ -73,7 +73,7 @@ std::vector<MaskedDocument> encode_masked_documents(const std::string& tokenizer
 // Each of `pieces` decoded by the Hugging Face tokenizer `tokenizer_json`, special tokens shown (one
 // helper process for all of them).
 std::vector<std::string> decode_pieces(const std::string& tokenizer_json,
-                                       const std::vector<std::vector<int32_t>>& pieces, const std::string& work_dir);
+                                       const std::vector<std::vector<int32_t>>& pieces);
 // $FRUGAL_PYTHON, else the Python the build took LibTorch from (.venv/bin/python), else
 // /usr/bin/python3.
 std::string hf_tokenizer_python();
