@@ -87,7 +87,7 @@ nlohmann::json measure(const std::string& name, const std::vector<TokenRows>& ba
 }  // namespace
 
 int main(int argc, char** argv) {
-  ensure_passive_openmp(argv);  // spinning OpenMP workers fight the BLAS threads (docs/levers.md)
+  choose_openmp_wait_policy(argv);  // as frugal itself runs (core/omp_env.h)
   std::string jsonl, field = "text";
   int docs_n = 300;
   int64_t block = 128, rows = 16;

@@ -2,6 +2,9 @@
 
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/crash_report.h"
+#include "frugal/data/shard.h"
+#include "frugal/data/tokenizer.h"
+#include "data/internal/little_endian.h"
 #include "frugal/train/trainer.h"
 
 #include <sys/wait.h>
@@ -143,6 +146,44 @@ TrainerOptions quiet_run(std::vector<std::shared_ptr<Callback>> callbacks, bool 
   o.quiet = true;
   o.callbacks = std::move(callbacks);
   return o;
+}
+
+namespace {
+std::string record_of(const MaskedDocument& d) {
+  std::string rec(4 + 5 * d.ids.size(), '\0');
+  auto* p = reinterpret_cast<uint8_t*>(rec.data());
+  detail::put_u32(p, static_cast<uint32_t>(d.ids.size()));
+  for (size_t k = 0; k < d.ids.size(); ++k) detail::put_u32(p + 4 + 4 * k, static_cast<uint32_t>(d.ids[k]));
+  for (size_t k = 0; k < d.mask.size(); ++k) p[4 + 4 * d.ids.size() + k] = d.mask[k];
+  return rec;
+}
+
+nlohmann::json write_split(const std::string& dir, const std::string& split, const std::vector<MaskedDocument>& docs,
+                           const std::string& corrupt) {
+  const std::string file = split + "_000000.frs";
+  ShardWriter w(dir + "/" + file, ShardKind::kRecords, ShardDtype::kBytes);
+  for (const MaskedDocument& d : docs) w.add_record(record_of(d));
+  if (!corrupt.empty()) w.add_record(corrupt);
+  w.finish();
+  return nlohmann::json::array({{{"file", file}, {"bytes", std::filesystem::file_size(dir + "/" + file)}}});
+}
+}  // namespace
+
+std::string write_documents_dataset(const std::string& dir, const std::vector<MaskedDocument>& train,
+                                    const std::vector<MaskedDocument>& val, int64_t vocab, const std::string& corrupt) {
+  int64_t train_tokens = 0, val_tokens = 0;
+  for (const auto& d : train) train_tokens += static_cast<int64_t>(d.ids.size());
+  for (const auto& d : val) val_tokens += static_cast<int64_t>(d.ids.size());
+  nlohmann::json m = {{"format", "frugal-dataset"},
+                      {"format_version", 1},
+                      {"kind", "documents"},
+                      {"content", "chat"},
+                      {"tokenizer", {{"name", "hf"}, {"vocab", vocab}}},
+                      {"counts", {{"train_tokens", train_tokens}, {"val_tokens", val_tokens}}}};
+  m["splits"]["train"] = write_split(dir, "train", train, corrupt);
+  m["splits"]["val"] = write_split(dir, "val", val, "");
+  write_text(dir + "/manifest.json", m.dump());
+  return dir;
 }
 
 }  // namespace frugal::test

@@ -19,6 +19,7 @@
 namespace frugal {
 struct TrainerOptions;
 class Callback;
+struct MaskedDocument;
 }  // namespace frugal
 
 namespace frugal::test {
@@ -68,5 +69,12 @@ std::vector<double> step_losses(const std::string& metrics_path);
 // A test run's options: quiet, replacing an earlier run folder of the same name (overwrite =
 // false refuses it, as `frugal train` does), with these callbacks.
 TrainerOptions quiet_run(std::vector<std::shared_ptr<Callback>> callbacks = {}, bool overwrite = true);
+
+// A documents dataset in `dir` as `frugal prepare --format chat` writes one (docs/formats/shards.md):
+// these train and val documents, content "chat", a vocabulary of `vocab`; `corrupt`, where not
+// empty, is appended to the train shard as one more record. Returns dir.
+std::string write_documents_dataset(const std::string& dir, const std::vector<MaskedDocument>& train,
+                                    const std::vector<MaskedDocument>& val, int64_t vocab,
+                                    const std::string& corrupt = "");
 
 }  // namespace frugal::test

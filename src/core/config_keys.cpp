@@ -169,6 +169,11 @@ void add_data_keys(std::vector<KeySpec>& s) {
       FRUGAL_FIELD(data, workers), 0, 64,
       "shards, records and a task's DatasetSource: loader threads; 0 = build batches inline on the trainer thread"));
   k.may(int_key(FRUGAL_FIELD(data, prefetch), 1, 1024, "shards, records: batches built ahead of the trainer at most"));
+  k.fixed(enum_key<DataConfig::Packing>(
+      FRUGAL_FIELD(data, packing), {{"pack", DataConfig::Packing::kPack}, {"pad", DataConfig::Packing::kPad}},
+      "documents datasets (prepare --format chat or prompt-completion): \"pack\" = several documents a row, each "
+      "attending to itself only, positions restarted per document; \"pad\" = one document a row, padded to "
+      "model.block (docs/data.md)"));
 }
 
 void add_train_keys(std::vector<KeySpec>& s) {

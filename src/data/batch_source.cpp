@@ -15,6 +15,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/data/arith.h"
 #include "frugal/data/document_reader.h"
+#include "frugal/data/packing.h"
 #include "frugal/data/record_source.h"
 #include "frugal/data/rng.h"
 #include "frugal/data/shard_source.h"
@@ -81,9 +82,14 @@ int64_t BatchSource::train_tokens() const { return 0; }
 int64_t BatchSource::val_tokens() const { return 0; }
 double BatchSource::unigram_baseline() const { return std::nan(""); }
 
+int64_t count_targets(const at::Tensor& y) {
+  if (!y.defined()) return 0;
+  return y.ne(kIgnoreIndex).sum().item<int64_t>();
+}
+
 Batch to_device(const Batch& b, c10::Device device) {
   auto move = [&](const at::Tensor& t) { return t.defined() ? t.to(device, /*non_blocking=*/true) : t; };
-  return {move(b.x), move(b.y)};
+  return {move(b.x), move(b.y), move(b.pos)};
 }
 nlohmann::json BatchSource::state() const { return nullptr; }
 void BatchSource::load_state(const nlohmann::json&) {}
@@ -138,7 +144,7 @@ std::unique_ptr<BatchSource> make_batch_source(const Config& c, int64_t rank, in
                       "model.vocab = {} (or more)",
                       to_string(src), ds->vocab() - 1, c.model.vocab, ds->vocab()));
     return std::make_unique<DocumentSource>(ds, c.data.micro_batch, c.model.block, seed, rank, world_size,
-                                            pin_memory_for(c.run.device));
+                                            pin_memory_for(c.run.device), c.data.packing);
   }
   if (src.kind == DataSource::Kind::kShards) {
     ShardSourceOptions o;

@@ -11,8 +11,6 @@
 #include "data/internal/little_endian.h"
 #include "data/internal/manifest.h"
 #include "frugal/core/errors.h"
-#include "frugal/data/packing.h"
-#include "frugal/data/rng.h"
 #include "frugal/data/shard.h"
 
 namespace frugal {
@@ -76,86 +74,21 @@ MaskedDocument DocumentDataset::document(const std::string& name, int64_t i) con
   return d;
 }
 
+int64_t DocumentDataset::length(const std::string& name, int64_t i) const {
+  const Split& s = split(name);
+  if (i < 0 || i >= s.size) throw ConfigError(fmt::format("document {} of {}: the split has {}", i, name, s.size));
+  size_t k = s.starts.size() - 1;
+  while (s.starts[k] > i) --k;
+  const uint32_t bytes = s.shards[k]->record_size(static_cast<uint64_t>(i - s.starts[k]));
+  return bytes >= 4 ? (bytes - 4) / 5 : 0;
+}
+
 bool is_document_dataset(const std::string& dir) {
   try {
     return internal::read_manifest_json(dir, "documents").value("kind", "") == "documents";
   } catch (const std::exception&) {
     return false;
   }
-}
-
-DocumentSource::DocumentSource(std::shared_ptr<const DocumentDataset> dataset, int64_t micro_batch, int64_t block,
-                               uint64_t seed, int64_t rank, int64_t world_size, bool pin_memory)
-    : ds_(std::move(dataset)),
-      micro_batch_(micro_batch),
-      block_(block),
-      seed_(seed),
-      rank_(rank),
-      world_(world_size),
-      pin_memory_(pin_memory) {
-  if (ds_->size("train") == 0) throw DataError(fmt::format("dataset '{}' holds no training documents", ds_->dir()));
-}
-
-std::string DocumentSource::describe() const {
-  return fmt::format(
-      "shards:{} ({} documents, {} train / {} val; one a row, padded to the block, trained on the "
-      "loss mask)",
-      ds_->dir(), ds_->content(), ds_->size("train"), ds_->size("val"));
-}
-
-int64_t DocumentSource::train_document(int64_t k) {
-  const int64_t n = ds_->size("train"), epoch = k / n;
-  if (epoch != epoch_) {  // a seeded Fisher-Yates permutation per pass
-    order_.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) order_[static_cast<size_t>(i)] = i;
-    uint64_t state = derive_seed(seed_, 0x646f6373ULL /* "docs" */, static_cast<uint64_t>(epoch));
-    for (int64_t i = n - 1; i > 0; --i) {
-      state = splitmix64(state);
-      std::swap(order_[static_cast<size_t>(i)], order_[state % static_cast<uint64_t>(i + 1)]);
-    }
-    epoch_ = epoch;
-  }
-  return order_[static_cast<size_t>(k % n)];
-}
-
-Batch DocumentSource::rows(const std::string& split, const std::vector<int64_t>& docs) const {
-  const auto B = static_cast<int64_t>(docs.size());
-  auto opts = at::TensorOptions().dtype(at::kLong);
-  if (pin_memory_) opts = opts.pinned_memory(true);
-  at::Tensor x = at::zeros({B, block_}, opts), y = at::full({B, block_}, kIgnoreIndex, opts);
-  auto* xp = x.data_ptr<int64_t>();
-  auto* yp = y.data_ptr<int64_t>();
-  for (int64_t b = 0; b < B; ++b) {
-    const MaskedDocument d = ds_->document(split, docs[static_cast<size_t>(b)]);
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(d.ids.size()), block_ + 1);
-    for (int64_t t = 0; t + 1 < n; ++t) {
-      xp[b * block_ + t] = d.ids[static_cast<size_t>(t)];
-      if (d.mask[static_cast<size_t>(t + 1)]) yp[b * block_ + t] = d.ids[static_cast<size_t>(t + 1)];
-    }
-  }
-  return {x, y};
-}
-
-Batch DocumentSource::train_batch(int64_t index) {
-  std::vector<int64_t> docs;
-  const int64_t first = (index * world_ + rank_) * micro_batch_;
-  {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    for (int64_t k = 0; k < micro_batch_; ++k) docs.push_back(train_document(first + k));
-  }
-  return rows("train", docs);
-}
-
-Batch DocumentSource::val_batch(int64_t index) {
-  const int64_t n = ds_->size("val");
-  if (n == 0)
-    throw DataError(
-        fmt::format("dataset '{}' holds no validation documents: prepare it with --val-fraction above 0, "
-                    "or set train.eval_batches = 0",
-                    ds_->dir()));
-  std::vector<int64_t> docs;
-  for (int64_t k = 0; k < micro_batch_; ++k) docs.push_back((index * micro_batch_ + k) % n);
-  return rows("val", docs);
 }
 
 }  // namespace frugal

@@ -446,6 +446,12 @@ std::string ShardReader::record(uint64_t i) const {
   return {reinterpret_cast<const char*>(view.data + get_u32(e + 4)), get_u32(e + 8)};
 }
 
+uint32_t ShardReader::record_size(uint64_t i) const {
+  FRUGAL_INTERNAL_ASSERT(kind_ == ShardKind::kRecords, path_ + ": record_size() on a token shard");
+  if (i >= items_) throw DataError(fmt::format("{}: record {} is past the end ({} records)", path_, i, items_));
+  return get_u32(record_index_ + i * kRecordEntryBytes + 8);
+}
+
 uint64_t ShardReader::token_offset(uint64_t i) const {
   if (kind_ != ShardKind::kTokens || i >= items_) return file_size_;
   const Block& b = blocks_[i / items_per_block_];

@@ -163,6 +163,12 @@ void DataParallel::finish(at::Tensor& loss) {
   ++reductions_;
 }
 
+double DataParallel::mean(double value) {
+  at::Tensor t = small({value});
+  pg_->allreduce_sum(t)->wait();
+  return t.cpu().item<double>() / static_cast<double>(pg_->world_size());
+}
+
 at::Tensor DataParallel::small(std::vector<double> values) const {
   return at::tensor(values, at::TensorOptions().dtype(at::kDouble)).to(comm_device_);
 }

@@ -28,6 +28,10 @@
 // order (each output element is one sum over the shared dimension in index order, whatever
 // the vector width).
 //
+// Packed rows (AttentionShape::pos): keys before the query's document start are set to -inf
+// before the softmax, so they get probability 0 and no gradient (the tiles still multiply their
+// zeros: no fewer products, one compare per score).
+//
 // Maths per head, S = scale q k^T (j <= i only), P = softmax_rows(S), y = P v; backward:
 //   dv = P^T dy,  dP = dy v^T,  dS = P * (dP - rowsum(P * dP)),  dq = scale dS k,  dk = scale dS^T q.
 #include "model/internal/attention_kernel.h"
@@ -58,8 +62,9 @@ struct Head {
   const Elem* qkv;
   Elem* out;  // y (forward) or dqkv (backward)
   const Elem* dy;
-  float* stats;  // written by the forward, read by the backward
-  float* probs;  // likewise where not null
+  float* stats;        // written by the forward, read by the backward
+  float* probs;        // likewise where not null
+  const int64_t* pos;  // the row's positions inside their documents, or null
   int64_t T, D, C;
   float scale;
 };
@@ -106,6 +111,7 @@ FRUGAL_INLINE void forward_head(const Head<Elem>& h, float* scratch) {
   causal_product<V>(q, Dp, kt, T, D, Tp, s);
   for (int64_t i = 0; i < T; ++i) {
     float* si = s + i * Tp;
+    mask_before(si, document_start(h.pos, i));
     softmax_row(si, i + 1, h.stats + 2 * i);
     const int64_t end = block_end(i);
     for (int64_t j = i + 1; j < end; ++j) si[j] = 0.0f;
@@ -178,6 +184,7 @@ FRUGAL_INLINE void backward_head(const Head<Elem>& h, float* scratch) {
     causal_product<V>(qs, Dp, kt, T, D, Tp, p);  // S, as in the forward
     for (int64_t i = 0; i < T; ++i) {
       float* pi = p + i * Tp;
+      mask_before(pi, document_start(h.pos, i));
       softmax_row_again(pi, i + 1, h.stats + 2 * i);
       for (int64_t j = i + 1; j < block_end(i); ++j) pi[j] = 0.0f;
     }
@@ -238,6 +245,7 @@ void for_each_head(const Elem* qkv, Elem* out, const Elem* dy, float* stats, flo
                  backward ? dy + b * T * C + hd : nullptr,
                  stats + u * T * 2,
                  probs ? probs + u * T * T : nullptr,
+                 s.pos ? s.pos + b * T : nullptr,
                  T,
                  s.head_dim,
                  C,

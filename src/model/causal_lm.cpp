@@ -3,10 +3,38 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+#include <limits>
+
+#include "frugal/core/compat.h"
 #include "frugal/model/activation_checkpointing.h"
 #include "frugal/model/lora.h"
 
 namespace frugal {
+
+at::Tensor document_attention_mask(const at::Tensor& positions, int64_t window) {
+  const int64_t T = positions.size(1);
+  const auto opts = positions.options().dtype(at::kLong);
+  const at::Tensor i = at::arange(T, opts).view({1, T, 1}), j = at::arange(T, opts).view({1, 1, T});
+  at::Tensor allowed = (j <= i).logical_and(j >= i - positions.unsqueeze(2));
+  if (window > 0) allowed = allowed.logical_and(j > i - window);
+  return allowed.unsqueeze(1);
+}
+
+at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                            double dropout) {
+#if FRUGAL_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false);
+#else
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor att = at::matmul(q, k.transpose(-2, -1))
+                       .mul(scale)
+                       .masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+  att = at::softmax(att, -1);
+  if (dropout > 0) att = at::dropout(att, dropout, /*train=*/true);
+  return at::matmul(att, v);
+#endif
+}
 
 at::Tensor CausalLmImpl::run_block(size_t i, const std::function<at::Tensor(const at::Tensor&)>& fn,
                                    const at::Tensor& x, const torch::nn::Module& block) const {

@@ -12,8 +12,34 @@
 namespace frugal {
 namespace {
 
-internal::AttentionShape shape_of(const at::Tensor& qkv, int64_t heads) {
-  return {qkv.size(0), qkv.size(1), heads, qkv.size(2) / 3 / heads};
+// A positions tensor's data, or null for an empty one (one document a row).
+const int64_t* positions_or_null(const at::Tensor& pos) { return pos.numel() > 0 ? pos.data_ptr<int64_t>() : nullptr; }
+
+internal::AttentionShape shape_of(const at::Tensor& qkv, int64_t heads, const at::Tensor& pos) {
+  return {qkv.size(0), qkv.size(1), heads, qkv.size(2) / 3 / heads, positions_or_null(pos)};
+}
+
+// `positions` as the kernels read it: (B, T) int64 contiguous on the CPU, checked (0 <= pos[t] <=
+// t, each either 0 or one past the previous token's), or an empty tensor where undefined (an
+// autograd Function takes no undefined tensor arguments).
+at::Tensor checked_positions(const at::Tensor& positions, const at::Tensor& qkv, const char* op) {
+  if (!positions.defined()) return at::empty({0}, at::kLong);
+  const int64_t B = qkv.size(0), T = qkv.size(1);
+  if (positions.dim() != 2 || positions.size(0) != B || positions.size(1) != T)
+    throw std::invalid_argument(
+        fmt::format("{}: positions of sizes {} for a ({}, {}) batch", op, c10::str(positions.sizes()), B, T));
+  at::Tensor p = positions.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* d = p.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t v = d[b * T + t];
+      if (v != 0 && (t == 0 || v != d[b * T + t - 1] + 1))
+        throw std::invalid_argument(
+            fmt::format("{}: row {} position {} holds {}: each token's position is 0 (a document's first) or one "
+                        "past the previous token's",
+                        op, b, t, v));
+    }
+  return p;
 }
 
 float scale_of(const internal::AttentionShape& s) {
@@ -32,10 +58,11 @@ struct Saved {
 
 float* data_or_null(const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; }
 
-std::pair<at::Tensor, Saved> run_attention_forward(const at::Tensor& qkv, int64_t heads, bool for_backward) {
+std::pair<at::Tensor, Saved> run_attention_forward(const at::Tensor& qkv, int64_t heads, const at::Tensor& pos,
+                                                   bool for_backward) {
   // Named in profiles (the backward shows as the autograd node).
   RECORD_FUNCTION("frugal::fused_causal_attention", std::vector<c10::IValue>());
-  const auto s = shape_of(qkv, heads);
+  const auto s = shape_of(qkv, heads, pos);
   const auto f32 = qkv.options().dtype(at::kFloat);
   at::Tensor y = at::empty({s.batch, s.seq, s.heads * s.head_dim}, qkv.options());
   Saved saved{at::empty({s.batch, s.heads, s.seq, 2}, f32), at::Tensor()};
@@ -51,8 +78,9 @@ std::pair<at::Tensor, Saved> run_attention_forward(const at::Tensor& qkv, int64_
   return {y, saved};
 }
 
-at::Tensor run_attention_backward(const at::Tensor& qkv, const Saved& saved, const at::Tensor& grad, int64_t heads) {
-  const auto s = shape_of(qkv, heads);
+at::Tensor run_attention_backward(const at::Tensor& qkv, const Saved& saved, const at::Tensor& grad, int64_t heads,
+                                  const at::Tensor& pos) {
+  const auto s = shape_of(qkv, heads, pos);
   at::Tensor dy = grad.to(qkv.scalar_type()).contiguous();
   at::Tensor dqkv = at::empty_like(qkv, at::MemoryFormat::Contiguous);
   const float* stats = saved.stats.data_ptr<float>();
@@ -69,23 +97,24 @@ at::Tensor run_attention_backward(const at::Tensor& qkv, const Saved& saved, con
 
 class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& qkv, int64_t heads) {
-    auto [y, saved] = run_attention_forward(qkv, heads, /*for_backward=*/true);
-    ctx->save_for_backward({qkv, saved.stats, saved.probs});
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& qkv, int64_t heads,
+                            const at::Tensor& pos) {
+    auto [y, saved] = run_attention_forward(qkv, heads, pos, /*for_backward=*/true);
+    ctx->save_for_backward({qkv, saved.stats, saved.probs, pos});
     ctx->saved_data["heads"] = heads;
     return y;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad) {
     const auto saved = ctx->get_saved_variables();
-    return {run_attention_backward(saved[0], {saved[1], saved[2]}, grad[0], ctx->saved_data["heads"].toInt()),
-            at::Tensor()};
+    return {run_attention_backward(saved[0], {saved[1], saved[2]}, grad[0], ctx->saved_data["heads"].toInt(), saved[3]),
+            at::Tensor(), at::Tensor()};
   }
 };
 
 // The Llama family's grouped-query attention: the same saved state per query head as above.
 internal::GqaShape gqa_shape_of(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, const at::Tensor& cos,
-                                const at::Tensor& sin, int64_t window) {
+                                const at::Tensor& sin, int64_t window, const at::Tensor& pos) {
   const int64_t D = qkv.size(2) / (heads + 2 * kv_heads);
   return {qkv.size(0),
           qkv.size(1),
@@ -94,7 +123,8 @@ internal::GqaShape gqa_shape_of(const at::Tensor& qkv, int64_t heads, int64_t kv
           D,
           window,
           cos.numel() > 0 ? cos.data_ptr<float>() : nullptr,
-          sin.numel() > 0 ? sin.data_ptr<float>() : nullptr};
+          sin.numel() > 0 ? sin.data_ptr<float>() : nullptr,
+          positions_or_null(pos)};
 }
 
 float gqa_scale(const internal::GqaShape& s) {
@@ -120,9 +150,10 @@ std::pair<at::Tensor, Saved> run_gqa_forward(const at::Tensor& qkv, const intern
 class GqaAttentionFunction : public torch::autograd::Function<GqaAttentionFunction> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& qkv, int64_t heads,
-                            int64_t kv_heads, const at::Tensor& cos, const at::Tensor& sin, int64_t window) {
-    auto [y, saved] = run_gqa_forward(qkv, gqa_shape_of(qkv, heads, kv_heads, cos, sin, window), true);
-    ctx->save_for_backward({qkv, saved.stats, saved.probs, cos, sin});
+                            int64_t kv_heads, const at::Tensor& cos, const at::Tensor& sin, int64_t window,
+                            const at::Tensor& pos) {
+    auto [y, saved] = run_gqa_forward(qkv, gqa_shape_of(qkv, heads, kv_heads, cos, sin, window, pos), true);
+    ctx->save_for_backward({qkv, saved.stats, saved.probs, cos, sin, pos});
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["kv_heads"] = kv_heads;
     ctx->saved_data["window"] = window;
@@ -133,7 +164,7 @@ class GqaAttentionFunction : public torch::autograd::Function<GqaAttentionFuncti
     const auto v = ctx->get_saved_variables();
     const at::Tensor& qkv = v[0];
     const auto s = gqa_shape_of(qkv, ctx->saved_data["heads"].toInt(), ctx->saved_data["kv_heads"].toInt(), v[3], v[4],
-                                ctx->saved_data["window"].toInt());
+                                ctx->saved_data["window"].toInt(), v[5]);
     at::Tensor dy = grad[0].to(qkv.scalar_type()).contiguous();
     at::Tensor dqkv = at::empty_like(qkv, at::MemoryFormat::Contiguous);
     const int threads = at::get_num_threads();
@@ -143,7 +174,7 @@ class GqaAttentionFunction : public torch::autograd::Function<GqaAttentionFuncti
     else
       internal::gqa_backward_bf16(bits(qkv), v[1].data_ptr<float>(), data_or_null(v[2]), bits(dy), bits(dqkv), s,
                                   gqa_scale(s), threads);
-    return {dqkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {dqkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -155,7 +186,7 @@ bool fused_attention_supported(const at::Tensor& qkv, int64_t heads) {
          qkv.size(2) > 0 && qkv.size(2) % (3 * heads) == 0;
 }
 
-at::Tensor fused_causal_attention(const at::Tensor& qkv, int64_t heads) {
+at::Tensor fused_causal_attention(const at::Tensor& qkv, int64_t heads, const at::Tensor& positions) {
   if (!fused_attention_supported(qkv, heads)) {
     throw std::invalid_argument(
         fmt::format("fused_causal_attention: needs a CPU float or bfloat16 tensor (B, T, 3C) with 3C divisible by "
@@ -165,8 +196,9 @@ at::Tensor fused_causal_attention(const at::Tensor& qkv, int64_t heads) {
                     qkv.defined() ? c10::str(qkv.sizes()) : ""));
   }
   at::Tensor x = qkv.contiguous();
-  if (!x.requires_grad() || !torch::GradMode::is_enabled()) return run_attention_forward(x, heads, false).first;
-  return AttentionFunction::apply(x, heads);
+  const at::Tensor pos = checked_positions(positions, x, "fused_causal_attention");
+  if (!x.requires_grad() || !torch::GradMode::is_enabled()) return run_attention_forward(x, heads, pos, false).first;
+  return AttentionFunction::apply(x, heads, pos);
 }
 
 bool fused_gqa_attention_supported(const at::Tensor& qkv, int64_t heads, int64_t kv_heads) {
@@ -178,7 +210,7 @@ bool fused_gqa_attention_supported(const at::Tensor& qkv, int64_t heads, int64_t
 }
 
 at::Tensor fused_gqa_attention(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, const at::Tensor& rope_cos,
-                               const at::Tensor& rope_sin, int64_t window) {
+                               const at::Tensor& rope_sin, int64_t window, const at::Tensor& positions) {
   if (!fused_gqa_attention_supported(qkv, heads, kv_heads))
     throw std::invalid_argument(
         fmt::format("fused_gqa_attention: needs a CPU float or bfloat16 tensor (B, T, (heads + 2 kv_heads) D) with "
@@ -197,9 +229,10 @@ at::Tensor fused_gqa_attention(const at::Tensor& qkv, int64_t heads, int64_t kv_
     sin = rope_sin.narrow(0, 0, T).to(at::kCPU, at::kFloat).contiguous();
   }
   at::Tensor x = qkv.contiguous();
+  const at::Tensor pos = checked_positions(positions, x, "fused_gqa_attention");
   if (!x.requires_grad() || !torch::GradMode::is_enabled())
-    return run_gqa_forward(x, gqa_shape_of(x, heads, kv_heads, cos, sin, window), false).first;
-  return GqaAttentionFunction::apply(x, heads, kv_heads, cos, sin, window);
+    return run_gqa_forward(x, gqa_shape_of(x, heads, kv_heads, cos, sin, window, pos), false).first;
+  return GqaAttentionFunction::apply(x, heads, kv_heads, cos, sin, window, pos);
 }
 
 int fused_attention_cpu_level() { return internal::attention_level(); }

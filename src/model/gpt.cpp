@@ -78,19 +78,25 @@ at::Tensor CausalSelfAttentionImpl::project(const at::Tensor& y, const at::Tenso
   return residual_linear(residual, y, proj_, proj_lora_);
 }
 
-at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache, const at::Tensor& residual) {
+at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache, const at::Tensor& residual,
+                                            const at::Tensor& positions) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads_;
   const at::Tensor projected = linear(qkv_, x, qkv_lora_);  // (B, T, 3C)
   // frugal's own kernel wherever it applies: training and scoring a whole window on CPU (no
   // cache, no dropout on the attention weights).
   if (!cache && T > 1 && !(is_training() && dropout_ > 0) && fused_attention_supported(projected, heads_))
-    return project(fused_causal_attention(projected, heads_), residual);
+    return project(fused_causal_attention(projected, heads_, positions), residual);
   // q, k, v as (B, H, T, D) views of the three C-wide column blocks. Split rather than one
   // permuted view indexed three times: the backward of split is one concatenation, where each
   // index's backward would fill a zero tensor of the whole projection and the three be summed.
   const auto blocks = projected.split(C, 2);
   const auto by_head = [&](const at::Tensor& t) { return t.view({B, T, heads_, D}).transpose(1, 2); };
   at::Tensor q = by_head(blocks[0]), k = by_head(blocks[1]), v = by_head(blocks[2]);
+  if (positions.defined()) {  // packed rows, off the CPU kernel: ATen's attention with their mask
+    TORCH_CHECK(!cache, "packed rows (positions) cannot be decoded with a KV cache");
+    const at::Tensor y = masked_attention(q, k, v, document_attention_mask(positions), is_training() ? dropout_ : 0.0);
+    return project(y.transpose(1, 2).reshape({B, T, C}), residual);
+  }
   // On a GPU, a whole window: ATen's fused attention (flash or memory-efficient kernels, the
   // causal mask implicit, never a T x T matrix in memory).
   if (!cache && T > 1 && x.is_cuda()) {
@@ -138,14 +144,14 @@ BlockImpl::BlockImpl(const ModelConfig& c) : activation_(c.activation), kernels_
   mlp_drop_ = register_module("mlp_drop", torch::nn::Dropout(c.dropout));
 }
 
-at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache) {
+at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache, const at::Tensor& positions) {
   at::Tensor h, in;
   if (on_frugal_kernels(kernels_, x)) {
     // The attention's output projection, then h = x + it and ln2(h) in one kernel.
-    const at::Tensor a = attn_->forward(layer_norm_of(ln1_, x, true), cache);
+    const at::Tensor a = attn_->forward(layer_norm_of(ln1_, x, true), cache, at::Tensor(), positions);
     std::tie(h, in) = fused_residual_layer_norm(x, a, ln2_->weight, ln2_->bias, ln2_->options.eps(), norm_out_dtype(x));
   } else {
-    h = attn_->forward(ln1_->forward(x), cache, x);
+    h = attn_->forward(ln1_->forward(x), cache, x, positions);
     in = ln2_->forward(h);
   }
   // GPT-2's tanh approximation runs on ATen's kernel; the exact form on frugal's fused one.
@@ -182,20 +188,27 @@ GptImpl::GptImpl(const ModelConfig& c) : CausalLmImpl(c) {
 
 void test_hooks::run_kernel_path_on_cpu(bool on) { kernel_path_on_cpu = on; }
 
-at::Tensor GptImpl::hidden(const at::Tensor& idx) {
+at::Tensor GptImpl::hidden(const at::Tensor& idx, const at::Tensor& positions) {
   const int64_t T = idx.size(1);
   TORCH_CHECK(T <= config_.block, "sequence length ", T, " exceeds model.block = ", config_.block);
-  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+  TORCH_CHECK(!positions.defined() || positions.sizes() == idx.sizes(), "positions of sizes ", positions.sizes(),
+              " for tokens of sizes ", idx.sizes());
+  // Learned positions: 0..T-1 for every row, or each packed token's place in its document.
+  const at::Tensor pos = positions.defined()
+                             ? positions
+                             : torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
   auto x = drop_->forward(wte_->forward(idx) + wpe_->forward(pos));
   for (size_t i = 0; i < blocks_.size(); ++i) {
     Block b = blocks_[i];
     x = run_block(
-        i, [b](const at::Tensor& t) mutable { return b->forward(t); }, x, *b);
+        i, [b, positions](const at::Tensor& t) mutable { return b->forward(t, nullptr, positions); }, x, *b);
   }
   return layer_norm_of(ln_f_, x, on_frugal_kernels(config_.kernels, x));
 }
 
-at::Tensor GptImpl::forward(const at::Tensor& idx) { return head(hidden(idx)); }
+at::Tensor GptImpl::forward(const at::Tensor& idx) { return head(hidden(idx, at::Tensor())); }
+
+at::Tensor GptImpl::logits(const at::Tensor& idx, const at::Tensor& positions) { return head(hidden(idx, positions)); }
 
 // The tied head. Where model.head_multiple rounds the vocabulary V up to Vp, the product runs
 // against the weight with Vp - V zero rows appended, and the logits are the first V columns of
@@ -224,17 +237,17 @@ at::Tensor GptImpl::head_product(const at::Tensor& x, int64_t m) const {
   return torch::linear(x, at::constant_pad_nd(w, {0, 0, 0, Vp - V}));
 }
 
-at::Tensor GptImpl::loss(const at::Tensor& idx, const at::Tensor& targets) {
+at::Tensor GptImpl::loss(const at::Tensor& idx, const at::Tensor& targets, const at::Tensor& positions) {
   if (on_frugal_kernels(config_.kernels, idx)) {
     // The fused classifier over the padded product: the padding columns take no part, and the
     // backward writes the logits' gradient over them (the logits are this function's own).
-    const at::Tensor x = hidden(idx);
-    const at::Tensor logits = head_product(x, head_multiple_for(x));
-    return fused_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), config_.vocab,
+    const at::Tensor x = hidden(idx, positions);
+    const at::Tensor product = head_product(x, head_multiple_for(x));
+    return fused_cross_entropy(product.reshape({-1, product.size(-1)}), targets.reshape({-1}), config_.vocab,
                                kIgnoreIndex, /*logits_are_scratch=*/true);
   }
-  auto logits = forward(idx);
-  return torch::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat), targets.reshape({-1}),
+  const at::Tensor out = head(hidden(idx, positions));
+  return torch::cross_entropy_loss(out.reshape({-1, out.size(-1)}).to(torch::kFloat), targets.reshape({-1}),
                                    /*weight=*/{}, at::Reduction::Mean, kIgnoreIndex);
 }
 

@@ -11,7 +11,9 @@
 //     pairs; the tables are the model's), and their gradients rotated back as they are written,
 //     so no rotated copy of q and k exists outside the task's scratch;
 //   - a sliding window (Mistral): scores of keys more than window - 1 positions back are set to
-//     -inf before the softmax, so they get probability 0 and no gradient.
+//     -inf before the softmax, so they get probability 0 and no gradient;
+//   - packed rows (GqaShape::pos): keys of earlier documents masked the same way, and each token
+//     rotated for its position inside its own document.
 // Every product is computed in scratch (no in-place reads of the projection: q and k are always
 // rotated first), one task's arithmetic the same whatever the thread count.
 #include <algorithm>
@@ -38,9 +40,16 @@ struct Task {
   int64_t head;  // forward: the query head; backward: the kv head
   const float* cos;
   const float* sin;
+  const int64_t* pos;  // the row's positions inside their documents, or null
   int64_t window;
   float scale;
 };
+
+// The rotary table row of token t: its position inside its document.
+template <class Elem>
+FRUGAL_INLINE int64_t rope_row(const Task<Elem>& a, int64_t t) {
+  return a.pos ? a.pos[t] : t;
+}
 
 // D channels of one head at `src`, rotated for table row `t` where there are tables.
 template <class Elem>
@@ -76,10 +85,10 @@ FRUGAL_INLINE void write_unrotated(const float* g, int64_t D, const float* cos, 
   }
 }
 
-// Row i's scores of keys outside the window (j <= i - window) to -inf.
-FRUGAL_INLINE void mask_window(float* si, int64_t i, int64_t window) {
-  if (window <= 0) return;
-  for (int64_t j = 0; j <= i - window; ++j) si[j] = kNegInf;
+// Row i's scores of keys outside the window (j <= i - window) or before the query's document to
+// -inf.
+FRUGAL_INLINE void mask_keys(float* si, int64_t i, int64_t window, const int64_t* pos) {
+  mask_before(si, std::max(window > 0 ? i - window + 1 : int64_t{0}, document_start(pos, i)));
 }
 
 template <class V, class Elem>
@@ -95,16 +104,16 @@ FRUGAL_INLINE void forward_task(const Task<Elem>& a, float* scratch) {
   float* tmp = s + Tp * Tp;  // Dp
   for (int64_t t = 0; t < T; ++t) {
     const Elem* r = a.qkv + t * a.row;
-    read_rotated(r + q_off, D, a.cos, a.sin, t, tmp);
+    read_rotated(r + q_off, D, a.cos, a.sin, rope_row(a, t), tmp);
     for (int64_t d = 0; d < D; ++d) q[t * Dp + d] = tmp[d] * a.scale;
-    read_rotated(r + k_off, D, a.cos, a.sin, t, tmp);
+    read_rotated(r + k_off, D, a.cos, a.sin, rope_row(a, t), tmp);
     for (int64_t d = 0; d < D; ++d) kt[d * Tp + t] = tmp[d];
     for (int64_t d = 0; d < D; ++d) v[t * Dp + d] = load(r[v_off + d]);
   }
   causal_product<V>(q, Dp, kt, T, D, Tp, s);
   for (int64_t i = 0; i < T; ++i) {
     float* si = s + i * Tp;
-    mask_window(si, i, a.window);
+    mask_keys(si, i, a.window, a.pos);
     softmax_row(si, i + 1, a.stats + 2 * i);
     const int64_t end = block_end(i);
     for (int64_t j = i + 1; j < end; ++j) si[j] = 0.0f;
@@ -121,7 +130,7 @@ FRUGAL_INLINE void forward_task(const Task<Elem>& a, float* scratch) {
 // row's end up to its block end): the forward's copy where kept, else recomputed from qs and kt.
 template <class V>
 FRUGAL_INLINE void probabilities(const float* qs, const float* kt, const float* stats, const float* probs, int64_t T,
-                                 int64_t D, int64_t window, float* p) {
+                                 int64_t D, int64_t window, const int64_t* pos, float* p) {
   const int64_t Tp = padded(T), Dp = padded(D);
   if (probs) {
     for (int64_t i = 0; i < T; ++i) {
@@ -134,7 +143,7 @@ FRUGAL_INLINE void probabilities(const float* qs, const float* kt, const float* 
   causal_product<V>(qs, Dp, kt, T, D, Tp, p);
   for (int64_t i = 0; i < T; ++i) {
     float* pi = p + i * Tp;
-    mask_window(pi, i, window);
+    mask_keys(pi, i, window, pos);
     softmax_row_again(pi, i + 1, stats + 2 * i);
     for (int64_t j = i + 1; j < block_end(i); ++j) pi[j] = 0.0f;
   }
@@ -157,7 +166,7 @@ FRUGAL_INLINE void backward_task(const Task<Elem>& a, float* scratch) {
   float* ds = p + Tp * Tp;   // Tp x Tp: dP, then dS
   for (int64_t t = 0; t < T; ++t) {
     const Elem* r = a.qkv + t * a.row;
-    read_rotated(r + k_off, D, a.cos, a.sin, t, k + t * Dp);
+    read_rotated(r + k_off, D, a.cos, a.sin, rope_row(a, t), k + t * Dp);
     for (int64_t d = 0; d < D; ++d) kt[d * Tp + t] = k[t * Dp + d];
     for (int64_t d = 0; d < D; ++d) vt[d * Tp + t] = load(r[v_off + d]);
   }
@@ -168,11 +177,11 @@ FRUGAL_INLINE void backward_task(const Task<Elem>& a, float* scratch) {
     const float* stats = a.stats + m * T * 2;
     const float* probs = a.probs ? a.probs + m * T * T : nullptr;
     for (int64_t t = 0; t < T; ++t) {
-      read_rotated(a.qkv + t * a.row + q_off, D, a.cos, a.sin, t, q + t * Dp);
+      read_rotated(a.qkv + t * a.row + q_off, D, a.cos, a.sin, rope_row(a, t), q + t * Dp);
       for (int64_t d = 0; d < D; ++d) qs[t * Dp + d] = q[t * Dp + d] * a.scale;
       for (int64_t d = 0; d < D; ++d) gq[t * Dp + d] = load(a.dy[t * a.yrow + q_off + d]);
     }
-    probabilities<V>(qs, kt, stats, probs, T, D, a.window, p);
+    probabilities<V>(qs, kt, stats, probs, T, D, a.window, a.pos, p);
     causal_product<V>(gq, Dp, vt, T, D, Tp, ds);  // dP
     for (int64_t i = 0; i < T; ++i) {
       const float* pi = p + i * Tp;
@@ -190,10 +199,11 @@ FRUGAL_INLINE void backward_task(const Task<Elem>& a, float* scratch) {
         tile<V, true>(p + j0 * Tp + j0, 1, Tp, gq + j0 * Dp + d0, Dp, T - j0, dv + j0 * Dp + d0, Dp);
       }
     }
-    for (int64_t t = 0; t < T; ++t) write_unrotated(dq + t * Dp, D, a.cos, a.sin, t, a.out + t * a.row + q_off);
+    for (int64_t t = 0; t < T; ++t)
+      write_unrotated(dq + t * Dp, D, a.cos, a.sin, rope_row(a, t), a.out + t * a.row + q_off);
   }
   for (int64_t t = 0; t < T; ++t) {
-    write_unrotated(dk + t * Dp, D, a.cos, a.sin, t, a.out + t * a.row + k_off);
+    write_unrotated(dk + t * Dp, D, a.cos, a.sin, rope_row(a, t), a.out + t * a.row + k_off);
     for (int64_t d = 0; d < D; ++d) store(a.out + t * a.row + v_off + d, dv[t * Dp + d]);
   }
 }
@@ -236,6 +246,7 @@ void for_each_unit(const Elem* qkv, Elem* out, const Elem* dy, float* stats, flo
                  head,
                  s.cos,
                  s.sin,
+                 s.pos ? s.pos + b * T : nullptr,
                  s.window,
                  scale};
     fn(a, scratch.data() + thread_index() * scratch_floats);

@@ -44,7 +44,7 @@ Task lm_task(CausalLm model, std::shared_ptr<BatchSource> data, const Config& co
   Task t;
   t.module = model.ptr();
   CausalLmImpl* raw = model.get();
-  t.loss = [raw](torch::nn::Module&, const Batch& b) { return raw->loss(b.x, b.y); };
+  t.loss = [raw](torch::nn::Module&, const Batch& b) { return raw->loss(b.x, b.y, b.pos); };
   t.data = std::move(data);
   t.hooks.describe = model->describe();
   t.hooks.tokens_per_sample = config.model.block;

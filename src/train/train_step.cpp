@@ -73,8 +73,9 @@ TrainStep::TrainStep(const Config& config, std::shared_ptr<torch::nn::Module> mo
 
 TrainStep::TrainStep(const Config& config, CausalLm model, BatchSource& data, c10::Device device, GradSync* sync)
     : TrainStep(
-          config, model.ptr(), [m = model.get()](torch::nn::Module&, const Batch& b) { return m->loss(b.x, b.y); },
-          data, device, config.model.block, sync) {
+          config, model.ptr(),
+          [m = model.get()](torch::nn::Module&, const Batch& b) { return m->loss(b.x, b.y, b.pos); }, data, device,
+          config.model.block, sync) {
   install_activation_checkpointing(model, config.memory.activation_checkpointing);
 }
 
@@ -163,6 +164,12 @@ at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched,
   at::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
   const double parts = static_cast<double>(accum_ * chunks_);
   MicroBatchGradProbe probe(probe_grad_noise_ && accum_ > 1);  // gradient noise, log steps only
+  std::vector<double> weights;
+  if (data_.ragged_targets()) {  // the step's every micro-batch first, to count its targets
+    while (static_cast<int64_t>(fetched.size()) < accum_)
+      fetched.push_back(data_.train_batch(iteration * accum_ + static_cast<int64_t>(fetched.size())));
+    weights = target_weights(fetched);
+  }
   for (int64_t k = 0; k < accum_; ++k) {
     lap("optimizer", r.phases.optimizer_s);
     if (static_cast<int64_t>(fetched.size()) == k) fetched.push_back(data_.train_batch(iteration * accum_ + k));
@@ -174,11 +181,19 @@ at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched,
       if (chunks_ > 1) {
         part.x = b.x.narrow(0, j * rows, rows);
         if (b.y.defined()) part.y = b.y.narrow(0, j * rows, rows);
+        if (b.pos.defined()) part.pos = b.pos.narrow(0, j * rows, rows);
       }
       at::Tensor loss;
       {
         auto autocast = precision_.enter();
-        loss = loss_(*model_, to_device(part, device_)) / parts;
+        loss = loss_(*model_, to_device(part, device_));
+        if (weights.empty()) {
+          loss = loss / parts;
+        } else {
+          const double w = weights[static_cast<size_t>(k * chunks_ + j)];
+          // A part without targets weighs 0 (its mean, NaN for ATen's cross-entropy, counts nothing).
+          loss = w > 0 ? loss * w : loss.nan_to_num(0.0) * 0.0;
+        }
       }
       lap("forward", r.phases.forward_s);
       if (sync_) sync_->before_backward(k == accum_ - 1 && j == chunks_ - 1);
@@ -195,6 +210,21 @@ at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched,
   lap("optimizer", r.phases.optimizer_s);
   r.micro_grad_sq_sum = probe.sum_sq();
   return loss_sum;
+}
+
+std::vector<double> TrainStep::target_weights(const std::vector<Batch>& fetched) const {
+  std::vector<double> counts;
+  double total = 0;
+  for (const Batch& b : fetched) {
+    const int64_t rows = b.x.size(0) / chunks_;
+    for (int64_t j = 0; j < chunks_; ++j) {
+      counts.push_back(static_cast<double>(count_targets(chunks_ > 1 ? b.y.narrow(0, j * rows, rows) : b.y)));
+      total += counts.back();
+    }
+  }
+  const double per_rank = sync_ ? sync_->mean(total) : total;
+  for (double& c : counts) c = per_rank > 0 ? c / per_rank : 0.0;
+  return counts;
 }
 
 // After an out-of-memory error: doubles the chunks when the micro-batch splits evenly again.

@@ -264,6 +264,10 @@ bool Trainer::State::run_eval(Control& control) {
   const int64_t n = rc.config.train.eval_batches;
   const LossFn& loss = task.eval_loss ? task.eval_loss : task.loss;
   std::map<std::string, double> figures;  // the task's own (TaskHooks::eval_metrics), summed over batches
+  // Ragged targets (BatchSource::ragged_targets): the mean over every target of the pass, each
+  // part's mean weighted by its targets; else the mean of the batches' means.
+  const bool by_tokens = data->ragged_targets();
+  double targets = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (preemption_requested()) {
       model->train();
@@ -278,14 +282,19 @@ bool Trainer::State::run_eval(Control& control) {
       if (k > 1) {
         part.x = b.x.narrow(0, j * rows, rows);
         if (b.y.defined()) part.y = b.y.narrow(0, j * rows, rows);
+        if (b.pos.defined()) part.pos = b.pos.narrow(0, j * rows, rows);
       }
-      sum += loss(*model, to_device(part, device)).detach().to(torch::kFloat) / static_cast<double>(k);
+      const double w = by_tokens ? static_cast<double>(count_targets(part.y)) : 1.0 / static_cast<double>(k);
+      if (w == 0) continue;  // no target: nothing to weigh (ATen's mean of nothing is NaN)
+      sum += loss(*model, to_device(part, device)).detach().to(torch::kFloat) * w;
+      targets += by_tokens ? w : 0.0;
     }
     if (task.hooks.eval_metrics) add_eval_figures(task.hooks.eval_metrics(*model, to_device(b, device)), i, figures);
   }
   model->train();
   loop.eval_pending = false;
-  loop.final_val = sum.item<double>() / static_cast<double>(n);
+  loop.final_val = by_tokens ? (targets > 0 ? sum.item<double>() / targets : std::nan(""))
+                             : sum.item<double>() / static_cast<double>(n);
   loop.best_val = std::min(loop.best_val, loop.final_val);
   loop.last_eval_step = loop.step;
   EvalMetrics e{loop.step, total_steps(), loop.final_val, loop.best_val, seconds_since(t0), billed_s(), {}};

@@ -141,8 +141,8 @@ ProbeOutcome probe_training_memory(const Config& config, int64_t micro_batch, in
     {
       torch::NoGradGuard no_grad;  // the evaluation pass, gradients still held
       model->eval();
-      Batch b = data.val_batch(0);
-      at::Tensor l = model->loss(b.x.to(device), b.y.to(device));
+      const Batch b = to_device(data.val_batch(0), device);
+      at::Tensor l = model->loss(b.x, b.y, b.pos);
       model->train();
     }
     // A checkpoint snapshot (checkpoint.async), again with the gradients alive.

@@ -78,7 +78,8 @@ int64_t step_bytes(CausalLm& model, const Batch& b, int64_t n) {
   reset_tensor_bytes_peak();
   const int64_t base = tensor_bytes_now();
   {
-    at::Tensor loss = model->loss(b.x.narrow(0, 0, n), b.y.narrow(0, 0, n));
+    at::Tensor loss =
+        model->loss(b.x.narrow(0, 0, n), b.y.narrow(0, 0, n), b.pos.defined() ? b.pos.narrow(0, 0, n) : at::Tensor());
     loss.backward();
   }
   const int64_t grads = 4 * model->parameter_count();

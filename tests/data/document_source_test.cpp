@@ -1,8 +1,10 @@
-// Documents datasets (data/document_dataset.h): documents come back as stored; a training batch
-// holds one document a row with targets only where the loss mask is 1 (padding and the rest
-// ignored), cut to the block; a pass visits every document once in a seeded order and the next
-// pass in another; a rank's micro-batches are the single process's interleaved; the same index
-// gives the same batch; validation takes the val split in order; a corrupt record is named.
+// Documents datasets (data/document_dataset.h): documents come back as stored; padded, a training
+// batch holds one document a row with targets only where the loss mask is 1 (padding and the rest
+// ignored), cut to the block; packed (the default), whole documents share rows with each token's
+// position counted from its document's start and padding only at a row's end, far less padding
+// than one a row; a pass visits every document once in a seeded order and the next pass in
+// another; a rank's micro-batches are the single process's interleaved; the same index gives the
+// same batch; validation takes the val split in order; a corrupt record is named.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,24 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/internal/little_endian.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/document_dataset.h"
 #include "frugal/data/packing.h"
-#include "frugal/data/shard.h"
 #include "test_util.h"
 
 namespace frugal::document_source_test {
 namespace {
-
-std::string record_of(const MaskedDocument& d) {
-  std::string rec(4 + 5 * d.ids.size(), '\0');
-  auto* p = reinterpret_cast<uint8_t*>(rec.data());
-  detail::put_u32(p, static_cast<uint32_t>(d.ids.size()));
-  for (size_t k = 0; k < d.ids.size(); ++k) detail::put_u32(p + 4 + 4 * k, static_cast<uint32_t>(d.ids[k]));
-  for (size_t k = 0; k < d.mask.size(); ++k) p[4 + 4 * d.ids.size() + k] = d.mask[k];
-  return rec;
-}
 
 // Document i of the train split: ids 10 i + 1, ..., length 3 + i % 5; the second half trained on.
 MaskedDocument doc(int64_t i) {
@@ -40,30 +31,11 @@ MaskedDocument doc(int64_t i) {
   return d;
 }
 
-nlohmann::json write_split(const std::string& dir, const std::string& split, const std::vector<MaskedDocument>& docs,
-                           const std::string& corrupt = "") {
-  const std::string file = split + "_000000.frs";
-  ShardWriter w(dir + "/" + file, ShardKind::kRecords, ShardDtype::kBytes);
-  for (const MaskedDocument& d : docs) w.add_record(record_of(d));
-  if (!corrupt.empty()) w.add_record(corrupt);
-  w.finish();
-  return nlohmann::json::array({{{"file", file}, {"bytes", std::filesystem::file_size(dir + "/" + file)}}});
-}
-
 std::string make_dataset(const test::TempDir& dir, int64_t train, int64_t val, const std::string& corrupt = "") {
   std::vector<MaskedDocument> t, v;
   for (int64_t i = 0; i < train; ++i) t.push_back(doc(i));
   for (int64_t i = 0; i < val; ++i) v.push_back(doc(100 + i));
-  nlohmann::json m = {{"format", "frugal-dataset"},
-                      {"format_version", 1},
-                      {"kind", "documents"},
-                      {"content", "chat"},
-                      {"tokenizer", {{"name", "hf"}, {"vocab", 500}}},
-                      {"counts", {{"train_tokens", 0}, {"val_tokens", 0}}}};
-  m["splits"]["train"] = write_split(dir.path(), "train", t, corrupt);
-  m["splits"]["val"] = write_split(dir.path(), "val", v);
-  test::write_text(dir.file("manifest.json"), m.dump());
-  return dir.path();
+  return test::write_documents_dataset(dir.path(), t, v, 500, corrupt);
 }
 
 TEST(DocumentSource, RowsHoldOneDocumentWithTargetsOnlyWhereTheMaskIsOne) {
@@ -75,7 +47,8 @@ TEST(DocumentSource, RowsHoldOneDocumentWithTargetsOnlyWhereTheMaskIsOne) {
   EXPECT_EQ(ds->document("train", 4).ids, doc(4).ids);
   EXPECT_EQ(ds->document("val", 2).mask, doc(102).mask);
   // Block 5: document 4 (7 tokens) is cut to 6; shorter ones padded.
-  DocumentSource src(ds, 7, 5, /*seed=*/3);
+  constexpr auto kPad = DataConfig::Packing::kPad;
+  DocumentSource src(ds, 7, 5, /*seed=*/3, 0, 1, false, kPad);
   const Batch b = src.train_batch(0);
   ASSERT_EQ(b.x.sizes(), (std::vector<int64_t>{7, 5}));
   std::set<int64_t> seen;
@@ -99,7 +72,7 @@ TEST(DocumentSource, RowsHoldOneDocumentWithTargetsOnlyWhereTheMaskIsOne) {
   for (int64_t r = 0; r < 7; ++r) again.insert((next.x[r][0].item<int64_t>() - 1) / 10);
   EXPECT_EQ(again, seen);
   EXPECT_FALSE(next.x.equal(b.x)) << "two passes in the same order";
-  DocumentSource fresh(ds, 7, 5, 3);
+  DocumentSource fresh(ds, 7, 5, 3, 0, 1, false, kPad);
   EXPECT_TRUE(fresh.train_batch(1).x.equal(next.x));
   EXPECT_TRUE(fresh.train_batch(0).y.equal(b.y));
   // Validation: the val split in order.
@@ -110,11 +83,76 @@ TEST(DocumentSource, RowsHoldOneDocumentWithTargetsOnlyWhereTheMaskIsOne) {
 TEST(DocumentSource, TwoRanksDrawTheSingleProcesssMicroBatchesInterleaved) {
   test::TempDir dir;
   auto ds = std::make_shared<const DocumentDataset>(make_dataset(dir, 11, 1));
-  DocumentSource one(ds, 2, 8, 5), r0(ds, 2, 8, 5, 0, 2), r1(ds, 2, 8, 5, 1, 2);
-  for (int64_t i = 0; i < 6; ++i) {
-    EXPECT_TRUE(r0.train_batch(i).x.equal(one.train_batch(2 * i).x)) << i;
-    EXPECT_TRUE(r1.train_batch(i).y.equal(one.train_batch(2 * i + 1).y)) << i;
+  for (auto packing : {DataConfig::Packing::kPack, DataConfig::Packing::kPad}) {
+    DocumentSource one(ds, 2, 8, 5, 0, 1, false, packing), r0(ds, 2, 8, 5, 0, 2, false, packing),
+        r1(ds, 2, 8, 5, 1, 2, false, packing);
+    for (int64_t i = 0; i < 6; ++i) {
+      EXPECT_TRUE(r0.train_batch(i).x.equal(one.train_batch(2 * i).x)) << i;
+      EXPECT_TRUE(r1.train_batch(i).y.equal(one.train_batch(2 * i + 1).y)) << i;
+    }
   }
+}
+
+// The documents of a packed row, from its positions: (first token, length in positions) each.
+std::vector<std::pair<int64_t, int64_t>> segments(const Batch& b, int64_t r) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const int64_t T = b.x.size(1);
+  for (int64_t t = 0; t < T; ++t) {
+    if (b.pos[r][t].item<int64_t>() == 0) out.push_back({t, 0});
+    EXPECT_EQ(b.pos[r][t].item<int64_t>(), t - out.back().first) << "row " << r << " position " << t;
+    out.back().second += 1;
+  }
+  return out;
+}
+
+// Packing: whole documents (never one across two rows), each token's position counted from its
+// document's start, targets where the mask says, padding only at a row's end; over one pass every
+// training document exactly once; far less padding than one document a row; a fresh source (a
+// resume) draws the same batch at the same index, past the first pass too.
+TEST(DocumentSource, PackedRowsHoldWholeDocumentsWithPositionsFromEachStart) {
+  test::TempDir dir;
+  auto ds = std::make_shared<const DocumentDataset>(make_dataset(dir, 40, 3));
+  const int64_t block = 16;
+  DocumentSource src(ds, 1, block, 9);  // packing by default
+  std::multiset<int64_t> seen;
+  int64_t positions = 0, padding = 0;
+  for (int64_t i = 0; static_cast<int64_t>(std::set<int64_t>(seen.begin(), seen.end()).size()) < 40; ++i) {
+    ASSERT_LT(i, 40) << "a pass took more rows than documents";
+    const Batch b = src.train_batch(i);
+    ASSERT_TRUE(b.pos.defined());
+    for (const auto& [start, n] : segments(b, 0)) {
+      positions += n;
+      const int64_t first = b.x[0][start].item<int64_t>();
+      if (first == 0) {  // padding: the row's rest, no targets
+        EXPECT_EQ(start + n, block);
+        EXPECT_EQ(b.y[0].narrow(0, start, n).ne(kIgnoreIndex).sum().item<int64_t>(), 0);
+        padding += n;
+        continue;
+      }
+      const int64_t id = (first - 1) / 10;
+      seen.insert(id);
+      const MaskedDocument d = doc(id);
+      ASSERT_EQ(n, static_cast<int64_t>(d.ids.size()) - 1) << "document " << id << " cut or split";
+      for (int64_t u = 0; u < n; ++u) {
+        EXPECT_EQ(b.x[0][start + u].item<int64_t>(), d.ids[static_cast<size_t>(u)]);
+        const int64_t want = d.mask[static_cast<size_t>(u + 1)] ? d.ids[static_cast<size_t>(u + 1)] : kIgnoreIndex;
+        EXPECT_EQ(b.y[0][start + u].item<int64_t>(), want);
+      }
+    }
+  }
+  EXPECT_EQ(seen.size(), 40u) << "a document came twice in one pass";
+  // Documents train 2..6 positions each (4 on average): one a row would pad 3/4 of block 16.
+  EXPECT_LT(static_cast<double>(padding) / static_cast<double>(positions), 0.2);
+  DocumentSource again(ds, 1, block, 9), fresh(ds, 1, block, 9);
+  for (int64_t i = 0; i < 30; ++i) again.train_batch(i);
+  for (int64_t i : {29, 3, 17}) {
+    const Batch a = again.train_batch(i), f = fresh.train_batch(i);
+    EXPECT_TRUE(a.x.equal(f.x) && a.y.equal(f.y) && a.pos.equal(f.pos)) << i;
+  }
+  // Validation rows: the val split's documents in stored order, packed.
+  const Batch v = src.val_batch(0);
+  EXPECT_EQ(v.x[0][0].item<int64_t>(), doc(100).ids[0]);
+  EXPECT_EQ(v.pos[0][static_cast<int64_t>(doc(100).ids.size()) - 1].item<int64_t>(), 0);
 }
 
 TEST(DocumentSource, ACorruptRecordAndAMissingValSplitAreNamed) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <random>
 #include <filesystem>
 #include <thread>
 
@@ -18,6 +19,7 @@
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/ckpt/safetensors.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/data/tokenizer.h"
 #include "test_util.h"
 
 namespace frugal::dist_train_test {
@@ -182,6 +184,47 @@ TEST(DistTrain, TwoLlamaRanksWithZero1MatchOneProcessWithTheSameGlobalBatch) {
   expect_matches_single_process(
       29669, "1", "fused_adamw",
       {"model.arch=llama", "model.heads=4", "model.kv_heads=2", "model.tie_embeddings=false"});
+}
+
+// Token-weighted loss under data parallel (train_step.cpp): packed chat-like documents whose
+// micro-batches hold very different numbers of targets. Two ranks of micro-batch 2 with accum 2 and
+// one process with one micro-batch of 8 train on the same rows each step; the step's loss is the
+// mean over all its targets in both (the mean of four micro-batches' means would not be), so the
+// weights and losses agree.
+TEST(DistTrain, TwoRanksOfRaggedDocumentsMatchOneProcessOverAllTargets) {
+  TempDir dir;
+  std::mt19937 rng(7);
+  const auto docs = [&](int count) {
+    std::vector<MaskedDocument> out(static_cast<size_t>(count));
+    for (auto& d : out) {
+      const auto n = static_cast<int64_t>(3 + rng() % 30), prompt = static_cast<int64_t>(rng() % n);
+      for (int64_t t = 0; t < n; ++t) {
+        d.ids.push_back(static_cast<int32_t>(1 + rng() % 63));
+        d.mask.push_back(t >= prompt ? 1 : 0);
+      }
+    }
+    return out;
+  };
+  fs::create_directories(dir.file("docs"));
+  test::write_documents_dataset(dir.file("docs"), docs(96), docs(8), 64);
+  const std::vector<std::string> common{"data.source=shards:" + dir.file("docs"),
+                                        "model.block=32",
+                                        "train.steps=6",
+                                        "train.warmup_steps=2",
+                                        "train.answer_samples=0",
+                                        "dist.bucket_mb=0.01"};
+  auto single = common, dp = common;
+  single.insert(single.end(), {"data.micro_batch=8", "train.accum=1"});
+  dp.insert(dp.end(), {"data.micro_batch=2", "train.accum=2"});
+  auto r1 = test::run_frugal(joined(train_args(dir.path(), "single", single)));
+  ASSERT_EQ(r1.exit_code, 0) << r1.output;
+  auto r2 =
+      test::run_frugal(fmt::format("launch -n 2 --port {} --{}", 29676, joined(train_args(dir.path(), "dp", dp))));
+  ASSERT_EQ(r2.exit_code, 0) << r2.output;
+  EXPECT_LT(max_abs_diff(dir.file("single/final/model.safetensors"), dir.file("dp/final/model.safetensors")), 1e-5);
+  const auto s1 = summary_of(dir.file("single")), s2 = summary_of(dir.file("dp"));
+  EXPECT_NEAR(s1["final_train_loss"].get<double>(), s2["final_train_loss"].get<double>(), 1e-5);
+  EXPECT_NEAR(s1["final_val_loss"].get<double>(), s2["final_val_loss"].get<double>(), 1e-5);
 }
 
 // train.freeze under data parallel and ZeRO-1: the frozen tensors are in no bucket and no shard,

@@ -14,6 +14,7 @@
 
 #include "frugal/core/device.h"
 #include "frugal/core/errors.h"
+#include "frugal/data/packing.h"
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
@@ -42,14 +43,37 @@ class TableSource : public BatchSource {
   at::Tensor table_;
 };
 
+// The same table with ragged targets: row r keeps its first 1 + (7 r mod block) targets (the rest
+// kIgnoreIndex), so micro-batches hold very different numbers of targets.
+class RaggedSource : public TableSource {
+ public:
+  RaggedSource(int64_t micro, int64_t block, bool weighted)
+      : TableSource(micro, block), rows_(micro), weighted_(weighted) {}
+  Batch train_batch(int64_t i) override {
+    Batch b = TableSource::train_batch(i);
+    const int64_t T = b.y.size(1);
+    for (int64_t r = 0; r < b.y.size(0); ++r) {
+      const int64_t keep = 1 + (7 * (i * rows_ + r)) % T;
+      b.y[r].narrow(0, keep, T - keep).fill_(kIgnoreIndex);
+    }
+    return b;
+  }
+  bool ragged_targets() const override { return weighted_; }
+
+ private:
+  int64_t rows_;
+  bool weighted_;
+};
+
 struct Trained {
   std::vector<at::Tensor> weights, grads;  // after the last step; grads as the optimizer saw them
 };
 
-Trained train_tiny(Config c, int64_t steps) {
+Trained train_tiny(Config c, int64_t steps, std::unique_ptr<BatchSource> source = nullptr) {
   torch::manual_seed(5);
   Gpt model(c.model);
-  TableSource data(c.data.micro_batch, c.model.block);
+  std::unique_ptr<BatchSource> table = std::make_unique<TableSource>(c.data.micro_batch, c.model.block);
+  BatchSource& data = source ? *source : *table;
   TrainStep step(c, as_causal_lm(model), data, torch::kCPU);
   for (int64_t i = 0; i < steps; ++i) step.run(i, c.train.lr);
   Trained t;
@@ -86,6 +110,28 @@ TEST(TrainStep, AccumulatingFourMicroBatchesOfFourGivesTheGradientOfOneBatchOfSi
   // The weights, what users see, agree too.
   auto wa = train_tiny(a, 5).weights, wb = train_tiny(b, 5).weights;
   for (size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(torch::allclose(wa[i], wb[i], /*rtol=*/1e-4, /*atol=*/1e-4)) << i;
+}
+
+// Token-weighted loss (data/batch_source.h, ragged_targets): with micro-batches of very different
+// target counts, the step's gradient is the mean over all its targets, so 4 x 4 accumulated equals
+// one batch of 16; a mean of the four micro-batches' means (the unweighted step) does not.
+TEST(TrainStep, RaggedTargetsAccumulatedGiveTheGradientOfOneBatchOverAllTargets) {
+  Config a = test::tiny_config(), b = test::tiny_config();
+  a.data.micro_batch = 4;
+  a.train.global_batch = 16;
+  b.data.micro_batch = 16;
+  a.train.grad_clip = b.train.grad_clip = 0;
+  const auto run = [](const Config& c, bool weighted) {
+    return train_tiny(c, 1, std::make_unique<RaggedSource>(c.data.micro_batch, c.model.block, weighted)).grads;
+  };
+  const auto ga = run(a, true), gb = run(b, true), unweighted = run(a, false);
+  double worst = 0, unweighted_gap = 0;
+  for (size_t i = 0; i < ga.size(); ++i) {
+    worst = std::max(worst, (ga[i] - gb[i]).abs().max().item<double>());
+    unweighted_gap = std::max(unweighted_gap, (unweighted[i] - gb[i]).abs().max().item<double>());
+  }
+  EXPECT_LT(worst, 1e-6);
+  EXPECT_GT(unweighted_gap, 1e-4) << "the ragged table does not tell a token-weighted step from a mean of means";
 }
 
 TEST(TrainStep, GlobalBatchMustBeAMultipleOfMicroBatch) {

@@ -18,13 +18,10 @@ struct RunConfig {
   std::string name = "demo";     // runs/<name>/ holds everything the run writes
   std::string out_dir = "runs";  // parent folder of run directories
   int64_t seed = 1337;           // fixes initialisation, data order and dropout
-  // Intra-op threads for LibTorch and the BLAS. 0 = auto: the physical core count, which on a
-  // 2-vCPU VM is what measures fastest (see docs/levers.md, "threads").
-  int64_t threads = 0;
-  std::string device = "cpu";  // "cpu" or "cuda" (or "cuda:N")
-  // Deterministic GPU kernels (cuDNN and ATen deterministic algorithms, a fixed cuBLAS
-  // workspace): a resumed run on a GPU then reproduces the uninterrupted run bitwise, at some
-  // speed. CPU runs are deterministic either way.
+  int64_t threads = 0;           // LibTorch and BLAS threads; 0 = the physical cores (docs/levers.md, "threads")
+  std::string device = "cpu";    // "cpu" or "cuda" (or "cuda:N")
+  // Deterministic GPU kernels (cuDNN and ATen deterministic algorithms, a fixed cuBLAS workspace):
+  // a resumed GPU run reproduces the uninterrupted run bitwise, at some speed (CPU runs always do).
   bool deterministic = false;
 };
 
@@ -126,11 +123,13 @@ struct DataConfig {
   double val_fraction = 0.1;    // text: the last fraction of the file is held out for validation
   int64_t arith_digits = 2;     // arith: operands have 1..arith_digits digits
   int64_t arith_lines = 20000;  // arith: training problems generated (held-out ones never appear)
-  // shards, records: loader threads that read and collate batches ahead of the trainer. 0 = inline on
-  // the trainer thread (debugging). Each worker takes a core from the model; 1 suffices unless
-  // data_wait in metrics.jsonl says otherwise.
+  // shards, records: loader threads collating batches ahead of the trainer (0 = inline, debugging).
+  // Each takes a core from the model; 1 suffices unless metrics.jsonl's data_wait says otherwise.
   int64_t workers = 1;
   int64_t prefetch = 4;  // shards, records: batches built ahead at most (memory: prefetch x one batch)
+  // Documents datasets (chat, prompt-completion): several documents a row, each attending to itself
+  // with positions restarted (pack), or one a row, padded (pad). docs/data.md.
+  enum class Packing { kPack, kPad } packing = Packing::kPack;
 };
 
 // [precision] — mixed precision (src/train/precision.cpp, loss_scaler.cpp).

@@ -27,15 +27,23 @@ namespace frugal {
 //  - records:DIR: x float32 inputs, (B, C, H, W) images or (B, F) table rows, y int64 (B) class
 //    ids (record_source.h);
 //  - a user task: whatever its LossFn reads; y may be undefined.
+// pos, defined only where rows hold several documents (shards:DIR of documents with data.packing =
+// pack, document_dataset.h): int64 (B, T), each token's position inside its own document (0 at a
+// document's first token), which the model reads to keep attention inside each document and to
+// restart positions (CausalLmImpl::logits).
 // A source may hand out page-locked (pinned) tensors; moving them with
 // `.to(device, /*non_blocking=*/true)` then overlaps the copy with compute on CUDA.
 struct Batch {
   at::Tensor x;
   at::Tensor y;
+  at::Tensor pos{};  // (a default, so sources without packed rows write {x, y})
 };
 
 // The batch on `device` (non-blocking copies; undefined tensors stay undefined).
 Batch to_device(const Batch& b, c10::Device device);
+
+// Targets of y that count (not kIgnoreIndex, data/packing.h); 0 for an undefined y.
+int64_t count_targets(const at::Tensor& y);
 
 class BatchSource {
  public:
@@ -51,6 +59,10 @@ class BatchSource {
   // Cross-entropy (nats/token) of predicting validation tokens from training unigram
   // frequencies: the loss a model that ignores context would reach. NaN when unknown.
   virtual double unigram_baseline() const;
+  // Whether micro-batches hold different numbers of targets (y = kIgnoreIndex where there is no
+  // target: loss masks, padding). Then a step's loss is weighted by tokens (the sum over all its
+  // targets over their count, across micro-batches and ranks) instead of a mean of means.
+  virtual bool ragged_targets() const { return false; }
   // Where the next training batch comes from, for checkpoints; null for sources whose batches
   // are a pure function of the index alone. load_state continues from such a state.
   virtual nlohmann::json state() const;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +35,8 @@ class DocumentDataset {
   int64_t size(const std::string& split) const;
   int64_t tokens(const std::string& split) const;
   MaskedDocument document(const std::string& split, int64_t i) const;
+  // Its token count, from the shard's index (the record is not read).
+  int64_t length(const std::string& split, int64_t i) const;
 
  private:
   struct Split {
@@ -51,36 +54,55 @@ class DocumentDataset {
 // Whether DIR/manifest.json names a documents dataset (false when it cannot be read).
 bool is_document_dataset(const std::string& dir);
 
-// Training on a documents dataset (data.source = "shards:DIR" naming one, docs/data.md): one
-// document a row, cut to model.block + 1 tokens and padded to model.block; a target only where the
-// loss mask is 1 (kIgnoreIndex on the rest and on padding), so the loss is the mean over the
-// micro-batch's trained-on tokens. Micro-batch i holds documents [i B, (i + 1) B) of an endless
-// sequence of seeded permutations of the training documents (a new one each pass); with rank r of
-// w, the rank's micro-batch i is the single process's i w + r. A pure function of (seed, index):
-// a resume draws what the uninterrupted run would have. Validation batches take the val split's
-// documents in order.
+// Training on a documents dataset (data.source = "shards:DIR" naming one, docs/data.md). A document
+// of n tokens trains n - 1 positions (x its tokens but the last, y the next tokens where the loss
+// mask is 1, kIgnoreIndex elsewhere); one longer than model.block + 1 tokens is cut to its first
+// block + 1 (prepare --max-tokens / --overflow split keeps the rest as documents of their own). Rows
+// hold model.block positions, built two ways (data.packing):
+//   pack  several whole documents a row, never one split across rows: the documents of each pass's
+//         seeded permutation go, in order, into the first of 8 open rows with room for them; when
+//         none has, the oldest open row is closed (its rest padded) and a new one opened. Batch::pos
+//         gives each token's position inside its document, so the model keeps attention within
+//         each document and restarts positions (causal_lm.h): a document's losses are those it has
+//         alone in a row.
+//   pad   one document a row, padded to model.block (pos undefined).
+// Rows form an endless sequence over passes; micro-batch i holds rows [i B, (i + 1) B), and with
+// rank r of w the rank's micro-batch i is the single process's i w + r. A pure function of (seed,
+// index): a resume draws what the uninterrupted run would have. Validation takes the val split's
+// documents in stored order, built into rows the same way.
 class DocumentSource : public BatchSource {
  public:
   DocumentSource(std::shared_ptr<const DocumentDataset> dataset, int64_t micro_batch, int64_t block, uint64_t seed,
-                 int64_t rank = 0, int64_t world_size = 1, bool pin_memory = false);
+                 int64_t rank = 0, int64_t world_size = 1, bool pin_memory = false,
+                 DataConfig::Packing packing = DataConfig::Packing::kPack);
   Batch train_batch(int64_t index) override;
   Batch val_batch(int64_t index) override;
   std::string describe() const override;
   int64_t train_tokens() const override { return ds_->tokens("train"); }
   int64_t val_tokens() const override { return ds_->tokens("val"); }
+  bool ragged_targets() const override { return true; }
+
+  using Row = std::vector<int64_t>;  // documents of one row, in order
+  // Positions a document of the split takes in a row: its tokens, cut to block + 1, less one.
+  int64_t positions(const std::string& split, int64_t doc) const;
+  // Documents `order` built into rows as described above (pack), or one a row (pad).
+  std::vector<Row> build_rows(const std::string& split, const std::vector<int64_t>& order) const;
 
  private:
-  Batch rows(const std::string& split, const std::vector<int64_t>& docs) const;
-  int64_t train_document(int64_t k);  // the k-th of the endless permuted sequence
+  Batch batch_of(const std::string& split, const std::vector<Row>& rows) const;
+  const Row& train_row(int64_t k);              // row k of the endless sequence; under mutex_
+  const std::vector<Row>& pass(int64_t epoch);  // the rows of one pass; under mutex_
 
   std::shared_ptr<const DocumentDataset> ds_;
   int64_t micro_batch_, block_;
   uint64_t seed_;
   int64_t rank_, world_;
   bool pin_memory_;
-  std::mutex mutex_;    // guards the permutation below
-  int64_t epoch_ = -1;  // the pass whose permutation `order_` holds
-  std::vector<int64_t> order_;
+  DataConfig::Packing packing_;
+  std::vector<Row> val_rows_;
+  std::mutex mutex_;                            // guards what follows
+  std::vector<int64_t> pass_start_{0};          // pass_start_[e]: the first row of pass e
+  std::map<int64_t, std::vector<Row>> passes_;  // the rows of the last two passes built
 };
 
 }  // namespace frugal

@@ -105,6 +105,8 @@ class ShardReader {
   void read_tokens(uint64_t start, size_t n, int32_t* out) const;
   // Record shards: a copy of record i (a zstd block it lies in may leave the cache meanwhile).
   std::string record(uint64_t i) const;
+  // Record shards: the size of record i in bytes, from the index (nothing read or decompressed).
+  uint32_t record_size(uint64_t i) const;
   // The byte offset in the file of token i (uncompressed), or of the block holding it (zstd):
   // where to look when token i is wrong.
   uint64_t token_offset(uint64_t i) const;

@@ -46,6 +46,7 @@ class DataParallel : public DataParallelism {
   void before_backward(bool last_micro_batch) override;
   void finish(at::Tensor& loss) override;
   bool any(bool flag) override;
+  double mean(double value) override;
 
   // DataParallelism (the trainer's side).
   int64_t rank() const override { return pg_->rank(); }

@@ -46,9 +46,16 @@ class CausalLmImpl : public torch::nn::Module {
   // idx: (B, T) int64 token ids, T <= model.block. Returns the logits (B, T, vocab); they may be a
   // view with a row stride above vocab (a padded head): call .contiguous() before raw access.
   virtual at::Tensor forward(const at::Tensor& idx) = 0;
+  // The same over rows that may hold several documents (data.packing = pack): positions (B, T)
+  // int64, each token's position inside its own document (0 at a document's first token, one more
+  // per token after it; Batch::pos). Each token then attends to its own document's tokens only and
+  // takes the position embedding (learned or rotary) of its place in that document, so a document
+  // computes what it computes alone. Undefined positions: forward(idx).
+  virtual at::Tensor logits(const at::Tensor& idx, const at::Tensor& positions) = 0;
   // Mean next-token cross-entropy over the targets that are not kIgnoreIndex (-100,
-  // data/packing.h), computed in fp32.
-  virtual at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets) = 0;
+  // data/packing.h), computed in fp32; with positions, over packed rows as logits() computes them.
+  at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets) { return loss(idx, targets, at::Tensor()); }
+  virtual at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets, const at::Tensor& positions) = 0;
   // Training FLOPs (forward + backward) per token at the full context (docs/model.md).
   virtual double flops_per_token() const = 0;
   // One line for the banner, e.g. "GPT 4 layers, 4 heads, embd 128, block 64".
@@ -89,6 +96,16 @@ class CausalLmImpl : public torch::nn::Module {
   std::vector<bool> recompute_;
 };
 TORCH_MODULE(CausalLm);
+
+// Packed rows' attention mask: (B, 1, T, T) bool on positions' device, true where query i may
+// attend to key j: j <= i, j >= i - positions[b, i] (its own document) and, with window > 0,
+// j > i - window. What the CPU kernels compute without building it; the other paths' mask.
+at::Tensor document_attention_mask(const at::Tensor& positions, int64_t window = 0);
+
+// softmax(q k^T / sqrt(D), masked) v, q (B, H, T, D), k and v (B, H, S, D) (heads already
+// repeated), mask broadcastable to (B, H, T, S), bool, true = attend; dropout on the weights.
+at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                            double dropout);
 
 // A family's module holder (Gpt, Llama) as the shared interface: the same module, not a copy.
 template <class Impl>

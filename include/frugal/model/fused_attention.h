@@ -20,18 +20,25 @@ bool fused_attention_supported(const at::Tensor& qkv, int64_t heads);
 // qkv: (B, T, 3C), the projection's output viewed as (B, T, 3, heads, D). Returns y: (B, T, C),
 // y[b, t, h*D + d] = sum_{s <= t} softmax_s(q_t . k_s / sqrt(D)) v_s[d] per head h. No dropout
 // on the attention weights. Throws std::invalid_argument where not supported.
-at::Tensor fused_causal_attention(const at::Tensor& qkv, int64_t heads);
+//
+// positions (B, T) int64, or undefined for one document a row: rows packed with several documents
+// (data.packing = pack), each token's position inside its document (0 at each document's first
+// token, then one more per token); query t then attends to its own document's keys only,
+// t - positions[t] .. t, so no attention weight crosses a document boundary. Checked: a position is
+// 0 or one past the previous token's (std::invalid_argument naming the row and token otherwise).
+at::Tensor fused_causal_attention(const at::Tensor& qkv, int64_t heads, const at::Tensor& positions = {});
 
 // Grouped-query attention with rotary positions, the Llama family's (llama.h), over its packed
 // projection qkv (B, T, (heads + 2 kv_heads) D): query head h attends with key/value head
 // h / (heads / kv_heads); q and k are rotated by rope_cos / rope_sin (rope.h's tables for at least
 // T positions, fp32, (positions, D/2); undefined = no rotation) as the kernel reads them; with
-// window > 0 each query sees the last `window` positions only. Returns y (B, T, heads D) in qkv's
+// window > 0 each query sees the last `window` positions only; with positions (as above) its own
+// document's keys only, each token rotated for its position inside its document. Returns y (B, T, heads D) in qkv's
 // dtype. Same values and gradients as the ATen reference (llama.cpp's attention: apply_rope,
 // repeated key/value heads, masked softmax) to within 1e-5 in float (tested).
 bool fused_gqa_attention_supported(const at::Tensor& qkv, int64_t heads, int64_t kv_heads);
 at::Tensor fused_gqa_attention(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, const at::Tensor& rope_cos,
-                               const at::Tensor& rope_sin, int64_t window);
+                               const at::Tensor& rope_sin, int64_t window, const at::Tensor& positions = {});
 
 // The x86-64 level the CPU loops run at here: 4 (AVX-512), 3 (AVX2 and FMA) or 1 (baseline, and
 // every other architecture). `frugal doctor` reports it.

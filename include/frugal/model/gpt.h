@@ -26,8 +26,10 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   explicit CausalSelfAttentionImpl(const ModelConfig& c);
   // x: (B, T, C). With `cache`, x holds only the new positions; keys/values are appended. With
   // `residual` (B, T, C), returns residual + the attention's output (the sum fused into the
-  // output projection where it can be).
-  at::Tensor forward(const at::Tensor& x, LayerKv* cache = nullptr, const at::Tensor& residual = {});
+  // output projection where it can be). With `positions` (B, T) (packed rows, causal_lm.h), each
+  // query attends to its own document's keys only.
+  at::Tensor forward(const at::Tensor& x, LayerKv* cache = nullptr, const at::Tensor& residual = {},
+                     const at::Tensor& positions = {});
   // Its projections (qkv, proj) under `prefix` ("h0.attn.").
   void adaptable(const std::string& prefix, std::vector<AdaptableProduct>& out);
 
@@ -45,7 +47,7 @@ TORCH_MODULE(CausalSelfAttention);
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const ModelConfig& c);
-  at::Tensor forward(const at::Tensor& x, LayerKv* cache = nullptr);
+  at::Tensor forward(const at::Tensor& x, LayerKv* cache = nullptr, const at::Tensor& positions = {});
   void adaptable(const std::string& prefix, std::vector<AdaptableProduct>& out);
 
  private:
@@ -72,7 +74,10 @@ class GptImpl : public CausalLmImpl {
   // neither in the sum nor in the mean. With model.kernels = "frugal" on a GPU, frugal's fused
   // classifier reads the padded bf16 logits directly (no fp32 copy) and is 0 where every target is
   // ignored (ATen's mean is then NaN).
-  at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets) override;
+  using CausalLmImpl::loss;
+  at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets, const at::Tensor& positions) override;
+  // Packed rows (causal_lm.h): the position embedding of each token's place in its document.
+  at::Tensor logits(const at::Tensor& idx, const at::Tensor& positions) override;
   // Training FLOPs per token: 6 * (matmul parameters, head included) + 12 * layers * block * embd.
   double flops_per_token() const override;
   std::string describe() const override;
@@ -83,7 +88,7 @@ class GptImpl : public CausalLmImpl {
 
  private:
   // Embeddings, blocks and the final LayerNorm: (B, T) ids -> (B, T, embd).
-  at::Tensor hidden(const at::Tensor& idx);
+  at::Tensor hidden(const at::Tensor& idx, const at::Tensor& positions);
   // The tied output head, (..., embd) -> (..., vocab), padded per model.head_multiple unless
   // `pad` is false (gpt.cpp).
   at::Tensor head(const at::Tensor& x, bool pad = true) const;

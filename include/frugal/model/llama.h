@@ -28,13 +28,17 @@ class LlamaBlockImpl : public torch::nn::Module {
  public:
   explicit LlamaBlockImpl(const ModelConfig& c);
   // x: (B, T, embd) at positions [pos, pos + T). With `cache`, x holds only the new positions and
-  // their keys and values are appended to it.
-  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, int64_t pos, LayerKv* cache);
+  // their keys and values are appended to it. With `positions` (B, T) (packed rows, causal_lm.h;
+  // pos 0, no cache), each token is rotated for its place in its document and attends to that
+  // document only.
+  at::Tensor forward(const at::Tensor& x, const RopeTables& rope, int64_t pos, LayerKv* cache,
+                     const at::Tensor& positions = {});
   // Its projections (attn.qkv, attn.proj, mlp.gate_up, mlp.down) under `prefix` ("h0.").
   void adaptable(const std::string& prefix, std::vector<AdaptableProduct>& out);
 
  private:
-  at::Tensor attention(const at::Tensor& normed, const RopeTables& rope, int64_t pos, LayerKv* cache);
+  at::Tensor attention(const at::Tensor& normed, const RopeTables& rope, int64_t pos, LayerKv* cache,
+                       const at::Tensor& positions);
   at::Tensor qk_normed(const at::Tensor& qkv) const;
   at::Tensor mlp(const at::Tensor& normed);
 
@@ -53,7 +57,9 @@ class LlamaImpl : public CausalLmImpl {
   at::Tensor forward(const at::Tensor& idx) override;
   // The output head and the cross-entropy run together over chunks of rows
   // (model/linear_cross_entropy.h): no (tokens x vocab) fp32 logits are kept.
-  at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets) override;
+  using CausalLmImpl::loss;
+  at::Tensor loss(const at::Tensor& idx, const at::Tensor& targets, const at::Tensor& positions) override;
+  at::Tensor logits(const at::Tensor& idx, const at::Tensor& positions) override;
   // 6 x (matmul weights, head included) + 12 x layers x block x heads x head_dim (docs/model.md).
   double flops_per_token() const override;
   std::string describe() const override;
@@ -67,7 +73,7 @@ class LlamaImpl : public CausalLmImpl {
 
  private:
   // Embedding, blocks and the final RMSNorm: (B, T) ids -> (B, T, embd).
-  at::Tensor hidden(const at::Tensor& idx);
+  at::Tensor hidden(const at::Tensor& idx, const at::Tensor& positions);
   const RopeTables& rope_on(c10::Device device);
 
   torch::nn::Embedding embed_{nullptr};

@@ -34,5 +34,7 @@ RopeTables rope_tables(const ModelConfig& m, int64_t positions, c10::Device devi
 // x (B, T, heads, D) rotated for positions [pos, pos + T) of `tables` (ATen operations; in x's
 // dtype, the tables cast to it). The reference the fused attention kernel is tested against.
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables, int64_t pos);
+// The same with each token's own position: positions (B, T) int64 (packed rows, causal_lm.h).
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables, const at::Tensor& positions);
 
 }  // namespace frugal

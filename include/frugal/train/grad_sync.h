@@ -9,6 +9,8 @@
 //   after backward   finish(loss)             every gradient (and the step's mean loss) is now the
 //                                             mean over all ranks
 //   fp16 scaler      any(found_inf)           all ranks skip a step together
+//   ragged targets   mean(targets)            before the step's first backward: the step's targets
+//                                             per rank, so every token weighs the same (train_step.cpp)
 //
 // REQUIRES: the calls come in this order on every rank (they may run collectives).
 #pragma once
@@ -33,6 +35,8 @@ class GradSync {
   // `loss` (0-dim, this rank's mean over its micro-batches) becomes the mean over ranks, in place.
   virtual void finish(at::Tensor& loss) = 0;
   virtual bool any(bool flag) = 0;
+  // The mean of `value` over the ranks (one small all-reduce).
+  virtual double mean(double value) = 0;
 };
 
 }  // namespace frugal

@@ -128,6 +128,11 @@ class TrainStep {
   BatchSource& data_;
   c10::Device device_;
   at::Tensor accumulate(int64_t iteration, std::vector<Batch>& fetched, StepResult& r);
+  // Ragged targets (BatchSource::ragged_targets): each part's (micro-batch k, chunk j: index
+  // k * chunks + j) weight on its mean loss, its targets over the step's mean targets per rank,
+  // so the step's loss is the sum over all its targets, on every rank, over their count; empty
+  // where every part weighs 1 / parts.
+  std::vector<double> target_weights(const std::vector<Batch>& fetched) const;
   bool back_off(const std::exception& e, int64_t iteration);
 
   int64_t accum_;

@@ -17,8 +17,13 @@
 
 namespace frugal::internal {
 
+//
+// pos (B, T) or null: each token's position inside its document, where rows hold several documents
+// (packing): query i attends to keys i - pos[i] .. i only, so no attention weight crosses a
+// document boundary (REQUIRES 0 <= pos[i] <= i, and pos[i] = 0 or pos[i - 1] + 1).
 struct AttentionShape {
   int64_t batch, seq, heads, head_dim;
+  const int64_t* pos;
 };
 
 // y = softmax(scale * q k^T, causal) v, keeping the softmax's row statistics (and the softmax
@@ -38,12 +43,14 @@ void attention_backward_bf16(const uint16_t* qkv, const float* stats, const floa
 // head_dim each: (B, T, (heads + 2 kv_heads) D); query head h reads key/value head
 // h / (heads / kv_heads). Where cos and sin are not null (seq x D/2 floats each, rope.h's
 // tables), q and k are rotated as they are read and their gradients rotated back. With
-// window > 0, query i attends to keys i - window + 1 .. i only. y and dy: (B, T, heads D);
+// window > 0, query i attends to keys i - window + 1 .. i only. With pos (as above), keys of other
+// documents are masked too and the rotation reads table row pos[i]. y and dy: (B, T, heads D);
 // stats (B, heads, T, 2) and probs (B, heads, T, T) or null, as above.
 struct GqaShape {
   int64_t batch, seq, heads, kv_heads, head_dim, window;
   const float* cos;
   const float* sin;
+  const int64_t* pos;
 };
 void gqa_forward_f32(const float* qkv, float* y, float* stats, float* probs, const GqaShape& shape, float scale,
                      int threads);

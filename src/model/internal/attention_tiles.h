@@ -102,6 +102,15 @@ FRUGAL_INLINE float row_dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
+// Packed rows (data.packing = pack): with positions pos (a row's position of each token inside
+// its own document), query i's document starts at key i - pos[i]; null = one document a row.
+FRUGAL_INLINE int64_t document_start(const int64_t* pos, int64_t i) { return pos ? i - pos[i] : 0; }
+
+// Scores of keys before `first` to -inf: probability 0, no gradient.
+FRUGAL_INLINE void mask_before(float* si, int64_t first) {
+  for (int64_t j = 0; j < first; ++j) si[j] = kNegInf;
+}
+
 // Row i of S (n = i + 1 scores) becomes the softmax, in place; stats gets {max, 1 / sum}.
 FRUGAL_INLINE void softmax_row(float* s, int64_t n, float* stats) {
   const float m = row_max(s, n);

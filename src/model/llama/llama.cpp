@@ -95,17 +95,30 @@ at::Tensor LlamaBlockImpl::qk_normed(const at::Tensor& qkv) const {
   return at::cat({q.view({B, T, H * D}), k.view({B, T, K * D}), qkv.narrow(2, (H + K) * D, K * D)}, 2);
 }
 
-at::Tensor LlamaBlockImpl::attention(const at::Tensor& normed, const RopeTables& rope, int64_t pos, LayerKv* cache) {
+at::Tensor LlamaBlockImpl::attention(const at::Tensor& normed, const RopeTables& rope, int64_t pos, LayerKv* cache,
+                                     const at::Tensor& positions) {
   const int64_t B = normed.size(0), T = normed.size(1), H = c_.heads, K = kv_heads_of(c_), D = head_dim_;
   const double dropout = is_training() ? c_.dropout : 0.0;
   at::Tensor qkv = lora_linear(normed, qkv_, qkv_bias_, qkv_lora_);  // (B, T, (H + 2K) D)
   if (c_.qk_norm) qkv = qk_normed(qkv);
   // frugal's kernel wherever it applies: a whole window on the CPU, no dropout on the weights.
   if (!cache && T > 1 && dropout == 0 && pos == 0 && fused_gqa_attention_supported(qkv, H, K))
-    return fused_gqa_attention(qkv, H, K, rope.cos, rope.sin, c_.sliding_window);
-  at::Tensor q = apply_rope(qkv.narrow(2, 0, H * D).view({B, T, H, D}), rope, pos).transpose(1, 2);
-  at::Tensor k = apply_rope(qkv.narrow(2, H * D, K * D).view({B, T, K, D}), rope, pos).transpose(1, 2);
+    return fused_gqa_attention(qkv, H, K, rope.cos, rope.sin, c_.sliding_window, positions);
+  const auto rotated = [&](const at::Tensor& x) {
+    return positions.defined() ? apply_rope(x, rope, positions) : apply_rope(x, rope, pos);
+  };
+  at::Tensor q = rotated(qkv.narrow(2, 0, H * D).view({B, T, H, D})).transpose(1, 2);
+  at::Tensor k = rotated(qkv.narrow(2, H * D, K * D).view({B, T, K, D})).transpose(1, 2);
   at::Tensor v = qkv.narrow(2, (H + K) * D, K * D).view({B, T, K, D}).transpose(1, 2);
+  if (positions.defined()) {  // packed rows, off the CPU kernel: ATen's attention with their mask
+    TORCH_CHECK(!cache && pos == 0, "packed rows (positions) cannot be decoded with a KV cache");
+    if (K < H) {
+      k = k.repeat_interleave(H / K, 1);
+      v = v.repeat_interleave(H / K, 1);
+    }
+    const at::Tensor y = masked_attention(q, k, v, document_attention_mask(positions, c_.sliding_window), dropout);
+    return y.transpose(1, 2).reshape({B, T, H * D});
+  }
   int64_t past = 0;
   if (cache) {
     if (cache->k.defined()) {
@@ -139,9 +152,10 @@ at::Tensor LlamaBlockImpl::mlp(const at::Tensor& normed) {
   return fused_swiglu(lora_linear(normed, gate_up_, at::Tensor(), gate_up_lora_));
 }
 
-at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const RopeTables& rope, int64_t pos, LayerKv* cache) {
+at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const RopeTables& rope, int64_t pos, LayerKv* cache,
+                                   const at::Tensor& positions) {
   const double eps = c_.norm_eps;
-  const at::Tensor a = attention(fused_rms_norm(x, attn_norm_, eps, norm_out_dtype(x)), rope, pos, cache);
+  const at::Tensor a = attention(fused_rms_norm(x, attn_norm_, eps, norm_out_dtype(x)), rope, pos, cache, positions);
   const at::Tensor h =
       proj_lora_ ? x + proj_lora_->forward(a, proj_, proj_bias_) : residual_linear(x, a, proj_, proj_bias_);
   const at::Tensor m = mlp(fused_rms_norm(h, mlp_norm_, eps, norm_out_dtype(h)));
@@ -191,23 +205,30 @@ const RopeTables& LlamaImpl::rope_on(c10::Device device) {
   return rope_;
 }
 
-at::Tensor LlamaImpl::hidden(const at::Tensor& idx) {
+at::Tensor LlamaImpl::hidden(const at::Tensor& idx, const at::Tensor& positions) {
   const int64_t T = idx.size(1);
   TORCH_CHECK(T <= config_.block, "sequence length ", T, " exceeds model.block = ", config_.block);
+  TORCH_CHECK(!positions.defined() || positions.sizes() == idx.sizes(), "positions of sizes ", positions.sizes(),
+              " for tokens of sizes ", idx.sizes());
   at::Tensor x = embed_->forward(idx);
   const RopeTables& rope = rope_on(x.device());
   for (size_t i = 0; i < blocks_.size(); ++i) {
     LlamaBlock b = blocks_[i];
     x = run_block(
-        i, [b, &rope](const at::Tensor& t) mutable { return b->forward(t, rope, 0, nullptr); }, x, *b);
+        i, [b, &rope, positions](const at::Tensor& t) mutable { return b->forward(t, rope, 0, nullptr, positions); }, x,
+        *b);
   }
   return fused_rms_norm(x, norm_, config_.norm_eps, norm_out_dtype(x));
 }
 
-at::Tensor LlamaImpl::forward(const at::Tensor& idx) { return at::linear(hidden(idx), head_weight()); }
+at::Tensor LlamaImpl::forward(const at::Tensor& idx) { return logits(idx, at::Tensor()); }
 
-at::Tensor LlamaImpl::loss(const at::Tensor& idx, const at::Tensor& targets) {
-  return linear_cross_entropy(hidden(idx), head_weight(), targets, config_.loss_chunk, kIgnoreIndex);
+at::Tensor LlamaImpl::logits(const at::Tensor& idx, const at::Tensor& positions) {
+  return at::linear(hidden(idx, positions), head_weight());
+}
+
+at::Tensor LlamaImpl::loss(const at::Tensor& idx, const at::Tensor& targets, const at::Tensor& positions) {
+  return linear_cross_entropy(hidden(idx, positions), head_weight(), targets, config_.loss_chunk, kIgnoreIndex);
 }
 
 at::Tensor LlamaImpl::decode(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache) {

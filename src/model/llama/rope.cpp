@@ -96,4 +96,13 @@ at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables, int64_t pos
   return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, 3);
 }
 
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& tables, const at::Tensor& positions) {
+  const int64_t B = x.size(0), T = x.size(1), half = x.size(3) / 2;
+  const at::Tensor rows = positions.reshape({-1}).to(tables.cos.device());
+  const at::Tensor c = tables.cos.index_select(0, rows).to(x.scalar_type()).view({B, T, 1, half});
+  const at::Tensor s = tables.sin.index_select(0, rows).to(x.scalar_type()).view({B, T, 1, half});
+  const at::Tensor x1 = x.narrow(3, 0, half), x2 = x.narrow(3, half, half);
+  return at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, 3);
+}
+
 }  // namespace frugal
