@@ -37,7 +37,7 @@ from compute_levers import BF16_USABLE_RATIO, bf16_emulated  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "docs/search.md", "docs/gpu.md", "docs/reliability.md",
-        "docs/lora.md", "README.md"]
+        "docs/lora.md", "docs/data.md", "README.md"]
 MARKER = re.compile(r"<!-- bench-table:(\w+) -->.*?<!-- /bench-table:\1 -->|<!-- bench:(\w+) -->.*?<!-- /bench:\2 -->",
                     re.S)
 
@@ -956,7 +956,35 @@ def render_lora(R):
     return "\n".join(lines)
 
 
-RENDERERS = {"lora": render_lora, "llama": render_llama, "muon_step": render_muon_step, "tracker_overhead": render_tracker_overhead, "time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
+def render_packing(R):
+    j = R.get("packing")
+    if not j:
+        return not_measured("no bench/results/<date>/packing.json", "`bench/packing_bench.py` writes it.")
+    names = {"pad": "pad", "pack": "pack", "pack_unmasked": "pack, no mask"}
+    lines = [f"Measured by {provenance(j, R.path('packing'))}; {machine_line(j)}. Block {j['block']}, "
+             f"{j['rows_per_batch']} rows a batch, {j['model']}; medians of {j['repeats']} rounds (the modes in "
+             f"turn, {j['steps']} steps each):", "",
+             "| data | data.packing | target share of positions | step | target tokens/s (median; per round) |",
+             "| --- | --- | ---: | ---: | ---: |"]
+    for name, d in j["datasets"].items():
+        for k, v in d["modes"].items():
+            lines.append(f"| {name} | {names[k]} | {pct(v['target_fraction'])} | {ms(v['step_ms'] / 1e3)} | "
+                         f"{n0(v['target_tokens_per_s'])} "
+                         f"({', '.join(n0(x) for x in v['target_tokens_per_s_runs'])}) |")
+    lines.append("")
+    for name, d in j["datasets"].items():
+        lines.append(f"- {name} ({d['documents']:,} documents, {d['document_tokens']:,} tokens; {d['lengths']}): "
+                     f"packing trains {r2(d['pack_over_pad'])} the target tokens per second of padding (target "
+                     f">= 2.5x: {met(d['targets_met']['pack_over_pad'])}); the document mask costs "
+                     f"{pct(d['mask_cost'], 1)} of packing's speed without it (target <= 10%: "
+                     f"{met(d['targets_met']['mask_cost'])}).")
+    lines += ["", "Ratios are taken per round, then the median. What packing gains is what padding wastes: short "
+                  "documents in a long block (single-turn instructions) waste most of each row; long multi-turn "
+                  "chats already fill much of a 1,024-position row, and pack well only against a longer block."]
+    return "\n".join(lines)
+
+
+RENDERERS = {"packing": render_packing, "lora": render_lora, "llama": render_llama, "muon_step": render_muon_step, "tracker_overhead": render_tracker_overhead, "time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
              "levers": render_levers, "gpu": render_gpu, "gpu_kernels": render_gpu_kernels, "threads": render_threads, "reuse_freed": render_reuse_freed,
              "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,
