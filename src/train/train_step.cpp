@@ -166,9 +166,11 @@ at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched,
   MicroBatchGradProbe probe(probe_grad_noise_ && accum_ > 1);  // gradient noise, log steps only
   std::vector<double> weights;
   if (data_.ragged_targets()) {  // the step's every micro-batch first, to count its targets
+    lap("optimizer", r.phases.optimizer_s);
     while (static_cast<int64_t>(fetched.size()) < accum_)
       fetched.push_back(data_.train_batch(iteration * accum_ + static_cast<int64_t>(fetched.size())));
     weights = target_weights(fetched);
+    lap("data", r.phases.data_s);  // the wait for the batches and the count's all-reduce
   }
   for (int64_t k = 0; k < accum_; ++k) {
     lap("optimizer", r.phases.optimizer_s);
@@ -202,7 +204,14 @@ at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched,
       loss_sum += loss.detach();
     }
     if (probe.on()) {  // not training work: left out of the phase times
-      probe.after_backward(optimizer_->grads(), static_cast<double>(accum_) / scaler_.scale(), k + 1 == accum_);
+      // The micro-batch's own mean-loss gradient: its contribution over its weight (1 / accum, or
+      // its share of the step's targets; a micro-batch without targets contributes nothing).
+      double w = 1.0 / static_cast<double>(accum_);
+      if (!weights.empty()) {
+        w = 0;
+        for (int64_t j = 0; j < chunks_; ++j) w += weights[static_cast<size_t>(k * chunks_ + j)];
+      }
+      probe.after_backward(optimizer_->grads(), w > 0 ? 1.0 / (w * scaler_.scale()) : 0.0, k + 1 == accum_);
       lap.restart();
     }
     r.tokens += b.x.size(0) * tokens_per_sample_;
