@@ -32,7 +32,7 @@ command -v unshare >/dev/null || { echo "bare-node-check: needs unshare (util-li
 
 # The development packages a bare node lacks: the optional features' and those whose code is now
 # in third_party/ (installed or not: dpkg lists only what is there).
-HIDE=(libzstd-dev libarchive-dev libsentencepiece-dev libjpeg62-turbo-dev libjpeg-dev libpng-dev
+HIDE=(libzstd-dev libarchive-dev libsentencepiece-dev libjpeg62-turbo-dev libjpeg-dev libpng-dev libavro-dev
       libgloo-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libgtest-dev googletest
       libxxhash-dev libcpp-httplib-dev libfmt-dev)
 STAGE=$(mktemp -d /tmp/frugal-bare.XXXXXX)

@@ -34,7 +34,8 @@ PACKAGES=(
   libarchive-dev            # tar archives: frugal archive/restore, WebDataset input
   libsentencepiece-dev      # frugal prepare --tokenizer sentencepiece (the frugal-spm helper)
   libjpeg62-turbo-dev libpng-dev # frugal prepare --format images|tar (JPEG and PNG decoding)
-  libprotobuf-dev protobuf-compiler libboost-dev # TensorBoard event files ([track] tensorboard)
+  libprotobuf-dev protobuf-compiler libboost-dev # TensorBoard event files ([track] tensorboard), TFRecord input
+  libavro-dev               # Avro input (prepare --format avro)
 )
 if [[ $mode != run ]]; then
   PACKAGES+=(

@@ -31,12 +31,18 @@ void add_record_options(CLI::App* cmd, PrepareArgs* a) {
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   cmd->add_option("--seed", a->o.seed,
-                  "images, tar, csv, parquet, chat, prompt-completion: seed of the validation hold-out and the "
-                  "augmentations")
+                  "images, tar, csv, parquet, avro, tfrecord, chat, prompt-completion: seed of the validation "
+                  "hold-out and the augmentations")
       ->capture_default_str();
-  cmd->add_option("--label-column", a->o.label_column, "csv, parquet: the label column (default: the last column)");
-  cmd->add_option("--shard-records", a->o.shard_records,
-                  "images, tar, csv, parquet, chat, prompt-completion: records (documents) per shard file")
+  cmd->add_option("--label-column", a->o.label_column,
+                  "csv, parquet: the label column (default: the last column); avro, tfrecord: the label field "
+                  "(default: label)");
+  cmd->add_option("--image-field", a->o.image_field,
+                  "avro, tfrecord: the field holding an encoded JPEG or PNG image (bytes)")
+      ->capture_default_str();
+  cmd->add_option(
+         "--shard-records", a->o.shard_records,
+         "images, tar, csv, parquet, avro, tfrecord, chat, prompt-completion: records (documents) per shard file")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
 }
@@ -85,11 +91,16 @@ void add_prepare_command(CLI::App& app, Run* run) {
                   "feature columns and a label column as records; chat: jsonl of {\"messages\": [{role, content}, "
                   "...]}, rendered with the tokenizer's chat template and trained on the assistant's tokens; "
                   "prompt-completion: jsonl of {\"prompt\", \"completion\"} (strings or lists of messages), "
-                  "trained on the completion (chat and prompt-completion need --tokenizer hf:DIR/tokenizer.json)")
-      ->check(CLI::IsMember({"text", "jsonl", "images", "tar", "csv", "parquet", "chat", "prompt-completion"}))
+                  "trained on the completion (chat and prompt-completion need --tokenizer hf:DIR/tokenizer.json); "
+                  "avro: Avro container files, tfrecord: TFRecord files of tf.train.Example (CRCs checked), both "
+                  "with the text field --text-column as documents, or the JPEG/PNG field --image-field and the "
+                  "label --label-column as image records")
+      ->check(CLI::IsMember(
+          {"text", "jsonl", "images", "tar", "csv", "parquet", "chat", "prompt-completion", "avro", "tfrecord"}))
       ->capture_default_str();
   cmd->add_option("--jsonl-field,--text-column", a->o.jsonl_field,
-                  "jsonl: the string field holding the document; parquet: the string column holding it")
+                  "jsonl, avro, tfrecord: the string field holding the document; parquet: the string column "
+                  "holding it")
       ->capture_default_str();
   cmd->add_option("--tokenizer", a->o.tokenizer,
                   "bytes (vocab 256) | sentencepiece (train one with --vocab pieces on the input) | "
@@ -137,6 +148,8 @@ void add_prepare_command(CLI::App& app, Run* run) {
                     : a->format == "tar"               ? InputFormat::kTar
                     : a->format == "csv"               ? InputFormat::kCsv
                     : a->format == "parquet"           ? InputFormat::kParquet
+                    : a->format == "avro"              ? InputFormat::kAvro
+                    : a->format == "tfrecord"          ? InputFormat::kTfrecord
                                                        : InputFormat::kText;
       a->o.pixels = a->pixels == "fp16" ? PixelStorage::kFp16 : PixelStorage::kUint8;
       a->o.dedup.mode = a->dedup == "near"    ? DedupMode::kNear

@@ -28,6 +28,9 @@ const std::vector<Feature>& build_features() {
       {"tensorboard", FRUGAL_HAVE_TENSORBOARD != 0, "protobuf, Boost's CRC and the tensorboard Python package",
        "TensorBoard event files ([track] tensorboard)",
        "libprotobuf-dev protobuf-compiler libboost-dev, and tensorboard into FRUGAL_PYTHON (scripts/install-deps.sh)"},
+      {"avro", FRUGAL_HAVE_AVRO != 0, "the Avro C library", "Avro input (prepare --format avro)", "libavro-dev"},
+      {"tfrecord", FRUGAL_HAVE_TFRECORD != 0, "protobuf, protoc and Boost's CRC",
+       "TFRecord input (prepare --format tfrecord)", "libprotobuf-dev protobuf-compiler libboost-dev"},
   };
   return features;
 }

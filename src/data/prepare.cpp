@@ -27,6 +27,7 @@
 #include "frugal/data/shard.h"
 #include "frugal/data/tokenizer.h"
 #include "data/internal/record_prepare.h"
+#include "frugal/data/record_inputs.h"
 #include "frugal/data/tar_samples.h"
 
 namespace frugal {
@@ -59,6 +60,10 @@ const char* format_name(InputFormat f) {
       return "chat";
     case InputFormat::kPromptCompletion:
       return "prompt-completion";
+    case InputFormat::kAvro:
+      return "avro";
+    case InputFormat::kTfrecord:
+      return "tfrecord";
   }
   return "?";
 }
@@ -68,7 +73,9 @@ nlohmann::json options_key(const PrepareOptions& o) {
   nlohmann::json k = {{"format", format_name(o.format)},   {"tokenizer", o.tokenizer},
                       {"dedup", dedup_name(o.dedup.mode)}, {"val_fraction", o.val_fraction},
                       {"shard_tokens", o.shard_tokens},    {"zstd", o.zstd}};
-  if (o.format == InputFormat::kJsonl || o.format == InputFormat::kParquet) k["jsonl_field"] = o.jsonl_field;
+  const bool records_file = o.format == InputFormat::kAvro || o.format == InputFormat::kTfrecord;
+  if (o.format == InputFormat::kJsonl || o.format == InputFormat::kParquet || records_file)
+    k["jsonl_field"] = o.jsonl_field;
   if (o.tokenizer == "sentencepiece") k["vocab"] = o.vocab;
   if (o.tokenizer.rfind("sentencepiece:", 0) == 0) k["model_xxh64"] = hex64(xxh64_file(o.tokenizer.substr(14)));
   if (o.tokenizer.rfind("hf:", 0) == 0 && fs::is_regular_file(o.tokenizer.substr(3)))
@@ -78,11 +85,15 @@ nlohmann::json options_key(const PrepareOptions& o) {
     k["shingle_words"] = o.dedup.shingle_words;
   }
   if (o.format == InputFormat::kImages || o.format == InputFormat::kTar || o.format == InputFormat::kCsv ||
-      o.format == InputFormat::kParquet) {
+      o.format == InputFormat::kParquet || records_file) {
     k["seed"] = o.seed;
     k["shard_records"] = o.shard_records;
   }
-  if (o.format == InputFormat::kImages || o.format == InputFormat::kTar) {
+  if (records_file) {
+    k["image_field"] = o.image_field;
+    k["label_column"] = o.label_column;
+  }
+  if (o.format == InputFormat::kImages || o.format == InputFormat::kTar || records_file) {
     k["image_size"] = o.image_size;
     k["pixels"] = o.pixels == PixelStorage::kUint8 ? "uint8" : "fp16";
     k["augment"] = o.augment;
@@ -302,15 +313,20 @@ void prepare_tokens(const PrepareOptions& o, std::vector<std::string> docs, cons
   m["dedup"] = {{"mode", dedup_name(o.dedup.mode)}, {"lsh_bands", dd.lsh_bands}, {"lsh_rows", dd.lsh_rows}};
 }
 
-// WebDataset-style tars: image samples become a record dataset (returns true); otherwise the
-// .txt members become the documents of a token dataset.
-bool read_tars(const PrepareOptions& o, const std::vector<std::string>& files, const std::string& tmp,
-               nlohmann::ordered_json* m, PrepareReport* r, const PrepareProgress& say,
-               std::vector<std::string>* docs) {
+// WebDataset-style tars, Avro and TFRecord files (whose records are samples alike:
+// record_inputs.h): image samples become a record dataset (returns true); otherwise the text
+// members become the documents of a token dataset.
+bool read_samples(const PrepareOptions& o, const std::vector<std::string>& files, const std::string& tmp,
+                  nlohmann::ordered_json* m, PrepareReport* r, const PrepareProgress& say,
+                  std::vector<std::string>* docs) {
   std::vector<std::pair<std::string, TarSample>> samples;
   bool images = false, texts = false;
+  const RecordFields fields{o.jsonl_field, o.image_field, o.label_column.empty() ? "label" : o.label_column};
   for (const auto& f : files) {
-    for (auto& s : read_tar_samples(f)) {
+    std::vector<TarSample> read = o.format == InputFormat::kAvro       ? read_avro_samples(f, fields)
+                                  : o.format == InputFormat::kTfrecord ? read_tfrecord_samples(f, fields)
+                                                                       : read_tar_samples(f);
+    for (auto& s : read) {
       for (const auto& [ext, data] : s.members) {
         std::string e = ext;
         std::transform(e.begin(), e.end(), e.begin(),
@@ -320,7 +336,7 @@ bool read_tars(const PrepareOptions& o, const std::vector<std::string>& files, c
       }
       samples.emplace_back(f, std::move(s));
     }
-    say(fmt::format("read {} samples from {} archives", samples.size(), files.size()));
+    say(fmt::format("read {} samples from {} files", samples.size(), files.size()));
   }
   if (images) {
     detail::prepare_tar_images(o, std::move(samples), tmp, m, r, say);
@@ -328,9 +344,9 @@ bool read_tars(const PrepareOptions& o, const std::vector<std::string>& files, c
   }
   if (!texts)
     throw DataError(
-        fmt::format("the tar inputs hold no image (.jpg, .jpeg, .png) and no text (.txt) members "
-                    "({} samples)",
-                    samples.size()));
+        fmt::format("the {} inputs hold no image and no text ({} samples): tars need .jpg/.jpeg/.png or .txt members, "
+                    "avro and tfrecord records the field --image-field ('{}') or --text-column ('{}')",
+                    format_name(o.format), samples.size(), o.image_field, o.jsonl_field));
   for (auto& [archive, s] : samples) {
     auto it = s.members.find("txt");
     if (it != s.members.end() && !it->second.empty()) docs->push_back(std::move(it->second));
@@ -352,6 +368,8 @@ void check_prepare_options(const PrepareOptions& o) {
     require_feature("images", fmt::format("prepare --format {}", format_name(o.format)));
   if (o.format == InputFormat::kTar) require_feature("libarchive", "prepare --format tar");
   if (o.format == InputFormat::kParquet) require_feature("parquet", "prepare --format parquet");
+  if (o.format == InputFormat::kAvro) require_feature("avro", "prepare --format avro");
+  if (o.format == InputFormat::kTfrecord) require_feature("tfrecord", "prepare --format tfrecord");
   if (o.tokenizer.rfind("sentencepiece", 0) == 0) require_sentencepiece("prepare --tokenizer sentencepiece");
 }
 
@@ -419,8 +437,8 @@ PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& pr
     } else if (o.format == InputFormat::kCsv) {
       detail::prepare_table(o, read_csv_table(files, o.label_column), tmp, &m, &r, say);
       tokens = false;
-    } else if (o.format == InputFormat::kTar) {
-      tokens = !read_tars(o, files, tmp, &m, &r, say, &docs);
+    } else if (o.format == InputFormat::kTar || o.format == InputFormat::kAvro || o.format == InputFormat::kTfrecord) {
+      tokens = !read_samples(o, files, tmp, &m, &r, say, &docs);
     } else if (o.format == InputFormat::kParquet) {
       // Documents when the files have the text column, else a table of features and a label.
       tokens = parquet_has_text_column(files, o.jsonl_field);

@@ -31,7 +31,8 @@ TEST(Features, EachFeatureReportsWhatWasCompiledInAndAnAbsentOneRefusesByName) {
   const std::vector<std::pair<std::string, int>> expected = {
       {"zstd", FRUGAL_HAVE_ZSTD},       {"libarchive", FRUGAL_HAVE_LIBARCHIVE},
       {"images", FRUGAL_HAVE_IMAGES},   {"sentencepiece", FRUGAL_HAVE_SENTENCEPIECE},
-      {"parquet", FRUGAL_HAVE_PARQUET}, {"tensorboard", FRUGAL_HAVE_TENSORBOARD}};
+      {"parquet", FRUGAL_HAVE_PARQUET}, {"tensorboard", FRUGAL_HAVE_TENSORBOARD},
+      {"avro", FRUGAL_HAVE_AVRO},       {"tfrecord", FRUGAL_HAVE_TFRECORD}};
   ASSERT_EQ(build_features().size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     const Feature& f = build_features()[i];

@@ -36,6 +36,9 @@ enum class InputFormat {
                       // one document a record with its loss mask (the assistant's tokens)
   kPromptCompletion,  // jsonl of {"prompt", "completion"} (strings, or lists of messages): the same,
                       // trained on the completion
+  kAvro,              // Avro container files: the string field `jsonl_field` -> documents; or the bytes field
+                      // `image_field` (JPEG/PNG) and the label field `label_column` -> record shards
+  kTfrecord,          // TFRecord files of tf.train.Example, likewise by feature name (CRCs checked)
 };
 
 // How image pixels are stored in record shards.
@@ -65,10 +68,11 @@ struct PrepareOptions {
   // Record datasets (images, tar images, csv).
   int image_size = 32;  // images are resized once to image_size x image_size
   PixelStorage pixels = PixelStorage::kUint8;
-  int augment = 0;                // augmented variants stored per training image (besides the original)
-  uint64_t seed = 0;              // the validation hold-out and the augmentation draws
-  std::string label_column;       // csv, parquet: the label column; empty = the last column
-  int64_t shard_records = 65536;  // records per record shard file
+  int augment = 0;                    // augmented variants stored per training image (besides the original)
+  uint64_t seed = 0;                  // the validation hold-out and the augmentation draws
+  std::string label_column;           // csv, parquet: the label column (empty = the last); avro, tfrecord: "label"
+  std::string image_field = "image";  // avro, tfrecord: the field holding an encoded JPEG or PNG
+  int64_t shard_records = 65536;      // records per record shard file
   // Chat and prompt-completion documents (a Hugging Face tokenizer, hf:DIR/tokenizer.json).
   std::string chat_template;          // a Jinja file; "" = the tokenizer folder's own template
   bool train_on_prompt = false;       // train on every token, not only the assistant's / completion's
