@@ -3,7 +3,8 @@
 # runs each for a bounded time from a seed corpus of valid files the target writes itself (the
 # sources compile, and the targets run, as many at a time as there are cores).
 #
-#   scripts/fuzz.sh [--seconds N] [--out DIR] [TARGET...]     (TARGET: shard manifest safetensors checkpoint archive)
+#   scripts/fuzz.sh [--seconds N] [--out DIR] [TARGET...]
+#       (TARGET: shard manifest safetensors checkpoint archive tfrecord)
 #
 # Prints one JSON line per target ({"target", "runs", "seconds", "crashes"}), writes them to
 # OUT/fuzz-summary.json, and exits 1 when any target found a crash (its input is kept as
@@ -18,12 +19,12 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(shard manifest safetensors checkpoint archive)
+[ ${#targets[@]} -gt 0 ] || targets=(shard manifest safetensors checkpoint archive tfrecord)
 bash "$root/scripts/install-deps.sh" --fuzz  # clang with libFuzzer, and the .venv
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found; apt-get install clang" >&2; exit 2; }
 torch=$("$root/.venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null) ||
@@ -34,6 +35,21 @@ zstd=0
 [ -f /usr/include/zstd.h ] && zstd=1
 libarchive=0
 [ -f /usr/include/archive.h ] && libarchive=1
+# TFRecord: tf.train.Example's schema compiled here by protoc, parsed with Debian's protobuf.
+tfrecord=0
+if command -v protoc >/dev/null && [ -f /usr/include/google/protobuf/message.h ] && [ -f /usr/include/boost/crc.hpp ]; then
+  mkdir -p "$out/generated/new"
+  protoc -I"$root/src/data/proto" --cpp_out="$out/generated/new" tf_example.proto && tfrecord=1
+  for f in tf_example.pb.cc tf_example.pb.h; do  # replaced only when changed: no rebuild otherwise
+    [ ! -f "$out/generated/new/$f" ] || cmp -s "$out/generated/new/$f" "$out/generated/$f" ||
+      mv "$out/generated/new/$f" "$out/generated/$f"
+  done
+  rm -rf "$out/generated/new"
+fi
+if [ $tfrecord = 0 ] && [[ " ${targets[*]} " == *" tfrecord "* ]]; then
+  echo "fuzz.sh: no protoc, protobuf headers or Boost: the tfrecord target is left out"
+  targets=($(printf '%s\n' "${targets[@]}" | grep -vx tfrecord))
+fi
 cat > "$out/generated/frugal_build_config.h.new" <<CFG
 #define FRUGAL_HAVE_CUDA 0
 #define FRUGAL_HAVE_NCCL 0
@@ -43,6 +59,8 @@ cat > "$out/generated/frugal_build_config.h.new" <<CFG
 #define FRUGAL_HAVE_SENTENCEPIECE 0
 #define FRUGAL_HAVE_PARQUET 0
 #define FRUGAL_HAVE_TENSORBOARD 0
+#define FRUGAL_HAVE_AVRO 0
+#define FRUGAL_HAVE_TFRECORD $tfrecord
 CFG
 cmp -s "$out/generated/frugal_build_config.h.new" "$out/generated/frugal_build_config.h" ||
   mv "$out/generated/frugal_build_config.h.new" "$out/generated/frugal_build_config.h"
@@ -55,6 +73,8 @@ flags=(-std=c++17 -O1 -g -fsanitize=fuzzer-no-link,address -D_GNU_SOURCE -DFMT_H
        -isystem "$root/third_party/nlohmann_json" -isystem "$root/third_party/xxhash"
        -isystem "$torch/include" -isystem "$torch/include/torch/csrc/api/include" -w)
 torch_libs=(-L"$torch/lib" -Wl,-rpath,"$torch/lib" -ltorch -ltorch_cpu -lc10)
+# tf.train.Example's code sees Debian's protobuf headers, not the copy inside the torch wheel.
+protobuf_flags=(-std=c++17 -O1 -g -fsanitize=fuzzer-no-link,address -I"$root/src" -I"$out/generated" -w)
 zstd_libs=()
 [ "$zstd" = 1 ] && zstd_libs=(-lzstd)
 [ "$libarchive" = 1 ] && zstd_libs+=(-larchive)
@@ -69,16 +89,23 @@ sources_of() {
                   src/train/internal/run_state.cpp "${common[@]}" ;;
     archive) echo fuzz/archive_fuzz.cpp src/ckpt/archive.cpp src/ckpt/restore.cpp src/ckpt/checkpoint.cpp src/ckpt/safetensors.cpp \
                src/ckpt/retention.cpp src/ckpt/run_dir.cpp src/core/dir_lock.cpp "${common[@]}" ;;
-    *) echo "fuzz.sh: unknown target $1 (shard, manifest, safetensors, checkpoint, archive)" >&2; exit 2 ;;
+    tfrecord) echo fuzz/tfrecord_fuzz.cpp src/data/record_inputs.cpp src/data/internal/tf_example.cpp \
+                "$out/generated/tf_example.pb.cc" "${common[@]}" ;;
+    *) echo "fuzz.sh: unknown target $1 (shard, manifest, safetensors, checkpoint, archive, tfrecord)" >&2; exit 2 ;;
   esac
 }
 
 obj_of() { echo "$out/obj/$(echo "$1" | tr '/' '_').o"; }
 compile() {  # one object per source, shared by the targets, rebuilt when the source is newer
-  local src="$1" obj
+  local src="$1" obj path
   obj=$(obj_of "$1")
-  if [ ! -f "$obj" ] || [ "$root/$src" -nt "$obj" ] || [ -n "$(find "$root/include" "$root/src" "$root/fuzz" -name '*.h' -newer "$obj" -print -quit)" ]; then
-    "${cxx[@]}" "${flags[@]}" -c "$root/$src" -o "$obj"
+  path="$src"
+  [[ $path == /* ]] || path="$root/$src"
+  if [ ! -f "$obj" ] || [ "$path" -nt "$obj" ] || [ -n "$(find "$root/include" "$root/src" "$root/fuzz" -name '*.h' -newer "$obj" -print -quit)" ]; then
+    case "$src" in
+      *tf_example*) "${cxx[@]}" "${protobuf_flags[@]}" -c "$path" -o "$obj" ;;
+      *) "${cxx[@]}" "${flags[@]}" -c "$path" -o "$obj" ;;
+    esac
   fi
 }
 jobs=$(nproc)
@@ -96,7 +123,7 @@ for p in "${pids[@]}"; do wait "$p" || { echo "fuzz.sh: a source failed to compi
 fuzz_one() {  # links and runs one target; its result line goes to $out/$t.result
   local t="$1" objs=() libs=("${zstd_libs[@]}")
   for s in $(sources_of "$t"); do objs+=("$(obj_of "$s")"); done
-  case "$t" in safetensors|checkpoint|archive) libs+=("${torch_libs[@]}") ;; esac
+  case "$t" in safetensors|checkpoint|archive) libs+=("${torch_libs[@]}") ;; tfrecord) libs+=(-lprotobuf) ;; esac
   local bin="$out/${t}_fuzz" seeds="$out/seeds/$t" corpus="$out/corpus/$t"
   clang++ -fsanitize=fuzzer,address "${objs[@]}" "${libs[@]}" -o "$bin"
   rm -rf "$seeds"
