@@ -114,6 +114,16 @@ ModelConfig tiny_model(ModelConfig::Arch arch) {
   return m;
 }
 
+ModelConfig rope_model(int64_t D) {
+  ModelConfig m;
+  m.arch = ModelConfig::Arch::kLlama;
+  m.heads = 1;
+  m.embd = D;
+  m.block = 64;
+  m.rope_theta = 500.0;
+  return m;
+}
+
 Config tiny_config() {
   Config c;
   c.model.layers = 2;

@@ -59,6 +59,9 @@ Config tiny_config();
 // A 2-layer model of either family, 32 wide, 4 heads, block 16, vocabulary 40; the Llama with 2
 // key/value heads, SwiGLU 48 and an untied head: for tests of the model's parameters by name.
 ModelConfig tiny_model(ModelConfig::Arch arch);
+// A Llama-family config of one head of D channels, block 64, rope_theta 500: rotations fast enough
+// over a short sequence to matter, for tests of rotary attention kernels.
+ModelConfig rope_model(int64_t D);
 
 // One JSON value per line of a JSON-lines file (metrics.jsonl); empty when the file is missing.
 std::vector<nlohmann::json> read_jsonl(const std::string& path);

@@ -6,7 +6,8 @@
 // matches the uninterrupted one bitwise in deterministic mode; the loader hands over pinned host
 // batches; NCCL works with world size 1; ATen's fused AdamW on the GPU matches the CPU update; an
 // async checkpoint's snapshot of GPU state is page-locked, exact and reused, and writes what a
-// sync save writes; steps between log steps do not wait for the GPU.
+// sync save writes; steps between log steps do not wait for the GPU; packed rows (several
+// documents a row) compute on the GPU what frugal's CPU kernels compute.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -84,6 +85,19 @@ TEST(Cuda, Nf4OnTheGpuGivesTheCpusBitsAndAQloraRunTrains) {
   EXPECT_EQ(s["lora"]["base_dtype"], "nf4");
 }
 
+// Two models of `mc` with the same weights (seeded), the second on the GPU.
+std::pair<CausalLm, CausalLm> on_cpu_and_gpu(const ModelConfig& mc, uint64_t seed) {
+  torch::manual_seed(seed);
+  CausalLm cpu = make_causal_lm(mc), gpu = make_causal_lm(mc);
+  {
+    torch::NoGradGuard ng;
+    auto src = cpu->parameters(), dst = gpu->parameters();
+    for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  gpu->to(torch::kCUDA);
+  return {cpu, gpu};
+}
+
 TEST(Cuda, GptForwardAndGradientsOnTheGpuMatchTheCpu) {
   FRUGAL_REQUIRE_GPU();
   device::set_tf32(false);
@@ -136,14 +150,7 @@ TEST(Cuda, LlamaForwardAndGradientsOnTheGpuMatchTheCpuAndBf16TracksFp32) {
     mc.vocab = 250;
     mc.tie_embeddings = false;
     mc.sliding_window = window;
-    torch::manual_seed(4);
-    CausalLm cpu = make_causal_lm(mc), gpu = make_causal_lm(mc);
-    {
-      torch::NoGradGuard ng;
-      auto src = cpu->parameters(), dst = gpu->parameters();
-      for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
-    }
-    gpu->to(torch::kCUDA);
+    auto [cpu, gpu] = on_cpu_and_gpu(mc, 4);
     auto x = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong),
          y = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong);
     auto lc = cpu->loss(x, y);
@@ -169,6 +176,39 @@ TEST(Cuda, LlamaForwardAndGradientsOnTheGpuMatchTheCpuAndBf16TracksFp32) {
   EXPECT_NEAR(sb["final_val_loss"].get<double>(), sa["final_val_loss"].get<double>(), 0.1);
   EXPECT_NEAR(sf["final_val_loss"].get<double>(), sa["final_val_loss"].get<double>(), 0.1);
   EXPECT_EQ(sf["levers"]["precision"]["loss_scaling"], true);
+}
+
+// Packed rows (data.packing = pack) on the GPU: ATen's attention with the block-diagonal mask
+// (SDPA's memory-efficient kernel) against frugal's CPU kernels, for both families (a sliding
+// window too): the loss over the rows' targets and every parameter's gradient.
+TEST(Cuda, PackedRowsOnTheGpuMatchTheCpuKernels) {
+  FRUGAL_REQUIRE_GPU();
+  device::set_tf32(false);
+  for (auto arch : {ModelConfig::Arch::kGpt, ModelConfig::Arch::kLlama}) {
+    for (int64_t window : {0, 7}) {
+      if (arch == ModelConfig::Arch::kGpt && window > 0) continue;
+      ModelConfig mc = test::tiny_model(arch);
+      mc.block = 32;
+      mc.sliding_window = window;
+      auto [cpu, gpu] = on_cpu_and_gpu(mc, 6);
+      // Row 0: documents of 9, 14 and 6 positions, then padding; row 1: 32 and 0.
+      at::Tensor pos = torch::zeros({2, mc.block}, torch::kLong);
+      int64_t t = 0;
+      for (int64_t n : {9, 14, 6, 3})
+        for (int64_t u = 0; u < n; ++u) pos[0][t++] = u;
+      pos[1] = torch::arange(mc.block, torch::kLong);
+      auto x = torch::randint(0, mc.vocab, {2, mc.block}, torch::kLong),
+           y = torch::randint(0, mc.vocab, {2, mc.block}, torch::kLong);
+      auto lc = cpu->loss(x, y, pos);
+      auto lg = gpu->loss(x.cuda(), y.cuda(), pos.cuda());
+      EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-4) << "window " << window;
+      lc.backward();
+      lg.backward();
+      auto gc = cpu->parameters(), gg = gpu->parameters();
+      for (size_t i = 0; i < gc.size(); ++i)
+        EXPECT_TRUE(torch::allclose(gg[i].grad().cpu(), gc[i].grad(), 1e-3, 1e-5)) << "parameter " << i;
+    }
+  }
 }
 
 TEST(Cuda, Bf16AndFp16TrainingTrackFp32) {

@@ -18,9 +18,7 @@ protoc into a descriptor set).
 Usage: avro_tfrecord_check.py FRUGAL_BINARY PROTO_DIR. Exits 77 (skipped) when fastavro, Pillow,
 tensorboard or protoc is missing or this frugal was built without Avro or TFRecord support.
 """
-import glob
 import io
-import json
 import os
 import random
 import shutil
@@ -29,7 +27,7 @@ import sys
 import tarfile
 import tempfile
 
-from interop_common import Check, read_shard
+from interop_common import Check, check_refusal, dataset_items
 
 try:
     import fastavro
@@ -54,13 +52,6 @@ def prepare(frugal, inputs, out, fmt, *extra, expect=0):
         fail(f"prepare --format {fmt} {inputs} exited {p.returncode}, expected {expect}:\n{p.stdout[-800:]}\n"
              f"{p.stderr[-1500:]}")
     return p
-
-
-def items_of(ds):
-    with open(os.path.join(ds, "manifest.json")) as f:
-        m = json.load(f)
-    return m, {s: [x for sh in m["splits"][s] for x in read_shard(os.path.join(ds, sh["file"]))]
-               for s in ("train", "val")}
 
 
 def example_class(proto_dir, tmp):
@@ -111,7 +102,7 @@ def check_documents(frugal, tmp, Example):
     want = [t for d in a + b if d for t in list(d.encode("utf-8")) + [10, 10]]
     ds = os.path.join(tmp, "docs-avro")
     prepare(frugal, [fa, fb], ds, "avro", "--dedup", "none", "--val-fraction", "0.1")
-    m, items = items_of(ds)
+    m, items = dataset_items(ds)
     if items["train"] + items["val"] != want:
         fail(f"avro: the token stream differs from the texts' bytes ({len(items['train'] + items['val'])} vs "
              f"{len(want)} tokens)")
@@ -119,7 +110,7 @@ def check_documents(frugal, tmp, Example):
     write_tfrecord(ft, [example(Example, text=d, id=i) for i, d in enumerate(x for x in a + b if x is not None)])
     ds = os.path.join(tmp, "docs-tfrecord")
     prepare(frugal, [ft], ds, "tfrecord", "--dedup", "none", "--val-fraction", "0.1")
-    _, items = items_of(ds)
+    _, items = dataset_items(ds)
     if items["train"] + items["val"] != want:
         fail("tfrecord: the token stream differs from the texts' bytes")
     return len(want)
@@ -156,7 +147,7 @@ def check_images(frugal, tmp, Example):
     def prepared(inputs, name, fmt):
         out = os.path.join(tmp, name)
         prepare(frugal, inputs, out, fmt, *opts)
-        return items_of(out)
+        return dataset_items(out)
 
     want_m, want = prepared([tar], "img-tar", "tar")
     m, got = prepared([fa], "img-avro", "avro")
@@ -208,12 +199,7 @@ def check_refusals(frugal, tmp, Example):
     cases.append(([path], "tfrecord", [path, "record 0", "'caption'"]))
     for i, (inputs, fmt, words) in enumerate(cases):
         out = os.path.join(tmp, f"bad{i}")
-        p = prepare(frugal, inputs, out, fmt, expect=2)
-        missing = [w for w in words if w not in p.stderr]
-        if missing:
-            fail(f"case {i}: the message does not name {missing}: {p.stderr[-600:]}")
-        if os.path.exists(out) or glob.glob(out + ".tmp-*"):
-            fail(f"case {i}: a failed prepare left {out}")
+        check_refusal(fail, f"case {i}", out, prepare(frugal, inputs, out, fmt, expect=2), words)
     return len(cases)
 
 

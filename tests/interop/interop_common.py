@@ -1,6 +1,9 @@
 """What the interop checks (tests/interop/*_check.py) share: failing under the check's name,
 running a command that must exit with a given code, and reading frugal's shard files
 (docs/formats/shards.md) with nothing but the standard library."""
+import glob
+import json
+import os
 import struct
 import subprocess
 import sys
@@ -21,6 +24,24 @@ class Check:
             self.fail(f"{' '.join(args[:3])}... exited {p.returncode}, expected {expect}:\n{p.stdout[-1500:]}\n"
                       f"{p.stderr[-2500:]}")
         return p
+
+
+def check_refusal(fail, what, out, p, words):
+    """A refused `frugal prepare` (p, a CompletedProcess): its message names every one of `words`,
+    and neither the output folder `out` nor a temporary one beside it is left behind."""
+    missing = [w for w in words if w not in p.stderr]
+    if missing:
+        fail(f"{what}: the message does not name {missing}: {p.stderr[-600:]}")
+    if os.path.exists(out) or glob.glob(out + ".tmp-*"):
+        fail(f"{what}: a failed prepare left {out}")
+
+
+def dataset_items(ds):
+    """A dataset folder's manifest.json and the items of its train and val shards (read_shard)."""
+    with open(os.path.join(ds, "manifest.json")) as f:
+        m = json.load(f)
+    return m, {s: [x for sh in m["splits"][s] for x in read_shard(os.path.join(ds, sh["file"]))]
+               for s in ("train", "val")}
 
 
 def read_shard(path):

@@ -14,15 +14,13 @@
 Usage: parquet_check.py FRUGAL_BINARY. Exits 77 (skipped) when pyarrow is not installed or this
 frugal was built without Parquet support.
 """
-import glob
-import json
 import os
 import struct
 import subprocess
 import sys
 import tempfile
 
-from interop_common import Check, read_shard
+from interop_common import Check, check_refusal, dataset_items
 
 try:
     import pyarrow as pa
@@ -46,13 +44,6 @@ def prepare(frugal, inputs, out, *extra, expect=0):
     return p
 
 
-def split_items(ds):
-    with open(os.path.join(ds, "manifest.json")) as f:
-        m = json.load(f)
-    return m, {s: [x for sh in m["splits"][s] for x in read_shard(os.path.join(ds, sh["file"]))]
-               for s in ("train", "val")}
-
-
 def check_documents(frugal, tmp):
     a = [f"document {i}: café ☕ {'x' * (i % 7)}" for i in range(40)]
     a[5], a[9] = None, ""
@@ -62,7 +53,7 @@ def check_documents(frugal, tmp):
     pq.write_table(pa.table({"id": list(range(15)), "text": pa.array(b, pa.large_string())}), fb)
     ds = os.path.join(tmp, "docs")
     prepare(frugal, [fa, fb], ds, "--dedup", "none", "--val-fraction", "0.1")
-    m, items = split_items(ds)
+    m, items = dataset_items(ds)
     want = [t for d in a + b if d for t in list(d.encode("utf-8")) + [10, 10]]
     got = items["train"] + items["val"]
     if got != want:
@@ -82,7 +73,7 @@ def check_table(frugal, tmp):
     pq.write_table(pa.table(cols), f, row_group_size=25)
     ds = os.path.join(tmp, "table")
     prepare(frugal, [f], ds, "--label-column", "label", "--val-fraction", "0.2")
-    m, items = split_items(ds)
+    m, items = dataset_items(ds)
     if m["classes"] != ["ant", "cat", "dog"] or m["features"] != ["f32", "f64", "i64"]:
         fail(f"classes {m['classes']} / features {m['features']}")
     classes = {"ant": 0, "cat": 1, "dog": 2}
@@ -117,12 +108,7 @@ def check_refusals(frugal, tmp):
     cases.append(([nulls], ["--label-column", "nope"], [nulls, "'nope'"]))
     for i, (inputs, extra, words) in enumerate(cases):
         out = os.path.join(tmp, f"bad{i}")
-        p = prepare(frugal, inputs, out, *extra, expect=2)
-        missing = [w for w in words if w not in p.stderr]
-        if missing:
-            fail(f"case {i}: the message does not name {missing}: {p.stderr[-600:]}")
-        if os.path.exists(out) or glob.glob(out + ".tmp-*"):
-            fail(f"case {i}: a failed prepare left {out}")
+        check_refusal(fail, f"case {i}", out, prepare(frugal, inputs, out, *extra, expect=2), words)
     return len(cases)
 
 

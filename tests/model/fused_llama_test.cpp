@@ -13,6 +13,7 @@
 #include "frugal/model/fused_attention.h"
 #include "frugal/model/rope.h"
 #include "model/internal/attention_kernel.h"
+#include "test_util.h"
 
 namespace frugal::fused_llama_test {
 namespace {
@@ -108,22 +109,12 @@ struct Case {
   int64_t window;
 };
 
-ModelConfig rope_model(int64_t D) {
-  ModelConfig m;
-  m.arch = ModelConfig::Arch::kLlama;
-  m.heads = 1;
-  m.embd = D;
-  m.block = 64;
-  m.rope_theta = 500.0;  // fast enough rotations over a short sequence to matter
-  return m;
-}
-
 // Every case against the formula, forward and backward: GQA groups of 1, 2 and 4, heads of 16
 // and 24 channels (the tile width and not), lengths below and across a tile, windows.
 void check_case(const Case& c, c10::ScalarType dtype, double tol) {
   torch::manual_seed(c.H * 100 + c.K * 10 + c.T);
   const at::Tensor qkv0 = torch::randn({2, c.T, (c.H + 2 * c.K) * c.D});
-  const RopeTables tables = rope_tables(rope_model(c.D), 64, c10::kCPU);
+  const RopeTables tables = rope_tables(test::rope_model(c.D), 64, c10::kCPU);
   at::Tensor a = qkv0.to(dtype).clone().requires_grad_(true), b = qkv0.clone().requires_grad_(true);
   const at::Tensor ya = fused_gqa_attention(a, c.H, c.K, c.rope ? tables.cos : at::Tensor(),
                                             c.rope ? tables.sin : at::Tensor(), c.window);
@@ -162,7 +153,7 @@ TEST(FusedLlama, GqaAttentionAtEveryCpuLevel) {
 TEST(FusedLlama, GqaAttentionGradientsDoNotDependOnTheThreadCount) {
   torch::manual_seed(7);
   const at::Tensor qkv0 = torch::randn({3, 32, (4 + 2 * 2) * 16});
-  const RopeTables t = rope_tables(rope_model(16), 64, c10::kCPU);
+  const RopeTables t = rope_tables(test::rope_model(16), 64, c10::kCPU);
   auto grad_with = [&](int threads) {
     at::set_num_threads(threads);
     at::Tensor x = qkv0.clone().requires_grad_(true);

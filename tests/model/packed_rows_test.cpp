@@ -62,16 +62,6 @@ at::Tensor gqa_reference(const at::Tensor& qkv, int64_t H, int64_t K, const Rope
   return torch::matmul(torch::softmax(att, -1), v).transpose(1, 2).reshape({B, T, H * D});
 }
 
-ModelConfig rope_model(int64_t D) {
-  ModelConfig m;
-  m.arch = ModelConfig::Arch::kLlama;
-  m.heads = 1;
-  m.embd = D;
-  m.block = 64;
-  m.rope_theta = 500.0;
-  return m;
-}
-
 struct Case {
   int64_t T, H, D;
   std::vector<std::vector<int64_t>> docs;
@@ -108,7 +98,7 @@ TEST(PackedRows, TheLlamaKernelMatchesTheMaskedFormulaWithRotationsFromEachDocum
     torch::manual_seed(window + 1);
     const at::Tensor qkv = torch::randn({2, T, (H + 2 * K) * D}), dy = torch::randn({2, T, H * D});
     const at::Tensor pos = positions_of({{6, 7, 6}, {2, 17}}, T);
-    const RopeTables rope = rope_tables(rope_model(D), 64, c10::kCPU);
+    const RopeTables rope = rope_tables(test::rope_model(D), 64, c10::kCPU);
     at::Tensor ref_in = qkv.to(torch::kDouble).requires_grad_(true), in = qkv.clone().requires_grad_(true);
     const at::Tensor ref = gqa_reference(ref_in, H, K, rope, window, pos);
     const at::Tensor y = fused_gqa_attention(in, H, K, rope.cos, rope.sin, window, pos);
@@ -126,7 +116,7 @@ TEST(PackedRows, TheLlamaKernelMatchesTheMaskedFormulaWithRotationsFromEachDocum
 TEST(PackedRows, NoValueAndNoGradientCrossesADocumentBoundary) {
   const int64_t T = 21, H = 4, K = 2, D = 16;
   const at::Tensor pos = positions_of({{6, 7, 8}}, T);
-  const RopeTables rope = rope_tables(rope_model(D), 64, c10::kCPU);
+  const RopeTables rope = rope_tables(test::rope_model(D), 64, c10::kCPU);
   const auto gpt = [&](const at::Tensor& x) { return fused_causal_attention(x, H, pos); };
   const auto llama = [&](const at::Tensor& x) { return fused_gqa_attention(x, H, K, rope.cos, rope.sin, 0, pos); };
   for (int64_t width : {3 * H * D, (H + 2 * K) * D}) {
