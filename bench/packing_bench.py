@@ -12,7 +12,8 @@ drawn from the bench's English corpus
 (bench/english_text.py); a byte-level BPE tokenizer of 2,048 tokens trained on that corpus with
 `tokenizers` and saved by transformers with a ChatML template whose assistant turns are
 {% generation %} blocks; `frugal prepare --format chat --max-tokens block+1` (truncate) turns them
-into a documents dataset, the loss mask on the assistant turns. Each invocation of the binary runs
+into a documents dataset, the loss mask on the assistant turns. The chats are measured at --block
+and at twice it (multi-turn chats are usually trained with longer rows). Each invocation of the binary runs
 the three modes in turn, rotating the order each round; ratios are taken per round, their medians
 reported. Targets (the chat-data issue): pack >= 2.5x pad's target tokens/s; the mask costs <= 10%
 of packing without it.
@@ -54,9 +55,9 @@ def corpus(path):
 # instructions as Alpaca- and Dolly-style sets hold them, and multi-turn chats as ShareGPT- and
 # UltraChat-style sets do.
 SPREADS = {
-    "instructions": {"turns": [1], "user": 20, "assistant": 60,
+    "instructions": {"turns": [1], "user": 20, "assistant": 60, "longer_block": False,
                      "what": "single-turn instructions: user log-normal median 20 words, answer median 60, sigma 0.8"},
-    "chats": {"turns": [1, 1, 2, 2, 3, 4], "user": 25, "assistant": 90,
+    "chats": {"turns": [1, 1, 2, 2, 3, 4], "user": 25, "assistant": 90, "longer_block": True,
               "what": "1-4 turns: user log-normal median 25 words, answers median 90, sigma 0.8"},
 }
 
@@ -94,27 +95,28 @@ def make_tokenizer(text, folder):
     fast.save_pretrained(folder)
 
 
-def measure_spread(a, frugal, binary, tmp, text, name, spread):
-    """Prepares one spread's conversations and runs the binary --rounds times over them."""
+def measure_spread(a, frugal, binary, tmp, text, name, spread, block):
+    """Prepares one spread's conversations for rows of `block` positions and runs the binary
+    --rounds times over them."""
     src = os.path.join(tmp, name + ".jsonl")
     with open(src, "w", encoding="utf-8") as f:
         for c in conversations(text.split(), a.conversations, 5, spread):
             f.write(json.dumps(c) + "\n")
-    ds = os.path.join(tmp, name)
+    ds = os.path.join(tmp, f"{name}-{block}")
     run([frugal, "prepare", src, "--out", ds, "--format", "chat", "--tokenizer",
-         "hf:" + os.path.join(tmp, "tok", "tokenizer.json"), "--max-tokens", str(a.block + 1),
+         "hf:" + os.path.join(tmp, "tok", "tokenizer.json"), "--max-tokens", str(block + 1),
          "--val-fraction", "0.01", "--quiet"], "prepare")
     with open(os.path.join(ds, "manifest.json")) as f:
         counts = json.load(f)["counts"]
     rounds = []
     for r in range(a.rounds):
         order = MODES[r % 3:] + MODES[:r % 3]
-        p = run([binary, "--data", ds, "--arch", a.arch, "--block", str(a.block), "--rows", str(a.rows),
+        p = run([binary, "--data", ds, "--arch", a.arch, "--block", str(block), "--rows", str(a.rows),
                  "--steps", str(a.steps), "--order", ",".join(order)], "packing_bench")
         rounds.append(json.loads(p.stdout))
     first = rounds[0]
     out = {k: first[k] for k in ("documents", "document_tokens", "threads", "model")}
-    out["lengths"], out["counts"] = spread["what"], counts
+    out["block"], out["lengths"], out["counts"] = block, spread["what"], counts
     by_mode = {m: [next(x for x in rr["results"] if x["mode"] == m) for rr in rounds] for m in MODES}
     out["modes"] = {m: {"target_fraction": median([x["target_fraction"] for x in v]),
                         "step_ms": median([x["step_ms"] for x in v]),
@@ -158,15 +160,17 @@ def main():
     with tempfile.TemporaryDirectory(prefix="frugal-packing-") as tmp:
         make_tokenizer(text, os.path.join(tmp, "tok"))
         for name, spread in SPREADS.items():
-            out["datasets"][name] = measure_spread(a, frugal, binary, tmp, text, name, spread)
+            for block in [a.block] + ([2 * a.block] if spread["longer_block"] else []):
+                key = name if block == a.block else f"{name}, block {block}"
+                out["datasets"][key] = measure_spread(a, frugal, binary, tmp, text, name, spread, block)
     first = next(iter(out["datasets"].values()))
-    out["threads"], out["model"] = first.pop("threads"), first["model"]
+    out["threads"], out["model"] = first.pop("threads"), first["model"].rsplit(", block", 1)[0]
     for d in out["datasets"].values():
         d.pop("threads", None)
     path = save_result(a.results or results_dir(quick=a.quick), common, out, t0)
-    print(f"block {out['block']}, {out['rows_per_batch']} rows; {out['model']}")
+    print(f"{out['rows_per_batch']} rows; {out['model']}")
     for name, d in out["datasets"].items():
-        print(f"\n{name}: {d['documents']} documents, {d['document_tokens']:,} tokens")
+        print(f"\n{name}: {d['documents']} documents, {d['document_tokens']:,} tokens, block {d['block']}")
         for m, v in d["modes"].items():
             print(f"  {m:14} targets {v['target_fraction']:.3f} of positions  step {v['step_ms']:.0f} ms  "
                   f"{v['target_tokens_per_s']:,.0f} target tok/s")
