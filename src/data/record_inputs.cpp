@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -41,7 +42,7 @@ struct Found {
 };
 
 TarSample sample_of(Found f, const std::string& path, int64_t index, const RecordFields& fields,
-                    const std::string& present) {
+                    const std::function<std::string()>& present) {
   TarSample s;
   s.key = fmt::format("record {}", index);
   if (f.has_image) {
@@ -53,7 +54,7 @@ TarSample sample_of(Found f, const std::string& path, int64_t index, const Recor
       throw DataError(
           fmt::format("{}: record {} has an image (field '{}') but no label: no field '{}' "
                       "(--label-column){}",
-                      path, index, fields.image, fields.label, present));
+                      path, index, fields.image, fields.label, present()));
     s.members[kind] = std::move(f.image);
     s.members["cls"] = std::move(f.label);
   }
@@ -62,7 +63,7 @@ TarSample sample_of(Found f, const std::string& path, int64_t index, const Recor
     throw DataError(
         fmt::format("{}: record {} has neither the text field '{}' (--text-column) nor the image field "
                     "'{}' (--image-field){}",
-                    path, index, fields.text, fields.image, present));
+                    path, index, fields.text, fields.image, present()));
   return s;
 }
 #endif
@@ -166,7 +167,7 @@ std::vector<TarSample> read_avro_samples(const std::string& path, const RecordFi
     take(fields.text, false, &f.has_text, &f.text);
     take(fields.image, false, &f.has_image, &f.image);
     if (f.has_image) take(fields.label, true, &f.has_label, &f.label);  // text records may carry any label
-    out.push_back(sample_of(std::move(f), path, i, fields, present));
+    out.push_back(sample_of(std::move(f), path, i, fields, [&] { return present; }));
     avro_value_reset(&rec);
   }
   return out;
@@ -234,9 +235,11 @@ std::vector<TarSample> read_tfrecord_samples(const std::string& path, const Reco
     std::map<std::string, detail::TfFeature> features;
     if (!detail::parse_tf_example(data, &features))
       throw DataError(fmt::format("{}: record {} is not a tf.train.Example", path, i));
-    std::string present;
-    for (const auto& [name, feature] : features) present += fmt::format("{}'{}'", present.empty() ? "" : ", ", name);
-    present = fmt::format(" (its features: {})", present.empty() ? "none" : present);
+    const auto present = [&] {  // for the error messages only
+      std::string names;
+      for (const auto& [name, feature] : features) names += fmt::format("{}'{}'", names.empty() ? "" : ", ", name);
+      return fmt::format(" (its features: {})", names.empty() ? "none" : names);
+    };
     Found f;
     const auto take = [&](const std::string& name, bool numbers, bool* has, std::string* into) {
       auto it = features.find(name);
