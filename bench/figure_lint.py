@@ -42,6 +42,23 @@ ALLOW = [
     ("docs/plan.md", "`cpu-2vcpu` row, $0.08/h", "the price table's row (data/prices.toml)"),
     ("docs/data.md", "about 540 MB as RGB", "the decompression-bomb limit's size (arithmetic on a constant)"),
     ("docs/data.md", "a crafted 1 KB file", "an example of a crafted input"),
+    ("docs/gpu.md", "default 480 s: 8 minutes", "gpu-check.sh's --budget default"),
+    ("docs/gpu.md", "| ~3 min |", "the GPU check's expected step time, written before a run"),
+    ("docs/gpu.md", "| ~15 s |", "the same"),
+    ("docs/gpu.md", "| ~35 s |", "the same"),
+    ("docs/gpu.md", "less 100 s", "gpu-check.sh's reserve after the benchmark (a constant in the script)"),
+    ("docs/gpu.md", "2% for frugal's sides, 5% for", "gpu_bench.py's loss-parity tolerances (constants)"),
+    ("docs/gpu.md", "at ~4.3 TB/s on an H200", "the H200's copy rate the expectations assume"),
+    ("docs/gpu.md", "~0.9x with the layer as it stands (~43 ms a step on an H100); the 1.2x target",
+     "an expected figure written before the GPU run, and the issue's target"),
+    ("docs/gpu.md", "| ~0.8x |", "an expected figure written before the GPU run"),
+    ("docs/gpu.md", "MFU (datasheet bf16 peak, 989 TFLOP/s) | ~33% (target 45%)",
+     "the datasheet figure, an expected figure and the issue's target"),
+    ("docs/gpu.md", "(~1.5x: autocast", "an expected figure written before the GPU run"),
+    ("docs/gpu.md", "ATen path, ~0.5x", "an expected figure written before the GPU run"),
+    ("docs/gpu.md", "| 1.3-1.5 ms (75-85% of the copy floor), ATen 8-10 ms |", "expected kernel_bench figures"),
+    ("docs/gpu.md", "| 60-90 us (the register-cached kernel; 30-45% of the floor before it) |",
+     "expected kernel_bench figures"),
 ]
 
 

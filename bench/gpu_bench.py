@@ -3,13 +3,16 @@
 wheel) on the GPT-2 124M shape (12 layers, 12 heads, 768 wide, vocabulary 50257, block 1024),
 trained from llm.c-format token shards at the same micro-batch on every side.
 
-Rows (each side's runs alternate, --repeats rounds; medians):
+Rows (each side's runs alternate, --repeats rounds, each round starting one side later, so no
+side is always first or last; medians):
   - bf16: tokens/s and MFU of frugal (its defaults: on a GPU the output head's matmuls padded to
-    a multiple of 64, model.head_multiple), PyTorch eager, torch.compile (compile time apart); and of
-    frugal with model.head_multiple = 1 (the head unpadded) and eager with the head padded by
-    hand (peer_gpt.py --head-multiple 64), to show the head-padding lever on its own; on a GPU,
-    frugal on its own CUDA kernels (model.kernels = frugal; --no-kernels leaves it out), and with
-    --max-autotune torch.compile's mode "max-autotune" beside mode "default";
+    a multiple of 64, model.head_multiple), PyTorch eager, torch.compile mode "default" (compile
+    time apart); on a GPU, frugal on its own CUDA kernels (model.kernels = frugal; --no-kernels
+    leaves it out); torch.compile mode "max-autotune" with --max-autotune in every round, or, under
+    a --deadline, once after the rounds when the time left covers it;
+  - head (sides of the bf16 row): frugal with model.head_multiple = 1 (the head unpadded) and
+    eager with the head padded by hand (peer_gpt.py --head-multiple 64), to show the head-padding
+    lever on its own;
   - fp16 with dynamic loss scaling (frugal's precision.mode = fp16, the peer's GradScaler):
     tokens/s, MFU against the fp16 matmul peak, skipped steps, final loss scale;
   - reading the loss every --sync-every steps (default 10) instead of every step, bf16: frugal
@@ -32,6 +35,19 @@ FLOPs per token (frugal's formula, docs/model.md) / peak, against two peaks: thi
 matmul measured here (torch.mm 8192^3, median of repeats, bench/matmul_peak.py) and the
 datasheet's dense figure where the GPU is known (H100 SXM and H200: 989 TFLOP/s bf16/fp16).
 
+Every side trains the same seeded data and initialisation from the same learning-rate schedule,
+so their final losses agree: each row records them beside frugal's ATen side ("loss_parity":
+within 2% for frugal's other sides, 5% for PyTorch's, whose initialisation draws other numbers),
+and a side that misses it is listed, so that a fast but wrong side shows. The peer builds all its
+batches on the device before its first step (peer_gpt.py --prebuilt-batches): no side's timed
+window holds batch building.
+
+Time budget: with --deadline (a Unix time; scripts/gpu-check.sh passes its own budget's end) a
+run starts only when its expected time (the last run of the same side, else a first guess by kind)
+ends before the deadline; a run that would not is listed in gpu_machine.json ("skipped"). Every
+row's JSON and gpu_machine.json are rewritten after each run (atomically), so a bench that is cut
+off keeps every figure it measured; gpu_machine.json's "complete" says whether it ran to the end.
+
 The shards hold uniformly random tokens (seeded): throughput does not depend on what the tokens
 say, and the bench needs no download. Files: *_train_*.bin and *_val_*.bin, each a header of 256
 int32 words (20240520, 1, token count) and uint16 tokens, what frugal's shards:DIR reads.
@@ -49,6 +65,7 @@ when no CUDA device is visible (or frugal is built without CUDA).
 import argparse
 import ctypes
 import json
+import math
 import os
 import shlex
 import shutil
@@ -78,6 +95,12 @@ SMOKE = dict(layers=2, heads=2, embd=64, block=32, vocab=50257)
 ROW_FILES = ("gpu_muon", "gpu_bf16", "gpu_fp16", "gpu_sync_every", "gpu_activation_checkpointing", "gpu_checkpoint_stall",
              "gpu_machine")
 SKIP = 3  # untimed steps at the start of every run (the peer's first one compiles under --compile)
+ROWS = ("bf16", "head", "fp16", "sync", "ckpt", "stall", "muon")
+# A run's expected seconds before one of its side has run (GPT-2 shape on an H100/H200, measured
+# 2026-11-26, rounded up; process start, the warm-up and the timed steps): frugal, the eager peer,
+# torch.compile "default" (its first compile) and "max-autotune" (minutes of autotuning).
+FIRST_GUESS_S = {"frugal": 15, "peer": 25, "compile": 75, "max_autotune": 420}
+LOSS_TOLERANCE = {"frugal": 0.02, "peer": 0.05}  # relative, against frugal's ATen side
 
 def datasheet_peak(doctor, name):
     """The datasheet's dense bf16/fp16 TFLOP/s for the GPU `name` and its source, from frugal's own
@@ -180,7 +203,7 @@ class Bench:
         args = [venv_python(), os.path.join(HERE, "peer_gpt.py"), "--shards", self.shards, "--device", self.device,
                 "--dtype", dtype, "--vocab", str(s["vocab"]), "--layers", str(s["layers"]), "--heads", str(s["heads"]),
                 "--embd", str(s["embd"]), "--block", str(s["block"]), "--batch", str(self.a.batch),
-                "--steps", str(steps or self.a.steps), "--warmup", str(SKIP)]
+                "--steps", str(steps or self.a.steps), "--warmup", str(SKIP), "--prebuilt-batches"]
         if compile_:
             args.append("--compile")
             if compile_mode != "default":
@@ -276,6 +299,152 @@ def summarize(bench, runs, dtype):
     return out
 
 
+class Schedule:
+    """Which runs fit before the deadline (a Unix time; 0 or None: every run fits)."""
+
+    def __init__(self, deadline):
+        self.deadline = deadline
+
+    def left(self):
+        return self.deadline - time.time() if self.deadline else float("inf")
+
+    @staticmethod
+    def expected(key, kind, last_s):
+        """A run's expected seconds: the last run of its side, else the first guess for its kind."""
+        return last_s.get(key, FIRST_GUESS_S[kind])
+
+    def fits(self, expect):
+        return not self.deadline or time.time() + expect <= self.deadline
+
+
+def round_order(group, r):
+    """Round r's order of a row's sides: the list rotated by r, so that no side is always first
+    (on a cold machine) or always last (after the others warmed it)."""
+    return group[r % len(group):] + group[:r % len(group)] if group else []
+
+
+def loss_parity(group, reference="frugal"):
+    """Each side's median final loss against the reference side's: {"reference", "sides": {side:
+    {final_loss, relative_difference, tolerance, ok}}, "ok"}; None without the reference side."""
+    if reference not in group:
+        return None
+    ref = statistics.median(r["final_train_loss"] for r in group[reference]["runs"])
+    sides, ok = {}, math.isfinite(ref)
+    for k, v in group.items():
+        loss = statistics.median(r["final_train_loss"] for r in v["runs"])
+        tol = LOSS_TOLERANCE["frugal" if k.startswith("frugal") else "peer"]
+        diff = abs(loss - ref) / abs(ref) if math.isfinite(loss) and math.isfinite(ref) and ref else float("inf")
+        sides[k] = {"final_loss": loss, "relative_difference": diff if math.isfinite(diff) else None,
+                    "tolerance": tol, "ok": diff <= tol}
+        ok = ok and sides[k]["ok"]
+    return {"reference": reference, "sides": sides, "ok": ok}
+
+
+def write_json(path, obj):
+    """Written to a temporary file, then renamed: a reader never sees half a file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=2)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class ResultWriter:
+    """Writes every row's JSON and gpu_machine.json from the runs so far (after each run and at
+    the end): a bench cut off keeps what it measured."""
+
+    def __init__(self, a, bench, machine, out, date, shape, sync_n, stall_steps):
+        self.a, self.b, self.machine, self.out, self.n, self.stall_steps = a, bench, machine, out, sync_n, stall_steps
+        self.common = {"date": date, "device": a.device, "device_name": machine.get("device_name"), "shape": shape,
+                       "batch": a.batch, "smoke": a.smoke, "flops_per_token": bench.fpt}
+
+    def clear(self):
+        # A row this run cannot write must not leave an earlier run's file beside this run's.
+        os.makedirs(self.out, exist_ok=True)
+        for name in ROW_FILES:
+            for suffix in (".json", ".json.tmp"):
+                if os.path.exists(os.path.join(self.out, name + suffix)):
+                    os.remove(os.path.join(self.out, name + suffix))
+
+    def write(self, rounds, groups, failures, skipped, t0, complete):
+        a, b, res = self.a, self.b, {}
+        sides, fp16_sides, sync_sides, stall_sides, muon_sides = (g for _, g in groups)
+
+        def save(name, obj):
+            assert name in ROW_FILES, name
+            obj = dict({"bench": name}, **self.common, **obj)
+            write_json(os.path.join(self.out, name + ".json"), obj)
+            res[name] = obj
+
+        def ratios(obj, group):  # frugal (and frugal on its kernels) over each peer side that ran
+            for mine in ("frugal", "frugal_kernels"):
+                for peer in ("eager", "eager_padded", "compile", "compile_max_autotune", "frugal_unpadded", "frugal"):
+                    if mine != peer and mine in group and peer in group:
+                        obj[f"{mine}_over_{peer}"] = group[mine]["tokens_per_s"] / group[peer]["tokens_per_s"]
+            return obj
+
+        # A side with no successful run is left out of its row; a row with no side is not written.
+        bf = {k: summarize(b, v, "bf16") for k, v in rounds[id(sides)].items() if v}
+        bf_sides = {k: bf[k] for k in bf if not k.endswith("_ckpt")}
+        if bf_sides:
+            save("gpu_bf16", ratios({"dtype": "bf16", "sides": bf_sides, "loss_parity": loss_parity(bf)}, bf))
+        fp = {k: summarize(b, v, "fp16") for k, v in rounds[id(fp16_sides)].items() if v}
+        for k, v in fp.items():
+            v["skipped_steps"] = [r.get("skipped_steps") for r in v["runs"]]
+            v["loss_scale"] = [r.get("loss_scale") for r in v["runs"]]
+        if fp:
+            save("gpu_fp16", ratios({"dtype": "fp16", "loss_scaling": "dynamic", "sides": fp,
+                                     "loss_parity": loss_parity(fp)}, fp))
+        sy = {k: summarize(b, v, "bf16") for k, v in rounds[id(sync_sides)].items() if v}
+        if sy:
+            save("gpu_sync_every", ratios({"dtype": "bf16", "sync_every": self.n, "sides": sy,
+                                           "loss_parity": loss_parity(sy)}, sy))
+        ck = {}
+        for side in ("frugal", "eager"):
+            if side not in bf or side + "_ckpt" not in bf:
+                continue
+            base, rec = bf[side], bf[side + "_ckpt"]
+            ck[side] = {"peak_tensor_mb_none": base.get("peak_tensor_mb"), "peak_tensor_mb_ckpt": rec.get("peak_tensor_mb"),
+                        "step_ms_none": base["step_ms_median"], "step_ms_ckpt": rec["step_ms_median"],
+                        "time_overhead": rec["step_ms_median"] / base["step_ms_median"] - 1,
+                        "tokens_per_s_ckpt": rec["tokens_per_s"], "runs_ckpt": rec["runs"]}
+            if base.get("peak_tensor_mb") and rec.get("peak_tensor_mb"):
+                ck[side]["memory_saved"] = 1 - rec["peak_tensor_mb"] / base["peak_tensor_mb"]
+        if ck:
+            save("gpu_activation_checkpointing", {"dtype": "bf16", "frugal_mode": "blocks",
+                                                  "eager_mode": "torch.utils.checkpoint per block", "sides": ck})
+        st = {}
+        for mode, runs in rounds[id(stall_sides)].items():
+            if not runs:
+                continue
+            cps = [r["checkpoint"] for r in runs]
+            st[mode] = {"saves": cps[0]["saves"], "bytes": cps[0]["bytes"],
+                        "stall_s_mean": statistics.median(c["stall_s_mean"] for c in cps),
+                        "stall_s_max": statistics.median(c["stall_s_max"] for c in cps),
+                        "write_s_mean": statistics.median(c["write_s_mean"] for c in cps),
+                        "step_ms_median": statistics.median(r["step_ms_median"] for r in runs), "runs": runs}
+            if all("stall_s_each" in c for c in cps):  # each save's stall, in order (first round's run)
+                st[mode]["stall_s_each"] = cps[0]["stall_s_each"]
+        if "sync" in st and "async" in st:
+            st["stall_ratio_async_over_sync"] = (st["async"]["stall_s_mean"] / st["sync"]["stall_s_mean"]
+                                                 if st["sync"]["stall_s_mean"] > 0 else None)
+        if st:
+            save("gpu_checkpoint_stall", {"dtype": "bf16", "every_steps": a.ckpt_every, "steps": self.stall_steps,
+                                          "modes": st})
+        mu = {k: summarize(b, v, "bf16") for k, v in rounds[id(muon_sides)].items() if v}
+        if mu:
+            obj = {"dtype": "bf16", "sides": mu}
+            if "muon" in mu and "fused_adamw" in mu:
+                obj["step_time_ratio_muon_over_adamw"] = mu["muon"]["step_ms_median"] / mu["fused_adamw"]["step_ms_median"]
+            save("gpu_muon", obj)
+        self.machine.update({"bench_seconds": time.time() - t0, "complete": complete, "failures": failures,
+                             "skipped": skipped, "deadline": a.deadline or None})
+        write_json(os.path.join(self.out, "gpu_machine.json"), self.machine)
+        return res, (bf, fp, sy, ck, st)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help="results folder (default bench/results/<today>)")
@@ -298,10 +467,15 @@ def main():
     ap.add_argument("--no-kernels", dest="kernels", action="store_false",
                     help="leave out the bf16 side of frugal on its own CUDA kernels (model.kernels = frugal)")
     ap.add_argument("--max-autotune", action="store_true",
-                    help="add torch.compile mode \"max-autotune\" to the bf16 row (its autotuning takes minutes)")
+                    help="add torch.compile mode \"max-autotune\" to the bf16 row in every round (its autotuning "
+                         "takes minutes); under --deadline it otherwise runs once after the rounds if time is left")
     ap.add_argument("--only", default="",
-                    help="comma-separated rows to run (bf16, fp16, sync, ckpt, stall, muon; default all): e.g. "
+                    help="comma-separated rows to run (bf16, head, fp16, sync, ckpt, stall, muon; default all): e.g. "
                          "--only bf16 for a short lease")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="a Unix time: a run starts only if its expected time ends before it (0 = no deadline)")
+    ap.add_argument("--budget-s", type=float, default=0,
+                    help="the deadline as seconds from now (instead of --deadline)")
     ap.add_argument("--sync-every", type=int, default=10,
                     help="the sync-every row: both sides read the loss every N steps (0 = skip the row)")
     ap.add_argument("--smoke", action="store_true",
@@ -311,11 +485,15 @@ def main():
     a = ap.parse_args()
 
     shape = SMOKE if a.smoke else GPT2
-    rows = {r.strip() for r in a.only.split(",") if r.strip()} or {"bf16", "fp16", "sync", "ckpt", "stall", "muon"}
-    unknown = rows - {"bf16", "fp16", "sync", "ckpt", "stall", "muon"}
+    rows = {r.strip() for r in a.only.split(",") if r.strip()} or set(ROWS)
+    unknown = rows - set(ROWS)
     if unknown:
-        ap.error(f"--only {a.only}: unknown row(s) {', '.join(sorted(unknown))}; allowed: bf16, fp16, sync, ckpt, stall, muon")
+        ap.error(f"--only {a.only}: unknown row(s) {', '.join(sorted(unknown))}; allowed: {', '.join(ROWS)}")
     a.rows = rows
+    if a.budget_s < 0 or a.deadline < 0 or (a.budget_s and a.deadline):
+        ap.error("--budget-s and --deadline take one positive number, and only one of them")
+    if a.budget_s:
+        a.deadline = time.time() + a.budget_s
     if a.sync_every < 0:
         die("gpu_bench: --sync-every must be 0 (no row) or at least 1", 2)
     if a.smoke:
@@ -375,63 +553,93 @@ def main():
 
     # bf16: frugal, eager, compile; and activation checkpointing on frugal and eager, alternating.
     # frugal pads the head's matmuls to a multiple of 64 on a GPU by default (model.head_multiple):
-    # frugal_unpadded shows that lever alone, eager_padded the same padding written by hand.
-    sides = [("frugal", lambda: b.frugal("bf16", "bf16")), ("eager", lambda: b.peer("bf16")),
-             ("frugal_unpadded", lambda: b.frugal("bf16", "bf16_unpadded", ["model.head_multiple=1"])),
-             ("eager_padded", lambda: b.peer("bf16", head_multiple=64))]
+    # the head row's frugal_unpadded shows that lever alone, eager_padded the same padding by hand.
+    # Each side is (name, kind, run): the kind picks the first guess of its time (FIRST_GUESS_S).
+    sides = [("frugal", "frugal", lambda: b.frugal("bf16", "bf16")), ("eager", "peer", lambda: b.peer("bf16"))]
     if a.kernels and a.device.startswith("cuda"):  # the kernels are refused on a CPU (--smoke)
-        sides.append(("frugal_kernels", lambda: b.frugal("bf16", "bf16_kernels", ["model.kernels=frugal"])))
+        sides.append(("frugal_kernels", "frugal", lambda: b.frugal("bf16", "bf16_kernels", ["model.kernels=frugal"])))
     if compile_:
-        sides.append(("compile", lambda: b.peer("bf16", compile_=True)))
-        if a.max_autotune:
-            sides.append(("compile_max_autotune", lambda: b.peer("bf16", compile_=True, compile_mode="max-autotune")))
+        sides.append(("compile", "compile", lambda: b.peer("bf16", compile_=True)))
+    if "head" in a.rows:
+        sides += [("frugal_unpadded", "frugal", lambda: b.frugal("bf16", "bf16_unpadded", ["model.head_multiple=1"])),
+                  ("eager_padded", "peer", lambda: b.peer("bf16", head_multiple=64))]
+    autotune = ("compile_max_autotune", "max_autotune",
+                lambda: b.peer("bf16", compile_=True, compile_mode="max-autotune"))
+    if compile_ and a.max_autotune:
+        sides.append(autotune)
     if "ckpt" in a.rows:
-        sides += [("frugal_ckpt", lambda: b.frugal("bf16", "bf16_ckpt", ["memory.activation_checkpointing=blocks"])),
-                  ("eager_ckpt", lambda: b.peer("bf16", ckpt=True))]
+        sides += [("frugal_ckpt", "frugal", lambda: b.frugal("bf16", "bf16_ckpt", ["memory.activation_checkpointing=blocks"])),
+                  ("eager_ckpt", "peer", lambda: b.peer("bf16", ckpt=True))]
     if "bf16" not in a.rows:
-        sides = [x for x in sides if x[0].endswith("_ckpt")]
-    fp16_sides = [("frugal", lambda: b.frugal("fp16", "fp16")), ("eager", lambda: b.peer("fp16"))]
+        sides = [x for x in sides if x[0].endswith("_ckpt") or x[0] in ("frugal_unpadded", "eager_padded")]
+    fp16_sides = [("frugal", "frugal", lambda: b.frugal("fp16", "fp16")), ("eager", "peer", lambda: b.peer("fp16"))]
     if compile_:
-        fp16_sides.append(("compile", lambda: b.peer("fp16", compile_=True)))
+        fp16_sides.append(("compile", "compile", lambda: b.peer("fp16", compile_=True)))
     if "fp16" not in a.rows:
         fp16_sides = []
     n = a.sync_every if "sync" in a.rows else 0
     sync_sides = [] if n == 0 else [
-        ("frugal", lambda: b.frugal("bf16", f"bf16_log{n}", log_every=n, steps=max(a.steps, 2 * n))),
-        ("eager", lambda: b.peer("bf16", sync_every=n, steps=max(a.steps, 2 * n)))]
+        ("frugal", "frugal", lambda: b.frugal("bf16", f"bf16_log{n}", log_every=n, steps=max(a.steps, 2 * n))),
+        ("eager", "peer", lambda: b.peer("bf16", sync_every=n, steps=max(a.steps, 2 * n)))]
     stall_steps = max(a.steps, 3 * a.ckpt_every)
-    stall_sides = [(mode, lambda m=mode: b.frugal("bf16", f"stall_{m}", [
+    stall_sides = [(mode, "frugal", lambda m=mode: b.frugal("bf16", f"stall_{m}", [
         "checkpoint.enabled=true", f"checkpoint.every_steps={a.ckpt_every}", f"checkpoint.keep_last={a.keep_last}",
         f"checkpoint.async={'true' if m == 'async' else 'false'}"], steps=stall_steps)) for mode in ("sync", "async")
         if "stall" in a.rows]
 
-    muon_sides = [("fused_adamw", lambda: b.frugal("bf16", "bf16_adamw")),
-                  ("muon", lambda: b.frugal("bf16", "bf16_muon", ["train.optimizer=muon", "train.schedule=wsd"]))
+    muon_sides = [("fused_adamw", "frugal", lambda: b.frugal("bf16", "bf16_adamw")),
+                  ("muon", "frugal", lambda: b.frugal("bf16", "bf16_muon", ["train.optimizer=muon", "train.schedule=wsd"]))
                   ] if "muon" in a.rows else []
 
-    res = {}
     groups = (("bf16", sides), ("fp16", fp16_sides), (f"sync every {n}", sync_sides),
               ("checkpoint stall", stall_sides), ("muon", muon_sides))
-    rounds = {id(g): {k: [] for k, _ in g} for _, g in groups}
-    failures = []
+    rounds = {id(g): {k: [] for k, _, _ in g} for _, g in groups}
+    failures, skipped = [], []
+    last_s = {}  # side -> seconds its last run took
+    writer = ResultWriter(a, b, machine, out, date, shape, n, stall_steps)
+    sched = Schedule(a.deadline)
+
+    def attempt(r, label, group, k, kind, fn):
+        key = (label, k)
+        expect = sched.expected(key, kind, last_s)
+        if not sched.fits(expect):
+            skipped.append({"round": r + 1, "row": label, "side": k, "expected_s": round(expect),
+                            "left_s": round(sched.left()), "why": "the time budget (--deadline) would be passed"})
+            print(f"gpu_bench: round {r + 1} {label} {k}: skipped, {expect:.0f} s expected and "
+                  f"{max(0, sched.left()):.0f} s left before the deadline", file=sys.stderr)
+            return
+        t = time.time()
+        try:
+            run = fn()
+        except (RunFailed, OSError, ValueError, KeyError, IndexError) as e:
+            # A run that failed, or one that exited 0 but left unreadable figures
+            # (metrics.jsonl, summary.json, the peer's JSON line).
+            error, detail = e.args if isinstance(e, RunFailed) else (f"{type(e).__name__}: {e}", repr(e))
+            failures.append({"round": r + 1, "row": label, "side": k, "error": error, "detail": detail})
+            writer.write(rounds, groups, failures, skipped, t0, complete=False)
+            print(f"gpu_bench: round {r + 1}/{a.repeats} {label} {k}: FAILED after {time.time() - t:.0f} s: "
+                  f"{detail[-1500:]}", file=sys.stderr)
+            return
+        finally:
+            last_s[key] = time.time() - t
+        if run is not None:
+            rounds[id(group)][k].append(run)
+            writer.write(rounds, groups, failures, skipped, t0, complete=False)  # before the line that says so
+            print(f"gpu_bench: round {r + 1}/{a.repeats} {label} {k}: {run['tokens_per_s']:,.0f} tokens/s, "
+                  f"step {run['step_ms_median']:.1f} ms (median), loss {run['final_train_loss']:.4f}, "
+                  f"{time.time() - t:.0f} s", file=sys.stderr)
+
+    if not a.dry_run:
+        writer.clear()
     for r in range(a.repeats):
         for label, g in groups:
-            for k, fn in g:
-                t = time.time()
-                try:
-                    run = fn()
-                except (RunFailed, OSError, ValueError, KeyError, IndexError) as e:
-                    # A run that failed, or one that exited 0 but left unreadable figures
-                    # (metrics.jsonl, summary.json, the peer's JSON line).
-                    error, detail = e.args if isinstance(e, RunFailed) else (f"{type(e).__name__}: {e}", repr(e))
-                    failures.append({"round": r + 1, "row": label, "side": k, "error": error, "detail": detail})
-                    print(f"gpu_bench: round {r + 1}/{a.repeats} {label} {k}: FAILED after {time.time() - t:.0f} s: "
-                          f"{detail[-1500:]}", file=sys.stderr)
-                    continue
-                if run is not None:
-                    rounds[id(g)][k].append(run)
-                    print(f"gpu_bench: round {r + 1}/{a.repeats} {label} {k}: {run['tokens_per_s']:,.0f} tokens/s, "
-                          f"step {run['step_ms_median']:.1f} ms (median), {time.time() - t:.0f} s", file=sys.stderr)
+            for k, kind, fn in round_order(g, r):
+                attempt(r, label, g, k, kind, fn)
+    # Under a deadline, max-autotune (minutes of autotuning) once, when the time left covers it.
+    if compile_ and not a.max_autotune and a.deadline and "bf16" in a.rows and not a.dry_run:
+        sides.append(autotune)
+        rounds[id(sides)][autotune[0]] = []
+        attempt(a.repeats - 1, "bf16", sides, *autotune)
 
     if a.dry_run:
         print("\n".join(b.commands))
@@ -441,85 +649,7 @@ def main():
             shutil.rmtree(work, ignore_errors=True)
         return 0
 
-    os.makedirs(out, exist_ok=True)
-    # A row this run cannot write must not leave an earlier run's file beside this run's.
-    for name in ROW_FILES:
-        if os.path.exists(os.path.join(out, name + ".json")):
-            os.remove(os.path.join(out, name + ".json"))
-    common = {"date": date, "device": a.device, "device_name": machine["device_name"], "shape": shape,
-              "batch": a.batch, "smoke": a.smoke, "flops_per_token": b.fpt}
-
-    def save(name, obj):
-        assert name in ROW_FILES, name
-        obj = dict({"bench": name}, **common, **obj)
-        with open(os.path.join(out, name + ".json"), "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-        res[name] = obj
-
-    def ratios(obj, group):  # frugal (and frugal on its kernels) over each peer side that ran
-        for mine in ("frugal", "frugal_kernels"):
-            for peer in ("eager", "eager_padded", "compile", "compile_max_autotune", "frugal_unpadded", "frugal"):
-                if mine != peer and mine in group and peer in group:
-                    obj[f"{mine}_over_{peer}"] = group[mine]["tokens_per_s"] / group[peer]["tokens_per_s"]
-        return obj
-
-    # A side with no successful run is left out of its row; a row with no side is not written.
-    bf = {k: summarize(b, v, "bf16") for k, v in rounds[id(sides)].items() if v}
-    bf_sides = {k: bf[k] for k in bf if not k.endswith("_ckpt")}
-    if bf_sides:
-        save("gpu_bf16", ratios({"dtype": "bf16", "sides": bf_sides}, bf))
-    fp = {k: summarize(b, v, "fp16") for k, v in rounds[id(fp16_sides)].items() if v}
-    for k, v in fp.items():
-        v["skipped_steps"] = [r.get("skipped_steps") for r in v["runs"]]
-        v["loss_scale"] = [r.get("loss_scale") for r in v["runs"]]
-    if fp:
-        save("gpu_fp16", ratios({"dtype": "fp16", "loss_scaling": "dynamic", "sides": fp}, fp))
-    sy = {k: summarize(b, v, "bf16") for k, v in rounds[id(sync_sides)].items() if v}
-    if sy:
-        save("gpu_sync_every", ratios({"dtype": "bf16", "sync_every": n, "sides": sy}, sy))
-    ck = {}
-    for side in ("frugal", "eager"):
-        if side not in bf or side + "_ckpt" not in bf:
-            continue
-        base, rec = bf[side], bf[side + "_ckpt"]
-        ck[side] = {"peak_tensor_mb_none": base.get("peak_tensor_mb"), "peak_tensor_mb_ckpt": rec.get("peak_tensor_mb"),
-                    "step_ms_none": base["step_ms_median"], "step_ms_ckpt": rec["step_ms_median"],
-                    "time_overhead": rec["step_ms_median"] / base["step_ms_median"] - 1,
-                    "tokens_per_s_ckpt": rec["tokens_per_s"], "runs_ckpt": rec["runs"]}
-        if base.get("peak_tensor_mb") and rec.get("peak_tensor_mb"):
-            ck[side]["memory_saved"] = 1 - rec["peak_tensor_mb"] / base["peak_tensor_mb"]
-    if ck:
-        save("gpu_activation_checkpointing", {"dtype": "bf16", "frugal_mode": "blocks",
-                                              "eager_mode": "torch.utils.checkpoint per block", "sides": ck})
-    st = {}
-    for mode, runs in rounds[id(stall_sides)].items():
-        if not runs:
-            continue
-        cps = [r["checkpoint"] for r in runs]
-        st[mode] = {"saves": cps[0]["saves"], "bytes": cps[0]["bytes"],
-                    "stall_s_mean": statistics.median(c["stall_s_mean"] for c in cps),
-                    "stall_s_max": statistics.median(c["stall_s_max"] for c in cps),
-                    "write_s_mean": statistics.median(c["write_s_mean"] for c in cps),
-                    "step_ms_median": statistics.median(r["step_ms_median"] for r in runs), "runs": runs}
-        if all("stall_s_each" in c for c in cps):  # each save's stall, in order (first round's run)
-            st[mode]["stall_s_each"] = cps[0]["stall_s_each"]
-    if "sync" in st and "async" in st:
-        st["stall_ratio_async_over_sync"] = (st["async"]["stall_s_mean"] / st["sync"]["stall_s_mean"]
-                                             if st["sync"]["stall_s_mean"] > 0 else None)
-    if st:
-        save("gpu_checkpoint_stall", {"dtype": "bf16", "every_steps": a.ckpt_every, "steps": stall_steps, "modes": st})
-    mu = {k: summarize(b, v, "bf16") for k, v in rounds[id(muon_sides)].items() if v}
-    if mu:
-        obj = {"dtype": "bf16", "sides": mu}
-        if "muon" in mu and "fused_adamw" in mu:
-            obj["step_time_ratio_muon_over_adamw"] = mu["muon"]["step_ms_median"] / mu["fused_adamw"]["step_ms_median"]
-        save("gpu_muon", obj)
-    machine["bench_seconds"] = time.time() - t0
-    machine["failures"] = failures
-    with open(os.path.join(out, "gpu_machine.json"), "w") as f:
-        json.dump(machine, f, indent=2)
-        f.write("\n")
+    res, (bf, fp, sy, ck, st) = writer.write(rounds, groups, failures, skipped, t0, complete=True)
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -555,10 +685,24 @@ def main():
             print(f"{'':34} stall of each save: {', '.join(f'{1e3 * x:.0f}' for x in v['stall_s_each'])} ms")
     if "step_time_ratio_muon_over_adamw" in res.get("gpu_muon", {}):
         print(f"{'muon over fused_adamw':34} step time x{res['gpu_muon']['step_time_ratio_muon_over_adamw']:.3f}")
+    parity_failed = []
+    for name in ("gpu_bf16", "gpu_fp16", "gpu_sync_every"):
+        lp = res.get(name, {}).get("loss_parity")
+        if not lp:
+            continue
+        print(f"{name + ' final loss':34} " + ", ".join(
+            f"{k} {v['final_loss']:.4f}" + ("" if v["ok"] else " (OFF)") for k, v in lp["sides"].items()))
+        parity_failed += [f"{name} {k}" for k, v in lp["sides"].items() if not v["ok"]]
     for f in failures:
         print(f"{'FAILED round ' + str(f['round']) + ' ' + f['row'] + ' ' + f['side']:34} {f['error']}")
+    if parity_failed:
+        print(f"{'LOSS OFF its reference':34} {', '.join(parity_failed)} (beyond {LOSS_TOLERANCE['frugal']:.0%} for "
+              f"frugal's sides, {LOSS_TOLERANCE['peer']:.0%} for PyTorch's, of frugal's ATen side)")
+    if skipped:
+        print(f"{'skipped (time budget)':34} {len(skipped)} run(s): "
+              + ", ".join(f"round {x['round']} {x['row']} {x['side']}" for x in skipped))
     print(f"\nresults: {out}/ ({', '.join(sorted(res) + ['gpu_machine'])})")
-    return 1 if failures else 0
+    return 1 if failures or parity_failed else 0
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ Data: --text PATH trains on byte tokens of the file's first (1 - --val-fraction)
 frugal's data.source = "text:PATH" does; --shards DIR reads llm.c token files (*_train_*.bin,
 256 int32 header words with magic 20240520, then uint16 tokens), as frugal's "shards:DIR" does.
 Batches are random windows (nanoGPT's get_batch), built on the host in the training thread;
-the time spent building them is reported as data_ms_median / data_wait_fraction.
+the time spent building them is reported as data_ms_median / data_wait_fraction. With
+--prebuilt-batches every step's batch is built and copied to the device before the first step,
+so no step's time holds data work (what the GPU benchmark's throughput rows compare).
 """
 import argparse
 import glob
@@ -211,6 +213,8 @@ def main():
     ap.add_argument("--activation-checkpointing", action="store_true",
                     help="torch.utils.checkpoint around every block (recompute in backward)")
     ap.add_argument("--no-tf32", action="store_true", help="CUDA fp32 matmuls without TF32 (frugal's precision.tf32=false)")
+    ap.add_argument("--prebuilt-batches", action="store_true",
+                    help="build every step's batch on the device before the first step (no data work is timed)")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--profile-trace", default=None,
                     help="write a Chrome trace of --profile-steps steps after the warm-up (torch.profiler, "
@@ -276,6 +280,7 @@ def main():
     scaler = torch.amp.GradScaler(device.type) if a.dtype == "fp16" else None
     total = a.warmup + a.steps
 
+    prebuilt = [get_batch() for _ in range(total)] if a.prebuilt_batches else None
     times, data_s, losses = [], [], []
     windows = []  # (steps, seconds) between consecutive loss reads
     if device.type == "cuda":
@@ -295,7 +300,7 @@ def main():
             span = torch.profiler.record_function("step")
             span.__enter__()
         t0 = time.perf_counter()
-        x, y = get_batch()
+        x, y = prebuilt[step] if prebuilt else get_batch()
         data_s.append(time.perf_counter() - t0)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, a.lr_warmup_steps, a.lr, 0.1)
@@ -360,7 +365,7 @@ def main():
         "data_ms_median": 1e3 * statistics.median(data_s[first_timed:]),
         "data_wait_fraction": sum(data_s[first_timed:]) / sum(timed),
         "step_ms": [round(1e3 * t, 3) for t in timed],
-        "sync_every": a.sync_every,
+        "sync_every": a.sync_every, "prebuilt_batches": a.prebuilt_batches,
         "final_loss": losses[-1],
         "loss_scale": scaler.get_scale() if scaler else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,

@@ -19,6 +19,11 @@ enum class Dtype { kF32, kBf16 };
 
 const char* kernel_error_text(int code);
 
+// 0 when this build holds code the current device can run (its machine code, or PTX the driver
+// compiles for it), else the CUDA error: cudaErrorNoKernelImageForDevice where the build's
+// architectures (FRUGAL_CUDA_ARCHITECTURES) leave the device's out. Clears the error it raised.
+int kernel_image_status();
+
 // ---- fused classifier (classifier.cu) --------------------------------------------------------
 // logits: `rows` rows of `ld` elements (ld >= vocab; columns vocab..ld-1 are the head's padding
 // and ignored), dtype `dt`. targets: `rows` int64 token ids. For each row r:

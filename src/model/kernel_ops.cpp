@@ -12,6 +12,13 @@
 
 #if FRUGAL_HAVE_KERNELS
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "kernels/kernels.h"
 #endif
@@ -34,15 +41,48 @@ kernels::Dtype to_kernel_dtype(at::ScalarType t) {
   return t == at::kBFloat16 ? kernels::Dtype::kBf16 : kernels::Dtype::kF32;
 }
 
+// Whether the build's kernels hold code for GPU `index` (kernels::kernel_image_status), asked once
+// per device; kept as status + 1 (0: not asked yet).
+int image_status(c10::DeviceIndex index) {
+  static std::array<std::atomic<int>, 64> known{};
+  if (index < 0 || index >= static_cast<int>(known.size())) return 0;
+  int kept = known[index].load();
+  if (kept == 0) {
+    const c10::cuda::CUDAGuard device_guard(index);
+    kept = kernels::kernel_image_status() + 1;
+    known[index].store(kept);
+  }
+  return kept - 1;
+}
+
 bool capable_device(const at::Tensor& t) {
-  return t.is_cuda() && at::cuda::getDeviceProperties(t.device().index())->major >= 8;
+  return t.is_cuda() && at::cuda::getDeviceProperties(t.device().index())->major >= 8 &&
+         image_status(t.device().index()) == 0;
 }
 
 void check_launch(int status, const char* what) {
   TORCH_CHECK(status == 0, "frugal kernel ", what, " failed to launch: ", kernels::kernel_error_text(status));
 }
 
-void* current_stream() { return at::cuda::getCurrentCUDAStream().stream(); }
+// The LayerNorm backward's arrival counter for `t`'s device and current stream: 0 between launches
+// (the kernel's last block resets it), so one per stream serves every call on it, without a
+// memset per call. Kept for the life of the process (never freed: a static tensor's destructor
+// could run after the CUDA runtime has shut down).
+const at::Tensor& backward_counter(const at::Tensor& t) {
+  static std::mutex mutex;
+  static auto* counters = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
+  const std::pair<int, cudaStream_t> key{t.device().index(),
+                                         at::cuda::getCurrentCUDAStream(t.device().index()).stream()};
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = counters->find(key);
+  if (it == counters->end()) it = counters->emplace(key, at::zeros({1}, t.options().dtype(at::kInt))).first;
+  return it->second;
+}
+
+// The stream the kernels of a tensor on `t`'s device queue on. Each launch runs under a
+// CUDAGuard of that device (a data-parallel rank's tensors live on its own GPU, which need not be
+// the thread's current one).
+void* stream_of(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
 int sm_count(const at::Tensor& t) { return at::cuda::getDeviceProperties(t.device().index())->multiProcessorCount; }
 #endif
@@ -73,12 +113,13 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
     if (kernel) {
 #if FRUGAL_HAVE_KERNELS
       RECORD_FUNCTION("frugal::fused_classifier", std::vector<c10::IValue>());
+      const c10::cuda::CUDAGuard device_guard(logits.device());
       const auto opts = logits.options().dtype(at::kFloat);
       lse = at::empty({logits.size(0)}, opts);
       rows = at::empty({logits.size(0)}, opts);
       check_launch(kernels::classifier_forward(logits.data_ptr(), to_kernel_dtype(logits.scalar_type()), logits.size(0),
                                                vocab, logits.size(1), targets.data_ptr<int64_t>(), ignore_index,
-                                               lse.data_ptr<float>(), rows.data_ptr<float>(), current_stream()),
+                                               lse.data_ptr<float>(), rows.data_ptr<float>(), stream_of(logits)),
                    "classifier_forward");
 #endif
     } else {
@@ -112,12 +153,17 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
     if (ctx->saved_data["kernel"].toBool()) {
 #if FRUGAL_HAVE_KERNELS
       RECORD_FUNCTION("frugal::fused_classifier_backward", std::vector<c10::IValue>());
+      const c10::cuda::CUDAGuard device_guard(logits.device());
       const at::Tensor grad = grad_out[0].to(at::kFloat).contiguous();
       check_launch(kernels::classifier_backward(
                        dlogits.data_ptr(), logits.data_ptr(), to_kernel_dtype(logits.scalar_type()), logits.size(0),
                        vocab, logits.size(1), targets.data_ptr<int64_t>(), ignore, lse.data_ptr<float>(),
-                       grad.data_ptr<float>(), count.data_ptr<float>(), current_stream()),
+                       grad.data_ptr<float>(), count.data_ptr<float>(), stream_of(logits)),
                    "classifier_backward");
+      // The kernel wrote through a raw pointer: the in-place write is made known to autograd, so
+      // that another reader of the logits fails loudly ("modified by an inplace operation")
+      // instead of reading gradients. ATen's in-place operations below count themselves.
+      if (scratch) dlogits.unsafeGetTensorImpl()->bump_version();
 #endif
     } else {
       const at::ScalarType ct = reference_compute_type(logits);
@@ -171,6 +217,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
   if (kernel) {
 #if FRUGAL_HAVE_KERNELS
     RECORD_FUNCTION("frugal::layer_norm_backward", std::vector<c10::IValue>());
+    const c10::cuda::CUDAGuard device_guard(x.device());
     const int sms = sm_count(x);
     at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
     at::Tensor dx_low = y_dtype ? at::empty(x.sizes(), x.options().dtype(*y_dtype)) : at::Tensor();
@@ -178,13 +225,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     at::Tensor dw = at::empty({C}, f32), db = at::empty({C}, f32);
     at::Tensor scratch =
         at::empty({static_cast<int64_t>(kernels::layernorm_backward_scratch_floats(rows, C, sms))}, f32);
-    at::Tensor counter = at::zeros({1}, x.options().dtype(at::kInt));
+    const at::Tensor& counter = backward_counter(x);
     check_launch(kernels::layernorm_backward(
                      dx.data_ptr(), dx_low.defined() ? dx_low.data_ptr() : nullptr, dout.data_ptr(),
                      dresid.defined() ? dresid.data_ptr() : nullptr, x.data_ptr(), weight.data_ptr(),
                      mean.data_ptr<float>(), rstd.data_ptr<float>(), to_kernel_dtype(x.scalar_type()),
                      to_kernel_dtype(out_dtype), dw.data_ptr<float>(), db.data_ptr<float>(), scratch.data_ptr<float>(),
-                     reinterpret_cast<unsigned*>(counter.data_ptr<int32_t>()), rows, C, sms, current_stream()),
+                     reinterpret_cast<unsigned*>(counter.data_ptr<int32_t>()), rows, C, sms, stream_of(x)),
                  "layernorm_backward");
     return {dx, dx_low, dw.to(weight.scalar_type()), db.to(bias.scalar_type())};
 #endif
@@ -211,13 +258,14 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     if (kernel) {
 #if FRUGAL_HAVE_KERNELS
       RECORD_FUNCTION("frugal::layer_norm", std::vector<c10::IValue>());
+      const c10::cuda::CUDAGuard device_guard(x.device());
       out = at::empty(x.sizes(), x.options().dtype(out_dtype));
       mean = at::empty({rows}, x.options().dtype(at::kFloat));
       rstd = at::empty({rows}, x.options().dtype(at::kFloat));
       check_launch(kernels::layernorm_forward(out.data_ptr(), to_kernel_dtype(out_dtype), mean.data_ptr<float>(),
                                               rstd.data_ptr<float>(), x.data_ptr(), weight.contiguous().data_ptr(),
                                               bias.contiguous().data_ptr(), to_kernel_dtype(x.scalar_type()), rows, C,
-                                              static_cast<float>(eps), current_stream()),
+                                              static_cast<float>(eps), stream_of(x)),
                    "layernorm_forward");
 #endif
     } else {
@@ -249,6 +297,7 @@ class ResidualLayerNormFunction : public torch::autograd::Function<ResidualLayer
     if (kernel) {
 #if FRUGAL_HAVE_KERNELS
       RECORD_FUNCTION("frugal::residual_layer_norm", std::vector<c10::IValue>());
+      const c10::cuda::CUDAGuard device_guard(residual.device());
       h = at::empty_like(residual, at::MemoryFormat::Contiguous);
       out = at::empty(residual.sizes(), residual.options().dtype(out_dtype));
       mean = at::empty({rows}, residual.options().dtype(at::kFloat));
@@ -257,7 +306,7 @@ class ResidualLayerNormFunction : public torch::autograd::Function<ResidualLayer
                        h.data_ptr(), out.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
                        residual.data_ptr(), y.data_ptr(), weight.contiguous().data_ptr(), bias.contiguous().data_ptr(),
                        to_kernel_dtype(residual.scalar_type()), to_kernel_dtype(out_dtype), rows, C,
-                       static_cast<float>(eps), current_stream()),
+                       static_cast<float>(eps), stream_of(residual)),
                    "residual_layernorm_forward");
 #endif
     } else {
@@ -309,6 +358,13 @@ std::string cuda_kernels_unavailable(const c10::Device& device) {
   if (p->major < 8)
     return "frugal's kernels need a GPU of compute capability 8.0 or newer (A100, H100); " + std::string(p->name) +
            " has " + std::to_string(p->major) + "." + std::to_string(p->minor);
+  const int image = image_status(device.index() < 0 ? at::cuda::current_device() : device.index());
+  if (image != 0)
+    return fmt::format(
+        "this build's kernels were compiled for the CUDA architectures {} and cannot run on {} (compute capability "
+        "{}.{}: {}); rebuild with -DFRUGAL_CUDA_ARCHITECTURES=\"{}{}-real\"",
+        FRUGAL_CUDA_ARCHITECTURES_TEXT, p->name, p->major, p->minor, kernels::kernel_error_text(image), p->major,
+        p->minor);
 #endif
   return "";
 }

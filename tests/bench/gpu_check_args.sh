@@ -6,7 +6,7 @@
 set -u
 script="$1/scripts/gpu-check.sh"
 options=(--out --build-dir --no-bench --profile --no-compile --smoke --repeats --steps --test-timeout --cuda-arch
-         --max-autotune --no-sanitizer --bench-rows --help)
+         --max-autotune --no-sanitizer --bench-rows --budget --node-tests --help)
 fail=0
 bad() { echo "gpu_check_args: $*"; fail=1; }
 
@@ -23,7 +23,7 @@ for o in "${options[@]}"; do
   grep -q -- "$o" <<<"$msg" || bad "the unknown-option message does not list $o: $msg"
 done
 
-for args in "--steps x" "--repeats 0" "--test-timeout -5" "--cuda-arch sm_90;rm" "--bench-rows bf16,gpt"; do
+for args in "--steps x" "--repeats 0" "--test-timeout -5" "--cuda-arch sm_90;rm" "--bench-rows bf16,gpt" "--budget 8m"; do
   # shellcheck disable=SC2086
   msg=$(bash "$script" $args 2>&1); rc=$?
   [[ $rc -eq 2 ]] || bad "'$args' exited $rc, not 2"

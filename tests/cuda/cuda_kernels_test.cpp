@@ -20,6 +20,7 @@
 
 #if FRUGAL_HAVE_KERNELS
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #endif
 
 namespace frugal::cuda_kernels_test {
@@ -143,6 +144,56 @@ TEST(Cuda, FusedCrossEntropyOnTheGpuMatchesItsCpuReference) {
   EXPECT_LT(rel_err(gpu.grad(), cpu.grad()), 1e-5);
 }
 
+// The backward writes the gradient over scratch logits through a raw pointer: autograd must learn
+// of it, so a second reader of those logits fails loudly instead of reading gradients.
+TEST(Cuda, GradientWrittenOverScratchLogitsIsAnInPlaceWriteAutogradSees) {
+  FRUGAL_REQUIRE_KERNELS();
+  torch::manual_seed(4);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  auto w = torch::randn({64, 128}, cuda.dtype(torch::kBFloat16)).requires_grad_();
+  auto targets = torch::randint(0, 128, {64}, cuda.dtype(torch::kLong));
+  auto logits = w * 2;  // not a leaf: the loss may take it as scratch
+  const auto before = logits._version();
+  auto other = logits.pow(2).sum();  // saves the logits, and runs its backward after the loss's
+  auto loss = fused_cross_entropy(logits, targets, 128, kIgnoreIndex, /*logits_are_scratch=*/true);
+  try {
+    (loss + other * 0).backward();
+    ADD_FAILURE() << "a reader of the overwritten logits ran its backward without an error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("inplace"), std::string::npos) << e.what();
+  }
+  EXPECT_GT(logits._version(), before) << "the kernel's write over the logits did not count as a change";
+}
+
+// Every launch runs on the tensors' own GPU, whichever is current (a data-parallel rank's GPU
+// need not be the thread's current device). Needs two GPUs.
+TEST(Cuda, KernelsRunOnTheTensorsGpuNotTheCurrentOne) {
+  FRUGAL_REQUIRE_KERNELS();
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "needs two CUDA devices, this machine has one";
+  const std::string why = cuda_kernels_unavailable(torch::Device(torch::kCUDA, 1));
+  if (!why.empty()) GTEST_SKIP() << why;
+  torch::manual_seed(5);
+  const auto on1 = torch::TensorOptions().device(torch::Device(torch::kCUDA, 1));
+  const c10::cuda::CUDAGuard current(0);
+  auto x = torch::randn({300, 768}, on1), w = torch::randn({768}, on1), b = torch::randn({768}, on1);
+  auto xg = x.clone().requires_grad_();
+  auto out = fused_layer_norm(xg, w, b, 1e-5, torch::kFloat);
+  EXPECT_LT(
+      rel_err(out, torch::layer_norm(x.to(torch::kDouble), {768}, w.to(torch::kDouble), b.to(torch::kDouble), 1e-5)),
+      1e-5);
+  out.sum().backward();
+  ASSERT_TRUE(xg.grad().defined());
+  EXPECT_EQ(xg.grad().device(), x.device());
+  auto logits = torch::randn({64, 1024}, on1).requires_grad_();
+  auto targets = torch::randint(0, 1000, {64}, on1.dtype(torch::kLong));
+  auto lg = fused_cross_entropy(logits, targets, 1000, kIgnoreIndex);
+  auto lc = fused_cross_entropy(logits.detach().cpu(), targets.cpu(), 1000, kIgnoreIndex);
+  EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-5);
+  lg.backward();
+  EXPECT_FALSE(any_nan(logits.grad()));
+  EXPECT_EQ(c10::cuda::current_device(), 0) << "the current device was left changed";
+}
+
 struct NormShape {
   at::ScalarType xt, ot;
   int64_t rows, C;
@@ -230,7 +281,11 @@ TEST(Cuda, LayerNormKernelsMatchAtenInDoubleAndAreDeterministic) {
   for (const NormShape& s :
        {NormShape{torch::kFloat, torch::kBFloat16, 16384, 768},  // GPT-2 under bf16 autocast
         NormShape{torch::kFloat, torch::kFloat, 16384, 768}, NormShape{torch::kBFloat16, torch::kBFloat16, 300, 768},
-        NormShape{torch::kFloat, torch::kFloat, 1, 100}, NormShape{torch::kFloat, torch::kBFloat16, 7, 8}}) {
+        NormShape{torch::kFloat, torch::kFloat, 1, 100}, NormShape{torch::kFloat, torch::kBFloat16, 7, 8},
+        // The register-cached path's limits: 4 groups of 8 a lane (1024), 3 and a partial last
+        // one (1000), the forward's 8 with the backward's fallback (2048), neither (2056).
+        NormShape{torch::kFloat, torch::kFloat, 64, 1024}, NormShape{torch::kBFloat16, torch::kFloat, 33, 1000},
+        NormShape{torch::kFloat, torch::kBFloat16, 64, 2048}, NormShape{torch::kFloat, torch::kFloat, 5, 2056}}) {
     check_layer_norm(s, false);
     check_layer_norm(s, true);
   }
@@ -261,6 +316,8 @@ TEST(Cuda, TrainingOnFrugalKernelsTracksTheAtenPath) {
 #else
 TEST(Cuda, FusedClassifierMatchesLogSoftmaxInDoubleAndWritesEveryElement) { FRUGAL_REQUIRE_KERNELS(); }
 TEST(Cuda, FusedCrossEntropyOnTheGpuMatchesItsCpuReference) { FRUGAL_REQUIRE_KERNELS(); }
+TEST(Cuda, GradientWrittenOverScratchLogitsIsAnInPlaceWriteAutogradSees) { FRUGAL_REQUIRE_KERNELS(); }
+TEST(Cuda, KernelsRunOnTheTensorsGpuNotTheCurrentOne) { FRUGAL_REQUIRE_KERNELS(); }
 TEST(Cuda, LayerNormKernelsMatchAtenInDoubleAndAreDeterministic) { FRUGAL_REQUIRE_KERNELS(); }
 TEST(Cuda, TrainingOnFrugalKernelsTracksTheAtenPath) { FRUGAL_REQUIRE_KERNELS(); }
 #endif

@@ -1,0 +1,91 @@
+"""The GPU benchmark's own machinery, on the CPU (bench/gpu_bench.py --smoke, a tiny shape): every
+row's JSON is written after each run, so a bench killed after its first run keeps that run; a
+--budget-s too short for any run skips them all and says so; each row records its sides' final
+losses against frugal's ATen side and flags one beyond tolerance; rounds rotate their sides.
+
+  python tests/bench/gpu_bench_check.py FRUGAL_BINARY"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(HERE, "..", "..", "bench")
+sys.path.insert(0, BENCH)
+from gpu_bench import loss_parity, round_order  # noqa: E402
+
+FRUGAL = sys.argv[1]
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAILED: {what}", file=sys.stderr)
+        sys.exit(1)
+
+
+def bench(out, *extra):
+    return [sys.executable, os.path.join(BENCH, "gpu_bench.py"), "--smoke", "--frugal", FRUGAL, "--out", out,
+            "--only", "bf16", "--no-compile", *extra]
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+# Loss parity: frugal's sides within 2% of its ATen side, PyTorch's within 5%.
+group = {k: {"runs": [{"final_train_loss": v}]} for k, v in
+         (("frugal", 10.0), ("frugal_kernels", 10.3), ("eager", 10.4), ("compile", 9.4))}
+lp = loss_parity(group)
+check(lp["sides"]["frugal"]["ok"] and lp["sides"]["eager"]["ok"], f"sides within tolerance flagged: {lp}")
+check(not lp["sides"]["frugal_kernels"]["ok"], f"frugal_kernels 3% off passed: {lp}")
+check(not lp["sides"]["compile"]["ok"] and not lp["ok"], f"compile 6% off passed: {lp}")
+group["frugal_kernels"]["runs"][0]["final_train_loss"] = float("nan")
+check(not loss_parity(group)["sides"]["frugal_kernels"]["ok"], "a NaN loss passed")
+check(loss_parity({"eager": group["eager"]}) is None, "parity without the reference side")
+
+# Rotation: each side leads one round.
+sides = ["a", "b", "c"]
+check([round_order(sides, r)[0] for r in range(3)] == ["a", "b", "c"], "rounds do not rotate their sides")
+check(round_order([], 2) == [], "an empty row")
+
+with tempfile.TemporaryDirectory() as tmp:
+    # A whole smoke bench: both sides, their losses, complete.
+    out = os.path.join(tmp, "whole")
+    p = subprocess.run(bench(out), capture_output=True, text=True)
+    check(p.returncode == 0, f"the smoke bench exited {p.returncode}: {p.stderr[-2000:]}")
+    bf = load(os.path.join(out, "gpu_bf16.json"))
+    check(set(bf["sides"]) == {"frugal", "eager"}, f"sides {sorted(bf['sides'])}")
+    check(bf["loss_parity"] and set(bf["loss_parity"]["sides"]) == {"frugal", "eager"}, f"parity {bf['loss_parity']}")
+    check(load(os.path.join(out, "gpu_machine.json"))["complete"] is True, "a finished bench is not complete")
+    check(not any(f.endswith(".tmp") for f in os.listdir(out)), f"temporary files left: {os.listdir(out)}")
+
+    # Killed right after its first run: that run's figures are on disk.
+    out = os.path.join(tmp, "cut")
+    proc = subprocess.Popen(bench(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = None
+    for line in proc.stderr:
+        if "round 1/1 bf16 " in line and "tokens/s" in line:
+            first = line
+            break
+    check(first is not None, "no run finished")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    side = first.split("round 1/1 bf16 ")[1].split(":")[0]
+    bf = load(os.path.join(out, "gpu_bf16.json"))
+    check(side in bf["sides"], f"the first run ({side}) is not in gpu_bf16.json after the kill: {sorted(bf['sides'])}")
+    check(load(os.path.join(out, "gpu_machine.json"))["complete"] is False, "a killed bench says complete")
+
+    # A budget no run fits: every run skipped, listed, nothing measured, exit 0.
+    out = os.path.join(tmp, "budget")
+    t = time.time()
+    p = subprocess.run(bench(out, "--budget-s", "1"), capture_output=True, text=True)
+    check(p.returncode == 0, f"the budget bench exited {p.returncode}: {p.stderr[-2000:]}")
+    m = load(os.path.join(out, "gpu_machine.json"))
+    check([x["side"] for x in m["skipped"]] == ["frugal", "eager"], f"skipped {m['skipped']}")
+    check(not os.path.exists(os.path.join(out, "gpu_bf16.json")), "a row written without a run")
+    check("skipped" in p.stdout and time.time() - t < 60, f"the skipped runs are not reported: {p.stdout[-800:]}")
+print("gpu_bench_check: ok")
