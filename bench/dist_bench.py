@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Data parallel on this machine (docs/levers.md and docs/distributed.md): 2 local processes
-against 1, and ZeRO-1 against plain data parallel. The same model trains with the same global
-batch of 16 sequences per step: one process with accumulation 2, two ranks (`frugal launch -n 2`,
-Gloo on localhost) with accumulation 1 each, and two ranks with dist.zero = 1. The three run
-alternately for --rounds rounds; the table gives medians over the rounds of the step time
-(summary.json wall_s / steps), the communication time per step (all-reduce waits not hidden
-behind backward, the per-step stop agreement, ZeRO-1's parameter all-gather) and its fraction of
-step time, and the AdamW state per rank (summary.json optimizer_state_mb).
+against 1, and ZeRO-1 and ZeRO-2 against plain data parallel. The same model trains with the same
+global batch of 16 sequences per step: one process with accumulation 2, two ranks (`frugal launch
+-n 2`, Gloo on localhost) with accumulation 1 each, and two ranks with dist.zero = 1 and with
+dist.zero = 2. The four run alternately for --rounds rounds; the table gives medians over the
+rounds of the step time (summary.json wall_s / steps), the communication time per step (waits for
+gradient reductions not hidden behind backward, the per-step stop agreement, ZeRO's parameter
+all-gather) and its fraction of step time, the AdamW state per rank (summary.json
+optimizer_state_mb) and the training state one rank holds (summary.json state_bytes_per_rank:
+parameters, gradients, moments). Target: ZeRO-2's step time at most 1.05x ZeRO-1's.
 
 Default model: 4 layers, embd 256, 8 heads, block 64, micro-batch 8 (3.2M parameters), fp32.
 On a machine with few cores the two processes share the cores one process already used, so
@@ -37,7 +39,8 @@ DIST_FIELDS = ("comm_fraction", "comm_ms_per_step", "allreduce_wait_ms_per_step"
                "agree_ms_per_step")
 RUNS = {"single": ("1 process, accum 2", 1, ["train.accum=2"]),
         "dp": ("2 processes", 2, ["train.accum=1"]),
-        "zero": ("2 processes, ZeRO-1", 2, ["train.accum=1", "dist.zero=1"])}
+        "zero": ("2 processes, ZeRO-1", 2, ["train.accum=1", "dist.zero=1"]),
+        "zero2": ("2 processes, ZeRO-2", 2, ["train.accum=1", "dist.zero=2"])}
 
 
 def one_run(frugal, work, sets, name, ports):
@@ -53,6 +56,8 @@ def one_run(frugal, work, sets, name, ports):
     shutil.rmtree(out_dir, ignore_errors=True)
     row = {"step_ms": 1e3 * s["wall_s"] / s["steps"], "tokens_per_s": s["tokens_per_s"],
            "optimizer_state_mb_per_rank": s["optimizer_state_mb"], "params": s["params"]}
+    if "state_bytes_per_rank" in s:
+        row.update({f"state_{k}_mb_per_rank": v / 1e6 for k, v in s["state_bytes_per_rank"].items()})
     if "dist" in s:
         row.update({k: s["dist"][k] for k in DIST_FIELDS})
         row["buckets"] = s["dist"].get("buckets")
@@ -62,7 +67,7 @@ def one_run(frugal, work, sets, name, ports):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frugal", default=None, help="the frugal binary (default build/frugal)")
-    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds")
     ap.add_argument("--steps", type=int, default=30, help="training steps per run")
     ap.add_argument("--port", type=int, default=29690, help="first rendezvous port (each launch takes the next)")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="extra frugal --set KEY=VALUE")
@@ -93,12 +98,21 @@ def main():
         out["runs"][name] = row
     out["zero1_state_ratio"] = (out["runs"]["zero"]["optimizer_state_mb_per_rank"]
                                 / out["runs"]["dp"]["optimizer_state_mb_per_rank"])
+    # Per round (the rounds alternate, so each ratio compares neighbours in time), then the median.
+    out["zero2_over_zero1_step_time"] = median([b["step_ms"] / a["step_ms"] for a, b in
+                                                zip(out["runs"]["zero"]["rounds"], out["runs"]["zero2"]["rounds"])])
+    out["zero2_over_zero1_step_time_target"] = 1.05
+    out["zero2_state_ratio"] = (out["runs"]["zero2"]["state_total_mb_per_rank"]
+                                / out["runs"]["dp"]["state_total_mb_per_rank"])
     path = save_result(a.results or results_dir(quick=a.quick), common, out, t0)
     print(f"{out['params'] / 1e6:.2f}M parameters, {a.steps} steps, medians of {a.rounds} alternating rounds")
     for name, v in out["runs"].items():
         comm = f", communication {v['comm_ms_per_step']:.1f} ms/step ({100 * v['comm_fraction']:.1f}%)" \
             if "comm_fraction" in v else ""
-        print(f"{v['label']:22} step {v['step_ms']:.0f} ms{comm}, AdamW state {v['optimizer_state_mb_per_rank']:.2f} MB/rank")
+        print(f"{v['label']:22} step {v['step_ms']:.0f} ms{comm}, AdamW state {v['optimizer_state_mb_per_rank']:.2f} "
+              f"MB/rank, training state {v['state_total_mb_per_rank']:.2f} MB/rank")
+    print(f"ZeRO-2 step time / ZeRO-1's: {out['zero2_over_zero1_step_time']:.3f} (target <= 1.05); training state "
+          f"per rank {out['zero2_state_ratio']:.2f} x plain data parallel's")
     print(f"\nwrote {shown(path)}")
     return 0
 

@@ -461,12 +461,13 @@ def render_dist(R):
     r = j["runs"]
     lines = [f"Measured by {provenance(j, R.path('dist'))}; {machine_line(j)}. {j['params'] / 1e6:.2f}M parameters, "
              f"fp32, {j['steps']} steps, medians of {j['repeats']} alternating rounds:", "",
-             "| run | step ms | communication (ms/step) | communication / step time | AdamW state per rank |",
-             "| --- | --- | --- | --- | --- |"]
-    for name in ("single", "dp", "zero"):
+             "| run | step ms | communication (ms/step) | communication / step time | AdamW state per rank |"
+             + (" training state per rank (parameters + gradients + moments) |" if "zero2" in r else ""),
+             "| --- | --- | --- | --- | --- |" + (" --- |" if "zero2" in r else "")]
+    for name in [n for n in ("single", "dp", "zero", "zero2") if n in r]:
         v = r[name]
         if "comm_fraction" in v:
-            parts = [f"all-reduce wait {v['allreduce_wait_ms_per_step']:.1f}"]
+            parts = [f"{'reduce' if name == 'zero2' else 'all-reduce'} wait {v['allreduce_wait_ms_per_step']:.1f}"]
             if v.get("zero_gather_ms_per_step"):
                 parts.append(f"parameter all-gather {v['zero_gather_ms_per_step']:.1f}")
             parts.append(f"agreement {v['agree_ms_per_step']:.1f}")
@@ -477,10 +478,20 @@ def render_dist(R):
         state = f"{v['optimizer_state_mb_per_rank']:.2f} MB"
         if name == "zero":
             state += f" ({j['zero1_state_ratio']:.2f} x)"
-        lines.append(f"| {v['label']} | {n0(v['step_ms'])} | {comm} | {frac} | {state} |")
+        total = ""
+        if "zero2" in r:
+            total = (f" {v['state_total_mb_per_rank']:.2f} MB ({v['state_parameters_mb_per_rank']:.2f} + "
+                     f"{v['state_gradients_mb_per_rank']:.2f} + {v['state_optimizer_mb_per_rank']:.2f}) |")
+        lines.append(f"| {v['label']} | {n0(v['step_ms'])} | {comm} | {frac} | {state} |{total}")
     b = r["dp"].get("buckets")
     if b:
         lines += ["", f"Gradients went in {b} all-reduce buckets per step."]
+    if "zero2_over_zero1_step_time" in j:
+        ratio = j["zero2_over_zero1_step_time"]
+        met = "met" if ratio <= j["zero2_over_zero1_step_time_target"] else "not met"
+        lines += ["", f"ZeRO-2's step time is {ratio:.2f}x ZeRO-1's (median of the per-round ratios; target at most "
+                      f"{j['zero2_over_zero1_step_time_target']:.2f}x: {met}); one rank holds "
+                      f"{j['zero2_state_ratio']:.2f}x the training state of plain data parallel."]
     return "\n".join(lines)
 
 

@@ -385,8 +385,9 @@ void add_dist_keys(std::vector<KeySpec>& s) {
                             "multi-process communication: auto = NCCL on CUDA where built, else Gloo"));
   k.may(float_key(FRUGAL_FIELD(dist, timeout_s), 1, 1e6,
                   "seconds a rank waits for a missing or silent peer before failing with an error"));
-  k.may(int_enum_key<ZeroStage>(FRUGAL_FIELD(dist, zero), 0, 1,
-                                "1 = ZeRO-1: shard the optimizer state across ranks; 0 = every rank holds all of it"));
+  k.may(int_enum_key<ZeroStage>(FRUGAL_FIELD(dist, zero), 0, 2,
+                                "1 = ZeRO-1: shard the optimizer state across ranks; 2 = ZeRO-2: and the gradients; "
+                                "0 = every rank holds all of it"));
   k.may(float_key(FRUGAL_FIELD(dist, bucket_mb), 0.001, 1e5,
                   "gradient all-reduce bucket size in MB (started during backward)"));
 }

@@ -177,6 +177,14 @@ class C10dGroup : public ProcessGroup {
     return std::make_unique<C10dPending>(guard("all-reduce", [&] { return pg_->allreduce(v); }),
                                          [this](const std::exception& e) { fail("all-reduce", e); });
   }
+  std::unique_ptr<Pending> reduce_sum(at::Tensor t, int64_t root) override {
+    std::vector<at::Tensor> v{std::move(t)};
+    c10d::ReduceOptions o;
+    o.rootRank = root;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    return std::make_unique<C10dPending>(guard("reduce", [&] { return pg_->reduce(v, o); }),
+                                         [this](const std::exception& e) { fail("reduce", e); });
+  }
   void allreduce_max(at::Tensor t) override {
     std::vector<at::Tensor> v{std::move(t)};
     c10d::AllreduceOptions o;

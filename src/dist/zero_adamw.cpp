@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -12,8 +13,9 @@
 
 namespace frugal::dist {
 
-ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg)
-    : hyper_(hyper), pg_(std::move(pg)) {
+ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg,
+                     bool shard_gradients)
+    : hyper_(hyper), pg_(std::move(pg)), shard_gradients_(shard_gradients) {
   c10::NoGradGuard no_grad;
   const int64_t world = pg_->world_size();
   for (auto& g : groups) {
@@ -24,14 +26,18 @@ ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, st
     for (const auto& p : g.params) f.numel += p.numel();
     f.chunk = (f.numel + world - 1) / world;
     f.params = at::zeros({f.chunk * world}, opts);  // the padding stays zero: AdamW keeps 0 at 0
-    f.grads = at::zeros({f.chunk * world}, opts);
+    f.grads = at::zeros({shard_gradients_ ? f.chunk : f.chunk * world}, opts);
     int64_t off = 0;
     for (auto& p : g.params) {
       const int64_t n = p.numel();
       at::Tensor pv = f.params.narrow(0, off, n).view(p.sizes());
       pv.copy_(p);
       p.set_data(pv);
-      p.mutable_grad() = f.grads.narrow(0, off, n).view(p.sizes());
+      if (shard_gradients_) {
+        p.mutable_grad().reset();  // autograd's own gradient, reduced and freed in backward
+      } else {
+        p.mutable_grad() = f.grads.narrow(0, off, n).view(p.sizes());
+      }
       off += n;
     }
     f.exp_avg = at::zeros({f.chunk}, opts);
@@ -51,7 +57,7 @@ void ZeroAdamW::step() {
   const int64_t rank = pg_->rank(), world = pg_->world_size();
   for (auto& f : flats_) {
     at::Tensor p = f.params.narrow(0, rank * f.chunk, f.chunk);
-    at::Tensor g = f.grads.narrow(0, rank * f.chunk, f.chunk);
+    at::Tensor g = shard_gradients_ ? f.grads : f.grads.narrow(0, rank * f.chunk, f.chunk);
     // FusedAdamW's update, on this rank's chunk.
     adamw_update(p, g, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_);
     const auto t0 = std::chrono::steady_clock::now();
@@ -66,6 +72,27 @@ std::vector<at::Tensor> ZeroAdamW::grads() {
   std::vector<at::Tensor> out;
   for (const auto& f : flats_) out.push_back(f.grads);
   return out;
+}
+
+int64_t ZeroAdamW::group_of(const c10::StorageImpl* storage) const {
+  for (size_t i = 0; i < flats_.size(); ++i)
+    if (flats_[i].params.storage().unsafeGetStorageImpl() == storage) return static_cast<int64_t>(i);
+  return -1;
+}
+
+void ZeroAdamW::accumulate_shard(int64_t group, int64_t lo, const at::Tensor& values) {
+  c10::NoGradGuard no_grad;
+  Flat& f = flats_[static_cast<size_t>(group)];
+  const int64_t own_lo = pg_->rank() * f.chunk;
+  const int64_t a = std::max(lo, own_lo), b = std::min(lo + values.numel(), own_lo + f.chunk);
+  if (a >= b) return;
+  f.grads.narrow(0, a - own_lo, b - a).add_(values.narrow(0, a - lo, b - a));
+}
+
+int64_t ZeroAdamW::gradient_bytes() const {
+  int64_t n = 0;
+  for (const auto& f : flats_) n += f.grads.numel() * static_cast<int64_t>(f.grads.element_size());
+  return n;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> ZeroAdamW::state_tensors() {

@@ -31,7 +31,8 @@ RunSetup set_up_run(const Config& c, const TaskHooks& hooks, int64_t world_size,
   p.muon_bf16 =
       c.train.optimizer == OptimizerKind::kMuon && muon_uses_bf16(c.train.muon_precision, p.precision.device());
   p.task_schedule = static_cast<bool>(hooks.lr_schedule);
-  p.grad_noise_wanted = c.monitor.grad_noise;
+  // Each micro-batch's whole gradient: under ZeRO-2 a rank holds only a shard of it.
+  p.grad_noise_wanted = c.monitor.grad_noise && c.dist.zero != ZeroStage::kGradients;
   p.grad_noise = p.grad_noise_wanted && p.accum > 1;
   return p;
 }

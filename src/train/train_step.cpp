@@ -288,6 +288,7 @@ StepResult TrainStep::run_step(int64_t iteration, double lr) {
   std::vector<at::Tensor> grads = optimizer_->grads();
   const at::Tensor found_inf_flag = scaler_.unscale_and_check(grads);
   r.grad_norm = global_grad_norm(grads);
+  if (sync_) r.grad_norm = sync_->global_norm(r.grad_norm);
   if (scaler_.enabled()) {
     // The step's one host synchronisation under loss scaling: skipping or taking the step.
     bool found_inf = found_inf_flag.defined() && found_inf_flag.item<float>() != 0.0f;

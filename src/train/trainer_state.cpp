@@ -471,6 +471,14 @@ void Trainer::State::add_memory_summary(nlohmann::ordered_json& summary) const {
     summary["peak_reserved_mb"] = static_cast<double>(g.reserved_peak) / 1e6;
   }
   summary["optimizer_state_mb"] = static_cast<double>(step->optimizer().state_bytes()) / 1e6;
+  // This rank's share of the training state: parameters, gradients and optimizer state (ZeRO shards).
+  int64_t params = 0, grads = 0;
+  for (const auto& p : model->parameters()) params += p.numel() * static_cast<int64_t>(p.element_size());
+  for (const auto& g : step->optimizer().grads())
+    if (g.defined()) grads += g.numel() * static_cast<int64_t>(g.element_size());
+  const int64_t state = step->optimizer().state_bytes();
+  summary["state_bytes_per_rank"] = {
+      {"parameters", params}, {"gradients", grads}, {"optimizer", state}, {"total", params + grads + state}};
 }
 
 void Trainer::State::add_checkpoint_summary(nlohmann::ordered_json& summary) const {

@@ -18,6 +18,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/dist/zero_adamw.h"
 #include "frugal/train/fused_adamw.h"
+#include "frugal/train/grad_clip.h"
 #include "frugal/train/muon.h"
 
 namespace frugal::dist::data_parallel_test {
@@ -157,6 +158,70 @@ TEST(DataParallel, BucketsAverageGradientsOncePerStep) {
   for (size_t i = 0; i < ref.size(); ++i) EXPECT_TRUE(torch::equal(params[0][i].grad(), params[1][i].grad()));
 }
 
+// dist.zero = 2: every bucket's gradients reduced to the ranks that own its range, and freed.
+// 1-byte buckets (one per parameter); the 7x5 matrix spans both ranks' chunks of its group (18 + 17
+// of 35 elements), so its bucket goes to two owners. The third parameter gets no gradient in the
+// first micro-batch. Each rank's shard must equal its slice of the mean gradient, no parameter
+// may keep a gradient, and the norm over the shards must be the whole gradient's.
+TEST(DataParallel, Zero2ReducesEachBucketToItsOwnersShard) {
+  auto groups = two_ranks(29655);
+  Config c;
+  c.dist.bucket_mb = 1e-6;
+  c.dist.zero = ZeroStage::kGradients;
+  torch::manual_seed(2000);
+  const std::vector<std::vector<at::Tensor>> xs = {{torch::randn({4, 7}), torch::randn({4, 7})},
+                                                   {torch::randn({4, 7}), torch::randn({4, 7})}};
+  auto loss_of = [&xs](const std::vector<at::Tensor>& p, int64_t r, int micro) {
+    const at::Tensor& x = xs[r][micro];
+    const at::Tensor y = (torch::matmul(x, p[0]) + p[1]).sum(1).tanh();
+    return (micro == 0 ? y : y * p[2].sum()).pow(2).mean();
+  };
+  std::vector<std::vector<at::Tensor>> params = {make_params(3), make_params(3)};
+  std::vector<std::unique_ptr<DataParallel>> dps(2);
+  std::vector<std::unique_ptr<Optimizer>> opts(2);
+  std::vector<std::vector<at::Tensor>> shards(2);
+  std::vector<double> norms(2);
+  on_both([&](int64_t r) {
+    dps[r] = std::make_unique<DataParallel>(groups[r], c);
+    std::vector<ParamGroup> pg(2);
+    pg[0].params = {params[r][0]};
+    pg[0].weight_decay = 0.1;
+    pg[1].params = {params[r][1], params[r][2]};
+    opts[r] = dps[r]->optimizer_sharding().adamw(pg, TrainConfig{});
+    dps[r]->attach(params[r]);
+    at::Tensor total = torch::zeros({});
+    for (int micro = 0; micro < 2; ++micro) {
+      at::Tensor l = loss_of(params[r], r, micro) / 2;
+      dps[r]->before_backward(micro == 1);
+      l.backward();
+      total += l.detach();
+    }
+    dps[r]->finish(total);
+    shards[r] = opts[r]->grads();
+    norms[r] = dps[r]->global_norm(global_grad_norm(shards[r])).item<double>();
+  });
+  auto ref = make_params(3);
+  at::Tensor ref_loss = torch::zeros({});
+  for (int64_t r = 0; r < 2; ++r)
+    for (int micro = 0; micro < 2; ++micro) ref_loss = ref_loss + loss_of(ref, r, micro) / 4;
+  ref_loss.backward();
+  // The reference's flat gradient per group, padded to 2 equal chunks: 35 -> 2 x 18, 8 -> 2 x 4.
+  const std::vector<at::Tensor> flat = {torch::cat({ref[0].grad().reshape({-1}), torch::zeros({1})}),
+                                        torch::cat({ref[1].grad().reshape({-1}), ref[2].grad().reshape({-1})})};
+  for (int64_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(shards[r].size(), 2u);
+    for (size_t g = 0; g < 2; ++g) {
+      const int64_t chunk = flat[g].numel() / 2;
+      EXPECT_EQ(shards[r][g].numel(), chunk) << "rank " << r << " keeps more than its shard of group " << g;
+      EXPECT_TRUE(torch::allclose(shards[r][g], flat[g].narrow(0, r * chunk, chunk), 1e-5, 1e-6))
+          << "rank " << r << " group " << g;
+    }
+    for (size_t i = 0; i < params[r].size(); ++i)
+      EXPECT_FALSE(params[r][i].grad().defined()) << "rank " << r << " kept the gradient of parameter " << i;
+    EXPECT_NEAR(norms[r], global_grad_norm({ref[0].grad(), ref[1].grad(), ref[2].grad()}).item<double>(), 1e-5);
+  }
+}
+
 TEST(DataParallel, AgreeSpreadsOneRanksStopWithItsReason) {
   auto groups = two_ranks(29652);
   Config c;
@@ -227,6 +292,14 @@ TEST(DataParallel, RefusesTheTorchOptimizer) {
     FAIL() << "torch_adamw was accepted for data parallel";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("torch_adamw is single-process only"), std::string::npos) << e.what();
+  }
+  c.train.optimizer = OptimizerKind::kMuon;  // Newton-Schulz needs whole gradients
+  c.dist.zero = ZeroStage::kGradients;
+  try {
+    DataParallel dp(groups[0], c);
+    FAIL() << "Muon was accepted with dist.zero = 2";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("set dist.zero = 1"), std::string::npos) << e.what();
   }
 }
 

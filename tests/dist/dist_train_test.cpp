@@ -154,11 +154,24 @@ void expect_matches_single_process(int port, const std::string& zero, const std:
     // whole state, where the whole momentum on every rank would be near 9/10 of it here.
     EXPECT_LT(s2["optimizer_state_mb"].get<double>(), 0.75 * s1["optimizer_state_mb"].get<double>());
     EXPECT_GT(s2["optimizer_state_mb"].get<double>(), 0.25 * s1["optimizer_state_mb"].get<double>());
-  } else if (zero == "1") {  // each rank keeps half of the AdamW moments (plus padding to equal chunks)
+  } else if (zero == "1" || zero == "2") {  // each rank keeps half of the AdamW moments (and padding)
     EXPECT_NEAR(s2["optimizer_state_mb"].get<double>(), s1["optimizer_state_mb"].get<double>() / 2, 1e-4);
   } else {
     EXPECT_DOUBLE_EQ(s2["optimizer_state_mb"].get<double>(), s1["optimizer_state_mb"].get<double>());
   }
+  // What rank 0 holds: the whole parameters; half of the gradients at ZeRO-2 (its shard), all of
+  // them below; the optimizer's state as above.
+  const auto& st1 = s1["state_bytes_per_rank"];
+  const auto& st2 = s2["state_bytes_per_rank"];
+  EXPECT_EQ(st2["parameters"], st1["parameters"]);
+  const double grads = st2["gradients"].get<double>(), whole = st1["gradients"].get<double>();
+  if (zero == "2") {
+    EXPECT_NEAR(grads, whole / 2, 64) << "a ZeRO-2 rank holds more than its shard of the gradients";
+  } else {
+    EXPECT_GE(grads, whole);
+  }
+  EXPECT_EQ(st2["total"].get<int64_t>(),
+            st2["parameters"].get<int64_t>() + st2["gradients"].get<int64_t>() + st2["optimizer"].get<int64_t>());
   // Rank 0 alone wrote the run; only one metrics file exists.
   EXPECT_TRUE(fs::exists(dir.file("dp/metrics.jsonl")));
 }
@@ -166,6 +179,17 @@ void expect_matches_single_process(int port, const std::string& zero, const std:
 TEST(DistTrain, TwoRanksMatchOneProcessWithTheSameGlobalBatch) { expect_matches_single_process(29660, "0"); }
 
 TEST(DistTrain, TwoRanksWithZero1MatchOneProcessWithTheSameGlobalBatch) { expect_matches_single_process(29661, "1"); }
+
+// ZeRO-2: gradients reduced to their owners' shards during backward, every micro-batch.
+TEST(DistTrain, TwoRanksWithZero2MatchOneProcessWithTheSameGlobalBatch) { expect_matches_single_process(29677, "2"); }
+
+// ZeRO-2 on the Llama family with activation checkpointing: recomputed blocks produce their
+// gradients late, in their own order; the buckets still reach their owners complete.
+TEST(DistTrain, TwoLlamaRanksWithZero2AndActivationCheckpointingMatchOneProcess) {
+  expect_matches_single_process(29678, "2", "fused_adamw",
+                                {"model.arch=llama", "model.heads=4", "model.kv_heads=2", "model.tie_embeddings=false",
+                                 "memory.activation_checkpointing=blocks"});
+}
 
 // Muon: its gradients per matrix are all-reduce buckets of their own beside the AdamW part's flat
 // buffer; every rank keeps the whole state and steps it alike.
@@ -342,11 +366,11 @@ TEST(DistTrain, AStoppedRankIsNamedByTheOther) {
   EXPECT_NE(log.find("--resume auto"), std::string::npos) << log;
 }
 
-// Elastic resume: a 2-rank run (ZeRO-1, shard data) checkpointed at step 4 continues on 1 and on 4
-// processes with the same global batch (accumulation 4 and 1 instead of 2) and ends where the
-// uninterrupted 2-rank run ends; 3 processes cannot split its global batch of 32 and are refused
-// before any step.
-TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch) {
+// Elastic resume: a 2-rank run (ZeRO-1 or ZeRO-2, shard data) checkpointed at step 4 continues on 1
+// and on 4 processes with the same global batch (accumulation 4 and 1 instead of 2) and ends where
+// the uninterrupted 2-rank run ends; 3 processes cannot split its global batch of 32 and are
+// refused before any step. Ports: the full run, the resume on 4, the refused resume on 3.
+void expect_elastic_resume(const std::string& zero, int port_full, int port_four, int port_three) {
   TempDir dir;
   std::string corpus;
   for (int i = 0; corpus.size() < 40000; ++i)
@@ -360,14 +384,14 @@ TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch
                                         "train.eval_every=0",
                                         "checkpoint.every_steps=4",
                                         "checkpoint.keep_last=5",
-                                        "dist.zero=1",
+                                        "dist.zero=" + zero,
                                         "dist.bucket_mb=0.01",
                                         "train.log_every=1"};
   auto with = [&](std::vector<std::string> v, std::initializer_list<std::string> more) {
     v.insert(v.end(), more);
     return v;
   };
-  auto full = test::run_frugal(fmt::format("launch -n 2 --port 29670 --{}",
+  auto full = test::run_frugal(fmt::format("launch -n 2 --port {} --{}", port_full,
                                            joined(train_args(dir.path(), "full", with(common, {"train.accum=2"})))));
   ASSERT_EQ(full.exit_code, 0) << full.output;
 
@@ -388,7 +412,7 @@ TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch
   auto one = test::run_frugal(joined(resume_args("one")));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   killed_after_step_4("four");
-  auto four = test::run_frugal(fmt::format("launch -n 4 --port 29671 --{}", joined(resume_args("four"))));
+  auto four = test::run_frugal(fmt::format("launch -n 4 --port {} --{}", port_four, joined(resume_args("four"))));
   ASSERT_EQ(four.exit_code, 0) << four.output;
 
   const auto s_full = summary_of(dir.file("full"));
@@ -412,11 +436,19 @@ TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch
   EXPECT_EQ(summary_of(dir.file("four"))["accum"], 1);
 
   killed_after_step_4("three");
-  auto three = test::run_frugal(fmt::format("launch -n 3 --port 29672 --{}", joined(resume_args("three"))));
+  auto three = test::run_frugal(fmt::format("launch -n 3 --port {} --{}", port_three, joined(resume_args("three"))));
   EXPECT_EQ(three.exit_code, 2) << three.output;
   EXPECT_NE(three.output.find("resume with 1, 2, 4 process(es)"), std::string::npos) << three.output;
   for (const auto& c : list_checkpoints(dir.file("three/checkpoints"))) EXPECT_LE(c.step, 4) << c.path;
 }
+
+TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch) {
+  expect_elastic_resume("1", 29670, 29671, 29672);
+}
+
+// ZeRO-2's checkpoint holds the gathered moments as ZeRO-1's does: the shards of gradients are
+// never saved, so the run reshards on any world size.
+TEST(DistTrain, AZero2CheckpointOfTwoRanksResumesOnOneAndOnFour) { expect_elastic_resume("2", 29679, 29680, 29681); }
 
 }  // namespace
 }  // namespace frugal::dist_train_test

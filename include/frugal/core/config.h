@@ -361,17 +361,17 @@ enum class DistBackend {
   kGloo,  // c10d Gloo: CPU tensors (and CUDA tensors, slower than NCCL)
   kNccl,  // c10d NCCL: CUDA only
 };
-// dist.zero: how much of the training state is sharded across ranks (ZeRO stages; 1 is the only
-// one frugal implements). Spelled as the stage number, 0 or 1.
-enum class ZeroStage : int64_t { kNone = 0, kOptimizerState = 1 };
+// dist.zero: how much of the training state is sharded across ranks (ZeRO stages 1 and 2). Spelled
+// as the stage number: 0, 1 (the optimizer's state) or 2 (and the gradients).
+enum class ZeroStage : int64_t { kNone = 0, kOptimizerState = 1, kGradients = 2 };
 struct DistConfig {
   DistBackend backend = DistBackend::kAuto;
   // Seconds a rank waits for a peer (rendezvous, any collective) before it fails with an error
   // naming the step; a peer that died is usually noticed at once (its socket closes).
   double timeout_s = 300;
-  // 0: every rank keeps the whole AdamW state. 1 (ZeRO-1): each rank keeps and updates
-  // 1/world_size of it, then all-gathers the parameters: optimizer memory / world_size, one more
-  // collective per step.
+  // 0: every rank keeps the whole AdamW state. 1 (ZeRO-1): each rank keeps and updates 1/world of
+  // it, then all-gathers the parameters. 2 (ZeRO-2): also only 1/world of the gradients, each
+  // bucket reduced to its owner during backward (docs/distributed.md).
   ZeroStage zero = ZeroStage::kNone;
   // Gradients are all-reduced in buckets of about this many MB, each started during backward as
   // soon as its gradients are complete (overlaps communication with the rest of backward).

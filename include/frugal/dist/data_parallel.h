@@ -9,6 +9,14 @@
 // order on every rank (c10d's contract). finish() waits for them. With accumulation, only the last
 // micro-batch's backward reduces (once per optimizer step).
 //
+// dist.zero = 2 (ZeRO-2): no flat gradient buffer. A bucket is a range of the optimizer's flat
+// parameter buffer; once its parameters' gradients (autograd's own tensors) are complete, they are
+// copied into one staging buffer and freed, and each part of it is reduced to the rank that owns
+// that range (ZeroAdamW's chunks), which adds it into its gradient shard. At most four buckets are
+// in flight; a fifth waits for the oldest, whose staging buffer is then freed, so a rank holds its
+// shard and a few buckets of gradient instead of all of it. Every micro-batch reduces (with
+// train.accum > 1, accum times the communication of the last micro-batch alone).
+//
 // Same global batch: rank r of w draws its micro-batches so that one optimizer step consumes
 // exactly the samples a single process with train.accum x w would (make_batch_source with rank and
 // world); the all-reduced mean gradient is that process's gradient up to fp32 rounding.
@@ -47,6 +55,7 @@ class DataParallel : public DataParallelism {
   void finish(at::Tensor& loss) override;
   bool any(bool flag) override;
   double mean(double value) override;
+  at::Tensor global_norm(const at::Tensor& local) override;
 
   // DataParallelism (the trainer's side).
   int64_t rank() const override { return pg_->rank(); }
@@ -66,6 +75,9 @@ class DataParallel : public DataParallelism {
   struct Bucket;
   void on_grad_ready(size_t param);
   void launch_ready();
+  void launch_to_owners(Bucket& b);  // dist.zero = 2
+  void fold(Bucket& b);              // waits for b's reduces; the owned part into the shard
+  void fold_in_flight(size_t keep);  // folds the oldest buckets in flight until `keep` remain
   at::Tensor small(std::vector<double> values) const;
 
   std::shared_ptr<ProcessGroup> pg_;
@@ -77,9 +89,12 @@ class DataParallel : public DataParallelism {
   size_t next_launch_ = 0;
   bool reducing_ = false;
   int64_t agree_seq_ = 0;
-  ZeroAdamW* zero_ = nullptr;  // owned by the step's optimizer slot when dist.zero = 1
-  double wait_s_ = 0;          // blocked in finish() waiting for gradient all-reduces
-  double agree_s_ = 0;         // blocked in agree()
+  ZeroAdamW* zero_ = nullptr;  // owned by the step's optimizer slot when dist.zero >= 1
+  bool shard_grads_ = false;   // dist.zero = 2
+  std::vector<at::Tensor> params_;
+  std::vector<size_t> in_flight_;  // buckets launched and not yet folded, oldest first
+  double wait_s_ = 0;              // blocked in finish() waiting for gradient all-reduces
+  double agree_s_ = 0;             // blocked in agree()
   int64_t reductions_ = 0;
 };
 

@@ -40,6 +40,9 @@ class ProcessGroup {
 
   // t = the element-wise sum of every rank's t, in place (REQUIRES: contiguous).
   virtual std::unique_ptr<Pending> allreduce_sum(at::Tensor t) = 0;
+  // On rank `root`: t = the element-wise sum of every rank's t, in place; the other ranks' t is
+  // left unspecified (REQUIRES: contiguous). ZeRO-2's gradients go to their owner this way.
+  virtual std::unique_ptr<Pending> reduce_sum(at::Tensor t, int64_t root) = 0;
   // t = the element-wise maximum over ranks, in place; blocks.
   virtual void allreduce_max(at::Tensor t) = 0;
   // out[r] = rank r's `in`, for every r (REQUIRES: out.size() == world_size, equal shapes); blocks.

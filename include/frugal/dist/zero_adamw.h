@@ -1,4 +1,5 @@
-// ZeRO stage 1: AdamW whose state is sharded across the ranks of a data-parallel run.
+// ZeRO stages 1 and 2: AdamW whose state (and, at stage 2, whose gradients) are sharded across
+// the ranks of a data-parallel run.
 //
 // Like FusedAdamW, each parameter group is re-homed into one flat fp32 buffer (parameters become
 // views into it) with a flat gradient buffer beside it; both are padded to world_size equal
@@ -7,6 +8,12 @@
 // FusedAdamW, then all-gathers the chunks so every rank holds the full, identical parameters.
 // The gradients must already be the mean over ranks (DataParallel all-reduces them first), so
 // gradient clipping and the fp16 scaler see the global gradients unchanged.
+//
+// Stage 2 (`shard_gradients`): no flat gradient buffer. The parameters' gradients are autograd's
+// own tensors, which DataParallel copies into a bucket, reduces to the ranks that own each range
+// and frees during backward; the owner adds its range into its gradient shard
+// (accumulate_shard). grads() is then this rank's shard (what clipping, the loss scaler and the
+// step read; the gradient norm is combined over ranks by DataParallel).
 //
 // Checkpoints: state_tensors() gathers the shards into full tensors named exactly like
 // FusedAdamW's ("g<i>.exp_avg", ...), so rank 0 writes one ordinary optimizer.safetensors and a
@@ -26,7 +33,8 @@ namespace frugal::dist {
 
 class ZeroAdamW : public Optimizer {
  public:
-  ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg);
+  ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg,
+            bool shard_gradients = false);
 
   void set_lr(double lr) override { hyper_.lr = lr; }
   void zero_grad() override;
@@ -39,10 +47,20 @@ class ZeroAdamW : public Optimizer {
   int64_t state_bytes() const override;
   // Seconds spent in the parameter all-gather so far (communication, for the summary).
   double gather_s() const { return gather_s_; }
+  bool shards_gradients() const { return shard_gradients_; }
+  // Stage 2: the flat group whose parameter buffer has `storage` (-1 for none), its chunk, and
+  // adding a reduced range: `values` holds the flat elements [lo, lo + values.numel()) of group
+  // `group`; the part inside this rank's chunk is added to its gradient shard.
+  int64_t group_of(const c10::StorageImpl* storage) const;
+  int64_t chunk(int64_t group) const { return flats_[static_cast<size_t>(group)].chunk; }
+  void accumulate_shard(int64_t group, int64_t lo, const at::Tensor& values);
+  // Bytes of gradient this rank holds: the flat buffers (stage 1) or the shards (stage 2).
+  int64_t gradient_bytes() const;
 
  private:
   struct Flat {
-    at::Tensor params, grads;               // padded to world x chunk, full on every rank
+    at::Tensor params, grads;               // padded to world x chunk, full on every rank (stage 2:
+                                            // grads is this rank's chunk only)
     at::Tensor exp_avg, exp_avg_sq, denom;  // this rank's chunk only
     int64_t numel = 0, chunk = 0;
     double weight_decay = 0;
@@ -52,6 +70,7 @@ class ZeroAdamW : public Optimizer {
   std::shared_ptr<ProcessGroup> pg_;
   int64_t steps_ = 0;
   double gather_s_ = 0;
+  bool shard_gradients_ = false;
 };
 
 }  // namespace frugal::dist

@@ -8,6 +8,7 @@
 //   each micro-batch before_backward(last)    last = this backward completes the step's gradients
 //   after backward   finish(loss)             every gradient (and the step's mean loss) is now the
 //                                             mean over all ranks
+//   gradient norm    global_norm(local)       the norm over every rank's shard (dist.zero = 2)
 //   fp16 scaler      any(found_inf)           all ranks skip a step together
 //   ragged targets   mean(targets)            before the step's first backward: the step's targets
 //                                             per rank, so every token weighs the same (train_step.cpp)
@@ -37,6 +38,10 @@ class GradSync {
   virtual bool any(bool flag) = 0;
   // The mean of `value` over the ranks (one small all-reduce).
   virtual double mean(double value) = 0;
+  // The gradient norm of the whole model from this rank's norm of the optimizer's grads() (0-dim):
+  // `local` itself where every rank holds whole gradients; combined over the ranks where each
+  // holds a shard of them (dist.zero = 2).
+  virtual at::Tensor global_norm(const at::Tensor& local) { return local; }
 };
 
 }  // namespace frugal
