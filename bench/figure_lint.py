@@ -42,6 +42,7 @@ ALLOW = [
     ("docs/plan.md", "`cpu-2vcpu` row, $0.08/h", "the price table's row (data/prices.toml)"),
     ("docs/data.md", "about 540 MB as RGB", "the decompression-bomb limit's size (arithmetic on a constant)"),
     ("docs/data.md", "a crafted 1 KB file", "an example of a crafted input"),
+    ("docs/plan.md", "within 90% of G", "zero_advice's usable share of a GPU's memory (a constant in the code)"),
     ("docs/gpu.md", "default 480 s: 8 minutes", "gpu-check.sh's --budget default"),
     ("docs/gpu.md", "| ~3 min |", "the GPU check's expected step time, written before a run"),
     ("docs/gpu.md", "| ~15 s |", "the same"),

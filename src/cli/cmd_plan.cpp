@@ -20,6 +20,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
 #include "frugal/tune/plan.h"
+#include "frugal/tune/zero_advice.h"
 #include "frugal/train/run_config.h"
 
 namespace frugal::cli {
@@ -60,6 +61,18 @@ void plan_before_training(const std::string& config, const std::vector<std::stri
   callbacks.push_back(plan_callback(plan));  // writes runs/<name>/plan.json once the run directory is made
 }
 
+namespace {
+// runs/<run.name>/plan.json; "" (said why) while that run is training: it writes its own plan.json
+// (plan.before_train), which this one is not put over.
+std::string default_plan_path(const Config& config) {
+  const RunDir dir = RunDir::of(config);
+  if (!locked_by_another_process(dir.root())) return dir.plan();
+  Console::get().line(fmt::format(
+      "{} is training now: its plan.json is left as it is (--json-out FILE writes this plan elsewhere)", dir.root()));
+  return "";
+}
+}  // namespace
+
 void add_plan_command(CLI::App& app, Run* run) {
   struct Args {
     std::string config;
@@ -69,6 +82,8 @@ void add_plan_command(CLI::App& app, Run* run) {
     double peak_tflops = 0;
     bool json = false;
     std::string json_out;
+    int64_t gpus = 0;
+    double gpu_memory_gb = 0;
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -97,6 +112,14 @@ void add_plan_command(CLI::App& app, Run* run) {
   cmd->add_option("--peak-tflops", args->peak_tflops,
                   "the instance's peak TFLOP/s, instead of its peak_tflops in the price table")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", args->gpus,
+                  "with --gpu-memory-gb: say which dist.zero the model needs on this many GPUs (what one rank "
+                  "holds at each ZeRO stage, with the probe's activations)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("N");
+  cmd->add_option("--gpu-memory-gb", args->gpu_memory_gb, "the memory of each of the --gpus GPUs, in GB (e.g. 80)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("GB");
   cmd->add_flag("--json", args->json, "print the plan as one JSON object on stdout; the table goes to stderr");
   cmd->add_option("--json-out", args->json_out, "write the plan as JSON here (default: runs/<run.name>/plan.json)")
       ->type_name("FILE");
@@ -117,27 +140,26 @@ void add_plan_command(CLI::App& app, Run* run) {
       o.peak_tflops = args->peak_tflops;
       o.launch_s = launch_s;
       o.progress = console_tune_progress();
+      if ((args->gpus > 0) != (args->gpu_memory_gb > 0))
+        throw ConfigError("--gpus and --gpu-memory-gb go together: name how many GPUs and each one's memory");
       const CostPlan plan = make_cost_plan(config, args->sets, env, o);
       auto& con = Console::get();
       con.finish_status();
       con.line(plan.table());
-      std::string path = args->json_out;
-      if (path.empty()) {
-        // A run training now writes its own plan.json (plan.before_train): this one is not put over it.
-        const RunDir dir = RunDir::of(resolve_run_config(config, args->sets, env).config);
-        if (locked_by_another_process(dir.root()))
-          con.line(
-              fmt::format("{} is training now: its plan.json is left as it is (--json-out FILE writes this plan "
-                          "elsewhere)",
-                          dir.root()));
-        else
-          path = dir.plan();
+      nlohmann::json plan_json = plan.to_json();
+      if (args->gpus > 0) {
+        const ZeroAdvice advice = zero_advice(plan.figures, args->gpus, args->gpu_memory_gb);
+        con.line(advice.table());
+        plan_json["zero"] = advice.to_json();
       }
+      const std::string path = args->json_out.empty()
+                                   ? default_plan_path(resolve_run_config(config, args->sets, env).config)
+                                   : args->json_out;
       if (!path.empty()) {
-        write_file_atomic(path, plan.to_json().dump(2) + "\n");
+        write_file_atomic(path, plan_json.dump(2) + "\n");
         con.line("wrote " + path);
       }
-      if (args->json) fmt::print("{}\n", plan.to_json().dump());
+      if (args->json) fmt::print("{}\n", plan_json.dump());
       const std::string why = budget_shortfall(plan);
       if (why.empty()) return exit_status(ExitCode::kDone);
       con.line("budget: " + why);

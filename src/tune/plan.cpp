@@ -168,6 +168,9 @@ void take_sizes(const nlohmann::json& s, PlanFigures& f) {
   f.params = static_cast<int64_t>(number(s, "params", -1));
   f.trainable_params = static_cast<int64_t>(number(s, "trainable_params", static_cast<double>(f.params)));
   f.optimizer_state_mb = number(s, "optimizer_state_mb", -1);
+  f.peak_tensor_mb = number(s, "peak_tensor_mb", -1);
+  if (s.contains("state_bytes_per_rank") && s["state_bytes_per_rank"].is_object())
+    f.param_bytes = static_cast<int64_t>(number(s["state_bytes_per_rank"], "parameters", -1));
   if (s.contains("checkpoint") && s["checkpoint"].is_object())
     f.checkpoint_bytes = static_cast<int64_t>(number(s["checkpoint"], "bytes", -1));
 }

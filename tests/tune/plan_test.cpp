@@ -352,5 +352,25 @@ TEST(PlanAccuracy, ADemoShapedRunTakesAndCostsWhatItsPlanProjected) {
   EXPECT_EQ(evals, j["terms"]["evals"].get<int>());
 }
 
+// --gpus with --gpu-memory-gb: the memory table from the probe's own figures, in plan.json too;
+// either alone is refused.
+TEST(CostPlan, GpusAndTheirMemorySayWhichZeroStageFits) {
+  test::TempDir dir;
+  auto r =
+      test::run_frugal("plan" + test::tiny_sets(dir.path()) +
+                       " --set plan.probe_steps=3 --gpus 4 --gpu-memory-gb 80 --json-out " + dir.file("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"memory per GPU, 4 GPU(s) of 80 GB", "use dist.zero = 0", "3 (not built)"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  const nlohmann::json j = read_json(dir.file("plan.json"));
+  EXPECT_EQ(j["zero"]["gpus"], 4);
+  EXPECT_EQ(j["zero"]["recommended"], 0);
+  EXPECT_TRUE(j["zero"]["activations_measured"].get<bool>()) << j["zero"].dump();
+  EXPECT_GT(j["zero"]["levels"][0]["parameters_gb"].get<double>(), 0);
+  r = test::run_frugal("plan" + test::tiny_sets(dir.path()) + " --gpus 4");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--gpus and --gpu-memory-gb go together"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace frugal::plan_test

@@ -56,6 +56,9 @@ struct PlanFigures {
   // optimizer's state and a checkpoint's bytes; < 0 = not known (no checkpoint written).
   int64_t params = -1, trainable_params = -1, checkpoint_bytes = -1;
   double optimizer_state_mb = -1;
+  // The parameters' bytes (state_bytes_per_rank) and the peak tensor memory; < 0 = not known.
+  int64_t param_bytes = -1;
+  double peak_tensor_mb = -1;
 };
 
 using PlanProgress = std::function<void(const std::string& line, bool permanent)>;

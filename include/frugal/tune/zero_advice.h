@@ -1,0 +1,51 @@
+// Which dist.zero a model needs on a number of GPUs of a given memory (`frugal plan --gpus N
+// --gpu-memory-gb G`; docs/plan.md, "Memory per GPU"). From the figures a plan measured (the
+// model's parameter bytes and trainable parameters, the probe's peak tensor memory), what one
+// rank holds at each ZeRO stage:
+//
+//   stage   parameters   gradients (fp32)   AdamW moments (2 x fp32)
+//   0       P            4 T                8 T
+//   1       P            4 T                8 T / W
+//   2       P            4 T / W            8 T / W
+//   3       P / W        4 T / W            8 T / W      (not built yet: shown for the comparison)
+//
+// plus the activations the probe measured (its peak tensor memory less its whole state, at its
+// own device, precision and data.micro_batch). A stage fits when that total stays within 90% of
+// the GPU's memory (the rest for the CUDA context and the caching allocator's fragmentation); the
+// advice is the lowest built stage that fits (the least communication).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "frugal/tune/plan.h"
+
+namespace frugal {
+
+struct ZeroLevel {
+  int stage = 0;
+  bool built = true;
+  double parameters_gb = 0, gradients_gb = 0, optimizer_gb = 0;
+  double total_gb = 0;  // the three above and the activations
+  bool fits = false;
+};
+
+struct ZeroAdvice {
+  int64_t gpus = 1;
+  double memory_gb = 0;
+  double usable_gb = 0;       // 90% of memory_gb
+  double activations_gb = 0;  // as the probe measured them; 0 where unknown
+  bool activations_measured = false;
+  std::vector<ZeroLevel> levels;  // stages 0..3
+  int recommended = -1;           // the lowest built stage that fits; -1 = none does
+  std::string table() const;
+  nlohmann::json to_json() const;
+};
+
+// REQUIRES: gpus >= 1, memory_gb > 0; figures.params >= 0 (ConfigError otherwise).
+ZeroAdvice zero_advice(const PlanFigures& figures, int64_t gpus, double memory_gb);
+
+}  // namespace frugal

@@ -1,0 +1,99 @@
+// Which dist.zero fits a model on N GPUs; see zero_advice.h.
+#include "frugal/tune/zero_advice.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <sstream>
+
+#include "frugal/core/errors.h"
+
+namespace frugal {
+namespace {
+constexpr double kUsable = 0.9;  // of a GPU's memory; the rest: CUDA context, fragmentation
+constexpr double kGb = 1e9;
+}  // namespace
+
+ZeroAdvice zero_advice(const PlanFigures& f, int64_t gpus, double memory_gb) {
+  FRUGAL_CHECK(gpus >= 1, ConfigError, fmt::format("--gpus must be at least 1, got {}", gpus));
+  FRUGAL_CHECK(memory_gb > 0, ConfigError, fmt::format("--gpu-memory-gb must be positive, got {}", memory_gb));
+  FRUGAL_CHECK(f.params >= 0, ConfigError,
+               "the plan's figures do not say how many parameters the model has (summary.json has no \"params\"); "
+               "probe the run instead of reading it with --from");
+  ZeroAdvice a;
+  a.gpus = gpus;
+  a.memory_gb = memory_gb;
+  a.usable_gb = kUsable * memory_gb;
+  const double w = static_cast<double>(gpus);
+  const double trainable = static_cast<double>(f.trainable_params >= 0 ? f.trainable_params : f.params);
+  const double p = f.param_bytes >= 0 ? static_cast<double>(f.param_bytes) : 4.0 * static_cast<double>(f.params);
+  const double g = 4.0 * trainable, o = 8.0 * trainable;
+  if (f.peak_tensor_mb > 0) {
+    // The probe's whole state: its parameters, its gradients and its optimizer's state as measured.
+    const double measured_o = f.optimizer_state_mb > 0 ? f.optimizer_state_mb * 1e6 : o;
+    a.activations_gb = std::max(0.0, f.peak_tensor_mb * 1e6 - (p + g + measured_o)) / kGb;
+    a.activations_measured = true;
+  }
+  for (int stage = 0; stage <= 3; ++stage) {
+    ZeroLevel l;
+    l.stage = stage;
+    l.built = stage <= 2;
+    l.parameters_gb = (stage >= 3 ? p / w : p) / kGb;
+    l.gradients_gb = (stage >= 2 ? g / w : g) / kGb;
+    l.optimizer_gb = (stage >= 1 ? o / w : o) / kGb;
+    l.total_gb = l.parameters_gb + l.gradients_gb + l.optimizer_gb + a.activations_gb;
+    l.fits = l.total_gb <= a.usable_gb;
+    if (l.fits && l.built && a.recommended < 0) a.recommended = stage;
+    a.levels.push_back(l);
+  }
+  return a;
+}
+
+std::string ZeroAdvice::table() const {
+  std::ostringstream out;
+  out << fmt::format(
+      "memory per GPU, {} GPU(s) of {:.4g} GB ({:.4g} GB usable: 90%, the rest for the CUDA "
+      "context and fragmentation):\n",
+      gpus, memory_gb, usable_gb);
+  out << fmt::format("  {:<14} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "dist.zero", "parameters", "gradients",
+                     "optimizer", "activations", "total");
+  for (const ZeroLevel& l : levels)
+    out << fmt::format("  {:<14} {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB  {}\n",
+                       fmt::format("{}{}", l.stage, l.built ? "" : " (not built)"), l.parameters_gb, l.gradients_gb,
+                       l.optimizer_gb, activations_gb, l.total_gb, l.fits ? "fits" : "does not fit");
+  out << (activations_measured ? "  activations: the probe's peak tensor memory less its state (its device, "
+                                 "precision and data.micro_batch)\n"
+                               : "  activations: not measured (no peak tensor memory in the figures): not included\n");
+  if (recommended >= 0) {
+    out << fmt::format("  use dist.zero = {}: the least communication that fits{}", recommended,
+                       recommended == 0 ? "" : " (frugal launch -n GPUS ... --set dist.zero=N)");
+  } else {
+    const bool three = levels.size() == 4 && levels[3].fits;
+    out << fmt::format(
+        "  no built stage fits: {} a smaller data.micro_batch (fewer activations), memory.activation_checkpointing, "
+        "LoRA (lora.rank: fewer trainable parameters), more GPUs or larger ones",
+        three ? "ZeRO-3 would (not built yet); meanwhile" : "try");
+  }
+  return out.str();
+}
+
+nlohmann::json ZeroAdvice::to_json() const {
+  nlohmann::json j = {{"gpus", gpus},
+                      {"memory_gb", memory_gb},
+                      {"usable_gb", usable_gb},
+                      {"activations_gb", activations_gb},
+                      {"activations_measured", activations_measured},
+                      {"recommended", recommended >= 0 ? nlohmann::json(recommended) : nlohmann::json(nullptr)}};
+  for (const ZeroLevel& l : levels)
+    j["levels"].push_back({{"stage", l.stage},
+                           {"built", l.built},
+                           {"parameters_gb", l.parameters_gb},
+                           {"gradients_gb", l.gradients_gb},
+                           {"optimizer_gb", l.optimizer_gb},
+                           {"total_gb", l.total_gb},
+                           {"fits", l.fits}});
+  return j;
+}
+
+}  // namespace frugal
