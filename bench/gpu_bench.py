@@ -84,7 +84,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 
 import matmul_peak  # noqa: E402
-from bench_common import ROOT, die, results_dir, source_revision, venv_python  # noqa: E402
+from bench_common import ROOT, die, results_dir, source_revision, venv_python, write_json  # noqa: E402
 from peer_gpt import flops_per_token  # noqa: E402
 
 LLMC_MAGIC = 20240520
@@ -340,17 +340,6 @@ def loss_parity(group, reference="frugal"):
     return {"reference": reference, "sides": sides, "ok": ok}
 
 
-def write_json(path, obj):
-    """Written to a temporary file, then renamed: a reader never sees half a file."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=2)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 class ResultWriter:
     """Writes every row's JSON and gpu_machine.json from the runs so far (after each run and at
     the end): a bench cut off keeps what it measured."""
@@ -364,9 +353,8 @@ class ResultWriter:
         # A row this run cannot write must not leave an earlier run's file beside this run's.
         os.makedirs(self.out, exist_ok=True)
         for name in ROW_FILES:
-            for suffix in (".json", ".json.tmp"):
-                if os.path.exists(os.path.join(self.out, name + suffix)):
-                    os.remove(os.path.join(self.out, name + suffix))
+            if os.path.exists(os.path.join(self.out, name + ".json")):
+                os.remove(os.path.join(self.out, name + ".json"))
 
     def write(self, rounds, groups, failures, skipped, t0, complete):
         a, b, res = self.a, self.b, {}

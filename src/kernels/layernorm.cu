@@ -311,27 +311,30 @@ template <typename TX, typename TO>
 int forward_typed(void* h, void* out, float* mean, float* rstd, const void* x, const void* y, const void* weight,
                   const void* bias, int64_t rows, int64_t C, float eps, cudaStream_t stream) {
   if (rows == 0) return 0;
+#define FRUGAL_LN_FORWARD_VEC(N) \
+  launch_forward_vec<TX, TO, N>(h, out, mean, rstd, x, y, weight, bias, rows, C, eps, stream)
   switch (vec_groups(C, 8, {h, out, x, y, weight, bias})) {
     case 1:
-      launch_forward_vec<TX, TO, 1>(h, out, mean, rstd, x, y, weight, bias, rows, C, eps, stream);
+      FRUGAL_LN_FORWARD_VEC(1);
       break;
     case 2:
-      launch_forward_vec<TX, TO, 2>(h, out, mean, rstd, x, y, weight, bias, rows, C, eps, stream);
+      FRUGAL_LN_FORWARD_VEC(2);
       break;
     case 3:
-      launch_forward_vec<TX, TO, 3>(h, out, mean, rstd, x, y, weight, bias, rows, C, eps, stream);
+      FRUGAL_LN_FORWARD_VEC(3);
       break;
     case 4:
-      launch_forward_vec<TX, TO, 4>(h, out, mean, rstd, x, y, weight, bias, rows, C, eps, stream);
+      FRUGAL_LN_FORWARD_VEC(4);
       break;
     case 8:
-      launch_forward_vec<TX, TO, 8>(h, out, mean, rstd, x, y, weight, bias, rows, C, eps, stream);
+      FRUGAL_LN_FORWARD_VEC(8);
       break;
     default:
       layernorm_forward_kernel<TX, TO><<<row_blocks(rows), kThreads, 0, stream>>>(
           static_cast<TX*>(h), static_cast<TO*>(out), mean, rstd, static_cast<const TX*>(x), static_cast<const TO*>(y),
           static_cast<const TX*>(weight), static_cast<const TX*>(bias), rows, static_cast<int>(C), eps);
   }
+#undef FRUGAL_LN_FORWARD_VEC
   return launch_status();
 }
 

@@ -61,7 +61,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(set(bf["sides"]) == {"frugal", "eager"}, f"sides {sorted(bf['sides'])}")
     check(bf["loss_parity"] and set(bf["loss_parity"]["sides"]) == {"frugal", "eager"}, f"parity {bf['loss_parity']}")
     check(load(os.path.join(out, "gpu_machine.json"))["complete"] is True, "a finished bench is not complete")
-    check(not any(f.endswith(".tmp") for f in os.listdir(out)), f"temporary files left: {os.listdir(out)}")
+    check(not any(".tmp" in f for f in os.listdir(out)), f"temporary files left: {os.listdir(out)}")
 
     # Killed right after its first run: that run's figures are on disk.
     out = os.path.join(tmp, "cut")

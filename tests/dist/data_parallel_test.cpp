@@ -56,6 +56,21 @@ std::vector<at::Tensor> make_params(uint64_t seed) {
           torch::randn({3}).requires_grad_()};
 }
 
+// One step of two micro-batches through `dp` (each loss halved, the second backward the last);
+// the step's loss as finish() leaves it.
+template <class Loss>
+double two_micro_batches(DataParallel& dp, Loss loss_of_micro) {
+  at::Tensor total = torch::zeros({});
+  for (int micro = 0; micro < 2; ++micro) {
+    at::Tensor l = loss_of_micro(micro) / 2;
+    dp.before_backward(micro == 1);
+    l.backward();
+    total += l.detach();
+  }
+  dp.finish(total);
+  return total.item<double>();
+}
+
 TEST(ZeroAdamW, ShardedStepsMatchFusedAdamWAndHalveTheState) {
   auto groups = two_ranks(29650);
   const AdamWHyper h{1e-2, 0.9, 0.99, 1e-8};
@@ -132,15 +147,7 @@ TEST(DataParallel, BucketsAverageGradientsOncePerStep) {
         std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1], params[r][2]}, 0.0}}, AdamWHyper{});
     dps[r]->attach(params[r]);
     // Two micro-batches: only the second backward reduces.
-    at::Tensor total = torch::zeros({});
-    for (int micro = 0; micro < 2; ++micro) {
-      at::Tensor l = loss_of(params[r], r, micro) / 2;
-      dps[r]->before_backward(micro == 1);
-      l.backward();
-      total += l.detach();
-    }
-    dps[r]->finish(total);
-    losses[r] = total.item<double>();
+    losses[r] = two_micro_batches(*dps[r], [&](int micro) { return loss_of(params[r], r, micro); });
   });
   EXPECT_EQ(dps[0]->bucket_count(), 3);
   auto ref = make_params(3);
@@ -189,14 +196,7 @@ TEST(DataParallel, Zero2ReducesEachBucketToItsOwnersShard) {
     pg[1].params = {params[r][1], params[r][2]};
     opts[r] = dps[r]->optimizer_sharding().adamw(pg, TrainConfig{});
     dps[r]->attach(params[r]);
-    at::Tensor total = torch::zeros({});
-    for (int micro = 0; micro < 2; ++micro) {
-      at::Tensor l = loss_of(params[r], r, micro) / 2;
-      dps[r]->before_backward(micro == 1);
-      l.backward();
-      total += l.detach();
-    }
-    dps[r]->finish(total);
+    two_micro_batches(*dps[r], [&](int micro) { return loss_of(params[r], r, micro); });
     shards[r] = opts[r]->grads();
     norms[r] = dps[r]->global_norm(global_grad_norm(shards[r])).item<double>();
   });
