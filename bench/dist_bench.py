@@ -17,8 +17,15 @@ state per rank are the figures that carry over.
 
 Writes bench/results/<date>/dist.json and prints a table.
 
-  .venv/bin/python bench/dist_bench.py [--frugal build/frugal] [--rounds 2] [--steps 30]
-      [--port 29690] [--quick] [--set KEY=VALUE ...]
+On a multi-GPU node (one GPU cannot show sharding): --device cuda --procs N runs N ranks, one GPU
+each (NCCL), against one process with accumulation N, e.g.
+
+  .venv/bin/python bench/dist_bench.py --device cuda --procs 8 --set precision.mode=bf16 \
+      --set model.layers=12 --set model.embd=768 --set model.heads=12 --set model.block=1024 \
+      --results bench/results/<date>-gpu-<card>x8
+
+  .venv/bin/python bench/dist_bench.py [--frugal build/frugal] [--rounds 3] [--steps 30]
+      [--port 29690] [--procs 2] [--device cpu] [--quick] [--set KEY=VALUE ...]
 """
 import argparse
 import itertools
@@ -37,10 +44,16 @@ from bench_common import (alternate, common_fields, frugal_binary, median, resul
 MODEL = ["model.layers=4", "model.embd=256", "model.heads=8", "model.block=64", "data.micro_batch=8"]
 DIST_FIELDS = ("comm_fraction", "comm_ms_per_step", "allreduce_wait_ms_per_step", "zero_gather_ms_per_step",
                "agree_ms_per_step")
-RUNS = {"single": ("1 process, accum 2", 1, ["train.accum=2"]),
-        "dp": ("2 processes", 2, ["train.accum=1"]),
-        "zero": ("2 processes, ZeRO-1", 2, ["train.accum=1", "dist.zero=1"]),
-        "zero2": ("2 processes, ZeRO-2", 2, ["train.accum=1", "dist.zero=2"])}
+
+def make_runs(procs):
+    """The four sides for `procs` ranks: (label, processes, extra --set values)."""
+    return {"single": (f"1 process, accum {procs}", 1, [f"train.accum={procs}"]),
+            "dp": (f"{procs} processes", procs, ["train.accum=1"]),
+            "zero": (f"{procs} processes, ZeRO-1", procs, ["train.accum=1", "dist.zero=1"]),
+            "zero2": (f"{procs} processes, ZeRO-2", procs, ["train.accum=1", "dist.zero=2"])}
+
+
+RUNS = make_runs(2)
 
 
 def one_run(frugal, work, sets, name, ports):
@@ -71,23 +84,31 @@ def main():
     ap.add_argument("--steps", type=int, default=30, help="training steps per run")
     ap.add_argument("--port", type=int, default=29690, help="first rendezvous port (each launch takes the next)")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="extra frugal --set KEY=VALUE")
+    ap.add_argument("--procs", type=int, default=2, help="ranks of the data-parallel sides (2 or more)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: one GPU per rank (frugal launch gives rank r cuda:r), NCCL")
     ap.add_argument("--quick", action="store_true", help="1 round of 6 steps (a smoke run of the bench)")
     ap.add_argument("--results", default=None, help="results folder (default bench/results/<today>)")
     a = ap.parse_args()
     if a.quick:
         a.rounds, a.steps = 1, 6
+    if a.procs < 2:
+        ap.error(f"--procs {a.procs}: data parallel needs at least 2 ranks")
+    RUNS.clear()
+    RUNS.update(make_runs(a.procs))
     frugal = frugal_binary(a.frugal)
     t0 = time.time()
     common = common_fields("dist", a.quick, a.rounds)
     sets = MODEL + [f"train.steps={a.steps}", "train.eval_every=0", "train.answer_samples=0",
-                    "checkpoint.enabled=false", "precision.mode=fp32"] + a.sets
+                    "checkpoint.enabled=false", "precision.mode=fp32", f"run.device={a.device}"] + a.sets
     ports = itertools.count(a.port)
     work = tempfile.mkdtemp(prefix="frugal-dist-")
     try:
         res = alternate(a.rounds, [lambda n=n: one_run(frugal, work, sets, n, ports) for n in RUNS])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    out = {"model": MODEL, "steps": a.steps, "global_batch": 16, "processes": 2, "backend": "gloo", "sets": sets,
+    out = {"model": MODEL, "steps": a.steps, "global_batch": 8 * a.procs, "processes": a.procs,
+           "backend": "nccl" if a.device == "cuda" else "gloo", "device": a.device, "sets": sets,
            "params": res[0][0]["params"], "runs": {}}
     for name, runs in zip(RUNS, res):
         row = {"label": RUNS[name][0], "processes": RUNS[name][1], "rounds": runs}
