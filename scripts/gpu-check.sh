@@ -175,7 +175,7 @@ step build passed $(( $(date +%s) - t )) "${targets[*]}; architectures $CUDA_ARC
 
 # 3. What the build and the node offer.
 "$BUILD/frugal" doctor --json >"$OUT/doctor.json" 2>>"$LOG" || { say "frugal doctor failed"; exit 1; }
-say "doctor: $("$PY" -c 'import json,sys; f=json.load(open(sys.argv[1])); print("cuda_compiled", f["cuda_compiled"], "| gpus", [g["name"] for g in f["gpus"]], "| std::filesystem from", f.get("std_filesystem_library"))' "$OUT/doctor.json")"
+say "doctor: $("$PY" -c 'import json,sys; f=json.load(open(sys.argv[1])); print("cuda_compiled", f["cuda_compiled"], "| kernels for", f.get("cuda_kernel_architectures") or "none", "| gpus", [g["name"] for g in f["gpus"]], "| std::filesystem from", f.get("std_filesystem_library"))' "$OUT/doctor.json")"
 
 # The C++ runtime the build linked: which libstdc++ files the compiler finds, and the program's
 # first shared libraries (libstdc++.so.6 should lead: see CMakeLists.txt on -l:libstdc++.so.6).

@@ -39,10 +39,13 @@ int run_doctor_cmd(const DoctorArgs& a) {
              : level == 3 ? "x86-64-v3 (AVX2)"
                           : "baseline");
   if (f["cuda_compiled"].get<bool>())
-    fmt::print("built with   CUDA {} | cuDNN {} | NCCL {} | frugal's CUDA kernels {}\n",
+    fmt::print("built with   CUDA {} | cuDNN {} | NCCL {} | frugal's CUDA kernels {}{}\n",
                f["cuda_compiled_version"].get<std::string>(),
                f["cudnn_version"].get<int>() > 0 ? std::to_string(f["cudnn_version"].get<int>()) : "no",
-               b(f["nccl_compiled"]), b(f.value("cuda_kernels_compiled", false)));
+               b(f["nccl_compiled"]), b(f.value("cuda_kernels_compiled", false)),
+               f.value("cuda_kernel_architectures", std::string()).empty()
+                   ? ""
+                   : " (" + f["cuda_kernel_architectures"].get<std::string>() + ")");
   else
     fmt::print("built with   no CUDA (CPU-only LibTorch)\n");
   std::string built_in;

@@ -348,6 +348,8 @@ void check_layer_norm_args(const char* op, const at::Tensor& x, const at::Tensor
 
 bool cuda_kernels_built() { return FRUGAL_HAVE_KERNELS != 0; }
 
+std::string cuda_kernel_architectures() { return cuda_kernels_built() ? FRUGAL_CUDA_ARCHITECTURES_TEXT : ""; }
+
 std::string cuda_kernels_unavailable(const c10::Device& device) {
   if (!cuda_kernels_built())
     return "this build of frugal has no CUDA kernels (it needs LibTorch with CUDA and nvcc at build time; "

@@ -86,7 +86,8 @@ void check_build(DoctorReport& r) {
   f["cuda_compiled_version"] = build.cuda_version;
   f["cudnn_version"] = build.cudnn_version;
   f["nccl_compiled"] = build.nccl_compiled;
-  f["cuda_kernels_compiled"] = cuda_kernels_built();  // model.kernels = "frugal" (docs/gpu.md)
+  f["cuda_kernels_compiled"] = cuda_kernels_built();             // model.kernels = "frugal" (docs/gpu.md)
+  f["cuda_kernel_architectures"] = cuda_kernel_architectures();  // a GPU outside them runs ATen's bodies
   // Which copy of std::filesystem this program uses (libstdc++'s, not the wheel's).
   const std::string fs_library = std_filesystem_library();
   f["std_filesystem_library"] = fs_library;

@@ -178,6 +178,9 @@ TEST(Cli, DoctorJsonReportsMeasuredMatmulSpeed) {
   EXPECT_GT(j["matmul_bf16_gflops"].get<double>(), 0);
   EXPECT_TRUE(j["blas_library"].is_string());
   EXPECT_TRUE(j["warnings"].is_array());
+  // The CUDA architectures of frugal's kernels, which decide the GPUs they run on.
+  EXPECT_EQ(j["cuda_kernel_architectures"].get<std::string>().empty(), !j["cuda_kernels_compiled"].get<bool>())
+      << r.output;
   // The level frugal's own kernels run at: the best this CPU has.
   EXPECT_EQ(j["kernel_level"].get<int>(), internal::attention_levels().back()) << r.output;
   // What the doctor recommends is what train then uses (it saves its choice; train reads it).

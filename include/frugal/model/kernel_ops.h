@@ -20,6 +20,9 @@ namespace frugal {
 
 // Whether this build compiled frugal's CUDA kernels (CMake FRUGAL_KERNELS).
 bool cuda_kernels_built();
+// The CUDA architectures they were compiled for (CMake FRUGAL_CUDA_ARCHITECTURES, e.g.
+// "80-real;90-real;90-virtual"); "" in a build without them.
+std::string cuda_kernel_architectures();
 
 // "" when frugal's kernels run on tensors of `device`, else why not (a sentence naming what is
 // missing: a CUDA device, compute capability 8.0, a build with the kernels).
