@@ -53,11 +53,9 @@ def make_runs(procs):
             "zero2": (f"{procs} processes, ZeRO-2", procs, ["train.accum=1", "dist.zero=2"])}
 
 
-RUNS = make_runs(2)
 
-
-def one_run(frugal, work, sets, name, ports):
-    label, procs, extra = RUNS[name]
+def one_run(frugal, work, sets, sides, name, ports):
+    label, procs, extra = sides[name]
     out_dir = tempfile.mkdtemp(prefix=f"{name}-", dir=work)
     train = ["train", "-q", "--set", f"run.out_dir={out_dir}"]
     for s in sets + extra:
@@ -94,8 +92,7 @@ def main():
         a.rounds, a.steps = 1, 6
     if a.procs < 2:
         ap.error(f"--procs {a.procs}: data parallel needs at least 2 ranks")
-    RUNS.clear()
-    RUNS.update(make_runs(a.procs))
+    sides = make_runs(a.procs)
     frugal = frugal_binary(a.frugal)
     t0 = time.time()
     common = common_fields("dist", a.quick, a.rounds)
@@ -104,14 +101,14 @@ def main():
     ports = itertools.count(a.port)
     work = tempfile.mkdtemp(prefix="frugal-dist-")
     try:
-        res = alternate(a.rounds, [lambda n=n: one_run(frugal, work, sets, n, ports) for n in RUNS])
+        res = alternate(a.rounds, [lambda n=n: one_run(frugal, work, sets, sides, n, ports) for n in sides])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     out = {"model": MODEL, "steps": a.steps, "global_batch": 8 * a.procs, "processes": a.procs,
            "backend": "nccl" if a.device == "cuda" else "gloo", "device": a.device, "sets": sets,
            "params": res[0][0]["params"], "runs": {}}
-    for name, runs in zip(RUNS, res):
-        row = {"label": RUNS[name][0], "processes": RUNS[name][1], "rounds": runs}
+    for name, runs in zip(sides, res):
+        row = {"label": sides[name][0], "processes": sides[name][1], "rounds": runs}
         for k in runs[0]:
             if k not in ("params", "buckets") and runs[0][k] is not None:
                 row[k] = median([r[k] for r in runs])

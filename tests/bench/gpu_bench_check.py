@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.join(HERE, "..", "..", "bench")
@@ -81,11 +80,10 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # A budget no run fits: every run skipped, listed, nothing measured, exit 0.
     out = os.path.join(tmp, "budget")
-    t = time.time()
     p = subprocess.run(bench(out, "--budget-s", "1"), capture_output=True, text=True)
     check(p.returncode == 0, f"the budget bench exited {p.returncode}: {p.stderr[-2000:]}")
     m = load(os.path.join(out, "gpu_machine.json"))
     check([x["side"] for x in m["skipped"]] == ["frugal", "eager"], f"skipped {m['skipped']}")
     check(not os.path.exists(os.path.join(out, "gpu_bf16.json")), "a row written without a run")
-    check("skipped" in p.stdout and time.time() - t < 60, f"the skipped runs are not reported: {p.stdout[-800:]}")
+    check("skipped" in p.stdout, f"the skipped runs are not reported: {p.stdout[-800:]}")
 print("gpu_bench_check: ok")

@@ -8,6 +8,7 @@
 // async checkpoint's snapshot of GPU state is page-locked, exact and reused, and writes what a
 // sync save writes; steps between log steps do not wait for the GPU; packed rows (several
 // documents a row) compute on the GPU what frugal's CPU kernels compute.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -98,6 +99,20 @@ std::pair<CausalLm, CausalLm> on_cpu_and_gpu(const ModelConfig& mc, uint64_t see
   return {cpu, gpu};
 }
 
+// The loss of (x, y) (at positions `pos` when defined) and every parameter's gradient agree
+// between the two models of on_cpu_and_gpu: 1e-4 on the loss, allclose(1e-3, 1e-5) per gradient.
+void expect_same_loss_and_gradients(CausalLm& cpu, CausalLm& gpu, const at::Tensor& x, const at::Tensor& y,
+                                    const at::Tensor& pos, const std::string& what) {
+  auto lc = pos.defined() ? cpu->loss(x, y, pos) : cpu->loss(x, y);
+  auto lg = pos.defined() ? gpu->loss(x.cuda(), y.cuda(), pos.cuda()) : gpu->loss(x.cuda(), y.cuda());
+  EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-4) << what;
+  lc.backward();
+  lg.backward();
+  auto gc = cpu->parameters(), gg = gpu->parameters();
+  for (size_t i = 0; i < gc.size(); ++i)
+    EXPECT_TRUE(torch::allclose(gg[i].grad().cpu(), gc[i].grad(), 1e-3, 1e-5)) << what << ", parameter " << i;
+}
+
 TEST(Cuda, GptForwardAndGradientsOnTheGpuMatchTheCpu) {
   FRUGAL_REQUIRE_GPU();
   device::set_tf32(false);
@@ -153,14 +168,7 @@ TEST(Cuda, LlamaForwardAndGradientsOnTheGpuMatchTheCpuAndBf16TracksFp32) {
     auto [cpu, gpu] = on_cpu_and_gpu(mc, 4);
     auto x = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong),
          y = torch::randint(0, mc.vocab, {3, mc.block}, torch::kLong);
-    auto lc = cpu->loss(x, y);
-    auto lg = gpu->loss(x.cuda(), y.cuda());
-    EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-4) << "window " << window;
-    lc.backward();
-    lg.backward();
-    auto gc = cpu->parameters(), gg = gpu->parameters();
-    for (size_t i = 0; i < gc.size(); ++i)
-      EXPECT_TRUE(torch::allclose(gg[i].grad().cpu(), gc[i].grad(), 1e-3, 1e-5)) << "parameter " << i;
+    expect_same_loss_and_gradients(cpu, gpu, x, y, at::Tensor(), fmt::format("window {}", window));
     EXPECT_EQ(cpu->generate({1, 2, 3}, 8, 0.0, 0), gpu->generate({1, 2, 3}, 8, 0.0, 0)) << "window " << window;
   }
   test::TempDir a, b, f;
@@ -199,14 +207,7 @@ TEST(Cuda, PackedRowsOnTheGpuMatchTheCpuKernels) {
       pos[1] = torch::arange(mc.block, torch::kLong);
       auto x = torch::randint(0, mc.vocab, {2, mc.block}, torch::kLong),
            y = torch::randint(0, mc.vocab, {2, mc.block}, torch::kLong);
-      auto lc = cpu->loss(x, y, pos);
-      auto lg = gpu->loss(x.cuda(), y.cuda(), pos.cuda());
-      EXPECT_NEAR(lg.item<double>(), lc.item<double>(), 1e-4) << "window " << window;
-      lc.backward();
-      lg.backward();
-      auto gc = cpu->parameters(), gg = gpu->parameters();
-      for (size_t i = 0; i < gc.size(); ++i)
-        EXPECT_TRUE(torch::allclose(gg[i].grad().cpu(), gc[i].grad(), 1e-3, 1e-5)) << "parameter " << i;
+      expect_same_loss_and_gradients(cpu, gpu, x, y, pos, fmt::format("window {}", window));
     }
   }
 }
