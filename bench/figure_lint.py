@@ -56,7 +56,12 @@ ALLOW = [
     ("docs/gpu.md", "MFU (datasheet bf16 peak, 989 TFLOP/s) | ~33% (target 45%)",
      "the datasheet figure, an expected figure and the issue's target"),
     ("docs/gpu.md", "(~1.5x: autocast", "an expected figure written before the GPU run"),
-    ("docs/gpu.md", "ATen path, ~0.5x", "an expected figure written before the GPU run"),
+    ("docs/gpu.md", "ATen path, ~0.5x; on the kernels ~0.6x", "expected figures written before the GPU run"),
+    ("docs/gpu.md", "fp8 vs `torch.compile`'s bf16 (target 1.35x), loss within 2% of bf16's | ~1.0-1.1x on the ATen path: "
+     "the linears are ~55% of the step at this size and fp8 halves their time at best, while each product adds two amax "
+     "reductions and casts (~4 passes over its operands); 1.35x needs",
+     "the issue's target, gpu_bench's parity tolerance and an expected figure written before the GPU run"),
+    ("docs/levers.md", "within 5% of bf16's loss", "the tolerance of tests/train/fp8_run_test.cpp"),
     ("docs/gpu.md", "| 1.3-1.5 ms (75-85% of the copy floor), ATen 8-10 ms |", "expected kernel_bench figures"),
     ("docs/gpu.md", "| 60-90 us (the register-cached kernel; 30-45% of the floor before it) |",
      "expected kernel_bench figures"),

@@ -10,6 +10,15 @@ side is always first or last; medians):
     time apart); on a GPU, frugal on its own CUDA kernels (model.kernels = frugal; --no-kernels
     leaves it out); torch.compile mode "max-autotune" with --max-autotune in every round, or, under
     a --deadline, once after the rounds when the time left covers it;
+  - fp8 (sides of the bf16 row): frugal with precision.mode = fp8 (the blocks' linears in fp8,
+    e4m3 forward and e5m2 gradients, everything else bf16), on ATen and on its kernels: its
+    tokens/s over torch.compile's bf16 and its final loss beside frugal's bf16 (loss_parity);
+    MFU against the bf16 peak, so that fp8's gain shows as a higher figure;
+  - llama: frugal's Llama family (model.arch = llama) at GPT-2's depth, width, block and
+    vocabulary (12 x 768, 12 heads with 4 key/value heads, SwiGLU 2048, an untied head) against
+    the same model in plain PyTorch, eager and torch.compile "default" (peer_gpt.py --arch llama),
+    bf16; on a GPU frugal on its kernels too (RMSNorm and SwiGLU), and with the fp8 row, frugal's
+    fp8 linears. MFU from the Llama FLOPs per token;
   - head (sides of the bf16 row): frugal with model.head_multiple = 1 (the head unpadded) and
     eager with the head padded by hand (peer_gpt.py --head-multiple 64), to show the head-padding
     lever on its own;
@@ -85,17 +94,21 @@ import torch  # noqa: E402
 
 import matmul_peak  # noqa: E402
 from bench_common import ROOT, die, results_dir, source_revision, venv_python, write_json  # noqa: E402
-from peer_gpt import flops_per_token  # noqa: E402
+from peer_gpt import flops_per_token, llama_flops_per_token  # noqa: E402
 
 LLMC_MAGIC = 20240520
 GPT2 = dict(layers=12, heads=12, embd=768, block=1024, vocab=50257)
 SMOKE = dict(layers=2, heads=2, embd=64, block=32, vocab=50257)
+# The Llama row: GPT-2's depth, width, block and vocabulary with Llama's blocks (4 key/value heads,
+# SwiGLU at 8/3 of the width, an untied head): ~163M parameters.
+LLAMA = dict(GPT2, kv_heads=4, mlp=2048)
+SMOKE_LLAMA = dict(SMOKE, kv_heads=1, mlp=176)
 # The files a run writes into the results folder (save() refuses any other name, so that the
 # clean-up of an earlier run's files knows them all).
-ROW_FILES = ("gpu_muon", "gpu_bf16", "gpu_fp16", "gpu_sync_every", "gpu_activation_checkpointing", "gpu_checkpoint_stall",
+ROW_FILES = ("gpu_muon", "gpu_bf16", "gpu_llama", "gpu_fp16", "gpu_sync_every", "gpu_activation_checkpointing", "gpu_checkpoint_stall",
              "gpu_machine")
 SKIP = 3  # untimed steps at the start of every run (the peer's first one compiles under --compile)
-ROWS = ("bf16", "head", "fp16", "sync", "ckpt", "stall", "muon")
+ROWS = ("bf16", "fp8", "llama", "head", "fp16", "sync", "ckpt", "stall", "muon")
 # A run's expected seconds before one of its side has run (GPT-2 shape on an H100/H200, measured
 # 2026-11-26, rounded up; process start, the warm-up and the timed steps): frugal, the eager peer,
 # torch.compile "default" (its first compile) and "max-autotune" (minutes of autotuning).
@@ -170,6 +183,12 @@ class Bench:
     def __init__(self, a, shape, device, shards, work, peaks):
         self.a, self.shape, self.device, self.shards, self.work, self.peaks = a, shape, device, shards, work, peaks
         self.fpt = flops_per_token(shape["layers"], shape["embd"], shape["vocab"], shape["block"])
+        self.llama = SMOKE_LLAMA if a.smoke else LLAMA  # the shape keys it shares with `shape` are equal
+        ll = self.llama
+        self.llama_fpt = llama_flops_per_token(ll["layers"], ll["embd"], ll["heads"], ll["kv_heads"], ll["mlp"],
+                                               ll["vocab"], ll["block"])
+        self.llama_sets = ["model.arch=llama", f"model.kv_heads={ll['kv_heads']}", f"model.mlp_width={ll['mlp']}",
+                           "model.tie_embeddings=false"]
         self.tokens_per_step = a.batch * shape["block"]
         self.commands = []
         self.runs = 0
@@ -198,12 +217,14 @@ class Bench:
         return [f"precision.mode={dtype}"]
 
     def peer_args(self, dtype, compile_=False, ckpt=False, head_multiple=1, sync_every=1, steps=None,
-                  compile_mode="default"):
+                  compile_mode="default", llama=False):
         s = self.shape
         args = [venv_python(), os.path.join(HERE, "peer_gpt.py"), "--shards", self.shards, "--device", self.device,
                 "--dtype", dtype, "--vocab", str(s["vocab"]), "--layers", str(s["layers"]), "--heads", str(s["heads"]),
                 "--embd", str(s["embd"]), "--block", str(s["block"]), "--batch", str(self.a.batch),
                 "--steps", str(steps or self.a.steps), "--warmup", str(SKIP), "--prebuilt-batches"]
+        if llama:
+            args += ["--arch", "llama", "--kv-heads", str(self.llama["kv_heads"]), "--mlp-width", str(self.llama["mlp"])]
         if compile_:
             args.append("--compile")
             if compile_mode != "default":
@@ -250,8 +271,8 @@ class Bench:
                 "frugal_version": summary.get("frugal_version"), "torch_version": summary.get("torch_version")}
 
     def peer(self, dtype, compile_=False, ckpt=False, head_multiple=1, sync_every=1, steps=None,
-             compile_mode="default"):
-        args = self.peer_args(dtype, compile_, ckpt, head_multiple, sync_every, steps, compile_mode)
+             compile_mode="default", llama=False):
+        args = self.peer_args(dtype, compile_, ckpt, head_multiple, sync_every, steps, compile_mode, llama)
         self.commands.append(shlex.join(args))
         if self.a.dry_run:
             return None
@@ -264,9 +285,10 @@ class Bench:
                 "compile_s": j["compile_s"], "loss_scale": j["loss_scale"], "final_train_loss": j["final_loss"],
                 "torch_version": j["torch"]}
 
-    def mfu(self, tokens_per_s, dtype):
-        """MFU against the measured peak and against the datasheet (None where unknown)."""
-        achieved = tokens_per_s * self.fpt / 1e9  # GFLOP/s
+    def mfu(self, tokens_per_s, dtype, fpt=None):
+        """MFU against the measured peak and against the datasheet (None where unknown); `fpt`: the
+        row's FLOPs per token where its model is not the GPT's."""
+        achieved = tokens_per_s * (fpt or self.fpt) / 1e9  # GFLOP/s
         ds = self.peaks.get("datasheet_tflops")
         return achieved / self.peaks[dtype], (achieved / (ds * 1e3) if ds else None)
 
@@ -283,10 +305,10 @@ def window_step_times(elapsed, skip):
     return step_s, [s for _, s in windows], mean_s
 
 
-def summarize(bench, runs, dtype):
+def summarize(bench, runs, dtype, fpt=None):
     """Medians over the alternating rounds of one side."""
     tps = statistics.median(r["tokens_per_s"] for r in runs)
-    mfu, mfu_ds = bench.mfu(tps, dtype)
+    mfu, mfu_ds = bench.mfu(tps, dtype, fpt)
     out = {"tokens_per_s": tps, "mfu_measured_peak": mfu, "mfu_datasheet": mfu_ds,
            "step_ms_median": statistics.median(r["step_ms_median"] for r in runs),
            "data_wait_fraction": statistics.median(r["data_wait_fraction"] for r in runs),
@@ -358,16 +380,16 @@ class ResultWriter:
 
     def write(self, rounds, groups, failures, skipped, t0, complete):
         a, b, res = self.a, self.b, {}
-        sides, fp16_sides, sync_sides, stall_sides, muon_sides = (g for _, g in groups)
+        sides, fp16_sides, sync_sides, stall_sides, muon_sides, llama_sides = (g for _, g in groups)
 
         def save(name, obj):
             assert name in ROW_FILES, name
-            obj = dict({"bench": name}, **self.common, **obj)
+            obj = {"bench": name, **self.common, **obj}  # a row may name its own shape and FLOPs per token
             write_json(os.path.join(self.out, name + ".json"), obj)
             res[name] = obj
 
         def ratios(obj, group):  # frugal (and frugal on its kernels) over each peer side that ran
-            for mine in ("frugal", "frugal_kernels"):
+            for mine in ("frugal", "frugal_kernels", "frugal_fp8", "frugal_kernels_fp8"):
                 for peer in ("eager", "eager_padded", "compile", "compile_max_autotune", "frugal_unpadded", "frugal"):
                     if mine != peer and mine in group and peer in group:
                         obj[f"{mine}_over_{peer}"] = group[mine]["tokens_per_s"] / group[peer]["tokens_per_s"]
@@ -421,6 +443,10 @@ class ResultWriter:
         if st:
             save("gpu_checkpoint_stall", {"dtype": "bf16", "every_steps": a.ckpt_every, "steps": self.stall_steps,
                                           "modes": st})
+        ll = {k: summarize(b, v, "bf16", b.llama_fpt) for k, v in rounds[id(llama_sides)].items() if v}
+        if ll:
+            save("gpu_llama", ratios({"dtype": "bf16", "shape": dict(b.llama, arch="llama"),
+                                      "flops_per_token": b.llama_fpt, "sides": ll, "loss_parity": loss_parity(ll)}, ll))
         mu = {k: summarize(b, v, "bf16") for k, v in rounds[id(muon_sides)].items() if v}
         if mu:
             obj = {"dtype": "bf16", "sides": mu}
@@ -458,7 +484,7 @@ def main():
                     help="add torch.compile mode \"max-autotune\" to the bf16 row in every round (its autotuning "
                          "takes minutes); under --deadline it otherwise runs once after the rounds if time is left")
     ap.add_argument("--only", default="",
-                    help="comma-separated rows to run (bf16, head, fp16, sync, ckpt, stall, muon; default all): e.g. "
+                    help="comma-separated rows to run (bf16, fp8, llama, head, fp16, sync, ckpt, stall, muon; default all): e.g. "
                          "--only bf16 for a short lease")
     ap.add_argument("--deadline", type=float, default=0,
                     help="a Unix time: a run starts only if its expected time ends before it (0 = no deadline)")
@@ -548,6 +574,11 @@ def main():
         sides.append(("frugal_kernels", "frugal", lambda: b.frugal("bf16", "bf16_kernels", ["model.kernels=frugal"])))
     if compile_:
         sides.append(("compile", "compile", lambda: b.peer("bf16", compile_=True)))
+    if "fp8" in a.rows:
+        sides.append(("frugal_fp8", "frugal", lambda: b.frugal("bf16", "fp8", ["precision.mode=fp8"])))
+        if a.kernels and a.device.startswith("cuda"):
+            sides.append(("frugal_kernels_fp8", "frugal",
+                          lambda: b.frugal("bf16", "fp8_kernels", ["precision.mode=fp8", "model.kernels=frugal"])))
     if "head" in a.rows:
         sides += [("frugal_unpadded", "frugal", lambda: b.frugal("bf16", "bf16_unpadded", ["model.head_multiple=1"])),
                   ("eager_padded", "peer", lambda: b.peer("bf16", head_multiple=64))]
@@ -559,7 +590,7 @@ def main():
         sides += [("frugal_ckpt", "frugal", lambda: b.frugal("bf16", "bf16_ckpt", ["memory.activation_checkpointing=blocks"])),
                   ("eager_ckpt", "peer", lambda: b.peer("bf16", ckpt=True))]
     if "bf16" not in a.rows:
-        sides = [x for x in sides if x[0].endswith("_ckpt") or x[0] in ("frugal_unpadded", "eager_padded")]
+        sides = [x for x in sides if x[0].endswith(("_ckpt", "_fp8")) or x[0] in ("frugal_unpadded", "eager_padded")]
     fp16_sides = [("frugal", "frugal", lambda: b.frugal("fp16", "fp16")), ("eager", "peer", lambda: b.peer("fp16"))]
     if compile_:
         fp16_sides.append(("compile", "compile", lambda: b.peer("fp16", compile_=True)))
@@ -579,8 +610,21 @@ def main():
                   ("muon", "frugal", lambda: b.frugal("bf16", "bf16_muon", ["train.optimizer=muon", "train.schedule=wsd"]))
                   ] if "muon" in a.rows else []
 
+    llama_sides = []
+    if "llama" in a.rows:
+        llama_sides = [("frugal", "frugal", lambda: b.frugal("bf16", "llama", b.llama_sets)),
+                       ("eager", "peer", lambda: b.peer("bf16", llama=True))]
+        if a.kernels and a.device.startswith("cuda"):  # RMSNorm and SwiGLU on frugal's kernels
+            llama_sides.append(("frugal_kernels", "frugal",
+                                lambda: b.frugal("bf16", "llama_kernels", b.llama_sets + ["model.kernels=frugal"])))
+        if compile_:
+            llama_sides.append(("compile", "compile", lambda: b.peer("bf16", compile_=True, llama=True)))
+        if "fp8" in a.rows:
+            llama_sides.append(("frugal_fp8", "frugal",
+                                lambda: b.frugal("bf16", "llama_fp8", b.llama_sets + ["precision.mode=fp8"])))
+
     groups = (("bf16", sides), ("fp16", fp16_sides), (f"sync every {n}", sync_sides),
-              ("checkpoint stall", stall_sides), ("muon", muon_sides))
+              ("checkpoint stall", stall_sides), ("muon", muon_sides), ("llama", llama_sides))
     rounds = {id(g): {k: [] for k, _, _ in g} for _, g in groups}
     failures, skipped = [], []
     last_s = {}  # side -> seconds its last run took
@@ -649,7 +693,7 @@ def main():
     print(f"\n{machine['device_name']}: matmul bf16 {peaks['bf16'] / 1e3:.1f} TFLOP/s measured, datasheet "
           f"{peaks['datasheet_tflops'] or 'n/a'}; shape {shape}, micro-batch {a.batch}")
     print(f"{'row':34} {'tokens/s':>12} {'MFU meas.':>10} {'MFU sheet':>10} {'peak MB':>10} {'data wait':>10}")
-    for dt, group in (("bf16", bf), ("fp16", fp)):
+    for dt, group in (("bf16", bf), ("fp16", fp), ("llama bf16", res.get("gpu_llama", {}).get("sides", {}))):
         for k, v in group.items():
             if k.endswith("_ckpt"):
                 continue
@@ -674,7 +718,7 @@ def main():
     if "step_time_ratio_muon_over_adamw" in res.get("gpu_muon", {}):
         print(f"{'muon over fused_adamw':34} step time x{res['gpu_muon']['step_time_ratio_muon_over_adamw']:.3f}")
     parity_failed = []
-    for name in ("gpu_bf16", "gpu_fp16", "gpu_sync_every"):
+    for name in ("gpu_bf16", "gpu_fp16", "gpu_sync_every", "gpu_llama"):
         lp = res.get(name, {}).get("loss_parity")
         if not lp:
             continue

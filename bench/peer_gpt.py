@@ -9,7 +9,10 @@ the way a practitioner writes one today:
   - optionally torch.compile on the model (--compile);
   - optionally the output head's matmuls at the vocabulary rounded up (--head-multiple 64: the
     weight padded with zero rows for the product, the logits sliced back; frugal's
-    model.head_multiple), by hand as a practitioner who knows the trick writes it.
+    model.head_multiple), by hand as a practitioner who knows the trick writes it;
+  - --arch llama: frugal's Llama family instead (model.arch = "llama"), in plain PyTorch as
+    well: nn.RMSNorm, rotary positions, grouped-query attention through SDPA (enable_gqa),
+    SwiGLU (transformers' model is bench/peer_llama.py's; this one needs only torch).
 
 Timing: the wall time between the ends of consecutive steps (each step ends with loss.item(),
 which also waits for the GPU), the same window as frugal's per-step elapsed_s in metrics.jsonl;
@@ -136,6 +139,78 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
+class LlamaBlock(nn.Module):
+    """A Llama block as frugal's (src/model/llama/llama.cpp) and transformers' compute it: RMSNorm,
+    grouped-query attention with rotary positions (rotate-half), SwiGLU MLP from one packed
+    gate/up product; no biases."""
+
+    def __init__(self, embd, heads, kv_heads, mlp, eps):
+        super().__init__()
+        self.heads, self.kv_heads, self.d = heads, kv_heads, embd // heads
+        self.attn_norm = nn.RMSNorm(embd, eps=eps)
+        self.qkv = nn.Linear(embd, (heads + 2 * kv_heads) * self.d, bias=False)
+        self.proj = nn.Linear(heads * self.d, embd, bias=False)
+        self.mlp_norm = nn.RMSNorm(embd, eps=eps)
+        self.gate_up = nn.Linear(embd, 2 * mlp, bias=False)
+        self.down = nn.Linear(mlp, embd, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, _ = x.shape
+        H, K, d = self.heads, self.kv_heads, self.d
+        q, k, v = self.qkv(self.attn_norm(x)).split([H * d, K * d, K * d], dim=-1)
+        q, k, v = (t.view(B, T, n, d).transpose(1, 2) for t, n in ((q, H), (k, K), (v, K)))
+
+        def rope(t):
+            t1, t2 = t.chunk(2, dim=-1)
+            return t * cos + torch.cat((-t2, t1), dim=-1) * sin
+
+        y = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True, enable_gqa=K != H)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, H * d))
+        gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class Llama(nn.Module):
+    """frugal's Llama family (model.arch = "llama"): token embedding, Llama blocks, final RMSNorm,
+    an untied output head; weights N(0, 0.02)."""
+
+    def __init__(self, vocab, block, layers, heads, kv_heads, embd, mlp, theta=10000.0, eps=1e-5,
+                 checkpoint_blocks=False):
+        super().__init__()
+        self.checkpoint_blocks = checkpoint_blocks
+        self.embed = nn.Embedding(vocab, embd)
+        self.blocks = nn.ModuleList([LlamaBlock(embd, heads, kv_heads, mlp, eps) for _ in range(layers)])
+        self.norm = nn.RMSNorm(embd, eps=eps)
+        self.lm_head = nn.Linear(embd, vocab, bias=False)
+        d = embd // heads
+        inv = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+        angles = torch.outer(torch.arange(block, dtype=torch.float32), inv)
+        self.register_buffer("cos", torch.cat((angles, angles), dim=-1).cos(), persistent=False)
+        self.register_buffer("sin", torch.cat((angles, angles), dim=-1).sin(), persistent=False)
+        for name, p in self.named_parameters():
+            if "norm" not in name:
+                nn.init.normal_(p, 0.0, 0.02)
+
+    def forward(self, idx, targets):
+        T = idx.size(1)
+        x, cos, sin = self.embed(idx), self.cos[:T], self.sin[:T]
+        for b in self.blocks:
+            if self.checkpoint_blocks and self.training:
+                x = torch.utils.checkpoint.checkpoint(b, x, cos, sin, use_reentrant=False)
+            else:
+                x = b(x, cos, sin)
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+
+def llama_flops_per_token(layers, embd, heads, kv_heads, mlp, vocab, block):
+    """frugal's formula for the Llama family (docs/model.md): 6 x matmul weights (head included) +
+    12 x layers x block x heads x head_dim for the attention products."""
+    d = embd // heads
+    matmuls = layers * ((heads + 2 * kv_heads) * d * embd + heads * d * embd + 3 * mlp * embd) + vocab * embd
+    return 6.0 * matmuls + 12.0 * layers * block * heads * d
+
+
 def flops_per_token(layers, embd, vocab, block):
     """Training FLOPs per token, frugal's formula (docs/model.md): 6 x matmul parameters (head
     included) + 12 x layers x block x embd for the attention products."""
@@ -194,6 +269,10 @@ def main():
     ap.add_argument("--block", type=int, default=64)
     ap.add_argument("--batch", type=int, default=32, help="sequences per step (frugal's data.micro_batch)")
     ap.add_argument("--dropout", type=float, default=0.0)
+    ap.add_argument("--arch", choices=["gpt", "llama"], default="gpt",
+                    help="gpt: frugal's reference GPT; llama: its Llama family (untied head, no dropout)")
+    ap.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0 = --heads)")
+    ap.add_argument("--mlp-width", type=int, default=0, help="llama: the SwiGLU width (0 = 8/3 x --embd)")
     ap.add_argument("--steps", type=int, default=30, help="timed steps (after --warmup)")
     ap.add_argument("--warmup", "--warmup-skip", type=int, default=3, dest="warmup",
                     help="untimed steps first (the first one compiles under --compile)")
@@ -268,8 +347,16 @@ def main():
             x, y = x.pin_memory(), y.pin_memory()
         return x.to(device, non_blocking=True), y.to(device, non_blocking=True)
 
-    model = GPT(a.vocab, a.block, a.layers, a.heads, a.embd, a.dropout, a.activation_checkpointing,
-                a.head_multiple).to(device)
+    kv_heads = a.kv_heads or a.heads
+    mlp = a.mlp_width or 8 * a.embd // 3
+    if a.arch == "llama":
+        if a.heads % kv_heads:
+            ap.error(f"--kv-heads {kv_heads} must divide --heads {a.heads}")
+        model = Llama(a.vocab, a.block, a.layers, a.heads, kv_heads, a.embd, mlp,
+                      checkpoint_blocks=a.activation_checkpointing).to(device)
+    else:
+        model = GPT(a.vocab, a.block, a.layers, a.heads, a.embd, a.dropout, a.activation_checkpointing,
+                    a.head_multiple).to(device)
     params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -344,14 +431,16 @@ def main():
         sys.exit(f"peer_gpt.py: no timed window: --steps {a.steps} must be at least --sync-every {a.sync_every}")
     step_med = statistics.median(timed)
     tokens = a.batch * a.block
-    fpt = flops_per_token(a.layers, a.embd, a.vocab, a.block)
+    fpt = (llama_flops_per_token(a.layers, a.embd, a.heads, kv_heads, mlp, a.vocab, a.block) if a.arch == "llama"
+           else flops_per_token(a.layers, a.embd, a.vocab, a.block))
     out = {
         "program": "pytorch_peer", "torch": torch.__version__, "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "dtype": a.dtype, "precision": a.dtype, "compile": a.compile, "head_multiple": a.head_multiple,
         "compile_mode": a.compile_mode if a.compile else None, "threads": threads,
         "activation_checkpointing": a.activation_checkpointing,
-        "model": {"layers": a.layers, "heads": a.heads, "embd": a.embd, "block": a.block, "vocab": a.vocab},
+        "model": {"arch": a.arch, "layers": a.layers, "heads": a.heads, "embd": a.embd, "block": a.block,
+                  "vocab": a.vocab, **({"kv_heads": kv_heads, "mlp_width": mlp} if a.arch == "llama" else {})},
         "batch": a.batch, "params": params, "flops_per_token": fpt,
         "warmup_steps_untimed": a.warmup, "timed_steps": len(timed),
         "step_ms_median": 1e3 * step_med,

@@ -38,15 +38,7 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import die, physical_cores  # noqa: E402
-from peer_gpt import load_text, lr_at  # noqa: E402
-
-
-def llama_flops_per_token(layers, embd, heads, kv_heads, mlp, vocab, block):
-    """frugal's formula for the Llama family (docs/model.md): 6 x matmul weights (head included) +
-    12 x layers x block x heads x head_dim for the attention products."""
-    d = embd // heads
-    matmuls = layers * ((heads + 2 * kv_heads) * d * embd + heads * d * embd + 3 * mlp * embd) + vocab * embd
-    return 6.0 * matmuls + 12.0 * layers * block * heads * d
+from peer_gpt import llama_flops_per_token, load_text, lr_at  # noqa: E402
 
 
 def main():

@@ -33,9 +33,11 @@
 #   --max-autotune   torch.compile mode "max-autotune" in every benchmark round (minutes of
 #                    autotuning); without it, it runs once at the end when the budget leaves time
 #   --no-sanitizer   skip compute-sanitizer memcheck over the kernel tests
-#   --bench-rows LIST the benchmark's rows, comma-separated (bf16, head, fp16, sync, ckpt, stall,
-#                    muon; default bf16: frugal on ATen and on its kernels, PyTorch eager and
-#                    torch.compile); `muon` for Muon's step against fused AdamW's
+#   --bench-rows LIST the benchmark's rows, comma-separated (bf16, fp8, llama, head, fp16, sync,
+#                    ckpt, stall, muon; default bf16,fp8,llama: frugal on ATen and on its kernels,
+#                    PyTorch eager and torch.compile, frugal's fp8 linears on both paths, then the
+#                    Llama shape against PyTorch, as far as the budget goes); `muon` for Muon's step
+#                    against fused AdamW's
 #   --node-tests     also build the whole test suite and run the CPU tests of checkpoints,
 #                    directory removal and the crash report on this node (about a minute more)
 #
@@ -60,14 +62,14 @@ BENCH=1
 PROFILE=0
 SMOKE=0
 BENCH_ARGS=()
-BENCH_ROWS=bf16
+BENCH_ROWS=bf16,fp8,llama
 NO_COMPILE=()
 TEST_TIMEOUT=300
 CUDA_ARCH=""
 SANITIZER=1
 BUDGET=480
 NODE_TESTS=0
-ROWS_RE='^(bf16|head|fp16|sync|ckpt|stall|muon)(,(bf16|head|fp16|sync|ckpt|stall|muon))*$'
+ROWS_RE='^(bf16|fp8|llama|head|fp16|sync|ckpt|stall|muon)(,(bf16|fp8|llama|head|fp16|sync|ckpt|stall|muon))*$'
 ALL_OPTIONS="--out DIR, --budget S, --build-dir DIR, --no-bench, --profile, --no-compile, --smoke, --repeats N, --steps N, --test-timeout S, --cuda-arch LIST, --max-autotune, --no-sanitizer, --bench-rows LIST, --node-tests, --help"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -80,7 +82,7 @@ while [[ $# -gt 0 ]]; do
     --max-autotune) BENCH_ARGS+=(--max-autotune); shift ;;
     --no-sanitizer) SANITIZER=0; shift ;;
     --node-tests) NODE_TESTS=1; shift ;;
-    --bench-rows) [[ ${2:-} =~ $ROWS_RE ]] || { echo "gpu-check: --bench-rows takes a comma-separated list of bf16, head, fp16, sync, ckpt, stall, muon, not '${2:-}'" >&2; exit 2; }
+    --bench-rows) [[ ${2:-} =~ $ROWS_RE ]] || { echo "gpu-check: --bench-rows takes a comma-separated list of bf16, fp8, llama, head, fp16, sync, ckpt, stall, muon, not '${2:-}'" >&2; exit 2; }
                   BENCH_ROWS=$2; shift 2 ;;
     --cuda-arch) arch_re='^[0-9a-z;-]+$'
                  [[ ${2:-} =~ $arch_re ]] || { echo "gpu-check: --cuda-arch takes CMake CUDA architectures such as 90-real or '80-real;90-real', not '${2:-}'" >&2; exit 2; }
@@ -209,7 +211,7 @@ fi
 
 # 5. frugal's CUDA kernels first (a kernel that fails here explains every failure after it): their
 # tests, one line each, and the microbenchmark.
-KERNEL_TESTS='Cuda\.(FusedClassifier|FusedCrossEntropy|LayerNormKernels|TrainingOnFrugalKernels|GradientWrittenOver|KernelsRunOn)'
+KERNEL_TESTS='Cuda\.(FusedClassifier|FusedCrossEntropy|LayerNormKernels|TrainingOnFrugalKernels|GradientWrittenOver|KernelsRunOn|LlamaKernels|LlamaTrainingOnFrugalKernels)|CudaFp8\.TheCastKernel'
 if [[ $KERNELS -eq 1 ]]; then
   if fits kernel-tests 20; then
     say "ctest -R '$KERNEL_TESTS'"
@@ -260,10 +262,10 @@ if [[ $KERNELS -eq 1 && $SANITIZER -eq 1 ]]; then
   if [[ -z $SAN ]]; then
     say "no compute-sanitizer on this node: memcheck not run"; step memcheck skipped 0 "no compute-sanitizer"
   elif fits memcheck 30; then
-    say "compute-sanitizer --tool memcheck over Cuda.FusedClassifier* and Cuda.LayerNormKernels* (caching allocator off)"
+    say "compute-sanitizer --tool memcheck over the kernel-level tests (caching allocator off)"
     t=$(date +%s)
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$(bound)" "$SAN" --tool memcheck --error-exitcode 9 \
-      "$BUILD/tests/frugal_gpu_tests" --gtest_filter='Cuda.FusedClassifier*:Cuda.LayerNormKernels*' >"$OUT/memcheck.log" 2>&1
+      "$BUILD/tests/frugal_gpu_tests" --gtest_filter='Cuda.FusedClassifier*:Cuda.LayerNormKernels*:Cuda.LlamaKernels*:CudaFp8.TheCastKernel*' >"$OUT/memcheck.log" 2>&1
     rc=$?
     if [[ $rc -eq 0 ]] && grep -q 'ERROR SUMMARY: 0 errors' "$OUT/memcheck.log"; then
       say "memcheck: $(grep -m1 'ERROR SUMMARY' "$OUT/memcheck.log")"; step memcheck passed $(( $(date +%s) - t ))

@@ -323,8 +323,8 @@ std::string state_problem(const nlohmann::json& s) {
     if (s.contains(k) && !is_int_at_least(s[k], 1)) return fmt::format("\"{}\" is not a whole number >= 1", k);
   if (s.contains("optimizer_steps") && !is_int_at_least(s["optimizer_steps"], 0))
     return "\"optimizer_steps\" is not a whole number >= 0";
-  if (s.contains("precision") && !one_of(s["precision"], {"fp32", "bf16", "fp16"}))
-    return "\"precision\" is not one of fp32, bf16, fp16";
+  if (s.contains("precision") && !one_of(s["precision"], {"fp32", "bf16", "fp16", "fp8"}))
+    return "\"precision\" is not one of fp32, bf16, fp16, fp8";
   if (s.contains("loss_scaler")) {
     const auto& ls = s["loss_scaler"];
     if (!ls.is_object()) return "\"loss_scaler\" is not an object";

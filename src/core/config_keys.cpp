@@ -139,8 +139,9 @@ void add_model_keys(std::vector<KeySpec>& s) {
       {{"auto", ModelConfig::Kernels::kAuto},
        {"aten", ModelConfig::Kernels::kAten},
        {"frugal", ModelConfig::Kernels::kFrugal}},
-      "what runs the GPT's LayerNorms and loss on a GPU: \"aten\" (ATen's operators), \"frugal\" (frugal's CUDA "
-      "kernels: fused classifier, residual add + LayerNorm; CUDA, compute capability 8.0+, fp32 or bf16; "
+      "what runs the GPT's LayerNorms and loss, the Llama family's RMSNorms and SwiGLU, and fp8's casts on a GPU: "
+      "\"aten\" (ATen's operators), \"frugal\" (frugal's CUDA kernels: fused classifier, residual add + LayerNorm, "
+      "RMSNorm, SwiGLU, the fp8 cast; CUDA, compute capability 8.0+, fp32 or bf16; "
       "docs/gpu.md), \"auto\" (aten for now: frugal's kernels are opt-in until their GPU check is committed)"));
   k.fixed(string_key(FRUGAL_FIELD(model, source),
                      "what is trained: \"gpt\" (frugal's own decoder, of model.arch's family) or "
@@ -250,8 +251,10 @@ void add_precision_keys(std::vector<KeySpec>& s) {
       {{"fp32", PrecisionMode::kFp32},
        {"bf16", PrecisionMode::kBf16},
        {"fp16", PrecisionMode::kFp16},
+       {"fp8", PrecisionMode::kFp8},
        {"auto", PrecisionMode::kAuto}},
-      "compute precision: bf16/fp16 autocast with fp32 master weights; auto = bf16 where measured fast"));
+      "compute precision: bf16/fp16 autocast with fp32 master weights; fp8 = bf16 with the GPT/Llama blocks' linears "
+      "in fp8 (GPUs of compute capability 8.9+); auto = bf16 where measured fast"));
   k.may(enum_key<LossScaling>(
       FRUGAL_FIELD(precision, loss_scaling),
       {{"auto", LossScaling::kAuto}, {"dynamic", LossScaling::kDynamic}, {"none", LossScaling::kNone}},

@@ -74,6 +74,23 @@ __device__ __forceinline__ SoftmaxState block_softmax_merge(SoftmaxState s) {
   return total;
 }
 
+// The sum of v over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ __forceinline__ float block_sum(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float t = lane < warps ? partial[lane] : 0.0f;
+    t = warp_sum(t);
+    if (lane == 0) total = t;
+  }
+  __syncthreads();
+  return total;
+}
+
 // The status of the launch just queued: 0, or the CUDA error code.
 inline int launch_status() { return static_cast<int>(cudaGetLastError()); }
 

@@ -71,4 +71,33 @@ int layernorm_backward(void* dx, void* dx_low, const void* dout, const void* dre
                        const float* mean, const float* rstd, Dtype xt, Dtype ot, float* dweight, float* dbias,
                        float* scratch, unsigned* counter, int64_t rows, int64_t C, int sm_count, void* stream);
 
+// ---- the Llama family (llama.cu) --------------------------------------------------------------
+// RMSNorm over rows of C contiguous elements, the CPU loops' arithmetic (model/fused_llama.h):
+//   rstd[r] = 1 / sqrt(sum_c x[r,c]^2 / C + eps),   out[r,c] = (x[r,c] * rstd[r]) * weight[c]
+// computed in float and rounded once to `ot`; x has dtype xt, weight C floats, rstd one float a row.
+int rmsnorm_forward(void* out, Dtype ot, float* rstd, const void* x, Dtype xt, const float* weight, int64_t rows,
+                    int64_t C, float eps, void* stream);
+// Its backward, dy of dtype dt:
+//   dx[r,c]    = rstd[r] * (dy w[c] - xhat * mean_c(dy w xhat)), xhat = x * rstd[r]   (dtype xt)
+//   dweight[c] = sum_r dy[r,c] * xhat[r,c]   (float; partial sums per group of rows in `scratch`,
+//                rmsnorm_backward_scratch_floats(rows, C) floats, added in a fixed order: the same
+//                bits on every run)
+size_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t C);
+int rmsnorm_backward(void* dx, const void* dy, Dtype dt, const void* x, Dtype xt, const float* weight,
+                     const float* rstd, float* dweight, float* scratch, int64_t rows, int64_t C, void* stream);
+// SwiGLU over the packed product gate_up (rows x 2F, gate in the first F columns), dtype t:
+//   act[r,j] = silu(g) * u;   backward: dgate = dact u s (1 + g (1 - s)), dup = dact g s, s = sigmoid(g)
+int swiglu_forward(void* act, const void* gate_up, Dtype t, int64_t rows, int64_t F, void* stream);
+int swiglu_backward(void* dgate_up, const void* gate_up, const void* dact, Dtype t, int64_t rows, int64_t F,
+                    void* stream);
+
+// ---- fp8 casts (fp8_cast.cu) -----------------------------------------------------------------
+// out[i] = x[i] * s rounded to float8 (e4m3, or e5m2 when `e5m2`): the nearest value, ties to
+// even, saturated to the format's largest finite value (448; 57344), where
+//   s = (float)(max / max((double)*amax, 1e-12))
+// from the device scalar amax (the absolute maximum of x). x: n elements of dtype xt; out: n bytes.
+// s is also written to *scale (a device float; may be null). One pass; nothing waits for the host.
+int fp8_scaled_cast(void* out, const void* x, Dtype xt, int64_t n, bool e5m2, const float* amax, float* scale,
+                    void* stream);
+
 }  // namespace frugal::kernels

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "frugal/core/compat.h"
+#include "frugal/model/fp8.h"
 
 namespace frugal {
 namespace {
@@ -17,6 +18,7 @@ struct FnHolder : torch::CustomClassHolder {
   c10::Device device{c10::kCPU};
   bool autocast = false;
   c10::ScalarType autocast_dtype = c10::kBFloat16;
+  bool fp8 = false, fp8_kernels = false;  // model/fp8.h
 };
 
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
@@ -27,6 +29,8 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     h->rng_state = at::globalContext().defaultGenerator(x.device()).get_state();
     h->autocast = compat::autocast_enabled(x.device().type());
     h->autocast_dtype = compat::autocast_dtype(x.device().type());
+    h->fp8 = fp8::enabled();
+    h->fp8_kernels = fp8::cast_kernels();
     std::vector<at::Tensor> saved{x};
     saved.insert(saved.end(), params.begin(), params.end());
     ctx->save_for_backward(saved);
@@ -41,7 +45,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     at::Tensor x = saved[0].detach().requires_grad_(saved[0].requires_grad());
     std::vector<at::Tensor> params(saved.begin() + 1, saved.end());
 
-    // Recompute with the forward's RNG and autocast state, then put the RNG back so the
+    // Recompute with the forward's RNG, autocast and fp8 state, then put the RNG back so the
     // recompute does not shift the random stream of the rest of the run.
     auto gen = at::globalContext().defaultGenerator(h->device);
     at::Tensor rng_now = gen.get_state();
@@ -50,6 +54,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
     {
       torch::AutoGradMode enable(true);
       compat::AutocastGuard guard(h->device.type(), h->autocast_dtype, h->autocast);
+      fp8::Scope fp8_linears(h->fp8, h->fp8_kernels);
       y = h->fn(x);
     }
     gen.set_state(rng_now);

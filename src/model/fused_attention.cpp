@@ -42,7 +42,7 @@ at::Tensor checked_positions(const at::Tensor& positions, const at::Tensor& qkv,
   return p;
 }
 
-float scale_of(const internal::AttentionShape& s) {
+float softmax_scale_of(const internal::AttentionShape& s) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
 }
 
@@ -71,9 +71,10 @@ std::pair<at::Tensor, Saved> run_attention_forward(const at::Tensor& qkv, int64_
   float* probs = data_or_null(saved.probs);
   const int threads = at::get_num_threads();
   if (qkv.scalar_type() == at::kFloat) {
-    internal::attention_forward_f32(qkv.data_ptr<float>(), y.data_ptr<float>(), stats, probs, s, scale_of(s), threads);
+    internal::attention_forward_f32(qkv.data_ptr<float>(), y.data_ptr<float>(), stats, probs, s, softmax_scale_of(s),
+                                    threads);
   } else {
-    internal::attention_forward_bf16(bits(qkv), bits(y), stats, probs, s, scale_of(s), threads);
+    internal::attention_forward_bf16(bits(qkv), bits(y), stats, probs, s, softmax_scale_of(s), threads);
   }
   return {y, saved};
 }
@@ -88,9 +89,9 @@ at::Tensor run_attention_backward(const at::Tensor& qkv, const Saved& saved, con
   const int threads = at::get_num_threads();
   if (qkv.scalar_type() == at::kFloat) {
     internal::attention_backward_f32(qkv.data_ptr<float>(), stats, probs, dy.data_ptr<float>(), dqkv.data_ptr<float>(),
-                                     s, scale_of(s), threads);
+                                     s, softmax_scale_of(s), threads);
   } else {
-    internal::attention_backward_bf16(bits(qkv), stats, probs, bits(dy), bits(dqkv), s, scale_of(s), threads);
+    internal::attention_backward_bf16(bits(qkv), stats, probs, bits(dy), bits(dqkv), s, softmax_scale_of(s), threads);
   }
   return dqkv;
 }

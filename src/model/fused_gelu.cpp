@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "frugal/core/compat.h"
+#include "frugal/model/fp8.h"
 #include "model/internal/gelu_kernel.h"
 
 namespace frugal {
@@ -87,12 +88,12 @@ class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
 at::Tensor linear_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const bool float_cpu = bias.defined() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
                          weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat &&
-                         !compat::autocast_enabled(c10::DeviceType::CPU);
+                         !compat::autocast_enabled(c10::DeviceType::CPU) && !fp8::enabled();
   const bool shapes = weight.dim() == 2 && bias.dim() == 1 && bias.size(0) == weight.size(0) && x.dim() >= 1;
   const bool training =
       torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || bias.requires_grad());
   const bool fused = float_cpu && shapes && training;
-  if (!fused) return fused_gelu(at::linear(x, weight, bias));
+  if (!fused) return fused_gelu(fp8::linear_or_aten(x, weight, bias));
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = weight.size(0);
   const at::Tensor u = x.reshape({-1, x.size(-1)}).mm(weight.t());

@@ -4,7 +4,16 @@
 #include <torch/torch.h>
 
 #include "frugal/core/compat.h"
+#include "frugal/model/kernel_ops.h"
+#include "frugal_build_config.h"  // FRUGAL_HAVE_KERNELS
 #include "model/internal/llama_kernel.h"
+
+#if FRUGAL_HAVE_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/kernels.h"
+#endif
 
 namespace frugal {
 namespace {
@@ -16,6 +25,70 @@ bool own_cpu(const at::Tensor& x) {
 uint16_t* bf16_bits(const at::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
 float* fp(const at::Tensor& t) { return t.data_ptr<float>(); }
 
+bool llama_kernel_dtype(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; }
+
+#if FRUGAL_HAVE_KERNELS
+kernels::Dtype kdt(at::ScalarType t) { return t == at::kBFloat16 ? kernels::Dtype::kBf16 : kernels::Dtype::kF32; }
+void* llama_stream(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+void check_llama_launch(int status, const char* what) {
+  TORCH_CHECK(status == 0, "frugal kernel ", what, " failed to launch: ", kernels::kernel_error_text(status));
+}
+#endif
+
+// The GPU half of the ops below: frugal's kernels (src/kernels/llama.cu) on a CUDA tensor. Each
+// returns false, having done nothing, where this build has no kernels.
+bool rms_forward_gpu(const at::Tensor& x2, const at::Tensor& w, double eps, const at::Tensor& y,
+                     const at::Tensor& rstd) {
+#if FRUGAL_HAVE_KERNELS
+  const c10::cuda::CUDAGuard guard(x2.device());
+  check_llama_launch(kernels::rmsnorm_forward(y.data_ptr(), kdt(y.scalar_type()), rstd.data_ptr<float>(), x2.data_ptr(),
+                                              kdt(x2.scalar_type()), w.data_ptr<float>(), x2.size(0), x2.size(1),
+                                              static_cast<float>(eps), llama_stream(x2)),
+                     "rmsnorm_forward");
+  return true;
+#else
+  (void)x2, (void)w, (void)eps, (void)y, (void)rstd;
+  return false;
+#endif
+}
+
+bool rms_backward_gpu(const at::Tensor& x2, const at::Tensor& w, const at::Tensor& rstd, const at::Tensor& dy,
+                      const at::Tensor& dx, const at::Tensor& dw) {
+#if FRUGAL_HAVE_KERNELS
+  const c10::cuda::CUDAGuard guard(x2.device());
+  const at::Tensor scratch =
+      at::empty({static_cast<int64_t>(kernels::rmsnorm_backward_scratch_floats(x2.size(0), x2.size(1)))}, dw.options());
+  check_llama_launch(kernels::rmsnorm_backward(dx.data_ptr(), dy.data_ptr(), kdt(dy.scalar_type()), x2.data_ptr(),
+                                               kdt(x2.scalar_type()), w.data_ptr<float>(), rstd.data_ptr<float>(),
+                                               dw.data_ptr<float>(), scratch.data_ptr<float>(), x2.size(0), x2.size(1),
+                                               llama_stream(x2)),
+                     "rmsnorm_backward");
+  return true;
+#else
+  (void)x2, (void)w, (void)rstd, (void)dy, (void)dx, (void)dw;
+  return false;
+#endif
+}
+
+bool swiglu_gpu(const at::Tensor& gu2, const at::Tensor& dact, const at::Tensor& out) {
+#if FRUGAL_HAVE_KERNELS
+  const c10::cuda::CUDAGuard guard(gu2.device());
+  const int64_t rows = gu2.size(0), cols = gu2.size(1) / 2;
+  if (dact.defined())
+    check_llama_launch(kernels::swiglu_backward(out.data_ptr(), gu2.data_ptr(), dact.data_ptr(), kdt(gu2.scalar_type()),
+                                                rows, cols, llama_stream(gu2)),
+                       "swiglu_backward");
+  else
+    check_llama_launch(
+        kernels::swiglu_forward(out.data_ptr(), gu2.data_ptr(), kdt(gu2.scalar_type()), rows, cols, llama_stream(gu2)),
+        "swiglu_forward");
+  return true;
+#else
+  (void)gu2, (void)dact, (void)out;
+  return false;
+#endif
+}
+
 // x2: (rows, cols) contiguous float or bf16; w: (cols,) float. Returns y in out_dtype and rstd.
 std::pair<at::Tensor, at::Tensor> rms_forward(const at::Tensor& x2, const at::Tensor& w, double eps,
                                               c10::ScalarType out_dtype) {
@@ -23,6 +96,7 @@ std::pair<at::Tensor, at::Tensor> rms_forward(const at::Tensor& x2, const at::Te
   const int64_t rows = x2.size(0), cols = x2.size(1);
   at::Tensor y = at::empty({rows, cols}, x2.options().dtype(out_dtype));
   at::Tensor rstd = at::empty({rows}, x2.options().dtype(at::kFloat));
+  if (x2.is_cuda() && rms_forward_gpu(x2, w, eps, y, rstd)) return {y, rstd};
   const int threads = at::get_num_threads();
   const float e = static_cast<float>(eps);
   if (x2.scalar_type() == at::kFloat && out_dtype == at::kFloat) {
@@ -55,16 +129,18 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const bool x_float = x2.scalar_type() == at::kFloat;
     // dy in float or bf16 for a float x, in bf16 for a bf16 x.
     at::Tensor dy = grad[0].contiguous().view({x2.size(0), x2.size(1)});
-    if (!x_float || (dy.scalar_type() != at::kFloat && dy.scalar_type() != at::kBFloat16))
+    if ((!x_float && !x2.is_cuda()) || !llama_kernel_dtype(dy.scalar_type()))
       dy = dy.to(x_float ? at::kFloat : at::kBFloat16).contiguous();
     at::Tensor dx = at::empty_like(x2);
     at::Tensor dw = at::empty({x2.size(1)}, x2.options().dtype(at::kFloat));
+    const auto sizes = ctx->saved_data["sizes"].toIntVector();
+    if (x2.is_cuda() && rms_backward_gpu(x2, w, rstd, dy, dx, dw))  // the kernel takes any dy dtype of the two
+      return {dx.view(sizes), dw.to(saved[1].scalar_type()), at::Tensor(), at::Tensor()};
     const bool dy_float = dy.scalar_type() == at::kFloat;
     internal::rms_norm_backward(x_float ? fp(x2) : nullptr, x_float ? nullptr : bf16_bits(x2), fp(w), fp(rstd),
                                 dy_float ? fp(dy) : nullptr, dy_float ? nullptr : bf16_bits(dy),
                                 x_float ? fp(dx) : nullptr, x_float ? nullptr : bf16_bits(dx), fp(dw), x2.size(0),
                                 x2.size(1), at::get_num_threads());
-    const auto sizes = ctx->saved_data["sizes"].toIntVector();
     return {dx.view(sizes), dw.to(saved[1].scalar_type()), at::Tensor(), at::Tensor()};
   }
 };
@@ -73,6 +149,7 @@ at::Tensor swiglu_forward(const at::Tensor& gu2) {
   RECORD_FUNCTION("frugal::fused_swiglu", std::vector<c10::IValue>());
   const int64_t rows = gu2.size(0), cols = gu2.size(1) / 2;
   at::Tensor act = at::empty({rows, cols}, gu2.options());
+  if (gu2.is_cuda() && swiglu_gpu(gu2, at::Tensor(), act)) return act;
   if (gu2.scalar_type() == at::kFloat)
     internal::swiglu_forward_f32(fp(gu2), fp(act), rows, cols, at::get_num_threads());
   else
@@ -97,6 +174,7 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
     const int64_t rows = gu2.size(0), cols = gu2.size(1) / 2;
     const at::Tensor dact = grad[0].to(gu2.scalar_type()).contiguous().view({rows, cols});
     at::Tensor dgu = at::empty_like(gu2);
+    if (gu2.is_cuda() && swiglu_gpu(gu2, dact, dgu)) return {dgu.view(ctx->saved_data["sizes"].toIntVector())};
     if (gu2.scalar_type() == at::kFloat)
       internal::swiglu_backward_f32(fp(gu2), fp(dact), fp(dgu), rows, cols, at::get_num_threads());
     else
@@ -121,8 +199,10 @@ at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& weight, dou
   return weight * (xf * at::rsqrt(variance + eps)).to(x.scalar_type());
 }
 
-at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, c10::ScalarType out_dtype) {
-  const bool ours = own_cpu(x) && weight.device().is_cpu() && weight.scalar_type() == at::kFloat && weight.dim() == 1 &&
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, c10::ScalarType out_dtype,
+                          bool gpu_kernels) {
+  const bool here = own_cpu(x) || (gpu_kernels && llama_kernel_dtype(x.scalar_type()) && cuda_kernels_run_on(x));
+  const bool ours = here && weight.device() == x.device() && weight.scalar_type() == at::kFloat && weight.dim() == 1 &&
                     weight.size(0) == x.size(-1) &&
                     (out_dtype == at::kBFloat16 || (out_dtype == at::kFloat && x.scalar_type() == at::kFloat));
   if (!ours) {
@@ -142,8 +222,10 @@ at::Tensor swiglu_reference(const at::Tensor& gate_up) {
   return at::silu(halves[0]) * halves[1];
 }
 
-at::Tensor fused_swiglu(const at::Tensor& gate_up) {
-  if (!own_cpu(gate_up) || gate_up.size(-1) % 2 != 0) return swiglu_reference(gate_up);
+at::Tensor fused_swiglu(const at::Tensor& gate_up, bool gpu_kernels) {
+  const bool here =
+      own_cpu(gate_up) || (gpu_kernels && llama_kernel_dtype(gate_up.scalar_type()) && cuda_kernels_run_on(gate_up));
+  if (!here || gate_up.size(-1) % 2 != 0) return swiglu_reference(gate_up);
   if (!needs_grad({gate_up})) {
     std::vector<int64_t> out = gate_up.sizes().vec();
     out.back() /= 2;

@@ -10,6 +10,7 @@
 #include "frugal/core/compat.h"
 #include "frugal/data/packing.h"
 #include "frugal/model/fused_attention.h"
+#include "frugal/model/fp8.h"
 #include "frugal/model/fused_gelu.h"
 #include "frugal/model/kernel_ops.h"
 #include "frugal/model/lora.h"
@@ -22,7 +23,8 @@ namespace {
 // frontend's Linear::forward runs matmul and then a separate `+= bias` pass, and its backward
 // a separate reduction: one more pass over the activations each way.)
 // With `adapters` (model/lora.h), the adapted product.
-at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x, const std::shared_ptr<LoraSiteImpl>& adapters = {}) {
+at::Tensor block_linear(const torch::nn::Linear& m, const at::Tensor& x,
+                        const std::shared_ptr<LoraSiteImpl>& adapters = {}) {
   return lora_linear(x, m->weight, m->bias, adapters);
 }
 
@@ -33,13 +35,14 @@ at::Tensor linear(const torch::nn::Linear& m, const at::Tensor& x, const std::sh
 // plain sum.
 at::Tensor residual_linear(const at::Tensor& residual, const at::Tensor& y, const torch::nn::Linear& m,
                            const std::shared_ptr<LoraSiteImpl>& adapters) {
-  if (adapters) return residual + linear(m, y, adapters);
+  if (adapters) return residual + block_linear(m, y, adapters);
   const at::Tensor& w = m->weight;
   const at::Tensor& b = m->bias;
   const bool cpu_float = b.defined() && y.device().is_cpu() && y.scalar_type() == at::kFloat &&
                          residual.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat &&
-                         b.scalar_type() == at::kFloat && !compat::autocast_enabled(c10::DeviceType::CPU);
-  if (!cpu_float) return residual + linear(m, y);
+                         b.scalar_type() == at::kFloat && !compat::autocast_enabled(c10::DeviceType::CPU) &&
+                         !fp8::enabled();
+  if (!cpu_float) return residual + block_linear(m, y);
   at::Tensor out = at::add(residual.reshape({-1, residual.size(-1)}), b);
   out.addmm_(y.reshape({-1, y.size(-1)}), w.t());
   return out.view(residual.sizes());
@@ -73,15 +76,15 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const ModelConfig& c) : heads_(
 }
 
 at::Tensor CausalSelfAttentionImpl::project(const at::Tensor& y, const at::Tensor& residual) {
-  if (!residual.defined()) return resid_drop_->forward(linear(proj_, y, proj_lora_));
-  if (is_training() && dropout_ > 0) return residual + resid_drop_->forward(linear(proj_, y, proj_lora_));
+  if (!residual.defined()) return resid_drop_->forward(block_linear(proj_, y, proj_lora_));
+  if (is_training() && dropout_ > 0) return residual + resid_drop_->forward(block_linear(proj_, y, proj_lora_));
   return residual_linear(residual, y, proj_, proj_lora_);
 }
 
 at::Tensor CausalSelfAttentionImpl::forward(const at::Tensor& x, LayerKv* cache, const at::Tensor& residual,
                                             const at::Tensor& positions) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), D = C / heads_;
-  const at::Tensor projected = linear(qkv_, x, qkv_lora_);  // (B, T, 3C)
+  const at::Tensor projected = block_linear(qkv_, x, qkv_lora_);  // (B, T, 3C)
   // frugal's own kernel wherever it applies: training and scoring a whole window on CPU (no
   // cache, no dropout on the attention weights).
   if (!cache && T > 1 && !(is_training() && dropout_ > 0) && fused_attention_supported(projected, heads_))
@@ -155,10 +158,12 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache, const at::Ten
     in = ln2_->forward(h);
   }
   // GPT-2's tanh approximation runs on ATen's kernel; the exact form on frugal's fused one.
-  const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh ? at::gelu(linear(fc_, in, fc_lora_), "tanh")
-                         : fc_lora_                                        ? fused_gelu(linear(fc_, in, fc_lora_))
-                                                                           : linear_gelu(in, fc_->weight, fc_->bias);
-  if (is_training() && mlp_drop_->options.p() > 0) return h + mlp_drop_->forward(linear(fc_proj_, act, fc_proj_lora_));
+  const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh
+                             ? at::gelu(block_linear(fc_, in, fc_lora_), "tanh")
+                         : fc_lora_ ? fused_gelu(block_linear(fc_, in, fc_lora_))
+                                    : linear_gelu(in, fc_->weight, fc_->bias);
+  if (is_training() && mlp_drop_->options.p() > 0)
+    return h + mlp_drop_->forward(block_linear(fc_proj_, act, fc_proj_lora_));
   return residual_linear(h, act, fc_proj_, fc_proj_lora_);
 }
 

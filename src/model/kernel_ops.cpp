@@ -350,6 +350,15 @@ bool cuda_kernels_built() { return FRUGAL_HAVE_KERNELS != 0; }
 
 std::string cuda_kernel_architectures() { return cuda_kernels_built() ? FRUGAL_CUDA_ARCHITECTURES_TEXT : ""; }
 
+bool cuda_kernels_run_on(const at::Tensor& t) {
+#if FRUGAL_HAVE_KERNELS
+  return capable_device(t);
+#else
+  (void)t;
+  return false;
+#endif
+}
+
 std::string cuda_kernels_unavailable(const c10::Device& device) {
   if (!cuda_kernels_built())
     return "this build of frugal has no CUDA kernels (it needs LibTorch with CUDA and nvcc at build time; "
@@ -380,10 +389,12 @@ void check_model_kernels(const ModelConfig& model, const c10::Device& device, Pr
   FRUGAL_CHECK(precision != PrecisionMode::kFp16, ConfigError,
                "model.kernels = \"frugal\" runs in fp32 or bf16, and precision.mode is fp16; set precision.mode = "
                "\"bf16\" (or \"auto\"), or model.kernels = \"aten\" for fp16");
-  FRUGAL_CHECK(model.source == "gpt", ConfigError,
-               fmt::format("model.kernels = \"frugal\" applies to the reference GPT, and model.source is \"{}\"; "
-                           "set model.kernels = \"auto\" or \"aten\"",
-                           model.source));
+  FRUGAL_CHECK(
+      model.source == "gpt", ConfigError,
+      fmt::format(
+          "model.kernels = \"frugal\" applies to frugal's own GPT and Llama decoders, and model.source is \"{}\"; "
+          "set model.kernels = \"auto\" or \"aten\"",
+          model.source));
 }
 
 at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab, int64_t ignore_index,

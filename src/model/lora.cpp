@@ -13,6 +13,7 @@
 
 #include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
+#include "frugal/model/fp8.h"
 #include "frugal/model/freeze.h"
 #include "frugal/model/model_family.h"
 #include "frugal/model/peft.h"
@@ -165,7 +166,7 @@ at::Tensor LoraSiteImpl::dense_rows(const at::Tensor& weight, int64_t row0, int6
 
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                        const std::shared_ptr<LoraSiteImpl>& adapters) {
-  return adapters ? adapters->forward(x, weight, bias) : at::linear(x, weight, bias);
+  return adapters ? adapters->forward(x, weight, bias) : fp8::linear_or_aten(x, weight, bias);
 }
 
 namespace {

@@ -9,6 +9,26 @@
 #include "frugal/core/matmul_probe.h"
 
 namespace frugal {
+namespace {
+
+// fp8 on this device: refused on a GPU without fp8 tensor cores; what it computes, for the log.
+std::string check_fp8(c10::Device device) {
+  if (!device.is_cuda()) {
+    return "fp8 linears; on the CPU their products are computed from the dequantized fp8 operands in fp32 "
+           "(torchao's emulate mode): a GPU run's numbers, slower than bf16";
+  }
+  const auto gpus = device::cuda_devices();
+  const size_t i = device.has_index() ? static_cast<size_t>(device.index()) : 0;
+  if (i >= gpus.size()) return "fp8 linears";
+  const auto& g = gpus[i];
+  FRUGAL_CHECK(fp8::gpu_supports_fp8(g.major, g.minor), ConfigError,
+               fmt::format("precision.mode = \"fp8\" needs fp8 tensor cores (compute capability 8.9+: Ada, Hopper and "
+                           "newer); {} has {}.{}. Use precision.mode = \"bf16\" (or \"auto\")",
+                           g.name, g.major, g.minor));
+  return fmt::format("fp8 linears (e4m3 forward, e5m2 gradients) on {} ({}.{})", g.name, g.major, g.minor);
+}
+
+}  // namespace
 
 std::string precision_name(PrecisionMode m) {
   switch (m) {
@@ -18,6 +38,8 @@ std::string precision_name(PrecisionMode m) {
       return "bf16";
     case PrecisionMode::kFp16:
       return "fp16";
+    case PrecisionMode::kFp8:
+      return "fp8";
     case PrecisionMode::kAuto:
       return "auto";
   }
@@ -47,6 +69,7 @@ PrecisionPolicy::PrecisionPolicy(PrecisionMode requested, c10::Device device, st
     throw ConfigError(
         "precision.mode = \"fp16\" needs a CUDA device: on the CPU fp16 autocast runs far slower than fp32 "
         "(no fp16 matrix units). Use precision.mode = \"bf16\" (or \"auto\") on CPU");
+  if (mode_ == PrecisionMode::kFp8) reason_ += ": " + check_fp8(device);
 }
 
 PrecisionMode cuda_auto_precision(const std::string& gpu, int major, int minor, std::string* reason) {
@@ -111,8 +134,8 @@ PrecisionMode cpu_auto_precision(std::string* reason, bool remeasure, CpuPrecisi
 
 std::string PrecisionPolicy::name() const { return precision_name(mode_); }
 
-std::unique_ptr<compat::AutocastGuard> PrecisionPolicy::enter() const {
-  return std::make_unique<compat::AutocastGuard>(device_.type(), dtype(), autocast());
+std::unique_ptr<PrecisionPolicy::Region> PrecisionPolicy::enter() const {
+  return std::make_unique<Region>(device_.type(), dtype(), autocast(), fp8(), fp8() && fp8_kernels_);
 }
 
 bool PrecisionPolicy::fall_back_to_bf16(const std::string& why) {

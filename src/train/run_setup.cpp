@@ -98,6 +98,7 @@ PrecisionMode precision_to_continue(PrecisionMode configured, const std::string&
   if (configured == PrecisionMode::kAuto || (configured == PrecisionMode::kFp16 && checkpoint == "bf16"))
     return checkpoint == "bf16"   ? PrecisionMode::kBf16
            : checkpoint == "fp16" ? PrecisionMode::kFp16
+           : checkpoint == "fp8"  ? PrecisionMode::kFp8
                                   : PrecisionMode::kFp32;
   if (warning)
     *warning = fmt::format(

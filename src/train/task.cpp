@@ -76,6 +76,10 @@ Task make_lm_task(const Config& config) {
                fmt::format("train.freeze = \"{}\" with lora.rank = {}: adapters freeze the whole base model (set "
                            "train.freeze = \"\")",
                            config.train.freeze, config.lora.rank));
+  FRUGAL_CHECK(!lora_enabled(config.lora) || config.precision.mode != PrecisionMode::kFp8, ConfigError,
+               fmt::format("precision.mode = \"fp8\" with lora.rank = {}: fp8 linears train full weights, and "
+                           "adapters leave the base frozen (set precision.mode = \"bf16\" for LoRA)",
+                           config.lora.rank));
   const FrozenParameters frozen = freeze_parameters(*model, config.train.freeze);
   const LoraSetup lora = install_lora(*model, config.lora);  // after the base weights: DoRA reads their norms
   Task t = lm_task(model, nullptr, config);
@@ -124,6 +128,10 @@ Task scripted_task(const Config& config) {
                fmt::format("train.freeze = \"{}\" names parameters of frugal's own decoders, but model.source = \"{}\" "
                            "is a scripted module (set train.freeze = \"\", or freeze inside the module)",
                            config.train.freeze, config.model.source));
+  FRUGAL_CHECK(config.precision.mode != PrecisionMode::kFp8, ConfigError,
+               fmt::format("precision.mode = \"fp8\" runs the linear layers of frugal's own decoders in fp8, but "
+                           "model.source = \"{}\" is a scripted module (set precision.mode = \"bf16\")",
+                           config.model.source));
   ScriptedModule module(path);
   Task t;
   t.module = module.ptr();

@@ -1,7 +1,8 @@
 """The GPU benchmark's own machinery, on the CPU (bench/gpu_bench.py --smoke, a tiny shape): every
-row's JSON is written after each run, so a bench killed after its first run keeps that run; a
---budget-s too short for any run skips them all and says so; each row records its sides' final
-losses against frugal's ATen side and flags one beyond tolerance; rounds rotate their sides.
+row's JSON is written after each run, so a bench killed after its first run keeps that run; the fp8
+and Llama rows run, the Llama one with its own shape and FLOPs; a --budget-s too short for any run
+skips them all and says so; each row records its sides' final losses against frugal's ATen side and
+flags one beyond tolerance; rounds rotate their sides.
 
   python tests/bench/gpu_bench_check.py FRUGAL_BINARY"""
 import json
@@ -52,13 +53,20 @@ check([round_order(sides, r)[0] for r in range(3)] == ["a", "b", "c"], "rounds d
 check(round_order([], 2) == [], "an empty row")
 
 with tempfile.TemporaryDirectory() as tmp:
-    # A whole smoke bench: both sides, their losses, complete.
+    # A whole smoke bench with the fp8 and Llama rows: every side, their losses (fp8's within 2% of
+    # bf16's), complete.
     out = os.path.join(tmp, "whole")
-    p = subprocess.run(bench(out), capture_output=True, text=True)
+    p = subprocess.run(bench(out, "--only", "bf16,fp8,llama"), capture_output=True, text=True)
     check(p.returncode == 0, f"the smoke bench exited {p.returncode}: {p.stderr[-2000:]}")
     bf = load(os.path.join(out, "gpu_bf16.json"))
-    check(set(bf["sides"]) == {"frugal", "eager"}, f"sides {sorted(bf['sides'])}")
-    check(bf["loss_parity"] and set(bf["loss_parity"]["sides"]) == {"frugal", "eager"}, f"parity {bf['loss_parity']}")
+    check(set(bf["sides"]) == {"frugal", "eager", "frugal_fp8"}, f"sides {sorted(bf['sides'])}")
+    check(bf["loss_parity"] and set(bf["loss_parity"]["sides"]) == {"frugal", "eager", "frugal_fp8"},
+          f"parity {bf['loss_parity']}")
+    check(bf["loss_parity"]["sides"]["frugal_fp8"]["ok"] and "frugal_fp8_over_frugal" in bf, f"fp8 side {bf}")
+    ll = load(os.path.join(out, "gpu_llama.json"))
+    check(set(ll["sides"]) == {"frugal", "eager", "frugal_fp8"} and ll["loss_parity"]["ok"], f"llama row {ll}")
+    check(ll["shape"]["kv_heads"] == 1 and ll["flops_per_token"] != bf["flops_per_token"],
+          f"the llama row's shape and FLOPs: {ll['shape']}, {ll['flops_per_token']}")
     check(load(os.path.join(out, "gpu_machine.json"))["complete"] is True, "a finished bench is not complete")
     check(not any(".tmp" in f for f in os.listdir(out)), f"temporary files left: {os.listdir(out)}")
 

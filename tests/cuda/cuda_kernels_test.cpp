@@ -16,6 +16,7 @@
 #include "frugal/train/trainer.h"
 #include "frugal_build_config.h"
 #include "kernels/kernels.h"
+#include "cuda_util.h"
 #include "test_util.h"
 
 #if FRUGAL_HAVE_KERNELS
@@ -298,20 +299,10 @@ TEST(Cuda, TrainingOnFrugalKernelsTracksTheAtenPath) {
   std::vector<std::vector<double>> curves;
   for (const char* k : {"model.kernels=aten", "model.kernels=frugal"}) {
     test::TempDir d;
-    auto sets = test::tiny_overrides(d.path());
-    for (const char* s : {"run.device=cuda", "precision.mode=bf16", "model.head_multiple=64"}) sets.push_back(s);
-    sets.push_back(k);
-    TrainerOptions o;
-    o.quiet = true;
-    o.overwrite = true;
-    Trainer(resolve_config("", sets, {}), o).fit();
+    test::train_on_gpu(d.path(), {"precision.mode=bf16", "model.head_multiple=64", k});
     curves.push_back(test::step_losses(d.path() + "/demo/metrics.jsonl"));
   }
-  ASSERT_FALSE(curves[0].empty());
-  ASSERT_EQ(curves[0].size(), curves[1].size());
-  EXPECT_LT(curves[1].back(), curves[1].front()) << "the kernel path did not learn";
-  for (size_t i = 0; i < curves[0].size(); ++i)
-    EXPECT_NEAR(curves[1][i], curves[0][i], 0.02 * curves[0][i]) << "log line " << i;
+  test::expect_curve_tracks(curves[1], curves[0], 0.02, "the kernel path");
 }
 #else
 TEST(Cuda, FusedClassifierMatchesLogSoftmaxInDoubleAndWritesEveryElement) { FRUGAL_REQUIRE_KERNELS(); }

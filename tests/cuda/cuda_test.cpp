@@ -30,6 +30,7 @@
 #include "frugal/train/trainer.h"
 #include "frugal_build_config.h"
 #include "signal_at.h"
+#include "cuda_util.h"
 #include "test_util.h"
 
 #if FRUGAL_HAVE_CUDA
@@ -48,17 +49,7 @@ namespace fs = std::filesystem;
     if (!device::cuda_available()) GTEST_SKIP() << "no CUDA device visible to this process";  \
   } while (0)
 
-nlohmann::json train_on_gpu(const std::string& out, std::vector<std::string> extra, TrainerOptions o = {}) {
-  auto sets = test::tiny_overrides(out);
-  sets.push_back("run.device=cuda");
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  o.quiet = true;
-  o.overwrite = true;
-  Trainer t(resolve_config("", sets, {}), o);
-  auto s = t.fit();
-  clear_preemption();
-  return s;
-}
+using test::train_on_gpu;
 
 TEST(Cuda, DoctorFactsNameTheGpu) {
   FRUGAL_REQUIRE_GPU();

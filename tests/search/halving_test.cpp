@@ -142,7 +142,7 @@ TEST(SearchSpace, UnknownKeysEmptyRangesAndRejectedValuesAreErrorsNamingTheKeyAn
   expect("\"train.lr\" = []", {"train.lr", "empty"});
   expect("\"train.lr\" = { log_range = [0, 0.1] }", {"low > 0"});
   expect("\"model.layers\" = [2, 0]", {"model.layers", "out of range", "allowed"});
-  expect("\"precision.mode\" = [\"fp8\"]", {"precision.mode", "not a known choice"});
+  expect("\"precision.mode\" = [\"fp4\"]", {"precision.mode", "not a known choice"});
   expect("\"precision.mode\" = { range = [1, 2] }", {"list its choices"});
   expect("\"model.layers\" = { range = [1.5, 3] }", {"integer"});
   expect("\"train.steps\" = [10, 20]", {"cannot be searched over"});

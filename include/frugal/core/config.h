@@ -137,6 +137,7 @@ enum class PrecisionMode {
   kFp32,  // everything in fp32
   kBf16,  // autocast matmuls to bf16; fp32 master weights and optimizer state
   kFp16,  // autocast to fp16 with a dynamic loss scaler (CUDA; LibTorch 1.13's CPU autocast has no fp16)
+  kFp8,   // bf16 autocast with the blocks' linears in fp8 (model/fp8.h; GPUs of compute capability 8.9+)
   kAuto,  // bf16 where this machine measures it fast, else fp32; the choice is logged
 };
 enum class LossScaling {

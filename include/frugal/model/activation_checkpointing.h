@@ -1,7 +1,7 @@
 // Activation checkpointing: run a function without keeping its intermediate activations, and
 // recompute them during backward. Implemented as a custom autograd function that saves only the
 // input, the parameters, the RNG state (so dropout recomputes the same mask) and the autocast
-// state (so the recompute runs in the same precision as the forward did).
+// and fp8 state (model/fp8.h; so the recompute runs in the same precision as the forward did).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,7 +1,8 @@
 // RMSNorm and SwiGLU, the Llama family's elementwise work, as autograd ops with frugal's own CPU
 // loops (src/model/llama_kernel.cpp): one pass forward and one backward each, float or bfloat16
-// (computed in float, rounded once). Elsewhere (a GPU, other dtypes) they run the ATen reference,
-// which is also what the tests compare them with.
+// (computed in float, rounded once). On a GPU, with `gpu_kernels` (model.kernels = "frugal"),
+// frugal's CUDA kernels of the same arithmetic (src/kernels/llama.cu). Elsewhere (a GPU without
+// them, other dtypes) they run the ATen reference, which is also what the tests compare them with.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -12,14 +13,15 @@ namespace frugal {
 // weight * (x / sqrt(mean(x^2 over the last dim) + eps)), Hugging Face's LlamaRMSNorm, with the
 // result in `out_dtype` (autocast's dtype where autocast is on, so no cast pass follows). x of
 // any shape with the normalised dimension last; weight (x.size(-1),) float.
-at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, c10::ScalarType out_dtype);
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, c10::ScalarType out_dtype,
+                          bool gpu_kernels = false);
 // The same in ATen operations, as transformers writes it (computed in fp32, cast back to x's
 // dtype before the weight).
 at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // silu(gate) * up for the packed product gate_up (..., 2F), gate in the first F columns:
 // (..., F).
-at::Tensor fused_swiglu(const at::Tensor& gate_up);
+at::Tensor fused_swiglu(const at::Tensor& gate_up, bool gpu_kernels = false);
 at::Tensor swiglu_reference(const at::Tensor& gate_up);
 
 }  // namespace frugal

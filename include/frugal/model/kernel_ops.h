@@ -27,10 +27,13 @@ std::string cuda_kernel_architectures();
 // "" when frugal's kernels run on tensors of `device`, else why not (a sentence naming what is
 // missing: a CUDA device, compute capability 8.0, a build with the kernels).
 std::string cuda_kernels_unavailable(const c10::Device& device);
+// Whether they run on `t`'s device: a CUDA tensor on a GPU of compute capability 8.0+ that the
+// build's architectures cover (asked of the driver once per GPU). Cheap enough for every call.
+bool cuda_kernels_run_on(const at::Tensor& t);
 
 // Refuses (ConfigError, exit 2) model.kernels = "frugal" where the kernels cannot run: on a device
 // or build without them, in fp16 (resolved precision `precision`), or for a model that is not the
-// reference GPT (model.source). Other settings pass.
+// decoders of frugal's own families (model.source). Other settings pass.
 void check_model_kernels(const ModelConfig& model, const c10::Device& device, PrecisionMode precision);
 
 // Mean cross-entropy of logits (N, W) against targets (N, int64) over the rows whose target is

@@ -11,6 +11,7 @@
 #include "frugal/core/matmul_probe.h"
 #include "frugal/core/compat.h"
 #include "frugal/core/config.h"
+#include "frugal/model/fp8.h"
 
 namespace frugal {
 
@@ -23,7 +24,11 @@ class PrecisionPolicy {
 
   PrecisionMode mode() const { return mode_; }
   c10::Device device() const { return device_; }
-  bool autocast() const { return mode_ == PrecisionMode::kBf16 || mode_ == PrecisionMode::kFp16; }
+  bool autocast() const {
+    return mode_ == PrecisionMode::kBf16 || mode_ == PrecisionMode::kFp16 || mode_ == PrecisionMode::kFp8;
+  }
+  // Whether the blocks' linear layers run in fp8 (model/fp8.h), in bf16 autocast.
+  bool fp8() const { return mode_ == PrecisionMode::kFp8; }
   bool needs_loss_scaling() const { return mode_ == PrecisionMode::kFp16; }
   // The loss-scaling decision for a precision.loss_scaling setting.
   bool loss_scaling(LossScaling s) const {
@@ -34,8 +39,16 @@ class PrecisionPolicy {
   const std::string& reason() const { return reason_; }
   std::string name() const;
 
-  // An autocast region for forward passes (a no-op guard in fp32).
-  std::unique_ptr<compat::AutocastGuard> enter() const;
+  // The precision of a forward pass while alive: autocast (a no-op guard in fp32) and fp8 linears.
+  struct Region {
+    Region(c10::DeviceType device, c10::ScalarType dtype, bool autocast, bool fp8, bool fp8_kernels)
+        : autocast_(device, dtype, autocast), fp8_(fp8, fp8_kernels) {}
+    compat::AutocastGuard autocast_;
+    fp8::Scope fp8_;
+  };
+  std::unique_ptr<Region> enter() const;
+  // fp8: whether the casts run frugal's kernel (fp8::cast_kernels; model.kernels = "frugal").
+  void set_fp8_cast_kernels(bool on) { fp8_kernels_ = on; }
 
   // Switches a collapsing fp16 run to bf16 (when bf16 autocast exists on this device).
   bool fall_back_to_bf16(const std::string& why);
@@ -44,6 +57,7 @@ class PrecisionPolicy {
   PrecisionMode mode_;
   c10::Device device_;
   std::string reason_;
+  bool fp8_kernels_ = false;
 };
 
 std::string precision_name(PrecisionMode m);

@@ -9,6 +9,7 @@
 
 #include "frugal/core/compat.h"
 #include "frugal/data/packing.h"
+#include "frugal/model/fp8.h"
 #include "frugal/model/fused_attention.h"
 #include "frugal/model/fused_llama.h"
 #include "frugal/model/linear_cross_entropy.h"
@@ -26,13 +27,18 @@ c10::ScalarType norm_out_dtype(const at::Tensor& x) {
   return compat::autocast_enabled(dev) ? compat::autocast_dtype(dev) : x.scalar_type();
 }
 
+// model.kernels = "frugal": the norms and SwiGLU on frugal's CUDA kernels where the tensors are on
+// a GPU they run on (model/fused_llama.h); the Trainer refuses the setting where they cannot run.
+bool gpu_kernels(const ModelConfig& c) { return c.kernels == ModelConfig::Kernels::kFrugal; }
+
 // residual + y W^T (+ b). On the CPU in float, one addmm onto the residual (the sum fused into the
 // product's output: no separate pass over the activations); elsewhere the plain sum (under
 // autocast the product is bf16 and the sum promotes to the residual's fp32).
 at::Tensor residual_linear(const at::Tensor& residual, const at::Tensor& y, const at::Tensor& w, const at::Tensor& b) {
   const bool cpu_float = y.device().is_cpu() && y.scalar_type() == at::kFloat && residual.scalar_type() == at::kFloat &&
-                         w.scalar_type() == at::kFloat && !compat::autocast_enabled(c10::DeviceType::CPU);
-  if (!cpu_float) return residual + at::linear(y, w, b);
+                         w.scalar_type() == at::kFloat && !compat::autocast_enabled(c10::DeviceType::CPU) &&
+                         !fp8::enabled();
+  if (!cpu_float) return residual + fp8::linear_or_aten(y, w, b);
   const at::Tensor r2 = residual.reshape({-1, residual.size(-1)});
   at::Tensor out = at::addmm(b.defined() ? r2 + b : r2, y.reshape({-1, y.size(-1)}), w.t());
   return out.view(residual.sizes());
@@ -90,8 +96,10 @@ LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c) : c_(c), head_dim_(head_dim
 at::Tensor LlamaBlockImpl::qk_normed(const at::Tensor& qkv) const {
   const int64_t B = qkv.size(0), T = qkv.size(1), H = c_.heads, K = kv_heads_of(c_), D = head_dim_;
   const c10::ScalarType dt = qkv.scalar_type();
-  const at::Tensor q = fused_rms_norm(qkv.narrow(2, 0, H * D).reshape({B, T, H, D}), q_norm_, c_.norm_eps, dt);
-  const at::Tensor k = fused_rms_norm(qkv.narrow(2, H * D, K * D).reshape({B, T, K, D}), k_norm_, c_.norm_eps, dt);
+  const at::Tensor q =
+      fused_rms_norm(qkv.narrow(2, 0, H * D).reshape({B, T, H, D}), q_norm_, c_.norm_eps, dt, gpu_kernels(c_));
+  const at::Tensor k =
+      fused_rms_norm(qkv.narrow(2, H * D, K * D).reshape({B, T, K, D}), k_norm_, c_.norm_eps, dt, gpu_kernels(c_));
   return at::cat({q.view({B, T, H * D}), k.view({B, T, K * D}), qkv.narrow(2, (H + K) * D, K * D)}, 2);
 }
 
@@ -149,16 +157,17 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& normed, const RopeTables&
 }
 
 at::Tensor LlamaBlockImpl::mlp(const at::Tensor& normed) {
-  return fused_swiglu(lora_linear(normed, gate_up_, at::Tensor(), gate_up_lora_));
+  return fused_swiglu(lora_linear(normed, gate_up_, at::Tensor(), gate_up_lora_), gpu_kernels(c_));
 }
 
 at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const RopeTables& rope, int64_t pos, LayerKv* cache,
                                    const at::Tensor& positions) {
   const double eps = c_.norm_eps;
-  const at::Tensor a = attention(fused_rms_norm(x, attn_norm_, eps, norm_out_dtype(x)), rope, pos, cache, positions);
+  const at::Tensor a =
+      attention(fused_rms_norm(x, attn_norm_, eps, norm_out_dtype(x), gpu_kernels(c_)), rope, pos, cache, positions);
   const at::Tensor h =
       proj_lora_ ? x + proj_lora_->forward(a, proj_, proj_bias_) : residual_linear(x, a, proj_, proj_bias_);
-  const at::Tensor m = mlp(fused_rms_norm(h, mlp_norm_, eps, norm_out_dtype(h)));
+  const at::Tensor m = mlp(fused_rms_norm(h, mlp_norm_, eps, norm_out_dtype(h), gpu_kernels(c_)));
   return down_lora_ ? h + down_lora_->forward(m, down_, at::Tensor()) : residual_linear(h, m, down_, at::Tensor());
 }
 
@@ -218,7 +227,7 @@ at::Tensor LlamaImpl::hidden(const at::Tensor& idx, const at::Tensor& positions)
         i, [b, &rope, positions](const at::Tensor& t) mutable { return b->forward(t, rope, 0, nullptr, positions); }, x,
         *b);
   }
-  return fused_rms_norm(x, norm_, config_.norm_eps, norm_out_dtype(x));
+  return fused_rms_norm(x, norm_, config_.norm_eps, norm_out_dtype(x), gpu_kernels(config_));
 }
 
 at::Tensor LlamaImpl::forward(const at::Tensor& idx) { return logits(idx, at::Tensor()); }
@@ -236,7 +245,7 @@ at::Tensor LlamaImpl::decode(const at::Tensor& idx, int64_t pos, std::vector<Lay
   at::Tensor x = embed_->forward(idx);
   const RopeTables& rope = rope_on(x.device());
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward(x, rope, pos, &cache[i]);
-  x = fused_rms_norm(x.narrow(1, T - 1, 1), norm_, config_.norm_eps, x.scalar_type());
+  x = fused_rms_norm(x.narrow(1, T - 1, 1), norm_, config_.norm_eps, x.scalar_type(), gpu_kernels(config_));
   return at::linear(x, head_weight()).reshape({-1});
 }
 

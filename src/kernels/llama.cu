@@ -1,0 +1,194 @@
+// The Llama family's CUDA kernels: RMSNorm forward and backward, SwiGLU forward and backward. The
+// arithmetic of the CPU loops (src/model/llama_kernel.cpp), the reference the GPU tests hold these
+// to. See kernels.h.
+#include <algorithm>
+
+#include "kernels/device_common.cuh"
+
+namespace frugal::kernels {
+namespace {
+
+constexpr int kRowThreads = 256;        // a row's block (RMSNorm)
+constexpr int kColThreads = 256;        // a column group's block (the weight gradient's partial sums)
+constexpr int64_t kMaxRowGroups = 512;  // the weight gradient's partial sums: at most this many row groups
+constexpr int kElemThreads = 256;       // a row's block (SwiGLU)
+
+// One block a row: rstd from the row's sum of squares, then out = (x * rstd) * w.
+template <typename In, typename Out>
+__global__ void __launch_bounds__(kRowThreads)
+    rmsnorm_forward_kernel(Out* out, float* rstd, const In* x, const float* w, int64_t C, float eps) {
+  const int64_t r = blockIdx.x;
+  const In* xr = x + r * C;
+  Out* yr = out + r * C;
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+    const float v = to_f(xr[j]);
+    s += v * v;
+  }
+  const float rs = 1.0f / sqrtf(block_sum(s) / static_cast<float>(C) + eps);
+  if (threadIdx.x == 0) rstd[r] = rs;
+  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) yr[j] = from_f<Out>((to_f(xr[j]) * rs) * w[j]);
+}
+
+// One block a row: dx = rstd * (dy w - xhat * mean(dy w xhat)), xhat = x * rstd.
+template <typename In, typename Grad>
+__global__ void __launch_bounds__(kRowThreads)
+    rmsnorm_backward_dx_kernel(In* dx, const Grad* dy, const In* x, const float* w, const float* rstd, int64_t C) {
+  const int64_t r = blockIdx.x;
+  const In* xr = x + r * C;
+  const Grad* gr = dy + r * C;
+  In* dxr = dx + r * C;
+  const float rs = rstd[r];
+  float dot = 0.0f;
+  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) dot += to_f(gr[j]) * w[j] * (to_f(xr[j]) * rs);
+  const float c = block_sum(dot) / static_cast<float>(C);
+  for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
+    dxr[j] = from_f<In>(rs * (to_f(gr[j]) * w[j] - (to_f(xr[j]) * rs) * c));
+}
+
+// The weight gradient's partial sums: block (column group, row group g) adds dy * xhat over the
+// rows of group g for its columns, in row order, into scratch[g * C + j].
+template <typename In, typename Grad>
+__global__ void __launch_bounds__(kColThreads)
+    rmsnorm_backward_dw_partial_kernel(float* scratch, const Grad* dy, const In* x, const float* rstd, int64_t rows,
+                                       int64_t C, int64_t rows_per_group) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColThreads + threadIdx.x;
+  if (j >= C) return;
+  const int64_t g = blockIdx.y, r0 = g * rows_per_group, r1 = r0 + rows_per_group < rows ? r0 + rows_per_group : rows;
+  float s = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) s += to_f(dy[r * C + j]) * (to_f(x[r * C + j]) * rstd[r]);
+  scratch[g * C + j] = s;
+}
+
+// dweight[j] = the row groups' partial sums of column j, added in group order.
+__global__ void __launch_bounds__(kColThreads)
+    rmsnorm_backward_dw_final_kernel(float* dweight, const float* scratch, int64_t groups, int64_t C) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColThreads + threadIdx.x;
+  if (j >= C) return;
+  float s = 0.0f;
+  for (int64_t g = 0; g < groups; ++g) s += scratch[g * C + j];
+  dweight[j] = s;
+}
+
+// sigmoid(g) without an exponential of a positive argument (the CPU loops' form).
+__device__ __forceinline__ float sigmoid(float g) {
+  const float e = __expf(-fabsf(g));
+  const float inv = 1.0f / (1.0f + e);
+  return g >= 0.0f ? inv : e * inv;
+}
+
+// One block a row (no division of a flat index), its threads striding over the columns.
+template <typename T>
+__global__ void __launch_bounds__(kElemThreads) swiglu_forward_kernel(T* act, const T* gu, int64_t F) {
+  const int64_t r = blockIdx.x;
+  const T* g = gu + r * 2 * F;
+  const T* u = g + F;
+  T* a = act + r * F;
+  for (int64_t j = threadIdx.x; j < F; j += kElemThreads) {
+    const float gj = to_f(g[j]);
+    a[j] = from_f<T>(gj * sigmoid(gj) * to_f(u[j]));
+  }
+}
+
+// dgate = dact * up * s (1 + g (1 - s)), dup = dact * g * s, s = sigmoid(g).
+template <typename T>
+__global__ void __launch_bounds__(kElemThreads) swiglu_backward_kernel(T* dgu, const T* gu, const T* dact, int64_t F) {
+  const int64_t r = blockIdx.x;
+  const T* g = gu + r * 2 * F;
+  const T* u = g + F;
+  const T* d = dact + r * F;
+  T* dg = dgu + r * 2 * F;
+  T* du = dg + F;
+  for (int64_t j = threadIdx.x; j < F; j += kElemThreads) {
+    const float gj = to_f(g[j]), uj = to_f(u[j]), dj = to_f(d[j]);
+    const float s = sigmoid(gj);
+    dg[j] = from_f<T>(dj * uj * s * (1.0f + gj * (1.0f - s)));
+    du[j] = from_f<T>(dj * gj * s);
+  }
+}
+
+int64_t row_groups(int64_t rows) { return std::max<int64_t>(1, std::min(rows, kMaxRowGroups)); }
+
+template <typename In, typename Out>
+int forward_typed(Out* out, float* rstd, const In* x, const float* w, int64_t rows, int64_t C, float eps,
+                  cudaStream_t s) {
+  if (rows == 0 || C == 0) return 0;
+  rmsnorm_forward_kernel<In, Out><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(out, rstd, x, w, C, eps);
+  return launch_status();
+}
+
+template <typename In, typename Grad>
+int backward_typed(In* dx, const Grad* dy, const In* x, const float* w, const float* rstd, float* dweight,
+                   float* scratch, int64_t rows, int64_t C, cudaStream_t s) {
+  if (rows == 0 || C == 0) return 0;
+  rmsnorm_backward_dx_kernel<In, Grad><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(dx, dy, x, w, rstd, C);
+  if (const int status = launch_status(); status != 0) return status;
+  const int64_t groups = row_groups(rows), per_group = (rows + groups - 1) / groups;
+  const unsigned col_blocks = static_cast<unsigned>((C + kColThreads - 1) / kColThreads);
+  rmsnorm_backward_dw_partial_kernel<In, Grad><<<dim3(col_blocks, static_cast<unsigned>(groups)), kColThreads, 0, s>>>(
+      scratch, dy, x, rstd, rows, C, per_group);
+  if (const int status = launch_status(); status != 0) return status;
+  rmsnorm_backward_dw_final_kernel<<<col_blocks, kColThreads, 0, s>>>(dweight, scratch, groups, C);
+  return launch_status();
+}
+
+}  // namespace
+
+int rmsnorm_forward(void* out, Dtype ot, float* rstd, const void* x, Dtype xt, const float* weight, int64_t rows,
+                    int64_t C, float eps, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (xt == Dtype::kF32 && ot == Dtype::kF32)
+    return forward_typed(static_cast<float*>(out), rstd, static_cast<const float*>(x), weight, rows, C, eps, s);
+  if (xt == Dtype::kF32)
+    return forward_typed(static_cast<bf16*>(out), rstd, static_cast<const float*>(x), weight, rows, C, eps, s);
+  if (ot == Dtype::kF32)
+    return forward_typed(static_cast<float*>(out), rstd, static_cast<const bf16*>(x), weight, rows, C, eps, s);
+  return forward_typed(static_cast<bf16*>(out), rstd, static_cast<const bf16*>(x), weight, rows, C, eps, s);
+}
+
+size_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t C) {
+  return static_cast<size_t>(row_groups(rows)) * static_cast<size_t>(std::max<int64_t>(C, 0));
+}
+
+int rmsnorm_backward(void* dx, const void* dy, Dtype dt, const void* x, Dtype xt, const float* weight,
+                     const float* rstd, float* dweight, float* scratch, int64_t rows, int64_t C, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (xt == Dtype::kF32 && dt == Dtype::kF32)
+    return backward_typed(static_cast<float*>(dx), static_cast<const float*>(dy), static_cast<const float*>(x), weight,
+                          rstd, dweight, scratch, rows, C, s);
+  if (xt == Dtype::kF32)
+    return backward_typed(static_cast<float*>(dx), static_cast<const bf16*>(dy), static_cast<const float*>(x), weight,
+                          rstd, dweight, scratch, rows, C, s);
+  if (dt == Dtype::kF32)
+    return backward_typed(static_cast<bf16*>(dx), static_cast<const float*>(dy), static_cast<const bf16*>(x), weight,
+                          rstd, dweight, scratch, rows, C, s);
+  return backward_typed(static_cast<bf16*>(dx), static_cast<const bf16*>(dy), static_cast<const bf16*>(x), weight, rstd,
+                        dweight, scratch, rows, C, s);
+}
+
+int swiglu_forward(void* act, const void* gate_up, Dtype t, int64_t rows, int64_t F, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (rows == 0 || F == 0) return 0;
+  if (t == Dtype::kBf16)
+    swiglu_forward_kernel<<<static_cast<unsigned>(rows), kElemThreads, 0, s>>>(static_cast<bf16*>(act),
+                                                                               static_cast<const bf16*>(gate_up), F);
+  else
+    swiglu_forward_kernel<<<static_cast<unsigned>(rows), kElemThreads, 0, s>>>(static_cast<float*>(act),
+                                                                               static_cast<const float*>(gate_up), F);
+  return launch_status();
+}
+
+int swiglu_backward(void* dgate_up, const void* gate_up, const void* dact, Dtype t, int64_t rows, int64_t F,
+                    void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (rows == 0 || F == 0) return 0;
+  if (t == Dtype::kBf16)
+    swiglu_backward_kernel<<<static_cast<unsigned>(rows), kElemThreads, 0, s>>>(
+        static_cast<bf16*>(dgate_up), static_cast<const bf16*>(gate_up), static_cast<const bf16*>(dact), F);
+  else
+    swiglu_backward_kernel<<<static_cast<unsigned>(rows), kElemThreads, 0, s>>>(
+        static_cast<float*>(dgate_up), static_cast<const float*>(gate_up), static_cast<const float*>(dact), F);
+  return launch_status();
+}
+
+}  // namespace frugal::kernels
