@@ -1,5 +1,6 @@
 // frugal's CUDA kernels (src/kernels) against the ATen operators they replace, at the GPT-2 124M
-// shape of one micro-batch of 16 (16,384 rows, 768 wide, vocabulary 50257 padded to 50304), on
+// shape of one micro-batch of 16 (16,384 rows, 768 wide, vocabulary 50257 padded to 50304), and
+// the Llama family's and the fp8 cast at the GPU bench's Llama shape (768 wide, SwiGLU 2048), on
 // one GPU. Each case: the median of --reps timed calls (CUDA events), inputs rotating over 4 sets
 // so the 50 MB L2 does not hold them; bytes moved at the kernel's own minimum (every input read
 // once, every output written once); and that as a fraction of this GPU's device-to-device copy
@@ -24,7 +25,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "frugal/model/fp8.h"
+#include "frugal/model/fused_llama.h"
 #include "frugal/model/kernel_ops.h"
+#include "frugal/model/rope.h"
 #include "kernels/kernels.h"
 
 namespace {
@@ -55,6 +59,95 @@ double time_ms(int reps, const std::function<void(int)>& fn) {
 
 void check(int status, const char* what) {
   if (status != 0) throw std::runtime_error(fmt::format("{}: {}", what, kn::kernel_error_text(status)));
+}
+
+using AddCase = std::function<void(const std::string&, double, double, double)>;
+constexpr int kSets = 4;
+
+// The Llama family's kernels at gpu_bench.py's Llama shape (768 wide, SwiGLU 2048) and the fp8
+// cast of one operand (768 wide, bf16 -> e4m3). ATen's side: fused_llama.h's reference (what a
+// GPU runs without the kernels) and fp8.h's scale_of + quantize.
+void llama_and_fp8_cases(int reps, int64_t rows, void* stream, const AddCase& add) {
+  const int64_t C = 768, F = 2048;
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const auto f32 = cuda.dtype(torch::kFloat), bf = cuda.dtype(torch::kBFloat16);
+  std::vector<at::Tensor> xs, dys, gus, dacts;
+  for (int i = 0; i < kSets; ++i) {
+    xs.push_back(torch::randn({rows, C}, f32));
+    dys.push_back(torch::randn({rows, C}, bf));
+    gus.push_back(torch::randn({rows, 2 * F}, bf));
+    dacts.push_back(torch::randn({rows, F}, bf));
+  }
+  auto w = 1 + 0.1 * torch::randn({C}, f32);
+  auto out = torch::empty({rows, C}, bf), rstd = torch::empty({rows}, f32);
+  const double fr = time_ms(reps, [&](int i) {
+    check(kn::rmsnorm_forward(out.data_ptr(), kn::Dtype::kBf16, rstd.data_ptr<float>(), xs[i % kSets].data_ptr(),
+                              kn::Dtype::kF32, w.data_ptr<float>(), rows, C, 1e-5f, stream),
+          "rmsnorm_forward");
+  });
+  const double at =
+      time_ms(reps, [&](int i) { frugal::rms_norm_reference(xs[i % kSets], w, 1e-5).to(torch::kBFloat16); });
+  add("rmsnorm fwd (fp32 -> bf16)", rows * C * (4.0 + 2.0), fr, at);
+
+  auto dx = torch::empty({rows, C}, f32), dw = torch::empty({C}, f32);
+  auto scratch = torch::empty({static_cast<int64_t>(kn::rmsnorm_backward_scratch_floats(rows, C))}, f32);
+  const double fr2 = time_ms(reps, [&](int i) {
+    check(kn::rmsnorm_backward(dx.data_ptr(), dys[i % kSets].data_ptr(), kn::Dtype::kBf16, xs[i % kSets].data_ptr(),
+                               kn::Dtype::kF32, w.data_ptr<float>(), rstd.data_ptr<float>(), dw.data_ptr<float>(),
+                               scratch.data_ptr<float>(), rows, C, stream),
+          "rmsnorm_backward");
+  });
+  const double at2 = time_ms(reps, [&](int i) {
+    torch::AutoGradMode on(true);
+    auto x = xs[i % kSets].detach().requires_grad_(), ww = w.detach().requires_grad_();
+    frugal::rms_norm_reference(x, ww, 1e-5).to(torch::kBFloat16).backward(dys[i % kSets]);
+  });
+  // dy (bf16) and x (fp32) read (x twice: the row's dot product, then dx), dx written; dw's sums apart.
+  add("rmsnorm bwd", rows * C * (2.0 + 4.0 + 4.0), fr2, at2);
+
+  auto act = torch::empty({rows, F}, bf), dgu = torch::empty({rows, 2 * F}, bf);
+  const double fr3 = time_ms(reps, [&](int i) {
+    check(kn::swiglu_forward(act.data_ptr(), gus[i % kSets].data_ptr(), kn::Dtype::kBf16, rows, F, stream),
+          "swiglu_forward");
+    check(kn::swiglu_backward(dgu.data_ptr(), gus[i % kSets].data_ptr(), dacts[i % kSets].data_ptr(), kn::Dtype::kBf16,
+                              rows, F, stream),
+          "swiglu_backward");
+  });
+  const double at3 = time_ms(reps, [&](int i) {
+    torch::AutoGradMode on(true);
+    auto gu = gus[i % kSets].detach().requires_grad_();
+    frugal::swiglu_reference(gu).backward(dacts[i % kSets]);
+  });
+  // forward: gate_up read, act written; backward: gate_up and dact read, dgate_up written.
+  add("swiglu fwd+bwd (bf16)", rows * F * 2.0 * (2 + 1 + 2 + 1 + 2), fr3, at3);
+
+  // The rotary embedding into the attention's layout: 12 query and 4 key/value heads of 64, the
+  // rows as sequences of 1024.
+  const int64_t H = 12, K = 4, D = 64, T = 1024, B = std::max<int64_t>(1, rows / T);
+  frugal::ModelConfig m;
+  m.arch = frugal::ModelConfig::Arch::kLlama;
+  m.embd = H * D;
+  m.heads = H;
+  m.kv_heads = K;
+  m.block = T;
+  const frugal::RopeTables tables = frugal::rope_tables(m, T, torch::Device(torch::kCUDA));
+  std::vector<at::Tensor> qkvs;
+  for (int i = 0; i < kSets; ++i) qkvs.push_back(torch::randn({B, T, (H + 2 * K) * D}, bf));
+  const double fr5 = time_ms(reps, [&](int i) { frugal::rope_split(qkvs[i % kSets], tables.cos, tables.sin, H, K); });
+  const double at5 = time_ms(reps, [&](int i) {
+    const at::Tensor& x = qkvs[i % kSets];
+    frugal::apply_rope(x.narrow(2, 0, H * D).view({B, T, H, D}), tables, 0).transpose(1, 2).contiguous();
+    frugal::apply_rope(x.narrow(2, H * D, K * D).view({B, T, K, D}), tables, 0).transpose(1, 2).contiguous();
+    x.narrow(2, (H + K) * D, K * D).view({B, T, K, D}).transpose(1, 2).contiguous();
+  });
+  add("rope into the heads' layout (bf16)", B * T * (H + 2 * K) * D * (2.0 + 2.0), fr5, at5);
+
+  std::vector<at::Tensor> ins;
+  for (int i = 0; i < kSets; ++i) ins.push_back(torch::randn({rows, C}, bf));
+  const double fr4 = time_ms(reps, [&](int i) { frugal::fp8::cast(ins[i % kSets], at::kFloat8_e4m3fn, true); });
+  const double at4 = time_ms(reps, [&](int i) { frugal::fp8::cast(ins[i % kSets], at::kFloat8_e4m3fn, false); });
+  // The operand read twice (its absolute maximum, then the cast), a byte an element written.
+  add("fp8 cast (bf16 -> e4m3, amax + cast)", rows * C * (2.0 + 2.0 + 1.0), fr4, at4);
 }
 
 }  // namespace
@@ -97,7 +190,6 @@ int main(int argc, char** argv) {
   void* stream = at::cuda::getCurrentCUDAStream().stream();
   const auto cuda = torch::TensorOptions().device(torch::kCUDA);
   const auto f32 = cuda.dtype(torch::kFloat), bf = cuda.dtype(torch::kBFloat16);
-  constexpr int kSets = 4;
 
   // The memory floor: a 1 GiB device-to-device copy.
   auto src = torch::empty({1 << 28}, f32), dst = torch::empty({1 << 28}, f32);
@@ -198,6 +290,8 @@ int main(int argc, char** argv) {
     // dout (bf16), x (fp32), dresid (fp32) read; dx (fp32) and dx in bf16 written.
     add("layernorm bwd (+ residual grad)", rows * C * (2.0 + 4.0 + 4.0 + 4.0 + 2.0), fr3, at3);
   }
+
+  llama_and_fp8_cases(reps, rows, stream, add);
 
   std::printf("device-to-device copy: %.0f GB/s (%s)\n", copy_gbs, prop->name);
   if (!json_path.empty()) {

@@ -91,6 +91,14 @@ int swiglu_forward(void* act, const void* gate_up, Dtype t, int64_t rows, int64_
 int swiglu_backward(void* dgate_up, const void* gate_up, const void* dact, Dtype t, int64_t rows, int64_t F,
                     void* stream);
 
+// The rotary embedding in the layout the attention reads: from the packed projection qkv
+// (B, T, (H + 2K) D: H query heads, then K key heads, then K value heads), q (B, H, T, D) and k
+// (B, K, T, D) rotated by position t (rotate-half with the tables cos, sin: (>= T, D / 2) floats)
+// and v (B, K, T, D) copied, all contiguous, dtype t. `backward`: the gradient of qkv from those of
+// q, k and v, written into qkv's buffer. D even.
+int rope_split(bool backward, void* qkv, void* q, void* k, void* v, Dtype t, const float* cos, const float* sin,
+               int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, void* stream);
+
 // ---- fp8 casts (fp8_cast.cu) -----------------------------------------------------------------
 // out[i] = x[i] * s rounded to float8 (e4m3, or e5m2 when `e5m2`): the nearest value, ties to
 // even, saturated to the format's largest finite value (448; 57344), where

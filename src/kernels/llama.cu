@@ -109,6 +109,44 @@ __global__ void __launch_bounds__(kElemThreads) swiglu_backward_kernel(T* dgu, c
 
 int64_t row_groups(int64_t rows) { return std::max<int64_t>(1, std::min(rows, kMaxRowGroups)); }
 
+// The slot j of a row of the packed projection (H query heads, then K key heads, then K value
+// heads): its output tensor, its head there, and that tensor's head count.
+struct Slot {
+  int64_t head, heads;
+  int which;  // 0 q, 1 k, 2 v
+};
+__device__ __forceinline__ Slot slot_of(int j, int H, int K) {
+  if (j < H) return {j, H, 0};
+  if (j < H + K) return {j - H, K, 1};
+  return {j - H - K, K, 2};
+}
+
+// One block a row (b, t) of qkv (B, T, (H + 2K) D): q and k rotated by position t (rotate-half:
+// y1 = x1 c - x2 s, y2 = x2 c + x1 s over the two halves of a head), v copied, each into its
+// (B, heads, T, D) tensor. The backward turns the other way: dx1 = dy1 c + dy2 s, dx2 = dy2 c - dy1 s.
+template <typename T, bool kBackward>
+__global__ void __launch_bounds__(kRowThreads) rope_split_kernel(T* packed, T* q, T* k, T* v, const float* cos,
+                                                                 const float* sin, int64_t Tn, int H, int K, int half) {
+  const int64_t row = blockIdx.x, b = row / Tn, t = row - b * Tn;
+  const int D = 2 * half, slots = H + 2 * K;
+  T* x = packed + row * slots * D;
+  for (int p = threadIdx.x; p < slots * half; p += blockDim.x) {
+    const int j = p / half, d = p - j * half;
+    const Slot s = slot_of(j, H, K);
+    T* o = (s.which == 0 ? q : s.which == 1 ? k : v) + ((b * s.heads + s.head) * Tn + t) * D;
+    const float c = s.which < 2 ? cos[t * half + d] : 1.0f, sn = s.which < 2 ? sin[t * half + d] : 0.0f;
+    if (!kBackward) {
+      const float x1 = to_f(x[j * D + d]), x2 = to_f(x[j * D + d + half]);
+      o[d] = from_f<T>(x1 * c - x2 * sn);
+      o[d + half] = from_f<T>(x2 * c + x1 * sn);
+    } else {
+      const float y1 = to_f(o[d]), y2 = to_f(o[d + half]);
+      x[j * D + d] = from_f<T>(y1 * c + y2 * sn);
+      x[j * D + d + half] = from_f<T>(y2 * c - y1 * sn);
+    }
+  }
+}
+
 template <typename In, typename Out>
 int forward_typed(Out* out, float* rstd, const In* x, const float* w, int64_t rows, int64_t C, float eps,
                   cudaStream_t s) {
@@ -132,7 +170,30 @@ int backward_typed(In* dx, const Grad* dy, const In* x, const float* w, const fl
   return launch_status();
 }
 
+template <typename T>
+int rope_typed(bool backward, T* packed, T* q, T* k, T* v, const float* cos, const float* sin, int64_t B, int64_t Tn,
+               int H, int K, int half, cudaStream_t s) {
+  if (B * Tn == 0) return 0;
+  const unsigned rows = static_cast<unsigned>(B * Tn);
+  if (backward)
+    rope_split_kernel<T, true><<<rows, kRowThreads, 0, s>>>(packed, q, k, v, cos, sin, Tn, H, K, half);
+  else
+    rope_split_kernel<T, false><<<rows, kRowThreads, 0, s>>>(packed, q, k, v, cos, sin, Tn, H, K, half);
+  return launch_status();
+}
+
 }  // namespace
+
+int rope_split(bool backward, void* qkv, void* q, void* k, void* v, Dtype t, const float* cos, const float* sin,
+               int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const int h = static_cast<int>(H), kv = static_cast<int>(K), half = static_cast<int>(D / 2);
+  if (t == Dtype::kBf16)
+    return rope_typed(backward, static_cast<bf16*>(qkv), static_cast<bf16*>(q), static_cast<bf16*>(k),
+                      static_cast<bf16*>(v), cos, sin, B, T, h, kv, half, s);
+  return rope_typed(backward, static_cast<float*>(qkv), static_cast<float*>(q), static_cast<float*>(k),
+                    static_cast<float*>(v), cos, sin, B, T, h, kv, half, s);
+}
 
 int rmsnorm_forward(void* out, Dtype ot, float* rstd, const void* x, Dtype xt, const float* weight, int64_t rows,
                     int64_t C, float eps, void* stream) {

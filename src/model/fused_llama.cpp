@@ -184,6 +184,54 @@ class SwigluFunction : public torch::autograd::Function<SwigluFunction> {
   }
 };
 
+#if FRUGAL_HAVE_KERNELS
+void rope_launch(bool backward, const at::Tensor& packed, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                 const at::Tensor& cos, const at::Tensor& sin, int64_t H, int64_t K) {
+  const c10::cuda::CUDAGuard guard(packed.device());
+  const int64_t B = packed.size(0), T = packed.size(1), D = packed.size(2) / (H + 2 * K);
+  check_llama_launch(kernels::rope_split(backward, packed.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                         kdt(packed.scalar_type()), cos.data_ptr<float>(), sin.data_ptr<float>(), B, T,
+                                         H, K, D, llama_stream(packed)),
+                     "rope_split");
+}
+
+// q, k rotated and v in the attention's layout, from the packed projection; see rope_split.
+class RopeSplitFunction : public torch::autograd::Function<RopeSplitFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& qkv,
+                                                const at::Tensor& cos, const at::Tensor& sin, int64_t H, int64_t K) {
+    const at::Tensor x = qkv.contiguous();
+    const int64_t B = x.size(0), T = x.size(1), D = x.size(2) / (H + 2 * K);
+    at::Tensor q = at::empty({B, H, T, D}, x.options()), k = at::empty({B, K, T, D}, x.options());
+    at::Tensor v = at::empty({B, K, T, D}, x.options());
+    rope_launch(false, x, q, k, v, cos, sin, H, K);
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["H"] = H;
+    ctx->saved_data["K"] = K;
+    ctx->saved_data["sizes"] = x.sizes().vec();
+    return {q, k, v};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const int64_t H = ctx->saved_data["H"].toInt(), K = ctx->saved_data["K"].toInt();
+    const auto sizes = ctx->saved_data["sizes"].toIntVector();
+    const int64_t B = sizes[0], T = sizes[1], D = sizes[2] / (H + 2 * K);
+    const auto options = saved[0].options().dtype(grad[0].defined()   ? grad[0].scalar_type()
+                                                  : grad[1].defined() ? grad[1].scalar_type()
+                                                                      : grad[2].scalar_type());
+    auto part = [&](const at::Tensor& g, int64_t heads) {  // an output without a gradient contributes none
+      return g.defined() ? g.to(options.dtype()).contiguous() : at::zeros({B, heads, T, D}, options);
+    };
+    const at::Tensor dq = part(grad[0], H), dk = part(grad[1], K), dv = part(grad[2], K);
+    at::Tensor dqkv = at::empty(sizes, options);
+    rope_launch(true, dqkv, dq, dk, dv, saved[0], saved[1], H, K);
+    return {dqkv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+#endif
+
 bool needs_grad(std::initializer_list<at::Tensor> ts) {
   if (!torch::GradMode::is_enabled()) return false;
   for (const auto& t : ts)
@@ -215,6 +263,26 @@ at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double 
     return rms_forward(x2, weight.contiguous(), eps, out_dtype).first.view(x.sizes());
   }
   return RmsNormFunction::apply(x, weight, eps, static_cast<int64_t>(out_dtype));
+}
+
+bool rope_split_runs(const at::Tensor& qkv, const at::Tensor& cos, int64_t H, int64_t K) {
+  if (!cuda_kernels_built() || !qkv.is_cuda() || qkv.dim() != 3 || !llama_kernel_dtype(qkv.scalar_type())) return false;
+  const int64_t slots = H + 2 * K;
+  if (H < 1 || K < 1 || qkv.size(2) % slots != 0 || (qkv.size(2) / slots) % 2 != 0) return false;
+  return cos.device() == qkv.device() && cos.scalar_type() == at::kFloat && cos.dim() == 2 &&
+         cos.size(0) >= qkv.size(1) && cos.size(1) == qkv.size(2) / slots / 2 && cuda_kernels_run_on(qkv);
+}
+
+std::vector<at::Tensor> rope_split(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, int64_t H,
+                                   int64_t K) {
+  TORCH_CHECK(rope_split_runs(qkv, cos, H, K), "rope_split: frugal's kernel does not run on qkv ", qkv.sizes(), " ",
+              qkv.scalar_type(), " on ", qkv.device(), " (see rope_split_runs)");
+#if FRUGAL_HAVE_KERNELS
+  return RopeSplitFunction::apply(qkv, cos.contiguous(), sin.contiguous(), H, K);
+#else
+  (void)sin;
+  return {};
+#endif
 }
 
 at::Tensor swiglu_reference(const at::Tensor& gate_up) {

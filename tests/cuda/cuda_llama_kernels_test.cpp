@@ -1,9 +1,9 @@
 // The Llama family's CUDA kernels (src/kernels/llama.cu, model.kernels = "frugal"; CTest label
 // `cuda`): RMSNorm forward and backward and SwiGLU forward and backward give what frugal's CPU loops
-// give (the same arithmetic; those loops are tested against ATen in tests/model/), in fp32 and bf16,
-// on fresh inputs into outputs the kernels must fill; the weight gradient is the same bits run after
-// run; a Llama run on the kernels tracks one on ATen's operators. Skipped without a GPU the kernels
-// run on.
+// give, the rotary embedding into the attention's layout what ATen's apply_rope gives (the same arithmetic; those loops
+// are tested against ATen in tests/model/), in fp32 and bf16, on fresh inputs into outputs the kernels must fill; the
+// weight gradient is the same bits run after run; a Llama run on the kernels tracks one on ATen's operators. Skipped
+// without a GPU the kernels run on.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,6 +13,7 @@
 #include "frugal/core/device.h"
 #include "frugal/model/fused_llama.h"
 #include "frugal/model/kernel_ops.h"
+#include "frugal/model/rope.h"
 #include "cuda_util.h"
 #include "test_util.h"
 
@@ -77,6 +78,41 @@ TEST(Cuda, LlamaKernelsGiveTheCpuLoopsResultsAndTheSameBitsTwice) {
     }
     EXPECT_LT(rel_err(got[1][0], got[0][0]), tolerance(t)) << "activation";
     EXPECT_LT(rel_err(got[1][1], got[0][1]), tolerance(t)) << "gradient";
+  }
+}
+
+// rope_split: the rotated queries and keys and the values in (B, heads, T, D), and the packed
+// projection's gradient, as ATen's apply_rope on the heads and their transposes give them.
+TEST(Cuda, LlamaKernelsRotateIntoTheAttentionsLayout) {
+  if (const std::string why = no_kernels(); !why.empty()) GTEST_SKIP() << why;
+  const c10::Device gpu(c10::kCUDA, 0);
+  torch::manual_seed(6);
+  const int64_t B = 3, T = 80, H = 4, K = 2, D = 32;
+  const RopeTables tables = rope_tables(test::rope_model(D), 96, gpu);  // the tables of heads of D
+  for (const auto t : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(::testing::Message() << "dtype " << t);
+    const at::Tensor x0 = torch::randn({B, T, (H + 2 * K) * D}).to(gpu, t);
+    const std::vector<at::Tensor> g = {torch::randn({B, H, T, D}).to(gpu, t), torch::randn({B, K, T, D}).to(gpu, t),
+                                       torch::randn({B, K, T, D}).to(gpu, t)};
+    ASSERT_TRUE(rope_split_runs(x0, tables.cos, H, K));
+    std::vector<at::Tensor> got[2];
+    for (int side = 0; side < 2; ++side) {  // ATen's operators, then the kernel
+      at::Tensor x = x0.clone().requires_grad_();
+      std::vector<at::Tensor> heads;
+      if (side == 0) {
+        heads = {apply_rope(x.narrow(2, 0, H * D).view({B, T, H, D}), tables, 0).transpose(1, 2),
+                 apply_rope(x.narrow(2, H * D, K * D).view({B, T, K, D}), tables, 0).transpose(1, 2),
+                 x.narrow(2, (H + K) * D, K * D).view({B, T, K, D}).transpose(1, 2)};
+      } else {
+        heads = rope_split(x, tables.cos, tables.sin, H, K);
+        for (const auto& h : heads) EXPECT_TRUE(h.is_contiguous());
+      }
+      ((heads[0] * g[0]).sum() + (heads[1] * g[1]).sum() + (heads[2] * g[2]).sum()).backward();
+      got[side] = {heads[0], heads[1], heads[2], x.grad()};
+    }
+    const char* names[] = {"queries", "keys", "values", "gradient of qkv"};
+    for (int i = 0; i < 4; ++i) EXPECT_LT(rel_err(got[1][i], got[0][i]), tolerance(t)) << names[i];
+    EXPECT_TRUE(torch::equal(got[1][2], got[0][2].contiguous())) << "the values are copied, not changed";
   }
 }
 

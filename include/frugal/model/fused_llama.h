@@ -8,6 +8,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include <vector>
+
 namespace frugal {
 
 // weight * (x / sqrt(mean(x^2 over the last dim) + eps)), Hugging Face's LlamaRMSNorm, with the
@@ -22,6 +24,18 @@ at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& weight, dou
 // silu(gate) * up for the packed product gate_up (..., 2F), gate in the first F columns:
 // (..., F).
 at::Tensor fused_swiglu(const at::Tensor& gate_up, bool gpu_kernels = false);
+
+// The rotary embedding in the layout the attention reads, on frugal's kernel (src/kernels/llama.cu;
+// one pass each way): from the packed projection qkv (B, T, (H + 2K) D), the queries (B, H, T, D)
+// and keys (B, K, T, D) rotated by positions 0..T-1 (rotate-half with the tables cos, sin of
+// model/rope.h: (>= T, D / 2) floats) and the values (B, K, T, D), each contiguous. What
+// apply_rope on the heads and the transposes compute, without their copies.
+// REQUIRES: rope_split_runs(qkv, cos, H, K).
+std::vector<at::Tensor> rope_split(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, int64_t H,
+                                   int64_t K);
+// Whether the kernel runs: qkv a 3-D fp32 or bf16 CUDA tensor on a GPU the kernels run on, an
+// even head dimension, float tables on its device covering its positions.
+bool rope_split_runs(const at::Tensor& qkv, const at::Tensor& cos, int64_t H, int64_t K);
 at::Tensor swiglu_reference(const at::Tensor& gate_up);
 
 }  // namespace frugal
