@@ -55,9 +55,9 @@ int run_doctor_cmd(const DoctorArgs& a) {
   fmt::print("libstdc++    std::filesystem from {}\n", f["std_filesystem_library"].get<std::string>());
   fmt::print("GPUs         {}\n", f["cuda_devices"].get<int>() == 0 ? std::string("none found") : "");
   for (const auto& g : f["gpus"]) {
-    fmt::print("  cuda:{}     {} | compute {} | {} SMs | {:.0f} GB", g["index"].get<int>(),
+    fmt::print("  cuda:{}     {} | compute {} | {} SMs | {:.0f} GB | fp8 {}", g["index"].get<int>(),
                g["name"].get<std::string>(), g["compute_capability"].get<std::string>(),
-               g["multiprocessors"].get<int>(), g["memory_gb"].get<double>());
+               g["multiprocessors"].get<int>(), g["memory_gb"].get<double>(), g.value("fp8", false) ? "yes" : "no");
     if (g.contains("matmul_bf16_tflops"))
       fmt::print(" | matmul bf16 {:.0f} TFLOP/s, fp32 {:.0f} TFLOP/s", g["matmul_bf16_tflops"].get<double>(),
                  g["matmul_fp32_tflops"].get<double>());

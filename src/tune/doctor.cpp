@@ -21,6 +21,7 @@
 #include "frugal/core/machine_cache.h"
 #include "frugal/core/threads.h"
 #include "frugal/core/wall_clock.h"
+#include "frugal/model/fp8.h"
 #include "frugal/model/fused_attention.h"
 #include "frugal/model/kernel_ops.h"
 #include "frugal/monitor/mfu.h"
@@ -121,6 +122,7 @@ void check_gpus(const DoctorOptions& o, DoctorReport& r) {
     one["compute_capability"] = fmt::format("{}.{}", g.major, g.minor);
     one["memory_gb"] = static_cast<double>(g.total_bytes) / 1e9;
     one["multiprocessors"] = g.multiprocessors;
+    one["fp8"] = fp8::gpu_supports_fp8(g.major, g.minor);  // precision.mode = "fp8" runs here
     // The datasheet's dense bf16/fp16 figure MFU is quoted against first (monitor/mfu.h); null
     // for a GPU not in frugal's table.
     const auto sheet = datasheet_peak_flops(g.name, torch::kBFloat16);
