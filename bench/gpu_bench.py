@@ -53,7 +53,9 @@ window holds batch building.
 
 Time budget: with --deadline (a Unix time; scripts/gpu-check.sh passes its own budget's end) a
 run starts only when its expected time (the last run of the same side, else a first guess by kind)
-ends before the deadline; a run that would not is listed in gpu_machine.json ("skipped"). Every
+ends before the deadline; a run that would not is listed in gpu_machine.json ("skipped"). Under
+a deadline each round runs frugal's and torch.compile's sides of every row first and PyTorch eager
+(and the head lever's sides) last, so a short budget measures the targets' ratios before the rest. Every
 row's JSON and gpu_machine.json are rewritten after each run (atomically), so a bench that is cut
 off keeps every figure it measured; gpu_machine.json's "complete" says whether it ran to the end.
 
@@ -343,6 +345,20 @@ def round_order(group, r):
     """Round r's order of a row's sides: the list rotated by r, so that no side is always first
     (on a cold machine) or always last (after the others warmed it)."""
     return group[r % len(group):] + group[:r % len(group)] if group else []
+
+
+# Under a deadline, the sides whose figures matter least run after every other side of the round:
+# the targets compare frugal with torch.compile, so eager and the head lever's sides wait.
+SECONDARY_SIDES = ("eager", "eager_padded", "frugal_unpadded")
+
+
+def round_plan(groups, r, deadline):
+    """Round r's runs as (label, group, side) in order: each row's sides rotated (round_order), row
+    after row; under a deadline the secondary sides moved to the round's end, in that order."""
+    plan = [(label, g, side) for label, g in groups for side in round_order(g, r)]
+    if deadline:
+        plan.sort(key=lambda x: x[2][0] in SECONDARY_SIDES)  # stable: the rest keep their order
+    return plan
 
 
 def loss_parity(group, reference="frugal"):
@@ -664,9 +680,8 @@ def main():
     if not a.dry_run:
         writer.clear()
     for r in range(a.repeats):
-        for label, g in groups:
-            for k, kind, fn in round_order(g, r):
-                attempt(r, label, g, k, kind, fn)
+        for label, g, (k, kind, fn) in round_plan(groups, r, a.deadline):
+            attempt(r, label, g, k, kind, fn)
     # Under a deadline, max-autotune (minutes of autotuning) once, when the time left covers it.
     if compile_ and not a.max_autotune and a.deadline and "bf16" in a.rows and not a.dry_run:
         sides.append(autotune)

@@ -15,7 +15,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.join(HERE, "..", "..", "bench")
 sys.path.insert(0, BENCH)
-from gpu_bench import loss_parity, round_order  # noqa: E402
+from gpu_bench import loss_parity, round_order, round_plan  # noqa: E402
 
 FRUGAL = sys.argv[1]
 
@@ -51,6 +51,14 @@ check(loss_parity({"eager": group["eager"]}) is None, "parity without the refere
 sides = ["a", "b", "c"]
 check([round_order(sides, r)[0] for r in range(3)] == ["a", "b", "c"], "rounds do not rotate their sides")
 check(round_order([], 2) == [], "an empty row")
+# Under a deadline the eager sides go last in the round, rows otherwise in order.
+rows = (("bf16", [("frugal", 0, 0), ("eager", 0, 0), ("compile", 0, 0)]),
+        ("llama", [("frugal", 0, 0), ("eager", 0, 0)]))
+order = [(label, side[0]) for label, _, side in round_plan(rows, 0, deadline=1)]
+check(order == [("bf16", "frugal"), ("bf16", "compile"), ("llama", "frugal"), ("bf16", "eager"), ("llama", "eager")],
+      f"the plan under a deadline: {order}")
+check([s[0] for _, _, s in round_plan(rows, 1, deadline=0)] == ["eager", "compile", "frugal", "eager", "frugal"],
+      "without a deadline the rows' rotated orders are kept")
 
 with tempfile.TemporaryDirectory() as tmp:
     # A whole smoke bench with the fp8 and Llama rows: every side, their losses (fp8's within 2% of
