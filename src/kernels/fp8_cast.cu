@@ -22,12 +22,14 @@ __global__ void __launch_bounds__(kThreads) fp8_cast_kernel(__nv_fp8_storage_t* 
                                                             const float* amax, double format_max, float* scale) {
   const float s = scale_from(amax, format_max);
   if (blockIdx.x == 0 && threadIdx.x == 0 && scale != nullptr) *scale = s;
+  // A block's trip covers kThreads x kPerThread consecutive elements, element k of each thread
+  // kThreads apart: every load and store of a warp is one contiguous run.
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * kPerThread;
-  for (int64_t base = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kPerThread; base < n;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads * kPerThread + threadIdx.x; base < n;
        base += stride) {
 #pragma unroll
     for (int k = 0; k < kPerThread; ++k) {
-      const int64_t i = base + k;
+      const int64_t i = base + static_cast<int64_t>(k) * kThreads;
       // The product rounded to float first, as the host's (x.float() * scale) is; then the
       // nearest value of the format, ties to even, saturated to its largest finite value.
       if (i < n) out[i] = __nv_cvt_float_to_fp8(__fmul_rn(to_f(x[i]), s), __NV_SATFINITE, F);
