@@ -89,12 +89,23 @@ void llama_and_fp8_cases(int reps, int64_t rows, void* stream, const AddCase& ad
       time_ms(reps, [&](int i) { frugal::rms_norm_reference(xs[i % kSets], w, 1e-5).to(torch::kBFloat16); });
   add("rmsnorm fwd (fp32 -> bf16)", rows * C * (4.0 + 2.0), fr, at);
 
+  auto h = torch::empty({rows, C}, f32);
+  const double fr1 = time_ms(reps, [&](int i) {
+    check(kn::residual_rmsnorm_forward(h.data_ptr(), out.data_ptr(), kn::Dtype::kBf16, rstd.data_ptr<float>(),
+                                       xs[i % kSets].data_ptr(), dys[i % kSets].data_ptr(), kn::Dtype::kF32,
+                                       w.data_ptr<float>(), rows, C, 1e-5f, stream),
+          "residual_rmsnorm_forward");
+  });
+  const double at1 = time_ms(
+      reps, [&](int i) { frugal::rms_norm_reference(xs[i % kSets] + dys[i % kSets], w, 1e-5).to(torch::kBFloat16); });
+  add("residual + rmsnorm fwd", rows * C * (4.0 + 2.0 + 4.0 + 2.0), fr1, at1);
+
   auto dx = torch::empty({rows, C}, f32), dw = torch::empty({C}, f32);
   auto scratch = torch::empty({static_cast<int64_t>(kn::rmsnorm_backward_scratch_floats(rows, C))}, f32);
   const double fr2 = time_ms(reps, [&](int i) {
-    check(kn::rmsnorm_backward(dx.data_ptr(), dys[i % kSets].data_ptr(), kn::Dtype::kBf16, xs[i % kSets].data_ptr(),
-                               kn::Dtype::kF32, w.data_ptr<float>(), rstd.data_ptr<float>(), dw.data_ptr<float>(),
-                               scratch.data_ptr<float>(), rows, C, stream),
+    check(kn::rmsnorm_backward(dx.data_ptr(), nullptr, dys[i % kSets].data_ptr(), kn::Dtype::kBf16, nullptr,
+                               xs[i % kSets].data_ptr(), kn::Dtype::kF32, w.data_ptr<float>(), rstd.data_ptr<float>(),
+                               dw.data_ptr<float>(), scratch.data_ptr<float>(), rows, C, stream),
           "rmsnorm_backward");
   });
   const double at2 = time_ms(reps, [&](int i) {

@@ -77,14 +77,21 @@ int layernorm_backward(void* dx, void* dx_low, const void* dout, const void* dre
 // computed in float and rounded once to `ot`; x has dtype xt, weight C floats, rstd one float a row.
 int rmsnorm_forward(void* out, Dtype ot, float* rstd, const void* x, Dtype xt, const float* weight, int64_t rows,
                     int64_t C, float eps, void* stream);
-// Its backward, dy of dtype dt:
-//   dx[r,c]    = rstd[r] * (dy w[c] - xhat * mean_c(dy w xhat)), xhat = x * rstd[r]   (dtype xt)
+// The residual form, one pass: h = residual + y (residual and h of dtype xt, y of dtype ot: the
+// matmul's), then out = the RMSNorm of h as above.
+int residual_rmsnorm_forward(void* h, void* out, Dtype ot, float* rstd, const void* residual, const void* y, Dtype xt,
+                             const float* weight, int64_t rows, int64_t C, float eps, void* stream);
+// The backward of either, dy of dtype dt:
+//   dx[r,c]    = rstd[r] * (dy w[c] - xhat * mean_c(dy w xhat)) + dresid[r,c], xhat = x * rstd[r]
+//                (dtype xt; x is h for the residual form; dresid of dtype xt, may be null)
+//   dx_low     = the same values in dtype dt (may be null): the residual form's gradient of y
 //   dweight[c] = sum_r dy[r,c] * xhat[r,c]   (float; partial sums per group of rows in `scratch`,
 //                rmsnorm_backward_scratch_floats(rows, C) floats, added in a fixed order: the same
 //                bits on every run)
 size_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t C);
-int rmsnorm_backward(void* dx, const void* dy, Dtype dt, const void* x, Dtype xt, const float* weight,
-                     const float* rstd, float* dweight, float* scratch, int64_t rows, int64_t C, void* stream);
+int rmsnorm_backward(void* dx, void* dx_low, const void* dy, Dtype dt, const void* dresid, const void* x, Dtype xt,
+                     const float* weight, const float* rstd, float* dweight, float* scratch, int64_t rows, int64_t C,
+                     void* stream);
 // SwiGLU over the packed product gate_up (rows x 2F, gate in the first F columns), dtype t:
 //   act[r,j] = silu(g) * u;   backward: dgate = dact u s (1 + g (1 - s)), dup = dact g s, s = sigmoid(g)
 int swiglu_forward(void* act, const void* gate_up, Dtype t, int64_t rows, int64_t F, void* stream);

@@ -30,10 +30,33 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t j = threadIdx.x; j < C; j += blockDim.x) yr[j] = from_f<Out>((to_f(xr[j]) * rs) * w[j]);
 }
 
-// One block a row: dx = rstd * (dy w - xhat * mean(dy w xhat)), xhat = x * rstd.
+// The residual form's forward, one block a row: h = residual + y (y in the matmul's dtype Out,
+// the sum rounded once to In), then the RMSNorm of h as above.
+template <typename In, typename Out>
+__global__ void __launch_bounds__(kRowThreads)
+    residual_rmsnorm_forward_kernel(In* h, Out* out, float* rstd, const In* residual, const Out* y, const float* w,
+                                    int64_t C, float eps) {
+  const int64_t r = blockIdx.x;
+  In* hr = h + r * C;
+  Out* yr = out + r * C;
+  float s = 0.0f;
+  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+    const In v = from_f<In>(to_f(residual[r * C + j]) + to_f(y[r * C + j]));
+    hr[j] = v;
+    s += to_f(v) * to_f(v);
+  }
+  const float rs = 1.0f / sqrtf(block_sum(s) / static_cast<float>(C) + eps);
+  if (threadIdx.x == 0) rstd[r] = rs;
+  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) yr[j] = from_f<Out>((to_f(hr[j]) * rs) * w[j]);
+}
+
+// One block a row: dx = rstd * (dy w - xhat * mean(dy w xhat)) + dresid, xhat = x * rstd; the
+// same values in dy's dtype into dx_low (the residual form's gradient of y). dresid and dx_low may
+// be null.
 template <typename In, typename Grad>
 __global__ void __launch_bounds__(kRowThreads)
-    rmsnorm_backward_dx_kernel(In* dx, const Grad* dy, const In* x, const float* w, const float* rstd, int64_t C) {
+    rmsnorm_backward_dx_kernel(In* dx, Grad* dx_low, const Grad* dy, const In* dresid, const In* x, const float* w,
+                               const float* rstd, int64_t C) {
   const int64_t r = blockIdx.x;
   const In* xr = x + r * C;
   const Grad* gr = dy + r * C;
@@ -42,8 +65,12 @@ __global__ void __launch_bounds__(kRowThreads)
   float dot = 0.0f;
   for (int64_t j = threadIdx.x; j < C; j += blockDim.x) dot += to_f(gr[j]) * w[j] * (to_f(xr[j]) * rs);
   const float c = block_sum(dot) / static_cast<float>(C);
-  for (int64_t j = threadIdx.x; j < C; j += blockDim.x)
-    dxr[j] = from_f<In>(rs * (to_f(gr[j]) * w[j] - (to_f(xr[j]) * rs) * c));
+  for (int64_t j = threadIdx.x; j < C; j += blockDim.x) {
+    float v = rs * (to_f(gr[j]) * w[j] - (to_f(xr[j]) * rs) * c);
+    if (dresid != nullptr) v += to_f(dresid[r * C + j]);
+    dxr[j] = from_f<In>(v);
+    if (dx_low != nullptr) dx_low[r * C + j] = from_f<Grad>(v);
+  }
 }
 
 // The weight gradient's partial sums: block (column group, row group g) adds dy * xhat over the
@@ -156,10 +183,11 @@ int forward_typed(Out* out, float* rstd, const In* x, const float* w, int64_t ro
 }
 
 template <typename In, typename Grad>
-int backward_typed(In* dx, const Grad* dy, const In* x, const float* w, const float* rstd, float* dweight,
-                   float* scratch, int64_t rows, int64_t C, cudaStream_t s) {
+int backward_typed(In* dx, Grad* dx_low, const Grad* dy, const In* dresid, const In* x, const float* w,
+                   const float* rstd, float* dweight, float* scratch, int64_t rows, int64_t C, cudaStream_t s) {
   if (rows == 0 || C == 0) return 0;
-  rmsnorm_backward_dx_kernel<In, Grad><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(dx, dy, x, w, rstd, C);
+  rmsnorm_backward_dx_kernel<In, Grad>
+      <<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(dx, dx_low, dy, dresid, x, w, rstd, C);
   if (const int status = launch_status(); status != 0) return status;
   const int64_t groups = row_groups(rows), per_group = (rows + groups - 1) / groups;
   const unsigned col_blocks = static_cast<unsigned>((C + kColThreads - 1) / kColThreads);
@@ -211,20 +239,47 @@ size_t rmsnorm_backward_scratch_floats(int64_t rows, int64_t C) {
   return static_cast<size_t>(row_groups(rows)) * static_cast<size_t>(std::max<int64_t>(C, 0));
 }
 
-int rmsnorm_backward(void* dx, const void* dy, Dtype dt, const void* x, Dtype xt, const float* weight,
-                     const float* rstd, float* dweight, float* scratch, int64_t rows, int64_t C, void* stream) {
+namespace {
+template <typename In, typename Grad>
+int backward_as(void* dx, void* dx_low, const void* dy, const void* dresid, const void* x, const float* weight,
+                const float* rstd, float* dweight, float* scratch, int64_t rows, int64_t C, cudaStream_t s) {
+  return backward_typed(static_cast<In*>(dx), static_cast<Grad*>(dx_low), static_cast<const Grad*>(dy),
+                        static_cast<const In*>(dresid), static_cast<const In*>(x), weight, rstd, dweight, scratch, rows,
+                        C, s);
+}
+
+template <typename In, typename Out>
+int residual_forward_as(void* h, void* out, float* rstd, const void* residual, const void* y, const float* weight,
+                        int64_t rows, int64_t C, float eps, cudaStream_t s) {
+  if (rows == 0 || C == 0) return 0;
+  residual_rmsnorm_forward_kernel<In, Out><<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(
+      static_cast<In*>(h), static_cast<Out*>(out), rstd, static_cast<const In*>(residual), static_cast<const Out*>(y),
+      weight, C, eps);
+  return launch_status();
+}
+}  // namespace
+
+int rmsnorm_backward(void* dx, void* dx_low, const void* dy, Dtype dt, const void* dresid, const void* x, Dtype xt,
+                     const float* weight, const float* rstd, float* dweight, float* scratch, int64_t rows, int64_t C,
+                     void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (xt == Dtype::kF32 && dt == Dtype::kF32)
-    return backward_typed(static_cast<float*>(dx), static_cast<const float*>(dy), static_cast<const float*>(x), weight,
-                          rstd, dweight, scratch, rows, C, s);
+    return backward_as<float, float>(dx, dx_low, dy, dresid, x, weight, rstd, dweight, scratch, rows, C, s);
   if (xt == Dtype::kF32)
-    return backward_typed(static_cast<float*>(dx), static_cast<const bf16*>(dy), static_cast<const float*>(x), weight,
-                          rstd, dweight, scratch, rows, C, s);
+    return backward_as<float, bf16>(dx, dx_low, dy, dresid, x, weight, rstd, dweight, scratch, rows, C, s);
   if (dt == Dtype::kF32)
-    return backward_typed(static_cast<bf16*>(dx), static_cast<const float*>(dy), static_cast<const bf16*>(x), weight,
-                          rstd, dweight, scratch, rows, C, s);
-  return backward_typed(static_cast<bf16*>(dx), static_cast<const bf16*>(dy), static_cast<const bf16*>(x), weight, rstd,
-                        dweight, scratch, rows, C, s);
+    return backward_as<bf16, float>(dx, dx_low, dy, dresid, x, weight, rstd, dweight, scratch, rows, C, s);
+  return backward_as<bf16, bf16>(dx, dx_low, dy, dresid, x, weight, rstd, dweight, scratch, rows, C, s);
+}
+
+int residual_rmsnorm_forward(void* h, void* out, Dtype ot, float* rstd, const void* residual, const void* y, Dtype xt,
+                             const float* weight, int64_t rows, int64_t C, float eps, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (xt == Dtype::kF32 && ot == Dtype::kF32)
+    return residual_forward_as<float, float>(h, out, rstd, residual, y, weight, rows, C, eps, s);
+  if (xt == Dtype::kF32) return residual_forward_as<float, bf16>(h, out, rstd, residual, y, weight, rows, C, eps, s);
+  if (ot == Dtype::kF32) return residual_forward_as<bf16, float>(h, out, rstd, residual, y, weight, rows, C, eps, s);
+  return residual_forward_as<bf16, bf16>(h, out, rstd, residual, y, weight, rows, C, eps, s);
 }
 
 int swiglu_forward(void* act, const void* gate_up, Dtype t, int64_t rows, int64_t F, void* stream) {

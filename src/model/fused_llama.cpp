@@ -52,20 +52,24 @@ bool rms_forward_gpu(const at::Tensor& x2, const at::Tensor& w, double eps, cons
 #endif
 }
 
+// dresid (x2's dtype) is added into dx; dx_low (dy's dtype) gets the same values: both may be
+// undefined.
 bool rms_backward_gpu(const at::Tensor& x2, const at::Tensor& w, const at::Tensor& rstd, const at::Tensor& dy,
-                      const at::Tensor& dx, const at::Tensor& dw) {
+                      const at::Tensor& dx, const at::Tensor& dw, const at::Tensor& dresid = {},
+                      const at::Tensor& dx_low = {}) {
 #if FRUGAL_HAVE_KERNELS
   const c10::cuda::CUDAGuard guard(x2.device());
   const at::Tensor scratch =
       at::empty({static_cast<int64_t>(kernels::rmsnorm_backward_scratch_floats(x2.size(0), x2.size(1)))}, dw.options());
-  check_llama_launch(kernels::rmsnorm_backward(dx.data_ptr(), dy.data_ptr(), kdt(dy.scalar_type()), x2.data_ptr(),
-                                               kdt(x2.scalar_type()), w.data_ptr<float>(), rstd.data_ptr<float>(),
-                                               dw.data_ptr<float>(), scratch.data_ptr<float>(), x2.size(0), x2.size(1),
-                                               llama_stream(x2)),
+  check_llama_launch(kernels::rmsnorm_backward(
+                         dx.data_ptr(), dx_low.defined() ? dx_low.data_ptr() : nullptr, dy.data_ptr(),
+                         kdt(dy.scalar_type()), dresid.defined() ? dresid.data_ptr() : nullptr, x2.data_ptr(),
+                         kdt(x2.scalar_type()), w.data_ptr<float>(), rstd.data_ptr<float>(), dw.data_ptr<float>(),
+                         scratch.data_ptr<float>(), x2.size(0), x2.size(1), llama_stream(x2)),
                      "rmsnorm_backward");
   return true;
 #else
-  (void)x2, (void)w, (void)rstd, (void)dy, (void)dx, (void)dw;
+  (void)x2, (void)w, (void)rstd, (void)dy, (void)dx, (void)dw, (void)dresid, (void)dx_low;
   return false;
 #endif
 }
@@ -195,6 +199,46 @@ void rope_launch(bool backward, const at::Tensor& packed, const at::Tensor& q, c
                      "rope_split");
 }
 
+// h = x + y and the RMSNorm of h, one kernel each way; see residual_rms_norm.
+class ResidualRmsNormFunction : public torch::autograd::Function<ResidualRmsNormFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                                                const at::Tensor& y, const at::Tensor& weight, double eps) {
+    const int64_t C = x.size(-1);
+    const at::Tensor x2 = x.contiguous().view({-1, C}), y2 = y.contiguous().view({-1, C}), w = weight.contiguous();
+    at::Tensor h = at::empty_like(x2), out = at::empty_like(y2);
+    at::Tensor rstd = at::empty({x2.size(0)}, x2.options().dtype(at::kFloat));
+    const c10::cuda::CUDAGuard guard(x2.device());
+    check_llama_launch(
+        kernels::residual_rmsnorm_forward(h.data_ptr(), out.data_ptr(), kdt(out.scalar_type()), rstd.data_ptr<float>(),
+                                          x2.data_ptr(), y2.data_ptr(), kdt(x2.scalar_type()), w.data_ptr<float>(),
+                                          x2.size(0), C, static_cast<float>(eps), llama_stream(x2)),
+        "residual_rmsnorm_forward");
+    ctx->save_for_backward({h, w, rstd});
+    ctx->saved_data["sizes"] = x.sizes().vec();
+    ctx->saved_data["y_dtype"] = static_cast<int64_t>(y.scalar_type());
+    return {h.view(x.sizes()), out.view(x.sizes())};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &h = saved[0], &w = saved[1], &rstd = saved[2];
+    const auto sizes = ctx->saved_data["sizes"].toIntVector();
+    const int64_t C = h.size(1);
+    const auto low = static_cast<at::ScalarType>(ctx->saved_data["y_dtype"].toInt());
+    at::Tensor dh = grad[0].defined() ? grad[0].to(h.scalar_type()).contiguous().view({-1, C}) : at::Tensor();
+    if (!grad[1].defined()) {  // the normed output unused: the sum's gradient alone
+      const at::Tensor d = dh.defined() ? dh : at::zeros_like(h);
+      return {d.view(sizes), d.to(low).view(sizes), at::zeros_like(w), at::Tensor()};
+    }
+    const at::Tensor dy = grad[1].to(low).contiguous().view({-1, C});  // the normed output's dtype: y's
+    at::Tensor dx = at::empty_like(h), dx_low = at::empty_like(dy), dw = at::empty_like(w);
+    rms_backward_gpu(h, w, rstd, dy, dx, dw, dh, dx_low);
+    return {dx.view(sizes), dx_low.view(sizes).to(low), dw, at::Tensor()};
+  }
+};
+
 // q, k rotated and v in the attention's layout, from the packed projection; see rope_split.
 class RopeSplitFunction : public torch::autograd::Function<RopeSplitFunction> {
  public:
@@ -263,6 +307,24 @@ at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& weight, double 
     return rms_forward(x2, weight.contiguous(), eps, out_dtype).first.view(x.sizes());
   }
   return RmsNormFunction::apply(x, weight, eps, static_cast<int64_t>(out_dtype));
+}
+
+std::pair<at::Tensor, at::Tensor> residual_rms_norm(const at::Tensor& x, const at::Tensor& y, const at::Tensor& weight,
+                                                    double eps, c10::ScalarType out_dtype, bool gpu_kernels) {
+  const bool kernel = cuda_kernels_built() && gpu_kernels && x.is_cuda() && llama_kernel_dtype(x.scalar_type()) &&
+                      y.scalar_type() == out_dtype && llama_kernel_dtype(out_dtype) && y.sizes() == x.sizes() &&
+                      y.device() == x.device() && weight.device() == x.device() && weight.scalar_type() == at::kFloat &&
+                      weight.dim() == 1 && weight.size(0) == x.size(-1) && cuda_kernels_run_on(x);
+#if FRUGAL_HAVE_KERNELS
+  if (kernel) {
+    const auto r = ResidualRmsNormFunction::apply(x, y, weight, eps);
+    return {r[0], r[1]};
+  }
+#else
+  (void)kernel;
+#endif
+  const at::Tensor h = x + y;
+  return {h, fused_rms_norm(h, weight, eps, out_dtype, gpu_kernels)};
 }
 
 bool rope_split_runs(const at::Tensor& qkv, const at::Tensor& cos, int64_t H, int64_t K) {

@@ -1,9 +1,10 @@
 // The Llama family's CUDA kernels (src/kernels/llama.cu, model.kernels = "frugal"; CTest label
 // `cuda`): RMSNorm forward and backward and SwiGLU forward and backward give what frugal's CPU loops
-// give, the rotary embedding into the attention's layout what ATen's apply_rope gives (the same arithmetic; those loops
-// are tested against ATen in tests/model/), in fp32 and bf16, on fresh inputs into outputs the kernels must fill; the
-// weight gradient is the same bits run after run; a Llama run on the kernels tracks one on ATen's operators. Skipped
-// without a GPU the kernels run on.
+// give (the same arithmetic; those loops are tested against ATen in tests/model/), the residual add
+// fused into the norm what the sum and then the norm give, the rotary embedding into the
+// attention's layout what ATen's apply_rope gives; in fp32 and bf16, on fresh inputs; the weight
+// gradient is the same bits run after run; a Llama run on the kernels tracks one on ATen's
+// operators. Skipped without a GPU the kernels run on.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -78,6 +79,34 @@ TEST(Cuda, LlamaKernelsGiveTheCpuLoopsResultsAndTheSameBitsTwice) {
     }
     EXPECT_LT(rel_err(got[1][0], got[0][0]), tolerance(t)) << "activation";
     EXPECT_LT(rel_err(got[1][1], got[0][1]), tolerance(t)) << "gradient";
+  }
+}
+
+// residual_rms_norm: the sum and its norm in one kernel each way give what the sum and the CPU loops
+// give, the gradients of x (the sum's and the norm's added), of y (the same, in y's dtype) and of
+// the weight.
+TEST(Cuda, LlamaKernelsAddTheResidualAndNormInOnePass) {
+  if (const std::string why = no_kernels(); !why.empty()) GTEST_SKIP() << why;
+  const c10::Device gpu(c10::kCUDA, 0);
+  torch::manual_seed(7);
+  for (const auto yt : {at::kBFloat16, at::kFloat}) {
+    SCOPED_TRACE(::testing::Message() << "y " << yt);
+    const int64_t rows = 777, C = 768;
+    const at::Tensor x0 = torch::randn({rows, C}), y0 = torch::randn({rows, C}).to(yt),
+                     w0 = 1 + 0.2 * torch::randn({C});
+    const at::Tensor dh = torch::randn({rows, C}), dn = torch::randn({rows, C}).to(yt);
+    std::vector<at::Tensor> got[2];
+    for (int side = 0; side < 2; ++side) {
+      const c10::Device d = side == 0 ? c10::Device(c10::kCPU) : gpu;
+      at::Tensor x = x0.to(d).requires_grad_(), y = y0.to(d).requires_grad_(), w = w0.to(d).requires_grad_();
+      const auto [h, normed] = residual_rms_norm(x, y, w, 1e-5, yt, /*gpu_kernels=*/true);
+      torch::autograd::backward({h, normed}, {dh.to(d), dn.to(d)});
+      got[side] = {h.cpu(), normed.cpu(), x.grad().cpu(), y.grad().cpu(), w.grad().cpu()};
+    }
+    EXPECT_EQ(got[1][3].scalar_type(), yt);
+    const char* names[] = {"sum", "normed", "gradient of x", "gradient of y", "weight gradient"};
+    const double tol[] = {1e-6, tolerance(yt), 1e-5, tolerance(yt), 1e-5};
+    for (int i = 0; i < 5; ++i) EXPECT_LT(rel_err(got[1][i], got[0][i]), tol[i]) << names[i];
   }
 }
 

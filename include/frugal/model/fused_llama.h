@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
+#include <utility>
 #include <vector>
 
 namespace frugal {
@@ -24,6 +25,12 @@ at::Tensor rms_norm_reference(const at::Tensor& x, const at::Tensor& weight, dou
 // silu(gate) * up for the packed product gate_up (..., 2F), gate in the first F columns:
 // (..., F).
 at::Tensor fused_swiglu(const at::Tensor& gate_up, bool gpu_kernels = false);
+
+// h = x + y and the RMSNorm of h (in out_dtype), the residual form of fused_rms_norm: on a GPU with
+// `gpu_kernels`, one kernel each way (x in fp32 or bf16, y in out_dtype: the matmul's output);
+// elsewhere the sum, then fused_rms_norm. Returns {h, normed}.
+std::pair<at::Tensor, at::Tensor> residual_rms_norm(const at::Tensor& x, const at::Tensor& y, const at::Tensor& weight,
+                                                    double eps, c10::ScalarType out_dtype, bool gpu_kernels);
 
 // The rotary embedding in the layout the attention reads, on frugal's kernel (src/kernels/llama.cu;
 // one pass each way): from the packed projection qkv (B, T, (H + 2K) D), the queries (B, H, T, D)

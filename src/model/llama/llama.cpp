@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "frugal/core/compat.h"
 #include "frugal/data/packing.h"
@@ -173,9 +174,15 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x, const RopeTables& rope, 
   const double eps = c_.norm_eps;
   const at::Tensor a =
       attention(fused_rms_norm(x, attn_norm_, eps, norm_out_dtype(x), gpu_kernels(c_)), rope, pos, cache, positions);
-  const at::Tensor h =
-      proj_lora_ ? x + proj_lora_->forward(a, proj_, proj_bias_) : residual_linear(x, a, proj_, proj_bias_);
-  const at::Tensor m = mlp(fused_rms_norm(h, mlp_norm_, eps, norm_out_dtype(h), gpu_kernels(c_)));
+  at::Tensor h, normed;
+  if (!proj_lora_ && gpu_kernels(c_) && x.is_cuda()) {  // the residual add and the norm in one kernel
+    std::tie(h, normed) =
+        residual_rms_norm(x, fp8::linear_or_aten(a, proj_, proj_bias_), mlp_norm_, eps, norm_out_dtype(x), true);
+  } else {
+    h = proj_lora_ ? x + proj_lora_->forward(a, proj_, proj_bias_) : residual_linear(x, a, proj_, proj_bias_);
+    normed = fused_rms_norm(h, mlp_norm_, eps, norm_out_dtype(h), gpu_kernels(c_));
+  }
+  const at::Tensor m = mlp(normed);
   return down_lora_ ? h + down_lora_->forward(m, down_, at::Tensor()) : residual_linear(h, m, down_, at::Tensor());
 }
 
