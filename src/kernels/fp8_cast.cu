@@ -12,9 +12,11 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kPerThread = 8;  // elements a thread converts per loop trip
 
-// The scale of torchao's amax_to_scale: max / max(amax, 1e-12), in double, kept as float.
+// The scale of torchao's amax_to_scale: max / max(amax, 1e-12), in double, kept as float. A NaN
+// amax stays NaN, as clamp_min keeps it (fmax would drop it).
 __device__ __forceinline__ float scale_from(const float* amax, double format_max) {
-  return static_cast<float>(format_max / fmax(static_cast<double>(*amax), 1e-12));
+  const double a = static_cast<double>(*amax);
+  return static_cast<float>(format_max / (a < 1e-12 ? 1e-12 : a));
 }
 
 template <typename T, __nv_fp8_interpretation_t F>

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kColThreads)
 
 // sigmoid(g) without an exponential of a positive argument (the CPU loops' form).
 __device__ __forceinline__ float sigmoid(float g) {
-  const float e = __expf(-fabsf(g));
+  const float e = expf(-fabsf(g));
   const float inv = 1.0f / (1.0f + e);
   return g >= 0.0f ? inv : e * inv;
 }
@@ -161,7 +161,17 @@ __global__ void __launch_bounds__(kRowThreads) rope_split_kernel(T* packed, T* q
     const int j = p / half, d = p - j * half;
     const Slot s = slot_of(j, H, K);
     T* o = (s.which == 0 ? q : s.which == 1 ? k : v) + ((b * s.heads + s.head) * Tn + t) * D;
-    const float c = s.which < 2 ? cos[t * half + d] : 1.0f, sn = s.which < 2 ? sin[t * half + d] : 0.0f;
+    if (s.which == 2) {  // the values (and their gradient) copied as they are
+      if (!kBackward) {
+        o[d] = x[j * D + d];
+        o[d + half] = x[j * D + d + half];
+      } else {
+        x[j * D + d] = o[d];
+        x[j * D + d + half] = o[d + half];
+      }
+      continue;
+    }
+    const float c = cos[t * half + d], sn = sin[t * half + d];
     if (!kBackward) {
       const float x1 = to_f(x[j * D + d]), x2 = to_f(x[j * D + d + half]);
       o[d] = from_f<T>(x1 * c - x2 * sn);
@@ -185,7 +195,8 @@ int forward_typed(Out* out, float* rstd, const In* x, const float* w, int64_t ro
 template <typename In, typename Grad>
 int backward_typed(In* dx, Grad* dx_low, const Grad* dy, const In* dresid, const In* x, const float* w,
                    const float* rstd, float* dweight, float* scratch, int64_t rows, int64_t C, cudaStream_t s) {
-  if (rows == 0 || C == 0) return 0;
+  if (C == 0) return 0;
+  if (rows == 0) return static_cast<int>(cudaMemsetAsync(dweight, 0, C * sizeof(float), s));  // no rows: zero sums
   rmsnorm_backward_dx_kernel<In, Grad>
       <<<static_cast<unsigned>(rows), kRowThreads, 0, s>>>(dx, dx_low, dy, dresid, x, w, rstd, C);
   if (const int status = launch_status(); status != 0) return status;

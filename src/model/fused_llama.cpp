@@ -327,18 +327,21 @@ std::pair<at::Tensor, at::Tensor> residual_rms_norm(const at::Tensor& x, const a
   return {h, fused_rms_norm(h, weight, eps, out_dtype, gpu_kernels)};
 }
 
-bool rope_split_runs(const at::Tensor& qkv, const at::Tensor& cos, int64_t H, int64_t K) {
+bool rope_split_runs(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, int64_t H, int64_t K) {
   if (!cuda_kernels_built() || !qkv.is_cuda() || qkv.dim() != 3 || !llama_kernel_dtype(qkv.scalar_type())) return false;
   const int64_t slots = H + 2 * K;
   if (H < 1 || K < 1 || qkv.size(2) % slots != 0 || (qkv.size(2) / slots) % 2 != 0) return false;
-  return cos.device() == qkv.device() && cos.scalar_type() == at::kFloat && cos.dim() == 2 &&
-         cos.size(0) >= qkv.size(1) && cos.size(1) == qkv.size(2) / slots / 2 && cuda_kernels_run_on(qkv);
+  const auto table = [&](const at::Tensor& t) {
+    return t.defined() && t.device() == qkv.device() && t.scalar_type() == at::kFloat && t.dim() == 2 &&
+           t.size(0) >= qkv.size(1) && t.size(1) == qkv.size(2) / slots / 2;
+  };
+  return table(cos) && table(sin) && cuda_kernels_run_on(qkv);
 }
 
 std::vector<at::Tensor> rope_split(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, int64_t H,
                                    int64_t K) {
-  TORCH_CHECK(rope_split_runs(qkv, cos, H, K), "rope_split: frugal's kernel does not run on qkv ", qkv.sizes(), " ",
-              qkv.scalar_type(), " on ", qkv.device(), " (see rope_split_runs)");
+  TORCH_CHECK(rope_split_runs(qkv, cos, sin, H, K), "rope_split: frugal's kernel does not run on qkv ", qkv.sizes(),
+              " ", qkv.scalar_type(), " on ", qkv.device(), " (see rope_split_runs)");
 #if FRUGAL_HAVE_KERNELS
   return RopeSplitFunction::apply(qkv, cos.contiguous(), sin.contiguous(), H, K);
 #else

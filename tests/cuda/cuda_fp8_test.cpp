@@ -41,9 +41,10 @@ TEST(CudaFp8, ScaledMmProductsOnTheGpuGiveTheCpuEmulation) {
   torch::manual_seed(1);
   const at::Tensor x0 = torch::randn({4, 64, 256}), w0 = torch::randn({384, 256}) * 0.05, b0 = torch::randn({384});
   const at::Tensor g = torch::randn({4, 64, 384});
-  // The CPU emulation, then the GPU with ATen's casts and with frugal's cast kernel.
+  // The CPU emulation, then the GPU with ATen's casts and (where they run) with frugal's cast kernel.
+  const int sides = cuda_kernels_unavailable(c10::Device(c10::kCUDA, 0)).empty() ? 3 : 2;
   std::vector<at::Tensor> got[3];
-  for (int side = 0; side < 3; ++side) {
+  for (int side = 0; side < sides; ++side) {
     const c10::Device d = side > 0 ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
     fp8::Scope scope(true, side == 2);
     at::Tensor x = x0.to(d).requires_grad_(), w = w0.to(d).requires_grad_(), b = b0.to(d).requires_grad_();
@@ -52,7 +53,7 @@ TEST(CudaFp8, ScaledMmProductsOnTheGpuGiveTheCpuEmulation) {
     got[side] = {y, x.grad(), w.grad(), b.grad()};
   }
   const char* names[] = {"output", "input gradient", "weight gradient", "bias gradient"};
-  for (int side = 1; side < 3; ++side)
+  for (int side = 1; side < sides; ++side)
     for (int i = 0; i < 4; ++i)
       EXPECT_LT(rel_diff(got[side][i], got[0][i]), 1e-4) << names[i] << (side == 2 ? ", cast kernel" : ", ATen casts");
 }
@@ -64,9 +65,13 @@ TEST(CudaFp8, TheCastKernelWritesTheBytesAndScaleOfAtensCasts) {
   const c10::Device gpu(c10::kCUDA, 0);
   if (const std::string why = cuda_kernels_unavailable(gpu); !why.empty()) GTEST_SKIP() << why;
   torch::manual_seed(2);
-  for (const int64_t n : {int64_t{1}, int64_t{1000}, int64_t{4097}, int64_t{3 * 1024 * 1024 + 5}}) {
+  // The last length is past what the kernel's grid covers in one trip (65535 blocks of 2048).
+  for (const int64_t n :
+       {int64_t{1}, int64_t{1000}, int64_t{4097}, int64_t{3 * 1024 * 1024 + 5}, int64_t{65535} * 2048 + 4099}) {
+    const bool huge = n > int64_t{65535} * 2048;
     for (const auto dtype : {at::kFloat, at::kBFloat16}) {
       for (const bool zeros : {false, true}) {
+        if (huge && (dtype == at::kFloat || zeros)) continue;  // one case of that size: bf16, random
         const at::Tensor x = zeros ? torch::zeros({n}, dtype) : (torch::randn({n}) * 30).to(dtype);
         for (const auto format : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
           const fp8::Cast want = fp8::cast(x, format, false);

@@ -89,23 +89,31 @@ TEST(Cuda, LlamaKernelsAddTheResidualAndNormInOnePass) {
   if (const std::string why = no_kernels(); !why.empty()) GTEST_SKIP() << why;
   const c10::Device gpu(c10::kCUDA, 0);
   torch::manual_seed(7);
-  for (const auto yt : {at::kBFloat16, at::kFloat}) {
-    SCOPED_TRACE(::testing::Message() << "y " << yt);
+  struct Case {
+    at::ScalarType x, y;
+    bool normed_only;  // the sum's own output unused: no gradient reaches it
+  };
+  for (const Case& c : {Case{at::kFloat, at::kBFloat16, false}, Case{at::kFloat, at::kFloat, false},
+                        Case{at::kBFloat16, at::kBFloat16, false}, Case{at::kFloat, at::kBFloat16, true}}) {
+    SCOPED_TRACE(::testing::Message() << "x " << c.x << " y " << c.y << (c.normed_only ? " normed only" : ""));
     const int64_t rows = 777, C = 768;
-    const at::Tensor x0 = torch::randn({rows, C}), y0 = torch::randn({rows, C}).to(yt),
-                     w0 = 1 + 0.2 * torch::randn({C});
-    const at::Tensor dh = torch::randn({rows, C}), dn = torch::randn({rows, C}).to(yt);
+    const at::Tensor x0 = torch::randn({rows, C}).to(c.x), y0 = torch::randn({rows, C}).to(c.y);
+    const at::Tensor w0 = 1 + 0.2 * torch::randn({C});
+    const at::Tensor dh = torch::randn({rows, C}).to(c.x), dn = torch::randn({rows, C}).to(c.y);
     std::vector<at::Tensor> got[2];
     for (int side = 0; side < 2; ++side) {
       const c10::Device d = side == 0 ? c10::Device(c10::kCPU) : gpu;
       at::Tensor x = x0.to(d).requires_grad_(), y = y0.to(d).requires_grad_(), w = w0.to(d).requires_grad_();
-      const auto [h, normed] = residual_rms_norm(x, y, w, 1e-5, yt, /*gpu_kernels=*/true);
-      torch::autograd::backward({h, normed}, {dh.to(d), dn.to(d)});
+      const auto [h, normed] = residual_rms_norm(x, y, w, 1e-5, c.y, /*gpu_kernels=*/true);
+      if (c.normed_only)
+        normed.backward(dn.to(d));
+      else
+        torch::autograd::backward({h, normed}, {dh.to(d), dn.to(d)});
       got[side] = {h.cpu(), normed.cpu(), x.grad().cpu(), y.grad().cpu(), w.grad().cpu()};
     }
-    EXPECT_EQ(got[1][3].scalar_type(), yt);
+    EXPECT_EQ(got[1][3].scalar_type(), c.y);
     const char* names[] = {"sum", "normed", "gradient of x", "gradient of y", "weight gradient"};
-    const double tol[] = {1e-6, tolerance(yt), 1e-5, tolerance(yt), 1e-5};
+    const double tol[] = {tolerance(c.x), tolerance(c.y), tolerance(c.x), tolerance(c.y), 1e-5};
     for (int i = 0; i < 5; ++i) EXPECT_LT(rel_err(got[1][i], got[0][i]), tol[i]) << names[i];
   }
 }
@@ -116,33 +124,39 @@ TEST(Cuda, LlamaKernelsRotateIntoTheAttentionsLayout) {
   if (const std::string why = no_kernels(); !why.empty()) GTEST_SKIP() << why;
   const c10::Device gpu(c10::kCUDA, 0);
   torch::manual_seed(6);
-  const int64_t B = 3, T = 80, H = 4, K = 2, D = 32;
-  const RopeTables tables = rope_tables(test::rope_model(D), 96, gpu);  // the tables of heads of D
-  for (const auto t : {at::kFloat, at::kBFloat16}) {
-    SCOPED_TRACE(::testing::Message() << "dtype " << t);
-    const at::Tensor x0 = torch::randn({B, T, (H + 2 * K) * D}).to(gpu, t);
-    const std::vector<at::Tensor> g = {torch::randn({B, H, T, D}).to(gpu, t), torch::randn({B, K, T, D}).to(gpu, t),
-                                       torch::randn({B, K, T, D}).to(gpu, t)};
-    ASSERT_TRUE(rope_split_runs(x0, tables.cos, H, K));
-    std::vector<at::Tensor> got[2];
-    for (int side = 0; side < 2; ++side) {  // ATen's operators, then the kernel
-      at::Tensor x = x0.clone().requires_grad_();
-      std::vector<at::Tensor> heads;
-      if (side == 0) {
-        heads = {apply_rope(x.narrow(2, 0, H * D).view({B, T, H, D}), tables, 0).transpose(1, 2),
-                 apply_rope(x.narrow(2, H * D, K * D).view({B, T, K, D}), tables, 0).transpose(1, 2),
-                 x.narrow(2, (H + K) * D, K * D).view({B, T, K, D}).transpose(1, 2)};
-      } else {
-        heads = rope_split(x, tables.cos, tables.sin, H, K);
-        for (const auto& h : heads) EXPECT_TRUE(h.is_contiguous());
+  struct Shape {
+    int64_t B, T, H, K, D;
+  };
+  // A row of 128 pairs (under one block's threads) and one of 3072 (the block strides over it).
+  for (const auto& [B, T, H, K, D] : {Shape{3, 80, 4, 2, 32}, Shape{2, 40, 32, 8, 128}})
+    for (const auto t : {at::kFloat, at::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message() << "dtype " << t << " heads " << H << "/" << K << " of " << D);
+      const RopeTables tables = rope_tables(test::rope_model(D), 96, gpu);  // the tables of heads of D
+      const at::Tensor x0 = torch::randn({B, T, (H + 2 * K) * D}).to(gpu, t);
+      const std::vector<at::Tensor> g = {torch::randn({B, H, T, D}).to(gpu, t), torch::randn({B, K, T, D}).to(gpu, t),
+                                         torch::randn({B, K, T, D}).to(gpu, t)};
+      ASSERT_TRUE(rope_split_runs(x0, tables.cos, tables.sin, H, K));
+      std::vector<at::Tensor> got[2];
+      for (int side = 0; side < 2; ++side) {  // ATen's operators, then the kernel
+        at::Tensor x = x0.clone().requires_grad_();
+        std::vector<at::Tensor> heads;
+        if (side == 0) {
+          heads = {apply_rope(x.narrow(2, 0, H * D).view({B, T, H, D}), tables, 0).transpose(1, 2),
+                   apply_rope(x.narrow(2, H * D, K * D).view({B, T, K, D}), tables, 0).transpose(1, 2),
+                   x.narrow(2, (H + K) * D, K * D).view({B, T, K, D}).transpose(1, 2)};
+        } else {
+          heads = rope_split(x, tables.cos, tables.sin, H, K);
+          for (const auto& h : heads) EXPECT_TRUE(h.is_contiguous());
+        }
+        ((heads[0] * g[0]).sum() + (heads[1] * g[1]).sum() + (heads[2] * g[2]).sum()).backward();
+        got[side] = {heads[0], heads[1], heads[2], x.grad()};
       }
-      ((heads[0] * g[0]).sum() + (heads[1] * g[1]).sum() + (heads[2] * g[2]).sum()).backward();
-      got[side] = {heads[0], heads[1], heads[2], x.grad()};
+      const char* names[] = {"queries", "keys", "values", "gradient of qkv"};
+      for (int i = 0; i < 4; ++i) EXPECT_LT(rel_err(got[1][i], got[0][i]), tolerance(t)) << names[i];
+      const at::ScalarType bits = t == at::kFloat ? at::kInt : at::kShort;  // equal bits, not only values
+      EXPECT_TRUE(torch::equal(got[1][2].view(bits), got[0][2].contiguous().view(bits)))
+          << "the values are copied, not changed";
     }
-    const char* names[] = {"queries", "keys", "values", "gradient of qkv"};
-    for (int i = 0; i < 4; ++i) EXPECT_LT(rel_err(got[1][i], got[0][i]), tolerance(t)) << names[i];
-    EXPECT_TRUE(torch::equal(got[1][2], got[0][2].contiguous())) << "the values are copied, not changed";
-  }
 }
 
 // A Llama run on the kernels follows one on ATen's operators: within 2% at every logged step.

@@ -37,12 +37,12 @@ std::pair<at::Tensor, at::Tensor> residual_rms_norm(const at::Tensor& x, const a
 // and keys (B, K, T, D) rotated by positions 0..T-1 (rotate-half with the tables cos, sin of
 // model/rope.h: (>= T, D / 2) floats) and the values (B, K, T, D), each contiguous. What
 // apply_rope on the heads and the transposes compute, without their copies.
-// REQUIRES: rope_split_runs(qkv, cos, H, K).
+// REQUIRES: rope_split_runs(qkv, cos, sin, H, K).
 std::vector<at::Tensor> rope_split(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, int64_t H,
                                    int64_t K);
 // Whether the kernel runs: qkv a 3-D fp32 or bf16 CUDA tensor on a GPU the kernels run on, an
 // even head dimension, float tables on its device covering its positions.
-bool rope_split_runs(const at::Tensor& qkv, const at::Tensor& cos, int64_t H, int64_t K);
+bool rope_split_runs(const at::Tensor& qkv, const at::Tensor& cos, const at::Tensor& sin, int64_t H, int64_t K);
 at::Tensor swiglu_reference(const at::Tensor& gate_up);
 
 }  // namespace frugal

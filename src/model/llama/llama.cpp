@@ -115,8 +115,8 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& normed, const RopeTables&
     return fused_gqa_attention(qkv, H, K, rope.cos, rope.sin, c_.sliding_window, positions);
   // On a GPU with frugal's kernels, a whole window from position 0: the rotation and the heads'
   // layout in one pass (rope_split), then ATen's fused attention.
-  if (!cache && pos == 0 && !positions.defined() && c_.sliding_window == 0 && gpu_kernels(c_) &&
-      rope_split_runs(qkv, rope.cos, H, K)) {
+  if (FRUGAL_TORCH_AT_LEAST(2, 5) && !cache && pos == 0 && !positions.defined() && c_.sliding_window == 0 &&
+      gpu_kernels(c_) && rope_split_runs(qkv, rope.cos, rope.sin, H, K)) {  // 2.5: grouped heads in SDPA
     const std::vector<at::Tensor> qkv_heads = rope_split(qkv, rope.cos, rope.sin, H, K);
     const at::Tensor y = compat::gqa_causal_attention(qkv_heads[0], qkv_heads[1], qkv_heads[2], dropout);
     if (y.defined()) return y.transpose(1, 2).reshape({B, T, H * D});
