@@ -1,11 +1,11 @@
 // frugal's CUDA kernels (src/kernels) against the ATen operators they replace, at the GPT-2 124M
-// shape of one micro-batch of 16 (16,384 rows, 768 wide, vocabulary 50257 padded to 50304), and
-// the Llama family's and the fp8 cast at the GPU bench's Llama shape (768 wide, SwiGLU 2048), on
-// one GPU. Each case: the median of --reps timed calls (CUDA events), inputs rotating over 4 sets
-// so the 50 MB L2 does not hold them; bytes moved at the kernel's own minimum (every input read
-// once, every output written once); and that as a fraction of this GPU's device-to-device copy
-// rate measured here (the memory floor). ATen's side is what frugal's GPU step ran before the
-// kernels: the loss on a float copy of the logits, LayerNorm in fp32 followed by a bf16 cast.
+// shape of one micro-batch of 16 (16,384 rows, 768 wide, vocabulary 50257 padded to 50304; the
+// MLP 3072 wide), and the Llama family's kernels and the fp8 cast at the GPU bench's Llama shape
+// (768 wide, SwiGLU 2048), on one GPU. Each case: the median of --reps timed calls (CUDA events), inputs rotating over
+// 4 sets so the 50 MB L2 does not hold them; bytes moved at the kernel's own minimum (every input read once, every
+// output written once); and that as a fraction of this GPU's device-to-device copy rate measured here (the memory
+// floor). ATen's side is what frugal's GPU step ran before the kernels: the loss on a float copy of the logits,
+// LayerNorm in fp32 followed by a bf16 cast.
 //
 //   build/kernel_bench [--reps N] [--rows N] [--json FILE]
 //
@@ -63,6 +63,40 @@ void check(int status, const char* what) {
 
 using AddCase = std::function<void(const std::string&, double, double, double)>;
 constexpr int kSets = 4;
+
+// The GPT-2 MLP's bias and GELU (tanh form, 3072 wide, bf16; the bias fp32), forward and
+// backward. ATen's side: its linear adds the bias in the matmul's epilogue, so the forward is
+// the GELU pass alone; the backward is gelu_backward, then the bias gradient summed from the
+// written gradient (a second read of it) and cast to fp32.
+void mlp_case(int reps, int64_t rows, void* stream, const AddCase& add) {
+  const int64_t F = 3072;
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  const auto f32 = cuda.dtype(torch::kFloat), bf = cuda.dtype(torch::kBFloat16);
+  std::vector<at::Tensor> us, dys;
+  for (int i = 0; i < kSets; ++i) {
+    us.push_back(torch::randn({rows, F}, bf) * 2);
+    dys.push_back(torch::randn({rows, F}, bf));
+  }
+  auto b = torch::randn({F}, f32) * 0.1, db = torch::empty({F}, f32);
+  auto y = torch::empty({rows, F}, bf), du = torch::empty({rows, F}, bf);
+  auto scratch = torch::empty({static_cast<int64_t>(kn::bias_gelu_backward_scratch_floats(rows, F))}, f32);
+  const double fr = time_ms(reps, [&](int i) {
+    check(kn::bias_gelu_forward(y.data_ptr(), us[i % kSets].data_ptr(), kn::Dtype::kBf16, b.data_ptr<float>(), rows, F,
+                                true, stream),
+          "bias_gelu_forward");
+    check(
+        kn::bias_gelu_backward(du.data_ptr(), db.data_ptr<float>(), dys[i % kSets].data_ptr(), us[i % kSets].data_ptr(),
+                               kn::Dtype::kBf16, b.data_ptr<float>(), scratch.data_ptr<float>(), rows, F, true, stream),
+        "bias_gelu_backward");
+  });
+  const double at = time_ms(reps, [&](int i) {
+    (void)at::gelu(us[i % kSets], "tanh");
+    const at::Tensor d = at::gelu_backward(dys[i % kSets], us[i % kSets], "tanh");
+    (void)d.sum(0).to(torch::kFloat);
+  });
+  // forward: u read, y written; backward: dy and u read, du written (the bias sums in registers).
+  add("bias + gelu fwd+bwd (bf16)", rows * F * 2.0 * 5, fr, at);
+}
 
 // The Llama family's kernels at gpu_bench.py's Llama shape (768 wide, SwiGLU 2048) and the fp8
 // cast of one operand (768 wide, bf16 -> e4m3). ATen's side: fused_llama.h's reference (what a
@@ -302,6 +336,7 @@ int main(int argc, char** argv) {
     add("layernorm bwd (+ residual grad)", rows * C * (2.0 + 4.0 + 4.0 + 4.0 + 2.0), fr3, at3);
   }
 
+  mlp_case(reps, rows, stream, add);
   llama_and_fp8_cases(reps, rows, stream, add);
 
   std::printf("device-to-device copy: %.0f GB/s (%s)\n", copy_gbs, prop->name);

@@ -211,7 +211,7 @@ fi
 
 # 5. frugal's CUDA kernels first (a kernel that fails here explains every failure after it): their
 # tests, one line each, and the microbenchmark.
-KERNEL_TESTS='Cuda\.(FusedClassifier|FusedCrossEntropy|LayerNormKernels|TrainingOnFrugalKernels|GradientWrittenOver|KernelsRunOn|LlamaKernels|LlamaTrainingOnFrugalKernels)|CudaFp8\.TheCastKernel'
+KERNEL_TESTS='Cuda\.(BiasGeluKernels|FusedClassifier|FusedCrossEntropy|LayerNormKernels|TrainingOnFrugalKernels|GradientWrittenOver|KernelsRunOn|LlamaKernels|LlamaTrainingOnFrugalKernels)|CudaFp8\.TheCastKernel'
 if [[ $KERNELS -eq 1 ]]; then
   if fits kernel-tests 20; then
     say "ctest -R '$KERNEL_TESTS'"
@@ -265,7 +265,7 @@ if [[ $KERNELS -eq 1 && $SANITIZER -eq 1 ]]; then
     say "compute-sanitizer --tool memcheck over the kernel-level tests (caching allocator off)"
     t=$(date +%s)
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout "$(bound)" "$SAN" --tool memcheck --error-exitcode 9 \
-      "$BUILD/tests/frugal_gpu_tests" --gtest_filter='Cuda.FusedClassifier*:Cuda.LayerNormKernels*:Cuda.LlamaKernels*:CudaFp8.TheCastKernel*' >"$OUT/memcheck.log" 2>&1
+      "$BUILD/tests/frugal_gpu_tests" --gtest_filter='Cuda.BiasGeluKernels*:Cuda.FusedClassifier*:Cuda.LayerNormKernels*:Cuda.LlamaKernels*:CudaFp8.TheCastKernel*' >"$OUT/memcheck.log" 2>&1
     rc=$?
     if [[ $rc -eq 0 ]] && grep -q 'ERROR SUMMARY: 0 errors' "$OUT/memcheck.log"; then
       say "memcheck: $(grep -m1 'ERROR SUMMARY' "$OUT/memcheck.log")"; step memcheck passed $(( $(date +%s) - t ))

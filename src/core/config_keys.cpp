@@ -139,11 +139,10 @@ void add_model_keys(std::vector<KeySpec>& s) {
       {{"auto", ModelConfig::Kernels::kAuto},
        {"aten", ModelConfig::Kernels::kAten},
        {"frugal", ModelConfig::Kernels::kFrugal}},
-      "what runs the GPT's LayerNorms and loss, the Llama family's RMSNorms, SwiGLU and rotary embedding, and fp8's "
-      "casts on a GPU: \"aten\" (ATen's operators), \"frugal\" (frugal's CUDA kernels: fused classifier, residual "
-      "add + LayerNorm, RMSNorm, SwiGLU, RoPE into the attention's layout, the fp8 cast; CUDA, compute capability "
-      "8.0+, fp32 or bf16; "
-      "docs/gpu.md), \"auto\" (aten for now: frugal's kernels are opt-in until their GPU check is committed)"));
+      "what runs the GPT's LayerNorms, MLP bias + GELU and loss, the Llama family's RMSNorms, SwiGLU and rotary "
+      "embedding, and fp8's casts on a GPU: \"aten\" (ATen's operators), \"frugal\" (frugal's CUDA kernels, CUDA "
+      "compute capability 8.0+, fp32 or bf16; docs/gpu.md), \"auto\" (aten for now: frugal's kernels are opt-in until "
+      "their GPU check is committed)"));
   k.fixed(string_key(FRUGAL_FIELD(model, source),
                      "what is trained: \"gpt\" (frugal's own decoder, of model.arch's family) or "
                      "\"torchscript:FILE\" (a module scripted in "

@@ -45,6 +45,7 @@ ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, st
     f.denom = at::empty({f.chunk}, opts);
     flats_.push_back(std::move(f));
   }
+  if (!flats_.empty()) device_.init(flats_.front().params.device(), hyper_.lr, steps_);
 }
 
 void ZeroAdamW::zero_grad() {
@@ -54,12 +55,13 @@ void ZeroAdamW::zero_grad() {
 void ZeroAdamW::step() {
   c10::NoGradGuard no_grad;
   ++steps_;
+  device_.advance();
   const int64_t rank = pg_->rank(), world = pg_->world_size();
   for (auto& f : flats_) {
     at::Tensor p = f.params.narrow(0, rank * f.chunk, f.chunk);
     at::Tensor g = shard_gradients_ ? f.grads : f.grads.narrow(0, rank * f.chunk, f.chunk);
     // FusedAdamW's update, on this rank's chunk.
-    adamw_update(p, g, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_);
+    adamw_update(p, g, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_, {}, &device_);
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<at::Tensor> out;
     for (int64_t r = 0; r < world; ++r) out.push_back(f.params.narrow(0, r * f.chunk, f.chunk));
@@ -133,6 +135,7 @@ void ZeroAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>
     }
   }
   steps_ = steps;
+  device_.set_steps(steps);
 }
 
 int64_t ZeroAdamW::state_bytes() const {

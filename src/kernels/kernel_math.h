@@ -71,4 +71,28 @@ FRUGAL_HD float layernorm_dx(float g, float xhat, float mean_g, float mean_gx, f
   return rstd * (g - mean_g - xhat * mean_gx);
 }
 
+// GELU and its derivative at x, the exact (erf) form or GPT-2's tanh approximation, in ATen's
+// arithmetic (its gelu and gelu_backward kernels):
+//   exact: x * Phi(x);  Phi(x) + x * phi(x)
+//   tanh:  0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3);
+//          0.5 (1 + tanh(z)) + 0.5 x (1 - tanh(z)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+FRUGAL_HD float gelu_value(float x, bool tanh_form) {
+  if (tanh_form) {
+    const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(inner));
+  }
+  return x * 0.5f * (1.0f + erff(x * 0.7071067811865476f));
+}
+
+FRUGAL_HD float gelu_derivative(float x, bool tanh_form) {
+  if (tanh_form) {
+    const float x_sq = x * x;
+    const float t = tanhf(0.7978845608028654f * (x + 0.044715f * x_sq * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x_sq);
+  }
+  const float cdf = 0.5f * (1.0f + erff(x * 0.7071067811865476f));
+  const float pdf = expf(-0.5f * x * x) * 0.3989422804014327f;
+  return cdf + x * pdf;
+}
+
 }  // namespace frugal::kernels

@@ -106,6 +106,20 @@ int swiglu_backward(void* dgate_up, const void* gate_up, const void* dact, Dtype
 int rope_split(bool backward, void* qkv, void* q, void* k, void* v, Dtype t, const float* cos, const float* sin,
                int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, void* stream);
 
+// ---- the MLP's bias and GELU (bias_gelu.cu) -------------------------------------------------------
+// Rows of C contiguous elements of dtype t (u: the MLP's first product, taken without its bias),
+// bias C floats; GELU as kernel_math.h's gelu_value (`tanh_form`: GPT-2's approximation):
+//   y[r,c] = gelu(u[r,c] + bias[c])                       computed in float, rounded once to t
+int bias_gelu_forward(void* y, const void* u, Dtype t, const float* bias, int64_t rows, int64_t C, bool tanh_form,
+                      void* stream);
+// The backward, in one pass over dy and u:
+//   du[r,c]  = dy[r,c] * gelu'(u[r,c] + bias[c])          rounded once to t (dy and du of dtype t)
+//   dbias[c] = sum_r of those values before rounding       (float; partial sums per group of rows in
+//              `scratch`, bias_gelu_backward_scratch_floats(rows, C) floats, added in a fixed order:
+//              the same bits on every run)
+size_t bias_gelu_backward_scratch_floats(int64_t rows, int64_t C);
+int bias_gelu_backward(void* du, float* dbias, const void* dy, const void* u, Dtype t, const float* bias,
+                       float* scratch, int64_t rows, int64_t C, bool tanh_form, void* stream);
 // ---- fp8 casts (fp8_cast.cu) -----------------------------------------------------------------
 // out[i] = x[i] * s rounded to float8 (e4m3, or e5m2 when `e5m2`): the nearest value, ties to
 // even, saturated to the format's largest finite value (448; 57344), where

@@ -5,7 +5,16 @@
 
 #include "frugal/core/compat.h"
 #include "frugal/model/fp8.h"
+#include "frugal/model/kernel_ops.h"
+#include "frugal_build_config.h"  // FRUGAL_HAVE_KERNELS
 #include "model/internal/gelu_kernel.h"
+
+#if FRUGAL_HAVE_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/kernels.h"
+#endif
 
 namespace frugal {
 namespace {
@@ -83,7 +92,92 @@ class BiasGeluFunction : public torch::autograd::Function<BiasGeluFunction> {
   }
 };
 
+// bias_gelu's ATen body: in float (double for double), rounded once to u's dtype.
+at::ScalarType bias_gelu_compute_type(const at::Tensor& u) {
+  return u.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+at::Tensor bias_gelu_reference(const at::Tensor& u2, const at::Tensor& bias, bool tanh_form) {
+  const at::ScalarType ct = bias_gelu_compute_type(u2);
+  return at::gelu(u2.to(ct) + bias.to(ct), tanh_form ? "tanh" : "none").to(u2.scalar_type());
+}
+
+#if FRUGAL_HAVE_KERNELS
+kernels::Dtype gelu_kdt(const at::Tensor& t) {
+  return t.scalar_type() == at::kBFloat16 ? kernels::Dtype::kBf16 : kernels::Dtype::kF32;
+}
+void* gelu_stream(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+void check_gelu_launch(int status, const char* what) {
+  TORCH_CHECK(status == 0, "frugal kernel ", what, " failed to launch: ", kernels::kernel_error_text(status));
+}
+#endif
+
+// GELU(u + b) over rows of u2 (rows, F): frugal's kernels where `kernel`, else the ATen body.
+class BiasGeluKernelFunction : public torch::autograd::Function<BiasGeluKernelFunction> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& u, const at::Tensor& bias,
+                            bool tanh_form, bool kernel) {
+    const at::Tensor u2 = u.contiguous().view({-1, u.size(-1)}), b = bias.contiguous();
+    at::Tensor y;
+#if FRUGAL_HAVE_KERNELS
+    if (kernel) {
+      RECORD_FUNCTION("frugal::bias_gelu", std::vector<c10::IValue>());
+      const c10::cuda::CUDAGuard device_guard(u2.device());
+      y = at::empty_like(u2);
+      check_gelu_launch(kernels::bias_gelu_forward(y.data_ptr(), u2.data_ptr(), gelu_kdt(u2), b.data_ptr<float>(),
+                                                   u2.size(0), u2.size(1), tanh_form, gelu_stream(u2)),
+                        "bias_gelu_forward");
+    }
+#endif
+    if (!y.defined()) y = bias_gelu_reference(u2, b, tanh_form);
+    ctx->save_for_backward({u2, b});
+    ctx->saved_data["tanh"] = tanh_form;
+    ctx->saved_data["kernel"] = kernel;
+    ctx->saved_data["sizes"] = u.sizes().vec();
+    return y.view(u.sizes());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &u2 = saved[0], &b = saved[1];
+    const bool tanh_form = ctx->saved_data["tanh"].toBool();
+    const at::Tensor dy = grad[0].to(u2.scalar_type()).contiguous().view(u2.sizes());
+    const auto sizes = ctx->saved_data["sizes"].toIntVector();
+#if FRUGAL_HAVE_KERNELS
+    if (ctx->saved_data["kernel"].toBool()) {
+      const c10::cuda::CUDAGuard device_guard(u2.device());
+      at::Tensor du = at::empty_like(u2), db = at::empty({u2.size(1)}, b.options());
+      const at::Tensor scratch = at::empty(
+          {static_cast<int64_t>(kernels::bias_gelu_backward_scratch_floats(u2.size(0), u2.size(1)))}, b.options());
+      check_gelu_launch(kernels::bias_gelu_backward(du.data_ptr(), db.data_ptr<float>(), dy.data_ptr(), u2.data_ptr(),
+                                                    gelu_kdt(u2), b.data_ptr<float>(), scratch.data_ptr<float>(),
+                                                    u2.size(0), u2.size(1), tanh_form, gelu_stream(u2)),
+                        "bias_gelu_backward");
+      return {du.view(sizes), db, at::Tensor(), at::Tensor()};
+    }
+#endif
+    const at::ScalarType ct = bias_gelu_compute_type(u2);
+    const at::Tensor d = at::gelu_backward(dy.to(ct), u2.to(ct) + b.to(ct), tanh_form ? "tanh" : "none");
+    return {d.to(u2.scalar_type()).view(sizes), d.sum(0).to(b.scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor bias_gelu(const at::Tensor& u, const at::Tensor& bias, bool tanh_form, bool gpu_kernels) {
+  TORCH_CHECK(u.dim() >= 1 && bias.dim() == 1 && bias.size(0) == u.size(-1),
+              "bias_gelu: the bias must be 1-D of the input's last size ", u.dim() >= 1 ? u.size(-1) : 0, ", got ",
+              bias.sizes(), " for an input of shape ", u.sizes());
+  TORCH_CHECK(bias.device() == u.device(), "bias_gelu: the bias is on ", bias.device(), ", the input on ", u.device());
+  TORCH_CHECK(at::isFloatingType(u.scalar_type()) && at::isFloatingType(bias.scalar_type()),
+              "bias_gelu: the input and the bias must be floating point, got ", u.scalar_type(), " and ",
+              bias.scalar_type());
+  const bool kernel = gpu_kernels && cuda_kernels_run_on(u) &&
+                      (u.scalar_type() == at::kFloat || u.scalar_type() == at::kBFloat16) &&
+                      bias.scalar_type() == at::kFloat;
+  return BiasGeluKernelFunction::apply(u, bias, tanh_form, kernel);
+}
 
 at::Tensor linear_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   const bool float_cpu = bias.defined() && x.device().is_cpu() && x.scalar_type() == at::kFloat &&

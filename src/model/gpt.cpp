@@ -149,7 +149,8 @@ BlockImpl::BlockImpl(const ModelConfig& c) : activation_(c.activation), kernels_
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache, const at::Tensor& positions) {
   at::Tensor h, in;
-  if (on_frugal_kernels(kernels_, x)) {
+  const bool kernels = on_frugal_kernels(kernels_, x);
+  if (kernels) {
     // The attention's output projection, then h = x + it and ln2(h) in one kernel.
     const at::Tensor a = attn_->forward(layer_norm_of(ln1_, x, true), cache, at::Tensor(), positions);
     std::tie(h, in) = fused_residual_layer_norm(x, a, ln2_->weight, ln2_->bias, ln2_->options.eps(), norm_out_dtype(x));
@@ -157,11 +158,15 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, LayerKv* cache, const at::Ten
     h = attn_->forward(ln1_->forward(x), cache, x, positions);
     in = ln2_->forward(h);
   }
-  // GPT-2's tanh approximation runs on ATen's kernel; the exact form on frugal's fused one.
-  const at::Tensor act = activation_ == ModelConfig::Activation::kGeluTanh
-                             ? at::gelu(block_linear(fc_, in, fc_lora_), "tanh")
-                         : fc_lora_ ? fused_gelu(block_linear(fc_, in, fc_lora_))
-                                    : linear_gelu(in, fc_->weight, fc_->bias);
+  // On frugal's kernels the product without its bias, then the bias, GELU and (backward) the bias
+  // gradient in one kernel each way. Elsewhere GPT-2's tanh approximation runs on ATen's kernel and
+  // the exact form on frugal's fused CPU one.
+  const bool tanh_form = activation_ == ModelConfig::Activation::kGeluTanh;
+  const at::Tensor act = kernels && !fc_lora_ ? bias_gelu(fp8::linear_or_aten(in, fc_->weight, at::Tensor()), fc_->bias,
+                                                          tanh_form, in.is_cuda())
+                         : tanh_form          ? at::gelu(block_linear(fc_, in, fc_lora_), "tanh")
+                         : fc_lora_           ? fused_gelu(block_linear(fc_, in, fc_lora_))
+                                              : linear_gelu(in, fc_->weight, fc_->bias);
   if (is_training() && mlp_drop_->options.p() > 0)
     return h + mlp_drop_->forward(block_linear(fc_proj_, act, fc_proj_lora_));
   return residual_linear(h, act, fc_proj_, fc_proj_lora_);

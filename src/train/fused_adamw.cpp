@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "frugal/core/compat.h"
@@ -32,11 +33,47 @@ struct AdamWScalars {
   }
 }
 
+std::atomic<bool> device_scalars_on_cpu{false};
+
 }  // namespace
+
+void test_hooks::adamw_device_scalars_on_cpu(bool on) { device_scalars_on_cpu = on; }
+
+void AdamWDeviceScalars::init(const c10::Device& device, double lr_value, int64_t steps) {
+  lr = at::Tensor();
+  step = at::Tensor();
+  if (!(device.is_cuda() || (device.is_cpu() && device_scalars_on_cpu.load()))) return;
+#if FRUGAL_TORCH_AT_LEAST(2, 4)  // no fused kernel with a tensor rate before it
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device);
+  lr = at::full({}, lr_value, opts);
+  step = at::full({}, static_cast<double>(steps), opts);
+#else
+  (void)lr_value, (void)steps;
+#endif
+}
+
+void AdamWDeviceScalars::set_lr(double v) {
+  if (on()) lr.fill_(v);
+}
+
+void AdamWDeviceScalars::set_steps(int64_t steps) {
+  if (on()) step.fill_(static_cast<double>(steps));
+}
+
+void AdamWDeviceScalars::advance() {
+  if (on()) step.add_(1);
+}
 
 void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
                   const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& h, double weight_decay,
-                  int64_t step, const at::Tensor& grad_scale) {
+                  int64_t step, const at::Tensor& grad_scale, const AdamWDeviceScalars* device) {
+  if (device && device->on()) {
+    // The kernel divides by its grad_scale: the coefficient's reciprocal, on the device.
+    const at::Tensor divisor = grad_scale.defined() ? grad_scale.to(at::kFloat).reciprocal() : at::Tensor();
+    if (compat::fused_adamw_tensor_scalars(params, grads, exp_avg, exp_avg_sq, device->step, device->lr, h.beta1,
+                                           h.beta2, weight_decay, h.eps, divisor))
+      return;
+  }
   const double b1 = h.beta1, b2 = h.beta2;
   const double bc1 = 1 - std::pow(b1, static_cast<double>(step));
   const double bc2 = 1 - std::pow(b2, static_cast<double>(step));
@@ -107,6 +144,7 @@ FusedAdamW::FusedAdamW(std::vector<Group> groups, AdamWHyper hyper) : hyper_(hyp
     f.denom = at::empty({total}, opts);
     flats_.push_back(std::move(f));
   }
+  if (!flats_.empty()) device_.init(flats_.front().params.device(), hyper_.lr, steps_);
 }
 
 void FusedAdamW::zero_grad() {
@@ -116,8 +154,10 @@ void FusedAdamW::zero_grad() {
 void FusedAdamW::step(const at::Tensor& grad_scale) {
   c10::NoGradGuard no_grad;
   ++steps_;
+  device_.advance();
   for (auto& f : flats_)
-    adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_, grad_scale);
+    adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_, grad_scale,
+                 &device_);
 }
 
 std::vector<at::Tensor> FusedAdamW::flat_grads() const {
@@ -149,6 +189,7 @@ void FusedAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>
     dst.copy_(src->reshape(dst.sizes()));
   }
   steps_ = steps;
+  device_.set_steps(steps);
 }
 
 int64_t FusedAdamW::state_bytes() const {

@@ -8,9 +8,17 @@
 #include <vector>
 
 #include "frugal/core/config_loader.h"
+#include "frugal/core/device.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/trainer.h"
 #include "test_util.h"
+
+// Skips the case where no GPU can run it.
+#define FRUGAL_REQUIRE_GPU()                                                                  \
+  do {                                                                                        \
+    if (!device::build_info().cuda_compiled) GTEST_SKIP() << "frugal was built without CUDA"; \
+    if (!device::cuda_available()) GTEST_SKIP() << "no CUDA device visible to this process";  \
+  } while (0)
 
 namespace frugal::test {
 

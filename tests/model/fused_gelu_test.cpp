@@ -1,6 +1,7 @@
 // The fused GELU against torch::gelu: values and gradients, float and bfloat16, vector tails,
 // non-contiguous inputs and non-finite values; and linear_gelu (bias, GELU and its derivative in
-// one pass) against the formula in double.
+// one pass) against the formula in double; bias_gelu's arithmetic (the GPU kernels' GELU and its
+// derivative, and its ATen body) against ATen's GELU of the sum.
 #include "frugal/model/fused_gelu.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,8 @@
 
 #include <cmath>
 #include <limits>
+
+#include "kernels/kernel_math.h"
 
 namespace frugal::fused_gelu_test {
 namespace {
@@ -242,6 +245,71 @@ TEST(LinearGelu, ANanReachesTheOutputAndEveryGradient) {
   EXPECT_FALSE(got.y[0].isnan().any().item<bool>());
   EXPECT_TRUE(got.db.isnan().all().item<bool>());  // the scaler must see it
   EXPECT_TRUE(got.dw.isnan().any().item<bool>());
+}
+
+TEST(GeluMath, TheKernelsValueAndDerivativeAreAtensInBothForms) {
+  // kernel_math.h's gelu_value / gelu_derivative, what each GPU thread computes, against ATen's
+  // gelu and gelu_backward in float: both forms, both tails and the bend.
+  const at::Tensor x = inputs(4001);
+  for (const bool tanh_form : {false, true}) {
+    const char* approx = tanh_form ? "tanh" : "none";
+    const at::Tensor want = at::gelu(x, approx), want_d = at::gelu_backward(torch::ones_like(x), x, approx);
+    at::Tensor got = torch::empty_like(x), got_d = torch::empty_like(x);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      got[i] = kernels::gelu_value(x[i].item<float>(), tanh_form);
+      got_d[i] = kernels::gelu_derivative(x[i].item<float>(), tanh_form);
+    }
+    EXPECT_LT(max_abs_diff(got, want), 2e-6) << approx;
+    EXPECT_LT(max_abs_diff(got_d, want_d), 2e-6) << approx;
+  }
+  // The forms differ (by up to ~5e-4, near |x| = 2.7): a kernel that ignored the flag would show.
+  EXPECT_GT(std::abs(kernels::gelu_value(2.7f, true) - kernels::gelu_value(2.7f, false)), 4e-4);
+}
+
+TEST(BiasGelu, TheAtenBodyIsGeluOfTheSumWithItsGradients) {
+  torch::manual_seed(8);
+  for (const bool tanh_form : {false, true}) {
+    const at::Tensor u0 = torch::randn({3, 5, 33}) * 2, b0 = torch::randn({33});
+    const at::Tensor u = u0.clone().requires_grad_(), b = b0.clone().requires_grad_();
+    const at::Tensor ur = u0.clone().requires_grad_(), br = b0.clone().requires_grad_();
+    const at::Tensor dy = torch::randn({3, 5, 33});
+    const at::Tensor y = bias_gelu(u, b, tanh_form, /*gpu_kernels=*/true);  // the CPU: the ATen body
+    const at::Tensor yr = at::gelu(ur + br, tanh_form ? "tanh" : "none");
+    EXPECT_EQ(y.sizes(), u.sizes());
+    EXPECT_LT(max_abs_diff(y, yr), 1e-6);
+    y.backward(dy);
+    yr.backward(dy);
+    EXPECT_LT(max_abs_diff(u.grad(), ur.grad()), 1e-6);
+    EXPECT_LT(max_abs_diff(b.grad(), br.grad()), 1e-5);  // a sum of 15 rows
+    // Which form ran: the other one's value differs.
+    EXPECT_GT(max_abs_diff(y, at::gelu(u0 + b0, tanh_form ? "none" : "tanh")), 1e-5);
+  }
+}
+
+TEST(BiasGelu, BFloat16IsTheFloatResultRoundedOnceAndTheBiasGradientStaysFloat) {
+  torch::manual_seed(9);
+  const at::Tensor u = (torch::randn({64, 24}) * 3).to(torch::kBFloat16).requires_grad_();
+  const at::Tensor b = torch::randn({24}).requires_grad_();
+  const at::Tensor y = bias_gelu(u, b, true, false);
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(y, at::gelu(u.detach().to(torch::kFloat) + b.detach(), "tanh").to(torch::kBFloat16)));
+  y.sum().backward();
+  EXPECT_EQ(u.grad().scalar_type(), torch::kBFloat16);
+  ASSERT_EQ(b.grad().scalar_type(), torch::kFloat);
+  // The bias gradient sums the float values, not the bf16-rounded ones.
+  const at::Tensor d = at::gelu_backward(torch::ones({64, 24}), u.detach().to(torch::kFloat) + b.detach(), "tanh");
+  EXPECT_TRUE(torch::allclose(b.grad(), d.sum(0), 1e-6, 1e-6));
+}
+
+TEST(BiasGelu, ABiasOfAnotherSizeIsRefusedByName) {
+  try {
+    bias_gelu(torch::zeros({4, 8}), torch::zeros({7}), true, false);
+    FAIL() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bias_gelu: the bias must be 1-D of the input's last size 8"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -344,9 +344,11 @@ TEST(KernelOps, FrugalKernelsAreRefusedWhereTheyCannotRun) {
 
 // The GPT with its kernel path switched on for CPU tensors: the Functions' ATen bodies stand in
 // for the kernels, so this checks the wiring (which LayerNorm takes the residual, the padded head,
-// the in-place gradient) against the ATen path, value and gradient.
-TEST(KernelOps, GptOnTheKernelPathGivesTheAtenPathsLossAndGradients) {
+// the in-place gradient, the MLP's bias and GELU form) against the ATen path, value and gradient.
+void check_kernel_path(ModelConfig::Activation act) {
+  SCOPED_TRACE(act == ModelConfig::Activation::kGelu ? "gelu" : "gelu_tanh");
   ModelConfig mc;
+  mc.activation = act;
   mc.layers = 2;
   mc.heads = 2;
   mc.embd = 32;
@@ -360,6 +362,9 @@ TEST(KernelOps, GptOnTheKernelPathGivesTheAtenPathsLossAndGradients) {
   {
     torch::NoGradGuard ng;
     auto a = aten->named_parameters(), f = fused->named_parameters();
+    // The MLP's inputs to GELU of order 1 (not GPT-2's initial 0.1), where its two forms differ.
+    for (const auto& p : a)
+      if (p.key().find("fc.weight") != std::string::npos) p.value().mul_(40);
     for (const auto& p : a) f[p.key()].copy_(p.value());
   }
   auto idx = torch::randint(0, 50, {3, 16}, torch::kLong);
@@ -375,6 +380,11 @@ TEST(KernelOps, GptOnTheKernelPathGivesTheAtenPathsLossAndGradients) {
   auto fa = fused->named_parameters();
   for (const auto& p : aten->named_parameters())
     EXPECT_TRUE(torch::allclose(fa[p.key()].grad(), p.value().grad(), 1e-4, 1e-6)) << p.key();
+}
+
+TEST(KernelOps, GptOnTheKernelPathGivesTheAtenPathsLossAndGradients) {
+  // Both GELU forms: the MLP's bias and GELU run bias_gelu on the kernel path.
+  for (const auto act : {ModelConfig::Activation::kGelu, ModelConfig::Activation::kGeluTanh}) check_kernel_path(act);
 }
 
 }  // namespace

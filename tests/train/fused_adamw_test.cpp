@@ -111,6 +111,58 @@ TEST(FusedAdamW, AGradScaleInsideTheUpdateEqualsScalingTheGradientsFirstBitwise)
   }
 }
 
+TEST(FusedAdamW, ScalarsOnTheDeviceGiveTheHostScalarsUpdate) {
+  // The GPU's path (rate and step count in device tensors, the clip coefficient inside ATen's
+  // fused kernel), run here through ATen's CPU fused kernel, against the host path: a changing
+  // rate, clipping, and a resume in the middle that sets the count. A rate written to the host
+  // only, a count that does not advance or is not restored, or a coefficient left out each move
+  // the parameters by far more than the tolerance (1e-6 against steps of ~1e-2).
+  auto host = make_params(), dev = make_params();
+  const AdamWHyper h{1e-2, 0.9, 0.95, 1e-8};
+  FusedAdamW a({{host.ours, 0.1}}, h);
+  test_hooks::adamw_device_scalars_on_cpu(true);
+  auto b = std::make_unique<FusedAdamW>(std::vector<FusedAdamW::Group>{{dev.ours, 0.1}}, h);
+  test_hooks::adamw_device_scalars_on_cpu(false);
+  ASSERT_TRUE(b->device_scalars().on());
+  ASSERT_FALSE(a.device_scalars().on());
+  for (int step = 0; step < 8; ++step) {
+    if (step == 4) {  // a resume: a fresh optimizer from the saved state and count
+      std::vector<std::pair<std::string, torch::Tensor>> saved;
+      for (auto& [n, t] : b->state_tensors()) saved.emplace_back(n, t.clone());
+      const int64_t count = b->step_count();
+      std::vector<torch::Tensor> values;
+      for (auto& t : dev.ours) values.push_back(t.detach().clone());
+      test_hooks::adamw_device_scalars_on_cpu(true);
+      b = std::make_unique<FusedAdamW>(std::vector<FusedAdamW::Group>{{dev.ours, 0.1}}, h);
+      test_hooks::adamw_device_scalars_on_cpu(false);
+      b->load_state(saved, count);
+      for (size_t i = 0; i < values.size(); ++i) dev.ours[i].detach().copy_(values[i]);
+      ASSERT_EQ(b->device_scalars().step.item<float>(), 4.0f);
+    }
+    const double lr = step < 2 ? 1e-2 : 1e-3 * (step + 1);
+    a.set_lr(lr);
+    b->set_lr(lr);
+    a.zero_grad();
+    b->zero_grad();
+    torch::manual_seed(200 + step);
+    for (size_t i = 0; i < host.ours.size(); ++i) {
+      const torch::Tensor g = torch::randn(host.ours[i].sizes()) * 4;
+      host.ours[i].mutable_grad().copy_(g);
+      dev.ours[i].mutable_grad().copy_(g);
+    }
+    const torch::Tensor coef = clip_coefficient(global_grad_norm(a.flat_grads()), 2.0);
+    ASSERT_LT(coef.item<float>(), 0.5f);
+    a.step(coef);
+    b->step(coef);
+    for (size_t i = 0; i < host.ours.size(); ++i)
+      ASSERT_TRUE(torch::allclose(dev.ours[i], host.ours[i], /*rtol=*/0, /*atol=*/1e-6))
+          << "param " << i << " step " << step << " max diff "
+          << (dev.ours[i] - host.ours[i]).abs().max().item<double>();
+  }
+  EXPECT_EQ(b->device_scalars().step.item<float>(), 8.0f);
+  EXPECT_FLOAT_EQ(b->device_scalars().lr.item<float>(), 8e-3f);
+}
+
 TEST(FusedAdamW, ParametersBecomeViewsOfOneBufferAndKeepTheirValues) {
   auto p = make_params();
   auto before = p.ours[2].detach().clone();

@@ -36,7 +36,10 @@ class ZeroAdamW : public Optimizer {
   ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg,
             bool shard_gradients = false);
 
-  void set_lr(double lr) override { hyper_.lr = lr; }
+  void set_lr(double lr) override {
+    hyper_.lr = lr;
+    device_.set_lr(lr);
+  }
   void zero_grad() override;
   void step() override;
   std::vector<at::Tensor> grads() override;
@@ -69,6 +72,7 @@ class ZeroAdamW : public Optimizer {
   AdamWHyper hyper_;
   std::shared_ptr<ProcessGroup> pg_;
   int64_t steps_ = 0;
+  AdamWDeviceScalars device_;  // the rate and step count on a GPU (FusedAdamW's)
   double gather_s_ = 0;
   bool shard_gradients_ = false;
 };

@@ -19,4 +19,14 @@ at::Tensor fused_gelu(const at::Tensor& x);
 // devices, no bias) it is fused_gelu(linear(x, W, b)).
 at::Tensor linear_gelu(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
+// GELU(u + bias) for the MLP's first product u = x W^T taken without its bias (..., F), bias (F,)
+// float; `tanh_form`: GPT-2's tanh approximation, else the exact (erf) form. With `gpu_kernels`
+// (model.kernels = "frugal") on a GPU that runs frugal's kernels, in fp32 or bf16: one kernel
+// adds the bias and applies GELU (src/kernels/bias_gelu.cu), and the backward writes u's gradient
+// and sums the bias gradient (fp32, in a fixed order) in the same pass, where ATen's linear sums
+// it from the written gradient in a second one. Elsewhere the same arithmetic on ATen operators
+// in float (in double for double), the reference the GPU tests hold the kernels to. The result
+// and u's gradient have u's dtype, the bias gradient the bias's.
+at::Tensor bias_gelu(const at::Tensor& u, const at::Tensor& bias, bool tanh_form, bool gpu_kernels);
+
 }  // namespace frugal

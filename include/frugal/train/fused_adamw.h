@@ -18,6 +18,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <string>
 #include <vector>
@@ -31,14 +32,40 @@ struct AdamWHyper {
   double eps = 1e-8;
 };
 
+// The learning rate and the step count of an AdamW on a GPU, kept in the parameters' device
+// memory (0-dim fp32 tensors) where ATen's fused kernel reads them. The host writes them only
+// when they change (a new rate from the schedule, a resume), as small device writes with no
+// synchronisation; the step itself advances the count on the device and passes no scalar of its
+// own, so its launches are the same every step (what a CUDA graph captures and replays).
+struct AdamWDeviceScalars {
+  at::Tensor lr, step;  // undefined: the update takes its scalars from the host
+
+  // Defined (lr, steps taken) on `device` where the update runs ATen's fused kernel there (a GPU,
+  // LibTorch >= 2.4); left undefined elsewhere.
+  void init(const c10::Device& device, double lr, int64_t steps);
+  bool on() const { return lr.defined(); }
+  void set_lr(double v);
+  void set_steps(int64_t steps);
+  void advance();  // one more step
+};
+
 // One AdamW update of flat, equally sized, contiguous buffers (step = the 1-based step count
 // after this update, for the bias corrections); `scratch` is a buffer of the same size used off
 // the CPU path. Shared by FusedAdamW and ZeroAdamW (dist/zero_adamw.h, on its slice).
 // `grad_scale` (0-dim, or undefined for 1) multiplies the gradients first: inside the CPU pass
 // (the gradients are left as they are), elsewhere in place beforehand; the same bits either way.
+// With `device` on (already advanced to this step): ATen's fused kernel reads the rate and the
+// count from it, and `grad_scale` enters the kernel as its divisor 1 / grad_scale (no pass over
+// the gradients before it; they are left divided by it; within one rounding of the product).
 void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
                   const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& hyper, double weight_decay,
-                  int64_t step, const at::Tensor& grad_scale = {});
+                  int64_t step, const at::Tensor& grad_scale = {}, const AdamWDeviceScalars* device = nullptr);
+
+namespace test_hooks {
+// Makes AdamWDeviceScalars::init put the scalars on the CPU too, so the CPU runs the device
+// path through ATen's CPU fused kernel (tests only).
+void adamw_device_scalars_on_cpu(bool on);
+}  // namespace test_hooks
 
 class FusedAdamW {
  public:
@@ -49,8 +76,13 @@ class FusedAdamW {
 
   FusedAdamW(std::vector<Group> groups, AdamWHyper hyper);
 
-  void set_lr(double lr) { hyper_.lr = lr; }
+  void set_lr(double lr) {
+    hyper_.lr = lr;
+    device_.set_lr(lr);
+  }
   double lr() const { return hyper_.lr; }
+  // The rate and the step count on the parameters' device (on() on a GPU; see AdamWDeviceScalars).
+  const AdamWDeviceScalars& device_scalars() const { return device_; }
   // One AdamW step over every parameter (a parameter that got no gradient counts as zero).
   void step(const at::Tensor& grad_scale = {});
   // Sets every gradient to zero (the gradients stay allocated views into the flat buffer).
@@ -76,6 +108,7 @@ class FusedAdamW {
   std::vector<Flat> flats_;
   AdamWHyper hyper_;
   int64_t steps_ = 0;
+  AdamWDeviceScalars device_;
 };
 
 }  // namespace frugal

@@ -1,0 +1,123 @@
+// The GPU step's MLP and optimizer pass (CTest label `cuda`): the bias + GELU kernels against
+// their ATen body and a double-precision reference (both GELU forms, fp32 and bf16, the vector
+// and the scalar path, the bias gradient's bits run to run); ATen's fused AdamW on the flat
+// buffers, with host scalars and with the rate and step count kept on the GPU, against the CPU's
+// update. Skipped without a GPU.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "frugal/model/fused_gelu.h"
+#include "frugal/model/kernel_ops.h"
+#include "frugal/train/fused_adamw.h"
+#include "frugal/train/grad_clip.h"
+#include "cuda_util.h"
+
+namespace frugal::cuda_step_test {
+namespace {
+
+// u (rows, C) on the GPU in `dtype`, offset by `offset` elements inside its buffer (1: no row
+// starts on 16 bytes, so the kernels take their scalar path).
+at::Tensor gpu_rows(int64_t rows, int64_t C, at::ScalarType dtype, int64_t offset, double scale) {
+  const auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(dtype);
+  return (torch::randn({rows * C + offset}, opts.dtype(torch::kFloat)) * scale)
+      .to(dtype)
+      .narrow(0, offset, rows * C)
+      .view({rows, C});
+}
+
+TEST(Cuda, BiasGeluKernelsGiveTheReferenceValuesAndGradients) {
+  FRUGAL_REQUIRE_GPU();
+  if (const std::string why = cuda_kernels_unavailable(torch::Device(torch::kCUDA, 0)); !why.empty())
+    GTEST_SKIP() << why;
+  torch::manual_seed(5);
+  struct Shape {
+    int64_t rows, C, offset;
+  };
+  // GPT-2's width with more rows than row groups; an odd width; misaligned rows; one row.
+  for (const Shape sh : {Shape{700, 3072, 0}, Shape{37, 37, 0}, Shape{64, 3072, 1}, Shape{1, 8, 0}})
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16})
+      for (const bool tanh_form : {true, false}) {
+        SCOPED_TRACE(::testing::Message()
+                     << sh.rows << "x" << sh.C << " +" << sh.offset << " " << dtype << (tanh_form ? " tanh" : " erf"));
+        const at::Tensor u0 = gpu_rows(sh.rows, sh.C, dtype, sh.offset, 2.0);
+        const at::Tensor dy = gpu_rows(sh.rows, sh.C, dtype, sh.offset, 1.0);
+        const at::Tensor b0 = torch::randn({sh.C}, torch::TensorOptions().device(torch::kCUDA)) * 0.5;
+        auto run = [&](bool kernels) {
+          at::Tensor u = u0.detach().clone().requires_grad_(), b = b0.detach().clone().requires_grad_();
+          if (sh.offset) u = u0.detach().requires_grad_();  // keep the misaligned view
+          const at::Tensor y = bias_gelu(u, b, tanh_form, kernels);
+          y.backward(dy);
+          return std::vector<at::Tensor>{y.detach(), u.grad(), b.grad()};
+        };
+        const auto got = run(true), want = run(false), again = run(true);
+        const double tol = dtype == torch::kFloat ? 1e-5 : 8e-3;
+        for (int i = 0; i < 2; ++i)
+          EXPECT_TRUE(torch::allclose(got[i].to(torch::kFloat), want[i].to(torch::kFloat), tol, tol)) << i;
+        // The bias gradient against the double-precision sum of the float derivatives.
+        const at::Tensor x = u0.to(torch::kDouble) + b0.to(torch::kDouble);
+        const at::Tensor db = at::gelu_backward(dy.to(torch::kDouble), x, tanh_form ? "tanh" : "none").sum(0);
+        ASSERT_EQ(got[2].scalar_type(), torch::kFloat);
+        EXPECT_TRUE(torch::allclose(got[2].to(torch::kDouble), db, 1e-4, 1e-4 * std::sqrt(sh.rows)));
+        EXPECT_TRUE(torch::equal(got[2], again[2])) << "the bias gradient's bits changed between runs";
+        EXPECT_TRUE(torch::equal(got[1], again[1]));
+      }
+}
+
+TEST(CudaStep, FusedAdamWOnTheGpuMatchesTheCpuUpdate) {
+  FRUGAL_REQUIRE_GPU();
+  torch::manual_seed(0);
+  auto p = torch::randn({4099}), g = torch::randn({4099}), m = torch::zeros({4099}), v = torch::zeros({4099});
+  auto pc = p.cuda(), gc = g.cuda(), mc = m.cuda(), vc = v.cuda();
+  AdamWHyper h;
+  h.lr = 1e-3;
+  for (int64_t step = 1; step <= 5; ++step) {
+    adamw_update(p, g, m, v, torch::empty_like(p), h, 0.1, step);
+    adamw_update(pc, gc, mc, vc, torch::empty_like(pc), h, 0.1, step);
+  }
+  EXPECT_TRUE(torch::allclose(pc.cpu(), p, 1e-6, 1e-6));
+  // ATen's CUDA kernel forms the second moment as fma(b2, v, fma(-b2, g*g, g*g)) with b2 rounded
+  // to float: its (1 - b2) is 1 - 0.999f, 1.3e-5 away (relative) from the CPU's float(1 - 0.999).
+  // Both moments must still agree to well within that; a wrong update (a missing bias
+  // correction, decay on the moments, scaled gradients) is off by far more.
+  EXPECT_TRUE(torch::allclose(mc.cpu(), m, 1e-5, 1e-9));
+  EXPECT_TRUE(torch::allclose(vc.cpu(), v, 5e-5, 1e-12));
+}
+
+TEST(CudaStep, FusedAdamWKeepsItsRateAndCountOnTheGpu) {
+  // On a GPU the rate and the step count live in device tensors that ATen's fused kernel reads,
+  // and the clip coefficient goes into the kernel: the same updates as the CPU's host scalars.
+  FRUGAL_REQUIRE_GPU();
+  torch::manual_seed(1);
+  std::vector<torch::Tensor> cpu, gpu;
+  for (auto shape : std::vector<std::vector<int64_t>>{{64, 33}, {33}}) {
+    torch::Tensor t = torch::randn(shape);
+    cpu.push_back(t.clone().requires_grad_());
+    gpu.push_back(t.cuda().requires_grad_());
+  }
+  const AdamWHyper h{1e-2, 0.9, 0.95, 1e-8};
+  FusedAdamW a({{cpu, 0.1}}, h), b({{gpu, 0.1}}, h);
+  ASSERT_TRUE(b.device_scalars().on());
+  EXPECT_TRUE(b.device_scalars().lr.is_cuda());
+  for (int step = 0; step < 6; ++step) {
+    const double lr = 1e-3 * (step + 1);
+    a.set_lr(lr);
+    b.set_lr(lr);
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const torch::Tensor g = torch::randn(cpu[i].sizes()) * 4;
+      cpu[i].mutable_grad().copy_(g);
+      gpu[i].mutable_grad().copy_(g);
+    }
+    a.step(clip_coefficient(global_grad_norm(a.flat_grads()), 2.0));
+    b.step(clip_coefficient(global_grad_norm(b.flat_grads()), 2.0));
+    for (size_t i = 0; i < cpu.size(); ++i)
+      ASSERT_TRUE(torch::allclose(gpu[i].cpu(), cpu[i], 0, 2e-6)) << "param " << i << " step " << step;
+  }
+  EXPECT_EQ(b.device_scalars().step.item<float>(), 6.0f);
+}
+
+}  // namespace
+}  // namespace frugal::cuda_step_test
