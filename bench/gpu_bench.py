@@ -8,7 +8,7 @@ side is always first or last; medians):
   - bf16: tokens/s and MFU of frugal (its defaults: on a GPU the output head's matmuls padded to
     a multiple of 64, model.head_multiple), PyTorch eager, torch.compile mode "default" (compile
     time apart); on a GPU, frugal on its own CUDA kernels (model.kernels = frugal; --no-kernels
-    leaves it out); torch.compile mode "max-autotune" with --max-autotune in every round, or, under
+    leaves it out), and on its kernels with the step replayed as a CUDA graph (train.cuda_graphs); torch.compile mode "max-autotune" with --max-autotune in every round, or, under
     a --deadline, once after the rounds when the time left covers it;
   - fp8 (sides of the bf16 row): frugal with precision.mode = fp8 (the blocks' linears in fp8,
     e4m3 forward and e5m2 gradients, everything else bf16), on ATen and on its kernels: its
@@ -405,7 +405,7 @@ class ResultWriter:
             res[name] = obj
 
         def ratios(obj, group):  # frugal (and frugal on its kernels) over each peer side that ran
-            for mine in ("frugal", "frugal_kernels", "frugal_fp8", "frugal_kernels_fp8"):
+            for mine in ("frugal", "frugal_kernels", "frugal_kernels_graphs", "frugal_fp8", "frugal_kernels_fp8"):
                 for peer in ("eager", "eager_padded", "compile", "compile_max_autotune", "frugal_unpadded", "frugal"):
                     if mine != peer and mine in group and peer in group:
                         obj[f"{mine}_over_{peer}"] = group[mine]["tokens_per_s"] / group[peer]["tokens_per_s"]
@@ -586,8 +586,10 @@ def main():
     # the head row's frugal_unpadded shows that lever alone, eager_padded the same padding by hand.
     # Each side is (name, kind, run): the kind picks the first guess of its time (FIRST_GUESS_S).
     sides = [("frugal", "frugal", lambda: b.frugal("bf16", "bf16")), ("eager", "peer", lambda: b.peer("bf16"))]
-    if a.kernels and a.device.startswith("cuda"):  # the kernels are refused on a CPU (--smoke)
+    if a.kernels and a.device.startswith("cuda"):  # the kernels and graphs are refused on a CPU (--smoke)
         sides.append(("frugal_kernels", "frugal", lambda: b.frugal("bf16", "bf16_kernels", ["model.kernels=frugal"])))
+        sides.append(("frugal_kernels_graphs", "frugal",
+                      lambda: b.frugal("bf16", "bf16_kernels_graphs", ["model.kernels=frugal", "train.cuda_graphs=true"])))
     if compile_:
         sides.append(("compile", "compile", lambda: b.peer("bf16", compile_=True)))
     if "fp8" in a.rows:

@@ -206,6 +206,9 @@ void add_train_keys(std::vector<KeySpec>& s) {
   k.fixed(float_key(FRUGAL_FIELD(train, beta1), 0, 0.999999, "AdamW first-moment decay"));
   k.fixed(float_key(FRUGAL_FIELD(train, beta2), 0, 0.999999, "AdamW second-moment decay"));
   k.fixed(float_key(FRUGAL_FIELD(train, grad_clip), 0, 1e6, "global gradient-norm clip; 0 = off"));
+  k.may(bool_key(FRUGAL_FIELD(train, cuda_graphs),
+                 "on a GPU, each step after the first two as one CUDA graph replayed: the step's thousands of kernel "
+                 "launches become one (single process, bf16 or fp32, AdamW; docs/gpu.md lists what is not captured)"));
   k.fixed(enum_key<LrSchedule>(
       FRUGAL_FIELD(train, schedule), {{"cosine", LrSchedule::kCosine}, {"wsd", LrSchedule::kWsd}},
       "after the warm-up: cosine (decay to lr * min_lr_ratio over the rest of the run) or wsd (warmup-stable-decay: "
@@ -460,40 +463,6 @@ void add_track_keys(std::vector<KeySpec>& s) {
                   "this long"));
   k.may(int_key(FRUGAL_FIELD(track, mlflow_queue), 100, 1e8,
                 "metric points held while the MLflow server is slow or down; more are dropped and counted"));
-}
-
-void add_tune_keys(std::vector<KeySpec>& s) {
-  KeyList k{s};
-  k.may(float_key(FRUGAL_FIELD(tune, max_fraction), 0.001, 1,
-                  "tuning time bound, as a fraction of the run's projected time"));
-  k.may(int_key(FRUGAL_FIELD(tune, probe_steps), 1, 10000, "measured steps per candidate (after one warm-up step)"));
-  k.may(int_key(FRUGAL_FIELD(tune, rounds), 1, 100,
-                "measurement rounds, candidates in turn; each candidate's tokens/s is its median"));
-  k.may(float_key(FRUGAL_FIELD(tune, min_speedup), 0, 10,
-                  "a candidate must beat the configuration as given by this fraction to replace it"));
-  k.may(float_key(FRUGAL_FIELD(tune, loss_tolerance), 0, 10,
-                  "a candidate's loss must be within this relative distance of fp32's"));
-  k.may(int_key(FRUGAL_FIELD(tune, loss_check_steps), 0, 1000000,
-                "steps the chosen candidate and fp32 train to compare losses; 0 = probe losses"));
-  k.may(float_key(FRUGAL_FIELD(tune, memory_margin), 0, 0.9,
-                  "batch-size finder: keep peak memory below (1 - margin) x the budget"));
-  k.may(int_key(FRUGAL_FIELD(tune, max_micro_batch), 1, 1 << 20, "batch-size finder: largest micro-batch probed"));
-  k.may(bool_key(FRUGAL_FIELD(tune, cache),
-                 "cache finder results in ~/.cache/frugal/batch_finder.json (FRUGAL_CACHE_DIR overrides)"));
-}
-
-void add_plan_keys(std::vector<KeySpec>& s) {
-  KeyList k{s};
-  k.may(bool_key(FRUGAL_FIELD(plan, before_train),
-                 "`frugal train` probes and projects the run first, shows it in the banner and exits 3 "
-                 "before step 1 when budget.limit_usd is below the projected cost (the CLI only: a program "
-                 "calls make_cost_plan, tune/plan.h, itself)"));
-  k.may(
-      int_key(FRUGAL_FIELD(plan, probe_steps), 3, 100000, "steps the plan's probe measures (after one warm-up step)"));
-  k.may(float_key(FRUGAL_FIELD(plan, max_probe_s), 1, 1e6,
-                  "the probe stops after this many seconds of steps (3 measured at least)"));
-  k.may(
-      float_key(FRUGAL_FIELD(plan, margin), 0, 10, "smallest relative half-width of each term of the projected range"));
 }
 
 }  // namespace frugal::schema

@@ -88,16 +88,6 @@ __global__ void __launch_bounds__(kColThreads)
   for (int k = 0; k < V; ++k) scratch[g * C + c + k] = sum[k];
 }
 
-// dbias[c] = the row groups' partial sums of column c, added in group order.
-__global__ void __launch_bounds__(kColThreads)
-    bias_gelu_dbias_kernel(float* dbias, const float* scratch, int64_t groups, int64_t C) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColThreads + threadIdx.x;
-  if (c >= C) return;
-  float s = 0.0f;
-  for (int64_t g = 0; g < groups; ++g) s += scratch[g * C + c];
-  dbias[c] = s;
-}
-
 template <typename T, int V>
 int forward_as(T* y, const T* u, const float* bias, int64_t rows, int64_t C, bool tanh_form, cudaStream_t s) {
   const int64_t runs = rows * C / V;
@@ -115,7 +105,7 @@ int backward_as(T* du, float* dbias, const T* dy, const T* u, const float* bias,
       du, scratch, dy, u, bias, rows, C, per_group, tanh_form);
   if (const int status = launch_status(); status != 0) return status;
   const unsigned col_blocks = static_cast<unsigned>((C + kColThreads - 1) / kColThreads);
-  bias_gelu_dbias_kernel<<<col_blocks, kColThreads, 0, s>>>(dbias, scratch, groups, C);
+  sum_row_groups_kernel<kColThreads><<<col_blocks, kColThreads, 0, s>>>(dbias, scratch, groups, C);
   return launch_status();
 }
 

@@ -91,6 +91,19 @@ __device__ __forceinline__ float block_sum(float v) {
   return total;
 }
 
+// The last step of a column sum taken over groups of rows: out[c] = the groups' partial sums
+// partial[g * C + c], added in group order (the same bits on every run). One thread a column,
+// blocks of kThreads.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads)
+    sum_row_groups_kernel(float* out, const float* partial, int64_t groups, int64_t C) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (c >= C) return;
+  float s = 0.0f;
+  for (int64_t g = 0; g < groups; ++g) s += partial[g * C + c];
+  out[c] = s;
+}
+
 // The status of the launch just queued: 0, or the CUDA error code.
 inline int launch_status() { return static_cast<int>(cudaGetLastError()); }
 

@@ -87,16 +87,6 @@ __global__ void __launch_bounds__(kColThreads)
   scratch[g * C + j] = s;
 }
 
-// dweight[j] = the row groups' partial sums of column j, added in group order.
-__global__ void __launch_bounds__(kColThreads)
-    rmsnorm_backward_dw_final_kernel(float* dweight, const float* scratch, int64_t groups, int64_t C) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kColThreads + threadIdx.x;
-  if (j >= C) return;
-  float s = 0.0f;
-  for (int64_t g = 0; g < groups; ++g) s += scratch[g * C + j];
-  dweight[j] = s;
-}
-
 // sigmoid(g) without an exponential of a positive argument (the CPU loops' form).
 __device__ __forceinline__ float sigmoid(float g) {
   const float e = expf(-fabsf(g));
@@ -205,7 +195,7 @@ int backward_typed(In* dx, Grad* dx_low, const Grad* dy, const In* dresid, const
   rmsnorm_backward_dw_partial_kernel<In, Grad><<<dim3(col_blocks, static_cast<unsigned>(groups)), kColThreads, 0, s>>>(
       scratch, dy, x, rstd, rows, C, per_group);
   if (const int status = launch_status(); status != 0) return status;
-  rmsnorm_backward_dw_final_kernel<<<col_blocks, kColThreads, 0, s>>>(dweight, scratch, groups, C);
+  sum_row_groups_kernel<kColThreads><<<col_blocks, kColThreads, 0, s>>>(dweight, scratch, groups, C);  // dweight
   return launch_status();
 }
 

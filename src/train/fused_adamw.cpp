@@ -160,6 +160,16 @@ void FusedAdamW::step(const at::Tensor& grad_scale) {
                  &device_);
 }
 
+void FusedAdamW::step_on_device(const at::Tensor& grad_scale) {
+  TORCH_CHECK(device_.on(), "FusedAdamW::step_on_device: the rate and step count are not on the device");
+  c10::NoGradGuard no_grad;
+  device_.advance();
+  // The host-side count is not read on this path: the update takes both scalars from the device.
+  for (auto& f : flats_)
+    adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_ + 1, grad_scale,
+                 &device_);
+}
+
 std::vector<at::Tensor> FusedAdamW::flat_grads() const {
   std::vector<at::Tensor> out;
   for (const auto& f : flats_) out.push_back(f.grads);

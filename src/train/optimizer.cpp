@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 #include <fmt/format.h>
@@ -32,6 +33,9 @@ class FusedOptimizer : public Optimizer {
   }
   int64_t step_count() const override { return opt_.step_count(); }
   int64_t state_bytes() const override { return opt_.state_bytes(); }
+  bool steps_on_device() const override { return opt_.device_scalars().on(); }
+  void step_on_device(const at::Tensor& grad_scale) override { opt_.step_on_device(grad_scale); }
+  void count_replayed_step() override { opt_.count_replayed_step(); }
 
  private:
   FusedAdamW opt_;
@@ -127,6 +131,10 @@ class TorchOptimizer : public Optimizer {
 };
 
 }  // namespace
+
+void Optimizer::step_on_device(const at::Tensor&) {
+  throw std::logic_error("this optimizer has no step on the device (Optimizer::steps_on_device is false)");
+}
 
 void Optimizer::step(const at::Tensor& grad_scale) {
   if (grad_scale.defined()) {

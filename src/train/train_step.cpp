@@ -13,10 +13,13 @@
 #include "frugal/core/compat.h"
 #include "frugal/core/console.h"
 #include "frugal/core/device.h"
+#include "frugal/core/errors.h"
 #include "frugal/core/phase_trace.h"
 #include "frugal/model/activation_checkpointing.h"
 #include "frugal/monitor/grad_noise.h"
 #include "frugal/train/grad_clip.h"
+#include "train/internal/step_lap.h"
+#include "train/internal/step_parts.h"
 
 namespace frugal {
 
@@ -50,6 +53,15 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
   }
   optimizer_ =
       build_optimizer(groups, train, setup.muon_bf16, sync_ ? sync_->optimizer_sharding() : OptimizerSharding{});
+  if (train.cuda_graphs) {
+    FRUGAL_CHECK(!data_.ragged_targets(), ConfigError,
+                 "train.cuda_graphs = true cannot apply to this data: each step weighs its micro-batches by their "
+                 "target counts on the host (chat and prompt-completion data); set train.cuda_graphs = false");
+    FRUGAL_CHECK(optimizer_->steps_on_device(), ConfigError,
+                 "train.cuda_graphs = true needs the optimizer's rate and step count in device memory, which this "
+                 "device or LibTorch does not give; set train.cuda_graphs = false");
+    graphs_on_ = !sync_ && !scaler_.enabled();
+  }
   if (sync_) {
     std::vector<at::Tensor> trainable;  // frozen parameters (train.freeze) have no gradient to reduce
     for (const auto& p : model_->parameters())
@@ -57,6 +69,8 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
     sync_->attach(trainable);
   }
 }
+
+TrainStep::~TrainStep() = default;
 
 namespace {
 RunSetup single_process_setup(const Config& config, int64_t tokens_per_sample, c10::Device device) {
@@ -78,45 +92,6 @@ TrainStep::TrainStep(const Config& config, CausalLm model, BatchSource& data, c1
           config.model.block, sync) {
   install_activation_checkpointing(model, config.memory.activation_checkpointing);
 }
-
-namespace {
-using Clock = std::chrono::steady_clock;
-}  // namespace
-
-// Phase laps of one step: host time since the previous lap, recorded as the phase span `phase`
-// when the profiler is capturing. On a GPU each lap also records a CUDA event: there the host
-// returns from forward and backward long before the device has done them, so host laps measure
-// kernel launches; settle() later reads those phases' device times.
-class TrainStep::Lap {
- public:
-  explicit Lap(TrainStep& step) : step_(step), t_(Clock::now()), mark_(step.events_.mark()) {}
-  void operator()(const char* phase, double& slot) {
-    auto now = Clock::now();
-    if (PhaseTrace::active()) PhaseTrace::record(phase, t_, now);
-    slot += std::chrono::duration<double>(now - t_).count();
-    t_ = now;
-    if (!step_.events_.active()) return;
-    const int m = step_.events_.mark();
-    // The data phase stays host time: it is the wait for the loader, not device work.
-    if (std::strcmp(phase, "data") != 0) step_.spans_.push_back({device_phase(phase), mark_, m});
-    mark_ = m;
-  }
-  // Starts the next lap now (time since the last one belongs to no phase).
-  void restart() {
-    t_ = Clock::now();
-    if (step_.events_.active()) mark_ = step_.events_.mark();
-  }
-
- private:
-  static double PhaseTimes::*device_phase(const char* phase) {
-    return std::strcmp(phase, "forward") == 0    ? &PhaseTimes::forward_s
-           : std::strcmp(phase, "backward") == 0 ? &PhaseTimes::backward_s
-                                                 : &PhaseTimes::optimizer_s;
-  }
-  TrainStep& step_;
-  Clock::time_point t_;
-  int mark_;
-};
 
 // Device time of every pending span (one wait, for the last event): their sum goes to `r.settled`,
 // and the spans of this step (from step_spans_ on) replace its host laps in `r.phases`.
@@ -177,14 +152,8 @@ at::Tensor TrainStep::accumulate(int64_t iteration, std::vector<Batch>& fetched,
     if (static_cast<int64_t>(fetched.size()) == k) fetched.push_back(data_.train_batch(iteration * accum_ + k));
     const Batch& b = fetched[static_cast<size_t>(k)];
     lap("data", r.phases.data_s);
-    const int64_t rows = b.x.size(0) / chunks_;
     for (int64_t j = 0; j < chunks_; ++j) {
-      Batch part = b;
-      if (chunks_ > 1) {
-        part.x = b.x.narrow(0, j * rows, rows);
-        if (b.y.defined()) part.y = b.y.narrow(0, j * rows, rows);
-        if (b.pos.defined()) part.pos = b.pos.narrow(0, j * rows, rows);
-      }
+      const Batch part = step_part(b, j, chunks_);
       at::Tensor loss;
       {
         auto autocast = precision_.enter();
@@ -271,6 +240,12 @@ StepResult TrainStep::run_step(int64_t iteration, double lr) {
   StepResult r;
   r.device_timed = events_.active();
   std::vector<Batch> fetched;
+  if (graphed_step(iteration, lr, fetched, r)) {
+    ++graphed_steps_;
+    finish_step(r);
+    return r;
+  }
+  ++eager_steps_;
   at::Tensor loss_sum;
   for (;;) {
     try {

@@ -277,6 +277,7 @@ void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
   const std::string why = mode != c.precision.mode ? "resumed: the checkpoint trained in " + precision_name(mode) : "";
   setup = set_up_run(c, task.hooks, dp ? dp->world_size() : 1, PrecisionPolicy(mode, device, why));
   check_model_kernels(c.model, device, setup.precision.mode());
+  check_cuda_graphs(c, device, setup.precision.mode(), setup.world_size);
   setup.precision.set_fp8_cast_kernels(c.model.kernels == ModelConfig::Kernels::kFrugal);
   if (ck) continue_on_this_world(*ck);
   {

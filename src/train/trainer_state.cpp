@@ -160,8 +160,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   st["config_values"] = config_values(rc.config);
   st["config_changes"] = config_changes;
   st["frugal_version"] = FRUGAL_VERSION;
-  // The in-memory sources draw micro-batch i as a pure function of (seed, i): the cursor is the
-  // next micro-batch index.
+  // In-memory sources draw micro-batch i as a function of (seed, i): the cursor is the next i.
   d.data_state = {{"kind", "index"},
                   {"next_micro_batch", loop.step * step->accum()},
                   {"next_sample", loop.step * setup.global_batch},
@@ -437,6 +436,7 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
   summary["micro_batch_effective"] = step->micro_batch_effective();
   summary["accum_effective"] = step->accum_effective();
   summary["oom_backoffs"] = step->oom_backoffs();
+  summary["cuda_graph_steps"] = step->graphed_steps();
   summary["optimizer_steps"] = step->optimizer().step_count();
   summary["skipped_steps"] = step->scaler().state().skipped;
   summary["loss_scale"] = step->scaler().scale();

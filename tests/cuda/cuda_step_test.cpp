@@ -2,7 +2,9 @@
 // their ATen body and a double-precision reference (both GELU forms, fp32 and bf16, the vector
 // and the scalar path, the bias gradient's bits run to run); ATen's fused AdamW on the flat
 // buffers, with host scalars and with the rate and step count kept on the GPU, against the CPU's
-// update. Skipped without a GPU.
+// update; the step as a CUDA graph (train.cuda_graphs) against the eager step, bitwise in
+// deterministic mode, through evaluations and a stop and resume, and the fallback to eager steps
+// when the step cannot be captured. Skipped without a GPU.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,10 +13,14 @@
 #include <vector>
 
 #include "frugal/model/fused_gelu.h"
+#include "frugal/model/gpt.h"
 #include "frugal/model/kernel_ops.h"
 #include "frugal/train/fused_adamw.h"
 #include "frugal/train/grad_clip.h"
+#include "frugal/train/train_step.h"
+#include "frugal/data/batch_source.h"
 #include "cuda_util.h"
+#include "signal_at.h"
 
 namespace frugal::cuda_step_test {
 namespace {
@@ -117,6 +123,67 @@ TEST(CudaStep, FusedAdamWKeepsItsRateAndCountOnTheGpu) {
       ASSERT_TRUE(torch::allclose(gpu[i].cpu(), cpu[i], 0, 2e-6)) << "param " << i << " step " << step;
   }
   EXPECT_EQ(b.device_scalars().step.item<float>(), 6.0f);
+}
+
+TEST(CudaStep, AStepReplayedAsACudaGraphTrainsTheEagerStepsWeightsBitwise) {
+  FRUGAL_REQUIRE_GPU();
+  test::TempDir a, b;
+  // 30 steps with evaluations at 15 and 30 between the replays; deterministic kernels.
+  const std::vector<std::string> x = {"run.deterministic=true", "precision.mode=bf16", "data.micro_batch=4",
+                                      "train.global_batch=8"};
+  std::vector<std::string> g = x;
+  g.push_back("train.cuda_graphs=true");
+  const auto eager = test::train_on_gpu(a.path(), x);
+  const auto graphed = test::train_on_gpu(b.path(), g);
+  EXPECT_EQ(eager["cuda_graph_steps"], 0);
+  EXPECT_EQ(graphed["cuda_graph_steps"], 30 - TrainStep::kEagerStepsBeforeCapture);
+  EXPECT_EQ(graphed["optimizer_steps"], 30);
+  EXPECT_EQ(test::step_losses(a.path() + "/demo/metrics.jsonl"), test::step_losses(b.path() + "/demo/metrics.jsonl"));
+  EXPECT_EQ(test::read_text(a.path() + "/demo/final/model.safetensors"),
+            test::read_text(b.path() + "/demo/final/model.safetensors"))
+      << "final weights differ";
+}
+
+TEST(CudaStep, AGraphedRunStoppedAndResumedMatchesTheUninterruptedOneBitwise) {
+  FRUGAL_REQUIRE_GPU();
+  test::TempDir a, b;
+  const std::vector<std::string> x = {"run.deterministic=true", "precision.mode=bf16", "train.cuda_graphs=true",
+                                      "checkpoint.every_steps=7", "checkpoint.keep_last=5"};
+  test::train_on_gpu(a.path(), x);
+  TrainerOptions o;
+  o.handle_signals = true;
+  o.callbacks = {std::make_shared<test::SignalAt>(14)};
+  ASSERT_EQ(test::train_on_gpu(b.path(), x, o)["stop_kind"], "preempted");
+  TrainerOptions r;
+  r.resume = "auto";
+  r.overwrite = false;
+  EXPECT_EQ(test::train_on_gpu(b.path(), x, r)["stop_kind"], "completed");
+  EXPECT_EQ(test::read_text(a.path() + "/demo/final/model.safetensors"),
+            test::read_text(b.path() + "/demo/final/model.safetensors"))
+      << "final weights differ";
+}
+
+TEST(CudaStep, AStepThatWaitsForTheGpuIsNotCapturedAndRunsEagerly) {
+  FRUGAL_REQUIRE_GPU();
+  test::TempDir d;
+  auto sets = test::tiny_overrides(d.path());
+  sets.insert(sets.end(), {"run.device=cuda", "precision.mode=bf16", "train.cuda_graphs=true"});
+  const Config c = resolve_config("", sets, {}).config;
+  torch::manual_seed(5);
+  Gpt model(c.model);
+  model->to(torch::kCUDA);
+  auto data = make_batch_source(c, 0, 1);
+  // A loss that reads its value on the host: not permitted while a stream is captured.
+  LossFn loss = [m = model.get()](torch::nn::Module&, const Batch& b) {
+    at::Tensor l = m->loss(b.x, b.y);
+    EXPECT_TRUE(std::isfinite(l.item<double>()));
+    return l;
+  };
+  TrainStep step(c, model.ptr(), loss, *data, torch::Device(torch::kCUDA, 0), c.model.block);
+  for (int64_t i = 0; i < 5; ++i) EXPECT_TRUE(std::isfinite(step.run(i, 1e-3).loss.item<double>()));
+  EXPECT_FALSE(step.graph_captured());
+  EXPECT_EQ(step.graphed_steps(), 0);
+  EXPECT_EQ(step.optimizer().step_count(), 5);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // The step's maths: accumulation equals the large batch (precision and activation checkpointing
-// have their own files: precision_test.cpp, model/activation_checkpointing_test.cpp).
+// have their own files: precision_test.cpp, model/activation_checkpointing_test.cpp); the step as
+// a CUDA graph (train.cuda_graphs), emulated on the CPU, trains what the eager step trains.
 #include "frugal/train/train_step.h"
 
 #include "frugal/model/gpt.h"
@@ -12,9 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "frugal/core/cuda_graph.h"
 #include "frugal/core/device.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/packing.h"
+#include "frugal/train/fused_adamw.h"
 #include "frugal/train/trainer.h"
 #include "test_util.h"
 
@@ -250,5 +253,128 @@ TEST(TrainStep, AStepThatFailsLeavesNoDeviceTimeBehind) {
   EXPECT_DOUBLE_EQ(r.settled.backward_s, r.phases.backward_s);
   EXPECT_DOUBLE_EQ(r.settled.optimizer_s, r.phases.optimizer_s);
 }
+// train.cuda_graphs on the CPU: device::CudaGraph keeps the captured function and replays it on
+// the host, and AdamW takes its GPU path (rate and count in tensors). What this checks is the
+// graph's plumbing: each step's data copied into the static buffers, the rate written outside the
+// graph, the host's step count, the outputs read after the replay, the eager steps around it.
+struct EmulatedGraphs {
+  EmulatedGraphs() {
+    device::CudaGraph::emulate_for_tests(true);
+    test_hooks::adamw_device_scalars_on_cpu(true);
+  }
+  ~EmulatedGraphs() {
+    device::CudaGraph::emulate_for_tests(false);
+    test_hooks::adamw_device_scalars_on_cpu(false);
+  }
+};
+
+// The table, but micro-batch `short_at` has half its rows (a partial batch).
+class ShortOnce : public TableSource {
+ public:
+  ShortOnce(int64_t micro, int64_t block, int64_t short_at) : TableSource(micro, block), short_at_(short_at) {}
+  Batch train_batch(int64_t i) override {
+    Batch b = TableSource::train_batch(i);
+    if (i != short_at_) return b;
+    return {b.x.narrow(0, 0, b.x.size(0) / 2).contiguous(), b.y.narrow(0, 0, b.y.size(0) / 2).contiguous()};
+  }
+
+ private:
+  int64_t short_at_;
+};
+
+struct GraphRun {
+  std::vector<at::Tensor> weights;
+  std::vector<double> losses, norms;
+  int64_t graphed = 0, optimizer_steps = 0;
+};
+
+GraphRun run_graph_steps(const Config& c, int64_t steps, BatchSource& data) {
+  torch::manual_seed(5);
+  Gpt model(c.model);
+  TrainStep step(c, as_causal_lm(model), data, torch::kCPU);
+  GraphRun out;
+  for (int64_t i = 0; i < steps; ++i) {
+    const StepResult r = step.run(i, c.train.lr * static_cast<double>(i + 1) / static_cast<double>(steps));
+    out.losses.push_back(r.loss.item<double>());
+    out.norms.push_back(r.grad_norm.item<double>());
+  }
+  for (auto& p : model->parameters()) out.weights.push_back(p.detach().clone());
+  out.graphed = step.graphed_steps();
+  out.optimizer_steps = step.optimizer().step_count();
+  return out;
+}
+
+void expect_same_training(const GraphRun& a, const GraphRun& b) {
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.norms, b.norms);
+  ASSERT_EQ(a.weights.size(), b.weights.size());
+  for (size_t i = 0; i < a.weights.size(); ++i) EXPECT_TRUE(torch::equal(a.weights[i], b.weights[i])) << i;
+}
+
+Config graph_config(bool graphs) {
+  Config c = test::tiny_config();
+  c.data.micro_batch = 4;
+  c.train.global_batch = 8;  // two micro-batches a step
+  c.train.cuda_graphs = graphs;
+  return c;
+}
+
+TEST(TrainStep, AStepReplayedAsAGraphTrainsWhatTheEagerStepTrainsBitwise) {
+  EmulatedGraphs on;
+  TableSource d1(4, 16), d2(4, 16);
+  const GraphRun eager = run_graph_steps(graph_config(false), 7, d1);
+  const GraphRun graphed = run_graph_steps(graph_config(true), 7, d2);
+  EXPECT_EQ(eager.graphed, 0);
+  EXPECT_EQ(graphed.graphed, 7 - TrainStep::kEagerStepsBeforeCapture);
+  EXPECT_EQ(graphed.optimizer_steps, 7);  // the host counts the replayed steps too
+  expect_same_training(eager, graphed);
+}
+
+TEST(TrainStep, APartialBatchRunsEagerlyAndTheGraphServesTheStepsAfterIt) {
+  EmulatedGraphs on;
+  ShortOnce d1(4, 16, 8), d2(4, 16, 8);  // micro-batch 8: the first of step 4
+  const GraphRun eager = run_graph_steps(graph_config(false), 7, d1);
+  const GraphRun graphed = run_graph_steps(graph_config(true), 7, d2);
+  EXPECT_EQ(graphed.graphed, 7 - TrainStep::kEagerStepsBeforeCapture - 1);
+  EXPECT_EQ(graphed.optimizer_steps, 7);
+  expect_same_training(eager, graphed);
+}
+
+void expect_refused(const Config& c, PrecisionMode p, int64_t world, const std::string& says) {
+  try {
+    check_cuda_graphs(c, torch::kCPU, p, world);
+    ADD_FAILURE() << "not refused: " << says;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("set train.cuda_graphs = false"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainStep, CudaGraphsAreRefusedByNameWhereTheStepCannotBeOneGraph) {
+  Config c = graph_config(true);
+  expect_refused(c, PrecisionMode::kFp32, 1, "run.device is cpu");
+  EXPECT_NO_THROW(check_cuda_graphs(graph_config(false), torch::kCPU, PrecisionMode::kFp32, 1));
+  EmulatedGraphs on;  // the CPU stands in for a GPU from here
+  EXPECT_NO_THROW(check_cuda_graphs(c, torch::kCPU, PrecisionMode::kBf16, 1));
+  expect_refused(c, PrecisionMode::kFp16, 1, "fp16's loss scaler");
+  expect_refused(c, PrecisionMode::kBf16, 2, "data-parallel run (2 processes)");
+  Config muon = c;
+  muon.train.optimizer = OptimizerKind::kMuon;
+  expect_refused(muon, PrecisionMode::kBf16, 1, "train.optimizer");
+  Config ac = c;
+  ac.memory.activation_checkpointing = *parse_activation_checkpointing("blocks");
+  expect_refused(ac, PrecisionMode::kBf16, 1, "activation checkpointing");
+  // Data that weighs its micro-batches on the host (chat, prompt-completion) is refused by the step.
+  RaggedSource ragged(4, 16, /*weighted=*/true);
+  torch::manual_seed(5);
+  Gpt model(c.model);
+  try {
+    TrainStep step(c, as_causal_lm(model), ragged, torch::kCPU);
+    ADD_FAILURE() << "ragged targets not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("target counts on the host"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace frugal::train_step_test

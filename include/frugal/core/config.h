@@ -234,8 +234,7 @@ enum class LrSchedule {
 // [train] — the optimisation schedule.
 struct TrainConfig {
   int64_t steps = 600;  // training iterations (each consumes global_batch sequences)
-  // Sequences per optimizer step; 0 = data.micro_batch. Must be a multiple of data.micro_batch:
-  // accumulation = global_batch / micro_batch micro-batches per step.
+  // Sequences per optimizer step (0 = data.micro_batch); a multiple of data.micro_batch.
   int64_t global_batch = 0;
   int64_t accum = 0;  // explicit accumulation count; 0 = derived from global_batch
   // Parameters left as they are: comma-separated globs over the Hugging Face names (model/freeze.h).
@@ -248,6 +247,7 @@ struct TrainConfig {
   double beta1 = 0.9;         // AdamW first-moment decay
   double beta2 = 0.99;        // AdamW second-moment decay
   double grad_clip = 1.0;     // global gradient-norm clip; 0 = off
+  bool cuda_graphs = false;   // the step as one CUDA graph, replayed (train/train_step.h)
   // After the warm-up: cosine decay over the whole rest of the run, or warmup-stable-decay (the
   // peak rate until the last decay_fraction of train.steps, then a linear decay to the floor), whose
   // stable phase lets a resumed run be lengthened (--set train.steps=N) without restarting a decay.

@@ -85,6 +85,11 @@ class FusedAdamW {
   const AdamWDeviceScalars& device_scalars() const { return device_; }
   // One AdamW step over every parameter (a parameter that got no gradient counts as zero).
   void step(const at::Tensor& grad_scale = {});
+  // The same step's device work alone (REQUIRES: device_scalars().on()): the count advanced on
+  // the device, the host's count left as it is, for a CUDA graph to capture; after each replay,
+  // count_replayed_step() brings the host's count level.
+  void step_on_device(const at::Tensor& grad_scale = {});
+  void count_replayed_step() { ++steps_; }
   // Sets every gradient to zero (the gradients stay allocated views into the flat buffer).
   void zero_grad();
   int64_t step_count() const { return steps_; }

@@ -34,6 +34,15 @@ class Optimizer {
   virtual void load_state(const std::vector<std::pair<std::string, at::Tensor>>& t, int64_t steps) = 0;
   virtual int64_t step_count() const = 0;
   virtual int64_t state_bytes() const = 0;
+
+  // A CUDA graph of the step (train.cuda_graphs) needs a step whose device work does not depend on
+  // the host: step_on_device() queues it (reading the rate and the step count from device memory,
+  // advancing the count there) and changes nothing on the host; count_replayed_step() then adds the
+  // step to the host's count after each replay. Only FusedAdamW with its scalars on the device
+  // (AdamWDeviceScalars) has one.
+  virtual bool steps_on_device() const { return false; }
+  virtual void step_on_device(const at::Tensor& grad_scale);
+  virtual void count_replayed_step() {}
 };
 
 // One AdamW parameter group: its tensors and their decoupled weight decay (the learning rate is

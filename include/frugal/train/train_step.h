@@ -32,6 +32,7 @@
 
 #include <exception>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "frugal/core/callback.h"
@@ -69,6 +70,9 @@ struct StepResult {
   // Defined only on a step run with set_grad_noise_probe(true) and accum > 1.
   at::Tensor micro_grad_sq_sum;
   int64_t oom_backoffs = 0;  // out-of-memory back-offs during this step
+  // A replay of the step's CUDA graph (train.cuda_graphs): its device time is all in
+  // phases.forward_s, and micro_grad_sq_sum is never measured.
+  bool graphed = false;
 };
 
 class TrainStep {
@@ -89,6 +93,7 @@ class TrainStep {
   // frugal's own decoder (either family): its next-token loss, model.block tokens per sample,
   // and memory.activation_checkpointing installed on its blocks.
   TrainStep(const Config& config, CausalLm model, BatchSource& data, c10::Device device, GradSync* sync = nullptr);
+  ~TrainStep();
 
   // Runs iteration `iteration` (0-based) at learning rate `lr`. Reads the device only when the
   // loss scaler needs the inf/NaN verdict and, on a GPU, on a settling step: once at its end, for
@@ -114,6 +119,10 @@ class TrainStep {
   int64_t micro_batch_effective() const { return micro_batch_ / chunks_; }
   int64_t accum_effective() const { return accum_ * chunks_; }
   int64_t oom_backoffs() const { return oom_backoffs_; }
+  // Steps run as a replay of the step's CUDA graph (train.cuda_graphs), and whether one is captured.
+  int64_t graphed_steps() const { return graphed_steps_; }
+  bool graph_captured() const { return graph_ != nullptr; }
+  static constexpr int64_t kEagerStepsBeforeCapture = 2;
   PrecisionPolicy& precision() { return precision_; }
   LossScaler& scaler() { return scaler_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -156,7 +165,24 @@ class TrainStep {
   std::vector<Span> spans_;  // recorded since the last settle, over one or more steps
   size_t step_spans_ = 0;    // spans_[step_spans_..] belong to the step running now
   bool settle_each_step_ = true;
+
+  // train.cuda_graphs (train_step_graph.cpp): from the third step on, the step's parts are copied
+  // into static buffers and the captured graph of the whole step is replayed. A partial batch, or
+  // a step before the capture, runs eagerly; a failed capture or an out-of-memory back-off turns
+  // graphs off for the rest of the run (said on the console).
+  struct Graph;
+  std::unique_ptr<Graph> graph_;
+  bool graphs_on_ = false;
+  int64_t eager_steps_ = 0, graphed_steps_ = 0;
+  bool graphed_step(int64_t iteration, double lr, std::vector<Batch>& fetched, StepResult& r);
+  void graph_body(Graph& g);
+  void drop_graph(const std::string& why);
 };
+
+// Refuses (ConfigError, exit 2) train.cuda_graphs = true where the step cannot be one CUDA graph:
+// off a GPU, in fp16 (the loss scaler decides on the host), with several processes, activation
+// checkpointing or an optimizer other than FusedAdamW, or LibTorch before 2.4. `world`: processes.
+void check_cuda_graphs(const Config& c, const c10::Device& device, PrecisionMode precision, int64_t world);
 
 // Installs activation checkpointing on the model per memory.activation_checkpointing.
 void install_activation_checkpointing(CausalLm& model, const ActivationCheckpointing& spec);

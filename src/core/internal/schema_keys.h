@@ -168,7 +168,7 @@ void add_dist_keys(std::vector<KeySpec>& s);
 void add_profile_keys(std::vector<KeySpec>& s);
 void add_monitor_keys(std::vector<KeySpec>& s);
 void add_track_keys(std::vector<KeySpec>& s);
-void add_tune_keys(std::vector<KeySpec>& s);
-void add_plan_keys(std::vector<KeySpec>& s);
+void add_tune_keys(std::vector<KeySpec>& s);  // config_keys_tools.cpp
+void add_plan_keys(std::vector<KeySpec>& s);  // config_keys_tools.cpp
 
 }  // namespace frugal::schema

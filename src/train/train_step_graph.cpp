@@ -1,0 +1,154 @@
+// train.cuda_graphs: the training step captured once as a CUDA graph and replayed; see
+// train_step.h.
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+
+#include "frugal/core/compat.h"
+#include "frugal/core/console.h"
+#include "frugal/core/cuda_graph.h"
+#include "frugal/core/errors.h"
+#include "frugal/train/grad_clip.h"
+#include "frugal/train/train_step.h"
+#include "train/internal/step_lap.h"
+#include "train/internal/step_parts.h"
+
+namespace frugal {
+
+// The graph and its static buffers: every part's batch (micro-batch k, chunk j) on the device,
+// where each step's data is copied before the replay, and the step's outputs.
+struct TrainStep::Graph {
+  device::CudaGraph graph;
+  std::vector<Batch> inputs;
+  at::Tensor loss_sum, grad_norm;
+  int64_t chunks = 1;
+};
+
+void check_cuda_graphs(const Config& c, const c10::Device& device, PrecisionMode precision, int64_t world) {
+  if (!c.train.cuda_graphs) return;
+  auto refuse = [](const std::string& why) {
+    throw ConfigError(fmt::format("train.cuda_graphs = true cannot apply: {}; set train.cuda_graphs = false", why));
+  };
+  if (!device.is_cuda() && !device::CudaGraph::emulated_for_tests())
+    refuse("CUDA graphs capture GPU work, and run.device is " + device.str());
+  if (precision == PrecisionMode::kFp16)
+    refuse("fp16's loss scaler decides on the host whether each step is taken; use precision.mode = \"bf16\"");
+  if (world > 1) refuse(fmt::format("the step of a data-parallel run ({} processes) is not captured", world));
+  if (c.memory.activation_checkpointing.enabled())
+    refuse(
+        "activation checkpointing recomputes blocks during the backward, which the graph does not capture; set "
+        "memory.activation_checkpointing = \"none\"");
+  if (c.train.optimizer != OptimizerKind::kFusedAdamW)
+    refuse("only the default optimizer (train.optimizer = \"fused_adamw\") steps from device memory alone");
+#if !FRUGAL_TORCH_AT_LEAST(2, 4)
+  refuse("LibTorch before 2.4 has no fused AdamW that reads its rate from device memory");
+#endif
+}
+
+// The step's device work on the graph's buffers, as accumulate() and run_step() do it with one
+// difference: the optimizer reads its rate and step count from device memory.
+void TrainStep::graph_body(Graph& g) {
+  optimizer_->zero_grad();
+  g.loss_sum.zero_();
+  const double parts = static_cast<double>(g.inputs.size());
+  for (const Batch& b : g.inputs) {
+    at::Tensor loss;
+    {
+      auto autocast = precision_.enter();
+      loss = loss_(*model_, b) / parts;
+    }
+    loss.backward();
+    g.loss_sum.add_(loss.detach());
+  }
+  g.grad_norm.copy_(global_grad_norm(optimizer_->grads()));
+  optimizer_->step_on_device(clip_coefficient(g.grad_norm, train_.grad_clip));
+}
+
+namespace {
+// The step's parts: each fetched micro-batch in `chunks` equal row blocks.
+std::vector<Batch> split_parts(const std::vector<Batch>& fetched, int64_t chunks) {
+  std::vector<Batch> parts;
+  for (const Batch& b : fetched)
+    for (int64_t j = 0; j < chunks; ++j) parts.push_back(step_part(b, j, chunks));
+  return parts;
+}
+
+std::string first_line(const char* text) {
+  const std::string s(text);
+  return s.substr(0, s.find('\n'));
+}
+
+bool same_shapes(const Batch& a, const Batch& b) {
+  auto same = [](const at::Tensor& s, const at::Tensor& t) {
+    return s.defined() == t.defined() && (!s.defined() || (s.sizes() == t.sizes() && s.dtype() == t.dtype()));
+  };
+  return same(a.x, b.x) && same(a.y, b.y) && same(a.pos, b.pos);
+}
+
+at::Tensor static_like(const at::Tensor& t, c10::Device device) {
+  return t.defined() ? at::empty(t.sizes(), t.options().device(device)) : at::Tensor();
+}
+
+void copy_into(at::Tensor& dst, const at::Tensor& src) {
+  if (dst.defined()) dst.copy_(src, /*non_blocking=*/true);
+}
+}  // namespace
+
+void TrainStep::drop_graph(const std::string& why) {
+  graph_.reset();
+  graphs_on_ = false;
+  Console::get().line("train.cuda_graphs: " + why + "; the run continues without CUDA graphs");
+}
+
+bool TrainStep::graphed_step(int64_t iteration, double lr, std::vector<Batch>& fetched, StepResult& r) {
+  if (!graphs_on_) return false;
+  if (eager_steps_ < kEagerStepsBeforeCapture) return false;  // warm-up: lazy initialisation runs eagerly
+  if (graph_ && graph_->chunks != chunks_) drop_graph("an out-of-memory back-off changed the micro-batch");
+  if (!graphs_on_) return false;
+  Lap lap(*this);
+  while (static_cast<int64_t>(fetched.size()) < accum_)
+    fetched.push_back(data_.train_batch(iteration * accum_ + static_cast<int64_t>(fetched.size())));
+  lap("data", r.phases.data_s);
+  const std::vector<Batch> parts = split_parts(fetched, chunks_);
+  if (graph_ && (graph_->inputs.size() != parts.size() ||
+                 !std::equal(parts.begin(), parts.end(), graph_->inputs.begin(), same_shapes)))
+    return false;  // a partial batch: this step runs eagerly, the graph stays for the next
+  const bool capture = !graph_;
+  if (capture) {
+    graph_ = std::make_unique<Graph>();
+    graph_->chunks = chunks_;
+    for (const Batch& p : parts)
+      graph_->inputs.push_back({static_like(p.x, device_), static_like(p.y, device_), static_like(p.pos, device_)});
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device_);
+    graph_->loss_sum = torch::zeros({}, f32);
+    graph_->grad_norm = torch::zeros({}, f32);
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    copy_into(graph_->inputs[i].x, parts[i].x);
+    copy_into(graph_->inputs[i].y, parts[i].y);
+    copy_into(graph_->inputs[i].pos, parts[i].pos);
+  }
+  optimizer_->set_lr(lr);  // a write to device memory, outside the graph
+  if (capture) {
+    try {
+      Graph& g = *graph_;
+      g.graph.capture([this, &g] { graph_body(g); }, device_);
+    } catch (const std::exception& e) {
+      drop_graph(fmt::format("the step could not be captured ({})", first_line(e.what())));
+      return false;  // the capture ran nothing on the device: the eager step takes this data
+    }
+    Console::get().line(fmt::format("train.cuda_graphs: step {} captured; each step now replays it", iteration + 1));
+  }
+  graph_->graph.replay();
+  optimizer_->count_replayed_step();
+  r.loss = graph_->loss_sum.clone();
+  r.grad_norm = graph_->grad_norm.clone();
+  r.tokens = 0;
+  for (const Batch& b : fetched) r.tokens += b.x.size(0) * tokens_per_sample_;
+  r.graphed = true;
+  // One replay has no phase boundaries: its device time is counted as forward.
+  lap("forward", r.phases.forward_s);
+  return true;
+}
+
+}  // namespace frugal
