@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <string>
 
+#include "frugal/core/device.h"
 #include "frugal_build_config.h"  // FRUGAL_HAVE_CUDA
 
 #if FRUGAL_HAVE_CUDA
@@ -41,8 +43,9 @@ bool CudaGraph::captured() const {
   return static_cast<bool>(impl_->emulated_body);
 }
 
-void CudaGraph::capture(const std::function<void()>& body, c10::Device device) {
+void CudaGraph::run_and_capture(const std::function<void()>& body, c10::Device device) {
   if (emulated.load()) {
+    body();
     impl_->emulated_body = body;
     return;
   }
@@ -50,30 +53,38 @@ void CudaGraph::capture(const std::function<void()>& body, c10::Device device) {
   TORCH_CHECK(device.is_cuda(), "a CUDA graph captures work on a GPU, not on ", device);
   const c10::cuda::CUDAGuard device_guard(device);
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
-  // Capture on a side stream that starts after the work queued so far, as PyTorch's
-  // torch.cuda.graph does; the current stream waits for it afterwards.
+  // A side stream that starts after the work queued so far, as PyTorch's torch.cuda.graph uses;
+  // the current stream's later work (the replays) is ordered after it by the synchronisations.
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device.index());
   const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
   current.synchronize();
-  const bool cache = at::autocast::is_autocast_cache_enabled();
-  at::autocast::set_autocast_cache_enabled(false);
   {
     const c10::cuda::CUDAStreamGuard stream_guard(side);
+    body();  // the step itself, and every lazy per-stream allocation outside the capture
+  }
+  side.synchronize();
+  cuda_empty_cache();  // the eager run's cached blocks back to the device before the pool fills
+  const bool cache = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_cache_enabled(false);
+  try {
+    const c10::cuda::CUDAStreamGuard stream_guard(side);
+    // Thread-local: the loader's threads may pin host memory meanwhile; the autograd thread's
+    // kernels still land in the graph (capture follows the stream, not the thread).
+    graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     try {
-      // Thread-local: the loader's threads may pin host memory meanwhile; the autograd thread's
-      // kernels still land in the graph (capture follows the stream, not the thread).
-      graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
       body();
-      graph->capture_end();
     } catch (...) {
-      at::autocast::set_autocast_cache_enabled(cache);
       try {
-        graph->capture_end();  // ends an unfinished capture; its own error is secondary
+        graph->capture_end();  // ends the recording; its own error is secondary
       } catch (...) {
       }
-      side.synchronize();
       throw;
     }
+    graph->capture_end();
+  } catch (const std::exception& e) {
+    at::autocast::set_autocast_cache_enabled(cache);
+    const std::string what = e.what();
+    throw CaptureFailed(what.substr(0, what.find('\n')));
   }
   at::autocast::set_autocast_cache_enabled(cache);
   side.synchronize();

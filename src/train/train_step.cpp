@@ -218,6 +218,7 @@ bool TrainStep::back_off(const std::exception& e, int64_t iteration) {
   }
   chunks_ *= 2;
   oom_backoffs_ += 1;
+  if (graph_) drop_graph("out of memory: the graph's memory goes back for the smaller micro-batch");
   if (device_.is_cuda()) device::cuda_empty_cache();  // hand the failed attempt's blocks back
   Console::get().line(
       fmt::format("out of memory at step {}: micro-batch {} -> {}, accumulation {} -> {} "

@@ -21,7 +21,6 @@ struct TrainStep::Graph {
   device::CudaGraph graph;
   std::vector<Batch> inputs;
   at::Tensor loss_sum, grad_norm;
-  int64_t chunks = 1;
 };
 
 void check_cuda_graphs(const Config& c, const c10::Device& device, PrecisionMode precision, int64_t world) {
@@ -38,6 +37,8 @@ void check_cuda_graphs(const Config& c, const c10::Device& device, PrecisionMode
     refuse(
         "activation checkpointing recomputes blocks during the backward, which the graph does not capture; set "
         "memory.activation_checkpointing = \"none\"");
+  if (c.lora.rank > 0 && c.lora.base_dtype == LoraConfig::BaseDtype::kNf4)
+    refuse("QLoRA's nf4 base copies its level table to the GPU in every forward; set lora.base_dtype = \"bf16\"");
   if (c.train.optimizer != OptimizerKind::kFusedAdamW)
     refuse("only the default optimizer (train.optimizer = \"fused_adamw\") steps from device memory alone");
 #if !FRUGAL_TORCH_AT_LEAST(2, 4)
@@ -103,20 +104,21 @@ void TrainStep::drop_graph(const std::string& why) {
 bool TrainStep::graphed_step(int64_t iteration, double lr, std::vector<Batch>& fetched, StepResult& r) {
   if (!graphs_on_) return false;
   if (eager_steps_ < kEagerStepsBeforeCapture) return false;  // warm-up: lazy initialisation runs eagerly
-  if (graph_ && graph_->chunks != chunks_) drop_graph("an out-of-memory back-off changed the micro-batch");
-  if (!graphs_on_) return false;
+  // A log step's gradient-noise probe reads each micro-batch's gradient: eager.
+  if (probe_grad_noise_ && accum_ > 1) return false;
   Lap lap(*this);
   while (static_cast<int64_t>(fetched.size()) < accum_)
     fetched.push_back(data_.train_batch(iteration * accum_ + static_cast<int64_t>(fetched.size())));
   lap("data", r.phases.data_s);
   const std::vector<Batch> parts = split_parts(fetched, chunks_);
-  if (graph_ && (graph_->inputs.size() != parts.size() ||
-                 !std::equal(parts.begin(), parts.end(), graph_->inputs.begin(), same_shapes)))
-    return false;  // a partial batch: this step runs eagerly, the graph stays for the next
+  // A partial batch runs eagerly; the graph is captured from (and serves) full ones only.
+  for (const Batch& p : parts)
+    if (p.x.size(0) * chunks_ != micro_batch_) return false;
+  if (graph_ && !std::equal(parts.begin(), parts.end(), graph_->inputs.begin(), graph_->inputs.end(), same_shapes))
+    return false;
   const bool capture = !graph_;
   if (capture) {
     graph_ = std::make_unique<Graph>();
-    graph_->chunks = chunks_;
     for (const Batch& p : parts)
       graph_->inputs.push_back({static_like(p.x, device_), static_like(p.y, device_), static_like(p.pos, device_)});
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device_);
@@ -130,16 +132,26 @@ bool TrainStep::graphed_step(int64_t iteration, double lr, std::vector<Batch>& f
   }
   optimizer_->set_lr(lr);  // a write to device memory, outside the graph
   if (capture) {
+    // The step runs once on the capture stream (this step's work), then is captured.
     try {
       Graph& g = *graph_;
-      g.graph.capture([this, &g] { graph_body(g); }, device_);
+      g.graph.run_and_capture([this, &g] { graph_body(g); }, device_);
+    } catch (const device::CaptureFailed& e) {
+      graph_.reset();
+      throw ConfigError(fmt::format(
+          "train.cuda_graphs: step {} could not be captured as a CUDA graph ({}); the run stops here, its last "
+          "checkpoint intact: set train.cuda_graphs = false and resume",
+          iteration + 1, e.what()));
     } catch (const std::exception& e) {
-      drop_graph(fmt::format("the step could not be captured ({})", first_line(e.what())));
-      return false;  // the capture ran nothing on the device: the eager step takes this data
+      // The eager run before the capture failed (out of memory, say): the eager step, with its
+      // back-off, takes this data from zeroed gradients.
+      drop_graph(fmt::format("step {} failed before its capture ({})", iteration + 1, first_line(e.what())));
+      return false;
     }
     Console::get().line(fmt::format("train.cuda_graphs: step {} captured; each step now replays it", iteration + 1));
+  } else {
+    graph_->graph.replay();
   }
-  graph_->graph.replay();
   optimizer_->count_replayed_step();
   r.loss = graph_->loss_sum.clone();
   r.grad_norm = graph_->grad_norm.clone();

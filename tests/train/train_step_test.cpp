@@ -332,12 +332,35 @@ TEST(TrainStep, AStepReplayedAsAGraphTrainsWhatTheEagerStepTrainsBitwise) {
 
 TEST(TrainStep, APartialBatchRunsEagerlyAndTheGraphServesTheStepsAfterIt) {
   EmulatedGraphs on;
-  ShortOnce d1(4, 16, 8), d2(4, 16, 8);  // micro-batch 8: the first of step 4
-  const GraphRun eager = run_graph_steps(graph_config(false), 7, d1);
-  const GraphRun graphed = run_graph_steps(graph_config(true), 7, d2);
-  EXPECT_EQ(graphed.graphed, 7 - TrainStep::kEagerStepsBeforeCapture - 1);
-  EXPECT_EQ(graphed.optimizer_steps, 7);
-  expect_same_training(eager, graphed);
+  // Micro-batch 8 is the first of step 4 (after the capture); 4 the first of step 2 (the step the
+  // capture would take: it waits for the next full one).
+  for (const int64_t short_at : {8, 4}) {
+    SCOPED_TRACE(short_at);
+    ShortOnce d1(4, 16, short_at), d2(4, 16, short_at);
+    const GraphRun eager = run_graph_steps(graph_config(false), 7, d1);
+    const GraphRun graphed = run_graph_steps(graph_config(true), 7, d2);
+    EXPECT_EQ(graphed.graphed, 7 - TrainStep::kEagerStepsBeforeCapture - 1);
+    EXPECT_EQ(graphed.optimizer_steps, 7);
+    expect_same_training(eager, graphed);
+  }
+}
+
+TEST(TrainStep, AStepThatProbesEachMicroBatchsGradientRunsEagerly) {
+  EmulatedGraphs on;
+  TableSource d(4, 16);
+  const Config c = graph_config(true);
+  torch::manual_seed(5);
+  Gpt model(c.model);
+  TrainStep step(c, as_causal_lm(model), d, torch::kCPU);
+  for (int64_t i = 0; i < 4; ++i) step.run(i, c.train.lr);
+  ASSERT_EQ(step.graphed_steps(), 2);
+  step.set_grad_noise_probe(true);  // a log step
+  const StepResult r = step.run(4, c.train.lr);
+  EXPECT_FALSE(r.graphed);
+  EXPECT_TRUE(r.micro_grad_sq_sum.defined());
+  step.set_grad_noise_probe(false);
+  EXPECT_TRUE(step.run(5, c.train.lr).graphed);
+  EXPECT_EQ(step.optimizer().step_count(), 6);
 }
 
 void expect_refused(const Config& c, PrecisionMode p, int64_t world, const std::string& says) {
@@ -364,6 +387,12 @@ TEST(TrainStep, CudaGraphsAreRefusedByNameWhereTheStepCannotBeOneGraph) {
   Config ac = c;
   ac.memory.activation_checkpointing = *parse_activation_checkpointing("blocks");
   expect_refused(ac, PrecisionMode::kBf16, 1, "activation checkpointing");
+  Config qlora = c;
+  qlora.lora.rank = 8;
+  qlora.lora.base_dtype = LoraConfig::BaseDtype::kNf4;
+  expect_refused(qlora, PrecisionMode::kBf16, 1, "QLoRA's nf4 base");
+  qlora.lora.base_dtype = LoraConfig::BaseDtype::kBf16;  // plain LoRA is captured
+  EXPECT_NO_THROW(check_cuda_graphs(qlora, torch::kCPU, PrecisionMode::kBf16, 1));
   // Data that weighs its micro-batches on the host (chat, prompt-completion) is refused by the step.
   RaggedSource ragged(4, 16, /*weighted=*/true);
   torch::manual_seed(5);

@@ -70,8 +70,8 @@ struct StepResult {
   // Defined only on a step run with set_grad_noise_probe(true) and accum > 1.
   at::Tensor micro_grad_sq_sum;
   int64_t oom_backoffs = 0;  // out-of-memory back-offs during this step
-  // A replay of the step's CUDA graph (train.cuda_graphs): its device time is all in
-  // phases.forward_s, and micro_grad_sq_sum is never measured.
+  // A step of the CUDA graph (train.cuda_graphs; its capture or a replay): its device time is all
+  // in phases.forward_s.
   bool graphed = false;
 };
 
@@ -166,10 +166,12 @@ class TrainStep {
   size_t step_spans_ = 0;    // spans_[step_spans_..] belong to the step running now
   bool settle_each_step_ = true;
 
-  // train.cuda_graphs (train_step_graph.cpp): from the third step on, the step's parts are copied
-  // into static buffers and the captured graph of the whole step is replayed. A partial batch, or
-  // a step before the capture, runs eagerly; a failed capture or an out-of-memory back-off turns
-  // graphs off for the rest of the run (said on the console).
+  // train.cuda_graphs (train_step_graph.cpp): the third step runs once on the capture stream and
+  // is captured; from then on each step's parts are copied into static buffers and the graph of
+  // the whole step is replayed. A partial batch, a log step's gradient-noise probe and the steps
+  // before the capture run eagerly. An out-of-memory back-off, or a failure of that first run,
+  // turns graphs off for the rest of the run (said on the console); a failure of the capture
+  // itself stops the run (ConfigError: set train.cuda_graphs = false).
   struct Graph;
   std::unique_ptr<Graph> graph_;
   bool graphs_on_ = false;
