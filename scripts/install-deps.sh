@@ -82,9 +82,18 @@ make_venv() {  # VENV REQUIREMENTS WHAT
   echo "install-deps: installing the Python packages of $req into $venv ($what)"
   start=$(date +%s)
   [[ -x $venv/bin/python ]] || "$PY" -m venv "$venv"
-  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >/tmp/frugal-pip.log 2>&1; then
-    echo "install-deps: pip failed; see /tmp/frugal-pip.log" >&2; tail -20 /tmp/frugal-pip.log >&2; exit 1
-  fi
+  # A registry that drops connections or answers 5xx for a while fails pip outright: three tries,
+  # 15 s and 45 s apart, before giving up (each try's output is kept in the log).
+  local try=1 log=/tmp/frugal-pip.log
+  : >"$log"
+  until "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >>"$log" 2>&1; do
+    if (( try == 3 )); then
+      echo "install-deps: pip failed 3 times installing $req; the last lines of $log:" >&2
+      tail -30 "$log" >&2; exit 1
+    fi
+    echo "install-deps: pip failed (try $try of 3; $(grep -m1 -iE 'error|could not' "$log" | cut -c1-160)); retrying in $(( 15 * 3 ** (try - 1) )) s" >&2
+    sleep $(( 15 * 3 ** (try - 1) )); try=$(( try + 1 ))
+  done
   echo "$want" >"$marker"
   echo "install-deps: $venv done ($(( $(date +%s) - start )) s)"
 }
