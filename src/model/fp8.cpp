@@ -8,6 +8,7 @@
 
 #include "frugal/core/compat.h"
 #include "frugal/model/kernel_ops.h"
+#include "frugal/model/working_weights.h"
 #include "frugal_build_config.h"  // FRUGAL_HAVE_KERNELS
 
 #if FRUGAL_HAVE_KERNELS
@@ -140,7 +141,8 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tenso
 }
 
 at::Tensor linear_or_aten(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  return enabled() && eligible(x, weight) ? linear(x, weight, bias) : at::linear(x, weight, bias);
+  if (enabled() && eligible(x, weight)) return linear(x, weight, bias);
+  return at::linear(x, working_weight(weight), working_weight(bias));
 }
 
 bool gpu_supports_fp8(int major, int minor) { return major > 8 || (major == 8 && minor >= 9); }

@@ -14,6 +14,7 @@
 #include "frugal/model/fused_gelu.h"
 #include "frugal/model/kernel_ops.h"
 #include "frugal/model/lora.h"
+#include "frugal/model/working_weights.h"
 
 namespace frugal {
 namespace F = torch::nn::functional;
@@ -240,8 +241,8 @@ int64_t GptImpl::head_multiple_for(const at::Tensor& x) const {
 at::Tensor GptImpl::head_product(const at::Tensor& x, int64_t m) const {
   const int64_t V = config_.vocab;
   const int64_t Vp = (V + m - 1) / m * m;
-  if (Vp == V) return torch::linear(x, wte_->weight);
-  at::Tensor w = wte_->weight;
+  at::Tensor w = working_weight(wte_->weight, /*shared=*/true);  // tied: the embedding's lookup reads it too
+  if (Vp == V) return torch::linear(x, w);
   const c10::DeviceType dev = x.device().type();
   if (compat::autocast_enabled(dev) && w.scalar_type() == at::kFloat) w = w.to(compat::autocast_dtype(dev));
   return torch::linear(x, at::constant_pad_nd(w, {0, 0, 0, Vp - V}));

@@ -10,6 +10,7 @@
 
 #include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
+#include "frugal/model/working_weights.h"
 
 namespace frugal {
 
@@ -137,6 +138,7 @@ FusedAdamW::FusedAdamW(std::vector<Group> groups, AdamWHyper hyper) : hyper_(hyp
       pv.copy_(p);
       p.set_data(pv);  // the parameter now lives in the flat buffer
       p.mutable_grad() = f.grads.narrow(0, off, n).view(p.sizes());
+      f.members.push_back(p);
       off += n;
     }
     f.exp_avg = at::zeros({total}, opts);
@@ -145,6 +147,14 @@ FusedAdamW::FusedAdamW(std::vector<Group> groups, AdamWHyper hyper) : hyper_(hyp
     flats_.push_back(std::move(f));
   }
   if (!flats_.empty()) device_.init(flats_.front().params.device(), hyper_.lr, steps_);
+}
+
+FusedAdamW::~FusedAdamW() = default;
+
+int64_t FusedAdamW::keep_working_copies(c10::ScalarType dtype, bool add_into_grads) {
+  working_ = std::make_unique<WorkingWeights>(dtype, add_into_grads);
+  for (const auto& f : flats_) working_->add(f.params, f.members);
+  return working_->bytes();
 }
 
 void FusedAdamW::zero_grad() {
@@ -158,6 +168,7 @@ void FusedAdamW::step(const at::Tensor& grad_scale) {
   for (auto& f : flats_)
     adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_, grad_scale,
                  &device_);
+  if (working_) working_->refresh();  // the CPU pass writes through raw pointers: no version moves
 }
 
 void FusedAdamW::step_on_device(const at::Tensor& grad_scale) {
@@ -168,6 +179,7 @@ void FusedAdamW::step_on_device(const at::Tensor& grad_scale) {
   for (auto& f : flats_)
     adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_ + 1, grad_scale,
                  &device_);
+  if (working_) working_->refresh();
 }
 
 std::vector<at::Tensor> FusedAdamW::flat_grads() const {

@@ -36,6 +36,9 @@ class FusedOptimizer : public Optimizer {
   bool steps_on_device() const override { return opt_.device_scalars().on(); }
   void step_on_device(const at::Tensor& grad_scale) override { opt_.step_on_device(grad_scale); }
   void count_replayed_step() override { opt_.count_replayed_step(); }
+  int64_t keep_working_copies(c10::ScalarType dtype, bool add_into_grads) override {
+    return opt_.keep_working_copies(dtype, add_into_grads);
+  }
 
  private:
   FusedAdamW opt_;

@@ -53,6 +53,9 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
   }
   optimizer_ =
       build_optimizer(groups, train, setup.muon_bf16, sync_ ? sync_->optimizer_sharding() : OptimizerSharding{});
+  // Several processes reduce gradients from hooks on AccumulateGrad: the copies' gradients go
+  // through it there.
+  if (setup.working_weights) working_bytes_ = optimizer_->keep_working_copies(precision_.dtype(), !sync_);
   if (train.cuda_graphs) {
     FRUGAL_CHECK(!data_.ragged_targets(), ConfigError,
                  "train.cuda_graphs = true cannot apply to this data: each step weighs its micro-batches by their "

@@ -461,8 +461,7 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
 }
 
 void Trainer::State::add_memory_summary(nlohmann::ordered_json& summary) const {
-  if (tensor_bytes_limit() > 0)
-    summary["memory_limit_mb"] = static_cast<double>(tensor_bytes_limit()) / (1024.0 * 1024.0);
+  if (tensor_bytes_limit() > 0) summary["memory_limit_mb"] = static_cast<double>(tensor_bytes_limit()) / 1048576.0;
   if (counting_allocator_installed()) summary["peak_tensor_mb"] = static_cast<double>(tensor_bytes_peak()) / 1e6;
   summary["peak_rss_mb"] = static_cast<double>(rss_peak_bytes()) / 1e6;
   if (device.is_cuda()) {  // the caching allocator's figures: live tensors and what it reserved
@@ -476,9 +475,10 @@ void Trainer::State::add_memory_summary(nlohmann::ordered_json& summary) const {
   for (const auto& p : model->parameters()) params += p.numel() * static_cast<int64_t>(p.element_size());
   for (const auto& g : step->optimizer().grads())
     if (g.defined()) grads += g.numel() * static_cast<int64_t>(g.element_size());
-  const int64_t state = step->optimizer().state_bytes();
-  summary["state_bytes_per_rank"] = {
-      {"parameters", params}, {"gradients", grads}, {"optimizer", state}, {"total", params + grads + state}};
+  const int64_t state = step->optimizer().state_bytes(), working = step->working_weight_bytes();
+  nlohmann::ordered_json& b = summary["state_bytes_per_rank"];
+  b = {{"parameters", params}, {"working_weights", working}, {"gradients", grads}, {"optimizer", state}};
+  b["total"] = params + working + grads + state;
 }
 
 void Trainer::State::add_checkpoint_summary(nlohmann::ordered_json& summary) const {

@@ -164,6 +164,31 @@ TEST(CudaStep, AGraphedRunStoppedAndResumedMatchesTheUninterruptedOneBitwise) {
       << "final weights differ";
 }
 
+// model.kernels = "frugal" in bf16 reads the bf16 working weights (model/working_weights.h): the
+// graph's AdamW rewrites them, a resume restores the fp32 weights under them.
+TEST(CudaStep, ARunOnBf16WorkingWeightsStoppedAndResumedMatchesTheUninterruptedOneBitwise) {
+  FRUGAL_REQUIRE_GPU();
+  if (const std::string why = cuda_kernels_unavailable(torch::Device(torch::kCUDA, 0)); !why.empty())
+    GTEST_SKIP() << why;
+  test::TempDir a, b;
+  const std::vector<std::string> x = {"run.deterministic=true", "precision.mode=bf16",      "model.kernels=frugal",
+                                      "train.cuda_graphs=true", "checkpoint.every_steps=7", "checkpoint.keep_last=5"};
+  const auto whole = test::train_on_gpu(a.path(), x);
+  const auto& bytes = whole["state_bytes_per_rank"];
+  EXPECT_EQ(bytes["working_weights"].get<int64_t>() * 2, bytes["parameters"].get<int64_t>());
+  TrainerOptions o;
+  o.handle_signals = true;
+  o.callbacks = {std::make_shared<test::SignalAt>(14)};
+  ASSERT_EQ(test::train_on_gpu(b.path(), x, o)["stop_kind"], "preempted");
+  TrainerOptions r;
+  r.resume = "auto";
+  r.overwrite = false;
+  EXPECT_EQ(test::train_on_gpu(b.path(), x, r)["stop_kind"], "completed");
+  EXPECT_EQ(test::read_text(a.path() + "/demo/final/model.safetensors"),
+            test::read_text(b.path() + "/demo/final/model.safetensors"))
+      << "final weights differ";
+}
+
 TEST(CudaStep, AStepThatWaitsForTheGpuIsNotCapturedAndTheRunStopsWithTheReason) {
   FRUGAL_REQUIRE_GPU();
   test::TempDir d;

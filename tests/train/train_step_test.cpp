@@ -311,8 +311,14 @@ void expect_same_training(const GraphRun& a, const GraphRun& b) {
   for (size_t i = 0; i < a.weights.size(); ++i) EXPECT_TRUE(torch::equal(a.weights[i], b.weights[i])) << i;
 }
 
-Config graph_config(bool graphs) {
+// `working`: in bf16 on model.kernels = "frugal", so the step reads bf16 working weights
+// (model/working_weights.h) that the graph's AdamW rewrites and the eager steps read after it.
+Config graph_config(bool graphs, bool working = false) {
   Config c = test::tiny_config();
+  if (working) {
+    c.precision.mode = PrecisionMode::kBf16;
+    c.model.kernels = ModelConfig::Kernels::kFrugal;
+  }
   c.data.micro_batch = 4;
   c.train.global_batch = 8;  // two micro-batches a step
   c.train.cuda_graphs = graphs;
@@ -334,15 +340,16 @@ TEST(TrainStep, APartialBatchRunsEagerlyAndTheGraphServesTheStepsAfterIt) {
   EmulatedGraphs on;
   // Micro-batch 8 is the first of step 4 (after the capture); 4 the first of step 2 (the step the
   // capture would take: it waits for the next full one).
-  for (const int64_t short_at : {8, 4}) {
-    SCOPED_TRACE(short_at);
-    ShortOnce d1(4, 16, short_at), d2(4, 16, short_at);
-    const GraphRun eager = run_graph_steps(graph_config(false), 7, d1);
-    const GraphRun graphed = run_graph_steps(graph_config(true), 7, d2);
-    EXPECT_EQ(graphed.graphed, 7 - TrainStep::kEagerStepsBeforeCapture - 1);
-    EXPECT_EQ(graphed.optimizer_steps, 7);
-    expect_same_training(eager, graphed);
-  }
+  for (const bool working : {false, true})
+    for (const int64_t short_at : {8, 4}) {
+      SCOPED_TRACE(testing::Message() << "short at " << short_at << (working ? ", bf16 working weights" : ""));
+      ShortOnce d1(4, 16, short_at), d2(4, 16, short_at);
+      const GraphRun eager = run_graph_steps(graph_config(false, working), 7, d1);
+      const GraphRun graphed = run_graph_steps(graph_config(true, working), 7, d2);
+      EXPECT_EQ(graphed.graphed, 7 - TrainStep::kEagerStepsBeforeCapture - 1);
+      EXPECT_EQ(graphed.optimizer_steps, 7);
+      expect_same_training(eager, graphed);
+    }
 }
 
 TEST(TrainStep, AStepThatProbesEachMicroBatchsGradientRunsEagerly) {

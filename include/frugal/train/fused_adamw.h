@@ -20,10 +20,13 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace frugal {
+
+class WorkingWeights;
 
 struct AdamWHyper {
   double lr = 1e-3;
@@ -75,6 +78,14 @@ class FusedAdamW {
   };
 
   FusedAdamW(std::vector<Group> groups, AdamWHyper hyper);
+  ~FusedAdamW();
+  FusedAdamW(const FusedAdamW&) = delete;
+  FusedAdamW& operator=(const FusedAdamW&) = delete;
+
+  // Keeps a `dtype` copy of every parameter beside the flat buffers, rewritten by each step, for
+  // the model's products to read (model/working_weights.h; `add_into_grads` where no gradient hook
+  // waits on AccumulateGrad). Returns the bytes the copies take.
+  int64_t keep_working_copies(c10::ScalarType dtype, bool add_into_grads);
 
   void set_lr(double lr) {
     hyper_.lr = lr;
@@ -105,6 +116,7 @@ class FusedAdamW {
  private:
   struct Flat {
     at::Tensor params, grads, exp_avg, exp_avg_sq;
+    std::vector<at::Tensor> members;  // the parameters living in `params`, in order
     // Scratch for sqrt(v)/bc2 + eps, allocated once: a fresh buffer of the model's size every step
     // would be mmapped and page-faulted in each time.
     at::Tensor denom;
@@ -114,6 +126,7 @@ class FusedAdamW {
   AdamWHyper hyper_;
   int64_t steps_ = 0;
   AdamWDeviceScalars device_;
+  std::unique_ptr<WorkingWeights> working_;  // bf16 copies the forward reads (keep_working_copies)
 };
 
 }  // namespace frugal

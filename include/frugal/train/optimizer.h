@@ -43,6 +43,11 @@ class Optimizer {
   virtual bool steps_on_device() const { return false; }
   virtual void step_on_device(const at::Tensor& grad_scale);
   virtual void count_replayed_step() {}
+
+  // bf16 working weights (model/working_weights.h): keeps a `dtype` copy of every parameter,
+  // rewritten by each step, and returns the bytes it takes; 0 where this optimizer keeps none
+  // (only the unsharded fused AdamW does).
+  virtual int64_t keep_working_copies(c10::ScalarType /*dtype*/, bool /*add_into_grads*/) { return 0; }
 };
 
 // One AdamW parameter group: its tensors and their decoupled weight decay (the learning rate is

@@ -35,7 +35,10 @@ struct RunSetup {
   bool task_schedule = false;      // the task supplies the learning rate (TaskHooks::lr_schedule)
   bool grad_noise_wanted = false;  // monitor.grad_noise
   bool grad_noise = false;         // monitor.grad_noise and accum > 1: the noise scale is measured
-  PeakFlops peak;                  // MFU's denominator (configured, or measured once in the run's dtype)
+  // bf16 working weights (model/working_weights.h): model.kernels = "frugal", precision bf16, the
+  // fused AdamW unsharded (dist.zero = 0).
+  bool working_weights = false;
+  PeakFlops peak;  // MFU's denominator (configured, or measured once in the run's dtype)
 };
 
 // The setup for `config` on `world_size` processes with `precision` already resolved. `peak` is

@@ -119,6 +119,8 @@ class TrainStep {
   int64_t micro_batch_effective() const { return micro_batch_ / chunks_; }
   int64_t accum_effective() const { return accum_ * chunks_; }
   int64_t oom_backoffs() const { return oom_backoffs_; }
+  // Bytes of the bf16 working weights the optimizer keeps (RunSetup::working_weights; 0: none).
+  int64_t working_weight_bytes() const { return working_bytes_; }
   // Steps run as a replay of the step's CUDA graph (train.cuda_graphs), and whether one is captured.
   int64_t graphed_steps() const { return graphed_steps_; }
   bool graph_captured() const { return graph_ != nullptr; }
@@ -175,6 +177,7 @@ class TrainStep {
   struct Graph;
   std::unique_ptr<Graph> graph_;
   bool graphs_on_ = false;
+  int64_t working_bytes_ = 0;
   int64_t eager_steps_ = 0, graphed_steps_ = 0;
   bool graphed_step(int64_t iteration, double lr, std::vector<Batch>& fetched, StepResult& r);
   void graph_body(Graph& g);

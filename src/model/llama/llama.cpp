@@ -15,6 +15,7 @@
 #include "frugal/model/fused_llama.h"
 #include "frugal/model/linear_cross_entropy.h"
 #include "frugal/model/lora.h"
+#include "frugal/model/working_weights.h"
 
 namespace frugal {
 namespace F = torch::nn::functional;
@@ -248,11 +249,12 @@ at::Tensor LlamaImpl::hidden(const at::Tensor& idx, const at::Tensor& positions)
 at::Tensor LlamaImpl::forward(const at::Tensor& idx) { return logits(idx, at::Tensor()); }
 
 at::Tensor LlamaImpl::logits(const at::Tensor& idx, const at::Tensor& positions) {
-  return at::linear(hidden(idx, positions), head_weight());
+  return at::linear(hidden(idx, positions), working_weight(head_weight(), config_.tie_embeddings));
 }
 
 at::Tensor LlamaImpl::loss(const at::Tensor& idx, const at::Tensor& targets, const at::Tensor& positions) {
-  return linear_cross_entropy(hidden(idx, positions), head_weight(), targets, config_.loss_chunk, kIgnoreIndex);
+  return linear_cross_entropy(hidden(idx, positions), working_weight(head_weight(), config_.tie_embeddings), targets,
+                              config_.loss_chunk, kIgnoreIndex);
 }
 
 at::Tensor LlamaImpl::decode(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache) {
@@ -261,7 +263,7 @@ at::Tensor LlamaImpl::decode(const at::Tensor& idx, int64_t pos, std::vector<Lay
   const RopeTables& rope = rope_on(x.device());
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i]->forward(x, rope, pos, &cache[i]);
   x = fused_rms_norm(x.narrow(1, T - 1, 1), norm_, config_.norm_eps, x.scalar_type(), gpu_kernels(config_));
-  return at::linear(x, head_weight()).reshape({-1});
+  return at::linear(x, working_weight(head_weight(), config_.tie_embeddings)).reshape({-1});
 }
 
 double LlamaImpl::flops_per_token() const {
