@@ -15,8 +15,10 @@
 #include <future>
 #include <thread>
 
+#include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
 #include "frugal/dist/zero_adamw.h"
+#include "frugal/model/working_weights.h"
 #include "frugal/train/fused_adamw.h"
 #include "frugal/train/grad_clip.h"
 #include "frugal/train/muon.h"
@@ -219,6 +221,25 @@ TEST(DataParallel, Zero2ReducesEachBucketToItsOwnersShard) {
     for (size_t i = 0; i < params[r].size(); ++i)
       EXPECT_FALSE(params[r][i].grad().defined()) << "rank " << r << " kept the gradient of parameter " << i;
     EXPECT_NEAR(norms[r], global_grad_norm({ref[0].grad(), ref[1].grad(), ref[2].grad()}).item<double>(), 1e-5);
+  }
+}
+
+// Rank 0's parameters broadcast at the start reach what keeps a copy of them: the bf16 working
+// weights (model/working_weights.h) of rank 1, made before the broadcast from its own initial values.
+TEST(DataParallel, TheStartingBroadcastReachesTheWorkingWeights) {
+  auto groups = two_ranks(29656);
+  std::vector<std::vector<at::Tensor>> params = {make_params(3), make_params(4)};
+  std::vector<std::unique_ptr<FusedAdamW>> opts(2);
+  on_both([&](int64_t r) {
+    opts[r] = std::make_unique<FusedAdamW>(std::vector<FusedAdamW::Group>{{params[r], 0.0}}, AdamWHyper{});
+    opts[r]->keep_working_copies(at::kBFloat16, false);
+    DataParallel(groups[r], Config{}).broadcast_parameters(params[r]);
+  });
+  compat::AutocastGuard autocast(c10::DeviceType::CPU, at::kBFloat16, true);
+  c10::NoGradGuard no_grad;
+  for (size_t i = 0; i < params[0].size(); ++i) {
+    ASSERT_TRUE(torch::equal(params[1][i], params[0][i]));
+    EXPECT_TRUE(torch::equal(working_weight(params[1][i]), params[0][i].to(at::kBFloat16))) << "param " << i;
   }
 }
 
