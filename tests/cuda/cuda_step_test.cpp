@@ -145,23 +145,29 @@ TEST(CudaStep, AStepReplayedAsACudaGraphTrainsTheEagerStepsWeightsBitwise) {
       << "final weights differ";
 }
 
-TEST(CudaStep, AGraphedRunStoppedAndResumedMatchesTheUninterruptedOneBitwise) {
-  FRUGAL_REQUIRE_GPU();
+// A run with `sets` stopped at step 14 (checkpoints every 7) and resumed ends with the weights of
+// the same run uninterrupted, bitwise; returns the uninterrupted run's summary.
+nlohmann::json expect_resume_matches_uninterrupted(std::vector<std::string> sets) {
+  sets.insert(sets.end(), {"checkpoint.every_steps=7", "checkpoint.keep_last=5"});
   test::TempDir a, b;
-  const std::vector<std::string> x = {"run.deterministic=true", "precision.mode=bf16", "train.cuda_graphs=true",
-                                      "checkpoint.every_steps=7", "checkpoint.keep_last=5"};
-  test::train_on_gpu(a.path(), x);
+  nlohmann::json whole = test::train_on_gpu(a.path(), sets);
   TrainerOptions o;
   o.handle_signals = true;
   o.callbacks = {std::make_shared<test::SignalAt>(14)};
-  ASSERT_EQ(test::train_on_gpu(b.path(), x, o)["stop_kind"], "preempted");
+  EXPECT_EQ(test::train_on_gpu(b.path(), sets, o)["stop_kind"], "preempted");
   TrainerOptions r;
   r.resume = "auto";
   r.overwrite = false;
-  EXPECT_EQ(test::train_on_gpu(b.path(), x, r)["stop_kind"], "completed");
+  EXPECT_EQ(test::train_on_gpu(b.path(), sets, r)["stop_kind"], "completed");
   EXPECT_EQ(test::read_text(a.path() + "/demo/final/model.safetensors"),
             test::read_text(b.path() + "/demo/final/model.safetensors"))
       << "final weights differ";
+  return whole;
+}
+
+TEST(CudaStep, AGraphedRunStoppedAndResumedMatchesTheUninterruptedOneBitwise) {
+  FRUGAL_REQUIRE_GPU();
+  expect_resume_matches_uninterrupted({"run.deterministic=true", "precision.mode=bf16", "train.cuda_graphs=true"});
 }
 
 // model.kernels = "frugal" in bf16 reads the bf16 working weights (model/working_weights.h): the
@@ -170,23 +176,10 @@ TEST(CudaStep, ARunOnBf16WorkingWeightsStoppedAndResumedMatchesTheUninterruptedO
   FRUGAL_REQUIRE_GPU();
   if (const std::string why = cuda_kernels_unavailable(torch::Device(torch::kCUDA, 0)); !why.empty())
     GTEST_SKIP() << why;
-  test::TempDir a, b;
-  const std::vector<std::string> x = {"run.deterministic=true", "precision.mode=bf16",      "model.kernels=frugal",
-                                      "train.cuda_graphs=true", "checkpoint.every_steps=7", "checkpoint.keep_last=5"};
-  const auto whole = test::train_on_gpu(a.path(), x);
+  const nlohmann::json whole = expect_resume_matches_uninterrupted(
+      {"run.deterministic=true", "precision.mode=bf16", "model.kernels=frugal", "train.cuda_graphs=true"});
   const auto& bytes = whole["state_bytes_per_rank"];
   EXPECT_EQ(bytes["working_weights"].get<int64_t>() * 2, bytes["parameters"].get<int64_t>());
-  TrainerOptions o;
-  o.handle_signals = true;
-  o.callbacks = {std::make_shared<test::SignalAt>(14)};
-  ASSERT_EQ(test::train_on_gpu(b.path(), x, o)["stop_kind"], "preempted");
-  TrainerOptions r;
-  r.resume = "auto";
-  r.overwrite = false;
-  EXPECT_EQ(test::train_on_gpu(b.path(), x, r)["stop_kind"], "completed");
-  EXPECT_EQ(test::read_text(a.path() + "/demo/final/model.safetensors"),
-            test::read_text(b.path() + "/demo/final/model.safetensors"))
-      << "final weights differ";
 }
 
 TEST(CudaStep, AStepThatWaitsForTheGpuIsNotCapturedAndTheRunStopsWithTheReason) {

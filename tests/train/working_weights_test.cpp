@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "frugal/core/compat.h"
+#include "frugal/data/batch_source.h"
 #include "frugal/model/fp8.h"
 #include "frugal/model/gpt.h"
 #include "frugal/model/model_family.h"
@@ -169,27 +170,6 @@ std::unique_ptr<at::ObserverContext> count_weight_casts(const at::RecordFunction
   return nullptr;
 }
 
-// The rows of a fixed random table of tokens below `vocab`, micro-batch i being rows [i B, (i+1) B).
-class Table : public BatchSource {
- public:
-  Table(int64_t micro, int64_t block, int64_t vocab) : micro_(micro) {
-    torch::manual_seed(11);
-    table_ = torch::randint(0, vocab, {256, block + 1}, torch::kLong);
-  }
-  Batch train_batch(int64_t i) override {
-    auto rows = table_.narrow(0, (i * micro_) % 256, micro_);
-    return {rows.narrow(1, 0, rows.size(1) - 1).contiguous(), rows.narrow(1, 1, rows.size(1) - 1).contiguous()};
-  }
-  Batch val_batch(int64_t i) override { return train_batch(i); }
-  std::string describe() const override { return "table"; }
-  int64_t train_tokens() const override { return table_.numel(); }
-  int64_t val_tokens() const override { return table_.numel(); }
-
- private:
-  int64_t micro_;
-  at::Tensor table_;
-};
-
 struct Trained {
   std::vector<double> losses;
   std::vector<at::Tensor> weights;
@@ -201,6 +181,7 @@ struct Trained {
 Trained train(ModelConfig::Arch arch, bool working, bool checkpointing) {
   Config c = test::tiny_config();
   c.model = test::tiny_model(arch);
+  c.model.vocab = 256;  // the built-in arithmetic data's bytes
   c.model.kernels = ModelConfig::Kernels::kFrugal;
   c.precision.mode = PrecisionMode::kBf16;
   c.data.micro_batch = 4;
@@ -215,10 +196,10 @@ Trained train(ModelConfig::Arch arch, bool working, bool checkpointing) {
   RunSetup setup = set_up_run(c, hooks, 1, PrecisionPolicy(c.precision.mode, torch::kCPU));
   EXPECT_TRUE(setup.working_weights);
   setup.working_weights = working;
-  Table data(c.data.micro_batch, c.model.block, c.model.vocab);
+  const std::unique_ptr<BatchSource> data = make_batch_source(c);
   TrainStep step(
       setup, c.train, c.precision, model.ptr(),
-      [m = model.get()](torch::nn::Module&, const Batch& b) { return m->loss(b.x, b.y, b.pos); }, data, torch::kCPU,
+      [m = model.get()](torch::nn::Module&, const Batch& b) { return m->loss(b.x, b.y, b.pos); }, *data, torch::kCPU,
       nullptr);
   Trained out;
   watched.clear();
