@@ -6,6 +6,8 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/autograd.h>
 
+#include <limits>
+
 #include "frugal/core/compat.h"
 #include "frugal/model/kernel_ops.h"
 #include "frugal/model/working_weights.h"
@@ -18,6 +20,7 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "model/internal/kernel_launch.h"
 #endif
 
 namespace frugal::fp8 {
@@ -72,11 +75,10 @@ Cast kernel_cast(const at::Tensor& t, at::ScalarType format) {
   const at::Tensor x = t.contiguous();
   const at::Tensor amax = at::linalg_vector_norm(x, INFINITY).to(at::kFloat);
   Cast c{at::empty(x.sizes(), x.options().dtype(format)), at::empty({}, x.options().dtype(at::kFloat))};
-  const int status = kernels::fp8_scaled_cast(
-      c.data.data_ptr(), x.data_ptr(), x.scalar_type() == at::kBFloat16 ? kernels::Dtype::kBf16 : kernels::Dtype::kF32,
-      x.numel(), format == kGradient, amax.data_ptr<float>(), c.scale.data_ptr<float>(),
-      at::cuda::getCurrentCUDAStream(t.device().index()).stream());
-  TORCH_CHECK(status == 0, "frugal kernel fp8_scaled_cast failed to launch: ", kernels::kernel_error_text(status));
+  check_kernel_launch(kernels::fp8_scaled_cast(c.data.data_ptr(), x.data_ptr(), kernel_dtype_of(x.scalar_type()),
+                                               x.numel(), format == kGradient, amax.data_ptr<float>(),
+                                               c.scale.data_ptr<float>(), kernel_stream(x)),
+                      "fp8_scaled_cast");
   return c;
 }
 #endif
@@ -107,7 +109,8 @@ Cast cast(const at::Tensor& t, at::ScalarType format, bool kernel) {
 }
 
 at::Tensor scale_of(const at::Tensor& t, at::ScalarType format) {
-  const at::Tensor amax = t.abs().max().to(at::kDouble);
+  // One pass, no |t| temporary (the fp8 cast kernel's amax is the same reduction).
+  const at::Tensor amax = at::linalg_vector_norm(t, std::numeric_limits<double>::infinity()).to(at::kDouble);
   return (format_max(format) / amax.clamp_min(1e-12)).to(at::kFloat);
 }
 

@@ -14,6 +14,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/kernels.h"
+#include "model/internal/kernel_launch.h"
 #endif
 
 namespace frugal {
@@ -102,16 +103,6 @@ at::Tensor bias_gelu_reference(const at::Tensor& u2, const at::Tensor& bias, boo
   return at::gelu(u2.to(ct) + bias.to(ct), tanh_form ? "tanh" : "none").to(u2.scalar_type());
 }
 
-#if FRUGAL_HAVE_KERNELS
-kernels::Dtype gelu_kdt(const at::Tensor& t) {
-  return t.scalar_type() == at::kBFloat16 ? kernels::Dtype::kBf16 : kernels::Dtype::kF32;
-}
-void* gelu_stream(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
-void check_gelu_launch(int status, const char* what) {
-  TORCH_CHECK(status == 0, "frugal kernel ", what, " failed to launch: ", kernels::kernel_error_text(status));
-}
-#endif
-
 // GELU(u + b) over rows of u2 (rows, F): frugal's kernels where `kernel`, else the ATen body.
 class BiasGeluKernelFunction : public torch::autograd::Function<BiasGeluKernelFunction> {
  public:
@@ -124,9 +115,10 @@ class BiasGeluKernelFunction : public torch::autograd::Function<BiasGeluKernelFu
       RECORD_FUNCTION("frugal::bias_gelu", std::vector<c10::IValue>());
       const c10::cuda::CUDAGuard device_guard(u2.device());
       y = at::empty_like(u2);
-      check_gelu_launch(kernels::bias_gelu_forward(y.data_ptr(), u2.data_ptr(), gelu_kdt(u2), b.data_ptr<float>(),
-                                                   u2.size(0), u2.size(1), tanh_form, gelu_stream(u2)),
-                        "bias_gelu_forward");
+      check_kernel_launch(
+          kernels::bias_gelu_forward(y.data_ptr(), u2.data_ptr(), kernel_dtype_of(u2.scalar_type()),
+                                     b.data_ptr<float>(), u2.size(0), u2.size(1), tanh_form, kernel_stream(u2)),
+          "bias_gelu_forward");
     }
 #endif
     if (!y.defined()) y = bias_gelu_reference(u2, b, tanh_form);
@@ -150,10 +142,11 @@ class BiasGeluKernelFunction : public torch::autograd::Function<BiasGeluKernelFu
       at::Tensor du = at::empty_like(u2), db = at::empty({u2.size(1)}, b.options());
       const at::Tensor scratch = at::empty(
           {static_cast<int64_t>(kernels::bias_gelu_backward_scratch_floats(u2.size(0), u2.size(1)))}, b.options());
-      check_gelu_launch(kernels::bias_gelu_backward(du.data_ptr(), db.data_ptr<float>(), dy.data_ptr(), u2.data_ptr(),
-                                                    gelu_kdt(u2), b.data_ptr<float>(), scratch.data_ptr<float>(),
-                                                    u2.size(0), u2.size(1), tanh_form, gelu_stream(u2)),
-                        "bias_gelu_backward");
+      check_kernel_launch(
+          kernels::bias_gelu_backward(du.data_ptr(), db.data_ptr<float>(), dy.data_ptr(), u2.data_ptr(),
+                                      kernel_dtype_of(u2.scalar_type()), b.data_ptr<float>(), scratch.data_ptr<float>(),
+                                      u2.size(0), u2.size(1), tanh_form, kernel_stream(u2)),
+          "bias_gelu_backward");
       return {du.view(sizes), db, at::Tensor(), at::Tensor()};
     }
 #endif

@@ -13,6 +13,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/kernels.h"
+#include "model/internal/kernel_launch.h"
 #endif
 
 namespace frugal {
@@ -27,24 +28,16 @@ float* fp(const at::Tensor& t) { return t.data_ptr<float>(); }
 
 bool llama_kernel_dtype(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; }
 
-#if FRUGAL_HAVE_KERNELS
-kernels::Dtype kdt(at::ScalarType t) { return t == at::kBFloat16 ? kernels::Dtype::kBf16 : kernels::Dtype::kF32; }
-void* llama_stream(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
-void check_llama_launch(int status, const char* what) {
-  TORCH_CHECK(status == 0, "frugal kernel ", what, " failed to launch: ", kernels::kernel_error_text(status));
-}
-#endif
-
 // The GPU half of the ops below: frugal's kernels (src/kernels/llama.cu) on a CUDA tensor. Each
 // returns false, having done nothing, where this build has no kernels.
 bool rms_forward_gpu(const at::Tensor& x2, const at::Tensor& w, double eps, const at::Tensor& y,
                      const at::Tensor& rstd) {
 #if FRUGAL_HAVE_KERNELS
   const c10::cuda::CUDAGuard guard(x2.device());
-  check_llama_launch(kernels::rmsnorm_forward(y.data_ptr(), kdt(y.scalar_type()), rstd.data_ptr<float>(), x2.data_ptr(),
-                                              kdt(x2.scalar_type()), w.data_ptr<float>(), x2.size(0), x2.size(1),
-                                              static_cast<float>(eps), llama_stream(x2)),
-                     "rmsnorm_forward");
+  check_kernel_launch(kernels::rmsnorm_forward(y.data_ptr(), kernel_dtype_of(y.scalar_type()), rstd.data_ptr<float>(),
+                                               x2.data_ptr(), kernel_dtype_of(x2.scalar_type()), w.data_ptr<float>(),
+                                               x2.size(0), x2.size(1), static_cast<float>(eps), kernel_stream(x2)),
+                      "rmsnorm_forward");
   return true;
 #else
   (void)x2, (void)w, (void)eps, (void)y, (void)rstd;
@@ -61,12 +54,12 @@ bool rms_backward_gpu(const at::Tensor& x2, const at::Tensor& w, const at::Tenso
   const c10::cuda::CUDAGuard guard(x2.device());
   const at::Tensor scratch =
       at::empty({static_cast<int64_t>(kernels::rmsnorm_backward_scratch_floats(x2.size(0), x2.size(1)))}, dw.options());
-  check_llama_launch(kernels::rmsnorm_backward(
-                         dx.data_ptr(), dx_low.defined() ? dx_low.data_ptr() : nullptr, dy.data_ptr(),
-                         kdt(dy.scalar_type()), dresid.defined() ? dresid.data_ptr() : nullptr, x2.data_ptr(),
-                         kdt(x2.scalar_type()), w.data_ptr<float>(), rstd.data_ptr<float>(), dw.data_ptr<float>(),
-                         scratch.data_ptr<float>(), x2.size(0), x2.size(1), llama_stream(x2)),
-                     "rmsnorm_backward");
+  check_kernel_launch(kernels::rmsnorm_backward(
+                          dx.data_ptr(), dx_low.defined() ? dx_low.data_ptr() : nullptr, dy.data_ptr(),
+                          kernel_dtype_of(dy.scalar_type()), dresid.defined() ? dresid.data_ptr() : nullptr,
+                          x2.data_ptr(), kernel_dtype_of(x2.scalar_type()), w.data_ptr<float>(), rstd.data_ptr<float>(),
+                          dw.data_ptr<float>(), scratch.data_ptr<float>(), x2.size(0), x2.size(1), kernel_stream(x2)),
+                      "rmsnorm_backward");
   return true;
 #else
   (void)x2, (void)w, (void)rstd, (void)dy, (void)dx, (void)dw, (void)dresid, (void)dx_low;
@@ -79,13 +72,13 @@ bool swiglu_gpu(const at::Tensor& gu2, const at::Tensor& dact, const at::Tensor&
   const c10::cuda::CUDAGuard guard(gu2.device());
   const int64_t rows = gu2.size(0), cols = gu2.size(1) / 2;
   if (dact.defined())
-    check_llama_launch(kernels::swiglu_backward(out.data_ptr(), gu2.data_ptr(), dact.data_ptr(), kdt(gu2.scalar_type()),
-                                                rows, cols, llama_stream(gu2)),
-                       "swiglu_backward");
+    check_kernel_launch(kernels::swiglu_backward(out.data_ptr(), gu2.data_ptr(), dact.data_ptr(),
+                                                 kernel_dtype_of(gu2.scalar_type()), rows, cols, kernel_stream(gu2)),
+                        "swiglu_backward");
   else
-    check_llama_launch(
-        kernels::swiglu_forward(out.data_ptr(), gu2.data_ptr(), kdt(gu2.scalar_type()), rows, cols, llama_stream(gu2)),
-        "swiglu_forward");
+    check_kernel_launch(kernels::swiglu_forward(out.data_ptr(), gu2.data_ptr(), kernel_dtype_of(gu2.scalar_type()),
+                                                rows, cols, kernel_stream(gu2)),
+                        "swiglu_forward");
   return true;
 #else
   (void)gu2, (void)dact, (void)out;
@@ -193,10 +186,10 @@ void rope_launch(bool backward, const at::Tensor& packed, const at::Tensor& q, c
                  const at::Tensor& cos, const at::Tensor& sin, int64_t H, int64_t K) {
   const c10::cuda::CUDAGuard guard(packed.device());
   const int64_t B = packed.size(0), T = packed.size(1), D = packed.size(2) / (H + 2 * K);
-  check_llama_launch(kernels::rope_split(backward, packed.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                                         kdt(packed.scalar_type()), cos.data_ptr<float>(), sin.data_ptr<float>(), B, T,
-                                         H, K, D, llama_stream(packed)),
-                     "rope_split");
+  check_kernel_launch(kernels::rope_split(backward, packed.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                          kernel_dtype_of(packed.scalar_type()), cos.data_ptr<float>(),
+                                          sin.data_ptr<float>(), B, T, H, K, D, kernel_stream(packed)),
+                      "rope_split");
 }
 
 // h = x + y and the RMSNorm of h, one kernel each way; see residual_rms_norm.
@@ -209,11 +202,11 @@ class ResidualRmsNormFunction : public torch::autograd::Function<ResidualRmsNorm
     at::Tensor h = at::empty_like(x2), out = at::empty_like(y2);
     at::Tensor rstd = at::empty({x2.size(0)}, x2.options().dtype(at::kFloat));
     const c10::cuda::CUDAGuard guard(x2.device());
-    check_llama_launch(
-        kernels::residual_rmsnorm_forward(h.data_ptr(), out.data_ptr(), kdt(out.scalar_type()), rstd.data_ptr<float>(),
-                                          x2.data_ptr(), y2.data_ptr(), kdt(x2.scalar_type()), w.data_ptr<float>(),
-                                          x2.size(0), C, static_cast<float>(eps), llama_stream(x2)),
-        "residual_rmsnorm_forward");
+    check_kernel_launch(kernels::residual_rmsnorm_forward(
+                            h.data_ptr(), out.data_ptr(), kernel_dtype_of(out.scalar_type()), rstd.data_ptr<float>(),
+                            x2.data_ptr(), y2.data_ptr(), kernel_dtype_of(x2.scalar_type()), w.data_ptr<float>(),
+                            x2.size(0), C, static_cast<float>(eps), kernel_stream(x2)),
+                        "residual_rmsnorm_forward");
     ctx->save_for_backward({h, w, rstd});
     ctx->saved_data["sizes"] = x.sizes().vec();
     ctx->saved_data["y_dtype"] = static_cast<int64_t>(y.scalar_type());

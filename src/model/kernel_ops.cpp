@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "kernels/kernels.h"
+#include "model/internal/kernel_launch.h"
 #endif
 
 namespace frugal {
@@ -36,10 +37,6 @@ at::ScalarType reference_compute_type(const at::Tensor& t) {
 
 #if FRUGAL_HAVE_KERNELS
 bool kernel_dtype(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; }
-
-kernels::Dtype to_kernel_dtype(at::ScalarType t) {
-  return t == at::kBFloat16 ? kernels::Dtype::kBf16 : kernels::Dtype::kF32;
-}
 
 // Whether the build's kernels hold code for GPU `index` (kernels::kernel_image_status), asked once
 // per device; kept as status + 1 (0: not asked yet).
@@ -60,10 +57,6 @@ bool capable_device(const at::Tensor& t) {
          image_status(t.device().index()) == 0;
 }
 
-void check_launch(int status, const char* what) {
-  TORCH_CHECK(status == 0, "frugal kernel ", what, " failed to launch: ", kernels::kernel_error_text(status));
-}
-
 // The LayerNorm backward's arrival counter for `t`'s device and current stream: 0 between launches
 // (the kernel's last block resets it), so one per stream serves every call on it, without a
 // memset per call. Kept for the life of the process (never freed: a static tensor's destructor
@@ -78,11 +71,6 @@ const at::Tensor& backward_counter(const at::Tensor& t) {
   if (it == counters->end()) it = counters->emplace(key, at::zeros({1}, t.options().dtype(at::kInt))).first;
   return it->second;
 }
-
-// The stream the kernels of a tensor on `t`'s device queue on. Each launch runs under a
-// CUDAGuard of that device (a data-parallel rank's tensors live on its own GPU, which need not be
-// the thread's current one).
-void* stream_of(const at::Tensor& t) { return at::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
 int sm_count(const at::Tensor& t) { return at::cuda::getDeviceProperties(t.device().index())->multiProcessorCount; }
 #endif
@@ -117,10 +105,11 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
       const auto opts = logits.options().dtype(at::kFloat);
       lse = at::empty({logits.size(0)}, opts);
       rows = at::empty({logits.size(0)}, opts);
-      check_launch(kernels::classifier_forward(logits.data_ptr(), to_kernel_dtype(logits.scalar_type()), logits.size(0),
-                                               vocab, logits.size(1), targets.data_ptr<int64_t>(), ignore_index,
-                                               lse.data_ptr<float>(), rows.data_ptr<float>(), stream_of(logits)),
-                   "classifier_forward");
+      check_kernel_launch(
+          kernels::classifier_forward(logits.data_ptr(), kernel_dtype_of(logits.scalar_type()), logits.size(0), vocab,
+                                      logits.size(1), targets.data_ptr<int64_t>(), ignore_index, lse.data_ptr<float>(),
+                                      rows.data_ptr<float>(), kernel_stream(logits)),
+          "classifier_forward");
 #endif
     } else {
       const at::Tensor z = logits.narrow(1, 0, vocab).to(reference_compute_type(logits));
@@ -155,11 +144,12 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
       RECORD_FUNCTION("frugal::fused_classifier_backward", std::vector<c10::IValue>());
       const c10::cuda::CUDAGuard device_guard(logits.device());
       const at::Tensor grad = grad_out[0].to(at::kFloat).contiguous();
-      check_launch(kernels::classifier_backward(
-                       dlogits.data_ptr(), logits.data_ptr(), to_kernel_dtype(logits.scalar_type()), logits.size(0),
-                       vocab, logits.size(1), targets.data_ptr<int64_t>(), ignore, lse.data_ptr<float>(),
-                       grad.data_ptr<float>(), count.data_ptr<float>(), stream_of(logits)),
-                   "classifier_backward");
+      check_kernel_launch(
+          kernels::classifier_backward(dlogits.data_ptr(), logits.data_ptr(), kernel_dtype_of(logits.scalar_type()),
+                                       logits.size(0), vocab, logits.size(1), targets.data_ptr<int64_t>(), ignore,
+                                       lse.data_ptr<float>(), grad.data_ptr<float>(), count.data_ptr<float>(),
+                                       kernel_stream(logits)),
+          "classifier_backward");
       // The kernel wrote through a raw pointer: the in-place write is made known to autograd, so
       // that another reader of the logits fails loudly ("modified by an inplace operation")
       // instead of reading gradients. ATen's in-place operations below count themselves.
@@ -226,13 +216,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     at::Tensor scratch =
         at::empty({static_cast<int64_t>(kernels::layernorm_backward_scratch_floats(rows, C, sms))}, f32);
     const at::Tensor& counter = backward_counter(x);
-    check_launch(kernels::layernorm_backward(
-                     dx.data_ptr(), dx_low.defined() ? dx_low.data_ptr() : nullptr, dout.data_ptr(),
-                     dresid.defined() ? dresid.data_ptr() : nullptr, x.data_ptr(), weight.data_ptr(),
-                     mean.data_ptr<float>(), rstd.data_ptr<float>(), to_kernel_dtype(x.scalar_type()),
-                     to_kernel_dtype(out_dtype), dw.data_ptr<float>(), db.data_ptr<float>(), scratch.data_ptr<float>(),
-                     reinterpret_cast<unsigned*>(counter.data_ptr<int32_t>()), rows, C, sms, stream_of(x)),
-                 "layernorm_backward");
+    check_kernel_launch(
+        kernels::layernorm_backward(dx.data_ptr(), dx_low.defined() ? dx_low.data_ptr() : nullptr, dout.data_ptr(),
+                                    dresid.defined() ? dresid.data_ptr() : nullptr, x.data_ptr(), weight.data_ptr(),
+                                    mean.data_ptr<float>(), rstd.data_ptr<float>(), kernel_dtype_of(x.scalar_type()),
+                                    kernel_dtype_of(out_dtype), dw.data_ptr<float>(), db.data_ptr<float>(),
+                                    scratch.data_ptr<float>(), reinterpret_cast<unsigned*>(counter.data_ptr<int32_t>()),
+                                    rows, C, sms, kernel_stream(x)),
+        "layernorm_backward");
     return {dx, dx_low, dw.to(weight.scalar_type()), db.to(bias.scalar_type())};
 #endif
   }
@@ -262,11 +253,12 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
       out = at::empty(x.sizes(), x.options().dtype(out_dtype));
       mean = at::empty({rows}, x.options().dtype(at::kFloat));
       rstd = at::empty({rows}, x.options().dtype(at::kFloat));
-      check_launch(kernels::layernorm_forward(out.data_ptr(), to_kernel_dtype(out_dtype), mean.data_ptr<float>(),
-                                              rstd.data_ptr<float>(), x.data_ptr(), weight.contiguous().data_ptr(),
-                                              bias.contiguous().data_ptr(), to_kernel_dtype(x.scalar_type()), rows, C,
-                                              static_cast<float>(eps), stream_of(x)),
-                   "layernorm_forward");
+      check_kernel_launch(
+          kernels::layernorm_forward(out.data_ptr(), kernel_dtype_of(out_dtype), mean.data_ptr<float>(),
+                                     rstd.data_ptr<float>(), x.data_ptr(), weight.contiguous().data_ptr(),
+                                     bias.contiguous().data_ptr(), kernel_dtype_of(x.scalar_type()), rows, C,
+                                     static_cast<float>(eps), kernel_stream(x)),
+          "layernorm_forward");
 #endif
     } else {
       std::tie(out, mean, rstd) = reference_layer_norm(x, weight, bias, eps, out_dtype);
@@ -302,12 +294,12 @@ class ResidualLayerNormFunction : public torch::autograd::Function<ResidualLayer
       out = at::empty(residual.sizes(), residual.options().dtype(out_dtype));
       mean = at::empty({rows}, residual.options().dtype(at::kFloat));
       rstd = at::empty({rows}, residual.options().dtype(at::kFloat));
-      check_launch(kernels::residual_layernorm_forward(
-                       h.data_ptr(), out.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
-                       residual.data_ptr(), y.data_ptr(), weight.contiguous().data_ptr(), bias.contiguous().data_ptr(),
-                       to_kernel_dtype(residual.scalar_type()), to_kernel_dtype(out_dtype), rows, C,
-                       static_cast<float>(eps), stream_of(residual)),
-                   "residual_layernorm_forward");
+      check_kernel_launch(kernels::residual_layernorm_forward(
+                              h.data_ptr(), out.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
+                              residual.data_ptr(), y.data_ptr(), weight.contiguous().data_ptr(),
+                              bias.contiguous().data_ptr(), kernel_dtype_of(residual.scalar_type()),
+                              kernel_dtype_of(out_dtype), rows, C, static_cast<float>(eps), kernel_stream(residual)),
+                          "residual_layernorm_forward");
 #endif
     } else {
       h = (residual.to(reference_compute_type(residual)) + y.to(reference_compute_type(residual)))

@@ -162,24 +162,23 @@ void FusedAdamW::zero_grad() {
 }
 
 void FusedAdamW::step(const at::Tensor& grad_scale) {
-  c10::NoGradGuard no_grad;
   ++steps_;
-  device_.advance();
-  for (auto& f : flats_)
-    adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_, grad_scale,
-                 &device_);
-  if (working_) working_->refresh();  // the CPU pass writes through raw pointers: no version moves
+  update(steps_, grad_scale);
 }
 
 void FusedAdamW::step_on_device(const at::Tensor& grad_scale) {
   TORCH_CHECK(device_.on(), "FusedAdamW::step_on_device: the rate and step count are not on the device");
+  // The host-side count is not read on this path: the update takes both scalars from the device.
+  update(steps_ + 1, grad_scale);
+}
+
+void FusedAdamW::update(int64_t step, const at::Tensor& grad_scale) {
   c10::NoGradGuard no_grad;
   device_.advance();
-  // The host-side count is not read on this path: the update takes both scalars from the device.
   for (auto& f : flats_)
-    adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_ + 1, grad_scale,
+    adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, step, grad_scale,
                  &device_);
-  if (working_) working_->refresh();
+  if (working_) working_->refresh();  // the CPU pass writes through raw pointers: no version moves
 }
 
 std::vector<at::Tensor> FusedAdamW::flat_grads() const {

@@ -122,6 +122,10 @@ class FusedAdamW {
     at::Tensor denom;
     double weight_decay;
   };
+  // One update of every group as step `step` (1-based), the device count advanced, the copies
+  // rewritten.
+  void update(int64_t step, const at::Tensor& grad_scale);
+
   std::vector<Flat> flats_;
   AdamWHyper hyper_;
   int64_t steps_ = 0;
