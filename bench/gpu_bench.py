@@ -34,6 +34,9 @@ side is always first or last; medians):
     write time and bytes of a checkpoint (summary.json's "checkpoint" figures), bf16;
   - muon: frugal's step with train.optimizer = "muon" (Newton-Schulz in bf16 on the GPU) against
     its default fused AdamW, bf16: the step-time ratio the time-to-loss bench needs on a GPU;
+  - offload: frugal's step with dist.offload = "optimizer" (AdamW's moments in host memory, the
+    update on the CPU) against the same on the GPU, bf16: step time and peak GPU memory, the
+    slowdown and the saving;
   - data wait: the fraction of step time the trainer waited for its batch (frugal's prefetching
     loader: metrics.jsonl data_wait_s; the peer builds its batch inline: data_ms).
 
@@ -107,10 +110,10 @@ LLAMA = dict(GPT2, kv_heads=4, mlp=2048)
 SMOKE_LLAMA = dict(SMOKE, kv_heads=1, mlp=176)
 # The files a run writes into the results folder (save() refuses any other name, so that the
 # clean-up of an earlier run's files knows them all).
-ROW_FILES = ("gpu_muon", "gpu_bf16", "gpu_llama", "gpu_fp16", "gpu_sync_every", "gpu_activation_checkpointing", "gpu_checkpoint_stall",
+ROW_FILES = ("gpu_muon", "gpu_offload", "gpu_bf16", "gpu_llama", "gpu_fp16", "gpu_sync_every", "gpu_activation_checkpointing", "gpu_checkpoint_stall",
              "gpu_machine")
 SKIP = 3  # untimed steps at the start of every run (the peer's first one compiles under --compile)
-ROWS = ("bf16", "fp8", "llama", "head", "fp16", "sync", "ckpt", "stall", "muon")
+ROWS = ("bf16", "fp8", "llama", "head", "fp16", "sync", "ckpt", "stall", "muon", "offload")
 # A run's expected seconds before one of its side has run (GPT-2 shape on an H100/H200, measured
 # 2026-11-26, rounded up; process start, the warm-up and the timed steps): frugal, the eager peer,
 # torch.compile "default" (its first compile) and "max-autotune" (minutes of autotuning).
@@ -396,7 +399,7 @@ class ResultWriter:
 
     def write(self, rounds, groups, failures, skipped, t0, complete):
         a, b, res = self.a, self.b, {}
-        sides, fp16_sides, sync_sides, stall_sides, muon_sides, llama_sides = (g for _, g in groups)
+        sides, fp16_sides, sync_sides, stall_sides, muon_sides, llama_sides, offload_sides = (g for _, g in groups)
 
         def save(name, obj):
             assert name in ROW_FILES, name
@@ -469,6 +472,15 @@ class ResultWriter:
             if "muon" in mu and "fused_adamw" in mu:
                 obj["step_time_ratio_muon_over_adamw"] = mu["muon"]["step_ms_median"] / mu["fused_adamw"]["step_ms_median"]
             save("gpu_muon", obj)
+        of = {k: summarize(b, v, "bf16") for k, v in rounds[id(offload_sides)].items() if v}
+        if of:
+            obj = {"dtype": "bf16", "sides": of, "loss_parity": loss_parity(of)}
+            if "offload" in of and "on_device" in of:
+                dev, host = of["on_device"], of["offload"]
+                obj["step_time_ratio_offload_over_on_device"] = host["step_ms_median"] / dev["step_ms_median"]
+                if dev.get("peak_tensor_mb") and host.get("peak_tensor_mb"):
+                    obj["peak_memory_saved"] = 1 - host["peak_tensor_mb"] / dev["peak_tensor_mb"]
+            save("gpu_offload", obj)
         self.machine.update({"bench_seconds": time.time() - t0, "complete": complete, "failures": failures,
                              "skipped": skipped, "deadline": a.deadline or None})
         write_json(os.path.join(self.out, "gpu_machine.json"), self.machine)
@@ -500,7 +512,7 @@ def main():
                     help="add torch.compile mode \"max-autotune\" to the bf16 row in every round (its autotuning "
                          "takes minutes); under --deadline it otherwise runs once after the rounds if time is left")
     ap.add_argument("--only", default="",
-                    help="comma-separated rows to run (bf16, fp8, llama, head, fp16, sync, ckpt, stall, muon; default all): e.g. "
+                    help="comma-separated rows to run (bf16, fp8, llama, head, fp16, sync, ckpt, stall, muon, offload; default all): e.g. "
                          "--only bf16 for a short lease")
     ap.add_argument("--deadline", type=float, default=0,
                     help="a Unix time: a run starts only if its expected time ends before it (0 = no deadline)")
@@ -628,6 +640,10 @@ def main():
                   ("muon", "frugal", lambda: b.frugal("bf16", "bf16_muon", ["train.optimizer=muon", "train.schedule=wsd"]))
                   ] if "muon" in a.rows else []
 
+    offload_sides = [("on_device", "frugal", lambda: b.frugal("bf16", "bf16_on_device")),
+                     ("offload", "frugal", lambda: b.frugal("bf16", "bf16_offload", ["dist.offload=optimizer"]))
+                     ] if "offload" in a.rows else []
+
     llama_sides = []
     if "llama" in a.rows:
         llama_sides = [("frugal", "frugal", lambda: b.frugal("bf16", "llama", b.llama_sets)),
@@ -642,7 +658,7 @@ def main():
                                 lambda: b.frugal("bf16", "llama_fp8", b.llama_sets + ["precision.mode=fp8"])))
 
     groups = (("bf16", sides), ("fp16", fp16_sides), (f"sync every {n}", sync_sides),
-              ("checkpoint stall", stall_sides), ("muon", muon_sides), ("llama", llama_sides))
+              ("checkpoint stall", stall_sides), ("muon", muon_sides), ("llama", llama_sides), ("offload", offload_sides))
     rounds = {id(g): {k: [] for k, _, _ in g} for _, g in groups}
     failures, skipped = [], []
     last_s = {}  # side -> seconds its last run took
@@ -734,8 +750,12 @@ def main():
             print(f"{'':34} stall of each save: {', '.join(f'{1e3 * x:.0f}' for x in v['stall_s_each'])} ms")
     if "step_time_ratio_muon_over_adamw" in res.get("gpu_muon", {}):
         print(f"{'muon over fused_adamw':34} step time x{res['gpu_muon']['step_time_ratio_muon_over_adamw']:.3f}")
+    if "step_time_ratio_offload_over_on_device" in res.get("gpu_offload", {}):
+        o = res["gpu_offload"]
+        saved = f", peak memory {100 * o['peak_memory_saved']:.0f}% less" if "peak_memory_saved" in o else ""
+        print(f"{'offload over on the device':34} step time x{o['step_time_ratio_offload_over_on_device']:.3f}{saved}")
     parity_failed = []
-    for name in ("gpu_bf16", "gpu_fp16", "gpu_sync_every", "gpu_llama"):
+    for name in ("gpu_bf16", "gpu_fp16", "gpu_sync_every", "gpu_llama", "gpu_offload"):
         lp = res.get(name, {}).get("loss_parity")
         if not lp:
             continue

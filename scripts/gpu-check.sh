@@ -34,7 +34,7 @@
 #                    autotuning); without it, it runs once at the end when the budget leaves time
 #   --no-sanitizer   skip compute-sanitizer memcheck over the kernel tests
 #   --bench-rows LIST the benchmark's rows, comma-separated (bf16, fp8, llama, head, fp16, sync,
-#                    ckpt, stall, muon; default bf16,fp8,llama: frugal on ATen and on its kernels,
+#                    ckpt, stall, muon, offload; default bf16,fp8,llama: frugal on ATen and its kernels,
 #                    PyTorch eager and torch.compile, frugal's fp8 linears on both paths, then the
 #                    Llama shape against PyTorch, as far as the budget goes); `muon` for Muon's step
 #                    against fused AdamW's
@@ -69,7 +69,7 @@ CUDA_ARCH=""
 SANITIZER=1
 BUDGET=480
 NODE_TESTS=0
-ROWS_RE='^(bf16|fp8|llama|head|fp16|sync|ckpt|stall|muon)(,(bf16|fp8|llama|head|fp16|sync|ckpt|stall|muon))*$'
+ROWS_RE='^(bf16|fp8|llama|head|fp16|sync|ckpt|stall|muon|offload)(,(bf16|fp8|llama|head|fp16|sync|ckpt|stall|muon|offload))*$'
 ALL_OPTIONS="--out DIR, --budget S, --build-dir DIR, --no-bench, --profile, --no-compile, --smoke, --repeats N, --steps N, --test-timeout S, --cuda-arch LIST, --max-autotune, --no-sanitizer, --bench-rows LIST, --node-tests, --help"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -82,7 +82,7 @@ while [[ $# -gt 0 ]]; do
     --max-autotune) BENCH_ARGS+=(--max-autotune); shift ;;
     --no-sanitizer) SANITIZER=0; shift ;;
     --node-tests) NODE_TESTS=1; shift ;;
-    --bench-rows) [[ ${2:-} =~ $ROWS_RE ]] || { echo "gpu-check: --bench-rows takes a comma-separated list of bf16, fp8, llama, head, fp16, sync, ckpt, stall, muon, not '${2:-}'" >&2; exit 2; }
+    --bench-rows) [[ ${2:-} =~ $ROWS_RE ]] || { echo "gpu-check: --bench-rows takes a comma-separated list of bf16, fp8, llama, head, fp16, sync, ckpt, stall, muon, offload, not '${2:-}'" >&2; exit 2; }
                   BENCH_ROWS=$2; shift 2 ;;
     --cuda-arch) arch_re='^[0-9a-z;-]+$'
                  [[ ${2:-} =~ $arch_re ]] || { echo "gpu-check: --cuda-arch takes CMake CUDA architectures such as 90-real or '80-real;90-real', not '${2:-}'" >&2; exit 2; }

@@ -394,6 +394,9 @@ void add_dist_keys(std::vector<KeySpec>& s) {
   k.may(int_enum_key<ZeroStage>(FRUGAL_FIELD(dist, zero), 0, 2,
                                 "1 = ZeRO-1: shard the optimizer state across ranks; 2 = ZeRO-2: and the gradients; "
                                 "0 = every rank holds all of it"));
+  k.may(enum_key<Offload>(FRUGAL_FIELD(dist, offload), {{"none", Offload::kNone}, {"optimizer", Offload::kOptimizer}},
+                          "\"optimizer\": AdamW's moments in host memory and its update on the CPU (12 bytes a "
+                          "parameter less on the GPU, a slower step; docs/distributed.md); \"none\": on the device"));
   k.may(float_key(FRUGAL_FIELD(dist, bucket_mb), 0.001, 1e5,
                   "gradient all-reduce bucket size in MB (started during backward)"));
 }

@@ -67,8 +67,9 @@ OptimizerSharding DataParallel::optimizer_sharding() {
   s.adamw = [this](const std::vector<ParamGroup>& groups, const TrainConfig& t) -> std::unique_ptr<Optimizer> {
     std::vector<FusedAdamW::Group> fused;
     for (const auto& g : groups) fused.push_back({g.params, g.weight_decay});
-    auto adamw = std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_,
-                                             config_.zero == ZeroStage::kGradients);
+    auto adamw =
+        std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_,
+                                    config_.zero == ZeroStage::kGradients, config_.offload == Offload::kOptimizer);
     zero_ = adamw.get();
     return adamw;
   };

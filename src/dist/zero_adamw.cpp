@@ -14,7 +14,7 @@
 namespace frugal::dist {
 
 ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg,
-                     bool shard_gradients)
+                     bool shard_gradients, bool offload)
     : hyper_(hyper), pg_(std::move(pg)), shard_gradients_(shard_gradients) {
   c10::NoGradGuard no_grad;
   const int64_t world = pg_->world_size();
@@ -40,12 +40,18 @@ ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, st
       }
       off += n;
     }
-    f.exp_avg = at::zeros({f.chunk}, opts);
-    f.exp_avg_sq = at::zeros({f.chunk}, opts);
-    f.denom = at::empty({f.chunk}, opts);
+    if (offload) {
+      f.host = HostAdamW(f.chunk, opts.device());
+      f.exp_avg = f.host.exp_avg;
+      f.exp_avg_sq = f.host.exp_avg_sq;
+    } else {
+      f.exp_avg = at::zeros({f.chunk}, opts);
+      f.exp_avg_sq = at::zeros({f.chunk}, opts);
+      f.denom = at::empty({f.chunk}, opts);
+    }
     flats_.push_back(std::move(f));
   }
-  if (!flats_.empty()) device_.init(flats_.front().params.device(), hyper_.lr, steps_);
+  if (!flats_.empty() && !offload) device_.init(flats_.front().params.device(), hyper_.lr, steps_);
 }
 
 void ZeroAdamW::zero_grad() {
@@ -61,7 +67,10 @@ void ZeroAdamW::step() {
     at::Tensor p = f.params.narrow(0, rank * f.chunk, f.chunk);
     at::Tensor g = shard_gradients_ ? f.grads : f.grads.narrow(0, rank * f.chunk, f.chunk);
     // FusedAdamW's update, on this rank's chunk.
-    adamw_update(p, g, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_, {}, &device_);
+    if (f.host.params.defined())
+      f.host.update(p, g, hyper_, f.weight_decay, steps_, {});
+    else
+      adamw_update(p, g, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_, {}, &device_);
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<at::Tensor> out;
     for (int64_t r = 0; r < world; ++r) out.push_back(f.params.narrow(0, r * f.chunk, f.chunk));
@@ -104,10 +113,11 @@ std::vector<std::pair<std::string, at::Tensor>> ZeroAdamW::state_tensors() {
     const Flat& f = flats_[i];
     for (const auto& [name, shard] : {std::pair<const char*, at::Tensor>{"exp_avg", f.exp_avg},
                                       std::pair<const char*, at::Tensor>{"exp_avg_sq", f.exp_avg_sq}}) {
-      at::Tensor full = at::empty({f.chunk * world}, shard.options());
+      // Gathered on the parameters' device (an offloaded shard is a host tensor, which NCCL cannot send).
+      at::Tensor full = at::empty({f.chunk * world}, f.params.options());
       std::vector<at::Tensor> parts;
       for (int64_t r = 0; r < world; ++r) parts.push_back(full.narrow(0, r * f.chunk, f.chunk));
-      pg_->allgather(shard, parts);
+      pg_->allgather(shard.to(f.params.device()), parts);
       out.emplace_back("g" + std::to_string(i) + "." + name, full.narrow(0, 0, f.numel));
     }
   }
@@ -136,6 +146,12 @@ void ZeroAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>
   }
   steps_ = steps;
   device_.set_steps(steps);
+}
+
+int64_t ZeroAdamW::host_state_bytes() const {
+  int64_t n = 0;
+  for (const auto& f : flats_) n += f.host.bytes();
+  return n;
 }
 
 int64_t ZeroAdamW::state_bytes() const {

@@ -116,7 +116,30 @@ void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::T
   });
 }
 
-FusedAdamW::FusedAdamW(std::vector<Group> groups, AdamWHyper hyper) : hyper_(hyper) {
+HostAdamW::HostAdamW(int64_t n, const c10::Device& device) {
+  const auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda());
+  params = at::empty({n}, opts);
+  grads = at::empty({n}, opts);
+  exp_avg = at::zeros({n}, opts);
+  exp_avg_sq = at::zeros({n}, opts);
+}
+
+void HostAdamW::update(const at::Tensor& p, const at::Tensor& g, const AdamWHyper& hyper, double weight_decay,
+                       int64_t step, const at::Tensor& grad_scale) {
+  c10::NoGradGuard no_grad;
+  // Device to host waits for the copies: the host buffers are complete, and the previous step's
+  // copy back out of `params` has finished (it was queued before them on the same stream).
+  params.copy_(p);
+  grads.copy_(g);
+  adamw_update(params, grads, exp_avg, exp_avg_sq, at::Tensor(), hyper, weight_decay, step, grad_scale);
+  p.copy_(params, /*non_blocking=*/true);
+}
+
+int64_t HostAdamW::bytes() const {
+  return exp_avg.defined() ? 2 * exp_avg.numel() * static_cast<int64_t>(exp_avg.element_size()) : 0;
+}
+
+FusedAdamW::FusedAdamW(std::vector<Group> groups, AdamWHyper hyper, bool offload) : hyper_(hyper) {
   c10::NoGradGuard no_grad;
   for (auto& g : groups) {
     if (g.params.empty()) continue;
@@ -141,12 +164,19 @@ FusedAdamW::FusedAdamW(std::vector<Group> groups, AdamWHyper hyper) : hyper_(hyp
       f.members.push_back(p);
       off += n;
     }
-    f.exp_avg = at::zeros({total}, opts);
-    f.exp_avg_sq = at::zeros({total}, opts);
-    f.denom = at::empty({total}, opts);
+    if (offload) {
+      f.host = HostAdamW(total, opts.device());
+      f.exp_avg = f.host.exp_avg;
+      f.exp_avg_sq = f.host.exp_avg_sq;
+    } else {
+      f.exp_avg = at::zeros({total}, opts);
+      f.exp_avg_sq = at::zeros({total}, opts);
+      f.denom = at::empty({total}, opts);
+    }
     flats_.push_back(std::move(f));
   }
-  if (!flats_.empty()) device_.init(flats_.front().params.device(), hyper_.lr, steps_);
+  // Offloaded, the update takes its rate and count from the host.
+  if (!flats_.empty() && !offload) device_.init(flats_.front().params.device(), hyper_.lr, steps_);
 }
 
 FusedAdamW::~FusedAdamW() = default;
@@ -175,9 +205,13 @@ void FusedAdamW::step_on_device(const at::Tensor& grad_scale) {
 void FusedAdamW::update(int64_t step, const at::Tensor& grad_scale) {
   c10::NoGradGuard no_grad;
   device_.advance();
-  for (auto& f : flats_)
-    adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, step, grad_scale,
-                 &device_);
+  for (auto& f : flats_) {
+    if (f.host.params.defined())
+      f.host.update(f.params, f.grads, hyper_, f.weight_decay, step, grad_scale);
+    else
+      adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, step, grad_scale,
+                   &device_);
+  }
   if (working_) working_->refresh();  // the CPU pass writes through raw pointers: no version moves
 }
 
@@ -211,6 +245,12 @@ void FusedAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>
   }
   steps_ = steps;
   device_.set_steps(steps);
+}
+
+int64_t FusedAdamW::host_state_bytes() const {
+  int64_t n = 0;
+  for (const auto& f : flats_) n += f.host.bytes();
+  return n;
 }
 
 int64_t FusedAdamW::state_bytes() const {

@@ -21,7 +21,8 @@ namespace {
 class FusedOptimizer : public Optimizer {
  public:
   using Optimizer::step;
-  FusedOptimizer(std::vector<FusedAdamW::Group> groups, AdamWHyper h) : opt_(std::move(groups), h) {}
+  FusedOptimizer(std::vector<FusedAdamW::Group> groups, AdamWHyper h, bool offload)
+      : opt_(std::move(groups), h, offload) {}
   void set_lr(double lr) override { opt_.set_lr(lr); }
   void zero_grad() override { opt_.zero_grad(); }
   void step() override { opt_.step(); }
@@ -33,6 +34,7 @@ class FusedOptimizer : public Optimizer {
   }
   int64_t step_count() const override { return opt_.step_count(); }
   int64_t state_bytes() const override { return opt_.state_bytes(); }
+  int64_t host_state_bytes() const override { return opt_.host_state_bytes(); }
   bool steps_on_device() const override { return opt_.device_scalars().on(); }
   void step_on_device(const at::Tensor& grad_scale) override { opt_.step_on_device(grad_scale); }
   void count_replayed_step() override { opt_.count_replayed_step(); }
@@ -186,8 +188,13 @@ void check_param_groups(const std::vector<ParamGroup>& groups, const std::vector
 }
 
 std::unique_ptr<Optimizer> build_optimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool muon_bf16,
-                                           const OptimizerSharding& sharding) {
+                                           const OptimizerSharding& sharding, bool offload) {
   const OptimizerKind kind = t.optimizer;
+  if (offload && kind != OptimizerKind::kFusedAdamW)
+    throw ConfigError(fmt::format(
+        "dist.offload = \"optimizer\" moves fused_adamw's state and update to the host; train.optimizer = \"{}\" "
+        "has its own. Set train.optimizer = \"fused_adamw\" or dist.offload = \"none\"",
+        kind == OptimizerKind::kMuon ? "muon" : "torch_adamw"));
   if (kind != OptimizerKind::kMuon)
     for (const auto& g : groups)
       if (g.muon)
@@ -208,7 +215,7 @@ std::unique_ptr<Optimizer> build_optimizer(const std::vector<ParamGroup>& groups
     if (sharding.sharded()) return sharding.adamw(adamw, t);
     std::vector<FusedAdamW::Group> fused;
     for (const auto& g : adamw) fused.push_back({g.params, g.weight_decay});
-    return std::make_unique<FusedOptimizer>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8});
+    return std::make_unique<FusedOptimizer>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, offload);
   }
   MuonShards shards;
   if (sharding.sharded()) {

@@ -34,6 +34,7 @@ RunSetup set_up_run(const Config& c, const TaskHooks& hooks, int64_t world_size,
   // Each micro-batch's whole gradient: under ZeRO-2 a rank holds only a shard of it.
   p.grad_noise_wanted = c.monitor.grad_noise && c.dist.zero != ZeroStage::kGradients;
   p.grad_noise = p.grad_noise_wanted && p.accum > 1;
+  p.offload = c.dist.offload == Offload::kOptimizer;
   p.working_weights = c.model.kernels == ModelConfig::Kernels::kFrugal && p.precision.mode() == PrecisionMode::kBf16 &&
                       c.train.optimizer == OptimizerKind::kFusedAdamW && c.dist.zero == ZeroStage::kNone;
   return p;
@@ -71,6 +72,7 @@ nlohmann::ordered_json levers_json(const RunSetup& setup, const Config& c) {
   j["zero"] = static_cast<int>(c.dist.zero);
   j["kernels"] = spelled("model.kernels");
   j["working_weights"] = setup.working_weights;
+  j["offload"] = setup.offload ? "optimizer" : "none";
   j["checkpoints"] = c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only";
   return j;
 }

@@ -51,8 +51,8 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
   } else {
     check_param_groups(groups, model_->parameters(), "TaskHooks::param_groups");
   }
-  optimizer_ =
-      build_optimizer(groups, train, setup.muon_bf16, sync_ ? sync_->optimizer_sharding() : OptimizerSharding{});
+  optimizer_ = build_optimizer(groups, train, setup.muon_bf16,
+                               sync_ ? sync_->optimizer_sharding() : OptimizerSharding{}, setup.offload);
   // Several processes reduce gradients from hooks on AccumulateGrad: the copies' gradients go
   // through it there.
   if (setup.working_weights) working_bytes_ = optimizer_->keep_working_copies(precision_.dtype(), !sync_);
@@ -74,6 +74,17 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
 }
 
 TrainStep::~TrainStep() = default;
+
+TrainStep::StateBytes TrainStep::state_bytes() const {
+  StateBytes b;
+  for (const auto& p : model_->parameters()) b.parameters += p.numel() * static_cast<int64_t>(p.element_size());
+  for (const auto& g : optimizer_->grads())
+    if (g.defined()) b.gradients += g.numel() * static_cast<int64_t>(g.element_size());
+  b.working_weights = working_bytes_;
+  b.optimizer_host = optimizer_->host_state_bytes();
+  b.optimizer = optimizer_->state_bytes() - b.optimizer_host;
+  return b;
+}
 
 namespace {
 RunSetup single_process_setup(const Config& config, int64_t tokens_per_sample, c10::Device device) {

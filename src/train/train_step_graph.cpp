@@ -41,6 +41,8 @@ void check_cuda_graphs(const Config& c, const c10::Device& device, PrecisionMode
     refuse("QLoRA's nf4 base copies its level table to the GPU in every forward; set lora.base_dtype = \"bf16\"");
   if (c.train.optimizer != OptimizerKind::kFusedAdamW)
     refuse("only the default optimizer (train.optimizer = \"fused_adamw\") steps from device memory alone");
+  if (c.dist.offload == Offload::kOptimizer)
+    refuse("dist.offload = \"optimizer\" runs each update on the host; set dist.offload = \"none\"");
 #if !FRUGAL_TORCH_AT_LEAST(2, 4)
   refuse("LibTorch before 2.4 has no fused AdamW that reads its rate from device memory");
 #endif

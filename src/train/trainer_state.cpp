@@ -470,15 +470,10 @@ void Trainer::State::add_memory_summary(nlohmann::ordered_json& summary) const {
     summary["peak_reserved_mb"] = static_cast<double>(g.reserved_peak) / 1e6;
   }
   summary["optimizer_state_mb"] = static_cast<double>(step->optimizer().state_bytes()) / 1e6;
-  // This rank's share of the training state: parameters, gradients and optimizer state (ZeRO shards).
-  int64_t params = 0, grads = 0;
-  for (const auto& p : model->parameters()) params += p.numel() * static_cast<int64_t>(p.element_size());
-  for (const auto& g : step->optimizer().grads())
-    if (g.defined()) grads += g.numel() * static_cast<int64_t>(g.element_size());
-  const int64_t state = step->optimizer().state_bytes(), working = step->working_weight_bytes();
-  nlohmann::ordered_json& b = summary["state_bytes_per_rank"];
-  b = {{"parameters", params}, {"working_weights", working}, {"gradients", grads}, {"optimizer", state}};
-  b["total"] = params + working + grads + state;
+  const TrainStep::StateBytes b = step->state_bytes();
+  summary["state_bytes_per_rank"] = {{"parameters", b.parameters}, {"working_weights", b.working_weights},
+                                     {"gradients", b.gradients},   {"optimizer", b.optimizer},
+                                     {"total", b.total()},         {"optimizer_in_host_memory", b.optimizer_host}};
 }
 
 void Trainer::State::add_checkpoint_summary(nlohmann::ordered_json& summary) const {

@@ -73,8 +73,11 @@ double two_micro_batches(DataParallel& dp, Loss loss_of_micro) {
   return total.item<double>();
 }
 
-TEST(ZeroAdamW, ShardedStepsMatchFusedAdamWAndHalveTheState) {
-  auto groups = two_ranks(29650);
+// `offload` (dist.offload = "optimizer"): each rank's moments in host memory and its chunk updated
+// there, against FusedAdamW on the device (here the CPU: what this checks is the staging, the update
+// of the chunk on the host buffers, the copy back and the state's gather).
+void expect_sharded_steps_match_fused_adamw(const std::vector<std::shared_ptr<ProcessGroup>>& groups, bool offload) {
+  SCOPED_TRACE(offload ? "offloaded" : "on the device");
   const AdamWHyper h{1e-2, 0.9, 0.99, 1e-8};
   auto ref_params = make_params(7);
   FusedAdamW ref({{{ref_params[0]}, 0.1}, {{ref_params[1], ref_params[2]}, 0.0}}, h);
@@ -82,7 +85,8 @@ TEST(ZeroAdamW, ShardedStepsMatchFusedAdamWAndHalveTheState) {
   std::vector<std::unique_ptr<ZeroAdamW>> opts(2);
   for (int r = 0; r < 2; ++r)
     opts[r] = std::make_unique<ZeroAdamW>(
-        std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1], params[r][2]}, 0.0}}, h, groups[r]);
+        std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1], params[r][2]}, 0.0}}, h, groups[r], false,
+        offload);
   for (int step = 0; step < 4; ++step) {
     torch::manual_seed(100 + step);
     std::vector<at::Tensor> grads;
@@ -101,6 +105,7 @@ TEST(ZeroAdamW, ShardedStepsMatchFusedAdamWAndHalveTheState) {
       EXPECT_TRUE(torch::equal(params[r][i], ref_params[i])) << "rank " << r << " parameter " << i;
   // 35 + 8 elements -> chunks of 18 and 4 per rank: 2 x 22 floats of state instead of 2 x 43.
   EXPECT_EQ(opts[0]->state_bytes(), 2 * (18 + 4) * 4);
+  EXPECT_EQ(opts[0]->host_state_bytes(), offload ? 2 * (18 + 4) * 4 : 0);
   EXPECT_EQ(ref.state_bytes(), 2 * (35 + 8) * 4);
 
   // Gathered state is FusedAdamW's, name for name; loading it back gives each rank its slice.
@@ -113,7 +118,7 @@ TEST(ZeroAdamW, ShardedStepsMatchFusedAdamWAndHalveTheState) {
     EXPECT_TRUE(torch::equal(states[0][i].second, want[i].second)) << want[i].first;
   }
   std::vector<at::Tensor> fresh = make_params(9);
-  ZeroAdamW reloaded({{{fresh[0]}, 0.1}, {{fresh[1], fresh[2]}, 0.0}}, h, groups[1]);
+  ZeroAdamW reloaded({{{fresh[0]}, 0.1}, {{fresh[1], fresh[2]}, 0.0}}, h, groups[1], false, offload);
   reloaded.load_state(want, 4);
   EXPECT_EQ(reloaded.step_count(), 4);
   std::vector<std::pair<std::string, at::Tensor>> again;
@@ -124,6 +129,12 @@ TEST(ZeroAdamW, ShardedStepsMatchFusedAdamWAndHalveTheState) {
       again = reloaded.state_tensors();
   });
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(again[i].second, want[i].second));
+}
+
+TEST(ZeroAdamW, ShardedStepsMatchFusedAdamWAndHalveTheState) {
+  const auto groups = two_ranks(29650);
+  expect_sharded_steps_match_fused_adamw(groups, false);
+  expect_sharded_steps_match_fused_adamw(groups, true);
 }
 
 TEST(DataParallel, BucketsAverageGradientsOncePerStep) {

@@ -183,6 +183,12 @@ TEST(DistTrain, TwoRanksWithZero1MatchOneProcessWithTheSameGlobalBatch) { expect
 // ZeRO-2: gradients reduced to their owners' shards during backward, every micro-batch.
 TEST(DistTrain, TwoRanksWithZero2MatchOneProcessWithTheSameGlobalBatch) { expect_matches_single_process(29677, "2"); }
 
+// ZeRO-2 with the optimizer in host memory (dist.offload, both sides): each rank's moments and
+// its chunk's update on the host, the chunk copied back before the parameters' all-gather.
+TEST(DistTrain, TwoRanksWithZero2AndTheOptimizerOffloadedMatchOneProcess) {
+  expect_matches_single_process(29683, "2", "fused_adamw", {"dist.offload=optimizer"});
+}
+
 // ZeRO-2 on the Llama family with activation checkpointing: recomputed blocks produce their
 // gradients late, in their own order; the buckets still reach their owners complete.
 TEST(DistTrain, TwoLlamaRanksWithZero2AndActivationCheckpointingMatchOneProcess) {

@@ -173,6 +173,44 @@ TEST(FusedAdamW, ParametersBecomeViewsOfOneBufferAndKeepTheirValues) {
   EXPECT_EQ(opt.state_bytes(), 2 * 4 * (128 + 8 + 105 + 1));
 }
 
+// dist.offload = "optimizer": the moments in host memory, each update on host copies of the
+// parameters and gradients. Here the device is the CPU too, so what this checks is the plumbing:
+// the staging of both buffers every step (a parameter written between steps, as a restore writes
+// it, is seen), the copy back, the clip coefficient, the state's accounting and round trip.
+TEST(FusedAdamW, AnOffloadedStepGivesTheOnDeviceStepsBitsWithItsStateInHostMemory) {
+  auto a = make_params(), b = make_params();
+  const AdamWHyper h{1e-2, 0.9, 0.95, 1e-8};
+  FusedAdamW on_device({{a.ours, 0.1}}, h), offloaded({{b.ours, 0.1}}, h, /*offload=*/true);
+  EXPECT_EQ(on_device.host_state_bytes(), 0);
+  EXPECT_EQ(offloaded.host_state_bytes(), offloaded.state_bytes());
+  EXPECT_EQ(offloaded.state_bytes(), on_device.state_bytes());
+  EXPECT_FALSE(offloaded.device_scalars().on());
+  for (int step = 1; step <= 4; ++step) {
+    torch::manual_seed(40 + step);
+    for (size_t i = 0; i < a.ours.size(); ++i) {
+      const at::Tensor g = torch::randn(a.ours[i].sizes()) * 5;
+      a.ours[i].mutable_grad().copy_(g);
+      b.ours[i].mutable_grad().copy_(g);
+    }
+    if (step == 3) {  // a write into a parameter between steps
+      a.ours[2].detach().mul_(0.5);
+      b.ours[2].detach().mul_(0.5);
+    }
+    on_device.step(clip_coefficient(global_grad_norm(on_device.flat_grads()), 1.0));
+    offloaded.step(clip_coefficient(global_grad_norm(offloaded.flat_grads()), 1.0));
+    for (size_t i = 0; i < a.ours.size(); ++i)
+      ASSERT_TRUE(torch::equal(a.ours[i], b.ours[i])) << "parameter " << i << " step " << step;
+  }
+  const auto want = on_device.state_tensors(), got = offloaded.state_tensors();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(want[i].second, got[i].second)) << want[i].first;
+  auto c = make_params();
+  FusedAdamW reloaded({{c.ours, 0.1}}, h, /*offload=*/true);
+  reloaded.load_state(want, on_device.step_count());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(torch::equal(reloaded.state_tensors()[i].second, want[i].second)) << want[i].first;
+}
+
 TEST(FusedAdamW, StateRoundTripsThroughStateTensors) {
   auto a = make_params(), b = make_params();
   FusedAdamW oa({{a.ours, 0.1}}, AdamWHyper{}), ob({{b.ours, 0.1}}, AdamWHyper{});

@@ -398,6 +398,9 @@ TEST(TrainStep, CudaGraphsAreRefusedByNameWhereTheStepCannotBeOneGraph) {
   qlora.lora.rank = 8;
   qlora.lora.base_dtype = LoraConfig::BaseDtype::kNf4;
   expect_refused(qlora, PrecisionMode::kBf16, 1, "QLoRA's nf4 base");
+  Config offload = c;
+  offload.dist.offload = Offload::kOptimizer;
+  expect_refused(offload, PrecisionMode::kBf16, 1, "dist.offload");
   qlora.lora.base_dtype = LoraConfig::BaseDtype::kBf16;  // plain LoRA is captured
   EXPECT_NO_THROW(check_cuda_graphs(qlora, torch::kCPU, PrecisionMode::kBf16, 1));
   // Data that weighs its micro-batches on the host (chat, prompt-completion) is refused by the step.

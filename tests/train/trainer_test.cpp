@@ -74,6 +74,33 @@ TEST(Trainer, SummaryJsonHasTheDocumentedSchema) {
   EXPECT_EQ(evals, 2);
 }
 
+// dist.offload = "optimizer" on the CPU (where it saves nothing): the same weights, and the
+// summary's accounting moves the optimizer's state from the device's share to host memory.
+TEST(Trainer, AnOffloadedOptimizerTrainsTheSameWeightsAndCountsItsStateInHostMemory) {
+  test::TempDir a, b;
+  const auto on_device = train_tiny(a.path());
+  const auto offloaded = train_tiny(b.path(), {"dist.offload=optimizer"});
+  auto wa = load_safetensors(a.file("demo/final/model.safetensors"));
+  auto wb = load_safetensors(b.file("demo/final/model.safetensors"));
+  ASSERT_EQ(wa.tensors.size(), wb.tensors.size());
+  for (size_t i = 0; i < wa.tensors.size(); ++i)
+    EXPECT_TRUE(torch::equal(wa.tensors[i].second, wb.tensors[i].second)) << wa.tensors[i].first;
+  const auto& d = on_device["state_bytes_per_rank"];
+  const auto& h = offloaded["state_bytes_per_rank"];
+  EXPECT_GT(d["optimizer"].get<int64_t>(), 0);
+  EXPECT_EQ(d["optimizer_in_host_memory"], 0);
+  EXPECT_EQ(h["optimizer"], 0);
+  EXPECT_EQ(h["optimizer_in_host_memory"], d["optimizer"]);
+  EXPECT_EQ(h["total"].get<int64_t>(), d["total"].get<int64_t>() - d["optimizer"].get<int64_t>());
+  EXPECT_EQ(offloaded["levers"]["offload"], "optimizer");
+  try {
+    train_tiny(test::TempDir().path(), {"dist.offload=optimizer", "train.optimizer=muon"});
+    ADD_FAILURE() << "Muon with dist.offload was not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("dist.offload = \"none\""), std::string::npos) << e.what();
+  }
+}
+
 TEST(Trainer, SameSeedGivesBitwiseIdenticalWeights) {
   test::TempDir a, b;
   train_tiny(a.path(), {"model.dropout=0.1"});

@@ -71,8 +71,7 @@ struct ModelConfig {
   // Mistral's sliding_window); 0 = the whole context.
   int64_t sliding_window = 0;
   // llama: rows of the output head + cross-entropy computed at a time (model/linear_cross_entropy.h:
-  // no tokens x vocab fp32 logits are held); 0 = auto (a chunk's logits about the size of its
-  // hidden states).
+  // no tokens x vocab fp32 logits held); 0 = auto (a chunk's logits about its hidden states' size).
   int64_t loss_chunk = 0;
   // The output head's matmuls run at the vocabulary rounded up to a multiple of this: the tied
   // weight gets zero rows for the product only (parameters, checkpoints and logits keep `vocab`
@@ -362,9 +361,10 @@ enum class DistBackend {
   kGloo,  // c10d Gloo: CPU tensors (and CUDA tensors, slower than NCCL)
   kNccl,  // c10d NCCL: CUDA only
 };
-// dist.zero: how much of the training state is sharded across ranks (ZeRO stages 1 and 2). Spelled
-// as the stage number: 0, 1 (the optimizer's state) or 2 (and the gradients).
+// dist.zero: how much of the training state is sharded across ranks, spelled as the ZeRO stage.
 enum class ZeroStage : int64_t { kNone = 0, kOptimizerState = 1, kGradients = 2 };
+// dist.offload: "optimizer" keeps AdamW's moments in host memory and runs its update on the CPU.
+enum class Offload { kNone, kOptimizer };
 struct DistConfig {
   DistBackend backend = DistBackend::kAuto;
   // Seconds a rank waits for a peer (rendezvous, any collective) before it fails with an error
@@ -374,6 +374,9 @@ struct DistConfig {
   // it, then all-gathers the parameters. 2 (ZeRO-2): also only 1/world of the gradients, each
   // bucket reduced to its owner during backward (docs/distributed.md).
   ZeroStage zero = ZeroStage::kNone;
+  // kOptimizer (ZeRO-Offload): each step stages the parameters and gradients (this rank's chunk
+  // under ZeRO) to host memory, updates them there, and copies the parameters back.
+  Offload offload = Offload::kNone;
   // Gradients are all-reduced in buckets of about this many MB, each started during backward as
   // soon as its gradients are complete (overlaps communication with the rest of backward).
   double bucket_mb = 4;
@@ -395,8 +398,7 @@ struct ProfileConfig {
 // [monitor] — live figures: MFU's peak, the gradient-noise probe, the HTTP dashboard.
 struct MonitorConfig {
   // Peak FLOP/s that MFU divides by, in TFLOP/s. 0 = measure at start-up with frugal doctor's
-  // dense matmul probe in the run's precision (~0.2 s); set the datasheet figure to compare
-  // machines.
+  // dense matmul probe in the run's precision (~0.2 s); the datasheet figure compares machines.
   double peak_tflops = 0;
   // Estimate the gradient noise scale (B_simple) at log steps when accumulating (accum > 1). Costs
   // one gradient-sized copy and one norm per micro-batch on log steps only.
@@ -404,8 +406,7 @@ struct MonitorConfig {
   // "HOST:PORT" of the live dashboard (report page, /metrics for Prometheus, /api/metrics JSON);
   // "" = off. Port 0 picks a free port and prints it.
   std::string http;
-  // Serve on a non-loopback address. Requires a token: anyone who can reach the port sees the
-  // run's figures and config.
+  // Serve on a non-loopback address. Requires a token: whoever reaches the port sees the run.
   bool allow_remote = false;
   // Shared secret: requests must send "Authorization: Bearer TOKEN" or ?token=TOKEN, else 401.
   // Required with allow_remote; optional on loopback. Never written to config.toml or checkpoints.
@@ -422,8 +423,7 @@ struct TrackConfig {
   // never from the config, so they are never written into the run directory.
   std::string mlflow_uri;
   std::string mlflow_experiment = "frugal";  // created when the server has none by that name
-  // Also send final/model.safetensors as an artifact (summary.json, report.html and config.toml
-  // always go).
+  // Also send final/model.safetensors as an artifact (summary.json, report.html, config.toml go anyway).
   bool mlflow_weights = false;
   // Seconds one request to the server may take; the end of the run waits at most this long for
   // what is still queued (a server that is down never holds the run longer).

@@ -15,6 +15,8 @@
 // (accumulate_shard). grads() is then this rank's shard (what clipping, the loss scaler and the
 // step read; the gradient norm is combined over ranks by DataParallel).
 //
+// Offloaded, the moments are host tensors and the chunk's update runs on the CPU (HostAdamW).
+//
 // Checkpoints: state_tensors() gathers the shards into full tensors named exactly like
 // FusedAdamW's ("g<i>.exp_avg", ...), so rank 0 writes one ordinary optimizer.safetensors and a
 // checkpoint resumes with or without ZeRO-1 (and load_state takes this rank's slice).
@@ -33,8 +35,10 @@ namespace frugal::dist {
 
 class ZeroAdamW : public Optimizer {
  public:
+  // `offload` (dist.offload = "optimizer"): this rank's moments in host memory, its chunk updated
+  // there (HostAdamW).
   ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg,
-            bool shard_gradients = false);
+            bool shard_gradients = false, bool offload = false);
 
   void set_lr(double lr) override {
     hyper_.lr = lr;
@@ -48,6 +52,7 @@ class ZeroAdamW : public Optimizer {
   int64_t step_count() const override { return steps_; }
   // This rank's share: 2 x chunk elements per group.
   int64_t state_bytes() const override;
+  int64_t host_state_bytes() const override;
   // Seconds spent in the parameter all-gather so far (communication, for the summary).
   double gather_s() const { return gather_s_; }
   bool shards_gradients() const { return shard_gradients_; }
@@ -65,6 +70,7 @@ class ZeroAdamW : public Optimizer {
     at::Tensor params, grads;               // padded to world x chunk, full on every rank (stage 2:
                                             // grads is this rank's chunk only)
     at::Tensor exp_avg, exp_avg_sq, denom;  // this rank's chunk only
+    HostAdamW host;                         // offloaded: the chunk's host buffers (the moments are its)
     int64_t numel = 0, chunk = 0;
     double weight_decay = 0;
   };

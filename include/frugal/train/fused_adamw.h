@@ -64,6 +64,23 @@ void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::T
                   const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& hyper, double weight_decay,
                   int64_t step, const at::Tensor& grad_scale = {}, const AdamWDeviceScalars* device = nullptr);
 
+// dist.offload = "optimizer" (ZeRO-Offload): AdamW's moments in host memory (pinned where the
+// parameters are on a GPU), and each update run by the CPU pass on host copies: the parameters and
+// gradients (a ZeRO chunk of them) staged into host buffers, updated there, the parameters copied
+// back. The device then holds no moments and no update scratch (12 bytes a parameter fewer); each
+// step moves 12 bytes a parameter between device and host. The same maths as the CPU pass, so the
+// same bits as an unoffloaded CPU run.
+struct HostAdamW {
+  at::Tensor params, grads, exp_avg, exp_avg_sq;  // host buffers of one flat buffer's (or chunk's) size
+  HostAdamW() = default;
+  HostAdamW(int64_t n, const c10::Device& device);  // pinned when `device` is a GPU
+  // One update of `params` on its device from `grads` (REQUIRES: both of this size, fp32). The
+  // rate and count from the host; `grad_scale` (0-dim, or undefined for 1) as in adamw_update.
+  void update(const at::Tensor& params, const at::Tensor& grads, const AdamWHyper& hyper, double weight_decay,
+              int64_t step, const at::Tensor& grad_scale);
+  int64_t bytes() const;
+};
+
 namespace test_hooks {
 // Makes AdamWDeviceScalars::init put the scalars on the CPU too, so the CPU runs the device
 // path through ATen's CPU fused kernel (tests only).
@@ -77,7 +94,8 @@ class FusedAdamW {
     double weight_decay = 0.0;
   };
 
-  FusedAdamW(std::vector<Group> groups, AdamWHyper hyper);
+  // `offload`: the moments in host memory and the update on the CPU (HostAdamW).
+  FusedAdamW(std::vector<Group> groups, AdamWHyper hyper, bool offload = false);
   ~FusedAdamW();
   FusedAdamW(const FusedAdamW&) = delete;
   FusedAdamW& operator=(const FusedAdamW&) = delete;
@@ -110,13 +128,15 @@ class FusedAdamW {
   // Optimizer state for checkpoints: "g<i>.exp_avg", "g<i>.exp_avg_sq" (flat, per group).
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() const;
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps);
-  // Bytes held by the optimizer state (moments), for the memory report.
+  // Bytes held by the optimizer state (moments), for the memory report; of which in host memory.
   int64_t state_bytes() const;
+  int64_t host_state_bytes() const;
 
  private:
   struct Flat {
     at::Tensor params, grads, exp_avg, exp_avg_sq;
     std::vector<at::Tensor> members;  // the parameters living in `params`, in order
+    HostAdamW host;                   // offloaded: the host buffers (exp_avg, exp_avg_sq are its)
     // Scratch for sqrt(v)/bc2 + eps, allocated once: a fresh buffer of the model's size every step
     // would be mmapped and page-faulted in each time.
     at::Tensor denom;

@@ -34,6 +34,8 @@ class Optimizer {
   virtual void load_state(const std::vector<std::pair<std::string, at::Tensor>>& t, int64_t steps) = 0;
   virtual int64_t step_count() const = 0;
   virtual int64_t state_bytes() const = 0;
+  // The part of state_bytes() in host memory (dist.offload = "optimizer"; else 0).
+  virtual int64_t host_state_bytes() const { return 0; }
 
   // A CUDA graph of the step (train.cuda_graphs) needs a step whose device work does not depend on
   // the host: step_on_device() queues it (reading the rate and the step count from device memory,
@@ -80,10 +82,11 @@ struct OptimizerSharding {
 // The one factory of a run's optimizer: train.optimizer over `groups` (in a stable order: the
 // model's named_parameters order within each group; kMuon needs groups marked `muon`,
 // muon_param_groups), Muon's Newton-Schulz in bf16 where `muon_bf16` (RunSetup decides it once for
-// the run's device), the state sharded as `sharding` says. The TrainStep builds through it, with
-// or without data parallel.
+// the run's device), the state sharded as `sharding` says (its `adamw` offloads as it was made),
+// and with `offload` (dist.offload = "optimizer") the unsharded AdamW's in host memory (ConfigError
+// for another optimizer). The TrainStep builds through it, with or without data parallel.
 std::unique_ptr<Optimizer> build_optimizer(const std::vector<ParamGroup>& groups, const TrainConfig& t, bool muon_bf16,
-                                           const OptimizerSharding& sharding = {});
+                                           const OptimizerSharding& sharding = {}, bool offload = false);
 
 // build_optimizer in one process for `kind`, Muon's precision decided for the parameters' device
 // (muon_uses_bf16): for programs and tests that build an optimizer outside a run.

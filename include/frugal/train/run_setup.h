@@ -38,7 +38,8 @@ struct RunSetup {
   // bf16 working weights (model/working_weights.h): model.kernels = "frugal", precision bf16, the
   // fused AdamW unsharded (dist.zero = 0).
   bool working_weights = false;
-  PeakFlops peak;  // MFU's denominator (configured, or measured once in the run's dtype)
+  bool offload = false;  // dist.offload = "optimizer"
+  PeakFlops peak;        // MFU's denominator (configured, or measured once in the run's dtype)
 };
 
 // The setup for `config` on `world_size` processes with `precision` already resolved. `peak` is

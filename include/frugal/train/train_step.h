@@ -121,6 +121,15 @@ class TrainStep {
   int64_t oom_backoffs() const { return oom_backoffs_; }
   // Bytes of the bf16 working weights the optimizer keeps (RunSetup::working_weights; 0: none).
   int64_t working_weight_bytes() const { return working_bytes_; }
+  // What this process holds of the training state, in bytes (summary.json's state_bytes_per_rank):
+  // on the run's device the parameters, their working copies, the gradients (the flat buffers or a
+  // ZeRO-2 shard) and the optimizer's state (ZeRO shards), and the optimizer's state in host memory
+  // (dist.offload), which the total leaves out.
+  struct StateBytes {
+    int64_t parameters = 0, working_weights = 0, gradients = 0, optimizer = 0, optimizer_host = 0;
+    int64_t total() const { return parameters + working_weights + gradients + optimizer; }
+  };
+  StateBytes state_bytes() const;
   // Steps run as a replay of the step's CUDA graph (train.cuda_graphs), and whether one is captured.
   int64_t graphed_steps() const { return graphed_steps_; }
   bool graph_captured() const { return graph_ != nullptr; }
