@@ -51,10 +51,12 @@ std::string describe_levers(const nlohmann::json& levers) {
   std::string batch = fmt::format("micro_batch {:g} x accum {:g}", number(b, "micro_batch"), number(b, "accum"));
   if (world > 1) batch += fmt::format(" x {:g} ranks (dist.zero {})", world, levers.value("zero", 0));
   const auto& p = levers.value("precision", nlohmann::json::object());
+  std::string optimizer = lever_label(levers, "optimizer");
+  if (levers.value("offload", "none") == "optimizer") optimizer += " in host memory (dist.offload)";
   return fmt::format(
       "precision {} ({}) | {} | activation checkpointing {} | optimizer {} | schedule {} | checkpoints {}",
-      text(p, "mode"), text(p, "reason", ""), batch, levers.value("activation_checkpointing", "none"),
-      lever_label(levers, "optimizer"), lever_label(levers, "schedule"), levers.value("checkpoints", "?"));
+      text(p, "mode"), text(p, "reason", ""), batch, levers.value("activation_checkpointing", "none"), optimizer,
+      lever_label(levers, "schedule"), levers.value("checkpoints", "?"));
 }
 
 }  // namespace frugal

@@ -112,6 +112,12 @@ TEST(RunSetup, TheLeversObjectRecordsTheOptimizerScheduleAndPrecisionAndRendersA
        {"precision fp32", "x 2 ranks", "activation checkpointing blocks",
         "optimizer muon (Newton-Schulz bf16, momentum 0.95)", "schedule wsd (warm-up 40, decay the last 25%)"})
     EXPECT_NE(line.find(s), std::string::npos) << s << " in: " << line;
+  Config offload = test::tiny_config();
+  offload.dist.offload = Offload::kOptimizer;
+  const RunSetup off = set_up_run(offload, hooks, 1, PrecisionPolicy(PrecisionMode::kFp32, c10::Device(c10::kCPU)));
+  EXPECT_EQ(levers_json(off, offload)["offload"], "optimizer");
+  EXPECT_NE(levers_line(off, offload).find("in host memory (dist.offload)"), std::string::npos);
+  EXPECT_EQ(levers_line(p, c).find("host memory"), std::string::npos);
   hooks.lr_schedule = [](int64_t, int64_t) { return 1e-3; };
   const RunSetup own = set_up_run(c, hooks, 1, PrecisionPolicy(PrecisionMode::kFp32, c10::Device(c10::kCPU)));
   EXPECT_EQ(levers_json(own, c)["schedule"]["kind"], "the task's (TaskHooks::lr_schedule)");
