@@ -35,18 +35,21 @@ ZeroAdvice zero_advice(const PlanFigures& f, int64_t gpus, double memory_gb) {
     a.activations_gb = std::max(0.0, f.peak_tensor_mb * 1e6 - (p + g + measured_o)) / kGb;
     a.activations_measured = true;
   }
-  for (int stage = 0; stage <= 3; ++stage) {
+  for (int k = 0; k <= 6; ++k) {  // stages 0-3, then 0-2 with the optimizer in host memory
     ZeroLevel l;
-    l.stage = stage;
-    l.built = stage <= 2;
-    l.parameters_gb = (stage >= 3 ? p / w : p) / kGb;
-    l.gradients_gb = (stage >= 2 ? g / w : g) / kGb;
-    l.optimizer_gb = (stage >= 1 ? o / w : o) / kGb;
-    l.total_gb = l.parameters_gb + l.gradients_gb + l.optimizer_gb + a.activations_gb;
+    l.stage = k <= 3 ? k : k - 4;
+    l.offload = k > 3;
+    l.built = l.stage <= 2;
+    l.parameters_gb = (l.stage >= 3 ? p / w : p) / kGb;
+    l.gradients_gb = (l.stage >= 2 ? g / w : g) / kGb;
+    l.optimizer_gb = (l.stage >= 1 ? o / w : o) / kGb;
+    l.total_gb = l.parameters_gb + l.gradients_gb + (l.offload ? 0.0 : l.optimizer_gb) + a.activations_gb;
     l.fits = l.total_gb <= a.usable_gb;
-    if (l.fits && l.built && a.recommended < 0) a.recommended = stage;
+    int& pick = l.offload ? a.recommended_with_offload : a.recommended;
+    if (l.fits && l.built && pick < 0) pick = l.stage;
     a.levels.push_back(l);
   }
+  if (a.recommended >= 0) a.recommended_with_offload = -1;  // advised only where nothing else fits
   return a;
 }
 
@@ -58,18 +61,28 @@ std::string ZeroAdvice::table() const {
       gpus, memory_gb, usable_gb);
   out << fmt::format("  {:<14} {:>12} {:>12} {:>12} {:>12} {:>12}\n", "dist.zero", "parameters", "gradients",
                      "optimizer", "activations", "total");
-  for (const ZeroLevel& l : levels)
-    out << fmt::format("  {:<14} {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB  {}\n",
-                       fmt::format("{}{}", l.stage, l.built ? "" : " (not built)"), l.parameters_gb, l.gradients_gb,
-                       l.optimizer_gb, activations_gb, l.total_gb, l.fits ? "fits" : "does not fit");
+  for (const ZeroLevel& l : levels) {
+    if (l.offload && recommended >= 0) continue;  // the offloaded rows matter where nothing else fits
+    const std::string label = std::to_string(l.stage) + (l.offload ? " + offload" : l.built ? "" : " (not built)");
+    const std::string verdict =
+        std::string(l.fits ? "fits" : "does not fit") + (l.offload ? " (optimizer in host memory)" : "");
+    out << fmt::format("  {:<14} {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB  {}\n", label,
+                       l.parameters_gb, l.gradients_gb, l.optimizer_gb, activations_gb, l.total_gb, verdict);
+  }
   out << (activations_measured ? "  activations: the probe's peak tensor memory less its state (its device, "
                                  "precision and data.micro_batch)\n"
                                : "  activations: not measured (no peak tensor memory in the figures): not included\n");
   if (recommended >= 0) {
     out << fmt::format("  use dist.zero = {}: the least communication that fits{}", recommended,
                        recommended == 0 ? "" : " (frugal launch -n GPUS ... --set dist.zero=N)");
+  } else if (recommended_with_offload >= 0) {
+    out << fmt::format(
+        "  use dist.zero = {} with dist.offload = \"optimizer\": AdamW's moments ({:.3g} GB a rank) in host memory, "
+        "each update on the CPU, a slower step (docs/distributed.md); or ",
+        recommended_with_offload, levels[static_cast<size_t>(4 + recommended_with_offload)].optimizer_gb);
+    out << "a smaller data.micro_batch, memory.activation_checkpointing, LoRA, more GPUs or larger ones";
   } else {
-    const bool three = levels.size() == 4 && levels[3].fits;
+    const bool three = levels.size() >= 4 && levels[3].fits;
     out << fmt::format(
         "  no built stage fits: {} a smaller data.micro_batch (fewer activations), memory.activation_checkpointing, "
         "LoRA (lora.rank: fewer trainable parameters), more GPUs or larger ones",
@@ -79,15 +92,19 @@ std::string ZeroAdvice::table() const {
 }
 
 nlohmann::json ZeroAdvice::to_json() const {
-  nlohmann::json j = {{"gpus", gpus},
-                      {"memory_gb", memory_gb},
-                      {"usable_gb", usable_gb},
-                      {"activations_gb", activations_gb},
-                      {"activations_measured", activations_measured},
-                      {"recommended", recommended >= 0 ? nlohmann::json(recommended) : nlohmann::json(nullptr)}};
+  nlohmann::json j = {
+      {"gpus", gpus},
+      {"memory_gb", memory_gb},
+      {"usable_gb", usable_gb},
+      {"activations_gb", activations_gb},
+      {"activations_measured", activations_measured},
+      {"recommended", recommended >= 0 ? nlohmann::json(recommended) : nlohmann::json(nullptr)},
+      {"recommended_with_offload",
+       recommended_with_offload >= 0 ? nlohmann::json(recommended_with_offload) : nlohmann::json(nullptr)}};
   for (const ZeroLevel& l : levels)
     j["levels"].push_back({{"stage", l.stage},
                            {"built", l.built},
+                           {"offload", l.offload},
                            {"parameters_gb", l.parameters_gb},
                            {"gradients_gb", l.gradients_gb},
                            {"optimizer_gb", l.optimizer_gb},

@@ -24,7 +24,7 @@ PlanFigures eight_billion() {
 TEST(ZeroAdvice, EachStageShardsWhatItNamesAndTheLeastThatFitsIsAdvised) {
   // 8 x 80 GB (72 usable): stage 0 needs 130, stage 1 32 + 32 + 8 + 2 = 74, stage 2 32 + 4 + 8 + 2 = 46.
   const ZeroAdvice a = zero_advice(eight_billion(), 8, 80);
-  ASSERT_EQ(a.levels.size(), 4u);
+  ASSERT_EQ(a.levels.size(), 7u);  // stages 0-3, then 0-2 with the optimizer in host memory
   EXPECT_NEAR(a.activations_gb, 2, 1e-9);
   EXPECT_NEAR(a.levels[0].total_gb, 130, 1e-6);
   EXPECT_NEAR(a.levels[1].total_gb, 74, 1e-6);
@@ -34,6 +34,8 @@ TEST(ZeroAdvice, EachStageShardsWhatItNamesAndTheLeastThatFitsIsAdvised) {
   EXPECT_EQ(a.recommended, 2);
   EXPECT_NE(a.table().find("use dist.zero = 2"), std::string::npos) << a.table();
   EXPECT_EQ(a.to_json()["recommended"], 2);
+  EXPECT_EQ(a.recommended_with_offload, -1) << "offload is advised only where nothing else fits";
+  EXPECT_EQ(a.table().find("offload"), std::string::npos) << a.table();
 
   // 8 x 96 GB (86.4 usable): stage 1 fits and communicates less than stage 2.
   EXPECT_EQ(zero_advice(eight_billion(), 8, 96).recommended, 1);
@@ -49,6 +51,27 @@ TEST(ZeroAdvice, WhenOnlyZero3WouldFitItSaysSoAndAdvisesNoBuiltStage) {
   EXPECT_FALSE(a.levels[3].built);
   EXPECT_NE(a.table().find("ZeRO-3 would (not built yet)"), std::string::npos) << a.table();
   EXPECT_TRUE(a.to_json()["recommended"].is_null());
+}
+
+TEST(ZeroAdvice, WhereOnlyTheOptimizerInHostMemoryFitsItIsAdvisedWithItsHostBytes) {
+  // 8 x 48 GB (43.2 usable): stage 2 needs 46; with its 8 GB of moments in host memory, 38.
+  const ZeroAdvice a = zero_advice(eight_billion(), 8, 48);
+  EXPECT_EQ(a.recommended, -1);
+  ASSERT_EQ(a.recommended_with_offload, 2);
+  const ZeroLevel& l = a.levels[6];
+  EXPECT_TRUE(l.offload);
+  EXPECT_EQ(l.stage, 2);
+  EXPECT_NEAR(l.total_gb, 32 + 4 + 2, 1e-6);
+  EXPECT_NEAR(l.optimizer_gb, 8, 1e-6);
+  EXPECT_FALSE(a.levels[5].fits) << "stage 1 with offload: 32 + 32 + 2 = 66";
+  const std::string t = a.table();
+  EXPECT_NE(t.find("use dist.zero = 2 with dist.offload = \"optimizer\": AdamW's moments (8 GB a rank)"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("2 + offload"), std::string::npos) << t;
+  EXPECT_EQ(a.to_json()["recommended_with_offload"], 2);
+  // 8 x 40 GB: 38 GB is over 36 usable, with or without offload.
+  EXPECT_EQ(zero_advice(eight_billion(), 8, 40).recommended_with_offload, -1);
 }
 
 TEST(ZeroAdvice, FrozenParametersNeedNoGradientOrMomentsAndUnknownActivationsAreSaid) {

@@ -12,7 +12,9 @@
 // plus the activations the probe measured (its peak tensor memory less its whole state, at its
 // own device, precision and data.micro_batch). A stage fits when that total stays within 90% of
 // the GPU's memory (the rest for the CUDA context and the caching allocator's fragmentation); the
-// advice is the lowest built stage that fits (the least communication).
+// advice is the lowest built stage that fits (the least communication). When none does, the built
+// stages with dist.offload = "optimizer" (the moments in host memory: a slower step) are weighed
+// the same way, and the lowest that fits is advised with it.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,7 @@ namespace frugal {
 struct ZeroLevel {
   int stage = 0;
   bool built = true;
+  bool offload = false;  // dist.offload = "optimizer": optimizer_gb is in host memory, not in total_gb
   double parameters_gb = 0, gradients_gb = 0, optimizer_gb = 0;
   double total_gb = 0;  // the three above and the activations
   bool fits = false;
@@ -39,8 +42,10 @@ struct ZeroAdvice {
   double usable_gb = 0;       // 90% of memory_gb
   double activations_gb = 0;  // as the probe measured them; 0 where unknown
   bool activations_measured = false;
-  std::vector<ZeroLevel> levels;  // stages 0..3
+  std::vector<ZeroLevel> levels;  // stages 0..3, then 0..2 with the optimizer offloaded
   int recommended = -1;           // the lowest built stage that fits; -1 = none does
+  // Where none does: the lowest built stage that fits with dist.offload = "optimizer"; else -1.
+  int recommended_with_offload = -1;
   std::string table() const;
   nlohmann::json to_json() const;
 };
