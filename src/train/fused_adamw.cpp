@@ -3,7 +3,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/Event.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <atomic>
 #include <cmath>
@@ -127,12 +129,38 @@ HostAdamW::HostAdamW(int64_t n, const c10::Device& device) {
 void HostAdamW::update(const at::Tensor& p, const at::Tensor& g, const AdamWHyper& hyper, double weight_decay,
                        int64_t step, const at::Tensor& grad_scale) {
   c10::NoGradGuard no_grad;
-  // Device to host waits for the copies: the host buffers are complete, and the previous step's
-  // copy back out of `params` has finished (it was queued before them on the same stream).
-  params.copy_(p);
-  grads.copy_(g);
-  adamw_update(params, grads, exp_avg, exp_avg_sq, at::Tensor(), hyper, weight_decay, step, grad_scale);
-  p.copy_(params, /*non_blocking=*/true);
+  if (!p.is_cuda()) {  // the same memory: the copies are plain ones
+    params.copy_(p);
+    grads.copy_(g);
+    adamw_update(params, grads, exp_avg, exp_avg_sq, at::Tensor(), hyper, weight_decay, step, grad_scale);
+    p.copy_(params);
+    return;
+  }
+  // Chunk by chunk, overlapped: every chunk's copies to the host are queued first, each followed by
+  // an event; the CPU updates chunk c once its event has passed, while the later chunks are still
+  // in transit, and queues its copy back. The stream keeps the order: this step's copies into the
+  // host buffers come after the previous step's copies out of them.
+  constexpr int64_t kChunk = int64_t{1} << 22;  // elements: 16 MB of each fp32 buffer
+  const int64_t n = p.numel(), chunks = (n + kChunk - 1) / kChunk;
+  // The clip coefficient as a host scalar for every chunk, read first: the gradients it was taken
+  // from must be complete before they are copied anyway.
+  const at::Tensor scale = grad_scale.defined() ? grad_scale.to(at::kCPU) : at::Tensor();
+  const c10::Stream stream = c10::impl::VirtualGuardImpl(p.device().type()).getStream(p.device());
+  std::vector<c10::Event> arrived;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
+    params.narrow(0, lo, len).copy_(p.narrow(0, lo, len), /*non_blocking=*/true);
+    grads.narrow(0, lo, len).copy_(g.narrow(0, lo, len), /*non_blocking=*/true);
+    arrived.emplace_back(p.device().type());
+    arrived.back().record(stream);
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
+    arrived[static_cast<size_t>(c)].synchronize();
+    adamw_update(params.narrow(0, lo, len), grads.narrow(0, lo, len), exp_avg.narrow(0, lo, len),
+                 exp_avg_sq.narrow(0, lo, len), at::Tensor(), hyper, weight_decay, step, scale);
+    p.narrow(0, lo, len).copy_(params.narrow(0, lo, len), /*non_blocking=*/true);
+  }
 }
 
 int64_t HostAdamW::bytes() const {

@@ -94,6 +94,36 @@ TEST(CudaStep, FusedAdamWOnTheGpuMatchesTheCpuUpdate) {
   EXPECT_TRUE(torch::allclose(vc.cpu(), v, 5e-5, 1e-12));
 }
 
+// dist.offload = "optimizer" on a GPU: the parameters and gradients copied to pinned host buffers
+// chunk by chunk (two whole chunks and a tail here), each chunk updated by the CPU pass as soon as it
+// has arrived and copied back: the bits of the same CPU pass over host tensors.
+TEST(CudaStep, AnOffloadedAdamWOnTheGpuGivesTheCpuPassesBitsChunkByChunk) {
+  FRUGAL_REQUIRE_GPU();
+  torch::manual_seed(8);
+  std::vector<at::Tensor> cpu = {torch::randn({(int64_t{1} << 23) + 1000003}).requires_grad_(),
+                                 torch::randn({7, 5}).requires_grad_()};
+  std::vector<at::Tensor> gpu;
+  for (const auto& t : cpu) gpu.push_back(t.detach().cuda().requires_grad_());
+  const AdamWHyper h{1e-3, 0.9, 0.95, 1e-8};
+  FusedAdamW on_host({{cpu, 0.1}}, h), offloaded({{gpu, 0.1}}, h, /*offload=*/true);
+  EXPECT_FALSE(offloaded.device_scalars().on());
+  EXPECT_EQ(offloaded.host_state_bytes(), offloaded.state_bytes());
+  const at::Tensor scale = torch::full({}, 0.75);
+  for (int step = 0; step < 3; ++step) {
+    for (size_t i = 0; i < cpu.size(); ++i) {
+      const at::Tensor g = torch::randn(cpu[i].sizes()) * 3;
+      cpu[i].mutable_grad().copy_(g);
+      gpu[i].mutable_grad().copy_(g);
+    }
+    on_host.step(scale);
+    offloaded.step(scale.cuda());
+    for (size_t i = 0; i < cpu.size(); ++i)
+      ASSERT_TRUE(torch::equal(gpu[i].detach().cpu(), cpu[i].detach())) << "parameter " << i << " step " << step;
+  }
+  const auto want = on_host.state_tensors(), got = offloaded.state_tensors();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i].second, want[i].second)) << want[i].first;
+}
+
 TEST(CudaStep, FusedAdamWKeepsItsRateAndCountOnTheGpu) {
   // On a GPU the rate and the step count live in device tensors that ATen's fused kernel reads,
   // and the clip coefficient goes into the kernel: the same updates as the CPU's host scalars.
