@@ -278,6 +278,9 @@ void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
   setup = set_up_run(c, task.hooks, dp ? dp->world_size() : 1, PrecisionPolicy(mode, device, why));
   check_model_kernels(c.model, device, setup.precision.mode());
   check_cuda_graphs(c, device, setup.precision.mode(), setup.world_size);
+  if (setup.offload && !device.is_cuda())
+    Console::get().line("dist.offload = \"optimizer\": this run is on " + device.str() +
+                        ", where the optimizer's state is in host memory already; offloading only adds copies");
   setup.precision.set_fp8_cast_kernels(c.model.kernels == ModelConfig::Kernels::kFrugal);
   if (ck) continue_on_this_world(*ck);
   {
