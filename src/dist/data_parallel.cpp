@@ -276,9 +276,6 @@ void DataParallel::broadcast_parameters(const std::vector<at::Tensor>& params) {
       pg_->broadcast(c, 0);
       d.copy_(c);
     }
-    // A collective writes without moving the version counter: moved here, so that what keeps a
-    // copy of the parameter (bf16 working weights, model/working_weights.h) copies it again.
-    d.unsafeGetTensorImpl()->bump_version();
   }
 }
 

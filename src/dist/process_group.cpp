@@ -195,12 +195,14 @@ class C10dGroup : public ProcessGroup {
     std::vector<std::vector<at::Tensor>> outs{std::move(out)};
     std::vector<at::Tensor> ins{in};
     finish("all-gather", guard("all-gather", [&] { return pg_->allgather(outs, ins); }));
+    for (const at::Tensor& o : outs[0]) o.unsafeGetTensorImpl()->bump_version();
   }
   void broadcast(at::Tensor t, int64_t root) override {
     std::vector<at::Tensor> v{std::move(t)};
     c10d::BroadcastOptions o;
     o.rootRank = root;
     finish("broadcast", guard("broadcast", [&] { return pg_->broadcast(v, o); }));
+    v[0].unsafeGetTensorImpl()->bump_version();
   }
   void store_set(const std::string& key, const std::string& value) override {
     try {

@@ -46,6 +46,9 @@ class ProcessGroup {
   // t = the element-wise maximum over ranks, in place; blocks.
   virtual void allreduce_max(at::Tensor t) = 0;
   // out[r] = rank r's `in`, for every r (REQUIRES: out.size() == world_size, equal shapes); blocks.
+  // Like broadcast, it moves the version counter of what it wrote, as ATen's in-place operations
+  // do (c10d's own do not), so that what keeps a copy of a parameter (model/working_weights.h)
+  // sees the write.
   virtual void allgather(const at::Tensor& in, std::vector<at::Tensor> out) = 0;
   // t = rank `root`'s t; blocks.
   virtual void broadcast(at::Tensor t, int64_t root) = 0;
