@@ -40,15 +40,7 @@ ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, st
       }
       off += n;
     }
-    if (offload) {
-      f.host = HostAdamW(f.chunk, opts.device());
-      f.exp_avg = f.host.exp_avg;
-      f.exp_avg_sq = f.host.exp_avg_sq;
-    } else {
-      f.exp_avg = at::zeros({f.chunk}, opts);
-      f.exp_avg_sq = at::zeros({f.chunk}, opts);
-      f.denom = at::empty({f.chunk}, opts);
-    }
+    f.state = AdamWState(f.chunk, opts, offload);
     flats_.push_back(std::move(f));
   }
   if (!flats_.empty() && !offload) device_.init(flats_.front().params.device(), hyper_.lr, steps_);
@@ -67,10 +59,7 @@ void ZeroAdamW::step() {
     at::Tensor p = f.params.narrow(0, rank * f.chunk, f.chunk);
     at::Tensor g = shard_gradients_ ? f.grads : f.grads.narrow(0, rank * f.chunk, f.chunk);
     // FusedAdamW's update, on this rank's chunk.
-    if (f.host.params.defined())
-      f.host.update(p, g, hyper_, f.weight_decay, steps_, {});
-    else
-      adamw_update(p, g, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, steps_, {}, &device_);
+    f.state.update(p, g, hyper_, f.weight_decay, steps_, {}, &device_);
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<at::Tensor> out;
     for (int64_t r = 0; r < world; ++r) out.push_back(f.params.narrow(0, r * f.chunk, f.chunk));
@@ -111,8 +100,8 @@ std::vector<std::pair<std::string, at::Tensor>> ZeroAdamW::state_tensors() {
   const int64_t world = pg_->world_size();
   for (size_t i = 0; i < flats_.size(); ++i) {
     const Flat& f = flats_[i];
-    for (const auto& [name, shard] : {std::pair<const char*, at::Tensor>{"exp_avg", f.exp_avg},
-                                      std::pair<const char*, at::Tensor>{"exp_avg_sq", f.exp_avg_sq}}) {
+    for (const auto& [name, shard] : {std::pair<const char*, at::Tensor>{"exp_avg", f.state.exp_avg},
+                                      std::pair<const char*, at::Tensor>{"exp_avg_sq", f.state.exp_avg_sq}}) {
       // Gathered on the parameters' device (an offloaded shard is a host tensor, which NCCL cannot send).
       at::Tensor full = at::empty({f.chunk * world}, f.params.options());
       std::vector<at::Tensor> parts;
@@ -129,8 +118,8 @@ void ZeroAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>
   const int64_t rank = pg_->rank();
   for (size_t i = 0; i < flats_.size(); ++i) {
     Flat& f = flats_[i];
-    for (auto* dst : {&f.exp_avg, &f.exp_avg_sq}) {
-      const std::string name = "g" + std::to_string(i) + (dst == &f.exp_avg ? ".exp_avg" : ".exp_avg_sq");
+    for (auto* dst : {&f.state.exp_avg, &f.state.exp_avg_sq}) {
+      const std::string name = "g" + std::to_string(i) + (dst == &f.state.exp_avg ? ".exp_avg" : ".exp_avg_sq");
       const at::Tensor* src = nullptr;
       for (const auto& [n, t] : tensors)
         if (n == name) src = &t;
@@ -150,13 +139,13 @@ void ZeroAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>
 
 int64_t ZeroAdamW::host_state_bytes() const {
   int64_t n = 0;
-  for (const auto& f : flats_) n += f.host.bytes();
+  for (const auto& f : flats_) n += f.state.host_bytes();
   return n;
 }
 
 int64_t ZeroAdamW::state_bytes() const {
   int64_t n = 0;
-  for (const auto& f : flats_) n += 2 * f.chunk * static_cast<int64_t>(f.exp_avg.element_size());
+  for (const auto& f : flats_) n += f.state.bytes();
   return n;
 }
 

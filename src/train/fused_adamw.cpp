@@ -118,17 +118,28 @@ void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::T
   });
 }
 
-HostAdamW::HostAdamW(int64_t n, const c10::Device& device) {
-  const auto opts = at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda());
-  params = at::empty({n}, opts);
-  grads = at::empty({n}, opts);
-  exp_avg = at::zeros({n}, opts);
-  exp_avg_sq = at::zeros({n}, opts);
+AdamWState::AdamWState(int64_t n, const at::TensorOptions& opts, bool offload) {
+  if (!offload) {
+    exp_avg = at::zeros({n}, opts);
+    exp_avg_sq = at::zeros({n}, opts);
+    denom = at::empty({n}, opts);
+    return;
+  }
+  const auto host = at::TensorOptions().dtype(at::kFloat).pinned_memory(opts.device().is_cuda());
+  host_params = at::empty({n}, host);
+  host_grads = at::empty({n}, host);
+  exp_avg = at::zeros({n}, host);
+  exp_avg_sq = at::zeros({n}, host);
 }
 
-void HostAdamW::update(const at::Tensor& p, const at::Tensor& g, const AdamWHyper& hyper, double weight_decay,
-                       int64_t step, const at::Tensor& grad_scale) {
+void AdamWState::update(const at::Tensor& p, const at::Tensor& g, const AdamWHyper& hyper, double weight_decay,
+                        int64_t step, const at::Tensor& grad_scale, const AdamWDeviceScalars* device) {
   c10::NoGradGuard no_grad;
+  if (!offloaded()) {
+    adamw_update(p, g, exp_avg, exp_avg_sq, denom, hyper, weight_decay, step, grad_scale, device);
+    return;
+  }
+  const at::Tensor &params = host_params, &grads = host_grads;
   if (!p.is_cuda()) {  // the same memory: the copies are plain ones
     params.copy_(p);
     grads.copy_(g);
@@ -163,9 +174,11 @@ void HostAdamW::update(const at::Tensor& p, const at::Tensor& g, const AdamWHype
   }
 }
 
-int64_t HostAdamW::bytes() const {
+int64_t AdamWState::bytes() const {
   return exp_avg.defined() ? 2 * exp_avg.numel() * static_cast<int64_t>(exp_avg.element_size()) : 0;
 }
+
+int64_t AdamWState::host_bytes() const { return offloaded() ? bytes() : 0; }
 
 FusedAdamW::FusedAdamW(std::vector<Group> groups, AdamWHyper hyper, bool offload) : hyper_(hyper) {
   c10::NoGradGuard no_grad;
@@ -192,15 +205,7 @@ FusedAdamW::FusedAdamW(std::vector<Group> groups, AdamWHyper hyper, bool offload
       f.members.push_back(p);
       off += n;
     }
-    if (offload) {
-      f.host = HostAdamW(total, opts.device());
-      f.exp_avg = f.host.exp_avg;
-      f.exp_avg_sq = f.host.exp_avg_sq;
-    } else {
-      f.exp_avg = at::zeros({total}, opts);
-      f.exp_avg_sq = at::zeros({total}, opts);
-      f.denom = at::empty({total}, opts);
-    }
+    f.state = AdamWState(total, opts, offload);
     flats_.push_back(std::move(f));
   }
   // Offloaded, the update takes its rate and count from the host.
@@ -233,13 +238,7 @@ void FusedAdamW::step_on_device(const at::Tensor& grad_scale) {
 void FusedAdamW::update(int64_t step, const at::Tensor& grad_scale) {
   c10::NoGradGuard no_grad;
   device_.advance();
-  for (auto& f : flats_) {
-    if (f.host.params.defined())
-      f.host.update(f.params, f.grads, hyper_, f.weight_decay, step, grad_scale);
-    else
-      adamw_update(f.params, f.grads, f.exp_avg, f.exp_avg_sq, f.denom, hyper_, f.weight_decay, step, grad_scale,
-                   &device_);
-  }
+  for (auto& f : flats_) f.state.update(f.params, f.grads, hyper_, f.weight_decay, step, grad_scale, &device_);
   if (working_) working_->refresh();  // the CPU pass writes through raw pointers: no version moves
 }
 
@@ -252,8 +251,8 @@ std::vector<at::Tensor> FusedAdamW::flat_grads() const {
 std::vector<std::pair<std::string, at::Tensor>> FusedAdamW::state_tensors() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (size_t i = 0; i < flats_.size(); ++i) {
-    out.emplace_back("g" + std::to_string(i) + ".exp_avg", flats_[i].exp_avg);
-    out.emplace_back("g" + std::to_string(i) + ".exp_avg_sq", flats_[i].exp_avg_sq);
+    out.emplace_back("g" + std::to_string(i) + ".exp_avg", flats_[i].state.exp_avg);
+    out.emplace_back("g" + std::to_string(i) + ".exp_avg_sq", flats_[i].state.exp_avg_sq);
   }
   return out;
 }
@@ -277,13 +276,13 @@ void FusedAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>
 
 int64_t FusedAdamW::host_state_bytes() const {
   int64_t n = 0;
-  for (const auto& f : flats_) n += f.host.bytes();
+  for (const auto& f : flats_) n += f.state.host_bytes();
   return n;
 }
 
 int64_t FusedAdamW::state_bytes() const {
   int64_t n = 0;
-  for (const auto& f : flats_) n += 2 * f.exp_avg.numel() * static_cast<int64_t>(f.exp_avg.element_size());
+  for (const auto& f : flats_) n += f.state.bytes();
   return n;
 }
 

@@ -15,7 +15,7 @@
 // (accumulate_shard). grads() is then this rank's shard (what clipping, the loss scaler and the
 // step read; the gradient norm is combined over ranks by DataParallel).
 //
-// Offloaded, the moments are host tensors and the chunk's update runs on the CPU (HostAdamW).
+// Offloaded, the moments are host tensors and the chunk's update runs on the CPU (AdamWState).
 //
 // Checkpoints: state_tensors() gathers the shards into full tensors named exactly like
 // FusedAdamW's ("g<i>.exp_avg", ...), so rank 0 writes one ordinary optimizer.safetensors and a
@@ -36,7 +36,7 @@ namespace frugal::dist {
 class ZeroAdamW : public Optimizer {
  public:
   // `offload` (dist.offload = "optimizer"): this rank's moments in host memory, its chunk updated
-  // there (HostAdamW).
+  // there (AdamWState).
   ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg,
             bool shard_gradients = false, bool offload = false);
 
@@ -67,10 +67,9 @@ class ZeroAdamW : public Optimizer {
 
  private:
   struct Flat {
-    at::Tensor params, grads;               // padded to world x chunk, full on every rank (stage 2:
-                                            // grads is this rank's chunk only)
-    at::Tensor exp_avg, exp_avg_sq, denom;  // this rank's chunk only
-    HostAdamW host;                         // offloaded: the chunk's host buffers (the moments are its)
+    at::Tensor params, grads;  // padded to world x chunk, full on every rank (stage 2:
+                               // grads is this rank's chunk only)
+    AdamWState state;          // this rank's chunk only
     int64_t numel = 0, chunk = 0;
     double weight_decay = 0;
   };

@@ -64,21 +64,29 @@ void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::T
                   const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& hyper, double weight_decay,
                   int64_t step, const at::Tensor& grad_scale = {}, const AdamWDeviceScalars* device = nullptr);
 
-// dist.offload = "optimizer" (ZeRO-Offload): AdamW's moments in host memory (pinned where the
-// parameters are on a GPU), and each update run by the CPU pass on host copies: the parameters and
-// gradients (a ZeRO chunk of them) staged into host buffers, updated there, the parameters copied
-// back. The device then holds no moments and no update scratch (12 bytes a parameter fewer); each
-// step moves 12 bytes a parameter between device and host. The same maths as the CPU pass, so the
-// same bits as an unoffloaded CPU run.
-struct HostAdamW {
-  at::Tensor params, grads, exp_avg, exp_avg_sq;  // host buffers of one flat buffer's (or chunk's) size
-  HostAdamW() = default;
-  HostAdamW(int64_t n, const c10::Device& device);  // pinned when `device` is a GPU
-  // One update of `params` on its device from `grads` (REQUIRES: both of this size, fp32). The
-  // rate and count from the host; `grad_scale` (0-dim, or undefined for 1) as in adamw_update.
+// One flat buffer's (or one ZeRO chunk's) AdamW state, shared by FusedAdamW and ZeroAdamW: the
+// moments and the update's scratch on the parameters' device, or with dist.offload = "optimizer"
+// (ZeRO-Offload) the moments in host memory (pinned where the parameters are on a GPU) and each
+// update run by the CPU pass on host copies: the parameters and gradients staged into host
+// buffers, updated there, the parameters copied back. Offloaded, the device holds no moments and
+// no scratch (12 bytes a parameter fewer) and each step moves 12 bytes a parameter between device
+// and host; the maths is the CPU pass's, so the same bits as an unoffloaded CPU run.
+struct AdamWState {
+  at::Tensor exp_avg, exp_avg_sq;  // on the parameters' device, or in host memory when offloaded
+  // On the device: scratch for sqrt(v)/bc2 + eps, allocated once (a fresh buffer of the model's
+  // size every step would be mmapped and page-faulted in each time).
+  at::Tensor denom;
+  at::Tensor host_params, host_grads;  // offloaded: the host staging buffers
+  AdamWState() = default;
+  // `n` zeroed moments for parameters of `opts` (fp32), on their device or offloaded.
+  AdamWState(int64_t n, const at::TensorOptions& opts, bool offload);
+  bool offloaded() const { return host_params.defined(); }
+  // One update of `params` from `grads` (REQUIRES: both of this size): adamw_update on the device
+  // (with `device`'s scalars where on), or offloaded with the host's rate and count.
   void update(const at::Tensor& params, const at::Tensor& grads, const AdamWHyper& hyper, double weight_decay,
-              int64_t step, const at::Tensor& grad_scale);
-  int64_t bytes() const;
+              int64_t step, const at::Tensor& grad_scale, const AdamWDeviceScalars* device);
+  int64_t bytes() const;       // the moments'
+  int64_t host_bytes() const;  // of those, in host memory
 };
 
 namespace test_hooks {
@@ -94,7 +102,7 @@ class FusedAdamW {
     double weight_decay = 0.0;
   };
 
-  // `offload`: the moments in host memory and the update on the CPU (HostAdamW).
+  // `offload`: the moments in host memory and the update on the CPU (AdamWState).
   FusedAdamW(std::vector<Group> groups, AdamWHyper hyper, bool offload = false);
   ~FusedAdamW();
   FusedAdamW(const FusedAdamW&) = delete;
@@ -134,12 +142,9 @@ class FusedAdamW {
 
  private:
   struct Flat {
-    at::Tensor params, grads, exp_avg, exp_avg_sq;
+    at::Tensor params, grads;
     std::vector<at::Tensor> members;  // the parameters living in `params`, in order
-    HostAdamW host;                   // offloaded: the host buffers (exp_avg, exp_avg_sq are its)
-    // Scratch for sqrt(v)/bc2 + eps, allocated once: a fresh buffer of the model's size every step
-    // would be mmapped and page-faulted in each time.
-    at::Tensor denom;
+    AdamWState state;
     double weight_decay;
   };
   // One update of every group as step `step` (1-based), the device count advanced, the copies
