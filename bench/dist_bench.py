@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Data parallel on this machine (docs/levers.md and docs/distributed.md): 2 local processes
-against 1, and ZeRO-1 and ZeRO-2 against plain data parallel. The same model trains with the same
+against 1, and ZeRO-1, 2 and 3 against plain data parallel. The same model trains with the same
 global batch of 16 sequences per step: one process with accumulation 2, two ranks (`frugal launch
--n 2`, Gloo on localhost) with accumulation 1 each, and two ranks with dist.zero = 1 and with
-dist.zero = 2. The four run alternately for --rounds rounds; the table gives medians over the
+-n 2`, Gloo on localhost) with accumulation 1 each, and two ranks with dist.zero = 1, 2 and 3. The
+five run alternately for --rounds rounds; the table gives medians over the
 rounds of the step time (summary.json wall_s / steps), the communication time per step (waits for
 gradient reductions not hidden behind backward, the per-step stop agreement, ZeRO's parameter
 all-gather) and its fraction of step time, the AdamW state per rank (summary.json
 optimizer_state_mb) and the training state one rank holds (summary.json state_bytes_per_rank:
-parameters, gradients, moments). Target: ZeRO-2's step time at most 1.05x ZeRO-1's.
+parameters, gradients, moments). Targets: ZeRO-2's step time at most 1.05x ZeRO-1's, ZeRO-3's at
+most 1.3x.
 
 Default model: 4 layers, embd 256, 8 heads, block 64, micro-batch 8 (3.2M parameters), fp32.
 On a machine with few cores the two processes share the cores one process already used, so
@@ -46,11 +47,12 @@ DIST_FIELDS = ("comm_fraction", "comm_ms_per_step", "allreduce_wait_ms_per_step"
                "agree_ms_per_step")
 
 def make_runs(procs):
-    """The four sides for `procs` ranks: (label, processes, extra --set values)."""
+    """The five sides for `procs` ranks: (label, processes, extra --set values)."""
     return {"single": (f"1 process, accum {procs}", 1, [f"train.accum={procs}"]),
             "dp": (f"{procs} processes", procs, ["train.accum=1"]),
             "zero": (f"{procs} processes, ZeRO-1", procs, ["train.accum=1", "dist.zero=1"]),
-            "zero2": (f"{procs} processes, ZeRO-2", procs, ["train.accum=1", "dist.zero=2"])}
+            "zero2": (f"{procs} processes, ZeRO-2", procs, ["train.accum=1", "dist.zero=2"]),
+            "zero3": (f"{procs} processes, ZeRO-3", procs, ["train.accum=1", "dist.zero=3"])}
 
 
 
@@ -122,6 +124,11 @@ def main():
     out["zero2_over_zero1_step_time_target"] = 1.05
     out["zero2_state_ratio"] = (out["runs"]["zero2"]["state_total_mb_per_rank"]
                                 / out["runs"]["dp"]["state_total_mb_per_rank"])
+    out["zero3_over_zero1_step_time"] = median([b["step_ms"] / a["step_ms"] for a, b in
+                                                zip(out["runs"]["zero"]["rounds"], out["runs"]["zero3"]["rounds"])])
+    out["zero3_over_zero1_step_time_target"] = 1.3
+    out["zero3_state_ratio"] = (out["runs"]["zero3"]["state_total_mb_per_rank"]
+                                / out["runs"]["dp"]["state_total_mb_per_rank"])
     path = save_result(a.results or results_dir(quick=a.quick), common, out, t0)
     print(f"{out['params'] / 1e6:.2f}M parameters, {a.steps} steps, medians of {a.rounds} alternating rounds")
     for name, v in out["runs"].items():
@@ -131,6 +138,8 @@ def main():
               f"MB/rank, training state {v['state_total_mb_per_rank']:.2f} MB/rank")
     print(f"ZeRO-2 step time / ZeRO-1's: {out['zero2_over_zero1_step_time']:.3f} (target <= 1.05); training state "
           f"per rank {out['zero2_state_ratio']:.2f} x plain data parallel's")
+    print(f"ZeRO-3 step time / ZeRO-1's: {out['zero3_over_zero1_step_time']:.3f} (target <= 1.3); training state "
+          f"per rank {out['zero3_state_ratio']:.2f} x plain data parallel's")
     print(f"\nwrote {shown(path)}")
     return 0
 

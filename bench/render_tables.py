@@ -464,10 +464,11 @@ def render_dist(R):
              "| run | step ms | communication (ms/step) | communication / step time | AdamW state per rank |"
              + (" training state per rank (parameters + gradients + moments) |" if "zero2" in r else ""),
              "| --- | --- | --- | --- | --- |" + (" --- |" if "zero2" in r else "")]
-    for name in [n for n in ("single", "dp", "zero", "zero2") if n in r]:
+    for name in [n for n in ("single", "dp", "zero", "zero2", "zero3") if n in r]:
         v = r[name]
         if "comm_fraction" in v:
-            parts = [f"{'reduce' if name == 'zero2' else 'all-reduce'} wait {v['allreduce_wait_ms_per_step']:.1f}"]
+            parts = [f"{'reduce' if name in ('zero2', 'zero3') else 'all-reduce'} wait "
+                     f"{v['allreduce_wait_ms_per_step']:.1f}"]
             if v.get("zero_gather_ms_per_step"):
                 parts.append(f"parameter all-gather {v['zero_gather_ms_per_step']:.1f}")
             parts.append(f"agreement {v['agree_ms_per_step']:.1f}")
@@ -492,6 +493,13 @@ def render_dist(R):
         lines += ["", f"ZeRO-2's step time is {ratio:.2f}x ZeRO-1's (median of the per-round ratios; target at most "
                       f"{j['zero2_over_zero1_step_time_target']:.2f}x: {met}); one rank holds "
                       f"{j['zero2_state_ratio']:.2f}x the training state of plain data parallel."]
+    if "zero3_over_zero1_step_time" in j:
+        ratio = j["zero3_over_zero1_step_time"]
+        met = "met" if ratio <= j["zero3_over_zero1_step_time_target"] else "not met"
+        lines += ["", f"ZeRO-3's step time is {ratio:.2f}x ZeRO-1's (target at most "
+                      f"{j['zero3_over_zero1_step_time_target']:.2f}x: {met}); one rank holds "
+                      f"{j['zero3_state_ratio']:.2f}x the training state of plain data parallel (its parameter "
+                      "all-gather column includes the blocks' gathers, two per block and micro-batch)."]
     return "\n".join(lines)
 
 

@@ -391,9 +391,10 @@ void add_dist_keys(std::vector<KeySpec>& s) {
                             "multi-process communication: auto = NCCL on CUDA where built, else Gloo"));
   k.may(float_key(FRUGAL_FIELD(dist, timeout_s), 1, 1e6,
                   "seconds a rank waits for a missing or silent peer before failing with an error"));
-  k.may(int_enum_key<ZeroStage>(FRUGAL_FIELD(dist, zero), 0, 2,
+  k.may(int_enum_key<ZeroStage>(FRUGAL_FIELD(dist, zero), 0, 3,
                                 "1 = ZeRO-1: shard the optimizer state across ranks; 2 = ZeRO-2: and the gradients; "
-                                "0 = every rank holds all of it"));
+                                "3 = ZeRO-3: and the blocks' parameters, gathered per block; 0 = every rank holds all "
+                                "of it"));
   k.may(enum_key<Offload>(FRUGAL_FIELD(dist, offload), {{"none", Offload::kNone}, {"optimizer", Offload::kOptimizer}},
                           "\"optimizer\": AdamW's moments in host memory and its update on the CPU (12 bytes a "
                           "parameter less on the GPU, a slower step; docs/distributed.md); \"none\": on the device"));

@@ -49,11 +49,12 @@ DataParallel::DataParallel(std::shared_ptr<ProcessGroup> pg, const Config& confi
     throw ConfigError(
         "multi-process training needs train.optimizer = \"fused_adamw\" or \"muon\" (their gradients stay "
         "in place, where the all-reduce buckets view them); torch_adamw is single-process only");
-  if (config.train.optimizer == OptimizerKind::kMuon && config_.zero == ZeroStage::kGradients)
-    throw ConfigError(
-        "dist.zero = 2 shards the gradients, and Muon's Newton-Schulz iteration needs each matrix's whole "
+  if (config.train.optimizer == OptimizerKind::kMuon && config_.zero >= ZeroStage::kGradients)
+    throw ConfigError(fmt::format(
+        "dist.zero = {} shards the gradients, and Muon's Newton-Schulz iteration needs each matrix's whole "
         "gradient; set dist.zero = 1 (Muon's matrices are then sharded whole, each rank stepping its own) or "
-        "train.optimizer = \"fused_adamw\"");
+        "train.optimizer = \"fused_adamw\"",
+        static_cast<int64_t>(config_.zero)));
 }
 
 DataParallel::~DataParallel() = default;
@@ -64,12 +65,17 @@ OptimizerSharding DataParallel::optimizer_sharding() {
   s.rank = rank();
   s.world = world_size();
   s.broadcast = [pg = pg_](at::Tensor& x, int64_t root) { pg->broadcast(x, root); };
+  s.gathers_parameters = config_.zero == ZeroStage::kParameters;
   s.adamw = [this](const std::vector<ParamGroup>& groups, const TrainConfig& t) -> std::unique_ptr<Optimizer> {
     std::vector<FusedAdamW::Group> fused;
-    for (const auto& g : groups) fused.push_back({g.params, g.weight_decay});
-    auto adamw =
-        std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_,
-                                    config_.zero == ZeroStage::kGradients, config_.offload == Offload::kOptimizer);
+    std::vector<GroupPlace> places;
+    for (const auto& g : groups) {
+      fused.push_back({g.params, g.weight_decay});
+      if (config_.zero == ZeroStage::kParameters) places.push_back({g.unit, g.origin, g.origin_offsets});
+    }
+    auto adamw = std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_,
+                                             config_.zero >= ZeroStage::kGradients,
+                                             config_.offload == Offload::kOptimizer, std::move(places));
     zero_ = adamw.get();
     return adamw;
   };
@@ -240,6 +246,8 @@ void DataParallel::finish(at::Tensor& loss) {
   if (l.data_ptr() != loss.data_ptr()) loss.copy_(l.reshape({}));
   reducing_ = false;
   ++reductions_;
+  // dist.zero = 3: a block whose backward did not release it (its input had no gradient).
+  if (zero_) zero_->release_blocks();
 }
 
 double DataParallel::mean(double value) {
@@ -332,7 +340,7 @@ std::vector<std::string> DataParallel::gather_strings(const std::string& mine, c
 
 void DataParallel::add_to_summary(nlohmann::ordered_json& s, double step_s_total, int64_t steps) const {
   const double n = static_cast<double>(std::max<int64_t>(1, steps));
-  const double gather = zero_ ? zero_->gather_s() : 0.0;
+  const double gather = zero_ ? zero_->gather_s() + zero_->unit_gather_s() : 0.0;
   const double comm = wait_s_ + agree_s_ + gather;
   s["dist"] = {{"world_size", world_size()},
                {"backend", pg_->backend()},
@@ -341,6 +349,7 @@ void DataParallel::add_to_summary(nlohmann::ordered_json& s, double step_s_total
                {"bucket_mb", config_.bucket_mb},
                {"allreduce_wait_ms_per_step", 1e3 * wait_s_ / n},
                {"zero_gather_ms_per_step", 1e3 * gather / n},
+               {"block_gathers_per_step", zero_ ? static_cast<double>(zero_->unit_gathers()) / n : 0.0},
                {"agree_ms_per_step", 1e3 * agree_s_ / n},
                {"comm_ms_per_step", 1e3 * comm / n},
                // Of the time spent in steps plus the agreement after each (which runs outside the step).

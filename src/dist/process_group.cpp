@@ -197,6 +197,12 @@ class C10dGroup : public ProcessGroup {
     finish("all-gather", guard("all-gather", [&] { return pg_->allgather(outs, ins); }));
     for (const at::Tensor& o : outs[0]) o.unsafeGetTensorImpl()->bump_version();
   }
+  std::unique_ptr<Pending> allgather_async(const at::Tensor& in, std::vector<at::Tensor> out) override {
+    std::vector<std::vector<at::Tensor>> outs{std::move(out)};
+    std::vector<at::Tensor> ins{in};
+    return std::make_unique<C10dPending>(guard("all-gather", [&] { return pg_->allgather(outs, ins); }),
+                                         [this](const std::exception& e) { fail("all-gather", e); });
+  }
   void broadcast(at::Tensor t, int64_t root) override {
     std::vector<at::Tensor> v{std::move(t)};
     c10d::BroadcastOptions o;

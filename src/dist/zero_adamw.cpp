@@ -1,28 +1,68 @@
-// ZeRO-1 sharded AdamW; see zero_adamw.h.
+// ZeRO-1, 2 and 3 sharded AdamW; see zero_adamw.h.
 #include "frugal/dist/zero_adamw.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "frugal/core/errors.h"
 #include "frugal/core/wall_clock.h"
 
 namespace frugal::dist {
 
+namespace {
+
+// A stage-3 flat buffer's memory comes and goes; its StorageImpl (which the model's views share)
+// stays.
+void free_storage(const at::Tensor& t) {
+  c10::StorageImpl* st = t.storage().unsafeGetStorageImpl();
+  st->set_data_ptr_noswap(at::DataPtr(nullptr, st->device()));
+  st->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor& t) {
+  c10::StorageImpl* st = t.storage().unsafeGetStorageImpl();
+  const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
+  st->set_data_ptr_noswap(st->allocator()->allocate(nbytes));
+  st->set_nbytes(nbytes);
+}
+
+}  // namespace
+
 ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg,
-                     bool shard_gradients, bool offload)
+                     bool shard_gradients, bool offload, std::vector<GroupPlace> places)
     : hyper_(hyper), pg_(std::move(pg)), shard_gradients_(shard_gradients) {
   c10::NoGradGuard no_grad;
   const int64_t world = pg_->world_size();
-  for (auto& g : groups) {
+  FRUGAL_CHECK(places.empty() || places.size() == groups.size(), Error,
+               fmt::format("ZeroAdamW: {} places for {} groups", places.size(), groups.size()));
+  gathers_ = std::any_of(places.begin(), places.end(), [](const GroupPlace& p) { return p.unit >= 0; });
+  shard_gradients_ = shard_gradients_ || gathers_;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    auto& g = groups[gi];
     if (g.params.empty()) continue;
     const auto opts = g.params.front().options();
     Flat f;
     f.weight_decay = g.weight_decay;
+    if (!places.empty()) {
+      const GroupPlace& place = places[gi];
+      FRUGAL_CHECK(place.origin < 0 || place.offsets.size() == g.params.size(), Error,
+                   "ZeroAdamW: a group's place names another number of parameters");
+      f.unit = place.unit;
+      f.origin = place.origin;
+      int64_t here = 0;
+      for (size_t k = 0; place.origin >= 0 && k < g.params.size(); ++k) {
+        f.spans.push_back({here, place.offsets[k], g.params[k].numel()});
+        here += g.params[k].numel();
+      }
+    }
     for (const auto& p : g.params) f.numel += p.numel();
     f.chunk = (f.numel + world - 1) / world;
     f.params = at::zeros({f.chunk * world}, opts);  // the padding stays zero: AdamW keeps 0 at 0
@@ -41,6 +81,11 @@ ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, st
       off += n;
     }
     f.state = AdamWState(f.chunk, opts, offload);
+    if (f.unit >= 0) {  // stage 3: keep this rank's chunk, free the rest
+      f.shard = f.params.narrow(0, pg_->rank() * f.chunk, f.chunk).clone();
+      free_storage(f.params);
+      f.whole = false;
+    }
     flats_.push_back(std::move(f));
   }
   if (!flats_.empty() && !offload) device_.init(flats_.front().params.device(), hyper_.lr, steps_);
@@ -56,6 +101,11 @@ void ZeroAdamW::step() {
   device_.advance();
   const int64_t rank = pg_->rank(), world = pg_->world_size();
   for (auto& f : flats_) {
+    if (f.unit >= 0) {  // stage 3: the shard is the parameters; the next use gathers them
+      release(f, /*keep_writes=*/false);
+      f.state.update(f.shard, f.grads, hyper_, f.weight_decay, steps_, {}, &device_);
+      continue;
+    }
     at::Tensor p = f.params.narrow(0, rank * f.chunk, f.chunk);
     at::Tensor g = shard_gradients_ ? f.grads : f.grads.narrow(0, rank * f.chunk, f.chunk);
     // FusedAdamW's update, on this rank's chunk.
@@ -95,19 +145,60 @@ int64_t ZeroAdamW::gradient_bytes() const {
   return n;
 }
 
+std::string ZeroAdamW::state_name(size_t flat, const char* what) const {
+  const Flat& f = flats_[flat];
+  return "g" + std::to_string(f.origin >= 0 ? static_cast<size_t>(f.origin) : flat) + "." + what;
+}
+
+int64_t ZeroAdamW::origin_numel(int64_t origin) const {
+  int64_t n = 0;
+  for (const auto& g : flats_)
+    for (const auto& sp : g.spans)
+      if (g.origin == origin) n = std::max(n, sp.there + sp.numel);
+  return n;
+}
+
+// Stage 3: each parameter's values from this flat's layout into its origin group's (`origin`,
+// allocated at the origin's size on first use); returns `origin`. Unsplit: `full` itself.
+at::Tensor ZeroAdamW::to_checkpoint_layout(size_t flat, const at::Tensor& full, at::Tensor& origin) const {
+  const Flat& f = flats_[flat];
+  if (f.origin < 0) return full;
+  if (!origin.defined()) origin = at::zeros({origin_numel(f.origin)}, full.options());
+  for (const auto& sp : f.spans) origin.narrow(0, sp.there, sp.numel).copy_(full.narrow(0, sp.here, sp.numel));
+  return origin;
+}
+
+at::Tensor ZeroAdamW::from_checkpoint_layout(size_t flat, const at::Tensor& saved) const {
+  const Flat& f = flats_[flat];
+  const at::Tensor s = saved.reshape({-1});
+  if (f.origin < 0) return s;
+  if (s.numel() != origin_numel(f.origin)) return at::Tensor();  // another model or grouping
+  at::Tensor out = at::zeros({f.numel}, s.options());
+  for (const auto& sp : f.spans) out.narrow(0, sp.here, sp.numel).copy_(s.narrow(0, sp.there, sp.numel));
+  return out;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> ZeroAdamW::state_tensors() {
   std::vector<std::pair<std::string, at::Tensor>> out;
+  std::map<std::string, size_t> slot;  // a name already in `out` (stage 3: split groups share one)
   const int64_t world = pg_->world_size();
   for (size_t i = 0; i < flats_.size(); ++i) {
     const Flat& f = flats_[i];
-    for (const auto& [name, shard] : {std::pair<const char*, at::Tensor>{"exp_avg", f.state.exp_avg},
+    for (const auto& [what, shard] : {std::pair<const char*, at::Tensor>{"exp_avg", f.state.exp_avg},
                                       std::pair<const char*, at::Tensor>{"exp_avg_sq", f.state.exp_avg_sq}}) {
       // Gathered on the parameters' device (an offloaded shard is a host tensor, which NCCL cannot send).
       at::Tensor full = at::empty({f.chunk * world}, f.params.options());
       std::vector<at::Tensor> parts;
       for (int64_t r = 0; r < world; ++r) parts.push_back(full.narrow(0, r * f.chunk, f.chunk));
       pg_->allgather(shard.to(f.params.device()), parts);
-      out.emplace_back("g" + std::to_string(i) + "." + name, full.narrow(0, 0, f.numel));
+      const std::string name = state_name(i, what);
+      const auto it = slot.find(name);
+      at::Tensor origin = it == slot.end() ? at::Tensor() : out[it->second].second;
+      at::Tensor laid = to_checkpoint_layout(i, full.narrow(0, 0, f.numel), origin);
+      if (it == slot.end()) {
+        slot[name] = out.size();
+        out.emplace_back(name, laid);
+      }
     }
   }
   return out;
@@ -119,22 +210,109 @@ void ZeroAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>
   for (size_t i = 0; i < flats_.size(); ++i) {
     Flat& f = flats_[i];
     for (auto* dst : {&f.state.exp_avg, &f.state.exp_avg_sq}) {
-      const std::string name = "g" + std::to_string(i) + (dst == &f.state.exp_avg ? ".exp_avg" : ".exp_avg_sq");
+      const std::string name = state_name(i, dst == &f.state.exp_avg ? "exp_avg" : "exp_avg_sq");
       const at::Tensor* src = nullptr;
       for (const auto& [n, t] : tensors)
         if (n == name) src = &t;
-      if (!src || src->numel() != f.numel)
+      const at::Tensor values = src ? from_checkpoint_layout(i, *src) : at::Tensor();
+      if (!values.defined() || (f.origin < 0 && values.numel() != f.numel))
         throw CheckpointError("optimizer state '" + name +
                               "' is missing or has the wrong size; the model or its parameter "
                               "grouping differs from the checkpoint's");
       dst->zero_();
       const int64_t lo = std::min(rank * f.chunk, f.numel);
       const int64_t n = std::min(f.numel, lo + f.chunk) - lo;
-      if (n > 0) dst->narrow(0, 0, n).copy_(src->reshape({-1}).narrow(0, lo, n));
+      if (n > 0) dst->narrow(0, 0, n).copy_(values.narrow(0, lo, n));
     }
   }
   steps_ = steps;
   device_.set_steps(steps);
+}
+
+void ZeroAdamW::start_gather(Flat& f) {
+  c10::NoGradGuard no_grad;
+  allocate_storage(f.params);
+  // Written through a tensor of its own: the parameters' version counters stay where autograd
+  // saw them in the forward.
+  at::Tensor target = at::empty({0}, f.params.options());
+  target.set_(f.params.storage(), 0, {f.chunk * pg_->world_size()}, {1});
+  std::vector<at::Tensor> out;
+  for (int64_t r = 0; r < pg_->world_size(); ++r) out.push_back(target.narrow(0, r * f.chunk, f.chunk));
+  f.arriving = pg_->allgather_async(f.shard, out);
+}
+
+// Waits for the flat's gather (started here unless a prefetch started it); the wait is the
+// communication not hidden behind compute.
+void ZeroAdamW::gather(Flat& f) {
+  if (f.whole) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!f.arriving) start_gather(f);
+  f.arriving->wait();
+  f.arriving.reset();
+  f.whole = true;
+  unit_gather_s_ += seconds_since(t0);
+}
+
+void ZeroAdamW::release(Flat& f, bool keep_writes) {
+  if (f.arriving) gather(f);  // no memory is freed under a write in flight
+  if (f.unit < 0 || !f.whole) return;
+  if (keep_writes) {
+    c10::NoGradGuard no_grad;
+    f.shard.copy_(f.params.narrow(0, pg_->rank() * f.chunk, f.chunk));
+  }
+  free_storage(f.params);
+  f.whole = false;
+}
+
+void ZeroAdamW::gather_unit(int64_t unit) {
+  bool started = false;  // here, not by a prefetch
+  for (auto& f : flats_)
+    if (f.unit == unit && !f.whole) {
+      started = started || !f.arriving;
+      gather(f);
+    }
+  unit_gathers_ += started ? 1 : 0;
+}
+
+void ZeroAdamW::prefetch_unit(int64_t unit) {
+  bool started = false;
+  for (auto& f : flats_)
+    if (f.unit == unit && !f.whole && !f.arriving) {
+      start_gather(f);
+      started = true;
+    }
+  unit_gathers_ += started ? 1 : 0;
+}
+
+void ZeroAdamW::release_unit(int64_t unit) {
+  if (pinned_ > 0) return;  // inside gather_parameters(): whole until its release
+  for (auto& f : flats_)
+    if (f.unit == unit) release(f, false);
+}
+
+void ZeroAdamW::gather_parameters() {
+  ++pinned_;
+  for (auto& f : flats_)
+    if (f.unit >= 0) gather(f);
+}
+
+void ZeroAdamW::release_parameters(bool keep_writes) {
+  if (pinned_ > 0 && --pinned_ > 0) return;
+  for (auto& f : flats_) release(f, keep_writes);
+}
+
+void ZeroAdamW::release_blocks() {
+  if (pinned_ == 0) release_parameters(false);
+}
+
+int64_t ZeroAdamW::parameter_bytes() const {
+  if (!gathers_) return -1;
+  int64_t n = 0;
+  for (const auto& f : flats_) {
+    const at::Tensor& t = f.unit >= 0 ? f.shard : f.params;
+    n += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  return n;
 }
 
 int64_t ZeroAdamW::host_state_bytes() const {

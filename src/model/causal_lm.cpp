@@ -3,8 +3,10 @@
 
 #include <torch/torch.h>
 
+#include <cctype>
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "frugal/core/compat.h"
 #include "frugal/model/activation_checkpointing.h"
@@ -36,10 +38,70 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
 #endif
 }
 
+namespace {
+
+struct GatherHolder : torch::CustomClassHolder {
+  std::shared_ptr<BlockGathering> gathering;
+  size_t block = 0;
+};
+
+// Identity functions around a block whose parameters are gathered per use (dist.zero = 3). On
+// the block's output: its backward, which runs before the block's, gathers the block again. On
+// its input: its backward, which runs once every node of the block has (each lies on a path from
+// the input), lets the parameters go.
+template <bool kGatherInBackward>
+class AroundBlock : public torch::autograd::Function<AroundBlock<kGatherInBackward>> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, c10::intrusive_ptr<GatherHolder> h,
+                            const at::Tensor& x) {
+    ctx->saved_data["h"] = c10::IValue::make_capsule(std::move(h));
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto h = c10::static_intrusive_pointer_cast<GatherHolder>(ctx->saved_data["h"].toCapsule());
+    if (kGatherInBackward) {
+      h->gathering->need(h->block);
+      if (h->block > 0 && h->gathering->prefetch) h->gathering->prefetch(h->block - 1);  // the backward's next
+    } else {
+      h->gathering->done(h->block);
+    }
+    return {at::Tensor(), grad_out[0]};
+  }
+};
+
+}  // namespace
+
 at::Tensor CausalLmImpl::run_block(size_t i, const std::function<at::Tensor(const at::Tensor&)>& fn,
                                    const at::Tensor& x, const torch::nn::Module& block) const {
-  if (i >= recompute_.size() || !recompute_[i]) return fn(x);
-  return checkpointed(fn, x, block.parameters());
+  auto run = [&](const at::Tensor& in) {
+    if (i >= recompute_.size() || !recompute_[i]) return fn(in);
+    return checkpointed(fn, in, block.parameters());
+  };
+  if (!gathering_) return run(x);
+  auto h = c10::make_intrusive<GatherHolder>();
+  h->gathering = gathering_;
+  h->block = i;
+  // An input without gradient (a frozen embedding) has no backward to release the block in: the
+  // gradient synchronisation's end of step releases every block (DataParallel::finish).
+  const bool grad = torch::GradMode::is_enabled();
+  gathering_->need(i);
+  if (i + 1 < static_cast<size_t>(config_.layers) && gathering_->prefetch) gathering_->prefetch(i + 1);
+  at::Tensor y = run(grad && x.requires_grad() ? AroundBlock<false>::apply(h, x) : x);
+  gathering_->done(i);  // the backward gathers again (the output's function below)
+  return grad && y.requires_grad() ? AroundBlock<true>::apply(h, y) : y;
+}
+
+std::vector<std::vector<at::Tensor>> CausalLmImpl::block_parameters() const {
+  std::vector<std::vector<at::Tensor>> out(static_cast<size_t>(config_.layers));
+  for (const auto& p : named_parameters()) {
+    const std::string& name = p.key();
+    if (name.size() < 2 || name[0] != 'h' || !std::isdigit(static_cast<unsigned char>(name[1]))) continue;
+    const size_t dot = name.find('.');
+    const size_t block = std::stoul(name.substr(1, dot - 1));
+    if (block < out.size()) out[block].push_back(p.value());
+  }
+  return out;
 }
 
 std::vector<int64_t> CausalLmImpl::generate(const std::vector<int64_t>& prompt, int64_t max_new, double temperature,
@@ -48,6 +110,18 @@ std::vector<int64_t> CausalLmImpl::generate(const std::vector<int64_t>& prompt, 
   torch::NoGradGuard no_grad;
   const bool was_training = is_training();
   eval();
+  // Decoding runs each block once per token: with gathered blocks (dist.zero = 3), all of them
+  // for the whole call.
+  struct Whole {
+    std::shared_ptr<BlockGathering> g;
+    size_t blocks;
+    explicit Whole(std::shared_ptr<BlockGathering> gathering, size_t n) : g(std::move(gathering)), blocks(n) {
+      for (size_t i = 0; g && i < blocks; ++i) g->need(i);
+    }
+    ~Whole() {
+      for (size_t i = 0; g && i < blocks; ++i) g->done(i);
+    }
+  } whole(gathering_, static_cast<size_t>(config_.layers));
   const auto params = parameters();
   const c10::Device device = params.empty() ? c10::Device(c10::kCPU) : params.front().device();
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);

@@ -32,9 +32,13 @@ RunSetup set_up_run(const Config& c, const TaskHooks& hooks, int64_t world_size,
       c.train.optimizer == OptimizerKind::kMuon && muon_uses_bf16(c.train.muon_precision, p.precision.device());
   p.task_schedule = static_cast<bool>(hooks.lr_schedule);
   // Each micro-batch's whole gradient: under ZeRO-2 a rank holds only a shard of it.
-  p.grad_noise_wanted = c.monitor.grad_noise && c.dist.zero != ZeroStage::kGradients;
+  p.grad_noise_wanted = c.monitor.grad_noise && c.dist.zero < ZeroStage::kGradients;
   p.grad_noise = p.grad_noise_wanted && p.accum > 1;
   p.offload = c.dist.offload == Offload::kOptimizer;
+  FRUGAL_CHECK(c.dist.zero != ZeroStage::kParameters || hooks.gather_blocks || world_size == 1, ConfigError,
+               "dist.zero = 3 gathers each block's parameters around the block's forward and backward, and this "
+               "task's model names no blocks (TaskHooks::gather_blocks; frugal's own decoders do). Set dist.zero = 2");
+  p.gather_blocks = hooks.gather_blocks;
   p.working_weights = c.model.kernels == ModelConfig::Kernels::kFrugal && p.precision.mode() == PrecisionMode::kBf16 &&
                       c.train.optimizer == OptimizerKind::kFusedAdamW && c.dist.zero == ZeroStage::kNone;
   return p;

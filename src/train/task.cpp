@@ -53,6 +53,10 @@ Task lm_task(CausalLm model, std::shared_ptr<BatchSource> data, const Config& co
   t.hooks.activation_checkpointing = [model](const ActivationCheckpointing& spec) mutable {
     install_activation_checkpointing(model, spec);
   };
+  t.hooks.gather_blocks = [raw](std::shared_ptr<BlockGathering> gathering) {
+    raw->set_block_gathering(std::move(gathering));
+    return raw->block_parameters();
+  };
   if (config.data.source.kind == DataSource::Kind::kArith && config.train.answer_samples > 0) {
     const Config c = config;
     t.hooks.extend_summary = [model, c](nlohmann::ordered_json& summary) mutable {

@@ -7,8 +7,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <unordered_map>
 
 #include "frugal/core/compat.h"
 #include "frugal/core/console.h"
@@ -28,6 +31,39 @@ void install_activation_checkpointing(CausalLm& model, const ActivationCheckpoin
   if (std::none_of(plan.begin(), plan.end(), [](bool b) { return b; })) plan.clear();
   model->set_recompute(std::move(plan));
 }
+
+namespace {
+
+// Each group split into one group per block its parameters belong to (ParamGroup::unit; -1 for
+// those in no block first), each keeping the group's order and weight decay.
+std::vector<ParamGroup> split_by_block(const std::vector<ParamGroup>& groups,
+                                       const std::vector<std::vector<at::Tensor>>& blocks) {
+  std::unordered_map<const c10::TensorImpl*, int64_t> block_of;
+  for (size_t b = 0; b < blocks.size(); ++b)
+    for (const auto& p : blocks[b]) block_of[p.unsafeGetTensorImpl()] = static_cast<int64_t>(b);
+  std::vector<ParamGroup> out;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const ParamGroup& g = groups[gi];
+    std::map<int64_t, ParamGroup> parts;
+    int64_t offset = 0;  // in the unsplit group's flat buffer
+    for (const auto& p : g.params) {
+      const auto it = block_of.find(p.unsafeGetTensorImpl());
+      const int64_t unit = it == block_of.end() ? -1 : it->second;
+      ParamGroup& part = parts[unit];
+      part.weight_decay = g.weight_decay;
+      part.muon = g.muon;
+      part.unit = unit;
+      part.origin = static_cast<int64_t>(gi);
+      part.params.push_back(p);
+      part.origin_offsets.push_back(offset);
+      offset += p.numel();
+    }
+    for (auto& [unit, part] : parts) out.push_back(std::move(part));
+  }
+  return out;
+}
+
+}  // namespace
 
 TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const PrecisionConfig& precision,
                      std::shared_ptr<torch::nn::Module> model, LossFn loss, BatchSource& data, c10::Device device,
@@ -51,8 +87,21 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
   } else {
     check_param_groups(groups, model_->parameters(), "TaskHooks::param_groups");
   }
-  optimizer_ = build_optimizer(groups, train, setup.muon_bf16,
-                               sync_ ? sync_->optimizer_sharding() : OptimizerSharding{}, setup.offload);
+  const OptimizerSharding sharding = sync_ ? sync_->optimizer_sharding() : OptimizerSharding{};
+  std::shared_ptr<BlockGathering> gathering;
+  if (sharding.gathers_parameters) {  // dist.zero = 3: the groups split by block
+    FRUGAL_CHECK(static_cast<bool>(setup.gather_blocks), ConfigError,
+                 "dist.zero = 3 needs the model's blocks (TaskHooks::gather_blocks); set dist.zero = 2");
+    gathering = std::make_shared<BlockGathering>();
+    groups = split_by_block(groups, setup.gather_blocks(gathering));
+  }
+  optimizer_ = build_optimizer(groups, train, setup.muon_bf16, sharding, setup.offload);
+  if (gathering) {
+    Optimizer* opt = optimizer_.get();
+    gathering->need = [opt](size_t i) { opt->gather_unit(static_cast<int64_t>(i)); };
+    gathering->done = [opt](size_t i) { opt->release_unit(static_cast<int64_t>(i)); };
+    gathering->prefetch = [opt](size_t i) { opt->prefetch_unit(static_cast<int64_t>(i)); };
+  }
   // Several processes reduce gradients from hooks on AccumulateGrad: the copies' gradients go
   // through it there.
   if (setup.working_weights) working_bytes_ = optimizer_->keep_working_copies(precision_.dtype(), !sync_);
@@ -77,7 +126,10 @@ TrainStep::~TrainStep() = default;
 
 TrainStep::StateBytes TrainStep::state_bytes() const {
   StateBytes b;
-  for (const auto& p : model_->parameters()) b.parameters += p.numel() * static_cast<int64_t>(p.element_size());
+  const int64_t sharded = optimizer_->parameter_bytes();  // ZeRO-3: the shards and the whole ones it keeps
+  for (const auto& p : model_->parameters())
+    if (sharded < 0 || !p.requires_grad()) b.parameters += p.numel() * static_cast<int64_t>(p.element_size());
+  b.parameters += std::max<int64_t>(sharded, 0);
   for (const auto& g : optimizer_->grads())
     if (g.defined()) b.gradients += g.numel() * static_cast<int64_t>(g.element_size());
   b.working_weights = working_bytes_;

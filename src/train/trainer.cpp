@@ -162,7 +162,10 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   if (ck) s.continue_from(*ck);
   s.open_run_dir(ck);
   s.open_checkpoint_writer();
-  if (s.dp) s.dp->broadcast_parameters(s.model->parameters());  // every rank starts from rank 0's
+  if (s.dp) {  // every rank starts from rank 0's parameters (ZeRO-3: its shard of them)
+    WholeParameters whole(s.step->optimizer(), /*keep_writes=*/true);
+    s.dp->broadcast_parameters(s.model->parameters());
+  }
   s.describe_run();
 }
 

@@ -268,8 +268,11 @@ bool Trainer::State::run_eval(Control& control) {
   // part's mean weighted by its targets; else the mean of the batches' means.
   const bool by_tokens = data->ragged_targets();
   double targets = 0;
+  // ZeRO-3's blocks are gathered by every rank together: a stop signal waits for the pass's end,
+  // or one rank would leave the others in a gather.
+  const bool gathers = step->optimizer().gathers_parameters();
   for (int64_t i = 0; i < n; ++i) {
-    if (preemption_requested()) {
+    if (!gathers && preemption_requested()) {
       model->train();
       loop.eval_pending = true;
       return false;

@@ -109,7 +109,9 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   {
     CrashPhase phase(snapshot ? "capture: weights and optimizer state, copied to the host"
                               : "capture: weights and optimizer state");
-    d.model = without_frozen(module_tensors(*model), frozen);  // the base holds them (model.init_from)
+    WholeParameters whole(step->optimizer(), /*keep_writes=*/false);  // ZeRO-3: copied whole to the host
+    d.model = without_frozen(module_tensors(*model), frozen);         // the base holds them (model.init_from)
+    if (step->optimizer().gathers_parameters()) d.model = snapshot_tensors(d.model);
     d.optimizer = step->optimizer().state_tensors();
     if (snapshot) writer->snapshot(d);
     loop.loss_sum = loss_sum.item<double>();
@@ -184,16 +186,13 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
     torch::NoGradGuard no_grad;
     const nlohmann::json kept = st.value("frozen", nlohmann::json());
     if (!kept.is_null()) check_frozen_base(*model, kept, ck.path);  // loaded from model.init_from
+    WholeParameters whole(step->optimizer(), /*keep_writes=*/true);
     load_parameters(without_frozen(module_tensors(*model), kept), SafetensorsFile{ck.weights, {}}, ck.path);
   }
   step->optimizer().load_state(ck.optimizer, st.at("optimizer_steps").get<int64_t>());
   const auto& ls = st.at("loss_scaler");
-  ScaleState ss;
-  ss.scale = ls.at("scale").get<double>();
-  ss.growth_tracker = ls.at("growth_tracker").get<int64_t>();
-  ss.skipped = ls.at("skipped").get<int64_t>();
-  ss.skipped_at_floor = ls.at("skipped_at_floor").get<int64_t>();
-  step->scaler().set_state(ss);
+  step->scaler().set_state({ls.at("scale").get<double>(), ls.at("growth_tracker").get<int64_t>(),
+                            ls.at("skipped").get<int64_t>(), ls.at("skipped_at_floor").get<int64_t>()});
   loop = detail::loop_state_from_json(st.at("loop"));
   loss_sum = torch::full({}, loop.loss_sum, torch::TensorOptions().dtype(torch::kFloat).device(device));
   restore_data_position(ck);
@@ -374,10 +373,12 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   }
   CrashPhase phase("summary");
   nlohmann::ordered_json summary = loop_summary(control, evaluate);
-  if (healthy && is_writer()) {
+  if (healthy) {
     CrashPhase weights("final weights");
-    save_safetensors(RunDir(run_dir).final_weights(), module_tensors(*model),
-                     {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
+    WholeParameters whole(step->optimizer(), /*keep_writes=*/false);  // on every rank (ZeRO-3 gathers)
+    if (is_writer())
+      save_safetensors(RunDir(run_dir).final_weights(), module_tensors(*model),
+                       {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
   }
   for (auto& cb : callbacks) cb->add_to_summary(summary);
   if (is_writer()) {
@@ -447,7 +448,10 @@ nlohmann::ordered_json Trainer::State::loop_summary(const Control& control, bool
   summary["levers"]["precision"]["reason"] = step->precision().reason();
   add_memory_summary(summary);
   if (dp) dp->add_to_summary(summary, session_step_s, session_steps);
-  if (evaluated && is_writer() && task.hooks.extend_summary) task.hooks.extend_summary(summary);
+  if (evaluated && task.hooks.extend_summary) {
+    WholeParameters whole(step->optimizer(), /*keep_writes=*/false);  // its decoding reads every block
+    if (is_writer()) task.hooks.extend_summary(summary);
+  }
   add_checkpoint_summary(summary);
   summary["rollbacks"] = rollback_log;
   if (!config_changes.empty()) summary["config_changes"] = config_changes;

@@ -35,18 +35,18 @@ ZeroAdvice zero_advice(const PlanFigures& f, int64_t gpus, double memory_gb) {
     a.activations_gb = std::max(0.0, f.peak_tensor_mb * 1e6 - (p + g + measured_o)) / kGb;
     a.activations_measured = true;
   }
-  for (int k = 0; k <= 6; ++k) {  // stages 0-3, then 0-2 with the optimizer in host memory
+  for (int k = 0; k <= 7; ++k) {  // stages 0-3, then 0-3 with the optimizer in host memory
     ZeroLevel l;
     l.stage = k <= 3 ? k : k - 4;
     l.offload = k > 3;
-    l.built = l.stage <= 2;
-    l.parameters_gb = (l.stage >= 3 ? p / w : p) / kGb;
+    // Stage 3 shards the trainable parameters (as fp32 masters); frozen ones stay whole.
+    l.parameters_gb = (l.stage >= 3 ? p - 4.0 * trainable * (1.0 - 1.0 / w) : p) / kGb;
     l.gradients_gb = (l.stage >= 2 ? g / w : g) / kGb;
     l.optimizer_gb = (l.stage >= 1 ? o / w : o) / kGb;
     l.total_gb = l.parameters_gb + l.gradients_gb + (l.offload ? 0.0 : l.optimizer_gb) + a.activations_gb;
     l.fits = l.total_gb <= a.usable_gb;
     int& pick = l.offload ? a.recommended_with_offload : a.recommended;
-    if (l.fits && l.built && pick < 0) pick = l.stage;
+    if (l.fits && pick < 0) pick = l.stage;
     a.levels.push_back(l);
   }
   if (a.recommended >= 0) a.recommended_with_offload = -1;  // advised only where nothing else fits
@@ -63,7 +63,7 @@ std::string ZeroAdvice::table() const {
                      "optimizer", "activations", "total");
   for (const ZeroLevel& l : levels) {
     if (l.offload && recommended >= 0) continue;  // the offloaded rows matter where nothing else fits
-    const std::string label = std::to_string(l.stage) + (l.offload ? " + offload" : l.built ? "" : " (not built)");
+    const std::string label = std::to_string(l.stage) + (l.offload ? " + offload" : "");
     const std::string verdict =
         std::string(l.fits ? "fits" : "does not fit") + (l.offload ? " (optimizer in host memory)" : "");
     out << fmt::format("  {:<14} {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB  {}\n", label,
@@ -82,12 +82,12 @@ std::string ZeroAdvice::table() const {
         recommended_with_offload, levels[static_cast<size_t>(4 + recommended_with_offload)].optimizer_gb);
     out << "a smaller data.micro_batch, memory.activation_checkpointing, LoRA, more GPUs or larger ones";
   } else {
-    const bool three = levels.size() >= 4 && levels[3].fits;
-    out << fmt::format(
-        "  no built stage fits: {} a smaller data.micro_batch (fewer activations), memory.activation_checkpointing, "
-        "LoRA (lora.rank: fewer trainable parameters), more GPUs or larger ones",
-        three ? "ZeRO-3 would (not built yet); meanwhile" : "try");
+    out << "  no stage fits: try a smaller data.micro_batch (fewer activations), memory.activation_checkpointing, "
+           "LoRA (lora.rank: fewer trainable parameters), more GPUs or larger ones";
   }
+  if (levels.size() >= 4 && (recommended == 3 || recommended_with_offload == 3))
+    out << "\n  dist.zero = 3 keeps the embeddings and the output head whole on every rank: its parameters "
+           "column counts them sharded, so leave room for (1 - 1/GPUs) of their bytes (docs/distributed.md)";
   return out.str();
 }
 
@@ -103,7 +103,6 @@ nlohmann::json ZeroAdvice::to_json() const {
        recommended_with_offload >= 0 ? nlohmann::json(recommended_with_offload) : nlohmann::json(nullptr)}};
   for (const ZeroLevel& l : levels)
     j["levels"].push_back({{"stage", l.stage},
-                           {"built", l.built},
                            {"offload", l.offload},
                            {"parameters_gb", l.parameters_gb},
                            {"gradients_gb", l.gradients_gb},

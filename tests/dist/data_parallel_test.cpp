@@ -1,5 +1,6 @@
-// DataParallel and ZeroAdamW inside one test process: two ranks on two threads, talking through a
-// real c10d Gloo group on localhost. (tests/dist/dist_train_test.cpp runs whole processes.)
+// DataParallel inside one test process: two ranks on two threads, talking through a real c10d Gloo
+// group on localhost (two_ranks.h). (tests/dist/dist_train_test.cpp runs whole processes;
+// zero_adamw_test.cpp tests ZeRO's sharded AdamW.)
 #include "frugal/dist/data_parallel.h"
 
 #include <gtest/gtest.h>
@@ -22,41 +23,14 @@
 #include "frugal/train/fused_adamw.h"
 #include "frugal/train/grad_clip.h"
 #include "frugal/train/muon.h"
+#include "two_ranks.h"
 
 namespace frugal::dist::data_parallel_test {
 namespace {
-
-// Both ranks of a 2-process group, connected concurrently (connect blocks until all arrive).
-std::vector<std::shared_ptr<ProcessGroup>> two_ranks(int64_t port) {
-  DistConfig c;
-  c.timeout_s = 30;
-  auto connect_rank = [&](int64_t rank) {
-    DistEnv e;
-    e.rank = rank;
-    e.world_size = 2;
-    e.master_port = port;
-    e.launcher = "test";
-    return connect(e, c, c10::Device(c10::kCPU));
-  };
-  auto r1 = std::async(std::launch::async, connect_rank, 1);
-  auto g0 = connect_rank(0);
-  return {g0, r1.get()};
-}
-
-// Runs f(rank) on two threads and waits for both.
-template <class F>
-void on_both(F f) {
-  auto other = std::async(std::launch::async, f, 1);
-  f(0);
-  other.get();
-}
-
-std::vector<at::Tensor> make_params(uint64_t seed) {
-  torch::manual_seed(seed);
-  // 7 x 5 (decayed) + 5 + 3 (not): odd sizes so the ZeRO chunks need padding.
-  return {torch::randn({7, 5}).requires_grad_(), torch::randn({5}).requires_grad_(),
-          torch::randn({3}).requires_grad_()};
-}
+using two_threads::give_same_gradients;
+using two_threads::make_params;
+using two_threads::on_both;
+using two_threads::two_ranks;
 
 // One step of two micro-batches through `dp` (each loss halved, the second backward the last);
 // the step's loss as finish() leaves it.
@@ -71,70 +45,6 @@ double two_micro_batches(DataParallel& dp, Loss loss_of_micro) {
   }
   dp.finish(total);
   return total.item<double>();
-}
-
-// `offload` (dist.offload = "optimizer"): each rank's moments in host memory and its chunk updated
-// there, against FusedAdamW on the device (here the CPU: what this checks is the staging, the update
-// of the chunk on the host buffers, the copy back and the state's gather).
-void expect_sharded_steps_match_fused_adamw(const std::vector<std::shared_ptr<ProcessGroup>>& groups, bool offload) {
-  SCOPED_TRACE(offload ? "offloaded" : "on the device");
-  const AdamWHyper h{1e-2, 0.9, 0.99, 1e-8};
-  auto ref_params = make_params(7);
-  FusedAdamW ref({{{ref_params[0]}, 0.1}, {{ref_params[1], ref_params[2]}, 0.0}}, h);
-  std::vector<std::vector<at::Tensor>> params = {make_params(7), make_params(7)};
-  std::vector<std::unique_ptr<ZeroAdamW>> opts(2);
-  for (int r = 0; r < 2; ++r)
-    opts[r] = std::make_unique<ZeroAdamW>(
-        std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1], params[r][2]}, 0.0}}, h, groups[r], false,
-        offload);
-  for (int step = 0; step < 4; ++step) {
-    torch::manual_seed(100 + step);
-    std::vector<at::Tensor> grads;
-    for (const auto& p : ref_params) grads.push_back(torch::randn(p.sizes()));
-    torch::NoGradGuard ng;
-    for (size_t i = 0; i < grads.size(); ++i) {
-      ref_params[i].mutable_grad().copy_(grads[i]);
-      for (int r = 0; r < 2; ++r) params[r][i].mutable_grad().copy_(grads[i]);
-    }
-    ref.step();
-    on_both([&](int64_t r) { opts[r]->step(); });
-  }
-  // The same element-wise ops on slices of the same values: equal to the last bit.
-  for (int r = 0; r < 2; ++r)
-    for (size_t i = 0; i < ref_params.size(); ++i)
-      EXPECT_TRUE(torch::equal(params[r][i], ref_params[i])) << "rank " << r << " parameter " << i;
-  // 35 + 8 elements -> chunks of 18 and 4 per rank: 2 x 22 floats of state instead of 2 x 43.
-  EXPECT_EQ(opts[0]->state_bytes(), 2 * (18 + 4) * 4);
-  EXPECT_EQ(opts[0]->host_state_bytes(), offload ? 2 * (18 + 4) * 4 : 0);
-  EXPECT_EQ(ref.state_bytes(), 2 * (35 + 8) * 4);
-
-  // Gathered state is FusedAdamW's, name for name; loading it back gives each rank its slice.
-  std::vector<std::vector<std::pair<std::string, at::Tensor>>> states(2);
-  on_both([&](int64_t r) { states[r] = opts[r]->state_tensors(); });
-  auto want = ref.state_tensors();
-  ASSERT_EQ(states[0].size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_EQ(states[0][i].first, want[i].first);
-    EXPECT_TRUE(torch::equal(states[0][i].second, want[i].second)) << want[i].first;
-  }
-  std::vector<at::Tensor> fresh = make_params(9);
-  ZeroAdamW reloaded({{{fresh[0]}, 0.1}, {{fresh[1], fresh[2]}, 0.0}}, h, groups[1], false, offload);
-  reloaded.load_state(want, 4);
-  EXPECT_EQ(reloaded.step_count(), 4);
-  std::vector<std::pair<std::string, at::Tensor>> again;
-  on_both([&](int64_t r) {
-    if (r == 0)
-      opts[0]->state_tensors();  // rank 0's half of the gather
-    else
-      again = reloaded.state_tensors();
-  });
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(again[i].second, want[i].second));
-}
-
-TEST(ZeroAdamW, ShardedStepsMatchFusedAdamWAndHalveTheState) {
-  const auto groups = two_ranks(29650);
-  expect_sharded_steps_match_fused_adamw(groups, false);
-  expect_sharded_steps_match_fused_adamw(groups, true);
 }
 
 TEST(DataParallel, BucketsAverageGradientsOncePerStep) {
@@ -372,16 +282,7 @@ TEST(DataParallel, Zero1ShardsMuonByMatrixAndMatchesItUnsharded) {
     opts[r] = build_optimizer(muon_groups(params[r]), c.train, /*muon_bf16=*/false, dps[r]->optimizer_sharding());
   });
   for (int step = 0; step < 3; ++step) {
-    torch::manual_seed(200 + step);
-    std::vector<at::Tensor> grads;
-    for (const auto& p : ref_params) grads.push_back(torch::randn(p.sizes()));
-    {
-      torch::NoGradGuard ng;
-      for (size_t i = 0; i < grads.size(); ++i) {
-        ref_params[i].mutable_grad().copy_(grads[i]);
-        for (int r = 0; r < 2; ++r) params[r][i].mutable_grad().copy_(grads[i]);
-      }
-    }
+    give_same_gradients(200 + step, ref_params, params);
     ref->set_lr(0.02);
     ref->step();
     on_both([&](int64_t r) {

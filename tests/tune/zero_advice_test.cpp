@@ -24,7 +24,7 @@ PlanFigures eight_billion() {
 TEST(ZeroAdvice, EachStageShardsWhatItNamesAndTheLeastThatFitsIsAdvised) {
   // 8 x 80 GB (72 usable): stage 0 needs 130, stage 1 32 + 32 + 8 + 2 = 74, stage 2 32 + 4 + 8 + 2 = 46.
   const ZeroAdvice a = zero_advice(eight_billion(), 8, 80);
-  ASSERT_EQ(a.levels.size(), 7u);  // stages 0-3, then 0-2 with the optimizer in host memory
+  ASSERT_EQ(a.levels.size(), 8u);  // stages 0-3, then 0-3 with the optimizer in host memory
   EXPECT_NEAR(a.activations_gb, 2, 1e-9);
   EXPECT_NEAR(a.levels[0].total_gb, 130, 1e-6);
   EXPECT_NEAR(a.levels[1].total_gb, 74, 1e-6);
@@ -43,35 +43,43 @@ TEST(ZeroAdvice, EachStageShardsWhatItNamesAndTheLeastThatFitsIsAdvised) {
   EXPECT_EQ(zero_advice(eight_billion(), 1, 192).recommended, 0);
 }
 
-TEST(ZeroAdvice, WhenOnlyZero3WouldFitItSaysSoAndAdvisesNoBuiltStage) {
+TEST(ZeroAdvice, WhereOnlyZero3FitsItIsAdvisedWithItsWholeEmbeddingsSaid) {
   // 8 x 40 GB (36 usable): stage 2 needs 46, stage 3 18.
   const ZeroAdvice a = zero_advice(eight_billion(), 8, 40);
-  EXPECT_EQ(a.recommended, -1);
-  EXPECT_TRUE(a.levels[3].fits);
-  EXPECT_FALSE(a.levels[3].built);
-  EXPECT_NE(a.table().find("ZeRO-3 would (not built yet)"), std::string::npos) << a.table();
-  EXPECT_TRUE(a.to_json()["recommended"].is_null());
+  EXPECT_EQ(a.recommended, 3);
+  EXPECT_NEAR(a.levels[3].parameters_gb, 4, 1e-6);
+  EXPECT_NE(a.table().find("use dist.zero = 3"), std::string::npos) << a.table();
+  EXPECT_NE(a.table().find("keeps the embeddings and the output head whole"), std::string::npos) << a.table();
+  EXPECT_EQ(a.to_json()["recommended"], 3);
+  // Frozen parameters are not sharded: 8B frozen in fp32 (32 GB) stay whole on each rank.
+  PlanFigures frozen = eight_billion();
+  frozen.trainable_params = 0;
+  EXPECT_NEAR(zero_advice(frozen, 8, 40).levels[3].parameters_gb, 32, 1e-6);
 }
 
 TEST(ZeroAdvice, WhereOnlyTheOptimizerInHostMemoryFitsItIsAdvisedWithItsHostBytes) {
-  // 8 x 48 GB (43.2 usable): stage 2 needs 46; with its 8 GB of moments in host memory, 38.
-  const ZeroAdvice a = zero_advice(eight_billion(), 8, 48);
+  // 2 x 48 GB (43.2 usable): stage 3 needs 16 + 16 + 32 + 2 = 66; with its 32 GB of moments in
+  // host memory, 34. Offloaded stage 2 needs 32 + 16 + 2 = 50.
+  const ZeroAdvice a = zero_advice(eight_billion(), 2, 48);
   EXPECT_EQ(a.recommended, -1);
-  ASSERT_EQ(a.recommended_with_offload, 2);
-  const ZeroLevel& l = a.levels[6];
+  ASSERT_EQ(a.recommended_with_offload, 3);
+  const ZeroLevel& l = a.levels[7];
   EXPECT_TRUE(l.offload);
-  EXPECT_EQ(l.stage, 2);
-  EXPECT_NEAR(l.total_gb, 32 + 4 + 2, 1e-6);
-  EXPECT_NEAR(l.optimizer_gb, 8, 1e-6);
-  EXPECT_FALSE(a.levels[5].fits) << "stage 1 with offload: 32 + 32 + 2 = 66";
+  EXPECT_EQ(l.stage, 3);
+  EXPECT_NEAR(l.total_gb, 16 + 16 + 2, 1e-6);
+  EXPECT_NEAR(l.optimizer_gb, 32, 1e-6);
+  EXPECT_FALSE(a.levels[6].fits) << "stage 2 with offload: 32 + 16 + 2 = 50";
   const std::string t = a.table();
-  EXPECT_NE(t.find("use dist.zero = 2 with dist.offload = \"optimizer\": AdamW's moments (8 GB a rank)"),
+  EXPECT_NE(t.find("use dist.zero = 3 with dist.offload = \"optimizer\": AdamW's moments (32 GB a rank)"),
             std::string::npos)
       << t;
-  EXPECT_NE(t.find("2 + offload"), std::string::npos) << t;
-  EXPECT_EQ(a.to_json()["recommended_with_offload"], 2);
-  // 8 x 40 GB: 38 GB is over 36 usable, with or without offload.
-  EXPECT_EQ(zero_advice(eight_billion(), 8, 40).recommended_with_offload, -1);
+  EXPECT_NE(t.find("3 + offload"), std::string::npos) << t;
+  EXPECT_EQ(a.to_json()["recommended_with_offload"], 3);
+  // 8 x 48 GB: stage 3 fits on the GPUs (18 GB); offload is not advised.
+  EXPECT_EQ(zero_advice(eight_billion(), 8, 48).recommended, 3);
+  EXPECT_EQ(zero_advice(eight_billion(), 8, 48).recommended_with_offload, -1);
+  // 2 x 32 GB (28.8 usable): 34 GB is over it, with or without offload.
+  EXPECT_EQ(zero_advice(eight_billion(), 2, 32).recommended_with_offload, -1);
 }
 
 TEST(ZeroAdvice, FrozenParametersNeedNoGradientOrMomentsAndUnknownActivationsAreSaid) {

@@ -362,7 +362,7 @@ enum class DistBackend {
   kNccl,  // c10d NCCL: CUDA only
 };
 // dist.zero: how much of the training state is sharded across ranks, spelled as the ZeRO stage.
-enum class ZeroStage : int64_t { kNone = 0, kOptimizerState = 1, kGradients = 2 };
+enum class ZeroStage : int64_t { kNone = 0, kOptimizerState = 1, kGradients = 2, kParameters = 3 };
 // dist.offload: "optimizer" keeps AdamW's moments in host memory and runs its update on the CPU.
 enum class Offload { kNone, kOptimizer };
 struct DistConfig {
@@ -371,8 +371,8 @@ struct DistConfig {
   // naming the step; a peer that died is usually noticed at once (its socket closes).
   double timeout_s = 300;
   // 0: every rank keeps the whole AdamW state. 1 (ZeRO-1): each rank keeps and updates 1/world of
-  // it, then all-gathers the parameters. 2 (ZeRO-2): also only 1/world of the gradients, each
-  // bucket reduced to its owner during backward (docs/distributed.md).
+  // it. 2 (ZeRO-2): and of the gradients, reduced to their owners in backward. 3 (ZeRO-3): and of
+  // the blocks' parameters, each block gathered around its use (docs/distributed.md).
   ZeroStage zero = ZeroStage::kNone;
   // kOptimizer (ZeRO-Offload): each step stages the parameters and gradients (this rank's chunk
   // under ZeRO) to host memory, updates them there, and copies the parameters back.

@@ -17,6 +17,10 @@
 // shard and a few buckets of gradient instead of all of it. Every micro-batch reduces (with
 // train.accum > 1, accum times the communication of the last micro-batch alone).
 //
+// dist.zero = 3 (ZeRO-3): as stage 2, with the blocks' parameters sharded too; ZeroAdamW gathers a
+// block when the model needs it (model/block_gathering.h) and finish() releases any block still
+// gathered.
+//
 // Same global batch: rank r of w draws its micro-batches so that one optimizer step consumes
 // exactly the samples a single process with train.accum x w would (make_batch_source with rank and
 // world); the all-reduced mean gradient is that process's gradient up to fp32 rounding.

@@ -50,6 +50,10 @@ class ProcessGroup {
   // do (c10d's own do not), so that what keeps a copy of a parameter (model/working_weights.h)
   // sees the write.
   virtual void allgather(const at::Tensor& in, std::vector<at::Tensor> out) = 0;
+  // The same, started: `out` holds the result once the returned collective's wait() returned, and
+  // no version counter moves (ZeRO-3 gathers into tensors of its own). `in` and `out` must stay
+  // untouched until then.
+  virtual std::unique_ptr<Pending> allgather_async(const at::Tensor& in, std::vector<at::Tensor> out) = 0;
   // t = rank `root`'s t; blocks.
   virtual void broadcast(at::Tensor t, int64_t root) = 0;
   // Small strings through the rendezvous store (stop reasons, data cursors).

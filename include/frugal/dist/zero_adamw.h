@@ -1,5 +1,5 @@
-// ZeRO stages 1 and 2: AdamW whose state (and, at stage 2, whose gradients) are sharded across
-// the ranks of a data-parallel run.
+// ZeRO stages 1, 2 and 3: AdamW whose state (at stage 2 also the gradients, at stage 3 also the
+// blocks' parameters) is sharded across the ranks of a data-parallel run.
 //
 // Like FusedAdamW, each parameter group is re-homed into one flat fp32 buffer (parameters become
 // views into it) with a flat gradient buffer beside it; both are padded to world_size equal
@@ -15,6 +15,15 @@
 // (accumulate_shard). grads() is then this rank's shard (what clipping, the loss scaler and the
 // step read; the gradient norm is combined over ranks by DataParallel).
 //
+// Stage 3 (groups with a `unit`, ParamGroup::unit): such a group's parameters are sharded too.
+// Rank r keeps chunk r of the flat buffer as its fp32 master shard, which the step updates (no
+// all-gather after it); the flat buffer itself, of which the model's tensors are views, holds
+// memory only while its unit is gathered (gather_unit: an all-gather of the shards into it;
+// release_unit: its storage freed, the views kept). The gathers write through a tensor of their
+// own, so the parameters' version counters do not move: autograd's saved parameters read the
+// re-gathered values in the backward. Groups without a unit stay as at stage 2 (whole on every
+// rank, all-gathered after the step). Stage 3 shards the gradients too.
+//
 // Offloaded, the moments are host tensors and the chunk's update runs on the CPU (AdamWState).
 //
 // Checkpoints: state_tensors() gathers the shards into full tensors named exactly like
@@ -26,6 +35,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "frugal/dist/process_group.h"
 #include "frugal/train/fused_adamw.h"
@@ -33,12 +44,23 @@
 
 namespace frugal::dist {
 
+// Stage 3: where one of the constructor's groups sits. TrainStep splits the task's groups by
+// block (ParamGroup::unit); checkpoints name the state as the unsplit groups would
+// ("g<origin>.exp_avg", each parameter at its offset in that group's flat buffer), so a run
+// resumes with any dist.zero and any world size.
+struct GroupPlace {
+  int64_t unit = -1;             // the block; -1 = none (whole on every rank)
+  int64_t origin = -1;           // the unsplit group's index; -1 = this group, unsplit
+  std::vector<int64_t> offsets;  // each parameter's first element in the origin's flat buffer
+};
+
 class ZeroAdamW : public Optimizer {
  public:
   // `offload` (dist.offload = "optimizer"): this rank's moments in host memory, its chunk updated
-  // there (AdamWState).
+  // there (AdamWState). `places`: one per group (stage 3); empty = every group unsplit, without a
+  // unit.
   ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg,
-            bool shard_gradients = false, bool offload = false);
+            bool shard_gradients = false, bool offload = false, std::vector<GroupPlace> places = {});
 
   void set_lr(double lr) override {
     hyper_.lr = lr;
@@ -53,6 +75,19 @@ class ZeroAdamW : public Optimizer {
   // This rank's share: 2 x chunk elements per group.
   int64_t state_bytes() const override;
   int64_t host_state_bytes() const override;
+  bool gathers_parameters() const override { return gathers_; }
+  void gather_unit(int64_t unit) override;
+  void release_unit(int64_t unit) override;
+  void prefetch_unit(int64_t unit) override;
+  void gather_parameters() override;
+  void release_parameters(bool keep_writes) override;
+  int64_t parameter_bytes() const override;
+  // Every unit still gathered released (a block whose backward did not release it), unless
+  // inside gather_parameters(), which pins them whole (release_unit waits for its release).
+  void release_blocks();
+  // Seconds spent gathering units so far, and the gather_unit calls that gathered (stage 3).
+  double unit_gather_s() const { return unit_gather_s_; }
+  int64_t unit_gathers() const { return unit_gathers_; }
   // Seconds spent in the parameter all-gather so far (communication, for the summary).
   double gather_s() const { return gather_s_; }
   bool shards_gradients() const { return shard_gradients_; }
@@ -72,7 +107,25 @@ class ZeroAdamW : public Optimizer {
     AdamWState state;          // this rank's chunk only
     int64_t numel = 0, chunk = 0;
     double weight_decay = 0;
+    int64_t unit = -1;  // stage 3: the unit it is gathered with; -1 = whole on every rank
+    int64_t origin = -1;
+    struct Span {
+      int64_t here = 0, there = 0, numel = 0;  // a parameter's offset here and in its origin group
+    };
+    std::vector<Span> spans;
+    at::Tensor shard;  // stage 3: this rank's chunk of the parameters (params: storage freed
+                       // unless `whole`)
+    bool whole = true;
+    std::unique_ptr<Pending> arriving;  // stage 3: a prefetch in flight into `params`
   };
+  void start_gather(Flat& f);  // allocates and starts the all-gather (f.arriving)
+  void gather(Flat& f);
+  void release(Flat& f, bool keep_writes);
+  std::string state_name(size_t flat, const char* what) const;
+  int64_t origin_numel(int64_t origin) const;  // elements of an unsplit group (stage 3)
+  // The whole flat state `full` (of flat `flat`) into, or out of, the checkpoint's layout.
+  at::Tensor to_checkpoint_layout(size_t flat, const at::Tensor& full, at::Tensor& origin) const;
+  at::Tensor from_checkpoint_layout(size_t flat, const at::Tensor& saved) const;
   std::vector<Flat> flats_;
   AdamWHyper hyper_;
   std::shared_ptr<ProcessGroup> pg_;
@@ -80,6 +133,10 @@ class ZeroAdamW : public Optimizer {
   AdamWDeviceScalars device_;  // the rate and step count on a GPU (FusedAdamW's)
   double gather_s_ = 0;
   bool shard_gradients_ = false;
+  bool gathers_ = false;  // stage 3
+  int64_t pinned_ = 0;    // gather_parameters() scopes open
+  double unit_gather_s_ = 0;
+  int64_t unit_gathers_ = 0;
 };
 
 }  // namespace frugal::dist

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "frugal/core/config.h"
+#include "frugal/model/block_gathering.h"
 
 namespace frugal {
 
@@ -75,6 +76,11 @@ class CausalLmImpl : public torch::nn::Module {
   // An empty plan (the default) keeps every block's activations.
   void set_recompute(std::vector<bool> plan) { recompute_ = std::move(plan); }
   int64_t layers() const { return config_.layers; }
+  // dist.zero = 3: every block's forward and backward runs between gathering->need(i) and
+  // gathering->done(i); decoding (generate) needs every block for its whole length. Null: none.
+  void set_block_gathering(std::shared_ptr<BlockGathering> gathering) { gathering_ = std::move(gathering); }
+  // Each block's parameters (those named "h<i>."), in block order.
+  std::vector<std::vector<at::Tensor>> block_parameters() const;
 
   // Parameters with their state-dict names, in a stable order (the checkpoint's safetensors keys).
   std::vector<std::pair<std::string, at::Tensor>> named_parameter_list() const;
@@ -94,6 +100,7 @@ class CausalLmImpl : public torch::nn::Module {
 
  private:
   std::vector<bool> recompute_;
+  std::shared_ptr<BlockGathering> gathering_;
 };
 TORCH_MODULE(CausalLm);
 

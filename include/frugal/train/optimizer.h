@@ -50,6 +50,40 @@ class Optimizer {
   // rewritten by each step, and returns the bytes it takes; 0 where this optimizer keeps none
   // (only the unsharded fused AdamW does).
   virtual int64_t keep_working_copies(c10::ScalarType /*dtype*/, bool /*add_into_grads*/) { return 0; }
+
+  // dist.zero = 3 (ZeRO-3, dist/zero_adamw.h): the parameters of the groups with a `unit` are
+  // sharded, each rank keeping 1/world of them; the model's tensors are whole only while their
+  // unit is gathered. gather_unit(u) makes unit u whole on every rank (a collective; a no-op while
+  // it is whole); release_unit(u) frees it again. gather_parameters() gathers every unit and keeps
+  // them whole (release_unit does nothing) until release_parameters(keep_writes), which releases
+  // every unit, first taking what was written into the whole tensors as this rank's shard where
+  // `keep_writes` (a restore); such scopes nest. No-ops elsewhere.
+  virtual bool gathers_parameters() const { return false; }
+  virtual void gather_unit(int64_t /*unit*/) {}
+  virtual void release_unit(int64_t /*unit*/) {}
+  // Starts gathering unit u (a collective, without waiting); the next gather_unit(u) waits for it.
+  virtual void prefetch_unit(int64_t /*unit*/) {}
+  virtual void gather_parameters() {}
+  virtual void release_parameters(bool /*keep_writes*/) {}
+  // The bytes of parameters this rank keeps between steps (ZeRO-3: its shards and the tensors kept
+  // whole); -1 where that is every parameter of the model.
+  virtual int64_t parameter_bytes() const { return -1; }
+};
+
+// The whole parameters for a scope (a checkpoint's capture or restore, the first broadcast):
+// gathered on entry, released on exit, with the scope's writes kept where `keep_writes`. Every
+// rank must enter it together (the gathers are collectives). Nothing where the optimizer does not
+// shard parameters.
+class WholeParameters {
+ public:
+  WholeParameters(Optimizer& opt, bool keep_writes) : opt_(opt), keep_(keep_writes) { opt_.gather_parameters(); }
+  ~WholeParameters() { opt_.release_parameters(keep_); }
+  WholeParameters(const WholeParameters&) = delete;
+  WholeParameters& operator=(const WholeParameters&) = delete;
+
+ private:
+  Optimizer& opt_;
+  bool keep_;
 };
 
 // One AdamW parameter group: its tensors and their decoupled weight decay (the learning rate is
@@ -58,6 +92,13 @@ struct ParamGroup {
   std::vector<at::Tensor> params;
   double weight_decay = 0;
   bool muon = false;  // train.optimizer = "muon": Muon trains this group's 2-D matrices (train/muon.h)
+  // dist.zero = 3, where TrainStep split the task's groups by block: the block whose parameters
+  // these are (sharded, gathered with that block; -1 for those outside every block, which every
+  // rank keeps whole), the index of the group they were split from, and each parameter's first
+  // element in that group's flat buffer (checkpoints keep the unsplit groups' layout).
+  int64_t unit = -1;
+  int64_t origin = -1;
+  std::vector<int64_t> origin_offsets = {};
 };
 
 // The default grouping: `weight_decay` on tensors of rank >= 2, none on the rest.
@@ -76,6 +117,8 @@ struct OptimizerSharding {
   int64_t rank = 0, world = 1;
   std::function<void(at::Tensor& t, int64_t root)> broadcast;
   std::function<std::unique_ptr<Optimizer>(const std::vector<ParamGroup>& groups, const TrainConfig& t)> adamw;
+  // dist.zero = 3: `adamw` shards the parameters of the groups with a unit (ParamGroup::unit).
+  bool gathers_parameters = false;
   bool sharded() const { return static_cast<bool>(adamw); }
 };
 

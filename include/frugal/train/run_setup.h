@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/config.h"
+#include "frugal/model/block_gathering.h"
 #include "frugal/monitor/mfu.h"
 #include "frugal/train/precision.h"
 
@@ -39,7 +40,9 @@ struct RunSetup {
   // fused AdamW unsharded (dist.zero = 0).
   bool working_weights = false;
   bool offload = false;  // dist.offload = "optimizer"
-  PeakFlops peak;        // MFU's denominator (configured, or measured once in the run's dtype)
+  // dist.zero = 3: the task's blocks (TaskHooks::gather_blocks; set_up_run refuses zero 3 without).
+  GatherBlocksFn gather_blocks;
+  PeakFlops peak;  // MFU's denominator (configured, or measured once in the run's dtype)
 };
 
 // The setup for `config` on `world_size` processes with `precision` already resolved. `peak` is

@@ -37,6 +37,7 @@
 
 #include "frugal/core/config.h"
 #include "frugal/data/batch_source.h"
+#include "frugal/model/block_gathering.h"
 #include "frugal/train/optimizer.h"  // ParamGroup
 
 namespace frugal {
@@ -79,6 +80,11 @@ struct TaskHooks {
   // The learning rate of optimizer step `step` (0-based) of `total` (train.steps); empty = linear
   // warm-up and cosine decay from train.lr (lr_schedule.h). Must be finite and >= 0.
   std::function<double(int64_t step, int64_t total)> lr_schedule;
+  // dist.zero = 3 (docs/distributed.md): installs `gathering` around each block's forward and
+  // backward (CausalLmImpl::set_block_gathering) and returns each block's parameters, the units
+  // ZeRO-3 shards and gathers; parameters in no block stay whole on every rank. Without it,
+  // dist.zero = 3 is a ConfigError.
+  GatherBlocksFn gather_blocks;
 };
 
 struct Task {

@@ -7,14 +7,15 @@
 //   0       P            4 T                8 T
 //   1       P            4 T                8 T / W
 //   2       P            4 T / W            8 T / W
-//   3       P / W        4 T / W            8 T / W      (not built yet: shown for the comparison)
+//   3       P - 4 T (1 - 1/W)   4 T / W     8 T / W      (the trainable fp32 masters sharded)
 //
 // plus the activations the probe measured (its peak tensor memory less its whole state, at its
 // own device, precision and data.micro_batch). A stage fits when that total stays within 90% of
 // the GPU's memory (the rest for the CUDA context and the caching allocator's fragmentation); the
-// advice is the lowest built stage that fits (the least communication). When none does, the built
-// stages with dist.offload = "optimizer" (the moments in host memory: a slower step) are weighed
-// the same way, and the lowest that fits is advised with it.
+// advice is the lowest stage that fits (the least communication). When none does, the stages with
+// dist.offload = "optimizer" (the moments in host memory: a slower step) are weighed the same way,
+// and the lowest that fits is advised with it. Stage 3 keeps the parameters outside the blocks
+// (embeddings, head) whole on every rank, which the table counts as sharded; its text says so.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,6 @@ namespace frugal {
 
 struct ZeroLevel {
   int stage = 0;
-  bool built = true;
   bool offload = false;  // dist.offload = "optimizer": optimizer_gb is in host memory, not in total_gb
   double parameters_gb = 0, gradients_gb = 0, optimizer_gb = 0;
   double total_gb = 0;  // the three above and the activations
@@ -42,9 +42,9 @@ struct ZeroAdvice {
   double usable_gb = 0;       // 90% of memory_gb
   double activations_gb = 0;  // as the probe measured them; 0 where unknown
   bool activations_measured = false;
-  std::vector<ZeroLevel> levels;  // stages 0..3, then 0..2 with the optimizer offloaded
-  int recommended = -1;           // the lowest built stage that fits; -1 = none does
-  // Where none does: the lowest built stage that fits with dist.offload = "optimizer"; else -1.
+  std::vector<ZeroLevel> levels;  // stages 0..3, then 0..3 with the optimizer offloaded
+  int recommended = -1;           // the lowest stage that fits; -1 = none does
+  // Where none does: the lowest stage that fits with dist.offload = "optimizer"; else -1.
   int recommended_with_offload = -1;
   std::string table() const;
   nlohmann::json to_json() const;

@@ -1,0 +1,219 @@
+// ZeroAdamW (ZeRO stages 1-3) inside one test process: two ranks on two threads, talking through a
+// real c10d Gloo group on localhost (two_ranks.h).
+#include "frugal/dist/zero_adamw.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "frugal/core/errors.h"
+#include "frugal/train/fused_adamw.h"
+#include "two_ranks.h"
+
+namespace frugal::dist::zero_adamw_test {
+namespace {
+using two_threads::give_same_gradients;
+using two_threads::make_params;
+using two_threads::on_both;
+using two_threads::two_ranks;
+
+// `offload` (dist.offload = "optimizer"): each rank's moments in host memory and its chunk updated
+// there, against FusedAdamW on the device (here the CPU: what this checks is the staging, the update
+// of the chunk on the host buffers, the copy back and the state's gather).
+void expect_sharded_steps_match_fused_adamw(const std::vector<std::shared_ptr<ProcessGroup>>& groups, bool offload) {
+  SCOPED_TRACE(offload ? "offloaded" : "on the device");
+  const AdamWHyper h{1e-2, 0.9, 0.99, 1e-8};
+  auto ref_params = make_params(7);
+  FusedAdamW ref({{{ref_params[0]}, 0.1}, {{ref_params[1], ref_params[2]}, 0.0}}, h);
+  std::vector<std::vector<at::Tensor>> params = {make_params(7), make_params(7)};
+  std::vector<std::unique_ptr<ZeroAdamW>> opts(2);
+  for (int r = 0; r < 2; ++r)
+    opts[r] = std::make_unique<ZeroAdamW>(
+        std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1], params[r][2]}, 0.0}}, h, groups[r], false,
+        offload);
+  for (int step = 0; step < 4; ++step) {
+    give_same_gradients(100 + step, ref_params, params);
+    torch::NoGradGuard ng;
+    ref.step();
+    on_both([&](int64_t r) { opts[r]->step(); });
+  }
+  // The same element-wise ops on slices of the same values: equal to the last bit.
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < ref_params.size(); ++i)
+      EXPECT_TRUE(torch::equal(params[r][i], ref_params[i])) << "rank " << r << " parameter " << i;
+  // 35 + 8 elements -> chunks of 18 and 4 per rank: 2 x 22 floats of state instead of 2 x 43.
+  EXPECT_EQ(opts[0]->state_bytes(), 2 * (18 + 4) * 4);
+  EXPECT_EQ(opts[0]->host_state_bytes(), offload ? 2 * (18 + 4) * 4 : 0);
+  EXPECT_EQ(ref.state_bytes(), 2 * (35 + 8) * 4);
+
+  // Gathered state is FusedAdamW's, name for name; loading it back gives each rank its slice.
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> states(2);
+  on_both([&](int64_t r) { states[r] = opts[r]->state_tensors(); });
+  auto want = ref.state_tensors();
+  ASSERT_EQ(states[0].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(states[0][i].first, want[i].first);
+    EXPECT_TRUE(torch::equal(states[0][i].second, want[i].second)) << want[i].first;
+  }
+  std::vector<at::Tensor> fresh = make_params(9);
+  ZeroAdamW reloaded({{{fresh[0]}, 0.1}, {{fresh[1], fresh[2]}, 0.0}}, h, groups[1], false, offload);
+  reloaded.load_state(want, 4);
+  EXPECT_EQ(reloaded.step_count(), 4);
+  std::vector<std::pair<std::string, at::Tensor>> again;
+  on_both([&](int64_t r) {
+    if (r == 0)
+      opts[0]->state_tensors();  // rank 0's half of the gather
+    else
+      again = reloaded.state_tensors();
+  });
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(again[i].second, want[i].second));
+}
+
+TEST(ZeroAdamW, ShardedStepsMatchFusedAdamWAndHalveTheState) {
+  const auto groups = two_ranks(29650);
+  expect_sharded_steps_match_fused_adamw(groups, false);
+  expect_sharded_steps_match_fused_adamw(groups, true);
+}
+
+// dist.zero = 3: a unit's parameters hold memory only while gathered; a gather brings back every
+// rank's shard without moving the version counters autograd checks, so a backward whose unit was
+// released and gathered again reads the same values; release_parameters(true) keeps each rank's own
+// chunk of what was written; a prefetched unit is read only once it arrived. The 7x5 matrix (unit
+// 0) spans both ranks' chunks (18 + 17); the 3-element tensor has no unit and stays whole.
+TEST(ZeroAdamW, Zero3GathersAUnitWholeAndFreesItBetweenUses) {
+  const auto groups = two_ranks(29656);
+  const AdamWHyper h{1e-2, 0.9, 0.99, 1e-8};
+  const std::vector<at::Tensor> ref = make_params(7);
+  std::vector<std::vector<at::Tensor>> params = {make_params(7), make_params(7)};
+  std::vector<std::unique_ptr<ZeroAdamW>> opts(2);
+  for (int r = 0; r < 2; ++r)
+    opts[r] = std::make_unique<ZeroAdamW>(
+        std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1]}, 0.0}, {{params[r][2]}, 0.0}}, h,
+        groups[r], false, false, std::vector<GroupPlace>{{0, -1, {}}, {0, -1, {}}, {-1, -1, {}}});
+  auto nbytes = [](const at::Tensor& t) { return t.storage().nbytes(); };
+  auto version = [](const at::Tensor& t) { return t.unsafeGetTensorImpl()->version_counter().current_version(); };
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(opts[r]->gathers_parameters());
+    EXPECT_EQ(nbytes(params[r][0]), 0u) << "rank " << r << " keeps the whole unit after construction";
+    EXPECT_EQ(nbytes(params[r][1]), 0u);
+    EXPECT_TRUE(torch::equal(params[r][2], ref[2]));  // no unit: whole
+    // Shards of 18 and 3 floats, and the whole 3-element group padded to 2 x 2.
+    EXPECT_EQ(opts[r]->parameter_bytes(), (18 + 3 + 4) * 4);
+  }
+  torch::manual_seed(3000);
+  const at::Tensor x = torch::randn({4, 7});
+  // p[0] * p[0] keeps the matrix itself for the backward (the product's derivative reads it).
+  auto loss_of = [&x](const std::vector<at::Tensor>& p) {
+    return ((torch::matmul(x, p[0]) + p[1]).tanh() * p[2].sum()).sum() + (p[0] * p[0]).sum();
+  };
+  loss_of(ref).backward();
+  std::vector<uint32_t> versions(2);
+  on_both([&](int64_t r) {
+    auto& p = params[r];
+    versions[r] = version(p[0]);
+    opts[r]->gather_unit(0);
+    EXPECT_TRUE(torch::equal(p[0], ref[0])) << "rank " << r;
+    EXPECT_TRUE(torch::equal(p[1], ref[1])) << "rank " << r;
+    at::Tensor loss = loss_of(p);
+    opts[r]->release_unit(0);  // as after a block's forward
+    EXPECT_EQ(nbytes(p[0]), 0u);
+    opts[r]->gather_unit(0);  // as before its backward
+    EXPECT_EQ(version(p[0]), versions[r]) << "a gather moved the version counter autograd checks";
+    loss.backward();
+    opts[r]->release_unit(0);
+  });
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < ref.size(); ++i)
+      EXPECT_TRUE(torch::allclose(params[r][i].grad(), ref[i].grad())) << "rank " << r << " param " << i;
+  // A restore's writes: rank 0 writes 2x, rank 1 3x; each keeps its own chunk of the matrix.
+  on_both([&](int64_t r) {
+    opts[r]->gather_parameters();
+    torch::NoGradGuard ng;
+    params[r][0].mul_(static_cast<double>(2 + r));
+    opts[r]->release_parameters(/*keep_writes=*/true);
+    opts[r]->gather_unit(0);
+  });
+  const at::Tensor flat = ref[0].reshape({-1});
+  const at::Tensor mixed = torch::cat({flat.narrow(0, 0, 18) * 2, flat.narrow(0, 18, 17) * 3}).view({7, 5});
+  for (int r = 0; r < 2; ++r) EXPECT_TRUE(torch::equal(params[r][0], mixed)) << "rank " << r;
+  // A prefetch: the gather that follows waits for it; a release under it waits, then frees.
+  on_both([&](int64_t r) {
+    opts[r]->release_unit(0);
+    opts[r]->prefetch_unit(0);
+    opts[r]->gather_unit(0);
+    EXPECT_TRUE(torch::equal(params[r][0], mixed)) << "rank " << r << " read a prefetch before it arrived";
+    opts[r]->release_unit(0);
+    opts[r]->prefetch_unit(0);
+    opts[r]->release_unit(0);
+    EXPECT_EQ(nbytes(params[r][0]), 0u);
+  });
+  // Inside gather_parameters() (decoding on rank 0 alone, say) a block's release does nothing: a
+  // later use must find it whole without a gather the other ranks do not join.
+  on_both([&](int64_t r) {
+    opts[r]->gather_parameters();
+    opts[r]->release_unit(0);
+    EXPECT_GT(nbytes(params[r][0]), 0u) << "rank " << r << " released a unit inside gather_parameters()";
+    opts[r]->release_parameters(/*keep_writes=*/false);
+    EXPECT_EQ(nbytes(params[r][0]), 0u);
+  });
+}
+
+// dist.zero = 3 with a group split by block: the unsplit group {7x5, 5, 3} as {7x5, 3} of block 0
+// and {5} of none. Steps on gradient shards match FusedAdamW on the unsplit group, and the state
+// is saved in the unsplit group's layout (one "g0", each parameter at its place), so a checkpoint
+// reads back on either side.
+TEST(ZeroAdamW, Zero3SplitGroupsStepAndSaveAsTheUnsplitGroup) {
+  const auto groups = two_ranks(29657);
+  const AdamWHyper h{1e-2, 0.9, 0.99, 1e-8};
+  auto ref_params = make_params(7);
+  FusedAdamW ref({{ref_params, 0.1}}, h);
+  std::vector<std::vector<at::Tensor>> params = {make_params(7), make_params(7)};
+  std::vector<std::unique_ptr<ZeroAdamW>> opts(2);
+  const std::vector<GroupPlace> places{{0, 0, {0, 40}}, {-1, 0, {35}}};
+  for (int r = 0; r < 2; ++r)
+    opts[r] = std::make_unique<ZeroAdamW>(
+        std::vector<FusedAdamW::Group>{{{params[r][0], params[r][2]}, 0.1}, {{params[r][1]}, 0.1}}, h, groups[r], false,
+        false, places);
+  for (int step = 0; step < 3; ++step) {
+    torch::manual_seed(200 + step);
+    std::vector<at::Tensor> grads;
+    for (const auto& p : ref_params) grads.push_back(torch::randn(p.sizes()));
+    {
+      torch::NoGradGuard ng;
+      for (size_t i = 0; i < grads.size(); ++i) ref_params[i].mutable_grad().copy_(grads[i]);
+    }
+    ref.step();
+    on_both([&](int64_t r) {
+      opts[r]->zero_grad();
+      opts[r]->accumulate_shard(0, 0, torch::cat({grads[0].reshape({-1}), grads[2]}));
+      opts[r]->accumulate_shard(1, 0, grads[1]);
+      opts[r]->step();
+    });
+  }
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> states(2);
+  on_both([&](int64_t r) {
+    opts[r]->gather_parameters();
+    states[r] = opts[r]->state_tensors();
+  });
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < ref_params.size(); ++i)
+      EXPECT_TRUE(torch::equal(params[r][i], ref_params[i])) << "rank " << r << " parameter " << i;
+  const auto want = ref.state_tensors();
+  ASSERT_EQ(states[0].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(states[0][i].first, want[i].first);
+    EXPECT_TRUE(torch::equal(states[0][i].second, want[i].second)) << want[i].first;
+  }
+  // The unsplit layout loads back into the split groups: the same state again.
+  on_both([&](int64_t r) {
+    opts[r]->load_state(want, 3);
+    states[r] = opts[r]->state_tensors();
+  });
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(states[1][i].second, want[i].second));
+  // A checkpoint of another model (another size for g0) is refused by name.
+  std::vector<std::pair<std::string, at::Tensor>> other = want;
+  other[0].second = torch::zeros({44});
+  EXPECT_THROW(opts[0]->load_state(other, 3), CheckpointError);
+}
+
+}  // namespace
+}  // namespace frugal::dist::zero_adamw_test
