@@ -71,7 +71,8 @@ OptimizerSharding DataParallel::optimizer_sharding() {
     std::vector<GroupPlace> places;
     for (const auto& g : groups) {
       fused.push_back({g.params, g.weight_decay});
-      if (config_.zero == ZeroStage::kParameters) places.push_back({g.unit, g.origin, g.origin_offsets});
+      if (config_.zero == ZeroStage::kParameters)
+        places.push_back({g.unit, g.origin, g.origin_offsets, g.bf16_copy ? at::kBFloat16 : at::ScalarType::Undefined});
     }
     auto adamw = std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_,
                                              config_.zero >= ZeroStage::kGradients,
@@ -350,6 +351,9 @@ void DataParallel::add_to_summary(nlohmann::ordered_json& s, double step_s_total
                {"allreduce_wait_ms_per_step", 1e3 * wait_s_ / n},
                {"zero_gather_ms_per_step", 1e3 * gather / n},
                {"block_gathers_per_step", zero_ ? static_cast<double>(zero_->unit_gathers()) / n : 0.0},
+               {"block_gather_mb_per_step",
+                zero_ ? (zero_->unit_gather_bytes() + zero_->unit_gather_copy_bytes()) / 1e6 / n : 0.0},
+               {"block_gather_bf16_mb_per_step", zero_ ? zero_->unit_gather_copy_bytes() / 1e6 / n : 0.0},
                {"agree_ms_per_step", 1e3 * agree_s_ / n},
                {"comm_ms_per_step", 1e3 * comm / n},
                // Of the time spent in steps plus the agreement after each (which runs outside the step).

@@ -12,7 +12,9 @@
 #include <map>
 #include <string>
 
+#include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
+#include "frugal/model/fp8.h"
 #include "frugal/core/wall_clock.h"
 
 namespace frugal::dist {
@@ -83,8 +85,17 @@ ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, st
     f.state = AdamWState(f.chunk, opts, offload);
     if (f.unit >= 0) {  // stage 3: keep this rank's chunk, free the rest
       f.shard = f.params.narrow(0, pg_->rank() * f.chunk, f.chunk).clone();
+      f.master.buf = f.params;
       free_storage(f.params);
-      f.whole = false;
+      f.master.present = false;
+      const c10::ScalarType copy = places.empty() ? c10::ScalarType::Undefined : places[gi].copy_dtype;
+      if (copy != c10::ScalarType::Undefined) {
+        if (!copies_) copies_ = std::make_unique<WorkingWeights>(copy, /*add_into_grads=*/false);
+        f.copy.buf = at::empty({f.chunk * world}, opts.dtype(copy));
+        copies_->add_gathered(f.params, f.copy.buf, g.params);  // its views first: they check the memory
+        free_storage(f.copy.buf);
+        f.copy.present = false;
+      }
     }
     flats_.push_back(std::move(f));
   }
@@ -229,46 +240,67 @@ void ZeroAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>
   device_.set_steps(steps);
 }
 
-void ZeroAdamW::start_gather(Flat& f) {
-  c10::NoGradGuard no_grad;
-  allocate_storage(f.params);
-  // Written through a tensor of its own: the parameters' version counters stay where autograd
-  // saw them in the forward.
-  at::Tensor target = at::empty({0}, f.params.options());
-  target.set_(f.params.storage(), 0, {f.chunk * pg_->world_size()}, {1});
-  std::vector<at::Tensor> out;
-  for (int64_t r = 0; r < pg_->world_size(); ++r) out.push_back(target.narrow(0, r * f.chunk, f.chunk));
-  f.arriving = pg_->allgather_async(f.shard, out);
+// The model reads the working copy where autocast is on in its dtype and fp8 is off
+// (working_weight()); a backward's gather runs under its forward's autocast state (causal_lm.cpp).
+ZeroAdamW::Flat::Whole& ZeroAdamW::wanted(Flat& f) {
+  if (!f.copy.buf.defined() || pinned_ > 0 || fp8::enabled()) return f.master;
+  const c10::DeviceType dev = f.copy.buf.device().type();
+  const bool read = compat::autocast_enabled(dev) && compat::autocast_dtype(dev) == f.copy.buf.scalar_type();
+  return read ? f.copy : f.master;
 }
 
-// Waits for the flat's gather (started here unless a prefetch started it); the wait is the
-// communication not hidden behind compute.
-void ZeroAdamW::gather(Flat& f) {
-  if (f.whole) return;
+void ZeroAdamW::start_gather(Flat& f, Flat::Whole& w) {
+  c10::NoGradGuard no_grad;
+  allocate_storage(w.buf);
+  // Written through a tensor of its own: the parameters' (and the copies') version counters stay
+  // where autograd saw them in the forward.
+  at::Tensor target = at::empty({0}, w.buf.options());
+  target.set_(w.buf.storage(), 0, {f.chunk * pg_->world_size()}, {1});
+  std::vector<at::Tensor> out;
+  for (int64_t r = 0; r < pg_->world_size(); ++r) out.push_back(target.narrow(0, r * f.chunk, f.chunk));
+  w.sending = w.buf.scalar_type() == f.shard.scalar_type() ? f.shard : f.shard.to(w.buf.scalar_type());
+  (&w == &f.copy ? gathered_copy_bytes_ : gathered_bytes_) +=
+      static_cast<double>(w.buf.numel()) * static_cast<double>(w.buf.element_size());
+  w.arriving = pg_->allgather_async(w.sending, out);
+}
+
+// Waits for a gather in flight; the wait is the communication not hidden behind compute.
+void ZeroAdamW::finish_gather(Flat::Whole& w) {
+  if (!w.arriving) return;
   const auto t0 = std::chrono::steady_clock::now();
-  if (!f.arriving) start_gather(f);
-  f.arriving->wait();
-  f.arriving.reset();
-  f.whole = true;
+  w.arriving->wait();
+  w.arriving.reset();
+  w.sending = at::Tensor();
+  w.present = true;
   unit_gather_s_ += seconds_since(t0);
 }
 
+void ZeroAdamW::gather(Flat& f) {
+  Flat::Whole& w = wanted(f);
+  if (w.present) return;
+  if (!w.arriving) start_gather(f, w);
+  finish_gather(w);
+}
+
 void ZeroAdamW::release(Flat& f, bool keep_writes) {
-  if (f.arriving) gather(f);  // no memory is freed under a write in flight
-  if (f.unit < 0 || !f.whole) return;
-  if (keep_writes) {
+  if (f.unit < 0) return;
+  for (Flat::Whole* w : {&f.master, &f.copy}) finish_gather(*w);  // no memory is freed under a write in flight
+  if (keep_writes && f.master.present) {
     c10::NoGradGuard no_grad;
     f.shard.copy_(f.params.narrow(0, pg_->rank() * f.chunk, f.chunk));
   }
-  free_storage(f.params);
-  f.whole = false;
+  for (Flat::Whole* w : {&f.master, &f.copy})
+    if (w->buf.defined() && w->present) {
+      free_storage(w->buf);
+      w->present = false;
+    }
 }
 
 void ZeroAdamW::gather_unit(int64_t unit) {
   bool started = false;  // here, not by a prefetch
   for (auto& f : flats_)
-    if (f.unit == unit && !f.whole) {
-      started = started || !f.arriving;
+    if (f.unit == unit && !wanted(f).present) {
+      started = started || !wanted(f).arriving;
       gather(f);
     }
   unit_gathers_ += started ? 1 : 0;
@@ -277,8 +309,8 @@ void ZeroAdamW::gather_unit(int64_t unit) {
 void ZeroAdamW::prefetch_unit(int64_t unit) {
   bool started = false;
   for (auto& f : flats_)
-    if (f.unit == unit && !f.whole && !f.arriving) {
-      start_gather(f);
+    if (f.unit == unit && !wanted(f).present && !wanted(f).arriving) {
+      start_gather(f, wanted(f));
       started = true;
     }
   unit_gathers_ += started ? 1 : 0;

@@ -43,6 +43,32 @@ namespace {
 struct GatherHolder : torch::CustomClassHolder {
   std::shared_ptr<BlockGathering> gathering;
   size_t block = 0;
+  // The forward's autocast state, which the backward's gather restores: what a gather makes whole
+  // depends on it (dist/zero_adamw.h: a bf16 working copy under bf16 autocast).
+  c10::DeviceType device = c10::DeviceType::CPU;
+  bool autocast = false;
+  c10::ScalarType autocast_dtype = c10::kBFloat16;
+};
+
+// The autocast state of `h`'s forward for a scope, whatever the backward thread's is.
+class ForwardAutocast {
+ public:
+  explicit ForwardAutocast(const GatherHolder& h)
+      : dev_(h.device), on_(compat::autocast_enabled(dev_)), dtype_(compat::autocast_dtype(dev_)) {
+    compat::set_autocast_enabled(dev_, h.autocast);
+    compat::set_autocast_dtype(dev_, h.autocast_dtype);
+  }
+  ~ForwardAutocast() {
+    compat::set_autocast_enabled(dev_, on_);
+    compat::set_autocast_dtype(dev_, dtype_);
+  }
+  ForwardAutocast(const ForwardAutocast&) = delete;
+  ForwardAutocast& operator=(const ForwardAutocast&) = delete;
+
+ private:
+  c10::DeviceType dev_;
+  bool on_;
+  c10::ScalarType dtype_;
 };
 
 // Identity functions around a block whose parameters are gathered per use (dist.zero = 3). On
@@ -61,6 +87,7 @@ class AroundBlock : public torch::autograd::Function<AroundBlock<kGatherInBackwa
                                                  torch::autograd::variable_list grad_out) {
     auto h = c10::static_intrusive_pointer_cast<GatherHolder>(ctx->saved_data["h"].toCapsule());
     if (kGatherInBackward) {
+      ForwardAutocast as_in_forward(*h);
       h->gathering->need(h->block);
       if (h->block > 0 && h->gathering->prefetch) h->gathering->prefetch(h->block - 1);  // the backward's next
     } else {
@@ -82,6 +109,9 @@ at::Tensor CausalLmImpl::run_block(size_t i, const std::function<at::Tensor(cons
   auto h = c10::make_intrusive<GatherHolder>();
   h->gathering = gathering_;
   h->block = i;
+  h->device = x.device().type();
+  h->autocast = compat::autocast_enabled(h->device);
+  h->autocast_dtype = compat::autocast_dtype(h->device);
   // An input without gradient (a frozen embedding) has no backward to release the block in: the
   // gradient synchronisation's end of step releases every block (DataParallel::finish).
   const bool grad = torch::GradMode::is_enabled();
@@ -92,15 +122,19 @@ at::Tensor CausalLmImpl::run_block(size_t i, const std::function<at::Tensor(cons
   return grad && y.requires_grad() ? AroundBlock<true>::apply(h, y) : y;
 }
 
-std::vector<std::vector<at::Tensor>> CausalLmImpl::block_parameters() const {
-  std::vector<std::vector<at::Tensor>> out(static_cast<size_t>(config_.layers));
-  for (const auto& p : named_parameters()) {
+BlockParameters CausalLmImpl::block_parameters() {
+  BlockParameters out;
+  out.blocks.resize(static_cast<size_t>(config_.layers));
+  const auto named = named_parameters();
+  for (const auto& p : named) {
     const std::string& name = p.key();
     if (name.size() < 2 || name[0] != 'h' || !std::isdigit(static_cast<unsigned char>(name[1]))) continue;
     const size_t dot = name.find('.');
     const size_t block = std::stoul(name.substr(1, dot - 1));
-    if (block < out.size()) out[block].push_back(p.value());
+    if (block < out.blocks.size()) out.blocks[block].push_back(p.value());
   }
+  for (const AdaptableProduct& a : adaptable_products())
+    if (const at::Tensor* w = named.find(a.weight)) out.product_weights.push_back(*w);
   return out;
 }
 

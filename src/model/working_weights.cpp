@@ -16,6 +16,7 @@ struct WorkingWeights::Buffer {
   at::Tensor master, copy;
   int64_t version = -1;  // master's version counter when copied
   bool add_into_grads = false;
+  bool gathered = false;  // add_gathered: written by its owner, present while its storage has memory
   std::vector<const c10::TensorImpl*> members;
 };
 
@@ -90,11 +91,24 @@ WorkingWeights::~WorkingWeights() {
 }
 
 void WorkingWeights::add(const at::Tensor& flat, const std::vector<at::Tensor>& params) {
+  add_buffer(flat, at::empty_like(flat, flat.options().dtype(dtype_)), params, false);
+}
+
+void WorkingWeights::add_gathered(const at::Tensor& flat, const at::Tensor& copy,
+                                  const std::vector<at::Tensor>& params) {
+  TORCH_CHECK(copy.dim() == 1 && copy.numel() == flat.numel() && copy.scalar_type() == dtype_,
+              "WorkingWeights::add_gathered: the copy must be flat, of the buffer's length, in ", dtype_);
+  add_buffer(flat, copy, params, true);
+}
+
+void WorkingWeights::add_buffer(const at::Tensor& flat, const at::Tensor& copy, const std::vector<at::Tensor>& params,
+                                bool gathered) {
   TORCH_CHECK(flat.dim() == 1 && flat.is_contiguous() && flat.scalar_type() == at::kFloat,
               "WorkingWeights::add: the buffer must be flat, contiguous fp32");
   auto b = std::make_unique<Buffer>();
   b->master = flat;
-  b->copy = at::empty_like(flat, flat.options().dtype(dtype_));
+  b->copy = copy;
+  b->gathered = gathered;
   b->add_into_grads = add_into_grads_;
   std::lock_guard<std::mutex> lock(registry_mutex);
   int64_t off = 0;
@@ -109,13 +123,14 @@ void WorkingWeights::add(const at::Tensor& flat, const std::vector<at::Tensor>& 
     registered.fetch_add(1);
     off += p.numel();
   }
-  copy_buffer(*b);
+  if (!gathered) copy_buffer(*b);
   buffers_.push_back(std::move(b));
 }
 
 void WorkingWeights::refresh() {
   std::lock_guard<std::mutex> lock(registry_mutex);
-  for (auto& b : buffers_) copy_buffer(*b);
+  for (auto& b : buffers_)
+    if (!b->gathered) copy_buffer(*b);
 }
 
 int64_t WorkingWeights::bytes() const {
@@ -137,7 +152,9 @@ at::Tensor working_weight(const at::Tensor& w, bool shared) {
     Entry& e = it->second;
     if (e.copy.scalar_type() != compat::autocast_dtype(dev)) return w;
     WorkingWeights::Buffer& b = *e.buffer;
-    if (b.master._version() != b.version) {
+    if (b.gathered) {
+      if (e.copy.storage().nbytes() == 0) return w;  // not gathered: the parameter is whole
+    } else if (b.master._version() != b.version) {
       copy_buffer(b);
     } else if (w._version() != e.version) {  // the parameter itself written (a restore, a broadcast)
       c10::NoGradGuard no_grad;

@@ -53,7 +53,7 @@ Task lm_task(CausalLm model, std::shared_ptr<BatchSource> data, const Config& co
   t.hooks.activation_checkpointing = [model](const ActivationCheckpointing& spec) mutable {
     install_activation_checkpointing(model, spec);
   };
-  t.hooks.gather_blocks = [raw](std::shared_ptr<BlockGathering> gathering) {
+  t.hooks.gather_blocks = [raw](std::shared_ptr<BlockGathering> gathering) -> BlockParameters {
     raw->set_block_gathering(std::move(gathering));
     return raw->block_parameters();
   };

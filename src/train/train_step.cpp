@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "frugal/core/compat.h"
 #include "frugal/core/console.h"
@@ -35,12 +36,15 @@ void install_activation_checkpointing(CausalLm& model, const ActivationCheckpoin
 namespace {
 
 // Each group split into one group per block its parameters belong to (ParamGroup::unit; -1 for
-// those in no block first), each keeping the group's order and weight decay.
-std::vector<ParamGroup> split_by_block(const std::vector<ParamGroup>& groups,
-                                       const std::vector<std::vector<at::Tensor>>& blocks) {
+// those in no block first), each keeping the group's order and weight decay; with `bf16_copies`
+// (bf16 autocast), a block's group of product weights alone is gathered as its bf16 copy.
+std::vector<ParamGroup> split_by_block(const std::vector<ParamGroup>& groups, const BlockParameters& model,
+                                       bool bf16_copies) {
   std::unordered_map<const c10::TensorImpl*, int64_t> block_of;
-  for (size_t b = 0; b < blocks.size(); ++b)
-    for (const auto& p : blocks[b]) block_of[p.unsafeGetTensorImpl()] = static_cast<int64_t>(b);
+  for (size_t b = 0; b < model.blocks.size(); ++b)
+    for (const auto& p : model.blocks[b]) block_of[p.unsafeGetTensorImpl()] = static_cast<int64_t>(b);
+  std::unordered_set<const c10::TensorImpl*> products;
+  for (const auto& w : model.product_weights) products.insert(w.unsafeGetTensorImpl());
   std::vector<ParamGroup> out;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const ParamGroup& g = groups[gi];
@@ -58,7 +62,12 @@ std::vector<ParamGroup> split_by_block(const std::vector<ParamGroup>& groups,
       part.origin_offsets.push_back(offset);
       offset += p.numel();
     }
-    for (auto& [unit, part] : parts) out.push_back(std::move(part));
+    for (auto& [unit, part] : parts) {
+      part.bf16_copy = bf16_copies && unit >= 0 &&
+                       std::all_of(part.params.begin(), part.params.end(),
+                                   [&](const at::Tensor& p) { return products.count(p.unsafeGetTensorImpl()) > 0; });
+      out.push_back(std::move(part));
+    }
   }
   return out;
 }
@@ -93,7 +102,7 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
     FRUGAL_CHECK(static_cast<bool>(setup.gather_blocks), ConfigError,
                  "dist.zero = 3 needs the model's blocks (TaskHooks::gather_blocks); set dist.zero = 2");
     gathering = std::make_shared<BlockGathering>();
-    groups = split_by_block(groups, setup.gather_blocks(gathering));
+    groups = split_by_block(groups, setup.gather_blocks(gathering), setup.precision.mode() == PrecisionMode::kBf16);
   }
   optimizer_ = build_optimizer(groups, train, setup.muon_bf16, sharding, setup.offload);
   if (gathering) {

@@ -22,11 +22,16 @@
 #include "frugal/ckpt/safetensors.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/data/tokenizer.h"
+#include "dist_runs.h"
 #include "test_util.h"
 
 namespace frugal::dist_train_test {
 namespace {
 namespace fs = std::filesystem;
+using dist_runs::joined;
+using dist_runs::max_abs_diff;
+using dist_runs::summary_of;
+using dist_runs::train_args;
 using test::TempDir;
 
 // A `frugal` process started with extra environment variables; output goes to `log`.
@@ -78,47 +83,11 @@ std::vector<std::pair<std::string, std::string>> rank_env(int rank, int port) {
           {"MASTER_PORT", std::to_string(port)}};
 }
 
-std::vector<std::string> train_args(const std::string& out, const std::string& name,
-                                    const std::vector<std::string>& extra) {
-  std::vector<std::string> a{"train", "-q", "--set", "run.name=" + name, "--set", "dist.timeout_s=30"};
-  for (const auto& s : test::tiny_overrides(out)) {
-    a.push_back("--set");
-    a.push_back(s);
-  }
-  for (const auto& s : extra) {
-    a.push_back("--set");
-    a.push_back(s);
-  }
-  return a;
-}
-
-std::string joined(const std::vector<std::string>& args) {
-  std::string s;
-  for (const auto& a : args) s += " '" + a + "'";
-  return s;
-}
-
-double max_abs_diff(const std::string& a, const std::string& b) {
-  SafetensorsFile fa = load_safetensors(a), fb = load_safetensors(b);
-  double worst = 0;
-  EXPECT_EQ(fa.tensors.size(), fb.tensors.size());
-  for (const auto& [name, t] : fa.tensors) {
-    const at::Tensor* u = fb.find(name);
-    EXPECT_NE(u, nullptr) << name;
-    if (u) worst = std::max(worst, (t - *u).abs().max().item<double>());
-  }
-  return worst;
-}
-
 // Returns once rank 0 has logged a step (training has begun on every rank), and 200 ms more.
 void wait_for_training(const std::string& run_dir) {
   for (int i = 0; i < 3000 && !fs::exists(run_dir + "/metrics.jsonl"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-}
-
-nlohmann::json summary_of(const std::string& run_dir) {
-  return nlohmann::json::parse(test::read_text(run_dir + "/summary.json"));
 }
 
 // Two ranks with train.accum = 2 each consume, per step, exactly the micro-batches of one process

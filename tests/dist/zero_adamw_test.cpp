@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
+#include "frugal/model/working_weights.h"
 #include "frugal/train/fused_adamw.h"
 #include "two_ranks.h"
 
@@ -154,6 +156,46 @@ TEST(ZeroAdamW, Zero3GathersAUnitWholeAndFreesItBetweenUses) {
     EXPECT_GT(nbytes(params[r][0]), 0u) << "rank " << r << " released a unit inside gather_parameters()";
     opts[r]->release_parameters(/*keep_writes=*/false);
     EXPECT_EQ(nbytes(params[r][0]), 0u);
+  });
+}
+
+// dist.zero = 3 under bf16 autocast: a group of product weights is gathered as its bf16 working
+// copy alone (the fp32 parameters keep no memory), which working_weight() returns: the fp32
+// values rounded as autocast's cast rounds them. Another group of the unit is gathered in fp32.
+// Without autocast, and inside gather_parameters(), the fp32 parameters are gathered whole and
+// working_weight() returns them.
+TEST(ZeroAdamW, Zero3GathersABf16CopyAloneWhereTheModelReadsOne) {
+  const auto groups = two_ranks(29658);
+  const std::vector<at::Tensor> ref = make_params(7);
+  std::vector<std::vector<at::Tensor>> params = {make_params(7), make_params(7)};
+  std::vector<std::unique_ptr<ZeroAdamW>> opts(2);
+  for (int r = 0; r < 2; ++r)
+    opts[r] = std::make_unique<ZeroAdamW>(
+        std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1], params[r][2]}, 0.0}}, AdamWHyper{},
+        groups[r], false, false, std::vector<GroupPlace>{{0, -1, {}, at::kBFloat16}, {0, -1, {}}});
+  auto nbytes = [](const at::Tensor& t) { return t.storage().nbytes(); };
+  on_both([&](int64_t r) {
+    const auto& p = params[r];
+    {
+      compat::AutocastGuard bf16(c10::DeviceType::CPU, at::kBFloat16, true);
+      opts[r]->gather_unit(0);
+      EXPECT_EQ(nbytes(p[0]), 0u) << "rank " << r << " gathered the fp32 weights beside their bf16 copy";
+      EXPECT_TRUE(torch::equal(p[1], ref[1])) << "rank " << r;
+      const at::Tensor w = working_weight(p[0]);
+      EXPECT_EQ(w.scalar_type(), at::kBFloat16);
+      EXPECT_TRUE(torch::equal(w, ref[0].to(at::kBFloat16))) << "rank " << r;
+    }
+    opts[r]->release_unit(0);
+    opts[r]->gather_unit(0);  // without autocast the model reads the fp32 weights: those are gathered
+    EXPECT_TRUE(torch::equal(p[0], ref[0])) << "rank " << r;
+    opts[r]->release_unit(0);
+    opts[r]->gather_parameters();
+    EXPECT_TRUE(torch::equal(p[0], ref[0])) << "rank " << r;
+    {
+      compat::AutocastGuard bf16(c10::DeviceType::CPU, at::kBFloat16, true);
+      EXPECT_EQ(working_weight(p[0]).scalar_type(), at::kFloat) << "the copy is not gathered: the weight itself";
+    }
+    opts[r]->release_parameters(/*keep_writes=*/false);
   });
 }
 

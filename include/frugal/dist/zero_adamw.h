@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "frugal/dist/process_group.h"
+#include "frugal/model/working_weights.h"
 #include "frugal/train/fused_adamw.h"
 #include "frugal/train/optimizer.h"
 
@@ -52,6 +53,10 @@ struct GroupPlace {
   int64_t unit = -1;             // the block; -1 = none (whole on every rank)
   int64_t origin = -1;           // the unsplit group's index; -1 = this group, unsplit
   std::vector<int64_t> offsets;  // each parameter's first element in the origin's flat buffer
+  // Where set (bf16 under autocast; ParamGroup::bf16_copy), the unit is gathered as this dtype's
+  // working copy (model/working_weights.h), which the model's products read, and its fp32
+  // parameters only inside gather_parameters().
+  c10::ScalarType copy_dtype = c10::ScalarType::Undefined;
 };
 
 class ZeroAdamW : public Optimizer {
@@ -88,6 +93,9 @@ class ZeroAdamW : public Optimizer {
   // Seconds spent gathering units so far, and the gather_unit calls that gathered (stage 3).
   double unit_gather_s() const { return unit_gather_s_; }
   int64_t unit_gathers() const { return unit_gathers_; }
+  // The bytes the gathers wrote here: fp32 parameters, and working copies (GroupPlace::copy_dtype).
+  double unit_gather_bytes() const { return gathered_bytes_; }
+  double unit_gather_copy_bytes() const { return gathered_copy_bytes_; }
   // Seconds spent in the parameter all-gather so far (communication, for the summary).
   double gather_s() const { return gather_s_; }
   bool shards_gradients() const { return shard_gradients_; }
@@ -113,12 +121,21 @@ class ZeroAdamW : public Optimizer {
       int64_t here = 0, there = 0, numel = 0;  // a parameter's offset here and in its origin group
     };
     std::vector<Span> spans;
-    at::Tensor shard;  // stage 3: this rank's chunk of the parameters (params: storage freed
-                       // unless `whole`)
-    bool whole = true;
-    std::unique_ptr<Pending> arriving;  // stage 3: a prefetch in flight into `params`
+    at::Tensor shard;  // stage 3: this rank's chunk of the parameters
+    // Stage 3's whole buffers, each with memory only while gathered: the fp32 parameters
+    // (`params`) and, where the place sets copy_dtype, their working copy.
+    struct Whole {
+      at::Tensor buf, sending;  // sending: what this rank sends (the shard, or its cast)
+      bool present = true;
+      std::unique_ptr<Pending> arriving;  // a gather in flight into `buf`
+    };
+    Whole master, copy;
   };
-  void start_gather(Flat& f);  // allocates and starts the all-gather (f.arriving)
+  // The buffer a gather of `f` makes whole: the working copy where it has one, outside
+  // gather_parameters(); else the fp32 parameters.
+  Flat::Whole& wanted(Flat& f);
+  void start_gather(Flat& f, Flat::Whole& w);  // allocates `w.buf` and starts the all-gather
+  void finish_gather(Flat::Whole& w);
   void gather(Flat& f);
   void release(Flat& f, bool keep_writes);
   std::string state_name(size_t flat, const char* what) const;
@@ -137,6 +154,8 @@ class ZeroAdamW : public Optimizer {
   int64_t pinned_ = 0;    // gather_parameters() scopes open
   double unit_gather_s_ = 0;
   int64_t unit_gathers_ = 0;
+  double gathered_bytes_ = 0, gathered_copy_bytes_ = 0;  // stage 3: unit_gather_bytes()
+  std::unique_ptr<WorkingWeights> copies_;               // the working copies' registry (GroupPlace::copy_dtype)
 };
 
 }  // namespace frugal::dist

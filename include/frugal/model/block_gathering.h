@@ -21,8 +21,15 @@ struct BlockGathering {
   std::function<void(size_t block)> need, done, prefetch;
 };
 
-// Installs `gathering` around a model's blocks and returns each block's parameters, in block
-// order (TaskHooks::gather_blocks).
-using GatherBlocksFn = std::function<std::vector<std::vector<at::Tensor>>(std::shared_ptr<BlockGathering> gathering)>;
+// A model's blocks as ZeRO-3 shards them: each block's parameters, in block order, and the
+// weights of the blocks' products, which the model reads through working_weight()
+// (model/working_weights.h) under autocast, so that they may be gathered as a bf16 copy alone.
+struct BlockParameters {
+  std::vector<std::vector<at::Tensor>> blocks;
+  std::vector<at::Tensor> product_weights;
+};
+
+// Installs `gathering` around a model's blocks and returns them (TaskHooks::gather_blocks).
+using GatherBlocksFn = std::function<BlockParameters(std::shared_ptr<BlockGathering> gathering)>;
 
 }  // namespace frugal

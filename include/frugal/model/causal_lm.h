@@ -79,8 +79,9 @@ class CausalLmImpl : public torch::nn::Module {
   // dist.zero = 3: every block's forward and backward runs between gathering->need(i) and
   // gathering->done(i); decoding (generate) needs every block for its whole length. Null: none.
   void set_block_gathering(std::shared_ptr<BlockGathering> gathering) { gathering_ = std::move(gathering); }
-  // Each block's parameters (those named "h<i>."), in block order.
-  std::vector<std::vector<at::Tensor>> block_parameters() const;
+  // Each block's parameters (those named "h<i>."), in block order, and the weights of the
+  // blocks' products (adaptable_products()).
+  BlockParameters block_parameters();
 
   // Parameters with their state-dict names, in a stable order (the checkpoint's safetensors keys).
   std::vector<std::pair<std::string, at::Tensor>> named_parameter_list() const;

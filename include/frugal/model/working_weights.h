@@ -14,10 +14,9 @@
 // weight with another source of gradient in the same backward (a tied embedding) is looked up as
 // `shared` and keeps the AccumulateGrad path, which sums its gradients in their usual order.
 //
-// Freshness: the optimizer calls refresh() after each update. Any other in-place write through
-// ATen to a parameter or to its flat buffer (a checkpoint restore, a broadcast) moves that tensor's
-// version counter, and the next lookup copies again. A write that bypasses ATen (a raw pointer)
-// must call refresh().
+// Freshness: the optimizer calls refresh() after each update (add_gathered's copies excepted). Any other in-place write
+// through ATen to a parameter or to its flat buffer (a checkpoint restore, a broadcast) moves that tensor's version
+// counter, and the next lookup copies again. A write that bypasses ATen (a raw pointer) must call refresh().
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -38,6 +37,11 @@ class WorkingWeights {
   // `flat`: a contiguous fp32 buffer; `params`: the parameters whose storage it is, in order from
   // offset 0 (FusedAdamW's layout). Copies them (refresh) and makes them known to working_weight().
   void add(const at::Tensor& flat, const std::vector<at::Tensor>& params);
+  // The same with a copy someone else writes (ZeRO-3's gathered bf16 blocks, dist/zero_adamw.h):
+  // `copy` (flat, this dtype, flat's length) holds the parameters' copies at their offsets when
+  // its storage has memory; it is never copied from the master or checked for freshness. While its
+  // storage has none, working_weight() returns the parameter itself (then whole).
+  void add_gathered(const at::Tensor& flat, const at::Tensor& copy, const std::vector<at::Tensor>& params);
   // Every copy from its master, in one pass per buffer.
   void refresh();
   int64_t bytes() const;
@@ -46,6 +50,7 @@ class WorkingWeights {
   struct Buffer;  // one flat master and its copy (working_weights.cpp)
 
  private:
+  void add_buffer(const at::Tensor& flat, const at::Tensor& copy, const std::vector<at::Tensor>& params, bool gathered);
   c10::ScalarType dtype_;
   bool add_into_grads_;
   std::vector<std::unique_ptr<Buffer>> buffers_;

@@ -99,6 +99,9 @@ struct ParamGroup {
   int64_t unit = -1;
   int64_t origin = -1;
   std::vector<int64_t> origin_offsets = {};
+  // dist.zero = 3 under bf16 autocast: every parameter here is a product's weight, which the model
+  // reads as a bf16 working copy, so the unit is gathered as that copy alone (half the bytes).
+  bool bf16_copy = false;
 };
 
 // The default grouping: `weight_decay` on tensors of rank >= 2, none on the rest.

@@ -1,0 +1,50 @@
+// ZeRO-3 (dist.zero = 3) in whole `frugal launch -n 2` runs, beyond the cases dist_train_test.cpp
+// runs for every stage.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "dist_runs.h"
+#include "test_util.h"
+
+namespace frugal::zero3_train_test {
+namespace {
+using dist_runs::joined;
+using dist_runs::max_abs_diff;
+using dist_runs::summary_of;
+using dist_runs::train_args;
+
+// bf16 under autocast: each block's matrices are gathered as their bf16 copy alone, which the
+// products read. With gradient clipping off, ZeRO-3 computes what ZeRO-2 computes on the same two
+// ranks (the same casts of the same fp32 weights, the same sums of two gradients), so the final
+// weights agree to the last bit; stale or misplaced copies would move them by far more. The same
+// run in fp32 gathers the same buffers at the same points (evaluation, which runs without
+// autocast, and checkpoints gather fp32 in both), so the bf16 run's bytes plus its copies' bytes
+// again (their fp32 width) are the fp32 run's: the matrices went as bf16 alone, not beside fp32.
+TEST(Zero3Train, Bf16GathersTrainAsZero2AndMoveTheMatricesAsBf16Alone) {
+  test::TempDir dir;
+  const std::vector<std::string> common{"train.steps=4",         "train.warmup_steps=1", "train.accum=2",
+                                        "train.grad_clip=0",     "model.layers=2",       "dist.bucket_mb=0.01",
+                                        "train.answer_samples=0"};
+  auto launch = [&](const std::string& name, int port, std::initializer_list<std::string> more) {
+    auto sets = common;
+    sets.insert(sets.end(), more);
+    auto r =
+        test::run_frugal(fmt::format("launch -n 2 --port {} --{}", port, joined(train_args(dir.path(), name, sets))));
+    EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    return summary_of(dir.file(name));
+  };
+  launch("zero2", 29686, {"dist.zero=2", "precision.mode=bf16"});
+  const auto bf16 = launch("zero3", 29687, {"dist.zero=3", "precision.mode=bf16"});
+  const auto fp32 = launch("zero3_fp32", 29688, {"dist.zero=3", "precision.mode=fp32"});
+  EXPECT_LE(max_abs_diff(dir.file("zero2/final/model.safetensors"), dir.file("zero3/final/model.safetensors")), 1e-7);
+  const double total = bf16["dist"]["block_gather_mb_per_step"].get<double>();
+  const double copies = bf16["dist"]["block_gather_bf16_mb_per_step"].get<double>();
+  EXPECT_GT(copies, 0);
+  EXPECT_NEAR(total + copies, fp32["dist"]["block_gather_mb_per_step"].get<double>(), 1e-9)
+      << "the matrices were not gathered as bf16 copies alone";
+  EXPECT_EQ(fp32["dist"]["block_gather_bf16_mb_per_step"].get<double>(), 0);
+}
+
+}  // namespace
+}  // namespace frugal::zero3_train_test
