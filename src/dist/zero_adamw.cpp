@@ -58,6 +58,7 @@ ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, st
       FRUGAL_CHECK(place.origin < 0 || place.offsets.size() == g.params.size(), Error,
                    "ZeroAdamW: a group's place names another number of parameters");
       f.unit = place.unit;
+      units_ = std::max(units_, f.unit + 1);
       f.origin = place.origin;
       int64_t here = 0;
       for (size_t k = 0; place.origin >= 0 && k < g.params.size(); ++k) {

@@ -109,9 +109,8 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   {
     CrashPhase phase(snapshot ? "capture: weights and optimizer state, copied to the host"
                               : "capture: weights and optimizer state");
-    WholeParameters whole(step->optimizer(), /*keep_writes=*/false);  // ZeRO-3: copied whole to the host
-    d.model = without_frozen(module_tensors(*model), frozen);         // the base holds them (model.init_from)
-    if (step->optimizer().gathers_parameters()) d.model = snapshot_tensors(d.model);
+    d.model = without_frozen(module_tensors(*model), frozen);  // the base holds them (model.init_from)
+    if (step->optimizer().gathers_parameters()) d.model = host_copies(step->optimizer(), d.model);  // block by block
     d.optimizer = step->optimizer().state_tensors();
     if (snapshot) writer->snapshot(d);
     loop.loss_sum = loss_sum.item<double>();
@@ -375,9 +374,10 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   nlohmann::ordered_json summary = loop_summary(control, evaluate);
   if (healthy) {
     CrashPhase weights("final weights");
-    WholeParameters whole(step->optimizer(), /*keep_writes=*/false);  // on every rank (ZeRO-3 gathers)
+    NamedTensors tensors = module_tensors(*model);
+    if (step->optimizer().gathers_parameters()) tensors = host_copies(step->optimizer(), tensors);  // every rank
     if (is_writer())
-      save_safetensors(RunDir(run_dir).final_weights(), module_tensors(*model),
+      save_safetensors(RunDir(run_dir).final_weights(), tensors,
                        {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
   }
   for (auto& cb : callbacks) cb->add_to_summary(summary);

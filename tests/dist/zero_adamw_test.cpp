@@ -148,6 +148,16 @@ TEST(ZeroAdamW, Zero3GathersAUnitWholeAndFreesItBetweenUses) {
     opts[r]->release_unit(0);
     EXPECT_EQ(nbytes(params[r][0]), 0u);
   });
+  // host_copies (a checkpoint's capture): every tensor on the host, in order, each unit gathered
+  // and released again.
+  on_both([&](int64_t r) {
+    const auto copies = host_copies(*opts[r], {{"m", params[r][0]}, {"v", params[r][1]}, {"w", params[r][2]}});
+    ASSERT_EQ(copies.size(), 3u);
+    EXPECT_EQ(copies[1].first, "v");
+    EXPECT_TRUE(torch::equal(copies[0].second, mixed)) << "rank " << r;
+    EXPECT_TRUE(torch::equal(copies[2].second, ref[2])) << "rank " << r;
+    EXPECT_EQ(nbytes(params[r][0]), 0u) << "rank " << r << ": host_copies left unit 0 gathered";
+  });
   // Inside gather_parameters() (decoding on rank 0 alone, say) a block's release does nothing: a
   // later use must find it whole without a gather the other ranks do not join.
   on_both([&](int64_t r) {

@@ -85,6 +85,7 @@ class ZeroAdamW : public Optimizer {
   void release_unit(int64_t unit) override;
   void prefetch_unit(int64_t unit) override;
   void gather_parameters() override;
+  int64_t units() const override { return units_; }
   void release_parameters(bool keep_writes) override;
   int64_t parameter_bytes() const override;
   // Every unit still gathered released (a block whose backward did not release it), unless
@@ -152,6 +153,7 @@ class ZeroAdamW : public Optimizer {
   bool shard_gradients_ = false;
   bool gathers_ = false;  // stage 3
   int64_t pinned_ = 0;    // gather_parameters() scopes open
+  int64_t units_ = 0;     // 1 + the largest GroupPlace::unit
   double unit_gather_s_ = 0;
   int64_t unit_gathers_ = 0;
   double gathered_bytes_ = 0, gathered_copy_bytes_ = 0;  // stage 3: unit_gather_bytes()

@@ -65,6 +65,8 @@ class Optimizer {
   virtual void prefetch_unit(int64_t /*unit*/) {}
   virtual void gather_parameters() {}
   virtual void release_parameters(bool /*keep_writes*/) {}
+  // The units gather_unit() takes (0 .. units() - 1; ZeRO-3: the blocks); 0 elsewhere.
+  virtual int64_t units() const { return 0; }
   // The bytes of parameters this rank keeps between steps (ZeRO-3: its shards and the tensors kept
   // whole); -1 where that is every parameter of the model.
   virtual int64_t parameter_bytes() const { return -1; }
@@ -85,6 +87,13 @@ class WholeParameters {
   Optimizer& opt_;
   bool keep_;
 };
+
+// Host copies of `tensors` (a model's, by name) for a checkpoint or the final weights. Where `opt`
+// shards parameters (ZeRO-3) its units are gathered one at a time, each released once copied, so
+// no rank holds more than one whole block beside its shards; a collective then (every rank calls
+// it). Elsewhere plain copies.
+std::vector<std::pair<std::string, at::Tensor>> host_copies(
+    Optimizer& opt, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
 // One AdamW parameter group: its tensors and their decoupled weight decay (the learning rate is
 // the schedule's for every group).
