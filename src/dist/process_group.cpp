@@ -192,10 +192,8 @@ class C10dGroup : public ProcessGroup {
     finish("all-reduce (max)", guard("all-reduce (max)", [&] { return pg_->allreduce(v, o); }));
   }
   void allgather(const at::Tensor& in, std::vector<at::Tensor> out) override {
-    std::vector<std::vector<at::Tensor>> outs{std::move(out)};
-    std::vector<at::Tensor> ins{in};
-    finish("all-gather", guard("all-gather", [&] { return pg_->allgather(outs, ins); }));
-    for (const at::Tensor& o : outs[0]) o.unsafeGetTensorImpl()->bump_version();
+    allgather_async(in, out)->wait();
+    for (const at::Tensor& o : out) o.unsafeGetTensorImpl()->bump_version();
   }
   std::unique_ptr<Pending> allgather_async(const at::Tensor& in, std::vector<at::Tensor> out) override {
     std::vector<std::vector<at::Tensor>> outs{std::move(out)};

@@ -14,8 +14,8 @@
 
 #include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
-#include "frugal/model/fp8.h"
 #include "frugal/core/wall_clock.h"
+#include "frugal/model/fp8.h"
 
 namespace frugal::dist {
 

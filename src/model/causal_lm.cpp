@@ -43,32 +43,12 @@ namespace {
 struct GatherHolder : torch::CustomClassHolder {
   std::shared_ptr<BlockGathering> gathering;
   size_t block = 0;
-  // The forward's autocast state, which the backward's gather restores: what a gather makes whole
-  // depends on it (dist/zero_adamw.h: a bf16 working copy under bf16 autocast).
+  // The forward's autocast state, which the backward's gather restores (as activation
+  // checkpointing's recompute does): what a gather makes whole depends on it
+  // (dist/zero_adamw.h: a bf16 working copy under bf16 autocast).
   c10::DeviceType device = c10::DeviceType::CPU;
   bool autocast = false;
   c10::ScalarType autocast_dtype = c10::kBFloat16;
-};
-
-// The autocast state of `h`'s forward for a scope, whatever the backward thread's is.
-class ForwardAutocast {
- public:
-  explicit ForwardAutocast(const GatherHolder& h)
-      : dev_(h.device), on_(compat::autocast_enabled(dev_)), dtype_(compat::autocast_dtype(dev_)) {
-    compat::set_autocast_enabled(dev_, h.autocast);
-    compat::set_autocast_dtype(dev_, h.autocast_dtype);
-  }
-  ~ForwardAutocast() {
-    compat::set_autocast_enabled(dev_, on_);
-    compat::set_autocast_dtype(dev_, dtype_);
-  }
-  ForwardAutocast(const ForwardAutocast&) = delete;
-  ForwardAutocast& operator=(const ForwardAutocast&) = delete;
-
- private:
-  c10::DeviceType dev_;
-  bool on_;
-  c10::ScalarType dtype_;
 };
 
 // Identity functions around a block whose parameters are gathered per use (dist.zero = 3). On
@@ -87,7 +67,7 @@ class AroundBlock : public torch::autograd::Function<AroundBlock<kGatherInBackwa
                                                  torch::autograd::variable_list grad_out) {
     auto h = c10::static_intrusive_pointer_cast<GatherHolder>(ctx->saved_data["h"].toCapsule());
     if (kGatherInBackward) {
-      ForwardAutocast as_in_forward(*h);
+      compat::AutocastGuard as_in_forward(h->device, h->autocast_dtype, h->autocast);
       h->gathering->need(h->block);
       if (h->block > 0 && h->gathering->prefetch) h->gathering->prefetch(h->block - 1);  // the backward's next
     } else {
