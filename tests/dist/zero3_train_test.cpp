@@ -16,8 +16,9 @@ using dist_runs::train_args;
 
 // bf16 under autocast: each block's matrices are gathered as their bf16 copy alone, which the
 // products read. With gradient clipping off, ZeRO-3 computes what ZeRO-2 computes on the same two
-// ranks (the same casts of the same fp32 weights, the same sums of two gradients), so the final
-// weights agree to the last bit; stale or misplaced copies would move them by far more. The same
+// ranks (the same casts of the same fp32 weights, the same sums of two gradients): measured equal
+// here, bounded at 1e-5 because a BLAS may round a product of other-aligned operands differently
+// (the buffers differ by stage), while stale or misplaced copies move weights by ~1e-3. The same
 // run in fp32 gathers the same buffers at the same points (evaluation, which runs without
 // autocast, and checkpoints gather fp32 in both), so the bf16 run's bytes plus its copies' bytes
 // again (their fp32 width) are the fp32 run's: the matrices went as bf16 alone, not beside fp32.
@@ -37,7 +38,7 @@ TEST(Zero3Train, Bf16GathersTrainAsZero2AndMoveTheMatricesAsBf16Alone) {
   launch("zero2", 29686, {"dist.zero=2", "precision.mode=bf16"});
   const auto bf16 = launch("zero3", 29687, {"dist.zero=3", "precision.mode=bf16"});
   const auto fp32 = launch("zero3_fp32", 29688, {"dist.zero=3", "precision.mode=fp32"});
-  EXPECT_LE(max_abs_diff(dir.file("zero2/final/model.safetensors"), dir.file("zero3/final/model.safetensors")), 1e-7);
+  EXPECT_LE(max_abs_diff(dir.file("zero2/final/model.safetensors"), dir.file("zero3/final/model.safetensors")), 1e-5);
   const double total = bf16["dist"]["block_gather_mb_per_step"].get<double>();
   const double copies = bf16["dist"]["block_gather_bf16_mb_per_step"].get<double>();
   EXPECT_GT(copies, 0);
@@ -49,7 +50,8 @@ TEST(Zero3Train, Bf16GathersTrainAsZero2AndMoveTheMatricesAsBf16Alone) {
 // QLoRA with activation checkpointing: the adapters (in the blocks, trained) are sharded and
 // gathered; the frozen NF4 base is not the optimizer's and stays whole on every rank. With
 // clipping off, ZeRO-3 computes what ZeRO-1 computes on the same ranks (the same sums of two
-// gradients), to the last bit; a rank keeps half of the adapters and the whole base.
+// gradients): measured equal here, bounded at 1e-5 as above; a rank keeps half of the adapters
+// and the whole base.
 TEST(Zero3Train, LoraAdaptersAreShardedAndTheFrozenBaseStaysWhole) {
   test::TempDir dir;
   const std::vector<std::string> common{
@@ -66,7 +68,7 @@ TEST(Zero3Train, LoraAdaptersAreShardedAndTheFrozenBaseStaysWhole) {
   };
   const auto one = launch("zero1", 29689, "1");
   const auto three = launch("zero3", 29691, "3");
-  EXPECT_LE(max_abs_diff(dir.file("zero1/final/model.safetensors"), dir.file("zero3/final/model.safetensors")), 1e-7);
+  EXPECT_LE(max_abs_diff(dir.file("zero1/final/model.safetensors"), dir.file("zero3/final/model.safetensors")), 1e-5);
   const double p1 = one["state_bytes_per_rank"]["parameters"].get<double>();
   const double p3 = three["state_bytes_per_rank"]["parameters"].get<double>();
   const double adapters = 4.0 * one["trainable_params"].get<double>();  // fp32, all of them in the blocks
