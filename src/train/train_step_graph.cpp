@@ -15,14 +15,6 @@
 
 namespace frugal {
 
-// The graph and its static buffers: every part's batch (micro-batch k, chunk j) on the device,
-// where each step's data is copied before the replay, and the step's outputs.
-struct TrainStep::Graph {
-  device::CudaGraph graph;
-  std::vector<Batch> inputs;
-  at::Tensor loss_sum, grad_norm;
-};
-
 void check_cuda_graphs(const Config& c, const c10::Device& device, PrecisionMode precision, int64_t world) {
   if (!c.train.cuda_graphs) return;
   auto refuse = [](const std::string& why) {

@@ -3,10 +3,22 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "frugal/core/cuda_graph.h"
 #include "frugal/data/batch_source.h"
+#include "frugal/train/train_step.h"
 
 namespace frugal {
+
+// The graph and its static buffers: every part's batch (micro-batch k, chunk j) on the device,
+// where each step's data is copied before the replay, and the step's outputs. Defined here, where
+// train_step.cpp sees it: its constructor destroys `graph_` when it throws.
+struct TrainStep::Graph {
+  device::CudaGraph graph;
+  std::vector<Batch> inputs;
+  at::Tensor loss_sum, grad_norm;
+};
 
 inline Batch step_part(const Batch& b, int64_t j, int64_t chunks) {
   if (chunks == 1) return b;
