@@ -154,10 +154,11 @@ std::string write_checkpoint(const std::string& root, int64_t step, const Checkp
   try {
     return write_into(tmp, final_dir, root, step, data, o);
   } catch (...) {
-    // A failed write (a full disk, a bad tensor) removes its own temp directory, so repeated
-    // failures never pile up; a kill leaves it for retention, which removes temp directories of
-    // processes that are gone.
+    // A failed write (a full disk, a bad tensor) removes its own temp directory and the ranks'
+    // staged shards, so repeated failures never pile up; a kill leaves them for retention, which
+    // removes temp directories of processes that are gone.
     remove_tree(tmp, ec);
+    for (const StagedShard& s : data.optimizer_shards) remove_tree(fs::path(s.path).parent_path().string(), ec);
     throw;
   }
 }
@@ -193,9 +194,19 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
     put("master.safetensors", encode_safetensors(data.model, meta));
   }
   stage(WriteStage::kMaster);
-  {
+  if (data.optimizer_shards.empty()) {
     CrashPhase phase("write optimizer.safetensors");
     put("optimizer.safetensors", encode_safetensors(data.optimizer, meta));
+    stage(WriteStage::kOptimizer);
+  } else {
+    CrashPhase phase("move the ranks' optimizer shards in");
+    for (const StagedShard& s : data.optimizer_shards) {
+      fs::rename(s.path, tmp / s.file, ec);
+      if (ec) throw IoError(fmt::format("cannot move {} into {}: {}", s.path, tmp.string(), ec.message()));
+      fs::remove(fs::path(s.path).parent_path(), ec);  // its staging directory, now empty
+      files[s.file] = {{"bytes", s.bytes}, {"xxh3", s.xxh3}};
+    }
+    fsync_dir(tmp.string());
     stage(WriteStage::kOptimizer);
   }
   CrashPhase phase("write state.json, rename, mark complete");
@@ -209,6 +220,7 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
   state["weights_dtype"] = weights_dtype_name(o.weights_dtype);
   state["exact"] = dtype == c10::kFloat || master;
   state["files"] = files;
+  if (!data.optimizer_shards.empty()) state["optimizer_shards"] = shards_index(data.optimizer_shards);
   const std::string state_bytes = state.dump(1) + "\n";
   write_file_atomic((tmp / kState).string(), state_bytes);
   stage(WriteStage::kState);
@@ -292,6 +304,12 @@ std::string state_problem(const nlohmann::json& s) {
   if (!s.contains("exact") || !s["exact"].is_boolean()) return "\"exact\" is not true or false";
   std::set<std::string> want = {"model.safetensors", "optimizer.safetensors", "data_state.json"};
   if (s["weights_dtype"] != "fp32" && s["exact"].get<bool>()) want.insert("master.safetensors");
+  if (s.contains("optimizer_shards")) {  // one file per rank instead of optimizer.safetensors
+    std::vector<std::string> shards;
+    if (std::string bad = shards_index_problem(s["optimizer_shards"], shards); !bad.empty()) return bad;
+    want.erase("optimizer.safetensors");
+    want.insert(shards.begin(), shards.end());
+  }
   std::set<std::string> listed;
   for (const auto& [name, f] : s["files"].items()) {
     listed.insert(name);
@@ -452,7 +470,9 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
     c.exact = c.state.value("exact", false);
     const bool master = c.state.at("files").contains("master.safetensors");
     c.weights = load_safetensors((dir / (master ? "master.safetensors" : "model.safetensors")).string()).tensors;
-    c.optimizer = load_safetensors((dir / "optimizer.safetensors").string()).tensors;
+    c.optimizer = c.state.contains("optimizer_shards")
+                      ? assemble_state_shards(path, c.state["optimizer_shards"])
+                      : load_safetensors((dir / "optimizer.safetensors").string()).tensors;
     c.data_state = nlohmann::json::parse(read_small_file((dir / "data_state.json").string()));
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(

@@ -216,6 +216,37 @@ std::vector<std::pair<std::string, at::Tensor>> ZeroAdamW::state_tensors() {
   return out;
 }
 
+// This rank's chunk of each flat buffer, as pieces of the checkpoint's layout: the chunk itself
+// for an unsplit group; for a split one, the part of each parameter inside the chunk, at the
+// parameter's place in its origin group.
+StateShard ZeroAdamW::state_shard() const {
+  StateShard out;
+  const int64_t rank = pg_->rank();
+  for (size_t i = 0; i < flats_.size(); ++i) {
+    const Flat& f = flats_[i];
+    const int64_t lo = std::min(rank * f.chunk, f.numel), hi = std::min(f.numel, lo + f.chunk);
+    const int64_t whole = f.origin < 0 ? f.numel : origin_numel(f.origin);
+    for (const auto& [what, mine] : {std::pair<const char*, at::Tensor>{"exp_avg", f.state.exp_avg},
+                                     std::pair<const char*, at::Tensor>{"exp_avg_sq", f.state.exp_avg_sq}}) {
+      StateShard::Entry& e = out.entry(state_name(i, what), whole);
+      auto add = [&](int64_t there, int64_t here, int64_t n) {  // `here`: a flat offset inside the chunk
+        if (n <= 0) return;
+        e.pieces.emplace_back(there, n);
+        e.values.push_back(mine.narrow(0, here - lo, n));
+      };
+      if (f.origin < 0) {
+        add(lo, lo, hi - lo);
+        continue;
+      }
+      for (const auto& sp : f.spans) {
+        const int64_t a = std::max(lo, sp.here), b = std::min(hi, sp.here + sp.numel);
+        add(sp.there + (a - sp.here), a, b - a);
+      }
+    }
+  }
+  return out;
+}
+
 void ZeroAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps) {
   c10::NoGradGuard no_grad;
   const int64_t rank = pg_->rank();

@@ -239,11 +239,11 @@ std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<
 }
 
 std::vector<std::pair<std::string, at::Tensor>> host_copies(
-    Optimizer& opt, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+    Optimizer& opt, const std::vector<std::pair<std::string, at::Tensor>>& tensors, bool keep) {
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> copies(tensors.size());
   auto copy_present = [&] {  // every tensor whose memory is there now (a unit's, or one kept whole)
-    for (size_t i = 0; i < tensors.size(); ++i) {
+    for (size_t i = 0; keep && i < tensors.size(); ++i) {
       const at::Tensor& t = tensors[i].second;
       if (!copies[i].defined() && (t.numel() == 0 || t.storage().nbytes() > 0))
         copies[i] = t.to(c10::kCPU, /*non_blocking=*/false, /*copy=*/true);
@@ -256,7 +256,7 @@ std::vector<std::pair<std::string, at::Tensor>> host_copies(
     opt.release_unit(u);
   }
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (size_t i = 0; i < tensors.size(); ++i) {
+  for (size_t i = 0; keep && i < tensors.size(); ++i) {
     FRUGAL_CHECK(copies[i].defined(), Error,
                  "host_copies: '" + tensors[i].first + "' had no memory after every unit was gathered");
     out.emplace_back(tensors[i].first, copies[i]);

@@ -1,5 +1,5 @@
-// The Trainer's checkpoints (capture, restore, save, divergence rollback), its banner and its
-// summary; see internal/trainer_state.h.
+// The Trainer's checkpoints (capture, restore), its banner and its summary; see
+// internal/trainer_state.h (saving and the divergence rollback: trainer_checkpoint.cpp).
 #include "train/internal/trainer_state.h"
 
 #include <cmath>
@@ -110,9 +110,11 @@ CheckpointData Trainer::State::capture(bool snapshot) {
     CrashPhase phase(snapshot ? "capture: weights and optimizer state, copied to the host"
                               : "capture: weights and optimizer state");
     d.model = without_frozen(module_tensors(*model), frozen);  // the base holds them (model.init_from)
-    if (step->optimizer().gathers_parameters()) d.model = host_copies(step->optimizer(), d.model);  // block by block
-    d.optimizer = step->optimizer().state_tensors();
-    if (snapshot) writer->snapshot(d);
+    if (step->optimizer().gathers_parameters())                // block by block; only rank 0 keeps them
+      d.model = host_copies(step->optimizer(), d.model, is_writer());
+    // Sharded (ZeRO on several processes): each rank writes its own pieces (save_checkpoint).
+    if (!step->optimizer().shards_state()) d.optimizer = step->optimizer().state_tensors();
+    if (snapshot && is_writer()) writer->snapshot(d);  // the others write no copy of it
     loop.loss_sum = loss_sum.item<double>();
   }
   nlohmann::json& st = d.state;
@@ -250,86 +252,6 @@ void Trainer::State::restore_data_position(const LoadedCheckpoint& ck) {
     data->load_state(ck.data_state["cursor"]);
 }
 
-void Trainer::State::save_checkpoint() {
-  if (last_saved_step == loop.step) return;  // nothing new since the last save (or the resume)
-  settle_queued_steps();
-  PhaseSpan span("checkpoint");
-  const auto t0 = detail::Clock::now();
-  CheckpointData d = capture(writer->async());  // a collective under ZeRO-1: every rank calls it
-  if (is_writer()) {
-    CrashPhase phase(writer->async() ? "hand over to the checkpoint writer" : "write");
-    last_checkpoint = writer->save(loop.step, std::move(d));
-  }
-  const double stall = seconds_since(t0);
-  writer->record_stall(stall);
-  checkpoint_s_window += stall;
-  checkpoint_s_total += stall;
-  last_saved_step = loop.step;
-  CheckpointEvent e{loop.step, last_checkpoint, stall, writer->async(), writer->stats().last_write_s};
-  CrashPhase phase("callbacks' on_checkpoint");
-  for (auto& cb : callbacks) cb->on_checkpoint(e);
-}
-
-void Trainer::State::rollback(Control& control) {
-  control.clear_rollback_request();
-  const GuardConfig& g = rc.config.guard;
-  const std::string why = control.rollback_reason();
-  if (loop.rollbacks >= g.max_rollbacks) {
-    control.request_stop(fmt::format("divergence guard: {}; stopped after {} rollback(s) "
-                                     "(guard.max_rollbacks = {})",
-                                     why, loop.rollbacks, g.max_rollbacks),
-                         StopKind::kGuard);
-    return;
-  }
-  writer->wait();
-  if (dp) dp->any(false);  // a barrier: rank 0's last write is complete before any rank lists
-  const std::string root = writer->root();
-  std::string target;
-  for (const auto& c : list_checkpoints(root)) {
-    if (c.complete && c.step <= control.rollback_max_step() && verify_checkpoint(c.path).empty()) {
-      target = c.path;
-      break;
-    }
-  }
-  if (target.empty()) {
-    control.request_stop(fmt::format("divergence guard: {}; no sound checkpoint at or before step {} to "
-                                     "roll back to (set checkpoint.every_steps to keep some)",
-                                     why, control.rollback_max_step()),
-                         StopKind::kGuard);
-    return;
-  }
-  LoadedCheckpoint ck = load_checkpoint(target);
-  if (is_writer()) remove_checkpoints_after(root, ck.step);  // they hold the diverged trajectory
-  const double lr_scale = loop.lr_scale * g.lr_factor;
-  const int64_t rollbacks = loop.rollbacks + 1;
-  const int64_t from = loop.step;
-  // The time and money spent on the diverged steps stay spent: billing and the state that
-  // describes the world (the cost meter's alerts) carry across the rollback (restore() would take
-  // the checkpoint's).
-  const double elapsed_s = loop.elapsed_s, startup = loop.startup_s;
-  // So does an end a deadline moved (the deadline did not move with the weights).
-  const int64_t end_step = loop.end_step, decay_from = loop.decay_from;
-  const std::string end_reason = loop.end_reason;
-  std::vector<nlohmann::json> kept(callbacks.size());
-  for (size_t i = 0; i < callbacks.size(); ++i)
-    if (callbacks[i]->state_survives_rollback()) callbacks[i]->save_state(kept[i]);
-  restore(ck);
-  loop.elapsed_s = elapsed_s;
-  loop.startup_s = startup;
-  loop.end_step = end_step;
-  loop.decay_from = decay_from;
-  loop.end_reason = end_reason;
-  for (size_t i = 0; i < callbacks.size(); ++i)
-    if (callbacks[i]->state_survives_rollback()) callbacks[i]->load_state(kept[i]);
-  loop.lr_scale = lr_scale;
-  loop.rollbacks = rollbacks;
-  rollback_log.push_back({{"at_step", from}, {"to_step", ck.step}, {"reason", why}, {"lr_scale", lr_scale}});
-  Console::get().line(
-      fmt::format("guard: {}; rolled back from step {} to {} with the learning rate x{} "
-                  "(rollback {} of {})",
-                  why, from, ck.step, lr_scale, rollbacks, g.max_rollbacks));
-}
-
 void Trainer::State::print_banner() const {
   const Config& c = rc.config;
   auto& con = Console::get();
@@ -375,7 +297,8 @@ nlohmann::json Trainer::State::finish(const Control& control) {
   if (healthy) {
     CrashPhase weights("final weights");
     NamedTensors tensors = module_tensors(*model);
-    if (step->optimizer().gathers_parameters()) tensors = host_copies(step->optimizer(), tensors);  // every rank
+    if (step->optimizer().gathers_parameters())  // a collective; only rank 0 keeps them
+      tensors = host_copies(step->optimizer(), tensors, is_writer());
     if (is_writer())
       save_safetensors(RunDir(run_dir).final_weights(), tensors,
                        {{"format", "pt"}, {"frugal_step", std::to_string(loop.step)}});
@@ -478,22 +401,6 @@ void Trainer::State::add_memory_summary(nlohmann::ordered_json& summary) const {
   summary["state_bytes_per_rank"] = {{"parameters", b.parameters}, {"working_weights", b.working_weights},
                                      {"gradients", b.gradients},   {"optimizer", b.optimizer},
                                      {"total", b.total()},         {"optimizer_in_host_memory", b.optimizer_host}};
-}
-
-void Trainer::State::add_checkpoint_summary(nlohmann::ordered_json& summary) const {
-  const CheckpointWriterStats cs = writer->stats();
-  const auto listing = list_checkpoints(writer->root());
-  summary["checkpoint"] = {{"saves", cs.saves},
-                           {"async", writer->async()},
-                           {"stall_s_total", cs.stall_s_total},
-                           {"stall_s_mean", cs.saves ? cs.stall_s_total / static_cast<double>(cs.saves) : 0.0},
-                           {"stall_s_max", cs.stall_s_max},
-                           {"stall_s_each", cs.stall_s_each},
-                           {"write_s_mean", cs.saves ? cs.write_s_total / static_cast<double>(cs.saves) : 0.0},
-                           {"bytes", cs.last_bytes},
-                           {"latest", last_checkpoint},
-                           {"best", best_checkpoint(listing, rc.config.checkpoint.best_mode)},
-                           {"resumed_from", resumed_from}};
 }
 
 }  // namespace frugal

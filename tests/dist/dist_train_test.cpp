@@ -372,10 +372,11 @@ TEST(DistTrain, AStoppedRankIsNamedByTheOther) {
   EXPECT_NE(log.find("--resume auto"), std::string::npos) << log;
 }
 
-// Elastic resume: a 2-rank run (ZeRO-1 or ZeRO-2, shard data) checkpointed at step 4 continues on 1
-// and on 4 processes with the same global batch (accumulation 4 and 1 instead of 2) and ends where
-// the uninterrupted 2-rank run ends; 3 processes cannot split its global batch of 32 and are
-// refused before any step. Ports: the full run, the resume on 4, the refused resume on 3.
+// Elastic resume: a 2-rank run (ZeRO-1 or ZeRO-3, shard data) checkpointed at step 4 (each rank
+// writing its optimizer shard) continues on 1 and on 4 processes with the same global batch
+// (accumulation 4 and 1 instead of 2) and ends where the uninterrupted 2-rank run ends; 3
+// processes cannot split its global batch of 32 and are refused before any step. Ports: the full run, the resume on 4,
+// the refused resume on 3.
 void expect_elastic_resume(const std::string& zero, int port_full, int port_four, int port_three) {
   TempDir dir;
   std::string corpus;
@@ -414,10 +415,23 @@ void expect_elastic_resume(const std::string& zero, int port_full, int port_four
     a.push_back("auto");
     return a;
   };
+  // Each rank wrote its own part of the optimizer state; the index is in state.json.
+  for (int64_t r = 0; r < 2; ++r)
+    EXPECT_TRUE(fs::exists(dir.file("full/checkpoints/step-00000004/" + shard_file_name(r, 2)))) << r;
+  EXPECT_FALSE(fs::exists(dir.file("full/checkpoints/step-00000004/optimizer.safetensors")));
   killed_after_step_4("one");
   auto one = test::run_frugal(joined(resume_args("one")));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   killed_after_step_4("four");
+  // A kill in the middle of step 8's write: its directory renamed but not marked complete, rank 1's
+  // file not moved in yet (still staged by a process that is gone). The newest sound checkpoint,
+  // step 4, is used; step 8 is written again and the staged file removed.
+  const std::string torn = dir.file("four/checkpoints/step-00000008");
+  fs::copy(dir.file("full/checkpoints/step-00000008"), torn, fs::copy_options::recursive);
+  fs::remove(torn + "/COMPLETE");
+  fs::create_directories(dir.file("four/checkpoints/.tmp-step-00000008-999999-s1"));
+  fs::rename(torn + "/" + shard_file_name(1, 2),
+             dir.file("four/checkpoints/.tmp-step-00000008-999999-s1/" + shard_file_name(1, 2)));
   auto four = test::run_frugal(fmt::format("launch -n 4 --port {} --{}", port_four, joined(resume_args("four"))));
   ASSERT_EQ(four.exit_code, 0) << four.output;
 
@@ -440,6 +454,13 @@ void expect_elastic_resume(const std::string& zero, int port_full, int port_four
   }
   EXPECT_EQ(summary_of(dir.file("one"))["accum"], 4);
   EXPECT_EQ(summary_of(dir.file("four"))["accum"], 1);
+  EXPECT_NE(summary_of(dir.file("four"))["checkpoint"]["resumed_from"].get<std::string>().find("step-00000004"),
+            std::string::npos);
+  EXPECT_EQ(verify_checkpoint(torn), "");  // rewritten by the 4 ranks, one file each
+  for (int64_t r = 0; r < 4; ++r) EXPECT_TRUE(fs::exists(torn + "/" + shard_file_name(r, 4))) << r;
+  EXPECT_FALSE(fs::exists(dir.file("four/checkpoints/.tmp-step-00000008-999999-s1")));
+  EXPECT_FALSE(fs::exists(dir.file("one/checkpoints/step-00000008/optimizer-00000-of-00001.safetensors")))
+      << "one process writes optimizer.safetensors";
   if (zero == "3") {
     auto total = [&](const char* name) {
       return summary_of(dir.file(name))["state_bytes_per_rank"]["total"].get<double>();
@@ -459,8 +480,8 @@ TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch
   expect_elastic_resume("1", 29670, 29671, 29672);
 }
 
-// ZeRO-3's checkpoint holds the gathered parameters and moments as ZeRO-1's does (the shards of
-// gradients, ZeRO-2's too, are never saved), so the run reshards on any world size. Its state per
+// ZeRO-3's checkpoint holds the gathered parameters and each rank's moments as ZeRO-1's does (the
+// shards of gradients, ZeRO-2's too, are never saved), so the run reshards on any world size. Its state per
 // rank against one process's (which keeps everything): at most 0.6x on 2 ranks, 0.35x on 4.
 TEST(DistTrain, AZero3CheckpointOfTwoRanksResumesOnOneAndOnFour) { expect_elastic_resume("3", 29679, 29680, 29681); }
 

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <map>
+
 #include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
 #include "frugal/model/working_weights.h"
@@ -17,6 +20,31 @@ using two_threads::give_same_gradients;
 using two_threads::make_params;
 using two_threads::on_both;
 using two_threads::two_ranks;
+
+// Every rank's state_shard() (no communication: called on one thread after the other) pieced
+// together as a checkpoint assembles it; each element comes from exactly one rank.
+void expect_shards_piece_together(const std::vector<std::unique_ptr<ZeroAdamW>>& opts,
+                                  const std::vector<std::pair<std::string, at::Tensor>>& want) {
+  std::vector<std::pair<std::string, at::Tensor>> whole;
+  std::map<std::string, int64_t> held;
+  for (const auto& opt : opts) {
+    ASSERT_TRUE(opt->shards_state());
+    for (const StateShard::Entry& e : opt->state_shard().entries) {
+      auto it = std::find_if(whole.begin(), whole.end(), [&](const auto& w) { return w.first == e.name; });
+      if (it == whole.end()) it = whole.insert(whole.end(), {e.name, torch::zeros({e.numel})});
+      for (size_t k = 0; k < e.pieces.size(); ++k) {
+        it->second.narrow(0, e.pieces[k].first, e.pieces[k].second).copy_(e.values[k]);
+        held[e.name] += e.pieces[k].second;
+      }
+    }
+  }
+  ASSERT_EQ(whole.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(whole[i].first, want[i].first);
+    EXPECT_TRUE(torch::equal(whole[i].second, want[i].second)) << want[i].first;
+    EXPECT_EQ(held[want[i].first], want[i].second.numel()) << want[i].first << ": elements held by the ranks";
+  }
+}
 
 // `offload` (dist.offload = "optimizer"): each rank's moments in host memory and its chunk updated
 // there, against FusedAdamW on the device (here the CPU: what this checks is the staging, the update
@@ -56,6 +84,7 @@ void expect_sharded_steps_match_fused_adamw(const std::vector<std::shared_ptr<Pr
     EXPECT_EQ(states[0][i].first, want[i].first);
     EXPECT_TRUE(torch::equal(states[0][i].second, want[i].second)) << want[i].first;
   }
+  expect_shards_piece_together(opts, want);
   std::vector<at::Tensor> fresh = make_params(9);
   ZeroAdamW reloaded({{{fresh[0]}, 0.1}, {{fresh[1], fresh[2]}, 0.0}}, h, groups[1], false, offload);
   reloaded.load_state(want, 4);
@@ -158,6 +187,13 @@ TEST(ZeroAdamW, Zero3GathersAUnitWholeAndFreesItBetweenUses) {
     EXPECT_TRUE(torch::equal(copies[2].second, ref[2])) << "rank " << r;
     EXPECT_EQ(nbytes(params[r][0]), 0u) << "rank " << r << ": host_copies left unit 0 gathered";
   });
+  // A rank that only takes part (keep = false) joins the gathers and copies nothing.
+  on_both([&](int64_t r) {
+    const auto copies = host_copies(*opts[r], {{"m", params[r][0]}, {"w", params[r][2]}}, /*keep=*/r == 0);
+    EXPECT_EQ(copies.size(), r == 0 ? 2u : 0u) << "rank " << r;
+    if (r == 0) EXPECT_TRUE(torch::equal(copies[0].second, mixed));
+    EXPECT_EQ(nbytes(params[r][0]), 0u) << "rank " << r;
+  });
   // Inside gather_parameters() (decoding on rank 0 alone, say) a block's release does nothing: a
   // later use must find it whole without a gather the other ranks do not join.
   on_both([&](int64_t r) {
@@ -255,6 +291,8 @@ TEST(ZeroAdamW, Zero3SplitGroupsStepAndSaveAsTheUnsplitGroup) {
     EXPECT_EQ(states[0][i].first, want[i].first);
     EXPECT_TRUE(torch::equal(states[0][i].second, want[i].second)) << want[i].first;
   }
+  // Each rank's pieces land at their parameters' places in the unsplit layout.
+  expect_shards_piece_together(opts, want);
   // The unsplit layout loads back into the split groups: the same state again.
   on_both([&](int64_t r) {
     opts[r]->load_state(want, 3);

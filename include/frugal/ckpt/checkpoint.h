@@ -4,7 +4,8 @@
 //   checkpoints/step-00000120/
 //     model.safetensors      weights in checkpoint.weights_dtype (readable by Python safetensors)
 //     master.safetensors     exact fp32 weights, only when weights_dtype != fp32 and exact_resume
-//     optimizer.safetensors  optimizer moments
+//     optimizer.safetensors  optimizer moments; on several ZeRO processes instead one file per
+//                            rank, optimizer-RRRRR-of-WWWWW.safetensors (ckpt/state_shards.h)
 //     data_state.json        the data source's cursor (JSON)
 //     state.json             step, RNG, scaler, callbacks, config, per-file xxh3-64 checksums
 //     COMPLETE               marker written last; holds the checksum of state.json
@@ -26,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/ckpt/safetensors.h"
+#include "frugal/ckpt/state_shards.h"
 #include "frugal/core/config.h"
 
 namespace frugal {
@@ -35,8 +37,11 @@ inline constexpr int kCheckpointVersion = 1;
 // What goes into a checkpoint. The tensors may live anywhere (they are copied to the CPU while
 // encoding); for an asynchronous save they must be a private snapshot.
 struct CheckpointData {
-  NamedTensors model;         // the parameters in training precision (fp32 masters)
-  NamedTensors optimizer;     // Optimizer::state_tensors()
+  NamedTensors model;      // the parameters in training precision (fp32 masters)
+  NamedTensors optimizer;  // Optimizer::state_tensors()
+  // Instead of `optimizer` (left empty): every rank's file of its pieces of it, staged
+  // (stage_state_shard), in rank order; moved into the checkpoint and indexed in state.json.
+  std::vector<StagedShard> optimizer_shards;
   nlohmann::json state;       // trainer state; the writer adds format, version, step, files
   nlohmann::json data_state;  // the data source's cursor ({} for pure-function sources)
 };
@@ -97,9 +102,9 @@ std::optional<std::string> find_resumable(const std::string& root, const std::fu
 struct LoadedCheckpoint {
   std::string path;
   int64_t step = 0;
-  NamedTensors weights;  // exact fp32 masters when stored, else model.safetensors as written
-  bool exact = true;     // false when only reduced-precision weights were stored
-  NamedTensors optimizer;
+  NamedTensors weights;    // exact fp32 masters when stored, else model.safetensors as written
+  bool exact = true;       // false when only reduced-precision weights were stored
+  NamedTensors optimizer;  // whole, also when the checkpoint holds it in shards (assembled)
   nlohmann::json state;
   nlohmann::json data_state;
 };

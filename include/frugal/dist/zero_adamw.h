@@ -26,9 +26,10 @@
 //
 // Offloaded, the moments are host tensors and the chunk's update runs on the CPU (AdamWState).
 //
-// Checkpoints: state_tensors() gathers the shards into full tensors named exactly like
-// FusedAdamW's ("g<i>.exp_avg", ...), so rank 0 writes one ordinary optimizer.safetensors and a
-// checkpoint resumes with or without ZeRO-1 (and load_state takes this rank's slice).
+// Checkpoints: each rank writes its own pieces of the state (state_shard(): no communication),
+// named and placed as FusedAdamW's tensors ("g<i>.exp_avg", ...), so a checkpoint resumes with or
+// without ZeRO and on any number of processes (load_state takes this rank's slice of the whole
+// tensors). state_tensors() gathers the whole tensors (a collective).
 //
 // REQUIRES: every rank constructs it with the same groups in the same order; step() and
 // state_tensors() are collectives (call them on every rank). Not thread-safe.
@@ -76,6 +77,8 @@ class ZeroAdamW : public Optimizer {
   std::vector<at::Tensor> grads() override;
   std::vector<std::pair<std::string, at::Tensor>> state_tensors() override;
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& t, int64_t steps) override;
+  bool shards_state() const override { return pg_->world_size() > 1; }
+  StateShard state_shard() const override;
   int64_t step_count() const override { return steps_; }
   // This rank's share: 2 x chunk elements per group.
   int64_t state_bytes() const override;

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "frugal/ckpt/state_shards.h"
 #include "frugal/core/config.h"
 
 namespace frugal {
@@ -32,6 +33,11 @@ class Optimizer {
   // Moments as named tensors plus the step count, for checkpoints.
   virtual std::vector<std::pair<std::string, at::Tensor>> state_tensors() = 0;
   virtual void load_state(const std::vector<std::pair<std::string, at::Tensor>>& t, int64_t steps) = 0;
+  // Sharded checkpoints (ckpt/state_shards.h): true where each process holds only pieces of
+  // state_tensors()' tensors (ZeRO on several processes). state_shard() then gives this process's
+  // pieces, without communication, for the file it writes itself.
+  virtual bool shards_state() const { return false; }
+  virtual StateShard state_shard() const { return {}; }
   virtual int64_t step_count() const = 0;
   virtual int64_t state_bytes() const = 0;
   // The part of state_bytes() in host memory (dist.offload = "optimizer"; else 0).
@@ -91,9 +97,10 @@ class WholeParameters {
 // Host copies of `tensors` (a model's, by name) for a checkpoint or the final weights. Where `opt`
 // shards parameters (ZeRO-3) its units are gathered one at a time, each released once copied, so
 // no rank holds more than one whole block beside its shards; a collective then (every rank calls
-// it). Elsewhere plain copies.
+// it). Elsewhere plain copies. Where `keep` is false, the gathers happen and nothing is copied (an
+// empty list): the ranks that only take part in rank 0's write hold no copy of the model.
 std::vector<std::pair<std::string, at::Tensor>> host_copies(
-    Optimizer& opt, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+    Optimizer& opt, const std::vector<std::pair<std::string, at::Tensor>>& tensors, bool keep = true);
 
 // One AdamW parameter group: its tensors and their decoupled weight decay (the learning rate is
 // the schedule's for every group).

@@ -1,7 +1,7 @@
 // The Trainer's private state (pimpl) and its parts: start-up (trainer.cpp), the loop
-// (trainer_loop.cpp), checkpoint capture, restore and rollback, the banner and the summary
-// (trainer_state.cpp). The concrete callbacks are named only by the connector
-// (callback_connector.h); here they are a list of Callback.
+// (trainer_loop.cpp), checkpoint capture and restore, the banner and the summary
+// (trainer_state.cpp), saving and the rollback (trainer_checkpoint.cpp). The concrete callbacks
+// are named only by the connector (callback_connector.h); here they are a list of Callback.
 #pragma once
 
 #include <torch/torch.h>
@@ -121,7 +121,9 @@ struct Trainer::State {
   CheckpointData capture(bool snapshot);
   void restore(const LoadedCheckpoint& ck);
   void restore_data_position(const LoadedCheckpoint& ck);
+  // Saving, the rollback and the checkpoint summary (trainer_checkpoint.cpp).
   void save_checkpoint();
+  void stage_optimizer_shards(CheckpointData& d);
   void rollback(Control& control);
   void print_banner() const;
   nlohmann::json finish(const Control& control);

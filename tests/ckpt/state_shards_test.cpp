@@ -1,0 +1,214 @@
+// Sharded optimizer state in a checkpoint: each rank's staged file moved in, listed with its
+// checksum and assembled into the whole tensors; a damaged, missing or never-moved shard, a bad
+// index and a file that disagrees with its pieces.
+#include "frugal/ckpt/state_shards.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "frugal/ckpt/checkpoint.h"
+#include "frugal/ckpt/retention.h"
+#include "frugal/core/errors.h"
+#include "test_util.h"
+
+namespace frugal::state_shards_test {
+namespace {
+namespace fs = std::filesystem;
+
+// Two whole tensors: "g0.exp_avg" (10 elements, split 5 + 5) and "g1.exp_avg" (7 elements: rank 0
+// holds 0-1 and 4, rank 1 holds 2 and 5-6; element 3 is padding no rank holds).
+const NamedTensors& whole() {
+  static const NamedTensors w = [] {
+    torch::manual_seed(3);
+    at::Tensor g1 = torch::randn({7});
+    g1[3] = 0;
+    return NamedTensors{{"g0.exp_avg", torch::randn({10})}, {"g1.exp_avg", g1}};
+  }();
+  return w;
+}
+
+StateShard shard_of(int64_t rank) {
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>> pieces =
+      rank == 0 ? std::vector<std::vector<std::pair<int64_t, int64_t>>>{{{0, 5}}, {{0, 2}, {4, 1}}}
+                : std::vector<std::vector<std::pair<int64_t, int64_t>>>{{{5, 5}}, {{2, 1}, {5, 2}}};
+  StateShard s;
+  for (size_t i = 0; i < whole().size(); ++i) {
+    StateShard::Entry& e = s.entry(whole()[i].first, whole()[i].second.numel());
+    for (const auto& [offset, count] : pieces[i]) {
+      e.pieces.emplace_back(offset, count);
+      e.values.push_back(whole()[i].second.narrow(0, offset, count));
+    }
+  }
+  return s;
+}
+
+CheckpointData sharded(const std::string& root, int64_t step) {
+  CheckpointData d;
+  torch::manual_seed(step);
+  d.model = {{"w", torch::randn({4, 3})}};
+  d.data_state = {{"kind", "index"}};
+  for (int64_t r = 0; r < 2; ++r) d.optimizer_shards.push_back(stage_state_shard(root, step, r, 2, shard_of(r)));
+  return d;
+}
+
+std::vector<std::string> debris(const std::string& root) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.path().filename().string().rfind(".tmp-", 0) == 0) out.push_back(e.path().filename().string());
+  return out;
+}
+
+void flip_byte(const std::string& path, size_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(static_cast<char>(c ^ 0x5a));
+}
+
+TEST(StateShards, EachRanksFileIsMovedInListedAndAssembledIntoTheWholeTensors) {
+  test::TempDir dir;
+  CheckpointData d = sharded(dir.path(), 3);
+  for (const StagedShard& s : d.optimizer_shards) {
+    EXPECT_TRUE(fs::exists(s.path)) << s.path;
+    EXPECT_EQ(fs::path(s.path).parent_path().filename().string().rfind(".tmp-step-00000003-", 0), 0u) << s.path;
+  }
+  const std::string path = write_checkpoint(dir.path(), 3, d);
+  EXPECT_EQ(verify_checkpoint(path), "");
+  EXPECT_TRUE(fs::exists(path + "/optimizer-00000-of-00002.safetensors"));
+  EXPECT_TRUE(fs::exists(path + "/optimizer-00001-of-00002.safetensors"));
+  EXPECT_FALSE(fs::exists(path + "/optimizer.safetensors"));
+  EXPECT_TRUE(debris(dir.path()).empty()) << "the staging directories are removed once their file moved";
+  const nlohmann::json state = nlohmann::json::parse(test::read_text(path + "/state.json"));
+  EXPECT_EQ(state["optimizer_shards"]["world_size"], 2);
+  EXPECT_EQ(state["optimizer_shards"]["tensors"]["g1.exp_avg"], 7);
+  EXPECT_EQ(state["files"]["optimizer-00001-of-00002.safetensors"]["bytes"].get<int64_t>(),
+            static_cast<int64_t>(fs::file_size(path + "/optimizer-00001-of-00002.safetensors")));
+  // Rank 1's file holds only its pieces: 5 + 3 elements.
+  const SafetensorsFile one = load_safetensors(path + "/optimizer-00001-of-00002.safetensors");
+  EXPECT_EQ(one.find("g0.exp_avg")->numel(), 5);
+  EXPECT_EQ(one.find("g1.exp_avg")->numel(), 3);
+  const LoadedCheckpoint c = load_checkpoint(path);
+  ASSERT_EQ(c.optimizer.size(), whole().size());
+  for (size_t i = 0; i < whole().size(); ++i) {
+    EXPECT_EQ(c.optimizer[i].first, whole()[i].first);
+    EXPECT_TRUE(torch::equal(c.optimizer[i].second, whole()[i].second)) << whole()[i].first;
+  }
+}
+
+TEST(StateShards, ADamagedOrMissingShardIsNamedAndTheNewestSoundCheckpointIsUsed) {
+  test::TempDir dir;
+  const std::string older = write_checkpoint(dir.path(), 3, sharded(dir.path(), 3));
+  const std::string newer = write_checkpoint(dir.path(), 6, sharded(dir.path(), 6));
+  const std::string file = newer + "/optimizer-00001-of-00002.safetensors";
+  flip_byte(file, fs::file_size(file) - 2);
+  EXPECT_NE(verify_checkpoint(newer).find("optimizer-00001-of-00002.safetensors: xxh3"), std::string::npos)
+      << verify_checkpoint(newer);
+  EXPECT_EQ(find_resumable(dir.path(), nullptr), std::optional<std::string>(older));
+  fs::remove(file);
+  EXPECT_NE(verify_checkpoint(newer).find("optimizer-00001-of-00002.safetensors: missing"), std::string::npos)
+      << verify_checkpoint(newer);
+  EXPECT_THROW(load_checkpoint(newer), CheckpointError);
+}
+
+// A kill after the ranks staged their files but before rank 0's checkpoint was complete: the
+// previous checkpoint stays the newest sound one, and the staged files are debris retention
+// removes. A write that fails after moving them in removes them with its temp directory.
+TEST(StateShards, AKillOrAFailedWriteAfterStagingLeavesThePreviousCheckpointNewest) {
+  test::TempDir dir;
+  const std::string older = write_checkpoint(dir.path(), 3, sharded(dir.path(), 3));
+  const CheckpointData staged = sharded(dir.path(), 9);  // "killed" here
+  EXPECT_EQ(debris(dir.path()).size(), 2u);
+  EXPECT_EQ(find_resumable(dir.path(), nullptr), std::optional<std::string>(older));
+  remove_stale_debris(dir.path(), /*all=*/true);  // as for processes that are gone
+  EXPECT_TRUE(debris(dir.path()).empty());
+
+  for (WriteStage fail_after : {WriteStage::kOptimizer, WriteStage::kState}) {
+    CheckpointData d = sharded(dir.path(), 12);
+    WriteOptions o;
+    o.after_stage = [&](WriteStage s) {
+      if (s == fail_after) throw IoError("disk full (simulated)");
+    };
+    EXPECT_THROW(write_checkpoint(dir.path(), 12, d, o), IoError);
+    EXPECT_TRUE(debris(dir.path()).empty()) << write_stage_name(fail_after);
+    EXPECT_FALSE(fs::exists(dir.file("step-00000012"))) << write_stage_name(fail_after);
+    EXPECT_EQ(find_resumable(dir.path(), nullptr), std::optional<std::string>(older));
+  }
+}
+
+// state.json's index edited and re-signed: each edit the assembly could not trust is refused by name.
+TEST(StateShards, AnIndexWithPiecesOutsideOrOverlappingOrFilesOfAnotherRankIsNotSound) {
+  test::TempDir dir;
+  const std::string path = write_checkpoint(dir.path(), 3, sharded(dir.path(), 3));
+  const nlohmann::json good = nlohmann::json::parse(test::read_text(path + "/state.json"));
+  auto forge = [&](const nlohmann::json& state) {
+    const std::string bytes = state.dump(1) + "\n";
+    test::write_text(path + "/state.json", bytes);
+    test::write_text(path + "/COMPLETE",
+                     fmt::format("frugal-checkpoint 1 state.json xxh3={} bytes={}\n", xxh3_hex(bytes), bytes.size()));
+    return verify_checkpoint(path);
+  };
+  ASSERT_EQ(forge(good), "");
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> edits = {
+      {[](nlohmann::json& s) {
+         s["optimizer_shards"]["ranks"][1]["pieces"]["g1.exp_avg"][1] = {5, 3};
+       },
+       "inside its 7 elements"},
+      {[](nlohmann::json& s) {
+         s["optimizer_shards"]["ranks"][1]["pieces"]["g0.exp_avg"][0] = {4, 5};
+       },
+       "overlap"},
+      {[](nlohmann::json& s) { s["optimizer_shards"]["ranks"][1]["pieces"]["g2.exp_avg"] = nlohmann::json::array(); },
+       "'g2.exp_avg'"},
+      {[](nlohmann::json& s) { s["optimizer_shards"]["world_size"] = 3; }, "2 rank(s) for a world size of 3"},
+      {[](nlohmann::json& s) { s["optimizer_shards"]["ranks"][1]["file"] = "optimizer-00000-of-00002.safetensors"; },
+       "optimizer-00001-of-00002.safetensors"},
+      {[](nlohmann::json& s) { s["files"].erase("optimizer-00001-of-00002.safetensors"); },
+       "optimizer-00001-of-00002.safetensors"},
+      {[](nlohmann::json& s) { s["optimizer_shards"] = "sharded"; }, "\"optimizer_shards\" is not"},
+  };
+  for (const auto& [edit, named] : edits) {
+    nlohmann::json s = good;
+    edit(s);
+    const std::string problem = forge(s);
+    EXPECT_NE(problem.find(named), std::string::npos) << "edit naming " << named << ": " << problem;
+  }
+  EXPECT_EQ(forge(good), "");
+}
+
+// A file whose tensor does not hold what its pieces say (a rank's bug, checksummed as written) is
+// refused at load, naming the file; ranks that disagree on a tensor's size are refused at writing.
+TEST(StateShards, AFileThatDisagreesWithItsPiecesOrRanksThatDisagreeOnASizeAreRefused) {
+  test::TempDir dir;
+  CheckpointData d = sharded(dir.path(), 3);
+  StateShard short_one = shard_of(1);
+  short_one.entries[0].values[0] = short_one.entries[0].values[0].narrow(0, 0, 4);  // 4 elements, listed as 5
+  d.optimizer_shards[1] = stage_state_shard(dir.path(), 3, 1, 2, short_one);
+  const std::string path = write_checkpoint(dir.path(), 3, d);
+  try {
+    load_checkpoint(path);
+    ADD_FAILURE() << "loaded";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer-00001-of-00002.safetensors: tensor 'g0.exp_avg' has 4 elements"),
+              std::string::npos)
+        << e.what();
+  }
+  StateShard other_size = shard_of(1);
+  other_size.entries[0].numel = 12;
+  std::vector<StagedShard> ranks = {stage_state_shard(dir.path(), 4, 0, 2, shard_of(0)),
+                                    stage_state_shard(dir.path(), 4, 1, 2, other_size)};
+  EXPECT_THROW(shards_index(ranks), CheckpointError);
+  std::swap(ranks[0], ranks[1]);
+  EXPECT_THROW(shards_index(ranks), CheckpointError);  // rank 1's file in rank 0's place
+}
+
+}  // namespace
+}  // namespace frugal::state_shards_test
