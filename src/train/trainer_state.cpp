@@ -396,6 +396,13 @@ void Trainer::State::add_memory_summary(nlohmann::ordered_json& summary) const {
     summary["peak_tensor_mb"] = static_cast<double>(g.allocated_peak) / 1e6;
     summary["peak_reserved_mb"] = static_cast<double>(g.reserved_peak) / 1e6;
   }
+  if (dp) {  // every rank's peak, in rank order (a collective)
+    const std::string mine = summary.contains("peak_tensor_mb") ? summary["peak_tensor_mb"].dump() : "null";
+    nlohmann::json all = nlohmann::json::array();
+    for (const std::string& one : dp->gather_strings(mine, fmt::format("peak/{}", loop.step)))
+      all.push_back(nlohmann::json::parse(one));
+    if (is_writer()) summary["peak_tensor_mb_per_rank"] = all;
+  }
   summary["optimizer_state_mb"] = static_cast<double>(step->optimizer().state_bytes()) / 1e6;
   const TrainStep::StateBytes b = step->state_bytes();
   summary["state_bytes_per_rank"] = {{"parameters", b.parameters}, {"working_weights", b.working_weights},
