@@ -2,13 +2,15 @@
 """Data parallel on this machine (docs/levers.md and docs/distributed.md): 2 local processes
 against 1, and ZeRO-1, 2 and 3 against plain data parallel. The same model trains with the same
 global batch of 16 sequences per step: one process with accumulation 2, two ranks (`frugal launch
--n 2`, Gloo on localhost) with accumulation 1 each, and two ranks with dist.zero = 1, 2 and 3. The
-five run alternately for --rounds rounds; the table gives medians over the
+-n 2`, Gloo on localhost) with accumulation 1 each, two ranks with dist.zero = 1, 2 and 3, and
+ZeRO-3 with dist.reshard_after_forward = false (blocks kept whole from forward to backward). The
+six run alternately for --rounds rounds; the table gives medians over the
 rounds of the step time (summary.json wall_s / steps), the communication time per step (waits for
 gradient reductions not hidden behind backward, the per-step stop agreement, ZeRO's parameter
 all-gather) and its fraction of step time, the AdamW state per rank (summary.json
-optimizer_state_mb) and the training state one rank holds (summary.json state_bytes_per_rank:
-parameters, gradients, moments). Targets: ZeRO-2's step time at most 1.05x ZeRO-1's, ZeRO-3's at
+optimizer_state_mb), the training state one rank holds (summary.json state_bytes_per_rank:
+parameters, gradients, moments), ZeRO-3's block gathers per step and the largest rank's peak of
+live tensor memory (summary.json peak_tensor_mb_per_rank). Targets: ZeRO-2's step time at most 1.05x ZeRO-1's, ZeRO-3's at
 most 1.3x.
 
 Default model: 4 layers, embd 256, 8 heads, block 64, micro-batch 8 (3.2M parameters), fp32.
@@ -47,12 +49,14 @@ DIST_FIELDS = ("comm_fraction", "comm_ms_per_step", "allreduce_wait_ms_per_step"
                "agree_ms_per_step")
 
 def make_runs(procs):
-    """The five sides for `procs` ranks: (label, processes, extra --set values)."""
+    """The six sides for `procs` ranks: (label, processes, extra --set values)."""
     return {"single": (f"1 process, accum {procs}", 1, [f"train.accum={procs}"]),
             "dp": (f"{procs} processes", procs, ["train.accum=1"]),
             "zero": (f"{procs} processes, ZeRO-1", procs, ["train.accum=1", "dist.zero=1"]),
             "zero2": (f"{procs} processes, ZeRO-2", procs, ["train.accum=1", "dist.zero=2"]),
-            "zero3": (f"{procs} processes, ZeRO-3", procs, ["train.accum=1", "dist.zero=3"])}
+            "zero3": (f"{procs} processes, ZeRO-3", procs, ["train.accum=1", "dist.zero=3"]),
+            "zero3_keep": (f"{procs} processes, ZeRO-3, blocks kept", procs,
+                           ["train.accum=1", "dist.zero=3", "dist.reshard_after_forward=false"])}
 
 
 
@@ -68,11 +72,12 @@ def one_run(frugal, work, sets, sides, name, ports):
         s = json.load(f)
     shutil.rmtree(out_dir, ignore_errors=True)
     row = {"step_ms": 1e3 * s["wall_s"] / s["steps"], "tokens_per_s": s["tokens_per_s"],
-           "optimizer_state_mb_per_rank": s["optimizer_state_mb"], "params": s["params"]}
+           "optimizer_state_mb_per_rank": s["optimizer_state_mb"], "params": s["params"],
+           "peak_tensor_mb_per_rank": max(s.get("peak_tensor_mb_per_rank") or [s.get("peak_tensor_mb") or 0])}
     if "state_bytes_per_rank" in s:
         row.update({f"state_{k}_mb_per_rank": v / 1e6 for k, v in s["state_bytes_per_rank"].items()})
     if "dist" in s:
-        row.update({k: s["dist"][k] for k in DIST_FIELDS})
+        row.update({k: s["dist"][k] for k in DIST_FIELDS + ("block_gathers_per_step",)})
         row["buckets"] = s["dist"].get("buckets")
     return row
 
@@ -129,6 +134,9 @@ def main():
     out["zero3_over_zero1_step_time_target"] = 1.3
     out["zero3_state_ratio"] = (out["runs"]["zero3"]["state_total_mb_per_rank"]
                                 / out["runs"]["dp"]["state_total_mb_per_rank"])
+    out["zero3_keep_over_zero3_step_time"] = median([b["step_ms"] / a["step_ms"] for a, b in
+                                                     zip(out["runs"]["zero3"]["rounds"],
+                                                         out["runs"]["zero3_keep"]["rounds"])])
     path = save_result(a.results or results_dir(quick=a.quick), common, out, t0)
     print(f"{out['params'] / 1e6:.2f}M parameters, {a.steps} steps, medians of {a.rounds} alternating rounds")
     for name, v in out["runs"].items():
@@ -140,6 +148,10 @@ def main():
           f"per rank {out['zero2_state_ratio']:.2f} x plain data parallel's")
     print(f"ZeRO-3 step time / ZeRO-1's: {out['zero3_over_zero1_step_time']:.3f} (target <= 1.3); training state "
           f"per rank {out['zero3_state_ratio']:.2f} x plain data parallel's")
+    k, z = out["runs"]["zero3_keep"], out["runs"]["zero3"]
+    print(f"ZeRO-3 with blocks kept whole: step time {out['zero3_keep_over_zero3_step_time']:.3f}x ZeRO-3's, "
+          f"{k['block_gathers_per_step']:.0f} block gathers a step (ZeRO-3: {z['block_gathers_per_step']:.0f}), "
+          f"peak {k['peak_tensor_mb_per_rank']:.1f} MB per rank (ZeRO-3: {z['peak_tensor_mb_per_rank']:.1f})")
     print(f"\nwrote {shown(path)}")
     return 0
 

@@ -464,10 +464,10 @@ def render_dist(R):
              "| run | step ms | communication (ms/step) | communication / step time | AdamW state per rank |"
              + (" training state per rank (parameters + gradients + moments) |" if "zero2" in r else ""),
              "| --- | --- | --- | --- | --- |" + (" --- |" if "zero2" in r else "")]
-    for name in [n for n in ("single", "dp", "zero", "zero2", "zero3") if n in r]:
+    for name in [n for n in ("single", "dp", "zero", "zero2", "zero3", "zero3_keep") if n in r]:
         v = r[name]
         if "comm_fraction" in v:
-            parts = [f"{'reduce' if name in ('zero2', 'zero3') else 'all-reduce'} wait "
+            parts = [f"{'reduce' if name in ('zero2', 'zero3', 'zero3_keep') else 'all-reduce'} wait "
                      f"{v['allreduce_wait_ms_per_step']:.1f}"]
             if v.get("zero_gather_ms_per_step"):
                 parts.append(f"parameter all-gather {v['zero_gather_ms_per_step']:.1f}")
@@ -500,6 +500,13 @@ def render_dist(R):
                       f"{j['zero3_over_zero1_step_time_target']:.2f}x: {met}); one rank holds "
                       f"{j['zero3_state_ratio']:.2f}x the training state of plain data parallel (its parameter "
                       "all-gather column includes the blocks' gathers, two per block and micro-batch)."]
+    if "zero3_keep_over_zero3_step_time" in j:
+        k, z = r["zero3_keep"], r["zero3"]
+        lines += ["", f"With `dist.reshard_after_forward = false` (each block kept whole from its forward to its "
+                      f"backward), ZeRO-3's step time is {j['zero3_keep_over_zero3_step_time']:.2f}x the default's, "
+                      f"with {k['block_gathers_per_step']:.0f} block gathers a step instead of "
+                      f"{z['block_gathers_per_step']:.0f}; the largest rank's peak of live tensor memory is "
+                      f"{k['peak_tensor_mb_per_rank']:.1f} MB against {z['peak_tensor_mb_per_rank']:.1f} MB."]
     return "\n".join(lines)
 
 

@@ -395,6 +395,9 @@ void add_dist_keys(std::vector<KeySpec>& s) {
                                 "1 = ZeRO-1: shard the optimizer state across ranks; 2 = ZeRO-2: and the gradients; "
                                 "3 = ZeRO-3: and the blocks' parameters, gathered per block; 0 = every rank holds all "
                                 "of it"));
+  k.may(bool_key(FRUGAL_FIELD(dist, reshard_after_forward),
+                 "dist.zero = 3: true frees each block after its forward and gathers it again for its backward; "
+                 "false keeps it whole in between (half the gathers; every block whole at the forward's end)"));
   k.may(enum_key<Offload>(FRUGAL_FIELD(dist, offload), {{"none", Offload::kNone}, {"optimizer", Offload::kOptimizer}},
                           "\"optimizer\": AdamW's moments in host memory and its update on the CPU (12 bytes a "
                           "parameter less on the GPU, a slower step; docs/distributed.md); \"none\": on the device"));

@@ -98,8 +98,11 @@ at::Tensor CausalLmImpl::run_block(size_t i, const std::function<at::Tensor(cons
   gathering_->need(i);
   if (i + 1 < static_cast<size_t>(config_.layers) && gathering_->prefetch) gathering_->prefetch(i + 1);
   at::Tensor y = run(grad && x.requires_grad() ? AroundBlock<false>::apply(h, x) : x);
-  gathering_->done(i);  // the backward gathers again (the output's function below)
-  return grad && y.requires_grad() ? AroundBlock<true>::apply(h, y) : y;
+  const bool backward = grad && y.requires_grad();
+  // The backward gathers again (the output's function below), unless the block stays whole until
+  // then; without a backward to come, it is released now either way.
+  if (gathering_->reshard_after_forward || !backward) gathering_->done(i);
+  return backward ? AroundBlock<true>::apply(h, y) : y;
 }
 
 BlockParameters CausalLmImpl::block_parameters() {

@@ -39,6 +39,12 @@ RunSetup set_up_run(const Config& c, const TaskHooks& hooks, int64_t world_size,
                "dist.zero = 3 gathers each block's parameters around the block's forward and backward, and this "
                "task's model names no blocks (TaskHooks::gather_blocks; frugal's own decoders do). Set dist.zero = 2");
   p.gather_blocks = hooks.gather_blocks;
+  FRUGAL_CHECK(c.dist.reshard_after_forward || c.dist.zero == ZeroStage::kParameters, ConfigError,
+               "dist.reshard_after_forward = false keeps ZeRO-3's gathered blocks whole from forward to backward, and "
+               "this run has dist.zero = " +
+                   std::to_string(static_cast<int>(c.dist.zero)) +
+                   ", which gathers no blocks. Set dist.zero = 3, or leave dist.reshard_after_forward = true");
+  p.reshard_after_forward = c.dist.reshard_after_forward;
   p.working_weights = c.model.kernels == ModelConfig::Kernels::kFrugal && p.precision.mode() == PrecisionMode::kBf16 &&
                       c.train.optimizer == OptimizerKind::kFusedAdamW && c.dist.zero == ZeroStage::kNone;
   return p;
@@ -74,6 +80,7 @@ nlohmann::ordered_json levers_json(const RunSetup& setup, const Config& c) {
     j["schedule"] = sched;
   }
   j["zero"] = static_cast<int>(c.dist.zero);
+  if (c.dist.zero == ZeroStage::kParameters) j["reshard_after_forward"] = setup.reshard_after_forward;
   j["kernels"] = spelled("model.kernels");
   j["working_weights"] = setup.working_weights;
   j["offload"] = setup.offload ? "optimizer" : "none";

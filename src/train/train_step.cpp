@@ -102,6 +102,7 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
     FRUGAL_CHECK(static_cast<bool>(setup.gather_blocks), ConfigError,
                  "dist.zero = 3 needs the model's blocks (TaskHooks::gather_blocks); set dist.zero = 2");
     gathering = std::make_shared<BlockGathering>();
+    gathering->reshard_after_forward = setup.reshard_after_forward;
     groups = split_by_block(groups, setup.gather_blocks(gathering), setup.precision.mode() == PrecisionMode::kBf16);
   }
   optimizer_ = build_optimizer(groups, train, setup.muon_bf16, sharding, setup.offload);

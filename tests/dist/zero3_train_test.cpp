@@ -79,6 +79,38 @@ TEST(Zero3Train, LoraAdaptersAreShardedAndTheFrozenBaseStaysWhole) {
   EXPECT_GT(three["dist"]["block_gathers_per_step"].get<double>(), 0);
 }
 
+// dist.reshard_after_forward = false: each block stays whole from its forward to its backward, so
+// the backward gathers nothing: per step, exactly one gather a block and micro-batch fewer (the
+// final checkpoint's gathers are the same in both runs), and the same weights (the same values
+// gathered; measured equal, bounded at 1e-5 as above). Asked for without ZeRO-3 it is refused.
+TEST(Zero3Train, KeepingBlocksWholeFromForwardToBackwardHalvesTheGathersAndTrainsTheSame) {
+  test::TempDir dir;
+  const std::vector<std::string> common{"train.steps=4",       "train.warmup_steps=1", "train.accum=2",
+                                        "model.layers=3",      "train.eval_every=0",   "train.answer_samples=0",
+                                        "dist.bucket_mb=0.01", "dist.zero=3"};
+  auto launch = [&](const std::string& name, int port, const std::string& reshard) {
+    auto sets = common;
+    sets.push_back("dist.reshard_after_forward=" + reshard);
+    auto r =
+        test::run_frugal(fmt::format("launch -n 2 --port {} --{}", port, joined(train_args(dir.path(), name, sets))));
+    EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    return summary_of(dir.file(name));
+  };
+  const auto freed = launch("reshard", 29694, "true");
+  const auto kept = launch("keep", 29695, "false");
+  EXPECT_LE(max_abs_diff(dir.file("reshard/final/model.safetensors"), dir.file("keep/final/model.safetensors")), 1e-5);
+  const double per_step = 3 * 2;  // blocks x micro-batches
+  EXPECT_NEAR(
+      freed["dist"]["block_gathers_per_step"].get<double>() - kept["dist"]["block_gathers_per_step"].get<double>(),
+      per_step, 1e-9);
+  EXPECT_GE(kept["dist"]["block_gathers_per_step"].get<double>(), per_step);
+  EXPECT_EQ(kept["levers"]["reshard_after_forward"], false);
+
+  auto refused = test::run_frugal(joined(train_args(dir.path(), "refused", {"dist.reshard_after_forward=false"})));
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("dist.reshard_after_forward = false"), std::string::npos) << refused.output;
+}
+
 // The counting allocator's peak of live tensor bytes, per rank (summary.json's
 // peak_tensor_mb_per_rank), against one process's with the same global batch: at most 0.6x on 2
 // ranks and 0.35x on 4, as the state is. The model is wide and the batch short, so that the

@@ -367,18 +367,18 @@ enum class ZeroStage : int64_t { kNone = 0, kOptimizerState = 1, kGradients = 2,
 enum class Offload { kNone, kOptimizer };
 struct DistConfig {
   DistBackend backend = DistBackend::kAuto;
-  // Seconds a rank waits for a peer (rendezvous, any collective) before it fails with an error
-  // naming the step; a peer that died is usually noticed at once (its socket closes).
+  // Seconds a rank waits for a peer (rendezvous, any collective) before it fails naming the step.
   double timeout_s = 300;
   // 0: every rank keeps the whole AdamW state. 1 (ZeRO-1): each rank keeps and updates 1/world of
   // it. 2 (ZeRO-2): and of the gradients, reduced to their owners in backward. 3 (ZeRO-3): and of
   // the blocks' parameters, each block gathered around its use (docs/distributed.md).
   ZeroStage zero = ZeroStage::kNone;
+  // ZeRO-3: false keeps each block whole from its forward to its backward (half the gathers).
+  bool reshard_after_forward = true;
   // kOptimizer (ZeRO-Offload): each step stages the parameters and gradients (this rank's chunk
   // under ZeRO) to host memory, updates them there, and copies the parameters back.
   Offload offload = Offload::kNone;
-  // Gradients are all-reduced in buckets of about this many MB, each started during backward as
-  // soon as its gradients are complete (overlaps communication with the rest of backward).
+  // Gradients go in buckets of about this many MB, each reduced as soon as it is complete in backward.
   double bucket_mb = 4;
 };
 

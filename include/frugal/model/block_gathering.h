@@ -19,6 +19,10 @@ struct BlockGathering {
   // model needs next (the next block in the forward, the previous one in the backward), so its
   // communication overlaps the current block's compute; the need(i) that follows waits for it.
   std::function<void(size_t block)> need, done, prefetch;
+  // false: a block whose forward records a backward stays whole until that backward has run (no
+  // done(i) after the forward, so the backward's need(i) finds it whole): one gather a block and
+  // micro-batch instead of two, every such block whole at the forward's end (dist.reshard_after_forward).
+  bool reshard_after_forward = true;
 };
 
 // A model's blocks as ZeRO-3 shards them: each block's parameters, in block order, and the

@@ -42,7 +42,8 @@ struct RunSetup {
   bool offload = false;  // dist.offload = "optimizer"
   // dist.zero = 3: the task's blocks (TaskHooks::gather_blocks; set_up_run refuses zero 3 without).
   GatherBlocksFn gather_blocks;
-  PeakFlops peak;  // MFU's denominator (configured, or measured once in the run's dtype)
+  bool reshard_after_forward = true;  // dist.reshard_after_forward (BlockGathering)
+  PeakFlops peak;                     // MFU's denominator (configured, or measured once in the run's dtype)
 };
 
 // The setup for `config` on `world_size` processes with `precision` already resolved. `peak` is
