@@ -220,7 +220,12 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
   state["weights_dtype"] = weights_dtype_name(o.weights_dtype);
   state["exact"] = dtype == c10::kFloat || master;
   state["files"] = files;
-  if (!data.optimizer_shards.empty()) state["optimizer_shards"] = shards_index(data.optimizer_shards);
+  if (!data.optimizer_shards.empty()) {
+    state["optimizer_shards"] = shards_index(data.optimizer_shards);
+    std::vector<std::string> shard_files;  // what a resume will check, checked before it is marked sound
+    if (const std::string bad = shards_index_problem(state["optimizer_shards"], shard_files); !bad.empty())
+      throw CheckpointError(fmt::format("checkpoint at step {}: the ranks' optimizer shards: {}", step, bad));
+  }
   const std::string state_bytes = state.dump(1) + "\n";
   write_file_atomic((tmp / kState).string(), state_bytes);
   stage(WriteStage::kState);
@@ -479,6 +484,8 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
         fmt::format("cannot resume from {}: state.json or data_state.json is malformed: {}", path, e.what()));
   } catch (const IoError& e) {
     throw CheckpointError(fmt::format("cannot resume from {}: {}", path, e.what()));
+  } catch (const c10::Error& e) {  // a size no memory holds (an index edited and re-signed)
+    throw CheckpointError(fmt::format("cannot resume from {}: {}", path, e.what_without_backtrace()));
   }
   return c;
 }

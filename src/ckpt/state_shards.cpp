@@ -67,15 +67,17 @@ StagedShard stage_state_shard(const std::string& root, int64_t step, int64_t ran
     for (const auto& v : e.values) flat.push_back(v.detach().reshape({-1}).to(at::kCPU));
     tensors.emplace_back(e.name, flat.empty() ? at::zeros({0}, at::kFloat) : at::cat(flat));
   }
-  // Named like a write's temp directory: retention removes it once this process is gone.
-  const fs::path dir = fs::path(root) / fmt::format(".tmp-{}-{}-s{}", checkpoint_dir_name(step), ::getpid(), counter++);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    throw IoError(fmt::format("cannot create {} for this rank's optimizer shard: {}", dir.string(), ec.message()));
   const std::string bytes = encode_safetensors(tensors, {{"format", "pt"},
                                                          {"frugal_step", std::to_string(step)},
                                                          {"frugal_shard", fmt::format("{} of {}", rank, world)}});
+  // Named like a write's temp directory, so retention removes it once this process is gone, and
+  // for the rank (processes on other machines may have the same pid). Absolute: rank 0 moves it.
+  std::error_code ec;
+  const fs::path dir = fs::absolute(fs::path(root), ec) /
+                       fmt::format(".tmp-{}-{}-r{}s{}", checkpoint_dir_name(step), ::getpid(), rank, counter++);
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw IoError(fmt::format("cannot create {} for this rank's optimizer shard: {}", dir.string(), ec.message()));
   s.path = (dir / s.file).string();
   try {
     write_file_atomic(s.path, bytes);

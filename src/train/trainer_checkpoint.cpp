@@ -3,8 +3,11 @@
 // internal/trainer_state.h.
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "frugal/ckpt/retention.h"
 #include "frugal/ckpt/state_shards.h"
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
 #include "frugal/core/crash_report.h"
 #include "frugal/core/errors.h"
@@ -12,6 +15,7 @@
 #include "train/internal/trainer_state.h"
 
 namespace frugal {
+namespace fs = std::filesystem;
 
 // Sharded optimizer state: every rank writes its pieces to a staged file at once (in parallel),
 // then rank 0 learns of each file (its path, size, xxh3 and pieces) and moves them into the
@@ -34,13 +38,17 @@ void Trainer::State::stage_optimizer_shards(CheckpointData& d) {
   }
   const bool failed = dp ? dp->any(!error.empty()) : !error.empty();
   if (!error.empty()) throw IoError(fmt::format("checkpoint at step {}: {}", loop.step, error));
-  if (failed)
+  if (failed) {
+    std::error_code ec;  // this rank's file will not be moved in: not left behind either
+    remove_tree(fs::path(StagedShard::from_json(nlohmann::json::parse(mine)).path).parent_path().string(), ec);
     throw IoError(
         fmt::format("checkpoint at step {}: another rank could not write its optimizer shard (its "
                     "output says why)",
                     loop.step));
+  }
   const std::vector<std::string> all =
-      dp ? dp->gather_strings(mine, fmt::format("shard/{}", loop.step)) : std::vector<std::string>{mine};
+      dp ? dp->gather_strings(mine, fmt::format("shard/{}/{}", ++checkpoint_exchanges, loop.step))
+         : std::vector<std::string>{mine};
   for (const std::string& one : all) d.optimizer_shards.push_back(StagedShard::from_json(nlohmann::json::parse(one)));
 }
 

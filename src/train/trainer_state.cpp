@@ -174,7 +174,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
     d.data_state["cursor"] = cursor;
     // Data parallel: each rank has its own cursor; rank 0's checkpoint lists them in rank order.
     if (dp) {
-      auto all = dp->gather_strings(cursor.dump(), "cursor/" + std::to_string(loop.step));
+      auto all = dp->gather_strings(cursor.dump(), fmt::format("cursor/{}/{}", ++checkpoint_exchanges, loop.step));
       for (const auto& one : all) d.data_state["cursors"].push_back(nlohmann::json::parse(one));
     }
   }

@@ -80,6 +80,8 @@ TEST(StateShards, EachRanksFileIsMovedInListedAndAssembledIntoTheWholeTensors) {
   for (const StagedShard& s : d.optimizer_shards) {
     EXPECT_TRUE(fs::exists(s.path)) << s.path;
     EXPECT_EQ(fs::path(s.path).parent_path().filename().string().rfind(".tmp-step-00000003-", 0), 0u) << s.path;
+    EXPECT_NE(fs::path(s.path).parent_path().filename().string().find(fmt::format("-r{}s", s.rank)), std::string::npos);
+    EXPECT_TRUE(fs::path(s.path).is_absolute()) << s.path;
   }
   const std::string path = write_checkpoint(dir.path(), 3, d);
   EXPECT_EQ(verify_checkpoint(path), "");
@@ -121,7 +123,8 @@ TEST(StateShards, ADamagedOrMissingShardIsNamedAndTheNewestSoundCheckpointIsUsed
 
 // A kill after the ranks staged their files but before rank 0's checkpoint was complete: the
 // previous checkpoint stays the newest sound one, and the staged files are debris retention
-// removes. A write that fails after moving them in removes them with its temp directory.
+// removes. A write that fails before moving them in removes their staging directories; one that
+// fails after removes them with its temp directory.
 TEST(StateShards, AKillOrAFailedWriteAfterStagingLeavesThePreviousCheckpointNewest) {
   test::TempDir dir;
   const std::string older = write_checkpoint(dir.path(), 3, sharded(dir.path(), 3));
@@ -131,7 +134,7 @@ TEST(StateShards, AKillOrAFailedWriteAfterStagingLeavesThePreviousCheckpointNewe
   remove_stale_debris(dir.path(), /*all=*/true);  // as for processes that are gone
   EXPECT_TRUE(debris(dir.path()).empty());
 
-  for (WriteStage fail_after : {WriteStage::kOptimizer, WriteStage::kState}) {
+  for (WriteStage fail_after : {WriteStage::kModel, WriteStage::kOptimizer, WriteStage::kState}) {
     CheckpointData d = sharded(dir.path(), 12);
     WriteOptions o;
     o.after_stage = [&](WriteStage s) {

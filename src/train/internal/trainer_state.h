@@ -63,6 +63,9 @@ struct Trainer::State {
   at::Tensor loss_sum;       // fp32 sum of step losses in the open log window, on the device
   StepMetrics last_metrics;  // the previous step's figures (log-step figures carry over)
   int64_t last_saved_step = -1;
+  // Checkpoint exchanges through the rendezvous store so far: each takes a tag of its own (a step
+  // saved again after a rollback must not read the first save's values).
+  int64_t checkpoint_exchanges = 0;
   std::string last_checkpoint;
   nlohmann::json rollback_log = nlohmann::json::array();
   // Every deliberate config change of a resume over the run's life (run_config.h), oldest first;
