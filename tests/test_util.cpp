@@ -85,6 +85,15 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+void flip_byte(const std::string& path, size_t at) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c;
+  f.get(c);
+  f.seekp(static_cast<std::streamoff>(at));
+  f.put(static_cast<char>(c ^ 0x5a));
+}
+
 std::vector<std::string> tiny_overrides(const std::string& out_dir) {
   return {"run.out_dir=" + out_dir, "run.threads=1",          "model.layers=1",      "model.heads=2",
           "model.embd=32",          "model.block=16",         "data.micro_batch=8",  "data.arith_lines=2000",

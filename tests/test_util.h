@@ -48,6 +48,8 @@ CommandResult run_frugal(const std::string& args, const std::string& env_prefix 
 
 void write_text(const std::string& path, const std::string& text);
 std::string read_text(const std::string& path);
+// XORs the byte at offset `at` of an existing file with 0x5a (a damaged file of the same size).
+void flip_byte(const std::string& path, size_t at);
 
 // --set overrides for a model and run small enough to train in about a second.
 std::vector<std::string> tiny_overrides(const std::string& out_dir);

@@ -39,15 +39,6 @@ void expect_same(const NamedTensors& a, const NamedTensors& b) {
   }
 }
 
-void flip_byte(const std::string& path, size_t at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c;
-  f.get(c);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.put(static_cast<char>(c ^ 0x5a));
-}
-
 TEST(Checkpoint, RoundTripIsBitwiseAndNamesTheStepDirectory) {
   test::TempDir dir;
   CheckpointData d = sample(7);
@@ -162,7 +153,7 @@ TEST(Checkpoint, CorruptNewestIsReportedAndThePreviousUsed) {
   test::TempDir dir;
   write_checkpoint(dir.path(), 10, sample(10));
   const std::string newest = write_checkpoint(dir.path(), 20, sample(20));
-  flip_byte(newest + "/optimizer.safetensors", 100);
+  test::flip_byte(newest + "/optimizer.safetensors", 100);
   const std::string problem = verify_checkpoint(newest);
   EXPECT_NE(problem.find("optimizer.safetensors"), std::string::npos) << problem;
   EXPECT_NE(problem.find("corrupt"), std::string::npos) << problem;

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <functional>
 
 #include "frugal/ckpt/checkpoint.h"
@@ -65,15 +64,6 @@ std::vector<std::string> debris(const std::string& root) {
   return out;
 }
 
-void flip_byte(const std::string& path, size_t at) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c;
-  f.get(c);
-  f.seekp(static_cast<std::streamoff>(at));
-  f.put(static_cast<char>(c ^ 0x5a));
-}
-
 TEST(StateShards, EachRanksFileIsMovedInListedAndAssembledIntoTheWholeTensors) {
   test::TempDir dir;
   CheckpointData d = sharded(dir.path(), 3);
@@ -111,7 +101,7 @@ TEST(StateShards, ADamagedOrMissingShardIsNamedAndTheNewestSoundCheckpointIsUsed
   const std::string older = write_checkpoint(dir.path(), 3, sharded(dir.path(), 3));
   const std::string newer = write_checkpoint(dir.path(), 6, sharded(dir.path(), 6));
   const std::string file = newer + "/optimizer-00001-of-00002.safetensors";
-  flip_byte(file, fs::file_size(file) - 2);
+  test::flip_byte(file, fs::file_size(file) - 2);
   EXPECT_NE(verify_checkpoint(newer).find("optimizer-00001-of-00002.safetensors: xxh3"), std::string::npos)
       << verify_checkpoint(newer);
   EXPECT_EQ(find_resumable(dir.path(), nullptr), std::optional<std::string>(older));

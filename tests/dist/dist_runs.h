@@ -50,4 +50,16 @@ inline nlohmann::json summary_of(const std::string& run_dir) {
   return nlohmann::json::parse(test::read_text(run_dir + "/summary.json"));
 }
 
+// Run `name` under `out` with `common` and `more` set: `frugal launch -n ranks` (one plain process
+// for 1 rank). Returns its summary.json; an exit other than 0 fails the test, naming the run.
+inline nlohmann::json launched(const std::string& out, const std::string& name, int ranks, int port,
+                               std::vector<std::string> common, const std::vector<std::string>& more) {
+  common.insert(common.end(), more.begin(), more.end());
+  const std::string args = joined(train_args(out, name, common));
+  auto r = test::run_frugal(
+      ranks > 1 ? "launch -n " + std::to_string(ranks) + " --port " + std::to_string(port) + " --" + args : args);
+  EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+  return summary_of(out + "/" + name);
+}
+
 }  // namespace frugal::dist_runs

@@ -12,6 +12,7 @@
 namespace frugal::zero3_train_test {
 namespace {
 using dist_runs::joined;
+using dist_runs::launched;
 using dist_runs::max_abs_diff;
 using dist_runs::summary_of;
 using dist_runs::train_args;
@@ -29,13 +30,8 @@ TEST(Zero3Train, Bf16GathersTrainAsZero2AndMoveTheMatricesAsBf16Alone) {
   const std::vector<std::string> common{"train.steps=4",         "train.warmup_steps=1", "train.accum=2",
                                         "train.grad_clip=0",     "model.layers=2",       "dist.bucket_mb=0.01",
                                         "train.answer_samples=0"};
-  auto launch = [&](const std::string& name, int port, std::initializer_list<std::string> more) {
-    auto sets = common;
-    sets.insert(sets.end(), more);
-    auto r =
-        test::run_frugal(fmt::format("launch -n 2 --port {} --{}", port, joined(train_args(dir.path(), name, sets))));
-    EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
-    return summary_of(dir.file(name));
+  auto launch = [&](const std::string& name, int port, const std::vector<std::string>& more) {
+    return launched(dir.path(), name, 2, port, common, more);
   };
   launch("zero2", 29686, {"dist.zero=2", "precision.mode=bf16"});
   const auto bf16 = launch("zero3", 29687, {"dist.zero=3", "precision.mode=bf16"});
@@ -61,12 +57,7 @@ TEST(Zero3Train, LoraAdaptersAreShardedAndTheFrozenBaseStaysWhole) {
       "train.grad_clip=0", "lora.rank=4",          "lora.base_dtype=nf4",
       "model.layers=2",    "dist.bucket_mb=0.01",  "memory.activation_checkpointing=blocks"};
   auto launch = [&](const std::string& name, int port, const std::string& zero) {
-    auto sets = common;
-    sets.push_back("dist.zero=" + zero);
-    auto r =
-        test::run_frugal(fmt::format("launch -n 2 --port {} --{}", port, joined(train_args(dir.path(), name, sets))));
-    EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
-    return summary_of(dir.file(name));
+    return launched(dir.path(), name, 2, port, common, {"dist.zero=" + zero});
   };
   const auto one = launch("zero1", 29689, "1");
   const auto three = launch("zero3", 29691, "3");
@@ -89,12 +80,7 @@ TEST(Zero3Train, KeepingBlocksWholeFromForwardToBackwardHalvesTheGathersAndTrain
                                         "model.layers=3",      "train.eval_every=0",   "train.answer_samples=0",
                                         "dist.bucket_mb=0.01", "dist.zero=3"};
   auto launch = [&](const std::string& name, int port, const std::string& reshard) {
-    auto sets = common;
-    sets.push_back("dist.reshard_after_forward=" + reshard);
-    auto r =
-        test::run_frugal(fmt::format("launch -n 2 --port {} --{}", port, joined(train_args(dir.path(), name, sets))));
-    EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
-    return summary_of(dir.file(name));
+    return launched(dir.path(), name, 2, port, common, {"dist.reshard_after_forward=" + reshard});
   };
   const auto freed = launch("reshard", 29694, "true");
   const auto kept = launch("keep", 29695, "false");
@@ -126,13 +112,9 @@ TEST(Zero3Train, EachRanksPeakTensorMemoryIsAFractionOfOneProcesss) {
                                         "data.micro_batch=2",    "train.steps=4",  "train.eval_every=0",
                                         "train.answer_samples=0"};
   auto run = [&](const std::string& name, int ranks, int port) {
-    auto sets = common;
-    sets.push_back(fmt::format("train.accum={}", 4 / ranks));
-    if (ranks > 1) sets.push_back("dist.zero=3");
-    const std::string args = joined(train_args(dir.path(), name, sets));
-    auto r = test::run_frugal(ranks > 1 ? fmt::format("launch -n {} --port {} --{}", ranks, port, args) : args);
-    EXPECT_EQ(r.exit_code, 0) << name << "\n" << r.output;
-    return summary_of(dir.file(name));
+    std::vector<std::string> more{fmt::format("train.accum={}", 4 / ranks)};
+    if (ranks > 1) more.push_back("dist.zero=3");
+    return launched(dir.path(), name, ranks, port, common, more);
   };
   const auto one = run("one", 1, 0);
   const double whole = one["peak_tensor_mb"].get<double>();
