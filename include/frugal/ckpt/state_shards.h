@@ -16,10 +16,10 @@
 // any ZeRO stage.
 //
 // Each rank stages its file (stage_state_shard: written, fsynced) in a directory of its own under
-// the checkpoint root, named like a write's temp directory (".tmp-step-N-<pid>-<n>"), so retention
-// removes it when its process is gone. Rank 0 moves every rank's file into the checkpoint it
-// writes (write_checkpoint, CheckpointData::optimizer_shards) and lists each with its size and
-// xxh3 like the other files; only then is the checkpoint renamed and marked complete.
+// the checkpoint root, named like a write's temp directory (".tmp-step-N-<pid>-r<rank>s<n>"), so
+// retention removes it when its process is gone. Rank 0 moves every rank's file into the
+// checkpoint it writes (write_checkpoint, CheckpointData::optimizer_shards) and lists each with its
+// size and xxh3 like the other files; only then is the checkpoint renamed and marked complete.
 #pragma once
 
 #include <cstdint>
