@@ -191,7 +191,9 @@ TEST(ZeroAdamW, Zero3GathersAUnitWholeAndFreesItBetweenUses) {
   on_both([&](int64_t r) {
     const auto copies = host_copies(*opts[r], {{"m", params[r][0]}, {"w", params[r][2]}}, /*keep=*/r == 0);
     EXPECT_EQ(copies.size(), r == 0 ? 2u : 0u) << "rank " << r;
-    if (r == 0) EXPECT_TRUE(torch::equal(copies[0].second, mixed));
+    if (r == 0) {
+      EXPECT_TRUE(torch::equal(copies[0].second, mixed));
+    }
     EXPECT_EQ(nbytes(params[r][0]), 0u) << "rank " << r;
   });
   // Inside gather_parameters() (decoding on rank 0 alone, say) a block's release does nothing: a
