@@ -37,13 +37,13 @@ inline constexpr int kCheckpointVersion = 1;
 // What goes into a checkpoint. The tensors may live anywhere (they are copied to the CPU while
 // encoding); for an asynchronous save they must be a private snapshot.
 struct CheckpointData {
-  NamedTensors model;      // the parameters in training precision (fp32 masters)
-  NamedTensors optimizer;  // Optimizer::state_tensors()
+  NamedTensors model;         // the parameters in training precision (fp32 masters)
+  NamedTensors optimizer;     // Optimizer::state_tensors()
+  nlohmann::json state;       // trainer state; the writer adds format, version, step, files
+  nlohmann::json data_state;  // the data source's cursor ({} for pure-function sources)
   // Instead of `optimizer` (left empty): every rank's file of its pieces of it, staged
   // (stage_state_shard), in rank order; moved into the checkpoint and indexed in state.json.
   std::vector<StagedShard> optimizer_shards;
-  nlohmann::json state;       // trainer state; the writer adds format, version, step, files
-  nlohmann::json data_state;  // the data source's cursor ({} for pure-function sources)
 };
 
 // The stages of a write, in order. WriteOptions::after_stage is called after each (tests throw
