@@ -85,9 +85,9 @@ sources_of() {
     shard) echo fuzz/shard_fuzz.cpp src/data/shard.cpp src/data/file_hash.cpp "${common[@]}" ;;
     manifest) echo fuzz/manifest_fuzz.cpp src/data/token_dataset.cpp src/data/shard.cpp src/data/file_hash.cpp "${common[@]}" ;;
     safetensors) echo fuzz/safetensors_fuzz.cpp src/ckpt/safetensors.cpp src/model/weights.cpp "${common[@]}" ;;
-    checkpoint) echo fuzz/checkpoint_fuzz.cpp src/ckpt/checkpoint.cpp src/ckpt/safetensors.cpp \
+    checkpoint) echo fuzz/checkpoint_fuzz.cpp src/ckpt/checkpoint.cpp src/ckpt/state_shards.cpp src/ckpt/safetensors.cpp \
                   src/train/internal/run_state.cpp "${common[@]}" ;;
-    archive) echo fuzz/archive_fuzz.cpp src/ckpt/archive.cpp src/ckpt/restore.cpp src/ckpt/checkpoint.cpp src/ckpt/safetensors.cpp \
+    archive) echo fuzz/archive_fuzz.cpp src/ckpt/archive.cpp src/ckpt/restore.cpp src/ckpt/checkpoint.cpp src/ckpt/state_shards.cpp src/ckpt/safetensors.cpp \
                src/ckpt/retention.cpp src/ckpt/run_dir.cpp src/core/dir_lock.cpp "${common[@]}" ;;
     tfrecord) echo fuzz/tfrecord_fuzz.cpp src/data/record_inputs.cpp src/data/internal/tf_example.cpp \
                 "$out/generated/tf_example.pb.cc" "${common[@]}" ;;
