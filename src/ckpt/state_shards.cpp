@@ -64,7 +64,8 @@ StagedShard stage_state_shard(const std::string& root, int64_t step, int64_t ran
     for (const auto& [offset, count] : e.pieces) pieces.push_back({offset, count});
     s.pieces[e.name] = pieces;
     std::vector<at::Tensor> flat;
-    for (const auto& v : e.values) flat.push_back(v.detach().reshape({-1}).to(at::kCPU));
+    for (const auto& v : e.values) flat.push_back(v.detach().reshape({-1}));
+    // Joined where they are; encode_safetensors copies each tensor to the host once.
     tensors.emplace_back(e.name, flat.empty() ? at::zeros({0}, at::kFloat) : at::cat(flat));
   }
   const std::string bytes = encode_safetensors(tensors, {{"format", "pt"},

@@ -26,12 +26,12 @@ void Trainer::State::stage_optimizer_shards(CheckpointData& d) {
   // staging directories of processes it cannot see (another machine's).
   writer->wait();
   if (dp) dp->any(false);
-  std::string mine, error;
+  StagedShard mine;
+  std::string error;
   {
     CrashPhase phase("write this rank's optimizer shard");
     try {
-      mine =
-          stage_state_shard(writer->root(), loop.step, rank, world, step->optimizer().state_shard()).to_json().dump();
+      mine = stage_state_shard(writer->root(), loop.step, rank, world, step->optimizer().state_shard());
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -40,15 +40,18 @@ void Trainer::State::stage_optimizer_shards(CheckpointData& d) {
   if (!error.empty()) throw IoError(fmt::format("checkpoint at step {}: {}", loop.step, error));
   if (failed) {
     std::error_code ec;  // this rank's file will not be moved in: not left behind either
-    remove_tree(fs::path(StagedShard::from_json(nlohmann::json::parse(mine)).path).parent_path().string(), ec);
+    remove_tree(fs::path(mine.path).parent_path().string(), ec);
     throw IoError(
         fmt::format("checkpoint at step {}: another rank could not write its optimizer shard (its "
                     "output says why)",
                     loop.step));
   }
-  const std::vector<std::string> all =
-      dp ? dp->gather_strings(mine, fmt::format("shard/{}/{}", ++checkpoint_exchanges, loop.step))
-         : std::vector<std::string>{mine};
+  if (!dp) {
+    d.optimizer_shards.push_back(std::move(mine));
+    return;
+  }
+  const auto all =
+      dp->gather_strings(mine.to_json().dump(), fmt::format("shard/{}/{}", ++checkpoint_exchanges, loop.step));
   for (const std::string& one : all) d.optimizer_shards.push_back(StagedShard::from_json(nlohmann::json::parse(one)));
 }
 
