@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -117,25 +118,10 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
 }  // namespace
 
 const char* write_stage_name(WriteStage s) {
-  switch (s) {
-    case WriteStage::kTempDir:
-      return "temp_dir";
-    case WriteStage::kModel:
-      return "model";
-    case WriteStage::kMaster:
-      return "master";
-    case WriteStage::kOptimizer:
-      return "optimizer";
-    case WriteStage::kDataState:
-      return "data_state";
-    case WriteStage::kState:
-      return "state";
-    case WriteStage::kRenamed:
-      return "renamed";
-    case WriteStage::kMarker:
-      return "marker";
-  }
-  return "?";
+  static const char* const names[] = {"temp_dir",   "model", "master",  "optimizer",
+                                      "data_state", "state", "renamed", "marker"};
+  const auto i = static_cast<size_t>(s);
+  return i < std::size(names) ? names[i] : "?";
 }
 
 std::string xxh3_hex(const std::string& bytes) {
@@ -149,16 +135,17 @@ std::string write_checkpoint(const std::string& root, int64_t step, const Checkp
   const fs::path final_dir = fs::path(root) / checkpoint_dir_name(step);
   const fs::path tmp = fs::path(root) / fmt::format(".tmp-{}-{}-{}", checkpoint_dir_name(step), ::getpid(), counter++);
   std::error_code ec;
-  fs::create_directories(tmp, ec);
-  if (ec) throw IoError(fmt::format("cannot create checkpoint directory {}: {}", tmp.string(), ec.message()));
   try {
+    fs::create_directories(tmp, ec);
+    if (ec) throw IoError(fmt::format("cannot create checkpoint directory {}: {}", tmp.string(), ec.message()));
     return write_into(tmp, final_dir, root, step, data, o);
   } catch (...) {
     // A failed write (a full disk, a bad tensor) removes its own temp directory and the ranks'
     // staged shards, so repeated failures never pile up; a kill leaves them for retention, which
     // removes temp directories of processes that are gone.
     remove_tree(tmp, ec);
-    for (const StagedShard& s : data.optimizer_shards) remove_tree(fs::path(s.path).parent_path().string(), ec);
+    for (const auto* shards : {&data.optimizer_shards, &data.model_shards})
+      for (const StagedShard& s : *shards) remove_tree(fs::path(s.path).parent_path().string(), ec);
     throw;
   }
 }
@@ -180,15 +167,20 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
     files[name] = {{"bytes", bytes.size()}, {"xxh3", xxh3_hex(bytes)}};
   };
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"frugal_step", std::to_string(step)}};
-  const c10::ScalarType dtype = storage_dtype(o.weights_dtype);
-  {
+  const bool sharded = !data.model_shards.empty();
+  const c10::ScalarType dtype = sharded ? sharded_weights_dtype(o) : storage_dtype(o.weights_dtype);
+  if (sharded) {
+    CrashPhase phase("move the ranks' weight shards in");
+    move_staged_shards(data.model_shards, tmp.string(), files);
+    stage(WriteStage::kModel);
+  } else {
     CrashPhase phase("write model.safetensors");
     NamedTensors stored;
     for (const auto& [n, t] : data.model) stored.emplace_back(n, t.is_floating_point() ? t.to(dtype) : t);
     put("model.safetensors", encode_safetensors(stored, meta));
     stage(WriteStage::kModel);
   }
-  const bool master = dtype != c10::kFloat && o.exact_resume;
+  const bool master = dtype != c10::kFloat && o.exact_resume;  // never when sharded (fp32 then)
   if (master) {
     CrashPhase phase("write master.safetensors");
     put("master.safetensors", encode_safetensors(data.model, meta));
@@ -200,13 +192,7 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
     stage(WriteStage::kOptimizer);
   } else {
     CrashPhase phase("move the ranks' optimizer shards in");
-    for (const StagedShard& s : data.optimizer_shards) {
-      fs::rename(s.path, tmp / s.file, ec);
-      if (ec) throw IoError(fmt::format("cannot move {} into {}: {}", s.path, tmp.string(), ec.message()));
-      fs::remove(fs::path(s.path).parent_path(), ec);  // its staging directory, now empty
-      files[s.file] = {{"bytes", s.bytes}, {"xxh3", s.xxh3}};
-    }
-    fsync_dir(tmp.string());
+    move_staged_shards(data.optimizer_shards, tmp.string(), files);
     stage(WriteStage::kOptimizer);
   }
   CrashPhase phase("write state.json, rename, mark complete");
@@ -217,14 +203,16 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
   state["format"] = "frugal-checkpoint";
   state["version"] = kCheckpointVersion;
   state["step"] = step;
-  state["weights_dtype"] = weights_dtype_name(o.weights_dtype);
+  state["weights_dtype"] = dtype == c10::kFloat ? "fp32" : weights_dtype_name(o.weights_dtype);
   state["exact"] = dtype == c10::kFloat || master;
   state["files"] = files;
-  if (!data.optimizer_shards.empty()) {
-    state["optimizer_shards"] = shards_index(data.optimizer_shards);
+  for (const auto* shards : {&data.optimizer_shards, &data.model_shards}) {
+    if (shards->empty()) continue;
+    const std::string kind = shards->front().kind, key = kind + "_shards";
+    state[key] = shards_index(*shards);
     std::vector<std::string> shard_files;  // what a resume will check, checked before it is marked sound
-    if (const std::string bad = shards_index_problem(state["optimizer_shards"], shard_files); !bad.empty())
-      throw CheckpointError(fmt::format("checkpoint at step {}: the ranks' optimizer shards: {}", step, bad));
+    if (const std::string bad = shards_index_problem(state[key], shard_files, kind); !bad.empty())
+      throw CheckpointError(fmt::format("checkpoint at step {}: the ranks' {} shards: {}", step, kind, bad));
   }
   const std::string state_bytes = state.dump(1) + "\n";
   write_file_atomic((tmp / kState).string(), state_bytes);
@@ -309,12 +297,7 @@ std::string state_problem(const nlohmann::json& s) {
   if (!s.contains("exact") || !s["exact"].is_boolean()) return "\"exact\" is not true or false";
   std::set<std::string> want = {"model.safetensors", "optimizer.safetensors", "data_state.json"};
   if (s["weights_dtype"] != "fp32" && s["exact"].get<bool>()) want.insert("master.safetensors");
-  if (s.contains("optimizer_shards")) {  // one file per rank instead of optimizer.safetensors
-    std::vector<std::string> shards;
-    if (std::string bad = shards_index_problem(s["optimizer_shards"], shards); !bad.empty()) return bad;
-    want.erase("optimizer.safetensors");
-    want.insert(shards.begin(), shards.end());
-  }
+  if (std::string bad = shard_files_problem(s, want); !bad.empty()) return bad;  // files per rank instead
   std::set<std::string> listed;
   for (const auto& [name, f] : s["files"].items()) {
     listed.insert(name);
@@ -453,6 +436,20 @@ std::optional<std::string> find_resumable(const std::string& root,
   return std::nullopt;
 }
 
+c10::ScalarType sharded_weights_dtype(const WriteOptions& o) {
+  return o.exact_resume ? c10::kFloat : storage_dtype(o.weights_dtype);
+}
+
+NamedTensors checkpoint_weights(const std::string& dir) {
+  const nlohmann::json state = nlohmann::json::parse(read_small_file((fs::path(dir) / kState).string()));
+  if (state.contains("model_shards")) {
+    NamedTensors w = assemble_state_shards(dir, state["model_shards"]);
+    check_shard_dtypes(w, state.value("weights_dtype", "fp32"), dir);
+    return w;
+  }
+  return load_safetensors((fs::path(dir) / "model.safetensors").string()).tensors;
+}
+
 LoadedCheckpoint load_checkpoint(const std::string& path) {
   // A path that names nothing is bad input (exit 2), not a damaged checkpoint.
   if (!fs::is_directory(path))
@@ -474,10 +471,9 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
     c.step = c.state.at("step").get<int64_t>();
     c.exact = c.state.value("exact", false);
     const bool master = c.state.at("files").contains("master.safetensors");
-    c.weights = load_safetensors((dir / (master ? "master.safetensors" : "model.safetensors")).string()).tensors;
-    c.optimizer = c.state.contains("optimizer_shards")
-                      ? assemble_state_shards(path, c.state["optimizer_shards"])
-                      : load_safetensors((dir / "optimizer.safetensors").string()).tensors;
+    c.weights = master ? load_safetensors((dir / "master.safetensors").string()).tensors : checkpoint_weights(path);
+    if (!c.state.contains("optimizer_shards"))  // else read by Optimizer::load_state_shards
+      c.optimizer = load_safetensors((dir / "optimizer.safetensors").string()).tensors;
     c.data_state = nlohmann::json::parse(read_small_file((dir / "data_state.json").string()));
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(

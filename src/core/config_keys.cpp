@@ -310,7 +310,8 @@ void add_checkpoint_keys(std::vector<KeySpec>& s) {
   k.may(enum_key<WeightsDtype>(
       FRUGAL_FIELD(checkpoint, weights_dtype),
       {{"fp32", WeightsDtype::kFp32}, {"bf16", WeightsDtype::kBf16}, {"fp16", WeightsDtype::kFp16}},
-      "dtype of model.safetensors; bf16/fp16 halve its bytes (fp32 masters kept if exact_resume)"));
+      "dtype of model.safetensors; bf16/fp16 halve its bytes (fp32 masters kept if exact_resume; several "
+      "ZeRO ranks write fp32 shards then)"));
   k.may(bool_key(FRUGAL_FIELD(checkpoint, exact_resume),
                  "keep fp32 master weights when weights_dtype is not fp32 (bitwise resume)"));
   k.may(bool_key(FRUGAL_FIELD(checkpoint, async), "snapshot to host memory and write on a background thread"));

@@ -219,32 +219,108 @@ std::vector<std::pair<std::string, at::Tensor>> ZeroAdamW::state_tensors() {
 // This rank's chunk of each flat buffer, as pieces of the checkpoint's layout: the chunk itself
 // for an unsplit group; for a split one, the part of each parameter inside the chunk, at the
 // parameter's place in its origin group.
+std::vector<std::array<int64_t, 3>> ZeroAdamW::chunk_pieces(size_t flat) const {
+  const Flat& f = flats_[flat];
+  const int64_t lo = std::min(pg_->rank() * f.chunk, f.numel), hi = std::min(f.numel, lo + f.chunk);
+  std::vector<std::array<int64_t, 3>> out;
+  if (f.origin < 0) {
+    if (hi > lo) out.push_back({lo, lo, hi - lo});
+    return out;
+  }
+  for (const auto& sp : f.spans) {
+    const int64_t a = std::max(lo, sp.here), b = std::min(hi, sp.here + sp.numel);
+    if (b > a) out.push_back({sp.there + (a - sp.here), a, b - a});
+  }
+  return out;
+}
+
 StateShard ZeroAdamW::state_shard() const {
   StateShard out;
-  const int64_t rank = pg_->rank();
   for (size_t i = 0; i < flats_.size(); ++i) {
     const Flat& f = flats_[i];
-    const int64_t lo = std::min(rank * f.chunk, f.numel), hi = std::min(f.numel, lo + f.chunk);
+    const int64_t lo = std::min(pg_->rank() * f.chunk, f.numel);
     const int64_t whole = f.origin < 0 ? f.numel : origin_numel(f.origin);
     for (const auto& [what, mine] : {std::pair<const char*, at::Tensor>{"exp_avg", f.state.exp_avg},
                                      std::pair<const char*, at::Tensor>{"exp_avg_sq", f.state.exp_avg_sq}}) {
       StateShard::Entry& e = out.entry(state_name(i, what), whole);
-      auto add = [&](int64_t there, int64_t here, int64_t n) {  // `here`: a flat offset inside the chunk
-        if (n <= 0) return;
+      for (const auto& [there, here, n] : chunk_pieces(i)) {
         e.pieces.emplace_back(there, n);
         e.values.push_back(mine.narrow(0, here - lo, n));
-      };
-      if (f.origin < 0) {
-        add(lo, lo, hi - lo);
-        continue;
-      }
-      for (const auto& sp : f.spans) {
-        const int64_t a = std::max(lo, sp.here), b = std::min(hi, sp.here + sp.numel);
-        add(sp.there + (a - sp.here), a, b - a);
       }
     }
   }
   return out;
+}
+
+// state_shard()'s pieces read from the checkpoint's files into this rank's moments.
+void ZeroAdamW::load_state_shards(const std::string& dir, const nlohmann::json& index, int64_t steps) {
+  c10::NoGradGuard no_grad;
+  StateShard want = state_shard();
+  read_state_pieces(dir, index, want);  // the values now the checkpoint's, in the same order
+  for (size_t i = 0; i < flats_.size(); ++i) {
+    Flat& f = flats_[i];
+    const int64_t lo = std::min(pg_->rank() * f.chunk, f.numel);
+    for (auto* dst : {&f.state.exp_avg, &f.state.exp_avg_sq}) {
+      const std::string name = state_name(i, dst == &f.state.exp_avg ? "exp_avg" : "exp_avg_sq");
+      // This flat's pieces: the entry's, after those of the flats before it with the same name.
+      size_t k = 0;
+      for (size_t j = 0; j < i; ++j)
+        if (state_name(j, "exp_avg") == state_name(i, "exp_avg")) k += chunk_pieces(j).size();
+      const StateShard::Entry& e = want.entry(name, 0);
+      dst->zero_();
+      for (const auto& [there, here, n] : chunk_pieces(i)) dst->narrow(0, here - lo, n).copy_(e.values[k++]);
+    }
+  }
+  steps_ = steps;
+  device_.set_steps(steps);
+}
+
+StateShard ZeroAdamW::weights_shard(const std::vector<std::pair<std::string, at::Tensor>>& tensors) const {
+  StateShard out;
+  const int64_t rank = pg_->rank();
+  for (const auto& [name, t] : tensors) {
+    StateShard::Entry& e = out.entry(name, t.numel());
+    e.shape = t.sizes().vec();
+    const int64_t g = t.numel() > 0 ? group_of(t.storage().unsafeGetStorageImpl()) : -1;
+    if (g < 0) {  // not re-homed: whole on every rank, written by rank 0
+      if (rank == 0) {
+        e.pieces.emplace_back(0, t.numel());
+        e.values.push_back(t.detach().reshape({-1}));
+      }
+      continue;
+    }
+    const Flat& f = flats_[static_cast<size_t>(g)];
+    FRUGAL_CHECK(t.is_contiguous(), Error, "weights_shard: '" + name + "' is not a contiguous view of its buffer");
+    const int64_t at = t.storage_offset() - f.params.storage_offset();  // its first element in the flat buffer
+    const int64_t lo = std::min(rank * f.chunk, f.numel), hi = std::min(f.numel, lo + f.chunk);
+    const int64_t a = std::max(lo, at), b = std::min(hi, at + t.numel());
+    if (a >= b) continue;
+    e.pieces.emplace_back(a - at, b - a);
+    // Stage 3: the chunk lives in the master shard (the buffer has no memory between gathers).
+    e.values.push_back(f.shard.defined() ? f.shard.narrow(0, a - lo, b - a) : f.params.narrow(0, a, b - a));
+  }
+  return out;
+}
+
+void ZeroAdamW::load_weights(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                             const std::vector<at::Tensor>& values) {
+  c10::NoGradGuard no_grad;
+  FRUGAL_CHECK(pinned_ == 0, Error, "ZeroAdamW::load_weights inside gather_parameters()");
+  for (auto& f : flats_) release(f, /*keep_writes=*/false);  // a unit still whole is only a cache
+  const int64_t rank = pg_->rank();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i].second;
+    const int64_t g = t.numel() > 0 ? group_of(t.storage().unsafeGetStorageImpl()) : -1;
+    if (g < 0 || !flats_[static_cast<size_t>(g)].shard.defined()) {  // whole on every rank
+      t.copy_(values[i]);
+      continue;
+    }
+    const Flat& f = flats_[static_cast<size_t>(g)];
+    const int64_t at = t.storage_offset() - f.params.storage_offset();
+    const int64_t lo = std::min(rank * f.chunk, f.numel), hi = std::min(f.numel, lo + f.chunk);
+    const int64_t a = std::max(lo, at), b = std::min(hi, at + t.numel());
+    if (a < b) f.shard.narrow(0, a - lo, b - a).copy_(values[i].reshape({-1}).narrow(0, a - at, b - a));
+  }
 }
 
 void ZeroAdamW::load_state(const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t steps) {

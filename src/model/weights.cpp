@@ -13,7 +13,8 @@
 
 namespace frugal {
 
-void load_parameters(const NamedTensors& params, const SafetensorsFile& file, const std::string& origin) {
+std::vector<at::Tensor> matched_weights(const NamedTensors& params, const SafetensorsFile& file,
+                                        const std::string& origin) {
   std::unordered_map<std::string, const at::Tensor*> stored;  // one lookup per parameter, not a scan
   stored.reserve(file.tensors.size());
   for (const auto& [name, t] : file.tensors) stored.emplace(name, &t);
@@ -45,8 +46,16 @@ void load_parameters(const NamedTensors& params, const SafetensorsFile& file, co
   for (const auto& [name, t] : file.tensors)
     if (!wanted.count(name))
       throw CheckpointError(fmt::format("{}: unexpected tensor '{}' that the model does not have", origin, name));
+  std::vector<at::Tensor> out;
+  out.reserve(params.size());
+  for (const auto& [name, p] : params) out.push_back(*stored.at(name));
+  return out;
+}
+
+void load_parameters(const NamedTensors& params, const SafetensorsFile& file, const std::string& origin) {
+  const std::vector<at::Tensor> values = matched_weights(params, file, origin);
   c10::NoGradGuard no_grad;
-  for (const auto& [name, p] : params) p.copy_(*stored.at(name));
+  for (size_t i = 0; i < params.size(); ++i) params[i].second.copy_(values[i]);
 }
 
 }  // namespace frugal

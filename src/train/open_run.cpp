@@ -29,6 +29,17 @@ OpenedRun open_run(const std::string& run_dir) {
   return r;
 }
 
+namespace {
+// A checkpoint's weights: its model.safetensors, or the directory itself when the ranks wrote
+// them in shards (load_run_weights assembles them).
+std::string weights_in(const std::string& checkpoint) {
+  const fs::path file = fs::path(checkpoint) / "model.safetensors";
+  std::error_code ec;
+  return fs::is_regular_file(file, ec) || !fs::is_regular_file(fs::path(checkpoint) / "state.json", ec) ? file.string()
+                                                                                                        : checkpoint;
+}
+}  // namespace
+
 std::string run_weights(const std::string& run_dir, const char* command) {
   const RunDir dir(run_dir);
   if (fs::is_regular_file(dir.final_weights())) return dir.final_weights();
@@ -42,7 +53,7 @@ std::string run_weights(const std::string& run_dir, const char* command) {
       if (why.empty()) {
         fmt::print(stderr, "frugal {}: {} has no final/ weights; using the newest sound checkpoint, step {}\n", command,
                    run_dir, ck.step);
-        return ck.path + "/model.safetensors";
+        return weights_in(ck.path);
       }
       problems += fmt::format("; {}: {}", ck.path, why);
     }
@@ -57,8 +68,13 @@ std::string named_weights(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) return path;
   if (fs::is_directory(path, ec)) {
-    const std::string inside = (fs::path(path) / "model.safetensors").string();
+    const std::string inside = weights_in(path);
     if (fs::is_regular_file(inside, ec)) return inside;
+    if (inside == path) {  // a checkpoint of several processes: its weights in shards, checked first
+      if (const std::string why = verify_checkpoint(path); !why.empty())
+        throw ConfigError(fmt::format("--weights {} is not a sound checkpoint: {}", path, why));
+      return path;
+    }
     throw ConfigError(
         fmt::format("--weights {} is a directory without model.safetensors; pass a .safetensors file "
                     "or a checkpoint directory (RUN_DIR/checkpoints/step-NNNNNNNN)",
@@ -126,9 +142,10 @@ std::unique_ptr<Tokenizer> run_tokenizer(const OpenedRun& run) {
 }
 
 void load_run_weights(CausalLmImpl& model, const Config& c, const std::string& weights) {
-  const SafetensorsFile file = load_safetensors(weights);
+  const bool sharded = fs::is_directory(weights);  // a checkpoint's directory (weights_in)
+  const SafetensorsFile file = sharded ? SafetensorsFile{checkpoint_weights(weights), {}} : load_safetensors(weights);
   nlohmann::json frozen;
-  const fs::path state = fs::path(weights).parent_path() / "state.json";
+  const fs::path state = (sharded ? fs::path(weights) : fs::path(weights).parent_path()) / "state.json";
   if (fs::is_regular_file(state)) {
     const nlohmann::json st = nlohmann::json::parse(read_small_file(state.string()), nullptr, false);
     if (st.is_object() && st.contains("frozen") && st["frozen"].is_object()) frozen = st["frozen"];

@@ -238,6 +238,27 @@ std::unique_ptr<Optimizer> make_optimizer(OptimizerKind kind, const std::vector<
   return build_optimizer(groups, with_kind, muon_uses_bf16(t.muon_precision, device));
 }
 
+void Optimizer::load_state_shards(const std::string& dir, const nlohmann::json& index, int64_t steps) {
+  load_state(assemble_state_shards(dir, index), steps);
+}
+
+void Optimizer::load_weights(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                             const std::vector<at::Tensor>& values) {
+  c10::NoGradGuard no_grad;
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].second.copy_(values[i]);
+}
+
+StateShard Optimizer::weights_shard(const std::vector<std::pair<std::string, at::Tensor>>& tensors) const {
+  StateShard out;  // one process: every tensor whole
+  for (const auto& [name, t] : tensors) {
+    StateShard::Entry& e = out.entry(name, t.numel());
+    e.shape = t.sizes().vec();
+    e.pieces.emplace_back(0, t.numel());
+    e.values.push_back(t.detach().reshape({-1}));
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> host_copies(
     Optimizer& opt, const std::vector<std::pair<std::string, at::Tensor>>& tensors, bool keep) {
   c10::NoGradGuard no_grad;

@@ -162,10 +162,6 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   if (ck) s.continue_from(*ck);
   s.open_run_dir(ck);
   s.open_checkpoint_writer();
-  if (s.dp) {  // every rank starts from rank 0's parameters (ZeRO-3: its shard of them)
-    WholeParameters whole(s.step->optimizer(), /*keep_writes=*/true);
-    s.dp->broadcast_parameters(s.model->parameters());
-  }
   s.describe_run();
 }
 
@@ -259,6 +255,9 @@ void Trainer::State::build_task(const TaskFactory& make_task) {
   data = task.data;
   model = task.module;
   model->to(device);
+  // Every rank starts from rank 0's parameters, broadcast while each holds them whole (before
+  // ZeRO-3 shards them; a resume then loads the same checkpoint on every rank).
+  if (dp) dp->broadcast_parameters(model->parameters());
   const ActivationCheckpointing& ac = c.memory.activation_checkpointing;
   if (task.hooks.activation_checkpointing)
     task.hooks.activation_checkpointing(ac);

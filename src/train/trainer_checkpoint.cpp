@@ -17,42 +17,60 @@
 namespace frugal {
 namespace fs = std::filesystem;
 
-// Sharded optimizer state: every rank writes its pieces to a staged file at once (in parallel),
-// then rank 0 learns of each file (its path, size, xxh3 and pieces) and moves them into the
-// checkpoint it writes. A rank that cannot write its file stops every rank with the reason.
-void Trainer::State::stage_optimizer_shards(CheckpointData& d) {
+// Sharded checkpoints: every rank writes its pieces of the weights and of the optimizer state to
+// staged files at once (in parallel), then rank 0 learns of each file (its path, size, xxh3 and
+// pieces) and moves them into the checkpoint it writes. A rank that cannot write its files stops
+// every rank with the reason.
+void Trainer::State::stage_shards(CheckpointData& d) {
   const int64_t rank = dp ? dp->rank() : 0, world = dp ? dp->world_size() : 1;
   // No retention pass of rank 0's previous write runs while the ranks stage: it removes the
   // staging directories of processes it cannot see (another machine's).
   writer->wait();
   if (dp) dp->any(false);
-  StagedShard mine;
+  StagedShard weights, moments;
   std::string error;
   {
-    CrashPhase phase("write this rank's optimizer shard");
+    CrashPhase phase("write this rank's shards of the weights and the optimizer state");
     try {
-      mine = stage_state_shard(writer->root(), loop.step, rank, world, step->optimizer().state_shard());
+      const Optimizer& opt = step->optimizer();
+      StateShard w = opt.weights_shard(saved_tensors());
+      const c10::ScalarType dtype = sharded_weights_dtype(writer->options());
+      for (auto& e : w.entries)
+        for (auto& v : e.values)
+          if (v.is_floating_point()) v = v.to(dtype);
+      weights = stage_state_shard(writer->root(), loop.step, rank, world, w, kModelShards);
+      moments = stage_state_shard(writer->root(), loop.step, rank, world, opt.state_shard());
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
+  auto remove_staged = [&] {
+    std::error_code ec;
+    for (const StagedShard* s : {&weights, &moments})
+      if (!s->path.empty()) remove_tree(fs::path(s->path).parent_path().string(), ec);
+  };
   const bool failed = dp ? dp->any(!error.empty()) : !error.empty();
-  if (!error.empty()) throw IoError(fmt::format("checkpoint at step {}: {}", loop.step, error));
-  if (failed) {
-    std::error_code ec;  // this rank's file will not be moved in: not left behind either
-    remove_tree(fs::path(mine.path).parent_path().string(), ec);
+  if (!error.empty()) {
+    remove_staged();
+    throw IoError(fmt::format("checkpoint at step {}: {}", loop.step, error));
+  }
+  if (failed) {  // this rank's files will not be moved in: not left behind either
+    remove_staged();
     throw IoError(
-        fmt::format("checkpoint at step {}: another rank could not write its optimizer shard (its "
-                    "output says why)",
-                    loop.step));
+        fmt::format("checkpoint at step {}: another rank could not write its shards (its output says why)", loop.step));
   }
   if (!dp) {
-    d.optimizer_shards.push_back(std::move(mine));
+    d.model_shards.push_back(std::move(weights));
+    d.optimizer_shards.push_back(std::move(moments));
     return;
   }
-  const auto all =
-      dp->gather_strings(mine.to_json().dump(), fmt::format("shard/{}/{}", ++checkpoint_exchanges, loop.step));
-  for (const std::string& one : all) d.optimizer_shards.push_back(StagedShard::from_json(nlohmann::json::parse(one)));
+  const nlohmann::json mine = {{"model", weights.to_json()}, {"optimizer", moments.to_json()}};
+  const auto all = dp->gather_strings(mine.dump(), fmt::format("shard/{}/{}", ++checkpoint_exchanges, loop.step));
+  for (const std::string& one : all) {
+    const nlohmann::json j = nlohmann::json::parse(one);
+    d.model_shards.push_back(StagedShard::from_json(j.at("model")));
+    d.optimizer_shards.push_back(StagedShard::from_json(j.at("optimizer")));
+  }
 }
 
 void Trainer::State::save_checkpoint() {
@@ -61,7 +79,7 @@ void Trainer::State::save_checkpoint() {
   PhaseSpan span("checkpoint");
   const auto t0 = detail::Clock::now();
   CheckpointData d = capture(writer->async());  // a collective under ZeRO-1: every rank calls it
-  if (step->optimizer().shards_state()) stage_optimizer_shards(d);
+  if (step->optimizer().shards_state()) stage_shards(d);
   if (is_writer()) {
     CrashPhase phase(writer->async() ? "hand over to the checkpoint writer" : "write");
     last_checkpoint = writer->save(loop.step, std::move(d));

@@ -109,11 +109,14 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   {
     CrashPhase phase(snapshot ? "capture: weights and optimizer state, copied to the host"
                               : "capture: weights and optimizer state");
-    d.model = without_frozen(module_tensors(*model), frozen);  // the base holds them (model.init_from)
-    if (step->optimizer().gathers_parameters())                // block by block; only rank 0 keeps them
-      d.model = host_copies(step->optimizer(), d.model, is_writer());
-    // Sharded (ZeRO on several processes): each rank writes its own pieces (save_checkpoint).
-    if (!step->optimizer().shards_state()) d.optimizer = step->optimizer().state_tensors();
+    // Sharded (ZeRO on several processes): each rank writes its own pieces of the weights and the
+    // optimizer state instead (save_checkpoint).
+    if (!step->optimizer().shards_state()) {
+      d.model = saved_tensors();
+      if (step->optimizer().gathers_parameters())  // block by block
+        d.model = host_copies(step->optimizer(), d.model, is_writer());
+      d.optimizer = step->optimizer().state_tensors();
+    }
     if (snapshot && is_writer()) writer->snapshot(d);  // the others write no copy of it
     loop.loss_sum = loss_sum.item<double>();
   }
@@ -187,10 +190,17 @@ void Trainer::State::restore(const LoadedCheckpoint& ck) {
     torch::NoGradGuard no_grad;
     const nlohmann::json kept = st.value("frozen", nlohmann::json());
     if (!kept.is_null()) check_frozen_base(*model, kept, ck.path);  // loaded from model.init_from
-    WholeParameters whole(step->optimizer(), /*keep_writes=*/true);
-    load_parameters(without_frozen(module_tensors(*model), kept), SafetensorsFile{ck.weights, {}}, ck.path);
+    const NamedTensors params = without_frozen(module_tensors(*model), kept);
+    const std::vector<at::Tensor> weights = matched_weights(params, SafetensorsFile{ck.weights, {}}, ck.path);
+    // The optimizer's state first: reading it from the ranks' files is what can still fail.
+    const int64_t steps = st.at("optimizer_steps").get<int64_t>();
+    if (st.contains("optimizer_shards"))  // each process reads its own pieces
+      step->optimizer().load_state_shards(ck.path, st["optimizer_shards"], steps);
+    else
+      step->optimizer().load_state(ck.optimizer, steps);
+    // Under ZeRO-3 each rank writes its own chunk into its shard: the model is never whole here.
+    step->optimizer().load_weights(params, weights);
   }
-  step->optimizer().load_state(ck.optimizer, st.at("optimizer_steps").get<int64_t>());
   const auto& ls = st.at("loss_scaler");
   step->scaler().set_state({ls.at("scale").get<double>(), ls.at("growth_tracker").get<int64_t>(),
                             ls.at("skipped").get<int64_t>(), ls.at("skipped_at_floor").get<int64_t>()});

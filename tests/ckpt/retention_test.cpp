@@ -131,10 +131,10 @@ TEST(Retention, ACorruptCheckpointIsNeverCountedAndGoesOnceASoundOneExists) {
 TEST(Retention, ApplyKeepsTheCheckpointsWrittenAfterAFallBackFromACorruptNewest) {
   test::TempDir dir;
   for (int64_t s : {10, 20, 30})
-    write_checkpoint(dir.path(), s, CheckpointData{{{"w", torch::ones({64})}}, {}, {}, {}, {}});
+    write_checkpoint(dir.path(), s, CheckpointData{{{"w", torch::ones({64})}}, {}, {}, {}, {}, {}});
   damage(dir.path() + "/step-00000030/model.safetensors");
   EXPECT_EQ(fs::path(*find_resumable(dir.path(), nullptr)).filename(), "step-00000020");
-  write_checkpoint(dir.path(), 25, CheckpointData{{{"w", torch::zeros({64})}}, {}, {}, {}, {}});
+  write_checkpoint(dir.path(), 25, CheckpointData{{{"w", torch::zeros({64})}}, {}, {}, {}, {}, {}});
   apply_retention(dir.path(), {1, 0, MetricMode::kMin});
   EXPECT_EQ(entries(dir.path()), (std::vector<std::string>{"step-00000025"}));
   EXPECT_EQ(fs::path(*find_resumable(dir.path(), nullptr)).filename(), "step-00000025");
@@ -154,7 +154,7 @@ TEST(Retention, AnUnverifiedCheckpointIsNeverDeletedNorCounted) {
 TEST(Retention, ApplyKeepsAnotherVersionsCheckpoint) {
   test::TempDir dir;
   for (int64_t s : {10, 20, 30})
-    write_checkpoint(dir.path(), s, CheckpointData{{{"w", torch::ones({8})}}, {}, {}, {}, {}});
+    write_checkpoint(dir.path(), s, CheckpointData{{{"w", torch::ones({8})}}, {}, {}, {}, {}, {}});
   // step 30 becomes a (well-formed) checkpoint of a future version.
   const std::string d = dir.path() + "/step-00000030";
   nlohmann::json j = nlohmann::json::parse(test::read_text(d + "/state.json"));

@@ -1,6 +1,6 @@
-// Sharded optimizer state in a checkpoint: each rank's staged file moved in, listed with its
-// checksum and assembled into the whole tensors; a damaged, missing or never-moved shard, a bad
-// index and a file that disagrees with its pieces.
+// Sharded optimizer state and weights in a checkpoint: each rank's staged file moved in, listed
+// with its checksum and assembled into the whole tensors; a damaged, missing or never-moved shard,
+// a bad index and a file that disagrees with its pieces.
 #include "frugal/ckpt/state_shards.h"
 
 #include <gtest/gtest.h>
@@ -29,6 +29,14 @@ const NamedTensors& whole() {
     at::Tensor g1 = torch::randn({7});
     g1[3] = 0;
     return NamedTensors{{"g0.exp_avg", torch::randn({10})}, {"g1.exp_avg", g1}};
+  }();
+  return w;
+}
+
+const NamedTensors& weights() {
+  static const NamedTensors w = [] {
+    torch::manual_seed(4);
+    return NamedTensors{{"a", torch::randn({3, 4})}, {"b", torch::randn({5})}, {"c", torch::randn({})}};
   }();
   return w;
 }
@@ -89,10 +97,34 @@ TEST(StateShards, EachRanksFileIsMovedInListedAndAssembledIntoTheWholeTensors) {
   EXPECT_EQ(one.find("g0.exp_avg")->numel(), 5);
   EXPECT_EQ(one.find("g1.exp_avg")->numel(), 3);
   const LoadedCheckpoint c = load_checkpoint(path);
-  ASSERT_EQ(c.optimizer.size(), whole().size());
+  EXPECT_TRUE(c.optimizer.empty()) << "read by the optimizer, from the files";
+  const NamedTensors assembled = assemble_state_shards(path, c.state["optimizer_shards"]);
+  ASSERT_EQ(assembled.size(), whole().size());
   for (size_t i = 0; i < whole().size(); ++i) {
-    EXPECT_EQ(c.optimizer[i].first, whole()[i].first);
-    EXPECT_TRUE(torch::equal(c.optimizer[i].second, whole()[i].second)) << whole()[i].first;
+    EXPECT_EQ(assembled[i].first, whole()[i].first);
+    EXPECT_TRUE(torch::equal(assembled[i].second, whole()[i].second)) << whole()[i].first;
+  }
+  // A process's own pieces, read one file at a time: ranges across both ranks' files and over
+  // the padding no rank holds (0), in the order asked.
+  StateShard want;
+  want.entry("g1.exp_avg", 7).pieces = {{5, 2}, {1, 4}};
+  want.entry("g0.exp_avg", 10).pieces = {{3, 4}};
+  read_state_pieces(path, c.state["optimizer_shards"], want);
+  ASSERT_EQ(want.entries[0].values.size(), 2u);
+  EXPECT_TRUE(torch::equal(want.entries[0].values[0], whole()[1].second.narrow(0, 5, 2)));
+  EXPECT_TRUE(torch::equal(want.entries[0].values[1], whole()[1].second.narrow(0, 1, 4)));
+  EXPECT_EQ(want.entries[0].values[1][2].item<float>(), 0.0f);
+  EXPECT_TRUE(torch::equal(want.entries[1].values[0], whole()[0].second.narrow(0, 3, 4)));
+  // A tensor the checkpoint lacks, or of another size, is named.
+  for (const auto& [name, numel] : {std::pair<std::string, int64_t>{"g2.exp_avg", 3}, {"g0.exp_avg", 12}}) {
+    StateShard other;
+    other.entry(name, numel).pieces = {{0, 1}};
+    try {
+      read_state_pieces(path, c.state["optimizer_shards"], other);
+      ADD_FAILURE() << name << " read";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + name + "'"), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -186,13 +218,18 @@ TEST(StateShards, AFileThatDisagreesWithItsPiecesOrRanksThatDisagreeOnASizeAreRe
   short_one.entries[0].values[0] = short_one.entries[0].values[0].narrow(0, 0, 4);  // 4 elements, listed as 5
   d.optimizer_shards[1] = stage_state_shard(dir.path(), 3, 1, 2, short_one);
   const std::string path = write_checkpoint(dir.path(), 3, d);
-  try {
-    load_checkpoint(path);
-    ADD_FAILURE() << "loaded";
-  } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("optimizer-00001-of-00002.safetensors: tensor 'g0.exp_avg' has 4 elements"),
-              std::string::npos)
-        << e.what();
+  const nlohmann::json index = load_checkpoint(path).state["optimizer_shards"];
+  StateShard rank_0 = shard_of(0);  // its pieces lie in both files
+  for (const auto& read : std::vector<std::function<void()>>{[&] { assemble_state_shards(path, index); },
+                                                             [&] { read_state_pieces(path, index, rank_0); }}) {
+    try {
+      read();
+      ADD_FAILURE() << "read";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("optimizer-00001-of-00002.safetensors: tensor 'g0.exp_avg' has 4 elements"),
+                std::string::npos)
+          << e.what();
+    }
   }
   StateShard other_size = shard_of(1);
   other_size.entries[0].numel = 12;
@@ -201,6 +238,123 @@ TEST(StateShards, AFileThatDisagreesWithItsPiecesOrRanksThatDisagreeOnASizeAreRe
   EXPECT_THROW(shards_index(ranks), CheckpointError);
   std::swap(ranks[0], ranks[1]);
   EXPECT_THROW(shards_index(ranks), CheckpointError);  // rank 1's file in rank 0's place
+}
+
+// Three weights split over two ranks, in `dtype`: "a" (3 x 4: rank 0 holds elements 0-6, rank 1
+// 7-11), "b" (5, rank 0's whole) and the scalar "c" (rank 1's; rank 0's file has none of it).
+CheckpointData with_weight_shards(const std::string& root, int64_t step, c10::ScalarType dtype) {
+  CheckpointData d = sharded(root, step);
+  d.model.clear();
+  for (int64_t r = 0; r < 2; ++r) {
+    StateShard w;
+    for (const auto& [name, t] : weights()) {
+      StateShard::Entry& e = w.entry(name, t.numel());
+      e.shape = t.sizes().vec();
+      const int64_t lo = name == "a" && r == 1 ? 7 : 0;
+      const int64_t hi = name == "a" ? (r == 0 ? 7 : 12) : name == "b" ? (r == 0 ? 5 : 0) : (r == 1 ? 1 : 0);
+      if (hi <= lo) continue;
+      e.pieces.emplace_back(lo, hi - lo);
+      e.values.push_back(t.reshape({-1}).narrow(0, lo, hi - lo).to(dtype));
+    }
+    d.model_shards.push_back(stage_state_shard(root, step, r, 2, w, kModelShards));
+  }
+  return d;
+}
+
+// state.json replaced by `state`, re-signed: what verification says of it.
+std::string forged(const std::string& path, const nlohmann::json& state) {
+  const std::string bytes = state.dump(1) + "\n";
+  test::write_text(path + "/state.json", bytes);
+  test::write_text(path + "/COMPLETE",
+                   fmt::format("frugal-checkpoint 1 state.json xxh3={} bytes={}\n", xxh3_hex(bytes), bytes.size()));
+  return verify_checkpoint(path);
+}
+
+// The ranks' weight files replace model.safetensors (and master.safetensors: exact shards are fp32)
+// and assemble into the whole weights in their shapes, as a resume, `frugal sample` and `export`
+// read them; with weights_dtype = bf16 and no exact resume they stay bf16 and the checkpoint is
+// marked inexact.
+TEST(StateShards, TheRanksWeightFilesReplaceModelSafetensorsAndAssembleInTheirShapes) {
+  test::TempDir dir;
+  EXPECT_EQ(sharded_weights_dtype({WeightsDtype::kBf16, /*exact_resume=*/true, {}}), c10::kFloat);
+  EXPECT_EQ(sharded_weights_dtype({WeightsDtype::kBf16, /*exact_resume=*/false, {}}), c10::kBFloat16);
+  for (const bool exact : {true, false}) {
+    SCOPED_TRACE(exact ? "exact" : "bf16");
+    const WriteOptions o{exact ? WeightsDtype::kFp32 : WeightsDtype::kBf16, exact, {}};
+    const c10::ScalarType dtype = sharded_weights_dtype(o);
+    const int64_t step = exact ? 3 : 6;
+    const std::string path = write_checkpoint(dir.path(), step, with_weight_shards(dir.path(), step, dtype), o);
+    EXPECT_EQ(verify_checkpoint(path), "");
+    for (const char* f : {"model-00000-of-00002.safetensors", "model-00001-of-00002.safetensors"})
+      EXPECT_TRUE(fs::exists(path + "/" + f)) << f;
+    EXPECT_FALSE(fs::exists(path + "/model.safetensors"));
+    EXPECT_FALSE(fs::exists(path + "/master.safetensors"));
+    const nlohmann::json state = nlohmann::json::parse(test::read_text(path + "/state.json"));
+    EXPECT_EQ(state["weights_dtype"], exact ? "fp32" : "bf16");
+    EXPECT_EQ(state["exact"], exact);
+    EXPECT_EQ(state["model_shards"]["shapes"]["a"], nlohmann::json::array({3, 4}));
+    EXPECT_EQ(state["model_shards"]["shapes"]["c"], nlohmann::json::array());
+    const LoadedCheckpoint c = load_checkpoint(path);
+    EXPECT_EQ(c.exact, exact);
+    for (const NamedTensors& got : {c.weights, checkpoint_weights(path)}) {
+      ASSERT_EQ(got.size(), weights().size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].first, weights()[i].first);
+        EXPECT_EQ(got[i].second.scalar_type(), dtype);
+        EXPECT_TRUE(torch::equal(got[i].second, weights()[i].second.to(dtype))) << got[i].first;
+      }
+    }
+  }
+  EXPECT_TRUE(debris(dir.path()).empty());
+}
+
+// The weights' index edited and re-signed: an element no rank holds, a shape that is not the
+// tensor's size, a missing shape list, a bf16 shard claimed exact, model.safetensors listed too.
+TEST(StateShards, AWeightIndexWithAnElementNoRankHoldsOrAWrongShapeIsNotSound) {
+  test::TempDir dir;
+  const WriteOptions o{WeightsDtype::kBf16, false, {}};
+  const std::string path = write_checkpoint(dir.path(), 3, with_weight_shards(dir.path(), 3, c10::kBFloat16), o);
+  const nlohmann::json good = nlohmann::json::parse(test::read_text(path + "/state.json"));
+  ASSERT_EQ(forged(path, good), "");
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> edits = {
+      {[](nlohmann::json& s) { s["model_shards"]["ranks"][1]["pieces"].erase("a"); },
+       "no rank's pieces hold element 7 of weight 'a'"},
+      {[](nlohmann::json& s) {
+         s["model_shards"]["ranks"][1]["pieces"]["a"][0] = {8, 4};
+       },
+       "no rank's pieces hold element 7 of weight 'a'"},
+      {[](nlohmann::json& s) {
+         s["model_shards"]["shapes"]["a"] = {3, 5};
+       },
+       "gives 'a' [3,5] where it has 12"},
+      {[](nlohmann::json& s) { s["model_shards"].erase("shapes"); }, "\"model_shards\" is not"},
+      {[](nlohmann::json& s) { s["model_shards"]["shapes"]["zz"] = {1}; }, "gives a shape to 'zz'"},
+      {[](nlohmann::json& s) { s["exact"] = true; }, "\"exact\" is true for weight shards in reduced precision"},
+      {[](nlohmann::json& s) { s["files"]["model.safetensors"] = s["files"]["data_state.json"]; },
+       "model-00000-of-00002.safetensors, model-00001-of-00002.safetensors"},
+      {[](nlohmann::json& s) { s["model_shards"]["ranks"][1]["file"] = "optimizer-00001-of-00002.safetensors"; },
+       "model-00001-of-00002.safetensors"},
+  };
+  for (const auto& [edit, named] : edits) {
+    nlohmann::json s = good;
+    edit(s);
+    const std::string problem = forged(path, s);
+    EXPECT_NE(problem.find(named), std::string::npos) << "edit naming " << named << ": " << problem;
+  }
+  // bf16 files under a state.json that says fp32 and exact: sound by its index, refused when read.
+  nlohmann::json claims_fp32 = good;
+  claims_fp32["weights_dtype"] = "fp32";
+  claims_fp32["exact"] = true;
+  ASSERT_EQ(forged(path, claims_fp32), "");
+  try {
+    checkpoint_weights(path);
+    ADD_FAILURE() << "read";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("weight 'a' is stored as BFloat16 where state.json says weights_dtype fp32"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(forged(path, good), "");
 }
 
 }  // namespace

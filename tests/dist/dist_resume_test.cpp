@@ -24,11 +24,47 @@ using dist_runs::summary_of;
 using dist_runs::train_args;
 using test::TempDir;
 
+// The 2-rank run `run` (trained 8 steps, checkpointed at 4 and 8): each rank wrote its own part of
+// the optimizer state and of the weights, indexed in state.json; step 8's weights assembled from
+// the ranks' files are the final weights, bit for bit, and `frugal sample` reads them as it reads
+// final/'s. A damaged part is named, and nothing is sampled from the rest (bad input: exit 2).
+void expect_sharded_checkpoints(const TempDir& dir, const std::string& run) {
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_TRUE(fs::exists(run + "/checkpoints/step-00000004/" + shard_file_name(r, 2))) << r;
+    EXPECT_TRUE(fs::exists(run + "/checkpoints/step-00000004/" + shard_file_name(r, 2, kModelShards))) << r;
+  }
+  EXPECT_FALSE(fs::exists(run + "/checkpoints/step-00000004/optimizer.safetensors"));
+  EXPECT_FALSE(fs::exists(run + "/checkpoints/step-00000004/model.safetensors"));
+  const NamedTensors at_8 = checkpoint_weights(run + "/checkpoints/step-00000008");
+  const SafetensorsFile final_weights = load_safetensors(run + "/final/model.safetensors");
+  ASSERT_EQ(at_8.size(), final_weights.tensors.size());
+  for (const auto& [name, t] : at_8) {
+    ASSERT_NE(final_weights.find(name), nullptr) << name;
+    EXPECT_TRUE(at::equal(t, *final_weights.find(name))) << name;
+  }
+  const std::string sample = "sample " + run + " --prompt 'line 1' -t 0 --max-tokens 6 --stop '' --json --weights ";
+  auto tokens = [](const test::CommandResult& r) {
+    const size_t at = r.output.rfind("{\"prompt\"");
+    return at == std::string::npos ? nlohmann::json() : nlohmann::json::parse(r.output.substr(at))["tokens"];
+  };
+  auto from_final = test::run_frugal(sample + run + "/final");
+  auto from_shards = test::run_frugal(sample + run + "/checkpoints/step-00000008");
+  ASSERT_EQ(from_shards.exit_code, 0) << from_shards.output;
+  EXPECT_EQ(tokens(from_shards), tokens(from_final)) << from_shards.output;
+  EXPECT_TRUE(tokens(from_final).is_array()) << from_final.output;
+  fs::copy(run + "/checkpoints/step-00000008", dir.file("damaged"), fs::copy_options::recursive);
+  const std::string part = dir.file("damaged/" + shard_file_name(1, 2, kModelShards));
+  test::flip_byte(part, fs::file_size(part) - 3);
+  auto damaged = test::run_frugal(sample + dir.file("damaged"));
+  EXPECT_EQ(damaged.exit_code, 2) << damaged.output;
+  EXPECT_NE(damaged.output.find(shard_file_name(1, 2, kModelShards) + ": xxh3"), std::string::npos) << damaged.output;
+}
+
 // Elastic resume: a 2-rank run (ZeRO-1 or ZeRO-3, shard data) checkpointed at step 4 (each rank
-// writing its optimizer shard) continues on 1 and on 4 processes with the same global batch
-// (accumulation 4 and 1 instead of 2) and ends where the uninterrupted 2-rank run ends; 3
-// processes cannot split its global batch of 32 and are refused before any step. Ports: the full
-// run, the resume on 4, the refused resume on 3.
+// writing its shards of the weights and the optimizer state) continues on 1 and on 4 processes with the same global
+// batch (accumulation 4 and 1 instead of 2) and ends where the uninterrupted 2-rank run ends; 3 processes cannot split
+// its global batch of 32 and are refused before any step. Ports: the full run, the resume on 4, the refused resume
+// on 3.
 void expect_elastic_resume(const std::string& zero, int port_full, int port_four, int port_three) {
   TempDir dir;
   std::string corpus;
@@ -67,10 +103,7 @@ void expect_elastic_resume(const std::string& zero, int port_full, int port_four
     a.push_back("auto");
     return a;
   };
-  // Each rank wrote its own part of the optimizer state; the index is in state.json.
-  for (int64_t r = 0; r < 2; ++r)
-    EXPECT_TRUE(fs::exists(dir.file("full/checkpoints/step-00000004/" + shard_file_name(r, 2)))) << r;
-  EXPECT_FALSE(fs::exists(dir.file("full/checkpoints/step-00000004/optimizer.safetensors")));
+  expect_sharded_checkpoints(dir, dir.file("full"));
   killed_after_step_4("one");
   auto one = test::run_frugal(joined(resume_args("one")));
   ASSERT_EQ(one.exit_code, 0) << one.output;
@@ -132,8 +165,8 @@ TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch
   expect_elastic_resume("1", 29670, 29671, 29672);
 }
 
-// ZeRO-3's checkpoint holds the gathered parameters and each rank's moments as ZeRO-1's does (the
-// shards of gradients, ZeRO-2's too, are never saved), so the run reshards on any world size. Its
+// ZeRO-3's checkpoint holds each rank's pieces of the weights and of the moments as ZeRO-1's does
+// (the shards of gradients, ZeRO-2's too, are never saved), so the run reshards on any world size. Its
 // state per rank against one process's (which keeps everything): at most 0.6x on 2 ranks, 0.35x
 // on 4.
 TEST(DistTrain, AZero3CheckpointOfTwoRanksResumesOnOneAndOnFour) { expect_elastic_resume("3", 29679, 29680, 29681); }

@@ -23,7 +23,7 @@ using dist_runs::train_args;
 // here, bounded at 1e-5 because a BLAS may round a product of other-aligned operands differently
 // (the buffers differ by stage), while stale or misplaced copies move weights by ~1e-3. The same
 // run in fp32 gathers the same buffers at the same points (evaluation, which runs without
-// autocast, and checkpoints gather fp32 in both), so the bf16 run's bytes plus its copies' bytes
+// autocast, and the final weights gather fp32 in both), so the bf16 run's bytes plus its copies' bytes
 // again (their fp32 width) are the fp32 run's: the matrices went as bf16 alone, not beside fp32.
 TEST(Zero3Train, Bf16GathersTrainAsZero2AndMoveTheMatricesAsBf16Alone) {
   test::TempDir dir;
@@ -104,8 +104,8 @@ TEST(Zero3Train, KeepingBlocksWholeFromForwardToBackwardHalvesTheGathersAndTrain
 // 0.46x and 0.29x. The checkpoints count: each rank writes its own part of the moments; with the
 // whole moments gathered on every rank for the capture instead (8 bytes a parameter), rank 1's
 // peak measured 0.62x and 0.45x. Rank 0 alone also copies the whole weights to the host for the
-// checkpoint it writes (4 bytes a parameter, here in the same memory as the tensors): its peak may
-// exceed the others' by that much and no more (measured 0.56x and 0.35x).
+// final weights it writes (4 bytes a parameter, here in the same memory as the tensors): its peak
+// may exceed the others' by that much and no more (measured 0.56x and 0.35x).
 TEST(Zero3Train, EachRanksPeakTensorMemoryIsAFractionOfOneProcesss) {
   test::TempDir dir;
   const std::vector<std::string> common{"model.layers=6",        "model.embd=256", "model.block=16",

@@ -5,13 +5,17 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 
+#include "frugal/ckpt/checkpoint.h"
 #include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
 #include "frugal/model/working_weights.h"
 #include "frugal/train/fused_adamw.h"
+#include "test_util.h"
 #include "two_ranks.h"
 
 namespace frugal::dist::zero_adamw_test {
@@ -44,6 +48,42 @@ void expect_shards_piece_together(const std::vector<std::unique_ptr<ZeroAdamW>>&
     EXPECT_TRUE(torch::equal(whole[i].second, want[i].second)) << want[i].first;
     EXPECT_EQ(held[want[i].first], want[i].second.numel()) << want[i].first << ": elements held by the ranks";
   }
+}
+
+// Every rank's weights_shard() of its parameters (and of a tensor outside the optimizer's buffers,
+// rank 0's whole) pieced together as a checkpoint assembles them: `want`, each element from exactly
+// one rank, in the parameters' shapes. At stage 3 the pieces come from the master shards (the
+// buffers have no memory between gathers).
+void expect_weight_shards_piece_together(const std::vector<std::unique_ptr<ZeroAdamW>>& opts,
+                                         const std::vector<std::vector<at::Tensor>>& params,
+                                         const std::vector<at::Tensor>& want) {
+  const at::Tensor outside = torch::arange(4.0);
+  std::vector<at::Tensor> whole;
+  for (const auto& w : want) whole.push_back(torch::zeros_like(w));
+  whole.push_back(torch::zeros({4}));
+  std::vector<int64_t> held(whole.size(), 0);
+  for (size_t r = 0; r < opts.size(); ++r) {
+    std::vector<std::pair<std::string, at::Tensor>> named;
+    for (size_t i = 0; i < params[r].size(); ++i) named.emplace_back(fmt::format("p{}", i), params[r][i]);
+    named.emplace_back("outside", outside);
+    const StateShard shard = opts[r]->weights_shard(named);
+    ASSERT_EQ(shard.entries.size(), named.size());
+    for (size_t i = 0; i < named.size(); ++i) {
+      const StateShard::Entry& e = shard.entries[i];
+      EXPECT_EQ(e.name, named[i].first);
+      EXPECT_EQ(e.shape, named[i].second.sizes().vec());
+      for (size_t k = 0; k < e.pieces.size(); ++k) {
+        whole[i].view({-1}).narrow(0, e.pieces[k].first, e.pieces[k].second).copy_(e.values[k]);
+        held[i] += e.pieces[k].second;
+      }
+    }
+    EXPECT_EQ(shard.entries.back().pieces.size(), r == 0 ? 1u : 0u) << "rank " << r;
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(torch::equal(whole[i], want[i])) << "parameter " << i;
+    EXPECT_EQ(held[i], want[i].numel()) << "parameter " << i << ": elements held by the ranks";
+  }
+  EXPECT_TRUE(torch::equal(whole.back(), outside));
 }
 
 // `offload` (dist.offload = "optimizer"): each rank's moments in host memory and its chunk updated
@@ -85,6 +125,7 @@ void expect_sharded_steps_match_fused_adamw(const std::vector<std::shared_ptr<Pr
     EXPECT_TRUE(torch::equal(states[0][i].second, want[i].second)) << want[i].first;
   }
   expect_shards_piece_together(opts, want);
+  expect_weight_shards_piece_together(opts, params, ref_params);
   std::vector<at::Tensor> fresh = make_params(9);
   ZeroAdamW reloaded({{{fresh[0]}, 0.1}, {{fresh[1], fresh[2]}, 0.0}}, h, groups[1], false, offload);
   reloaded.load_state(want, 4);
@@ -279,6 +320,8 @@ TEST(ZeroAdamW, Zero3SplitGroupsStepAndSaveAsTheUnsplitGroup) {
       opts[r]->step();
     });
   }
+  // Between gathers: block 0's weights read from the ranks' master shards.
+  expect_weight_shards_piece_together(opts, params, ref_params);
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> states(2);
   on_both([&](int64_t r) {
     opts[r]->gather_parameters();
@@ -301,10 +344,46 @@ TEST(ZeroAdamW, Zero3SplitGroupsStepAndSaveAsTheUnsplitGroup) {
     states[r] = opts[r]->state_tensors();
   });
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(states[1][i].second, want[i].second));
+  // From a sharded checkpoint each rank reads only its own pieces (load_state_shards): the same
+  // state again, after it was overwritten.
+  test::TempDir dir;
+  CheckpointData d;
+  for (int64_t r = 0; r < 2; ++r)
+    d.optimizer_shards.push_back(stage_state_shard(dir.path(), 3, r, 2, opts[r]->state_shard()));
+  const std::string path = write_checkpoint(dir.path(), 3, d);
+  const nlohmann::json index = load_checkpoint(path).state["optimizer_shards"];
+  on_both([&](int64_t r) {
+    std::vector<std::pair<std::string, at::Tensor>> zeros = want;
+    for (auto& [name, t] : zeros) t = torch::zeros_like(t);
+    opts[r]->load_state(zeros, 0);
+    opts[r]->load_state_shards(path, index, 3);
+    EXPECT_EQ(opts[r]->step_count(), 3);
+    states[r] = opts[r]->state_tensors();
+  });
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(states[0][i].second, want[i].second));
   // A checkpoint of another model (another size for g0) is refused by name.
   std::vector<std::pair<std::string, at::Tensor>> other = want;
   other[0].second = torch::zeros({44});
   EXPECT_THROW(opts[0]->load_state(other, 3), CheckpointError);
+  // load_weights (a resume) writes each rank's chunk into its shard and gathers nothing; the
+  // shards then hold the new values, and so does every rank's parameter once gathered.
+  std::vector<at::Tensor> values;
+  for (const auto& p : ref_params) values.push_back(p * 2 + 1);
+  on_both([&](int64_t r) {
+    opts[r]->release_parameters(/*keep_writes=*/false);
+    const int64_t gathers = opts[r]->unit_gathers();
+    std::vector<std::pair<std::string, at::Tensor>> named;
+    for (size_t i = 0; i < params[r].size(); ++i) named.emplace_back(fmt::format("p{}", i), params[r][i]);
+    opts[r]->load_weights(named, values);
+    EXPECT_EQ(opts[r]->unit_gathers(), gathers) << "rank " << r;
+    EXPECT_EQ(params[r][0].storage().nbytes(), 0u) << "rank " << r;
+  });
+  expect_weight_shards_piece_together(opts, params, values);
+  on_both([&](int64_t r) { opts[r]->gather_parameters(); });
+  for (int r = 0; r < 2; ++r)
+    for (size_t i = 0; i < values.size(); ++i)
+      EXPECT_TRUE(torch::equal(params[r][i], values[i])) << "rank " << r << " parameter " << i;
+  on_both([&](int64_t r) { opts[r]->release_parameters(/*keep_writes=*/false); });
 }
 
 }  // namespace

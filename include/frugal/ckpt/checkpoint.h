@@ -4,8 +4,10 @@
 //   checkpoints/step-00000120/
 //     model.safetensors      weights in checkpoint.weights_dtype (readable by Python safetensors)
 //     master.safetensors     exact fp32 weights, only when weights_dtype != fp32 and exact_resume
-//     optimizer.safetensors  optimizer moments; on several ZeRO processes instead one file per
-//                            rank, optimizer-RRRRR-of-WWWWW.safetensors (ckpt/state_shards.h)
+//     optimizer.safetensors  optimizer moments
+//                            On several ZeRO processes, each rank's pieces instead, in files of
+//                            its own: optimizer-RRRRR-of-WWWWW.safetensors for the moments and
+//                            model-RRRRR-of-WWWWW.safetensors for the weights (ckpt/state_shards.h)
 //     data_state.json        the data source's cursor (JSON)
 //     state.json             step, RNG, scaler, callbacks, config, per-file xxh3-64 checksums
 //     COMPLETE               marker written last; holds the checksum of state.json
@@ -44,6 +46,9 @@ struct CheckpointData {
   // Instead of `optimizer` (left empty): every rank's file of its pieces of it, staged
   // (stage_state_shard), in rank order; moved into the checkpoint and indexed in state.json.
   std::vector<StagedShard> optimizer_shards;
+  // Likewise instead of `model`: every rank's file of its pieces of the weights, written in
+  // sharded_weights_dtype() (so no master.safetensors is needed).
+  std::vector<StagedShard> model_shards;
 };
 
 // The stages of a write, in order. WriteOptions::after_stage is called after each (tests throw
@@ -59,6 +64,10 @@ struct WriteOptions {
 
 // "step-00000120"
 std::string checkpoint_dir_name(int64_t step);
+
+// The dtype the ranks write their weight shards in: fp32 when exact_resume (the shards are then
+// the masters), else checkpoint.weights_dtype's.
+c10::ScalarType sharded_weights_dtype(const WriteOptions& options);
 
 // Writes root/step-NNNNNNNN (root is created) and returns its path. Throws IoError or
 // CheckpointError; on failure the partial temp directory is left for retention to remove.
@@ -104,13 +113,18 @@ struct LoadedCheckpoint {
   int64_t step = 0;
   NamedTensors weights;    // exact fp32 masters when stored, else model.safetensors as written
   bool exact = true;       // false when only reduced-precision weights were stored
-  NamedTensors optimizer;  // whole, also when the checkpoint holds it in shards (assembled)
+  NamedTensors optimizer;  // whole; empty when the checkpoint holds it in shards (state.json's
+                           // "optimizer_shards": Optimizer::load_state_shards reads them)
   nlohmann::json state;
   nlohmann::json data_state;
 };
 
 // Verifies, then reads. Throws CheckpointError naming the path and the problem.
 LoadedCheckpoint load_checkpoint(const std::string& path);
+
+// The weights of checkpoint `dir` as model.safetensors holds them, or assembled from the ranks'
+// weight shards (one model, whole). Does not verify; throws CheckpointError or IoError.
+NamedTensors checkpoint_weights(const std::string& dir);
 
 // xxh3-64 of bytes as 16 lowercase hex digits.
 std::string xxh3_hex(const std::string& bytes);

@@ -93,6 +93,7 @@ class CheckpointWriter {
 
   bool async() const { return async_; }
   const std::string& root() const { return root_; }
+  const WriteOptions& options() const { return options_; }
   CheckpointWriterStats stats() const;
 
  private:

@@ -26,7 +26,8 @@
 //
 // Offloaded, the moments are host tensors and the chunk's update runs on the CPU (AdamWState).
 //
-// Checkpoints: each rank writes its own pieces of the state (state_shard(): no communication),
+// Checkpoints: each rank writes its own pieces of the state (state_shard()) and of the weights
+// (weights_shard()), without communication,
 // named and placed as FusedAdamW's tensors ("g<i>.exp_avg", ...), so a checkpoint resumes with or
 // without ZeRO and on any number of processes (load_state takes this rank's slice of the whole
 // tensors). state_tensors() gathers the whole tensors (a collective).
@@ -35,6 +36,7 @@
 // state_tensors() are collectives (call them on every rank). Not thread-safe.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -79,6 +81,12 @@ class ZeroAdamW : public Optimizer {
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& t, int64_t steps) override;
   bool shards_state() const override { return pg_->world_size() > 1; }
   StateShard state_shard() const override;
+  void load_state_shards(const std::string& dir, const nlohmann::json& index, int64_t steps) override;
+  // Rank r's pieces of each weight: the part of the tensor in chunk r of its flat buffer (at
+  // stage 3 read from the fp32 master shard: nothing is gathered).
+  StateShard weights_shard(const std::vector<std::pair<std::string, at::Tensor>>& tensors) const override;
+  void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                    const std::vector<at::Tensor>& values) override;
   int64_t step_count() const override { return steps_; }
   // This rank's share: 2 x chunk elements per group.
   int64_t state_bytes() const override;
@@ -143,6 +151,9 @@ class ZeroAdamW : public Optimizer {
   void gather(Flat& f);
   void release(Flat& f, bool keep_writes);
   std::string state_name(size_t flat, const char* what) const;
+  // This rank's chunk of flat `flat` in the checkpoint's layout: {there, here, n} per piece, `there`
+  // an offset in the whole (origin's) tensor, `here` one in this flat.
+  std::vector<std::array<int64_t, 3>> chunk_pieces(size_t flat) const;
   int64_t origin_numel(int64_t origin) const;  // elements of an unsplit group (stage 3)
   // The whole flat state `full` (of flat `flat`) into, or out of, the checkpoint's layout.
   at::Tensor to_checkpoint_layout(size_t flat, const at::Tensor& full, at::Tensor& origin) const;

@@ -24,7 +24,8 @@ struct OpenedRun {
 OpenedRun open_run(const std::string& run_dir);
 
 // RUN_DIR/final/model.safetensors, else the newest sound checkpoint's weights (a run that stopped
-// early; `command` names the caller in the note printed on stderr then). ConfigError when neither
+// early; `command` names the caller in the note printed on stderr then): its model.safetensors, or
+// the checkpoint's directory when several processes wrote the weights in shards. ConfigError when neither
 // exists, naming each checkpoint's problem.
 std::string run_weights(const std::string& run_dir, const char* command);
 
@@ -38,10 +39,13 @@ struct TokenizerFiles {
 TokenizerFiles run_tokenizer_files(const OpenedRun& run);
 
 // The weights file `--weights PATH` names: PATH itself when it is a file, PATH/model.safetensors when
-// PATH is a checkpoint or final/ directory; ConfigError (exit 2) saying which was expected otherwise.
+// PATH is a checkpoint or final/ directory, PATH when it is a sound checkpoint whose weights are in
+// shards; ConfigError (exit 2) saying which was expected, or why the checkpoint is not sound,
+// otherwise.
 std::string named_weights(const std::string& path);
 
-// Loads `weights` (final/'s or a checkpoint's) into `model`, a model of the run's config `c`. A
+// Loads `weights` (final/'s or a checkpoint's file, or a checkpoint directory whose shards are
+// assembled) into `model`, a model of the run's config `c`. A
 // checkpoint of a fine-tune with frozen tensors names them in its state.json instead of storing
 // them (model/freeze.h): they are loaded from model.init_from first, and checked against the
 // digests the checkpoint recorded.

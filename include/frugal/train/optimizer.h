@@ -38,6 +38,20 @@ class Optimizer {
   // pieces, without communication, for the file it writes itself.
   virtual bool shards_state() const { return false; }
   virtual StateShard state_shard() const { return {}; }
+  // Loads the state from the ranks' files of a sharded checkpoint (its directory and state.json's
+  // "optimizer_shards"). By default the whole tensors are assembled (load_state); ZeroAdamW reads
+  // only its own chunk's pieces (read_state_pieces), so a resume never holds the whole state.
+  virtual void load_state_shards(const std::string& dir, const nlohmann::json& index, int64_t steps);
+  // Likewise this process's pieces of the weights `tensors` (the model's, by name; views into the
+  // optimizer's buffers where it re-homed them), each element on one process: with
+  // shards_state(), the ranks write the weights in parallel too. Tensors outside the optimizer's
+  // buffers (buffers, say) are rank 0's, whole.
+  virtual StateShard weights_shard(const std::vector<std::pair<std::string, at::Tensor>>& tensors) const;
+  // Writes `values` (whole, anywhere; checked by matched_weights) into the model's `tensors`, the
+  // same list. Under ZeRO-3 each rank writes only its own chunk, into its master shard: nothing is
+  // gathered, so a resume never holds the whole model on the device.
+  virtual void load_weights(const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                            const std::vector<at::Tensor>& values);
   virtual int64_t step_count() const = 0;
   virtual int64_t state_bytes() const = 0;
   // The part of state_bytes() in host memory (dist.offload = "optimizer"; else 0).
@@ -78,7 +92,7 @@ class Optimizer {
   virtual int64_t parameter_bytes() const { return -1; }
 };
 
-// The whole parameters for a scope (a checkpoint's capture or restore, the first broadcast):
+// The whole parameters for a scope (the end-of-run decoding, say):
 // gathered on entry, released on exit, with the scope's writes kept where `keep_writes`. Every
 // rank must enter it together (the gathers are collectives). Nothing where the optimizer does not
 // shard parameters.

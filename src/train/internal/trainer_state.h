@@ -22,11 +22,13 @@
 #include "frugal/core/threads.h"
 #include "frugal/core/wall_clock.h"
 #include "frugal/data/batch_source.h"
+#include "frugal/model/freeze.h"
 #include "frugal/train/data_parallelism.h"
 #include "frugal/train/preemption.h"
 #include "frugal/train/run_config.h"
 #include "frugal/train/run_setup.h"
 #include "frugal/train/step_metrics.h"
+#include "frugal/train/task.h"
 #include "frugal/train/train_step.h"
 #include "frugal/train/trainer.h"
 #include "train/internal/run_state.h"
@@ -122,11 +124,13 @@ struct Trainer::State {
   void start_over_with_run_config();
   bool started_over = false;
   CheckpointData capture(bool snapshot);
+  // What a checkpoint holds of the model: its tensors less the frozen ones (the base holds them).
+  NamedTensors saved_tensors() const { return without_frozen(module_tensors(*model), frozen); }
   void restore(const LoadedCheckpoint& ck);
   void restore_data_position(const LoadedCheckpoint& ck);
   // Saving, the rollback and the checkpoint summary (trainer_checkpoint.cpp).
   void save_checkpoint();
-  void stage_optimizer_shards(CheckpointData& d);
+  void stage_shards(CheckpointData& d);
   void rollback(Control& control);
   void print_banner() const;
   nlohmann::json finish(const Control& control);
