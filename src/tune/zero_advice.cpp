@@ -44,7 +44,8 @@ ZeroAdvice zero_advice(const PlanFigures& f, int64_t gpus, double memory_gb) {
     l.gradients_gb = (l.stage >= 2 ? g / w : g) / kGb;
     l.optimizer_gb = (l.stage >= 1 ? o / w : o) / kGb;
     l.total_gb = l.parameters_gb + l.gradients_gb + (l.offload ? 0.0 : l.optimizer_gb) + a.activations_gb;
-    l.fits = l.total_gb <= a.usable_gb;
+    l.startup_gb = p / kGb;  // built and moved whole, then sharded
+    l.fits = l.total_gb <= a.usable_gb && l.startup_gb <= a.usable_gb;
     int& pick = l.offload ? a.recommended_with_offload : a.recommended;
     if (l.fits && pick < 0) pick = l.stage;
     a.levels.push_back(l);
@@ -64,8 +65,14 @@ std::string ZeroAdvice::table() const {
   for (const ZeroLevel& l : levels) {
     if (l.offload && recommended >= 0) continue;  // the offloaded rows matter where nothing else fits
     const std::string label = std::to_string(l.stage) + (l.offload ? " + offload" : "");
+    const bool only_startup = !l.fits && l.total_gb <= usable_gb;  // fits once sharded, not at start-up
     const std::string verdict =
-        std::string(l.fits ? "fits" : "does not fit") + (l.offload ? " (optimizer in host memory)" : "");
+        std::string(l.fits         ? "fits"
+                    : only_startup ? fmt::format("does not start: the whole model ({:.3g} GB) is on "
+                                                 "each GPU at start-up, before it is sharded",
+                                                 l.startup_gb)
+                                   : "does not fit") +
+        (l.offload ? " (optimizer in host memory)" : "");
     out << fmt::format("  {:<14} {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB  {}\n", label,
                        l.parameters_gb, l.gradients_gb, l.optimizer_gb, activations_gb, l.total_gb, verdict);
   }
@@ -108,6 +115,7 @@ nlohmann::json ZeroAdvice::to_json() const {
                            {"gradients_gb", l.gradients_gb},
                            {"optimizer_gb", l.optimizer_gb},
                            {"total_gb", l.total_gb},
+                           {"startup_gb", l.startup_gb},
                            {"fits", l.fits}});
   return j;
 }

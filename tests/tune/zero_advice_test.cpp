@@ -82,6 +82,29 @@ TEST(ZeroAdvice, WhereOnlyTheOptimizerInHostMemoryFitsItIsAdvisedWithItsHostByte
   EXPECT_EQ(zero_advice(eight_billion(), 2, 32).recommended_with_offload, -1);
 }
 
+// ZeRO-3 shards a 12B model (48 GB in fp32) to 6 + 6 + 12 + 2 = 26 GB a rank on 8 GPUs, but every
+// rank holds the whole model once at start-up, before sharding: on 48 GB cards (43.2 usable) it
+// cannot start, and the table says why; on 64 GB cards it can (and stage 2 still cannot).
+TEST(ZeroAdvice, Zero3FitsOnlyWhereTheWholeModelFitsAtStartUp) {
+  PlanFigures f = eight_billion();
+  f.params = 12'000'000'000;
+  f.trainable_params = f.params;
+  f.param_bytes = 4 * f.params;
+  f.optimizer_state_mb = 96'000;
+  f.peak_tensor_mb = (48 + 48 + 96 + 2) * 1e3;
+  const ZeroAdvice a = zero_advice(f, 8, 48);
+  EXPECT_NEAR(a.levels[3].total_gb, 6 + 6 + 12 + 2, 1e-6);
+  EXPECT_NEAR(a.levels[3].startup_gb, 48, 1e-6);
+  EXPECT_FALSE(a.levels[3].fits);
+  EXPECT_FALSE(a.levels[7].fits);
+  EXPECT_EQ(a.recommended, -1);
+  EXPECT_EQ(a.recommended_with_offload, -1);
+  EXPECT_NE(a.table().find("does not start: the whole model (48 GB) is on each GPU at start-up"), std::string::npos)
+      << a.table();
+  EXPECT_EQ(a.to_json()["levels"][3]["startup_gb"], 48.0);
+  EXPECT_EQ(zero_advice(f, 8, 64).recommended, 3);  // 57.6 usable: stage 2 needs 48 + 6 + 12 + 2 = 68
+}
+
 TEST(ZeroAdvice, FrozenParametersNeedNoGradientOrMomentsAndUnknownActivationsAreSaid) {
   PlanFigures f;  // LoRA: 8B frozen in bf16 (16 GB), 40M trainable; no peak measured
   f.params = 8'040'000'000;

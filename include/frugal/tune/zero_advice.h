@@ -16,6 +16,8 @@
 // dist.offload = "optimizer" (the moments in host memory: a slower step) are weighed the same way,
 // and the lowest that fits is advised with it. Stage 3 keeps the parameters outside the blocks
 // (embeddings, head) whole on every rank, which the table counts as sharded; its text says so.
+// Stage 3 must also start: every rank holds the whole model (P) once at start-up, before the
+// optimizer shards it (docs/distributed.md), so it fits only where P does too.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +34,9 @@ struct ZeroLevel {
   int stage = 0;
   bool offload = false;  // dist.offload = "optimizer": optimizer_gb is in host memory, not in total_gb
   double parameters_gb = 0, gradients_gb = 0, optimizer_gb = 0;
-  double total_gb = 0;  // the three above and the activations
-  bool fits = false;
+  double total_gb = 0;    // the three above and the activations
+  double startup_gb = 0;  // what a rank holds at start-up: the whole model (P), before any sharding
+  bool fits = false;      // total_gb and startup_gb within the usable memory
 };
 
 struct ZeroAdvice {
