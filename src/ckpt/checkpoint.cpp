@@ -11,10 +11,10 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <iterator>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <iterator>
 #include <mutex>
 #include <set>
 

@@ -257,16 +257,14 @@ void ZeroAdamW::load_state_shards(const std::string& dir, const nlohmann::json& 
   c10::NoGradGuard no_grad;
   StateShard want = state_shard();
   read_state_pieces(dir, index, want);  // the values now the checkpoint's, in the same order
+  std::map<std::string, size_t> next;   // per entry, the first piece of the flat at hand
   for (size_t i = 0; i < flats_.size(); ++i) {
     Flat& f = flats_[i];
     const int64_t lo = std::min(pg_->rank() * f.chunk, f.numel);
     for (auto* dst : {&f.state.exp_avg, &f.state.exp_avg_sq}) {
       const std::string name = state_name(i, dst == &f.state.exp_avg ? "exp_avg" : "exp_avg_sq");
-      // This flat's pieces: the entry's, after those of the flats before it with the same name.
-      size_t k = 0;
-      for (size_t j = 0; j < i; ++j)
-        if (state_name(j, "exp_avg") == state_name(i, "exp_avg")) k += chunk_pieces(j).size();
       const StateShard::Entry& e = want.entry(name, 0);
+      size_t& k = next[name];  // state_shard() appended this flat's pieces after the earlier flats'
       dst->zero_();
       for (const auto& [there, here, n] : chunk_pieces(i)) dst->narrow(0, here - lo, n).copy_(e.values[k++]);
     }
@@ -275,29 +273,42 @@ void ZeroAdamW::load_state_shards(const std::string& dir, const nlohmann::json& 
   device_.set_steps(steps);
 }
 
+ZeroAdamW::OwnPart ZeroAdamW::own_part(const at::Tensor& t) const {
+  OwnPart p;
+  p.flat = t.numel() > 0 ? group_of(t.storage().unsafeGetStorageImpl()) : -1;
+  if (p.flat < 0) return p;
+  const Flat& f = flats_[static_cast<size_t>(p.flat)];
+  FRUGAL_CHECK(t.is_contiguous(), Error, "ZeroAdamW: a model tensor is not a contiguous view of its buffer");
+  const int64_t at = t.storage_offset() - f.params.storage_offset();  // its first element in the flat buffer
+  const int64_t lo = std::min(pg_->rank() * f.chunk, f.numel), hi = std::min(f.numel, lo + f.chunk);
+  const int64_t a = std::max(lo, at), b = std::min(hi, at + t.numel());
+  if (a < b) {
+    p.in_tensor = a - at;
+    p.in_chunk = a - lo;
+    p.count = b - a;
+  }
+  return p;
+}
+
 StateShard ZeroAdamW::weights_shard(const std::vector<std::pair<std::string, at::Tensor>>& tensors) const {
   StateShard out;
-  const int64_t rank = pg_->rank();
   for (const auto& [name, t] : tensors) {
     StateShard::Entry& e = out.entry(name, t.numel());
     e.shape = t.sizes().vec();
-    const int64_t g = t.numel() > 0 ? group_of(t.storage().unsafeGetStorageImpl()) : -1;
-    if (g < 0) {  // not re-homed: whole on every rank, written by rank 0
-      if (rank == 0) {
+    const OwnPart p = own_part(t);
+    if (p.flat < 0) {  // not re-homed: whole on every rank, written by rank 0
+      if (pg_->rank() == 0) {
         e.pieces.emplace_back(0, t.numel());
         e.values.push_back(t.detach().reshape({-1}));
       }
       continue;
     }
-    const Flat& f = flats_[static_cast<size_t>(g)];
-    FRUGAL_CHECK(t.is_contiguous(), Error, "weights_shard: '" + name + "' is not a contiguous view of its buffer");
-    const int64_t at = t.storage_offset() - f.params.storage_offset();  // its first element in the flat buffer
-    const int64_t lo = std::min(rank * f.chunk, f.numel), hi = std::min(f.numel, lo + f.chunk);
-    const int64_t a = std::max(lo, at), b = std::min(hi, at + t.numel());
-    if (a >= b) continue;
-    e.pieces.emplace_back(a - at, b - a);
+    if (p.count == 0) continue;
+    const Flat& f = flats_[static_cast<size_t>(p.flat)];
+    e.pieces.emplace_back(p.in_tensor, p.count);
     // Stage 3: the chunk lives in the master shard (the buffer has no memory between gathers).
-    e.values.push_back(f.shard.defined() ? f.shard.narrow(0, a - lo, b - a) : f.params.narrow(0, a, b - a));
+    e.values.push_back(f.shard.defined() ? f.shard.narrow(0, p.in_chunk, p.count)
+                                         : t.detach().reshape({-1}).narrow(0, p.in_tensor, p.count));
   }
   return out;
 }
@@ -307,19 +318,17 @@ void ZeroAdamW::load_weights(const std::vector<std::pair<std::string, at::Tensor
   c10::NoGradGuard no_grad;
   FRUGAL_CHECK(pinned_ == 0, Error, "ZeroAdamW::load_weights inside gather_parameters()");
   for (auto& f : flats_) release(f, /*keep_writes=*/false);  // a unit still whole is only a cache
-  const int64_t rank = pg_->rank();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const at::Tensor& t = tensors[i].second;
-    const int64_t g = t.numel() > 0 ? group_of(t.storage().unsafeGetStorageImpl()) : -1;
-    if (g < 0 || !flats_[static_cast<size_t>(g)].shard.defined()) {  // whole on every rank
+    const OwnPart p = own_part(t);
+    if (p.flat < 0 || !flats_[static_cast<size_t>(p.flat)].shard.defined()) {  // whole on every rank
       t.copy_(values[i]);
       continue;
     }
-    const Flat& f = flats_[static_cast<size_t>(g)];
-    const int64_t at = t.storage_offset() - f.params.storage_offset();
-    const int64_t lo = std::min(rank * f.chunk, f.numel), hi = std::min(f.numel, lo + f.chunk);
-    const int64_t a = std::max(lo, at), b = std::min(hi, at + t.numel());
-    if (a < b) f.shard.narrow(0, a - lo, b - a).copy_(values[i].reshape({-1}).narrow(0, a - at, b - a));
+    if (p.count > 0)
+      flats_[static_cast<size_t>(p.flat)]
+          .shard.narrow(0, p.in_chunk, p.count)
+          .copy_(values[i].reshape({-1}).narrow(0, p.in_tensor, p.count));
   }
 }
 

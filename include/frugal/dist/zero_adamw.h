@@ -154,6 +154,12 @@ class ZeroAdamW : public Optimizer {
   // This rank's chunk of flat `flat` in the checkpoint's layout: {there, here, n} per piece, `there`
   // an offset in the whole (origin's) tensor, `here` one in this flat.
   std::vector<std::array<int64_t, 3>> chunk_pieces(size_t flat) const;
+  // Where the model's tensor `t` lies: its flat buffer (-1 when none holds it) and the part of it in
+  // this rank's chunk, as {offset in t, offset in the chunk, count} (count 0 when none).
+  struct OwnPart {
+    int64_t flat = -1, in_tensor = 0, in_chunk = 0, count = 0;
+  };
+  OwnPart own_part(const at::Tensor& t) const;
   int64_t origin_numel(int64_t origin) const;  // elements of an unsplit group (stage 3)
   // The whole flat state `full` (of flat `flat`) into, or out of, the checkpoint's layout.
   at::Tensor to_checkpoint_layout(size_t flat, const at::Tensor& full, at::Tensor& origin) const;
