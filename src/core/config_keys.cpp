@@ -208,7 +208,7 @@ void add_train_keys(std::vector<KeySpec>& s) {
   k.fixed(float_key(FRUGAL_FIELD(train, grad_clip), 0, 1e6, "global gradient-norm clip; 0 = off"));
   k.may(bool_key(FRUGAL_FIELD(train, cuda_graphs),
                  "on a GPU, each step after the first two as one CUDA graph replayed: the step's thousands of kernel "
-                 "launches become one (single process, bf16 or fp32, AdamW; docs/gpu.md lists what is not captured)"));
+                 "launches become one (single process, AdamW; docs/gpu.md lists what is not captured)"));
   k.fixed(enum_key<LrSchedule>(
       FRUGAL_FIELD(train, schedule), {{"cosine", LrSchedule::kCosine}, {"wsd", LrSchedule::kWsd}},
       "after the warm-up: cosine (decay to lr * min_lr_ratio over the rest of the run) or wsd (warmup-stable-decay: "

@@ -67,16 +67,24 @@ void AdamWDeviceScalars::advance() {
   if (on()) step.add_(1);
 }
 
+void AdamWDeviceScalars::take_back(const at::Tensor& found_inf) {
+  if (on() && found_inf.defined()) step.sub_(found_inf);
+}
+
 void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
                   const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& h, double weight_decay,
-                  int64_t step, const at::Tensor& grad_scale, const AdamWDeviceScalars* device) {
+                  int64_t step, const at::Tensor& grad_scale, const AdamWDeviceScalars* device,
+                  const at::Tensor& found_inf) {
   if (device && device->on()) {
     // The kernel divides by its grad_scale: the coefficient's reciprocal, on the device.
     const at::Tensor divisor = grad_scale.defined() ? grad_scale.to(at::kFloat).reciprocal() : at::Tensor();
     if (compat::fused_adamw_tensor_scalars(params, grads, exp_avg, exp_avg_sq, device->step, device->lr, h.beta1,
-                                           h.beta2, weight_decay, h.eps, divisor))
+                                           h.beta2, weight_decay, h.eps, divisor, found_inf))
       return;
   }
+  TORCH_CHECK(!found_inf.defined(),
+              "adamw_update: a skip decided on the device needs ATen's fused kernel with "
+              "its scalars on the device (AdamWDeviceScalars, LibTorch >= 2.4)");
   const double b1 = h.beta1, b2 = h.beta2;
   const double bc1 = 1 - std::pow(b1, static_cast<double>(step));
   const double bc2 = 1 - std::pow(b2, static_cast<double>(step));
@@ -133,12 +141,14 @@ AdamWState::AdamWState(int64_t n, const at::TensorOptions& opts, bool offload) {
 }
 
 void AdamWState::update(const at::Tensor& p, const at::Tensor& g, const AdamWHyper& hyper, double weight_decay,
-                        int64_t step, const at::Tensor& grad_scale, const AdamWDeviceScalars* device) {
+                        int64_t step, const at::Tensor& grad_scale, const AdamWDeviceScalars* device,
+                        const at::Tensor& found_inf) {
   c10::NoGradGuard no_grad;
   if (!offloaded()) {
-    adamw_update(p, g, exp_avg, exp_avg_sq, denom, hyper, weight_decay, step, grad_scale, device);
+    adamw_update(p, g, exp_avg, exp_avg_sq, denom, hyper, weight_decay, step, grad_scale, device, found_inf);
     return;
   }
+  TORCH_CHECK(!found_inf.defined(), "AdamWState::update: an offloaded update takes no skip decided on the device");
   const at::Tensor &params = host_params, &grads = host_grads;
   if (!p.is_cuda()) {  // the same memory: the copies are plain ones
     params.copy_(p);
@@ -229,16 +239,18 @@ void FusedAdamW::step(const at::Tensor& grad_scale) {
   update(steps_, grad_scale);
 }
 
-void FusedAdamW::step_on_device(const at::Tensor& grad_scale) {
+void FusedAdamW::step_on_device(const at::Tensor& grad_scale, const at::Tensor& found_inf) {
   TORCH_CHECK(device_.on(), "FusedAdamW::step_on_device: the rate and step count are not on the device");
   // The host-side count is not read on this path: the update takes both scalars from the device.
-  update(steps_ + 1, grad_scale);
+  update(steps_ + 1, grad_scale, found_inf);
 }
 
-void FusedAdamW::update(int64_t step, const at::Tensor& grad_scale) {
+void FusedAdamW::update(int64_t step, const at::Tensor& grad_scale, const at::Tensor& found_inf) {
   c10::NoGradGuard no_grad;
   device_.advance();
-  for (auto& f : flats_) f.state.update(f.params, f.grads, hyper_, f.weight_decay, step, grad_scale, &device_);
+  for (auto& f : flats_)
+    f.state.update(f.params, f.grads, hyper_, f.weight_decay, step, grad_scale, &device_, found_inf);
+  device_.take_back(found_inf);
   if (working_) working_->refresh();  // the CPU pass writes through raw pointers: no version moves
 }
 

@@ -46,20 +46,41 @@ void LossScaler::unscale(const std::vector<at::Tensor>& grads) const {
   for (const auto& g : grads) g.mul_(inv);
 }
 
+namespace {
+// ATen's multi-tensor unscale-and-check into `found_inf`; false where LibTorch has none (1.13).
+bool unscale_and_check_fused(const std::vector<at::Tensor>& grads, at::Tensor& found_inf, const at::Tensor& inv_scale) {
+  // The kernel takes one dtype at a time (as torch.amp.GradScaler groups them).
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+  for (const auto& g : grads) by_dtype[g.scalar_type()].push_back(g);
+  bool fused = true;
+  for (auto& [dtype, group] : by_dtype) fused = fused && compat::amp_unscale_and_check(group, found_inf, inv_scale);
+  return fused;
+}
+}  // namespace
+
 at::Tensor LossScaler::unscale_and_check(const std::vector<at::Tensor>& grads) const {
   if (!enabled_ || grads.empty()) return {};
   c10::NoGradGuard no_grad;
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(grads.front().device());
   at::Tensor found_inf = at::zeros({}, opts);
   const at::Tensor inv_scale = at::full({}, 1.0 / state_.scale, opts);
-  // The kernel takes one dtype at a time (as torch.amp.GradScaler groups them).
-  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
-  for (const auto& g : grads) by_dtype[g.scalar_type()].push_back(g);
-  bool fused = true;
-  for (auto& [dtype, group] : by_dtype) fused = fused && compat::amp_unscale_and_check(group, found_inf, inv_scale);
-  if (fused) return found_inf;
+  if (unscale_and_check_fused(grads, found_inf, inv_scale)) return found_inf;
   unscale(grads);
   return global_grad_norm(grads).isfinite().logical_not().to(at::kFloat);
+}
+
+void LossScaler::unscale_and_check(const std::vector<at::Tensor>& grads, at::Tensor& found_inf,
+                                   const at::Tensor& inv_scale) const {
+  c10::NoGradGuard no_grad;
+  found_inf.zero_();
+  TORCH_CHECK(unscale_and_check_fused(grads, found_inf, inv_scale),
+              "LossScaler::unscale_and_check: the flag in device memory needs LibTorch >= 2.1");
+}
+
+void LossScaler::write_scale(at::Tensor& scale, at::Tensor& inv_scale) const {
+  c10::NoGradGuard no_grad;
+  scale.fill_(this->scale());
+  inv_scale.fill_(1.0 / this->scale());
 }
 
 bool LossScaler::update(bool found_inf) {

@@ -36,7 +36,9 @@ class FusedOptimizer : public Optimizer {
   int64_t state_bytes() const override { return opt_.state_bytes(); }
   int64_t host_state_bytes() const override { return opt_.host_state_bytes(); }
   bool steps_on_device() const override { return opt_.device_scalars().on(); }
-  void step_on_device(const at::Tensor& grad_scale) override { opt_.step_on_device(grad_scale); }
+  void step_on_device(const at::Tensor& grad_scale, const at::Tensor& found_inf) override {
+    opt_.step_on_device(grad_scale, found_inf);
+  }
   void count_replayed_step() override { opt_.count_replayed_step(); }
   int64_t keep_working_copies(c10::ScalarType dtype, bool add_into_grads) override {
     return opt_.keep_working_copies(dtype, add_into_grads);
@@ -137,7 +139,7 @@ class TorchOptimizer : public Optimizer {
 
 }  // namespace
 
-void Optimizer::step_on_device(const at::Tensor&) {
+void Optimizer::step_on_device(const at::Tensor&, const at::Tensor&) {
   throw std::logic_error("this optimizer has no step on the device (Optimizer::steps_on_device is false)");
 }
 

@@ -122,7 +122,7 @@ TrainStep::TrainStep(const RunSetup& setup, const TrainConfig& train, const Prec
     FRUGAL_CHECK(optimizer_->steps_on_device(), ConfigError,
                  "train.cuda_graphs = true needs the optimizer's rate and step count in device memory, which this "
                  "device or LibTorch does not give; set train.cuda_graphs = false");
-    graphs_on_ = !sync_ && !scaler_.enabled();
+    graphs_on_ = !sync_;
   }
   if (sync_) {
     std::vector<at::Tensor> trainable;  // frozen parameters (train.freeze) have no gradient to reduce
@@ -313,6 +313,18 @@ StepResult TrainStep::run(int64_t iteration, double lr) {
   }
 }
 
+bool TrainStep::settle_loss_scale(bool found_inf) {
+  const bool skipped = scaler_.update(found_inf);
+  const auto& s = scaler_.state();
+  if (precision_config_.fallback_after > 0 && s.skipped_at_floor >= precision_config_.fallback_after &&
+      precision_.fall_back_to_bf16(
+          fmt::format("{} consecutive skipped steps at the minimum loss scale {}", s.skipped_at_floor, s.scale))) {
+    scaler_ = LossScaler(false, precision_config_);
+    Console::get().line("precision: " + precision_.reason() + "; continuing in bf16");
+  }
+  return skipped;
+}
+
 StepResult TrainStep::run_step(int64_t iteration, double lr) {
   StepResult r;
   r.device_timed = events_.active();
@@ -345,14 +357,7 @@ StepResult TrainStep::run_step(int64_t iteration, double lr) {
     // The step's one host synchronisation under loss scaling: skipping or taking the step.
     bool found_inf = found_inf_flag.defined() && found_inf_flag.item<float>() != 0.0f;
     if (sync_) found_inf = sync_->any(found_inf);
-    r.skipped = scaler_.update(found_inf);
-    const auto& s = scaler_.state();
-    if (precision_config_.fallback_after > 0 && s.skipped_at_floor >= precision_config_.fallback_after &&
-        precision_.fall_back_to_bf16(
-            fmt::format("{} consecutive skipped steps at the minimum loss scale {}", s.skipped_at_floor, s.scale))) {
-      scaler_ = LossScaler(false, precision_config_);
-      Console::get().line("precision: " + precision_.reason() + "; continuing in bf16");
-    }
+    r.skipped = settle_loss_scale(found_inf);
     if (r.skipped) {  // no step: weights, optimizer state and the LR schedule stay put
       lap("optimizer", r.phases.optimizer_s);
       finish_step(r);

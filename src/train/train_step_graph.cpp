@@ -22,8 +22,6 @@ void check_cuda_graphs(const Config& c, const c10::Device& device, PrecisionMode
   };
   if (!device.is_cuda() && !device::CudaGraph::emulated_for_tests())
     refuse("CUDA graphs capture GPU work, and run.device is " + device.str());
-  if (precision == PrecisionMode::kFp16)
-    refuse("fp16's loss scaler decides on the host whether each step is taken; use precision.mode = \"bf16\"");
   if (world > 1) refuse(fmt::format("the step of a data-parallel run ({} processes) is not captured", world));
   if (c.memory.activation_checkpointing.enabled())
     refuse(
@@ -52,11 +50,14 @@ void TrainStep::graph_body(Graph& g) {
       auto autocast = precision_.enter();
       loss = loss_(*model_, b) / parts;
     }
-    loss.backward();
+    (g.scale.defined() ? loss * g.scale : loss).backward();
     g.loss_sum.add_(loss.detach());
   }
-  g.grad_norm.copy_(global_grad_norm(optimizer_->grads()));
-  optimizer_->step_on_device(clip_coefficient(g.grad_norm, train_.grad_clip));
+  const std::vector<at::Tensor> grads = optimizer_->grads();
+  // Loss scaling: the flag stays on the device, where the update reads it (1: skipped).
+  if (g.found_inf.defined()) scaler_.unscale_and_check(grads, g.found_inf, g.inv_scale);
+  g.grad_norm.copy_(global_grad_norm(grads));
+  optimizer_->step_on_device(clip_coefficient(g.grad_norm, train_.grad_clip), g.found_inf);
 }
 
 namespace {
@@ -118,13 +119,19 @@ bool TrainStep::graphed_step(int64_t iteration, double lr, std::vector<Batch>& f
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(device_);
     graph_->loss_sum = torch::zeros({}, f32);
     graph_->grad_norm = torch::zeros({}, f32);
+    if (scaler_.enabled()) {
+      graph_->scale = torch::zeros({}, f32);
+      graph_->inv_scale = torch::zeros({}, f32);
+      graph_->found_inf = torch::zeros({}, f32);
+    }
   }
   for (size_t i = 0; i < parts.size(); ++i) {
     copy_into(graph_->inputs[i].x, parts[i].x);
     copy_into(graph_->inputs[i].y, parts[i].y);
     copy_into(graph_->inputs[i].pos, parts[i].pos);
   }
-  optimizer_->set_lr(lr);  // a write to device memory, outside the graph
+  optimizer_->set_lr(lr);  // writes to device memory, outside the graph
+  if (graph_->scale.defined()) scaler_.write_scale(graph_->scale, graph_->inv_scale);
   if (capture) {
     // The step runs once on the capture stream (this step's work), then is captured.
     try {
@@ -146,12 +153,17 @@ bool TrainStep::graphed_step(int64_t iteration, double lr, std::vector<Batch>& f
   } else {
     graph_->graph.replay();
   }
-  optimizer_->count_replayed_step();
   r.loss = graph_->loss_sum.clone();
   r.grad_norm = graph_->grad_norm.clone();
   r.tokens = 0;
   for (const Batch& b : fetched) r.tokens += b.x.size(0) * tokens_per_sample_;
   r.graphed = true;
+  if (graph_->found_inf.defined()) {
+    // Loss scaling: the replay's one wait, for its verdict (the host's count, the next scale).
+    r.skipped = settle_loss_scale(graph_->found_inf.item<float>() != 0.0f);
+    if (!scaler_.enabled()) drop_graph("the captured step is fp16's, and precision fell back to bf16");
+  }
+  if (!r.skipped) optimizer_->count_replayed_step();
   // One replay has no phase boundaries: its device time is counted as forward.
   lap("forward", r.phases.forward_s);
   return true;

@@ -175,6 +175,28 @@ TEST(CudaStep, AStepReplayedAsACudaGraphTrainsTheEagerStepsWeightsBitwise) {
       << "final weights differ";
 }
 
+// fp16 with dynamic loss scaling: the replayed step reads the scale from device memory and skips
+// an overflowing step on the device. The scale starts where the fp16 gradients overflow and grows
+// after every second finite step, so steps are skipped throughout, graphed and eager alike.
+TEST(CudaStep, AnFp16StepReplayedAsACudaGraphSkipsWhatTheEagerStepSkipsBitwise) {
+  FRUGAL_REQUIRE_GPU();
+  test::TempDir a, b;
+  const std::vector<std::string> x = {"run.deterministic=true",      "precision.mode=fp16", "precision.init_scale=1e9",
+                                      "precision.growth_interval=2", "data.micro_batch=4",  "train.global_batch=8"};
+  std::vector<std::string> g = x;
+  g.push_back("train.cuda_graphs=true");
+  const auto eager = test::train_on_gpu(a.path(), x);
+  const auto graphed = test::train_on_gpu(b.path(), g);
+  EXPECT_EQ(graphed["cuda_graph_steps"], 30 - TrainStep::kEagerStepsBeforeCapture);
+  EXPECT_GE(eager["skipped_steps"].get<int64_t>(), 6);  // the first four, then about one in three
+  EXPECT_EQ(graphed["skipped_steps"], eager["skipped_steps"]);
+  EXPECT_EQ(graphed["optimizer_steps"], eager["optimizer_steps"]);
+  EXPECT_EQ(test::step_losses(a.path() + "/demo/metrics.jsonl"), test::step_losses(b.path() + "/demo/metrics.jsonl"));
+  EXPECT_EQ(test::read_text(a.path() + "/demo/final/model.safetensors"),
+            test::read_text(b.path() + "/demo/final/model.safetensors"))
+      << "final weights differ";
+}
+
 // A run with `sets` stopped at step 14 (checkpoints every 7) and resumed ends with the weights of
 // the same run uninterrupted, bitwise; returns the uninterrupted run's summary.
 nlohmann::json expect_resume_matches_uninterrupted(std::vector<std::string> sets) {

@@ -132,21 +132,24 @@ inline bool fused_adamw_cuda(const at::Tensor& param, const at::Tensor& grad, co
 }
 
 // ATen's fused AdamW with the rate and the step read from 0-dim fp32 tensors on the parameters'
-// device, the gradients divided by `grad_divisor` (undefined: by 1) inside the kernel. False
-// where LibTorch lacks it (before 2.4, whose CPU has no fused kernel and no tensor rate).
+// device, the gradients divided by `grad_divisor` (undefined: by 1) inside the kernel. Where
+// `found_inf` (0-dim fp32, or undefined) holds 1, the kernel changes nothing (the caller takes the
+// count back). False where LibTorch lacks it (before 2.4, whose CPU has no fused kernel and no
+// tensor rate).
 inline bool fused_adamw_tensor_scalars(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
                                        const at::Tensor& exp_avg_sq, const at::Tensor& step, const at::Tensor& lr,
                                        double beta1, double beta2, double weight_decay, double eps,
-                                       const at::Tensor& grad_divisor) {
+                                       const at::Tensor& grad_divisor, const at::Tensor& found_inf = {}) {
 #if FRUGAL_TORCH_AT_LEAST(2, 4)
-  std::optional<at::Tensor> divisor;
+  std::optional<at::Tensor> divisor, skip;
   if (grad_divisor.defined()) divisor = grad_divisor;
+  if (found_inf.defined()) skip = found_inf;  // 1: the kernel changes nothing
   at::_fused_adamw_({param}, {grad}, {exp_avg}, {exp_avg_sq}, {}, {step}, lr, beta1, beta2, weight_decay, eps,
-                    /*amsgrad=*/false, /*maximize=*/false, divisor);
+                    /*amsgrad=*/false, /*maximize=*/false, divisor, skip);
   return true;
 #else
   (void)param, (void)grad, (void)exp_avg, (void)exp_avg_sq, (void)step, (void)lr, (void)beta1, (void)beta2;
-  (void)weight_decay, (void)eps, (void)grad_divisor;
+  (void)weight_decay, (void)eps, (void)grad_divisor, (void)found_inf;
   return false;
 #endif
 }

@@ -50,6 +50,8 @@ struct AdamWDeviceScalars {
   void set_lr(double v);
   void set_steps(int64_t steps);
   void advance();  // one more step
+  // Takes the advance back where `found_inf` (0-dim fp32 on the device) holds 1: a skipped step.
+  void take_back(const at::Tensor& found_inf);
 };
 
 // One AdamW update of flat, equally sized, contiguous buffers (step = the 1-based step count
@@ -60,9 +62,12 @@ struct AdamWDeviceScalars {
 // With `device` on (already advanced to this step): ATen's fused kernel reads the rate and the
 // count from it, and `grad_scale` enters the kernel as its divisor 1 / grad_scale (no pass over
 // the gradients before it; they are left divided by it; within one rounding of the product).
+// `found_inf` (REQUIRES: `device` on; 0-dim fp32): where it holds 1 the kernel changes nothing,
+// decided on the device (the fp16 loss scaler's skip inside a CUDA graph).
 void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::Tensor& exp_avg,
                   const at::Tensor& exp_avg_sq, const at::Tensor& scratch, const AdamWHyper& hyper, double weight_decay,
-                  int64_t step, const at::Tensor& grad_scale = {}, const AdamWDeviceScalars* device = nullptr);
+                  int64_t step, const at::Tensor& grad_scale = {}, const AdamWDeviceScalars* device = nullptr,
+                  const at::Tensor& found_inf = {});
 
 // One flat buffer's (or one ZeRO chunk's) AdamW state, shared by FusedAdamW and ZeroAdamW: the
 // moments and the update's scratch on the parameters' device, or with dist.offload = "optimizer"
@@ -84,7 +89,8 @@ struct AdamWState {
   // One update of `params` from `grads` (REQUIRES: both of this size): adamw_update on the device
   // (with `device`'s scalars where on), or offloaded with the host's rate and count.
   void update(const at::Tensor& params, const at::Tensor& grads, const AdamWHyper& hyper, double weight_decay,
-              int64_t step, const at::Tensor& grad_scale, const AdamWDeviceScalars* device);
+              int64_t step, const at::Tensor& grad_scale, const AdamWDeviceScalars* device,
+              const at::Tensor& found_inf = {});
   int64_t bytes() const;       // the moments'
   int64_t host_bytes() const;  // of those, in host memory
 };
@@ -124,8 +130,10 @@ class FusedAdamW {
   void step(const at::Tensor& grad_scale = {});
   // The same step's device work alone (REQUIRES: device_scalars().on()): the count advanced on
   // the device, the host's count left as it is, for a CUDA graph to capture; after each replay,
-  // count_replayed_step() brings the host's count level.
-  void step_on_device(const at::Tensor& grad_scale = {});
+  // count_replayed_step() brings the host's count level. `found_inf` (0-dim fp32 on the device,
+  // or undefined): where it holds 1 the step is skipped on the device (weights, moments and the
+  // device's count as they were), and the host does not count it.
+  void step_on_device(const at::Tensor& grad_scale = {}, const at::Tensor& found_inf = {});
   void count_replayed_step() { ++steps_; }
   // Sets every gradient to zero (the gradients stay allocated views into the flat buffer).
   void zero_grad();
@@ -149,7 +157,7 @@ class FusedAdamW {
   };
   // One update of every group as step `step` (1-based), the device count advanced, the copies
   // rewritten.
-  void update(int64_t step, const at::Tensor& grad_scale);
+  void update(int64_t step, const at::Tensor& grad_scale, const at::Tensor& found_inf = {});
 
   std::vector<Flat> flats_;
   AdamWHyper hyper_;

@@ -41,6 +41,14 @@ class LossScaler {
   // device, on CPU and CUDA alike, no host synchronisation; 1.13: unscale, then the finiteness of
   // the gradients' norm). Undefined when disabled or without gradients.
   at::Tensor unscale_and_check(const std::vector<at::Tensor>& grads) const;
+  // The same with the scale and the flag in device memory, for a CUDA graph: zeroes `found_inf`,
+  // unscales by `inv_scale`'s value and flags there (both 0-dim fp32 on the gradients' device;
+  // write_scale() fills them). REQUIRES LibTorch >= 2.1 (ATen's multi-tensor kernel).
+  void unscale_and_check(const std::vector<at::Tensor>& grads, at::Tensor& found_inf,
+                         const at::Tensor& inv_scale) const;
+  // Writes the current scale and its reciprocal into 0-dim fp32 device tensors (small device
+  // writes, no wait): the values scale_loss() and unscale_and_check() use on the host's side.
+  void write_scale(at::Tensor& scale, at::Tensor& inv_scale) const;
   // Records the step's outcome; returns true when the optimizer step must be skipped.
   bool update(bool found_inf);
 

@@ -60,10 +60,11 @@ class Optimizer {
   // A CUDA graph of the step (train.cuda_graphs) needs a step whose device work does not depend on
   // the host: step_on_device() queues it (reading the rate and the step count from device memory,
   // advancing the count there) and changes nothing on the host; count_replayed_step() then adds the
-  // step to the host's count after each replay. Only FusedAdamW with its scalars on the device
-  // (AdamWDeviceScalars) has one.
+  // step to the host's count after each replay that took it. `found_inf` (the fp16 loss scaler's
+  // flag, 0-dim on the device, or undefined): where it holds 1 the device skips the step. Only
+  // FusedAdamW with its scalars on the device (AdamWDeviceScalars) has one.
   virtual bool steps_on_device() const { return false; }
-  virtual void step_on_device(const at::Tensor& grad_scale);
+  virtual void step_on_device(const at::Tensor& grad_scale, const at::Tensor& found_inf = {});
   virtual void count_replayed_step() {}
 
   // bf16 working weights (model/working_weights.h): keeps a `dtype` copy of every parameter,

@@ -170,6 +170,10 @@ class TrainStep {
     int from, to;               // event indices
   };
   StepResult run_step(int64_t iteration, double lr);
+  // The fp16 loss scaler's verdict on a step whose gradients held inf/NaN (`found_inf`) or not:
+  // the scale's next state, and the fall-back to bf16 after precision.fallback_after skips at the
+  // floor (the scaler is off after it). Returns whether the step is skipped.
+  bool settle_loss_scale(bool found_inf);
   void settle(StepResult& r);
   void finish_step(StepResult& r);
   device::EventTimer events_;
@@ -182,7 +186,9 @@ class TrainStep {
   // the whole step is replayed. A partial batch, a log step's gradient-noise probe and the steps
   // before the capture run eagerly. An out-of-memory back-off, or a failure of that first run,
   // turns graphs off for the rest of the run (said on the console); a failure of the capture
-  // itself stops the run (ConfigError: set train.cuda_graphs = false).
+  // itself stops the run (ConfigError: set train.cuda_graphs = false). Under fp16 loss scaling
+  // the graph reads the scale from device memory and skips an overflowing step there; the host
+  // reads the flag after the replay (settle_loss_scale), and a fall-back to bf16 turns graphs off.
   struct Graph;
   std::unique_ptr<Graph> graph_;
   bool graphs_on_ = false;
@@ -194,8 +200,8 @@ class TrainStep {
 };
 
 // Refuses (ConfigError, exit 2) train.cuda_graphs = true where the step cannot be one CUDA graph:
-// off a GPU, in fp16 (the loss scaler decides on the host), with several processes, activation
-// checkpointing or an optimizer other than FusedAdamW, or LibTorch before 2.4. `world`: processes.
+// off a GPU, with several processes, activation checkpointing or an optimizer other than
+// FusedAdamW, or LibTorch before 2.4. `world`: processes.
 void check_cuda_graphs(const Config& c, const c10::Device& device, PrecisionMode precision, int64_t world);
 
 // Installs activation checkpointing on the model per memory.activation_checkpointing.

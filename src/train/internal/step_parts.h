@@ -18,6 +18,7 @@ struct TrainStep::Graph {
   device::CudaGraph graph;
   std::vector<Batch> inputs;
   at::Tensor loss_sum, grad_norm;
+  at::Tensor scale, inv_scale, found_inf;  // loss scaling: written before each replay; its verdict
 };
 
 inline Batch step_part(const Batch& b, int64_t j, int64_t chunks) {
