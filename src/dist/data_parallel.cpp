@@ -335,7 +335,11 @@ std::vector<std::string> DataParallel::gather_strings(const std::string& mine, c
     return {};
   }
   std::vector<std::string> all{mine};
-  for (int64_t r = 1; r < world_size(); ++r) all.push_back(pg_->store_get(prefix + std::to_string(r)));
+  for (int64_t r = 1; r < world_size(); ++r) {
+    const std::string key = prefix + std::to_string(r);
+    all.push_back(pg_->store_get(key));
+    pg_->store_delete(key);  // read once, by the writer alone: a checkpoint's exchange leaves nothing behind
+  }
   return all;
 }
 

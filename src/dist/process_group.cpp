@@ -223,6 +223,13 @@ class C10dGroup : public ProcessGroup {
       fail("store get '" + key + "'", e);
     }
   }
+  void store_delete(const std::string& key) override {
+    try {
+      store_->deleteKey(key);
+    } catch (const std::exception& e) {
+      fail("store delete '" + key + "'", e);
+    }
+  }
   bool store_has(const std::string& key) override {
     try {
       return store_->check({key});

@@ -187,6 +187,25 @@ TEST(DataParallel, AgreeSpreadsOneRanksStopWithItsReason) {
   EXPECT_FALSE(quiet[0].should_stop() || quiet[1].should_stop() || quiet[0].checkpoint_requested());
 }
 
+// Each exchange (a checkpoint's data cursors and shard reports) reaches the writer in rank order,
+// and its keys leave the store once read: a long run's exchanges do not pile up in rank 0's store.
+TEST(DataParallel, GatheredStringsReachTheWriterAndLeaveNoKeyBehind) {
+  auto groups = two_ranks(29697);
+  Config c;
+  std::vector<std::unique_ptr<DataParallel>> dps(2);
+  std::vector<std::vector<std::string>> got(2);
+  on_both([&](int64_t r) {
+    dps[r] = std::make_unique<DataParallel>(groups[r], c);
+    for (int i = 0; i < 3; ++i)
+      got[r] =
+          dps[r]->gather_strings("rank " + std::to_string(r) + " round " + std::to_string(i), "t/" + std::to_string(i));
+  });
+  EXPECT_EQ(got[0], (std::vector<std::string>{"rank 0 round 2", "rank 1 round 2"}));
+  EXPECT_TRUE(got[1].empty());
+  for (int i = 0; i < 3; ++i)
+    for (auto& g : groups) EXPECT_FALSE(g->store_has("gather/t/" + std::to_string(i) + "/1")) << i;
+}
+
 // MASTER_PORT taken by another program that accepts connections and never answers: a rank must
 // fail within dist.timeout_s (plus a few seconds), naming the cause, instead of waiting forever.
 TEST(ProcessGroup, APortAnsweredByAnotherProgramFailsWithinTheTimeout) {

@@ -60,6 +60,9 @@ class ProcessGroup {
   virtual void store_set(const std::string& key, const std::string& value) = 0;
   virtual std::string store_get(const std::string& key) = 0;
   virtual bool store_has(const std::string& key) = 0;
+  // Removes `key` (absent: nothing happens), so that a long run's exchanges do not pile up in rank
+  // 0's store.
+  virtual void store_delete(const std::string& key) = 0;
 };
 
 // Rendezvous with every rank of `env` and build the process group for tensors on `device`.
