@@ -66,6 +66,23 @@ TEST(Precision, Bf16LossCurveTracksFp32) {
   EXPECT_LT(fb.back(), fb.front() - 1.0);
 }
 
+// Evaluation runs in the training step's precision (bf16 autocast here), as a PyTorch loop under
+// autocast evaluates: not in fp32, which costs a GPU several times the bf16 forward. With lr 0
+// both runs keep the same initial weights, so their validation losses differ by the precision of
+// the evaluation alone.
+TEST(Precision, EvaluationRunsInTheTrainingPrecision) {
+  test::TempDir a, b;
+  std::vector<double> val;
+  for (auto* d : {&a, &b}) {
+    auto sets = test::tiny_overrides(d->path());
+    for (const char* s : {"train.steps=2", "train.lr=0", "train.eval_every=2"}) sets.push_back(s);
+    sets.push_back(d == &a ? "precision.mode=fp32" : "precision.mode=bf16");
+    val.push_back(Trainer(resolve_config("", sets, {}), test::quiet_run()).fit()["final_val_loss"].get<double>());
+  }
+  EXPECT_NE(val[0], val[1]) << "the bf16 run evaluated in fp32";
+  EXPECT_NEAR(val[0], val[1], 0.02 * val[0]);  // bf16 rounding, not another model
+}
+
 TEST(Precision, Fp16OnCpuIsAClearConfigError) {
   try {
     PrecisionPolicy p(PrecisionMode::kFp16, torch::kCPU);
