@@ -42,7 +42,8 @@ struct DataParallel::Bucket {
 DataParallel::DataParallel(std::shared_ptr<ProcessGroup> pg, const Config& config)
     : pg_(std::move(pg)),
       config_(config.dist),
-      comm_device_(pg_->backend() == "nccl" ? c10::Device(config.run.device) : c10::Device(c10::kCPU)) {
+      comm_device_(pg_->backend() == "nccl" ? c10::Device(config.run.device) : c10::Device(c10::kCPU)),
+      run_device_(config.run.device) {
   // The all-reduce buckets are views of gradients that stay in place from step to step: fused_adamw's
   // flat buffer, or Muon's gradient per matrix beside the flat buffer of its AdamW part.
   if (config.train.optimizer == OptimizerKind::kTorchAdamW)
@@ -76,7 +77,7 @@ OptimizerSharding DataParallel::optimizer_sharding() {
     }
     auto adamw = std::make_unique<ZeroAdamW>(std::move(fused), AdamWHyper{t.lr, t.beta1, t.beta2, 1e-8}, pg_,
                                              config_.zero >= ZeroStage::kGradients,
-                                             config_.offload == Offload::kOptimizer, std::move(places));
+                                             config_.offload == Offload::kOptimizer, std::move(places), run_device_);
     zero_ = adamw.get();
     return adamw;
   };

@@ -39,7 +39,8 @@ void allocate_storage(const at::Tensor& t) {
 }  // namespace
 
 ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg,
-                     bool shard_gradients, bool offload, std::vector<GroupPlace> places)
+                     bool shard_gradients, bool offload, std::vector<GroupPlace> places,
+                     std::optional<c10::Device> device)
     : hyper_(hyper), pg_(std::move(pg)), shard_gradients_(shard_gradients) {
   c10::NoGradGuard no_grad;
   const int64_t world = pg_->world_size();
@@ -50,7 +51,7 @@ ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, st
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     auto& g = groups[gi];
     if (g.params.empty()) continue;
-    const auto opts = g.params.front().options();
+    const auto opts = device ? g.params.front().options().device(*device) : g.params.front().options();
     Flat f;
     f.weight_decay = g.weight_decay;
     if (!places.empty()) {

@@ -254,9 +254,13 @@ void Trainer::State::build_task(const TaskFactory& make_task) {
     ds->set_workers(static_cast<int>(c.data.workers), static_cast<int>(c.data.prefetch));
   data = task.data;
   model = task.module;
-  model->to(device);
+  // ZeRO-3 keeps the model in host memory until its optimizer copies each block into its flat
+  // buffer on the device and shards it (ZeroAdamW), so that the device never holds the whole model;
+  // the rest (buffers, frozen parameters) moves after (make_setup).
+  if (!staged_in_host_memory()) model->to(device);
   // Every rank starts from rank 0's parameters, broadcast while each holds them whole (before
-  // ZeRO-3 shards them; a resume then loads the same checkpoint on every rank).
+  // ZeRO-3 shards them, one tensor at a time through the device where they are in host memory; a
+  // resume then loads the same checkpoint on every rank).
   if (dp) dp->broadcast_parameters(model->parameters());
   const ActivationCheckpointing& ac = c.memory.activation_checkpointing;
   if (task.hooks.activation_checkpointing)
@@ -295,6 +299,7 @@ void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
   step = std::make_unique<TrainStep>(
       setup, c.train, c.precision, model, task.loss, *data, device, dp.get(),
       task.hooks.param_groups ? task.hooks.param_groups(*model) : std::vector<ParamGroup>{});
+  if (staged_in_host_memory()) model->to(device);  // the trainable parameters are on it already
   loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
 }
 

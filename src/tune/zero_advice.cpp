@@ -44,7 +44,10 @@ ZeroAdvice zero_advice(const PlanFigures& f, int64_t gpus, double memory_gb) {
     l.gradients_gb = (l.stage >= 2 ? g / w : g) / kGb;
     l.optimizer_gb = (l.stage >= 1 ? o / w : o) / kGb;
     l.total_gb = l.parameters_gb + l.gradients_gb + (l.offload ? 0.0 : l.optimizer_gb) + a.activations_gb;
-    l.startup_gb = p / kGb;  // built and moved whole, then sharded
+    // Stage 3 starts from host memory (each block copied to the GPU and sharded in turn); the
+    // others move the whole model to the GPU.
+    l.startup_gb = l.stage >= 3 ? l.parameters_gb : p / kGb;
+    l.startup_host_gb = l.stage >= 3 ? p / kGb : 0.0;
     l.fits = l.total_gb <= a.usable_gb && l.startup_gb <= a.usable_gb;
     int& pick = l.offload ? a.recommended_with_offload : a.recommended;
     if (l.fits && pick < 0) pick = l.stage;
@@ -65,14 +68,8 @@ std::string ZeroAdvice::table() const {
   for (const ZeroLevel& l : levels) {
     if (l.offload && recommended >= 0) continue;  // the offloaded rows matter where nothing else fits
     const std::string label = std::to_string(l.stage) + (l.offload ? " + offload" : "");
-    const bool only_startup = !l.fits && l.total_gb <= usable_gb;  // fits once sharded, not at start-up
     const std::string verdict =
-        std::string(l.fits         ? "fits"
-                    : only_startup ? fmt::format("does not start: the whole model ({:.3g} GB) is on "
-                                                 "each GPU at start-up, before it is sharded",
-                                                 l.startup_gb)
-                                   : "does not fit") +
-        (l.offload ? " (optimizer in host memory)" : "");
+        std::string(l.fits ? "fits" : "does not fit") + (l.offload ? " (optimizer in host memory)" : "");
     out << fmt::format("  {:<14} {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB {:>9.3g} GB  {}\n", label,
                        l.parameters_gb, l.gradients_gb, l.optimizer_gb, activations_gb, l.total_gb, verdict);
   }
@@ -92,9 +89,14 @@ std::string ZeroAdvice::table() const {
     out << "  no stage fits: try a smaller data.micro_batch (fewer activations), memory.activation_checkpointing, "
            "LoRA (lora.rank: fewer trainable parameters), more GPUs or larger ones";
   }
-  if (levels.size() >= 4 && (recommended == 3 || recommended_with_offload == 3))
+  if (levels.size() >= 4 && (recommended == 3 || recommended_with_offload == 3)) {
     out << "\n  dist.zero = 3 keeps the embeddings and the output head whole on every rank: its parameters "
            "column counts them sharded, so leave room for (1 - 1/GPUs) of their bytes (docs/distributed.md)";
+    out << fmt::format(
+        "\n  dist.zero = 3 starts from host memory: each rank holds the whole model ({:.3g} GB) there until "
+        "its blocks are sharded onto the GPU, so a node needs that much host memory for each of its ranks",
+        levels[3].startup_host_gb);
+  }
   return out.str();
 }
 
@@ -116,6 +118,7 @@ nlohmann::json ZeroAdvice::to_json() const {
                            {"optimizer_gb", l.optimizer_gb},
                            {"total_gb", l.total_gb},
                            {"startup_gb", l.startup_gb},
+                           {"startup_host_gb", l.startup_host_gb},
                            {"fits", l.fits}});
   return j;
 }

@@ -87,6 +87,7 @@ class DataParallel : public DataParallelism {
   std::shared_ptr<ProcessGroup> pg_;
   DistConfig config_;
   c10::Device comm_device_;
+  c10::Device run_device_;  // run.device: where ZeroAdamW's flat buffers live
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::vector<size_t> bucket_of_;                   // parameter index -> bucket
   std::vector<std::shared_ptr<void>> hook_owners_;  // keeps the gradient accumulators alive

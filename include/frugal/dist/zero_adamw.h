@@ -38,6 +38,7 @@
 
 #include <array>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,9 +67,13 @@ class ZeroAdamW : public Optimizer {
  public:
   // `offload` (dist.offload = "optimizer"): this rank's moments in host memory, its chunk updated
   // there (AdamWState). `places`: one per group (stage 3); empty = every group unsplit, without a
-  // unit.
+  // unit. `device`: where the flat buffers (and so the parameters) live; unset, the parameters'
+  // own device. At stage 3 a run's parameters come from host memory (the trainer keeps them there
+  // until now): each group is copied into its flat buffer on `device` and, where it has a unit,
+  // sharded before the next is copied, so the device never holds the whole model.
   ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg,
-            bool shard_gradients = false, bool offload = false, std::vector<GroupPlace> places = {});
+            bool shard_gradients = false, bool offload = false, std::vector<GroupPlace> places = {},
+            std::optional<c10::Device> device = std::nullopt);
 
   void set_lr(double lr) override {
     hyper_.lr = lr;

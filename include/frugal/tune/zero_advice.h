@@ -34,9 +34,12 @@ struct ZeroLevel {
   int stage = 0;
   bool offload = false;  // dist.offload = "optimizer": optimizer_gb is in host memory, not in total_gb
   double parameters_gb = 0, gradients_gb = 0, optimizer_gb = 0;
-  double total_gb = 0;    // the three above and the activations
-  double startup_gb = 0;  // what a rank holds at start-up: the whole model (P), before any sharding
-  bool fits = false;      // total_gb and startup_gb within the usable memory
+  double total_gb = 0;  // the three above and the activations
+  // What a rank holds on its GPU at start-up: the whole model (P) at stages 0-2; at stage 3 its
+  // shards alone (the model waits in host memory until each block is copied and sharded), where
+  // startup_host_gb (P) is in each rank's host memory meanwhile.
+  double startup_gb = 0, startup_host_gb = 0;
+  bool fits = false;  // total_gb and startup_gb within the usable memory
 };
 
 struct ZeroAdvice {

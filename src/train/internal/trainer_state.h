@@ -90,6 +90,9 @@ struct Trainer::State {
   // Wall time billed so far, over every session: start-ups included (the cost meter, max_minutes).
   double billed_s() const { return loop.elapsed_s + loop.startup_s + startup_s + seconds_since(session_start); }
   bool is_writer() const { return !dp || dp->is_writer(); }  // this process writes the run's files
+  // ZeRO-3 on several processes: the model stays in host memory until the optimizer has copied its
+  // trainable parameters into their (sharded) flat buffers on the device.
+  bool staged_in_host_memory() const { return dp && rc.config.dist.zero == ZeroStage::kParameters; }
 
   // Start-up (trainer.cpp), in order.
   std::optional<LoadedCheckpoint> open_checkpoint();
