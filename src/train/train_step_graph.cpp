@@ -15,7 +15,7 @@
 
 namespace frugal {
 
-void check_cuda_graphs(const Config& c, const c10::Device& device, PrecisionMode precision, int64_t world) {
+void check_cuda_graphs(const Config& c, const c10::Device& device, int64_t world) {
   if (!c.train.cuda_graphs) return;
   auto refuse = [](const std::string& why) {
     throw ConfigError(fmt::format("train.cuda_graphs = true cannot apply: {}; set train.cuda_graphs = false", why));
@@ -111,6 +111,12 @@ bool TrainStep::graphed_step(int64_t iteration, double lr, std::vector<Batch>& f
     if (p.x.size(0) * chunks_ != micro_batch_) return false;
   if (graph_ && !std::equal(parts.begin(), parts.end(), graph_->inputs.begin(), graph_->inputs.end(), same_shapes))
     return false;
+  // A graph captured under fp16 loss scaling after a fall-back to bf16 (on this step's path or an
+  // eager step's): its casts are fp16's and its skips the scaler's, which is off now.
+  if (graph_ && graph_->found_inf.defined() != scaler_.enabled()) {
+    drop_graph("the captured step is fp16's, and precision fell back to bf16");
+    return false;
+  }
   const bool capture = !graph_;
   if (capture) {
     graph_ = std::make_unique<Graph>();
@@ -161,7 +167,6 @@ bool TrainStep::graphed_step(int64_t iteration, double lr, std::vector<Batch>& f
   if (graph_->found_inf.defined()) {
     // Loss scaling: the replay's one wait, for its verdict (the host's count, the next scale).
     r.skipped = settle_loss_scale(graph_->found_inf.item<float>() != 0.0f);
-    if (!scaler_.enabled()) drop_graph("the captured step is fp16's, and precision fell back to bf16");
   }
   if (!r.skipped) optimizer_->count_replayed_step();
   // One replay has no phase boundaries: its device time is counted as forward.

@@ -283,7 +283,7 @@ void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
   const std::string why = mode != c.precision.mode ? "resumed: the checkpoint trained in " + precision_name(mode) : "";
   setup = set_up_run(c, task.hooks, dp ? dp->world_size() : 1, PrecisionPolicy(mode, device, why));
   check_model_kernels(c.model, device, setup.precision.mode());
-  check_cuda_graphs(c, device, setup.precision.mode(), setup.world_size);
+  check_cuda_graphs(c, device, setup.world_size);
   if (setup.offload && !device.is_cuda())
     Console::get().line("dist.offload = \"optimizer\": this run is on " + device.str() +
                         ", where the optimizer's state is in host memory already; offloading only adds copies");

@@ -412,9 +412,9 @@ TEST(TrainStep, AStepThatProbesEachMicroBatchsGradientRunsEagerly) {
   EXPECT_EQ(step.optimizer().step_count(), 6);
 }
 
-void expect_refused(const Config& c, PrecisionMode p, int64_t world, const std::string& says) {
+void expect_refused(const Config& c, int64_t world, const std::string& says) {
   try {
-    check_cuda_graphs(c, torch::kCPU, p, world);
+    check_cuda_graphs(c, torch::kCPU, world);
     ADD_FAILURE() << "not refused: " << says;
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
@@ -424,27 +424,26 @@ void expect_refused(const Config& c, PrecisionMode p, int64_t world, const std::
 
 TEST(TrainStep, CudaGraphsAreRefusedByNameWhereTheStepCannotBeOneGraph) {
   Config c = graph_config(true);
-  expect_refused(c, PrecisionMode::kFp32, 1, "run.device is cpu");
-  EXPECT_NO_THROW(check_cuda_graphs(graph_config(false), torch::kCPU, PrecisionMode::kFp32, 1));
+  expect_refused(c, 1, "run.device is cpu");
+  EXPECT_NO_THROW(check_cuda_graphs(graph_config(false), torch::kCPU, 1));
   EmulatedGraphs on;  // the CPU stands in for a GPU from here
-  EXPECT_NO_THROW(check_cuda_graphs(c, torch::kCPU, PrecisionMode::kBf16, 1));
-  EXPECT_NO_THROW(check_cuda_graphs(c, torch::kCPU, PrecisionMode::kFp16, 1));  // the scaler's skip is on the device
-  expect_refused(c, PrecisionMode::kBf16, 2, "data-parallel run (2 processes)");
+  EXPECT_NO_THROW(check_cuda_graphs(c, torch::kCPU, 1));
+  expect_refused(c, 2, "data-parallel run (2 processes)");
   Config muon = c;
   muon.train.optimizer = OptimizerKind::kMuon;
-  expect_refused(muon, PrecisionMode::kBf16, 1, "train.optimizer");
+  expect_refused(muon, 1, "train.optimizer");
   Config ac = c;
   ac.memory.activation_checkpointing = *parse_activation_checkpointing("blocks");
-  expect_refused(ac, PrecisionMode::kBf16, 1, "activation checkpointing");
+  expect_refused(ac, 1, "activation checkpointing");
   Config qlora = c;
   qlora.lora.rank = 8;
   qlora.lora.base_dtype = LoraConfig::BaseDtype::kNf4;
-  expect_refused(qlora, PrecisionMode::kBf16, 1, "QLoRA's nf4 base");
+  expect_refused(qlora, 1, "QLoRA's nf4 base");
   Config offload = c;
   offload.dist.offload = Offload::kOptimizer;
-  expect_refused(offload, PrecisionMode::kBf16, 1, "dist.offload");
+  expect_refused(offload, 1, "dist.offload");
   qlora.lora.base_dtype = LoraConfig::BaseDtype::kBf16;  // plain LoRA is captured
-  EXPECT_NO_THROW(check_cuda_graphs(qlora, torch::kCPU, PrecisionMode::kBf16, 1));
+  EXPECT_NO_THROW(check_cuda_graphs(qlora, torch::kCPU, 1));
   // Data that weighs its micro-batches on the host (chat, prompt-completion) is refused by the step.
   RaggedSource ragged(4, 16, /*weighted=*/true);
   torch::manual_seed(5);

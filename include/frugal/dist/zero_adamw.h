@@ -70,7 +70,7 @@ class ZeroAdamW : public Optimizer {
   // unit. `device`: where the flat buffers (and so the parameters) live; unset, the parameters'
   // own device. At stage 3 a run's parameters come from host memory (the trainer keeps them there
   // until now): each group is copied into its flat buffer on `device` and, where it has a unit,
-  // sharded before the next is copied, so the device never holds the whole model.
+  // sharded before the next is copied, so the device never holds more than one block whole.
   ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, std::shared_ptr<ProcessGroup> pg,
             bool shard_gradients = false, bool offload = false, std::vector<GroupPlace> places = {},
             std::optional<c10::Device> device = std::nullopt);

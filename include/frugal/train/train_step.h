@@ -202,7 +202,7 @@ class TrainStep {
 // Refuses (ConfigError, exit 2) train.cuda_graphs = true where the step cannot be one CUDA graph:
 // off a GPU, with several processes, activation checkpointing or an optimizer other than
 // FusedAdamW, or LibTorch before 2.4. `world`: processes.
-void check_cuda_graphs(const Config& c, const c10::Device& device, PrecisionMode precision, int64_t world);
+void check_cuda_graphs(const Config& c, const c10::Device& device, int64_t world);
 
 // Installs activation checkpointing on the model per memory.activation_checkpointing.
 void install_activation_checkpointing(CausalLm& model, const ActivationCheckpointing& spec);

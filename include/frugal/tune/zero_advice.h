@@ -36,8 +36,9 @@ struct ZeroLevel {
   double parameters_gb = 0, gradients_gb = 0, optimizer_gb = 0;
   double total_gb = 0;  // the three above and the activations
   // What a rank holds on its GPU at start-up: the whole model (P) at stages 0-2; at stage 3 its
-  // shards alone (the model waits in host memory until each block is copied and sharded), where
-  // startup_host_gb (P) is in each rank's host memory meanwhile.
+  // shards as parameters_gb counts them (the model waits in host memory until each block is copied
+  // and sharded; as in training, the parts kept whole and one block come on top), while
+  // startup_host_gb (P) is in each rank's host memory.
   double startup_gb = 0, startup_host_gb = 0;
   bool fits = false;  // total_gb and startup_gb within the usable memory
 };
