@@ -271,6 +271,7 @@ bool Trainer::State::run_eval(Control& control) {
   // ZeRO-3's blocks are gathered by every rank together: a stop signal waits for the pass's end,
   // or one rank would leave the others in a gather.
   const bool gathers = step->optimizer().gathers_parameters();
+  const auto region = step->precision().enter();  // the training step's precision (autocast, fp8 linears)
   for (int64_t i = 0; i < n; ++i) {
     if (!gathers && preemption_requested()) {
       model->train();
@@ -288,15 +289,11 @@ bool Trainer::State::run_eval(Control& control) {
         if (b.pos.defined()) part.pos = b.pos.narrow(0, j * rows, rows);
       }
       const double w = by_tokens ? static_cast<double>(count_targets(part.y)) : 1.0 / static_cast<double>(k);
-      if (w == 0) continue;                     // no target: nothing to weigh (ATen's mean of nothing is NaN)
-      auto region = step->precision().enter();  // the training step's precision (autocast, fp8 linears)
+      if (w == 0) continue;  // no target: nothing to weigh (ATen's mean of nothing is NaN)
       sum += loss(*model, to_device(part, device)).detach().to(torch::kFloat) * w;
       targets += by_tokens ? w : 0.0;
     }
-    if (task.hooks.eval_metrics) {
-      auto region = step->precision().enter();
-      add_eval_figures(task.hooks.eval_metrics(*model, to_device(b, device)), i, figures);
-    }
+    if (task.hooks.eval_metrics) add_eval_figures(task.hooks.eval_metrics(*model, to_device(b, device)), i, figures);
   }
   model->train();
   loop.eval_pending = false;
