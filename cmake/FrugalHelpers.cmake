@@ -136,6 +136,7 @@ function(frugal_unity_groups target size)
     if(NOT key IN_LIST keys)
       list(APPEND keys ${key})
       set(files_${key} "")
+      set(rel_${key} "${rel}")
     endif()
     list(APPEND files_${key} "${src}")
   endforeach()
@@ -150,6 +151,15 @@ function(frugal_unity_groups target size)
       set_source_files_properties("${src}" PROPERTIES UNITY_GROUP "${key}_${g}")
       math(EXPR i "${i} + 1")
     endforeach()
+    if(FRUGAL_COLD_OPTIONS AND rel_${key} IN_LIST FRUGAL_COLD_FOLDERS)
+      # Code that runs per command or per logged step, not per element: FRUGAL_COLD_OPTIONS.
+      math(EXPR last "${groups} - 1")
+      foreach(g RANGE ${last})
+        set_source_files_properties(
+          "${CMAKE_CURRENT_BINARY_DIR}/CMakeFiles/${target}.dir/Unity/unity_${key}_${g}_cxx.cxx"
+          PROPERTIES COMPILE_OPTIONS "${FRUGAL_COLD_OPTIONS}")
+      endforeach()
+    endif()
     if(FRUGAL_PCH AND key MATCHES "_light$")
       # A unity source takes the target's precompiled header unless marked itself (CMake names
       # it <target>.dir/Unity/unity_<group>_cxx.cxx; under another name the group just takes the
