@@ -73,7 +73,8 @@ def main():
             "make_test_adds_install_s": round(extra, 1),
             "make_test_adds": re.findall(r"installing the Python packages of (\S+)", out_full),
             "debian_packages": "already installed on this machine: their download and install are not in make_demo_s",
-            "pip_cache": "off (PIP_NO_CACHE_DIR=1): the wheels are downloaded afresh",
+            "installer": (re.findall(r"\.venv with (\w+)", out) or ["pip"])[0],
+            "pip_cache": "off (PIP_NO_CACHE_DIR=1; uv runs with --no-cache): the wheels are downloaded afresh",
             "ccache": "off (CCACHE_DISABLE=1)",
         }
     finally:

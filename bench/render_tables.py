@@ -585,9 +585,10 @@ def render_first_run(R):
         return not_measured_span("first_run")
     m, sec = divmod(round(d["make_demo_s"]), 60)
     bm, bs = divmod(round(d["build_and_rest_s"]), 60)
-    return (f"`make demo` in a fresh clone took {m}:{sec:02d} ({d['venv_run_s']} s for `.venv/`, {bm}:{bs:02d} "
-            f"to build, {d['demo_train_wall_s']:.0f} s to train; the Debian packages were already installed, no "
-            f"pip cache, no ccache; {d['machine']['cpu']}, {d['machine']['physical_cores']} cores; {d['date']}, "
+    return (f"`make demo` in a fresh clone took {m}:{sec:02d} ({d['venv_run_s']} s for `.venv/` with "
+            f"{d.get('installer', 'pip')}, {bm}:{bs:02d} to build, {d['demo_train_wall_s']:.0f} s to train; the Debian "
+            f"packages were already installed, no package cache, no ccache; {d['machine']['cpu']}, "
+            f"{d['machine']['physical_cores']} cores; {d['date']}, "
             f"`{R.path('first_run')}`); `make test` then adds {d['make_test_adds_install_s']:.0f} s of installs")
 
 

@@ -73,20 +73,31 @@ fi
 PY=${FRUGAL_PYTHON:-python3}
 # uv (pinned; pip puts it into the environment first) installs the lists: torch's ~3 GB of wheels
 # took 14 s with it and 53 s with pip on the same machine (docs/build.md). uv reads neither pip.conf
-# nor PIP_* variables, so a machine with a pip index or mirror configured, or FRUGAL_PIP=1, keeps pip.
+# nor PIP_* variables: the pip settings in force that choose where packages come from (index,
+# extra index, find-links, trusted host, certificate) are passed on to it. FRUGAL_PIP=1 keeps pip.
 UV_PIN=uv==0.13.9
-installer() {  # VENV -> "uv" or "pip"
-  if [[ ${FRUGAL_PIP:-0} == 1 || -n ${PIP_INDEX_URL:-}${PIP_EXTRA_INDEX_URL:-}${PIP_FIND_LINKS:-} ]] ||
-     "$1/bin/python" -m pip config list 2>/dev/null | grep -qE 'index-url|find-links|trusted-host'; then
-    echo pip
-  else
-    echo uv
-  fi
+installer() { [[ ${FRUGAL_PIP:-0} == 1 ]] && echo pip || echo uv; }
+uv_options() {  # VENV: one uv option per line, from `pip config list` (pip.conf files and PIP_* variables)
+  local key value v
+  while IFS='=' read -r key value; do
+    value=${value#\'}; value=${value%\'}
+    case ${key##*.} in
+      index-url) echo "--index-url=$value" ;;
+      extra-index-url) for v in $value; do echo "--extra-index-url=$v"; done ;;
+      find-links) for v in $value; do echo "--find-links=$v"; done ;;
+      trusted-host) for v in $value; do echo "--allow-insecure-host=$v"; done ;;
+    esac
+  done < <("$1/bin/python" -m pip config list 2>/dev/null)
 }
 install_list() {  # VENV REQUIREMENTS
-  if [[ $(installer "$1") == uv ]]; then
+  if [[ $(installer) == uv ]]; then
+    local cert options vars=()
+    cert=$("$1/bin/python" -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.cert='\(.*\)'$/\1/p" | tail -1)
+    [[ -n $cert ]] && vars=(SSL_CERT_FILE="$cert")
+    mapfile -t options < <(uv_options "$1")
     "$1/bin/python" -m pip install -q --disable-pip-version-check "$UV_PIN" &&
-      "$1/bin/uv" pip install -q --no-cache --python "$1/bin/python" -r "$2"
+      env "${vars[@]}" "$1/bin/uv" pip install -q --no-cache --python "$1/bin/python" \
+        "${options[@]}" -r "$2"
   else
     "$1/bin/python" -m pip install -q --disable-pip-version-check -r "$2"
   fi
@@ -99,13 +110,13 @@ make_venv() {  # VENV REQUIREMENTS WHAT
     return 0
   fi
   command -v "$PY" >/dev/null || { echo "install-deps: $PY not found; set FRUGAL_PYTHON to a Python 3.9+" >&2; exit 1; }
-  echo "install-deps: installing the Python packages of $req into $venv ($what)"
   start=$(date +%s)
   [[ -x $venv/bin/python ]] || "$PY" -m venv "$venv"
+  echo "install-deps: installing the Python packages of $req into $venv with $(installer) ($what)"
   # A registry that drops connections or answers 5xx for a while fails an install outright: three
   # tries, 15 s and 45 s apart, before giving up (each try's output is kept in the log).
   local try=1 log=/tmp/frugal-pip.log tool
-  tool=$(installer "$venv")
+  tool=$(installer)
   : >"$log"
   until install_list "$venv" "$req" >>"$log" 2>&1; do
     if (( try == 3 )); then
@@ -118,7 +129,7 @@ make_venv() {  # VENV REQUIREMENTS WHAT
   echo "$want" >"$marker"
   echo "install-deps: $venv done ($(( $(date +%s) - start )) s)"
 }
-make_venv .venv scripts/requirements.txt "torch with CUDA: ~3 GB, about a minute"
+make_venv .venv scripts/requirements.txt "torch with CUDA: ~3 GB, under a minute"
 [[ $mode == run ]] && exit 0
 make_venv .venv scripts/requirements-test.txt "the reference libraries the tests check against: about 20 s"
 make_venv .venv-mlflow scripts/requirements-mlflow.txt "mlflow: about 30 s"
