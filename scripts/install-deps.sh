@@ -74,7 +74,8 @@ PY=${FRUGAL_PYTHON:-python3}
 # uv (pinned; pip puts it into the environment first) installs the lists: torch's ~3 GB of wheels
 # took 14 s with it and 53 s with pip on the same machine (docs/build.md). uv reads neither pip.conf
 # nor PIP_* variables: the pip settings in force that choose where packages come from (index,
-# extra index, find-links, trusted host, certificate) are passed on to it. FRUGAL_PIP=1 keeps pip.
+# extra index, find-links, trusted host, certificate) are passed on to it. FRUGAL_PIP=1 keeps pip,
+# and so does an index that has no uv.
 UV_PIN=uv==0.13.9
 installer() { [[ ${FRUGAL_PIP:-0} == 1 ]] && echo pip || echo uv; }
 uv_options() {  # VENV: one uv option per line, from `pip config list` (pip.conf files and PIP_* variables)
@@ -89,17 +90,15 @@ uv_options() {  # VENV: one uv option per line, from `pip config list` (pip.conf
     esac
   done < <("$1/bin/python" -m pip config list 2>/dev/null)
 }
-install_list() {  # VENV REQUIREMENTS
-  if [[ $(installer) == uv ]]; then
+install_list() {  # TOOL VENV REQUIREMENTS
+  if [[ $1 == uv ]]; then
     local cert options vars=()
-    cert=$("$1/bin/python" -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.cert='\(.*\)'$/\1/p" | tail -1)
+    cert=$("$2/bin/python" -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.cert='\(.*\)'$/\1/p" | tail -1)
     [[ -n $cert ]] && vars=(SSL_CERT_FILE="$cert")
-    mapfile -t options < <(uv_options "$1")
-    "$1/bin/python" -m pip install -q --disable-pip-version-check "$UV_PIN" &&
-      env "${vars[@]}" "$1/bin/uv" pip install -q --no-cache --python "$1/bin/python" \
-        "${options[@]}" -r "$2"
+    mapfile -t options < <(uv_options "$2")
+    env "${vars[@]}" "$2/bin/uv" pip install -q --no-cache --python "$2/bin/python" "${options[@]}" -r "$3"
   else
-    "$1/bin/python" -m pip install -q --disable-pip-version-check -r "$2"
+    "$2/bin/python" -m pip install -q --disable-pip-version-check -r "$3"
   fi
 }
 make_venv() {  # VENV REQUIREMENTS WHAT
@@ -112,13 +111,17 @@ make_venv() {  # VENV REQUIREMENTS WHAT
   command -v "$PY" >/dev/null || { echo "install-deps: $PY not found; set FRUGAL_PYTHON to a Python 3.9+" >&2; exit 1; }
   start=$(date +%s)
   [[ -x $venv/bin/python ]] || "$PY" -m venv "$venv"
-  echo "install-deps: installing the Python packages of $req into $venv with $(installer) ($what)"
-  # A registry that drops connections or answers 5xx for a while fails an install outright: three
-  # tries, 15 s and 45 s apart, before giving up (each try's output is kept in the log).
   local try=1 log=/tmp/frugal-pip.log tool
   tool=$(installer)
   : >"$log"
-  until install_list "$venv" "$req" >>"$log" 2>&1; do
+  # Where uv itself cannot be installed (an index or mirror without it, say), pip installs the list.
+  if [[ $tool == uv ]] && ! "$venv/bin/python" -m pip install -q --disable-pip-version-check "$UV_PIN" >>"$log" 2>&1; then
+    tool=pip
+  fi
+  echo "install-deps: installing the Python packages of $req into $venv with $tool ($what)"
+  # A registry that drops connections or answers 5xx for a while fails an install outright: three
+  # tries, 15 s and 45 s apart, before giving up (each try's output is kept in the log).
+  until install_list "$tool" "$venv" "$req" >>"$log" 2>&1; do
     if (( try == 3 )); then
       echo "install-deps: $tool failed 3 times installing $req; the last lines of $log:" >&2
       tail -30 "$log" >&2; exit 1
