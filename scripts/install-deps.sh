@@ -77,29 +77,25 @@ PY=${FRUGAL_PYTHON:-python3}
 # extra index, find-links, trusted host, certificate) are passed on to it. FRUGAL_PIP=1 keeps pip,
 # and so does an index that has no uv.
 UV_PIN=uv==0.13.9
-installer() { [[ ${FRUGAL_PIP:-0} == 1 ]] && echo pip || echo uv; }
-uv_options() {  # VENV: one uv option per line, from `pip config list` (pip.conf files and PIP_* variables)
-  local key value v
+install_list() {  # TOOL VENV REQUIREMENTS
+  if [[ $1 == pip ]]; then
+    "$2/bin/python" -m pip install -q --disable-pip-version-check -r "$3"
+    return
+  fi
+  # One uv option per source pip is configured with (`pip config list`: pip.conf files and PIP_*
+  # variables, as key='value' lines), and its certificate bundle as SSL_CERT_FILE.
+  local key value v options=() vars=()
   while IFS='=' read -r key value; do
     value=${value#\'}; value=${value%\'}
     case ${key##*.} in
-      index-url) echo "--index-url=$value" ;;
-      extra-index-url) for v in $value; do echo "--extra-index-url=$v"; done ;;
-      find-links) for v in $value; do echo "--find-links=$v"; done ;;
-      trusted-host) for v in $value; do echo "--allow-insecure-host=$v"; done ;;
+      index-url) options+=("--index-url=$value") ;;
+      extra-index-url) for v in $value; do options+=("--extra-index-url=$v"); done ;;
+      find-links) for v in $value; do options+=("--find-links=$v"); done ;;
+      trusted-host) for v in $value; do options+=("--allow-insecure-host=$v"); done ;;
+      cert) vars=(SSL_CERT_FILE="$value") ;;
     esac
-  done < <("$1/bin/python" -m pip config list 2>/dev/null)
-}
-install_list() {  # TOOL VENV REQUIREMENTS
-  if [[ $1 == uv ]]; then
-    local cert options vars=()
-    cert=$("$2/bin/python" -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.cert='\(.*\)'$/\1/p" | tail -1)
-    [[ -n $cert ]] && vars=(SSL_CERT_FILE="$cert")
-    mapfile -t options < <(uv_options "$2")
-    env "${vars[@]}" "$2/bin/uv" pip install -q --no-cache --python "$2/bin/python" "${options[@]}" -r "$3"
-  else
-    "$2/bin/python" -m pip install -q --disable-pip-version-check -r "$3"
-  fi
+  done < <("$2/bin/python" -m pip config list 2>/dev/null)
+  env "${vars[@]}" "$2/bin/uv" pip install -q --no-cache --python "$2/bin/python" "${options[@]}" -r "$3"
 }
 make_venv() {  # VENV REQUIREMENTS WHAT
   local venv=$1 req=$2 what=$3 marker want start
@@ -111,8 +107,8 @@ make_venv() {  # VENV REQUIREMENTS WHAT
   command -v "$PY" >/dev/null || { echo "install-deps: $PY not found; set FRUGAL_PYTHON to a Python 3.9+" >&2; exit 1; }
   start=$(date +%s)
   [[ -x $venv/bin/python ]] || "$PY" -m venv "$venv"
-  local try=1 log=/tmp/frugal-pip.log tool
-  tool=$(installer)
+  local try=1 log=/tmp/frugal-pip.log tool=uv
+  [[ ${FRUGAL_PIP:-0} == 1 ]] && tool=pip
   : >"$log"
   # Where uv itself cannot be installed (an index or mirror without it, say), pip installs the list.
   if [[ $tool == uv ]] && ! "$venv/bin/python" -m pip install -q --disable-pip-version-check "$UV_PIN" >>"$log" 2>&1; then
