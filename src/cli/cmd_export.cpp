@@ -73,10 +73,25 @@ std::optional<json> source_config(const OpenedRun& run) {
   return std::nullopt;
 }
 
+// The chat template the run's documents were rendered with, as the exported tokenizer's own: it
+// replaces the source checkpoint's (tokenizer_config.json's chat_template, chat_template.json),
+// which may be another (`frugal prepare --chat-template`).
+void use_chat_template(const std::string& file, ExportedTokenizer& e) {
+  e.files["chat_template.jinja"] = read_file(file);
+  e.files.erase("chat_template.json");
+  json config = json::parse(e.files["tokenizer_config.json"], nullptr, false);
+  if (config.is_object() && config.contains("chat_template")) {
+    config.erase("chat_template");
+    e.files["tokenizer_config.json"] = config.dump(2) + "\n";
+  }
+  e.note += " (the chat template the run's documents were rendered with: chat_template.jinja)";
+}
+
 // The files beside a Hugging Face tokenizer.json that say how to use it: its chat template and
 // special tokens. Taken from the checkpoint the run started from when that directory holds the
 // very tokenizer the run trained with; otherwise a tokenizer_config.json naming the fast class.
-void hf_tokenizer_files(const OpenedRun& run, const std::string& tokenizer_json, ExportedTokenizer& e) {
+void hf_tokenizer_files(const OpenedRun& run, const std::string& tokenizer_json, const std::string& chat_template,
+                        ExportedTokenizer& e) {
   e.files["tokenizer.json"] = tokenizer_json;
   const auto src = source_dir(run);
   std::error_code ec;
@@ -93,11 +108,13 @@ void hf_tokenizer_files(const OpenedRun& run, const std::string& tokenizer_json,
                             json::parse(e.files["tokenizer_config.json"], nullptr, false).contains("chat_template")
                         ? " (and its chat template)"
                         : "");
+    if (!chat_template.empty()) use_chat_template(chat_template, e);
     return;
   }
   e.files["tokenizer_config.json"] =
       json{{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", run.config.model.block}}.dump(2) + "\n";
   e.note = "tokenizer.json (the dataset's Hugging Face tokenizer): transformers.AutoTokenizer.from_pretrained(DIR)";
+  if (!chat_template.empty()) use_chat_template(chat_template, e);
 }
 
 ExportedTokenizer export_tokenizer(const OpenedRun& run) {
@@ -108,7 +125,7 @@ ExportedTokenizer export_tokenizer(const OpenedRun& run) {
         "byte-level: the token ids are the UTF-8 bytes of the text (ids = list(text.encode()), "
         "text = bytes(ids).decode()); there is no tokenizer file to load";
   } else if (t.name == "hf") {
-    hf_tokenizer_files(run, read_file(t.model_file), e);
+    hf_tokenizer_files(run, read_file(t.model_file), t.chat_template_file, e);
   } else {
     // transformers has no tokenizer class over a bare SentencePiece model for these families; the
     // model file itself is what encodes and decodes exactly as the run did.
@@ -198,7 +215,8 @@ int run_export(const ExportArgs& a) {
   std::map<std::string, std::string> extra = tok.files;
   if (const auto g = generation_config(run, config)) extra["generation_config.json"] = *g;
   // A LoRA run's adapters merged into the weights they adapt: the family's own layout.
-  const NamedTensors params = has_lora(*model) ? merged_parameter_list(*model) : model->named_parameter_list();
+  const NamedTensors params =
+      has_lora(*model) ? merged_parameter_list(*model, stored_base_weights(*model, c)) : model->named_parameter_list();
   const NamedTensors tensors = to_hf_tensors(params, family.hf_layout(c.model), dtype);
   int64_t parameters = 0;
   for (const auto& [name, p] : params) parameters += p.numel();

@@ -148,8 +148,8 @@ Batch DocumentSource::val_batch(int64_t index) {
   const auto n = static_cast<int64_t>(val_rows_.size());
   if (n == 0)
     throw DataError(
-        fmt::format("dataset '{}' holds no validation documents: prepare it with --val-fraction above 0, "
-                    "or set train.eval_batches = 0",
+        fmt::format("dataset '{}' holds no validation documents, and the trainer evaluates every "
+                    "train.eval_every steps and at the end: prepare it again with --val-fraction above 0",
                     ds_->dir()));
   std::vector<Row> rows;
   for (int64_t k = 0; k < micro_batch_; ++k)

@@ -121,8 +121,10 @@ void prepare_masked_documents(const PrepareOptions& o, const std::vector<std::st
   r->documents_in = static_cast<int64_t>(docs.size());
   say(fmt::format("read {} documents; rendering and tokenising", docs.size()));
   std::vector<MaskedDocument> encoded;
+  std::string template_used;
   try {
-    encoded = encode_masked_documents(tokenizer, o.chat_template, completion, o.train_on_prompt, docs, tmp);
+    encoded =
+        encode_masked_documents(tokenizer, o.chat_template, completion, o.train_on_prompt, docs, tmp, &template_used);
   } catch (const DataError& e) {
     rethrow_with_origin(e, origins);
   }
@@ -151,6 +153,11 @@ void prepare_masked_documents(const PrepareOptions& o, const std::vector<std::st
   (*m)["tokenizer"] = {{"name", "hf"},
                        {"vocab", r->vocab},
                        {"model", {{"file", "tokenizer.json"}, {"xxh64", hex64(xxh64_file(tmp + "/tokenizer.json"))}}}};
+  if (!template_used.empty()) {  // kept: `frugal export` writes it beside the model trained on these renderings
+    write_file_atomic(tmp + "/chat_template.jinja", template_used);
+    (*m)["tokenizer"]["chat_template"] = {{"file", "chat_template.jinja"},
+                                          {"xxh64", hex64(xxh64_bytes(template_used))}};
+  }
   (*m)["chat_template"] = o.chat_template.empty() ? nlohmann::json("the tokenizer's")
                                                   : nlohmann::json(fs::path(o.chat_template).filename().string());
   (*m)["splits"]["train"] = train.finish();

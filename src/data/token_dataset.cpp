@@ -181,15 +181,17 @@ bool keep_tokenizer(const std::string& dataset_dir, const std::string& to_dir) {
                          {"tokenizer", m.at("tokenizer")}};
   fs::create_directories(to, ec);
   if (ec) throw IoError(fmt::format("cannot create {}: {}", to.string(), ec.message()));
-  const nlohmann::json& model = m["tokenizer"].value("model", nlohmann::json::object());
-  if (model.contains("file") && model["file"].is_string()) {
-    const std::string name = fs::path(model["file"].get<std::string>()).filename().string();
+  // The tokenizer's model file and, for chat documents, the template they were rendered with.
+  for (const char* key : {"model", "chat_template"}) {
+    const nlohmann::json& entry = m["tokenizer"].value(key, nlohmann::json::object());
+    if (!entry.is_object() || !entry.contains("file") || !entry["file"].is_string()) continue;
+    const std::string name = fs::path(entry["file"].get<std::string>()).filename().string();
     const std::string from = (fs::path(dataset_dir) / name).string();
     if (!fs::is_regular_file(from, ec))
       throw IoError(
           fmt::format("{}: the dataset's tokenizer file {} is missing; prepare the dataset again", dataset_dir, from));
     const std::string bytes = read_file(from);
-    if (model.contains("xxh64") && model["xxh64"] != hex64(xxh64_bytes(bytes)))
+    if (entry.contains("xxh64") && entry["xxh64"] != hex64(xxh64_bytes(bytes)))
       throw IoError(
           fmt::format("{}: {} does not match the xxh64 its manifest.json records (replaced or corrupt); "
                       "prepare the dataset again",

@@ -319,8 +319,10 @@ std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json) 
 
 std::vector<MaskedDocument> encode_masked_documents(const std::string& tokenizer_json, const std::string& chat_template,
                                                     bool prompt_completion, bool train_on_prompt,
-                                                    const std::vector<std::string>& docs, const std::string& work_dir) {
+                                                    const std::vector<std::string>& docs, const std::string& work_dir,
+                                                    std::string* template_used) {
   const std::string in = work_dir + "/chat.in", out = work_dir + "/chat.out", err = work_dir + "/chat.err";
+  const std::string used = out + ".template";
   write_docs(in, docs, 0, docs.size());
   std::vector<std::string> args{"chat",
                                 tokenizer_json,
@@ -342,7 +344,8 @@ std::vector<MaskedDocument> encode_masked_documents(const std::string& tokenizer
     d.mask.assign(p + off + 4 + 4ull * n, p + off + 4 + 5ull * n);
     off += 4 + 5ull * n;
   }
-  for (const auto& f : {in, out, err}) fs::remove(f);
+  if (template_used) *template_used = fs::is_regular_file(used) ? read_file(used) : std::string();
+  for (const auto& f : {in, out, err, used}) fs::remove(f);
   return result;
 }
 

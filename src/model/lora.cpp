@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <regex>
 #include <set>
 
 #include <fmt/format.h>
@@ -179,6 +181,20 @@ bool targets_module(const std::string& target, const std::string& module) {
          module[module.size() - target.size() - 1] == '.';
 }
 
+// lora.init_from's string target_modules as PEFT reads it (re.fullmatch); ECMAScript's grammar
+// agrees with Python's for what target patterns use (classes, groups, alternation, repeats).
+std::optional<std::regex> targets_regex(const LoraSetup& s) {
+  if (s.targets_pattern.empty()) return std::nullopt;
+  try {
+    return std::regex(s.targets_pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw ConfigError(
+        fmt::format("lora.init_from: {}/adapter_config.json's target_modules {} is not a regular "
+                    "expression frugal can read ({}); write it as a list of module names",
+                    s.init_from, nlohmann::json(s.targets_pattern).dump(), e.what()));
+  }
+}
+
 struct Adaptable {
   AdaptableProduct product;
   at::Tensor weight;
@@ -237,10 +253,8 @@ LoraSetup lora_setup(const LoraConfig& l) {
     const double alpha = j.value("lora_alpha", 8.0);
     const bool dora = j.value("use_dora", false), rs = j.value("use_rslora", false);
     std::vector<std::string> targets;
-    if (j["target_modules"].is_string())
-      targets = {j["target_modules"].get<std::string>()};
-    else
-      targets = j["target_modules"].get<std::vector<std::string>>();
+    const std::string pattern = j["target_modules"].is_string() ? j["target_modules"].get<std::string>() : "";
+    if (pattern.empty()) targets = j["target_modules"].get<std::vector<std::string>>();
     std::sort(targets.begin(), targets.end());
     agree("rank", l.rank != 0 && l.rank != r, std::to_string(l.rank), fmt::format("r = {}", r));
     agree("alpha", l.alpha != defaults.alpha && l.alpha != alpha, fmt::format("{:g}", l.alpha),
@@ -249,13 +263,17 @@ LoraSetup lora_setup(const LoraConfig& l) {
     agree("rslora", l.rslora && !rs, "true", "use_rslora = false");
     auto ours = s.targets;
     std::sort(ours.begin(), ours.end());
-    agree("targets", l.targets != defaults.targets && ours != targets, fmt::format("\"{}\"", l.targets),
-          fmt::format("target_modules = {}", nlohmann::json(targets).dump()));
+    agree("targets", l.targets != defaults.targets && (!pattern.empty() || ours != targets),
+          fmt::format("\"{}\"", l.targets),
+          fmt::format("target_modules = {}", pattern.empty()
+                                                 ? nlohmann::json(targets).dump()
+                                                 : nlohmann::json(pattern).dump() + " (a regular expression)"));
     s.rank = r;
     s.alpha = alpha;
     s.dora = dora;
     s.rslora = rs;
     s.targets = targets;
+    s.targets_pattern = pattern;
     s.init_from = l.init_from;
   }
   s.scale = s.rslora ? s.alpha / std::sqrt(static_cast<double>(s.rank)) : s.alpha / static_cast<double>(s.rank);
@@ -265,15 +283,17 @@ LoraSetup lora_setup(const LoraConfig& l) {
 LoraSetup install_lora(CausalLmImpl& model, const LoraConfig& l) {
   if (!lora_enabled(l)) return {};
   LoraSetup s = lora_setup(l);
-  FRUGAL_CHECK(!s.targets.empty(), ConfigError, "lora.targets is empty: name the products to adapt, or \"all-linear\"");
+  FRUGAL_CHECK(!s.targets.empty() || !s.targets_pattern.empty(), ConfigError,
+               "lora.targets is empty: name the products to adapt, or \"all-linear\"");
   const std::vector<Adaptable> adaptable = adaptable_modules(model);
   const bool all = s.targets.size() == 1 && s.targets[0] == "all-linear";
+  const std::optional<std::regex> pattern = targets_regex(s);
   std::set<std::string> used, names;
   for (const Adaptable& a : adaptable) {
     std::vector<LoraSiteImpl::Spec> parts;
     for (const LoraSiteImpl::Spec& m : a.modules) {
       names.insert(short_name(m.hf_module));
-      bool hit = all;
+      bool hit = all || (pattern && std::regex_match(m.hf_module, *pattern));
       for (const std::string& t : s.targets)
         if (targets_module(t, m.hf_module)) hit = true, used.insert(t);
       if (hit) parts.push_back(m);
@@ -295,6 +315,12 @@ LoraSetup install_lora(CausalLmImpl& model, const LoraConfig& l) {
       if (p.key().find("_nf4_") != std::string::npos) s.base_bytes += p.value().nbytes();
     s.adapted_modules += static_cast<int64_t>(parts.size());
   }
+  FRUGAL_CHECK(!pattern || s.adapted_modules > 0, ConfigError,
+               fmt::format("lora.init_from: {}/adapter_config.json's target_modules {} is a string, which PEFT "
+                           "matches as a regular expression against whole module names (such as "
+                           "\"model.layers.0.self_attn.q_proj\"); it matches none of this {}. A list names "
+                           "modules by their last names: [\"q_proj\", \"v_proj\"]",
+                           s.init_from, nlohmann::json(s.targets_pattern).dump(), model.describe()));
   if (!all)
     for (const std::string& t : s.targets)
       FRUGAL_CHECK(used.count(t), ConfigError,
@@ -325,7 +351,7 @@ bool has_lora(CausalLmImpl& model) {
   return false;
 }
 
-NamedTensors merged_parameter_list(CausalLmImpl& model) {
+NamedTensors merged_parameter_list(CausalLmImpl& model, const std::map<std::string, at::Tensor>& base) {
   std::map<std::string, std::shared_ptr<LoraSiteImpl>> sites;
   for (const AdaptableProduct& p : model.adaptable_products())
     if (*p.adapters) sites[p.weight] = *p.adapters;
@@ -333,7 +359,8 @@ NamedTensors merged_parameter_list(CausalLmImpl& model) {
   for (const auto& [name, p] : model.named_parameter_list()) {
     if (name.find(".lora.") != std::string::npos) continue;
     const auto s = sites.find(name);
-    out.emplace_back(name, s == sites.end() ? p : s->second->merged(p));
+    const auto stored = base.find(name);
+    out.emplace_back(name, s == sites.end() ? p : s->second->merged(stored == base.end() ? p : stored->second));
   }
   return out;
 }

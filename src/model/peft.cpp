@@ -58,7 +58,7 @@ json read_peft_config(const std::string& dir) {
          fmt::format("peft_type is {}, not \"LORA\"", j.value("peft_type", json()).dump()));
   refuse(!j.contains("r") || !j["r"].is_number_integer() || j["r"].get<int64_t>() < 1, "r must be a positive integer");
   refuse(!j.contains("target_modules") || !(j["target_modules"].is_array() || j["target_modules"].is_string()),
-         "target_modules must be a list of module names");
+         "target_modules must be a list of module names or a regular expression");
   refuse(non_empty(j, "rank_pattern") || non_empty(j, "alpha_pattern"),
          "rank_pattern / alpha_pattern give modules "
          "ranks of their own");
@@ -92,7 +92,8 @@ void write_peft_adapter(CausalLmImpl& model, const LoraSetup& setup, const std::
               {"r", setup.rank},
               {"lora_alpha", setup.alpha},
               {"lora_dropout", setup.dropout},
-              {"target_modules", setup.targets.size() == 1 ? json(setup.targets[0]) : json(setup.targets)},
+              // A list, even of one: PEFT reads a string as a regular expression over whole names.
+              {"target_modules", setup.targets_pattern.empty() ? json(setup.targets) : json(setup.targets_pattern)},
               {"use_dora", setup.dora},
               {"use_rslora", setup.rslora},
               {"bias", "none"},

@@ -250,15 +250,20 @@ def main(argv, load, separator, read_docs):
     template, config = load_template(tokenizer_json, template_path)
     renderer = Renderer(template, config) if template else None
     sep = separator(tok)
+    rendered = False
     with open(dst, "wb") as out:
         for i, line in enumerate(read_docs(src)):
             try:
                 doc = json.loads(line)
                 if not isinstance(doc, dict):
                     raise ValueError("not a JSON object")
+                rendered = rendered or kind == "chat" or isinstance(doc.get("prompt"), list)
                 ids, mask = encode_document(tok, renderer, sep, kind, doc, train_on_prompt)
             except Exception as e:  # the document is named by the caller (file and line)
                 fail(f"document {i}: {type(e).__name__ + ': ' if not isinstance(e, ValueError) else ''}{e}")
             out.write(struct.pack(f"<I{len(ids)}I", len(ids), *ids))
             out.write(bytes(mask))
+    if rendered and template:  # the template the documents were rendered with, kept with the dataset
+        with open(dst + ".template", "w", encoding="utf-8") as f:
+            f.write(template)
     return 0

@@ -104,20 +104,26 @@ class MuonOptimizer : public Optimizer {
           "train.optimizer = \"muon\": no parameter group is marked for Muon (ParamGroup::muon); use "
           "muon_param_groups or mark the hidden matrices");
     assign_owners();
-    // Matrices of one shape, dtype and device share a stack: one momentum buffer [k, rows, cols]
-    // (each matrix's buffer a view of it, so checkpoints keep one tensor per matrix) and one
-    // batched Newton-Schulz iteration, in the order the matrices first appear. Sharded, a rank
-    // stacks the matrices it owns only.
+    // Matrices of one shape, dtype, device and owner share a stack: one momentum buffer
+    // [k, rows, cols] (each matrix's buffer a view of it, so checkpoints keep one tensor per
+    // matrix) and one batched Newton-Schulz iteration, in the order the matrices first appear.
+    // Sharded, every rank builds every stack (owner_ is alike on every rank), so the gradients'
+    // layout, which the all-reduce buckets view (dist/data_parallel.cpp), is alike on every rank
+    // and the ranks issue the same collectives; a rank keeps the momentum of, and steps, the
+    // stacks it owns only.
     bufs_.resize(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) {
-      if (owner_[i] != shards_.rank) continue;
       const at::Tensor& p = params_[i];
       auto same = [&](const Stack& s) {
         const at::Tensor& q = params_[s.members.front()];
-        return q.sizes().equals(p.sizes()) && q.scalar_type() == p.scalar_type() && q.device() == p.device();
+        return s.owner == owner_[i] && q.sizes().equals(p.sizes()) && q.scalar_type() == p.scalar_type() &&
+               q.device() == p.device();
       };
       auto it = std::find_if(stacks_.begin(), stacks_.end(), same);
-      if (it == stacks_.end()) it = stacks_.insert(stacks_.end(), Stack{});
+      if (it == stacks_.end()) {
+        it = stacks_.insert(stacks_.end(), Stack{});
+        it->owner = owner_[i];
+      }
       it->members.push_back(i);
     }
     // The stack's gradients are one tensor too, as fused_adamw's: each matrix's .grad a view of
@@ -125,11 +131,12 @@ class MuonOptimizer : public Optimizer {
     for (auto& s : stacks_) {
       const at::Tensor& p = params_[s.members.front()];
       const std::vector<int64_t> shape = {static_cast<int64_t>(s.members.size()), p.size(0), p.size(1)};
-      s.momentum = torch::zeros(shape, p.options());
+      const bool mine = s.owner == shards_.rank;
+      if (mine) s.momentum = torch::zeros(shape, p.options());
       s.grads = torch::zeros(shape, p.options());
       for (size_t j = 0; j < s.members.size(); ++j) {
         at::Tensor& q = params_[s.members[j]];
-        bufs_[s.members[j]] = s.momentum[static_cast<int64_t>(j)];
+        if (mine) bufs_[s.members[j]] = s.momentum[static_cast<int64_t>(j)];
         at::Tensor g = s.grads[static_cast<int64_t>(j)];
         g.copy_(q.grad());
         q.mutable_grad() = g;
@@ -147,14 +154,13 @@ class MuonOptimizer : public Optimizer {
   }
   void zero_grad() override {
     if (adamw_) adamw_->zero_grad();
-    for (auto& s : stacks_) s.grads.zero_();  // the gradients of the matrices this rank owns
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (owner_[i] != shards_.rank) params_[i].mutable_grad().zero_();
+    for (auto& s : stacks_) s.grads.zero_();  // every matrix's gradient, owned or not
   }
   void step() override {
     c10::NoGradGuard no_grad;
     if (adamw_) adamw_->step();
     for (const Stack& s : stacks_) {
+      if (s.owner != shards_.rank) continue;  // stepped by its owner, broadcast below
       // In bf16 or fp32; added to the weights in their own dtype (an exact widening).
       const at::Tensor o = newton_schulz(nesterov(s.momentum, s.grads, momentum_), kNsSteps, kNsEps, bf16_);
       const at::Tensor& first = params_[s.members.front()];
@@ -239,7 +245,9 @@ class MuonOptimizer : public Optimizer {
 
   struct Stack {
     std::vector<size_t> members;  // indices into params_
-    at::Tensor momentum, grads;   // [members, rows, cols]; the members' .grad are views of grads
+    int64_t owner = 0;            // the rank that owns (and steps) every member
+    at::Tensor momentum, grads;   // [members, rows, cols]; the members' .grad are views of grads;
+                                  // momentum on the owner only
   };
   std::unique_ptr<Optimizer> adamw_;       // the embeddings, gains and biases
   std::vector<at::Tensor> params_, bufs_;  // bufs_[i]: params_[i]'s momentum, a view into its stack's

@@ -89,7 +89,7 @@ TokenizerFiles run_tokenizer_files(const OpenedRun& run) {
   switch (src.kind) {
     case DataSource::Kind::kArith:
     case DataSource::Kind::kText:
-      return {"bytes", "", ""};
+      return {"bytes", "", "", ""};
     case DataSource::Kind::kRecords:
       throw ConfigError(fmt::format("{}: data.source = \"{}\" is an image or table dataset; it has no text tokenizer",
                                     cfg, to_string(src)));
@@ -117,7 +117,7 @@ TokenizerFiles run_tokenizer_files(const OpenedRun& run) {
                     "the run read it",
                     cfg, kept + "/manifest.json", src.path));
   }
-  if (m->name == "bytes") return {"bytes", dir, ""};
+  if (m->name == "bytes") return {"bytes", dir, "", ""};
   const char* file = m->name == "sentencepiece" ? "tokenizer.model" : m->name == "hf" ? "tokenizer.json" : nullptr;
   if (!file)
     throw ConfigError(
@@ -128,7 +128,19 @@ TokenizerFiles run_tokenizer_files(const OpenedRun& run) {
   if (!fs::is_regular_file(model))
     throw ConfigError(
         fmt::format("{}: the run's tokenizer in {} is {} but its {} is missing", cfg, dir, m->name, file));
-  return {m->name, dir, model};
+  std::string chat_template;
+  const nlohmann::json manifest =
+      nlohmann::json::parse(read_small_file((fs::path(dir) / "manifest.json").string()), nullptr, false);
+  const nlohmann::json tok = manifest.is_object() ? manifest.value("tokenizer", nlohmann::json()) : nlohmann::json();
+  const nlohmann::json chat = tok.is_object() ? tok.value("chat_template", nlohmann::json()) : nlohmann::json();
+  if (chat.is_object() && chat.value("file", "") == "chat_template.jinja")
+    chat_template = (fs::path(dir) / "chat_template.jinja").string();
+  if (!chat_template.empty() && !fs::is_regular_file(chat_template))
+    throw ConfigError(
+        fmt::format("{}: the run's tokenizer in {} names the chat template its documents were rendered "
+                    "with, but {} is missing",
+                    cfg, dir, chat_template));
+  return {m->name, dir, model, chat_template};
 }
 
 std::unique_ptr<Tokenizer> run_tokenizer(const OpenedRun& run) {
@@ -139,6 +151,25 @@ std::unique_ptr<Tokenizer> run_tokenizer(const OpenedRun& run) {
     return load_sentencepiece(t.model_file);
   }
   return load_hf_tokenizer(t.model_file);
+}
+
+std::map<std::string, at::Tensor> stored_base_weights(CausalLmImpl& model, const Config& c) {
+  std::map<std::string, at::Tensor> out;
+  if (!has_lora(model) || c.lora.base_dtype != LoraConfig::BaseDtype::kBf16 || c.model.init_from.empty()) return out;
+  // The load fills every tensor of the layout: the adapted weights into fresh fp32 tensors, the
+  // rest into the model's own, frozen and already the base's (the same values again).
+  NamedTensors slots;
+  for (const auto& [name, p] : model.named_parameter_list()) {
+    if (name.find(".lora.") != std::string::npos) continue;
+    if (p.scalar_type() == at::kBFloat16) {
+      out[name] = at::empty(p.sizes(), p.options().dtype(at::kFloat));
+      slots.emplace_back(name, out[name]);
+    } else {
+      slots.emplace_back(name, p);
+    }
+  }
+  load_hf_model(slots, c.model, hf_init_dir(c.model));
+  return out;
 }
 
 void load_run_weights(CausalLmImpl& model, const Config& c, const std::string& weights) {

@@ -5,9 +5,11 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "frugal/ckpt/run_dir.h"
+#include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/token_dataset.h"
 #include "frugal/data/tokenizer.h"
@@ -50,6 +52,53 @@ void adopt_dataset_vocab(ResolvedConfig& rc) {
   origin = ValueOrigin{ValueOrigin::Kind::kFile, (fs::path(dir) / "manifest.json").string() + " tokenizer.vocab"};
 }
 
+// A Hugging Face tokenizer.json's tokens by id: its model's vocabulary (an object of token -> id,
+// or Unigram's list of [piece, score]) and its added tokens.
+std::map<int64_t, std::string> tokens_by_id(const std::string& file) {
+  const nlohmann::json j = nlohmann::json::parse(read_file(file), nullptr, false);
+  std::map<int64_t, std::string> out;
+  if (!j.is_object()) return out;
+  const nlohmann::json vocab = j.value("model", nlohmann::json::object()).value("vocab", nlohmann::json());
+  if (vocab.is_object()) {
+    for (const auto& [token, id] : vocab.items())
+      if (id.is_number_integer()) out[id.get<int64_t>()] = token;
+  } else if (vocab.is_array()) {
+    for (size_t i = 0; i < vocab.size(); ++i)
+      if (vocab[i].is_array() && !vocab[i].empty() && vocab[i][0].is_string())
+        out[static_cast<int64_t>(i)] = vocab[i][0].get<std::string>();
+  }
+  for (const auto& t : j.value("added_tokens", nlohmann::json::array()))
+    if (t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") &&
+        t["content"].is_string())
+      out[t["id"].get<int64_t>()] = t["content"].get<std::string>();
+  return out;
+}
+
+// data.source = "shards:DIR" tokenised by a Hugging Face tokenizer and model.init_from's own
+// tokenizer.json must agree on every id both define: the checkpoint's embedding row `i` was learned
+// for its token `i`. Ids only one defines (tokens added in the embedding's padding) are free.
+void check_dataset_tokenizer(const ResolvedConfig& rc) {
+  const DataSource& src = rc.config.data.source;
+  if (src.kind != DataSource::Kind::kShards || rc.config.model.init_from.empty()) return;
+  const std::optional<ManifestTokenizer> tok = manifest_tokenizer(src.path);
+  const std::string init = hf_init_dir(rc.config.model);
+  if (!tok || tok->name != "hf" || init.empty()) return;
+  const fs::path base = fs::path(init) / "tokenizer.json", data = fs::path(src.path) / "tokenizer.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(base, ec) || !fs::is_regular_file(data, ec) || read_file(base) == read_file(data)) return;
+  const std::map<int64_t, std::string> ours = tokens_by_id(data.string()), theirs = tokens_by_id(base.string());
+  for (const auto& [id, token] : ours) {
+    const auto other = theirs.find(id);
+    if (other == theirs.end() || other->second == token) continue;
+    throw ConfigError(fmt::format(
+        "data.source = \"shards:{}\" was tokenised with {}, whose token {} is {} where model.init_from's {} has "
+        "{}: the checkpoint's embeddings were learned for its own tokens. Prepare the data with the checkpoint's "
+        "tokenizer: frugal prepare FILES --tokenizer hf:{} --out DIR",
+        src.path, data.string(), id, nlohmann::json(token).dump(), base.string(), nlohmann::json(other->second).dump(),
+        base.string()));
+  }
+}
+
 // Whether `path` lies inside `dir` (both made absolute and normal).
 bool within(const std::string& path, const std::string& dir) {
   const fs::path p = fs::absolute(path).lexically_normal(), d = fs::absolute(dir).lexically_normal();
@@ -76,6 +125,7 @@ void complete_config(ResolvedConfig& rc) {
     init = "hf:" + fs::absolute(init.substr(3)).lexically_normal().string();
   adopt_hf_shape(rc);  // before the dataset's vocabulary: the checkpoint's is the model's
   adopt_dataset_vocab(rc);
+  check_dataset_tokenizer(rc);
 }
 
 ResolvedConfig resolve_run_config(const std::string& file, const std::vector<std::string>& overrides,

@@ -304,18 +304,29 @@ void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
 }
 
 // Elastic resume: a checkpoint written by another number of processes continues with its global
-// batch (the data order is a function of the step and the seed, not of the world size).
+// batch (the data order is a function of the step and the seed, not of the world size). The
+// checkpoint's global batch wins on its own number of processes too: after an earlier elastic
+// resume it is not the config's micro_batch x accum x world (the batch keys cannot change on a
+// resume, so the config still describes the run's first world size).
 void Trainer::State::continue_on_this_world(const LoadedCheckpoint& ck) {
   const int64_t from = checkpoint_world_size(ck);
-  if (from == setup.world_size) return;
-  const int64_t old_accum = setup.accum;
   const int64_t global = ck.state.contains("global_batch") ? ck.state["global_batch"].get<int64_t>()
                                                            : setup.global_batch / setup.world_size * from;
+  if (global == setup.global_batch && from == setup.world_size) return;
+  // The accumulation in force when the checkpoint was written (data.micro_batch is fixed on resume).
+  const int64_t old_accum = global / (setup.micro_batch * from);
+  const int64_t configured = setup.accum;
   continue_global_batch(setup, global, from);
-  Console::get().line(
-      fmt::format("resume: {} -> {} process(es): accumulation {} -> {} keeps the global batch of {} "
-                  "sequences and the data order",
-                  from, setup.world_size, old_accum, setup.accum, setup.global_batch));
+  if (from == setup.world_size)
+    Console::get().line(
+        fmt::format("resume: accumulation {} on {} process(es), as at the checkpoint (not the configured {}), "
+                    "keeps the global batch of {} sequences and the data order",
+                    setup.accum, setup.world_size, configured, setup.global_batch));
+  else
+    Console::get().line(
+        fmt::format("resume: {} -> {} process(es): accumulation {} -> {} keeps the global batch of {} "
+                    "sequences and the data order",
+                    from, setup.world_size, old_accum, setup.accum, setup.global_batch));
 }
 
 // runs/<name>/ (rank 0 alone writes it): prepared, its resolved config.toml, and metrics.jsonl cut

@@ -3,6 +3,7 @@
 // uses its own MASTER_PORT (ctest runs tests in parallel).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -60,12 +61,34 @@ void expect_sharded_checkpoints(const TempDir& dir, const std::string& run) {
   EXPECT_NE(damaged.output.find(shard_file_name(1, 2, kModelShards) + ": xxh3"), std::string::npos) << damaged.output;
 }
 
+// The run `again` (a 2-rank checkpoint at step 4) resumed on 1 process to step 6, again on 1 to
+// step 7, then on 2 to step 8: its checkpoints hold the global batch of 32 in accumulation 4 on 1
+// process, while the config still says train.accum = 2 (for 2 processes). `args`: its resume.
+void resume_again(const std::vector<std::string>& args, int port) {
+  std::vector<std::string> loud = args;  // the "resume:" lines, which -q keeps off the console
+  loud.erase(std::find(loud.begin(), loud.end(), "-q"));
+  auto again_6 = test::run_frugal(joined(args) + " --stop-at-step 6");
+  ASSERT_EQ(again_6.exit_code, 0) << again_6.output;
+  auto again_7 = test::run_frugal(joined(loud) + " --stop-at-step 7");
+  ASSERT_EQ(again_7.exit_code, 0) << again_7.output;
+  EXPECT_NE(again_7.output.find("resume: accumulation 4 on 1 process(es), as at the checkpoint (not the configured 2)"),
+            std::string::npos)
+      << again_7.output;
+  auto again_8 = test::run_frugal(fmt::format("launch -n 2 --port {} --{}", port, joined(loud)));
+  ASSERT_EQ(again_8.exit_code, 0) << again_8.output;
+  EXPECT_NE(again_8.output.find("resume: 1 -> 2 process(es): accumulation 4 -> 2 keeps the global batch of 32"),
+            std::string::npos)
+      << again_8.output;
+}
+
 // Elastic resume: a 2-rank run (ZeRO-1 or ZeRO-3, shard data) checkpointed at step 4 (each rank
 // writing its shards of the weights and the optimizer state) continues on 1 and on 4 processes with the same global
 // batch (accumulation 4 and 1 instead of 2) and ends where the uninterrupted 2-rank run ends; 3 processes cannot split
-// its global batch of 32 and are refused before any step. Ports: the full run, the resume on 4, the refused resume
-// on 3.
-void expect_elastic_resume(const std::string& zero, int port_full, int port_four, int port_three) {
+// its global batch of 32 and are refused before any step. A run resumed again after an elastic resume keeps the
+// global batch too: 2 -> 1 process to step 6, 1 -> 1 to step 7 (accumulation 4, not train.accum's 2), then 1 -> 2
+// (accumulation 4 -> 2) to step 8. Ports: the full run, the resume on 4, the refused resume on 3, the resume
+// again on 2.
+void expect_elastic_resume(const std::string& zero, int port_full, int port_four, int port_three, int port_again) {
   TempDir dir;
   std::string corpus;
   for (int i = 0; corpus.size() < 40000; ++i)
@@ -119,11 +142,13 @@ void expect_elastic_resume(const std::string& zero, int port_full, int port_four
              dir.file("four/checkpoints/.tmp-step-00000008-999999-s1/" + shard_file_name(1, 2)));
   auto four = test::run_frugal(fmt::format("launch -n 4 --port {} --{}", port_four, joined(resume_args("four"))));
   ASSERT_EQ(four.exit_code, 0) << four.output;
+  killed_after_step_4("again");
+  resume_again(resume_args("again"), port_again);
 
   const auto s_full = summary_of(dir.file("full"));
   const auto losses_full = test::step_losses(dir.file("full/metrics.jsonl"));
   ASSERT_EQ(losses_full.size(), 8u);
-  for (const char* name : {"one", "four"}) {
+  for (const char* name : {"one", "four", "again"}) {
     // fp32 sums in another order (one process sums 4 micro-batches, 4 ranks all-reduce 4): measured
     // ~1e-7 after 4 more AdamW steps; data in another order would move the weights by ~1e-3.
     EXPECT_LT(max_abs_diff(dir.file("full/final/model.safetensors"),
@@ -139,6 +164,7 @@ void expect_elastic_resume(const std::string& zero, int port_full, int port_four
   }
   EXPECT_EQ(summary_of(dir.file("one"))["accum"], 4);
   EXPECT_EQ(summary_of(dir.file("four"))["accum"], 1);
+  EXPECT_EQ(summary_of(dir.file("again"))["accum"], 2);
   EXPECT_NE(summary_of(dir.file("four"))["checkpoint"]["resumed_from"].get<std::string>().find("step-00000004"),
             std::string::npos);
   EXPECT_EQ(verify_checkpoint(torn), "");  // rewritten by the 4 ranks, one file each
@@ -162,14 +188,16 @@ void expect_elastic_resume(const std::string& zero, int port_full, int port_four
 }
 
 TEST(DistTrain, ACheckpointOfTwoRanksResumesOnOneAndOnFourWithTheSameGlobalBatch) {
-  expect_elastic_resume("1", 29670, 29671, 29672);
+  expect_elastic_resume("1", 29670, 29671, 29672, 29682);
 }
 
 // ZeRO-3's checkpoint holds each rank's pieces of the weights and of the moments as ZeRO-1's does
 // (the shards of gradients, ZeRO-2's too, are never saved), so the run reshards on any world size. Its
 // state per rank against one process's (which keeps everything): at most 0.6x on 2 ranks, 0.35x
 // on 4.
-TEST(DistTrain, AZero3CheckpointOfTwoRanksResumesOnOneAndOnFour) { expect_elastic_resume("3", 29679, 29680, 29681); }
+TEST(DistTrain, AZero3CheckpointOfTwoRanksResumesOnOneAndOnFour) {
+  expect_elastic_resume("3", 29679, 29680, 29681, 29699);
+}
 
 // The divergence guard on 2 ZeRO-1 ranks: every window after the first is a forced "spike", so
 // the run rolls back to step 5 twice and saves the same steps again, each rank writing its

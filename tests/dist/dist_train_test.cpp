@@ -208,6 +208,14 @@ TEST(DistTrain, TwoRanksWithMuonAndZero1MatchOneProcessWithTheSameGlobalBatch) {
   expect_matches_single_process(29668, "1", "muon");
 }
 
+// Muon with ZeRO-1 at the default dist.bucket_mb (4), two layers: buckets then span several
+// matrices of a stack (0.01 MB above keeps every matrix in a bucket of its own, and one layer has
+// one matrix of each shape), so a rank whose gradients were laid out unlike the other's (stacks of
+// its own matrices only) would issue all-reduces of other sizes, in another order.
+TEST(DistTrain, TwoRanksWithMuonAndZero1AtTheDefaultBucketSizeMatchOneProcess) {
+  expect_matches_single_process(29698, "1", "muon", {"dist.bucket_mb=4", "model.layers=2"});
+}
+
 // The Llama family under data parallel and ZeRO-1: grouped heads, an untied head (its own
 // gradient bucket) and the chunked loss's gradients reduced as any other.
 TEST(DistTrain, TwoLlamaRanksWithZero1MatchOneProcessWithTheSameGlobalBatch) {

@@ -14,7 +14,8 @@ transformers' PreTrainedTokenizerFast, with three chat templates:
    the latter; with train-on-prompt every token; a conversation without an assistant message and a
    template that renders no growing prefix exit 2 naming the document.
 5. `frugal prepare --format chat` stores, document by document in order (`frugal inspect --json`),
-   apply_chat_template's ids and assistant mask; --chat-template FILE renders with that template;
+   apply_chat_template's ids and assistant mask; --chat-template FILE renders with that template,
+   which the dataset keeps and `frugal export` of a run on it writes as the tokenizer's own;
    --max-tokens with --overflow truncate / split cut documents and count them; a second run is up to
    date; bad lines, a conversation without an assistant message and a tokenizer without a chat
    template exit 2 naming the file and line (or the flag); `frugal train` on it (data.source =
@@ -198,6 +199,28 @@ def inspect(frugal, ds):
     return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
 
 
+def check_exported_template(frugal, tmp, lines, template):
+    """The dataset keeps the template its documents were rendered with (here --chat-template's, not
+    the tokenizer folder's ChatML), and `frugal export` of a run on it writes that template as the
+    tokenizer's own."""
+    ds, _ = prepare(frugal, tmp, "llama-train", lines * 4, os.path.join(tmp, "chatml"), ["--chat-template", template],
+                    val="0.25")
+    with open(os.path.join(ds, "chat_template.jinja"), encoding="utf-8") as f:
+        if f.read() != LLAMA3:
+            fail("the dataset does not keep --chat-template's template as chat_template.jinja")
+    run_dir = os.path.join(tmp, "runs")
+    CHECK.run([frugal, "train", "--quiet", "--set", f"data.source=shards:{ds}", "--set", "model.vocab=400",
+               "--set", "model.block=64", "--set", "model.layers=1", "--set", "model.embd=32", "--set",
+               "model.heads=2", "--set", "data.micro_batch=2", "--set", "train.steps=2", "--set", "train.eval_batches=1",
+               "--set", f"run.out_dir={run_dir}", "--set", "run.name=llama3-template"])
+    out = os.path.join(tmp, "llama3-export")
+    CHECK.run([frugal, "export", os.path.join(run_dir, "llama3-template"), "--out", out])
+    exported = PreTrainedTokenizerFast.from_pretrained(out)
+    if exported.chat_template != LLAMA3:
+        fail(f"the export's chat template is not the one the documents were rendered with: "
+             f"{str(exported.chat_template)[:120]!r}")
+
+
 def check_prepare(frugal, tmp):
     lines = [json.dumps({"messages": c}, ensure_ascii=False) for c in CONVERSATIONS]
     chatml = PreTrainedTokenizerFast.from_pretrained(os.path.join(tmp, "chatml"))
@@ -224,6 +247,7 @@ def check_prepare(frugal, tmp):
     for k, (doc, chat) in enumerate(zip(inspect(frugal, ds), CONVERSATIONS)):
         if (doc["tokens"], doc["loss_mask"]) != tuple(prefix_rule(llama3, chat)):
             fail(f"--chat-template: document {k} is not the Llama-3 template's")
+    check_exported_template(frugal, tmp, lines, template)
     # --max-tokens: cut, counted.
     for overflow, want in (("truncate", "truncated"), ("split", "split")):
         ds, _ = prepare(frugal, tmp, "cut-" + overflow, lines, os.path.join(tmp, "chatml"),

@@ -170,13 +170,13 @@ def hub_cache(tmp, src):
     return os.path.join(tmp, "hub")
 
 
-def tokenizer_dir(d):
+def tokenizer_dir(d, specials=("<s>", "</s>", "<|im|>")):
     """A byte-level BPE with chat markers, saved beside the model with a chat template."""
     docs = [f"user asks about item {i} and the assistant answers {i * 7 % 13} times" for i in range(200)]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(docs, trainers.BpeTrainer(vocab_size=290, special_tokens=["<s>", "</s>", "<|im|>"],
+    tok.train_from_iterator(docs, trainers.BpeTrainer(vocab_size=290, special_tokens=list(specials),
                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     template = "{% for m in messages %}<|im|>{{ m['role'] }}\n{{ m['content'] }}</s>{% endfor %}"
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", chat_template=template)
@@ -228,6 +228,21 @@ def check_finetune_and_export(frugal, helper, tmp, tokens):
     with open(os.path.join(out, "generation_config.json")) as f:
         if json.load(f).get("eos_token_id") != eos:
             fail("generation_config.json does not carry the model's eos_token_id")
+    # Data tokenised by another tokenizer (the same merges, the special tokens in another order):
+    # its ids name other tokens than the checkpoint's embeddings learned; refused before any step.
+    other = os.path.join(tmp, "other-tokenizer")
+    tokenizer_dir(other, specials=("<|im|>", "<s>", "</s>"))
+    other_data = os.path.join(tmp, "ds-other")
+    run([frugal, "prepare", os.path.join(other, "docs.txt"), "--tokenizer", f"hf:{other}/tokenizer.json", "--out",
+         other_data, "--quiet"])
+    sets = [s.replace(f"shards:{data}", f"shards:{other_data}").replace("run.name=tuned", "run.name=other")
+            for s in sets]
+    p = subprocess.run([frugal, "train", "--quiet"] + [x for s in sets for x in ("--set", s)], capture_output=True,
+                       text=True, env=env)
+    if p.returncode != 2 or "was tokenised with" not in p.stderr or '"<|im|>"' not in p.stderr:
+        fail(f"data of another tokenizer was not refused by token (exit {p.returncode}): {p.stderr[-800:]}")
+    if os.path.exists(os.path.join(tmp, "other")):
+        fail("the refused run left a run directory behind")
     return diff
 
 

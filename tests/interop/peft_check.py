@@ -12,8 +12,14 @@ by transformers, and for LoRA and DoRA:
 3. Export: `frugal export RUN --adapter` loads into PeftModel strictly (the adapter's keys are
    exactly PeftModel's, every tensor frugal's) with the run's logits; `frugal export RUN` (merged)
    equals PeftModel's merge_and_unload() of that adapter, tensor by tensor (1e-5), and its logits.
-4. Refusals: an adapter with per-module ranks, and a [lora] rank that contradicts the adapter's,
-   exit 2 naming the field.
+4. One target, a bf16 base (the defaults): the exported adapter's target_modules is a list that
+   PeftModel loads (a string would be PEFT's regular expression, matching no module), and the
+   merged export is merge_and_unload() over the base as stored (fp32 here), not over the bf16 copy
+   training held (1e-5; the bf16 rounding alone is ~1e-4).
+5. A peft adapter whose target_modules is a regular expression (a string) loads as PeftModel
+   reads it: the same modules, the same logits (1e-4).
+6. Refusals: an adapter with per-module ranks, a [lora] rank that contradicts the adapter's, and a
+   target_modules pattern that matches no module, exit 2 naming the field.
 
 Usage: peft_check.py FRUGAL_BINARY FRUGAL_GPT_LOGITS. Exits 77 (skipped) when peft is not
 installed. Prints the differences it measured.
@@ -179,6 +185,55 @@ def check_export(frugal, helper, cls, base_dir, run_dir, tmp, name):
     return d_adapter, d_merged
 
 
+def check_one_target(frugal, base_dir, tmp):
+    name = "llama-q-bf16"
+    text = os.path.join(tmp, "one-window.txt")
+    train_text(text)
+    sets = [f"run.out_dir={tmp}", f"run.name={name}", "run.threads=1", f"model.init_from=hf:{base_dir}",
+            "lora.rank=4", "lora.targets=q_proj", f"data.source=text:{text}", "data.val_fraction=0.5",
+            "data.micro_batch=2", f"model.block={BLOCK}", "train.steps=4", "train.lr=1e-2", "train.warmup_steps=0",
+            "train.eval_every=0", "train.eval_batches=1", "checkpoint.enabled=false", "precision.mode=fp32"]
+    args = [frugal, "train", "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    run(args)
+    run_dir, out = os.path.join(tmp, name), os.path.join(tmp, name + "-adapter")
+    run([frugal, "export", run_dir, "--adapter", "--out", out])
+    with open(os.path.join(out, "adapter_config.json")) as f:
+        targets = json.load(f)["target_modules"]
+    if targets != ["q_proj"]:
+        fail(f"{name}: the exported adapter's target_modules is {targets!r}, not the list ['q_proj']")
+    pm = PeftModel.from_pretrained(load_base(LlamaForCausalLM, base_dir), out).eval()
+    adapted = sorted(n for n, m in pm.named_modules() if n.endswith("q_proj") and hasattr(m, "lora_A"))
+    if len(adapted) != 2:
+        fail(f"{name}: PeftModel adapted {adapted} from the exported adapter, expected both layers' q_proj")
+    merged_dir = os.path.join(tmp, name + "-merged")
+    run([frugal, "export", run_dir, "--out", merged_dir])
+    ours = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32).state_dict()
+    theirs = pm.merge_and_unload().state_dict()
+    base = load_base(LlamaForCausalLM, base_dir).state_dict()
+    q = [k for k in theirs if k.endswith("q_proj.weight")]
+    if not min((theirs[k] - base[k]).abs().max().item() for k in q) > 1e-3:
+        fail(f"{name}: the trained adapters leave q_proj as it was: the merge checks nothing")
+    d = max((ours[k].float() - theirs[k].float()).abs().max().item() for k in q)
+    if not d <= 1e-5:
+        fail(f"{name}: the merged q_proj weights differ from merge_and_unload() over the stored base by {d:.2e}")
+    return d
+
+
+def check_regex_targets(helper, base_dir, tmp):
+    adapter = make_adapter(LlamaForCausalLM, base_dir, r".*\.(q_proj|v_proj)", False,
+                           os.path.join(tmp, "llama-regex-peft"))
+    with open(os.path.join(adapter, "adapter_config.json")) as f:
+        if not isinstance(json.load(f)["target_modules"], str):
+            fail("peft did not save a pattern's target_modules as a string: the check tests nothing")
+    pm = PeftModel.from_pretrained(load_base(LlamaForCausalLM, base_dir), adapter).eval()
+    d = (frugal_logits(helper, tmp, hf=base_dir, lora=adapter) - peft_logits(pm)).abs().max().item()
+    if not d <= TOL:
+        fail(f"an adapter with a target_modules pattern: frugal's logits differ from PeftModel's by {d:.2e}")
+    return d
+
+
 def check_refusals(frugal, base_dir, adapter_dir, tmp):
     bad = os.path.join(tmp, "bad-adapter")
     os.makedirs(bad)
@@ -195,6 +250,13 @@ def check_refusals(frugal, base_dir, adapter_dir, tmp):
     p = run(common + ["--set", f"lora.init_from={adapter_dir}", "--set", "lora.rank=8"], expect=2)
     if "lora.rank = 8" not in p.stderr or "r = 4" not in p.stderr:
         fail(f"a rank that contradicts the adapter's is not named with both values: {p.stderr[-600:]}")
+    cfg.pop("rank_pattern")
+    cfg["target_modules"] = "q_proj"  # PEFT: a whole-name pattern, which no module's full name matches
+    with open(os.path.join(bad, "adapter_config.json"), "w") as f:
+        json.dump(cfg, f)
+    p = run(common + ["--set", f"lora.init_from={bad}"], expect=2)
+    if "regular expression" not in p.stderr or "\"q_proj\"" not in p.stderr:
+        fail(f"a target_modules pattern that matches no module is not refused by name: {p.stderr[-600:]}")
 
 
 def main():
@@ -213,6 +275,9 @@ def main():
                 d_adapter, d_merged = check_export(frugal, helper, cls, base_dir, run_dir, tmp, name)
                 print(f"{name}: import {d_in:.1e}, 20 training losses {d_train:.1e}, exported adapter {d_adapter:.1e}, "
                       f"merged weights {d_merged:.1e}")
+        d_one = check_one_target(frugal, os.path.join(tmp, "llama"), tmp)
+        d_regex = check_regex_targets(helper, os.path.join(tmp, "llama"), tmp)
+        print(f"one target over a bf16 base: merged q_proj {d_one:.1e}; a target_modules pattern: logits {d_regex:.1e}")
         check_refusals(frugal, os.path.join(tmp, "llama"), os.path.join(tmp, "llama-lora-peft"), tmp)
     print("peft_check: OK")
 

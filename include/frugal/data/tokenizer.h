@@ -66,10 +66,12 @@ struct MaskedDocument {
 // rendered with a chat template and tokenised by the Hugging Face tokenizer `tokenizer_json`, in
 // the helper above (src/spm/frugal_chat.py says how: transformers' renderer and mask rules).
 // `chat_template` is a Jinja file, or "" for the tokenizer directory's own. Throws DataError whose
-// message holds "document K: " (K 0-based) for a document the helper refused.
+// message holds "document K: " (K 0-based) for a document the helper refused. `template_used`, where
+// given, receives the template's text the documents were rendered with ("" when none was).
 std::vector<MaskedDocument> encode_masked_documents(const std::string& tokenizer_json, const std::string& chat_template,
                                                     bool prompt_completion, bool train_on_prompt,
-                                                    const std::vector<std::string>& docs, const std::string& work_dir);
+                                                    const std::vector<std::string>& docs, const std::string& work_dir,
+                                                    std::string* template_used = nullptr);
 // Each of `pieces` decoded by the Hugging Face tokenizer `tokenizer_json`, special tokens shown (one
 // helper process for all of them).
 std::vector<std::string> decode_pieces(const std::string& tokenizer_json,

@@ -24,6 +24,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,8 +105,11 @@ struct LoraSetup {
   int64_t rank = 0;
   double alpha = 0, scale = 0, dropout = 0;
   bool dora = false, rslora = false;
-  std::vector<std::string> targets;  // as PEFT's target_modules names them
-  int64_t adapted_modules = 0;       // Hugging Face modules with an adapter
+  std::vector<std::string> targets;  // as PEFT's target_modules names them in a list
+  // lora.init_from's target_modules when it is a string: PEFT's regular expression, matched against
+  // whole module names ("model.layers.0.self_attn.q_proj"); `targets` is then empty.
+  std::string targets_pattern;
+  int64_t adapted_modules = 0;  // Hugging Face modules with an adapter
   int64_t trainable_elements = 0, frozen_elements = 0;
   std::string init_from;   // the PEFT adapter directory loaded, or ""
   std::string base_dtype;  // "bf16", "fp32" or "nf4": how the adapted products' weights are held
@@ -137,6 +141,8 @@ int64_t weight_elements(const std::string& name, const at::Tensor& p);
 
 // The model's parameters as a model without adapters has them, each adapted weight merged (W + s B
 // A, DoRA's rows rescaled): what `frugal export RUN --out DIR` writes for a LoRA run.
-NamedTensors merged_parameter_list(CausalLmImpl& model);
+// `base`, where given, holds an adapted weight's values to merge into in place of the model's
+// (the base as stored, where training held it rounded to bf16).
+NamedTensors merged_parameter_list(CausalLmImpl& model, const std::map<std::string, at::Tensor>& base = {});
 
 }  // namespace frugal

@@ -4,6 +4,7 @@
 // it works from any working directory and after the dataset has moved.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -35,6 +36,7 @@ struct TokenizerFiles {
   std::string name;
   std::string dir;
   std::string model_file;
+  std::string chat_template_file;  // chat documents: the template they were rendered with, or ""
 };
 TokenizerFiles run_tokenizer_files(const OpenedRun& run);
 
@@ -50,6 +52,12 @@ std::string named_weights(const std::string& path);
 // them (model/freeze.h): they are loaded from model.init_from first, and checked against the
 // digests the checkpoint recorded.
 void load_run_weights(CausalLmImpl& model, const Config& c, const std::string& weights);
+
+// A LoRA run whose adapted weights were held in bf16 (lora.base_dtype, its default): those weights
+// as model.init_from stores them, by frugal name, for a merge onto the base itself (what PEFT's
+// merge_and_unload() gives over the base as loaded). Empty for any other run. REQUIRES:
+// load_run_weights has loaded `model` (its other frozen tensors are the base's, checked).
+std::map<std::string, at::Tensor> stored_base_weights(CausalLmImpl& model, const Config& c);
 
 // The tokenizer the run's data was tokenised with: bytes for text and the built-in data; for
 // shards the run's own copy (tokenizer/), else the dataset's. ConfigError naming the file and
