@@ -9,10 +9,22 @@
 
 #include "cli/commands.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/dist/launcher.h"
 
 namespace frugal::cli {
+namespace {
+
+// " train my.toml", shell-quoted; " train CONFIG" where no command was given.
+std::string command_words(const std::vector<std::string>& command) {
+  if (command.empty()) return " train CONFIG";
+  std::string out;
+  for (const auto& w : command) out += " " + shell_word(w);
+  return out;
+}
+
+}  // namespace
 
 void add_launch_command(CLI::App& app, Run* run) {
   struct Args {
@@ -32,12 +44,13 @@ void add_launch_command(CLI::App& app, Run* run) {
       "Run data-parallel training in several processes: `frugal launch -n 2 -- train my.toml` starts 2 "
       "ranks here with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), "
       "forwards SIGINT/SIGTERM/SIGUSR1 to them (they checkpoint together and exit 75) and names the rank "
-      "that failed. Exit code: 0, 75, or the failed rank's code.\n`frugal launch --emit skypilot|slurm "
-      "[-n N] [--nodes K] CONFIG` instead prints a SkyPilot task (spot, resumes after preemption) or an "
-      "sbatch script. See docs/distributed.md.");
+      "that failed. Exit code: 0, 75, 2 when a rank refused its input, else the first failed rank's code.\n"
+      "`frugal launch --emit skypilot|slurm [-n N] [--nodes K] CONFIG` instead prints a SkyPilot task (spot, "
+      "resumes after preemption) or an sbatch script. See docs/distributed.md.");
   cmd->add_option("-n,--nproc", a->launch.procs_per_node, "processes on this node (per node for --emit)")
       ->capture_default_str();
   cmd->add_option("--port", a->launch.master_port, "MASTER_PORT: the TCP port rank 0 listens on for the rendezvous")
+      ->check(CLI::Range(int64_t{1}, int64_t{65535}))
       ->capture_default_str();
   cmd->add_option("--nodes", a->launch.nodes, "nodes in the run (multi-node: start one launcher per node)")
       ->capture_default_str();
@@ -45,6 +58,7 @@ void add_launch_command(CLI::App& app, Run* run) {
   cmd->add_option("--master-addr", a->launch.master_addr, "MASTER_ADDR: host of rank 0")->capture_default_str();
   cmd->add_option("--grace", a->launch.grace_s,
                   "seconds the other ranks get to stop on their own after one failed, before SIGTERM")
+      ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   cmd->add_option("--emit", a->emit, "write a job file instead of running: skypilot or slurm")
       ->check(CLI::IsMember({"skypilot", "slurm"}));
@@ -85,6 +99,11 @@ void add_launch_command(CLI::App& app, Run* run) {
         }
         return 0;
       }
+      if (!a->sets.empty())  // they would reach no rank: the ranks run the command after --, as it is
+        throw ConfigError(
+            fmt::format("frugal launch: --set before -- applies only to the job file --emit writes; put it after the "
+                        "command, where the ranks read it: frugal launch -n {} --{}{}",
+                        a->launch.procs_per_node, command_words(a->command), set_flags(a->sets)));
       a->launch.args = a->command;
       return dist::launch(a->launch, "/proc/self/exe");
     };

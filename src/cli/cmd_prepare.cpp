@@ -104,8 +104,8 @@ void add_prepare_command(CLI::App& app, Run* run) {
       ->capture_default_str();
   cmd->add_option("--tokenizer", a->o.tokenizer,
                   "bytes (vocab 256) | sentencepiece (train one with --vocab pieces on the input) | "
-                  "sentencepiece:PATH.model (use an existing model) | hf:PATH/tokenizer.json (a Hugging Face "
-                  "tokenizer, run by the tokenizers library in FRUGAL_PYTHON)")
+                  "sentencepiece:PATH.model (use an existing model) | hf:PATH/tokenizer.json or hf:DIR holding one (a "
+                  "Hugging Face tokenizer, run by the tokenizers library in FRUGAL_PYTHON)")
       ->capture_default_str();
   cmd->add_option("--vocab", a->o.vocab, "sentencepiece: vocabulary size to train")
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 22))

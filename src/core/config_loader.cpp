@@ -53,11 +53,14 @@ const char* type_name(ValueType t) {
   return "?";
 }
 
+// The first key of the section whose name starts with the typed one (train.warmup ->
+// train.warmup_steps), else the nearest key (edit distance under 4).
 std::string suggestion(const std::string& key) {
   const KeySpec* best = nullptr;
   size_t best_d = 4;
   for (const auto& k : config_schema()) {
     size_t d = std::min(edit_distance(key, k.key), edit_distance(key, k.name()) + 1);
+    if (key.size() > k.section().size() + 1 && k.key.rfind(key, 0) == 0) d = 0;  // a name cut short
     if (d < best_d) best_d = d, best = &k;
   }
   return best ? fmt::format("; did you mean '{}'?", best->key) : "";

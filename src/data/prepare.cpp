@@ -395,9 +395,23 @@ std::string dataset_folder(const PrepareOptions& o) {
   return out;
 }
 
+// --tokenizer hf:DIR, as model.init_from = "hf:DIR" names a model: the tokenizer.json inside DIR.
+PrepareOptions with_tokenizer_file(PrepareOptions o) {
+  const std::string dir = o.tokenizer.rfind("hf:", 0) == 0 ? o.tokenizer.substr(3) : "";
+  if (dir.empty() || !fs::is_directory(dir)) return o;
+  const std::string file = (fs::path(dir) / "tokenizer.json").string();
+  if (!fs::is_regular_file(file))
+    throw ConfigError(fmt::format(
+        "--tokenizer {}: the folder has no tokenizer.json (save_pretrained writes one); give hf:PATH/tokenizer.json",
+        o.tokenizer));
+  o.tokenizer = "hf:" + file;
+  return o;
+}
+
 }  // namespace
 
-PrepareReport prepare_dataset(const PrepareOptions& o, const PrepareProgress& progress) {
+PrepareReport prepare_dataset(const PrepareOptions& given, const PrepareProgress& progress) {
+  const PrepareOptions o = with_tokenizer_file(given);
   const auto t0 = Clock::now();
   auto say = [&](const std::string& s) {
     if (progress) progress(s);

@@ -170,6 +170,15 @@ std::optional<ManifestTokenizer> manifest_tokenizer(const std::string& dir) {
   return std::nullopt;
 }
 
+std::string dataset_fingerprint(const std::string& dataset_dir) {
+  std::error_code ec;
+  const fs::path manifest = fs::path(dataset_dir) / "manifest.json";
+  if (!fs::is_regular_file(manifest, ec)) return "";
+  const nlohmann::json m = nlohmann::json::parse(read_small_file(manifest.string()), nullptr, false);
+  if (!m.is_object() || !m.contains("splits")) return "";
+  return hex64(xxh64_bytes(m["splits"].dump()));
+}
+
 bool keep_tokenizer(const std::string& dataset_dir, const std::string& to_dir) {
   const fs::path to(to_dir);
   std::error_code ec;

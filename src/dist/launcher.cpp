@@ -104,6 +104,7 @@ int launch(const LaunchOptions& o, const std::string& exe) {
 
   using Clock = std::chrono::steady_clock;
   const Child* first_failure = nullptr;
+  const Child* bad_input = nullptr;  // the first rank that refused its input (exit 2)
   Clock::time_point failed_at;
   bool termed = false, killed = false;
   size_t running = children.size();
@@ -122,6 +123,7 @@ int launch(const LaunchOptions& o, const std::string& exe) {
         c.code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
         const bool failed = !(WIFEXITED(status) &&
                               (c.code == exit_status(ExitCode::kDone) || c.code == exit_status(ExitCode::kPreempted)));
+        if (failed && !bad_input && WIFEXITED(status) && c.code == exit_status(ExitCode::kBadInput)) bad_input = &c;
         if (failed && !first_failure) {
           first_failure = &c;
           failed_at = Clock::now();
@@ -150,6 +152,12 @@ int launch(const LaunchOptions& o, const std::string& exe) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) signal(sig, SIG_DFL);
+  // Bad input on one rank (a config or run directory only rank 0 checks) makes the others fail at
+  // their next collective, and either may exit first: the cause's code, whichever came first.
+  if (bad_input && bad_input != first_failure)
+    std::fprintf(stderr, "frugal launch: exit code 2 (bad input) as rank %lld's; the other failures follow from it\n",
+                 static_cast<long long>(bad_input->rank));
+  if (bad_input) return bad_input->code;
   if (first_failure) return first_failure->code;
   for (const auto& c : children)
     if (c.code == exit_status(ExitCode::kPreempted)) return c.code;

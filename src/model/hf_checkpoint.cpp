@@ -36,12 +36,16 @@ std::string hf_hub_cache() {
   return (fs::path(home.empty() ? "." : home) / ".cache" / "huggingface" / "hub").string();
 }
 
+namespace {
+// A hub id is "name" or "org/name"; anything else (/abs, ./rel, a/b/c) is a path.
+bool is_hub_id(const std::string& name) {
+  return !name.empty() && name.front() != '/' && name.front() != '.' && std::count(name.begin(), name.end(), '/') <= 1;
+}
+}  // namespace
+
 std::string hf_cached_snapshot(const std::string& repo_id) {
-  // A hub id is "name" or "org/name"; anything else (a path) is not looked up.
-  if (repo_id.empty() || repo_id.front() == '/' || repo_id.front() == '.' ||
-      std::count(repo_id.begin(), repo_id.end(), '/') > 1)
-    return "";
-  std::string folder = "models--";  // huggingface_hub's layout: "org/name" -> models--org--name
+  if (!is_hub_id(repo_id)) return "";  // a path is not looked up
+  std::string folder = "models--";     // huggingface_hub's layout: "org/name" -> models--org--name
   for (char ch : repo_id) folder += ch == '/' ? std::string("--") : std::string(1, ch);
   const fs::path root = fs::path(hf_hub_cache()) / folder;
   std::error_code ec;
@@ -67,6 +71,11 @@ std::string hf_init_dir(const ModelConfig& m) {
 namespace {
 
 json read_config_json(const std::string& dir, const std::string& origin) {
+  if (!fs::is_directory(dir) && !is_hub_id(dir))
+    throw ConfigError(fmt::format(
+        "model.init_from = \"hf:{0}\": no such directory (a Hugging Face model directory holds "
+        "config.json and model.safetensors); check the path, or save a model there with save_pretrained(\"{0}\")",
+        dir));
   if (!fs::is_directory(dir))
     throw ConfigError(fmt::format(
         "model.init_from = \"hf:{0}\": no such directory, and the Hugging Face cache {1} has no snapshot of a "

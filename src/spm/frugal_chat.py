@@ -18,6 +18,7 @@ With train_on_prompt every token is trained on. Errors exit 2 naming the documen
 what is wrong.
 """
 import json
+import os
 import struct
 import sys
 
@@ -127,13 +128,18 @@ def alias_reasoning(messages):
 
 
 class Renderer:
-    def __init__(self, template, config):
+    def __init__(self, template, config, origin):
+        """origin: (path, in_config) of the template, as load_template gives it."""
         import re
         self.env, self.tracker = environment()
         try:
             self.template = self.env.from_string(template)
         except Exception as e:
-            fail(f"the chat template does not parse: {e}")
+            path, in_config = origin
+            line = getattr(e, "lineno", None)
+            where = (f"{path}: its chat_template" + (f" (line {line} of the template)" if line else "")
+                     if in_config else f"{path}:{line}: the chat template" if line else f"{path}: the chat template")
+            fail(f"{where} does not parse: {e}; fix it, or give another with --chat-template FILE")
         self.marked = re.search(r"\{\%-?\s*generation\s*-?\%\}", template) is not None
         self.variables = special_tokens(config)
 
@@ -186,17 +192,45 @@ def mask_of(offsets, spans):
     return mask
 
 
-def check_messages(messages):
-    if not isinstance(messages, list) or not messages:
-        raise ValueError('"messages" must be a non-empty list of {"role": ..., "content": ...} objects')
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or "content" not in m:
-            raise ValueError(f'messages[{i}] is not an object with a string "role" and a "content"')
+ROLES = ("system", "user", "assistant", "tool")  # the usual ones; a template may take others
+
+
+def shown(value):
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def check_messages(named):
+    """The messages of [(field, list)], checked field by field before any rendering: each an object
+    whose "role" is a string and whose "content" is a string, a list of content parts (as
+    transformers takes them) or null; one of them the assistant's."""
+    messages = []
+    for field, items in named:
+        if not isinstance(items, list):
+            raise ValueError(f'"{field}" must be a list of {{"role": ..., "content": ...}} objects')
+        for i, m in enumerate(items):
+            if not isinstance(m, dict) or "role" not in m or "content" not in m:
+                raise ValueError(f'{field}[{i}] is not an object with a "role" and a "content"')
+            if not isinstance(m["role"], str):
+                raise ValueError(f"{field}[{i}].role is {shown(m['role'])}: it must be a string "
+                                 f"({', '.join(ROLES)})")
+            if m["content"] is not None and not isinstance(m["content"], (str, list)):
+                raise ValueError(f"{field}[{i}].content is {shown(m['content'])}: it must be a string (or a list "
+                                 'of content parts, {"type": "text", "text": ...})')
+        messages += items
+    if not messages:
+        raise ValueError(f'"{named[0][0]}" must be a non-empty list of {{"role": ..., "content": ...}} objects')
     if not any(m["role"] == "assistant" for m in messages):
-        raise ValueError('no message has the role "assistant": there is nothing to train on')
+        seen = list(dict.fromkeys(m["role"] for m in messages))
+        odd = [r for r in seen if r not in ROLES]
+        also = (f"; {', '.join(map(shown, odd))} {'is' if len(odd) == 1 else 'are'} none of {', '.join(ROLES)}"
+                if odd else "")
+        raise ValueError(f'no message has the role "assistant" (roles seen: {", ".join(map(shown, seen))}{also}): '
+                         "there is nothing to train on")
+    return messages
 
 
-def encode_document(tok, renderer, sep, kind, doc, train_on_prompt):
+def encode_document(tok, renderer, sep, kind, doc, train_on_prompt, folder):
     if kind == "prompt-completion" and not isinstance(doc.get("prompt"), list):
         prompt, completion = doc.get("prompt"), doc.get("completion")
         if not isinstance(prompt, str) or not isinstance(completion, str):
@@ -205,23 +239,21 @@ def encode_document(tok, renderer, sep, kind, doc, train_on_prompt):
         c = tok.encode(completion, add_special_tokens=False).ids + sep
         return p + c, [1 if train_on_prompt else 0] * len(p) + [1] * len(c)
     if kind == "prompt-completion":
-        messages = list(doc["prompt"]) + list(doc.get("completion") or [])
+        messages = check_messages([("prompt", doc["prompt"]), ("completion", doc.get("completion") or [])])
     else:
-        messages = doc.get("messages")
-    check_messages(messages)
+        messages = check_messages([("messages", doc.get("messages"))])
     messages = alias_reasoning([{k: v for k, v in m.items() if v is not None} for m in messages])
     if renderer is None:
-        raise ValueError("no chat template: the tokenizer directory has none (tokenizer_config.json's chat_template "
-                         "or chat_template.jinja); give one with --chat-template FILE")
+        raise ValueError(f"no chat template: the tokenizer folder {folder} has none (tokenizer_config.json's "
+                         "chat_template or chat_template.jinja); give one with --chat-template FILE")
     text, spans = renderer.render_tracked(messages) if renderer.marked else prefix_spans(renderer, messages)
     enc = tok.encode(text, add_special_tokens=False)
     mask = [1] * len(enc.ids) if train_on_prompt else mask_of(enc.offsets, spans)
     return enc.ids, mask
 
 
-def load_template(tokenizer_json, template_path):
-    import os
-    folder = os.path.dirname(os.path.abspath(tokenizer_json))
+def load_template(folder, template_path):
+    """The template, tokenizer_config.json and where the template is: (path, in tokenizer_config.json)."""
     config = {}
     cfg_path = os.path.join(folder, "tokenizer_config.json")
     if os.path.isfile(cfg_path):
@@ -229,15 +261,15 @@ def load_template(tokenizer_json, template_path):
             config = json.load(f)
     if template_path != "-":
         with open(template_path, encoding="utf-8") as f:
-            return f.read(), config
+            return f.read(), config, (template_path, False)
     jinja_path = os.path.join(folder, "chat_template.jinja")
     if os.path.isfile(jinja_path):
         with open(jinja_path, encoding="utf-8") as f:
-            return f.read(), config
+            return f.read(), config, (jinja_path, False)
     t = config.get("chat_template")
     if isinstance(t, list):  # named templates: the "default" one
         t = next((x.get("template") for x in t if x.get("name") == "default"), None)
-    return t, config
+    return t, config, (cfg_path, True)
 
 
 def main(argv, load, separator, read_docs):
@@ -247,8 +279,9 @@ def main(argv, load, separator, read_docs):
     tokenizer_json, template_path, kind, src, dst = argv[:5]
     train_on_prompt = len(argv) == 6 and argv[5] == "train-on-prompt"
     tok = load(tokenizer_json)
-    template, config = load_template(tokenizer_json, template_path)
-    renderer = Renderer(template, config) if template else None
+    folder = os.path.dirname(os.path.abspath(tokenizer_json))
+    template, config, origin = load_template(folder, template_path)
+    renderer = Renderer(template, config, origin) if template else None
     sep = separator(tok)
     rendered = False
     with open(dst, "wb") as out:
@@ -258,7 +291,7 @@ def main(argv, load, separator, read_docs):
                 if not isinstance(doc, dict):
                     raise ValueError("not a JSON object")
                 rendered = rendered or kind == "chat" or isinstance(doc.get("prompt"), list)
-                ids, mask = encode_document(tok, renderer, sep, kind, doc, train_on_prompt)
+                ids, mask = encode_document(tok, renderer, sep, kind, doc, train_on_prompt, folder)
             except Exception as e:  # the document is named by the caller (file and line)
                 fail(f"document {i}: {type(e).__name__ + ': ' if not isinstance(e, ValueError) else ''}{e}")
             out.write(struct.pack(f"<I{len(ids)}I", len(ids), *ids))

@@ -99,8 +99,8 @@ void continue_global_batch(RunSetup& p, int64_t global_batch, int64_t from_world
     throw ConfigError(fmt::format(
         "resume: the checkpoint was written by {} process(es) with a global batch of {} sequences per step, which {} "
         "process(es) of data.micro_batch = {} cannot split into whole micro-batches; resume with {} process(es) "
-        "(or a data.micro_batch that divides {} / {})",
-        from_world, global_batch, p.world_size, p.micro_batch, fmt::join(fit, ", "), global_batch, p.world_size));
+        "(a resume keeps data.micro_batch and the global batch)",
+        from_world, global_batch, p.world_size, p.micro_batch, fmt::join(fit, ", ")));
   }
   p.accum = global_batch / per_step;
   p.global_batch = global_batch;

@@ -179,6 +179,9 @@ StopKind Trainer::stop_kind() const { return s_->stopped; }
 // named rather than read from mid-rotation. A checkpoint is read first: it may pin the precision
 // that `auto` chose before.
 std::optional<LoadedCheckpoint> Trainer::State::open_checkpoint() {
+  if (const DataSource& src = rc.config.data.source;
+      src.kind == DataSource::Kind::kShards || src.kind == DataSource::Kind::kRecords)
+    dataset_fingerprint_at_start = dataset_fingerprint(src.path);  // kept in every checkpoint
   const std::string run_path = RunDir::of(rc.config).root();
   if (!opts.resume.empty() && opts.data_parallel.rank == 0 && fs::is_directory(run_path))
     run_lock = std::make_unique<DirLock>(run_path);

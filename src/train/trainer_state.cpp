@@ -18,6 +18,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
 #include "frugal/core/phase_trace.h"
+#include "frugal/data/token_dataset.h"
 #include "frugal/model/freeze.h"
 #include "frugal/model/weights.h"
 #include "frugal/monitor/report.h"
@@ -42,6 +43,7 @@ nlohmann::json config_values(const Config& c) {
 // deliberate changes of safe keys are said and recorded, others refused (run_config.h). The
 // precision `auto` chose before is settled by precision_to_continue (run_setup.h).
 void Trainer::State::adopt_run_config(const LoadedCheckpoint& ck) {
+  check_same_dataset(ck);
   if (ck.state.contains("config_changes") && ck.state["config_changes"].is_array())
     config_changes = ck.state["config_changes"];
   if (!ck.state.contains("config_values")) return;
@@ -57,6 +59,22 @@ void Trainer::State::adopt_run_config(const LoadedCheckpoint& ck) {
         fmt::format("resume: {} is another run's checkpoint: its {} not taken (commands and servers "
                     "are the run's own); set them here to use them",
                     ck.path, fmt::join(not_taken, ", ")));
+}
+
+// A prepared dataset is the checkpoint's when its shard list is (dataset_fingerprint): the same
+// path prepared again from other inputs (`frugal prepare --force`) would continue the data order
+// over other documents. Refused before anything is written; checkpoints from before the
+// fingerprint was kept are taken as they are.
+void Trainer::State::check_same_dataset(const LoadedCheckpoint& ck) {
+  const DataSource& src = rc.config.data.source;
+  const std::string then = ck.state.value("dataset_fingerprint", "");
+  if (then.empty() || dataset_fingerprint_at_start.empty() || then == dataset_fingerprint_at_start) return;
+  throw ConfigError(
+      fmt::format("{}: data.source = \"{}\" is not the dataset this checkpoint trained on: its manifest.json lists "
+                  "other shards (prepared again since, from other inputs?)\n  hint: resume on the dataset the run "
+                  "started with, or start a new run from these weights: frugal export {} --weights {} --out DIR, "
+                  "then --set run.name=NEW --set model.init_from=hf:DIR",
+                  ck.path, to_string(src), fs::path(ck.path).parent_path().parent_path().string(), ck.path));
 }
 
 // More train.steps on a WSD run stopped in its decay moves the decay later: the rate goes back up
@@ -129,6 +147,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
   st["optimizer_steps"] = step->optimizer().step_count();
   if (!frozen.is_null()) st["frozen"] = frozen;
   st["global_batch"] = setup.global_batch;  // sequences per step over every process (elastic resume)
+  if (!dataset_fingerprint_at_start.empty()) st["dataset_fingerprint"] = dataset_fingerprint_at_start;
   st["world_size"] = setup.world_size;
   const ScaleState& ss = step->scaler().state();
   st["loss_scaler"] = {{"enabled", step->scaler().enabled()},

@@ -77,8 +77,10 @@ std::string ZeroAdvice::table() const {
                                  "precision and data.micro_batch)\n"
                                : "  activations: not measured (no peak tensor memory in the figures): not included\n");
   if (recommended >= 0) {
-    out << fmt::format("  use dist.zero = {}: the least communication that fits{}", recommended,
-                       recommended == 0 ? "" : " (frugal launch -n GPUS ... --set dist.zero=N)");
+    out << fmt::format(
+        "  use dist.zero = {}: the least communication that fits{}", recommended,
+        recommended == 0 ? ""
+                         : fmt::format(" (frugal launch -n {} -- train CONFIG --set dist.zero={})", gpus, recommended));
   } else if (recommended_with_offload >= 0) {
     out << fmt::format(
         "  use dist.zero = {} with dist.offload = \"optimizer\": AdamW's moments ({:.3g} GB a rank) in host memory, "

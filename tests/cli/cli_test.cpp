@@ -89,6 +89,23 @@ TEST(Cli, UnknownOptionsAndCommandsAreNamedWithTheClosestChoice) {
   EXPECT_EQ(known.exit_code, 0) << known.output;
 }
 
+// frugal launch's own flags are checked before any rank starts (a bad --port used to reach every
+// rank as a malformed MASTER_PORT), and a --set before -- (which only --emit reads) is refused with
+// the command line that works.
+TEST(Cli, LaunchRefusesBadFlagsBeforeAnyRankStarts) {
+  for (const std::string flag : {"--port 70000", "--port 0", "--grace -5"}) {
+    auto r = run_frugal("launch -n 2 " + flag + " -- train none.toml");
+    EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r.output;
+    EXPECT_NE(r.output.find(flag.substr(0, flag.find(' ')) + ": Value"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("started"), std::string::npos) << r.output;
+  }
+  auto set = run_frugal("launch -n 2 --set dist.zero=3 -- train none.toml");
+  EXPECT_EQ(set.exit_code, 2) << set.output;
+  EXPECT_NE(set.output.find("frugal launch -n 2 -- train none.toml --set dist.zero=3"), std::string::npos)
+      << set.output;
+  EXPECT_EQ(set.output.find("started"), std::string::npos) << set.output;
+}
+
 TEST(Cli, ARunShorterThanItsWarmUpIsWarnedAbout) {
   test::TempDir dir;
   auto short_run = run_frugal("train" + tiny_sets(dir.path()) + " --set train.steps=3 --set train.warmup_steps=10");

@@ -283,5 +283,32 @@ TEST(RunIntegrityCli, TheHintOfARefusedResumeWorksAsPrinted) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
 }
 
+// A dataset prepared again in place from other text is not the checkpoint's: the resume is
+// refused by name before anything is written; prepared again from the same text, it resumes.
+TEST(RunIntegrityCli, AResumeOnADatasetPreparedAgainFromOtherInputsIsRefused) {
+  test::TempDir dir;
+  auto corpus = [&](const char* word) {
+    std::string text;
+    for (int i = 0; text.size() < 20000; ++i) text += fmt::format("{} line {} of the corpus\n", word, i);
+    test::write_text(dir.file("corpus.txt"), text);
+    return run_frugal(fmt::format("prepare '{}' --out '{}' --quiet --force", dir.file("corpus.txt"), dir.file("ds")));
+  };
+  ASSERT_EQ(corpus("first").exit_code, 0);
+  const std::string sets = test::tiny_sets(dir.path()) + " --set data.source=shards:" + dir.file("ds") +
+                           " --set train.steps=8 --set checkpoint.every_steps=4 --set run.name=a";
+  auto r = run_frugal("train --quiet" + sets + " --stop-at-step 4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(corpus("first").exit_code, 0);  // the same inputs again: the same shards
+  r = run_frugal("train --quiet" + sets + " --resume auto --stop-at-step 6");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(corpus("other").exit_code, 0);
+  const std::string metrics = test::read_text(dir.file("a/metrics.jsonl"));
+  r = run_frugal("train --quiet" + sets + " --resume auto");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is not the dataset this checkpoint trained on"), std::string::npos) << r.output;
+  EXPECT_EQ(test::read_text(dir.file("a/metrics.jsonl")), metrics);  // nothing written
+  EXPECT_FALSE(fs::exists(dir.file("a/checkpoints/step-00000008")));
+}
+
 }  // namespace
 }  // namespace frugal::run_integrity_cli_test

@@ -142,6 +142,21 @@ TEST(ConfigLoader, SetWithoutEqualsOrUnknownKey) {
             std::string::npos);
 }
 
+// A name cut short is completed within its section, in a file as in --set (before a nearer key:
+// train.eval is train.eval_every, not train.beta1); otherwise the nearest key is suggested.
+TEST(ConfigLoader, ShortenedKeySuggestsTheKeyItStarts) {
+  auto msg = error_of([&] { resolve_config("", {"train.warmup=2"}, {}); });
+  EXPECT_NE(msg.find("did you mean 'train.warmup_steps'"), std::string::npos) << msg;
+  TempDir dir;
+  write_text(dir.file("c.toml"), "[checkpoint]\nevery = 10\n");
+  msg = error_of([&] { resolve_config(dir.file("c.toml"), {}, {}); });
+  EXPECT_NE(msg.find("did you mean 'checkpoint.every_steps'"), std::string::npos) << msg;
+  msg = error_of([&] { resolve_config("", {"train.eval=2"}, {}); });
+  EXPECT_NE(msg.find("did you mean 'train.eval_every'"), std::string::npos) << msg;
+  msg = error_of([&] { resolve_config("", {"lora.rnk=2"}, {}); });
+  EXPECT_NE(msg.find("did you mean 'lora.rank'"), std::string::npos) << msg;
+}
+
 TEST(ConfigLoader, StringChecksRejectBadSourceAndName) {
   EXPECT_NE(error_of([&] { resolve_config("", {"data.source=csv:x"}, {}); }).find("builtin:arith"), std::string::npos);
   EXPECT_NE(error_of([&] { resolve_config("", {"run.name=a/b"}, {}); }).find("names a folder"), std::string::npos);

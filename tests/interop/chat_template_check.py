@@ -12,14 +12,16 @@ transformers' PreTrainedTokenizerFast, with three chat templates:
    assistant message's content followed by the template's end-of-turn token.
 4. prompt-completion: the prompt's ids, then the completion's and the end-of-text token, trained on
    the latter; with train-on-prompt every token; a conversation without an assistant message and a
-   template that renders no growing prefix exit 2 naming the document.
+   template that renders no growing prefix exit 2 naming the document; so do a message's field of the
+   wrong type (by index and field) and a mistyped role (the roles seen); a template that does not parse
+   and a tokenizer folder without one exit 2 naming the file or folder.
 5. `frugal prepare --format chat` stores, document by document in order (`frugal inspect --json`),
    apply_chat_template's ids and assistant mask; --chat-template FILE renders with that template,
    which the dataset keeps and `frugal export` of a run on it writes as the tokenizer's own;
    --max-tokens with --overflow truncate / split cut documents and count them; a second run is up to
-   date; bad lines, a conversation without an assistant message and a tokenizer without a chat
-   template exit 2 naming the file and line (or the flag); `frugal train` on it (data.source =
-   shards:DIR) runs and evaluates.
+   date, and so is one with --tokenizer hf:DIR for hf:DIR/tokenizer.json; bad lines, a conversation
+   without an assistant message and a tokenizer without a chat template exit 2 naming the file and
+   line (or the flag); `frugal train` on it (data.source = shards:DIR) runs and evaluates.
 
 Usage: chat_template_check.py FRUGAL_BINARY SRC_SPM_DIR. Exits 77 (skipped) when transformers, tokenizers or
 jinja2 is not installed.
@@ -91,14 +93,15 @@ def save(tok, d, template):
     return PreTrainedTokenizerFast.from_pretrained(d)
 
 
-def helper(spm, d, kind, docs, extra=(), expect=0):
+def helper(spm, d, kind, docs, extra=(), expect=0, template="-"):
     src, dst = os.path.join(d, "in.bin"), os.path.join(d, "out.bin")
     with open(src, "wb") as f:
         for doc in docs:
             b = json.dumps(doc, ensure_ascii=False).encode()
             f.write(struct.pack("<Q", len(b)) + b)
     p = subprocess.run([sys.executable, os.path.join(spm, "frugal_hf_tokenizer.py"), "chat",
-                        os.path.join(d, "tokenizer.json"), "-", kind, src, dst, *extra], capture_output=True, text=True)
+                        os.path.join(d, "tokenizer.json"), template, kind, src, dst, *extra],
+                       capture_output=True, text=True)
     if p.returncode != expect:
         fail(f"the chat helper exited {p.returncode}, expected {expect}: {p.stderr[-1500:]}")
     if expect:
@@ -181,7 +184,48 @@ def check_prompt_completion_and_errors(spm, tmp, tok):
     err = helper(spm, bad, "chat", [{"messages": CONVERSATIONS[1]}], expect=2)
     if "document 0" not in err or "generation" not in err:
         fail(f"a template without growing prefixes is not refused: {err}")
+    check_message_errors(spm, tmp, tok)
     print("  prompt-completion, train-on-prompt and the refusals: as expected")
+
+
+def check_message_errors(spm, tmp, tok):
+    """Bad message fields, a mistyped role, a broken template and none at all: named, by where."""
+    d = os.path.join(tmp, "qwen")
+    user = CONVERSATIONS[0][0]
+    cases = [([{"messages": [user, {"role": "assistant", "content": 5}]}], ["document 0", "messages[1].content is 5"]),
+             ([{"messages": [user, {"role": ["assistant"], "content": "x"}]}], ["messages[1].role is"]),
+             ([{"prompt": [user], "completion": [{"role": "assistant", "content": {"a": 1}}]}],
+              ["completion[0].content is {", "a list of content parts"]),
+             ([{"messages": [user, {"role": "asistant", "content": "Paris."}]}],
+              ['(roles seen: "user", "asistant"; "asistant" is none of system, user, assistant, tool)'])]
+    for docs, wants in cases:
+        err = helper(spm, d, "prompt-completion" if "prompt" in docs[0] else "chat", docs, expect=2)
+        if any(w not in err for w in wants) or "Traceback" in err:
+            fail(f"{docs}: the error does not say {wants}: {err}")
+    parts = [{"type": "text", "text": "What is the capital of France?"}]  # content parts are let through
+    helper(spm, d, "chat", [{"messages": [{"role": "user", "content": parts}, CONVERSATIONS[0][1]]}],
+           template=write(tmp, "parts.jinja", "{% for m in messages %}{{ m['role'] }}{% endfor %}"))
+    broken = write(tmp, "broken.jinja", "{% for m in messages %}\n{{ m['content'] }\n{% endfor %}")
+    err = helper(spm, d, "chat", [{"messages": CONVERSATIONS[0]}], template=broken, expect=2)
+    if broken + ":2: the chat template does not parse" not in err:
+        fail(f"a broken --chat-template file is not named with its line: {err}")
+    folder = os.path.join(tmp, "broken-folder")
+    save(tok, folder, "{% if %}")
+    err = helper(spm, folder, "chat", [{"messages": CONVERSATIONS[0]}], expect=2)
+    if folder not in err or "does not parse" not in err:
+        fail(f"a broken chat template in the tokenizer folder is not named by its file: {err}")
+    folder = os.path.join(tmp, "no-template")
+    save(tok, folder, None)
+    err = helper(spm, folder, "chat", [{"messages": CONVERSATIONS[0]}], expect=2)
+    if f"the tokenizer folder {folder} has none" not in err:
+        fail(f"a tokenizer folder without a chat template is not named: {err}")
+
+
+def write(tmp, name, text):
+    path = os.path.join(tmp, name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
 
 
 def prepare(frugal, tmp, name, lines, tokenizer_dir, extra=(), expect=0, val="0"):
@@ -238,6 +282,15 @@ def check_prepare(frugal, tmp):
     _, again = prepare(frugal, tmp, "chats", lines[:1] + [""] + lines[1:], os.path.join(tmp, "chatml"))
     if "up to date" not in again:
         fail(f"a second prepare with the same inputs did work again: {again}")
+    # --tokenizer hf:DIR is the folder's tokenizer.json (as model.init_from = "hf:DIR"): the same dataset.
+    p = CHECK.run([frugal, "prepare", os.path.join(tmp, "chats.jsonl"), "--out", ds, "--format", "chat",
+                   "--tokenizer", "hf:" + os.path.join(tmp, "chatml"), "--val-fraction", "0"])
+    if "up to date" not in p.stdout + p.stderr:
+        fail(f"--tokenizer hf:DIR is not the same tokenizer as hf:DIR/tokenizer.json: {p.stdout + p.stderr}")
+    p = CHECK.run([frugal, "prepare", os.path.join(tmp, "chats.jsonl"), "--out", os.path.join(tmp, "x"), "--format",
+                   "chat", "--tokenizer", "hf:" + tmp], expect=2)
+    if "hf:" + tmp + ": the folder has no tokenizer.json" not in p.stdout + p.stderr:
+        fail(f"--tokenizer hf:DIR of a folder without tokenizer.json is not refused by name: {p.stderr}")
     # --chat-template: the Llama-3 template over the ChatML folder's tokenizer.
     llama3 = PreTrainedTokenizerFast.from_pretrained(os.path.join(tmp, "llama3"))
     template = os.path.join(tmp, "llama3.jinja")

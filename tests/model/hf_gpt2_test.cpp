@@ -145,6 +145,13 @@ TEST(HfGpt2, AHubIdIsFoundInTheLocalCacheAndOtherwiseTheMessageSaysHowToGetIt) {
   ::unsetenv("HF_HUB_CACHE");
   EXPECT_NE(why.find("the Hugging Face cache " + tmp.file("hub") + " has no snapshot"), std::string::npos) << why;
   EXPECT_NE(why.find("huggingface-cli download gpt2"), std::string::npos) << why;
+  // A path (absolute, ./relative or deeper than org/name) is not a hub id: the folder is missing.
+  for (const std::string& path : {tmp.file("nonexist"), std::string("./nonexist"), std::string("a/b/c")}) {
+    m.init_from = "hf:" + path;
+    const std::string missing = message_of([&] { read_hf_gpt2_config(hf_init_dir(m)); });
+    EXPECT_NE(missing.find("\"hf:" + path + "\": no such directory"), std::string::npos) << missing;
+    EXPECT_EQ(missing.find("huggingface-cli"), std::string::npos) << missing;
+  }
 }
 
 TEST(HfGpt2, ConfigsFrugalCannotRepresentAreRefusedByKey) {

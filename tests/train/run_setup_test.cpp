@@ -52,6 +52,8 @@ TEST(RunSetup, AWorldSizeThatCannotSplitTheGlobalBatchIsRefusedWithTheOnesThatCa
     const std::string what = e.what();
     EXPECT_NE(what.find("resume with 1, 2, 4 process(es)"), std::string::npos) << what;
     EXPECT_NE(what.find("global batch of 32"), std::string::npos) << what;
+    // Only what a resume can change: data.micro_batch is fixed on a resume.
+    EXPECT_EQ(what.find("a data.micro_batch that divides"), std::string::npos) << what;
   }
 }
 

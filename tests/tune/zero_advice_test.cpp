@@ -33,6 +33,8 @@ TEST(ZeroAdvice, EachStageShardsWhatItNamesAndTheLeastThatFitsIsAdvised) {
   EXPECT_FALSE(a.levels[1].fits) << "74 GB is over 90% of 80 GB";
   EXPECT_EQ(a.recommended, 2);
   EXPECT_NE(a.table().find("use dist.zero = 2"), std::string::npos) << a.table();
+  // The command that applies it, with the numbers the advice knows (--set after the command).
+  EXPECT_NE(a.table().find("frugal launch -n 8 -- train CONFIG --set dist.zero=2"), std::string::npos) << a.table();
   EXPECT_EQ(a.to_json()["recommended"], 2);
   EXPECT_EQ(a.recommended_with_offload, -1) << "offload is advised only where nothing else fits";
   EXPECT_EQ(a.table().find("offload"), std::string::npos) << a.table();

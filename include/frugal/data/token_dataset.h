@@ -81,4 +81,9 @@ std::optional<ManifestTokenizer> manifest_tokenizer(const std::string& dir);
 // named model file is missing or differs from its checksum.
 bool keep_tokenizer(const std::string& dataset_dir, const std::string& to_dir);
 
+// What `frugal prepare` wrote into `dataset_dir`, as an xxh64 of its manifest's shard list (every
+// shard's name, size, record count and checksums): a dataset prepared again from other inputs
+// differs, one prepared again from the same inputs does not. "" without a readable manifest.
+std::string dataset_fingerprint(const std::string& dataset_dir);
+
 }  // namespace frugal

@@ -25,7 +25,8 @@ struct LaunchOptions {
 // Runs args under `exe` (normally /proc/self/exe) procs_per_node times and waits for all.
 // SIGINT/SIGTERM/SIGUSR1/SIGHUP sent to the launcher go to every process once (a preemption
 // notice: each rank checkpoints and they exit 75 together). Returns 0 when every rank exited 0,
-// 75 when they stopped resumably, else the first failed rank's exit code (128 + signal when
+// 75 when they stopped resumably, 2 when a rank refused its input (the others then fail at their
+// next collective, and may exit first), else the first failed rank's exit code (128 + signal when
 // killed), after printing which rank failed and how. Each process gets FRUGAL_RUN_THREADS =
 // cores / procs_per_node unless the variable is set already.
 int launch(const LaunchOptions& options, const std::string& exe);

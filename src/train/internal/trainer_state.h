@@ -122,6 +122,8 @@ struct Trainer::State {
   // Checkpoints, banner and summary (trainer_state.cpp).
   static int64_t checkpoint_world_size(const LoadedCheckpoint& ck);
   void adopt_run_config(const LoadedCheckpoint& ck);
+  void check_same_dataset(const LoadedCheckpoint& ck);
+  std::string dataset_fingerprint_at_start;  // a prepared dataset's (dataset_fingerprint), else empty
   void warn_if_rewarmed(const ConfigChange& change, int64_t at_step) const;
   // --resume auto without a sound checkpoint: the run's own config.toml, from step 0.
   void start_over_with_run_config();
