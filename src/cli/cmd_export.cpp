@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "frugal/ckpt/safetensors.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
 #include "frugal/model/hf_checkpoint.h"
@@ -150,6 +151,37 @@ std::optional<std::string> generation_config(const OpenedRun& run, const json& c
   return g.dump(2) + "\n";
 }
 
+// GPT-2 learns a row of position embeddings per position. A run whose model.block is shorter than
+// its source's n_positions loaded and trained the first rows only; the others are the source's,
+// untouched, and go out with the run's so that the export keeps the source's context. Without the
+// source's weights (its directory gone) the export has model.block's positions, as said.
+void keep_source_positions(const OpenedRun& run, json& config, NamedTensors& tensors, c10::ScalarType dtype,
+                           std::string& note) {
+  const ModelConfig& m = run.config.model;
+  const std::optional<json> source = source_config(run);
+  if (m.arch != ModelConfig::Arch::kGpt || !source || !(*source)["n_positions"].is_number_integer()) return;
+  const int64_t positions = (*source)["n_positions"].get<int64_t>();
+  const std::string dir = hf_init_dir(m);
+  std::error_code ec;
+  if (positions <= m.block) return;
+  if (dir.empty() || !fs::is_directory(dir, ec)) {
+    note = fmt::format("; {} positions, not the source's {}: its weights are gone", m.block, positions);
+    return;
+  }
+  const HfLayout layout = model_family(m.arch).hf_layout(m);
+  for (const std::string& file : hf_weight_files(dir))
+    for (const auto& [name, t] : load_safetensors(file).tensors) {
+      if ((layout.canonical ? layout.canonical(name) : name) != "transformer.wpe.weight") continue;
+      for (auto& [out_name, out] : tensors)
+        if (out_name == "transformer.wpe.weight" && t.size(0) == positions)
+          out = at::cat({out, t.narrow(0, m.block, positions - m.block).to(at::kCPU, dtype)}).contiguous();
+      config["n_positions"] = positions;
+      note = fmt::format("; positions {}-{} are the source's (the run trained the first {})", m.block, positions - 1,
+                         m.block);
+      return;
+    }
+}
+
 // "5GB" (10^9), "500MB", "2GiB" (2^30), "100KB" or a byte count, as transformers' max_shard_size.
 int64_t parse_size(const std::string& text) {
   size_t i = 0;
@@ -217,7 +249,9 @@ int run_export(const ExportArgs& a) {
   // A LoRA run's adapters merged into the weights they adapt: the family's own layout.
   const NamedTensors params =
       has_lora(*model) ? merged_parameter_list(*model, stored_base_weights(*model, c)) : model->named_parameter_list();
-  const NamedTensors tensors = to_hf_tensors(params, family.hf_layout(c.model), dtype);
+  NamedTensors tensors = to_hf_tensors(params, family.hf_layout(c.model), dtype);
+  std::string positions;
+  keep_source_positions(run, config, tensors, dtype, positions);
   int64_t parameters = 0;
   for (const auto& [name, p] : params) parameters += p.numel();
   write_hf_dir(tensors, config.dump(2) + "\n", a.out, extra, max_shard);
@@ -232,10 +266,10 @@ int run_export(const ExportArgs& a) {
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print(
-        "exported {} ({} parameters, {}) to {}: {}\n"
+        "exported {} ({} parameters, {}{}) to {}: {}\n"
         "  load it: transformers.AutoModelForCausalLM.from_pretrained(\"{}\")  ({})\n"
         "  tokenizer: {}\n",
-        weights, parameters, a.dtype, a.out, fmt::join(files, ", "), a.out, cls, tok.note);
+        weights, parameters, a.dtype, positions, a.out, fmt::join(files, ", "), a.out, cls, tok.note);
   }
   return 0;
 }

@@ -60,7 +60,9 @@ std::string config_reference_markdown() {
       "A resume (`--resume`) continues the run's own config: a key left out takes the checkpoint's\n"
       "value; one given anew must be \"may change\" in the column below (recorded as a change), while\n"
       "a \"fixed\" one (the model, the data, the batch, the optimizer and its schedule) that differs is\n"
-      "refused before anything is written.\n";
+      "refused before anything is written.\n"
+      "A boolean is `true` or `false` in a TOML file; in `--set` and environment variables\n"
+      "`1`/`0`, `yes`/`no` and `on`/`off` (any case) also do.\n";
   Config defaults;
   std::string section;
   for (const auto& k : config_schema()) {

@@ -145,7 +145,7 @@ void check_frozen_base(const torch::nn::Module& module, const nlohmann::json& fr
     if (it == params.end() || it->second.requires_grad() || digest(it->second) != want.get<std::string>())
       throw ConfigError(fmt::format(
           "{} leaves its frozen tensor {} to the base it was trained on, model.init_from = \"{}\", but {}: the base "
-          "changed since (or names another model). Resume on the base weights the run started from",
+          "changed since (or names another model). Put back the base weights the run started from",
           origin, name, base,
           it == params.end()           ? "this model has no such parameter"
           : it->second.requires_grad() ? "train.freeze no longer freezes it"

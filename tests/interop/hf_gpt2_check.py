@@ -14,7 +14,8 @@
 3. Fine-tuning: transformers trains a model on a text until its loss is well below chance, saves
    it; `frugal train` with model.init_from = "hf:DIR" (lower learning rate, early stopping)
    starts at that loss, not at chance like a run from random weights, and finishes; its exported
-   weights load in transformers again.
+   weights load in transformers again. A run with a shorter model.block than the source's
+   n_positions exports all of the source's positions (the rows it did not train, the source's).
 4. Refusals: a conflicting model key and a directory without model.safetensors exit 2 with
    messages naming the key or file.
 
@@ -209,6 +210,19 @@ def check_finetune(frugal, helper, tmp):
     out = os.path.join(tmp, "tuned-hf")
     run([frugal, "export", os.path.join(tmp, "tuned"), "--out", out])
     GPT2LMHeadModel.from_pretrained(out)
+    # A shorter context than the source's: the export keeps the source's 48 positions, the rows past
+    # the run's 24 unchanged from the source, the first 24 the run's.
+    frugal_train(frugal, common + ["run.name=short", f"model.init_from=hf:{d}", "model.block=24", "train.steps=3",
+                                   "train.lr=1e-2", "train.eval_every=0", "train.eval_batches=1"])
+    short = os.path.join(tmp, "short-hf")
+    run([frugal, "export", os.path.join(tmp, "short"), "--out", short])
+    exported = GPT2LMHeadModel.from_pretrained(short)
+    wpe, source = exported.transformer.wpe.weight.detach(), model.transformer.wpe.weight.detach()
+    if exported.config.n_positions != 48 or wpe.shape != source.shape or not torch.equal(wpe[24:], source[24:]):
+        fail(f"the export of a run with model.block 24 over 48 positions has n_positions "
+             f"{exported.config.n_positions} and position rows {tuple(wpe.shape)}, not the source's past row 24")
+    if torch.equal(wpe[:24], source[:24]):
+        fail("the export of the short run kept the source's first position rows, not the run's")
     return python_loss, first_tuned, first_scratch, summary
 
 

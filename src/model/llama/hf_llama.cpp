@@ -134,18 +134,20 @@ Fields read_llama(const json& j, const std::string& origin, ModelConfig& m) {
     m.attention_bias = ModelConfig::AttentionBias::kAll;
   }
   m.qk_norm = type == "qwen3";
-  Fields fields = {{"model.layers", "num_hidden_layers"},
-                   {"model.heads", "num_attention_heads"},
-                   {"model.kv_heads", "num_key_value_heads"},
-                   {"model.embd", "hidden_size"},
-                   {"model.head_dim", "head_dim"},
-                   {"model.mlp_width", "intermediate_size"},
-                   {"model.block", "max_position_embeddings"},
-                   {"model.vocab", "vocab_size"},
-                   {"model.norm_eps", "rms_norm_eps"},
-                   {"model.tie_embeddings", "tie_word_embeddings"},
-                   {"model.attention_bias", "attention_bias"},
-                   {"model.qk_norm", "model_type"}};
+  Fields fields = {
+      {"model.layers", "num_hidden_layers"},
+      {"model.heads", "num_attention_heads"},
+      {"model.kv_heads", "num_key_value_heads"},
+      {"model.embd", "hidden_size"},
+      {"model.head_dim", "head_dim"},
+      {"model.mlp_width", "intermediate_size"},
+      {"model.block", "max_position_embeddings"},
+      {"model.vocab", "vocab_size"},
+      {"model.norm_eps", "rms_norm_eps"},
+      {"model.tie_embeddings", "tie_word_embeddings"},
+      // Qwen2 has q/k/v biases by its model_type; the others say so in attention_bias.
+      {"model.attention_bias", type == "qwen2" || !has(j, "attention_bias") ? "model_type" : "attention_bias"},
+      {"model.qk_norm", "model_type"}};
   const std::pair<const char*, int64_t> sizes[] = {
       {"num_hidden_layers", m.layers}, {"num_attention_heads", m.heads}, {"num_key_value_heads", m.kv_heads},
       {"hidden_size", m.embd},         {"head_dim", m.head_dim},         {"intermediate_size", m.mlp_width},
