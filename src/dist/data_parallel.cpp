@@ -344,25 +344,48 @@ std::vector<std::string> DataParallel::gather_strings(const std::string& mine, c
   return all;
 }
 
+void DataParallel::ZeroComm::add_change(const ZeroComm& from, const ZeroComm& to) {
+  gather_s += to.gather_s - from.gather_s;
+  block_gathers += to.block_gathers - from.block_gathers;
+  block_bytes += to.block_bytes - from.block_bytes;
+  block_copy_bytes += to.block_copy_bytes - from.block_copy_bytes;
+}
+
+DataParallel::ZeroComm DataParallel::zero_comm() const {
+  if (!zero_) return {};
+  return {zero_->gather_s() + zero_->unit_gather_s(), zero_->unit_gathers(), zero_->unit_gather_bytes(),
+          zero_->unit_gather_copy_bytes()};
+}
+
+void DataParallel::begin_step() { step_start_ = zero_comm(); }
+
+void DataParallel::end_step() { in_steps_.add_change(step_start_, zero_comm()); }
+
 void DataParallel::add_to_summary(nlohmann::ordered_json& s, double step_s_total, int64_t steps) const {
   const double n = static_cast<double>(std::max<int64_t>(1, steps));
-  const double gather = zero_ ? zero_->gather_s() + zero_->unit_gather_s() : 0.0;
-  const double comm = wait_s_ + agree_s_ + gather;
+  // The training steps' gathers alone; those between them (an evaluation's forward passes, which
+  // gather every block) are reported apart, as totals: spread over the steps they would inflate
+  // the per-step figures (and comm_fraction past 1).
+  const ZeroComm& in = in_steps_;
+  ZeroComm outside;
+  outside.add_change(in, zero_comm());
+  const double comm = wait_s_ + agree_s_ + in.gather_s;
   s["dist"] = {{"world_size", world_size()},
                {"backend", pg_->backend()},
                {"zero", static_cast<int64_t>(config_.zero)},
                {"buckets", buckets_.size()},
                {"bucket_mb", config_.bucket_mb},
                {"allreduce_wait_ms_per_step", 1e3 * wait_s_ / n},
-               {"zero_gather_ms_per_step", 1e3 * gather / n},
-               {"block_gathers_per_step", zero_ ? static_cast<double>(zero_->unit_gathers()) / n : 0.0},
-               {"block_gather_mb_per_step",
-                zero_ ? (zero_->unit_gather_bytes() + zero_->unit_gather_copy_bytes()) / 1e6 / n : 0.0},
-               {"block_gather_bf16_mb_per_step", zero_ ? zero_->unit_gather_copy_bytes() / 1e6 / n : 0.0},
+               {"zero_gather_ms_per_step", 1e3 * in.gather_s / n},
+               {"block_gathers_per_step", static_cast<double>(in.block_gathers) / n},
+               {"block_gather_mb_per_step", (in.block_bytes + in.block_copy_bytes) / 1e6 / n},
+               {"block_gather_bf16_mb_per_step", in.block_copy_bytes / 1e6 / n},
                {"agree_ms_per_step", 1e3 * agree_s_ / n},
                {"comm_ms_per_step", 1e3 * comm / n},
                // Of the time spent in steps plus the agreement after each (which runs outside the step).
-               {"comm_fraction", step_s_total + agree_s_ > 0 ? comm / (step_s_total + agree_s_) : 0.0}};
+               {"comm_fraction", step_s_total + agree_s_ > 0 ? comm / (step_s_total + agree_s_) : 0.0},
+               {"block_gathers_outside_steps", outside.block_gathers},
+               {"gather_ms_outside_steps", 1e3 * outside.gather_s}};
 }
 
 DataParallelFactory data_parallel_factory(std::shared_ptr<ProcessGroup> pg) {

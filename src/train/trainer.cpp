@@ -290,6 +290,11 @@ void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
   if (setup.offload && !device.is_cuda())
     Console::get().line("dist.offload = \"optimizer\": this run is on " + device.str() +
                         ", where the optimizer's state is in host memory already; offloading only adds copies");
+  if (setup.world_size == 1 && c.dist.zero != ZeroStage::kNone)
+    Console::get().line(
+        fmt::format("dist.zero = {}: this run is one process, so nothing is sharded (ZeRO splits the "
+                    "training state across the processes of `frugal launch -n N`)",
+                    static_cast<int>(c.dist.zero)));
   setup.precision.set_fp8_cast_kernels(c.model.kernels == ModelConfig::Kernels::kFrugal);
   if (ck) continue_on_this_world(*ck);
   {

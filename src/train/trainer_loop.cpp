@@ -100,7 +100,9 @@ void Trainer::State::train_one_step(Control& control) {
   StepResult r;
   {
     PhaseSpan span("step");
+    if (dp) dp->begin_step();
     r = step->run(loop.step, lr);
+    if (dp) dp->end_step();
   }
   StepMetrics m = make_step_metrics(read_step(r, lr, seconds_since(t0)), last_metrics);
   for (auto& cb : callbacks) cb->on_step_metrics(m);

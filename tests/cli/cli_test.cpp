@@ -119,6 +119,18 @@ TEST(Cli, ARunShorterThanItsWarmUpIsWarnedAbout) {
   EXPECT_EQ(long_run.output.find("ends within the warm-up"), std::string::npos) << long_run.output;
 }
 
+// dist.zero in one process shards nothing: the run says so instead of accepting it without a word.
+TEST(Cli, ZeroInASingleProcessIsNamedAsShardingNothing) {
+  test::TempDir dir;
+  auto r = run_frugal("train" + tiny_sets(dir.path()) + " --set train.steps=2 --set dist.zero=3");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("dist.zero = 3: this run is one process, so nothing is sharded"), std::string::npos)
+      << r.output;
+  auto plain = run_frugal("train" + tiny_sets(dir.path()) + " --set train.steps=2 --overwrite");
+  EXPECT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("nothing is sharded"), std::string::npos) << plain.output;
+}
+
 TEST(Cli, HelpForOneCommandAndForAnUnknownOne) {
   auto train = run_frugal("help train");
   EXPECT_EQ(train.exit_code, 0) << train.output;

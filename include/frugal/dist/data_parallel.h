@@ -71,12 +71,23 @@ class DataParallel : public DataParallelism {
   void agree(Control& control) override;
   // Through the store.
   std::vector<std::string> gather_strings(const std::string& mine, const std::string& tag) override;
-  // World, backend, buckets, exposed communication per step.
+  void begin_step() override;
+  void end_step() override;
+  // World, backend, buckets, exposed communication per step (inside the training steps: an
+  // evaluation's block gathers are reported apart, as totals *_outside_steps).
   void add_to_summary(nlohmann::ordered_json& summary, double step_s_total, int64_t steps) const override;
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
 
  private:
   struct Bucket;
+  // ZeroAdamW's communication counters (each a running total): read at a step's start and end.
+  struct ZeroComm {
+    double gather_s = 0;  // waited for parameter all-gathers (stage 1-2 after the step; stage 3 blocks)
+    int64_t block_gathers = 0;
+    double block_bytes = 0, block_copy_bytes = 0;  // fp32 parameters, working copies (bf16)
+    void add_change(const ZeroComm& from, const ZeroComm& to);
+  };
+  ZeroComm zero_comm() const;  // now; all zero without ZeRO
   void on_grad_ready(size_t param);
   void launch_ready();
   void launch_to_owners(Bucket& b);  // dist.zero = 2
@@ -97,9 +108,10 @@ class DataParallel : public DataParallelism {
   ZeroAdamW* zero_ = nullptr;  // owned by the step's optimizer slot when dist.zero >= 1
   bool shard_grads_ = false;   // dist.zero = 2
   std::vector<at::Tensor> params_;
-  std::vector<size_t> in_flight_;  // buckets launched and not yet folded, oldest first
-  double wait_s_ = 0;              // blocked in finish() waiting for gradient all-reduces
-  double agree_s_ = 0;             // blocked in agree()
+  std::vector<size_t> in_flight_;   // buckets launched and not yet folded, oldest first
+  double wait_s_ = 0;               // blocked in finish() waiting for gradient all-reduces
+  double agree_s_ = 0;              // blocked in agree()
+  ZeroComm step_start_, in_steps_;  // at the open step's start; summed over the training steps
   int64_t reductions_ = 0;
 };
 

@@ -35,6 +35,10 @@ class DataParallelism : public GradSync {
   virtual void agree(Control& control) = 0;
   // Rank 0 gets every rank's string (rank order); the others get {}.
   virtual std::vector<std::string> gather_strings(const std::string& mine, const std::string& tag) = 0;
+  // The trainer brackets each training step (TrainStep::run) with these, so that the per-step
+  // figures of add_to_summary count the steps' communication alone, not an evaluation's gathers.
+  virtual void begin_step() = 0;
+  virtual void end_step() = 0;
   // Figures for summary.json ("dist": world, backend, exposed communication per step).
   virtual void add_to_summary(nlohmann::ordered_json& summary, double step_s_total, int64_t steps) const = 0;
 };
