@@ -173,6 +173,13 @@ void take_sizes(const nlohmann::json& s, PlanFigures& f) {
     f.param_bytes = static_cast<int64_t>(number(s["state_bytes_per_rank"], "parameters", -1));
   if (s.contains("checkpoint") && s["checkpoint"].is_object())
     f.checkpoint_bytes = static_cast<int64_t>(number(s["checkpoint"], "bytes", -1));
+  if (!s.contains("levers") || !s["levers"].is_object()) return;
+  const nlohmann::json& l = s["levers"];
+  if (l.contains("optimizer") && l["optimizer"].is_object() && l["optimizer"].contains("kind") &&
+      l["optimizer"]["kind"].is_string())
+    f.optimizer = l["optimizer"]["kind"].get<std::string>();
+  if (number(l, "zero") >= 1 && l.contains("batch") && l["batch"].is_object())
+    f.optimizer_state_ranks = std::max<int64_t>(1, static_cast<int64_t>(number(l["batch"], "world_size", 1)));
 }
 
 PlanFigures probe_figures(const std::string& file, const std::vector<std::string>& overrides,
@@ -358,6 +365,8 @@ CostPlan make_cost_plan(const std::string& file, const std::vector<std::string>&
   } else {
     plan.figures = run_dir_figures(options.from_run);
   }
+  if (plan.figures.optimizer.empty())  // a summary without its levers
+    plan.figures.optimizer = std::get<std::string>(find_key("train.optimizer")->get(c));
   const PlanFigures& f = plan.figures;
   plan.tokens = plan.steps * f.tokens_per_step;
   ProjectionInputs& in = plan.inputs;

@@ -367,6 +367,19 @@ TEST(CostPlan, GpusAndTheirMemorySayWhichZeroStageFits) {
   EXPECT_EQ(j["zero"]["recommended"], 0);
   EXPECT_TRUE(j["zero"]["activations_measured"].get<bool>()) << j["zero"].dump();
   EXPECT_GT(j["zero"]["levels"][0]["parameters_gb"].get<double>(), 0);
+  EXPECT_EQ(j["zero"]["optimizer"], "fused_adamw") << "from the probe's summary.json levers";
+  // Muon: the state its probe measured (a momentum for the hidden matrices: less than AdamW's), and
+  // ZeRO-2 and 3 refused.
+  r = test::run_frugal("plan" + test::tiny_sets(dir.path()) +
+                       " --set plan.probe_steps=3 --set train.optimizer=muon --gpus 4 --gpu-memory-gb 80 --json-out " +
+                       dir.file("muon.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json m = read_json(dir.file("muon.json"));
+  EXPECT_EQ(m["zero"]["optimizer"], "muon");
+  EXPECT_EQ(m["zero"]["recommended"], 0);
+  EXPECT_EQ(m["zero"]["levels"][2]["refused"], "refused with muon");
+  EXPECT_LT(m["zero"]["levels"][0]["optimizer_gb"].get<double>(), j["zero"]["levels"][0]["optimizer_gb"].get<double>());
+  EXPECT_NE(r.output.find("Muon's state as the probe measured it"), std::string::npos) << r.output;
   r = test::run_frugal("plan" + test::tiny_sets(dir.path()) + " --gpus 4");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--gpus and --gpu-memory-gb go together"), std::string::npos) << r.output;

@@ -69,13 +69,19 @@ TEST(ZeroAdvice, WhereOnlyTheOptimizerInHostMemoryFitsItIsAdvisedWithItsHostByte
   EXPECT_TRUE(l.offload);
   EXPECT_EQ(l.stage, 3);
   EXPECT_NEAR(l.total_gb, 16 + 16 + 2, 1e-6);
-  EXPECT_NEAR(l.optimizer_gb, 32, 1e-6);
+  // As summary.json's state_bytes_per_rank: nothing on the GPU, the moments in host memory.
+  EXPECT_EQ(l.optimizer_gb, 0.0);
+  EXPECT_NEAR(l.optimizer_host_gb, 32, 1e-6);
+  EXPECT_NEAR(l.total_gb, l.parameters_gb + l.gradients_gb + l.optimizer_gb + a.activations_gb, 1e-9);
   EXPECT_FALSE(a.levels[6].fits) << "stage 2 with offload: 32 + 16 + 2 = 50";
   const std::string t = a.table();
   EXPECT_NE(t.find("use dist.zero = 3 with dist.offload = \"optimizer\": AdamW's moments (32 GB a rank)"),
             std::string::npos)
       << t;
   EXPECT_NE(t.find("3 + offload"), std::string::npos) << t;
+  EXPECT_NE(t.find("0 (host 32 GB)"), std::string::npos) << "the column the total counts: " << t;
+  EXPECT_EQ(a.to_json()["levels"][7]["optimizer_gb"], 0.0);
+  EXPECT_EQ(a.to_json()["levels"][7]["optimizer_host_gb"], 32.0);
   EXPECT_EQ(a.to_json()["recommended_with_offload"], 3);
   // 8 x 48 GB: stage 3 fits on the GPUs (18 GB); offload is not advised.
   EXPECT_EQ(zero_advice(eight_billion(), 8, 48).recommended, 3);
@@ -123,6 +129,131 @@ TEST(ZeroAdvice, FrozenParametersNeedNoGradientOrMomentsAndUnknownActivationsAre
   EXPECT_NE(a.table().find("not measured"), std::string::npos) << a.table();
   EXPECT_THROW(zero_advice(f, 0, 24), ConfigError);
   EXPECT_THROW(zero_advice(f, 2, 0), ConfigError);
+}
+
+// The 8B model under Muon: its probe measured 40 GB of state, one fp32 momentum for 6B parameters
+// of hidden matrices (24 GB) and AdamW's moments for the other 2B (16 GB).
+PlanFigures eight_billion_muon() {
+  PlanFigures f = eight_billion();
+  f.source = "probe";
+  f.optimizer = "muon";
+  f.optimizer_state_mb = 40'000;
+  f.peak_tensor_mb = (32 + 32 + 40 + 2) * 1e3;
+  return f;
+}
+
+size_t rows_starting(const std::string& table, const std::string& start) {
+  size_t n = 0;
+  for (size_t at = table.find("\n" + start); at != std::string::npos; at = table.find("\n" + start, at + 1)) ++n;
+  return n;
+}
+
+TEST(ZeroAdvice, MuonIsNeverAdvisedZero2Or3OrTheOffloadAndItsStateIsWhatItHolds) {
+  // 8 x 40 GB (36 usable): stage 1 needs 32 + 32 + 5 + 2 = 71, stage 2 43; stage 3 (15) fits but
+  // Muon refuses it, and the offload.
+  const ZeroAdvice a = zero_advice(eight_billion_muon(), 8, 40);
+  EXPECT_NEAR(a.activations_gb, 2, 1e-9);
+  EXPECT_NEAR(a.levels[0].optimizer_gb, 40, 1e-6) << "Muon's measured state, not AdamW's 64 GB";
+  EXPECT_NEAR(a.levels[1].optimizer_gb, 5, 1e-6);
+  EXPECT_TRUE(a.levels[3].fits);
+  EXPECT_EQ(a.levels[2].refused, "refused with muon");
+  EXPECT_EQ(a.levels[3].refused, "refused with muon");
+  EXPECT_EQ(a.levels[1].refused, "");
+  EXPECT_EQ(a.recommended, -1);
+  EXPECT_EQ(a.recommended_with_offload, -1);
+  EXPECT_EQ(a.refused_but_fits, 3);
+  const std::string t = a.table();
+  EXPECT_EQ(t.find("use dist.zero"), std::string::npos) << t;
+  EXPECT_NE(t.find("refused with muon"), std::string::npos) << t;
+  EXPECT_NE(t.find("dist.zero = 3 would, with its state, but is refused with muon"), std::string::npos) << t;
+  EXPECT_NE(t.find("dist.offload = \"optimizer\" (the state in host memory): refused with muon"), std::string::npos)
+      << t;
+  EXPECT_EQ(rows_starting(t, "  0 + offload"), 0u) << t;
+  EXPECT_NE(t.find("about 6,000M parameters of the hidden matrices"), std::string::npos) << t;
+  const nlohmann::json j = a.to_json();
+  EXPECT_EQ(j["levels"][3]["refused"], "refused with muon");
+  EXPECT_TRUE(j["levels"][1]["refused"].is_null());
+  EXPECT_TRUE(j["recommended"].is_null());
+  // 8 x 80 GB (72 usable): Muon's smaller state lets stage 1 fit (71 GB), where AdamW needed stage 2.
+  EXPECT_EQ(zero_advice(eight_billion_muon(), 8, 80).recommended, 1);
+  // 8 x 48 GB (43.2 usable): stage 2 fits (43 GB) but is refused: nothing is advised.
+  const ZeroAdvice b = zero_advice(eight_billion_muon(), 8, 48);
+  EXPECT_EQ(b.recommended, -1);
+  EXPECT_EQ(b.refused_but_fits, 2);
+  // Wherever it fits, never 2 or 3, with or without the offload.
+  for (double gb : {24.0, 40.0, 48.0, 80.0, 141.0, 192.0})
+    for (int64_t gpus : {2, 4, 8, 64}) {
+      const ZeroAdvice z = zero_advice(eight_billion_muon(), gpus, gb);
+      EXPECT_LT(z.recommended, 2) << gpus << " x " << gb;
+      EXPECT_EQ(z.recommended_with_offload, -1) << gpus << " x " << gb;
+    }
+}
+
+TEST(ZeroAdvice, MuonsStateIsWholeFromARunsShareAndAnUpperBoundWhereUnmeasured) {
+  PlanFigures run = eight_billion_muon();  // a ZeRO-1 run of 8 ranks: one rank's 5 GB
+  run.source = "run";
+  run.optimizer_state_mb = 5'000;
+  run.optimizer_state_ranks = 8;
+  const ZeroAdvice a = zero_advice(run, 8, 80);
+  EXPECT_NEAR(a.levels[0].optimizer_gb, 40, 1e-6);
+  EXPECT_NE(a.table().find("as the run measured it (40 GB, its 8 ranks' shares together)"), std::string::npos)
+      << a.table();
+  PlanFigures unmeasured = eight_billion_muon();
+  unmeasured.optimizer_state_mb = -1;
+  const ZeroAdvice b = zero_advice(unmeasured, 8, 80);
+  EXPECT_NEAR(b.levels[0].optimizer_gb, 64, 1e-6);
+  EXPECT_NE(b.table().find("Muon's state was not measured"), std::string::npos) << b.table();
+  EXPECT_NE(b.table().find("an upper bound"), std::string::npos) << b.table();
+  EXPECT_EQ(b.to_json()["optimizer"], "muon");
+}
+
+TEST(ZeroAdvice, Torch_adamwTakesOneProcessOnly) {
+  PlanFigures f = eight_billion();
+  f.optimizer = "torch_adamw";
+  const ZeroAdvice a = zero_advice(f, 8, 80);
+  EXPECT_EQ(a.recommended, -1);
+  EXPECT_EQ(a.refused_but_fits, 2);
+  EXPECT_NE(a.table().find("torch_adamw: one process only"), std::string::npos) << a.table();
+  EXPECT_EQ(zero_advice(f, 1, 192).recommended, 0);
+  EXPECT_EQ(zero_advice(f, 1, 96).recommended_with_offload, -1) << "torch_adamw has no offload";
+}
+
+TEST(ZeroAdvice, OneGpuPrintsOneRowSinceNothingIsSharded) {
+  const ZeroAdvice a = zero_advice(eight_billion(), 1, 192);
+  ASSERT_EQ(a.levels.size(), 8u);
+  for (int k = 1; k <= 3; ++k) EXPECT_NEAR(a.levels[k].total_gb, a.levels[0].total_gb, 1e-9);
+  const std::string t = a.table();
+  EXPECT_EQ(rows_starting(t, "  0 "), 1u) << t;
+  for (const char* row : {"  1 ", "  2 ", "  3 "}) EXPECT_EQ(rows_starting(t, row), 0u) << t;
+  EXPECT_NE(t.find("one GPU: every dist.zero holds the same"), std::string::npos) << t;
+  EXPECT_NE(t.find("use dist.zero = 0: it fits on the one GPU"), std::string::npos) << t;
+  // One 96 GB GPU (86.4 usable): 130 GB does not fit; with the moments in host memory 66 does.
+  const ZeroAdvice b = zero_advice(eight_billion(), 1, 96);
+  EXPECT_EQ(b.recommended_with_offload, 0);
+  EXPECT_EQ(rows_starting(b.table(), "  0 + offload"), 1u) << b.table();
+  EXPECT_EQ(rows_starting(b.table(), "  1 + offload"), 0u) << b.table();
+  EXPECT_EQ(rows_starting(b.table(), "  0  "), 1u) << b.table();
+}
+
+TEST(ZeroAdvice, MemoryIsPrintedInTheUnitThatFits) {
+  PlanFigures f;  // a small model: 100k parameters in fp32, no peak measured
+  f.params = 100'000;
+  f.trainable_params = f.params;
+  f.param_bytes = 4 * f.params;
+  const std::string t = zero_advice(f, 2, 80).table();
+  EXPECT_EQ(t.find("e-0"), std::string::npos) << "no exponents: " << t;
+  EXPECT_NE(t.find("2 GPU(s) of 80 GB (72 GB usable"), std::string::npos) << t;
+  EXPECT_NE(t.find("400 KB"), std::string::npos) << t;  // parameters; gradients at stages 0-1
+  EXPECT_NE(t.find("200 KB"), std::string::npos) << t;  // gradients at stages 2-3; stage 3's parameters
+  EXPECT_NE(t.find("1.6 MB"), std::string::npos) << t;  // stage 0's total
+  PlanFigures lora;  // 999.7 MB of frozen parameters and 40M trainable: 160 MB of gradients
+  lora.params = 1'000'000'000;
+  lora.trainable_params = 40'000'000;
+  lora.param_bytes = 999'700'000;
+  const std::string u = zero_advice(lora, 1, 24).table();
+  EXPECT_NE(u.find(" 1 GB "), std::string::npos) << "999.7 MB to 3 digits: " << u;
+  EXPECT_NE(u.find("160 MB"), std::string::npos) << u;
+  EXPECT_NE(u.find("320 MB"), std::string::npos) << u;
 }
 
 }  // namespace

@@ -59,6 +59,11 @@ struct PlanFigures {
   // The parameters' bytes (state_bytes_per_rank) and the peak tensor memory; < 0 = not known.
   int64_t param_bytes = -1;
   double peak_tensor_mb = -1;
+  // The optimizer whose state optimizer_state_mb is (summary.json's levers.optimizer.kind, else the
+  // config's train.optimizer: "fused_adamw", "muon" or "torch_adamw"), and the ranks that state was
+  // sharded over (the run's world size where its dist.zero >= 1: the figure is one rank's share).
+  std::string optimizer;
+  int64_t optimizer_state_ranks = 1;
 };
 
 using PlanProgress = std::function<void(const std::string& line, bool permanent)>;
