@@ -114,6 +114,19 @@ std::string resume_command_for(const Config& c) {
   return command + " --resume auto";
 }
 
+// A run directory this invocation created, left by a failure before any step was logged or saved
+// (data that failed its checksum at the first batch, say): removed, so that the same command runs
+// again once the cause is fixed instead of finding "a run" there.
+void remove_if_nothing_trained(const std::string& root, bool created_here) {
+  std::error_code ec;
+  if (!created_here || !fs::is_directory(root, ec)) return;
+  const RunDir dir(root);
+  const bool saved = fs::exists(dir.summary(), ec) ||
+                     (fs::is_directory(dir.checkpoints(), ec) && !fs::is_empty(dir.checkpoints(), ec));
+  if (saved || (fs::exists(dir.metrics(), ec) && fs::file_size(dir.metrics(), ec) > 0)) return;
+  fs::remove_all(root, ec);
+}
+
 // `frugal train`: auto-tune, smoke test and plan when the config asks, join the other ranks when
 // launched as one, then the Trainer; the exit code says how the run ended.
 int run_train(const TrainArgs& args) {
@@ -163,8 +176,20 @@ int run_train(const TrainArgs& args) {
     opts.quiet = opts.quiet || env.rank != 0;  // rank 0 speaks for the run; errors still print
   }
   const std::string resume_command = resume_command_for(rc.config);
-  Trainer trainer(std::move(rc), opts);
-  auto summary = trainer.fit();
+  const std::string run_root = RunDir::of(rc.config).root();
+  std::error_code ec;
+  const bool fresh = env.rank == 0 && !fs::exists(run_root, ec);
+  std::unique_ptr<Trainer> owned;
+  nlohmann::ordered_json summary;
+  try {
+    owned = std::make_unique<Trainer>(std::move(rc), opts);
+    summary = owned->fit();
+  } catch (...) {
+    owned.reset();  // its lock released
+    remove_if_nothing_trained(run_root, fresh);
+    throw;
+  }
+  Trainer& trainer = *owned;
   if (!tuned.is_null()) {  // the choice travels with the run's figures
     summary["auto_tune"] = tuned;
     write_file_atomic(RunDir(trainer.run_dir()).summary(), summary.dump(2) + "\n");

@@ -300,7 +300,8 @@ ShardReader::~ShardReader() {
 void ShardReader::fail(uint64_t offset, const std::string& what) const {
   throw DataError(
       fmt::format("shard '{}' is corrupt at byte offset {}: {}; re-create it with "
-                  "`frugal prepare` (or restore it from a copy)",
+                  "`frugal prepare ... --force` (without --force, prepare checks its inputs, not the shards it "
+                  "wrote, and finds the dataset up to date), or restore it from a copy",
                   path_, offset, what));
 }
 

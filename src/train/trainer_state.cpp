@@ -2,6 +2,7 @@
 // internal/trainer_state.h (saving and the divergence rollback: trainer_checkpoint.cpp).
 #include "train/internal/trainer_state.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -78,14 +79,25 @@ void Trainer::State::check_same_dataset(const LoadedCheckpoint& ck) {
 }
 
 // More train.steps on a WSD run stopped in its decay moves the decay later: the rate goes back up
-// to the peak first. Allowed (a run may be extended on purpose), and said.
+// to the peak first. On a cosine schedule any new length moves the rate of the steps still to come
+// (a finished run's floor jumps back up). Allowed (a run may be extended on purpose), and said.
 void Trainer::State::warn_if_rewarmed(const ConfigChange& change, int64_t at_step) const {
   const TrainConfig& t = rc.config.train;
-  if (change.key != "train.steps" || t.schedule != LrSchedule::kWsd || task.hooks.lr_schedule) return;
+  if (change.key != "train.steps" || task.hooks.lr_schedule) return;
   int64_t before = 0;
   try {
     before = std::stoll(change.from);
   } catch (const std::exception&) {
+    return;
+  }
+  if (t.schedule == LrSchedule::kCosine) {
+    const double from = schedule_lr(std::min(at_step, before - 1), t, before), to = schedule_lr(at_step, t, t.steps);
+    if (at_step >= t.warmup_steps && std::abs(to - from) > 0.01 * std::abs(from))
+      Console::get().line(fmt::format(
+          "warning: resume: the cosine decay follows train.steps, so with {} instead of {} the rate at step {} is "
+          "{:.4g}, not the {:.4g} the run was at. train.schedule = \"wsd\" extends a run without moving its rate "
+          "(docs/levers.md)",
+          t.steps, before, at_step, to, from));
     return;
   }
   const int64_t was = wsd_decay_start(before, t.warmup_steps, t.decay_fraction);

@@ -120,6 +120,22 @@ TEST(RunIntegrityCli, ExtendingAWsdRunInItsDecayWarnsThatTheRateGoesBackUp) {
   EXPECT_EQ(early.output.find("WSD decay had begun"), std::string::npos) << early.output;
 }
 
+// A finished cosine run extended with more train.steps: the decay is recomputed over the new
+// length, so the rate jumps back up from the floor. Allowed, and said, with the schedule that
+// extends runs without it.
+TEST(RunIntegrityCli, ExtendingACosineRunWarnsThatItsRateMoves) {
+  test::TempDir dir;
+  const std::string sets = test::tiny_sets(dir.path()) + " --set checkpoint.every_steps=10 --set run.name=cos";
+  ASSERT_EQ(run_frugal("train -q" + sets + " --set train.steps=20").exit_code, 0);
+  auto more = run_frugal("train" + sets + " --set train.steps=40 --resume auto --stop-at-step 21");
+  ASSERT_EQ(more.exit_code, 0) << more.output;
+  EXPECT_NE(more.output.find("warning: resume: the cosine decay follows train.steps, so with 40 instead of 20 the "
+                             "rate at step 20 is"),
+            std::string::npos)
+      << more.output;
+  EXPECT_NE(more.output.find("train.schedule = \"wsd\" extends a run"), std::string::npos) << more.output;
+}
+
 // A target is checked at evaluations: without any before the end, it cannot stop the run early,
 // and the start says so (with the key to set); --quiet silences it, and the smoke report too.
 TEST(RunIntegrityCli, ATargetWithoutEvaluationsBeforeTheEndIsSaidToWaitForTheEnd) {
@@ -308,6 +324,39 @@ TEST(RunIntegrityCli, AResumeOnADatasetPreparedAgainFromOtherInputsIsRefused) {
   EXPECT_NE(r.output.find("is not the dataset this checkpoint trained on"), std::string::npos) << r.output;
   EXPECT_EQ(test::read_text(dir.file("a/metrics.jsonl")), metrics);  // nothing written
   EXPECT_FALSE(fs::exists(dir.file("a/checkpoints/step-00000008")));
+}
+
+// Bad data found once the run has started (a shard failing its checksum at the first batch) exits 2
+// and leaves no run directory behind: once the data is fixed, as the message says, the same command
+// trains. A labelled-sample dataset for the built-in language model is refused before anything.
+TEST(RunIntegrityCli, DataThatFailsBeforeTheFirstStepLeavesNoRunDirectory) {
+  test::TempDir dir;
+  std::string text;
+  for (int i = 0; text.size() < 20000; ++i) text += fmt::format("line {} of the corpus\n", i);
+  test::write_text(dir.file("corpus.txt"), text);
+  const std::string prepare = fmt::format("prepare '{}' --out '{}' --quiet", dir.file("corpus.txt"), dir.file("ds"));
+  ASSERT_EQ(run_frugal(prepare).exit_code, 0);
+  test::flip_byte(dir.file("ds/train_000000.frs"), 100);
+  const std::string train =
+      "train --quiet" + test::tiny_sets(dir.path()) + " --set train.steps=2 --set data.source=shards:" + dir.file("ds");
+  auto r = run_frugal(train);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--force"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("demo"))) << "a run directory was left behind";
+  ASSERT_EQ(run_frugal(prepare + " --force").exit_code, 0);
+  r = run_frugal(train);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+
+  test::write_text(dir.file("table.csv"), "a,b,y\n1,2,0\n3,4,1\n5,6,0\n7,8,1\n");
+  ASSERT_EQ(run_frugal(fmt::format("prepare '{}' --format csv --label-column y --out '{}' --quiet",
+                                   dir.file("table.csv"), dir.file("recds")))
+                .exit_code,
+            0);
+  r = run_frugal("train --quiet" + test::tiny_sets(dir.path()) +
+                 " --set run.name=rec --set data.source=records:" + dir.file("recds"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("holds labelled samples"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("rec")));
 }
 
 }  // namespace
