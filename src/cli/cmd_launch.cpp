@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/config_loader.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/dist/launcher.h"
@@ -80,6 +81,9 @@ void add_launch_command(CLI::App& app, Run* run) {
           throw ConfigError("frugal launch --emit: give exactly one CONFIG file (the job runs `frugal train CONFIG`)");
         dist::EmitOptions e;
         e.config = a->command.front();
+        // The job would refuse a missing file, an unknown key or a bad value after queueing: refuse
+        // them here. Without this shell's environment: the job's is the cluster's.
+        resolve_config(e.config, a->sets, {});
         std::string stem = e.config.substr(e.config.find_last_of('/') + 1);
         stem = stem.substr(0, stem.find('.'));
         e.name = a->name.empty() ? "frugal-" + stem : a->name;

@@ -22,6 +22,7 @@
 #include "frugal/dist/data_parallel.h"
 #include "frugal/dist/env.h"
 #include "frugal/dist/process_group.h"
+#include "frugal/monitor/progress.h"  // format_usd
 #include "frugal/tune/smoke.h"
 #include "frugal/train/trainer.h"
 
@@ -71,7 +72,7 @@ void print_summary(const nlohmann::json& s) {
                          s.contains("mfu_note") ? " (" + s["mfu_note"].get<std::string>() + ")" : ""));
   }
   if (s.value("usd_per_hour", 0.0) > 0 || s.value("watts", 0.0) > 0)
-    con.line(fmt::format("  {:<22} ${:.4f} | {:.4f} kWh | {:.4f} kg CO2", "cost", s["cost_usd"].get<double>(),
+    con.line(fmt::format("  {:<22} {} | {:.4f} kWh | {:.4f} kg CO2", "cost", format_usd(s["cost_usd"].get<double>()),
                          s["energy_kwh"].get<double>(), s["kg_co2"].get<double>()));
   if (s.contains("answer_accuracy"))
     con.line(fmt::format("  {:<22} {:.1f}% of {} held-out problems", "answer_accuracy",
@@ -86,21 +87,25 @@ nlohmann::json auto_tune(const ResolvedConfig& rc, const TrainArgs& args,
   if (!rc.config.train.auto_tune) return nullptr;
   auto& con = Console::get();
   const std::string path = RunDir::of(rc.config).auto_tune();
+  // --quiet: no progress, table or choice (as plan.before_train); --json: Console sends them to stderr.
+  auto say = [&](const std::string& text) {
+    if (!args.quiet) con.line(text);
+  };
   if (!args.resume.empty() && std::filesystem::exists(path)) {
     nlohmann::json j = nlohmann::json::parse(read_small_file(path));
-    con.line(fmt::format("auto_tune: resuming with the earlier choice in {}: {}", path, j["chosen"].dump()));
+    say(fmt::format("auto_tune: resuming with the earlier choice in {}: {}", path, j["chosen"].dump()));
     return j;
   }
-  TuneReport report = run_tune(args.config, args.sets, env, console_tune_progress());
+  TuneReport report = run_tune(args.config, args.sets, env, args.quiet ? TuneProgress() : console_tune_progress());
   con.finish_status();
-  con.line(report.table());
+  say(report.table());
   if (report.best < 0) {
-    con.line("auto_tune: no candidate qualified; training with the configuration as given");
+    say("auto_tune: no candidate qualified; training with the configuration as given");
     return nullptr;
   }
   nlohmann::json j = report.to_json();
   write_file_atomic(path, j.dump(2) + "\n");
-  con.line("auto_tune: training with " + j["chosen"].get<std::string>());
+  say("auto_tune: training with " + j["chosen"].get<std::string>());
   return j;
 }
 

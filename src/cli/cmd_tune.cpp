@@ -10,6 +10,7 @@
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/config_loader.h"
 #include "frugal/core/console.h"
+#include "frugal/core/errors.h"
 #include "frugal/tune/tuner.h"
 #include "frugal/train/run_config.h"
 
@@ -63,6 +64,14 @@ void add_tune_command(CLI::App& app, Run* run) {
       con.line(report.table());
       if (args->json_out.size()) write_file_atomic(args->json_out, report.to_json().dump(2) + "\n");
       if (args->json) fmt::print("{}\n", report.to_json().dump());
+      if (report.best < 0 && report.bound_skipped > 0 && report.projected_run_s > 0)
+        throw ConfigError(fmt::format(
+            "{}: no candidate qualified, and tune.max_fraction = {} (of the configured run's projected {:.1f} s "
+            "at train.steps = {}: a bound of {:.1f} s) skipped {} of the {} candidates; the run is too short to "
+            "tune: raise train.steps or tune.max_fraction (e.g. --set tune.max_fraction=1), or train it as "
+            "configured",
+            args->config, rc.config.tune.max_fraction, report.projected_run_s, rc.config.train.steps, report.bound_s,
+            report.bound_skipped, report.candidates.size()));
       if (report.best < 0) {
         con.line("no candidate qualified; no tuned config written");
         return 1;

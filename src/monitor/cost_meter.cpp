@@ -19,6 +19,7 @@
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
+#include "frugal/monitor/progress.h"  // format_usd
 
 namespace frugal {
 namespace fs = std::filesystem;
@@ -95,11 +96,10 @@ CostMeter::CostMeter(const BudgetConfig& b) : budget_(b) {
 }
 
 void CostMeter::alert(double fraction) {
-  std::string msg = fmt::format(
-      "budget alert: ${:.4f} spent = {:.0f}% of the ${:.2f} limit; burn ${:.3f}/h, projected ${:.4f} "
-      "for the whole run",
-      figures_.usd, 100 * figures_.usd / budget_.limit_usd, budget_.limit_usd, figures_.burn_usd_per_hour,
-      figures_.projected_usd);
+  std::string msg =
+      fmt::format("budget alert: {} spent = {:.0f}% of the {} limit; burn ${:.3f}/h, projected {} for the whole run",
+                  format_usd(figures_.usd), 100 * figures_.usd / budget_.limit_usd, format_usd(budget_.limit_usd),
+                  figures_.burn_usd_per_hour, format_usd(figures_.projected_usd));
   alerts_fired_.push_back(msg);
   Console::get().line(msg);
   if (budget_.alert_command.empty()) return;
@@ -123,7 +123,7 @@ void CostMeter::add_to_banner(std::vector<std::string>& lines) const {
   if (usd_per_hour_ <= 0 && watts_ <= 0) return;
   lines.push_back(fmt::format("budget: ${:.3f}/h{}, {:.0f} W, {:.0f} g CO2/kWh{}", usd_per_hour_,
                               budget_.spot ? " (spot)" : "", watts_, budget_.grid_g_per_kwh,
-                              budget_.limit_usd > 0 ? fmt::format(", limit ${:.2f}", budget_.limit_usd) : ""));
+                              budget_.limit_usd > 0 ? ", limit " + format_usd(budget_.limit_usd) : ""));
 }
 
 void CostMeter::on_step_end(const StepMetrics& m, Control& control) {
@@ -148,9 +148,9 @@ void CostMeter::on_resume(const StepMetrics& m, Control& control) {
 void CostMeter::stop_before_the_limit(int64_t step, int64_t total_steps, Control& control) const {
   const double next = step > 0 ? figures_.usd / static_cast<double>(step) : 0;
   if (figures_.usd + next > budget_.limit_usd && step < total_steps)
-    control.request_stop(
-        fmt::format("budget: ${:.4f} spent of the ${:.2f} limit (budget.limit_usd)", figures_.usd, budget_.limit_usd),
-        StopKind::kBudget);
+    control.request_stop(fmt::format("budget: {} spent of the {} limit (budget.limit_usd)", format_usd(figures_.usd),
+                                     format_usd(budget_.limit_usd)),
+                         StopKind::kBudget);
 }
 
 void CostMeter::save_state(nlohmann::json& out) const {

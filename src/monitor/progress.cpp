@@ -24,6 +24,14 @@ std::string format_rate(double r) {
   return fmt::format("{:.0f}", r);
 }
 
+std::string format_usd(double usd) {
+  const double a = std::fabs(usd);
+  if (!std::isfinite(usd) || a >= 1 || a == 0) return fmt::format("${:.2f}", usd);
+  if (a >= 0.01) return fmt::format("${:.4f}", usd);
+  const int decimals = 2 - static_cast<int>(std::floor(std::log10(a)));  // 3 significant digits
+  return fmt::format("${:.{}f}", usd, decimals);
+}
+
 ProgressDisplay::ProgressDisplay(double interval_s, std::function<double()> clock)
     : interval_s_(interval_s), clock_(std::move(clock)) {
   if (!clock_) clock_ = unix_now;
@@ -53,7 +61,7 @@ void ProgressDisplay::on_step_end(const StepMetrics& m, Control&) {
     int filled = static_cast<int>(width * m.step / std::max<int64_t>(1, m.total_steps));
     con.status(fmt::format("step {}/{} [{}{}]  {}{}{}{}  ETA {}", m.step, m.total_steps, std::string(filled, '#'),
                            std::string(width - filled, '-'), loss, val, rate,
-                           m.cost_usd > 0 ? fmt::format("  ${:.4f}", m.cost_usd) : "", format_duration(eta)));
+                           m.cost_usd > 0 ? "  " + format_usd(m.cost_usd) : "", format_duration(eta)));
     return;
   }
   // A pipe: on a time interval, at log steps (a fresh loss), and at the end.

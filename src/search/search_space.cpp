@@ -354,6 +354,16 @@ SearchSpec load_search_spec(const std::string& path, const std::vector<std::stri
                     "[space] \"train.lr\" = {{ log_range = [1e-4, 1e-2] }}",
                     path));
   std::sort(s.params.begin(), s.params.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
+  // A --set of a searched key would be overridden by every trial's value: the two contradict.
+  for (const auto& o : sets) {
+    const std::string key = o.substr(0, o.find('='));
+    for (const auto& p : s.params)
+      if (p.key == key)
+        throw ConfigError(
+            fmt::format("--set {}: it is an axis of the search space in {}; drop it from --set or "
+                        "from [space]",
+                        key, p.where));
+  }
   const ResolvedConfig base = resolve_run_config(s.base, s.fixed, env);  // the base must hold on its own
   s.base_config = base.config;
   s.threads_given = base.origins.at("run.threads").kind != ValueOrigin::Kind::kDefault;

@@ -146,7 +146,10 @@ Trainer::Trainer(ResolvedConfig config, TaskFactory make_task, TrainerOptions op
   // honoured too: fit() checks the flag before the first step.
   if (s.opts.handle_signals) s.signals = std::make_unique<SignalHandlers>();
   Console::get().set_quiet(s.opts.quiet);
-  Console::get().set_json_mode(s.opts.json);  // stdout carries only JSON lines (--json)
+  // stdout carries only JSON lines (--json). A probe (tune, plan, smoke) keeps the mode its
+  // command set, so `frugal tune --json` and `frugal train --json` with auto_tune or smoke_first
+  // still send their human lines to stderr.
+  if (!s.opts.probe) Console::get().set_json_mode(s.opts.json);
   // The config completed from its inputs, reconciled with the run's own on a resume (run_config.h),
   // and completed again from what the run's config names.
   complete_config(s.rc);

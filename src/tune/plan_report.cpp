@@ -9,7 +9,8 @@
 
 #include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
-#include "frugal/monitor/report.h"  // format_figure
+#include "frugal/monitor/progress.h"  // format_usd
+#include "frugal/monitor/report.h"    // format_figure
 #include "frugal/tune/plan.h"
 
 namespace frugal {
@@ -19,9 +20,7 @@ namespace {
 std::string usd(double x) {
   if (!std::isfinite(x)) return "never";
   if (x >= 100) return fmt::format("${:.0f}", x);
-  if (x >= 1) return fmt::format("${:.2f}", x);
-  if (x >= 0.01) return fmt::format("${:.4f}", x);
-  return fmt::format("${:.6f}", x);
+  return format_usd(x);  // $12.34, $0.0312, and 3 significant digits below a cent
 }
 
 std::string row(const std::string& label, const Range& r, const std::function<std::string(double)>& f,

@@ -278,6 +278,7 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
     if (i >= 2 && spent + longest > report.bound_s) {
       k.note = fmt::format("skipped: time bound ({:.0f}% of the projected run = {:.1f} s)", 100 * c.tune.max_fraction,
                            report.bound_s);
+      ++report.bound_skipped;
       continue;
     }
     if (progress)

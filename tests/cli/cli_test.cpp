@@ -81,12 +81,37 @@ TEST(Cli, UnknownOptionsAndCommandsAreNamedWithTheClosestChoice) {
   EXPECT_NE(command.output.find("unknown command 'trian' (did you mean 'train'?)"), std::string::npos)
       << command.output;
   EXPECT_NE(command.output.find("prepare"), std::string::npos) << command.output;  // the list
-  auto launched = run_frugal("launch --emit slurm -n 1 -- --dashed-name.toml");
+  test::TempDir dir;  // --emit resolves its CONFIG: the files must exist (in the folder it runs in)
+  test::write_text(dir.file("--dashed-name.toml"), "");
+  test::write_text(dir.file("c.toml"), "");
+  const std::string in_dir = "cd '" + dir.path() + "' &&";
+  auto launched = run_frugal("launch --emit slurm -n 1 -- --dashed-name.toml", in_dir);
   EXPECT_EQ(launched.exit_code, 0) << launched.output;
   EXPECT_NE(launched.output.find("--dashed-name.toml"), std::string::npos) << launched.output;
   // Known options, short and long, with the value attached or apart, keep working.
-  auto known = run_frugal("launch --emit slurm -n1 --time=01:00:00 --name job -- c.toml");
+  auto known = run_frugal("launch --emit slurm -n1 --time=01:00:00 --name job -- c.toml", in_dir);
   EXPECT_EQ(known.exit_code, 0) << known.output;
+}
+
+// --emit resolves CONFIG with its --set flags as `frugal train` would, so a job that would fail
+// after queueing is refused here: a missing file, an unknown key, a bad value (exit 2, no job).
+TEST(Cli, LaunchEmitRefusesAConfigTheJobWouldRefuse) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.toml"), "[train]\nsteps = 10\n");
+  const std::string job = " -o " + dir.file("job.sbatch");
+  for (const std::string& bad : {" " + dir.file("none.toml"), " --set train.stpes=5 " + dir.file("c.toml"),
+                                 " --set train.steps=abc " + dir.file("c.toml")}) {
+    for (const char* kind : {"slurm", "skypilot"}) {
+      auto r = run_frugal(std::string("launch --emit ") + kind + job + bad);
+      EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
+      EXPECT_FALSE(std::filesystem::exists(dir.file("job.sbatch"))) << bad;
+    }
+  }
+  EXPECT_NE(run_frugal("launch --emit slurm --set train.stpes=5 " + dir.file("c.toml")).output.find("train.steps"),
+            std::string::npos);
+  auto ok = run_frugal("launch --emit slurm --set train.steps=5" + job + " " + dir.file("c.toml"));
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("job.sbatch")));
 }
 
 // frugal launch's own flags are checked before any rank starts (a bad --port used to reach every

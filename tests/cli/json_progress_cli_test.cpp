@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <sstream>
+#include <vector>
 
 #include "test_util.h"
 
@@ -74,6 +75,61 @@ TEST(JsonProgressCli, EveryStdoutLineIsAJsonObject) {
   const std::string err = test::read_text(dir.file("stderr.txt"));
   EXPECT_NE(err.find("summary:"), std::string::npos) << err;
   EXPECT_NE(err.find("dashboard: http://127.0.0.1:"), std::string::npos) << err;
+}
+
+// Every line of stdout parsed as one JSON object.
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::istringstream in(out);
+  std::string line;
+  std::vector<nlohmann::json> lines;
+  while (std::getline(in, line)) {
+    nlohmann::json j;
+    EXPECT_NO_THROW(j = nlohmann::json::parse(line)) << line;
+    EXPECT_TRUE(j.is_object()) << line;
+    lines.push_back(j);
+  }
+  return lines;
+}
+
+// A short tune: one round of one probe step per candidate.
+std::string quick_tune_sets(const test::TempDir& dir) {
+  return test::tiny_sets(dir.path()) +
+         " --set train.steps=100000 --set tune.probe_steps=1 --set tune.max_fraction=1 --set tune.rounds=1 "
+         "--set tune.loss_check_steps=2";
+}
+
+TEST(JsonProgressCli, TuneJsonPrintsOnlyItsObjectOnStdout) {
+  test::TempDir dir;
+  Output o =
+      run_stdout("tune --json" + quick_tune_sets(dir) + " --out " + dir.file("tuned.toml"), dir.file("stderr.txt"));
+  const std::string err = test::read_text(dir.file("stderr.txt"));
+  ASSERT_EQ(o.exit_code, 0) << o.out << err;
+  const auto lines = json_lines(o.out);
+  ASSERT_EQ(lines.size(), 1u) << o.out;
+  EXPECT_TRUE(lines[0].contains("candidates")) << o.out;
+  for (const char* human : {"tune: ", "tuning took", "wrote "})
+    EXPECT_NE(err.find(human), std::string::npos) << human << " not on stderr:\n" << err;
+}
+
+// train.auto_tune and train.smoke_first keep stdout JSON only; --quiet prints neither their table nor report.
+TEST(JsonProgressCli, AutoTuneAndSmokeFirstKeepStdoutJsonOnly) {
+  test::TempDir dir;
+  const std::string sets = quick_tune_sets(dir) + " --set train.steps=3 --set train.auto_tune=true";
+  Output o =
+      run_stdout("train --json" + sets + " --set train.smoke_first=true --set run.name=json", dir.file("stderr.txt"));
+  const std::string err = test::read_text(dir.file("stderr.txt"));
+  ASSERT_EQ(o.exit_code, 0) << o.out << err;
+  const auto lines = json_lines(o.out);
+  ASSERT_GE(lines.size(), 2u) << o.out;
+  for (const auto& j : lines) EXPECT_TRUE(j.contains("event")) << j.dump();
+  EXPECT_EQ(lines.back()["event"], "summary");
+  for (const char* human : {"auto_tune: training with", "smoke test:", "tuning took"})
+    EXPECT_NE(err.find(human), std::string::npos) << human << " not on stderr:\n" << err;
+
+  auto q = test::run_frugal("train -q" + sets + " --set run.name=quiet");
+  ASSERT_EQ(q.exit_code, 0) << q.output;
+  for (const char* human : {"auto_tune:", "tuning took", "tok/s"})
+    EXPECT_EQ(q.output.find(human), std::string::npos) << human << " printed with -q:\n" << q.output;
 }
 
 }  // namespace

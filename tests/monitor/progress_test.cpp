@@ -61,5 +61,18 @@ TEST(Progress, NoLineShowsALossOrARateNotYetMeasured) {
   EXPECT_EQ(count_lines(out), 5) << out;  // steps 10, 20, 30, 40, 50
 }
 
+// Money keeps its significant digits below a cent ($0.00003 is not "$0.0000").
+TEST(FormatUsd, TinyAmountsKeepThreeSignificantDigits) {
+  EXPECT_EQ(format_usd(0), "$0.00");
+  EXPECT_EQ(format_usd(0.00003), "$0.0000300");
+  EXPECT_EQ(format_usd(0.0000312), "$0.0000312");
+  EXPECT_EQ(format_usd(0.001), "$0.00100");
+  EXPECT_EQ(format_usd(0.00123456), "$0.00123");
+  EXPECT_EQ(format_usd(0.0312), "$0.0312");
+  EXPECT_EQ(format_usd(0.5005), "$0.5005");
+  EXPECT_EQ(format_usd(5), "$5.00");
+  EXPECT_EQ(format_usd(1234.567), "$1234.57");
+}
+
 }  // namespace
 }  // namespace frugal::progress_test

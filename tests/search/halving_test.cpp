@@ -242,5 +242,21 @@ TEST(SearchSpace, ACombinationTheConfigRejectsIsAProblemOfThatTrialOnly) {
   EXPECT_NE(trial_problem(s, {{"model.heads", "3"}}, {}).find("must divide model.embd"), std::string::npos);
 }
 
+// A --set of a searched key would be overridden by every trial's value (search.json listed it as
+// fixed, best.toml said `# --set`): it is refused, naming the [space] line; other --set keys pass.
+TEST(SearchSpace, ASetOfASearchedKeyIsRefusedWithItsSpaceLine) {
+  test::TempDir dir;
+  test::write_text(dir.file("s.toml"), "[search]\nmax_trials = 2\n[space]\n\"model.embd\" = [64, 128]\n");
+  try {
+    load_search_spec(dir.file("s.toml"), {"model.embd=32"}, {});
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "--set model.embd: it is an axis of the search space in " + dir.file("s.toml") +
+                                         ":4; drop it from --set or from [space]");
+  }
+  EXPECT_EQ(load_search_spec(dir.file("s.toml"), {"model.layers=1"}, {}).fixed,
+            (std::vector<std::string>{"model.layers=1"}));
+}
+
 }  // namespace
 }  // namespace frugal::halving_test

@@ -39,5 +39,8 @@ class ProgressDisplay : public Callback {
 std::string format_duration(double seconds);
 // "41.2k"
 std::string format_rate(double per_s);
+// Money, for every printed dollar figure: "$12.34" from $1, "$0.0312" from a cent, below that 3
+// significant digits ("$0.0000312", not "$0.0000"), "$0.00" for nothing.
+std::string format_usd(double usd);
 
 }  // namespace frugal

@@ -59,6 +59,7 @@ struct TuneReport {
   double seconds = 0;          // the whole tune
   double bound_s = 0;          // tune.max_fraction x the baseline's projected run time
   double projected_run_s = 0;  // the baseline's projected run time
+  int64_t bound_skipped = 0;   // candidates the time bound left out of round 1
   bool cost_known = false;     // a price ([budget]) was configured
   bool energy_known = false;   // a power draw was configured
   std::string finder;          // the batch-size finder's one-line result, if it ran

@@ -24,7 +24,8 @@
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
 #include "frugal/core/wall_clock.h"
-#include "frugal/monitor/report.h"  // format_figure
+#include "frugal/monitor/progress.h"  // format_usd
+#include "frugal/monitor/report.h"    // format_figure
 #include "frugal/search/halving.h"
 #include "frugal/train/preemption.h"
 #include "search/internal/child_process.h"
@@ -122,7 +123,7 @@ std::string progress_head(const SearchContext& ctx, const TrialState& t, int64_t
 }
 
 std::string progress_tail(const SearchContext& ctx) {
-  return fmt::format("spent ${:.4f} | {}", ctx.spent_usd(), clock_text(ctx.elapsed_s()));
+  return fmt::format("spent {} | {}", format_usd(ctx.spent_usd()), clock_text(ctx.elapsed_s()));
 }
 
 // Records the trial's result at rung k from its summary; `own_end` = it ended on its own (early stop).
@@ -153,12 +154,12 @@ void record(SearchContext& ctx, TrialState& t, int64_t k, const nlohmann::json& 
     t.note = fmt::format("ended on its own at step {}: {}", r.steps, s.value("stop_reason", ""));
   }
   ctx.save();
-  ctx.say(fmt::format("{} {} {} | {} tok/s | ${:.4f}{} | {}", progress_head(ctx, t, k), ctx.spec.metric,
-                      not_reached ? std::string("target not reached")
-                      : std::isfinite(r.metric)
-                          ? fmt::format(ctx.spec.metric_is_to_target() ? "{:.6g}" : "{:.4f}", r.metric)
-                          : std::string("not finite"),
-                      format_figure(r.tokens_per_s), r.cost_usd, own_end ? " | " + t.note : "", progress_tail(ctx)));
+  ctx.say(fmt::format(
+      "{} {} {} | {} tok/s | {}{} | {}", progress_head(ctx, t, k), ctx.spec.metric,
+      not_reached               ? std::string("target not reached")
+      : std::isfinite(r.metric) ? fmt::format(ctx.spec.metric_is_to_target() ? "{:.6g}" : "{:.4f}", r.metric)
+                                : std::string("not finite"),
+      format_figure(r.tokens_per_s), format_usd(r.cost_usd), own_end ? " | " + t.note : "", progress_tail(ctx)));
 }
 
 void fail(SearchContext& ctx, TrialState& t, int64_t k, const std::string& why) {
@@ -287,7 +288,8 @@ std::string over_budget(const SearchContext& ctx, std::vector<Job>& running) {
     return fmt::format("search.max_hours = {} reached ({} of wall time)", s.max_hours, clock_text(ctx.elapsed_s()));
   if (s.max_usd > 0) {
     const double spend = live_spend(ctx, running);
-    if (spend >= s.max_usd) return fmt::format("search.max_usd = ${:.2f} reached (${:.4f} spent)", s.max_usd, spend);
+    if (spend >= s.max_usd)
+      return fmt::format("search.max_usd = {} reached ({} spent)", format_usd(s.max_usd), format_usd(spend));
   }
   return "";
 }
@@ -307,10 +309,8 @@ std::string next_would_pass(const SearchContext& ctx, const TrialState& t, int64
   const double estimate = rate * static_cast<double>(std::max<int64_t>(0, to - t.steps));
   const double spend = live_spend(ctx, running);
   if (estimate <= 0 || spend + estimate <= ctx.spec.max_usd) return "";
-  return fmt::format(
-      "search.max_usd = ${:.2f}: the next trial-rung ({} to step {}) would cost about ${:.4f} on "
-      "top of ${:.4f} spent",
-      ctx.spec.max_usd, t.id, to, estimate, spend);
+  return fmt::format("search.max_usd = {}: the next trial-rung ({} to step {}) would cost about {} on top of {} spent",
+                     format_usd(ctx.spec.max_usd), t.id, to, format_usd(estimate), format_usd(spend));
 }
 
 }  // namespace
