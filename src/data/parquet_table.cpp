@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <utility>
 
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
@@ -52,6 +54,7 @@ CsvTable read_parquet_table(const std::vector<std::string>& files, const std::st
   CsvTable t;
   std::vector<std::string> names;
   std::vector<std::vector<double>> columns;
+  std::vector<std::pair<size_t, std::string>> starts;  // each file's first row, in order
   std::vector<std::string> labels;
   for (const auto& f : files) {
     const auto cols = detail::parquet_columns(f);
@@ -86,6 +89,7 @@ CsvTable read_parquet_table(const std::vector<std::string>& files, const std::st
                       "needs the same columns",
                       f, fmt::join(here, ", "), fmt::join(names, ", ")));
     }
+    starts.emplace_back(labels.size(), f);  // the file's first row among all the files'
     for (size_t c = 0; c < t.features.size(); ++c) detail::read_parquet_numbers(f, t.features[c], &columns[c]);
     detail::read_parquet_labels(f, t.label_column, &labels);
   }
@@ -95,11 +99,14 @@ CsvTable read_parquet_table(const std::vector<std::string>& files, const std::st
   for (size_t c = 0; c < F; ++c) {
     for (size_t r = 0; r < rows; ++r) {
       const double v = columns[c][r];
-      if (!std::isfinite(static_cast<float>(v)))
+      if (!std::isfinite(static_cast<float>(v))) {
+        auto file = std::prev(
+            std::upper_bound(starts.begin(), starts.end(), r, [](size_t row, const auto& s) { return row < s.first; }));
         throw DataError(
-            fmt::format("column '{}', row {} (counting over the files in order): value {} is not a "
-                        "finite float32; fix the cell or drop the column",
-                        t.features[c], r, v));
+            fmt::format("{}: column '{}', row {} (0-based): value {} is not a finite float32; fix the "
+                        "cell or drop the column",
+                        file->second, t.features[c], r - file->first, v));
+      }
       t.values[r * F + c] = static_cast<float>(v);
     }
   }

@@ -106,6 +106,11 @@ def check_refusals(frugal, tmp):
     pq.write_table(pa.table({"text": [1, 2, 3], "y": [0, 1, 0]}), ints)
     cases.append(([ints], [], [ints, "'text'", "not text"]))
     cases.append(([nulls], ["--label-column", "nope"], [nulls, "'nope'"]))
+    # A NaN feature in the second file: named by that file and its own row.
+    first, nan = os.path.join(tmp, "rows-1.parquet"), os.path.join(tmp, "rows-2.parquet")
+    pq.write_table(pa.table({"x": [1.0, 2.0], "y": [0, 1]}), first)
+    pq.write_table(pa.table({"x": [1.0, 2.0, float("nan")], "y": [0, 1, 0]}), nan)
+    cases.append(([first, nan], [], [nan, "'x'", "row 2 (0-based)", "finite"]))
     for i, (inputs, extra, words) in enumerate(cases):
         out = os.path.join(tmp, f"bad{i}")
         check_refusal(fail, f"case {i}", out, prepare(frugal, inputs, out, *extra, expect=2), words)
