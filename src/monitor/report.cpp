@@ -2,6 +2,7 @@
 #include "frugal/monitor/report.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -367,6 +368,23 @@ std::string run_tokenizer(const Config& c) {
   return "bytes (256 symbols)";
 }
 
+// The keys whose resolved values differ, as shown (run.name and run.out_dir aside). A
+// train.global_batch of 0 ("data.micro_batch x train.accum x processes") against the number it
+// came to is no difference: the summaries' global batch, what the runs trained with, decides.
+std::vector<std::array<std::string, 3>> config_differences(const Config& ca, const Config& cb, const Json& a,
+                                                           const Json& b) {
+  std::vector<std::array<std::string, 3>> out;
+  for (const auto& k : config_schema()) {
+    if (k.key == "run.name" || k.key == "run.out_dir") continue;
+    if (k.key == "train.global_batch" && a.contains("global_batch") &&
+        a.value("global_batch", Json()) == b.value("global_batch", Json()))
+      continue;
+    const std::string x = format_value_shown(k, ca), y = format_value_shown(k, cb);
+    if (x != y) out.push_back({k.key, x, y});
+  }
+  return out;
+}
+
 std::optional<ResolvedConfig> run_config(const std::string& dir) {
   const std::string path = RunDir(dir).config();
   if (!std::filesystem::exists(path)) return std::nullopt;
@@ -402,11 +420,8 @@ Json compare_runs_json(const std::string& a_dir, const std::string& b_dir) {
   out["config_differences"] = Json::object();
   const auto ca = run_config(a_dir), cb = run_config(b_dir);
   if (ca && cb) {
-    for (const auto& k : config_schema()) {
-      if (k.key == "run.name" || k.key == "run.out_dir") continue;
-      const std::string x = format_value_shown(k, ca->config), y = format_value_shown(k, cb->config);
-      if (x != y) out["config_differences"][k.key] = {{"a", x}, {"b", y}};
-    }
+    for (const auto& [key, x, y] : config_differences(ca->config, cb->config, a, b))
+      out["config_differences"][key] = {{"a", x}, {"b", y}};
     out["tokenizers_differ"] = run_tokenizer(ca->config) != run_tokenizer(cb->config);
   }
   return out;
@@ -453,11 +468,8 @@ std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
   const auto ca = run_config(a_dir), cb = run_config(b_dir);
   if (ca && cb) {
     std::string diff;
-    for (const auto& k : config_schema()) {
-      if (k.key == "run.name" || k.key == "run.out_dir") continue;
-      const std::string x = format_value_shown(k, ca->config), y = format_value_shown(k, cb->config);
-      if (x != y) diff += fmt::format("  {:<30} {:>20} {:>20}\n", k.key, x, y);
-    }
+    for (const auto& [key, x, y] : config_differences(ca->config, cb->config, a, b))
+      diff += fmt::format("  {:<30} {:>20} {:>20}\n", key, x, y);
     out += diff.empty() ? "\nconfig: the same (run.name and run.out_dir aside)\n"
                         : "\nconfig differences (A, B):\n" + diff;
     const std::string ta = run_tokenizer(ca->config), tb = run_tokenizer(cb->config);

@@ -228,6 +228,17 @@ TEST(Report, CompareListsTheConfigDifferencesAndWarnsAboutDifferentTokenizers) {
       << other;
   test::write_text(b.file("config.toml"), resolve_config("", {"train.lr=0.001", "run.name=b"}, {}).to_toml());
   EXPECT_NE(compare_runs(a.path(), b.path()).find("config: the same"), std::string::npos);
+  // train.global_batch 0 (derived) against the number it came to, as a tuned config writes it: the
+  // same batch when the summaries say so, a difference when they do not.
+  test::write_text(b.file("config.toml"),
+                   resolve_config("", {"train.lr=0.001", "train.global_batch=8", "data.micro_batch=8"}, {}).to_toml());
+  test::write_text(a.file("config.toml"), resolve_config("", {"train.lr=0.001", "data.micro_batch=8"}, {}).to_toml());
+  for (const auto* d : {&a, &b})
+    test::write_text(d->file("summary.json"), R"({"run_name":"r","tokens_per_s":100.0,"global_batch":8})");
+  EXPECT_NE(compare_runs(a.path(), b.path()).find("config: the same"), std::string::npos);
+  EXPECT_FALSE(compare_runs_json(a.path(), b.path())["config_differences"].contains("train.global_batch"));
+  test::write_text(b.file("summary.json"), R"({"run_name":"r","tokens_per_s":100.0,"global_batch":16})");
+  EXPECT_NE(compare_runs(a.path(), b.path()).find("train.global_batch"), std::string::npos);
 }
 
 }  // namespace
