@@ -3,8 +3,6 @@
 
 #include <torch/torch.h>
 
-#include <filesystem>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -18,8 +16,8 @@
 #include "frugal/train/model_task.h"
 #include "frugal/train/train_step.h"
 
-#include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
+#include "frugal/data/document_dataset.h"
 
 namespace frugal {
 
@@ -71,28 +69,16 @@ Task lm_task(CausalLm model, std::shared_ptr<BatchSource> data, const Config& co
   return t;
 }
 
-namespace {
-// A prepared dataset's manifest kind ("tokens", "records", "documents"), or "".
-std::string manifest_kind(const std::string& dir) {
-  std::error_code ec;
-  const std::string file = dir + "/manifest.json";
-  if (!std::filesystem::is_regular_file(file, ec)) return "";
-  const nlohmann::json m = nlohmann::json::parse(read_small_file(file), nullptr, false);
-  return m.is_object() && m.contains("kind") && m["kind"].is_string() ? m["kind"].get<std::string>() : "";
-}
-}  // namespace
-
 Task make_lm_task(const Config& config) {
   // Before the model and the run directory: labelled samples have no tokens for a language model.
   // (A documents dataset named records:DIR is refused by the record source, with the way to read it.)
-  FRUGAL_CHECK(
-      config.data.source.kind != DataSource::Kind::kRecords || manifest_kind(config.data.source.path) == "documents",
-      ConfigError,
-      fmt::format("data.source = \"{}\" holds labelled samples (images, table rows), and frugal's built-in "
-                  "models are language models that train on tokens: train them with a model of your own, "
-                  "through the library (examples/cnn_images, examples/mlp_csv) or model.source = "
-                  "\"torchscript:FILE\" (docs/library.md)",
-                  to_string(config.data.source)));
+  FRUGAL_CHECK(config.data.source.kind != DataSource::Kind::kRecords || is_document_dataset(config.data.source.path),
+               ConfigError,
+               fmt::format("data.source = \"{}\" holds labelled samples (images, table rows), and frugal's built-in "
+                           "models are language models that train on tokens: train them with a model of your own, "
+                           "through the library (examples/cnn_images, examples/mlp_csv) or model.source = "
+                           "\"torchscript:FILE\" (docs/library.md)",
+                           to_string(config.data.source)));
   CausalLm model = make_causal_lm(config.model);
   // Pretrained weights replace the random ones (a resumed run's checkpoint replaces both).
   const std::string hf = hf_init_dir(config.model);
