@@ -86,11 +86,17 @@ ZeroAdamW::ZeroAdamW(std::vector<FusedAdamW::Group> groups, AdamWHyper hyper, st
     }
     f.state = AdamWState(f.chunk, opts, offload);
     if (f.unit >= 0) {  // stage 3: keep this rank's chunk, free the rest
-      f.shard = f.params.narrow(0, pg_->rank() * f.chunk, f.chunk).clone();
+      const c10::ScalarType copy = places.empty() ? c10::ScalarType::Undefined : places[gi].copy_dtype;
+      const at::Tensor own = f.params.narrow(0, pg_->rank() * f.chunk, f.chunk);
+      if (offload) {  // the fp32 master in host memory; the device keeps what the gathers send
+        f.state.keep_master_on_host(own);
+        f.shard = own.to(copy != c10::ScalarType::Undefined ? copy : own.scalar_type(), false, /*copy=*/true);
+      } else {
+        f.shard = own.clone();
+      }
       f.master.buf = f.params;
       free_storage(f.params);
       f.master.present = false;
-      const c10::ScalarType copy = places.empty() ? c10::ScalarType::Undefined : places[gi].copy_dtype;
       if (copy != c10::ScalarType::Undefined) {
         if (!copies_) copies_ = std::make_unique<WorkingWeights>(copy, /*add_into_grads=*/false);
         f.copy.buf = at::empty({f.chunk * world}, opts.dtype(copy));
@@ -308,7 +314,7 @@ StateShard ZeroAdamW::weights_shard(const std::vector<std::pair<std::string, at:
     const Flat& f = flats_[static_cast<size_t>(p.flat)];
     e.pieces.emplace_back(p.in_tensor, p.count);
     // Stage 3: the chunk lives in the master shard (the buffer has no memory between gathers).
-    e.values.push_back(f.shard.defined() ? f.shard.narrow(0, p.in_chunk, p.count)
+    e.values.push_back(f.shard.defined() ? master_shard(f).narrow(0, p.in_chunk, p.count)
                                          : t.detach().reshape({-1}).narrow(0, p.in_tensor, p.count));
   }
   return out;
@@ -327,9 +333,8 @@ void ZeroAdamW::load_weights(const std::vector<std::pair<std::string, at::Tensor
       continue;
     }
     if (p.count > 0)
-      flats_[static_cast<size_t>(p.flat)]
-          .shard.narrow(0, p.in_chunk, p.count)
-          .copy_(values[i].reshape({-1}).narrow(0, p.in_tensor, p.count));
+      set_master_shard(flats_[static_cast<size_t>(p.flat)], p.in_chunk,
+                       values[i].reshape({-1}).narrow(0, p.in_tensor, p.count));
   }
 }
 
@@ -376,7 +381,9 @@ void ZeroAdamW::start_gather(Flat& f, Flat::Whole& w) {
   target.set_(w.buf.storage(), 0, {f.chunk * pg_->world_size()}, {1});
   std::vector<at::Tensor> out;
   for (int64_t r = 0; r < pg_->world_size(); ++r) out.push_back(target.narrow(0, r * f.chunk, f.chunk));
-  w.sending = w.buf.scalar_type() == f.shard.scalar_type() ? f.shard : f.shard.to(w.buf.scalar_type());
+  // The device's shard where it has the dtype wanted; else the master (from host memory, offloaded), cast.
+  const at::Tensor& from = w.buf.scalar_type() == f.shard.scalar_type() ? f.shard : master_shard(f);
+  w.sending = from.to(w.buf.device(), w.buf.scalar_type());
   (&w == &f.copy ? gathered_copy_bytes_ : gathered_bytes_) +=
       static_cast<double>(w.buf.numel()) * static_cast<double>(w.buf.element_size());
   w.arriving = pg_->allgather_async(w.sending, out);
@@ -393,6 +400,17 @@ void ZeroAdamW::finish_gather(Flat::Whole& w) {
   unit_gather_s_ += seconds_since(t0);
 }
 
+const at::Tensor& ZeroAdamW::master_shard(const Flat& f) {
+  return f.state.master_on_host() ? f.state.host_params : f.shard;
+}
+
+void ZeroAdamW::set_master_shard(Flat& f, int64_t at, const at::Tensor& values) {
+  c10::NoGradGuard no_grad;
+  const int64_t n = values.numel();
+  master_shard(f).narrow(0, at, n).copy_(values);
+  if (f.state.master_on_host()) f.shard.narrow(0, at, n).copy_(f.state.host_params.narrow(0, at, n));
+}
+
 void ZeroAdamW::gather(Flat& f) {
   Flat::Whole& w = wanted(f);
   if (w.present) return;
@@ -403,10 +421,7 @@ void ZeroAdamW::gather(Flat& f) {
 void ZeroAdamW::release(Flat& f, bool keep_writes) {
   if (f.unit < 0) return;
   for (Flat::Whole* w : {&f.master, &f.copy}) finish_gather(*w);  // no memory is freed under a write in flight
-  if (keep_writes && f.master.present) {
-    c10::NoGradGuard no_grad;
-    f.shard.copy_(f.params.narrow(0, pg_->rank() * f.chunk, f.chunk));
-  }
+  if (keep_writes && f.master.present) set_master_shard(f, 0, f.params.narrow(0, pg_->rank() * f.chunk, f.chunk));
   for (Flat::Whole* w : {&f.master, &f.copy})
     if (w->buf.defined() && w->present) {
       free_storage(w->buf);

@@ -150,8 +150,11 @@ void AdamWState::update(const at::Tensor& p, const at::Tensor& g, const AdamWHyp
   }
   TORCH_CHECK(!found_inf.defined(), "AdamWState::update: an offloaded update takes no skip decided on the device");
   const at::Tensor &params = host_params, &grads = host_grads;
+  // The result in the device tensor's dtype (a bf16 shard of a master on the host): cast here.
+  const bool cast = p.scalar_type() != params.scalar_type();
+  TORCH_CHECK(master_on_host_ || !cast, "AdamWState::update: a staged update needs fp32 parameters");
   if (!p.is_cuda()) {  // the same memory: the copies are plain ones
-    params.copy_(p);
+    if (!master_on_host_) params.copy_(p);
     grads.copy_(g);
     adamw_update(params, grads, exp_avg, exp_avg_sq, at::Tensor(), hyper, weight_decay, step, grad_scale);
     p.copy_(params);
@@ -160,9 +163,12 @@ void AdamWState::update(const at::Tensor& p, const at::Tensor& g, const AdamWHyp
   // Chunk by chunk, overlapped: every chunk's copies to the host are queued first, each followed by
   // an event; the CPU updates chunk c once its event has passed, while the later chunks are still
   // in transit, and queues its copy back. The stream keeps the order: this step's copies into the
-  // host buffers come after the previous step's copies out of them.
+  // host buffers come after the previous step's copies out of them, so once chunk c's event has
+  // passed the CPU may write the master and the cast staged for the device too.
   constexpr int64_t kChunk = int64_t{1} << 22;  // elements: 16 MB of each fp32 buffer
   const int64_t n = p.numel(), chunks = (n + kChunk - 1) / kChunk;
+  if (cast && !host_out.defined())
+    host_out = at::empty({n}, at::TensorOptions().dtype(p.scalar_type()).pinned_memory(true));
   // The clip coefficient as a host scalar for every chunk, read first: the gradients it was taken
   // from must be complete before they are copied anyway.
   const at::Tensor scale = grad_scale.defined() ? grad_scale.to(at::kCPU) : at::Tensor();
@@ -170,7 +176,7 @@ void AdamWState::update(const at::Tensor& p, const at::Tensor& g, const AdamWHyp
   std::vector<c10::Event> arrived;
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
-    params.narrow(0, lo, len).copy_(p.narrow(0, lo, len), /*non_blocking=*/true);
+    if (!master_on_host_) params.narrow(0, lo, len).copy_(p.narrow(0, lo, len), /*non_blocking=*/true);
     grads.narrow(0, lo, len).copy_(g.narrow(0, lo, len), /*non_blocking=*/true);
     arrived.emplace_back(p.device().type());
     arrived.back().record(stream);
@@ -180,12 +186,26 @@ void AdamWState::update(const at::Tensor& p, const at::Tensor& g, const AdamWHyp
     arrived[static_cast<size_t>(c)].synchronize();
     adamw_update(params.narrow(0, lo, len), grads.narrow(0, lo, len), exp_avg.narrow(0, lo, len),
                  exp_avg_sq.narrow(0, lo, len), at::Tensor(), hyper, weight_decay, step, scale);
-    p.narrow(0, lo, len).copy_(params.narrow(0, lo, len), /*non_blocking=*/true);
+    at::Tensor out = params.narrow(0, lo, len);
+    if (cast) {
+      at::Tensor staged = host_out.narrow(0, lo, len);
+      staged.copy_(out);
+      out = staged;
+    }
+    p.narrow(0, lo, len).copy_(out, /*non_blocking=*/true);
   }
 }
 
+void AdamWState::keep_master_on_host(const at::Tensor& values) {
+  TORCH_CHECK(offloaded(), "AdamWState::keep_master_on_host: the state is not offloaded");
+  c10::NoGradGuard no_grad;
+  host_params.copy_(values.reshape({-1}));
+  master_on_host_ = true;
+}
+
 int64_t AdamWState::bytes() const {
-  return exp_avg.defined() ? 2 * exp_avg.numel() * static_cast<int64_t>(exp_avg.element_size()) : 0;
+  const int64_t moments = exp_avg.defined() ? 2 * exp_avg.numel() * static_cast<int64_t>(exp_avg.element_size()) : 0;
+  return moments + (master_on_host_ ? host_params.numel() * static_cast<int64_t>(host_params.element_size()) : 0);
 }
 
 int64_t AdamWState::host_bytes() const { return offloaded() ? bytes() : 0; }

@@ -178,6 +178,8 @@ void take_sizes(const nlohmann::json& s, PlanFigures& f) {
   if (l.contains("optimizer") && l["optimizer"].is_object() && l["optimizer"].contains("kind") &&
       l["optimizer"]["kind"].is_string())
     f.optimizer = l["optimizer"]["kind"].get<std::string>();
+  if (l.contains("precision") && l["precision"].is_object())
+    f.bf16 = l["precision"].value("mode", std::string()) == "bf16";
   if (number(l, "zero") >= 1 && l.contains("batch") && l["batch"].is_object())
     f.optimizer_state_ranks = std::max<int64_t>(1, static_cast<int64_t>(number(l["batch"], "world_size", 1)));
 }

@@ -119,9 +119,9 @@ void put_advice(std::ostringstream& out, const ZeroAdvice& a) {
                                                         a.gpus, a.recommended));
   } else if (a.recommended_with_offload >= 0) {
     out << fmt::format(
-        "  use dist.zero = {} with dist.offload = \"optimizer\": AdamW's moments ({} a rank) in host memory, "
+        "  use dist.zero = {} with dist.offload = \"optimizer\": AdamW's moments{} ({} a rank) in host memory, "
         "each update on the CPU, a slower step (docs/distributed.md); or {}",
-        a.recommended_with_offload,
+        a.recommended_with_offload, a.recommended_with_offload == 3 ? " and the fp32 master weights" : "",
         describe_memory(a.levels[static_cast<size_t>(4 + a.recommended_with_offload)].optimizer_host_gb), others);
   } else if (a.refused_but_fits >= 0) {
     out << fmt::format(
@@ -170,10 +170,15 @@ ZeroAdvice zero_advice(const PlanFigures& f, int64_t gpus, double memory_gb) {
     ZeroLevel l;
     l.stage = k <= 3 ? k : k - 4;
     l.offload = k > 3;
-    // Stage 3 shards the trainable parameters (as fp32 masters); frozen ones stay whole.
-    l.parameters_gb = (l.stage >= 3 ? p - 4.0 * trainable * (1.0 - 1.0 / w) : p) / kGb;
+    // Stage 3 shards the trainable parameters (as fp32 masters); frozen ones stay whole. Offloaded,
+    // the masters go to host memory with the moments, and the GPU keeps the shard as its gathers
+    // send it: bf16 under bf16 autocast (the matrices; the few vectors stay fp32, not counted).
+    const bool host_master = l.offload && l.stage >= 3;
+    const double shard = (host_master && f.bf16 ? 2.0 : 4.0) * trainable / w;
+    l.parameters_gb = (l.stage >= 3 ? p - 4.0 * trainable + shard : p) / kGb;
     l.gradients_gb = (l.stage >= 2 ? g / w : g) / kGb;
-    (l.offload ? l.optimizer_host_gb : l.optimizer_gb) = (l.stage >= 1 ? o / w : o) / kGb;
+    (l.offload ? l.optimizer_host_gb : l.optimizer_gb) =
+        ((l.stage >= 1 ? o / w : o) + (host_master ? 4.0 * trainable / w : 0.0)) / kGb;
     l.total_gb = l.parameters_gb + l.gradients_gb + l.optimizer_gb + a.activations_gb;
     // Stage 3 starts from host memory (each block copied to the GPU and sharded in turn); the
     // others move the whole model to the GPU.

@@ -12,7 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "frugal/core/compat.h"
 #include "frugal/core/errors.h"
+#include "frugal/dist/env.h"
+#include "frugal/dist/zero_adamw.h"
+#include "frugal/model/working_weights.h"
 #include "frugal/model/fused_gelu.h"
 #include "frugal/model/gpt.h"
 #include "frugal/model/kernel_ops.h"
@@ -122,6 +126,48 @@ TEST(CudaStep, AnOffloadedAdamWOnTheGpuGivesTheCpuPassesBitsChunkByChunk) {
   }
   const auto want = on_host.state_tensors(), got = offloaded.state_tensors();
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i].second, want[i].second)) << want[i].first;
+}
+
+// dist.zero = 3 with dist.offload on a GPU (one NCCL rank): the fp32 master shard in pinned host
+// memory, the GPU's shard bf16 (two whole 4M-element chunks and a tail, each cast on the host and
+// copied back while the next is updated). The master is the CPU pass's bits; the bf16 copy the
+// model reads under autocast is that master rounded on the host; a gather_parameters() sends the
+// master from the host; the GPU holds 2 bytes a parameter.
+TEST(CudaStep, AnOffloadedZero3ShardKeepsItsMasterOnTheHostAndBf16OnTheGpu) {
+  FRUGAL_REQUIRE_GPU();
+  if (!device::build_info().nccl_compiled) GTEST_SKIP() << "this build has no NCCL process group";
+  DistConfig dc;
+  dc.backend = DistBackend::kNccl;
+  dist::DistEnv env;
+  env.master_port = 29704;
+  auto pg = dist::connect(env, dc, c10::Device(c10::kCUDA, 0));
+  torch::manual_seed(9);
+  const int64_t n = (int64_t{1} << 23) + 1000003;
+  at::Tensor cpu = torch::randn({n}).requires_grad_();
+  at::Tensor gpu = cpu.detach().cuda().requires_grad_();
+  const AdamWHyper h{1e-3, 0.9, 0.95, 1e-8};
+  FusedAdamW on_host({{{cpu}, 0.1}}, h);
+  dist::ZeroAdamW offloaded({{{gpu}, 0.1}}, h, pg, false, /*offload=*/true,
+                            {dist::GroupPlace{0, -1, {}, at::kBFloat16}});
+  EXPECT_EQ(offloaded.parameter_bytes(), 2 * n) << "the GPU's shard is not bf16";
+  EXPECT_EQ(offloaded.host_state_bytes(), 3 * 4 * n) << "the moments and the master";
+  for (int step = 0; step < 3; ++step) {
+    const at::Tensor g = torch::randn({n});
+    cpu.mutable_grad().copy_(g);
+    on_host.step();
+    offloaded.zero_grad();
+    offloaded.accumulate_shard(0, 0, g.cuda());
+    offloaded.step();
+  }
+  {
+    compat::AutocastGuard bf16(c10::DeviceType::CUDA, at::kBFloat16, true);
+    offloaded.gather_unit(0);
+    ASSERT_TRUE(torch::equal(working_weight(gpu).cpu(), cpu.detach().to(at::kBFloat16)));
+    offloaded.release_unit(0);
+  }
+  offloaded.gather_parameters();
+  EXPECT_TRUE(torch::equal(gpu.detach().cpu(), cpu.detach())) << "the fp32 master is not the CPU pass's";
+  offloaded.release_parameters(/*keep_writes=*/false);
 }
 
 TEST(CudaStep, FusedAdamWKeepsItsRateAndCountOnTheGpu) {

@@ -101,6 +101,30 @@ TEST(Zero3Train, KeepingBlocksWholeFromForwardToBackwardHalvesTheGathersAndTrain
   EXPECT_NE(refused.output.find("dist.reshard_after_forward = false"), std::string::npos) << refused.output;
 }
 
+// dist.offload = "optimizer" under bf16: each rank's fp32 master shard moves to host memory with the
+// moments, and the device keeps the blocks' matrices as the bf16 shard its gathers send. The update
+// is the same CPU pass on the same fp32 values, and the copies are the same casts, so the weights
+// are the unoffloaded run's (measured equal; the bound is 1e-6). The device's parameters
+// shrink by 2 bytes for each element of the bf16 shards, about half of what the host gains (the
+// fp32 master of every sharded element: the matrices and the few small vectors beside them).
+TEST(Zero3Train, OffloadedBf16RanksKeepTheMasterInHostMemoryAndTrainTheSame) {
+  test::TempDir dir;
+  const std::vector<std::string> common{"train.steps=4",       "train.warmup_steps=1", "train.accum=2",
+                                        "model.layers=2",      "dist.bucket_mb=0.01",  "train.answer_samples=0",
+                                        "precision.mode=bf16", "dist.zero=3"};
+  const auto on = launched(dir.path(), "on_device", 2, 29701, common, {});
+  const auto off = launched(dir.path(), "offload", 2, 29703, common, {"dist.offload=optimizer"});
+  EXPECT_LE(max_abs_diff(dir.file("on_device/final/model.safetensors"), dir.file("offload/final/model.safetensors")),
+            1e-6);
+  const auto &a = on["state_bytes_per_rank"], &b = off["state_bytes_per_rank"];
+  const double master = b["optimizer_in_host_memory"].get<double>() - a["optimizer"].get<double>();
+  const double saved = a["parameters"].get<double>() - b["parameters"].get<double>();
+  ASSERT_GT(master, 0) << "no fp32 master in host memory";
+  EXPECT_EQ(b["optimizer"].get<double>(), 0);
+  EXPECT_GT(saved, 0.4 * master) << "the device kept fp32 shards of the matrices";
+  EXPECT_LE(saved, 0.5 * master);
+}
+
 // The counting allocator's peak of live tensor bytes, per rank (summary.json's
 // peak_tensor_mb_per_rank), against one process's with the same global batch: at most 0.6x on 2
 // ranks and 0.35x on 4, as the state is. The model is wide and the batch short, so that the

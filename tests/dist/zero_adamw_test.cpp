@@ -386,5 +386,90 @@ TEST(ZeroAdamW, Zero3SplitGroupsStepAndSaveAsTheUnsplitGroup) {
   on_both([&](int64_t r) { opts[r]->release_parameters(/*keep_writes=*/false); });
 }
 
+// dist.zero = 3 with dist.offload = "optimizer": each rank's fp32 master chunk lives in host memory
+// beside the moments, and the device keeps its shard only in the dtype the gathers send: bf16 for
+// a group gathered as its working copy (half the bytes), fp32 for the other. The steps match
+// FusedAdamW to the bit; what a checkpoint reads (weights_shard), a gather_parameters() and the
+// writes it keeps are the fp32 master's, and the bf16 shard follows each of them.
+TEST(ZeroAdamW, Zero3OffloadedKeepsTheMasterInHostMemoryAndABf16ShardOnTheDevice) {
+  const auto groups = two_ranks(29659);
+  const AdamWHyper h{1e-2, 0.9, 0.99, 1e-8};
+  auto ref_params = make_params(7);
+  FusedAdamW ref({{{ref_params[0]}, 0.1}, {{ref_params[1], ref_params[2]}, 0.0}}, h);
+  std::vector<std::vector<at::Tensor>> params = {make_params(7), make_params(7)};
+  std::vector<std::unique_ptr<ZeroAdamW>> opts(2);
+  const std::vector<GroupPlace> places{{0, -1, {}, at::kBFloat16}, {0, -1, {}}};
+  for (int r = 0; r < 2; ++r)
+    opts[r] = std::make_unique<ZeroAdamW>(
+        std::vector<FusedAdamW::Group>{{{params[r][0]}, 0.1}, {{params[r][1], params[r][2]}, 0.0}}, h, groups[r], false,
+        /*offload=*/true, places);
+  for (int r = 0; r < 2; ++r) {
+    // Chunks of 18 (the 7x5 matrix, bf16 on the device) and 4 (5 + 3, fp32) elements.
+    EXPECT_EQ(opts[r]->parameter_bytes(), 18 * 2 + 4 * 4) << "rank " << r;
+    EXPECT_EQ(opts[r]->host_state_bytes(), 3 * (18 + 4) * 4) << "rank " << r << ": moments and master";
+    EXPECT_EQ(opts[r]->state_bytes(), opts[r]->host_state_bytes());
+  }
+  for (int step = 0; step < 3; ++step) {
+    torch::manual_seed(300 + step);
+    std::vector<at::Tensor> grads;
+    for (const auto& p : ref_params) grads.push_back(torch::randn(p.sizes()));
+    {
+      torch::NoGradGuard ng;
+      for (size_t i = 0; i < grads.size(); ++i) ref_params[i].mutable_grad().copy_(grads[i]);
+    }
+    ref.step();
+    on_both([&](int64_t r) {
+      opts[r]->zero_grad();
+      opts[r]->accumulate_shard(0, 0, grads[0].reshape({-1}));
+      opts[r]->accumulate_shard(1, 0, torch::cat({grads[1], grads[2]}));
+      opts[r]->step();
+    });
+  }
+  // The checkpoint's pieces: fp32 from the host masters, not the bf16 shard's rounding.
+  expect_weight_shards_piece_together(opts, params, ref_params);
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> states(2);
+  on_both([&](int64_t r) { states[r] = opts[r]->state_tensors(); });
+  const auto want = ref.state_tensors();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(states[0][i].second, want[i].second));
+  // `expect` gathered as the model reads it under bf16 autocast, then in fp32.
+  auto expect_gathers = [&](int64_t r, const at::Tensor& matrix, const char* when) {
+    const auto& p = params[r];
+    {
+      compat::AutocastGuard bf16(c10::DeviceType::CPU, at::kBFloat16, true);
+      opts[r]->gather_unit(0);
+      EXPECT_TRUE(torch::equal(working_weight(p[0]), matrix.to(at::kBFloat16))) << "rank " << r << " " << when;
+      EXPECT_TRUE(torch::equal(p[1], ref_params[1])) << "rank " << r << " " << when;
+      opts[r]->release_unit(0);
+    }
+    opts[r]->gather_parameters();
+    EXPECT_TRUE(torch::equal(p[0], matrix)) << "rank " << r << " " << when;
+    EXPECT_TRUE(torch::equal(p[2], ref_params[2])) << "rank " << r << " " << when;
+  };
+  on_both([&](int64_t r) {
+    expect_gathers(r, ref_params[0], "after the steps");
+    torch::NoGradGuard ng;
+    params[r][0].mul_(static_cast<double>(2 + r));  // a restore's writes: each rank keeps its own chunk
+    opts[r]->release_parameters(/*keep_writes=*/true);
+  });
+  const at::Tensor flat = ref_params[0].reshape({-1});
+  const at::Tensor mixed = torch::cat({flat.narrow(0, 0, 18) * 2, flat.narrow(0, 18, 17) * 3}).view({7, 5});
+  on_both([&](int64_t r) {
+    expect_gathers(r, mixed, "after the kept writes");
+    opts[r]->release_parameters(/*keep_writes=*/false);
+  });
+  // load_weights (a resume) writes the masters, and the bf16 shards follow.
+  const std::vector<at::Tensor> values{ref_params[0] * 2 + 1, ref_params[1], ref_params[2]};
+  on_both([&](int64_t r) {
+    std::vector<std::pair<std::string, at::Tensor>> named;
+    for (size_t i = 0; i < params[r].size(); ++i) named.emplace_back(fmt::format("p{}", i), params[r][i]);
+    opts[r]->load_weights(named, values);
+  });
+  expect_weight_shards_piece_together(opts, params, values);
+  on_both([&](int64_t r) {
+    expect_gathers(r, values[0], "after load_weights");
+    opts[r]->release_parameters(/*keep_writes=*/false);
+  });
+}
+
 }  // namespace
 }  // namespace frugal::dist::zero_adamw_test

@@ -380,6 +380,23 @@ TEST(CostPlan, GpusAndTheirMemorySayWhichZeroStageFits) {
   EXPECT_EQ(m["zero"]["levels"][2]["refused"], "refused with muon");
   EXPECT_LT(m["zero"]["levels"][0]["optimizer_gb"].get<double>(), j["zero"]["levels"][0]["optimizer_gb"].get<double>());
   EXPECT_NE(r.output.find("Muon's state as the probe measured it"), std::string::npos) << r.output;
+  // The offloaded ZeRO-3 row under bf16 (the probe's levers): the GPU keeps the shard as its bf16
+  // copy, the fp32 master goes to host memory; in fp32 the GPU's shard is the master's width.
+  for (const std::string mode : {"bf16", "fp32"}) {
+    r = test::run_frugal("plan" + test::tiny_sets(dir.path()) + " --set plan.probe_steps=3 --set precision.mode=" +
+                         mode + " --gpus 4 --gpu-memory-gb 80 --json-out " + dir.file(mode + ".json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json levels = read_json(dir.file(mode + ".json"))["zero"]["levels"];
+    const double on_gpu = levels[3]["parameters_gb"].get<double>(),
+                 offloaded = levels[7]["parameters_gb"].get<double>();
+    if (mode == "bf16") {
+      EXPECT_LT(offloaded, on_gpu) << levels.dump();
+    } else {
+      EXPECT_DOUBLE_EQ(offloaded, on_gpu) << levels.dump();
+    }
+    EXPECT_GT(levels[7]["optimizer_host_gb"].get<double>(), levels[6]["optimizer_host_gb"].get<double>())
+        << "the master shard in host memory at stage 3: " << levels.dump();
+  }
   r = test::run_frugal("plan" + test::tiny_sets(dir.path()) + " --gpus 4");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--gpus and --gpu-memory-gb go together"), std::string::npos) << r.output;

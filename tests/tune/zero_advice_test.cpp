@@ -60,8 +60,9 @@ TEST(ZeroAdvice, WhereOnlyZero3FitsItIsAdvisedWithItsWholeEmbeddingsSaid) {
 }
 
 TEST(ZeroAdvice, WhereOnlyTheOptimizerInHostMemoryFitsItIsAdvisedWithItsHostBytes) {
-  // 2 x 48 GB (43.2 usable): stage 3 needs 16 + 16 + 32 + 2 = 66; with its 32 GB of moments in
-  // host memory, 34. Offloaded stage 2 needs 32 + 16 + 2 = 50.
+  // 2 x 48 GB (43.2 usable): stage 3 needs 16 + 16 + 32 + 2 = 66; with its 32 GB of moments and
+  // its 16 GB fp32 master shard in host memory, 34 (the GPU's fp32 shard as its gathers send it).
+  // Offloaded stage 2 needs 32 + 16 + 2 = 50.
   const ZeroAdvice a = zero_advice(eight_billion(), 2, 48);
   EXPECT_EQ(a.recommended, -1);
   ASSERT_EQ(a.recommended_with_offload, 3);
@@ -69,20 +70,29 @@ TEST(ZeroAdvice, WhereOnlyTheOptimizerInHostMemoryFitsItIsAdvisedWithItsHostByte
   EXPECT_TRUE(l.offload);
   EXPECT_EQ(l.stage, 3);
   EXPECT_NEAR(l.total_gb, 16 + 16 + 2, 1e-6);
-  // As summary.json's state_bytes_per_rank: nothing on the GPU, the moments in host memory.
+  // As summary.json's state_bytes_per_rank: nothing on the GPU, the moments and master in host memory.
   EXPECT_EQ(l.optimizer_gb, 0.0);
-  EXPECT_NEAR(l.optimizer_host_gb, 32, 1e-6);
+  EXPECT_NEAR(l.optimizer_host_gb, 32 + 16, 1e-6);
   EXPECT_NEAR(l.total_gb, l.parameters_gb + l.gradients_gb + l.optimizer_gb + a.activations_gb, 1e-9);
   EXPECT_FALSE(a.levels[6].fits) << "stage 2 with offload: 32 + 16 + 2 = 50";
+  EXPECT_NEAR(a.levels[6].optimizer_host_gb, 32, 1e-6) << "below stage 3 the master is the GPU's parameters";
   const std::string t = a.table();
-  EXPECT_NE(t.find("use dist.zero = 3 with dist.offload = \"optimizer\": AdamW's moments (32 GB a rank)"),
+  EXPECT_NE(t.find("use dist.zero = 3 with dist.offload = \"optimizer\": AdamW's moments and the fp32 master "
+                   "weights (48 GB a rank)"),
             std::string::npos)
       << t;
   EXPECT_NE(t.find("3 + offload"), std::string::npos) << t;
-  EXPECT_NE(t.find("0 (host 32 GB)"), std::string::npos) << "the column the total counts: " << t;
+  EXPECT_NE(t.find("0 (host 48 GB)"), std::string::npos) << "the column the total counts: " << t;
   EXPECT_EQ(a.to_json()["levels"][7]["optimizer_gb"], 0.0);
-  EXPECT_EQ(a.to_json()["levels"][7]["optimizer_host_gb"], 32.0);
+  EXPECT_EQ(a.to_json()["levels"][7]["optimizer_host_gb"], 48.0);
   EXPECT_EQ(a.to_json()["recommended_with_offload"], 3);
+  // Under bf16 the GPU keeps the shard as its bf16 copy: 8 GB of parameters instead of 16.
+  PlanFigures bf16 = eight_billion();
+  bf16.bf16 = true;
+  const ZeroAdvice b = zero_advice(bf16, 2, 48);
+  EXPECT_NEAR(b.levels[7].parameters_gb, 8, 1e-6);
+  EXPECT_NEAR(b.levels[7].optimizer_host_gb, 48, 1e-6);
+  EXPECT_NEAR(b.levels[3].parameters_gb, 16, 1e-6) << "not offloaded, the fp32 master shard is on the GPU";
   // 8 x 48 GB: stage 3 fits on the GPUs (18 GB); offload is not advised.
   EXPECT_EQ(zero_advice(eight_billion(), 8, 48).recommended, 3);
   EXPECT_EQ(zero_advice(eight_billion(), 8, 48).recommended_with_offload, -1);

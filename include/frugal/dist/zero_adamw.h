@@ -24,7 +24,11 @@
 // re-gathered values in the backward. Groups without a unit stay as at stage 2 (whole on every
 // rank, all-gathered after the step). Stage 3 shards the gradients too.
 //
-// Offloaded, the moments are host tensors and the chunk's update runs on the CPU (AdamWState).
+// Offloaded, the moments are host tensors and the chunk's update runs on the CPU (AdamWState). At
+// stage 3 the fp32 master shard is in host memory too (AdamWState::keep_master_on_host): the
+// device keeps the shard only in the dtype its gathers send (the bf16 working copy's where the
+// place sets copy_dtype), and the fp32 gathers (gather_parameters(): checkpoints, export) send
+// the master from the host.
 //
 // Checkpoints: each rank writes its own pieces of the state (state_shard()) and of the weights
 // (weights_shard()), without communication,
@@ -138,7 +142,10 @@ class ZeroAdamW : public Optimizer {
       int64_t here = 0, there = 0, numel = 0;  // a parameter's offset here and in its origin group
     };
     std::vector<Span> spans;
-    at::Tensor shard;  // stage 3: this rank's chunk of the parameters
+    // Stage 3: this rank's chunk of the parameters, fp32 (the master); offloaded, the master is in
+    // host memory and this its copy in the gathers' dtype (the working copy's where the place
+    // sets copy_dtype: bf16, half the bytes).
+    at::Tensor shard;
     // Stage 3's whole buffers, each with memory only while gathered: the fp32 parameters
     // (`params`) and, where the place sets copy_dtype, their working copy.
     struct Whole {
@@ -155,6 +162,10 @@ class ZeroAdamW : public Optimizer {
   void finish_gather(Flat::Whole& w);
   void gather(Flat& f);
   void release(Flat& f, bool keep_writes);
+  // Stage 3: this rank's fp32 master chunk (offloaded, in host memory: AdamWState's), and a write
+  // of `values` into it at `at` that the device's shard follows.
+  static const at::Tensor& master_shard(const Flat& f);
+  void set_master_shard(Flat& f, int64_t at, const at::Tensor& values);
   std::string state_name(size_t flat, const char* what) const;
   // This rank's chunk of flat `flat` in the checkpoint's layout: {there, here, n} per piece, `there`
   // an offset in the whole (origin's) tensor, `here` one in this flat.

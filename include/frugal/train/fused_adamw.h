@@ -76,23 +76,37 @@ void adamw_update(const at::Tensor& params, const at::Tensor& grads, const at::T
 // buffers, updated there, the parameters copied back. Offloaded, the device holds no moments and
 // no scratch (12 bytes a parameter fewer) and each step moves 12 bytes a parameter between device
 // and host; the maths is the CPU pass's, so the same bits as an unoffloaded CPU run.
+//
+// With the master in host memory too (keep_master_on_host: ZeRO-3's shard), `host_params` is the
+// fp32 parameters themselves rather than a staging copy: a step copies only the gradients to the
+// host, and the result goes back to the device in the dtype of the tensor the update is given
+// (ZeRO-3's bf16 shard: 2 bytes a parameter on the device instead of 4, cast on the host as
+// autocast's cast rounds).
 struct AdamWState {
   at::Tensor exp_avg, exp_avg_sq;  // on the parameters' device, or in host memory when offloaded
   // On the device: scratch for sqrt(v)/bc2 + eps, allocated once (a fresh buffer of the model's
   // size every step would be mmapped and page-faulted in each time).
   at::Tensor denom;
-  at::Tensor host_params, host_grads;  // offloaded: the host staging buffers
+  at::Tensor host_params, host_grads;  // offloaded: the host staging buffers (host_params: or the master)
+  at::Tensor host_out;                 // master on the host, a device copy of another dtype: its cast, staged
   AdamWState() = default;
   // `n` zeroed moments for parameters of `opts` (fp32), on their device or offloaded.
   AdamWState(int64_t n, const at::TensorOptions& opts, bool offload);
   bool offloaded() const { return host_params.defined(); }
+  // REQUIRES: offloaded(). From now on `host_params` is the master, first set to `values` (this
+  // state's `n` parameters, anywhere); update() no longer reads its `params` argument, only writes it.
+  void keep_master_on_host(const at::Tensor& values);
+  bool master_on_host() const { return master_on_host_; }
   // One update of `params` from `grads` (REQUIRES: both of this size): adamw_update on the device
   // (with `device`'s scalars where on), or offloaded with the host's rate and count.
   void update(const at::Tensor& params, const at::Tensor& grads, const AdamWHyper& hyper, double weight_decay,
               int64_t step, const at::Tensor& grad_scale, const AdamWDeviceScalars* device,
               const at::Tensor& found_inf = {});
-  int64_t bytes() const;       // the moments'
+  int64_t bytes() const;       // the moments' (and a master in host memory)
   int64_t host_bytes() const;  // of those, in host memory
+
+ private:
+  bool master_on_host_ = false;
 };
 
 namespace test_hooks {

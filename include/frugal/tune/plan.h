@@ -64,6 +64,9 @@ struct PlanFigures {
   // sharded over (the run's world size where its dist.zero >= 1: the figure is one rank's share).
   std::string optimizer;
   int64_t optimizer_state_ranks = 1;
+  // The run trains under bf16 autocast (summary.json's levers.precision.mode): an offloaded ZeRO-3
+  // shard then stays on the GPU as its bf16 copy, the fp32 master in host memory.
+  bool bf16 = false;
 };
 
 using PlanProgress = std::function<void(const std::string& line, bool permanent)>;

@@ -20,10 +20,11 @@
 // Muon refuses ZeRO-2 and 3 and the offload, torch_adamw takes one process only and no offload
 // (docs/distributed.md). When none does, the stages with dist.offload = "optimizer" (the state in
 // host memory: a slower step) are weighed the same way, and the lowest that fits is advised with
-// it. With one GPU every stage holds the same. Stage 3 keeps the parameters outside the blocks
-// (embeddings, head) whole on every rank, which the table counts as sharded; its text says so.
-// Stage 3 also starts from host memory: every rank holds the whole model (P) there once at
-// start-up, while its GPU holds only its shards (docs/distributed.md); the text names that too.
+// it; offloaded stage 3 moves its masters (4 T / W) to host memory as well, the GPU keeping their
+// shard in bf16 (2 T / W) where the figures trained in bf16 (PlanFigures::bf16). With one GPU every stage holds the
+// same. Stage 3 keeps the parameters outside the blocks (embeddings, head) whole on every rank, which the table counts
+// as sharded; its text says so. Stage 3 also starts from host memory: every rank holds the whole model (P) there once
+// at start-up, while its GPU holds only its shards (docs/distributed.md); the text names that too.
 #pragma once
 
 #include <cstdint>
