@@ -2,6 +2,7 @@
 #include "frugal/data/document_reader.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -28,7 +29,9 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
       throw DataError(fmt::format("input '{}' does not exist (expected a file or a folder)", in));
     }
   }
-  if (files.empty()) throw DataError("the inputs hold no files");
+  if (files.empty())
+    throw DataError(fmt::format("no files under {}: {} empty; give the files to prepare, or the folders that hold them",
+                                fmt::join(inputs, ", "), inputs.size() == 1 ? "the folder is" : "the folders are"));
   return files;
 }
 

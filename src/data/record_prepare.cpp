@@ -96,7 +96,13 @@ bool is_image_ext(std::string ext) {
 void prepare_images(const PrepareOptions& o, std::vector<ImageItem> items, const std::vector<std::string>& classes,
                     const std::string& tmp, nlohmann::ordered_json* m, PrepareReport* r, const PrepareProgress& say) {
   const int64_t n = static_cast<int64_t>(items.size());
-  if (n == 0) throw DataError("the inputs hold no JPEG or PNG images");
+  if (n == 0) throw DataError(fmt::format("no JPEG or PNG images in {}", fmt::join(o.inputs, ", ")));
+  // One class trains a classifier to answer it always; usually the folder given was one class's.
+  if (classes.size() == 1)
+    throw DataError(fmt::format(
+        "{} holds one class ('{}'): a classifier needs two or more. Give the folder whose sub-folders are "
+        "the classes (one sub-folder of images each), or tar samples with two or more '.cls' labels",
+        fmt::join(o.inputs, ", "), classes.front()));
   const bool explicit_val = std::any_of(items.begin(), items.end(), [](const ImageItem& i) { return i.val; });
   if (!explicit_val) {
     const std::vector<bool> val = held_out(n, o.val_fraction, o.seed);

@@ -208,6 +208,25 @@ TEST(ImagePrepare, CliPreparesAFolderAndSaysHowToTrain) {
   EXPECT_NE(bad.output.find("is not a folder"), std::string::npos) << bad.output;
 }
 
+// An empty folder, and a folder that is one class's (its parent was meant), are refused by name
+// with exit 2, and nothing is published.
+TEST(ImagePrepare, AnEmptyFolderOrASingleClassIsRefusedNamingTheFolder) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("empty"));
+  auto r = test::run_frugal(fmt::format("prepare --format images {} --out {}", dir.file("empty"), dir.file("ds")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("no files under " + dir.file("empty") + ": the folder is empty"), std::string::npos)
+      << r.output;
+  make_folder(dir.file("in"));
+  fs::remove_all(dir.file("in/dog"));
+  r = test::run_frugal(fmt::format("prepare --format images {} --out {}", dir.file("in"), dir.file("ds")));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(dir.file("in") + " holds one class ('cat'): a classifier needs two or more"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("ds")));
+}
+
 }  // namespace
 }  // namespace frugal::image_prepare_test
 
