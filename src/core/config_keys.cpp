@@ -95,8 +95,8 @@ void add_model_keys(std::vector<KeySpec>& s) {
   k.fixed(enum_key<ModelConfig::Activation>(
       FRUGAL_FIELD(model, activation),
       {{"gelu", ModelConfig::Activation::kGelu}, {"gelu_tanh", ModelConfig::Activation::kGeluTanh}},
-      "MLP nonlinearity: \"gelu\" (exact, erf; frugal's fused CPU kernel) or \"gelu_tanh\" (GPT-2's tanh "
-      "approximation); unset, model.init_from's config.json sets it"));
+      "gpt: the MLP nonlinearity, \"gelu\" (exact, erf; frugal's fused CPU kernel) or \"gelu_tanh\" (GPT-2's "
+      "tanh approximation); unset, model.init_from's config.json sets it. The Llama family's MLP is SwiGLU"));
   k.fixed(float_key(FRUGAL_FIELD(model, norm_eps), 1e-12, 1e-1,
                     "LayerNorm (gpt) or RMSNorm (llama) epsilon; unset, model.init_from's config.json sets it"));
   k.fixed(float_key(FRUGAL_FIELD(model, rope_theta), 1, 1e12, "llama: the rotary embedding's base wavelength"));

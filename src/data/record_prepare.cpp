@@ -99,10 +99,10 @@ void prepare_images(const PrepareOptions& o, std::vector<ImageItem> items, const
   if (n == 0) throw DataError(fmt::format("no JPEG or PNG images in {}", fmt::join(o.inputs, ", ")));
   // One class trains a classifier to answer it always; usually the folder given was one class's.
   if (classes.size() == 1)
-    throw DataError(fmt::format(
-        "{} holds one class ('{}'): a classifier needs two or more. Give the folder whose sub-folders are "
-        "the classes (one sub-folder of images each), or tar samples with two or more '.cls' labels",
-        fmt::join(o.inputs, ", "), classes.front()));
+    throw DataError(
+        fmt::format("{} holds one class ('{}'): a classifier needs two or more. Give the folder whose sub-folders are "
+                    "the classes (one sub-folder of images each), or tar samples with two or more '.cls' labels",
+                    fmt::join(o.inputs, ", "), classes.front()));
   const bool explicit_val = std::any_of(items.begin(), items.end(), [](const ImageItem& i) { return i.val; });
   if (!explicit_val) {
     const std::vector<bool> val = held_out(n, o.val_fraction, o.seed);

@@ -152,10 +152,9 @@ TEST(TarSamples, ImageSamplesPrepareIntoRecords) {
 TEST(TarSamples, ImageWithoutLabelAndCorruptImageNameTheMember) {
   test::TempDir dir;
   write_tar(dir.file("nolabel.tar"), {{"a.png", encode_png(test::gradient_image(4, 4, 1))}});
-  write_tar(dir.file("corrupt.tar"), {{"b.jpg", "not a jpeg"},
-                                      {"b.cls", "0"},
-                                      {"c.png", encode_png(test::gradient_image(4, 4, 2))},
-                                      {"c.cls", "1"}});
+  write_tar(
+      dir.file("corrupt.tar"),
+      {{"b.jpg", "not a jpeg"}, {"b.cls", "0"}, {"c.png", encode_png(test::gradient_image(4, 4, 2))}, {"c.cls", "1"}});
   PrepareOptions o;
   o.out_dir = dir.file("ds");
   o.format = InputFormat::kTar;

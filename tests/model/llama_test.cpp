@@ -206,6 +206,10 @@ TEST(Llama, ConfigChecksNameTheKey) {
   m.rope_scaling = ModelConfig::RopeScaling::kLlama3;
   m.rope_low_freq_factor = 4;
   EXPECT_NE(refusal(m).find("model.rope_high_freq_factor"), std::string::npos);
+  // The GPT's one key a Llama would ignore: its MLP is SwiGLU whatever model.activation says.
+  m = small();
+  m.activation = ModelConfig::Activation::kGeluTanh;
+  EXPECT_NE(refusal(m).find("model.activation applies to the GPT"), std::string::npos) << refusal(m);
 }
 
 }  // namespace
