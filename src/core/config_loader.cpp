@@ -313,6 +313,8 @@ std::string ValueOrigin::describe() const {
       return "--set";
     case Kind::kCode:
       return "code";
+    case Kind::kTool:
+      return where;
     case Kind::kRun:  // a checkpoint, or the run's config.toml where it had none (a start over)
       return (where.size() >= 11 && where.compare(where.size() - 11, 11, "config.toml") == 0
                   ? "the run's own "
@@ -390,6 +392,13 @@ ResolvedConfig resolve_config(const std::string& file, const std::vector<std::st
 void apply_overrides(ResolvedConfig& rc, const std::vector<std::string>& overrides) {
   for (const auto& o : overrides) apply_override(rc, o);
   validate_config(rc.config);
+}
+
+void mark_written_by(ResolvedConfig& rc, const std::vector<std::string>& sets, const std::string& tool) {
+  for (const auto& s : sets) {
+    const auto it = rc.origins.find(s.substr(0, s.find('=')));
+    if (it != rc.origins.end()) it->second = {ValueOrigin::Kind::kTool, tool};
+  }
 }
 
 ResolvedConfig resolve_config(const Config& config) {

@@ -181,14 +181,16 @@ SearchOutcome write_search_outputs(const SearchContext& ctx, const HalvingSchedu
   if (!j["best"].is_null()) {
     out.best = j["best"].get<std::string>();
     const Json& b = j["trials"][0];
-    std::vector<std::string> sets = ctx.spec.fixed;
-    for (const auto& [k, v] : b["values"].items()) sets.push_back(k + "=" + v.get<std::string>());
+    std::vector<std::string> sets = ctx.spec.fixed, chosen;
+    for (const auto& [k, v] : b["values"].items()) chosen.push_back(k + "=" + v.get<std::string>());
     // A run of its own: the base's run.name may well be a finished run that `frugal train best.toml`
     // must not touch.
     const std::filesystem::path folder = std::filesystem::path(ctx.dir).lexically_normal();
     const std::string folder_name = (folder.filename().empty() ? folder.parent_path() : folder).filename().string();
-    sets.push_back(fmt::format("run.name={}-{}", folder_name.empty() ? "search" : folder_name, out.best));
-    const ResolvedConfig rc = resolve_run_config(ctx.spec.base, sets, process_environment());
+    chosen.push_back(fmt::format("run.name={}-{}", folder_name.empty() ? "search" : folder_name, out.best));
+    sets.insert(sets.end(), chosen.begin(), chosen.end());
+    ResolvedConfig rc = resolve_run_config(ctx.spec.base, sets, process_environment());
+    mark_written_by(rc, chosen, "frugal search, trial " + out.best);
     out.best_toml = ctx.dir + "/best.toml";
     write_file_atomic(out.best_toml,
                       fmt::format("# written by `frugal search {}`: trial {} ({} {} at step {}, rank 1 of {})\n{}",

@@ -419,7 +419,8 @@ std::string tuned_config_toml(const std::string& file, const std::vector<std::st
                               const std::map<std::string, std::string>& env, const TuneReport& report) {
   std::vector<std::string> sets = overrides;
   for (const auto& s : report.chosen_sets()) sets.push_back(s);
-  const ResolvedConfig rc = resolve_run_config(file, sets, env);
+  ResolvedConfig rc = resolve_run_config(file, sets, env);
+  mark_written_by(rc, report.chosen_sets(), "frugal tune");
   std::string head = "# written by `frugal tune`";
   if (report.best >= 0) head += ": " + report.candidates[static_cast<size_t>(report.best)].label;
   return head + "\n" + rc.to_toml();

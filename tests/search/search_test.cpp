@@ -182,7 +182,11 @@ TEST(Search, HalvingKeepsTheTrialFullRunsRankBestMeasuresRungsExactlyAndRepeatsI
   expect_no_step_trained_twice(H);
   // Outputs: the best configuration trains as it is; the page is self-contained and has its charts.
   const std::string toml = test::read_text(dir.file("h/best.toml"));
-  EXPECT_NE(toml.find("lr = " + best["values"]["train.lr"].get<std::string>()), std::string::npos) << toml;
+  // The searched value says where it came from: the trial, not a --set the user never gave.
+  EXPECT_NE(toml.find("lr = " + best["values"]["train.lr"].get<std::string>() + "  # frugal search, trial " +
+                      H["best"].get<std::string>()),
+            std::string::npos)
+      << toml;
   // best.toml names a run of its own (the base's run.name may be a finished run that training it
   // must not touch), and the command the search prints trains it verbatim.
   const std::string best_run = "h-" + H["best"].get<std::string>();

@@ -135,6 +135,18 @@ TEST(Tune, TinyConfigPrintsATableAndWritesAConfigThatTrainAccepts) {
     const std::string key = kv.substr(0, kv.find('='));
     EXPECT_EQ(tuned.origins.at(key).kind, ValueOrigin::Kind::kFile) << key;
   }
+  // Each chosen value is marked as tune's, not as a --set the user never gave.
+  const std::string written = test::read_text(dir.file("tuned.toml"));
+  for (const auto& s : j["chosen_sets"]) {
+    const std::string kv = s.get<std::string>();
+    const size_t dot = kv.find('.');
+    const std::string name = kv.substr(dot + 1, kv.find('=') - dot - 1);
+    const size_t line = written.find("\n" + name + " = ", written.find("[" + kv.substr(0, dot) + "]\n"));
+    ASSERT_NE(line, std::string::npos) << name << "\n" << written;
+    EXPECT_NE(written.substr(line, written.find('\n', line + 1) - line).find("# frugal tune"), std::string::npos)
+        << kv << "\n"
+        << written;
+  }
   auto t =
       test::run_frugal("train " + dir.file("tuned.toml") + " --set train.steps=2 --set run.name=from-tuned --quiet");
   EXPECT_EQ(t.exit_code, 0) << t.output;

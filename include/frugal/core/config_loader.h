@@ -65,8 +65,9 @@ const KeySpec* find_key(const std::string& key);
 // Where a resolved value came from.
 struct ValueOrigin {
   // kRun: a resume took the run's own value from its checkpoint (train/run_config.h).
-  enum class Kind { kDefault, kEnv, kFile, kOverride, kCode, kRun } kind = Kind::kDefault;
-  std::string where;  // "FRUGAL_TRAIN_LR", "examples/demo.toml:12", "--set", a checkpoint directory
+  // kTool: a value a command chose and wrote (`frugal tune`'s setting, `frugal search`'s trial).
+  enum class Kind { kDefault, kEnv, kFile, kOverride, kCode, kRun, kTool } kind = Kind::kDefault;
+  std::string where;  // "FRUGAL_TRAIN_LR", "examples/demo.toml:12", "--set", a checkpoint directory, the tool
   std::string describe() const;
 };
 
@@ -98,6 +99,9 @@ ResolvedConfig resolve_config(const Config& config);
 // Applies "section.key=value" overrides to an already resolved config as --set would (origin
 // "--set"), then the cross-key checks. Throws ConfigError naming the override.
 void apply_overrides(ResolvedConfig& rc, const std::vector<std::string>& overrides);
+// The keys of `sets` ("section.key=value", as applied) take the origin `tool` (Kind::kTool, e.g.
+// "frugal tune"): what to_toml() says of the values a command chose, rather than "--set".
+void mark_written_by(ResolvedConfig& rc, const std::vector<std::string>& sets, const std::string& tool);
 // One value for key k as `--set` reads it (type, range, choices, the key's own check), without the
 // cross-key checks; `where` names its origin in the error. Throws ConfigError.
 ConfigValue parse_config_value(const KeySpec& k, const std::string& text, const std::string& where);
