@@ -313,18 +313,25 @@ void Trainer::State::print_banner() const {
   for (const auto& l : lines) con.line(l);
 }
 
-nlohmann::json Trainer::State::finish(const Control& control) {
+nlohmann::json Trainer::State::finish(const Control& ended) {
   const Config& c = rc.config;
+  Control control = ended;
+  // Past the budget, no more compute is spent on a final evaluation; the weights are still saved.
+  auto evaluates = [](StopKind k) {
+    return k != StopKind::kPreempted && k != StopKind::kGuard && k != StopKind::kBudget;
+  };
+  settle_queued_steps();  // on a GPU, the steps since the last log step
+  if (evaluates(control.stop_kind()) && loop.last_eval_step != loop.step) {
+    CrashPhase phase("final evaluation");
+    Control during;  // the run is over: what this evaluation's callbacks ask changes nothing
+    // A stop signal during it stops the run as one during training does: checkpointed with the
+    // evaluation pending (the resumed run evaluates first), exit 75, not a completed run without it.
+    if (!run_eval(during)) check_signal(control);
+    if (dp) dp->agree(control);
+  }
   const StopKind kind = stopped = control.stop_kind();
   const bool healthy = kind != StopKind::kPreempted && kind != StopKind::kGuard;
-  // Past the budget, no more compute is spent on a final evaluation; the weights are still saved.
-  const bool evaluate = healthy && kind != StopKind::kBudget;
-  settle_queued_steps();  // on a GPU, the steps since the last log step
-  if (evaluate && loop.last_eval_step != loop.step) {
-    CrashPhase phase("final evaluation");
-    Control ignored;  // the run is over; a stop request from this evaluation changes nothing
-    run_eval(ignored);
-  }
+  const bool evaluate = evaluates(kind);
   {
     CrashPhase phase("final checkpoint");
     // A resumed session that trained no step (stopped before it) has nothing new to save: the

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
 #include <csignal>
 #include <fstream>
 #include <set>
@@ -262,6 +263,43 @@ TEST(DatasetSource, TorchDatasetAdapterYieldsTheDatasetsSamples) {
   EXPECT_EQ(plain.val_indices(2), (std::vector<int64_t>{0, 1, 2, 3, 4}));
   EXPECT_TRUE(plain.val_batch(1).x.equal(
       at::stack({ref.get(5).data, ref.get(6).data, ref.get(7).data, ref.get(8).data, ref.get(9).data})));
+}
+
+// A stop signal during the final evaluation (here raised by its first validation batch) stops the
+// run as one during training does: exit 75's kind, a checkpoint with the evaluation pending, no
+// final weights. It used to end "completed" without a validation loss. The resumed run evaluates
+// first and ends completed with it.
+TEST(UserTask, AStopSignalDuringTheFinalEvaluationPreemptsAndTheResumeEvaluates) {
+  test::TempDir dir;
+  auto run = [&](bool signal, const std::string& resume) {
+    auto sets = mlp_sets(dir.path());
+    sets.insert(sets.end(), {"train.eval_every=0", "train.steps=20"});
+    Task t = mlp_task(16);
+    const LossFn loss = t.loss;
+    auto raised = std::make_shared<bool>(!signal);
+    t.eval_loss = [loss, raised](torch::nn::Module& m, const Batch& b) {
+      if (!*raised) {
+        *raised = true;
+        std::raise(SIGTERM);
+      }
+      return loss(m, b);
+    };
+    TrainerOptions o;
+    o.quiet = true;
+    o.handle_signals = true;
+    o.resume = resume;
+    auto s = Trainer(resolve_config("", sets, {}), std::move(t), o).fit();
+    clear_preemption();
+    return s;
+  };
+  const auto stopped = run(true, "");
+  EXPECT_EQ(stopped["stop_kind"], "preempted") << stopped.dump(1);
+  EXPECT_TRUE(std::isnan(stopped["final_val_loss"].get<double>()));  // written as null
+  EXPECT_FALSE(std::filesystem::exists(dir.file("mlp/final")));
+  const auto resumed = run(false, "auto");
+  EXPECT_EQ(resumed["stop_kind"], "completed");
+  EXPECT_EQ(resumed["steps"], 20);
+  EXPECT_TRUE(std::isfinite(resumed["final_val_loss"].get<double>())) << resumed.dump(1);
 }
 
 TEST(DatasetSource, EmptySplitsAreDataErrorsNamingTheSource) {
