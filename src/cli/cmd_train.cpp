@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -23,6 +24,7 @@
 #include "frugal/dist/env.h"
 #include "frugal/dist/process_group.h"
 #include "frugal/monitor/progress.h"  // format_usd
+#include "frugal/train/preemption.h"
 #include "frugal/tune/smoke.h"
 #include "frugal/train/trainer.h"
 
@@ -155,6 +157,16 @@ int run_train(const TrainArgs& args) {
   }
   if (rc.config.train.smoke_first && env.rank == 0) {
     SmokeReport r = run_smoke(rc);
+    // A stop signal during it (its trainers stop at once) is not a failed smoke test: exit 75, and
+    // the same command (or a requeue with --resume auto) starts the run. (The auto_tune probes end
+    // as theirs; the run's trainer then checkpoints its first step and exits 75.)
+    if (preemption_requested()) {
+      Console::get().line(
+          fmt::format("stopped by signal {} ({}) during train.smoke_first, before training "
+                      "began; run the same command again",
+                      preemption_signal(), strsignal(preemption_signal())));
+      return exit_status(ExitCode::kPreempted);
+    }
     if (!args.quiet || !r.ok) Console::get().line(r.describe());  // --quiet: only a failure's report
     if (!r.ok) throw Error("train.smoke_first: the smoke test failed at stage " + r.stage + ": " + r.error);
   }

@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <functional>
 #include <random>
+#include <string_view>
+
+#include <unistd.h>
 
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
@@ -16,6 +19,7 @@
 #include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
+#include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
 #include "frugal/data/batch_source.h"
@@ -32,6 +36,22 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string shape(const at::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
+
+// The smoke test's folders ("frugal-smoke-<pid>-<n>" in the temp directory) that a smoke test
+// killed before its cleanup left behind: those whose process is gone.
+void remove_dead_smoke_dirs(const fs::path& tmp) {
+  std::error_code ec;
+  for (fs::directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    constexpr std::string_view kPrefix = "frugal-smoke-";
+    if (name.rfind(kPrefix, 0) != 0) continue;
+    const std::string rest = name.substr(kPrefix.size());
+    const size_t dash = rest.find('-');
+    if (dash == 0 || dash == std::string::npos || rest.find_first_not_of("0123456789") != dash) continue;
+    std::error_code gone;
+    if (!process_alive(std::stoll(rest.substr(0, dash)))) remove_tree(it->path().string(), gone);
+  }
+}
 
 // Records each step's logged loss (log_every = 1 in the smoke config).
 class LossRecorder : public Callback {
@@ -149,7 +169,8 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
   r.micro_batch = rc_in.config.data.micro_batch;
   const bool was_quiet = Console::get().quiet();
   std::random_device rd;
-  const fs::path dir = fs::temp_directory_path() / fmt::format("frugal-smoke-{}", rd());
+  remove_dead_smoke_dirs(fs::temp_directory_path());
+  const fs::path dir = fs::temp_directory_path() / fmt::format("frugal-smoke-{}-{}", ::getpid(), rd());
   auto stage = [&](const std::string& name, const std::function<void()>& body) { run_stage(r, inject, name, body); };
 
   ResolvedConfig rc;

@@ -120,5 +120,17 @@ TEST(Preemption, AStopSignalBeforeMainExits75) {
   EXPECT_NE(test::read_text(dir.file("demo/summary.json")).find("\"stop_kind\": \"preempted\""), std::string::npos);
 }
 
+// A stop signal while train.smoke_first runs (here from before main) ends the command with exit 75
+// and says so; the smoke test's stopped trainer used to read as a failed smoke test (exit 1).
+TEST(Preemption, AStopSignalDuringTheSmokeTestFirstExits75) {
+  test::TempDir dir;
+  std::string sets = " --set train.smoke_first=true";
+  for (const auto& o : test::tiny_overrides(dir.path())) sets += " --set " + o;
+  const auto r = test::run_frugal("train -q" + sets, "FRUGAL_FAULT_SIGNAL_AT_START=1");
+  EXPECT_EQ(r.exit_code, 75) << r.output;
+  EXPECT_NE(r.output.find("during train.smoke_first, before training began"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("smoke test failed"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace frugal::preemption_test

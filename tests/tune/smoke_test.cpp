@@ -3,6 +3,11 @@
 #include "frugal/tune/smoke.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
 
 #include "test_util.h"
 
@@ -30,6 +35,24 @@ TEST(Smoke, PassesEveryStageAndReportsTheFigures) {
   EXPECT_GT(r.estimated_bytes, r.static_bytes);
   EXPECT_EQ(r.loss_resumed, r.loss_uninterrupted);
   EXPECT_NE(r.describe().find("compare     ok"), std::string::npos) << r.describe();
+}
+
+// A smoke test killed before its cleanup leaves its folder in the temp directory; the next one
+// removes the folders of smoke tests whose process is gone (and its own when it ends).
+TEST(Smoke, RemovesTheFoldersOfKilledSmokeTests) {
+  test::TempDir dir;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path();
+  const std::string dead = (tmp / "frugal-smoke-999999999-7").string();  // beyond any pid_max
+  const std::string live = (tmp / fmt::format("frugal-smoke-{}-7", ::getpid())).string();
+  for (const auto& d : {dead, live}) {
+    std::filesystem::create_directories(d + "/smoke");
+    test::write_text(d + "/smoke/x", "left behind");
+  }
+  SmokeReport r = run_smoke(tiny(dir.path(), {}));
+  EXPECT_TRUE(r.ok) << r.describe();
+  EXPECT_FALSE(std::filesystem::exists(dead)) << "a dead smoke test's folder was kept";
+  EXPECT_TRUE(std::filesystem::exists(live)) << "a running process's folder was removed";
+  std::filesystem::remove_all(live);
 }
 
 TEST(Smoke, MissingDataFailsAtTheDataStageNamingTheFile) {
