@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,7 @@
 #include "frugal/ckpt/retention.h"
 #include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/config_loader.h"
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
@@ -87,15 +89,33 @@ std::string human_age(double s) {
   return fmt::format("{:.0f}s", s);
 }
 
-// The run's checkpoint.best_mode, from the newest complete checkpoint's state.json.
-MetricMode best_mode_of(const std::string& checkpoint) {
+// The run's checkpoint.best_mode, from the newest complete checkpoint's state.json, which records
+// every key as the TOML literal the run's config.toml shows ('max'), read as a resume reads it;
+// nullopt when it cannot be read there (no such key, an unreadable file).
+std::optional<MetricMode> best_mode_of(const std::string& checkpoint) {
+  const std::string state = checkpoint + "/state.json";
   try {
-    auto st = nlohmann::json::parse(read_small_file(checkpoint + "/state.json"));
-    if (st.contains("config_values") && st["config_values"].value("checkpoint.best_mode", "min") == "max")
-      return MetricMode::kMax;
+    const auto st = nlohmann::json::parse(read_small_file(state));
+    const std::string literal = st.at("config_values").at("checkpoint.best_mode").get<std::string>();
+    const KeySpec* key = find_key("checkpoint.best_mode");
+    if (!key) return std::nullopt;
+    Config c;
+    key->set(c, parse_toml_value(*key, literal, state));
+    return c.checkpoint.best_mode;
   } catch (const std::exception&) {
+    return std::nullopt;
   }
-  return MetricMode::kMin;
+}
+
+// The run's best checkpoints, which archive never takes: the best by the run's best_mode, or, when
+// that cannot be read, the best by either mode.
+std::vector<std::string> best_checkpoints(const std::vector<CheckpointInfo>& listing, const std::string& newest) {
+  std::vector<std::string> best;
+  if (newest.empty()) return best;
+  const std::optional<MetricMode> mode = best_mode_of(newest);
+  for (MetricMode m : {MetricMode::kMin, MetricMode::kMax})
+    if (!mode || *mode == m) best.push_back(best_checkpoint(listing, m));
+  return best;
 }
 
 #if FRUGAL_HAVE_LIBARCHIVE
@@ -140,6 +160,18 @@ int64_t parse_duration_seconds(const std::string& text) {
   return std::stoll(text.substr(0, i)) * kUnits.at(unit);
 }
 
+std::vector<std::string> remove_dead_checkpoint_debris(const std::string& runs_dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(runs_dir, ec)) {
+    const RunDir run(e.path().string());
+    if (!e.is_directory(ec) || !fs::is_directory(run.checkpoints(), ec)) continue;
+    if (!training_note(e.path()).empty()) continue;  // its own trainer clears what it leaves
+    for (auto& p : remove_stale_debris(run.checkpoints())) removed.push_back(std::move(p));
+  }
+  return removed;
+}
+
 std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t older_than_s) {
   if (!fs::is_directory(runs_dir)) throw ConfigError(fmt::format("runs directory {} does not exist", runs_dir));
   std::vector<fs::path> runs;
@@ -156,7 +188,7 @@ std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t 
         newest = ck.path;
         break;
       }
-    const std::string best = newest.empty() ? "" : best_checkpoint(listing, best_mode_of(newest));
+    const std::vector<std::string> best = best_checkpoints(listing, newest);
     const std::string training = training_note(run);
     for (const auto& ck : listing) {
       ArchiveCandidate c;
@@ -171,7 +203,7 @@ std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t 
         c.reason = training;
       else if (ck.path == newest)
         c.reason = "newest";
-      else if (ck.path == best)
+      else if (std::find(best.begin(), best.end(), ck.path) != best.end())
         c.reason = "best";
       else if (c.age_s < static_cast<double>(older_than_s))
         c.reason = "younger (" + human_age(c.age_s) + ")";

@@ -38,6 +38,9 @@ void add_archive_commands(CLI::App& app, Run* run) {
   archive->callback([a, run] {
     *run = [a] {
       const auto plan = plan_archive(a->runs_dir, parse_duration_seconds(a->older_than));
+      if (!a->dry_run)
+        for (const auto& p : remove_dead_checkpoint_debris(a->runs_dir))
+          fmt::print("removed  {}  (left by a process killed while it wrote or removed a checkpoint)\n", p);
       uint64_t moved = 0;
       int n = 0;
       for (const auto& c : plan) {

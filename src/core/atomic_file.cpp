@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 
 namespace frugal {
@@ -40,11 +41,52 @@ int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
 }
 }  // namespace
 
+namespace detail {
+bool directory_sync_unsupported(int err) {
+  // EINVAL: Linux's answer where a file system has no fsync for directories (some FUSE and network
+  // file systems); EBADF: systems that fsync only what was opened for writing, which a directory
+  // cannot be; EROFS: a read-only mount, where nothing is left to write back; ENOTSUP/EOPNOTSUPP
+  // and ENOSYS: file systems that say so plainly. PostgreSQL's fsync_fname and SQLite's directory
+  // sync excuse the same.
+  return err == EINVAL || err == EBADF || err == EROFS || err == ENOTSUP || err == EOPNOTSUPP || err == ENOSYS;
+}
+}  // namespace detail
+
 void fsync_dir(const std::string& dir) {
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) io_fail("open(directory)", dir);
-  ::fsync(fd);  // some file systems refuse fsync on directories; the rename is still atomic
+  int rc = 0;
+  do {
+    rc = ::fsync(fd);
+  } while (rc != 0 && errno == EINTR);
+  const int err = errno;
   ::close(fd);
+  // A file system that does not sync directories still renames atomically: no error. Any other
+  // failure (EIO) means a rename there may not survive a crash, so what it published is not
+  // declared durable.
+  if (rc != 0 && !detail::directory_sync_unsupported(err))
+    throw IoError(
+        fmt::format("fsync of the directory {} failed: {}; what was just renamed into it may not "
+                    "survive a crash: check the disk (dmesg) and run the command again",
+                    dir.empty() ? "." : dir, std::strerror(err)));
+}
+
+std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.rfind(".tmp-");
+    if (at == std::string::npos || at == 0) continue;
+    const std::string pid = name.substr(at + 5);
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code kind_ec;
+    if (!e.is_regular_file(kind_ec) || e.is_symlink(kind_ec)) continue;
+    const int64_t writer = std::stoll(pid);
+    if (writer != ::getpid() && process_alive(writer)) continue;  // a write in progress
+    if (::unlink(e.path().c_str()) == 0) removed.push_back(e.path().string());
+  }
+  return removed;
 }
 
 void write_file_atomic(const std::string& path, std::string_view data) {

@@ -1,7 +1,10 @@
 // Stop-signal handling; see preemption.h.
 #include "frugal/train/preemption.h"
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 namespace frugal {
@@ -10,14 +13,31 @@ namespace {
 std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal flag must be lock-free");
 
+// What a second SIGINT prints before the process ends: a constant, so that write(2), which is
+// async-signal-safe, can print it from the handler.
+constexpr char kSecondSigintMessage[] =
+    "frugal: a second Ctrl-C (SIGINT): stopped at once, without a checkpoint; "
+    "`frugal train --set run.name=NAME --resume auto` continues from the newest checkpoint\n";
+
+// The second SIGINT: says so, then ends the process the usual way (killed by SIGINT, which the
+// shell reports as 130). SA_RESETHAND has restored the default action on entry; SIGINT is blocked
+// while this runs, so the raise() takes effect as the handler returns.
+extern "C" void on_second_sigint(int) {
+  const int saved = errno;
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kSecondSigintMessage, sizeof kSecondSigintMessage - 1);
+  ::raise(SIGINT);
+  errno = saved;
+}
+
 extern "C" void on_stop_signal(int sig) {
   g_signal.store(sig);
-  if (sig == SIGINT) {  // a second Ctrl-C kills the process the usual way
-    struct sigaction dfl;
-    std::memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(SIGINT, &dfl, nullptr);
+  if (sig == SIGINT) {  // a second Ctrl-C ends the process at once
+    struct sigaction second;
+    std::memset(&second, 0, sizeof second);
+    second.sa_handler = on_second_sigint;
+    sigemptyset(&second.sa_mask);
+    second.sa_flags = SA_RESETHAND;
+    sigaction(SIGINT, &second, nullptr);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -44,6 +45,27 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Throws the error for a run directory that cannot be created: where run.out_dir names a place that
+// cannot hold one (read-only, not a directory, no permission), bad input (exit 2) naming what to
+// change; another failure (EIO, a full disk) as IoError.
+[[noreturn]] void throw_run_dir_error(const std::string& root, const std::error_code& ec) {
+  const std::string what = fmt::format("cannot create the run directory {}: {}", root, ec.message());
+  switch (ec.value()) {
+    case EROFS:
+    case EACCES:
+    case EPERM:
+    case ENOTDIR:
+    case EEXIST:
+    case ENAMETOOLONG:
+    case ELOOP:
+      throw ConfigError(what +
+                        "; choose another run.out_dir (--set run.out_dir=DIR) or make that path a "
+                        "writable directory");
+    default:
+      throw IoError(what);
+  }
+}
+
 // Prepares runs/<name>/: refuses to clobber an earlier run unless asked to or resuming, and
 // locks it (one process per run directory: a second one would delete the first one's in-flight
 // checkpoint writes as debris).
@@ -61,7 +83,7 @@ std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming, std:
   }
   std::error_code ec;
   fs::create_directories(dir.root(), ec);
-  if (ec) throw IoError(fmt::format("cannot create run directory {}: {}", dir.root(), ec.message()));
+  if (ec) throw_run_dir_error(dir.root(), ec);
   if (!lock) lock = std::make_unique<DirLock>(dir.root());  // a resume took it already
   if (used && overwrite && !resuming) {
     for (const std::string& p : {dir.metrics(), dir.summary(), dir.final_dir(), dir.config(), dir.checkpoints(),
@@ -73,6 +95,11 @@ std::string prepare_run_dir(const Config& c, bool overwrite, bool resuming, std:
   // stale, whatever pid its name carries (pids are reused, in containers from 1 up).
   for (const auto& p : remove_stale_debris(dir.checkpoints(), /*all=*/true))
     Console::get().line(fmt::format("removed {} (left by a run that was killed while saving)", p));
+  // So do the temporary files of a final weights, summary or config write that a kill cut short
+  // (final/model.safetensors.tmp-<pid> is as large as the model). Another live process's stay.
+  for (const std::string& d : {dir.root(), dir.final_dir(), dir.tokenizer_dir(), dir.hf_source()})
+    for (const auto& p : remove_stale_temp_files(d))
+      Console::get().line(fmt::format("removed {} (left by a process that was killed while writing it)", p));
   return dir.root();
 }
 

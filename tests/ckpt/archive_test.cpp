@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frugal/ckpt/checkpoint.h"
+#include "frugal/ckpt/retention.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
@@ -35,9 +36,10 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kDay = 86400;
 
-// Writes RUNS/<run>/checkpoints/step-N with metric `metric` and backdates its COMPLETE marker.
+// Writes RUNS/<run>/checkpoints/step-N with metric `metric` and backdates its COMPLETE marker. Its
+// config_values record best_mode as the trainer records every key: a TOML literal ('max').
 std::string make_checkpoint(const std::string& runs, const std::string& run, int64_t step, double metric,
-                            int64_t age_days, const std::string& best_mode = "min") {
+                            int64_t age_days, const std::string& best_mode = "'min'") {
   CheckpointData d;
   torch::manual_seed(step);
   d.model = {{"w", torch::randn({64, 32})}};
@@ -91,10 +93,10 @@ TEST(Archive, PlanNeverTakesTheNewestTheBestOrYoungOnes) {
   make_checkpoint(runs, "a", 30, 0.8, 100);
   make_checkpoint(runs, "a", 40, 0.7, 95);
   // run b maximises its metric: the best is step 20; step 30 is recent.
-  make_checkpoint(runs, "b", 10, 0.1, 120, "max");
-  make_checkpoint(runs, "b", 20, 0.9, 120, "max");
-  make_checkpoint(runs, "b", 30, 0.2, 10, "max");
-  make_checkpoint(runs, "b", 40, 0.3, 1, "max");
+  make_checkpoint(runs, "b", 10, 0.1, 120, "'max'");
+  make_checkpoint(runs, "b", 20, 0.9, 120, "'max'");
+  make_checkpoint(runs, "b", 30, 0.2, 10, "'max'");
+  make_checkpoint(runs, "b", 40, 0.3, 1, "'max'");
   fs::create_directories(runs + "/b/checkpoints/step-00000050");  // incomplete (no COMPLETE)
 
   const auto plan = plan_archive(runs, 90 * kDay);
@@ -115,6 +117,65 @@ TEST(Archive, PlanNeverTakesTheNewestTheBestOrYoungOnes) {
       EXPECT_FALSE(c.archive);
     }
   }
+}
+
+// A best_mode the newest checkpoint does not record readably keeps the best by either mode.
+TEST(Archive, AnUnreadableBestModeKeepsTheBestByEitherMode) {
+  test::TempDir dir;
+  const std::string runs = dir.file("runs");
+  make_checkpoint(runs, "c", 10, 0.1, 200, "'max'");
+  make_checkpoint(runs, "c", 20, 0.5, 200, "'max'");
+  make_checkpoint(runs, "c", 30, 0.9, 200, "'max'");
+  make_checkpoint(runs, "c", 40, 0.6, 200, "max");  // not a TOML literal
+  const auto plan = plan_archive(runs, 0);
+  EXPECT_EQ(find(plan, "c", 10).reason, "best");
+  EXPECT_TRUE(find(plan, "c", 20).archive);
+  EXPECT_EQ(find(plan, "c", 30).reason, "best");
+  EXPECT_EQ(find(plan, "c", 40).reason, "newest");
+}
+
+// `frugal archive` on a real run whose best is by max keeps that best one: the run records
+// best_mode as the TOML literal 'max', which archive once compared with "max" and so kept the
+// best by min instead.
+TEST(Archive, ARunsBestByMaxIsKept) {
+  test::TempDir dir;
+  auto train = test::run_frugal("train -q" + test::tiny_sets(dir.path()) +
+                                " --set train.steps=40 --set checkpoint.every_steps=5 --set train.eval_every=10"
+                                " --set checkpoint.keep_last=2 --set checkpoint.keep_best=1"
+                                " --set checkpoint.best_mode=max");
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  const std::vector<CheckpointInfo> listing = list_checkpoints(dir.file("demo/checkpoints"));  // newest first
+  ASSERT_FALSE(listing.empty());
+  const std::string best = best_checkpoint(listing, MetricMode::kMax);
+  ASSERT_NE(best, "");
+  ASSERT_NE(best, listing.front().path) << "the test needs a best by max that is not the newest";
+  auto dry = test::run_frugal("archive " + dir.path() + " --older-than 0s --to " + dir.file("cold") + " --dry-run");
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  EXPECT_NE(dry.output.find("keep     " + best + "  (best)"), std::string::npos) << dry.output;
+}
+
+// What a killed `frugal archive` (or train) left under checkpoints/ (a whole checkpoint moved aside
+// as .trash-*) goes at the next archive; a live process's stays, and so does all of a run that is
+// training (its own trainer clears it).
+TEST(Archive, DebrisOfKilledProcessesGoesUnlessItsWriterLivesOrItsRunTrains) {
+  test::TempDir dir;
+  const std::string runs = dir.file("runs");
+  make_checkpoint(runs, "a", 10, 0.5, 1);
+  const std::string dead = runs + "/a/checkpoints/.trash-step-00000005-4999999-0";  // above any Linux pid
+  const std::string live = runs + "/a/checkpoints/.trash-step-00000006-1-0";        // init: alive
+  for (const std::string& d : {dead, live}) {
+    fs::create_directories(d);
+    test::write_text(d + "/model.safetensors", "x");
+  }
+  {
+    DirLock held(runs + "/a");  // as a training run holds it
+    EXPECT_TRUE(remove_dead_checkpoint_debris(runs).empty());
+    EXPECT_TRUE(fs::exists(dead));
+  }
+  EXPECT_EQ(remove_dead_checkpoint_debris(runs), std::vector<std::string>{dead});
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_EQ(verify_checkpoint(runs + "/a/checkpoints/step-00000010"), "");
 }
 
 // A run that is training (its directory locked by a live process) keeps every checkpoint: its
@@ -332,6 +393,9 @@ TEST(Archive, CliDryRunChangesNothingAndRealRunPrintsRestoreCommand) {
   make_checkpoint(runs, "a", 10, 0.9, 100);
   make_checkpoint(runs, "a", 20, 0.5, 100);
   make_checkpoint(runs, "a", 30, 0.7, 100);
+  const std::string trash = runs + "/a/checkpoints/.trash-step-00000040-4999999-0";  // a killed archive's
+  fs::create_directories(trash);
+  test::write_text(trash + "/model.safetensors", "x");
   auto dry = test::run_frugal("archive " + runs + " --older-than 90d --to " + dir.file("cold") + " --dry-run");
   EXPECT_EQ(dry.exit_code, 0) << dry.output;
   EXPECT_NE(dry.output.find("would archive " + runs + "/a/checkpoints/step-00000010"), std::string::npos) << dry.output;
@@ -339,6 +403,7 @@ TEST(Archive, CliDryRunChangesNothingAndRealRunPrintsRestoreCommand) {
       << dry.output;
   EXPECT_TRUE(fs::exists(runs + "/a/checkpoints/step-00000010/COMPLETE"));
   EXPECT_FALSE(fs::exists(dir.file("cold")));
+  EXPECT_TRUE(fs::exists(trash));
 
   auto bad = test::run_frugal("archive " + runs + " --older-than 3 --to " + dir.file("cold"));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
@@ -349,6 +414,8 @@ TEST(Archive, CliDryRunChangesNothingAndRealRunPrintsRestoreCommand) {
   const std::string arc = dir.file("cold") + "/a/step-00000010.tar.zst";
   EXPECT_NE(real.output.find("restore: frugal restore " + arc), std::string::npos) << real.output;
   EXPECT_FALSE(fs::exists(runs + "/a/checkpoints/step-00000010"));
+  EXPECT_FALSE(fs::exists(trash)) << "a killed archive's half-removed checkpoint was left behind";
+  EXPECT_NE(real.output.find("removed  " + trash), std::string::npos) << real.output;
   auto back = test::run_frugal("restore " + arc + " --runs " + runs);
   EXPECT_EQ(back.exit_code, 0) << back.output;
   EXPECT_EQ(verify_checkpoint(runs + "/a/checkpoints/step-00000010"), "");

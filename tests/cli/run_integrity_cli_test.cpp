@@ -359,5 +359,36 @@ TEST(RunIntegrityCli, DataThatFailsBeforeTheFirstStepLeavesNoRunDirectory) {
   EXPECT_FALSE(fs::exists(dir.file("rec")));
 }
 
+// A kill while the final weights or summary.json were written left their temporary files
+// (final/model.safetensors.tmp-<pid>, as large as the model) forever: the start-time sweep only
+// looked under checkpoints/. The resume removes a dead writer's; a live process's stays.
+TEST(RunIntegrityCli, AResumeRemovesTheTemporaryFilesOfAKilledWrite) {
+  test::TempDir dir;
+  const std::string run = test::tiny_sets(dir.path()) + " --set checkpoint.every_steps=5";
+  auto first = run_frugal("train -q" + run + " --stop-at-step 10");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string dead_weights = dir.file("demo/final/model.safetensors.tmp-4999999");  // above any Linux pid
+  const std::string dead_summary = dir.file("demo/summary.json.tmp-4999999");
+  const std::string live = dir.file("demo/final/model.safetensors.tmp-1");  // init: alive
+  for (const auto& f : {dead_weights, dead_summary, live}) test::write_text(f, std::string(1000, 'x'));
+  auto resumed = run_frugal("train -q" + run + " --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_FALSE(fs::exists(dead_weights)) << "a killed write's temporary weights were left behind";
+  EXPECT_FALSE(fs::exists(dead_summary));
+  EXPECT_TRUE(fs::exists(live)) << "a live process's temporary file was removed";
+}
+
+// A run.out_dir where no run directory can be made (here under a file: ENOTDIR, as a read-only
+// file system gives EROFS) is bad input, exit 2 naming the path and what to change; it was exit 1.
+TEST(RunIntegrityCli, ARunDirectoryThatCannotBeCreatedIsBadInputNamingTheOutDir) {
+  test::TempDir dir;
+  test::write_text(dir.file("file.txt"), "not a directory");
+  auto r = run_frugal("train -q" + test::tiny_sets(dir.path()) + " --set run.out_dir=" + dir.file("file.txt/runs"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(dir.file("file.txt/runs/demo")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("choose another run.out_dir"), std::string::npos) << r.output;
+  EXPECT_EQ(test::read_text(dir.file("file.txt")), "not a directory");
+}
+
 }  // namespace
 }  // namespace frugal::run_integrity_cli_test

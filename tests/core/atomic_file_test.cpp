@@ -9,11 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <thread>
+#include <vector>
 
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
@@ -99,6 +103,40 @@ TEST(ReadFile, TrainingFromADeviceOrAFifoAsTheConfigExitsTwoNamingIt) {
   r = test::run_frugal("train " + fifo + " --quiet --set run.out_dir=" + dir.path());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("FIFO"), std::string::npos) << r.output;
+}
+
+// A directory fsync that fails for want of support (procfs answers EINVAL) is no error; one that
+// fails writing back (EIO, a full disk) is: it used to be ignored, and a checkpoint whose rename
+// might not survive a crash was declared complete.
+TEST(FsyncDir, OnlyAFileSystemThatCannotSyncDirectoriesIsExcused) {
+  for (int err : {EINVAL, EBADF, EROFS, ENOTSUP, EOPNOTSUPP, ENOSYS})
+    EXPECT_TRUE(detail::directory_sync_unsupported(err)) << std::strerror(err);
+  for (int err : {EIO, ENOSPC, EDQUOT, ENOMEM, 0})
+    EXPECT_FALSE(detail::directory_sync_unsupported(err)) << std::strerror(err);
+  test::TempDir dir;
+  EXPECT_NO_THROW(fsync_dir(dir.path()));
+  EXPECT_NO_THROW(fsync_dir("/proc"));
+  EXPECT_THROW(fsync_dir(dir.file("missing")), IoError);
+}
+
+// The temporary file of an atomic write whose process died (a kill while the final weights were
+// written) goes; a live process's stays, except this process's own (a pid from before a restart);
+// what only looks like one (a directory, a name without a pid) stays.
+TEST(AtomicFile, StaleTemporaryFilesOfDeadWritersAreRemoved) {
+  test::TempDir dir;
+  const std::string dead = dir.file("model.safetensors.tmp-4999999");  // above any Linux pid
+  const std::string mine = dir.file("summary.json.tmp-" + std::to_string(::getpid()));
+  const std::string live = dir.file("config.toml.tmp-1");  // init: alive
+  for (const auto& f : {dead, mine, live, dir.file("notes.tmp-abc"), dir.file(".tmp-4999999")}) touch(f);
+  fs::create_directories(dir.file("folder.tmp-4999999"));
+  auto removed = remove_stale_temp_files(dir.path());
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::string>{dead, mine}));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(dir.file("notes.tmp-abc")));
+  EXPECT_TRUE(fs::exists(dir.file(".tmp-4999999")));
+  EXPECT_TRUE(fs::exists(dir.file("folder.tmp-4999999")));
+  EXPECT_TRUE(remove_stale_temp_files(dir.file("missing")).empty());
 }
 
 TEST(RemoveTree, RemovesANestedTreeAndCountsWhatItRemoved) {

@@ -1,5 +1,5 @@
 // Stop-signal handling: each signal sets the flag, the previous handlers come back, and a second
-// SIGINT ends the process at once (checked in a forked child).
+// SIGINT ends the process at once, saying how to continue (checked in a forked child).
 #include "frugal/train/preemption.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <csignal>
 #include <string>
 #include <vector>
@@ -38,20 +39,34 @@ TEST(Preemption, PreviousHandlersAreRestored) {
   EXPECT_EQ(before.sa_handler, after.sa_handler);
 }
 
-TEST(Preemption, SecondSigintEndsTheProcessAtOnce) {
+// Killed by SIGINT (130 in a shell), after one line on stderr: it used to end without a word,
+// leaving the user to guess whether a checkpoint was written and how to go on.
+TEST(Preemption, SecondSigintEndsTheProcessAtOnceSayingHowToContinue) {
+  int err[2];
+  ASSERT_EQ(pipe(err), 0);
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
+    close(err[0]);
+    dup2(err[1], 2);
     SignalHandlers h;
     std::raise(SIGINT);
     if (preemption_signal() != SIGINT) _exit(10);
     std::raise(SIGINT);  // must not return
     _exit(11);
   }
+  close(err[1]);
+  std::string said;
+  char buf[512];
+  for (ssize_t n; (n = read(err[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<size_t>(n));
+  close(err[0]);
   int status = 0;
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
   EXPECT_EQ(WTERMSIG(status), SIGINT);
+  EXPECT_NE(said.find("stopped at once, without a checkpoint"), std::string::npos) << said;
+  EXPECT_NE(said.find("--resume auto` continues from the newest checkpoint"), std::string::npos) << said;
+  EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 1) << said;
 }
 
 TEST(Preemption, SigtermThenSigintStillLeavesOneGracefulSigint) {

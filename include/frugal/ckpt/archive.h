@@ -3,8 +3,9 @@
 // `frugal restore ARCHIVE --runs RUNS_DIR` puts one back (docs/formats/checkpoint.md, "Archives").
 //
 // Never archived: the newest complete checkpoint of a run (resume --auto continues from it), the
-// best one by the run's checkpoint.best_metric (keep_best), and incomplete directories (a write
-// may be in flight; retention removes crash debris). A checkpoint's age is the time since its
+// best one by the run's checkpoint.best_metric and best_mode (keep_best; the best by either mode
+// when the newest checkpoint does not say which), and incomplete directories (a write may be in
+// flight; retention removes crash debris). A checkpoint's age is the time since its
 // COMPLETE marker was written.
 //
 // Safety: an archive is written to a temporary file, fsynced and renamed; it is then read back
@@ -41,6 +42,13 @@ struct ArchiveCandidate {
 // removes them while it trains.
 // Throws ConfigError when runs_dir does not exist.
 std::vector<ArchiveCandidate> plan_archive(const std::string& runs_dir, int64_t older_than_s);
+
+// Removes, under RUNS_DIR/*/checkpoints/, the hidden debris of processes that were killed while
+// they wrote or removed a checkpoint (".tmp-*", ".trash-*" naming a pid no longer alive, as
+// remove_stale_debris in retention.h decides): a killed `frugal archive` leaves the checkpoint it
+// was removing as ".trash-step-NNNNNNNN-<pid>-<n>", which on a finished run no trainer start
+// would clear. A run that a live process holds is left to that process. Returns what was removed.
+std::vector<std::string> remove_dead_checkpoint_debris(const std::string& runs_dir);
 
 // Archives one checkpoint to DIR/<run>/step-NNNNNNNN.tar.zst (see the safety notes above) and
 // returns the archive path; "" when the checkpoint is gone (its run's retention removed it since

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 namespace frugal {
 
@@ -25,8 +26,17 @@ std::string read_file(const std::string& path);
 constexpr int64_t kSmallFileMaxBytes = int64_t{64} << 20;
 std::string read_small_file(const std::string& path, int64_t max_bytes = kSmallFileMaxBytes);
 
-// fsyncs a directory so that a rename inside it is durable.
+// fsyncs a directory so that a rename inside it is durable. A file system that does not sync
+// directories (detail::directory_sync_unsupported) is no error: its renames are atomic all the
+// same. Any other failure (EIO) throws IoError naming the directory: a rename there may not
+// survive a crash, so nothing it published may be declared complete.
 void fsync_dir(const std::string& dir);
+
+// Removes the temporary files that write_file_atomic left directly in `dir` when its process died
+// mid-write ("<name>.tmp-<pid>", a regular file) and returns their paths. One whose pid runs is a
+// write in progress and stays, unless the pid is this process's own: call it before this process
+// writes atomic files into `dir` (a pid from before a restart may be this process's now).
+std::vector<std::string> remove_stale_temp_files(const std::string& dir);
 
 // Removes `path` and, for a directory, everything under it (symbolic links are removed, never
 // followed); returns how many entries it removed; a path that does not exist removes nothing and
@@ -47,5 +57,12 @@ uintmax_t remove_tree(const std::string& path);
 bool remove_tree_hidden_first(const std::string& dir, std::error_code& ec);
 // The same, throwing IoError naming `dir` when it cannot be moved aside.
 void remove_tree_hidden_first(const std::string& dir);
+
+namespace detail {
+// Whether `err`, an errno from fsync() of a directory, only says that the file system does not
+// sync directories (EINVAL, EBADF, EROFS, ENOTSUP, EOPNOTSUPP, ENOSYS) rather than that a
+// write-back failed.
+bool directory_sync_unsupported(int err);
+}  // namespace detail
 
 }  // namespace frugal

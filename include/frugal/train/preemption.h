@@ -1,10 +1,12 @@
 // Stop signals: SIGTERM, SIGINT and SIGUSR1 (spot-instance reclaim notices, Ctrl-C, schedulers)
 // set a flag; the trainer checks it between steps, between evaluation batches and during
 // start-up, finishes the current step, writes a checkpoint and stops with StopKind::kPreempted
-// (the CLI exits 75). A second SIGINT ends the process at once (the handler restores SIGINT's
-// default action after the first one).
+// (the CLI exits 75). A second SIGINT ends the process at once, killed by SIGINT (exit status
+// 130 in a shell), after one line on stderr: stopped without a checkpoint, and `--resume auto`
+// continues from the newest one.
 //
-// The handler only stores to a lock-free atomic and calls sigaction(), both async-signal-safe.
+// The handlers only store to a lock-free atomic and call sigaction(), write(2) of a constant and
+// raise(), all async-signal-safe.
 // SignalHandlers is RAII: it installs the handlers and restores the previous ones on
 // destruction. The flag is process-wide.
 #pragma once
