@@ -44,6 +44,7 @@ struct ExportArgs {
   std::string max_shard_size = "5GB";
   bool json = false;
   bool adapter = false;
+  bool dtype_given = false, max_shard_size_given = false;  // set on the command line
 };
 
 // The tokenizer files written beside the weights, and what a user reads about them.
@@ -223,7 +224,36 @@ int export_adapter(const ExportArgs& a, const OpenedRun& run, CausalLmImpl& mode
   return 0;
 }
 
+// The model's parameters, a LoRA run's adapters merged into the weights they adapt (onto the base
+// itself where training held those weights in bf16 and the base is still there).
+NamedTensors exported_parameters(CausalLmImpl& model, const Config& c, const std::string& weights) {
+  if (!has_lora(model)) return model.named_parameter_list();
+  const StoredBase base = stored_base_weights(model, c, weights);
+  if (!base.gone.empty())
+    fmt::print(stderr,
+               "frugal export: the base model.init_from = \"{}\" holds no weights any more ({}); the adapters are "
+               "merged onto the run's own bf16 copies of the weights they adapt ({}), which differ from the base's "
+               "by that rounding (put the base back for the merge onto it)\n",
+               c.model.init_from, base.gone, weights);
+  return merged_parameter_list(model, base.weights);
+}
+
+// --adapter writes the adapters as PEFT saves them: one adapter_model.safetensors in fp32, the
+// dtype the adapters train in (a rounded copy would not be the run's adapters).
+void check_adapter_flags(const ExportArgs& a) {
+  const std::pair<bool, const char*> flags[] = {{a.dtype_given && a.dtype != "fp32", "--dtype"},
+                                                {a.max_shard_size_given, "--max-shard-size"}};
+  for (const auto& [given, flag] : flags)
+    FRUGAL_CHECK(!given, ConfigError,
+                 fmt::format("{} does not apply with --adapter: the adapter is written as PEFT saves it, one "
+                             "adapter_model.safetensors in fp32 (the adapters' own precision); drop {}, or leave "
+                             "out --adapter to write the merged model",
+                             flag, flag));
+}
+
 int run_export(const ExportArgs& a) {
+  FRUGAL_CHECK(!a.out.empty(), ConfigError, "--out must not be empty: name the directory to write");
+  if (a.adapter) check_adapter_flags(a);
   const OpenedRun run = open_run(a.run_dir);
   const Config& c = run.config;
   FRUGAL_CHECK(torchscript_path(c.model.source).empty(), ConfigError,
@@ -246,9 +276,7 @@ int run_export(const ExportArgs& a) {
   config["torch_dtype"] = a.dtype == "bf16" ? "bfloat16" : a.dtype == "fp16" ? "float16" : "float32";
   std::map<std::string, std::string> extra = tok.files;
   if (const auto g = generation_config(run, config)) extra["generation_config.json"] = *g;
-  // A LoRA run's adapters merged into the weights they adapt: the family's own layout.
-  const NamedTensors params =
-      has_lora(*model) ? merged_parameter_list(*model, stored_base_weights(*model, c)) : model->named_parameter_list();
+  const NamedTensors params = exported_parameters(*model, c, weights);
   NamedTensors tensors = to_hf_tensors(params, family.hf_layout(c.model), dtype);
   std::string positions;
   keep_source_positions(run, config, tensors, dtype, positions);
@@ -288,20 +316,26 @@ void add_export_command(CLI::App& app, Run* run) {
   cmd->add_option("--weights", args->weights,
                   "a weights file or a checkpoint directory (default RUN_DIR/final/model.safetensors, else the newest "
                   "sound checkpoint's)");
-  cmd->add_option("--dtype", args->dtype, "dtype of the written weights")
+  cmd->add_option("--dtype", args->dtype, "dtype of the written weights (not with --adapter: fp32, as PEFT saves it)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
-  cmd->add_option("--max-shard-size", args->max_shard_size,
-                  "weights larger than this are split into shards model-0000K-of-0000N.safetensors with "
-                  "model.safetensors.index.json (as save_pretrained's max_shard_size: 5GB, 500MB, 2GiB, bytes)")
+  cmd->add_option(
+         "--max-shard-size", args->max_shard_size,
+         "weights larger than this are split into shards model-0000K-of-0000N.safetensors with "
+         "model.safetensors.index.json (as save_pretrained's max_shard_size: 5GB, 500MB, 2GiB, bytes; not with "
+         "--adapter: one file)")
       ->capture_default_str();
-  cmd->add_flag(
-      "--adapter", args->adapter,
-      "a LoRA run: write its adapters as PEFT's adapter directory (adapter_config.json, "
-      "adapter_model.safetensors) for peft.PeftModel.from_pretrained(base, DIR), instead of the merged model");
+  cmd->add_flag("--adapter", args->adapter,
+                "a LoRA run: write its adapters as PEFT's adapter directory (adapter_config.json, "
+                "adapter_model.safetensors, target_modules naming the modules adapted) for "
+                "peft.PeftModel.from_pretrained(base, DIR), instead of the merged model");
   cmd->add_flag("--json", args->json,
                 "print one JSON object: out, weights, dtype, files, parameters, model_type, architecture, tokenizer");
-  cmd->callback([args, run] { *run = [args] { return run_export(*args); }; });
+  cmd->callback([args, run, cmd] {
+    args->dtype_given = cmd->count("--dtype") > 0;
+    args->max_shard_size_given = cmd->count("--max-shard-size") > 0;
+    *run = [args] { return run_export(*args); };
+  });
 }
 
 }  // namespace frugal::cli

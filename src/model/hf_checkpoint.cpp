@@ -380,7 +380,11 @@ void write_weights(const fs::path& tmp, const NamedTensors& tensors, int64_t max
 
 void write_new_dir(const std::string& out_dir, const std::map<std::string, std::string>& files,
                    const std::function<void(const std::string&)>& fill) {
-  const fs::path out = fs::path(out_dir).lexically_normal();
+  FRUGAL_CHECK(!out_dir.empty(), ConfigError, "the output directory is an empty path; name the directory to write");
+  // "out/" names the directory out: without its trailing separators, parent_path() is its parent.
+  std::string trimmed = fs::path(out_dir).lexically_normal().string();
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const fs::path out(trimmed);
   if (fs::exists(out))
     throw ConfigError(
         fmt::format("{} already exists; export writes a new directory (remove it or choose another --out)", out_dir));

@@ -253,8 +253,13 @@ LoraSetup lora_setup(const LoraConfig& l) {
     const double alpha = j.value("lora_alpha", 8.0);
     const bool dora = j.value("use_dora", false), rs = j.value("use_rslora", false);
     std::vector<std::string> targets;
-    const std::string pattern = j["target_modules"].is_string() ? j["target_modules"].get<std::string>() : "";
-    if (pattern.empty()) targets = j["target_modules"].get<std::vector<std::string>>();
+    std::string pattern = j["target_modules"].is_string() ? j["target_modules"].get<std::string>() : "";
+    if (pattern == "all-linear") {  // PEFT's keyword (every linear layer but the head), not a pattern
+      pattern.clear();
+      targets = {"all-linear"};
+    } else if (pattern.empty()) {
+      targets = j["target_modules"].get<std::vector<std::string>>();
+    }
     std::sort(targets.begin(), targets.end());
     agree("rank", l.rank != 0 && l.rank != r, std::to_string(l.rank), fmt::format("r = {}", r));
     agree("alpha", l.alpha != defaults.alpha && l.alpha != alpha, fmt::format("{:g}", l.alpha),
@@ -343,6 +348,34 @@ bool is_adapter_parameter(const std::string& name) {
 int64_t weight_elements(const std::string& name, const at::Tensor& p) {
   if (p.scalar_type() == at::kByte) return 2 * p.numel();
   return name.find(".lora.") != std::string::npos && name.find("_nf4_") != std::string::npos ? 0 : p.numel();
+}
+
+std::vector<std::string> peft_target_modules(CausalLmImpl& model) {
+  std::set<std::string> adapted;
+  for (const AdaptableProduct& p : model.adaptable_products())
+    if (*p.adapters)
+      for (const LoraSiteImpl::Part& part : (*p.adapters)->parts()) adapted.insert(part.hf_module);
+  // Every adaptable module under each last name, in the model's order.
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<std::string>> by_short;
+  for (const Adaptable& a : adaptable_modules(model))
+    for (const LoraSiteImpl::Spec& m : a.modules) {
+      auto& modules = by_short[short_name(m.hf_module)];
+      if (modules.empty()) order.push_back(short_name(m.hf_module));
+      modules.push_back(m.hf_module);
+    }
+  std::vector<std::string> out;
+  for (const std::string& name : order) {
+    const auto& modules = by_short[name];
+    const auto n = std::count_if(modules.begin(), modules.end(), [&](const auto& m) { return adapted.count(m) > 0; });
+    if (n == static_cast<std::ptrdiff_t>(modules.size())) {
+      out.push_back(name);  // PEFT's last-name match takes exactly these
+      continue;
+    }
+    for (const std::string& m : modules)
+      if (adapted.count(m)) out.push_back(m);  // a full name matches that module alone
+  }
+  return out;
 }
 
 bool has_lora(CausalLmImpl& model) {

@@ -92,8 +92,9 @@ void write_peft_adapter(CausalLmImpl& model, const LoraSetup& setup, const std::
               {"r", setup.rank},
               {"lora_alpha", setup.alpha},
               {"lora_dropout", setup.dropout},
-              // A list, even of one: PEFT reads a string as a regular expression over whole names.
-              {"target_modules", setup.targets_pattern.empty() ? json(setup.targets) : json(setup.targets_pattern)},
+              // The modules adapted, by name, as a list even of one: PEFT reads a string as a regular
+              // expression over whole names, and "all-linear" only as a string.
+              {"target_modules", peft_target_modules(model)},
               {"use_dora", setup.dora},
               {"use_rslora", setup.rslora},
               {"bias", "none"},

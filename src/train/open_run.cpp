@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "frugal/ckpt/checkpoint.h"
 #include "frugal/core/atomic_file.h"
@@ -153,22 +154,42 @@ std::unique_ptr<Tokenizer> run_tokenizer(const OpenedRun& run) {
   return load_hf_tokenizer(t.model_file);
 }
 
-std::map<std::string, at::Tensor> stored_base_weights(CausalLmImpl& model, const Config& c) {
-  std::map<std::string, at::Tensor> out;
+namespace {
+bool holds_hf_weights(const std::string& dir) {
+  std::error_code ec;
+  return !dir.empty() && (fs::is_regular_file(fs::path(dir) / "model.safetensors", ec) ||
+                          fs::is_regular_file(fs::path(dir) / "model.safetensors.index.json", ec));
+}
+}  // namespace
+
+StoredBase stored_base_weights(CausalLmImpl& model, const Config& c, const std::string& weights) {
+  StoredBase out;
   if (!has_lora(model) || c.lora.base_dtype != LoraConfig::BaseDtype::kBf16 || c.model.init_from.empty()) return out;
-  // The load fills every tensor of the layout: the adapted weights into fresh fp32 tensors, the
-  // rest into the model's own, frozen and already the base's (the same values again).
-  NamedTensors slots;
-  for (const auto& [name, p] : model.named_parameter_list()) {
-    if (name.find(".lora.") != std::string::npos) continue;
-    if (p.scalar_type() == at::kBFloat16) {
-      out[name] = at::empty(p.sizes(), p.options().dtype(at::kFloat));
-      slots.emplace_back(name, out[name]);
-    } else {
-      slots.emplace_back(name, p);
-    }
+  const std::string dir = hf_init_dir(c.model);
+  if (!holds_hf_weights(dir)) {
+    out.gone = dir;
+    return out;
   }
-  load_hf_model(slots, c.model, hf_init_dir(c.model));
+  // The whole base into fresh fp32 tensors, beside the run's frozen tensors as it holds them.
+  std::set<std::string> stored;
+  for (const HfTensor& t : model_family(c.model.arch).hf_layout(c.model).tensors) stored.insert(t.frugal);
+  NamedTensors held, base;
+  for (const auto& [name, p] : model.named_parameter_list()) {
+    if (!stored.count(name)) continue;  // a tensor the base does not hold: the adapters
+    held.emplace_back(name, p);
+    base.emplace_back(name, at::empty(p.sizes(), p.options().dtype(at::kFloat)));
+  }
+  load_hf_model(base, c.model, dir);
+  for (size_t k = 0; k < held.size(); ++k) {
+    const auto& [name, p] = held[k];
+    FRUGAL_CHECK(at::equal(base[k].second.to(p.scalar_type()), p.detach()), ConfigError,
+                 fmt::format("{} holds the frozen tensor {} as the base model.init_from = \"{}\" stored it when the "
+                             "run trained, but {} now holds another: the base changed since (or names another "
+                             "model). Put back the base weights the run started from, or export the adapters "
+                             "alone with --adapter",
+                             weights, name, c.model.init_from, dir));
+    if (p.scalar_type() == at::kBFloat16) out.weights[name] = base[k].second;
+  }
   return out;
 }
 

@@ -18,7 +18,10 @@ by transformers, and for LoRA and DoRA:
    training held (1e-5; the bf16 rounding alone is ~1e-4).
 5. A peft adapter whose target_modules is a regular expression (a string) loads as PeftModel
    reads it: the same modules, the same logits (1e-4).
-6. Refusals: an adapter with per-module ranks, a [lora] rank that contradicts the adapter's, and a
+6. The default targets ("all-linear"), Llama and GPT-2: the exported adapter's target_modules
+   lists the projections themselves (PEFT takes "all-linear" only as a string), PeftModel adapts
+   exactly the modules frugal did, and gives the run's logits (1e-4).
+7. Refusals: an adapter with per-module ranks, a [lora] rank that contradicts the adapter's, and a
    target_modules pattern that matches no module, exit 2 naming the field.
 
 Usage: peft_check.py FRUGAL_BINARY FRUGAL_GPT_LOGITS. Exits 77 (skipped) when peft is not
@@ -221,6 +224,37 @@ def check_one_target(frugal, base_dir, tmp):
     return d
 
 
+def check_all_linear(frugal, helper, fam, cls, targets, base_dir, tmp):
+    name = f"{fam}-all-linear"
+    text = os.path.join(tmp, "one-window.txt")
+    train_text(text)
+    sets = [f"run.out_dir={tmp}", f"run.name={name}", "run.threads=1", f"model.init_from=hf:{base_dir}",
+            "lora.rank=4", "lora.base_dtype=fp32", f"data.source=text:{text}", "data.val_fraction=0.5",
+            "data.micro_batch=2", f"model.block={BLOCK}", "train.steps=4", "train.lr=1e-2", "train.warmup_steps=0",
+            "train.eval_every=0", "train.eval_batches=1", "checkpoint.enabled=false", "precision.mode=fp32"]
+    args = [frugal, "train", "--quiet"]
+    for s in sets:
+        args += ["--set", s]
+    run(args)
+    run_dir, out = os.path.join(tmp, name), os.path.join(tmp, name + "-adapter")
+    run([frugal, "export", run_dir, "--adapter", "--out", out])
+    with open(os.path.join(out, "adapter_config.json")) as f:
+        written = json.load(f)["target_modules"]
+    if not isinstance(written, list) or sorted(written) != sorted(targets):
+        fail(f"{name}: the exported adapter's target_modules is {written!r}, not the list of {targets}")
+    pm = PeftModel.from_pretrained(load_base(cls, base_dir), out).eval()
+    stored = load_file(os.path.join(out, "adapter_model.safetensors"))
+    held = get_peft_model_state_dict(pm)
+    if set(stored) != set(held):
+        fail(f"{name}: PeftModel adapts other modules than frugal: {sorted(set(stored) ^ set(held))[:6]}")
+    if not max(t.abs().max().item() for k, t in stored.items() if "lora_B" in k) > 0:
+        fail(f"{name}: the trained adapters are zero: the logits check nothing")
+    d = (peft_logits(pm) - frugal_logits(helper, tmp, run_dir=run_dir)).abs().max().item()
+    if not d <= TOL:
+        fail(f"{name}: PeftModel over the exported adapter differs from the run's logits by {d:.2e}")
+    return d
+
+
 def check_regex_targets(helper, base_dir, tmp):
     adapter = make_adapter(LlamaForCausalLM, base_dir, r".*\.(q_proj|v_proj)", False,
                            os.path.join(tmp, "llama-regex-peft"))
@@ -278,6 +312,9 @@ def main():
         d_one = check_one_target(frugal, os.path.join(tmp, "llama"), tmp)
         d_regex = check_regex_targets(helper, os.path.join(tmp, "llama"), tmp)
         print(f"one target over a bf16 base: merged q_proj {d_one:.1e}; a target_modules pattern: logits {d_regex:.1e}")
+        for fam, (_, cls, targets) in families().items():
+            d_all = check_all_linear(frugal, helper, fam, cls, targets, os.path.join(tmp, fam), tmp)
+            print(f"{fam}, the default targets (all-linear): exported adapter {d_all:.1e}")
         check_refusals(frugal, os.path.join(tmp, "llama"), os.path.join(tmp, "llama-lora-peft"), tmp)
     print("peft_check: OK")
 

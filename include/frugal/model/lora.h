@@ -129,6 +129,12 @@ LoraSetup lora_setup(const LoraConfig& l);
 // model has (naming those it has). Call after the base weights are loaded.
 LoraSetup install_lora(CausalLmImpl& model, const LoraConfig& l);
 
+// The modules `model`'s adapters adapt, as PEFT's target_modules list names exactly them: a last
+// name ("q_proj") where every module of that name is adapted, else the full names of those that
+// are ("transformer.h.0.attn.c_proj"). Concrete names, never "all-linear": PEFT takes that keyword
+// as a plain string only.
+std::vector<std::string> peft_target_modules(CausalLmImpl& model);
+
 // Whether `model` carries adapters.
 bool has_lora(CausalLmImpl& model);
 

@@ -24,7 +24,8 @@ nlohmann::json read_peft_config(const std::string& dir);
 void load_peft_adapter(CausalLmImpl& model, const std::string& dir);
 
 // Writes `out_dir` (which must not exist; all at once) as PEFT's adapter directory for `model`'s
-// adapters: PeftModel.from_pretrained(base, out_dir) loads it. `base` names the base model
+// adapters, in fp32: PeftModel.from_pretrained(base, out_dir) loads it and adapts the very modules
+// `model` adapts (target_modules: peft_target_modules, lora.h). `base` names the base model
 // (base_model_name_or_path), `hf_class` its transformers class.
 void write_peft_adapter(CausalLmImpl& model, const LoraSetup& setup, const std::string& base,
                         const std::string& hf_class, const std::string& out_dir);

@@ -53,11 +53,22 @@ std::string named_weights(const std::string& path);
 // digests the checkpoint recorded.
 void load_run_weights(CausalLmImpl& model, const Config& c, const std::string& weights);
 
-// A LoRA run whose adapted weights were held in bf16 (lora.base_dtype, its default): those weights
-// as model.init_from stores them, by frugal name, for a merge onto the base itself (what PEFT's
-// merge_and_unload() gives over the base as loaded). Empty for any other run. REQUIRES:
-// load_run_weights has loaded `model` (its other frozen tensors are the base's, checked).
-std::map<std::string, at::Tensor> stored_base_weights(CausalLmImpl& model, const Config& c);
+// What a merged export of a LoRA run whose adapted weights were held in bf16 (lora.base_dtype,
+// its default) merges the adapters onto.
+struct StoredBase {
+  // The adapted weights as model.init_from stores them, in fp32, by frugal name: a merge onto the
+  // base itself (what PEFT's merge_and_unload() gives over the base as loaded). Empty for any other
+  // run, and when the base is gone.
+  std::map<std::string, at::Tensor> weights;
+  // model.init_from's directory when it holds no weights any more (moved, deleted): the merge is
+  // then onto the bf16 copies the run's weights file holds, which differ from the base's by
+  // rounding. "" else.
+  std::string gone;
+};
+// REQUIRES: load_run_weights has loaded `model` from `weights`. Every frozen tensor the run holds
+// must be the base's as it stores it now, cast as the run holds it: ConfigError (exit 2) naming
+// `weights`, the first tensor that differs and the base otherwise (the base changed since).
+StoredBase stored_base_weights(CausalLmImpl& model, const Config& c, const std::string& weights);
 
 // The tokenizer the run's data was tokenised with: bytes for text and the built-in data; for
 // shards the run's own copy (tokenizer/), else the dataset's. ConfigError naming the file and
