@@ -367,6 +367,29 @@ void Trainer::State::continue_on_this_world(const LoadedCheckpoint& ck) {
                     from, setup.world_size, old_accum, setup.accum, setup.global_batch));
 }
 
+namespace {
+// A resume continues the run from its checkpoint's step; what was written past it belongs to a run
+// this one no longer continues. final/ goes (sample and export would read an end the run has gone
+// past or away from; the run writes it again at its own end): its weights file first, so a
+// half-removed final/ reads as none. Where --resume named one of this run's own checkpoints, its
+// newer checkpoints go too (a branch from an earlier step: --resume auto would go back to them),
+// as the divergence guard's rollback removes them.
+void drop_what_the_resume_leaves(const RunDir& dir, const std::optional<LoadedCheckpoint>& ck, bool named) {
+  auto& con = Console::get();
+  std::error_code ec;
+  if (fs::exists(dir.final_dir(), ec)) {
+    fs::remove(dir.final_weights(), ec);
+    remove_tree(dir.final_dir(), ec);
+    con.line(fmt::format("resume: removed {} (the run continues from step {}; its end writes it again)",
+                         dir.final_dir(), ck ? ck->step : 0));
+  }
+  if (!named || !ck || !fs::equivalent(fs::path(ck->path).parent_path(), dir.checkpoints(), ec)) return;
+  for (const std::string& p : remove_checkpoints_after(dir.checkpoints(), ck->step))
+    con.line(
+        fmt::format("resume: removed {}, past step {}: it belongs to the run this one branches from", p, ck->step));
+}
+}  // namespace
+
 // runs/<name>/ (rank 0 alone writes it): prepared, its resolved config.toml, and metrics.jsonl cut
 // back to the checkpoint a resume continues from.
 void Trainer::State::open_run_dir(const std::optional<LoadedCheckpoint>& ck) {
@@ -375,7 +398,10 @@ void Trainer::State::open_run_dir(const std::optional<LoadedCheckpoint>& ck) {
   if (!is_writer()) return;
   const RunDir dir(run_dir);
   write_file_atomic(dir.config(), rc.to_toml());
-  if (!opts.resume.empty()) truncate_metrics_after(dir.metrics(), ck ? ck->step : 0);
+  if (!opts.resume.empty()) {
+    truncate_metrics_after(dir.metrics(), ck ? ck->step : 0);
+    drop_what_the_resume_leaves(dir, ck, /*named=*/opts.resume != "auto");
+  }
   // The checkpoint's descriptive files travel with the run (export writes its chat template and token ids).
   if (const std::string hf = hf_init_dir(c.model); !hf.empty() && ck == std::nullopt) {
     try {

@@ -369,7 +369,7 @@ TEST(RunIntegrityCli, AResumeRemovesTheTemporaryFilesOfAKilledWrite) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string dead_weights = dir.file("demo/final/model.safetensors.tmp-4999999");  // above any Linux pid
   const std::string dead_summary = dir.file("demo/summary.json.tmp-4999999");
-  const std::string live = dir.file("demo/final/model.safetensors.tmp-1");  // init: alive
+  const std::string live = dir.file("demo/metrics.jsonl.tmp-1");  // init: alive
   for (const auto& f : {dead_weights, dead_summary, live}) test::write_text(f, std::string(1000, 'x'));
   auto resumed = run_frugal("train -q" + run + " --resume auto");
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -388,6 +388,43 @@ TEST(RunIntegrityCli, ARunDirectoryThatCannotBeCreatedIsBadInputNamingTheOutDir)
   EXPECT_NE(r.output.find(dir.file("file.txt/runs/demo")), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("choose another run.out_dir"), std::string::npos) << r.output;
   EXPECT_EQ(test::read_text(dir.file("file.txt")), "not a directory");
+}
+
+// A resume continues the run past (or away from) its final/ weights: they go, so sample and export
+// read the newest checkpoint until the run's end writes final/ again. Here the resumed session is
+// stopped at once (a stop signal from its start); final/ used to stay, and would have been read
+// as the run's weights however far the resumed run went.
+TEST(RunIntegrityCli, AResumeRemovesTheFinalWeightsItContinuesPast) {
+  test::TempDir dir;
+  const std::string sets = test::tiny_sets(dir.path()) + " --set train.steps=20 --set checkpoint.every_steps=5";
+  ASSERT_EQ(run_frugal("train -q" + sets + " --stop-at-step 10").exit_code, 0);
+  ASSERT_TRUE(fs::exists(dir.file("demo/final/model.safetensors")));
+  auto stopped = run_frugal("train" + sets + " --resume auto", "FRUGAL_FAULT_SIGNAL_AT_START=1");
+  ASSERT_EQ(stopped.exit_code, 75) << stopped.output;
+  EXPECT_NE(stopped.output.find("resume: removed " + dir.file("demo/final")), std::string::npos) << stopped.output;
+  EXPECT_FALSE(fs::exists(dir.file("demo/final/model.safetensors")));
+  auto sample = run_frugal("sample " + dir.file("demo") + " -p 1+1= -n 2 --json");
+  EXPECT_EQ(sample.exit_code, 0) << sample.output;
+  EXPECT_NE(sample.output.find("checkpoints/step-00000010/model.safetensors"), std::string::npos) << sample.output;
+}
+
+// --resume PATH to one of the run's own earlier checkpoints branches the run there: the newer
+// checkpoints (the run it branches from) go, so a later --resume auto continues the branch. They
+// used to stay, and --resume auto went back to the abandoned step 20.
+TEST(RunIntegrityCli, AResumeFromAnEarlierCheckpointOfTheRunDropsTheNewerOnes) {
+  test::TempDir dir;
+  const std::string sets = test::tiny_sets(dir.path()) + " --set train.steps=20 --set checkpoint.every_steps=5";
+  ASSERT_EQ(run_frugal("train -q" + sets).exit_code, 0);
+  const std::string ckpts = dir.file("demo/checkpoints/");
+  ASSERT_TRUE(fs::exists(ckpts + "step-00000020"));
+  auto branch = run_frugal("train" + sets + " --resume " + ckpts + "step-00000010 --stop-at-step 12");
+  ASSERT_EQ(branch.exit_code, 0) << branch.output;
+  EXPECT_NE(branch.output.find("it belongs to the run this one branches from"), std::string::npos) << branch.output;
+  for (const char* gone : {"step-00000015", "step-00000020"}) EXPECT_FALSE(fs::exists(ckpts + gone)) << gone;
+  EXPECT_TRUE(fs::exists(ckpts + "step-00000012"));
+  auto later = run_frugal("train" + sets + " --resume auto");
+  ASSERT_EQ(later.exit_code, 0) << later.output;
+  EXPECT_NE(later.output.find("step-00000012"), std::string::npos) << later.output;
 }
 
 }  // namespace
