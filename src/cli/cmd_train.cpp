@@ -193,6 +193,7 @@ int run_train(const TrainArgs& args) {
     opts.quiet = opts.quiet || env.rank != 0;  // rank 0 speaks for the run; errors still print
   }
   const std::string resume_command = resume_command_for(rc.config);
+  set_interrupt_hint(resume_command);
   const std::string run_root = RunDir::of(rc.config).root();
   std::error_code ec;
   const bool fresh = env.rank == 0 && !fs::exists(run_root, ec);

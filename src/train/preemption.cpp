@@ -13,18 +13,25 @@ namespace {
 std::atomic<int> g_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "the signal flag must be lock-free");
 
-// What a second SIGINT prints before the process ends: a constant, so that write(2), which is
-// async-signal-safe, can print it from the handler.
+// What a second SIGINT prints before the process ends, composed beforehand (set_interrupt_hint)
+// so that the handler only calls write(2), which is async-signal-safe. The length is published
+// after the text, so the handler never reads a half-written one.
 constexpr char kSecondSigintMessage[] =
     "frugal: a second Ctrl-C (SIGINT): stopped at once, without a checkpoint; "
-    "`frugal train --set run.name=NAME --resume auto` continues from the newest checkpoint\n";
+    "`--resume auto` continues from the newest checkpoint\n";
+char g_hint[1024];
+std::atomic<size_t> g_hint_size{0};
+static_assert(std::atomic<size_t>::is_always_lock_free, "the hint's length must be lock-free");
 
 // The second SIGINT: says so, then ends the process the usual way (killed by SIGINT, which the
 // shell reports as 130). SA_RESETHAND has restored the default action on entry; SIGINT is blocked
 // while this runs, so the raise() takes effect as the handler returns.
 extern "C" void on_second_sigint(int) {
   const int saved = errno;
-  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, kSecondSigintMessage, sizeof kSecondSigintMessage - 1);
+  const size_t hint = g_hint_size.load();
+  [[maybe_unused]] const ssize_t n =
+      hint > 0 ? ::write(STDERR_FILENO, g_hint, hint)
+               : ::write(STDERR_FILENO, kSecondSigintMessage, sizeof kSecondSigintMessage - 1);
   ::raise(SIGINT);
   errno = saved;
 }
@@ -40,6 +47,21 @@ extern "C" void on_stop_signal(int sig) {
     sigaction(SIGINT, &second, nullptr);
   }
 }
+
+}  // namespace
+
+void set_interrupt_hint(const std::string& command) {
+  const std::string line =
+      "frugal: a second Ctrl-C (SIGINT): stopped at once, without a checkpoint; continue "
+      "from the newest checkpoint with: " +
+      command + "\n";
+  if (line.size() > sizeof g_hint) return;  // the generic line stays
+  g_hint_size.store(0);
+  std::memcpy(g_hint, line.data(), line.size());
+  g_hint_size.store(line.size());
+}
+
+namespace {
 
 void install(int sig, struct sigaction* old) {
   struct sigaction sa;

@@ -40,15 +40,16 @@ TEST(Preemption, PreviousHandlersAreRestored) {
 }
 
 // Killed by SIGINT (130 in a shell), after one line on stderr: it used to end without a word,
-// leaving the user to guess whether a checkpoint was written and how to go on.
-TEST(Preemption, SecondSigintEndsTheProcessAtOnceSayingHowToContinue) {
+// leaving the user to guess whether a checkpoint was written and how to go on. The line names the
+// run's own resume command where `frugal train` set it (set_interrupt_hint), else `--resume auto`.
+std::string second_sigint_says(const std::string& hint) {
   int err[2];
-  ASSERT_EQ(pipe(err), 0);
+  EXPECT_EQ(pipe(err), 0);
   pid_t pid = fork();
-  ASSERT_GE(pid, 0);
   if (pid == 0) {
     close(err[0]);
     dup2(err[1], 2);
+    if (!hint.empty()) set_interrupt_hint(hint);
     SignalHandlers h;
     std::raise(SIGINT);
     if (preemption_signal() != SIGINT) _exit(10);
@@ -62,11 +63,20 @@ TEST(Preemption, SecondSigintEndsTheProcessAtOnceSayingHowToContinue) {
   close(err[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
+  EXPECT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
   EXPECT_EQ(WTERMSIG(status), SIGINT);
   EXPECT_NE(said.find("stopped at once, without a checkpoint"), std::string::npos) << said;
-  EXPECT_NE(said.find("--resume auto` continues from the newest checkpoint"), std::string::npos) << said;
   EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 1) << said;
+  return said;
+}
+
+TEST(Preemption, SecondSigintEndsTheProcessAtOnceSayingHowToContinue) {
+  const std::string plain = second_sigint_says("");
+  EXPECT_NE(plain.find("`--resume auto` continues from the newest checkpoint"), std::string::npos) << plain;
+  const std::string named = second_sigint_says("frugal train --set run.name=r --resume auto");
+  EXPECT_NE(named.find("continue from the newest checkpoint with: frugal train --set run.name=r --resume auto\n"),
+            std::string::npos)
+      << named;
 }
 
 TEST(Preemption, SigtermThenSigintStillLeavesOneGracefulSigint) {

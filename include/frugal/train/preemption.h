@@ -2,16 +2,18 @@
 // set a flag; the trainer checks it between steps, between evaluation batches and during
 // start-up, finishes the current step, writes a checkpoint and stops with StopKind::kPreempted
 // (the CLI exits 75). A second SIGINT ends the process at once, killed by SIGINT (exit status
-// 130 in a shell), after one line on stderr: stopped without a checkpoint, and `--resume auto`
-// continues from the newest one.
+// 130 in a shell), after one line on stderr: stopped without a checkpoint, and the command that
+// continues from the newest one (set_interrupt_hint).
 //
-// The handlers only store to a lock-free atomic and call sigaction(), write(2) of a constant and
-// raise(), all async-signal-safe.
+// The handlers only load and store lock-free atomics and call sigaction(), write(2) of a buffer
+// written before and raise(), all async-signal-safe.
 // SignalHandlers is RAII: it installs the handlers and restores the previous ones on
 // destruction. The flag is process-wide.
 #pragma once
 
 #include <signal.h>
+
+#include <string>
 
 namespace frugal {
 
@@ -20,6 +22,9 @@ int preemption_signal();
 inline bool preemption_requested() { return preemption_signal() != 0; }
 // Clears the flag (tests; a new run in the same process).
 void clear_preemption();
+// The command a second SIGINT's line names to continue the run (`frugal train ... --resume auto`);
+// without one the line says `--resume auto`. Call it before training, not from a handler.
+void set_interrupt_hint(const std::string& command);
 
 class SignalHandlers {
  public:
