@@ -51,6 +51,7 @@ struct ExportArgs {
 struct ExportedTokenizer {
   std::map<std::string, std::string> files;  // name -> bytes
   std::string note;
+  std::optional<int64_t> end_token;  // the one id that ends a document in the run's data, if any
 };
 
 // The config files of the checkpoint the run started from (model.init_from): the run's own copy
@@ -119,9 +120,26 @@ void hf_tokenizer_files(const OpenedRun& run, const std::string& tokenizer_json,
   if (!chat_template.empty()) use_chat_template(chat_template, e);
 }
 
+// The token that ends a document in the run's data: the dataset's separator where it is one id
+// (a SentencePiece model's </s>, a Hugging Face tokenizer's end-of-text); for builtin:arith the
+// newline that ends each problem (where `frugal sample` stops). Byte-level text has none: its
+// documents end with two newlines, which no one id can say.
+std::optional<int64_t> document_end_token(const OpenedRun& run, const TokenizerFiles& t) {
+  if (run.config.data.source.kind == DataSource::Kind::kArith) return '\n';
+  std::error_code ec;
+  const fs::path manifest = fs::path(t.dir) / "manifest.json";
+  if (t.dir.empty() || !fs::is_regular_file(manifest, ec)) return std::nullopt;
+  const json m = json::parse(read_small_file(manifest.string()), nullptr, false);
+  const json tok = m.is_object() ? m.value("tokenizer", json()) : json();
+  const json sep = tok.is_object() ? tok.value("separator", json()) : json();
+  if (sep.is_array() && sep.size() == 1 && sep[0].is_number_integer()) return sep[0].get<int64_t>();
+  return std::nullopt;
+}
+
 ExportedTokenizer export_tokenizer(const OpenedRun& run) {
   const TokenizerFiles t = run_tokenizer_files(run);
   ExportedTokenizer e;
+  e.end_token = document_end_token(run, t);
   if (t.name == "bytes") {
     e.note =
         "byte-level: the token ids are the UTF-8 bytes of the text (ids = list(text.encode()), "
@@ -139,8 +157,9 @@ ExportedTokenizer export_tokenizer(const OpenedRun& run) {
   return e;
 }
 
-// generation_config.json: the source checkpoint's, else the token ids config.json names.
-std::optional<std::string> generation_config(const OpenedRun& run, const json& config) {
+// generation_config.json: the source checkpoint's, else the token ids config.json names (none for
+// a byte-level text run: generate() then runs to max_new_tokens, as `frugal sample` does).
+std::string generation_config(const OpenedRun& run, const json& config) {
   const auto src = source_dir(run);
   std::error_code ec;
   if (src && fs::is_regular_file(*src / "generation_config.json", ec))
@@ -148,7 +167,6 @@ std::optional<std::string> generation_config(const OpenedRun& run, const json& c
   json g{{"_from_model_config", true}};
   for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
     if (config.contains(k) && !config[k].is_null()) g[k] = config[k];
-  if (g.size() == 1) return std::nullopt;
   return g.dump(2) + "\n";
 }
 
@@ -274,8 +292,11 @@ int run_export(const ExportArgs& a) {
   const std::optional<json> source = source_config(run);
   json config = family.hf_config(c.model, source ? &*source : nullptr);
   config["torch_dtype"] = a.dtype == "bf16" ? "bfloat16" : a.dtype == "fp16" ? "float16" : "float32";
+  // A run from random weights has no checkpoint's eos: the id that ends its documents is one.
+  if (tok.end_token && (!config.contains("eos_token_id") || config["eos_token_id"].is_null()))
+    config["eos_token_id"] = *tok.end_token;
   std::map<std::string, std::string> extra = tok.files;
-  if (const auto g = generation_config(run, config)) extra["generation_config.json"] = *g;
+  extra["generation_config.json"] = generation_config(run, config);
   const NamedTensors params = exported_parameters(*model, c, weights);
   NamedTensors tensors = to_hf_tensors(params, family.hf_layout(c.model), dtype);
   std::string positions;
@@ -314,8 +335,8 @@ void add_export_command(CLI::App& app, Run* run) {
   cmd->add_option("-o,--out", args->out, "directory to write; must not exist (written whole or not at all)")
       ->required();
   cmd->add_option("--weights", args->weights,
-                  "a weights file or a checkpoint directory (default RUN_DIR/final/model.safetensors, else the newest "
-                  "sound checkpoint's)");
+                  "a weights file or a checkpoint directory, whose files must match the checksums in its state.json "
+                  "(default RUN_DIR/final/model.safetensors, else the newest sound checkpoint's)");
   cmd->add_option("--dtype", args->dtype, "dtype of the written weights (not with --adapter: fp32, as PEFT saves it)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();

@@ -19,7 +19,9 @@ void add_report_commands(CLI::App& app, Run* run) {
   report->add_option("run_dir", *dir, "run directory, e.g. runs/demo")->required()->check(CLI::ExistingDirectory);
   report->callback([dir, run] {
     *run = [dir] {
-      fmt::print("wrote {}\n", write_report(*dir));
+      std::string note;
+      fmt::print("wrote {}\n", write_report(*dir, &note));
+      if (!note.empty()) fmt::print(stderr, "frugal report: note: {}\n", note);
       return 0;
     };
   });

@@ -41,12 +41,15 @@ struct SampleArgs {
   bool json = false;
 };
 
+// --prompt and --stop as typed: \n is a newline, \t a tab, \\ one backslash; any other backslash
+// (\x41, a trailing one) is kept as it stands.
 std::string unescape(const std::string& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 1 < s.size()) {
-      char n = s[++i];
-      out += n == 'n' ? '\n' : n == 't' ? '\t' : n;
+    const char n = s[i] == '\\' && i + 1 < s.size() ? s[i + 1] : '\0';
+    if (n == 'n' || n == 't' || n == '\\') {
+      out += n == 'n' ? '\n' : n == 't' ? '\t' : '\\';
+      ++i;
     } else {
       out += s[i];
     }
@@ -96,6 +99,14 @@ int run_sample(const SampleArgs& a) {
   if (encoded.empty() && a.prompt == SampleArgs().prompt) encoded = tokenizer->separator();
   if (encoded.empty()) throw ConfigError(fmt::format("--prompt '{}' encodes to no tokens", a.prompt));
   const std::vector<int64_t> tokens(encoded.begin(), encoded.end());
+  // A prompt longer than the context: generate() reads only its newest tokens; say so.
+  const int64_t prompt_size = static_cast<int64_t>(tokens.size());
+  const int64_t used = model->prompt_tokens_used(prompt_size);
+  if (used < prompt_size)
+    fmt::print(stderr,
+               "frugal sample: the prompt is {} tokens but the model's context is model.block = {} ({}); only its "
+               "last {} tokens are used, the first {} are dropped. Shorten the prompt to {} tokens or fewer\n",
+               prompt_size, c.model.block, cfg, used, prompt_size - used, c.model.block);
   // Without --stop: the arithmetic demo's lines are one problem each (stop at the newline); other
   // data is prose, which runs to the end of its document (the dataset's separator token) or
   // --max-tokens.
@@ -116,9 +127,13 @@ int run_sample(const SampleArgs& a) {
   const std::vector<int32_t> ids(out.begin(), out.end());
   const std::string text = cut_at(tokenizer->decode(ids, work), stop);
   if (a.json) {
-    nlohmann::json j{{"weights", weights}, {"tokenizer", tokenizer->name()},
-                     {"prompt", prompt},   {"prompt_tokens", encoded},
-                     {"tokens", ids},      {"text", text}};
+    nlohmann::json j{{"weights", weights},
+                     {"tokenizer", tokenizer->name()},
+                     {"prompt", prompt},
+                     {"prompt_tokens", encoded},
+                     {"prompt_tokens_used", used},
+                     {"tokens", ids},
+                     {"text", text}};
     fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     return 0;
   }
@@ -136,7 +151,10 @@ void add_sample_command(CLI::App& app, Run* run) {
       "was trained with (bytes, or its dataset's SentencePiece model or Hugging Face tokenizer.json). Without "
       "final/ it uses the newest sound checkpoint.");
   cmd->add_option("run_dir", args->run_dir, "run directory, e.g. runs/demo")->required()->check(CLI::ExistingDirectory);
-  cmd->add_option("-p,--prompt", args->prompt, "prompt text; \\n and \\t are unescaped")->capture_default_str();
+  cmd->add_option("-p,--prompt", args->prompt,
+                  "prompt text; \\n becomes a newline, \\t a tab and \\\\ one backslash; any other backslash is kept "
+                  "as typed (\\x41 stays \\x41)")
+      ->capture_default_str();
   cmd->add_option("-n,--max-tokens", args->max_tokens, "tokens to generate at most")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
@@ -148,12 +166,14 @@ void add_sample_command(CLI::App& app, Run* run) {
                                "stop after generating this text ('' = never; with SentencePiece or a Hugging Face "
                                "tokenizer the text is cut there). Default: a newline for builtin:arith runs (one "
                                "problem per line); for other data, the end of a document (the dataset's separator "
-                               "token)");
+                               "token). Escapes as in --prompt");
   cmd->add_option("--weights", args->weights,
-                  "a weights file or a checkpoint directory (default RUN_DIR/final/model.safetensors, else the newest "
-                  "sound checkpoint's)");
+                  "a weights file or a checkpoint directory, whose files must match the checksums in its state.json "
+                  "(default RUN_DIR/final/model.safetensors, else the newest sound checkpoint's)");
   cmd->add_flag("--json", args->json,
-                "print one JSON object: weights, tokenizer, prompt, prompt_tokens, tokens (generated) and text");
+                "print one JSON object: weights, tokenizer, prompt, prompt_tokens, prompt_tokens_used (how many of "
+                "prompt_tokens, from the end, the model read: all of them when they fit model.block, else the last "
+                "block/2; a warning on stderr says so), tokens (generated) and text");
   cmd->callback([args, run, stop] {
     args->stop_given = stop->count() > 0;
     *run = [args] { return run_sample(*args); };

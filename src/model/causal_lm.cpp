@@ -162,7 +162,8 @@ std::vector<int64_t> CausalLmImpl::generate(const std::vector<int64_t>& prompt, 
     cached = 0;
     return feed(start);
   };
-  at::Tensor logits = static_cast<int64_t>(tokens.size()) > config_.block ? restart() : feed(0);
+  const int64_t prompt_size = static_cast<int64_t>(tokens.size());
+  at::Tensor logits = prompt_tokens_used(prompt_size) < prompt_size ? restart() : feed(0);
   for (int64_t i = 0; i < max_new; ++i) {
     int64_t next;
     if (temperature <= 0) {
@@ -178,6 +179,11 @@ std::vector<int64_t> CausalLmImpl::generate(const std::vector<int64_t>& prompt, 
   }
   if (was_training) train();
   return out;
+}
+
+int64_t CausalLmImpl::prompt_tokens_used(int64_t prompt_tokens) const {
+  // restart() keeps tokens from max(0, size - block/2): the newest block/2 of them.
+  return prompt_tokens > config_.block ? std::min(prompt_tokens, config_.block / 2) : prompt_tokens;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> CausalLmImpl::named_parameter_list() const {

@@ -1,12 +1,10 @@
-// The HTML run report and run comparison; see report.h.
+// The HTML run report; see report.h (the run comparison is compare.cpp).
 #include "frugal/monitor/report.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -15,13 +13,15 @@
 
 #include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
-#include "frugal/core/config_loader.h"
 #include "frugal/core/errors.h"
-#include "frugal/data/token_dataset.h"
 #include "frugal/monitor/levers.h"
 #include "frugal/monitor/svg_chart.h"
+#include "monitor/internal/run_files.h"
 
 namespace frugal {
+using detail::get;
+using detail::read_json;
+using detail::with_commas;
 
 std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
   if (!std::isfinite(lo) || !std::isfinite(hi)) lo = 0, hi = 1;
@@ -48,14 +48,31 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
   }
 }
 
-namespace {
-int decimals_for(double magnitude, int significant) {
-  return std::clamp(significant - 1 - static_cast<int>(std::floor(std::log10(magnitude))), 0, 9);
-}
+namespace detail {
 std::string with_commas(double x) {
   std::string digits = fmt::format("{:.0f}", std::fabs(x));
   for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(static_cast<size_t>(i), ",");
   return (x < 0 ? "-" : "") + digits;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  try {
+    return nlohmann::json::parse(read_small_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(fmt::format("{} is not valid JSON: {}", path, e.what()));
+  } catch (const IoError& e) {
+    throw DataError(fmt::format("{} (is this a finished run directory?)", e.what()));
+  }
+}
+
+double get(const nlohmann::json& j, const char* k) {
+  return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN;
+}
+}  // namespace detail
+
+namespace {
+int decimals_for(double magnitude, int significant) {
+  return std::clamp(significant - 1 - static_cast<int>(std::floor(std::log10(magnitude))), 0, 9);
 }
 }  // namespace
 
@@ -94,17 +111,10 @@ using chart::stacked_chart;
 std::string esc(const std::string& s) { return chart::escape(s); }
 std::string num(double x) { return format_figure(x); }
 
-Json read_json(const std::string& path) {
-  try {
-    return Json::parse(read_small_file(path));
-  } catch (const Json::exception& e) {
-    throw DataError(fmt::format("{} is not valid JSON: {}", path, e.what()));
-  } catch (const IoError& e) {
-    throw DataError(fmt::format("{} (is this a finished run directory?)", e.what()));
-  }
-}
-
-std::vector<Json> read_jsonl(const std::string& path) {
+// metrics.jsonl's lines. A last line that ends without its newline and does not parse is what a
+// kill mid-write leaves: it is left out, and `torn` says so; any other line that does not parse
+// is a DataError naming it.
+std::vector<Json> read_jsonl(const std::string& path, std::string& torn) {
   std::string text;
   try {
     text = read_file(path);  // a regular file only: a FIFO put there would hang an ifstream
@@ -121,13 +131,18 @@ std::vector<Json> read_jsonl(const std::string& path) {
     try {
       out.push_back(Json::parse(line));
     } catch (const Json::exception&) {
+      if (in.eof()) {  // the last line, and no newline after it
+        torn = fmt::format(
+            "{}:{}, its last line, is cut short (no newline: the run was stopped while writing it); "
+            "left out",
+            path, n);
+        break;
+      }
       throw DataError(fmt::format("{}:{} is not a JSON object", path, n));
     }
   }
   return out;
 }
-
-double get(const Json& j, const char* k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : NAN; }
 
 std::string fact_rows(const Json& s) {
   std::string rows;
@@ -298,6 +313,7 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
       opt.refresh_s > 0 ? " live" : "", opt.refresh_s > 0 ? "state" : "stop reason",
       esc(summary.value("stop_reason", "?")), summary.value("steps", 0), summary.value("tokens", 0),
       num(get(summary, "wall_s")), num(get(summary, "tokens_per_s")));
+  if (!opt.note.empty()) html += "<p class='note' id='report-note'>note: " + esc(opt.note) + "</p>";
   html += headline(summary);
   if (summary.contains("model")) {
     // train.freeze: how many of them train, and what the optimizer keeps for them.
@@ -341,145 +357,20 @@ std::string render_report_html(const Json& summary, const std::vector<Json>& lin
   return html;
 }
 
-std::string render_report(const std::string& run_dir) {
+std::string render_report(const std::string& run_dir, std::string* note) {
   Json summary = read_json(RunDir(run_dir).summary());
   if (!summary.contains("run_name")) summary["run_name"] = run_dir;
   ReportPageOptions o;
   if (std::filesystem::exists(RunDir(run_dir).config())) o.config_toml = read_small_file(RunDir(run_dir).config());
-  return render_report_html(summary, read_jsonl(RunDir(run_dir).metrics()), o);
+  const std::vector<Json> lines = read_jsonl(RunDir(run_dir).metrics(), o.note);
+  if (note) *note = o.note;
+  return render_report_html(summary, lines, o);
 }
 
-std::string write_report(const std::string& run_dir) {
+std::string write_report(const std::string& run_dir, std::string* note) {
   const std::string path = RunDir(run_dir).report();
-  write_file_atomic(path, render_report(run_dir));
+  write_file_atomic(path, render_report(run_dir, note));
   return path;
-}
-
-namespace {
-// The tokenizer behind a run's per-token losses: a token dataset's (its manifest), bytes for
-// the text and arithmetic sources, none for record datasets (losses per sample).
-std::string run_tokenizer(const Config& c) {
-  const DataSource& src = c.data.source;
-  if (src.kind == DataSource::Kind::kRecords) return "none (records)";
-  if (src.kind == DataSource::Kind::kShards) {
-    const auto t = manifest_tokenizer(src.path);
-    return t ? fmt::format("{} ({} symbols)", t->name, t->vocab) : "unknown (" + to_string(src) + ")";
-  }
-  return "bytes (256 symbols)";
-}
-
-// The keys whose resolved values differ, as shown (run.name and run.out_dir aside). A
-// train.global_batch of 0 ("data.micro_batch x train.accum x processes") against the number it
-// came to is no difference: the summaries' global batch, what the runs trained with, decides.
-std::vector<std::array<std::string, 3>> config_differences(const Config& ca, const Config& cb, const Json& a,
-                                                           const Json& b) {
-  std::vector<std::array<std::string, 3>> out;
-  for (const auto& k : config_schema()) {
-    if (k.key == "run.name" || k.key == "run.out_dir") continue;
-    if (k.key == "train.global_batch" && a.contains("global_batch") &&
-        a.value("global_batch", Json()) == b.value("global_batch", Json()))
-      continue;
-    const std::string x = format_value_shown(k, ca), y = format_value_shown(k, cb);
-    if (x != y) out.push_back({k.key, x, y});
-  }
-  return out;
-}
-
-std::optional<ResolvedConfig> run_config(const std::string& dir) {
-  const std::string path = RunDir(dir).config();
-  if (!std::filesystem::exists(path)) return std::nullopt;
-  return resolve_config(path, {}, {});
-}
-}  // namespace
-
-namespace {
-constexpr const char* kCompareFigures[] = {
-    "tokens_per_s", "wall_s", "cost_usd", "kg_co2", "final_val_loss", "best_val_loss", "final_train_loss",
-    "answer_accuracy", "peak_tensor_mb", "peak_rss_mb", "steps",
-    // train.target_loss: what reaching it took (rows appear when either run set a target)
-    "tokens_to_target", "wall_s_to_target", "usd_to_target", "kwh_to_target"};
-constexpr const char* kCompareLabels[] = {"precision", "activation_checkpointing", "stop_reason"};
-}  // namespace
-
-Json compare_runs_json(const std::string& a_dir, const std::string& b_dir) {
-  Json a = read_json(RunDir(a_dir).summary()), b = read_json(RunDir(b_dir).summary());
-  Json out = {{"a", {{"run_dir", a_dir}, {"run_name", a.value("run_name", "")}}},
-              {"b", {{"run_dir", b_dir}, {"run_name", b.value("run_name", "")}}}};
-  auto value = [](double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); };
-  for (const char* k : kCompareFigures) {
-    const double x = get(a, k), y = get(b, k);
-    out["figures"][k] = {{"a", value(x)},
-                         {"b", value(y)},
-                         {"b_over_a", std::isfinite(x) && x != 0 && std::isfinite(y) ? Json(y / x) : Json(nullptr)}};
-  }
-  for (const char* k : kCompareLabels) out["labels"][k] = {{"a", a.value(k, "")}, {"b", b.value(k, "")}};
-  out["labels"]["model"] = {{"a", a.value("model", "")}, {"b", b.value("model", "")}};
-  for (const char* k : {"optimizer", "schedule"})
-    out["labels"][k] = {{"a", lever_label(a.value("levers", Json()), k)},
-                        {"b", lever_label(b.value("levers", Json()), k)}};
-  out["config_differences"] = Json::object();
-  const auto ca = run_config(a_dir), cb = run_config(b_dir);
-  if (ca && cb) {
-    for (const auto& [key, x, y] : config_differences(ca->config, cb->config, a, b))
-      out["config_differences"][key] = {{"a", x}, {"b", y}};
-    out["tokenizers_differ"] = run_tokenizer(ca->config) != run_tokenizer(cb->config);
-  }
-  return out;
-}
-
-std::string compare_runs(const std::string& a_dir, const std::string& b_dir) {
-  Json a = read_json(RunDir(a_dir).summary()), b = read_json(RunDir(b_dir).summary());
-  std::string out =
-      fmt::format("{:<24} {:>16} {:>16} {:>10}\n", "", a.value("run_name", "A"), b.value("run_name", "B"), "B / A");
-  auto row = [&](const char* k) {
-    double x = get(a, k), y = get(b, k);
-    if (!std::isfinite(x) && !std::isfinite(y)) return;
-    // A count is a whole number ("steps 60", not "60.0").
-    const bool count = std::string(k) == "steps" || std::string(k) == "tokens_to_target";
-    auto shown = [&](double v) { return count && std::isfinite(v) ? with_commas(v) : num(v); };
-    // wall_s_to_target is billed time (every session, start-ups included), not the run's wall_s.
-    const std::string label = std::string(k) == "wall_s_to_target" ? "billed_s_to_target" : k;
-    out += fmt::format("{:<24} {:>16} {:>16} {:>10}\n", label, shown(x), shown(y),
-                       std::isfinite(x) && x != 0 && std::isfinite(y) ? fmt::format("{:.3f}", y / x) : "-");
-  };
-  for (const char* k : kCompareFigures) row(k);
-  for (const char* k : kCompareLabels)
-    out += fmt::format("{:<24} {:>16} {:>16}\n", k, a.value(k, "-"), b.value(k, "-"));
-  for (const char* k : {"optimizer", "schedule"})
-    out += fmt::format("{:<24} {:>16} {:>16}\n", k, lever_label(a.value("levers", Json()), k),
-                       lever_label(b.value("levers", Json()), k));
-  if (a.contains("model") || b.contains("model"))
-    out += fmt::format("model  A: {}\n       B: {}\n", a.value("model", "-"), b.value("model", "-"));
-  // The verdict: where both reached their target, the time and money to it decide (a run that
-  // trains slower per token may still get there first); otherwise the training speed.
-  const double sa = get(a, "tokens_per_s"), sb = get(b, "tokens_per_s");
-  const double to_a = get(a, "wall_s_to_target"), to_b = get(b, "wall_s_to_target");
-  const double ua = get(a, "usd_to_target"), ub = get(b, "usd_to_target");
-  if (to_a > 0 && to_b > 0) {
-    out += fmt::format("\nB reaches the target in {:.2f}x A's billed time{}{}.\n", to_b / to_a,
-                       ua > 0 && ub > 0 ? fmt::format(" and {:.2f}x A's cost", ub / ua) : "",
-                       sa > 0 && sb > 0 ? fmt::format(" (per token it trains {:.2f}x A's speed)", sb / sa) : "");
-  } else if (sa > 0 && sb > 0) {
-    out += fmt::format("\nB trains {:.2f}x {} than A (tokens/s).\n", sb >= sa ? sb / sa : sa / sb,
-                       sb >= sa ? "faster" : "slower");
-  }
-  // What was changed between the two (their resolved config.toml), and whether their losses can
-  // be compared at all.
-  const auto ca = run_config(a_dir), cb = run_config(b_dir);
-  if (ca && cb) {
-    std::string diff;
-    for (const auto& [key, x, y] : config_differences(ca->config, cb->config, a, b))
-      diff += fmt::format("  {:<30} {:>20} {:>20}\n", key, x, y);
-    out += diff.empty() ? "\nconfig: the same (run.name and run.out_dir aside)\n"
-                        : "\nconfig differences (A, B):\n" + diff;
-    const std::string ta = run_tokenizer(ca->config), tb = run_tokenizer(cb->config);
-    if (ta != tb)
-      out += fmt::format(
-          "\nwarning: A's tokenizer is {}, B's is {}: losses per token are not comparable between "
-          "them (a token is a different amount of text); compare speeds and costs only\n",
-          ta, tb);
-  }
-  return out;
 }
 
 }  // namespace frugal

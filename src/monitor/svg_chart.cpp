@@ -207,7 +207,8 @@ h1{font-size:20px}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px
 table{border-collapse:collapse}th,td{padding:2px 10px;text-align:left;border-bottom:1px solid #eee}
 #headline{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0}.card{border:1px solid #ddd;padding:6px 12px;min-width:110px}
 .card .label{font-size:11px;color:#666}.card .figure{font-size:20px;font-weight:600}.card .unit{font-size:11px;color:#666}
-.stop{padding:8px;background:#f4f4f4;border-left:4px solid #1f77b4}.live{border-left-color:#2ca02c})";
+.stop{padding:8px;background:#f4f4f4;border-left:4px solid #1f77b4}.live{border-left-color:#2ca02c}
+.note{padding:8px;background:#fff4e5;border-left:4px solid #ff7f0e})";
 }
 
 }  // namespace frugal::chart

@@ -45,15 +45,15 @@ std::string run_weights(const std::string& run_dir, const char* command) {
   const RunDir dir(run_dir);
   if (fs::is_regular_file(dir.final_weights())) return dir.final_weights();
   const std::string root = dir.checkpoints();
-  std::string problems;
+  std::string problems;  // each newer checkpoint passed over and why, for the note or the error
   if (fs::is_directory(root)) {
     auto list = list_checkpoints(root);
     std::sort(list.begin(), list.end(), [](const auto& x, const auto& y) { return x.step > y.step; });
     for (const auto& ck : list) {
       const std::string why = ck.complete ? verify_checkpoint(ck.path) : "incomplete";
       if (why.empty()) {
-        fmt::print(stderr, "frugal {}: {} has no final/ weights; using the newest sound checkpoint, step {}\n", command,
-                   run_dir, ck.step);
+        fmt::print(stderr, "frugal {}: {} has no final/ weights; using the newest sound checkpoint, step {}{}\n",
+                   command, run_dir, ck.step, problems.empty() ? "" : "; skipped " + problems.substr(2));
         return weights_in(ck.path);
       }
       problems += fmt::format("; {}: {}", ck.path, why);
@@ -69,13 +69,17 @@ std::string named_weights(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) return path;
   if (fs::is_directory(path, ec)) {
+    // A checkpoint (it has a state.json): its files' sizes and checksums are checked first, its
+    // weights in one file or in shards alike; final/ has no state.json and no checksums.
+    if (fs::is_regular_file(fs::path(path) / "state.json", ec))
+      if (const std::string why = verify_checkpoint(path); !why.empty())
+        throw ConfigError(
+            fmt::format("--weights {} is not a sound checkpoint: {}; pass another checkpoint (an "
+                        "older one under RUN_DIR/checkpoints) or RUN_DIR/final",
+                        path, why));
     const std::string inside = weights_in(path);
     if (fs::is_regular_file(inside, ec)) return inside;
-    if (inside == path) {  // a checkpoint of several processes: its weights in shards, checked first
-      if (const std::string why = verify_checkpoint(path); !why.empty())
-        throw ConfigError(fmt::format("--weights {} is not a sound checkpoint: {}", path, why));
-      return path;
-    }
+    if (inside == path) return path;  // a checkpoint of several processes: its weights in shards
     throw ConfigError(
         fmt::format("--weights {} is a directory without model.safetensors; pass a .safetensors file "
                     "or a checkpoint directory (RUN_DIR/checkpoints/step-NNNNNNNN)",

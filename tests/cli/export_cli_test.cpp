@@ -155,5 +155,33 @@ TEST(ExportCli, AMergedExportWithoutItsBaseMergesOntoTheRunsOwnCopies) {
   }
 }
 
+// Every GPT-2 export has a generation_config.json. A run from random weights takes its eos from
+// what ends its documents: builtin:arith's newline (one problem a line), in config.json too;
+// byte-level text has no one such id, and the file names none.
+TEST(ExportCli, AGpt2ExportWritesAGenerationConfigWithTheRunsEndToken) {
+  test::TempDir dir;
+  test::write_text(dir.file("text.txt"), std::string(4000, 'a') + "\n\nsome text\n");
+  for (const std::string& data : {std::string("builtin:arith"), "text:" + dir.file("text.txt")}) {
+    const std::string name = data == "builtin:arith" ? "arith" : "text";
+    auto r = test::run_frugal("train --quiet" + test::tiny_sets(dir.path()) + " --set run.name=" + name +
+                              " --set train.steps=2 --set train.eval_every=0 --set data.source=" + data);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = test::run_frugal("export " + dir.file(name) + " --out " + dir.file(name + "-hf"));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("generation_config.json"), std::string::npos) << r.output;  // in the files listed
+    ASSERT_TRUE(fs::is_regular_file(dir.file(name + "-hf/generation_config.json"))) << name;
+    const json g = json::parse(test::read_text(dir.file(name + "-hf/generation_config.json")));
+    const json cfg = json::parse(test::read_text(dir.file(name + "-hf/config.json")));
+    EXPECT_EQ(cfg["model_type"], "gpt2");
+    if (name == "arith") {
+      EXPECT_EQ(g["eos_token_id"], 10) << g.dump();
+      EXPECT_EQ(cfg["eos_token_id"], 10) << cfg.dump();
+    } else {
+      EXPECT_FALSE(g.contains("eos_token_id")) << g.dump();
+      EXPECT_TRUE(cfg["eos_token_id"].is_null()) << cfg.dump();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace frugal::export_cli_test

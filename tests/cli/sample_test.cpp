@@ -138,6 +138,21 @@ TEST(Sample, WithoutFinalWeightsTheNewestSoundCheckpointIsUsed) {
   EXPECT_EQ(sample_json(r.output)["weights"], dir.file("demo/checkpoints/step-00000003/model.safetensors"));
   EXPECT_EQ(sample_json(r.output)["tokenizer"], "bytes");
   EXPECT_NE(r.output.find("newest sound checkpoint, step 3"), std::string::npos) << r.output;
+  // The note names the newer checkpoint it skipped and why.
+  EXPECT_NE(r.output.find("skipped " + dir.file("demo/checkpoints/step-00000006") + ": " + newest), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("does not match state.json's"), std::string::npos) << r.output;
+  // The damaged checkpoint named with --weights is refused, by sample and export alike, naming the
+  // file whose checksum is wrong.
+  for (const char* command : {"sample '{}' --weights '{}' --prompt '1+2=' --max-tokens 3",
+                              "export '{}' --weights '{}' --out '{}/hf-corrupt'"}) {
+    auto corrupt = test::run_frugal(
+        fmt::format(fmt::runtime(command), dir.file("demo"), dir.file("demo/checkpoints/step-00000006"), dir.path()));
+    EXPECT_EQ(corrupt.exit_code, 2) << command << "\n" << corrupt.output;
+    EXPECT_NE(corrupt.output.find("is not a sound checkpoint: " + newest), std::string::npos) << corrupt.output;
+    EXPECT_NE(corrupt.output.find("does not match state.json's"), std::string::npos) << corrupt.output;
+  }
+  EXPECT_FALSE(fs::exists(dir.file("hf-corrupt/model.safetensors")));
   // --weights takes a checkpoint directory as well as a file; a directory without weights is named.
   auto named = test::run_frugal(fmt::format("sample '{}' --weights '{}' --prompt '1+2=' --max-tokens 3 --json",
                                             dir.file("demo"), dir.file("demo/checkpoints/step-00000003")));
@@ -152,6 +167,42 @@ TEST(Sample, WithoutFinalWeightsTheNewestSoundCheckpointIsUsed) {
   auto none = test::run_frugal(fmt::format("sample '{}' --prompt '1+2='", dir.file("demo")));
   EXPECT_EQ(none.exit_code, 2) << none.output;
   EXPECT_NE(none.output.find("no weights in"), std::string::npos) << none.output;
+}
+
+TEST(Sample, APromptLongerThanTheContextSaysHowMuchOfItIsUsed) {
+  test::TempDir dir;
+  auto train = test::run_frugal("train" + train_sets(dir.path(), "builtin:arith"));
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  // 40 byte tokens into a context of model.block = 16: generate() reads the last 8 (block/2).
+  const std::string prompt = "1+2=3\\n4+5=9\\n1+1=2\\n3+3=6\\n7+1=8\\n2+2=4\\n1+3=";
+  auto r = test::run_frugal(fmt::format("sample '{}' --prompt '{}' --max-tokens 2 --json", dir.file("demo"), prompt));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = sample_json(r.output);
+  ASSERT_EQ(j["prompt_tokens"].size(), 40u) << r.output;
+  EXPECT_EQ(j["prompt_tokens_used"], 8) << r.output;
+  EXPECT_NE(r.output.find("the prompt is 40 tokens but the model's context is model.block = 16"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("only its last 8 tokens are used, the first 32 are dropped"), std::string::npos) << r.output;
+  // A prompt that fits is read whole, without a warning.
+  auto fits = test::run_frugal(fmt::format("sample '{}' --prompt '1+2=' --max-tokens 2 --json", dir.file("demo")));
+  ASSERT_EQ(fits.exit_code, 0) << fits.output;
+  EXPECT_EQ(sample_json(fits.output)["prompt_tokens_used"], 4) << fits.output;
+  EXPECT_EQ(fits.output.find("model.block"), std::string::npos) << fits.output;
+}
+
+TEST(Sample, APromptKeepsTheBackslashOfAnEscapeItDoesNotKnow) {
+  test::TempDir dir;
+  auto train = test::run_frugal("train" + train_sets(dir.path(), "builtin:arith"));
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  // Typed (inside the shell's single quotes): a\x41\\b\tc\ -- \x41 kept, \\ one backslash, \t a
+  // tab, a trailing backslash kept.
+  auto r =
+      test::run_frugal(fmt::format("sample '{}' --prompt 'a\\x41\\\\b\\tc\\' --max-tokens 1 --json", dir.file("demo")));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = sample_json(r.output);
+  const std::string expected = "a\\x41\\b\tc\\";
+  EXPECT_EQ(j["prompt"], expected) << r.output;
+  EXPECT_EQ(j["prompt_tokens"].get<std::vector<int32_t>>(), std::vector<int32_t>(expected.begin(), expected.end()));
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
    the old tensor names (no "transformer." prefix, attention mask buffers), as the original gpt2
    checkpoint on the hub has them.
 2. Export: a short frugal run, `frugal export` -> GPT2LMHeadModel.from_pretrained -> the same
-   logits as frugal's for the run's final weights (1e-4); a bf16 export loads as bf16.
+   logits as frugal's for the run's final weights (1e-4); its generation_config.json loads
+   (GenerationConfig); a bf16 export loads as bf16.
 3. Fine-tuning: transformers trains a model on a text until its loss is well below chance, saves
    it; `frugal train` with model.init_from = "hf:DIR" (lower learning rate, early stopping)
    starts at that loss, not at chance like a run from random weights, and finishes; its exported
@@ -34,7 +35,7 @@ from interop_common import Check
 try:
     import torch
     from safetensors.torch import load_file, save_file
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 except ImportError as e:
     print(f"skipped: {e} (scripts/install-deps.sh installs it)")
     sys.exit(77)
@@ -143,6 +144,12 @@ def check_export(frugal, helper, tmp, tokens):
     model = GPT2LMHeadModel.from_pretrained(out)
     if model.config.n_layer != 2 or model.config.vocab_size != 300 or model.config.activation_function != "gelu":
         fail(f"the exported config.json reads back as {model.config.to_dict()}")
+    # generation_config.json is written and loads; byte-level text has no one end-of-document id.
+    if "generation_config.json" not in info["files"]:
+        fail(f"the export wrote {info['files']}, no generation_config.json")
+    gen = GenerationConfig.from_pretrained(out)
+    if gen.eos_token_id is not None or model.generation_config.eos_token_id is not None:
+        fail(f"the byte-level run's generation_config.json names eos_token_id {gen.eos_token_id}")
     if sum(p.numel() for p in model.parameters()) != info["parameters"]:
         fail(f"transformers counts {sum(p.numel() for p in model.parameters())} parameters, frugal {info['parameters']}")
     ref, got = hf_logits(model, tokens), frugal_logits(helper, tmp, tokens, run_dir=run_dir)

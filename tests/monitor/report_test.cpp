@@ -241,5 +241,62 @@ TEST(Report, CompareListsTheConfigDifferencesAndWarnsAboutDifferentTokenizers) {
   EXPECT_NE(compare_runs(a.path(), b.path()).find("train.global_batch"), std::string::npos);
 }
 
+// compare --json gives each differing config value as JSON (a string without TOML's quotes, a
+// number, a boolean); the text table keeps the TOML spelling.
+TEST(Report, CompareJsonGivesConfigDifferencesAsJsonValues) {
+  test::TempDir a, b;
+  for (const auto* d : {&a, &b}) test::write_text(d->file("summary.json"), R"({"run_name":"r","tokens_per_s":100.0})");
+  test::write_text(
+      a.file("config.toml"),
+      resolve_config("", {"train.lr=0.001", "train.steps=100", "precision.mode=fp32", "run.deterministic=false"}, {})
+          .to_toml());
+  test::write_text(
+      b.file("config.toml"),
+      resolve_config("", {"train.lr=0.003", "train.steps=200", "precision.mode=auto", "run.deterministic=true"}, {})
+          .to_toml());
+  auto cli = test::run_frugal("compare " + a.path() + " " + b.path() + " --json");
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  const nlohmann::json d = nlohmann::json::parse(cli.output)["config_differences"];
+  EXPECT_EQ(d["precision.mode"], (nlohmann::json{{"a", "fp32"}, {"b", "auto"}})) << d;
+  EXPECT_EQ(d["train.lr"], (nlohmann::json{{"a", 0.001}, {"b", 0.003}})) << d;
+  EXPECT_TRUE(d["train.steps"]["a"].is_number_integer()) << d;
+  EXPECT_EQ(d["train.steps"], (nlohmann::json{{"a", 100}, {"b", 200}})) << d;
+  EXPECT_EQ(d["run.deterministic"], (nlohmann::json{{"a", false}, {"b", true}})) << d;
+  const std::string text = compare_runs(a.path(), b.path());
+  EXPECT_NE(text.find("'fp32'"), std::string::npos) << text;
+}
+
+// A SIGKILL mid-write can leave metrics.jsonl ending in a cut-off line: the report leaves it out
+// and says so, on the page and the console. A bad line before the last, or a last line that
+// ends with its newline, is still an error naming the line.
+TEST(Report, ATornLastMetricsLineIsLeftOutWithANote) {
+  test::TempDir dir;
+  test::write_text(dir.file("summary.json"), R"({"run_name":"r","steps":2,"stop_reason":"killed"})");
+  const std::string good = R"({"event":"step","step":1,"loss":3.5})"
+                           "\n"
+                           R"({"event":"step","step":2,"loss":3.25})"
+                           "\n";
+  test::write_text(dir.file("metrics.jsonl"), good + R"({"event":"step","step":3,"lo)");
+  auto r = test::run_frugal("report " + dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("note: " + dir.file("metrics.jsonl") + ":3, its last line, is cut short"), std::string::npos)
+      << r.output;
+  const std::string html = test::read_text(dir.file("report.html"));
+  EXPECT_NE(html.find("id='report-note'"), std::string::npos);
+  EXPECT_NE(html.find("is cut short"), std::string::npos);
+  // An intact file has no note.
+  test::write_text(dir.file("metrics.jsonl"), good);
+  std::string note = "unset";
+  render_report(dir.path(), &note);
+  EXPECT_EQ(note, "");
+  for (const std::string& bad : {std::string(R"({"event":"step","lo)") + "\n" + good, good + "{\"lo\n"}) {
+    test::write_text(dir.file("metrics.jsonl"), bad);
+    auto e = test::run_frugal("report " + dir.path());
+    EXPECT_EQ(e.exit_code, 2) << e.output;
+    EXPECT_NE(e.output.find("metrics.jsonl:"), std::string::npos) << e.output;
+    EXPECT_NE(e.output.find("is not a JSON object"), std::string::npos) << e.output;
+  }
+}
+
 }  // namespace
 }  // namespace frugal::report_test

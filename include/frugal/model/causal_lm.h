@@ -70,6 +70,9 @@ class CausalLmImpl : public torch::nn::Module {
   // the newest block/2 tokens, so each token is predicted from the tokens since that restart.
   std::vector<int64_t> generate(const std::vector<int64_t>& prompt, int64_t max_new, double temperature, uint64_t seed,
                                 const std::function<bool(int64_t)>& stop = nullptr);
+  // How many tokens, from the end, of a prompt of `prompt_tokens` generate() reads: all of them
+  // when they fit one block, else the newest block/2 (the restart above).
+  int64_t prompt_tokens_used(int64_t prompt_tokens) const;
 
   // Activation checkpointing: block i drops its activations in the forward and recomputes them
   // in the backward where plan[i] is true (model/activation_checkpointing.h's checkpoint_plan).

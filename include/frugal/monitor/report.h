@@ -18,6 +18,7 @@ struct ReportPageOptions {
   int refresh_s = 0;        // > 0: the page updates itself in place every refresh_s seconds (live dashboard)
   std::string token_query;  // appended to the reload URL ("?token=..."); "" = none
   std::string config_toml;  // the run's resolved config.toml, shown folded; "" = none
+  std::string note;         // shown under the stop reason (a metrics line left out); "" = none
 };
 
 // Round tick values covering [lo, hi]: at most max_ticks of them (at least 2), a step of 1, 2 or 5
@@ -34,17 +35,21 @@ std::string format_figure(double x);
 std::string render_report_html(const nlohmann::json& summary, const std::vector<nlohmann::json>& lines,
                                const ReportPageOptions& options = {});
 
-// Renders the report of a run directory. Throws DataError if its files are missing or malformed.
-std::string render_report(const std::string& run_dir);
+// Renders the report of a run directory. Throws DataError if its files are missing or malformed,
+// naming the file (and the line of metrics.jsonl). A torn last line of metrics.jsonl (no newline:
+// a kill mid-write) is left out with a note on the page, also set in `note` when given ("" when
+// none).
+std::string render_report(const std::string& run_dir, std::string* note = nullptr);
 
-// Renders and writes <run_dir>/report.html atomically; returns its path.
-std::string write_report(const std::string& run_dir);
+// Renders and writes <run_dir>/report.html atomically; returns its path. `note` as render_report's.
+std::string write_report(const std::string& run_dir, std::string* note = nullptr);
 
 // A plain-text side-by-side comparison of two runs' summaries (speed-up, cost, final loss).
 std::string compare_runs(const std::string& run_a, const std::string& run_b);
 // The same as one JSON object (`frugal compare --json`): "a" and "b" (run directories and names),
 // "figures" ({key: {"a", "b", "b_over_a"}}, null where a run lacks a figure), "labels" ({key: {"a", "b"}}),
-// "config_differences" ({key: {"a", "b"}}, run.name and run.out_dir aside), "tokenizers_differ".
+// "config_differences" ({key: {"a", "b"}}, run.name and run.out_dir aside; each value a JSON string,
+// number or boolean, not its TOML spelling), "tokenizers_differ".
 nlohmann::json compare_runs_json(const std::string& run_a, const std::string& run_b);
 
 }  // namespace frugal

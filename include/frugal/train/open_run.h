@@ -25,9 +25,9 @@ struct OpenedRun {
 OpenedRun open_run(const std::string& run_dir);
 
 // RUN_DIR/final/model.safetensors, else the newest sound checkpoint's weights (a run that stopped
-// early; `command` names the caller in the note printed on stderr then): its model.safetensors, or
-// the checkpoint's directory when several processes wrote the weights in shards. ConfigError when neither
-// exists, naming each checkpoint's problem.
+// early; `command` names the caller in the note printed on stderr then, with each newer checkpoint
+// skipped and why): its model.safetensors, or the checkpoint's directory when several processes
+// wrote the weights in shards. ConfigError when neither exists, naming each checkpoint's problem.
 std::string run_weights(const std::string& run_dir, const char* command);
 
 // Where the run's tokenizer is: its name ("bytes", "sentencepiece", "hf"), the folder holding it
@@ -41,9 +41,10 @@ struct TokenizerFiles {
 TokenizerFiles run_tokenizer_files(const OpenedRun& run);
 
 // The weights file `--weights PATH` names: PATH itself when it is a file, PATH/model.safetensors when
-// PATH is a checkpoint or final/ directory, PATH when it is a sound checkpoint whose weights are in
-// shards; ConfigError (exit 2) saying which was expected, or why the checkpoint is not sound,
-// otherwise.
+// PATH is a checkpoint or final/ directory, PATH when it is a checkpoint whose weights are in
+// shards. A checkpoint directory (one with a state.json) must verify (verify_checkpoint: every
+// file's size and checksum). ConfigError (exit 2) saying which was expected, or why the checkpoint
+// is not sound, otherwise.
 std::string named_weights(const std::string& path);
 
 // Loads `weights` (final/'s or a checkpoint's file, or a checkpoint directory whose shards are
