@@ -137,7 +137,8 @@ std::string write_checkpoint(const std::string& root, int64_t step, const Checkp
   std::error_code ec;
   try {
     fs::create_directories(tmp, ec);
-    if (ec) throw IoError(fmt::format("cannot create checkpoint directory {}: {}", tmp.string(), ec.message()));
+    if (ec)
+      throw IoError(fmt::format("cannot create checkpoint directory {}: {}", tmp.string(), ec.message()), ec.value());
     return write_into(tmp, final_dir, root, step, data, o);
   } catch (...) {
     // A failed write (a full disk, a bad tensor) removes its own temp directory and the ranks'
@@ -221,7 +222,9 @@ std::string write_into(const fs::path& tmp, const fs::path& final_dir, const std
   // An unfinished write of this step.
   if (fs::exists(final_dir)) remove_tree_hidden_first(final_dir.string());
   fs::rename(tmp, final_dir, ec);
-  if (ec) throw IoError(fmt::format("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), ec.message()));
+  if (ec)
+    throw IoError(fmt::format("cannot rename {} to {}: {}", tmp.string(), final_dir.string(), ec.message()),
+                  ec.value());
   fsync_dir(root);
   stage(WriteStage::kRenamed);
   write_file_atomic((final_dir / kMarker).string(), marker_text(state_bytes));

@@ -38,7 +38,8 @@ std::string best_checkpoint(const std::vector<CheckpointInfo>& listing, MetricMo
   return r.empty() ? "" : r.front()->path;
 }
 
-std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listing, const RetentionPolicy& policy) {
+std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listing, const RetentionPolicy& policy,
+                                        const std::string& pinned) {
   std::vector<const CheckpointInfo*> sound;
   for (const auto& c : listing)
     if (c.complete && !c.corrupt && !c.unverified) sound.push_back(&c);
@@ -47,6 +48,7 @@ std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listi
   const int64_t newest_sound = sound.empty() ? -1 : sound.front()->step;
 
   std::set<std::string> keep;
+  if (!pinned.empty()) keep.insert(pinned);
   const int64_t keep_last = std::max<int64_t>(policy.keep_last, 1);  // rule 1 holds even for 0
   for (size_t i = 0; i < sound.size() && static_cast<int64_t>(i) < keep_last; ++i) keep.insert(sound[i]->path);
   auto best = ranked(listing, policy.mode);
@@ -150,8 +152,14 @@ std::vector<std::string> remove_stale_debris(const std::string& root, bool all) 
   return removed;
 }
 
-std::vector<std::string> apply_retention(const std::string& root, const RetentionPolicy& policy) {
+std::vector<std::string> apply_retention(const std::string& root, const RetentionPolicy& policy,
+                                         const std::string& pinned) {
   std::vector<CheckpointInfo> listing = list_checkpoints(root);  // newest first
+  // `pinned` as the listing spells it (a resume may have named it another way).
+  std::string kept;
+  std::error_code same_ec;
+  for (const auto& c : listing)
+    if (!pinned.empty() && kept.empty() && fs::equivalent(c.path, pinned, same_ec)) kept = c.path;
   // Verify the newest complete ones until keep_last sound ones are known, then the keep_best
   // candidates: only those can be kept, so only those need their files read.
   int64_t sound = 0;
@@ -165,9 +173,10 @@ std::vector<std::string> apply_retention(const std::string& root, const Retentio
     CheckpointInfo& c = listing[static_cast<size_t>(b - listing.data())];
     if (verify(c)) ++best_sound;
   }
-  std::vector<std::string> removed = plan_retention(listing, policy);
+  std::vector<std::string> removed;
   std::error_code ec;
-  for (const auto& p : removed) remove_tree_hidden_first(p, ec);
+  for (auto& p : plan_retention(listing, policy, kept))
+    if (remove_tree_hidden_first(p, ec)) removed.push_back(std::move(p));
   for (auto& p : remove_stale_debris(root)) removed.push_back(std::move(p));
   return removed;
 }

@@ -83,7 +83,9 @@ StagedShard stage_state_shard(const std::string& root, int64_t step, int64_t ran
   const fs::path dir = fs::absolute(fs::path(root), ec) /
                        fmt::format(".tmp-{}-{}-r{}s{}", checkpoint_dir_name(step), ::getpid(), rank, counter++);
   fs::create_directories(dir, ec);
-  if (ec) throw IoError(fmt::format("cannot create {} for this rank's {} shard: {}", dir.string(), kind, ec.message()));
+  if (ec)
+    throw IoError(fmt::format("cannot create {} for this rank's {} shard: {}", dir.string(), kind, ec.message()),
+                  ec.value());
   s.path = (dir / s.file).string();
   try {
     write_file_atomic(s.path, bytes);
@@ -212,7 +214,7 @@ void move_staged_shards(const std::vector<StagedShard>& shards, const std::strin
   std::error_code ec;
   for (const StagedShard& s : shards) {
     fs::rename(s.path, fs::path(dir) / s.file, ec);
-    if (ec) throw IoError(fmt::format("cannot move {} into {}: {}", s.path, dir, ec.message()));
+    if (ec) throw IoError(fmt::format("cannot move {} into {}: {}", s.path, dir, ec.message()), ec.value());
     fs::remove(fs::path(s.path).parent_path(), ec);  // its staging directory, now empty
     files[s.file] = {{"bytes", s.bytes}, {"xxh3", s.xxh3}};
   }

@@ -121,17 +121,32 @@ std::string resume_command_for(const Config& c) {
   return command + " --resume auto";
 }
 
+// How this run continues after an error the user fixes (a full disk), for the error's advice
+// (core/exit_code.h): its own resume command, or, where it writes no checkpoints, that its
+// progress is lost.
+std::string how_to_continue(const Config& c, bool distributed, const std::string& resume_command) {
+  if (!c.checkpoint.enabled)
+    return "start the run again (the same command with --overwrite): it writes no checkpoints "
+           "(checkpoint.enabled = false), so its progress is lost; set checkpoint.enabled = true to make "
+           "a run resumable";
+  return fmt::format(
+      "continue the run with {}: a checkpoint is written to a temporary file and renamed into place, so "
+      "every one it can resume from is whole",
+      distributed ? "the same launch command and --resume auto" : "`" + resume_command + "`");
+}
+
 // A run directory this invocation created, left by a failure before any step was logged or saved
 // (data that failed its checksum at the first batch, say): removed, so that the same command runs
-// again once the cause is fixed instead of finding "a run" there.
-void remove_if_nothing_trained(const std::string& root, bool created_here) {
+// again once the cause is fixed instead of finding "a run" there. Returns whether it was removed.
+bool remove_if_nothing_trained(const std::string& root, bool created_here) {
   std::error_code ec;
-  if (!created_here || !fs::is_directory(root, ec)) return;
+  if (!created_here || !fs::is_directory(root, ec)) return false;
   const RunDir dir(root);
   const bool saved = fs::exists(dir.summary(), ec) ||
                      (fs::is_directory(dir.checkpoints(), ec) && !fs::is_empty(dir.checkpoints(), ec));
-  if (saved || (fs::exists(dir.metrics(), ec) && fs::file_size(dir.metrics(), ec) > 0)) return;
+  if (saved || (fs::exists(dir.metrics(), ec) && fs::file_size(dir.metrics(), ec) > 0)) return false;
   fs::remove_all(root, ec);
+  return !ec;
 }
 
 // `frugal train`: auto-tune, smoke test and plan when the config asks, join the other ranks when
@@ -197,6 +212,7 @@ int run_train(const TrainArgs& args) {
   const std::string run_root = RunDir::of(rc.config).root();
   std::error_code ec;
   const bool fresh = env.rank == 0 && !fs::exists(run_root, ec);
+  set_how_to_continue(how_to_continue(rc.config, env.distributed(), resume_command));
   std::unique_ptr<Trainer> owned;
   nlohmann::ordered_json summary;
   try {
@@ -204,7 +220,8 @@ int run_train(const TrainArgs& args) {
     summary = owned->fit();
   } catch (...) {
     owned.reset();  // its lock released
-    remove_if_nothing_trained(run_root, fresh);
+    // Nothing left to resume: the same command starts the run (a resume would miss its config file).
+    if (remove_if_nothing_trained(run_root, fresh)) set_how_to_continue("run the same command again");
     throw;
   }
   Trainer& trainer = *owned;

@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   auto fail = [](const std::string& what, const std::exception& e) {
     Console::get().finish_status();
     std::fprintf(stderr, "frugal: %s: %s\n", error_label(e), what.c_str());
-    if (const std::string advice = error_advice(what); !advice.empty())
+    if (const std::string advice = error_advice(e); !advice.empty())
       std::fprintf(stderr, "frugal: %s\n", advice.c_str());
     return exit_status(exit_code_for(e));
   };
@@ -122,7 +122,7 @@ int main(int argc, char** argv) {
     std::string what = fmt::format("the path {} cannot be used: {}", e.path1().string(), e.code().message());
     if (!e.path2().empty()) what += fmt::format(" (with {})", e.path2().string());
     if (bad_path) what += "; check the paths in the config and on the command line";
-    return finish(bad_path ? fail(what, DataError(what)) : fail(what, IoError(what)));
+    return finish(bad_path ? fail(what, DataError(what)) : fail(what, IoError(what, code)));
   } catch (const c10::Error& e) {
     return finish(fail(e.what_without_backtrace(), e));
   } catch (const std::exception& e) {

@@ -37,7 +37,8 @@ int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
 }
 
 [[noreturn]] void io_fail(const char* what, const std::string& path) {
-  throw IoError(fmt::format("{} failed for {}: {}", what, path, std::strerror(errno)));
+  const int err = errno;
+  throw IoError(fmt::format("{} failed for {}: {}", what, path, std::strerror(err)), err);
 }
 }  // namespace
 
@@ -65,10 +66,10 @@ void fsync_dir(const std::string& dir) {
   // failure (EIO) means a rename there may not survive a crash, so what it published is not
   // declared durable.
   if (rc != 0 && !detail::directory_sync_unsupported(err))
-    throw IoError(
-        fmt::format("fsync of the directory {} failed: {}; what was just renamed into it may not "
-                    "survive a crash: check the disk (dmesg) and run the command again",
-                    dir.empty() ? "." : dir, std::strerror(err)));
+    throw IoError(fmt::format("fsync of the directory {} failed: {}; what was just renamed into it may not "
+                              "survive a crash: check the disk (dmesg) and run the command again",
+                              dir.empty() ? "." : dir, std::strerror(err)),
+                  err);
 }
 
 std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
@@ -94,7 +95,7 @@ void write_file_atomic(const std::string& path, std::string_view data) {
   fs::path dir = target.parent_path();
   std::error_code ec;
   if (!dir.empty()) fs::create_directories(dir, ec);
-  if (ec) throw IoError(fmt::format("cannot create directory {}: {}", dir.string(), ec.message()));
+  if (ec) throw IoError(fmt::format("cannot create directory {}: {}", dir.string(), ec.message()), ec.value());
   std::string tmp = path + fmt::format(".tmp-{}", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) io_fail("open", tmp);

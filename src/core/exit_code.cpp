@@ -2,15 +2,27 @@
 #include "frugal/core/exit_code.h"
 
 #include <cerrno>
-#include <cstring>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "frugal/core/errors.h"
 
 namespace frugal {
 
+namespace {
+std::mutex how_mu;
+std::string how_text;  // set_how_to_continue's; "" until a command sets it
+}  // namespace
+
+bool is_disk_full(const std::exception& e) {
+  const auto* io = dynamic_cast<const IoError*>(&e);
+  return io && (io->error_number() == ENOSPC || io->error_number() == EDQUOT);
+}
+
 ExitCode exit_code_for(const std::exception& e) {
   if (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const DataError*>(&e)) return ExitCode::kBadInput;
+  if (is_disk_full(e)) return ExitCode::kBadInput;  // the user frees space; nothing is broken
   if (dynamic_cast<const GuardStop*>(&e)) return ExitCode::kGuardStop;
   return ExitCode::kFailure;
 }
@@ -33,19 +45,31 @@ ExitCode exit_code_for(StopKind k) {
 }
 
 const char* error_label(const std::exception& e) {
-  // Exit 2 for a config key, a flag, a path, a file or data the user named: "bad input" for all of
-  // them, as the exit-code table says; the message names which.
-  if (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const DataError*>(&e)) return "bad input";
+  // Exit 2 for a config key, a flag, a path, a file or data the user named, or a full disk:
+  // "bad input" for all of them, as the exit-code table says; the message names which.
+  if (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const DataError*>(&e) || is_disk_full(e)) return "bad input";
   if (dynamic_cast<const GuardStop*>(&e)) return "stopped";
   if (dynamic_cast<const InternalError*>(&e)) return "internal error";
   return "error";
 }
 
-std::string error_advice(const std::string& message) {
-  if (message.find(std::strerror(ENOSPC)) == std::string::npos) return "";
-  return "the disk is full. Free space on it (old runs; old checkpoints: `frugal archive`, or a lower "
-         "checkpoint.keep_last), then continue the run with `frugal train --set run.name=NAME --resume auto`: "
-         "a checkpoint is written to a temporary file and renamed into place, so every one it lists is whole";
+void set_how_to_continue(std::string how) {
+  std::lock_guard<std::mutex> lock(how_mu);
+  how_text = std::move(how);
+}
+
+std::string error_advice(const std::exception& e) {
+  if (!is_disk_full(e)) return "";
+  std::string how;
+  {
+    std::lock_guard<std::mutex> lock(how_mu);
+    how = how_text.empty() ? "run the command again" : how_text;
+  }
+  const bool quota = dynamic_cast<const IoError&>(e).error_number() == EDQUOT;
+  return std::string(quota ? "the disk quota is used up" : "the disk is full") +
+         ". Free space on it (old runs; old checkpoints: `frugal archive`, or a lower checkpoint.keep_last, "
+         "which a resumed run applies as it starts), then " +
+         how;
 }
 
 const char* exit_code_meaning(ExitCode c) {

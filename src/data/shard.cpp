@@ -53,6 +53,12 @@ constexpr uint32_t kMaxBlockTarget = 32u << 20;
 constexpr uint32_t kMaxRecordBytes = 32u << 20;
 constexpr uint64_t kMaxBlockRawBytes = uint64_t{kMaxBlockTarget} + kMaxRecordBytes;
 
+// "cannot write 'path': <errno's text>", carrying errno (a full disk is told apart by it).
+[[noreturn]] void throw_errno(const char* what, const std::string& path) {
+  const int err = errno;
+  throw IoError(fmt::format("{} '{}': {}", what, path, std::strerror(err)), err);
+}
+
 // The process-wide cache of decompressed blocks (see shard.h).
 class InflatedCache {
  public:
@@ -146,7 +152,7 @@ ShardWriter::ShardWriter(std::string path, ShardKind kind, ShardDtype dtype, Sha
   if (kind_ == ShardKind::kTokens) items_per_block_ = opts_.block_bytes / static_cast<uint32_t>(dtype_width(dtype_));
   tmp_path_ = path_ + ".tmp";
   file_ = std::fopen(tmp_path_.c_str(), "wb");
-  if (!file_) throw IoError(fmt::format("cannot create '{}': {}", tmp_path_, std::strerror(errno)));
+  if (!file_) throw_errno("cannot create", tmp_path_);
   const std::string zeros(kHeaderBytes, '\0');  // the header is written last, by finish()
   write_raw(zeros.data(), zeros.size());
 }
@@ -157,8 +163,7 @@ ShardWriter::~ShardWriter() {
 }
 
 void ShardWriter::write_raw(const void* p, size_t n) {
-  if (std::fwrite(p, 1, n, file_) != n)
-    throw IoError(fmt::format("cannot write '{}': {}", tmp_path_, std::strerror(errno)));
+  if (std::fwrite(p, 1, n, file_) != n) throw_errno("cannot write", tmp_path_);
   file_offset_ += n;
 }
 
@@ -254,7 +259,7 @@ uint64_t ShardWriter::finish() {
   put_u64(h + 56, XXH64(h, kHeaderHashed, 0));
   if (std::fseek(file_, 0, SEEK_SET) != 0 || std::fwrite(h, 1, kHeaderBytes, file_) != kHeaderBytes ||
       std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0)
-    throw IoError(fmt::format("cannot write '{}': {}", tmp_path_, std::strerror(errno)));
+    throw_errno("cannot write", tmp_path_);
   std::fclose(file_);
   file_ = nullptr;
   if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0)

@@ -20,7 +20,10 @@ MetricsWriter::MetricsWriter(std::string path, bool append) : path_(std::move(pa
 void MetricsWriter::open() {
   if (f_) return;
   f_ = std::fopen(path_.c_str(), append_ ? "a" : "w");
-  if (!f_) throw IoError(fmt::format("cannot open {} for writing: {}", path_, std::strerror(errno)));
+  if (!f_) {
+    const int err = errno;
+    throw IoError(fmt::format("cannot open {} for writing: {}", path_, std::strerror(err)), err);
+  }
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -29,8 +32,10 @@ MetricsWriter::~MetricsWriter() {
 
 void MetricsWriter::write(const std::string& line) {
   open();
-  if (std::fputs(line.c_str(), f_) < 0 || std::fputc('\n', f_) < 0 || std::fflush(f_) != 0)
-    throw IoError(fmt::format("cannot append to {}: {}", path_, std::strerror(errno)));
+  if (std::fputs(line.c_str(), f_) < 0 || std::fputc('\n', f_) < 0 || std::fflush(f_) != 0) {
+    const int err = errno;
+    throw IoError(fmt::format("cannot append to {}: {}", path_, std::strerror(err)), err);
+  }
 }
 
 namespace {

@@ -390,18 +390,18 @@ void drop_what_the_resume_leaves(const RunDir& dir, const std::optional<LoadedCh
 }
 }  // namespace
 
-// runs/<name>/ (rank 0 alone writes it): prepared, its resolved config.toml, and metrics.jsonl cut
-// back to the checkpoint a resume continues from.
+// runs/<name>/ (rank 0 alone writes it): prepared; on a resume, what the resume leaves dropped and
+// the run's retention applied, before anything is written (both free space on a full disk); its
+// resolved config.toml, and metrics.jsonl cut back to the checkpoint a resume continues from.
 void Trainer::State::open_run_dir(const std::optional<LoadedCheckpoint>& ck) {
   const Config& c = rc.config;
   run_dir = is_writer() ? prepare_run_dir(c, opts.overwrite, !opts.resume.empty(), run_lock) : RunDir::of(c).root();
   if (!is_writer()) return;
   const RunDir dir(run_dir);
+  if (!opts.resume.empty()) drop_what_the_resume_leaves(dir, ck, /*named=*/opts.resume != "auto");
+  if (ck) apply_retention_on_resume();
   write_file_atomic(dir.config(), rc.to_toml());
-  if (!opts.resume.empty()) {
-    truncate_metrics_after(dir.metrics(), ck ? ck->step : 0);
-    drop_what_the_resume_leaves(dir, ck, /*named=*/opts.resume != "auto");
-  }
+  if (!opts.resume.empty()) truncate_metrics_after(dir.metrics(), ck ? ck->step : 0);
   // The checkpoint's descriptive files travel with the run (export writes its chat template and token ids).
   if (const std::string hf = hf_init_dir(c.model); !hf.empty() && ck == std::nullopt) {
     try {

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "frugal/ckpt/retention.h"
+#include "frugal/ckpt/run_dir.h"
 #include "frugal/ckpt/state_shards.h"
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
@@ -29,6 +30,7 @@ void Trainer::State::stage_shards(CheckpointData& d) {
   if (dp) dp->any(false);
   StagedShard weights, moments;
   std::string error;
+  int error_number = 0;  // a full disk stays one (exit 2)
   {
     CrashPhase phase("write this rank's shards of the weights and the optimizer state");
     try {
@@ -42,6 +44,7 @@ void Trainer::State::stage_shards(CheckpointData& d) {
       moments = stage_state_shard(writer->root(), loop.step, rank, world, opt.state_shard());
     } catch (const std::exception& e) {
       error = e.what();
+      if (const auto* io = dynamic_cast<const IoError*>(&e)) error_number = io->error_number();
     }
   }
   auto remove_staged = [&] {
@@ -52,7 +55,7 @@ void Trainer::State::stage_shards(CheckpointData& d) {
   const bool failed = dp ? dp->any(!error.empty()) : !error.empty();
   if (!error.empty()) {
     remove_staged();
-    throw IoError(fmt::format("checkpoint at step {}: {}", loop.step, error));
+    throw IoError(fmt::format("checkpoint at step {}: {}", loop.step, error), error_number);
   }
   if (failed) {  // this rank's files will not be moved in: not left behind either
     remove_staged();
@@ -92,6 +95,28 @@ void Trainer::State::save_checkpoint() {
   CheckpointEvent e{loop.step, last_checkpoint, stall, writer->async(), writer->stats().last_write_s};
   CrashPhase phase("callbacks' on_checkpoint");
   for (auto& cb : callbacks) cb->on_checkpoint(e);
+}
+
+// A resumed run applies its checkpoint.keep_last and keep_best to the checkpoints already there as
+// it starts (the run directory locked, nothing written yet), not only after its first save: a
+// lower keep_last then frees space on a full disk before the run needs it. The checkpoint it
+// resumed from stays, whatever the rules say.
+void Trainer::State::apply_retention_on_resume() {
+  if (resumed_from.empty() || !is_writer()) return;
+  const CheckpointConfig& k = rc.config.checkpoint;
+  note_written(resumed_from);  // load_checkpoint verified it whole: not read again
+  std::vector<std::string> removed;
+  try {
+    removed = apply_retention(RunDir(run_dir).checkpoints(), RetentionPolicy{k.keep_last, k.keep_best, k.best_mode},
+                              resumed_from);
+  } catch (const std::exception& e) {  // the run can still go on; its first save tries again
+    Console::get().line(
+        fmt::format("resume: warning: checkpoints beyond checkpoint.keep_last were not removed: {}", e.what()));
+    return;
+  }
+  for (const std::string& p : removed)
+    Console::get().line(fmt::format("resume: removed {} (checkpoint.keep_last = {}, checkpoint.keep_best = {})", p,
+                                    k.keep_last, k.keep_best));
 }
 
 void Trainer::State::rollback(Control& control) {

@@ -104,6 +104,19 @@ TEST(Retention, ApplyDeletesOnDiskAndRemovesCrashDebris) {
   EXPECT_EQ(left, (std::vector<std::string>{"step-00000002", "step-00000003", "step-00000004"}));
 }
 
+// The checkpoint a run resumed from stays whatever keep_last says (an older one, named with
+// --resume PATH), under any spelling of its path; what was removed is returned.
+TEST(Retention, APinnedCheckpointIsNeverDeleted) {
+  auto del = plan_retention({ck(10, true), ck(20, true), ck(30, true)}, {1, 0, MetricMode::kMin}, "c10");
+  EXPECT_EQ(del, std::vector<std::string>{"c20"});
+  test::TempDir dir;
+  for (int64_t s : {1, 2, 3, 4}) write_checkpoint(dir.path(), s, CheckpointData{});
+  auto removed = apply_retention(dir.path(), {1, 0, MetricMode::kMin}, dir.path() + "/./step-00000002/");
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::string>{dir.file("step-00000001"), dir.file("step-00000003")}));
+  EXPECT_EQ(entries(dir.path()), (std::vector<std::string>{"step-00000002", "step-00000004"}));
+}
+
 TEST(Retention, RemoveCheckpointsAfterDropsTheDivergedOnes) {
   test::TempDir dir;
   for (int64_t s : {5, 10, 15}) write_checkpoint(dir.path(), s, CheckpointData{});

@@ -10,6 +10,7 @@
 
 #include "frugal/core/errors.h"
 #include "frugal/data/shard.h"
+#include "frugal/monitor/metrics_writer.h"
 #include "test_util.h"
 
 namespace frugal::exit_code_test {
@@ -36,12 +37,43 @@ TEST(ExitCode, EveryExit2IsLabelledBadInput) {
   EXPECT_STREQ(error_label(GuardStop("x")), "stopped");
 }
 
-// A full disk is said as such, with what to free and the command that continues.
+// A full disk (or quota) is no bug: the user frees space. The errno travels with the IoError from
+// the call that failed (here a write to /dev/full, which always answers ENOSPC); it used to exit 1.
+TEST(ExitCode, AFullDiskIsBadInputNotABug) {
+  try {
+    MetricsWriter full("/dev/full", /*append=*/false);
+    StepMetrics m;
+    m.step = 1;
+    m.logged = true;
+    Control control;
+    full.on_step_end(m, control);
+    FAIL() << "no throw";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.error_number(), ENOSPC) << e.what();
+    EXPECT_EQ(exit_code_for(e), ExitCode::kBadInput) << e.what();
+    EXPECT_STREQ(error_label(e), "bad input");
+  }
+  EXPECT_EQ(exit_code_for(IoError("x", EDQUOT)), ExitCode::kBadInput);
+  EXPECT_EQ(exit_code_for(IoError("x", EIO)), ExitCode::kFailure);
+  EXPECT_EQ(exit_code_for(IoError(std::string("x: ") + std::strerror(ENOSPC))), ExitCode::kFailure);  // no errno
+}
+
+// A full disk is said as such, with what to free and how this command continues: what the command
+// set (frugal train: its run's own resume command), else to run it again.
 TEST(ExitCode, AFullDiskGetsAdviceOtherErrorsDoNot) {
-  const std::string advice = error_advice(std::string("cannot write runs/x/metrics.jsonl: ") + std::strerror(ENOSPC));
+  std::string advice = error_advice(IoError("cannot append to runs/x/metrics.jsonl: No space left on device", ENOSPC));
   EXPECT_NE(advice.find("the disk is full"), std::string::npos) << advice;
-  EXPECT_NE(advice.find("--resume auto"), std::string::npos) << advice;
-  EXPECT_EQ(error_advice(std::string("cannot write x: ") + std::strerror(EACCES)), "");
+  EXPECT_NE(advice.find("then run the command again"), std::string::npos) << advice;
+  set_how_to_continue("continue the run with `frugal train --set run.out_dir=/big --set run.name=r --resume auto`");
+  advice = error_advice(IoError("x", EDQUOT));
+  set_how_to_continue("");
+  EXPECT_NE(advice.find("the disk quota is used up"), std::string::npos) << advice;
+  EXPECT_NE(advice.find("then continue the run with `frugal train --set run.out_dir=/big --set run.name=r --resume "
+                        "auto`"),
+            std::string::npos)
+      << advice;
+  EXPECT_EQ(error_advice(IoError(std::string("cannot write x: ") + std::strerror(EACCES), EACCES)), "");
+  EXPECT_EQ(error_advice(ConfigError("x")), "");
 }
 
 TEST(ExitCode, StopKindsMapToTheDocumentedCodes) {

@@ -12,8 +12,10 @@
 //      delete every sound checkpoint written after a fall-back resume;
 //   6. an unverified checkpoint (complete, but a file could not be read, or another checkpoint
 //      version's) is never deleted and never counted as sound.
-// Rotation runs only after a new checkpoint is complete (the writer calls it after COMPLETE), so
-// a crash during a save can never leave fewer complete checkpoints than before.
+// A `pinned` checkpoint (the one a run resumed from) is kept whatever the rules say.
+// Rotation runs after a new checkpoint is complete (the writer calls it after COMPLETE), so a crash
+// during a save can never leave fewer complete checkpoints than before; and once as a resumed run
+// starts (its checkpoint loaded), so a lower keep_last frees space before the run's first save.
 #pragma once
 
 #include <cstdint>
@@ -31,16 +33,21 @@ struct RetentionPolicy {
   MetricMode mode = MetricMode::kMin;
 };
 
-// Returns the paths of `listing` (any order) to delete.
-std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listing, const RetentionPolicy& policy);
+// Returns the paths of `listing` (any order) to delete; never `pinned` (a path of the listing, or
+// "" for none).
+std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listing, const RetentionPolicy& policy,
+                                        const std::string& pinned = "");
 
 // Lists root, verifies (each checkpoint's files are read and hashed once per process: the
 // newest until keep_last sound ones are found, and the keep_best candidates), plans and
-// deletes; also removes stale debris (remove_stale_debris). Returns what was deleted.
-std::vector<std::string> apply_retention(const std::string& root, const RetentionPolicy& policy);
+// deletes; also removes stale debris (remove_stale_debris). `pinned`: a checkpoint never deleted
+// (any path naming one under root; "" for none). Returns what was deleted.
+std::vector<std::string> apply_retention(const std::string& root, const RetentionPolicy& policy,
+                                         const std::string& pinned = "");
 
 // Records that this process has just written the checkpoint at path (its files hashed as they
-// were written), so apply_retention() does not read it back to verify it.
+// were written), or verified it whole (load_checkpoint), so apply_retention() does not read it
+// back to verify it.
 void note_written(const std::string& path);
 
 // Removes the hidden temp directories (".tmp-*") and half-deleted ones (".trash-*") under root

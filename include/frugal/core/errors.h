@@ -37,10 +37,18 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
-// A file-system failure (open, write, fsync, rename). Exit code 1.
+// A file-system failure (open, write, fsync, rename). Exit code 1, except for a full disk or an
+// exhausted quota (ENOSPC, EDQUOT): exit 2, what the user must fix (core/exit_code.h).
 class IoError : public Error {
  public:
   using Error::Error;
+  // `error_number`: the errno of the call that failed (0: none known).
+  IoError(const std::string& what, int error_number) : Error(what), error_number_(error_number) {}
+
+  int error_number() const { return error_number_; }
+
+ private:
+  int error_number_ = 0;
 };
 
 // A peer process of a multi-process run died, never arrived or stopped answering within

@@ -133,7 +133,8 @@ struct Trainer::State {
   NamedTensors saved_tensors() const { return without_frozen(module_tensors(*model), frozen); }
   void restore(const LoadedCheckpoint& ck);
   void restore_data_position(const LoadedCheckpoint& ck);
-  // Saving, the rollback and the checkpoint summary (trainer_checkpoint.cpp).
+  // Saving, a resume's retention, the rollback and the checkpoint summary (trainer_checkpoint.cpp).
+  void apply_retention_on_resume();
   void save_checkpoint();
   void stage_shards(CheckpointData& d);
   void rollback(Control& control);
