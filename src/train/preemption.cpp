@@ -48,6 +48,15 @@ extern "C" void on_stop_signal(int sig) {
   }
 }
 
+void install(int sig, struct sigaction* old) {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(sig, &sa, old);
+}
+
 }  // namespace
 
 void set_interrupt_hint(const std::string& command) {
@@ -60,19 +69,6 @@ void set_interrupt_hint(const std::string& command) {
   std::memcpy(g_hint, line.data(), line.size());
   g_hint_size.store(line.size());
 }
-
-namespace {
-
-void install(int sig, struct sigaction* old) {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(sig, &sa, old);
-}
-
-}  // namespace
 
 int preemption_signal() { return g_signal.load(); }
 void clear_preemption() { g_signal.store(0); }

@@ -188,12 +188,13 @@ def check_export(frugal, helper, cls, base_dir, run_dir, tmp, name):
     return d_adapter, d_merged
 
 
-def check_one_target(frugal, base_dir, tmp):
-    name = "llama-q-bf16"
+def train_and_export_adapter(frugal, base_dir, tmp, name, lora_set):
+    """A 4-step LoRA run `name` on the base (with `lora_set`, e.g. its targets) and its adapter
+    exported; returns the run directory, the adapter directory and its target_modules."""
     text = os.path.join(tmp, "one-window.txt")
     train_text(text)
     sets = [f"run.out_dir={tmp}", f"run.name={name}", "run.threads=1", f"model.init_from=hf:{base_dir}",
-            "lora.rank=4", "lora.targets=q_proj", f"data.source=text:{text}", "data.val_fraction=0.5",
+            "lora.rank=4", lora_set, f"data.source=text:{text}", "data.val_fraction=0.5",
             "data.micro_batch=2", f"model.block={BLOCK}", "train.steps=4", "train.lr=1e-2", "train.warmup_steps=0",
             "train.eval_every=0", "train.eval_batches=1", "checkpoint.enabled=false", "precision.mode=fp32"]
     args = [frugal, "train", "--quiet"]
@@ -203,7 +204,12 @@ def check_one_target(frugal, base_dir, tmp):
     run_dir, out = os.path.join(tmp, name), os.path.join(tmp, name + "-adapter")
     run([frugal, "export", run_dir, "--adapter", "--out", out])
     with open(os.path.join(out, "adapter_config.json")) as f:
-        targets = json.load(f)["target_modules"]
+        return run_dir, out, json.load(f)["target_modules"]
+
+
+def check_one_target(frugal, base_dir, tmp):
+    name = "llama-q-bf16"
+    run_dir, out, targets = train_and_export_adapter(frugal, base_dir, tmp, name, "lora.targets=q_proj")
     if targets != ["q_proj"]:
         fail(f"{name}: the exported adapter's target_modules is {targets!r}, not the list ['q_proj']")
     pm = PeftModel.from_pretrained(load_base(LlamaForCausalLM, base_dir), out).eval()
@@ -226,20 +232,7 @@ def check_one_target(frugal, base_dir, tmp):
 
 def check_all_linear(frugal, helper, fam, cls, targets, base_dir, tmp):
     name = f"{fam}-all-linear"
-    text = os.path.join(tmp, "one-window.txt")
-    train_text(text)
-    sets = [f"run.out_dir={tmp}", f"run.name={name}", "run.threads=1", f"model.init_from=hf:{base_dir}",
-            "lora.rank=4", "lora.base_dtype=fp32", f"data.source=text:{text}", "data.val_fraction=0.5",
-            "data.micro_batch=2", f"model.block={BLOCK}", "train.steps=4", "train.lr=1e-2", "train.warmup_steps=0",
-            "train.eval_every=0", "train.eval_batches=1", "checkpoint.enabled=false", "precision.mode=fp32"]
-    args = [frugal, "train", "--quiet"]
-    for s in sets:
-        args += ["--set", s]
-    run(args)
-    run_dir, out = os.path.join(tmp, name), os.path.join(tmp, name + "-adapter")
-    run([frugal, "export", run_dir, "--adapter", "--out", out])
-    with open(os.path.join(out, "adapter_config.json")) as f:
-        written = json.load(f)["target_modules"]
+    run_dir, out, written = train_and_export_adapter(frugal, base_dir, tmp, name, "lora.base_dtype=fp32")
     if not isinstance(written, list) or sorted(written) != sorted(targets):
         fail(f"{name}: the exported adapter's target_modules is {written!r}, not the list of {targets}")
     pm = PeftModel.from_pretrained(load_base(cls, base_dir), out).eval()
