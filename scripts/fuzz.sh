@@ -79,7 +79,7 @@ zstd_libs=()
 [ "$zstd" = 1 ] && zstd_libs=(-lzstd)
 [ "$libarchive" = 1 ] && zstd_libs+=(-larchive)
 
-common=(src/core/atomic_file.cpp src/core/crash_report.cpp src/core/errors.cpp src/core/features.cpp)
+common=(src/core/atomic_file.cpp src/core/crash_report.cpp src/core/dir_lock.cpp src/core/errors.cpp src/core/features.cpp)
 sources_of() {
   case "$1" in
     shard) echo fuzz/shard_fuzz.cpp src/data/shard.cpp src/data/file_hash.cpp "${common[@]}" ;;
@@ -88,7 +88,7 @@ sources_of() {
     checkpoint) echo fuzz/checkpoint_fuzz.cpp src/ckpt/checkpoint.cpp src/ckpt/state_shards.cpp src/ckpt/safetensors.cpp \
                   src/train/internal/run_state.cpp "${common[@]}" ;;
     archive) echo fuzz/archive_fuzz.cpp src/ckpt/archive.cpp src/ckpt/restore.cpp src/ckpt/checkpoint.cpp src/ckpt/state_shards.cpp src/ckpt/safetensors.cpp \
-               src/ckpt/retention.cpp src/ckpt/run_dir.cpp src/core/dir_lock.cpp "${common[@]}" ;;
+               src/ckpt/retention.cpp src/ckpt/run_dir.cpp "${common[@]}" ;;
     tfrecord) echo fuzz/tfrecord_fuzz.cpp src/data/record_inputs.cpp src/data/internal/tf_example.cpp \
                 "$out/generated/tf_example.pb.cc" "${common[@]}" ;;
     *) echo "fuzz.sh: unknown target $1 (shard, manifest, safetensors, checkpoint, archive, tfrecord)" >&2; exit 2 ;;

@@ -30,7 +30,6 @@
 #include "frugal/ckpt/retention.h"
 #include "frugal/ckpt/run_dir.h"
 #include "frugal/core/atomic_file.h"
-#include "frugal/core/config_loader.h"
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
@@ -90,21 +89,19 @@ std::string human_age(double s) {
 }
 
 // The run's checkpoint.best_mode, from the newest complete checkpoint's state.json, which records
-// every key as the TOML literal the run's config.toml shows ('max'), read as a resume reads it;
-// nullopt when it cannot be read there (no such key, an unreadable file).
+// every key as the TOML literal the run's config.toml shows ('max' or "max"); nullopt when it
+// cannot be read there (no such key, an unreadable file, another value).
 std::optional<MetricMode> best_mode_of(const std::string& checkpoint) {
-  const std::string state = checkpoint + "/state.json";
   try {
-    const auto st = nlohmann::json::parse(read_small_file(state));
-    const std::string literal = st.at("config_values").at("checkpoint.best_mode").get<std::string>();
-    const KeySpec* key = find_key("checkpoint.best_mode");
-    if (!key) return std::nullopt;
-    Config c;
-    key->set(c, parse_toml_value(*key, literal, state));
-    return c.checkpoint.best_mode;
+    const auto st = nlohmann::json::parse(read_small_file(checkpoint + "/state.json"));
+    std::string v = st.at("config_values").at("checkpoint.best_mode").get<std::string>();
+    if (v.size() >= 2 && (v.front() == '\'' || v.front() == '"') && v.back() == v.front())
+      v = v.substr(1, v.size() - 2);
+    if (v == "min") return MetricMode::kMin;
+    if (v == "max") return MetricMode::kMax;
   } catch (const std::exception&) {
-    return std::nullopt;
   }
+  return std::nullopt;
 }
 
 // The run's best checkpoints, which archive never takes: the best by the run's best_mode, or, when

@@ -15,6 +15,7 @@ struct PrepareArgs {
   PrepareOptions o;
   std::string format = "text", dedup = "none", pixels = "uint8";
   bool quiet = false;
+  CLI::Option* text_column = nullptr;  // given on the command line: o.text_column_named
 };
 
 // Images, tar, CSV and Parquet tables.
@@ -98,10 +99,10 @@ void add_prepare_command(CLI::App& app, Run* run) {
       ->check(CLI::IsMember(
           {"text", "jsonl", "images", "tar", "csv", "parquet", "chat", "prompt-completion", "avro", "tfrecord"}))
       ->capture_default_str();
-  cmd->add_option("--jsonl-field,--text-column", a->o.jsonl_field,
-                  "jsonl, avro, tfrecord: the string field holding the document; parquet: the string column "
-                  "holding it")
-      ->capture_default_str();
+  a->text_column = cmd->add_option("--jsonl-field,--text-column", a->o.jsonl_field,
+                                   "jsonl, avro, tfrecord: the string field holding the document; parquet: the "
+                                   "string column holding it (named: files without it are an error, not a table)")
+                       ->capture_default_str();
   cmd->add_option("--tokenizer", a->o.tokenizer,
                   "bytes (vocab 256) | sentencepiece (train one with --vocab pieces on the input) | "
                   "sentencepiece:PATH.model (use an existing model) | hf:PATH/tokenizer.json or hf:DIR holding one (a "
@@ -111,7 +112,8 @@ void add_prepare_command(CLI::App& app, Run* run) {
       ->check(CLI::Range(int64_t{64}, int64_t{1} << 22))
       ->capture_default_str();
   cmd->add_option("--dedup", a->dedup,
-                  "none | exact (normalised-text hash) | near (exact, then MinHash + LSH on word shingles)")
+                  "text documents (text, jsonl, and the text of parquet, tar, avro, tfrecord): none | exact "
+                  "(normalised-text hash) | near (exact, then MinHash + LSH on word shingles)")
       ->check(CLI::IsMember({"none", "exact", "near"}))
       ->capture_default_str();
   cmd->add_option("--near-threshold", a->o.dedup.near_threshold,
@@ -152,6 +154,7 @@ void add_prepare_command(CLI::App& app, Run* run) {
                     : a->format == "tfrecord"          ? InputFormat::kTfrecord
                                                        : InputFormat::kText;
       a->o.pixels = a->pixels == "fp16" ? PixelStorage::kFp16 : PixelStorage::kUint8;
+      a->o.text_column_named = a->text_column->count() > 0;
       a->o.dedup.mode = a->dedup == "near"    ? DedupMode::kNear
                         : a->dedup == "exact" ? DedupMode::kExact
                                               : DedupMode::kNone;

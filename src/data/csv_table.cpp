@@ -83,7 +83,8 @@ CsvTable read_csv_table(const std::vector<std::string>& files, const std::string
   std::vector<std::string> raw_labels;
   for (const auto& file : files) {
     const std::string text = read_file(file);
-    size_t pos = 0, line_no = 0;
+    // A UTF-8 byte-order mark (Excel's "CSV UTF-8") is no part of the first column's name.
+    size_t pos = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0, line_no = 0;
     bool have_header = false;
     while (pos < text.size()) {
       size_t end = text.find('\n', pos);

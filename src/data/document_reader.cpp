@@ -55,6 +55,50 @@ void require_text(std::string_view bytes, const std::string& path, const std::st
                   what, path, 100.0 * static_cast<double>(odd) / static_cast<double>(bytes.size()), bytes.size()));
 }
 
+size_t invalid_utf8_at(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // The lead byte gives the length; its second byte's range excludes overlongs, surrogates and
+    // code points above U+10FFFF (RFC 3629, table 3-7 of the Unicode standard).
+    size_t n = 0;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+      n = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      n = 3;
+      lo = c == 0xe0 ? 0xa0 : 0x80;
+      hi = c == 0xed ? 0x9f : 0xbf;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 4;
+      lo = c == 0xf0 ? 0x90 : 0x80;
+      hi = c == 0xf4 ? 0x8f : 0xbf;
+    } else {
+      return i;
+    }
+    if (i + n > s.size()) return i;
+    for (size_t k = 1; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (b < (k == 1 ? lo : 0x80u) || b > (k == 1 ? hi : 0xbfu)) return i;
+    }
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+void require_utf8(std::string_view bytes, const std::string& path, const std::string& what) {
+  const size_t at = invalid_utf8_at(bytes);
+  if (at == std::string_view::npos) return;
+  const auto line = 1 + std::count(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+  throw DataError(
+      fmt::format("{}:{}: invalid UTF-8 at byte {} (0x{:02x}); {} reads UTF-8 text: convert the file, e.g. "
+                  "iconv -f latin1 -t utf-8 '{}' > '{}.utf8' when it is Latin-1",
+                  path, line, at, static_cast<unsigned char>(bytes[at]), what, path, path));
+}
+
 void split_documents(const std::string& text, const std::string& path, InputFormat format,
                      const std::string& jsonl_field, std::vector<std::string>* docs) {
   require_text(text, path, "prepare");
@@ -69,6 +113,11 @@ void split_documents(const std::string& text, const std::string& path, InputForm
     if (format == InputFormat::kJsonl) {
       if (blank(line)) continue;
       nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded() && invalid_utf8_at(line) != std::string_view::npos)
+        throw DataError(fmt::format(
+            "{}:{}: invalid UTF-8 at byte {} of the file; JSON is UTF-8 text: convert the file, e.g. iconv -f latin1 "
+            "-t utf-8 '{}' > '{}.utf8' when it is Latin-1",
+            path, line_no, static_cast<size_t>(line.data() - text.data()) + invalid_utf8_at(line), path, path));
       if (j.is_discarded() || !j.is_object())
         throw DataError(fmt::format("{}:{}: not a JSON object; JSONL needs one object per line", path, line_no));
       auto it = j.find(jsonl_field);

@@ -2,9 +2,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <limits>
 
 #include <fmt/format.h>
 
+#include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/document_dataset.h"
 #include "frugal/data/packing.h"
@@ -13,6 +15,31 @@
 namespace frugal {
 namespace {
 constexpr size_t kOpenRows = 8;  // rows a document may still go into (pack)
+
+// The documents of a split whose trained tokens all lie past the cut (DocumentSource::find_untrained),
+// and where their first trained token lies (token index; none when their mask has no 1 at all).
+struct CutOff {
+  int64_t documents = 0;
+  int64_t first_min = std::numeric_limits<int64_t>::max(), first_max = -1;
+  std::string where(int64_t block) const {
+    const std::string at = first_max < 0 ? "they have no trained token at all"
+                           : first_min == first_max
+                               ? fmt::format("their first trained token is token {}", first_min)
+                               : fmt::format("their first trained token is token {} to {}", first_min, first_max);
+    return fmt::format("within model.block = {} (a document is cut to its first model.block + 1 = {} tokens; {})",
+                       block, block + 1, at);
+  }
+  std::string what_to_do() const {
+    const std::string raise =
+        first_max < 0 ? ""
+        : first_min == first_max
+            ? fmt::format("set model.block to at least {}, or ", first_max)
+            : fmt::format("set model.block to at least {} ({} trains the first of them), or ", first_max, first_min);
+    return raise +
+           "prepare the data again with --max-tokens N --overflow split (N at most model.block + 1), which keeps "
+           "the rest of a long document as documents of their own (docs/data.md)";
+  }
+};
 }  // namespace
 
 DocumentSource::DocumentSource(std::shared_ptr<const DocumentDataset> dataset, int64_t micro_batch, int64_t block,
@@ -27,6 +54,8 @@ DocumentSource::DocumentSource(std::shared_ptr<const DocumentDataset> dataset, i
       pin_memory_(pin_memory),
       packing_(packing) {
   if (ds_->size("train") == 0) throw DataError(fmt::format("dataset '{}' holds no training documents", ds_->dir()));
+  untrained_train_ = find_untrained("train");
+  untrained_val_ = find_untrained("val");
   std::vector<int64_t> stored(static_cast<size_t>(ds_->size("val")));
   for (size_t i = 0; i < stored.size(); ++i) stored[i] = static_cast<int64_t>(i);
   val_rows_ = build_rows("val", stored);
@@ -44,11 +73,51 @@ int64_t DocumentSource::positions(const std::string& split, int64_t doc) const {
   return std::max<int64_t>(0, std::min(ds_->length(split, doc), block_ + 1) - 1);
 }
 
+bool DocumentSource::untrained(const std::string& split, int64_t doc) const {
+  const std::vector<bool>& u = split == "train" ? untrained_train_ : untrained_val_;
+  return doc >= 0 && static_cast<size_t>(doc) < u.size() && u[static_cast<size_t>(doc)];
+}
+
+// Only documents longer than block + 1 tokens are read: a shorter one is kept whole, and prepare
+// stores no document without a trained token. The scan reads each such document once, at start-up.
+std::vector<bool> DocumentSource::find_untrained(const std::string& split) const {
+  const int64_t n = ds_->size(split);
+  std::vector<bool> lost(static_cast<size_t>(n), false);
+  CutOff cut;
+  for (int64_t i = 0; i < n; ++i) {
+    if (ds_->length(split, i) <= block_ + 1) continue;
+    const MaskedDocument d = ds_->document(split, i);
+    // Token 0 is never a target (no token predicts it); a target at token u needs u <= block.
+    const auto first = static_cast<int64_t>(std::find(d.mask.begin() + 1, d.mask.end(), 1) - d.mask.begin());
+    if (first <= block_) continue;
+    lost[static_cast<size_t>(i)] = true;
+    ++cut.documents;
+    if (first < static_cast<int64_t>(d.mask.size())) {
+      cut.first_min = std::min(cut.first_min, first);
+      cut.first_max = std::max(cut.first_max, first);
+    }
+  }
+  if (cut.documents == 0) return lost;
+  const bool train = split == "train";
+  if (cut.documents == n)
+    throw DataError(fmt::format(
+        "dataset '{}': none of its {} {} documents has a trained token {}, so {} would have no target{}: {}",
+        ds_->dir(), n, train ? "training" : "validation", cut.where(block_), train ? "training" : "an evaluation",
+        train ? " (a loss of 0 that learns nothing)" : " (val_loss nan)", cut.what_to_do()));
+  if (rank_ == 0)
+    Console::get().line(fmt::format(
+        "warning: dataset '{}': {} of its {} {} documents have no trained token {}, and are left out; to {} them, {}",
+        ds_->dir(), cut.documents, n, train ? "training" : "validation", cut.where(block_),
+        train ? "train on" : "evaluate on", cut.what_to_do()));
+  return lost;
+}
+
 std::vector<DocumentSource::Row> DocumentSource::build_rows(const std::string& split,
                                                             const std::vector<int64_t>& order) const {
   std::vector<Row> rows;
   if (packing_ == DataConfig::Packing::kPad) {
-    for (int64_t d : order) rows.push_back({d});
+    for (int64_t d : order)
+      if (!untrained(split, d)) rows.push_back({d});
     return rows;
   }
   struct Open {
@@ -58,7 +127,7 @@ std::vector<DocumentSource::Row> DocumentSource::build_rows(const std::string& s
   std::vector<Open> open;
   for (int64_t d : order) {
     const int64_t n = positions(split, d);
-    if (n == 0) continue;  // a document of one token has no target
+    if (n == 0 || untrained(split, d)) continue;  // one token, or every target past the cut: nothing to train
     auto fits = std::find_if(open.begin(), open.end(), [&](const Open& o) { return o.used + n <= block_; });
     if (fits == open.end()) {
       if (open.size() == kOpenRows) {
@@ -118,7 +187,9 @@ const std::vector<DocumentSource::Row>& DocumentSource::pass(int64_t epoch) {
   std::vector<Row> rows = build_rows("train", order);
   if (rows.empty())
     throw DataError(
-        fmt::format("dataset '{}': no training document has a target (every one is a single token)", ds_->dir()));
+        fmt::format("dataset '{}': no training document has a target (each is a single token or has its trained "
+                    "tokens past model.block = {})",
+                    ds_->dir(), block_));
   if (passes_.size() == 2) passes_.erase(passes_.begin());
   return passes_.emplace(epoch, std::move(rows)).first->second;
 }

@@ -64,10 +64,12 @@ void read_lines(const std::vector<std::string>& files, std::vector<std::string>*
 }
 
 // Documents over --max-tokens cut as --overflow says; those left with no token to train on dropped.
+// A document's first token is never a target (no token before it predicts it), so a document (or
+// piece) whose only trained token is its first trains nothing either.
 std::vector<MaskedDocument> fit(std::vector<MaskedDocument> docs, const PrepareOptions& o, PrepareReport* r) {
   std::vector<MaskedDocument> out;
   auto keep = [&](MaskedDocument d) {
-    if (std::find(d.mask.begin(), d.mask.end(), 1) == d.mask.end()) {
+    if (d.mask.size() < 2 || std::find(d.mask.begin() + 1, d.mask.end(), 1) == d.mask.end()) {
       ++r->dropped_documents;
       return;
     }

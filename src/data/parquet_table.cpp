@@ -23,7 +23,7 @@ namespace frugal {
 
 #if FRUGAL_HAVE_PARQUET
 
-bool parquet_has_text_column(const std::vector<std::string>& files, const std::string& column) {
+bool parquet_has_text_column(const std::vector<std::string>& files, const std::string& column, bool named) {
   int with = 0;
   for (const auto& f : files) {
     for (const auto& c : detail::parquet_columns(f)) {
@@ -35,6 +35,14 @@ bool parquet_has_text_column(const std::vector<std::string>& files, const std::s
                         f, column, c.type));
       ++with;
     }
+  }
+  if (with == 0 && named) {
+    std::vector<std::string> names;
+    for (const auto& c : detail::parquet_columns(files[0])) names.push_back(c.name);
+    throw DataError(
+        fmt::format("{}: no column named '{}' for --text-column (columns: {}); name the documents' "
+                    "string column, or leave --text-column out to read a table of features",
+                    files[0], column, fmt::join(names, ", ")));
   }
   if (with != 0 && with != static_cast<int>(files.size()))
     throw DataError(fmt::format("column '{}' is in {} of the {} Parquet inputs; every input needs the same columns",
@@ -116,7 +124,7 @@ CsvTable read_parquet_table(const std::vector<std::string>& files, const std::st
 
 #else  // a build without Arrow: refused by name, before any work
 
-bool parquet_has_text_column(const std::vector<std::string>&, const std::string&) {
+bool parquet_has_text_column(const std::vector<std::string>&, const std::string&, bool) {
   require_feature("parquet", "prepare --format parquet");
   return false;
 }

@@ -1,11 +1,8 @@
 // prepare_dataset; see prepare.h. Phases: check the cache, read, dedup, tokenise, write shards
-// into OUT.tmp-PID, then publish the folder with one atomic rename (renameat2 RENAME_EXCHANGE
-// when an older dataset is being replaced).
+// into OUT.tmp-PID, then publish the folder with one atomic rename (internal/dataset_folder.h).
 #include "frugal/data/prepare.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,7 +14,6 @@
 
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
-#include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/features.h"
 #include "frugal/core/threads.h"
@@ -26,6 +22,7 @@
 #include "frugal/data/file_hash.h"
 #include "frugal/data/shard.h"
 #include "frugal/data/tokenizer.h"
+#include "data/internal/dataset_folder.h"
 #include "data/internal/record_prepare.h"
 #include "frugal/data/record_inputs.h"
 #include "frugal/data/tar_samples.h"
@@ -106,6 +103,13 @@ nlohmann::json options_key(const PrepareOptions& o) {
     k["max_tokens"] = o.max_tokens;
     k["overflow"] = o.overflow;
     if (!o.chat_template.empty()) k["chat_template_xxh64"] = hex64(xxh64_file(o.chat_template));
+    // The files beside tokenizer.json that the renderings depend on: the folder's chat template
+    // and the special tokens a template sees (src/spm/frugal_chat.py).
+    if (o.tokenizer.rfind("hf:", 0) == 0) {
+      const fs::path folder = fs::absolute(o.tokenizer.substr(3)).parent_path();
+      for (const char* f : {"tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json"})
+        if (fs::is_regular_file(folder / f)) k["tokenizer_files_xxh64"][f] = hex64(xxh64_file((folder / f).string()));
+    }
   }
   return k;
 }
@@ -197,36 +201,6 @@ nlohmann::json write_split(const std::string& dir, const char* split, const std:
   return files;
 }
 
-// OUT.tmp-PID folders of a prepare that was killed (its pid no longer runs): they can be as
-// large as the dataset, so they go before a new one is written.
-void remove_dead_temp_dirs(const std::string& out, const std::function<void(const std::string&)>& say) {
-  const fs::path parent = fs::absolute(out).parent_path();
-  const std::string prefix = fs::path(out).filename().string() + ".tmp-";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(parent, ec)) {
-    const std::string n = e.path().filename().string();
-    if (n.rfind(prefix, 0) != 0) continue;
-    const std::string pid = n.substr(prefix.size());
-    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (process_alive(std::stoll(pid))) continue;  // another prepare of the same OUT is running
-    remove_tree(e.path(), ec);
-    if (!ec) say(fmt::format("removed {} (left by a prepare that was killed)", e.path().string()));
-  }
-}
-
-// Moves the finished temporary folder to `out`, atomically replacing an older dataset there.
-void publish(const std::string& tmp, const std::string& out) {
-  fsync_dir(tmp);
-  if (!fs::exists(out)) {
-    fs::rename(tmp, out);
-  } else {
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0)
-      throw IoError(fmt::format("cannot swap '{}' into place at '{}': {}", tmp, out, std::strerror(errno)));
-    remove_tree(tmp);  // now the previous dataset
-  }
-  fsync_dir(fs::absolute(out).parent_path().string());
-}
-
 std::unique_ptr<Tokenizer> make_tokenizer(const PrepareOptions& o, const std::vector<std::string>& docs, int threads,
                                           const std::string& tmp) {
   if (o.tokenizer == "bytes") return make_byte_tokenizer();
@@ -313,6 +287,15 @@ void prepare_tokens(const PrepareOptions& o, std::vector<std::string> docs, cons
   m["dedup"] = {{"mode", dedup_name(o.dedup.mode)}, {"lsh_bands", dd.lsh_bands}, {"lsh_rows", dd.lsh_rows}};
 }
 
+// --dedup works on the documents of a token dataset; `what` (records, chat documents) has none.
+void refuse_dedup(const PrepareOptions& o, const std::string& what) {
+  if (o.dedup.mode != DedupMode::kNone)
+    throw ConfigError(
+        fmt::format("--dedup {} applies to text documents (--format text and jsonl, and the text of parquet, tar, "
+                    "avro and tfrecord inputs), not to {}; drop --dedup",
+                    dedup_name(o.dedup.mode), what));
+}
+
 // WebDataset-style tars, Avro and TFRecord files (whose records are samples alike:
 // record_inputs.h): image samples become a record dataset (returns true); otherwise the text
 // members become the documents of a token dataset.
@@ -339,6 +322,7 @@ bool read_samples(const PrepareOptions& o, const std::vector<std::string>& files
     say(fmt::format("read {} samples from {} files", samples.size(), files.size()));
   }
   if (images) {
+    refuse_dedup(o, fmt::format("the image records of --format {}", format_name(o.format)));
     detail::prepare_tar_images(o, std::move(samples), tmp, m, r, say);
     return true;
   }
@@ -362,6 +346,9 @@ void check_prepare_options(const PrepareOptions& o) {
   if (o.image_size < 1 || o.image_size > 4096 || o.augment < 0)
     throw ConfigError(
         fmt::format("--size {} must be in [1, 4096] and --augment {} at least 0", o.image_size, o.augment));
+  if (o.format == InputFormat::kChat || o.format == InputFormat::kPromptCompletion ||
+      o.format == InputFormat::kImages || o.format == InputFormat::kCsv)
+    refuse_dedup(o, fmt::format("--format {}", format_name(o.format)));
   // What this build lacks (see features.h).
   if (o.zstd) require_feature("zstd", "prepare --zstd");
   if (o.format == InputFormat::kImages || o.format == InputFormat::kTar)
@@ -371,28 +358,6 @@ void check_prepare_options(const PrepareOptions& o) {
   if (o.format == InputFormat::kAvro) require_feature("avro", "prepare --format avro");
   if (o.format == InputFormat::kTfrecord) require_feature("tfrecord", "prepare --format tfrecord");
   if (o.tokenizer.rfind("sentencepiece", 0) == 0) require_sentencepiece("prepare --tokenizer sentencepiece");
-}
-
-// The dataset folder --out names, refused when it is not a folder of its own or holds something
-// other than an earlier dataset.
-std::string dataset_folder(const PrepareOptions& o) {
-  // "data/out/" names the folder data/out: without the trailing separator, so that OUT.tmp-PID is
-  // its sibling and not a folder inside it.
-  fs::path out_path = fs::path(o.out_dir).lexically_normal();
-  if (!out_path.has_filename() && out_path.has_relative_path()) out_path = out_path.parent_path();
-  const std::string leaf = out_path.filename().string();
-  if (leaf.empty() || leaf == "." || leaf == "..")
-    throw ConfigError(
-        fmt::format("--out {}: name the dataset folder itself (for example --out data/mine), not "
-                    "the current, parent or root folder",
-                    o.out_dir));
-  std::string out = out_path.string();
-  if (fs::exists(out) && !fs::exists(out + "/manifest.json") && !fs::is_empty(out))
-    throw ConfigError(
-        fmt::format("--out {}: the folder exists and is not a frugal dataset; choose a new "
-                    "folder (prepare replaces only earlier datasets)",
-                    out));
-  return out;
 }
 
 // --tokenizer hf:DIR, as model.init_from = "hf:DIR" names a model: the tokenizer.json inside DIR.
@@ -417,12 +382,12 @@ PrepareReport prepare_dataset(const PrepareOptions& given, const PrepareProgress
     if (progress) progress(s);
   };
   check_prepare_options(o);
-  const std::string out = dataset_folder(o);
+  const std::string out = detail::dataset_folder(o);
   PrepareReport r;
   r.out_dir = out;
   r.threads = o.threads > 0 ? o.threads : usable_cpu_count();
 
-  remove_dead_temp_dirs(out, say);
+  detail::remove_dead_temp_dirs(out, say);
   say("hashing inputs");
   const std::vector<std::string> files = expand_inputs(o.inputs);
   r.sources = static_cast<int64_t>(files.size());
@@ -454,18 +419,21 @@ PrepareReport prepare_dataset(const PrepareOptions& given, const PrepareProgress
     } else if (o.format == InputFormat::kTar || o.format == InputFormat::kAvro || o.format == InputFormat::kTfrecord) {
       tokens = !read_samples(o, files, tmp, &m, &r, say, &docs);
     } else if (o.format == InputFormat::kParquet) {
-      // Documents when the files have the text column, else a table of features and a label.
-      tokens = parquet_has_text_column(files, o.jsonl_field);
+      // Documents when the files have the text column, else (unless it was named) a table.
+      tokens = parquet_has_text_column(files, o.jsonl_field, o.text_column_named || o.jsonl_field != "text");
       if (tokens) {
         read_parquet_documents(files, o.jsonl_field, &docs);
         say(fmt::format("read {} Parquet files, {} documents from column '{}'", files.size(), docs.size(),
                         o.jsonl_field));
       } else {
+        refuse_dedup(o, fmt::format("a Parquet table (the files have no column '{}')", o.jsonl_field));
         detail::prepare_table(o, read_parquet_table(files, o.label_column), tmp, &m, &r, say);
       }
     } else {
       for (const auto& f : files) {
-        split_documents(read_file(f), f, o.format, o.jsonl_field, &docs);
+        const std::string text = read_file(f);
+        split_documents(text, f, o.format, o.jsonl_field, &docs);
+        if (o.tokenizer.rfind("hf:", 0) == 0) require_utf8(text, f, "a Hugging Face tokenizer (--tokenizer hf:)");
         const double mb = static_cast<double>(r.bytes_in) / 1e6;
         say(fmt::format("read {} files, {} documents, {:.1f} MB ({:.0f} MB/s)", r.sources, docs.size(), mb,
                         mb / seconds_since(t0)));
@@ -482,12 +450,12 @@ PrepareReport prepare_dataset(const PrepareOptions& given, const PrepareProgress
                      {"val_records", r.val_records},
                      {"bytes_in", r.bytes_in}};
     }
+    detail::check_splits(o, &r);  // a split frugal train cannot train on is refused before publishing
     m["options"] = key;
     m["sources"] = sources;
-    r.seconds = seconds_since(t0);
-    m["prepare_seconds"] = r.seconds;
+    m["prepare_seconds"] = r.seconds = seconds_since(t0);
     write_file_atomic(tmp + "/manifest.json", m.dump(2) + "\n");
-    publish(tmp, out);
+    detail::publish(tmp, out);
   } catch (...) {
     std::error_code ec;
     remove_tree(tmp, ec);

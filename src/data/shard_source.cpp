@@ -11,17 +11,22 @@
 namespace frugal {
 
 ShardSource::ShardSource(TokenDataset dataset, ShardSourceOptions options) : data_(std::move(dataset)), opts_(options) {
-  auto windows = [&](const TokenStream& s, const char* split) {
+  auto windows = [&](const TokenStream& s, bool val) {
     const int64_t n = s.size() > 0 ? static_cast<int64_t>(s.size() - 1) / opts_.block : 0;
+    // An empty validation split comes from prepare --val-fraction 0.
+    const char* fix = !val            ? "use more data or a smaller model.block"
+                      : s.size() == 0 ? "the trainer evaluates on it (every train.eval_every steps and at the "
+                                        "end): prepare the dataset again with --val-fraction above 0"
+                                      : "prepare the dataset again with a larger --val-fraction or more data, or "
+                                        "use a smaller model.block";
     if (n < 1)
       throw DataError(
-          fmt::format("dataset '{}': the {} split has {} tokens, but a window needs "
-                      "model.block + 1 = {}; use more data or a smaller model.block",
-                      data_.dir, split, s.size(), opts_.block + 1));
+          fmt::format("dataset '{}': the {} split has {} tokens, but a window needs model.block + 1 = {}; {}",
+                      data_.dir, val ? "validation" : "training", s.size(), opts_.block + 1, fix));
     return n;
   };
-  const int64_t n_train = windows(data_.train, "training");
-  windows(data_.val, "validation");
+  const int64_t n_train = windows(data_.train, false);
+  windows(data_.val, true);
   if (data_.vocab > opts_.vocab)
     throw ConfigError(
         fmt::format("dataset '{}' was tokenised with a vocabulary of {} ({}), but "

@@ -62,12 +62,20 @@ def separator(tok):
 
 
 def read_docs(path):
+    """The documents, decoded as UTF-8: a bad byte is an error naming the document and the byte, never
+    a U+FFFD put in its place unseen."""
     data = open(path, "rb").read()
     docs, off = [], 0
     while off < len(data):
         (n,) = struct.unpack_from("<Q", data, off)
         off += 8
-        docs.append(data[off:off + n].decode("utf-8", errors="replace"))
+        try:
+            docs.append(data[off:off + n].decode("utf-8"))
+        except UnicodeDecodeError as e:
+            print(f"document {len(docs)}: invalid UTF-8 at byte {e.start} of the document ({e.reason}); the tokenizer "
+                  "reads UTF-8 text: convert the input, e.g. iconv -f latin1 -t utf-8 when it is Latin-1",
+                  file=sys.stderr)
+            sys.exit(2)
         off += n
     return docs
 

@@ -44,6 +44,21 @@ TEST(CsvTable, LabelColumnByNameQuotesAndIntegerLabels) {
   EXPECT_EQ(t.classes[5], "5");
 }
 
+// Excel's "CSV UTF-8" starts the file with a byte-order mark: not part of the first column's name,
+// in the first file or a later one (whose header must still equal the first's).
+TEST(CsvTable, AByteOrderMarkIsNoPartOfTheFirstColumnsName) {
+  test::TempDir dir;
+  const std::string bom = "\xef\xbb\xbf";
+  test::write_text(dir.file("bom.csv"), bom + "cls,x,y\n0,1,2\n1,3,4\n");
+  test::write_text(dir.file("plain.csv"), "cls,x,y\n0,5,6\n");
+  const CsvTable t = read_csv_table({dir.file("bom.csv"), dir.file("plain.csv")}, "cls");
+  EXPECT_EQ(t.label_column, "cls");
+  EXPECT_EQ(t.features, (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(t.labels, (std::vector<int64_t>{0, 1, 0}));
+  EXPECT_EQ(read_csv_table({dir.file("plain.csv"), dir.file("bom.csv")}, "").features,
+            (std::vector<std::string>{"cls", "x"}));  // the default label: the last column
+}
+
 TEST(CsvTable, BadCellNamesFileLineColumnAndValue) {
   test::TempDir dir;
   test::write_text(dir.file("t.csv"), "a,b,label\n1,2,x\n3,oops,y\n");

@@ -4,7 +4,9 @@
 // position counted from its document's start and padding only at a row's end, far less padding
 // than one a row; a pass visits every document once in a seeded order and the next pass in
 // another; a rank's micro-batches are the single process's interleaved; the same index gives the
-// same batch; validation takes the val split in order; a corrupt record is named.
+// same batch; validation takes the val split in order; a corrupt record is named; documents whose
+// trained tokens all lie past model.block are left out with a warning, or refused when no document
+// of a split keeps a target.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "frugal/core/console.h"
 #include "frugal/core/errors.h"
 #include "frugal/data/document_dataset.h"
 #include "frugal/data/packing.h"
@@ -30,6 +33,19 @@ MaskedDocument doc(int64_t i) {
   }
   return d;
 }
+
+// Document i of `n` tokens (ids 10 i + 1, ...) trained from token `first` on: a system prompt
+// longer than the block before the assistant's turn.
+MaskedDocument late_doc(int64_t i, int64_t n, int64_t first) {
+  MaskedDocument d;
+  for (int64_t t = 0; t < n; ++t) {
+    d.ids.push_back(static_cast<int32_t>((10 * i + t + 1) % 500));
+    d.mask.push_back(t >= first ? 1 : 0);
+  }
+  return d;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 std::string make_dataset(const test::TempDir& dir, int64_t train, int64_t val, const std::string& corrupt = "") {
   std::vector<MaskedDocument> t, v;
@@ -171,6 +187,79 @@ TEST(DocumentSource, ACorruptRecordAndAMissingValSplitAreNamed) {
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("--val-fraction"), std::string::npos) << e.what();
   }
+}
+
+// Block 5 keeps a document's first 6 tokens; these are trained from token 9 (or 11) on, so training
+// would see no target at all (loss 0.0000 every step, val_loss nan): refused at once, saying where
+// the targets lie and the block that reaches them.
+TEST(DocumentSource, ASplitWhoseEveryTargetLiesPastTheBlockIsRefusedSayingWhere) {
+  test::TempDir dir, val_dir;
+  std::vector<MaskedDocument> late;
+  for (int64_t i = 0; i < 4; ++i) late.push_back(late_doc(i, 14, i == 3 ? 11 : 9));
+  auto ds = std::make_shared<const DocumentDataset>(test::write_documents_dataset(dir.path(), late, {doc(100)}, 500));
+  for (auto packing : {DataConfig::Packing::kPack, DataConfig::Packing::kPad}) {
+    try {
+      DocumentSource src(ds, 2, 5, 0, 0, 1, false, packing);
+      FAIL() << "a training split without a target within the block was accepted";
+    } catch (const DataError& e) {
+      const std::string what = e.what();
+      for (const char* part : {"none of its 4 training documents", "model.block = 5", "token 9 to 11", "at least 11",
+                               "--overflow split", "docs/data.md"})
+        EXPECT_TRUE(contains(what, part)) << part << " missing from: " << what;
+    }
+  }
+  // The validation split alike: an evaluation with no target is val_loss nan.
+  auto vs = std::make_shared<const DocumentDataset>(
+      test::write_documents_dataset(val_dir.path(), {doc(0), doc(1)}, {late_doc(7, 14, 9)}, 500));
+  try {
+    DocumentSource src(vs, 2, 5, 0);
+    FAIL() << "a validation split without a target within the block was accepted";
+  } catch (const DataError& e) {
+    EXPECT_TRUE(contains(e.what(), "none of its 1 validation documents")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "val_loss nan")) << e.what();
+  }
+  EXPECT_NO_THROW(DocumentSource(vs, 2, 9, 0)) << "block 9 keeps token 9, a target";
+}
+
+// Some documents lose every target to the cut: they are left out of the rows (a row of them would
+// train nothing), with one warning that counts them; every batch keeps targets.
+TEST(DocumentSource, DocumentsWithEveryTargetPastTheBlockAreLeftOutWithAWarning) {
+  test::TempDir dir;
+  std::vector<MaskedDocument> train;
+  for (int64_t i = 0; i < 6; ++i) train.push_back(doc(i));               // 3..7 tokens: whole in block 8
+  for (int64_t i = 6; i < 8; ++i) train.push_back(late_doc(i, 14, 10));  // first target past token 9
+  auto ds = std::make_shared<const DocumentDataset>(test::write_documents_dataset(dir.path(), train, {doc(100)}, 500));
+  Console& con = Console::get();
+  const bool was_quiet = con.quiet(), was_json = con.json_mode();
+  con.set_quiet(false);
+  con.set_json_mode(false);
+  testing::internal::CaptureStdout();
+  DocumentSource pad(ds, 1, 8, 4, 0, 1, false, DataConfig::Packing::kPad);
+  const std::string said = testing::internal::GetCapturedStdout();
+  con.set_quiet(was_quiet);
+  con.set_json_mode(was_json);
+  EXPECT_TRUE(contains(said, "warning: ")) << said;
+  EXPECT_TRUE(contains(said, "2 of its 8 training documents")) << said;
+  EXPECT_TRUE(contains(said, "at least 10")) << said;
+  std::set<int64_t> seen;
+  for (int64_t i = 0; i < 12; ++i) {  // two passes of the 6 documents that train
+    const Batch b = pad.train_batch(i);
+    const int64_t id = (b.x[0][0].item<int64_t>() - 1) / 10;
+    EXPECT_LT(id, 6) << "batch " << i << " holds a document with no target within the block";
+    EXPECT_GT(count_targets(b.y), 0) << "batch " << i;
+    seen.insert(id);
+  }
+  EXPECT_EQ(seen.size(), 6u);
+  DocumentSource pack(ds, 1, 8, 4);
+  std::vector<int64_t> order(8);
+  for (int64_t i = 0; i < 8; ++i) order[static_cast<size_t>(i)] = i;
+  int64_t rows_docs = 0;
+  for (const auto& row : pack.build_rows("train", order))
+    for (int64_t d : row) {
+      EXPECT_LT(d, 6) << "a packed row holds a document with no target within the block";
+      ++rows_docs;
+    }
+  EXPECT_EQ(rows_docs, 6);
 }
 
 }  // namespace

@@ -232,6 +232,123 @@ TEST(Prepare, RefusesToReplaceAFolderThatIsNotADataset) {
   EXPECT_EQ(test::read_text(dir.file("precious/notes.txt")), "keep me");
 }
 
+// No temporary folder left in `folder`.
+void expect_no_temp_dirs(const std::string& folder) {
+  for (const auto& e : fs::directory_iterator(folder))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+// --out as a symbolic link (to a bigger disk): the link stays, and the dataset is written, and
+// replaced, where it points; a link that dangles gets its folder made.
+TEST(Prepare, ASymlinkedOutIsKeptAndTheDatasetLandsWhereItPoints) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("bigdisk/ds"));
+  fs::create_symlink(dir.file("bigdisk/ds"), dir.file("ds"));
+  fs::create_symlink("bigdisk/later", dir.file("dangling"));  // relative to the link's folder
+  for (const char* out : {"ds", "dangling"}) {
+    test::write_text(dir.file("c.txt"), corpus(10, 1));
+    const PrepareOptions o = small({dir.file("c.txt")}, dir.file(out));
+    EXPECT_FALSE(prepare_dataset(o).up_to_date);
+    test::write_text(dir.file("c.txt"), corpus(10, 2));  // an older dataset to swap out
+    EXPECT_FALSE(prepare_dataset(o).up_to_date);
+    EXPECT_TRUE(prepare_dataset(o).up_to_date) << out;
+    EXPECT_TRUE(fs::is_symlink(dir.file(out))) << out << " was replaced by a folder";
+    const auto m = nlohmann::json::parse(test::read_text(dir.file(out) + "/manifest.json"));
+    EXPECT_EQ(m["sources"][0]["xxh64"], hex64(xxh64_file(dir.file("c.txt")))) << out << ": not the newer dataset";
+  }
+  EXPECT_TRUE(fs::exists(dir.file("bigdisk/ds/manifest.json")));
+  EXPECT_TRUE(fs::exists(dir.file("bigdisk/later/manifest.json")));
+  expect_no_temp_dirs(dir.path());
+  expect_no_temp_dirs(dir.file("bigdisk"));
+}
+
+// An --out that is a file (empty or not), or that lies below one, is refused naming --out; the
+// file stays as it was.
+TEST(Prepare, AnOutThatIsAFileOrLiesBelowOneIsRefusedByName) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.txt"), corpus(5, 5));
+  test::write_text(dir.file("empty"), "");
+  test::write_text(dir.file("notes"), "keep me");
+  for (const char* name : {"empty", "notes"}) {
+    try {
+      prepare_dataset(small({dir.file("c.txt")}, dir.file(name)));
+      ADD_FAILURE() << name << " was replaced";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--out " + dir.file(name) + " is a file; give a folder path"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_TRUE(fs::is_regular_file(dir.file(name))) << name;
+  }
+  EXPECT_EQ(test::read_text(dir.file("notes")), "keep me");
+  for (const char* below : {"notes/ds", "notes/sub/ds"}) {
+    try {
+      prepare_dataset(small({dir.file("c.txt")}, dir.file(below)));
+      ADD_FAILURE() << below << " was accepted";
+    } catch (const ConfigError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("--out " + dir.file(below) + ": " + dir.file("notes") + " is a file, not a folder"),
+                std::string::npos)
+          << m;
+    }
+  }
+  expect_no_temp_dirs(dir.path());
+}
+
+// --dedup drops duplicate text documents; the formats without them refuse it rather than ignore it.
+TEST(Prepare, DedupIsRefusedForFormatsWithoutTextDocuments) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.txt"), corpus(5, 5));
+  for (InputFormat f : {InputFormat::kChat, InputFormat::kPromptCompletion, InputFormat::kCsv, InputFormat::kImages}) {
+    PrepareOptions o = small({dir.file("c.txt")}, dir.file("ds"));
+    o.format = f;
+    o.dedup.mode = DedupMode::kExact;
+    try {
+      prepare_dataset(o);
+      ADD_FAILURE() << "--dedup was ignored";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--dedup exact applies to text documents"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir.file("ds")));
+  }
+}
+
+// Bytes that are not UTF-8: a JSONL line says so (not "not a JSON object"), and text for a Hugging
+// Face tokenizer (whose helper would put U+FFFD in their place unseen) is refused by file and byte.
+TEST(Prepare, InvalidUtf8IsNamedByFileAndByte) {
+  test::TempDir dir;
+  test::write_text(dir.file("a.jsonl"), "{\"text\": \"ok\"}\n{\"text\": \"caf\xe9\"}\n");
+  PrepareOptions o = small({dir.file("a.jsonl")}, dir.file("ds"));
+  o.format = InputFormat::kJsonl;
+  try {
+    prepare_dataset(o);
+    ADD_FAILURE() << "Latin-1 JSONL was accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.file("a.jsonl") + ":2: invalid UTF-8 at byte 28"), std::string::npos)
+        << e.what();
+  }
+  test::write_text(dir.file("l.txt"), "fine\n\ncaf\xe9 au lait\n");
+  test::write_text(dir.file("tokenizer.json"), "{}");  // never loaded: the input is refused first
+  o = small({dir.file("l.txt")}, dir.file("ds"));
+  o.tokenizer = "hf:" + dir.file("tokenizer.json");
+  try {
+    prepare_dataset(o);
+    ADD_FAILURE() << "Latin-1 text was tokenised";
+  } catch (const DataError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(dir.file("l.txt") + ":3: invalid UTF-8 at byte 9"), std::string::npos) << m;
+    EXPECT_NE(m.find("iconv -f latin1 -t utf-8"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(fs::exists(dir.file("ds")));
+  const size_t npos = std::string_view::npos;
+  EXPECT_EQ(invalid_utf8_at("caf\xc3\xa9 \xe6\x97\xa5 \xf0\x9f\x99\x82"), npos);
+  EXPECT_EQ(invalid_utf8_at("\xc0\xaf"), 0u);            // overlong '/'
+  EXPECT_EQ(invalid_utf8_at("a\xed\xa0\x80"), 1u);       // a surrogate
+  EXPECT_EQ(invalid_utf8_at("ab\xf4\x90\x80\x80"), 2u);  // above U+10FFFF
+  EXPECT_EQ(invalid_utf8_at("abc\xe2\x82"), 3u);         // cut short
+  EXPECT_EQ(invalid_utf8_at("\xe2\x82\xac\x80"), 3u);    // a stray continuation byte
+}
+
 TEST(Prepare, SentencePieceTrainsAModelAndTokenisesTheSameWithOneOrTwoThreads) {
   FRUGAL_NEED_FEATURE("sentencepiece");
   test::TempDir dir;

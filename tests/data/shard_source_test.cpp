@@ -261,6 +261,29 @@ TEST(ShardSource, ManifestVocabLargerThanTheModelIsAConfigError) {
   EXPECT_THROW(open_token_dataset(dir.file("missing")), DataError);
 }
 
+// A validation split too short for a window: empty (prepare --val-fraction 0) it is prepared again
+// with a positive fraction, not fixed by a smaller block; short, either helps.
+TEST(ShardSource, AnEmptyValidationSplitSaysToPrepareWithAValFraction) {
+  test::TempDir empty, short_val;
+  write_dataset(empty.path(), stream(500, 1), {}, 1000);
+  try {
+    ShardSource s(open_token_dataset(empty.path()), options(0));
+    FAIL() << "an empty validation split was accepted";
+  } catch (const DataError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("validation split has 0 tokens"), std::string::npos) << what;
+    EXPECT_NE(what.find("--val-fraction above 0"), std::string::npos) << what;
+    EXPECT_EQ(what.find("smaller model.block"), std::string::npos) << what;
+  }
+  write_dataset(short_val.path(), stream(500, 1), stream(5, 1), 1000);
+  try {
+    ShardSource s(open_token_dataset(short_val.path()), options(0));
+    FAIL() << "a validation split of 5 tokens was accepted for block 8";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("a larger --val-fraction"), std::string::npos) << e.what();
+  }
+}
+
 // An llm.c token file: 256 int32 header words (magic, version, count), then uint16 tokens.
 std::string llmc_file(const std::vector<int32_t>& tokens) {
   std::string s(1024 + 2 * tokens.size(), '\0');

@@ -18,16 +18,20 @@ transformers' PreTrainedTokenizerFast, with three chat templates:
 5. `frugal prepare --format chat` stores, document by document in order (`frugal inspect --json`),
    apply_chat_template's ids and assistant mask; --chat-template FILE renders with that template,
    which the dataset keeps and `frugal export` of a run on it writes as the tokenizer's own;
-   --max-tokens with --overflow truncate / split cut documents and count them; a second run is up to
-   date, and so is one with --tokenizer hf:DIR for hf:DIR/tokenizer.json; bad lines, a conversation
+   --max-tokens with --overflow truncate / split cut documents and count them, and one that leaves no
+   document a target exits 2 naming --max-tokens and publishes nothing; a second run is up to
+   date, and so is one with --tokenizer hf:DIR for hf:DIR/tokenizer.json, but not one after the tokenizer
+   folder's chat template was edited (it renders with the new one); bad lines, a conversation
    without an assistant message and a tokenizer without a chat template exit 2 naming the file and
-   line (or the flag); `frugal train` on it (data.source = shards:DIR) runs and evaluates.
+   line (or the flag); `frugal train` on it (data.source = shards:DIR) runs and evaluates, and with a
+   model.block that cuts every document before its first trained token exits 2 saying so.
 
 Usage: chat_template_check.py FRUGAL_BINARY SRC_SPM_DIR. Exits 77 (skipped) when transformers, tokenizers or
 jinja2 is not installed.
 """
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -243,6 +247,31 @@ def inspect(frugal, ds):
     return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
 
 
+def check_template_edit(frugal, tmp, lines):
+    """The cache knows the tokenizer folder's files beside tokenizer.json: after its chat template is
+    edited in place (chat_template.jinja, or tokenizer_config.json's chat_template, wherever
+    save_pretrained put it), prepare renders again, with the new template."""
+    folder = os.path.join(tmp, "edited")
+    shutil.copytree(os.path.join(tmp, "chatml"), folder)
+    prepare(frugal, tmp, "edited", lines, folder)
+    jinja = os.path.join(folder, "chat_template.jinja")
+    if os.path.exists(jinja):
+        write(folder, "chat_template.jinja", QWEN)
+    else:
+        config_path = os.path.join(folder, "tokenizer_config.json")
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+        config["chat_template"] = QWEN
+        write(folder, "tokenizer_config.json", json.dumps(config))
+    ds, out = prepare(frugal, tmp, "edited", lines, folder)
+    if "up to date" in out:
+        fail("an edited chat template in the tokenizer folder left the dataset 'up to date'")
+    qwen = PreTrainedTokenizerFast.from_pretrained(os.path.join(tmp, "qwen"))
+    for k, (doc, chat) in enumerate(zip(inspect(frugal, ds), CONVERSATIONS)):
+        if (doc["tokens"], doc["loss_mask"]) != tuple(prefix_rule(qwen, chat)):
+            fail(f"after the template edit, document {k} is not the new (Qwen) template's")
+
+
 def check_exported_template(frugal, tmp, lines, template):
     """The dataset keeps the template its documents were rendered with (here --chat-template's, not
     the tokenizer folder's ChatML), and `frugal export` of a run on it writes that template as the
@@ -287,6 +316,7 @@ def check_prepare(frugal, tmp):
                    "--tokenizer", "hf:" + os.path.join(tmp, "chatml"), "--val-fraction", "0"])
     if "up to date" not in p.stdout + p.stderr:
         fail(f"--tokenizer hf:DIR is not the same tokenizer as hf:DIR/tokenizer.json: {p.stdout + p.stderr}")
+    check_template_edit(frugal, tmp, lines)
     p = CHECK.run([frugal, "prepare", os.path.join(tmp, "chats.jsonl"), "--out", os.path.join(tmp, "x"), "--format",
                    "chat", "--tokenizer", "hf:" + tmp], expect=2)
     if "hf:" + tmp + ": the folder has no tokenizer.json" not in p.stdout + p.stderr:
@@ -301,13 +331,25 @@ def check_prepare(frugal, tmp):
         if (doc["tokens"], doc["loss_mask"]) != tuple(prefix_rule(llama3, chat)):
             fail(f"--chat-template: document {k} is not the Llama-3 template's")
     check_exported_template(frugal, tmp, lines, template)
-    # --max-tokens: cut, counted.
+    # --max-tokens: cut, counted; the cut keeps every document's first trained token (a cut before
+    # it leaves a document without a target, which prepare refuses: below).
+    uncut, _ = prepare(frugal, tmp, "uncut", lines, os.path.join(tmp, "chatml"))
+    docs = inspect(frugal, uncut)
+    keep = max(d["loss_mask"].index(1, 1) for d in docs) + 2
+    if sum(len(d["tokens"]) > keep for d in docs) < 2:
+        fail(f"--max-tokens {keep} would cut fewer than 2 of the conversations: the check checks nothing")
     for overflow, want in (("truncate", "truncated"), ("split", "split")):
         ds, _ = prepare(frugal, tmp, "cut-" + overflow, lines, os.path.join(tmp, "chatml"),
-                        ["--max-tokens", "12", "--overflow", overflow])
+                        ["--max-tokens", str(keep), "--overflow", overflow])
         counts = json.load(open(os.path.join(ds, "manifest.json")))["counts"]
-        if counts[want] < 2 or any(len(d["tokens"]) > 12 for d in inspect(frugal, ds)):
+        if counts[want] < 2 or any(len(d["tokens"]) > keep for d in inspect(frugal, ds)):
             fail(f"--overflow {overflow}: {counts}")
+    # A dataset without a training document is not published: every document cut before its first
+    # trained token, or pieces of one token (a document's first token is no target).
+    for extra in (["--max-tokens", "2"], ["--max-tokens", "1", "--overflow", "split"]):
+        ds, err = prepare(frugal, tmp, "untrainable", lines, os.path.join(tmp, "chatml"), extra, expect=2)
+        if "raise --max-tokens" not in err or os.path.exists(ds):
+            fail(f"prepare {' '.join(extra)} published a dataset without a training document: {err}")
     # Refusals, by file and line.
     _, err = prepare(frugal, tmp, "bad", [lines[0], "{not json"], os.path.join(tmp, "chatml"), expect=2)
     if "bad.jsonl:2" not in err:
@@ -340,6 +382,12 @@ def check_prepare(frugal, tmp):
     summary = json.load(open(os.path.join(run_dir, "chat", "summary.json")))
     if not summary["final_val_loss"] > 0 or "chat documents" not in json.dumps(summary):
         fail(f"the run on chat documents did not end with a validation loss: {summary.get('final_val_loss')}")
+    # model.block = 4 keeps no document's first trained token: refused, not a run of loss 0.
+    p = CHECK.run([frugal, "train", "--quiet", "--set", f"data.source=shards:{ds}", "--set", "model.vocab=400",
+                   "--set", "model.block=4", "--set", "train.steps=2", "--set", f"run.out_dir={run_dir}",
+                   "--set", "run.name=cut"], expect=2)
+    if "has a trained token within model.block = 4" not in p.stdout + p.stderr:
+        fail(f"a block that cuts every trained token is not refused by name: {(p.stdout + p.stderr)[-500:]}")
     p = CHECK.run([frugal, "train", "--quiet", "--set", f"data.source=records:{ds}", "--set", "train.steps=1",
                    "--set", f"run.out_dir={run_dir}"], expect=2)
     if "documents dataset" not in p.stdout + p.stderr:

@@ -9,7 +9,9 @@
    into train and val; `frugal train` on the records with a user module is the next step and is
    covered by torchscript_check.py.
 3. Refusals, exit 2 with the file named: a truncated file, a file that is not Parquet, a null
-   feature cell (column and row named), a text column of another type, a missing label column.
+   feature cell (column and row named), a text column of another type, a missing label column, a
+   --text-column named but missing (the columns listed; not a table read instead); --dedup on a
+   table.
 
 Usage: parquet_check.py FRUGAL_BINARY. Exits 77 (skipped) when pyarrow is not installed or this
 frugal was built without Parquet support.
@@ -106,6 +108,10 @@ def check_refusals(frugal, tmp):
     pq.write_table(pa.table({"text": [1, 2, 3], "y": [0, 1, 0]}), ints)
     cases.append(([ints], [], [ints, "'text'", "not text"]))
     cases.append(([nulls], ["--label-column", "nope"], [nulls, "'nope'"]))
+    num = os.path.join(tmp, "num.parquet")
+    pq.write_table(pa.table({"x": [1.0, 2, 3, 4], "y": [1, 2, 3, 4], "label": [0, 1, 0, 1]}), num)
+    cases.append(([num], ["--text-column", "body"], [num, "'body'", "columns: x, y, label"]))
+    cases.append(([num], ["--dedup", "exact"], ["--dedup exact", "a Parquet table"]))
     # A NaN feature in the second file: named by that file and its own row.
     first, nan = os.path.join(tmp, "rows-1.parquet"), os.path.join(tmp, "rows-2.parquet")
     pq.write_table(pa.table({"x": [1.0, 2.0], "y": [0, 1]}), first)

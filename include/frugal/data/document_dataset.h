@@ -57,7 +57,11 @@ bool is_document_dataset(const std::string& dir);
 // Training on a documents dataset (data.source = "shards:DIR" naming one, docs/data.md). A document
 // of n tokens trains n - 1 positions (x its tokens but the last, y the next tokens where the loss
 // mask is 1, kIgnoreIndex elsewhere); one longer than model.block + 1 tokens is cut to its first
-// block + 1 (prepare --max-tokens / --overflow split keeps the rest as documents of their own). Rows
+// block + 1 (prepare --max-tokens / --overflow split keeps the rest as documents of their own). A
+// document whose trained tokens all lie past that cut trains nothing and is left out of the rows:
+// the constructor finds them (reading the documents longer than block + 1), throws DataError when
+// every document of the train split, or of a non-empty val split, is one (saying where their first
+// trained token lies and what to do), and otherwise warns (rank 0) of how many. Rows
 // hold model.block positions, built two ways (data.packing):
 //   pack  several whole documents a row, never one split across rows: the documents of each pass's
 //         seeded permutation go, in order, into the first of 8 open rows with room for them; when
@@ -85,10 +89,14 @@ class DocumentSource : public BatchSource {
   using Row = std::vector<int64_t>;  // documents of one row, in order
   // Positions a document of the split takes in a row: its tokens, cut to block + 1, less one.
   int64_t positions(const std::string& split, int64_t doc) const;
-  // Documents `order` built into rows as described above (pack), or one a row (pad).
+  // Documents `order` built into rows as described above (pack), or one a row (pad); documents
+  // without a target (one token, or every trained token past the cut) are left out.
   std::vector<Row> build_rows(const std::string& split, const std::vector<int64_t>& order) const;
+  // Whether every trained token of the split's document lies past the cut (it is left out).
+  bool untrained(const std::string& split, int64_t doc) const;
 
  private:
+  std::vector<bool> find_untrained(const std::string& split) const;  // per document; throws or warns
   Batch batch_of(const std::string& split, const std::vector<Row>& rows) const;
   const Row& train_row(int64_t k);              // row k of the endless sequence; under mutex_
   const std::vector<Row>& pass(int64_t epoch);  // the rows of one pass; under mutex_
@@ -99,6 +107,7 @@ class DocumentSource : public BatchSource {
   int64_t rank_, world_;
   bool pin_memory_;
   DataConfig::Packing packing_;
+  std::vector<bool> untrained_train_, untrained_val_;  // untrained(split, doc) of each document
   std::vector<Row> val_rows_;
   std::mutex mutex_;                            // guards what follows
   std::vector<int64_t> pass_start_{0};          // pass_start_[e]: the first row of pass e

@@ -21,9 +21,10 @@ void split_documents(const std::string& text, const std::string& path, InputForm
                      const std::string& jsonl_field, std::vector<std::string>* docs);
 
 // True when every Parquet file has `column` as a string column (so `prepare --format parquet` reads
-// documents); false when none has it (a table of features and a label). A column of another type
-// in any file, or present in some files only, is a DataError naming the file.
-bool parquet_has_text_column(const std::vector<std::string>& files, const std::string& column);
+// documents); false when none has it (a table of features and a label), unless `named` (the user
+// named the column): then a DataError naming the first file, the column and the columns it has. A
+// column of another type in any file, or present in some files only, is a DataError naming the file.
+bool parquet_has_text_column(const std::vector<std::string>& files, const std::string& column, bool named);
 // Appends the non-null, non-empty cells of string column `column` of each file, in file and row
 // order. Errors name the file (a truncated or corrupt Parquet file, a missing column).
 void read_parquet_documents(const std::vector<std::string>& files, const std::string& column,
@@ -34,5 +35,12 @@ void read_parquet_documents(const std::vector<std::string>& files, const std::st
 // (a binary file, a token shard, an image). The message names `what` (the setting or command),
 // the file and the fraction, and what to give instead. UTF-8 (bytes >= 0x80) counts as text.
 void require_text(std::string_view bytes, const std::string& path, const std::string& what);
+
+// The offset of the first byte of `bytes` that does not begin a well-formed UTF-8 sequence (RFC
+// 3629: no overlong forms, surrogates or code points above U+10FFFF), or npos when all are.
+size_t invalid_utf8_at(std::string_view bytes);
+// Throws DataError when `bytes` (the contents of `path`) are not UTF-8, naming the file, the byte
+// offset and line of the first bad sequence, `what` (who needs UTF-8), and iconv as the way out.
+void require_utf8(std::string_view bytes, const std::string& path, const std::string& what);
 
 }  // namespace frugal

@@ -53,6 +53,9 @@ struct PrepareOptions {
   std::string out_dir;
   InputFormat format = InputFormat::kText;
   std::string jsonl_field = "text";  // jsonl: the document's field; parquet: its string column
+  // --text-column was given: Parquet files without that column are an error, not a table (as they
+  // are when jsonl_field is other than "text").
+  bool text_column_named = false;
   // "bytes" (vocab 256), "sentencepiece" (train a model of `vocab` pieces on the input),
   // "sentencepiece:PATH.model" (use an existing model) or "hf:PATH/tokenizer.json" (a Hugging
   // Face tokenizer, run by the `tokenizers` library: data/tokenizer.h).
@@ -100,6 +103,9 @@ struct PrepareReport {
   // Chat and prompt-completion documents: tokens trained on, documents cut at --max-tokens, and
   // documents left with no token to train on (dropped).
   int64_t target_tokens = 0, truncated_documents = 0, split_documents = 0, dropped_documents = 0;
+  // What frugal train will need and this dataset lacks (an empty validation split): printed after
+  // the report, each as "warning: ...".
+  std::vector<std::string> warnings;
   int threads = 1;
   double tokenize_s = 0;  // wall time of tokenisation alone
   double seconds = 0;     // the whole call
@@ -110,11 +116,14 @@ using PrepareProgress = std::function<void(const std::string&)>;
 
 // Throws DataError (unreadable input, malformed JSONL with file:line, a corrupt image naming the
 // file, an unsafe tar member naming member and archive, a bad CSV cell naming file, line,
-// column and value, empty corpus) or
-// ConfigError (bad options, an --out that exists but is not a dataset).
+// column and value, empty corpus, a training split that would be empty or have no target: nothing
+// is published then) or
+// ConfigError (bad options, --dedup with a format that has no text documents, an --out that is a
+// file, lies below one, or is a folder that is not a dataset). A symbolic link at --out is kept:
+// the dataset is written where it points.
 PrepareReport prepare_dataset(const PrepareOptions& options, const PrepareProgress& progress = nullptr);
 
-// The human-readable final report (several lines).
+// The human-readable final report (several lines), then the report's warnings.
 std::string format_report(const PrepareReport& report);
 
 }  // namespace frugal

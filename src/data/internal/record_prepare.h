@@ -102,6 +102,12 @@ void prepare_table(const PrepareOptions& o, const CsvTable& t, const std::string
 void prepare_masked_documents(const PrepareOptions& o, const std::vector<std::string>& files, const std::string& tmp,
                               nlohmann::ordered_json* m, PrepareReport* r, const PrepareProgress& say);
 
+// The splits prepare_dataset is about to publish (their counts in `r`), checked against what frugal
+// train needs (prepare_report.cpp): an empty training split, or one without a target, is a DataError
+// naming the cause and the flag to change; an empty validation split adds a warning to `r` (the
+// trainer evaluates on it and refuses a dataset without one).
+void check_splits(const PrepareOptions& o, PrepareReport* r);
+
 // The samples held out for validation: round(n * fraction) of them (at least 1 when fraction > 0
 // and n > 1), chosen by a seeded permutation of [0, n).
 std::vector<bool> held_out(int64_t n, double fraction, uint64_t seed);
