@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "frugal/core/console.h"
 #include "frugal/core/crash_report.h"
 #include "frugal/core/device.h"
 #include "frugal/core/errors.h"
@@ -29,7 +30,9 @@ void CheckpointWriter::write_now(int64_t step, const CheckpointData& data) {
   const std::string path = write_checkpoint(root_, step, data, options_);
   CrashPhase phase("retention");
   note_written(path);
-  apply_retention(root_, retention_);
+  std::vector<std::string> not_removed;
+  apply_retention(root_, retention_, "", &not_removed);
+  warn_not_removed(not_removed);
   const double seconds = seconds_since(t0);
   std::error_code ec;
   int64_t bytes = 0;
@@ -38,6 +41,18 @@ void CheckpointWriter::write_now(int64_t step, const CheckpointData& data) {
   stats_.last_write_s = seconds;
   stats_.write_s_total += seconds;
   stats_.last_bytes = bytes;
+}
+
+// Said once per checkpoint: each later save would find it again.
+void CheckpointWriter::warn_not_removed(const std::vector<std::string>& not_removed) {
+  for (const std::string& what : not_removed) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    if (!warned_.insert(what.substr(0, what.rfind(": "))).second) continue;
+    Console::get().line(fmt::format(
+        "checkpoint: warning: cannot remove {} (beyond checkpoint.keep_last = {}, keep_best = {}); it stays, "
+        "using disk space: fix its permissions (or `chattr -i`) or remove it by hand",
+        what, retention_.keep_last, retention_.keep_best));
+  }
 }
 
 void CheckpointWriter::join() {

@@ -153,7 +153,7 @@ std::vector<std::string> remove_stale_debris(const std::string& root, bool all) 
 }
 
 std::vector<std::string> apply_retention(const std::string& root, const RetentionPolicy& policy,
-                                         const std::string& pinned) {
+                                         const std::string& pinned, std::vector<std::string>* not_removed) {
   std::vector<CheckpointInfo> listing = list_checkpoints(root);  // newest first
   // `pinned` as the listing spells it (a resume may have named it another way).
   std::string kept;
@@ -175,8 +175,12 @@ std::vector<std::string> apply_retention(const std::string& root, const Retentio
   }
   std::vector<std::string> removed;
   std::error_code ec;
-  for (auto& p : plan_retention(listing, policy, kept))
-    if (remove_tree_hidden_first(p, ec)) removed.push_back(std::move(p));
+  for (auto& p : plan_retention(listing, policy, kept)) {
+    if (remove_tree_hidden_first(p, ec))
+      removed.push_back(std::move(p));
+    else if (not_removed)
+      not_removed->push_back(fmt::format("{}: {}", p, ec.message()));
+  }
   for (auto& p : remove_stale_debris(root)) removed.push_back(std::move(p));
   return removed;
 }

@@ -44,7 +44,7 @@ void add_launch_command(CLI::App& app, Run* run) {
       "launch",
       "Run data-parallel training in several processes: `frugal launch -n 2 -- train my.toml` starts 2 "
       "ranks here with torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), "
-      "forwards SIGINT/SIGTERM/SIGUSR1 to them (they checkpoint together and exit 75) and names the rank "
+      "forwards SIGINT/SIGTERM/SIGUSR1/SIGHUP to them (they checkpoint together and exit 75) and names the rank "
       "that failed. Exit code: 0, 75, 2 when a rank refused its input, else the first failed rank's code.\n"
       "`frugal launch --emit skypilot|slurm [-n N] [--nodes K] CONFIG` instead prints a SkyPilot task (spot, "
       "resumes after preemption) or an sbatch script. See docs/distributed.md.");

@@ -248,9 +248,10 @@ void add_train_command(CLI::App& app, Run* run) {
       app.add_subcommand("train",
                          "Train a model. Without CONFIG, trains the built-in demo (examples/demo.toml): a small GPT "
                          "on seeded arithmetic problems.\nWrites runs/<name>/: config.toml, metrics.jsonl, "
-                         "summary.json, final/model.safetensors, checkpoints/step-NNNNNNNN/.\nSIGTERM, SIGINT or "
-                         "SIGUSR1: finish the step, write a checkpoint, exit 75 (continue with --resume auto); a "
-                         "second SIGINT exits at once. Exit 3: the divergence guard gave up.");
+                         "summary.json, final/model.safetensors, checkpoints/step-NNNNNNNN/.\nSIGTERM, SIGINT, "
+                         "SIGUSR1 or SIGHUP (unless ignored, as under nohup): finish the step, write a checkpoint, "
+                         "exit 75 (continue with --resume auto); a second SIGINT exits at once. Exit 3: the "
+                         "divergence guard gave up.");
   cmd->add_option("config", args->config, "TOML config file (see `frugal config --list`)")->check(CLI::ExistingFile);
   add_set_option(cmd, args->sets, "train.steps=200");
   cmd->add_flag("--overwrite", args->overwrite, "replace an existing runs/<name>/ directory");

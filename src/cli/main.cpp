@@ -30,7 +30,7 @@ void hold_stop_signals(int argc, char** argv, char** envp) {
   if (argc < 2 || std::strcmp(argv[1], "train") != 0) return;
   sigset_t stops;
   sigemptyset(&stops);
-  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaddset(&stops, sig);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) sigaddset(&stops, sig);
   sigprocmask(SIG_BLOCK, &stops, nullptr);
   for (char** e = envp; e && *e; ++e)
     if (std::strcmp(*e, "FRUGAL_FAULT_SIGNAL_AT_START=1") == 0) ::raise(SIGTERM);
@@ -48,11 +48,14 @@ int main(int argc, char** argv) {
   const bool train = argc > 1 && std::string(argv[1]) == "train";
   sigset_t stops;
   sigemptyset(&stops);
-  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaddset(&stops, sig);
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) sigaddset(&stops, sig);
   if (train) sigprocmask(SIG_BLOCK, &stops, nullptr);
   choose_openmp_wait_policy(argv);
   std::unique_ptr<SignalHandlers> early_signals;
   if (train) {
+    // A log reader that went away (`frugal train ... | tee log` over an ssh session that dropped)
+    // must not kill the run before its checkpoint: writes to it fail quietly instead (EPIPE).
+    std::signal(SIGPIPE, SIG_IGN);
     early_signals = std::make_unique<SignalHandlers>();
     sigprocmask(SIG_UNBLOCK, &stops, nullptr);
   }
@@ -105,7 +108,7 @@ int main(int argc, char** argv) {
   auto finish = [&](int code) {
     if (train) {
       (void)early_signals.release();  // kept installed until the process ends
-      for (int sig : {SIGTERM, SIGINT, SIGUSR1}) std::signal(sig, SIG_IGN);
+      for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) std::signal(sig, SIG_IGN);
       if (const char* f = std::getenv("FRUGAL_FAULT_SIGNAL_AT_EXIT"); f && std::string(f) == "1")
         std::atexit([] { ::raise(SIGTERM); });
     }

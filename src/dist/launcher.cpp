@@ -47,7 +47,7 @@ void signal_rank(const Child& c, int sig) {
 // Forks rank node_rank x procs_per_node + local and runs `exe` in it with torchrun's variables;
 // the child gets its own process group, so a Ctrl-C reaches the launcher only, which forwards it once.
 Child start_rank(const LaunchOptions& o, const std::string& exe, int64_t local, int64_t world,
-                 const std::string& threads) {
+                 const std::string& threads, bool hangup_ignored) {
   Child c;
   c.rank = o.node_rank * o.procs_per_node + local;
   std::fflush(nullptr);
@@ -56,7 +56,8 @@ Child start_rank(const LaunchOptions& o, const std::string& exe, int64_t local, 
   if (c.pid > 0) setpgid(c.pid, c.pid);  // also here: a signal may come before the child ran its own
   if (c.pid == 0) {
     setpgid(0, 0);
-    for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) signal(sig, SIG_DFL);
+    for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGPIPE}) signal(sig, SIG_DFL);
+    signal(SIGHUP, hangup_ignored ? SIG_IGN : SIG_DFL);  // `nohup frugal launch`: the ranks too
     setenv("RANK", std::to_string(c.rank).c_str(), 1);
     setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
     setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
@@ -91,11 +92,18 @@ int launch(const LaunchOptions& o, const std::string& exe) {
   struct sigaction sa {};
   sa.sa_handler = remember_signal;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaction(sig, &sa, nullptr);
+  // Under `nohup` a hang-up stays ignored, here and in the ranks; else it is forwarded as a stop.
+  struct sigaction hup {};
+  const bool hangup_ignored = sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler == SIG_IGN;
+  if (!hangup_ignored) sigaction(SIGHUP, &sa, nullptr);
+  // A closed log pipe (`frugal launch ... | tee log` when the session drops) must not end the
+  // launcher while its ranks checkpoint: its writes fail quietly instead.
+  signal(SIGPIPE, SIG_IGN);
 
   std::vector<Child> children;
   for (int64_t local = 0; local < o.procs_per_node; ++local) {
-    children.push_back(start_rank(o, exe, local, world, threads));
+    children.push_back(start_rank(o, exe, local, world, threads, hangup_ignored));
   }
   std::fprintf(stderr, "frugal launch: started %lld process(es) (ranks %lld..%lld of %lld), master %s:%lld\n",
                static_cast<long long>(o.procs_per_node), static_cast<long long>(children.front().rank),
@@ -151,7 +159,8 @@ int launch(const LaunchOptions& o, const std::string& exe) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGHUP}) signal(sig, SIG_DFL);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGPIPE}) signal(sig, SIG_DFL);
+  if (!hangup_ignored) signal(SIGHUP, SIG_DFL);
   // Bad input on one rank (a config or run directory only rank 0 checks) makes the others fail at
   // their next collective, and either may exit first: the cause's code, whichever came first.
   if (bad_input && bad_input != first_failure)

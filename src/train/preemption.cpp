@@ -49,6 +49,9 @@ extern "C" void on_stop_signal(int sig) {
 }
 
 void install(int sig, struct sigaction* old) {
+  // A hang-up that was ignored before (`nohup frugal train ...`) stays ignored: the user asked
+  // for the run to outlive the terminal.
+  if (sig == SIGHUP && sigaction(sig, nullptr, old) == 0 && old->sa_handler == SIG_IGN) return;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop_signal;
@@ -77,12 +80,14 @@ SignalHandlers::SignalHandlers() {
   install(SIGTERM, &old_term_);
   install(SIGINT, &old_int_);
   install(SIGUSR1, &old_usr1_);
+  install(SIGHUP, &old_hup_);
 }
 
 SignalHandlers::~SignalHandlers() {
   sigaction(SIGTERM, &old_term_, nullptr);
   sigaction(SIGINT, &old_int_, nullptr);
   sigaction(SIGUSR1, &old_usr1_, nullptr);
+  sigaction(SIGHUP, &old_hup_, nullptr);
 }
 
 }  // namespace frugal

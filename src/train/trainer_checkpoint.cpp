@@ -105,10 +105,10 @@ void Trainer::State::apply_retention_on_resume() {
   if (resumed_from.empty() || !is_writer()) return;
   const CheckpointConfig& k = rc.config.checkpoint;
   note_written(resumed_from);  // load_checkpoint verified it whole: not read again
-  std::vector<std::string> removed;
+  std::vector<std::string> removed, not_removed;
   try {
     removed = apply_retention(RunDir(run_dir).checkpoints(), RetentionPolicy{k.keep_last, k.keep_best, k.best_mode},
-                              resumed_from);
+                              resumed_from, &not_removed);
   } catch (const std::exception& e) {  // the run can still go on; its first save tries again
     Console::get().line(
         fmt::format("resume: warning: checkpoints beyond checkpoint.keep_last were not removed: {}", e.what()));
@@ -117,6 +117,11 @@ void Trainer::State::apply_retention_on_resume() {
   for (const std::string& p : removed)
     Console::get().line(fmt::format("resume: removed {} (checkpoint.keep_last = {}, checkpoint.keep_best = {})", p,
                                     k.keep_last, k.keep_best));
+  for (const std::string& p : not_removed)
+    Console::get().line(
+        fmt::format("resume: warning: cannot remove {} (beyond checkpoint.keep_last = {}); it stays, "
+                    "using disk space: fix its permissions or remove it by hand",
+                    p, k.keep_last));
 }
 
 void Trainer::State::rollback(Control& control) {

@@ -5,9 +5,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "frugal/core/atomic_file.h"
+#include "frugal/core/console.h"
 #include "test_util.h"
 
 namespace frugal::checkpoint_writer_test {
@@ -79,6 +85,45 @@ TEST(CheckpointWriter, RotatesAfterEachCompletedSave) {
   ASSERT_EQ(l.size(), 2u);
   EXPECT_EQ(l[0].step, 5);
   EXPECT_EQ(l[1].step, 4);
+}
+
+// Sets or clears a directory's immutable flag (chattr +i); false where the file system or the
+// process's capabilities do not allow it.
+bool set_immutable(const std::string& dir, bool on) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return false;
+  int flags = 0;
+  bool ok = ::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0;
+  flags = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
+  ok = ok && ::ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A checkpoint retention cannot remove (here immutable) used to stay without a word while the
+// disk filled; the writer now says so, once, naming it and what to do.
+TEST(CheckpointWriter, ACheckpointRetentionCannotRemoveIsNamedOnce) {
+  test::TempDir dir;
+  CheckpointWriter w(dir.path(), {}, {1, 0, MetricMode::kMin}, false);
+  w.save(1, data(1));
+  const std::string stuck = dir.file("step-00000001");
+  if (!set_immutable(stuck, true)) GTEST_SKIP() << "chattr +i is not allowed here";
+  Console& console = Console::get();
+  const bool quiet = console.quiet(), json = console.json_mode();
+  console.set_quiet(false);
+  console.set_json_mode(false);
+  testing::internal::CaptureStdout();
+  for (int64_t s = 2; s <= 4; ++s) w.save(s, data(static_cast<float>(s)));
+  const std::string said = testing::internal::GetCapturedStdout();
+  console.set_quiet(quiet);
+  console.set_json_mode(json);
+  set_immutable(stuck, false);
+  EXPECT_TRUE(fs::exists(stuck));
+  EXPECT_EQ(list_checkpoints(dir.path()).size(), 2u);  // step 1 and the newest
+  const std::string warning = "checkpoint: warning: cannot remove " + stuck + ": ";
+  ASSERT_NE(said.find(warning), std::string::npos) << said;
+  EXPECT_EQ(said.find(warning), said.rfind(warning)) << "said once, not at every save: " << said;
+  EXPECT_NE(said.find("checkpoint.keep_last = 1"), std::string::npos) << said;
 }
 
 // Tensors of several dtypes and layouts (a transposed view, a 0-d step count).

@@ -279,5 +279,39 @@ TEST(Launch, ForwardsAStopSignalToEveryRank) {
   EXPECT_EQ(code, 75);
 }
 
+// `nohup frugal launch ...`: the hang-up was ignored when the launcher started, so it neither
+// forwards one (it used to: the ranks then died of it, exit 129) nor lets the ranks see one (each
+// rank sends itself a SIGHUP and goes on).
+TEST(Launch, UnderNohupAHangUpStopsNeitherTheLauncherNorItsRanks) {
+  LaunchOptions o;
+  o.procs_per_node = 2;
+  o.master_port = 29705;
+  o.args = {"-c", "touch \"$MARK.$RANK\"; while [ ! -e \"$MARK.go\" ]; do sleep 0.05; done; kill -HUP $$; exit 0"};
+  test::TempDir dir;
+  setenv("MARK", dir.file("ready").c_str(), 1);
+  struct sigaction ignore {
+  }, before{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGHUP, &ignore, &before);
+  std::thread sender([&] {
+    for (int i = 0; i < 3000; ++i) {
+      if (access(dir.file("ready.0").c_str(), F_OK) == 0 && access(dir.file("ready.1").c_str(), F_OK) == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    kill(getpid(), SIGHUP);  // the terminal went away
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    test::write_text(dir.file("ready.go"), "");
+  });
+  testing::internal::CaptureStderr();
+  const int code = launch(o, "/bin/sh");
+  const std::string err = testing::internal::GetCapturedStderr();
+  sender.join();
+  struct sigaction after {};
+  sigaction(SIGHUP, &before, &after);
+  unsetenv("MARK");
+  EXPECT_EQ(code, 0) << err;
+  EXPECT_EQ(after.sa_handler, SIG_IGN) << "the launcher must leave an ignored SIGHUP ignored";
+}
+
 }  // namespace
 }  // namespace frugal::dist::launcher_test

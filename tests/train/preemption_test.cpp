@@ -9,6 +9,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <csignal>
 #include <string>
 #include <vector>
@@ -131,6 +132,57 @@ TEST(Preemption, AStopSignalDuringStartUpExits75) {
   EXPECT_EQ(WEXITSTATUS(status), 75);
   const auto summary = test::read_text(dir.file("demo/summary.json"));
   EXPECT_NE(summary.find("\"stop_kind\": \"preempted\""), std::string::npos) << summary;
+}
+
+// `frugal train ... | tee log` over an ssh session that drops: the log reader goes away with the
+// session. The run used to die of SIGPIPE at its next line of output, before any checkpoint; its
+// writes now fail quietly and the run goes on (here: to its end, exit 0, final weights written).
+// A hang-up that was pending when it started (held from before exec) stops it with exit 75.
+int train_into_a_closed_pipe(const std::string& dir, bool hang_up) {
+  std::vector<std::string> args = {"frugal", "train"};
+  for (const auto& o : test::tiny_overrides(dir)) {
+    args.push_back("--set");
+    args.push_back(o);
+  }
+  int out[2];
+  EXPECT_EQ(pipe(out), 0);
+  pid_t pid = fork();
+  EXPECT_GE(pid, 0);
+  if (pid == 0) {
+    close(out[0]);  // nobody reads: the first write raises SIGPIPE unless it is ignored
+    dup2(out[1], 1);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 2);
+    signal(SIGPIPE, SIG_DFL);
+    if (hang_up) {
+      sigset_t hup;
+      sigemptyset(&hup);
+      sigaddset(&hup, SIGHUP);
+      sigprocmask(SIG_BLOCK, &hup, nullptr);
+      signal(SIGHUP, SIG_DFL);
+      kill(getpid(), SIGHUP);  // pending until frugal unblocks it
+    }
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(FRUGAL_BINARY, argv.data());
+    _exit(126);
+  }
+  close(out[0]);
+  close(out[1]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Preemption, AClosedLogPipeDoesNotKillTheRunAndAHangUpCheckpoints) {
+  test::TempDir piped;
+  EXPECT_EQ(train_into_a_closed_pipe(piped.path(), false), 0);
+  EXPECT_TRUE(std::filesystem::exists(piped.file("demo/final/model.safetensors")));
+  test::TempDir hung;
+  EXPECT_EQ(train_into_a_closed_pipe(hung.path(), true), 75);
+  EXPECT_NE(test::read_text(hung.file("demo/summary.json")).find("\"stop_kind\": \"preempted\""), std::string::npos);
 }
 
 // A stop signal after exec but before main (LibTorch's static initializers take ~0.3 s) used to kill

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "frugal/ckpt/checkpoint.h"
+#include "frugal/train/preemption.h"
 #include "frugal/train/trainer.h"
 #include "resume_util.h"
 #include "signal_at.h"
@@ -61,6 +62,32 @@ TEST(Stops, PreemptionWritesACheckpointAndSkipsTheFinalWeights) {
   EXPECT_EQ(verify_checkpoint(dir.path() + "/demo/checkpoints/step-00000009"), "");
   EXPECT_FALSE(fs::exists(dir.path() + "/demo/final"));
   EXPECT_TRUE(fs::exists(dir.path() + "/demo/summary.json"));
+}
+
+// A dropped ssh session sends SIGHUP: it used to end the run with the default action (exit 129,
+// no checkpoint). It is a stop signal now, unless it was ignored when the run began (`nohup`):
+// then the run goes on to its end.
+TEST(Stops, AHangUpCheckpointsUnlessItWasIgnoredAsUnderNohup) {
+  test::TempDir dir;
+  TrainerOptions o;
+  o.handle_signals = true;
+  o.callbacks = {std::make_shared<test::SignalAt>(6, SIGHUP)};
+  auto s = test::train_tiny(dir.path(), {"checkpoint.enabled=false"}, o);
+  EXPECT_EQ(s["stop_kind"], "preempted");
+  EXPECT_NE(s["stop_reason"].get<std::string>().find("Hangup"), std::string::npos) << s["stop_reason"];
+  EXPECT_EQ(verify_checkpoint(dir.path() + "/demo/checkpoints/step-00000006"), "");
+
+  struct sigaction ignore {
+  }, before{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGHUP, &ignore, &before);
+  test::TempDir nohup;
+  auto n = test::train_tiny(nohup.path(), {"checkpoint.enabled=false"}, o);
+  struct sigaction after {};
+  sigaction(SIGHUP, &before, &after);
+  clear_preemption();
+  EXPECT_EQ(n["stop_kind"], "completed");
+  EXPECT_EQ(after.sa_handler, SIG_IGN) << "the trainer must leave an ignored SIGHUP ignored";
 }
 
 TEST(Stops, EarlyStopLandsInSummaryAndAResumedRunStopsAtTheSameStep) {

@@ -18,6 +18,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,6 +100,7 @@ class CheckpointWriter {
  private:
   void write_now(int64_t step, const CheckpointData& data);
   void join();
+  void warn_not_removed(const std::vector<std::string>& not_removed);
 
   std::string root_;
   WriteOptions options_;
@@ -109,6 +111,7 @@ class CheckpointWriter {
   std::exception_ptr error_;
   mutable std::mutex stats_mu_;  // stats_ is written by the writer thread, read by the trainer
   CheckpointWriterStats stats_;
+  std::set<std::string> warned_;  // checkpoints retention could not remove, said once each
   SnapshotBuffer staging_;
 };
 

@@ -41,9 +41,12 @@ std::vector<std::string> plan_retention(const std::vector<CheckpointInfo>& listi
 // Lists root, verifies (each checkpoint's files are read and hashed once per process: the
 // newest until keep_last sound ones are found, and the keep_best candidates), plans and
 // deletes; also removes stale debris (remove_stale_debris). `pinned`: a checkpoint never deleted
-// (any path naming one under root; "" for none). Returns what was deleted.
+// (any path naming one under root; "" for none). Returns what was deleted. A checkpoint the
+// rules would delete but that cannot be moved aside (no permission, an immutable directory) is
+// left in place and, with `not_removed`, listed there as "PATH: reason".
 std::vector<std::string> apply_retention(const std::string& root, const RetentionPolicy& policy,
-                                         const std::string& pinned = "");
+                                         const std::string& pinned = "",
+                                         std::vector<std::string>* not_removed = nullptr);
 
 // Records that this process has just written the checkpoint at path (its files hashed as they
 // were written), or verified it whole (load_checkpoint), so apply_retention() does not read it

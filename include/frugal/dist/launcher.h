@@ -24,7 +24,8 @@ struct LaunchOptions {
 
 // Runs args under `exe` (normally /proc/self/exe) procs_per_node times and waits for all.
 // SIGINT/SIGTERM/SIGUSR1/SIGHUP sent to the launcher go to every process once (a preemption
-// notice: each rank checkpoints and they exit 75 together). Returns 0 when every rank exited 0,
+// notice: each rank checkpoints and they exit 75 together); a SIGHUP ignored when it starts
+// (`nohup`) stays ignored, in the ranks too. Returns 0 when every rank exited 0,
 // 75 when they stopped resumably, 2 when a rank refused its input (the others then fail at their
 // next collective, and may exit first), else the first failed rank's exit code (128 + signal when
 // killed), after printing which rank failed and how. Each process gets FRUGAL_RUN_THREADS =

@@ -1,9 +1,9 @@
-// Stop signals: SIGTERM, SIGINT and SIGUSR1 (spot-instance reclaim notices, Ctrl-C, schedulers)
-// set a flag; the trainer checks it between steps, between evaluation batches and during
-// start-up, finishes the current step, writes a checkpoint and stops with StopKind::kPreempted
-// (the CLI exits 75). A second SIGINT ends the process at once, killed by SIGINT (exit status
-// 130 in a shell), after one line on stderr: stopped without a checkpoint, and the command that
-// continues from the newest one (set_interrupt_hint).
+// Stop signals: SIGTERM, SIGINT, SIGUSR1 and SIGHUP (spot-instance reclaim notices, Ctrl-C,
+// schedulers, a dropped ssh session) set a flag; the trainer checks it between steps, between evaluation batches and
+// during start-up, finishes the current step, writes a checkpoint and stops with StopKind::kPreempted (the CLI exits
+// 75). A second SIGINT ends the process at once, killed by SIGINT (exit status 130 in a shell), after one line on
+// stderr: stopped without a checkpoint, and the command that continues from the newest one (set_interrupt_hint). A
+// SIGHUP that is ignored when the handlers are installed (`nohup`) stays ignored.
 //
 // The handlers only load and store lock-free atomics and call sigaction(), write(2) of a buffer
 // written before and raise(), all async-signal-safe.
@@ -34,7 +34,7 @@ class SignalHandlers {
   SignalHandlers& operator=(const SignalHandlers&) = delete;
 
  private:
-  struct sigaction old_term_, old_int_, old_usr1_;
+  struct sigaction old_term_, old_int_, old_usr1_, old_hup_;
 };
 
 }  // namespace frugal
