@@ -79,7 +79,7 @@ void add_prepare_command(CLI::App& app, Run* run) {
                          "same options on "
                          "unchanged inputs does nothing (inputs are content-hashed). Formats: docs/data.md, "
                          "docs/formats/shards.md.");
-  cmd->add_option("inputs", a->o.inputs, "input files or folders (every file inside, sorted)")
+  cmd->add_option("inputs", a->o.inputs, "input files or folders (every file inside, sorted; hidden ones skipped)")
       ->required()
       ->check(CLI::ExistingPath);
   cmd->add_option("--out", a->o.out_dir, "dataset folder to write (replaced atomically)")->required();

@@ -7,7 +7,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <map>
+#include <iterator>
+#include <utility>
 
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
@@ -67,13 +68,6 @@ bool parse_float(std::string_view s, float* out) {
   return r.ec == std::errc() && r.ptr == s.data() + s.size() && std::isfinite(*out);
 }
 
-bool parse_class_id(std::string_view s, int64_t* out) {
-  s = trim(s);
-  if (s.empty()) return false;
-  const auto r = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return r.ec == std::errc() && r.ptr == s.data() + s.size() && *out >= 0;
-}
-
 }  // namespace
 
 CsvTable read_csv_table(const std::vector<std::string>& files, const std::string& label_column) {
@@ -81,7 +75,10 @@ CsvTable read_csv_table(const std::vector<std::string>& files, const std::string
   std::vector<std::string> header;
   size_t label_at = 0;
   std::vector<std::string> raw_labels;
+  std::vector<std::pair<size_t, std::string>> starts;  // each file's first row, for messages
+  std::vector<size_t> lines;                           // each row's line in its file
   for (const auto& file : files) {
+    starts.emplace_back(raw_labels.size(), file);
     const std::string text = read_file(file);
     // A UTF-8 byte-order mark (Excel's "CSV UTF-8") is no part of the first column's name.
     size_t pos = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0, line_no = 0;
@@ -142,35 +139,16 @@ CsvTable read_csv_table(const std::vector<std::string>& files, const std::string
         throw DataError(fmt::format("{}:{}: column '{}' (column {}): the label is empty", file, line_no,
                                     header[label_at], label_at + 1));
       raw_labels.push_back(label);
+      lines.push_back(line_no);
     }
   }
   if (raw_labels.empty()) throw DataError(fmt::format("the CSV inputs hold no data rows ({} files)", files.size()));
-  set_class_labels(&t, raw_labels);
+  set_class_labels(&t, raw_labels, [&](size_t row) {
+    const auto file = std::prev(
+        std::upper_bound(starts.begin(), starts.end(), row, [](size_t r, const auto& s) { return r < s.first; }));
+    return fmt::format("{}:{}", file->second, lines[row]);
+  });
   return t;
-}
-
-void set_class_labels(CsvTable* tp, const std::vector<std::string>& raw_labels) {
-  CsvTable& t = *tp;
-  std::vector<int64_t> ids(raw_labels.size());
-  bool numeric = true;
-  for (size_t i = 0; i < raw_labels.size() && numeric; ++i) numeric = parse_class_id(raw_labels[i], &ids[i]);
-  if (numeric) {
-    const int64_t top = *std::max_element(ids.begin(), ids.end());
-    if (top >= (int64_t{1} << 24))
-      throw DataError(
-          fmt::format("label column '{}': class id {} is too large (at most 2^24 classes)", t.label_column, top));
-    for (int64_t c = 0; c <= top; ++c) t.classes.push_back(std::to_string(c));
-    t.labels = std::move(ids);
-  } else {
-    std::map<std::string, int64_t> names;
-    for (const auto& l : raw_labels) names.emplace(l, 0);
-    for (auto& [name, id] : names) {
-      id = static_cast<int64_t>(t.classes.size());
-      t.classes.push_back(name);
-    }
-    t.labels.reserve(raw_labels.size());
-    for (const auto& l : raw_labels) t.labels.push_back(names.at(l));
-  }
 }
 
 }  // namespace frugal

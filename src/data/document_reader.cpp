@@ -6,32 +6,83 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/errors.h"
+#include "data/internal/jsonl_line.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
 
+bool hidden_name(const std::filesystem::path& p) {
+  const std::string name = p.filename().string();
+  return !name.empty() && name[0] == '.' && name != "." && name != "..";
+}
+
+namespace {
+
+// Each file once: one read twice (the same path given twice, two spellings of one path, a folder
+// and a file or folder inside it, a link to another input) would duplicate its data.
+void refuse_twice_read(const std::vector<std::string>& files, const std::vector<size_t>& given,
+                       const std::vector<std::string>& inputs) {
+  std::map<std::string, size_t> first;  // canonical path -> index into files
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::error_code ec;
+    fs::path canonical = fs::weakly_canonical(files[i], ec);
+    if (ec) canonical = fs::absolute(files[i]).lexically_normal();
+    const auto [at, fresh] = first.emplace(canonical.string(), i);
+    if (fresh) continue;
+    const auto named = [&](size_t f) {
+      const std::string& in = inputs[given[f]];
+      return files[f] == in ? fmt::format("input '{}'", in) : fmt::format("'{}' (under input '{}')", files[f], in);
+    };
+    const size_t j = at->second;
+    const std::string how = inputs[given[j]] == inputs[given[i]] && files[j] == files[i]
+                                ? fmt::format("input '{}' is given twice", inputs[given[i]])
+                                : fmt::format("{} and {} are the same file", named(j), named(i));
+    throw ConfigError(fmt::format(
+        "{} ({}): it would be read twice, duplicating its data; give each file or folder once (a folder holds "
+        "every file under it, a link to a file is that file)",
+        how, canonical.string()));
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
-  for (const auto& in : inputs) {
+  std::vector<size_t> given;  // the input each file came from
+  int64_t hidden = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const std::string& in = inputs[k];
     std::error_code ec;
     if (fs::is_regular_file(in, ec)) {
-      files.push_back(in);
+      files.push_back(in);  // named on purpose: read even when hidden
+      given.push_back(k);
     } else if (fs::is_directory(in, ec)) {
       std::vector<std::string> found;
-      for (const auto& e : fs::recursive_directory_iterator(in))
-        if (e.is_regular_file()) found.push_back(e.path().string());
+      for (auto it = fs::recursive_directory_iterator(in); it != fs::recursive_directory_iterator(); ++it) {
+        if (hidden_name(it->path())) {  // .DS_Store, .git/, editor swap and lock files: not data
+          if (it->is_directory()) it.disable_recursion_pending();
+          ++hidden;
+          continue;
+        }
+        if (it->is_regular_file()) found.push_back(it->path().string());
+      }
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
+      given.insert(given.end(), found.size(), k);
     } else {
       throw DataError(fmt::format("input '{}' does not exist (expected a file or a folder)", in));
     }
   }
   if (files.empty())
-    throw DataError(fmt::format("no files under {}: {} empty; give the files to prepare, or the folders that hold them",
-                                fmt::join(inputs, ", "), inputs.size() == 1 ? "the folder is" : "the folders are"));
+    throw DataError(fmt::format(
+        "no files under {}: {} empty{}; give the files to prepare, or the folders that hold them",
+        fmt::join(inputs, ", "), inputs.size() == 1 ? "the folder is" : "the folders are",
+        hidden > 0 ? fmt::format(" but for {} hidden entries (names starting with '.', skipped)", hidden) : ""));
+  refuse_twice_read(files, given, inputs);
   return files;
 }
 
@@ -99,6 +150,55 @@ void require_utf8(std::string_view bytes, const std::string& path, const std::st
                   path, line, at, static_cast<unsigned char>(bytes[at]), what, path, path));
 }
 
+namespace detail {
+
+std::string json_kind(const nlohmann::json& v) {
+  if (v.is_null()) return "null";
+  std::string shown = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+  const char* kind = v.is_string()    ? "a string"
+                     : v.is_boolean() ? "a boolean"
+                     : v.is_number()  ? "a number"
+                     : v.is_array()   ? "an array"
+                                      : "an object";
+  return fmt::format("{} ({})", kind, shown);
+}
+
+std::string json_fields(const nlohmann::json& object) {
+  std::vector<std::string> keys;
+  for (const auto& item : object.items()) keys.push_back("\"" + item.key() + "\"");
+  return keys.empty() ? "none" : fmt::format("{}", fmt::join(keys, ", "));
+}
+
+nlohmann::json parse_jsonl_object(std::string_view line, const std::string& path, int64_t line_no, size_t offset,
+                                  const std::string& expected) {
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    const size_t bad = invalid_utf8_at(line);
+    if (bad != std::string_view::npos)
+      throw DataError(fmt::format(
+          "{}:{}: invalid UTF-8 at byte {} of the file (0x{:02x}); JSON is UTF-8 text: convert the file, e.g. "
+          "iconv -f latin1 -t utf-8 '{}' > '{}.utf8' when it is Latin-1",
+          path, line_no, offset + bad, static_cast<unsigned char>(line[bad]), path, path));
+    std::string why = "a syntax error";
+    try {
+      [[maybe_unused]] const nlohmann::json again = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {  // "[json.exception...] parse error at line 1, column 5: ..."
+      why = e.what();
+      const size_t at = why.find("column ");
+      if (at != std::string::npos) why = why.substr(at);
+    }
+    throw DataError(
+        fmt::format("{}:{}: not valid JSON ({}); each line must be one JSON object, {}", path, line_no, why, expected));
+  }
+  if (!j.is_object())
+    throw DataError(fmt::format("{}:{}: {}, not a JSON object; each line must be one JSON object, {}", path, line_no,
+                                json_kind(j), expected));
+  return j;
+}
+
+}  // namespace detail
+
 void split_documents(const std::string& text, const std::string& path, InputFormat format,
                      const std::string& jsonl_field, std::vector<std::string>* docs) {
   require_text(text, path, "prepare");
@@ -108,22 +208,24 @@ void split_documents(const std::string& text, const std::string& path, InputForm
     size_t end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
     const std::string_view line(text.data() + pos, end - pos);
+    const size_t offset = pos;
     pos = end + 1;
     ++line_no;
     if (format == InputFormat::kJsonl) {
       if (blank(line)) continue;
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (j.is_discarded() && invalid_utf8_at(line) != std::string_view::npos)
-        throw DataError(fmt::format(
-            "{}:{}: invalid UTF-8 at byte {} of the file; JSON is UTF-8 text: convert the file, e.g. iconv -f latin1 "
-            "-t utf-8 '{}' > '{}.utf8' when it is Latin-1",
-            path, line_no, static_cast<size_t>(line.data() - text.data()) + invalid_utf8_at(line), path, path));
-      if (j.is_discarded() || !j.is_object())
-        throw DataError(fmt::format("{}:{}: not a JSON object; JSONL needs one object per line", path, line_no));
+      const nlohmann::json j =
+          detail::parse_jsonl_object(line, path, static_cast<int64_t>(line_no), offset,
+                                     fmt::format("{{\"{}\": \"the document\", ...}}", jsonl_field));
       auto it = j.find(jsonl_field);
-      if (it == j.end() || !it->is_string())
-        throw DataError(fmt::format("{}:{}: no string field \"{}\"; choose the field with --jsonl-field", path, line_no,
-                                    jsonl_field));
+      if (it == j.end())
+        throw DataError(
+            fmt::format("{}:{}: no field \"{}\" (the line's fields: {}); choose the field with --jsonl-field", path,
+                        line_no, jsonl_field, detail::json_fields(j)));
+      if (!it->is_string())
+        throw DataError(
+            fmt::format("{}:{}: field \"{}\" is {}, expected a string (the document); choose the field "
+                        "with --jsonl-field",
+                        path, line_no, jsonl_field, detail::json_kind(*it)));
       if (!it->get_ref<const std::string&>().empty()) docs->push_back(it->get<std::string>());
       continue;
     }

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "data/internal/jsonl_line.h"
 #include "data/internal/little_endian.h"
 #include "data/internal/record_prepare.h"
 #include "frugal/core/atomic_file.h"
@@ -25,24 +26,48 @@ struct Origin {
   int64_t line = 0;
 };
 
-// Every non-blank line of the jsonl files, checked to be a JSON object.
-void read_lines(const std::vector<std::string>& files, std::vector<std::string>* docs, std::vector<Origin>* origins) {
+// A document's fields, checked by type before any rendering: {"messages": [...]} for chat;
+// {"prompt": "...", "completion": "..."}, or a list of messages as the prompt (and the completion,
+// which may then be left out), for prompt-completion.
+void check_fields(const nlohmann::json& j, bool completion, const std::string& file, int64_t line) {
+  const auto refuse = [&](const std::string& key, const std::string& found, const std::string& expected) {
+    throw DataError(fmt::format("{}:{}: \"{}\" is {}, expected {}", file, line, key, found, expected));
+  };
+  const auto kind = [&](const std::string& key) {
+    return j.contains(key) ? json_kind(j[key]) : fmt::format("missing (the line's fields: {})", json_fields(j));
+  };
+  const std::string messages = "a list of {\"role\": ..., \"content\": ...} messages";
+  if (!completion) {
+    if (!j.contains("messages") || !j["messages"].is_array()) refuse("messages", kind("messages"), messages);
+    return;
+  }
+  const bool listed = j.contains("prompt") && j["prompt"].is_array();
+  if (!listed && !(j.contains("prompt") && j["prompt"].is_string()))
+    refuse("prompt", kind("prompt"), "a string (or " + messages + ")");
+  const bool none = !j.contains("completion") || j["completion"].is_null();
+  if (!listed && !(j.contains("completion") && j["completion"].is_string()))
+    refuse("completion", kind("completion"), "a string, as \"prompt\" is one");
+  if (listed && !none && !j["completion"].is_array())
+    refuse("completion", kind("completion"), messages + ", as \"prompt\" is one (or no \"completion\")");
+}
+
+// Every non-blank line of the jsonl files, checked to be a JSON object with the fields of its format.
+void read_lines(const std::vector<std::string>& files, bool completion, std::vector<std::string>* docs,
+                std::vector<Origin>* origins) {
+  const std::string expected = completion ? "{\"prompt\": ..., \"completion\": ...}, a prompt-completion document"
+                                          : "{\"messages\": [...]}, a chat document";
   for (const std::string& f : files) {
     const std::string text = read_file(f);
     int64_t line = 0;
     for (size_t at = 0; at < text.size();) {
       const size_t end = std::min(text.find('\n', at), text.size());
       ++line;
-      std::string l = text.substr(at, end - at);
+      const std::string_view l(text.data() + at, end - at);
+      const size_t offset = at;
       at = end + 1;
       if (l.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const auto j = nlohmann::json::parse(l, nullptr, false);
-      if (!j.is_object())
-        throw DataError(
-            fmt::format("{}:{}: not a JSON object (each line of a chat or prompt-completion file is one "
-                        "document: {{\"messages\": [...]}} or {{\"prompt\": ..., \"completion\": ...}})",
-                        f, line));
-      docs->push_back(std::move(l));
+      check_fields(parse_jsonl_object(l, f, line, offset, expected), completion, f, line);
+      docs->emplace_back(l);
       origins->push_back({f, line});
     }
   }
@@ -119,7 +144,7 @@ void prepare_masked_documents(const PrepareOptions& o, const std::vector<std::st
                     content, o.tokenizer));
   std::vector<std::string> docs;
   std::vector<Origin> origins;
-  read_lines(files, &docs, &origins);
+  read_lines(files, completion, &docs, &origins);
   r->documents_in = static_cast<int64_t>(docs.size());
   say(fmt::format("read {} documents; rendering and tokenising", docs.size()));
   std::vector<MaskedDocument> encoded;

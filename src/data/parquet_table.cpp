@@ -118,7 +118,11 @@ CsvTable read_parquet_table(const std::vector<std::string>& files, const std::st
       t.values[r * F + c] = static_cast<float>(v);
     }
   }
-  set_class_labels(&t, labels);
+  set_class_labels(&t, labels, [&](size_t r) {
+    auto file = std::prev(
+        std::upper_bound(starts.begin(), starts.end(), r, [](size_t row, const auto& s) { return row < s.first; }));
+    return fmt::format("{}: row {} (0-based)", file->second, r - file->first);
+  });
   return t;
 }
 

@@ -35,9 +35,10 @@ std::string image_kind(const std::string& bytes) {
 }
 
 // One record's fields as found (a null text counts as an empty one, which prepare skips; a null
-// image or label as absent): the sample prepare reads.
+// image as absent; a null label is marked, refused beside an image): the sample prepare reads.
 struct Found {
   bool has_text = false, has_image = false, has_label = false;
+  bool null_label = false;  // the label field is there, null (Avro)
   std::string text, image, label;
 };
 
@@ -50,7 +51,12 @@ TarSample sample_of(Found f, const std::string& path, int64_t index, const Recor
     if (kind.empty())
       throw DataError(fmt::format("{}: record {}: field '{}' holds {} bytes that are neither a JPEG nor a PNG", path,
                                   index, fields.image, f.image.size()));
-    if (!f.has_label || f.label.empty())
+    if (f.null_label || (f.has_label && f.label.empty()))
+      throw DataError(fmt::format(
+          "{}: record {}: label field '{}' (--label-column) is {}, expected the label of the record's image (field "
+          "'{}'): an int, a long or a non-empty string; give every image record a label, or drop the record",
+          path, index, fields.label, f.null_label ? "null" : "an empty string", fields.image));
+    if (!f.has_label)
       throw DataError(
           fmt::format("{}: record {} has an image (field '{}') but no label: no field '{}' "
                       "(--label-column){}",
@@ -120,6 +126,39 @@ bool avro_text(avro_value_t* v, bool numbers, std::string* out) {
   }
 }
 
+const char* avro_type_name(avro_type_t t) {
+  switch (t) {
+    case AVRO_STRING:
+      return "a string";
+    case AVRO_BYTES:
+      return "bytes";
+    case AVRO_INT32:
+      return "an int";
+    case AVRO_INT64:
+      return "a long";
+    case AVRO_FLOAT:
+      return "a float";
+    case AVRO_DOUBLE:
+      return "a double";
+    case AVRO_BOOLEAN:
+      return "a boolean";
+    case AVRO_NULL:
+      return "null";
+    case AVRO_RECORD:
+      return "a record";
+    case AVRO_ENUM:
+      return "an enum";
+    case AVRO_FIXED:
+      return "a fixed";
+    case AVRO_MAP:
+      return "a map";
+    case AVRO_ARRAY:
+      return "an array";
+    default:
+      return "of another type";
+  }
+}
+
 std::string avro_field_names(avro_schema_t schema) {
   std::string names;
   if (!is_avro_record(schema)) return names;
@@ -158,10 +197,12 @@ std::vector<TarSample> read_avro_samples(const std::string& path, const RecordFi
     const auto take = [&](const std::string& name, bool numbers, bool* has, std::string* into) {
       const Presence p = avro_field(&rec, name, &v);
       if (p == Presence::kNull && !numbers && name == fields.text) *has = true;  // an empty document
+      if (p == Presence::kNull && numbers) f.null_label = true;
       if (p != Presence::kValue) return;
       if (!avro_text(&v, numbers, into))
-        throw DataError(fmt::format("{}: record {}: field '{}' is neither {}", path, i, name,
-                                    numbers ? "an int, a long nor a string" : "a string nor bytes"));
+        throw DataError(fmt::format("{}: record {}: field '{}' is {}, expected {}", path, i, name,
+                                    avro_type_name(avro_value_get_type(&v)),
+                                    numbers ? "an int, a long or a string (the label)" : "a string or bytes"));
       *has = true;
     };
     take(fields.text, false, &f.has_text, &f.text);
@@ -248,8 +289,13 @@ std::vector<TarSample> read_tfrecord_samples(const std::string& path, const Reco
       const size_t count = t.bytes.size() + t.ints.size() + t.floats.size();
       if (count != 1 ||
           !(t.kind == detail::TfFeature::Kind::kBytes || (numbers && t.kind == detail::TfFeature::Kind::kInts)))
-        throw DataError(fmt::format("{}: record {}: feature '{}' holds {} values of another kind than {}", path, i,
-                                    name, count, numbers ? "one int64 or one bytes value" : "one bytes value"));
+        throw DataError(fmt::format(
+            "{}: record {}: feature '{}' holds {} {} value{}, expected {}", path, i, name, count,
+            t.kind == detail::TfFeature::Kind::kBytes    ? "bytes_list"
+            : t.kind == detail::TfFeature::Kind::kInts   ? "int64_list"
+            : t.kind == detail::TfFeature::Kind::kFloats ? "float_list"
+                                                         : "empty",
+            count == 1 ? "" : "s", numbers ? "one int64 or one bytes value (the label)" : "one bytes value"));
       *into = t.kind == detail::TfFeature::Kind::kInts ? std::to_string(t.ints[0]) : t.bytes[0];
       *has = true;
     };

@@ -18,7 +18,6 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <map>
 #include <set>
 #include <thread>
 
@@ -27,6 +26,7 @@
 #include "frugal/core/errors.h"
 #include "frugal/core/wall_clock.h"
 #include "frugal/data/csv_table.h"
+#include "frugal/data/document_reader.h"
 #include "frugal/data/file_hash.h"
 #include "frugal/data/image.h"
 #include "frugal/data/record_source.h"
@@ -156,22 +156,27 @@ void prepare_images(const PrepareOptions& o, std::vector<ImageItem> items, const
   r->record_shape = fmt::format("{} [3, {}, {}]", dtype, S, S);
 }
 
-// Sub-folders of `dir` (sorted names).
+// Sub-folders of `dir` (sorted names), hidden ones (.ipynb_checkpoints, .git) left out.
 std::vector<std::string> subdirs(const fs::path& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.is_directory()) out.push_back(e.path().filename().string());
+    if (e.is_directory() && !hidden_name(e.path())) out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
 }
 
-// Image files under dir, recursively, as paths relative to `root` (sorted).
+// Image files under dir, recursively, as paths relative to `root` (sorted); hidden files and
+// folders (._x.jpg resource forks, .DS_Store) are left out, uncounted.
 std::vector<std::string> image_files(const fs::path& dir, const fs::path& root, int64_t* skipped) {
   std::vector<std::string> out;
-  for (const auto& e : fs::recursive_directory_iterator(dir)) {
-    if (!e.is_regular_file()) continue;
-    if (is_image_ext(e.path().extension().string()))
-      out.push_back(fs::relative(e.path(), root).string());
+  for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator(); ++it) {
+    if (hidden_name(it->path())) {
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file()) continue;
+    if (is_image_ext(it->path().extension().string()))
+      out.push_back(fs::relative(it->path(), root).string());
     else
       ++*skipped;
   }
@@ -246,7 +251,8 @@ void prepare_tar_images(const PrepareOptions& o, std::vector<std::pair<std::stri
                         const std::string& tmp, nlohmann::ordered_json* m, PrepareReport* r,
                         const PrepareProgress& say) {
   std::vector<ImageItem> items;
-  std::vector<std::string> labels;
+  std::vector<std::string> labels, origins;
+  const bool tar = o.format == InputFormat::kTar;
   for (auto& [archive, s] : samples) {
     auto img = std::find_if(s.members.begin(), s.members.end(), [](const auto& kv) { return is_image_ext(kv.first); });
     if (img == s.members.end()) continue;  // a sample without an image (metadata only)
@@ -263,27 +269,16 @@ void prepare_tar_images(const PrepareOptions& o, std::vector<std::pair<std::stri
     item.bytes = std::move(img->second);
     items.push_back(std::move(item));
     labels.push_back(std::move(label));
+    // Avro and TFRecord samples are keyed "record K".
+    origins.push_back(tar ? fmt::format("tar archive '{}': member '{}.cls'", archive, s.key)
+                          : fmt::format("{}: {}", archive, s.key));
   }
-  // Integer labels are the class ids; otherwise each distinct string is a class (sorted).
-  bool numeric = true;
-  int64_t top = -1;
-  for (const auto& l : labels) {
-    numeric = numeric && l.find_first_not_of("0123456789") == std::string::npos && l.size() < 9;
-    if (numeric) top = std::max<int64_t>(top, std::stoll(l));
-  }
-  std::vector<std::string> classes;
-  std::map<std::string, int64_t> ids;
-  if (numeric) {
-    for (int64_t c = 0; c <= top; ++c) classes.push_back(std::to_string(c));
-  } else {
-    for (const auto& l : labels) ids.emplace(l, 0);
-    for (auto& [name, id] : ids) {
-      id = static_cast<int64_t>(classes.size());
-      classes.push_back(name);
-    }
-  }
-  for (size_t i = 0; i < items.size(); ++i) items[i].label = numeric ? std::stoll(labels[i]) : ids.at(labels[i]);
-  prepare_images(o, std::move(items), classes, tmp, m, r, say);
+  // Integer labels are the class ids; otherwise each distinct name is a class (sorted).
+  const std::string field = o.label_column.empty() ? "label" : o.label_column;
+  ClassIds c = class_ids(labels, tar ? std::string("the '.cls' labels") : fmt::format("the label field '{}'", field),
+                         [&](size_t i) { return origins[i]; });
+  for (size_t i = 0; i < items.size(); ++i) items[i].label = c.ids[i];
+  prepare_images(o, std::move(items), c.classes, tmp, m, r, say);
 }
 
 void prepare_table(const PrepareOptions& o, const CsvTable& t, const std::string& tmp, nlohmann::ordered_json* m,

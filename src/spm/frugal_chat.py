@@ -233,8 +233,10 @@ def check_messages(named):
 def encode_document(tok, renderer, sep, kind, doc, train_on_prompt, folder):
     if kind == "prompt-completion" and not isinstance(doc.get("prompt"), list):
         prompt, completion = doc.get("prompt"), doc.get("completion")
-        if not isinstance(prompt, str) or not isinstance(completion, str):
-            raise ValueError('expected string "prompt" and "completion" fields (or lists of messages)')
+        for field, value in (("prompt", prompt), ("completion", completion)):
+            if not isinstance(value, str):
+                raise ValueError(f'"{field}" is {"missing" if field not in doc else shown(value)}: expected a string '
+                                 '(or "prompt" and "completion" lists of messages)')
         p = tok.encode(prompt, add_special_tokens=False).ids
         c = tok.encode(completion, add_special_tokens=False).ids + sep
         return p + c, [1 if train_on_prompt else 0] * len(p) + [1] * len(c)
@@ -289,7 +291,7 @@ def main(argv, load, separator, read_docs):
             try:
                 doc = json.loads(line)
                 if not isinstance(doc, dict):
-                    raise ValueError("not a JSON object")
+                    raise ValueError(f"{shown(doc)} is not a JSON object")
                 rendered = rendered or kind == "chat" or isinstance(doc.get("prompt"), list)
                 ids, mask = encode_document(tok, renderer, sep, kind, doc, train_on_prompt, folder)
             except Exception as e:  # the document is named by the caller (file and line)

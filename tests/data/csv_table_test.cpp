@@ -1,9 +1,12 @@
 // CSV tables: features and labels parse as written (string labels become sorted class ids,
-// integer labels stay themselves), quoting works, and every bad input is an error naming the
-// file, line, column and value.
+// integer labels stay themselves, "1.0" is 1), quoting works, and every bad input is an error
+// naming the file, line, column and value: a label at odds with the others, a negative one, and a
+// sparse id space among them.
 #include "frugal/data/csv_table.h"
 
 #include <gtest/gtest.h>
+
+#include <fmt/format.h>
 
 #include "frugal/core/errors.h"
 #include "test_util.h"
@@ -86,6 +89,64 @@ TEST(CsvTable, StructuralErrorsAreNamed) {
   EXPECT_NE(error_of({dir.file("header_only.csv")}).find("no data rows"), std::string::npos);
   test::write_text(dir.file("nolabel.csv"), "a,label\n1, \n");
   EXPECT_NE(error_of({dir.file("nolabel.csv")}).find("the label is empty"), std::string::npos);
+}
+
+// One odd label among integers used to turn every label into a class name ("-1", "0", "1", or
+// "0", "1", "1.0" as three classes): now it is refused, by file, line and value.
+TEST(CsvTable, AnOddLabelAmongIntegersIsRefusedNamingFileLineAndValue) {
+  test::TempDir dir;
+  test::write_text(dir.file("a.csv"), "x,y\n1,0\n2,1\n");
+  test::write_text(dir.file("name.csv"), "x,y\n3,1\n4,oops\n5,0\n");
+  std::string e = error_of({dir.file("a.csv"), dir.file("name.csv")});
+  EXPECT_NE(e.find(dir.file("name.csv") + ":3: label 'oops' is not a number, but 4 of the 5 labels of label column 'y' "
+                                          "are"),
+            std::string::npos)
+      << e;
+  test::write_text(dir.file("fraction.csv"), "x,y\n1,0\n2,1.5\n3,1\n");
+  e = error_of({dir.file("fraction.csv")});
+  EXPECT_NE(e.find(dir.file("fraction.csv") + ":3: label '1.5' is not a whole number"), std::string::npos) << e;
+  test::write_text(dir.file("negative.csv"), "x,y\n1,0\n2,1\n3,-1\n4,1\n");
+  e = error_of({dir.file("negative.csv")});
+  EXPECT_NE(e.find(dir.file("negative.csv") + ":4: label -1 is negative"), std::string::npos) << e;
+  EXPECT_NE(e.find("remap the labels"), std::string::npos) << e;
+  test::write_text(dir.file("number.csv"), "x,y\n1,cat\n2,dog\n3,7\n");
+  e = error_of({dir.file("number.csv")});
+  EXPECT_NE(e.find(dir.file("number.csv") + ":4: label '7' is a number, but 2 of the 3 labels"), std::string::npos)
+      << e;
+  // Every label a name, numbers nowhere among them: classes as before (nan is no finite number).
+  test::write_text(dir.file("names.csv"), "x,y\n1,b\n2,nan\n3,a\n");
+  EXPECT_EQ(read_csv_table({dir.file("names.csv")}, "").classes, (std::vector<std::string>{"a", "b", "nan"}));
+}
+
+// A whole number written with a fraction or an exponent (pandas writes an integer column that once
+// held a missing value as 1.0) is that integer, not a class name of its own.
+TEST(CsvTable, WholeNumbersWrittenAsFractionsAreTheirIntegers) {
+  test::TempDir dir;
+  test::write_text(dir.file("t.csv"), "x,y\n1,0\n2,1.0\n3, 2.00\n4,1e0\n5,+2\n");
+  const CsvTable t = read_csv_table({dir.file("t.csv")}, "");
+  EXPECT_EQ(t.labels, (std::vector<int64_t>{0, 1, 2, 1, 2}));
+  EXPECT_EQ(t.classes, (std::vector<std::string>{"0", "1", "2"}));
+}
+
+// Integer labels are the class ids: 0 and 1000000 made 1,000,001 classes. Above 1024 classes at
+// least half of the ids must occur; the refusal names the largest label and the distinct count.
+TEST(CsvTable, SparseIntegerLabelsAreRefusedNamingTheLargestAndTheCount) {
+  test::TempDir dir;
+  test::write_text(dir.file("sparse.csv"), "x,y\n1,0\n2,1000000\n3,1\n4,0\n");
+  const std::string e = error_of({dir.file("sparse.csv")});
+  EXPECT_NE(e.find("the largest label of label column 'y' is 1000000 (" + dir.file("sparse.csv") + ":3)"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("only 3 distinct labels occur"), std::string::npos) << e;
+  EXPECT_NE(e.find("remap the labels to 0 ... 2"), std::string::npos) << e;
+  test::write_text(dir.file("edge.csv"), "x,y\n1,0\n2,1023\n");  // 1024 classes: still taken as ids
+  EXPECT_EQ(read_csv_table({dir.file("edge.csv")}, "").classes.size(), 1024u);
+  test::write_text(dir.file("over.csv"), "x,y\n1,0\n2,1024\n");
+  EXPECT_NE(error_of({dir.file("over.csv")}).find("only 2 distinct labels occur"), std::string::npos);
+  std::string dense = "x,y\n";  // 2000 classes, 1000 of them used: dense enough
+  for (int i = 0; i < 2000; i += 2) dense += fmt::format("{},{}\n", i, i);
+  test::write_text(dir.file("dense.csv"), dense);
+  EXPECT_EQ(read_csv_table({dir.file("dense.csv")}, "").classes.size(), 1999u);
 }
 
 }  // namespace

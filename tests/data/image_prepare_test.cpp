@@ -227,6 +227,23 @@ TEST(ImagePrepare, AnEmptyFolderOrASingleClassIsRefusedNamingTheFolder) {
   EXPECT_FALSE(fs::exists(dir.file("ds")));
 }
 
+// Hidden entries are no data: a hidden folder (a notebook's checkpoints) was a class, and a macOS
+// resource fork "._img0.jpg" (not an image) stopped prepare. Both are skipped now.
+TEST(ImagePrepare, HiddenFoldersAndFilesAreNeitherClassesNorImages) {
+  test::TempDir dir;
+  make_folder(dir.file("in"));
+  fs::create_directories(dir.file("in/.ipynb_checkpoints"));
+  test::write_bytes(dir.file("in/.ipynb_checkpoints/img0.png"), encode_png(test::gradient_image(8, 8, 1)));
+  test::write_text(dir.file("in/cat/._img0.jpg"), "AppleDouble resource fork, not a JPEG");
+  fs::create_directories(dir.file("in/dog/.thumbs"));
+  test::write_bytes(dir.file("in/dog/.thumbs/img0.png"), encode_png(test::gradient_image(8, 8, 2)));
+  const PrepareReport r = prepare_dataset(image_options(dir.file("in"), dir.file("ds")));
+  EXPECT_EQ(r.classes, 2);
+  EXPECT_EQ(r.train_samples + r.val_samples, 10);
+  const auto m = nlohmann::json::parse(test::read_text(dir.file("ds/manifest.json")));
+  EXPECT_EQ(m["classes"], nlohmann::json({"cat", "dog"}));
+}
+
 }  // namespace
 }  // namespace frugal::image_prepare_test
 

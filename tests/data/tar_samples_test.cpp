@@ -183,6 +183,37 @@ TEST(TarSamples, TextSamplesPrepareIntoTokens) {
   EXPECT_EQ(std::string(t.begin(), t.end()), "first\n\nsecond\n\n");
 }
 
+// '.cls' labels are classed as a table's are: one "-1" among integer labels used to make every
+// label a class name, and labels 0, 1 and 5000 made 5001 classes. Both are refused by member.
+TEST(TarSamples, ANegativeOrSparseIntegerLabelIsRefusedNamingTheMember) {
+  test::TempDir dir;
+  const auto tar_of = [&](const std::string& name, const std::vector<std::string>& labels) {
+    std::vector<std::pair<std::string, std::string>> m;
+    for (size_t i = 0; i < labels.size(); ++i) {
+      m.push_back({fmt::format("s{}.png", i), encode_png(test::gradient_image(4, 4, static_cast<int>(i)))});
+      m.push_back({fmt::format("s{}.cls", i), labels[i]});
+    }
+    write_tar(dir.file(name), m);
+    PrepareOptions o;
+    o.inputs = {dir.file(name)};
+    o.out_dir = dir.file("ds");
+    o.format = InputFormat::kTar;
+    o.image_size = 4;
+    return error_of([&] { prepare_dataset(o); });
+  };
+  std::string e = tar_of("negative.tar", {"0\n", "1\n", "-1\n", "1\n"});
+  EXPECT_NE(e.find("tar archive '" + dir.file("negative.tar") + "': member 's2.cls': label -1 is negative"),
+            std::string::npos)
+      << e;
+  e = tar_of("sparse.tar", {"0", "1", "5000", "1"});
+  EXPECT_NE(e.find("the largest label of the '.cls' labels is 5000"), std::string::npos) << e;
+  EXPECT_NE(e.find("only 3 distinct labels occur"), std::string::npos) << e;
+  e = tar_of("mixed.tar", {"3", "1", "x", "0"});
+  EXPECT_NE(e.find("member 's2.cls': label 'x' is not a number"), std::string::npos) << e;
+  EXPECT_EQ(tar_of("whole.tar", {"0", "1.0", "1", "0"}), "no error");  // 1.0 is class 1
+  EXPECT_EQ(open_record_dataset(dir.file("ds")).classes, (std::vector<std::string>{"0", "1"}));
+}
+
 }  // namespace
 }  // namespace frugal::tar_samples_test
 

@@ -5,11 +5,12 @@
 // Syntax: comma-separated fields; a field may be quoted with double quotes ("a, b", with ""
 // for a quote inside); a quoted field may not span lines. Surrounding spaces of a numeric cell
 // are ignored. Blank lines are skipped; a trailing '\r' (CRLF files) is dropped.
-// Labels: when every label cell is a non-negative integer the integers are the class ids
-// (classes "0" ... "max"); otherwise each distinct label string is a class, ids in sorted order.
+// Labels: classed by class_ids below (integers are the class ids, names are numbered in sorted
+// order, a mix of the two is refused).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,27 @@ CsvTable read_csv_table(const std::vector<std::string>& files, const std::string
 // CSV. Errors name the file, and the column and row of a null cell or a non-numeric feature.
 CsvTable read_parquet_table(const std::vector<std::string>& files, const std::string& label_column);
 
-// Sets t->labels and t->classes from the label cells: all non-negative integers -> their values
-// (classes "0" ... "max"); otherwise each distinct string is a class, ids in sorted order.
-void set_class_labels(CsvTable* t, const std::vector<std::string>& raw_labels);
+// Where label i came from, for messages: "FILE:LINE", "FILE: row R (0-based)", "FILE: record K".
+using LabelOrigin = std::function<std::string(size_t)>;
+
+struct ClassIds {
+  std::vector<int64_t> ids;          // class id per label
+  std::vector<std::string> classes;  // class id -> name
+};
+
+// The class ids of label cells (surrounding spaces ignored), for every record dataset (tables,
+// tar / Avro / TFRecord image labels):
+// - every label an integer: the integers are the class ids, classes "0" ... "max". A whole number
+//   written with a fraction or an exponent ("1.0", "1e3") is that integer. A negative label is
+//   refused, and so is a largest label of 2^24 or more, or one above 1023 when fewer than half of
+//   the ids 0 ... max occur (a sparse id space: remap the labels to 0 ... N-1).
+// - every label a name (not a finite number): each distinct name is a class, ids in sorted order.
+// - anything else (integers with a fraction or a name among them, fractions only) is refused.
+// Refusals are DataErrors naming where(i) and the value of the label at fault, and `what` (e.g.
+// "label column 'y'").
+ClassIds class_ids(const std::vector<std::string>& labels, const std::string& what, const LabelOrigin& where);
+
+// Sets t->labels and t->classes from the label cells by class_ids (`where`: each row's origin).
+void set_class_labels(CsvTable* t, const std::vector<std::string>& raw_labels, const LabelOrigin& where);
 
 }  // namespace frugal

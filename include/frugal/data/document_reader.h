@@ -3,6 +3,7 @@
 // string column; in builds with FRUGAL_WITH_PARQUET).
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,9 +12,16 @@
 
 namespace frugal {
 
-// Input paths expanded to files: a file stays itself, a folder becomes every regular file under
-// it (recursively, sorted by path). Throws DataError for a path that does not exist.
+// Input paths expanded to files: a file stays itself (hidden or not), a folder becomes every
+// regular file under it (recursively, sorted by path) but the hidden ones (hidden_name), and those
+// in hidden folders. Throws DataError for a path that does not exist, and ConfigError naming both
+// inputs when one file would be read twice (compared by canonical path: the same input given
+// twice, two spellings of one path, a folder and a file or folder under it, a link to a file).
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
+
+// True for a hidden entry, whose name starts with '.' (.DS_Store, .git, editor swap and lock files
+// such as .notes.txt.swp and .~lock.data.csv#): never data where a folder is expanded.
+bool hidden_name(const std::filesystem::path& path);
 
 // Appends the documents of `text` (the contents of `path`) to docs. JSONL errors name the file
 // and line. Empty documents are skipped.

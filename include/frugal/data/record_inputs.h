@@ -11,10 +11,10 @@
 // Avro: object container files (what fastavro, Spark and Avro's own writers produce; codecs null
 // and deflate, and those Debian's libavro was built with), read by Debian's Avro C library with the
 // file's own writer schema. Fields may be nullable (a union with null; a null text is an empty
-// document, skipped as empty ones are; a null image or label counts as absent); a string or bytes
-// field serves as text, an int or long or string as the label (read beside an image only). A
-// truncated or corrupt file is a DataError with the library's message (a file cut exactly at a
-// block boundary reads as a shorter file: the format has no record count).
+// document, skipped as empty ones are; a null image counts as absent, a null label beside an image
+// is refused); a string or bytes field serves as text, an int or long or string as the label (read
+// beside an image only). A truncated or corrupt file is a DataError with the library's message (a
+// file cut exactly at a block boundary reads as a shorter file: the format has no record count).
 //
 // TFRecord: frames of [u64 length][u32 masked CRC-32C of the length][data][u32 masked CRC-32C of
 // the data] (TensorFlow's framing; both CRCs checked), each data a serialized tf.train.Example
