@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -201,18 +202,28 @@ void keep_source_positions(const OpenedRun& run, json& config, NamedTensors& ten
     }
 }
 
-// "5GB" (10^9), "500MB", "2GiB" (2^30), "100KB" or a byte count, as transformers' max_shard_size.
+// "5GB" (10^9), "500MB", "2GiB" (2^30), "100KB" or a byte count, as transformers' max_shard_size:
+// digits with at most one '.', then a unit. At least one byte and under 2^63: 0 (which
+// write_hf_dir would read as "no limit"), a negative, a fraction of a byte or too large a size is
+// refused.
 int64_t parse_size(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  const std::string allowed =
+      "expected a positive size such as 5GB, 500MB, 2GiB, 100KB or a byte count such as 1000000";
+  size_t i = 0, digits = 0, dots = 0;
+  for (; i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'); ++i)
+    (text[i] == '.' ? dots : digits) += 1;
   const std::string unit = text.substr(i);
   static const std::map<std::string, double> units = {{"", 1},     {"B", 1},        {"KB", 1e3},      {"MB", 1e6},
                                                       {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1 << 20}, {"GiB", 1 << 30}};
   auto u = units.find(unit);
-  if (i == 0 || u == units.end())
-    throw ConfigError(
-        fmt::format("--max-shard-size {}: expected a size such as 5GB, 500MB, 2GiB or a byte count", text));
-  return static_cast<int64_t>(std::stod(text.substr(0, i)) * u->second);
+  if (digits == 0 || dots > 1 || u == units.end())
+    throw ConfigError(fmt::format("--max-shard-size {}: {}", text, allowed));
+  const double bytes = std::strtod(text.substr(0, i).c_str(), nullptr) * u->second;  // inf when too large
+  if (bytes < 1)
+    throw ConfigError(fmt::format("--max-shard-size {}: a shard must hold at least 1 byte; {}", text, allowed));
+  if (bytes >= 9.2e18)
+    throw ConfigError(fmt::format("--max-shard-size {}: more bytes than a file can hold; {}", text, allowed));
+  return static_cast<int64_t>(bytes);
 }
 
 // `--adapter`: the run's LoRA adapters as PEFT's adapter directory.
@@ -272,13 +283,13 @@ void check_adapter_flags(const ExportArgs& a) {
 int run_export(const ExportArgs& a) {
   FRUGAL_CHECK(!a.out.empty(), ConfigError, "--out must not be empty: name the directory to write");
   if (a.adapter) check_adapter_flags(a);
+  const int64_t max_shard = parse_size(a.max_shard_size);
   const OpenedRun run = open_run(a.run_dir);
   const Config& c = run.config;
   FRUGAL_CHECK(torchscript_path(c.model.source).empty(), ConfigError,
                fmt::format("{}: the run trained model.source = \"{}\"; frugal export writes frugal's own decoders "
                            "(a scripted module's weights are the script's own: save them from Python)",
                            run.config_file, c.model.source));
-  const int64_t max_shard = parse_size(a.max_shard_size);
   const std::string weights = a.weights.empty() ? run_weights(a.run_dir, "export") : named_weights(a.weights);
   const ExportedTokenizer tok = export_tokenizer(run);
   const c10::ScalarType dtype = a.dtype == "bf16" ? at::kBFloat16 : a.dtype == "fp16" ? at::kHalf : at::kFloat;
@@ -340,11 +351,10 @@ void add_export_command(CLI::App& app, Run* run) {
   cmd->add_option("--dtype", args->dtype, "dtype of the written weights (not with --adapter: fp32, as PEFT saves it)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
-  cmd->add_option(
-         "--max-shard-size", args->max_shard_size,
-         "weights larger than this are split into shards model-0000K-of-0000N.safetensors with "
-         "model.safetensors.index.json (as save_pretrained's max_shard_size: 5GB, 500MB, 2GiB, bytes; not with "
-         "--adapter: one file)")
+  cmd->add_option("--max-shard-size", args->max_shard_size,
+                  "weights larger than this are split into shards model-0000K-of-0000N.safetensors with "
+                  "model.safetensors.index.json (as save_pretrained's max_shard_size: 5GB, 500MB, 2GiB, 100KB or a "
+                  "byte count; at least 1 byte: 0 and negative sizes are refused; not with --adapter: one file)")
       ->capture_default_str();
   cmd->add_flag("--adapter", args->adapter,
                 "a LoRA run: write its adapters as PEFT's adapter directory (adapter_config.json, "

@@ -155,6 +155,28 @@ TEST(ExportCli, AMergedExportWithoutItsBaseMergesOntoTheRunsOwnCopies) {
   }
 }
 
+// --max-shard-size takes a positive size: 0 (once taken as "one file"), a negative, a fraction of a
+// byte, more bytes than a file holds, and what is no size at all are refused with exit 2 naming the
+// flag, the value and the form a size takes.
+TEST(ExportCli, AMaxShardSizeOfZeroOrLessIsRefused) {
+  test::TempDir dir;
+  auto r = test::run_frugal("train --quiet" + test::tiny_sets(dir.path()) +
+                            " --set train.steps=2 --set train.eval_every=0 --set train.answer_samples=0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const std::string size : {"0", "0GB", "-1", "0.5", ".", "1..5GB", "99999999999GB"}) {
+    r = test::run_frugal("export " + dir.file("demo") + " --out " + dir.file("hf") + " --max-shard-size '" + size +
+                         "'");
+    EXPECT_EQ(r.exit_code, 2) << size << ": " << r.output;
+    EXPECT_NE(r.output.find("--max-shard-size " + size + ": "), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("a positive size such as 5GB, 500MB, 2GiB"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(dir.file("hf"))) << size;
+  }
+  // A size of a few bytes is still a size: a shard per tensor.
+  r = test::run_frugal("export " + dir.file("demo") + " --out " + dir.file("hf") + " --max-shard-size 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(fs::is_regular_file(dir.file("hf/model.safetensors.index.json")));
+}
+
 // Every GPT-2 export has a generation_config.json. A run from random weights takes its eos from
 // what ends its documents: builtin:arith's newline (one problem a line), in config.json too;
 // byte-level text has no one such id, and the file names none.

@@ -2,7 +2,8 @@
 // dataset's model and its output decoded with it (bytes would print garbage); a run whose
 // tokenizer frugal cannot apply is refused with exit 2; without final/ the newest sound
 // checkpoint's weights are used; the run keeps its tokenizer, so sample and export work after the
-// dataset has moved, from any working directory.
+// dataset has moved, from any working directory. --stop cuts the ids where it cuts the text, the end
+// of a document stops generation, and special tokens are left out of the text unless shown.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,6 +34,126 @@ std::string train_sets(const std::string& out_dir, const std::string& source) {
                         "checkpoint.keep_last=5"})
     s += std::string(" --set ") + o;
   return s;
+}
+
+// A Hugging Face tokenizer.json of four words (ids 1-4) and the special <|endoftext|> (id 0); without
+// a decoder, the library joins the words with spaces.
+constexpr const char* kWordTokenizer = R"({"version": "1.0", "truncation": null, "padding": null,
+ "added_tokens": [{"id": 0, "content": "<|endoftext|>", "single_word": false, "lstrip": false, "rstrip": false,
+                   "normalized": false, "special": true}],
+ "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": null, "decoder": null,
+ "model": {"type": "WordLevel", "vocab": {"<|endoftext|>": 0, "red": 1, "green": 2, "blue": 3, "sky": 4},
+           "unk_token": "<|endoftext|>"}})";
+
+// dir/demo: a run on that tokenizer over documents "red green blue sky" (each followed by
+// <|endoftext|>), which soon continues "red" with "green blue sky" and the end of the document.
+// Returns why the test cannot run ("" when it can): the helper's Python has no `tokenizers`.
+std::string train_word_run(const test::TempDir& dir) {
+  test::write_text(dir.file("tokenizer.json"), kWordTokenizer);
+  std::string docs;
+  for (int i = 0; i < 300; ++i) docs += "{\"text\": \"red green blue sky\"}\n";
+  test::write_text(dir.file("docs.jsonl"), docs);
+  auto prep = test::run_frugal(fmt::format("prepare '{}' --out '{}' --format jsonl --tokenizer 'hf:{}' --dedup none",
+                                           dir.file("docs.jsonl"), dir.file("ds"), dir.file("tokenizer.json")));
+  if (prep.exit_code != 0 && (prep.output.find("'tokenizers' is not installed") != std::string::npos ||
+                              prep.output.find("cannot start Python") != std::string::npos))
+    return prep.output;
+  EXPECT_EQ(prep.exit_code, 0) << prep.output;
+  auto train = test::run_frugal("train" + train_sets(dir.path(), "shards:" + dir.file("ds")) + " --set train.steps=20");
+  EXPECT_EQ(train.exit_code, 0) << train.output;
+  return "";
+}
+
+// What `frugal sample --json` printed, the exit status checked.
+nlohmann::json sample_ok(const std::string& args) {
+  auto r = test::run_frugal("sample " + args + " --json");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.exit_code == 0 ? sample_json(r.output) : nlohmann::json::object();
+}
+
+using Ids = std::vector<int32_t>;
+Ids ids_of(const nlohmann::json& j) { return j.value("tokens", nlohmann::json::array()).get<Ids>(); }
+std::string text_of(const nlohmann::json& j) { return j.value("text", std::string("(no text)")); }
+
+TEST(Sample, AStopCutsTheTokensWhereItCutsTheText) {
+  test::TempDir dir;
+  const std::string skip = train_word_run(dir);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_FALSE(HasFailure());
+  const std::string run = "'" + dir.file("demo") + "' --prompt red --max-tokens 10";
+  // The whole continuation, past the end of each document.
+  auto j = sample_ok(run + " --stop ''");
+  EXPECT_EQ(ids_of(j), (Ids{2, 3, 4, 0, 1, 2, 3, 4, 0, 1})) << j.dump();
+  // "blue sk" ends inside "sky": the ids run through the one that completes it, the text stops there.
+  // The text is what follows the prompt's when both are decoded together: " green", as the
+  // library's decoder joins the words (the plain output reads "red green ...", not "redgreen ...").
+  j = sample_ok(run + " --stop 'blue sk'");
+  EXPECT_EQ(text_of(j), " green blue sk") << j.dump();
+  EXPECT_EQ(ids_of(j), (Ids{2, 3, 4})) << j.dump();
+  // A stop at a word's end keeps that word's id and no other.
+  j = sample_ok(run + " --stop green");
+  EXPECT_EQ(text_of(j), " green") << j.dump();
+  EXPECT_EQ(ids_of(j), (Ids{2})) << j.dump();
+  // A stop the document never reaches: its end stops generation all the same.
+  j = sample_ok(run + " --stop 'sky red'");
+  EXPECT_EQ(text_of(j), " green blue sky") << j.dump();
+  EXPECT_EQ(ids_of(j), (Ids{2, 3, 4, 0})) << j.dump();
+  auto plain = test::run_frugal("sample " + run + " --stop 'blue sk'");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("red green blue sk\n"), std::string::npos) << plain.output;
+  EXPECT_EQ(plain.output.find("sky"), std::string::npos) << plain.output;
+}
+
+TEST(Sample, SpecialTokensAreLeftOutOfTheTextUnlessShown) {
+  test::TempDir dir;
+  const std::string skip = train_word_run(dir);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_FALSE(HasFailure());
+  const std::string run = "'" + dir.file("demo") + "' --prompt red --max-tokens 10";
+  // Without --stop generation ends with the document: the end token's id is the last token, and
+  // the text leaves it out, in --json and in the plain output alike.
+  auto j = sample_ok(run);
+  EXPECT_EQ(ids_of(j), (Ids{2, 3, 4, 0})) << j.dump();
+  EXPECT_EQ(text_of(j), " green blue sky") << j.dump();
+  auto plain = test::run_frugal("sample " + run);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_NE(plain.output.find("red green blue sky\n"), std::string::npos) << plain.output;
+  EXPECT_EQ(plain.output.find("<|endoftext|>"), std::string::npos) << plain.output;
+  // --stop '' runs on past the end: the ids are all there, the text without the special token.
+  j = sample_ok(run + " --stop ''");
+  EXPECT_EQ(ids_of(j), (Ids{2, 3, 4, 0, 1, 2, 3, 4, 0, 1})) << j.dump();
+  EXPECT_EQ(text_of(j), " green blue sky red green blue sky red") << j.dump();
+  // --show-special-tokens keeps it; the ids are the same.
+  j = sample_ok(run + " --stop '' --show-special-tokens");
+  EXPECT_EQ(text_of(j), " green blue sky <|endoftext|> red green blue sky <|endoftext|> red") << j.dump();
+  EXPECT_EQ(ids_of(j), (Ids{2, 3, 4, 0, 1, 2, 3, 4, 0, 1})) << j.dump();
+  j = sample_ok(run + " --show-special-tokens");
+  EXPECT_EQ(text_of(j), " green blue sky <|endoftext|>") << j.dump();
+  EXPECT_EQ(ids_of(j), (Ids{2, 3, 4, 0})) << j.dump();
+}
+
+// The checkpoint a run started from (model.init_from, its small files kept in RUN/hf_source) names
+// the ids that end generation in its generation_config.json (a chat model's end of turn): where it
+// has the run's very tokenizer, generation stops at them as at the document's end.
+TEST(Sample, TheEosOfTheCheckpointTheRunStartedFromEndsGeneration) {
+  test::TempDir dir;
+  const std::string skip = train_word_run(dir);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_FALSE(HasFailure());
+  const std::string source = dir.file("demo/hf_source");
+  fs::create_directories(source);
+  fs::copy_file(dir.file("demo/tokenizer/tokenizer.json"), source + "/tokenizer.json");
+  test::write_text(source + "/config.json", R"({"eos_token_id": 0})");
+  test::write_text(source + "/generation_config.json", R"({"eos_token_id": [3, 0]})");
+  const std::string run = "'" + dir.file("demo") + "' --prompt red --max-tokens 10";
+  auto j = sample_ok(run);
+  EXPECT_EQ(ids_of(j), (Ids{2, 3})) << j.dump();
+  EXPECT_EQ(text_of(j), " green blue") << j.dump();
+  // --stop '' runs past every end.
+  EXPECT_EQ(ids_of(sample_ok(run + " --stop ''")).size(), 10u);
+  // Another tokenizer's ids say nothing about this one's.
+  test::write_text(source + "/tokenizer.json", test::read_text(source + "/tokenizer.json") + "\n");
+  EXPECT_EQ(ids_of(sample_ok(run)), (Ids{2, 3, 4, 0}));
 }
 
 TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
@@ -68,7 +189,14 @@ TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
   EXPECT_EQ(spm->decode(expected_prompt, dir.path()), prompt);
   const auto tokens = j["tokens"].get<std::vector<int32_t>>();
   ASSERT_EQ(tokens.size(), 6u);
-  EXPECT_EQ(j["text"].get<std::string>(), spm->decode(tokens, dir.path()));
+  // The text is what follows the prompt's when both are decoded together (transformers' pipeline):
+  // SentencePiece drops the leading space of a text it decodes alone, which used to join the
+  // prompt's last word to the first generated one.
+  std::vector<int32_t> both = expected_prompt;
+  both.insert(both.end(), tokens.begin(), tokens.end());
+  const std::string whole = spm->decode(both, dir.path());
+  ASSERT_EQ(whole.rfind(prompt, 0), 0u) << whole;
+  EXPECT_EQ(j["text"].get<std::string>(), whole.substr(prompt.size()));
 
   // The plain output is the prompt and the same decoded text.
   auto plain =
@@ -88,6 +216,11 @@ TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
   if (ends == 1) {
     EXPECT_EQ(doc_tokens.back(), end) << doc.output;
   }
+  // With a --stop the text never reaches, the end of the document stops generation all the same.
+  auto unmet = test::run_frugal(fmt::format("sample '{}' --max-tokens 64 --stop zzz --json", dir.file("demo")));
+  ASSERT_EQ(unmet.exit_code, 0) << unmet.output;
+  const auto unmet_tokens = sample_json(unmet.output)["tokens"].get<std::vector<int32_t>>();
+  EXPECT_LE(std::count(unmet_tokens.begin(), unmet_tokens.end(), end), 1) << unmet.output;
 
   // The run keeps its tokenizer: with the dataset moved away and from another working directory,
   // sample (without a prompt: from a document start) and export still work, and export writes the
