@@ -98,8 +98,10 @@ void publish(const std::string& tmp, const std::string& out) {
   if (!fs::exists(out)) {
     fs::rename(tmp, out);
   } else {
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0)
-      throw IoError(fmt::format("cannot swap '{}' into place at '{}': {}", tmp, out, std::strerror(errno)));
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0) {
+      const int err = errno;
+      throw IoError(fmt::format("cannot swap '{}' into place at '{}': {}", tmp, out, std::strerror(err)), err);
+    }
     remove_tree(tmp);  // now the previous dataset
   }
   fsync_dir(fs::absolute(out).parent_path().string());

@@ -54,6 +54,13 @@ DocumentSource::DocumentSource(std::shared_ptr<const DocumentDataset> dataset, i
       pin_memory_(pin_memory),
       packing_(packing) {
   if (ds_->size("train") == 0) throw DataError(fmt::format("dataset '{}' holds no training documents", ds_->dir()));
+  // Said as the run starts, as a token dataset's empty split is: not at the first evaluation,
+  // train.eval_every steps (maybe hours) into the run.
+  if (ds_->size("val") == 0)
+    throw DataError(
+        fmt::format("dataset '{}' holds no validation documents, and the trainer evaluates on them (every "
+                    "train.eval_every steps and at the end): prepare it again with --val-fraction above 0",
+                    ds_->dir()));
   untrained_train_ = find_untrained("train");
   untrained_val_ = find_untrained("val");
   std::vector<int64_t> stored(static_cast<size_t>(ds_->size("val")));

@@ -262,8 +262,10 @@ uint64_t ShardWriter::finish() {
     throw_errno("cannot write", tmp_path_);
   std::fclose(file_);
   file_ = nullptr;
-  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0)
-    throw IoError(fmt::format("cannot rename '{}' to '{}': {}", tmp_path_, path_, std::strerror(errno)));
+  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    throw IoError(fmt::format("cannot rename '{}' to '{}': {}", tmp_path_, path_, std::strerror(err)), err);
+  }
   finished_ = true;
   fsync_dir(std::filesystem::path(path_).parent_path().string());
   return xxh64_file(path_);

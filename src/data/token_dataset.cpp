@@ -189,7 +189,7 @@ bool keep_tokenizer(const std::string& dataset_dir, const std::string& to_dir) {
                          {"dataset", fs::absolute(dataset_dir).lexically_normal().string()},
                          {"tokenizer", m.at("tokenizer")}};
   fs::create_directories(to, ec);
-  if (ec) throw IoError(fmt::format("cannot create {}: {}", to.string(), ec.message()));
+  if (ec) throw IoError(fmt::format("cannot create {}: {}", to.string(), ec.message()), ec.value());
   // The tokenizer's model file and, for chat documents, the template they were rendered with.
   for (const char* key : {"model", "chat_template"}) {
     const nlohmann::json& entry = m["tokenizer"].value(key, nlohmann::json::object());

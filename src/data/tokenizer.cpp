@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -98,7 +99,10 @@ void write_docs(const std::string& path, const std::vector<std::string>& docs, s
     in.write(reinterpret_cast<const char*>(n), 8);
     in.write(docs[i].data(), static_cast<std::streamsize>(docs[i].size()));
   }
-  if (!in.flush()) throw IoError("cannot write " + path);
+  if (!in.flush()) {
+    const int err = errno;
+    throw IoError(fmt::format("cannot write {}: {}", path, std::strerror(err)), err);
+  }
 }
 
 // The helpers' ids file: per document its token count (u32) and the ids (u32), into out[from, to).
@@ -126,7 +130,10 @@ void write_ids(const std::string& path, const std::vector<int32_t>& ids, int64_t
     detail::put_u32(b, static_cast<uint32_t>(id));
     f.write(reinterpret_cast<const char*>(b), 4);
   }
-  if (!f.flush()) throw IoError("cannot write " + path);
+  if (!f.flush()) {
+    const int err = errno;
+    throw IoError(fmt::format("cannot write {}: {}", path, std::strerror(err)), err);
+  }
 }
 
 class SentencePieceTokenizer : public Tokenizer {
@@ -321,7 +328,10 @@ std::vector<std::string> decode_pieces(const std::string& tokenizer_json,
       for (size_t k = 0; k < piece.size(); ++k) detail::put_u32(p + 4 + 4 * k, static_cast<uint32_t>(piece[k]));
       f.write(b.data(), static_cast<std::streamsize>(b.size()));
     }
-    if (!f.flush()) throw IoError("cannot write " + in);
+    if (!f.flush()) {
+      const int write_errno = errno;
+      throw IoError(fmt::format("cannot write {}: {}", in, std::strerror(write_errno)), write_errno);
+    }
   }
   run_python_helper({"decode-many", tokenizer_json, in, out}, "/dev/null", err, 1, "Hugging Face tokenizer decoding");
   const std::string bytes = read_file(out);
@@ -389,7 +399,10 @@ std::unique_ptr<Tokenizer> train_sentencepiece(const std::vector<std::string>& d
       while (std::getline(lines, line))
         if (!line.empty()) out << line << '\n';
     }
-    if (!out.flush()) throw IoError("cannot write " + input);
+    if (!out.flush()) {
+      const int err = errno;
+      throw IoError(fmt::format("cannot write {}: {}", input, std::strerror(err)), err);
+    }
   }
   pid_t pid = spawn_helper({"train", input, prefix, std::to_string(vocab), std::to_string(std::max(1, threads))},
                            "/dev/null", prefix + ".err");

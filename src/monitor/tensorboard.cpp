@@ -83,8 +83,10 @@ TensorBoardWriter::~TensorBoardWriter() {
 
 void TensorBoardWriter::write_event(const std::string& serialized) {
   const std::string record = tf_record(serialized);
-  if (std::fwrite(record.data(), 1, record.size(), f_) != record.size() || std::fflush(f_) != 0)
-    throw IoError(fmt::format("cannot append to {}: {}", path_, std::strerror(errno)));
+  if (std::fwrite(record.data(), 1, record.size(), f_) != record.size() || std::fflush(f_) != 0) {
+    const int err = errno;
+    throw IoError(fmt::format("cannot append to {}: {}", path_, std::strerror(err)), err);
+  }
 }
 
 void TensorBoardWriter::on_train_begin(const RunInfo& info) {
@@ -102,7 +104,10 @@ bool TensorBoardWriter::open_file() {
     std::filesystem::create_directories(dir_);
     path_ = next_event_file(dir_);
     f_ = std::fopen(path_.c_str(), "wb");
-    if (!f_) throw IoError(fmt::format("cannot create {}: {}", path_, std::strerror(errno)));
+    if (!f_) {
+      const int err = errno;
+      throw IoError(fmt::format("cannot create {}: {}", path_, std::strerror(err)), err);
+    }
     write_event(detail::tb_version_event(unix_now(), start_step_));
     // The points earlier sessions logged after the step this one starts from (a killed session's
     // steps past its checkpoint, or a run started over without one) are dropped by the reader.

@@ -180,12 +180,14 @@ TEST(DocumentSource, ACorruptRecordAndAMissingValSplitAreNamed) {
   } catch (const DataError& e) {
     EXPECT_NE(std::string(e.what()).find("train_000000.frs"), std::string::npos) << e.what();
   }
-  DocumentSource src(ds, 1, 4, 0);
+  // The empty validation split is refused as the source is made, before the first step: it used
+  // to train train.eval_every steps and then fail at the first evaluation.
   try {
-    src.val_batch(0);
-    FAIL() << "an empty val split gave a batch";
+    DocumentSource src(ds, 1, 4, 0);
+    FAIL() << "a dataset without validation documents was accepted";
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("--val-fraction"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("holds no validation documents"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--val-fraction above 0"), std::string::npos) << e.what();
   }
 }
 

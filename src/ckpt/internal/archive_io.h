@@ -44,14 +44,17 @@ struct EntryPtr {
 };
 
 [[noreturn]] inline void fail(const std::string& what, struct archive* a) {
-  throw IoError(fmt::format("{}: {}", what, a ? archive_error_string(a) : "libarchive error"));
+  // archive_errno carries the system's errno where a read or write failed (ENOSPC: a full disk).
+  throw IoError(fmt::format("{}: {}", what, a ? archive_error_string(a) : "libarchive error"),
+                a ? archive_errno(a) : 0);
 }
 
 inline void fsync_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0 || ::fsync(fd) != 0) {
+    const int err = errno;
     if (fd >= 0) ::close(fd);
-    throw IoError(fmt::format("cannot fsync {}", path));
+    throw IoError(fmt::format("cannot fsync {}: {}", path, std::strerror(err)), err);
   }
   ::close(fd);
 }
