@@ -7,10 +7,16 @@
 #include "data/internal/little_endian.h"
 #include "frugal/train/trainer.h"
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <chrono>
+#include <csignal>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -71,6 +77,78 @@ CommandResult run_frugal(const std::string& args, const std::string& env_prefix)
   int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+int start_frugal(const std::vector<std::string>& args, const std::string& log, const std::vector<std::string>& env) {
+  std::vector<std::string> all = {FRUGAL_BINARY};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<std::string> vars = env;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string v = *e;
+    bool replaced = false;
+    for (const std::string& mine : env)
+      replaced = replaced || v.substr(0, v.find('=') + 1) == mine.substr(0, mine.find('=') + 1);
+    if (!replaced) vars.push_back(v);
+  }
+  std::vector<char*> argv, envp;
+  for (auto& a : all) argv.push_back(a.data());
+  for (auto& v : vars) envp.push_back(v.data());
+  argv.push_back(nullptr);
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  // The stop signals at their default, whatever this process inherited (a test run in the
+  // background of a shell ignores SIGINT): the test sends them and checks what frugal makes of them.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, FRUGAL_BINARY, &fa, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) throw std::runtime_error("cannot start " + std::string(FRUGAL_BINARY));
+  return pid;
+}
+
+int wait_for_child(int pid, double limit_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return status;
+}
+
+std::vector<std::string> entries_starting(const std::string& dir, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool wait_for_entry(const std::string& dir, const std::string& prefix, double limit_s, const std::string& besides) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const std::vector<std::string> found = entries_starting(dir, prefix);
+    if (std::any_of(found.begin(), found.end(), [&](const std::string& e) { return e != besides; })) return true;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 void write_text(const std::string& path, const std::string& text) {

@@ -46,6 +46,21 @@ struct CommandResult {
 // Runs `frugal <args>` (the built binary) through the shell; env_prefix like "FRUGAL_X=1 ".
 CommandResult run_frugal(const std::string& args, const std::string& env_prefix = "");
 
+// Starts `frugal <args>` (the built binary) without waiting, its stdout and stderr to `log`, with
+// the environment of this process plus `env` ("NAME=value", replacing one of the same name).
+// Returns the child's pid.
+int start_frugal(const std::vector<std::string>& args, const std::string& log,
+                 const std::vector<std::string>& env = {});
+// Waits for child `pid` to end and returns its wait status; a child still running after `limit_s`
+// seconds (a hang: the caller's test fails on the status) is killed with SIGKILL first.
+int wait_for_child(int pid, double limit_s);
+
+// The names of the entries of folder `dir` that start with `prefix`, sorted.
+std::vector<std::string> entries_starting(const std::string& dir, const std::string& prefix);
+// Waits until folder `dir` holds an entry whose name starts with `prefix`, other than `besides`
+// (true), for at most `limit_s` seconds (false).
+bool wait_for_entry(const std::string& dir, const std::string& prefix, double limit_s, const std::string& besides = "");
+
 void write_text(const std::string& path, const std::string& text);
 std::string read_text(const std::string& path);
 // XORs the byte at offset `at` of an existing file with 0x5a (a damaged file of the same size).

@@ -100,7 +100,7 @@ void add_doctor_command(CLI::App& app, Run* run) {
       "decides from, with their evidence, which frugal train and tune follow (--no-save: measure only).");
   cmd->add_flag("--json", args->json, "print the facts as JSON");
   cmd->add_option("--seconds", args->seconds, "time budget per measurement")
-      ->check(CLI::Range(0.05, 10.0))
+      ->check(in_range(0.05, 10.0))
       ->capture_default_str();
   cmd->add_flag("--no-save", args->no_save,
                 "measure only: keep neither the thread choice (run.threads = 0) nor the precision speeds "

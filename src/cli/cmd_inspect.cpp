@@ -84,7 +84,7 @@ void add_inspect_command(CLI::App& app, Run* run) {
                                  "ones the loss trains on marked. docs/data.md.");
   cmd->add_option("dir", a->dir, "the dataset folder")->required()->check(CLI::ExistingDirectory);
   cmd->add_option("-n", a->n, "how many documents, from the first")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->check(in_range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   cmd->add_option("--split", a->split, "train or val")->check(CLI::IsMember({"train", "val"}))->capture_default_str();
   cmd->add_flag("--json", a->json,

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "frugal/core/atomic_file.h"
@@ -51,7 +52,7 @@ void add_launch_command(CLI::App& app, Run* run) {
   cmd->add_option("-n,--nproc", a->launch.procs_per_node, "processes on this node (per node for --emit)")
       ->capture_default_str();
   cmd->add_option("--port", a->launch.master_port, "MASTER_PORT: the TCP port rank 0 listens on for the rendezvous")
-      ->check(CLI::Range(int64_t{1}, int64_t{65535}))
+      ->check(in_range(int64_t{1}, int64_t{65535}))
       ->capture_default_str();
   cmd->add_option("--nodes", a->launch.nodes, "nodes in the run (multi-node: start one launcher per node)")
       ->capture_default_str();
@@ -59,7 +60,7 @@ void add_launch_command(CLI::App& app, Run* run) {
   cmd->add_option("--master-addr", a->launch.master_addr, "MASTER_ADDR: host of rank 0")->capture_default_str();
   cmd->add_option("--grace", a->launch.grace_s,
                   "seconds the other ranks get to stop on their own after one failed, before SIGTERM")
-      ->check(CLI::Range(0.0, 86400.0))
+      ->check(in_range(0.0, 86400.0))
       ->capture_default_str();
   cmd->add_option("--emit", a->emit, "write a job file instead of running: skypilot or slurm")
       ->check(CLI::IsMember({"skypilot", "slurm"}));
@@ -94,6 +95,12 @@ void add_launch_command(CLI::App& app, Run* run) {
         e.time = a->time;
         e.port = a->launch.master_port;
         e.sets = a->sets;
+        // The job runs this frugal, in this folder (Slurm), or builds frugal in the checkout it
+        // copies to the nodes, which must hold CONFIG (SkyPilot).
+        std::error_code ec;
+        const std::string exe = std::filesystem::canonical("/proc/self/exe", ec).string();
+        if (ec) throw IoError("frugal launch --emit: cannot find its own program (/proc/self/exe): " + ec.message());
+        dist::locate_job(e, a->emit == "skypilot", exe, std::filesystem::current_path().string());
         const std::string text = a->emit == "skypilot" ? dist::emit_skypilot(e) : dist::emit_slurm(e);
         if (a->output.empty()) {
           std::fputs(text.c_str(), stdout);

@@ -19,6 +19,7 @@
 #include "frugal/core/dir_lock.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
+#include "frugal/train/preemption.h"
 #include "frugal/tune/plan.h"
 #include "frugal/tune/zero_advice.h"
 #include "frugal/train/run_config.h"
@@ -71,21 +72,70 @@ std::string default_plan_path(const Config& config) {
       "{} is training now: its plan.json is left as it is (--json-out FILE writes this plan elsewhere)", dir.root()));
   return "";
 }
+
+struct PlanArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string from;
+  std::string instance;
+  double peak_tflops = 0;
+  bool json = false;
+  std::string json_out;
+  int64_t gpus = 0;
+  double gpu_memory_gb = 0;
+};
+
+// `frugal plan` once its command line is parsed.
+int run_plan(const PlanArgs& a) {
+  const double launch_s = process_age_s();
+  Console::get().set_json_mode(a.json);  // stdout carries only the JSON object
+  const auto env = process_environment();
+  std::string config = a.config;
+  if (config.empty() && !a.from.empty() && fs::exists(RunDir(a.from).config())) config = RunDir(a.from).config();
+  if (a.peak_tflops > 0 && a.instance.empty())
+    throw ConfigError(
+        "--peak-tflops is the peak of the --instance the run is projected onto; name one with --instance");
+  CostPlanOptions o;
+  o.from_run = a.from;
+  o.instance = a.instance;
+  o.peak_tflops = a.peak_tflops;
+  o.launch_s = launch_s;
+  o.progress = console_tune_progress();
+  if ((a.gpus > 0) != (a.gpu_memory_gb > 0))
+    throw ConfigError("--gpus and --gpu-memory-gb go together: name how many GPUs and each one's memory");
+  // Where the plan goes is checked before anything is measured.
+  check_output_file(a.json_out.empty() ? "the plan's default path (--json-out)" : "--json-out",
+                    a.json_out.empty() ? RunDir::of(resolve_run_config(config, a.sets, env).config).plan() : a.json_out,
+                    "plan.json");
+  // A stop signal ends the probe at its step's end; make_cost_plan then throws Interrupted (exit
+  // 75) and the probe's temporary folder goes as it unwinds.
+  const auto signals = stop_signals_for("frugal plan");
+  const CostPlan plan = make_cost_plan(config, a.sets, env, o);
+  auto& con = Console::get();
+  con.finish_status();
+  con.line(plan.table());
+  nlohmann::json plan_json = plan.to_json();
+  if (a.gpus > 0) {
+    const ZeroAdvice advice = zero_advice(plan.figures, a.gpus, a.gpu_memory_gb);
+    con.line(advice.table());
+    plan_json["zero"] = advice.to_json();
+  }
+  const std::string path =
+      a.json_out.empty() ? default_plan_path(resolve_run_config(config, a.sets, env).config) : a.json_out;
+  if (!path.empty()) {
+    write_file_atomic(path, plan_json.dump(2) + "\n");
+    con.line("wrote " + path);
+  }
+  if (a.json) fmt::print("{}\n", plan_json.dump());
+  const std::string why = budget_shortfall(plan);
+  if (why.empty()) return exit_status(ExitCode::kDone);
+  con.line("budget: " + why);
+  return exit_status(ExitCode::kGuardStop);
+}
 }  // namespace
 
 void add_plan_command(CLI::App& app, Run* run) {
-  struct Args {
-    std::string config;
-    std::vector<std::string> sets;
-    std::string from;
-    std::string instance;
-    double peak_tflops = 0;
-    bool json = false;
-    std::string json_out;
-    int64_t gpus = 0;
-    double gpu_memory_gb = 0;
-  };
-  auto args = std::make_shared<Args>();
+  auto args = std::make_shared<PlanArgs>();
   auto* cmd = app.add_subcommand(
       "plan",
       "Project the configured run before paying for it: wall time, steps, $ on demand and on spot, "
@@ -111,61 +161,19 @@ void add_plan_command(CLI::App& app, Run* run) {
       ->type_name("NAME");
   cmd->add_option("--peak-tflops", args->peak_tflops,
                   "the instance's peak TFLOP/s, instead of its peak_tflops in the price table")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(false));
   cmd->add_option("--gpus", args->gpus,
                   "with --gpu-memory-gb: say which dist.zero the model needs on this many GPUs (what one rank "
                   "holds at each ZeRO stage, with the probe's activations)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive(true))
       ->type_name("N");
   cmd->add_option("--gpu-memory-gb", args->gpu_memory_gb, "the memory of each of the --gpus GPUs, in GB (e.g. 80)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive(false))
       ->type_name("GB");
   cmd->add_flag("--json", args->json, "print the plan as one JSON object on stdout; the table goes to stderr");
   cmd->add_option("--json-out", args->json_out, "write the plan as JSON here (default: runs/<run.name>/plan.json)")
       ->type_name("FILE");
-  cmd->callback([args, run] {
-    *run = [args] {
-      const double launch_s = process_age_s();
-      Console::get().set_json_mode(args->json);  // stdout carries only the JSON object
-      const auto env = process_environment();
-      std::string config = args->config;
-      if (config.empty() && !args->from.empty() && fs::exists(RunDir(args->from).config()))
-        config = RunDir(args->from).config();
-      if (args->peak_tflops > 0 && args->instance.empty())
-        throw ConfigError(
-            "--peak-tflops is the peak of the --instance the run is projected onto; name one with --instance");
-      CostPlanOptions o;
-      o.from_run = args->from;
-      o.instance = args->instance;
-      o.peak_tflops = args->peak_tflops;
-      o.launch_s = launch_s;
-      o.progress = console_tune_progress();
-      if ((args->gpus > 0) != (args->gpu_memory_gb > 0))
-        throw ConfigError("--gpus and --gpu-memory-gb go together: name how many GPUs and each one's memory");
-      const CostPlan plan = make_cost_plan(config, args->sets, env, o);
-      auto& con = Console::get();
-      con.finish_status();
-      con.line(plan.table());
-      nlohmann::json plan_json = plan.to_json();
-      if (args->gpus > 0) {
-        const ZeroAdvice advice = zero_advice(plan.figures, args->gpus, args->gpu_memory_gb);
-        con.line(advice.table());
-        plan_json["zero"] = advice.to_json();
-      }
-      const std::string path = args->json_out.empty()
-                                   ? default_plan_path(resolve_run_config(config, args->sets, env).config)
-                                   : args->json_out;
-      if (!path.empty()) {
-        write_file_atomic(path, plan_json.dump(2) + "\n");
-        con.line("wrote " + path);
-      }
-      if (args->json) fmt::print("{}\n", plan_json.dump());
-      const std::string why = budget_shortfall(plan);
-      if (why.empty()) return exit_status(ExitCode::kDone);
-      con.line("budget: " + why);
-      return exit_status(ExitCode::kGuardStop);
-    };
-  });
+  cmd->callback([args, run] { *run = [args] { return run_plan(*args); }; });
 }
 
 }  // namespace frugal::cli

@@ -21,7 +21,7 @@ struct PrepareArgs {
 // Images, tar, CSV and Parquet tables.
 void add_record_options(CLI::App* cmd, PrepareArgs* a) {
   cmd->add_option("--size", a->o.image_size, "images: resize every image once to SIZE x SIZE pixels (RGB)")
-      ->check(CLI::Range(1, 4096))
+      ->check(in_range(1, 4096))
       ->capture_default_str();
   cmd->add_option("--pixels", a->pixels, "images: store pixels as uint8 (1 byte) or fp16 (value/255, 2 bytes)")
       ->check(CLI::IsMember({"uint8", "fp16"}))
@@ -29,7 +29,7 @@ void add_record_options(CLI::App* cmd, PrepareArgs* a) {
   cmd->add_option("--augment", a->o.augment,
                   "images: store N seeded augmented variants (random crop with padding, horizontal flip, "
                   "colour jitter) of every training image besides the original")
-      ->check(CLI::Range(0, 1000))
+      ->check(in_range(0, 1000))
       ->capture_default_str();
   cmd->add_option("--seed", a->o.seed,
                   "images, tar, csv, parquet, avro, tfrecord, chat, prompt-completion: seed of the validation "
@@ -44,7 +44,7 @@ void add_record_options(CLI::App* cmd, PrepareArgs* a) {
   cmd->add_option(
          "--shard-records", a->o.shard_records,
          "images, tar, csv, parquet, avro, tfrecord, chat, prompt-completion: records (documents) per shard file")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->check(in_range(int64_t{1}, int64_t{1} << 40))
       ->capture_default_str();
 }
 
@@ -58,7 +58,7 @@ void add_chat_options(CLI::App* cmd, PrepareArgs* a) {
                 "chat, prompt-completion: train on every token, not only the assistant's / the completion's");
   cmd->add_option("--max-tokens", a->o.max_tokens,
                   "chat, prompt-completion: documents longer than this are cut as --overflow says; 0 = no limit")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->check(in_range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
   cmd->add_option("--overflow", a->o.overflow,
                   "chat, prompt-completion: truncate (keep the first --max-tokens tokens) or split (into pieces of "
@@ -109,7 +109,7 @@ void add_prepare_command(CLI::App& app, Run* run) {
                   "Hugging Face tokenizer, run by the tokenizers library in FRUGAL_PYTHON)")
       ->capture_default_str();
   cmd->add_option("--vocab", a->o.vocab, "sentencepiece: vocabulary size to train")
-      ->check(CLI::Range(int64_t{64}, int64_t{1} << 22))
+      ->check(in_range(int64_t{64}, int64_t{1} << 22))
       ->capture_default_str();
   cmd->add_option("--dedup", a->dedup,
                   "text documents (text, jsonl, and the text of parquet, tar, avro, tfrecord): none | exact "
@@ -118,10 +118,10 @@ void add_prepare_command(CLI::App& app, Run* run) {
       ->capture_default_str();
   cmd->add_option("--near-threshold", a->o.dedup.near_threshold,
                   "near: Jaccard similarity of word-shingle sets at or above which documents are duplicates")
-      ->check(CLI::Range(0.05, 1.0))
+      ->check(in_range(0.05, 1.0))
       ->capture_default_str();
   cmd->add_option("--shingle", a->o.dedup.shingle_words, "near: words per shingle")
-      ->check(CLI::Range(1, 64))
+      ->check(in_range(1, 64))
       ->capture_default_str();
   add_record_options(cmd, a.get());
   add_chat_options(cmd, a.get());
@@ -130,14 +130,14 @@ void add_prepare_command(CLI::App& app, Run* run) {
          "text: the last fraction of the token stream held out for validation; images, csv, parquet tables: the "
          "fraction of samples held out (seeded), unless an images folder has train/ and val/; chat, "
          "prompt-completion: the fraction of documents held out (seeded)")
-      ->check(CLI::Range(0.0, 0.9))
+      ->check(in_range(0.0, 0.9))
       ->capture_default_str();
   cmd->add_option("--shard-tokens", a->o.shard_tokens, "tokens per shard file")
-      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 40))
+      ->check(in_range(int64_t{1024}, int64_t{1} << 40))
       ->capture_default_str();
   cmd->add_flag("--zstd", a->o.zstd, "zstd-compress shard blocks");
   cmd->add_option("--threads", a->o.threads, "tokeniser / image decoder threads; 0 = all usable CPUs")
-      ->check(CLI::Range(0, 1024))
+      ->check(in_range(0, 1024))
       ->capture_default_str();
   cmd->add_flag("--force", a->o.force, "rebuild even if the dataset is up to date");
   cmd->add_flag("--quiet", a->quiet, "print only the final report");

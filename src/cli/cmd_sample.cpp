@@ -274,10 +274,10 @@ void add_sample_command(CLI::App& app, Run* run) {
                   "as typed (\\x41 stays \\x41)")
       ->capture_default_str();
   cmd->add_option("-n,--max-tokens", args->max_tokens, "tokens to generate at most")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(in_range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("-t,--temperature", args->temperature, "0 = greedy; >0 samples")
-      ->check(CLI::Range(0.0, 100.0))
+      ->check(in_range(0.0, 100.0))
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "sampling seed")->capture_default_str();
   auto* stop = cmd->add_option(

@@ -54,14 +54,14 @@ void add_search_command(CLI::App& app, Run* run) {
                   "trials trained at once (default: search.parallel, else 1); the cores are shared out "
                   "through run.threads unless it is set")
       ->type_name("N")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(true));
   cmd->add_option("--max-usd", o.max_usd, "stop once the trials have spent this many dollars (default: search.max_usd)")
       ->type_name("USD")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative(false));
   cmd->add_option("--max-hours", o.max_hours,
                   "stop once the search has run this many hours, over all its sessions (default: search.max_hours)")
       ->type_name("H")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative(false));
   cmd->add_option("--resume", o.resume,
                   "\"auto\": continue the search in the folder from its state file (after a kill, a budget stop or "
                   "exit 75), repeating no finished trial-rung; starts one when there is none")

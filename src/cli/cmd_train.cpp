@@ -29,6 +29,7 @@
 #include "frugal/train/trainer.h"
 
 namespace frugal::cli {
+namespace fs = std::filesystem;
 
 namespace {
 struct TrainArgs {
@@ -183,7 +184,16 @@ int run_train(const TrainArgs& args) {
       return exit_status(ExitCode::kPreempted);
     }
     if (!args.quiet || !r.ok) Console::get().line(r.describe());  // --quiet: only a failure's report
-    if (!r.ok) throw Error("train.smoke_first: the smoke test failed at stage " + r.stage + ": " + r.error);
+    if (!r.ok) {  // the cause's kind kept: bad input exits 2 as it would without the smoke test
+      const std::string context = "train.smoke_first: the smoke test failed at stage " + r.stage + ": ";
+      try {
+        if (r.failure) std::rethrow_exception(r.failure);
+      } catch (const Error& e) {
+        throw_with_context(e, context);
+      } catch (...) {  // a LibTorch or standard error: a failure (exit 1), with the report's text
+      }
+      throw Error(context + r.error);
+    }
   }
   TrainerOptions opts;
   opts.overwrite = args.overwrite;
@@ -269,7 +279,7 @@ void add_train_command(CLI::App& app, Run* run) {
                   "without changing its schedule, which still follows train.steps; --resume auto "
                   "later continues it exactly (frugal search runs its rungs so)")
       ->type_name("N")
-      ->check(CLI::PositiveNumber);
+      ->check(positive(true));
   cmd->callback([args, run] { *run = [args] { return run_train(*args); }; });
 }
 

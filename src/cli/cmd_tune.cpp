@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "cli/commands.h"
 #include "frugal/ckpt/run_dir.h"
@@ -11,6 +15,7 @@
 #include "frugal/core/config_loader.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
+#include "frugal/train/preemption.h"
 #include "frugal/tune/tuner.h"
 #include "frugal/train/run_config.h"
 
@@ -26,6 +31,54 @@ TuneProgress console_tune_progress() {
     }
   };
 }
+
+void check_output_file(const std::string& flag, const std::string& path, const std::string& example) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return;
+  const fs::path p(path);
+  std::error_code ec;
+  if (fs::is_directory(p, ec) || !p.has_filename())
+    throw ConfigError(fmt::format("{} {} is a folder; name a file (for example {})", flag, path,
+                                  (p / example).lexically_normal().string()));
+  // The first folder above it that exists: the file's folders are made from there.
+  for (fs::path a = fs::absolute(p, ec).parent_path();; a = a.parent_path()) {
+    const fs::file_status st = fs::status(a, ec);
+    if (st.type() == fs::file_type::not_found && a.has_relative_path()) continue;
+    if (fs::exists(st) && !fs::is_directory(st))
+      throw ConfigError(
+          fmt::format("{} {}: {} is a file, not a folder; give a path inside a folder", flag, path, a.string()));
+    if (fs::is_directory(st) && ::access(a.c_str(), W_OK | X_OK) != 0)
+      throw ConfigError(fmt::format("{} {}: cannot write in {} ({}); give a path in a folder you can write to", flag,
+                                    path, a.string(), std::strerror(errno)));
+    return;
+  }
+}
+
+std::unique_ptr<SignalHandlers> stop_signals_for(const std::string& command) {
+  clear_preemption();
+  set_interrupt_line(
+      fmt::format("frugal: a second Ctrl-C (SIGINT): {0} stopped at once; nothing written (the next {0} removes its "
+                  "temporary folder)",
+                  command));
+  return std::make_unique<SignalHandlers>();
+}
+
+namespace {
+// How to train the tuned config: `frugal train OUT`, with a run.name of its own where the config's
+// run directory already holds a run (trained once, then tuned: train would refuse it), so that
+// the earlier run is kept and the command runs as printed.
+std::string train_hint(const Config& c, const std::string& out) {
+  const std::string cmd = "train with: frugal train " + shell_word(out);
+  if (!RunDir::of(c).holds_run()) return cmd;
+  Config named = c;
+  for (int n = 1; n < 1000; ++n) {
+    named.run.name = c.run.name + (n == 1 ? "-tuned" : fmt::format("-tuned-{}", n));
+    if (!RunDir::of(named).holds_run()) break;
+  }
+  return fmt::format("{} holds the earlier run, so the tuned one gets a name of its own; {} --set run.name={}",
+                     RunDir::of(c).root(), cmd, shell_word(named.run.name));
+}
+}  // namespace
 
 void add_tune_command(CLI::App& app, Run* run) {
   struct Args {
@@ -58,28 +111,28 @@ void add_tune_command(CLI::App& app, Run* run) {
       Console::get().set_json_mode(args->json);  // stdout carries only the JSON object
       const auto env = process_environment();
       const ResolvedConfig rc = resolve_run_config(args->config, args->sets, env);
+      // Where the results go is checked before anything is measured.
+      const std::string out = args->out.size() ? args->out : RunDir::of(rc.config).tuned_config();
+      check_output_file(args->out.size() ? "--out" : "the tuned config's default path (--out)", out, "tuned.toml");
+      check_output_file("--json-out", args->json_out, "tune.json");
+      // A stop signal ends the probes at their step's end; run_tune then throws Interrupted (exit 75)
+      // and its temporary folder goes as it unwinds.
+      const auto signals = stop_signals_for("frugal tune");
       TuneReport report = run_tune(args->config, args->sets, env, console_tune_progress());
       auto& con = Console::get();
       con.finish_status();
       con.line(report.table());
       if (args->json_out.size()) write_file_atomic(args->json_out, report.to_json().dump(2) + "\n");
       if (args->json) fmt::print("{}\n", report.to_json().dump());
-      if (report.best < 0 && report.bound_skipped > 0 && report.projected_run_s > 0)
-        throw ConfigError(fmt::format(
-            "{}: no candidate qualified, and tune.max_fraction = {} (of the configured run's projected {:.1f} s "
-            "at train.steps = {}: a bound of {:.1f} s) skipped {} of the {} candidates; the run is too short to "
-            "tune: raise train.steps or tune.max_fraction (e.g. --set tune.max_fraction=1), or train it as "
-            "configured",
-            args->config, rc.config.tune.max_fraction, report.projected_run_s, rc.config.train.steps, report.bound_s,
-            report.bound_skipped, report.candidates.size()));
+      if (const std::string why = too_short_to_tune(report, rc.config, args->config); !why.empty())
+        throw ConfigError(why);
       if (report.best < 0) {
         con.line("no candidate qualified; no tuned config written");
         return 1;
       }
-      const std::string out = args->out.size() ? args->out : RunDir::of(rc.config).tuned_config();
       write_file_atomic(out, tuned_config_toml(args->config, args->sets, env, report));
-      con.line(fmt::format("wrote {} ({}); train with: frugal train {}", out,
-                           report.candidates[static_cast<size_t>(report.best)].label, shell_word(out)));
+      con.line(fmt::format("wrote {} ({}); {}", out, report.candidates[static_cast<size_t>(report.best)].label,
+                           train_hint(rc.config, out)));
       return 0;
     };
   });

@@ -9,10 +9,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "frugal/core/callback.h"
-
+#include "frugal/train/preemption.h"
 #include "frugal/tune/tuner.h"
 
 namespace frugal::cli {
@@ -60,8 +61,31 @@ void plan_before_training(const std::string& config, const std::vector<std::stri
 // not the command's own ("for every trial").
 CLI::Option* add_set_option(CLI::App* cmd, std::vector<std::string>& sets, const std::string& example,
                             const std::string& scope = "");
+// Checks of numeric options (cmd_config.cpp), whose message names the flag, what it takes and the
+// value given: "--gpus: must be a positive integer (1 or more), not 0". CLI11's own (PositiveNumber,
+// NonNegativeNumber, Range) print their bounds with %f: "Value 0 not in range 0.000000 to" a
+// 309-digit number. `whole`: the option is an integer. The names shown in the help stay CLI11's
+// (POSITIVE, NONNEGATIVE, INT in [1 - 65535]).
+CLI::Validator positive(bool whole);
+CLI::Validator non_negative(bool whole);
+CLI::Validator whole_range(int64_t lo, int64_t hi);
+CLI::Validator number_range(double lo, double hi);
+template <class T>
+CLI::Validator in_range(T lo, T hi) {
+  if constexpr (std::is_integral_v<T>)
+    return whole_range(static_cast<int64_t>(lo), static_cast<int64_t>(hi));
+  else
+    return number_range(static_cast<double>(lo), static_cast<double>(hi));
+}
 // " --set K=V" for each of `sets`, shell-quoted (console.h: shell_word).
 std::string set_flags(const std::vector<std::string>& sets);
+// Refuses (ConfigError, exit 2) an output file path `path` given by `flag` before any work: a
+// folder (the message suggests `example` in it), a path below a file, or one in a folder this
+// process cannot write to. "" passes.
+void check_output_file(const std::string& flag, const std::string& path, const std::string& example);
+// The stop-signal handlers of a command with nothing to continue from (`command`: "frugal tune",
+// "frugal plan"): the flag cleared, and a second Ctrl-C's line naming it; installed while held.
+std::unique_ptr<SignalHandlers> stop_signals_for(const std::string& command);
 // Tune progress on the console: permanent lines, and a status line on a TTY (cmd_tune.cpp).
 TuneProgress console_tune_progress();
 

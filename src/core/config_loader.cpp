@@ -94,6 +94,32 @@ void check_value(const KeySpec& k, const ConfigValue& v, const std::string& wher
   }
 }
 
+// A list key's value given as a TOML list in an environment variable or a --set value (--set
+// 'lora.targets=["q_proj", "v_proj"]'): its strings joined with ", ", as a config file's list is.
+std::string list_text(const KeySpec& k, const std::string& text, const std::string& where) {
+  auto fail = [&](const std::string& why) {
+    throw ConfigError(fmt::format(
+        "config key {} = '{}' ({}): {}; give a TOML list of quoted strings, the whole argument in single "
+        "quotes so that the shell keeps the double ones (--set '{}=[\"a\", \"b\"]'), or the names separated "
+        "by commas (--set {}=a,b); allowed: {}",
+        k.key, text, where, why, k.key, k.key, k.allowed()));
+  };
+  toml::table t;
+  try {
+    t = toml::parse("v = " + text);
+  } catch (const toml::parse_error& e) {
+    fail(text.find('"') == std::string::npos && text.find('\'') == std::string::npos
+             ? "a list of unquoted names (the shell removes quotes not inside single quotes)"
+             : fmt::format("not a TOML list ({})", e.description()));
+  }
+  const toml::array* list = t.get("v") ? t.get("v")->as_array() : nullptr;
+  if (!list || !(list->empty() || list->is_homogeneous<std::string>()))
+    fail("a TOML list of something other than strings");
+  std::string joined;
+  for (const auto& item : *list) joined += (joined.empty() ? "" : ", ") + *item.value_exact<std::string>();
+  return joined;
+}
+
 // Parses the text of an environment variable or a --set value for key k.
 ConfigValue parse_text(const KeySpec& k, std::string text, const std::string& where) {
   auto fail = [&](const char* what) {
@@ -123,6 +149,7 @@ ConfigValue parse_text(const KeySpec& k, std::string text, const std::string& wh
     }
     case ValueType::kString:
     case ValueType::kEnum:
+      if (k.list && text.size() >= 2 && text.front() == '[' && text.back() == ']') return list_text(k, text, where);
       if (text.size() >= 2 && text.front() == '"' && text.back() == '"') text = text.substr(1, text.size() - 2);
       return text;
   }

@@ -24,6 +24,7 @@ ExitCode exit_code_for(const std::exception& e) {
   if (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const DataError*>(&e)) return ExitCode::kBadInput;
   if (is_disk_full(e)) return ExitCode::kBadInput;  // the user frees space; nothing is broken
   if (dynamic_cast<const GuardStop*>(&e)) return ExitCode::kGuardStop;
+  if (dynamic_cast<const Interrupted*>(&e)) return ExitCode::kPreempted;
   return ExitCode::kFailure;
 }
 
@@ -48,7 +49,7 @@ const char* error_label(const std::exception& e) {
   // Exit 2 for a config key, a flag, a path, a file or data the user named, or a full disk:
   // "bad input" for all of them, as the exit-code table says; the message names which.
   if (dynamic_cast<const ConfigError*>(&e) || dynamic_cast<const DataError*>(&e) || is_disk_full(e)) return "bad input";
-  if (dynamic_cast<const GuardStop*>(&e)) return "stopped";
+  if (dynamic_cast<const GuardStop*>(&e) || dynamic_cast<const Interrupted*>(&e)) return "stopped";
   if (dynamic_cast<const InternalError*>(&e)) return "internal error";
   return "error";
 }

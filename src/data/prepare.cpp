@@ -15,6 +15,7 @@
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/console.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/hf_hub.h"
 #include "frugal/core/features.h"
 #include "frugal/core/threads.h"
 #include "frugal/core/wall_clock.h"
@@ -360,10 +361,24 @@ void check_prepare_options(const PrepareOptions& o) {
   if (o.tokenizer.rfind("sentencepiece", 0) == 0) require_sentencepiece("prepare --tokenizer sentencepiece");
 }
 
-// --tokenizer hf:DIR, as model.init_from = "hf:DIR" names a model: the tokenizer.json inside DIR.
+// --tokenizer hf:X, as model.init_from = "hf:X" names a model (core/hf_hub.h): X itself where it is
+// a file, else the tokenizer.json in folder X or in the hub cache's snapshot of hub id X.
 PrepareOptions with_tokenizer_file(PrepareOptions o) {
-  const std::string dir = o.tokenizer.rfind("hf:", 0) == 0 ? o.tokenizer.substr(3) : "";
-  if (dir.empty() || !fs::is_directory(dir)) return o;
+  const std::string x = o.tokenizer.rfind("hf:", 0) == 0 ? o.tokenizer.substr(3) : "";
+  std::error_code ec;
+  if (x.empty() || fs::is_regular_file(x, ec)) return o;
+  const std::string dir = hf_resolve_dir(x, "tokenizer.json");
+  if (!fs::is_directory(dir, ec) && is_hf_hub_id(x))
+    throw ConfigError(fmt::format(
+        "--tokenizer {}: no file or folder {} here, and the Hugging Face cache {} has no snapshot of \"{}\" "
+        "holding a tokenizer.json (a hub id is looked up in {}, the cache at $HF_HUB_CACHE, else $HF_HOME/hub, "
+        "else ~/.cache/huggingface/hub; nothing is downloaded): get it with `huggingface-cli download {}`, or give "
+        "hf:PATH/tokenizer.json or hf:DIR, a folder holding one",
+        o.tokenizer, fs::absolute(x).lexically_normal().string(), hf_hub_cache(), x, hf_hub_repo_folder(x), x));
+  if (!fs::is_directory(dir, ec))
+    throw ConfigError(fmt::format(
+        "--tokenizer {}: no such file or folder ({}); give hf:PATH/tokenizer.json or hf:DIR, a folder holding one",
+        o.tokenizer, fs::absolute(x).lexically_normal().string()));
   const std::string file = (fs::path(dir) / "tokenizer.json").string();
   if (!fs::is_regular_file(file))
     throw ConfigError(fmt::format(

@@ -1,10 +1,13 @@
 // Cluster job files for a data-parallel run; see launcher.h.
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "frugal/core/errors.h"
 #include "frugal/dist/launcher.h"
 
 namespace frugal::dist {
+namespace fs = std::filesystem;
 namespace {
 
 // Single-quoted for sh.
@@ -12,6 +15,42 @@ std::string quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// As it is where the shell reads it as one word (a path of letters, digits and ./_-), else quoted.
+std::string word(const std::string& s) {
+  const bool plain = !s.empty() && s.find_first_not_of(
+                                       "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                       "./_-+=:,@") == std::string::npos;
+  return plain ? s : quote(s);
+}
+
+// A YAML scalar: plain where it is one word, else single-quoted ('' for a quote inside).
+std::string yaml_scalar(const std::string& s) {
+  if (word(s) == s) return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+// Slurm's time formats (sbatch --time): minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, and
+// UNLIMITED / INFINITE.
+bool slurm_time(const std::string& t) {
+  if (t == "UNLIMITED" || t == "unlimited" || t == "INFINITE" || t == "infinite") return true;
+  auto numbers = [](const std::string& part, size_t most) {
+    size_t n = 0, start = 0;
+    for (;;) {
+      const size_t colon = part.find(':', start);
+      const std::string num = part.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+      if (num.empty() || num.size() > 9 || num.find_first_not_of("0123456789") != std::string::npos) return false;
+      ++n;
+      if (colon == std::string::npos) return n <= most;
+      start = colon + 1;
+    }
+  };
+  const size_t dash = t.find('-');
+  if (dash == std::string::npos) return numbers(t, 3);
+  return numbers(t.substr(0, dash), 1) && numbers(t.substr(dash + 1), 3);
 }
 
 // GPUs per node named by --accelerators ("H100:8" -> 8, "H100" -> 1); 0 without accelerators.
@@ -92,7 +131,7 @@ std::string emit_skypilot(const EmitOptions& o) {
   y += fmt::format("num_nodes: {}\n", o.nodes);
   y += "resources:\n  use_spot: true\n";
   if (!o.accelerators.empty()) y += fmt::format("  accelerators: {}\n", o.accelerators);
-  y += "workdir: .\n";
+  y += fmt::format("workdir: {}\n", o.workdir.empty() ? "." : yaml_scalar(o.workdir));
   if (!o.bucket.empty()) y += storage_block(o.bucket);
   // scripts/job-setup.sh: install-deps.sh (the Debian packages and the pinned CUDA wheel of
   // PyTorch in .venv/), then build/frugal against that wheel's LibTorch (CUDA compiled in). CI runs
@@ -112,6 +151,11 @@ std::string emit_skypilot(const EmitOptions& o) {
 
 std::string emit_slurm(const EmitOptions& o) {
   check(o);
+  if (!slurm_time(o.time))
+    throw ConfigError(
+        fmt::format("frugal launch --time '{}': Slurm takes minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
+                    "(e.g. --time 24:00:00 or --time 2-00:00:00)",
+                    o.time));
   std::string s;
   s += "#!/bin/bash\n";
   s += "# Slurm batch script for a frugal data-parallel run, written by `frugal launch --emit slurm`.\n";
@@ -130,10 +174,15 @@ std::string emit_slurm(const EmitOptions& o) {
   s += fmt::format("#SBATCH --output={}-%j.log\n\n", o.name);
   s += "export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n1)\n";
   s += fmt::format("export MASTER_PORT={}\n\n", o.port);
-  s += "# build/frugal was built beforehand on shared storage (bash scripts/job-setup.sh):\n";
-  s += "# it runs on the CUDA wheel's LibTorch in .venv/ beside it.\n";
-  s += "test -x build/frugal || { echo \"build/frugal is missing: run bash scripts/job-setup.sh\" >&2; exit 2; }\n";
-  s += fmt::format("srun --kill-on-bad-exit=1 build/frugal {}\n", train_args(o, ""));
+  if (!o.workdir.empty()) {
+    s += "# The folder `frugal launch --emit` ran in: CONFIG and runs/ are found here as there.\n";
+    s += fmt::format("cd {} || exit 2\n", word(o.workdir));
+  }
+  s += "# frugal was built beforehand on storage the nodes share (bash scripts/job-setup.sh: against the\n";
+  s += "# CUDA wheel's LibTorch in .venv/ beside it).\n";
+  s += fmt::format("test -x {} || {{ echo {} >&2; exit 2; }}\n", word(o.frugal),
+                   quote(o.frugal + " is missing: build it with bash scripts/job-setup.sh on storage the nodes share"));
+  s += fmt::format("srun --kill-on-bad-exit=1 {} {}\n", word(o.frugal), train_args(o, ""));
   s += "code=$?\n";
   // 143 (128 + SIGTERM) too: a SIGTERM in a process's first milliseconds, while the dynamic loader
   // maps LibTorch and before frugal holds the stop signals, ends it with the default action.
@@ -141,6 +190,38 @@ std::string emit_slurm(const EmitOptions& o) {
   s += "if [ \"$code\" -eq 75 ] || [ \"$code\" -eq 143 ]; then scontrol requeue \"$SLURM_JOB_ID\"; fi\n";
   s += "exit \"$code\"\n";
   return s;
+}
+
+void locate_job(EmitOptions& o, bool skypilot, const std::string& exe, const std::string& cwd) {
+  if (!skypilot) {
+    o.frugal = exe;
+    o.workdir = cwd;
+    return;
+  }
+  // The folder synced to the nodes must be a frugal checkout: the setup builds frugal in it.
+  auto checkout = [](const fs::path& d) { return !d.empty() && fs::exists(d / "scripts" / "job-setup.sh"); };
+  fs::path root;  // the checkout this folder is in, else the one this frugal was built in (build/frugal)
+  for (fs::path d = cwd; root.empty() && !d.empty(); d = d == d.parent_path() ? fs::path() : d.parent_path())
+    if (checkout(d)) root = d;
+  for (const fs::path& d :
+       {fs::path(exe).parent_path().parent_path(), fs::path(exe).parent_path().parent_path().parent_path()})
+    if (root.empty() && checkout(d)) root = d;
+  if (root.empty())
+    throw ConfigError(fmt::format(
+        "frugal launch --emit skypilot: the task copies a frugal checkout to the nodes and builds frugal there "
+        "(scripts/job-setup.sh), but neither this folder ({}) nor the one this frugal was built in ({}) is in one; "
+        "run --emit in the frugal checkout",
+        cwd, exe));
+  const fs::path config = fs::weakly_canonical(fs::path(cwd) / o.config);
+  const fs::path inside = config.lexically_relative(fs::weakly_canonical(root));
+  if (inside.empty() || *inside.begin() == "..")
+    throw ConfigError(fmt::format(
+        "frugal launch --emit skypilot: CONFIG {} is outside the folder the task copies to the nodes ({}, its "
+        "workdir), so the job would not find it; copy it into that folder and name the copy, or run --emit "
+        "from a checkout that holds it",
+        o.config, root.string()));
+  o.config = inside.string();
+  o.workdir = root.string();
 }
 
 }  // namespace frugal::dist

@@ -1,18 +1,25 @@
 // Local process launcher; see launcher.h.
 #include "frugal/dist/launcher.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "frugal/core/errors.h"
 #include "frugal/core/exit_code.h"
@@ -37,6 +44,58 @@ std::string describe_status(int status) {
   return fmt::format("exited with code {}", WEXITSTATUS(status));
 }
 
+// Whether `host` names this machine: localhost, this host's name, or an IPv4 address of it (a
+// socket binds to it: 127.x.x.x, an interface's). Another name is not resolved: false.
+bool is_this_host(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  char name[256] = {};
+  if (gethostname(name, sizeof name - 1) == 0 && host == name) return true;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) return false;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool local = bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;  // port 0: any
+  close(fd);
+  return local;
+}
+
+// 0 when rank 0's rendezvous store could listen on `port` here, else the errno. As the store does
+// (c10d's TCPStore, libuv): any IPv4 address, SO_REUSEADDR (a port in TIME_WAIT is free), listen.
+int port_error(int64_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;  // no socket to try with: rank 0 will tell
+  const int on = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  int err = 0;
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 1) != 0) err = errno;
+  close(fd);
+  return err;
+}
+
+// On the node of rank 0, a port another program holds would fail rank 0 at once and leave the
+// others waiting out dist.timeout_s: refused before any rank starts, with a free port to use.
+void check_port_free(const LaunchOptions& o) {
+  if (o.node_rank != 0 || !is_this_host(o.master_addr)) return;
+  const int err = port_error(o.master_port);
+  if (err == 0) return;
+  std::string instead;
+  for (int64_t p = o.master_port + 1; p <= 65535 && p < o.master_port + 100 && instead.empty(); ++p)
+    if (port_error(p) == 0) instead = fmt::format(", e.g. --port {}", p);
+  if (err == EADDRINUSE)
+    throw ConfigError(
+        fmt::format("frugal launch: port {} (--port) is in use on this machine: another program, or a run still going, "
+                    "listens on it; pick another with --port{}",
+                    o.master_port, instead));
+  throw ConfigError(
+      fmt::format("frugal launch: port {} (--port) cannot be listened on here: {}; pick another with --port{}",
+                  o.master_port, std::strerror(err), instead));
+}
+
 // A rank's whole process group: a rank that is a script has its own children (a shell's sleep, a
 // Python wrapper's frugal), which a signal to the rank's process alone would leave running, holding
 // the job's output open. The rank alone where its group is gone.
@@ -46,11 +105,15 @@ void signal_rank(const Child& c, int sig) {
 
 // Forks rank node_rank x procs_per_node + local and runs `exe` in it with torchrun's variables;
 // the child gets its own process group, so a Ctrl-C reaches the launcher only, which forwards it once.
+// A launcher that dies without forwarding anything (SIGKILL, the OOM killer) still stops its ranks:
+// each gets SIGTERM (it checkpoints and exits 75) instead of training on, an orphan holding the
+// rendezvous port that the resume needs.
 Child start_rank(const LaunchOptions& o, const std::string& exe, int64_t local, int64_t world,
                  const std::string& threads, bool hangup_ignored) {
   Child c;
   c.rank = o.node_rank * o.procs_per_node + local;
   std::fflush(nullptr);
+  const pid_t launcher = getpid();
   c.pid = fork();
   if (c.pid < 0) throw Error(fmt::format("frugal launch: fork failed: {}", std::strerror(errno)));
   if (c.pid > 0) setpgid(c.pid, c.pid);  // also here: a signal may come before the child ran its own
@@ -58,6 +121,8 @@ Child start_rank(const LaunchOptions& o, const std::string& exe, int64_t local, 
     setpgid(0, 0);
     for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGPIPE}) signal(sig, SIG_DFL);
     signal(SIGHUP, hangup_ignored ? SIG_IGN : SIG_DFL);  // `nohup frugal launch`: the ranks too
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != launcher) _exit(75);  // the launcher died before the line above: do not train
     setenv("RANK", std::to_string(c.rank).c_str(), 1);
     setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
     setenv("LOCAL_RANK", std::to_string(local).c_str(), 1);
@@ -85,6 +150,7 @@ int launch(const LaunchOptions& o, const std::string& exe) {
                     "(got -n {}, --nodes {}, --node-rank {})",
                     o.procs_per_node, o.nodes, o.node_rank));
   if (o.args.empty()) throw ConfigError("frugal launch: no command; e.g. frugal launch -n 2 -- train my.toml");
+  check_port_free(o);
   const int64_t world = o.procs_per_node * o.nodes;
   const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   const std::string threads = std::to_string(std::max<long>(1, cores / o.procs_per_node));

@@ -14,6 +14,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -67,26 +68,42 @@ class Heartbeat {
     thread_.join();
   }
 
-  // Why the failure happened, as far as the heartbeats tell: "" when every peer is alive.
-  std::string silent_peers() {
+  // Why the failure happened, as far as the heartbeats tell: `text` "" when every peer is alive;
+  // `host_gone` when rank 0, which hosts the store, exited (its connection closed: a store call
+  // fails at once, where a stopped or hung rank 0 lets it wait out its timeout). The store is read
+  // every tenth of a second meanwhile, so a rank 0 that exits (it refused its input, or failed,
+  // and said why) is told at once, not after the 2.5 periods a silent counter needs.
+  struct Silence {
+    bool host_gone = false;
+    std::string text;
+  };
+  Silence silent_peers() {
     std::vector<int64_t> before, after;
+    auto call_at = std::chrono::steady_clock::now();
     try {
       before = counts();
-      std::this_thread::sleep_for(std::chrono::duration<double>(2.5 * period_s_));
+      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(2.5 * period_s_);
+      while (std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        call_at = std::chrono::steady_clock::now();
+        store_->add(key(rank_), 0);
+      }
+      call_at = std::chrono::steady_clock::now();
       after = counts();
     } catch (const std::exception&) {
-      if (rank_ == 0) return "";
-      return "Rank 0, which hosts the rendezvous store, is not answering (exited, stopped or hung).";
+      if (rank_ == 0) return {};
+      const bool closed = std::chrono::steady_clock::now() - call_at < std::chrono::seconds(1);
+      return {closed, "Rank 0, which hosts the rendezvous store, is not answering (exited, stopped or hung)."};
     }
     std::vector<int64_t> silent;
     for (int64_t r = 0; r < world_; ++r)
       if (r != rank_ && after[r] == before[r]) silent.push_back(r);
-    if (silent.empty()) return "";
-    return fmt::format(
-        "{} {} {} not answering: {} heartbeat did not advance in {:.3g} s (exited, killed, "
-        "stopped by SIGSTOP or a suspended job, hung, or its machine is lost).",
-        silent.size() == 1 ? "Rank" : "Ranks", fmt::join(silent, ", "), silent.size() == 1 ? "is" : "are",
-        silent.size() == 1 ? "its" : "their", 2.5 * period_s_);
+    if (silent.empty()) return {};
+    return {false,
+            fmt::format("{} {} {} not answering: {} heartbeat did not advance in {:.3g} s (exited, killed, "
+                        "stopped by SIGSTOP or a suspended job, hung, or its machine is lost).",
+                        silent.size() == 1 ? "Rank" : "Ranks", fmt::join(silent, ", "),
+                        silent.size() == 1 ? "is" : "are", silent.size() == 1 ? "its" : "their", 2.5 * period_s_)};
   }
 
  private:
@@ -121,10 +138,18 @@ class Heartbeat {
 };
 
 // The message every peer failure carries: who, what, which peer (when the heartbeats tell) and
-// the way out.
+// the way out. Where rank 0 exited, one line: its own message (or frugal launch's, when it was
+// killed) says why, and c10d's text (a socket closed by the peer) would add nothing.
 [[noreturn]] void peer_failure(int64_t rank, int64_t world, double timeout_s, const std::string& op,
                                const std::exception& e, Heartbeat* heartbeat) {
-  const std::string who = heartbeat ? heartbeat->silent_peers() : "";
+  const Heartbeat::Silence silence = heartbeat ? heartbeat->silent_peers() : Heartbeat::Silence{};
+  if (silence.host_gone)
+    throw DistError(
+        fmt::format("rank {} of {}: rank 0 exited (its message above, or frugal launch's if it was "
+                    "killed, says why), so this rank stopped at its {}; a run that had begun continues "
+                    "from its last checkpoint with --resume auto",
+                    rank, world, op));
+  const std::string& who = silence.text;
   const std::string cause =
       who.empty()
           ? fmt::format(
@@ -266,6 +291,16 @@ class C10dGroup : public ProcessGroup {
   std::unique_ptr<Heartbeat> heartbeat_;  // last: stops before the store it uses is released
 };
 
+// c10d logs every failed store call as a warning with LibTorch's stack trace (30-odd `frame #N`
+// lines): when a peer leaves, the heartbeat thread's next beats alone print dozens, burying the
+// rank's own one-line error (which says what failed, and why). frugal reports each failure itself,
+// so c10's warnings are off from the rendezvous on; TORCH_CPP_LOG_LEVEL (INFO, WARNING), where
+// set, is kept.
+void quiet_c10d_warnings() {
+  const char* level = std::getenv("TORCH_CPP_LOG_LEVEL");
+  if ((level == nullptr || *level == '\0') && FLAGS_caffe2_log_level < 2) FLAGS_caffe2_log_level = 2;  // 2: ERROR
+}
+
 bool is_loopback(const std::string& host) { return host == "127.0.0.1" || host == "localhost" || host == "::1"; }
 
 }  // namespace
@@ -282,6 +317,7 @@ std::shared_ptr<ProcessGroup> connect(const DistEnv& env, const DistConfig& conf
   // no end on a port that something else listens on (the port taken by another program), and
   // the store and the group each wait up to the timeout in turn. Past the deadline this rank
   // fails with the reason; the helper is left behind (the process is about to exit).
+  quiet_c10d_warnings();
   auto done = std::make_shared<std::promise<std::shared_ptr<ProcessGroup>>>();
   std::future<std::shared_ptr<ProcessGroup>> result = done->get_future();
   std::thread([env, config, device, done] {

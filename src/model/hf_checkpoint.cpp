@@ -18,60 +18,22 @@
 
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/errors.h"
+#include "frugal/core/hf_hub.h"
 #include "model/internal/hf_json.h"
 
 namespace frugal {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string hf_hub_cache() {
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v && *v ? v : "";
-  };
-  if (const std::string c = env("HF_HUB_CACHE"); !c.empty()) return c;
-  if (const std::string h = env("HF_HOME"); !h.empty()) return (fs::path(h) / "hub").string();
-  if (const std::string x = env("XDG_CACHE_HOME"); !x.empty()) return (fs::path(x) / "huggingface" / "hub").string();
-  const std::string home = env("HOME");
-  return (fs::path(home.empty() ? "." : home) / ".cache" / "huggingface" / "hub").string();
-}
-
-namespace {
-// A hub id is "name" or "org/name"; anything else (/abs, ./rel, a/b/c) is a path.
-bool is_hub_id(const std::string& name) {
-  return !name.empty() && name.front() != '/' && name.front() != '.' && std::count(name.begin(), name.end(), '/') <= 1;
-}
-}  // namespace
-
-std::string hf_cached_snapshot(const std::string& repo_id) {
-  if (!is_hub_id(repo_id)) return "";  // a path is not looked up
-  std::string folder = "models--";     // huggingface_hub's layout: "org/name" -> models--org--name
-  for (char ch : repo_id) folder += ch == '/' ? std::string("--") : std::string(1, ch);
-  const fs::path root = fs::path(hf_hub_cache()) / folder;
-  std::error_code ec;
-  std::string rev;
-  if (fs::is_regular_file(root / "refs" / "main", ec)) {
-    rev = read_small_file((root / "refs" / "main").string());
-    while (!rev.empty() && std::isspace(static_cast<unsigned char>(rev.back()))) rev.pop_back();
-  }
-  const fs::path snap = root / "snapshots" / rev;
-  if (!rev.empty() && fs::is_regular_file(snap / "config.json", ec)) return snap.string();
-  return "";
-}
-
 std::string hf_init_dir(const ModelConfig& m) {
   if (m.init_from.rfind("hf:", 0) != 0) return "";
-  const std::string dir = m.init_from.substr(3);
-  std::error_code ec;
-  if (fs::is_directory(dir, ec)) return dir;
-  const std::string cached = hf_cached_snapshot(dir);
-  return cached.empty() ? dir : cached;
+  return hf_resolve_dir(m.init_from.substr(3));
 }
 
 namespace {
 
 json read_config_json(const std::string& dir, const std::string& origin) {
-  if (!fs::is_directory(dir) && !is_hub_id(dir))
+  if (!fs::is_directory(dir) && !is_hf_hub_id(dir))
     throw ConfigError(fmt::format(
         "model.init_from = \"hf:{0}\": no such directory (a Hugging Face model directory holds "
         "config.json and model.safetensors); check the path, or save a model there with save_pretrained(\"{0}\")",

@@ -330,8 +330,13 @@ LoraSetup install_lora(CausalLmImpl& model, const LoraConfig& l) {
     for (const std::string& t : s.targets)
       FRUGAL_CHECK(used.count(t), ConfigError,
                    fmt::format("lora.targets: \"{}\" names no projection of this {}; its projections are {} (or "
-                               "\"all-linear\" for all of them)",
-                               t, model.describe(), fmt::join(names, ", ")));
+                               "\"all-linear\" for all of them){}",
+                               t, model.describe(), fmt::join(names, ", "),
+                               t.find_first_of("[]\"'") == std::string::npos
+                                   ? ""
+                                   : "; give the names separated by commas (q_proj,v_proj) or as a TOML list of "
+                                     "quoted strings ([\"q_proj\", \"v_proj\"]; in --set, the whole argument in "
+                                     "single quotes)"));
   for (auto& p : model.named_parameters(/*recurse=*/true)) {
     const bool adapter = is_adapter_parameter(p.key());
     if (!adapter) p.value().requires_grad_(false);

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -36,15 +38,36 @@ CostFigures cost_at(double elapsed_s, int64_t step, int64_t total_steps, double 
   return f;
 }
 
-std::string default_price_table_path() {
-  if (const char* env = std::getenv("FRUGAL_PRICE_TABLE")) return env;
+std::string default_price_table_path(const std::string& exe) {
   std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec).parent_path();
-  for (const char* rel : {"../data/prices.toml", "../../data/prices.toml", "../share/frugal/prices.toml"}) {
-    fs::path p = exe / rel;
-    if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec).string();
+  if (const char* env = std::getenv("FRUGAL_PRICE_TABLE"); env && *env) {
+    if (!fs::exists(env, ec))
+      throw ConfigError(
+          fmt::format("FRUGAL_PRICE_TABLE = {}: no such file; set FRUGAL_PRICE_TABLE=FILE to a price "
+                      "table (frugal ships data/prices.toml), or unset it to use the shipped one",
+                      env));
+    return env;
   }
-  return "data/prices.toml";
+  const fs::path dir = fs::path(exe).parent_path();
+  std::vector<std::string> tried;
+  for (const char* rel : {"../data/prices.toml", "../../data/prices.toml", "../share/frugal/prices.toml"}) {
+    const fs::path p = (dir / rel).lexically_normal();
+    if (fs::exists(p, ec)) return fs::weakly_canonical(p, ec).string();
+    tried.push_back(p.string());
+  }
+  if (fs::exists("data/prices.toml", ec)) return "data/prices.toml";
+  tried.push_back((fs::current_path(ec) / "data/prices.toml").string());
+  std::string places;
+  for (const auto& t : tried) places += (places.empty() ? "" : ", ") + t;
+  throw ConfigError(
+      fmt::format("no price table found (looked for {}); set FRUGAL_PRICE_TABLE=FILE to a price table "
+                  "(frugal ships data/prices.toml; `cmake --install` puts it in share/frugal/)",
+                  places));
+}
+
+std::string default_price_table_path() {
+  std::error_code ec;
+  return default_price_table_path(fs::read_symlink("/proc/self/exe", ec).string());
 }
 
 std::vector<PriceEntry> load_price_table(const std::string& path) {

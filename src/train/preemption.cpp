@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 namespace frugal {
 namespace {
@@ -62,15 +63,34 @@ void install(int sig, struct sigaction* old) {
 
 }  // namespace
 
-void set_interrupt_hint(const std::string& command) {
-  const std::string line =
-      "frugal: a second Ctrl-C (SIGINT): stopped at once, without a checkpoint; continue "
-      "from the newest checkpoint with: " +
-      command + "\n";
+void set_interrupt_line(const std::string& text) {
+  const std::string line = text + "\n";
   if (line.size() > sizeof g_hint) return;  // the generic line stays
   g_hint_size.store(0);
   std::memcpy(g_hint, line.data(), line.size());
   g_hint_size.store(line.size());
+}
+
+void set_interrupt_hint(const std::string& command) {
+  set_interrupt_line(
+      "frugal: a second Ctrl-C (SIGINT): stopped at once, without a checkpoint; continue "
+      "from the newest checkpoint with: " +
+      command);
+}
+
+std::string stop_signal_name(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "signal " + std::to_string(sig);
+  }
 }
 
 int preemption_signal() { return g_signal.load(); }

@@ -110,19 +110,47 @@ bool within(const std::string& path, const std::string& dir) {
   return true;
 }
 
+// The path after `prefix` ("hf:", "torchscript:", "") in `value`, made absolute where it is relative
+// and names a folder (`folder`) or a file here; anything else stays as typed (a hub id is looked up
+// in the cache anew, a missing path fails naming what the user wrote).
+void make_absolute(std::string& value, const std::string& prefix, bool folder) {
+  if (value.size() <= prefix.size() || value.compare(0, prefix.size(), prefix) != 0) return;
+  const fs::path path = value.substr(prefix.size());
+  std::error_code ec;
+  if (path.is_relative() && (folder ? fs::is_directory(path, ec) : fs::is_regular_file(path, ec)))
+    value = prefix + fs::absolute(path).lexically_normal().string();
+}
+
+// Every key that names a file or folder, by its absolute path: the run's config.toml then names the
+// same files from any working directory (sample, export, a resume started elsewhere).
+void make_paths_absolute(Config& c) {
+  DataSource& src = c.data.source;
+  if (src.kind != DataSource::Kind::kArith && !src.path.empty() && fs::path(src.path).is_relative())
+    src.path = fs::absolute(src.path).lexically_normal().string();
+  make_absolute(c.model.init_from, "hf:", true);
+  make_absolute(c.model.source, "torchscript:", false);
+  make_absolute(c.lora.init_from, "", true);
+}
+
+// Whether a run's recorded value of key `k` (`theirs`, as a TOML literal) names the same files as
+// `mine` once made absolute here: a run that recorded a relative path, resumed from its folder.
+bool same_paths(const KeySpec& k, const std::string& theirs, const std::string& mine, const Config& c) {
+  if (k.key != "data.source" && k.key != "model.init_from" && k.key != "model.source" && k.key != "lora.init_from")
+    return false;
+  Config other = c;
+  try {
+    k.set(other, parse_toml_value(k, theirs, "the run's checkpoint"));
+  } catch (const ConfigError&) {
+    return false;
+  }
+  make_paths_absolute(other);
+  return format_value_shown(k, other) == mine;
+}
+
 }  // namespace
 
 void complete_config(ResolvedConfig& rc) {
-  // The dataset by its absolute path: the run's config.toml then names the same files from any
-  // working directory (sample, export, a resume started elsewhere).
-  DataSource& src = rc.config.data.source;
-  if (src.kind != DataSource::Kind::kArith && !src.path.empty() && fs::path(src.path).is_relative())
-    src.path = fs::absolute(src.path).lexically_normal().string();
-  // model.init_from's directory likewise (a hub id stays as it is: the cache is looked up anew).
-  std::string& init = rc.config.model.init_from;
-  std::error_code ec;
-  if (init.rfind("hf:", 0) == 0 && fs::path(init.substr(3)).is_relative() && fs::is_directory(init.substr(3), ec))
-    init = "hf:" + fs::absolute(init.substr(3)).lexically_normal().string();
+  make_paths_absolute(rc.config);
   adopt_hf_shape(rc);  // before the dataset's vocabulary: the checkpoint's is the model's
   adopt_dataset_vocab(rc);
   check_dataset_tokenizer(rc);
@@ -159,7 +187,7 @@ std::vector<ConfigChange> reconcile_resume_config(ResolvedConfig& rc, const nloh
     if (!saved.contains(k.key) || !saved[k.key].is_string()) continue;
     const std::string theirs = saved[k.key].get<std::string>();
     const std::string mine = format_value_shown(k, rc.config);
-    if (theirs == mine) continue;
+    if (theirs == mine || same_paths(k, theirs, mine, rc.config)) continue;
     ValueOrigin& origin = rc.origins.at(k.key);
     if (k.reaches_out && !own_run) {  // another run's command or server is not this run's to use
       if (not_taken) not_taken->push_back(k.key);

@@ -17,6 +17,7 @@
 #include "frugal/core/atomic_file.h"
 #include "frugal/core/compat.h"
 #include "frugal/core/config_loader.h"
+#include "frugal/core/console.h"
 #include "frugal/core/device.h"
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
@@ -137,18 +138,35 @@ ProbeOutcome probe_training_memory(const Config& config, int64_t micro_batch, in
     install_lora(*model, c.lora);  // a LoRA run holds no gradients or moments for the base
     model->to(device);
     TrainStep step(c, model, data, device);
-    step.run(0, c.train.lr);  // forward, backward, optimizer (moments allocated)
     {
-      torch::NoGradGuard no_grad;  // the evaluation pass, gradients still held
-      model->eval();
-      const Batch b = to_device(data.val_batch(0), device);
-      at::Tensor l = model->loss(b.x, b.y, b.pos);
-      model->train();
+      // A size that does not fit is an answer here, not an event of a run: the step's own
+      // out-of-memory back-off (its "micro-batch N -> N/2" line, for a micro-batch the user never
+      // configured) stays quiet, and a back-off means the size does not fit.
+      auto& con = Console::get();
+      const bool was_quiet = con.quiet();
+      con.set_quiet(true);
+      try {
+        step.run(0, c.train.lr);  // forward, backward, optimizer (moments allocated)
+      } catch (...) {
+        con.set_quiet(was_quiet);
+        throw;
+      }
+      con.set_quiet(was_quiet);
     }
-    // A checkpoint snapshot (checkpoint.async), again with the gradients alive.
-    NamedTensors snap_model = snapshot_tensors(model->named_parameter_list());
-    NamedTensors snap_opt = snapshot_tensors(step.optimizer().state_tensors());
-    out.fits = true;
+    out.out_of_memory = step.oom_backoffs() > 0;  // it ran only in halves
+    if (!out.out_of_memory) {
+      {
+        torch::NoGradGuard no_grad;  // the evaluation pass, gradients still held
+        model->eval();
+        const Batch b = to_device(data.val_batch(0), device);
+        at::Tensor l = model->loss(b.x, b.y, b.pos);
+        model->train();
+      }
+      // A checkpoint snapshot (checkpoint.async), again with the gradients alive.
+      NamedTensors snap_model = snapshot_tensors(model->named_parameter_list());
+      NamedTensors snap_opt = snapshot_tensors(step.optimizer().state_tensors());
+      out.fits = true;
+    }
   } catch (const std::exception& e) {
     if (!compat::is_out_of_memory(e)) throw;
     out.out_of_memory = true;

@@ -22,6 +22,7 @@
 #include "frugal/monitor/cost_meter.h"
 #include "frugal/train/deadline.h"
 #include "frugal/train/lr_schedule.h"
+#include "frugal/train/preemption.h"
 #include "frugal/train/trainer.h"
 #include "frugal/train/run_config.h"
 #include "tune/internal/temp_root.h"
@@ -163,14 +164,40 @@ MachinePrices resolve_prices(const BudgetConfig& b, const std::string& instance,
   return p;
 }
 
+namespace {
+// The whole model's parameter bytes from summary.json `s`, whose state_bytes_per_rank.parameters
+// (f.param_bytes) is one rank's: under ZeRO-3 on several ranks that is the rank's shard of the
+// trainable fp32 masters with the parts kept whole and the frozen ones. Every trainable parameter
+// is an fp32 master (4 bytes), so with nothing frozen the whole is 4 x params, exactly; with a
+// frozen base (its width unknown here: fp32, bf16 or NF4) the smaller of 4 x params and the rank's
+// bytes with the other ranks' (1 - 1/W) of the masters added, both upper bounds.
+int64_t whole_parameter_bytes(const nlohmann::json& s, const PlanFigures& f) {
+  const nlohmann::json levers = s.contains("levers") && s["levers"].is_object() ? s["levers"] : nlohmann::json();
+  const nlohmann::json batch =
+      levers.contains("batch") && levers["batch"].is_object() ? levers["batch"] : nlohmann::json();
+  const nlohmann::json dist = s.contains("dist") && s["dist"].is_object() ? s["dist"] : nlohmann::json();
+  const double zero = std::max(number(levers, "zero"), number(dist, "zero"));
+  const double world = std::max({1.0, number(batch, "world_size", 1), number(dist, "world_size", 1)});
+  if (zero < 3 || world <= 1 || f.param_bytes < 0 || f.params < 0) return f.param_bytes;
+  const double all_fp32 = 4.0 * static_cast<double>(f.params);
+  const double trainable = static_cast<double>(f.trainable_params >= 0 ? f.trainable_params : f.params);
+  if (trainable >= static_cast<double>(f.params)) return static_cast<int64_t>(all_fp32);
+  const double sharded = static_cast<double>(f.param_bytes) + 4.0 * trainable * (1.0 - 1.0 / world);
+  return static_cast<int64_t>(std::min(all_fp32, sharded));
+}
+}  // namespace
+
 // The sizes summary.json `s` gives (PlanFigures::params and after).
 void take_sizes(const nlohmann::json& s, PlanFigures& f) {
   f.params = static_cast<int64_t>(number(s, "params", -1));
   f.trainable_params = static_cast<int64_t>(number(s, "trainable_params", static_cast<double>(f.params)));
   f.optimizer_state_mb = number(s, "optimizer_state_mb", -1);
   f.peak_tensor_mb = number(s, "peak_tensor_mb", -1);
-  if (s.contains("state_bytes_per_rank") && s["state_bytes_per_rank"].is_object())
+  if (s.contains("state_bytes_per_rank") && s["state_bytes_per_rank"].is_object()) {
     f.param_bytes = static_cast<int64_t>(number(s["state_bytes_per_rank"], "parameters", -1));
+    f.state_bytes = static_cast<int64_t>(number(s["state_bytes_per_rank"], "total", -1));
+    f.param_bytes = whole_parameter_bytes(s, f);
+  }
   if (s.contains("checkpoint") && s["checkpoint"].is_object())
     f.checkpoint_bytes = static_cast<int64_t>(number(s["checkpoint"], "bytes", -1));
   if (!s.contains("levers") || !s["levers"].is_object()) return;
@@ -214,7 +241,10 @@ PlanFigures probe_figures(const std::string& file, const std::vector<std::string
   }
   con.set_quiet(was_quiet);
   con.set_json_mode(was_json);
-  if (probe->step_s.empty())  // a stop signal during the probe, say
+  if (const int sig = preemption_signal(); sig != 0)  // the probe stopped at its step's end
+    throw Interrupted(fmt::format("the plan's probe was stopped by {}; nothing written (run the same command again)",
+                                  stop_signal_name(sig)));
+  if (probe->step_s.empty())  // another stop before a measured step
     throw Error("plan: the probe was stopped before it measured a step after the warm-up; nothing to project from");
   PlanFigures f;
   f.source = "probe";
@@ -313,6 +343,58 @@ double projected_time_to(const CostPlan& plan, int64_t step) {
          (every > 0 ? static_cast<double>(before / every) * eval_s : 0.0);
 }
 
+// The keys that set what a step does and so its time: a run's measured step time is another
+// config's only where these agree.
+bool sets_the_step_time(const std::string& key) {
+  static const char* const kKeys[] = {"run.device",
+                                      "data.source",
+                                      "data.micro_batch",
+                                      "data.packing",
+                                      "train.freeze",
+                                      "train.optimizer",
+                                      "train.cuda_graphs",
+                                      "train.muon_precision",
+                                      "precision.mode",
+                                      "precision.tf32",
+                                      "memory.activation_checkpointing",
+                                      "dist.zero",
+                                      "dist.offload",
+                                      "dist.reshard_after_forward"};
+  if (key.rfind("model.", 0) == 0 || key.rfind("lora.", 0) == 0) return true;
+  return std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys);
+}
+
+// --from: refuses (ConfigError) a config `c` whose step differs from the run's own (its
+// config.toml), which would project the run's measured step time onto another model or batch.
+void check_same_step(const Config& c, const std::string& planned, const std::string& dir,
+                     const std::map<std::string, std::string>& env) {
+  const std::string own = RunDir(dir).config();
+  std::error_code ec;
+  if (!fs::exists(own, ec)) return;  // a copy without it: nothing to compare
+  Config run;
+  try {
+    run = resolve_run_config(own, {}, env).config;
+  } catch (const Error&) {
+    return;  // its data or init_from moved since: the check cannot be made
+  }
+  std::string differ;
+  for (const KeySpec& k : config_schema()) {
+    if (!sets_the_step_time(k.key) || k.get(c) == k.get(run)) continue;
+    differ += fmt::format("{}{} = {} (the run: {})", differ.empty() ? "" : ", ", k.key, format_value(k.get(c)),
+                          format_value(k.get(run)));
+  }
+  // The batch as trained (train.global_batch = 0 and train.accum = 1 say the same, for one).
+  if (accumulation_steps(c) != accumulation_steps(run))
+    differ += fmt::format("{}{} micro-batches a step (train.global_batch, train.accum; the run: {})",
+                          differ.empty() ? "" : ", ", accumulation_steps(c), accumulation_steps(run));
+  if (differ.empty()) return;
+  throw ConfigError(fmt::format(
+      "--from {}: the config planned ({}) differs from the run's own ({}) in what sets the step time: {}; its "
+      "measured step time is not this config's. Drop --from to probe this config, or plan the run's own config "
+      "(frugal plan --from {}, with --set for train.steps, the cadences and the prices)",
+      dir, planned, own, differ, dir));
+}
+
 }  // namespace
 
 PlanSchedule plan_schedule(const Config& c, const CostPlan& plan, double now_unix) {
@@ -365,6 +447,8 @@ CostPlan make_cost_plan(const std::string& file, const std::vector<std::string>&
     plan.figures = probe_figures(file, overrides, env, options.progress);
     plan.figures.launch_s = options.launch_s;
   } else {
+    check_same_step(c, (file.empty() ? "the built-in defaults" : file) + (overrides.empty() ? "" : " with --set"),
+                    options.from_run, env);
     plan.figures = run_dir_figures(options.from_run);
   }
   if (plan.figures.optimizer.empty())  // a summary without its levers

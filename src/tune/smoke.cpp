@@ -23,11 +23,11 @@
 #include "frugal/core/errors.h"
 #include "frugal/core/memory.h"
 #include "frugal/data/batch_source.h"
-#include "frugal/model/lora.h"
-#include "frugal/model/model_family.h"
-#include "frugal/model/hf_gpt2.h"
+#include "frugal/model/causal_lm.h"
 #include "frugal/model/scripted_module.h"
+#include "frugal/train/lm_task.h"
 #include "frugal/train/run_config.h"
+#include "frugal/train/task.h"
 #include "frugal/train/trainer.h"
 
 namespace frugal {
@@ -92,8 +92,29 @@ ResolvedConfig smoke_config(const ResolvedConfig& rc, const std::string& dir, co
   return s;
 }
 
-// Activation bytes of forward + backward at batch b (parameters and their gradients excluded).
-int64_t step_bytes(CausalLm& model, const Batch& b, int64_t n) {
+// The model as `frugal train` builds it (train/lm_task.h): from run.seed, model.init_from's weights,
+// train.freeze, and [lora]'s adapters over a frozen base held in lora.base_dtype; a [lora] key the
+// model cannot take is refused here (ConfigError), as the run refuses it.
+CausalLm build_model(const Config& c) {
+  torch::manual_seed(static_cast<uint64_t>(c.run.seed));
+  const Task t = make_lm_task(c);
+  auto lm = std::dynamic_pointer_cast<CausalLmImpl>(t.module);
+  FRUGAL_INTERNAL_ASSERT(lm != nullptr, "make_lm_task built no CausalLm");
+  return CausalLm(lm);
+}
+
+// The parameters as the run counts them (summary.json's params and trainable_params), and the
+// bytes their values take as held (a frozen base in bf16 or NF4, the rest in fp32).
+void count_parameters(const CausalLm& model, SmokeReport& r) {
+  r.params = parameter_count(*model);
+  r.trainable_params = trainable_parameter_count(*model);
+  r.weight_bytes = 0;
+  for (const auto& p : model->parameters()) r.weight_bytes += static_cast<double>(p.nbytes());
+}
+
+// Activation bytes of forward + backward at batch b (parameters and the gradients of the
+// `trainable` ones, fp32, excluded).
+int64_t step_bytes(CausalLm& model, const Batch& b, int64_t n, int64_t trainable) {
   model->zero_grad(/*set_to_none=*/true);
   reset_tensor_bytes_peak();
   const int64_t base = tensor_bytes_now();
@@ -102,7 +123,7 @@ int64_t step_bytes(CausalLm& model, const Batch& b, int64_t n) {
         model->loss(b.x.narrow(0, 0, n), b.y.narrow(0, 0, n), b.pos.defined() ? b.pos.narrow(0, 0, n) : at::Tensor());
     loss.backward();
   }
-  const int64_t grads = 4 * model->parameter_count();
+  const int64_t grads = 4 * trainable;
   return tensor_bytes_peak() - base - grads;
 }
 
@@ -116,36 +137,35 @@ void run_stage(SmokeReport& r, const std::string& inject, const std::string& nam
   } catch (const c10::Error& e) {
     r.stage = name;
     r.error = e.what_without_backtrace();
+    r.failure = std::current_exception();
   } catch (const std::exception& e) {
     r.stage = name;
     r.error = e.what();
+    r.failure = std::current_exception();
   }
 }
 
-// The model from run.seed, its forward pass on one batch, the logits' shape checked.
-CausalLm check_forward(const Config& c, const Batch& batch, SmokeReport& r) {
-  torch::manual_seed(static_cast<uint64_t>(c.run.seed));
-  CausalLm model = make_causal_lm(c.model);
-  r.params = model->parameter_count();
+// The model's forward pass on one batch, the logits' shape checked.
+void check_forward(const Config& c, CausalLm& model, const Batch& batch, SmokeReport& r) {
   at::Tensor logits = model->forward(batch.x);
   r.logits_shape = shape(logits);
   const std::vector<int64_t> want = {batch.x.size(0), batch.x.size(1), c.model.vocab};
   if (logits.sizes().vec() != want)
     throw Error(fmt::format("logits have shape {} but [batch, block, vocab] = [{}] was expected", shape(logits),
                             fmt::join(want, ", ")));
-  return model;
 }
 
 // Bytes of a step at 1 and 2 samples, through the counting allocator: what a sample costs, and
-// the estimate at data.micro_batch.
+// the estimate at data.micro_batch: the weights as held, and a gradient and AdamW's two moments
+// (fp32) for each parameter that trains (16 bytes a parameter for a full fine-tune; a LoRA run's
+// frozen base has none).
 void measure_memory(const Config& c, const Batch& batch, SmokeReport& r) {
   install_counting_allocator();
-  CausalLm model = make_causal_lm(c.model);  // allocated after the allocator: every byte counted
-  install_lora(*model, c.lora);
-  const int64_t one = step_bytes(model, batch, 1);
-  const int64_t two = step_bytes(model, batch, std::min<int64_t>(2, batch.x.size(0)));
+  CausalLm model = build_model(c);  // allocated after the allocator: every byte counted
+  const int64_t one = step_bytes(model, batch, 1, r.trainable_params);
+  const int64_t two = step_bytes(model, batch, std::min<int64_t>(2, batch.x.size(0)), r.trainable_params);
   r.bytes_per_sample = static_cast<double>(std::max<int64_t>(two - one, 0));
-  r.static_bytes = 16.0 * static_cast<double>(r.params);
+  r.static_bytes = r.weight_bytes + 12.0 * static_cast<double>(r.trainable_params);
   r.estimated_bytes =
       r.static_bytes + static_cast<double>(one) + r.bytes_per_sample * static_cast<double>(r.micro_batch - 1);
 }
@@ -182,6 +202,8 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
   stage("config", [&] {
     rc = smoke_config(rc_in, dir.string(), "smoke");
     validate_config(rc.config);
+    model = build_model(rc.config);  // model.init_from, [lora]: checked before any data is read
+    count_parameters(model, r);
   });
   stage("data", [&] {
     data = make_batch_source(rc.config);
@@ -194,7 +216,8 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
                       "must agree",
                       shape(batch.x), shape(batch.y), shape(v.x)));
   });
-  stage("forward", [&] { model = check_forward(rc.config, batch, r); });
+  stage("forward", [&] { check_forward(rc.config, model, batch, r); });
+  model = CausalLm{nullptr};  // the stages below build their own
   stage("memory", [&] { measure_memory(rc.config, batch, r); });
   stage("train", [&] {
     TrainerOptions o;
@@ -231,19 +254,35 @@ SmokeReport run_smoke(const ResolvedConfig& rc_in, const std::string& inject) {
   return r;
 }
 
+ExitCode SmokeReport::exit_code() const {
+  if (ok) return ExitCode::kDone;
+  try {
+    if (failure) std::rethrow_exception(failure);
+  } catch (const std::exception& e) {
+    return exit_code_for(e);
+  } catch (...) {
+  }
+  return ExitCode::kFailure;
+}
+
 std::string SmokeReport::describe() const {
   std::string out = "smoke test:\n";
   for (const auto& s : passed) out += fmt::format("  {:<11} ok\n", s);
   if (!ok) out += fmt::format("  {:<11} FAILED: {}\n", stage, error);
   auto mb = [](double b) { return b / 1e6; };
   if (!batch_shape.empty()) out += fmt::format("  batch {} -> logits {}\n", batch_shape, logits_shape);
-  if (params > 0) out += fmt::format("  parameters {}\n", params);
+  if (params > 0 && trainable_params < params)
+    out += fmt::format("  parameters {} ({} train, {:.2f}%)\n", params, trainable_params,
+                       100.0 * static_cast<double>(trainable_params) / static_cast<double>(params));
+  else if (params > 0)
+    out += fmt::format("  parameters {}\n", params);
   if (step_s > 0) out += fmt::format("  time per step {:.3f} s (smoke batch, CPU)\n", step_s);
   if (bytes_per_sample > 0)
     out += fmt::format(
         "  memory: {:.2f} MB per sample + {:.2f} MB weights/grads/AdamW -> about {:.1f} MB "
-        "at micro_batch {} (fp32 estimate)\n",
-        mb(bytes_per_sample), mb(static_bytes), mb(estimated_bytes), micro_batch);
+        "at micro_batch {} (fp32 estimate{})\n",
+        mb(bytes_per_sample), mb(static_bytes), mb(estimated_bytes), micro_batch,
+        trainable_params < params ? "; gradients and moments for the parameters that train only" : "");
   if (ok)
     out += fmt::format("  resumed step 2 loss {:.9g} == uninterrupted {:.9g}\n", loss_resumed, loss_uninterrupted);
   return out;

@@ -18,10 +18,10 @@
 #include "frugal/core/wall_clock.h"
 #include "frugal/monitor/cost_meter.h"
 #include "frugal/train/precision.h"
+#include "frugal/train/preemption.h"
 #include "frugal/train/trainer.h"
 #include "frugal/tune/batch_finder.h"
 #include "frugal/train/run_config.h"
-#include "frugal/tune/projection.h"  // median_of
 #include "tune/internal/temp_root.h"
 
 namespace frugal {
@@ -83,10 +83,12 @@ std::vector<TuneCandidate> make_candidates(const Config& c, const FinderResult* 
   add(given, given_recompute, mb, accum, -1);  // the baseline: the configuration as given
   out[0].label += " (as configured)";
   add("fp32", given_recompute, mb, accum, -1);  // the loss reference
-  for (const auto& p : precisions)
-    for (const char* r : {"none", "blocks"}) add(p, r, mb, accum, -1);
+  // The finder's micro-batch next: where the configured one does not fit the budget, these are the
+  // ones that can qualify, so the time bound must not skip them.
   if (finder && finder->micro_batch != mb)
     for (const auto& p : precisions) add(p, given_recompute, finder->micro_batch, finder->accum, -1);
+  for (const auto& p : precisions)
+    for (const char* r : {"none", "blocks"}) add(p, r, mb, accum, -1);
   if (c.data.source.kind == DataSource::Kind::kShards && c.data.workers > 0) add(given, given_recompute, mb, accum, 0);
   return out;
 }
@@ -160,11 +162,11 @@ void run_candidate(TuneCandidate& k, const std::string& file, const std::vector<
   }
   k.wall_s = seconds_since(t0);
   if (rec->measured > 0 && rec->step_s > 0) {
+    k.tokens_per_step = static_cast<double>(rec->tokens) / static_cast<double>(rec->measured);
     k.round_step_s.push_back(rec->step_s / static_cast<double>(rec->measured));
     k.round_tokens_per_s.push_back(static_cast<double>(rec->tokens) / rec->step_s);
   }
-  k.step_s = median_of(k.round_step_s);
-  k.tokens_per_s = median_of(k.round_tokens_per_s);
+  summarize_rounds(k);
   if (first) {
     double sum = 0;
     for (double l : rec->losses) sum += l;
@@ -205,7 +207,37 @@ void check_loss(TuneCandidate& k, int64_t steps, const std::string& file, const 
   }
 }
 
+// Interrupted (exit 75) once a stop signal came: the probes that ran stopped at their step's end,
+// the temporary folder goes as the stack unwinds.
+void stop_if_signalled() {
+  if (const int sig = preemption_signal(); sig != 0)
+    throw Interrupted(
+        fmt::format("tuning was stopped by {} before it finished; nothing written (run the same "
+                    "command again)",
+                    stop_signal_name(sig)));
+}
+
+// The batch-size finder where a memory budget exists (memory.limit_mb, a cgroup limit, CUDA), its
+// line in the report; null without one.
+std::unique_ptr<FinderResult> run_finder(const Config& c, TuneReport& report, const TuneProgress& progress) {
+  if (memory_budget(c).bytes <= 0 && !c10::Device(c.run.device).is_cuda()) return nullptr;
+  auto finder = std::make_unique<FinderResult>(find_batch_size(c, [&](const std::string& s) {
+    stop_if_signalled();
+    if (progress) progress(s, false);
+  }));
+  report.finder = finder->describe();
+  if (progress) progress("batch finder: " + report.finder, true);
+  return finder;
+}
+
 }  // namespace
+
+void summarize_rounds(TuneCandidate& k) {
+  std::vector<double> s = k.round_step_s;
+  std::sort(s.begin(), s.end());
+  k.step_s = s.empty() ? 0.0 : s[s.size() / 2];  // odd: the median; even: the slower middle one
+  k.tokens_per_s = k.step_s > 0 ? k.tokens_per_step / k.step_s : 0.0;
+}
 
 int choose_candidate(std::vector<TuneCandidate>& cands, const TuneRules& rules) {
   int ref = -1;
@@ -258,14 +290,7 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
   report.cost_known = cost.usd_per_hour() > 0;
   report.energy_known = cost.watts() > 0;
 
-  std::unique_ptr<FinderResult> finder;
-  if (memory_budget(c).bytes > 0 || c10::Device(c.run.device).is_cuda()) {
-    finder = std::make_unique<FinderResult>(find_batch_size(c, [&](const std::string& s) {
-      if (progress) progress(s, false);
-    }));
-    report.finder = finder->describe();
-    if (progress) progress("batch finder: " + report.finder, true);
-  }
+  const std::unique_ptr<FinderResult> finder = run_finder(c, report, progress);
   report.candidates = make_candidates(c, finder.get());
   auto& cands = report.candidates;
   detail::TempRoot root("frugal-tune");
@@ -284,6 +309,7 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
     if (progress)
       progress(fmt::format("tune: round 1, candidate {}/{}: {} (starting)", i + 1, cands.size(), k.label), false);
     run_candidate(k, file, overrides, env, root.path(), i, cost, progress);
+    stop_if_signalled();
     longest = std::max(longest, k.wall_s);
     if (i == 0) {
       report.projected_run_s = k.projected_s;
@@ -297,8 +323,10 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
       if (k.ran && !k.failed) round_s += k.wall_s;
     if (seconds_since(t0) + round_s > report.bound_s) break;
     for (size_t i = 0; i < cands.size(); ++i)
-      if (cands[i].ran && !cands[i].failed)
+      if (cands[i].ran && !cands[i].failed) {
         run_candidate(cands[i], file, overrides, env, root.path(), i, cost, progress);
+        stop_if_signalled();
+      }
     report.rounds = round;
   }
   if (cands[0].ran && !cands[0].failed) report.projected_run_s = cands[0].projected_s;  // from the median
@@ -330,7 +358,9 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
     if (progress) progress(fmt::format("tune: loss check: {} and fp32, {} steps each", b.label, n), false);
     if (!std::isfinite(r.check_loss))
       check_loss(r, n, file, overrides, env, root.path(), static_cast<size_t>(ref), progress);
+    stop_if_signalled();
     check_loss(b, n, file, overrides, env, root.path(), static_cast<size_t>(report.best), progress);
+    stop_if_signalled();
     if (!std::isfinite(r.check_loss)) {
       report.loss_check = "loss check failed for the fp32 reference: " + r.note;
       break;
@@ -341,6 +371,22 @@ TuneReport run_tune(const std::string& file, const std::vector<std::string>& ove
   }
   report.seconds = seconds_since(t0);
   return report;
+}
+
+std::string too_short_to_tune(const TuneReport& r, const Config& c, const std::string& file) {
+  if (r.best >= 0 || r.bound_skipped <= 0 || r.projected_run_s <= 0) return "";
+  std::string skipped;
+  for (const TuneCandidate& k : r.candidates)
+    if (!k.ran) skipped += (skipped.empty() ? "" : "; ") + k.label;
+  return fmt::format(
+      "{}: no candidate qualified, and the time bound (tune.max_fraction = {} of the configured run's projected "
+      "{:.1f} s at train.steps = {}: {:.1f} s) skipped {} of the {} candidates ({}); the run is too short to tune: "
+      "{}, or train it as configured",
+      file.empty() ? "the built-in demo config" : file, c.tune.max_fraction, r.projected_run_s, c.train.steps,
+      r.bound_s, r.bound_skipped, r.candidates.size(), skipped,
+      c.tune.max_fraction < 1 ? "raise train.steps or tune.max_fraction (e.g. --set tune.max_fraction=1)"
+                              : "raise train.steps (tune.max_fraction = 1 already bounds tuning by the whole run's "
+                                "time)");
 }
 
 std::vector<std::string> TuneReport::chosen_sets() const {
@@ -375,8 +421,10 @@ std::string TuneReport::table() const {
                        cost_known ? fmt::format("{:.4f}", k.projected_usd) : "n/a",
                        energy_known ? fmt::format("{:.5f}", k.projected_kg_co2) : "n/a", k.loss, note);
   }
-  out += fmt::format("tok/s: the median of {} round(s), candidates in turn; loss: the mean over the probe steps\n",
-                     rounds);
+  out += fmt::format(
+      "tok/s and run time: from each candidate's median step time over {} round(s), candidates in turn{}; loss: "
+      "the mean over the probe steps\n",
+      rounds, rounds % 2 == 0 ? " (of an even count, the slower middle one)" : "");
   if (!loss_check.empty()) out += loss_check + "\n";
   out += fmt::format("tuning took {:.1f} s ({:.1f}% of the configured run's projected {:.1f} s; bound {:.0f}%)",
                      seconds, projected_run_s > 0 ? 100 * seconds / projected_run_s : 0.0, projected_run_s,
@@ -401,6 +449,8 @@ nlohmann::json TuneReport::to_json() const {
     if (k.ran && k.step_s > 0) {
       r["tokens_per_s"] = k.tokens_per_s;
       r["round_tokens_per_s"] = k.round_tokens_per_s;
+      r["round_step_s"] = k.round_step_s;
+      r["tokens_per_step"] = k.tokens_per_step;
       r["step_s"] = k.step_s;
       r["loss"] = k.loss;
       if (std::isfinite(k.check_loss)) r["check_loss"] = k.check_loss;

@@ -161,9 +161,11 @@ ZeroAdvice zero_advice(const PlanFigures& f, int64_t gpus, double memory_gb) {
   a.optimizer_counted = state.counted;
   const double g = 4.0 * trainable, o = state.bytes;
   if (f.peak_tensor_mb > 0) {
-    // The probe's whole state: its parameters, its gradients and its optimizer's state as measured.
+    // The state the measured process held beside its activations (its share under ZeRO), else its
+    // parameters, its gradients and its optimizer's state as measured.
     const double measured_o = f.optimizer_state_mb > 0 ? f.optimizer_state_mb * 1e6 : o;
-    a.activations_gb = std::max(0.0, f.peak_tensor_mb * 1e6 - (p + g + measured_o)) / kGb;
+    const double held = f.state_bytes >= 0 ? static_cast<double>(f.state_bytes) : p + g + measured_o;
+    a.activations_gb = std::max(0.0, f.peak_tensor_mb * 1e6 - held) / kGb;
     a.activations_measured = true;
   }
   for (int k = 0; k <= 7; ++k) {  // stages 0-3, then 0-3 with the optimizer in host memory

@@ -4,6 +4,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -121,7 +124,7 @@ TEST(Cli, LaunchRefusesBadFlagsBeforeAnyRankStarts) {
   for (const std::string flag : {"--port 70000", "--port 0", "--grace -5"}) {
     auto r = run_frugal("launch -n 2 " + flag + " -- train none.toml");
     EXPECT_EQ(r.exit_code, 2) << flag << "\n" << r.output;
-    EXPECT_NE(r.output.find(flag.substr(0, flag.find(' ')) + ": Value"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(flag.substr(0, flag.find(' ')) + ": must be a "), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("started"), std::string::npos) << r.output;
   }
   auto set = run_frugal("launch -n 2 --set dist.zero=3 -- train none.toml");
@@ -129,6 +132,27 @@ TEST(Cli, LaunchRefusesBadFlagsBeforeAnyRankStarts) {
   EXPECT_NE(set.output.find("frugal launch -n 2 -- train none.toml --set dist.zero=3"), std::string::npos)
       << set.output;
   EXPECT_EQ(set.output.find("started"), std::string::npos) << set.output;
+}
+
+// A value out of an option's range names the flag, what it takes and the value given. CLI11's own
+// checks printed "Value 0 not in range 0.000000 to 17976931348623157..." (a 309-digit number).
+TEST(Cli, AnOptionOutOfItsRangeSaysWhatItTakes) {
+  test::TempDir dir;
+  test::write_text(dir.file("s.toml"), "[search]\nmax_trials = 2\n[space]\n\"train.lr\" = [0.001, 0.01]\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"plan --from " + dir.path() + " --gpus 0", "--gpus: must be a positive integer (1 or more), not 0"},
+      {"plan --from " + dir.path() + " --peak-tflops 0", "--peak-tflops: must be a positive number (above 0), not 0"},
+      {"search " + dir.file("s.toml") + " --parallel 0", "--parallel: must be a positive integer (1 or more), not 0"},
+      {"search " + dir.file("s.toml") + " --max-usd -1", "--max-usd: must be a number (0 or more), not -1"},
+      {"train --stop-at-step 0", "--stop-at-step: must be a positive integer (1 or more), not 0"},
+      {"train --stop-at-step 2.5", "--stop-at-step: must be a positive integer (1 or more), not 2.5"},
+      {"doctor --seconds 20", "--seconds: must be a number from 0.05 to 10, not 20"}};
+  for (const auto& [args, message] : cases) {
+    const auto r = run_frugal(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+    EXPECT_EQ(r.output.find("179769313486231570"), std::string::npos) << args << "\n" << r.output;
+  }
 }
 
 TEST(Cli, ARunShorterThanItsWarmUpIsWarnedAbout) {

@@ -1,5 +1,6 @@
 // The operational-safety exit codes as a user sees them: 75 after a stop signal (and --resume
-// auto continues), 3 when the divergence guard gives up, 0/1 from `frugal smoke`.
+// auto continues), 3 when the divergence guard gives up, 0/2/1 from `frugal smoke` (bad input keeps
+// its exit 2 through `frugal train`'s smoke test too).
 #include <gtest/gtest.h>
 
 #include <array>
@@ -57,17 +58,40 @@ TEST(SafetyCli, GuardGivingUpExitsThreeWithTheReason) {
   EXPECT_NE(r.output.find("divergence guard"), std::string::npos) << r.output;
 }
 
-TEST(SafetyCli, SmokeExitsZeroOnASoundPipelineAndOneNamingTheStage) {
+TEST(SafetyCli, SmokeExitsZeroOnASoundPipelineAndTwoForBadInputNamingTheStage) {
   test::TempDir dir;
   auto ok = run_frugal("smoke" + tiny_sets(dir.path()));
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_NE(ok.output.find("compare     ok"), std::string::npos) << ok.output;
   auto bad = run_frugal("smoke" + tiny_sets(dir.path()) + " --set data.source=text:" + dir.file("none.txt"));
-  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("data        FAILED"), std::string::npos) << bad.output;
   auto first = run_frugal("train" + tiny_sets(dir.path()) + " --set train.smoke_first=true --set train.steps=3");
   EXPECT_EQ(first.exit_code, 0) << first.output;
   EXPECT_NE(first.output.find("compare     ok"), std::string::npos) << first.output;
+}
+
+// Bad input that the smoke test of train.smoke_first finds is still bad input: exit 2, with the stage
+// and the cause (it was a generic error, exit 1); a bad lora.targets is found at the config stage,
+// before the data and the forward pass, by `frugal smoke` as by `frugal train`.
+TEST(SafetyCli, SmokeFirstKeepsABadInputsExitCode) {
+  test::TempDir dir;
+  const std::string smoke_first = " --set train.smoke_first=true --set run.name=s";
+  auto r = run_frugal("train" + tiny_sets(dir.path()) + smoke_first + " --set lora.rank=4 --set lora.targets=c_atn");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("bad input: train.smoke_first: the smoke test failed at stage config: lora.targets: "
+                          "\"c_atn\" names no projection"),
+            std::string::npos)
+      << r.output;
+  r = run_frugal("train" + tiny_sets(dir.path()) + smoke_first + " --set data.source=text:" + dir.file("none.txt"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("the smoke test failed at stage data: data.source: text file"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("s/summary.json")));
+  r = run_frugal("smoke" + tiny_sets(dir.path()) + " --set lora.rank=4 --set lora.targets=c_atn");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("config      FAILED: lora.targets: \"c_atn\""), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("forward     ok"), std::string::npos) << r.output;
 }
 
 // A checkpoint, weights file or archive the user names that cannot be read is bad input: exit 2

@@ -163,6 +163,33 @@ TEST(ConfigLoader, StringChecksRejectBadSourceAndName) {
   EXPECT_NE(error_of([&] { resolve_config("", {"run.device=tpu"}, {}); }).find("cuda"), std::string::npos);
 }
 
+// A list key (lora.targets, train.freeze) takes a TOML list in --set and the environment as in a file
+// (--set kept it as one string, '["q_proj","v_proj"]', which the run then refused as a target).
+TEST(ConfigLoader, AListKeyTakesATomlListInSetAndEnvAsInAFile) {
+  TempDir dir;
+  write_text(dir.file("c.toml"), "[lora]\ntargets = [\"q_proj\", \"v_proj\"]\n");
+  const std::string from_file = resolve_config(dir.file("c.toml"), {}, {}).config.lora.targets;
+  EXPECT_EQ(from_file, "q_proj, v_proj");
+  EXPECT_EQ(resolve_config("", {R"(lora.targets=["q_proj","v_proj"])"}, {}).config.lora.targets, from_file);
+  EXPECT_EQ(resolve_config("", {R"(lora.targets=[ "q_proj", 'v_proj' ])"}, {}).config.lora.targets, from_file);
+  EXPECT_EQ(resolve_config("", {}, {{"FRUGAL_LORA_TARGETS", R"(["q_proj", "v_proj"])"}}).config.lora.targets,
+            from_file);
+  EXPECT_EQ(resolve_config("", {"train.freeze=[]"}, {}).config.train.freeze, "");
+  EXPECT_EQ(resolve_config("", {"lora.targets=q_proj,v_proj"}, {}).config.lora.targets, "q_proj,v_proj");
+  // The shell took the quotes away: say so, with both spellings that work.
+  std::string msg = error_of([&] { resolve_config("", {"lora.targets=[q_proj,v_proj]"}, {}); });
+  EXPECT_NE(msg.find("lora.targets = '[q_proj,v_proj]' (--set lora.targets): a list of unquoted names"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find(R"(--set 'lora.targets=["a", "b"]')"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--set lora.targets=a,b"), std::string::npos) << msg;
+  msg = error_of([&] { resolve_config("", {R"(train.freeze=["a", 3])"}, {}); });
+  EXPECT_NE(msg.find("train.freeze"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("other than strings"), std::string::npos) << msg;
+  // A key that is not a list keeps its text as it is.
+  EXPECT_EQ(resolve_config("", {"run.out_dir=[x]"}, {}).config.run.out_dir, "[x]");
+}
+
 TEST(ConfigLoader, CrossKeyCheckHeadsDivideEmbd) {
   auto msg = error_of([&] { resolve_config("", {"model.heads=3", "model.embd=64"}, {}); });
   EXPECT_NE(msg.find("model.heads = 3 must divide model.embd = 64"), std::string::npos) << msg;

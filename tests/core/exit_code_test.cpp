@@ -20,6 +20,7 @@ TEST(ExitCode, ErrorsMapToTheDocumentedCodes) {
   EXPECT_EQ(exit_code_for(ConfigError("x")), ExitCode::kBadInput);
   EXPECT_EQ(exit_code_for(DataError("x")), ExitCode::kBadInput);
   EXPECT_EQ(exit_code_for(GuardStop("x")), ExitCode::kGuardStop);
+  EXPECT_EQ(exit_code_for(Interrupted("x")), ExitCode::kPreempted);  // tune or plan stopped by a signal
   EXPECT_EQ(exit_code_for(IoError("x")), ExitCode::kFailure);
   EXPECT_EQ(exit_code_for(CheckpointError("x")), ExitCode::kFailure);
   EXPECT_EQ(exit_code_for(InternalError("x")), ExitCode::kFailure);
@@ -35,6 +36,7 @@ TEST(ExitCode, EveryExit2IsLabelledBadInput) {
   EXPECT_STREQ(error_label(DataError("x")), "bad input");
   EXPECT_STREQ(error_label(IoError("x")), "error");
   EXPECT_STREQ(error_label(GuardStop("x")), "stopped");
+  EXPECT_STREQ(error_label(Interrupted("x")), "stopped");
 }
 
 // A full disk (or quota) is no bug: the user frees space. The errno travels with the IoError from

@@ -2,15 +2,20 @@
 #include "frugal/dist/launcher.h"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "frugal/core/errors.h"
 #include "test_util.h"
@@ -176,6 +181,63 @@ TEST(Emit, RejectsGpuCountsThatDisagreeAndMalformedBuckets) {
 
 TEST(Emit, RejectsAMissingConfig) { EXPECT_THROW(emit_slurm(EmitOptions{}), ConfigError); }
 
+// sbatch refuses a --time it cannot read only when the job is submitted: refused here (it used to
+// be written as it came, `#SBATCH --time=abc`).
+TEST(Emit, SlurmRefusesATimeSlurmCannotRead) {
+  EmitOptions o;
+  o.config = "c.toml";
+  for (const char* good : {"90", "30:00", "24:00:00", "2-12", "2-12:30", "1-00:00:00", "UNLIMITED"}) {
+    o.time = good;
+    EXPECT_TRUE(has(emit_slurm(o), std::string("#SBATCH --time=") + good + "\n")) << good;
+  }
+  for (const char* bad : {"abc", "", "1:2:3:4", "2-", "-5", "1-2:3:4:5", "1h", "24:00:0x", "1--2"}) {
+    o.time = bad;
+    try {
+      emit_slurm(o);
+      ADD_FAILURE() << "--time '" << bad << "' was written";
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(has(e.what(), "Slurm takes minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")) << e.what();
+    }
+  }
+}
+
+// The sbatch script runs the frugal that wrote it, by its absolute path, in the folder it was
+// written in: submitted from anywhere, it finds frugal, CONFIG and runs/. It used to run
+// `build/frugal` relative to wherever sbatch was called.
+TEST(Emit, SlurmJobRunsThisFrugalInTheFolderItWasWrittenIn) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.toml"), "[train]\nsteps = 10\n");
+  const auto r = test::run_frugal("launch --emit slurm c.toml", "cd '" + dir.path() + "' &&");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string frugal = fs::canonical(FRUGAL_BINARY).string();
+  EXPECT_TRUE(has(r.output, "\ncd " + fs::canonical(dir.path()).string() + " || exit 2\n")) << r.output;
+  EXPECT_TRUE(has(r.output, "\ntest -x " + frugal + " || ")) << r.output;
+  EXPECT_TRUE(has(r.output, "\nsrun --kill-on-bad-exit=1 " + frugal + " train 'c.toml' --resume auto")) << r.output;
+}
+
+// SkyPilot copies the task's workdir to the nodes and builds frugal there: the workdir is the
+// frugal checkout, and CONFIG must be inside it. A config outside used to be written as an
+// absolute path that no node has, beside `workdir: .` (wherever `sky` ran).
+TEST(Emit, SkyPilotTaskRefusesAConfigTheNodesWouldNotHave) {
+  test::TempDir dir;
+  test::write_text(dir.file("c.toml"), "[train]\nsteps = 10\n");
+  const auto outside = test::run_frugal("launch --emit skypilot '" + dir.file("c.toml") + "'",
+                                        "cd '" + std::string(FRUGAL_SOURCE_DIR) + "' &&");
+  EXPECT_EQ(outside.exit_code, 2) << outside.output;
+  EXPECT_TRUE(has(outside.output, "is outside the folder the task copies to the nodes")) << outside.output;
+  EXPECT_TRUE(has(outside.output, "copy it into that folder")) << outside.output;
+  const auto inside =
+      test::run_frugal("launch --emit skypilot demo.toml", "cd '" + std::string(FRUGAL_SOURCE_DIR) + "/examples' &&");
+  ASSERT_EQ(inside.exit_code, 0) << inside.output;
+  const std::string root = fs::canonical(FRUGAL_SOURCE_DIR).string();
+  EXPECT_TRUE(has(inside.output, "\nworkdir: " + root + "\n")) << inside.output;
+  EXPECT_TRUE(has(inside.output, "-- train 'examples/demo.toml' --resume auto")) << inside.output;
+  // A folder that is no checkout, with a frugal that no checkout holds: nothing to build on the nodes.
+  EmitOptions o;
+  o.config = "c.toml";
+  EXPECT_THROW(locate_job(o, true, dir.file("bin/frugal"), dir.path()), ConfigError);
+}
+
 TEST(Launch, ReportsWhichRankFailedAndReturnsItsCode) {
   // Each rank runs a shell: rank 1 fails with 7, rank 0 finishes normally.
   LaunchOptions o;
@@ -311,6 +373,111 @@ TEST(Launch, UnderNohupAHangUpStopsNeitherTheLauncherNorItsRanks) {
   unsetenv("MARK");
   EXPECT_EQ(code, 0) << err;
   EXPECT_EQ(after.sa_handler, SIG_IGN) << "the launcher must leave an ignored SIGHUP ignored";
+}
+
+// A process that is gone: no such pid, or a zombie nobody has reaped yet (an orphan's parent is
+// init, which may be slow to).
+bool process_gone(pid_t pid) {
+  if (kill(pid, 0) != 0) return true;
+  const std::string stat = test::read_text("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
+}
+
+// A SIGKILLed launcher cannot forward anything; its ranks must not train on as orphans (holding
+// the rendezvous port the resume needs): each gets SIGTERM when the launcher dies. The ranks used
+// to keep running.
+TEST(Launch, RanksStopWhenTheLauncherIsKilled) {
+  test::TempDir dir;
+  LaunchOptions o;
+  o.procs_per_node = 2;
+  o.master_port = 29706;
+  o.args = {"-c", "echo $$ > \"" + dir.file("rank") + ".$RANK.tmp\"; mv \"" + dir.file("rank") + ".$RANK.tmp\" \"" +
+                      dir.file("rank") + ".$RANK\"; exec sleep 60"};
+  std::fflush(nullptr);
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    if (FILE* null = std::freopen("/dev/null", "w", stderr); null == nullptr) _exit(1);
+    _exit(launch(o, "/bin/sh"));
+  }
+  std::vector<pid_t> ranks;
+  for (int i = 0; i < 1000 && ranks.size() < 2; ++i) {
+    ranks.clear();
+    for (const char* r : {"0", "1"})
+      if (fs::exists(dir.file("rank.") + r)) ranks.push_back(std::stoi(test::read_text(dir.file("rank.") + r)));
+    if (ranks.size() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(launcher, SIGKILL);
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  ASSERT_EQ(ranks.size(), 2u) << "the ranks did not start";
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    gone = process_gone(ranks[0]) && process_gone(ranks[1]);
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << "ranks " << ranks[0] << " and " << ranks[1] << " outlived their SIGKILLed launcher";
+  if (!gone)
+    for (pid_t p : ranks) kill(p, SIGKILL);
+}
+
+// Rank 0's port held by another program: refused before any rank starts (exit 2, naming the
+// port and --port), not a rank 0 failing at once while the others wait out dist.timeout_s. The
+// ranks used to start.
+TEST(Launch, APortInUseIsRefusedBeforeTheRanksStart) {
+  const int held = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  const int on = 1;
+  setsockopt(held, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);  // as the listener of a rendezvous store
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(29707);
+  ASSERT_EQ(bind(held, reinterpret_cast<const sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  ASSERT_EQ(listen(held, 1), 0);
+  test::TempDir dir;
+  LaunchOptions o;
+  o.procs_per_node = 2;
+  o.master_port = 29707;
+  o.args = {"-c", "touch \"" + dir.file("started") + ".$RANK\""};
+  for (const std::string host : {"127.0.0.1", "localhost"}) {
+    o.master_addr = host;
+    testing::internal::CaptureStderr();
+    try {
+      launch(o, "/bin/sh");
+      ADD_FAILURE() << "a launch on a port in use started its ranks (master " << host << ")";
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(has(e.what(), "port 29707 (--port) is in use")) << e.what();
+      EXPECT_TRUE(has(e.what(), "pick another with --port")) << e.what();
+    }
+    testing::internal::GetCapturedStderr();
+    EXPECT_FALSE(fs::exists(dir.file("started.0"))) << host;
+  }
+  close(held);
+  // Another node's launcher does not host the store: nothing to check there.
+  o.master_addr = "127.0.0.1";
+  o.nodes = 2;
+  o.node_rank = 1;
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(launch(o, "/bin/sh"), 0);
+  testing::internal::GetCapturedStderr();
+}
+
+// Rank 0 refuses a run directory that holds a run (only rank 0 checks it): rank 1 stops at its
+// next collective with one line pointing at rank 0's message, which stays readable. It used to
+// print c10d's warnings, each with LibTorch's stack trace (36 `frame #N` lines), after waiting
+// 2.5 heartbeat periods.
+TEST(Launch, ARefusedRunDirectoryReadsAsOneLinePerRank) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("z"));
+  test::write_text(dir.file("z/metrics.jsonl"), "");
+  const auto r = test::run_frugal("launch -n 2 --port 29708 -- train --set run.name=z" + test::tiny_sets(dir.path()));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "/z already holds a run; pass --resume auto")) << r.output;
+  EXPECT_TRUE(has(r.output, "rank 1 of 2: rank 0 exited (its message above")) << r.output;
+  EXPECT_FALSE(has(r.output, "frame #")) << r.output;
+  EXPECT_FALSE(has(r.output, "[c10d]")) << r.output;
 }
 
 }  // namespace

@@ -260,6 +260,10 @@ TEST(Lora, TargetsTheModelDoesNotHaveAreRefusedByName) {
   EXPECT_NE(e.find("\"lm_head\""), std::string::npos) << e;
   EXPECT_NE(e.find("gate_proj"), std::string::npos) << e;
   EXPECT_NE(error(ModelConfig::Arch::kLlama, "").find("lora.targets is empty"), std::string::npos);
+  // A list whose quotes the shell took (or left half): the refusal says how to write one.
+  e = error(ModelConfig::Arch::kLlama, "[q_proj");
+  EXPECT_NE(e.find("as a TOML list of quoted strings"), std::string::npos) << e;
+  EXPECT_EQ(error(ModelConfig::Arch::kGpt, "q_proj").find("TOML list"), std::string::npos);
   // A full module name selects one layer's module only.
   CausalLm model = make_causal_lm(tiny(ModelConfig::Arch::kLlama));
   EXPECT_EQ(install_lora(*model, lora(4, "model.layers.1.self_attn.q_proj", false)).adapted_modules, 1);

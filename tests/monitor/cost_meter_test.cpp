@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <sstream>
 
 #include "frugal/core/config_loader.h"
@@ -46,6 +47,44 @@ TEST(CostMeter, ShippedPriceTableParses) {
   auto t = load_price_table(std::string(FRUGAL_SOURCE_DIR) + "/data/prices.toml");
   EXPECT_GE(t.size(), 5u);
   for (const auto& e : t) EXPECT_GT(e.usd_per_hour, 0) << e.name;
+}
+
+// Where no price table is found, the error names every place looked at and FRUGAL_PRICE_TABLE; a
+// FRUGAL_PRICE_TABLE naming a missing file is said to be the variable's. Both used to read
+// "price table data/prices.toml: cannot open data/prices.toml: No such file or directory".
+TEST(CostMeter, AMissingPriceTableNamesThePlacesTriedAndTheVariable) {
+  test::TempDir dir;
+  ::setenv("FRUGAL_PRICE_TABLE", dir.file("missing.toml").c_str(), 1);
+  BudgetConfig b;
+  b.instance = "box";
+  try {
+    CostMeter m(b);
+    ADD_FAILURE() << "a missing FRUGAL_PRICE_TABLE file was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("FRUGAL_PRICE_TABLE = " + dir.file("missing.toml") + ": no such file"),
+              std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("FRUGAL_PRICE_TABLE");
+  // A frugal with no table beside it, run where there is no data/prices.toml either.
+  const std::filesystem::path before = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  try {
+    default_price_table_path(dir.file("bin/frugal"));
+    ADD_FAILURE() << "no table, but a path was returned";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    for (const std::string& place : {dir.file("data/prices.toml"), dir.file("share/frugal/prices.toml")})
+      EXPECT_NE(what.find(place), std::string::npos) << place << " is not named: " << what;
+    EXPECT_NE(what.find("set FRUGAL_PRICE_TABLE=FILE"), std::string::npos) << what;
+  }
+  // An installed frugal (bin/frugal) finds the table installed beside it (share/frugal/).
+  std::filesystem::create_directories(dir.file("share/frugal"));
+  test::write_text(dir.file("share/frugal/prices.toml"), "[box]\nusd_per_hour = 1\n");
+  std::string found;
+  EXPECT_NO_THROW(found = default_price_table_path(dir.file("bin/frugal")));
+  std::filesystem::current_path(before);
+  EXPECT_EQ(found, std::filesystem::weakly_canonical(dir.file("share/frugal/prices.toml")).string());
 }
 
 TEST(CostMeter, AlertFractionsParseAndRejectNonsense) {

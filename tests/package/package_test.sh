@@ -14,7 +14,7 @@ prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 for f in include/frugal/frugal.h lib/libfrugal.a lib/cmake/frugal/frugalConfig.cmake \
-         lib/cmake/frugal/frugalTargets.cmake bin/frugal libexec/frugal/frugal-spm; do
+         lib/cmake/frugal/frugalTargets.cmake bin/frugal libexec/frugal/frugal-spm share/frugal/prices.toml; do
   [[ -e $prefix/$f ]] || { echo "FAIL: the install lacks $f"; exit 1; }
 done
 

@@ -362,6 +362,28 @@ TEST(Search, ABudgetStopRanksWhatWasMeasuredExitsThreeAndALargerBudgetFinishesIt
       << r.output;
 }
 
+// A trial SIGKILLed before its summary (here: every trial, while writing the checkpoint of rung 0
+// at step 20) trained the steps its metrics.jsonl logged: they are its `steps` and part of
+// compute.trial_steps. They used to count 0.
+TEST(Search, AKilledTrialsStepsAreTheStepsItLogged) {
+  test::TempDir dir;
+  test::write_text(dir.file("base.toml"), kBase);
+  test::write_text(dir.file("s.toml"),
+                   "[search]\nbase = \"base.toml\"\nseed = 1\nmax_trials = 2\nrungs = 2\n"
+                   "[space]\n\"train.lr\" = [0.001, 0.003]\n");
+  const auto r =
+      test::run_frugal("search " + dir.file("s.toml") + " --out " + dir.file("k"), "FRUGAL_FAULT_KILL_AT=model:1");
+  const json K = read_json(dir.file("k/search.json"));
+  int64_t steps = 0;
+  for (const auto& t : K["trials"]) {
+    EXPECT_EQ(t["status"], "failed") << r.output;
+    EXPECT_EQ(t["steps"], 20) << t.dump() << "\n" << r.output;
+    steps += t["steps"].get<int64_t>();
+  }
+  EXPECT_EQ(K["compute"]["trial_steps"], steps);
+  EXPECT_EQ(steps, 40) << r.output;
+}
+
 TEST(Search, ABadSpaceStopsBeforeAnyTrialAndAnInvalidCombinationIsSkippedAndCounted) {
   test::TempDir dir;
   test::write_text(dir.file("base.toml"), kBase);

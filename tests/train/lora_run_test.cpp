@@ -111,6 +111,34 @@ TEST(LoraRun, AFineTuneTrainsTheAdaptersAloneAndExportsThemBothWays) {
       << "the run from the exported adapter does not start where the adapted run ended";
 }
 
+// A relative lora.init_from is stored by its absolute path in the run's config.toml, as
+// model.init_from and data.source are: `sample` and `export` of the run work from any directory (they
+// exited 2, "adapter_config.json is missing", outside the one the run started in).
+TEST(LoraRun, ARelativeAdapterPathIsStoredAbsoluteSoTheRunWorksFromAnyDirectory) {
+  test::TempDir dir;
+  const std::string tiny = test::tiny_sets(dir.path()) + " --set train.steps=3 --set train.warmup_steps=1";
+  auto r = test::run_frugal("train --quiet" + tiny + " --set run.name=lora --set lora.rank=4");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_frugal("export " + dir.file("lora") + " --adapter --out " + dir.file("adapter"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string in_dir = "cd '" + dir.path() + "' &&";
+  r = test::run_frugal("train --quiet" + tiny + " --set run.name=again --set lora.init_from=adapter", in_dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string toml = test::read_text(dir.file("again/config.toml"));
+  const std::string absolute = fs::canonical(dir.file("adapter")).string();
+  EXPECT_NE(toml.find("init_from = '" + absolute + "'  # --set"), std::string::npos) << toml;
+  r = test::run_frugal("sample " + dir.file("again") + " --prompt '1+1=' --max-tokens 2", "cd / &&");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_frugal("export " + dir.file("again") + " --adapter --out " + dir.file("again-adapter"), "cd / &&");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // A resume from the run's directory with the same relative path continues it (the recorded path
+  // and the one given name the same folder).
+  r = test::run_frugal(
+      "train --quiet" + tiny + " --set run.name=again --set lora.init_from=adapter --set train.steps=4 --resume auto",
+      in_dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
 TEST(LoraRun, AQloraRunResumesBitwiseTracksTheBf16BaseRunAndStoresNoBase) {
   test::TempDir a, b, c;
   const std::vector<std::string> qlora = {"lora.rank=4", "lora.alpha=8", "lora.base_dtype=nf4"};

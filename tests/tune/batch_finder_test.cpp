@@ -79,6 +79,21 @@ Config tiny_config() {
   return c;
 }
 
+// A size that does not fit is the finder's answer, not an event of a run: the training step's
+// out-of-memory back-off ("out of memory at step 1: micro-batch 64 -> 32 ...", a micro-batch the
+// user never configured) prints nothing, and a size that runs only in halves does not fit.
+TEST(BatchFinder, AProbeThatRunsOutOfMemoryPrintsNothingAndDoesNotFit) {
+  Config c = tiny_config();
+  c.tune.memory_margin = 0;
+  const int64_t budget = probe_training_memory(c, 2, 0).peak_bytes;  // room for about 2 sequences, not 64
+  testing::internal::CaptureStdout();
+  const ProbeOutcome o = probe_training_memory(c, 64, budget);
+  const std::string printed = testing::internal::GetCapturedStdout();
+  EXPECT_FALSE(o.fits);
+  EXPECT_TRUE(o.out_of_memory);
+  EXPECT_EQ(printed.find("out of memory at step"), std::string::npos) << printed;
+}
+
 TEST(BatchFinder, MeasuredResultIsWithinTenPercentOfAnExhaustiveScanAndFits) {
   // A long sequence and a narrow model: activations, which grow with the micro-batch, dominate
   // the fixed part (weights, gradients, moments, snapshot), as they do in real runs. With a fixed

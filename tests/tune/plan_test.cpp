@@ -6,8 +6,10 @@
 #include "frugal/tune/plan.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -400,6 +402,74 @@ TEST(CostPlan, GpusAndTheirMemorySayWhichZeroStageFits) {
   r = test::run_frugal("plan" + test::tiny_sets(dir.path()) + " --gpus 4");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--gpus and --gpu-memory-gb go together"), std::string::npos) << r.output;
+}
+
+// --from a run whose model or batch differs from the config planned: the run's measured step time
+// is not that config's, so the plan is refused (exit 2) naming each key that differs and what to
+// do. It used to project the run's step time onto the other model silently.
+TEST(CostPlan, ARunOfAnotherModelOrBatchIsRefusedNamingTheKeysThatDiffer) {
+  test::TempDir dir;
+  const std::string run = dir.file("r");  // a partial run: two step lines and its config
+  fs::create_directories(run);
+  test::write_text(run + "/metrics.jsonl",
+                   "{\"event\":\"step\",\"step\":5,\"elapsed_s\":0.5}\n"
+                   "{\"event\":\"step\",\"step\":10,\"elapsed_s\":1.0}\n");
+  test::write_text(run + "/config.toml",
+                   "[model]\nlayers = 2\nheads = 2\nembd = 32\nblock = 32\n[data]\nmicro_batch = 8\n");
+  auto r = test::run_frugal("plan --from " + run + " --set model.layers=12 --set model.embd=512 --json-out " +
+                            dir.file("p.json"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  for (const char* s : {"model.layers = 12 (the run: 2)", "model.embd = 512 (the run: 32)",
+                        "Drop --from to probe this config", "or plan the run's own config"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("p.json")));
+  test::write_text(dir.file("other.toml"),
+                   "[model]\nlayers = 2\nheads = 2\nembd = 32\nblock = 32\n[data]\nmicro_batch = 16\n");
+  r = test::run_frugal("plan " + dir.file("other.toml") + " --from " + run + " --json-out " + dir.file("p.json"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("data.micro_batch = 16 (the run: 8)"), std::string::npos) << r.output;
+  // The run's own config with another length, cadence or price plans as before.
+  r = test::run_frugal("plan --from " + run + " --set train.steps=3000 --set train.eval_every=100 --json-out " +
+                       dir.file("p.json"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_json(dir.file("p.json"))["steps"], 3000);
+}
+
+// Where the plan goes is checked before the probe: a folder, or a path below a file, exit 2 naming
+// --json-out and the path. They used to fail after the probe with exit 1.
+TEST(CostPlan, BadOutputPathsExitTwoBeforeProbing) {
+  test::TempDir dir;
+  test::write_text(dir.file("file.txt"), "");
+  for (const std::string& bad : {dir.path(), dir.file("file.txt/p.json")}) {
+    auto r = test::run_frugal("plan" + test::tiny_sets(dir.path()) + " --set plan.probe_steps=3 --json-out " + bad);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_NE(r.output.find("--json-out " + bad), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("probing"), std::string::npos) << r.output;
+  }
+}
+
+// A stop signal ends `frugal plan` at its probe's step end: exit 75 with a line saying so, nothing
+// written and no temporary folder left in TMPDIR. The probe here would take minutes. SIGTERM used
+// to kill it (exit 143) and leave the folder.
+TEST(CostPlan, AStopSignalEndsTheProbeWithExit75NothingWrittenAndNoTemporaryFolder) {
+  test::TempDir dir;
+  const std::string tmp = dir.file("tmp");
+  fs::create_directories(tmp);
+  std::vector<std::string> args = {"plan", "--json-out", dir.file("p.json")};
+  for (const std::string& o : test::tiny_overrides(dir.path())) args.insert(args.end(), {"--set", o});
+  for (const char* o : {"plan.probe_steps=100000", "plan.max_probe_s=100000"}) args.insert(args.end(), {"--set", o});
+  const int pid = test::start_frugal(args, dir.file("plan.log"), {"TMPDIR=" + tmp});
+  const bool probing = test::wait_for_entry(tmp, "frugal-plan-", 120);
+  ::kill(pid, SIGTERM);
+  const int status = test::wait_for_child(pid, 120);
+  const std::string log = test::read_text(dir.file("plan.log"));
+  ASSERT_TRUE(probing) << log;
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status << "\n" << log;
+  EXPECT_EQ(WEXITSTATUS(status), 75) << log;
+  EXPECT_NE(log.find("frugal: stopped: the plan's probe was stopped by SIGTERM; nothing written"), std::string::npos)
+      << log;
+  EXPECT_FALSE(fs::exists(dir.file("p.json")));
+  EXPECT_TRUE(test::entries_starting(tmp, "frugal-plan-").empty()) << test::entries_starting(tmp, "frugal-plan-")[0];
 }
 
 }  // namespace

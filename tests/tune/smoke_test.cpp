@@ -1,5 +1,5 @@
-// The smoke test: passes on a sound pipeline with its figures filled in, and on failure names the
-// stage and the cause.
+// The smoke test: passes on a sound pipeline with its figures filled in, builds a LoRA model as
+// the run builds it, and on failure names the stage and the cause and keeps its kind.
 #include "frugal/tune/smoke.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "frugal/core/exit_code.h"
+#include "frugal/train/trainer.h"
 #include "test_util.h"
 
 namespace frugal::smoke_test {
@@ -62,6 +64,46 @@ TEST(Smoke, MissingDataFailsAtTheDataStageNamingTheFile) {
   EXPECT_EQ(r.stage, "data");
   EXPECT_NE(r.error.find("absent.txt"), std::string::npos) << r.error;
   EXPECT_NE(r.describe().find("data        FAILED"), std::string::npos) << r.describe();
+}
+
+// A LoRA config is smoke-tested as it trains: adapters over a frozen base. The parameters that
+// train are the run's, and the memory estimate has gradients and moments for them only (it had the
+// full fine-tune's count and 16 bytes for each of its parameters).
+TEST(Smoke, ALoraConfigCountsTheRunsTrainableParametersAndTheirMemory) {
+  test::TempDir dir;
+  const std::vector<std::string> lora = {"lora.rank=4", "lora.targets=c_attn,c_fc"};
+  const SmokeReport full = run_smoke(tiny(dir.path()));
+  const SmokeReport r = run_smoke(tiny(dir.path(), lora));
+  ASSERT_TRUE(full.ok) << full.describe();
+  ASSERT_TRUE(r.ok) << r.describe();
+  // One block: c_attn (in 32, out 96) and c_fc (in 32, out 128), rank 4.
+  EXPECT_EQ(r.trainable_params, 4 * (32 + 96) + 4 * (32 + 128));
+  EXPECT_EQ(r.params, full.params + r.trainable_params);
+  EXPECT_EQ(full.trainable_params, full.params);
+  EXPECT_DOUBLE_EQ(full.static_bytes, 16.0 * static_cast<double>(full.params));
+  EXPECT_LT(r.static_bytes, 0.5 * full.static_bytes) << r.describe();
+  EXPECT_GT(r.static_bytes, 12.0 * static_cast<double>(r.trainable_params));
+  EXPECT_NE(r.describe().find(fmt::format("parameters {} ({} train", r.params, r.trainable_params)), std::string::npos)
+      << r.describe();
+
+  Trainer t(tiny(dir.path(), lora), test::quiet_run());
+  const nlohmann::json s = t.fit();
+  EXPECT_EQ(s["params"].get<int64_t>(), r.params);
+  EXPECT_EQ(s["trainable_params"].get<int64_t>(), r.trainable_params);
+}
+
+// A [lora] key the model cannot take is bad input found at the config stage, before any data or
+// forward pass (it failed the memory stage, after "forward ok", as a failure: exit 1).
+TEST(Smoke, ABadLoraTargetFailsTheConfigStageAsBadInput) {
+  test::TempDir dir;
+  const SmokeReport r = run_smoke(tiny(dir.path(), {"lora.rank=4", "lora.targets=c_atn"}));
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.stage, "config");
+  EXPECT_TRUE(r.passed.empty());
+  EXPECT_NE(r.error.find("lora.targets: \"c_atn\" names no projection"), std::string::npos) << r.error;
+  EXPECT_EQ(r.exit_code(), ExitCode::kBadInput);
+  // A failure of frugal's own stays exit 1.
+  EXPECT_EQ(run_smoke(tiny(dir.path()), "config").exit_code(), ExitCode::kFailure);
 }
 
 // A failure injected at each stage stops the test there: the stages before it passed, the report

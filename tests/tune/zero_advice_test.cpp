@@ -1,10 +1,13 @@
 // zero_advice: what one rank holds at each ZeRO stage and which built stage fits (tune/zero_advice.h).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 #include "frugal/core/errors.h"
 #include "frugal/tune/zero_advice.h"
+#include "test_util.h"
 
 namespace frugal::zero_advice_test {
 namespace {
@@ -264,6 +267,52 @@ TEST(ZeroAdvice, MemoryIsPrintedInTheUnitThatFits) {
   EXPECT_NE(u.find(" 1 GB "), std::string::npos) << "999.7 MB to 3 digits: " << u;
   EXPECT_NE(u.find("160 MB"), std::string::npos) << u;
   EXPECT_NE(u.find("320 MB"), std::string::npos) << u;
+}
+
+// A run directory of the tiny model (34,688 parameters, all training, fused_adamw) trained on 2
+// ranks at `zero`, with what a rank held as its summary.json records it and 2 MB of activations.
+std::string fake_two_rank_run(const test::TempDir& dir, int zero) {
+  const std::string run = dir.file("z" + std::to_string(zero));
+  std::filesystem::create_directories(run);
+  test::write_text(run + "/metrics.jsonl",
+                   "{\"event\":\"step\",\"step\":5,\"elapsed_s\":0.5}\n"
+                   "{\"event\":\"step\",\"step\":10,\"elapsed_s\":1.0}\n");
+  const int64_t params = 34688, sharded = zero >= 3 ? 87936 : 4 * params;  // ZeRO-3: the blocks' half
+  const int64_t grads = zero >= 2 ? 2 * params : 4 * params, moments = zero >= 1 ? 4 * params : 8 * params;
+  const int64_t total = sharded + grads + moments;
+  const nlohmann::json summary = {
+      {"steps", 10},
+      {"tokens", 5120},
+      {"params", params},
+      {"trainable_params", params},
+      {"optimizer_state_mb", static_cast<double>(moments) / 1e6},
+      {"peak_tensor_mb", static_cast<double>(total) / 1e6 + 2.0},
+      {"state_bytes_per_rank",
+       {{"parameters", sharded}, {"gradients", grads}, {"optimizer", moments}, {"total", total}}},
+      {"levers",
+       {{"zero", zero}, {"optimizer", {{"kind", "fused_adamw"}}}, {"batch", {{"world_size", 2}, {"micro_batch", 8}}}}},
+      {"dist", {{"world_size", 2}, {"zero", zero}}}};
+  test::write_text(run + "/summary.json", summary.dump());
+  return run;
+}
+
+// A ZeRO-3 run's summary.json counts one rank's shard of the parameters: the memory table made
+// from it is the one made from the same model trained at ZeRO-0 (the whole model's parameters,
+// the same activations), not a table that shards the parameters twice.
+TEST(ZeroAdvice, TheTableFromAZero3RunIsTheOneFromTheSameModelAtZero0) {
+  test::TempDir dir;
+  const PlanFigures whole = run_dir_figures(fake_two_rank_run(dir, 0));
+  const PlanFigures shard = run_dir_figures(fake_two_rank_run(dir, 3));
+  EXPECT_EQ(shard.param_bytes, 4 * 34688);
+  const ZeroAdvice a = zero_advice(whole, 2, 80), b = zero_advice(shard, 2, 80);
+  EXPECT_NEAR(a.activations_gb, 2e-3, 1e-12);
+  EXPECT_NEAR(b.activations_gb, a.activations_gb, 1e-12);
+  ASSERT_EQ(a.levels.size(), b.levels.size());
+  for (size_t i = 0; i < a.levels.size(); ++i) {
+    EXPECT_NEAR(b.levels[i].parameters_gb, a.levels[i].parameters_gb, 1e-15) << "level " << i;
+    EXPECT_NEAR(b.levels[i].total_gb, a.levels[i].total_gb, 1e-15) << "level " << i;
+  }
+  EXPECT_EQ(b.table(), a.table());
 }
 
 }  // namespace

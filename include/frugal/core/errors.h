@@ -64,6 +64,14 @@ class GuardStop : public Error {
   using Error::Error;
 };
 
+// A stop signal (SIGINT, SIGTERM, SIGUSR1, SIGHUP) ended a command that keeps nothing to continue
+// from (`frugal tune`, `frugal plan`: their probes' temporary folders are removed as it unwinds).
+// Exit code 75, as a stopped run or search; the message says what was not written.
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
 // A bug in frugal: a call that its own code should never make (a record added to a token shard,
 // a writer finished twice). Exit code 1; the message names the file and line and asks for a report.
 class InternalError : public Error {
@@ -83,6 +91,11 @@ auto reading_named_input(const std::string& named, Read&& read) -> decltype(read
     throw DataError(named + ": " + e.what());
   }
 }
+
+// Throws `e` again as an error of its own kind (a ConfigError stays a ConfigError, an IoError keeps
+// its errno) whose message is `context` followed by e's: a step that adds where an error arose
+// (`frugal train`'s smoke test) leaves its exit code (core/exit_code.h) as it was.
+[[noreturn]] void throw_with_context(const Error& e, const std::string& context);
 
 namespace detail {
 [[noreturn]] void throw_internal_error(const char* file, int line, const char* condition, const std::string& message);

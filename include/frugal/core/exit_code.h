@@ -7,7 +7,9 @@
 //   2  bad input        config, data or arguments (ConfigError, DataError); a full disk or an
 //                       exhausted quota (IoError with ENOSPC or EDQUOT): the user frees space
 //   3  guard stop       a guard stopped the run on purpose: divergence, the spending limit (GuardStop)
-//   75 preempted        a stop signal or deadline: checkpoint written, continue with --resume auto
+//   75 preempted        a stop signal or deadline: checkpoint written, continue with --resume auto;
+//                       a command with nothing to continue (tune, plan) stopped by a signal
+//                       (Interrupted): nothing written, run it again
 #pragma once
 
 #include <exception>

@@ -39,10 +39,22 @@ struct EmitOptions {
   int64_t procs_per_node = 1;     // processes (GPUs) per node
   std::string accelerators;       // SkyPilot resources.accelerators, e.g. "H100:8"; "" = CPU
   std::string bucket;             // SkyPilot: object-store bucket mounted at /ckpt for runs/; "" = none
-  std::string time = "24:00:00";  // Slurm: --time
+  std::string time = "24:00:00";  // Slurm: --time (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)
   int64_t port = 29500;
   std::vector<std::string> sets;  // --set overrides passed to `frugal train`
+  // Where the job runs and what it starts (locate_job fills both for the command line):
+  std::string frugal = "build/frugal";  // Slurm: the frugal binary srun starts
+  std::string workdir;                  // Slurm: the directory the script cds to; SkyPilot: the
+                                        // folder synced to the nodes (workdir:); "" = "." for both
 };
+
+// Fills `frugal` and `workdir` of `o` for a job file written in `cwd` by the frugal binary `exe`
+// (absolute paths both). Slurm: the job runs `exe` in `cwd`, where CONFIG and runs/ are found as
+// here. SkyPilot: the task syncs a frugal checkout to the nodes and builds frugal there
+// (scripts/job-setup.sh): the one `cwd` is in, else the one `exe` was built in; CONFIG
+// becomes a path inside it, and a CONFIG outside it is refused (ConfigError), as is a frugal
+// that no checkout holds.
+void locate_job(EmitOptions& o, bool skypilot, const std::string& exe, const std::string& cwd);
 
 // A SkyPilot task YAML (spot instances; the job recovers on preemption and `--resume auto`
 // continues from the last checkpoint).

@@ -23,16 +23,12 @@
 #include "frugal/ckpt/safetensors.h"
 #include "frugal/core/config.h"
 #include "frugal/core/config_loader.h"
+#include "frugal/core/hf_hub.h"
 #include "frugal/model/model_family.h"
 
 namespace frugal {
 
-// The Hugging Face hub cache: $HF_HUB_CACHE, else $HF_HOME/hub, else
-// $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub.
-std::string hf_hub_cache();
-// The snapshot directory the local cache holds of a hub id ("gpt2", "org/name": refs/main under
-// hf_hub_cache()/models--org--name), or "" when it holds none.
-std::string hf_cached_snapshot(const std::string& repo_id);
+// (hf_hub_cache() and hf_cached_snapshot(), the hub cache's lookup: core/hf_hub.h.)
 // The directory `model.init_from = "hf:X"` names: X when it is a directory, else the cached
 // snapshot of hub id X, else X (which then fails, saying how to get one); "" when the run starts
 // from random weights.

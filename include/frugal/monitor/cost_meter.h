@@ -42,7 +42,12 @@ struct PriceEntry {
 };
 // Reads the table; throws ConfigError naming the file and the bad entry.
 std::vector<PriceEntry> load_price_table(const std::string& path);
-// The default table shipped with frugal (FRUGAL_PRICE_TABLE overrides the path).
+// The price table to use: FRUGAL_PRICE_TABLE where set, else the one shipped with frugal, looked
+// for beside `exe` (a build: ../data, ../../data; an install: ../share/frugal/prices.toml) and
+// then as data/prices.toml under the current directory (a source checkout). Throws ConfigError
+// naming every place tried (or the variable's missing file) and FRUGAL_PRICE_TABLE=FILE.
+std::string default_price_table_path(const std::string& exe);
+// The same for this program (/proc/self/exe).
 std::string default_price_table_path();
 
 class CostMeter : public Callback {

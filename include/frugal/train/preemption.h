@@ -25,6 +25,11 @@ void clear_preemption();
 // The command a second SIGINT's line names to continue the run (`frugal train ... --resume auto`);
 // without one the line says `--resume auto`. Call it before training, not from a handler.
 void set_interrupt_hint(const std::string& command);
+// The whole line a second SIGINT prints, for a command that has no checkpoint to continue from
+// (`frugal tune`, `frugal plan`); a newline is added. Call it before the work, not from a handler.
+void set_interrupt_line(const std::string& line);
+// "SIGINT", "SIGTERM", "SIGUSR1", "SIGHUP"; else "signal N".
+std::string stop_signal_name(int sig);
 
 class SignalHandlers {
  public:

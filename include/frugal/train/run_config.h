@@ -1,10 +1,11 @@
 // The configuration a run trains with, settled in one place for every entry point (train, tune,
 // smoke, plan, search, and a program that builds a Trainer):
 //
-// complete_config() fills what the inputs decide: the dataset's absolute path (so config.toml names
-// the same files from any working directory), the model shape from model.init_from's Hugging Face
-// config.json and the vocabulary from the dataset (a shards manifest, nanoGPT's meta.pkl), for
-// each key left at its default; a key set on purpose is checked against them instead.
+// complete_config() fills what the inputs decide: the absolute paths of the dataset, the checkpoint,
+// the scripted module and the adapter a run starts from (so config.toml names the same files from
+// any working directory), the model shape from model.init_from's Hugging Face config.json and the
+// vocabulary from the dataset (a shards manifest, nanoGPT's meta.pkl), for each key left at its
+// default; a key set on purpose is checked against them instead.
 //
 // reconcile_resume_config() settles a resume. A resume continues the run as it was written:
 // the checkpoint records every resolved value (state.json's config_values), and
@@ -27,9 +28,11 @@
 
 namespace frugal {
 
-// Makes data.source's path absolute; fills model.* from model.init_from and model.vocab from
-// data.source where they are left at their defaults (origin: the file they came from); ConfigError when a key set on
-// purpose disagrees with model.init_from. Idempotent: the Trainer calls it again on what it is given.
+// Makes the paths data.source, model.init_from, model.source and lora.init_from name absolute (a
+// relative lora.init_from, model.init_from or model.source where it names what exists here); fills
+// model.* from model.init_from and model.vocab from data.source where they are left at their
+// defaults (origin: the file they came from); ConfigError when a key set on purpose disagrees with
+// model.init_from. Idempotent: the Trainer calls it again on what it is given.
 void complete_config(ResolvedConfig& rc);
 
 // resolve_config (config_loader.h) followed by complete_config: what every command that trains,

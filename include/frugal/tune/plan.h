@@ -56,8 +56,11 @@ struct PlanFigures {
   // optimizer's state and a checkpoint's bytes; < 0 = not known (no checkpoint written).
   int64_t params = -1, trainable_params = -1, checkpoint_bytes = -1;
   double optimizer_state_mb = -1;
-  // The parameters' bytes (state_bytes_per_rank) and the peak tensor memory; < 0 = not known.
-  int64_t param_bytes = -1;
+  // The whole model's parameter bytes (state_bytes_per_rank's, which is one rank's share under
+  // ZeRO-3, made whole: see plan.cpp's whole_parameter_bytes), the training state the measured
+  // process held (state_bytes_per_rank.total: its share under ZeRO) and its peak tensor memory;
+  // < 0 = not known.
+  int64_t param_bytes = -1, state_bytes = -1;
   double peak_tensor_mb = -1;
   // The optimizer whose state optimizer_state_mb is (summary.json's levers.optimizer.kind, else the
   // config's train.optimizer: "fused_adamw", "muon" or "torch_adamw"), and the ranks that state was

@@ -8,18 +8,25 @@
 //   (the loader's core given to the model's intra-op threads).
 // Each runs 1 warm-up step plus tune.probe_steps measured steps, once per round (tune.rounds),
 // the candidates in turn, so that a machine whose speed drifts slows all of them alike; a
-// candidate's tokens/s is the median of its rounds. A candidate qualifies when it ran without an
+// candidate's figure is the median of its rounds' step times (of an even count the slower middle
+// one: with 2 rounds the slower, so one lucky round cannot win), its tokens/s and projected run
+// time both that step time's (summarize_rounds). A candidate qualifies when it ran without an
 // out-of-memory back-off, its peak tensor memory is within memory.limit_mb (when set) and its loss
 // is within tune.loss_tolerance (relative) of the fp32 reference's. Among qualifying candidates the
-// highest median tokens/s wins, but it replaces the configuration as given only when it beats it
-// by tune.min_speedup; and before a candidate other than the fp32 reference is chosen, it and the
-// reference train tune.loss_check_steps steps from the same start and their losses over the last
-// quarter are compared (a few probe steps cannot tell a precision that learns differently).
+// highest tokens/s (of the median step time) wins, but it replaces the configuration as given only
+// when it beats it by tune.min_speedup; and before a candidate other than the fp32 reference is
+// chosen, it and the reference train tune.loss_check_steps steps from the same start and their
+// losses over the last quarter are compared (a few probe steps cannot tell a precision that learns
+// differently).
 //
 // Time bound: after the baseline, candidates run only while the time spent stays within
 // tune.max_fraction of the configured run's projected time (baseline step time x train.steps);
-// the rest are listed as skipped. The baseline and the fp32 reference always run once; further
+// the rest are listed as skipped. The baseline and the fp32 reference always run once, then the
+// finder's micro-batch (where the configured one does not fit, the ones that can qualify); further
 // rounds and the loss check run only while they fit the bound (the report says what was skipped).
+//
+// A stop signal (SIGINT, SIGTERM, SIGUSR1, SIGHUP, with the caller's SignalHandlers installed) ends
+// the probe at its step's end and run_tune with Interrupted (exit 75): nothing is written.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +50,9 @@ struct TuneCandidate {
   std::string note;     // why skipped, the error, or why it does not qualify
   bool qualifies = false;
   std::vector<double> round_tokens_per_s, round_step_s;          // one per round it ran
-  double tokens_per_s = 0;                                       // median over the rounds
-  double step_s = 0;                                             // median of the rounds' mean measured step times
+  double tokens_per_step = 0;                                    // tokens of one optimizer step
+  double tokens_per_s = 0;                                       // tokens_per_step / step_s
+  double step_s = 0;                                             // the rounds' median step time (summarize_rounds)
   double check_loss = std::numeric_limits<double>::quiet_NaN();  // loss check (tune.loss_check_steps)
   double peak_mb = -1;                                           // peak live tensor memory (CPU); -1 = not measured
   double loss = 0;                                               // mean training loss over the probe steps
@@ -74,11 +82,17 @@ struct TuneReport {
 
 using TuneProgress = std::function<void(const std::string& line, bool permanent)>;
 
+// Candidate k's figure from its rounds (round_step_s, each round's mean measured step time): step_s
+// is their median, of an even count the slower of the two middle ones (a candidate is as fast as
+// more than half of its rounds were, so one lucky round of two never wins), and tokens_per_s is
+// tokens_per_step / step_s, so tokens/s and the projected run time say the same. 0 with no rounds.
+void summarize_rounds(TuneCandidate& k);
+
 // The choice among measured candidates (candidates[0] is the configuration as given; the first
 // fp32 one that ran is the loss reference): sets each one's `qualifies` and why not in `note`, and
-// returns the index of the fastest qualifying one by median tokens/s, or 0 when that one does not
-// beat the configuration as given (qualifying) by min_speedup; -1 when none qualifies. Losses are
-// the loss check's when both it and the reference have one, else the probe's.
+// returns the index of the fastest qualifying one by tokens_per_s (summarize_rounds), or 0 when
+// that one does not beat the configuration as given (qualifying) by min_speedup; -1 when none
+// qualifies. Losses are the loss check's when both it and the reference have one, else the probe's.
 struct TuneRules {
   double loss_tolerance = 0.05;
   double min_speedup = 0.05;
@@ -87,8 +101,13 @@ struct TuneRules {
 };
 int choose_candidate(std::vector<TuneCandidate>& candidates, const TuneRules& rules);
 
+// "" unless no candidate qualified and the time bound skipped some; then why, for `frugal tune`'s
+// exit 2: the bound (tune.max_fraction, the projected run, train.steps), the skipped candidates,
+// and what would change it (more train.steps; a larger tune.max_fraction while it is below 1).
+std::string too_short_to_tune(const TuneReport& report, const Config& config, const std::string& file);
+
 // Tunes the config resolved from (file, overrides, env). Throws ConfigError/DataError like
-// training would.
+// training would, Interrupted on a stop signal.
 TuneReport run_tune(const std::string& file, const std::vector<std::string>& overrides,
                     const std::map<std::string, std::string>& env, const TuneProgress& progress = nullptr);
 

@@ -241,8 +241,9 @@ Job launch(SearchContext& ctx, size_t index, int64_t k) {
   return j;
 }
 
-// The cost_usd of the newest step line in a run's metrics.jsonl (its last 8 KiB), or NaN.
-double last_logged_cost(const std::string& dir) {
+// The `key` of the newest line of a run's metrics.jsonl (its last 8 KiB) that has it as a number,
+// or NaN.
+double last_logged(const std::string& dir, const std::string& key) {
   std::ifstream in(RunDir(dir).metrics(), std::ios::binary | std::ios::ate);
   if (!in) return NAN;
   const std::streamoff size = in.tellg();
@@ -255,10 +256,10 @@ double last_logged_cost(const std::string& dir) {
     const size_t b = start == std::string::npos ? 0 : start + 1;
     const std::string line = tail.substr(b, end - b);
     end = start == std::string::npos ? 0 : start;
-    if (line.find("\"cost_usd\"") == std::string::npos) continue;
+    if (line.find("\"" + key + "\"") == std::string::npos) continue;
     try {
       const auto j = nlohmann::json::parse(line);
-      if (j.contains("cost_usd") && j["cost_usd"].is_number()) return j["cost_usd"].get<double>();
+      if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
     } catch (const std::exception&) {
     }
   }
@@ -274,7 +275,7 @@ double live_spend(const SearchContext& ctx, std::vector<Job>& running) {
     const TrialState& t = ctx.state.trials[j.trial];
     if (now - j.read_at >= std::chrono::milliseconds(250)) {
       j.read_at = now;
-      const double c = last_logged_cost(ctx.trial_dir(t));
+      const double c = last_logged(ctx.trial_dir(t), "cost_usd");
       if (std::isfinite(c)) j.live_usd = std::max(j.live_usd, c);
     }
     sum += std::max(0.0, j.live_usd - t.spent_usd);
@@ -340,6 +341,9 @@ void handle_exit(SearchContext& ctx, Pool& pool, const Job& job, int status, int
   const bool stopped_by_us = job.term_sent && (code == exit_status(ExitCode::kPreempted) ||
                                                (WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM));
   take_figures(t, s);
+  // A process that died without its summary (SIGKILL, a crash) trained the steps it logged.
+  if (const double logged = last_logged(dir, "step"); std::isfinite(logged))
+    t.steps = std::max(t.steps, static_cast<int64_t>(logged));
   if (exited && code == 0) {
     if (rung_done(s, dir, step)) return record(ctx, t, k, s, false);
     // Ended on its own before the rung: early stopping, or train.target_loss reached (the trial is
