@@ -174,8 +174,8 @@ int run_train(const TrainArgs& args) {
   if (rc.config.train.smoke_first && env.rank == 0) {
     SmokeReport r = run_smoke(rc);
     // A stop signal during it (its trainers stop at once) is not a failed smoke test: exit 75, and
-    // the same command (or a requeue with --resume auto) starts the run. (The auto_tune probes end
-    // as theirs; the run's trainer then checkpoints its first step and exits 75.)
+    // the same command (or a requeue with --resume auto) starts the run. (A stop during the
+    // auto_tune probes ends the command there, with exit 75 and nothing written, as `frugal tune`.)
     if (preemption_requested()) {
       Console::get().line(
           fmt::format("stopped by signal {} ({}) during train.smoke_first, before training "

@@ -9,8 +9,10 @@ void add_tune_keys(std::vector<KeySpec>& s) {
   k.may(float_key(FRUGAL_FIELD(tune, max_fraction), 0.001, 1,
                   "tuning time bound, as a fraction of the run's projected time"));
   k.may(int_key(FRUGAL_FIELD(tune, probe_steps), 1, 10000, "measured steps per candidate (after one warm-up step)"));
-  k.may(int_key(FRUGAL_FIELD(tune, rounds), 1, 100,
-                "measurement rounds, candidates in turn; each candidate's tokens/s is its median"));
+  k.may(
+      int_key(FRUGAL_FIELD(tune, rounds), 1, 100,
+              "measurement rounds, candidates in turn; each candidate's figure is its median step time (of two middle "
+              "values the slower), from which its tokens/s and run time follow"));
   k.may(float_key(FRUGAL_FIELD(tune, min_speedup), 0, 10,
                   "a candidate must beat the configuration as given by this fraction to replace it"));
   k.may(float_key(FRUGAL_FIELD(tune, loss_tolerance), 0, 10,

@@ -50,7 +50,7 @@ void refuse_twice_read(const std::vector<std::string>& files, const std::vector<
 
 }  // namespace
 
-std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, const std::string& out) {
   std::vector<std::string> files;
   std::vector<size_t> given;  // the input each file came from
   int64_t hidden = 0;
@@ -66,6 +66,11 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
         if (hidden_name(it->path())) {  // .DS_Store, .git/, editor swap and lock files: not data
           if (it->is_directory()) it.disable_recursion_pending();
           ++hidden;
+          continue;
+        }
+        std::error_code same;
+        if (!out.empty() && it->is_directory() && fs::equivalent(it->path(), out, same)) {
+          it.disable_recursion_pending();  // the dataset this prepare writes (or wrote before)
           continue;
         }
         if (it->is_regular_file()) found.push_back(it->path().string());

@@ -404,7 +404,7 @@ PrepareReport prepare_dataset(const PrepareOptions& given, const PrepareProgress
 
   detail::remove_dead_temp_dirs(out, say);
   say("hashing inputs");
-  const std::vector<std::string> files = expand_inputs(o.inputs);
+  const std::vector<std::string> files = expand_inputs(o.inputs, out);
   r.sources = static_cast<int64_t>(files.size());
   const nlohmann::json key = options_key(o), sources = describe_sources(files, &r.bytes_in);
   if (!o.force && cache_hit(out, key, sources, &r)) {

@@ -67,6 +67,26 @@ TEST(PrepareInputs, HiddenFilesAndFoldersOfAFolderAreSkippedButANamedOneIsRead) 
   }
 }
 
+// `frugal prepare data --out data/ds`, run again (after new files came in): it used to read its own
+// shards as input and fail ("'data/ds/train_000000.frs' does not look like text"). The folder it
+// writes is no input.
+TEST(PrepareInputs, TheOutputFolderInsideAnInputFolderIsNoInput) {
+  test::TempDir dir;
+  fs::create_directories(dir.file("data"));
+  test::write_text(dir.file("data/a.txt"), "first document\n\nsecond document\n");
+  PrepareOptions o;
+  o.inputs = {dir.file("data")};
+  o.out_dir = dir.file("data/ds");
+  o.val_fraction = 0.5;
+  EXPECT_EQ(prepare_dataset(o).sources, 1);
+  test::write_text(dir.file("data/b.txt"), "third document\n");
+  const PrepareReport again = prepare_dataset(o);
+  EXPECT_EQ(again.sources, 2);
+  EXPECT_FALSE(again.up_to_date);
+  EXPECT_EQ(expand_inputs({dir.file("data")}, dir.file("data/ds")),
+            (std::vector<std::string>{dir.file("data/a.txt"), dir.file("data/b.txt")}));
+}
+
 // Each of these used to read a file twice, doubling its documents without a word.
 TEST(PrepareInputs, AFileReadTwiceIsRefusedNamingBothInputs) {
   test::TempDir dir;

@@ -17,7 +17,9 @@ namespace frugal {
 // in hidden folders. Throws DataError for a path that does not exist, and ConfigError naming both
 // inputs when one file would be read twice (compared by canonical path: the same input given
 // twice, two spellings of one path, a folder and a file or folder under it, a link to a file).
-std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs);
+// `out`: the folder prepare writes to, skipped where an input folder holds it (`frugal prepare
+// data --out data/ds` run again must not read its own shards); "" for none.
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs, const std::string& out = "");
 
 // True for a hidden entry, whose name starts with '.' (.DS_Store, .git, editor swap and lock files
 // such as .notes.txt.swp and .~lock.data.csv#): never data where a folder is expanded.
