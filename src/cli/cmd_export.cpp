@@ -227,12 +227,17 @@ int64_t parse_size(const std::string& text) {
 }
 
 // `--adapter`: the run's LoRA adapters as PEFT's adapter directory.
-int export_adapter(const ExportArgs& a, const OpenedRun& run, CausalLmImpl& model, const std::string& weights) {
+// The run's tokenizer files go with the adapters (a chat fine-tune's template among them), as a
+// fine-tune's output folder holds them: AutoTokenizer.from_pretrained(DIR) reads the run's own.
+int export_adapter(const ExportArgs& a, const OpenedRun& run, CausalLmImpl& model, const std::string& weights,
+                   const ExportedTokenizer& tok) {
   const Config& c = run.config;
   const std::string base = c.model.init_from.rfind("hf:", 0) == 0 ? c.model.init_from.substr(3) : c.model.init_from;
   const std::string cls = model_family(c.model.arch).hf_class(c.model);
   const LoraSetup setup = lora_setup(c.lora);
-  write_peft_adapter(model, setup, base, cls, a.out);
+  write_peft_adapter(model, setup, base, cls, a.out, tok.files);
+  std::vector<std::string> files = {"adapter_config.json", "adapter_model.safetensors"};
+  for (const auto& [name, text] : tok.files) files.push_back(name);
   int64_t n = 0;
   for (const auto& [name, p] : model.named_parameter_list())
     if (p.requires_grad()) n += p.numel();
@@ -240,15 +245,18 @@ int export_adapter(const ExportArgs& a, const OpenedRun& run, CausalLmImpl& mode
     fmt::print("{}\n", json{{"out", a.out},
                             {"weights", weights},
                             {"adapter", true},
-                            {"files", json::array({"adapter_config.json", "adapter_model.safetensors"})},
+                            {"files", files},
                             {"parameters", n},
-                            {"base", base}}
+                            {"base", base},
+                            {"tokenizer", tok.note}}
                            .dump());
   } else {
     fmt::print(
         "exported the {} adapters of {} ({} parameters, r={}) to {}\n"
-        "  load them: peft.PeftModel.from_pretrained({}.from_pretrained(\"{}\"), \"{}\")\n",
-        setup.dora ? "DoRA" : "LoRA", weights, n, setup.rank, a.out, cls, base.empty() ? "BASE" : base, a.out);
+        "  load them: peft.PeftModel.from_pretrained({}.from_pretrained(\"{}\"), \"{}\")\n"
+        "  tokenizer: {}\n",
+        setup.dora ? "DoRA" : "LoRA", weights, n, setup.rank, a.out, cls, base.empty() ? "BASE" : base, a.out,
+        tok.note);
   }
   return 0;
 }
@@ -299,7 +307,7 @@ int run_export(const ExportArgs& a) {
   FRUGAL_CHECK(
       !a.adapter || has_lora(*model), ConfigError,
       fmt::format("--adapter: {} trained no adapters (lora.rank = 0); export the model without --adapter", a.run_dir));
-  if (a.adapter) return export_adapter(a, run, *model, weights);
+  if (a.adapter) return export_adapter(a, run, *model, weights, tok);
   const std::optional<json> source = source_config(run);
   json config = family.hf_config(c.model, source ? &*source : nullptr);
   config["torch_dtype"] = a.dtype == "bf16" ? "bfloat16" : a.dtype == "fp16" ? "float16" : "float32";
@@ -356,10 +364,11 @@ void add_export_command(CLI::App& app, Run* run) {
                   "model.safetensors.index.json (as save_pretrained's max_shard_size: 5GB, 500MB, 2GiB, 100KB or a "
                   "byte count; at least 1 byte: 0 and negative sizes are refused; not with --adapter: one file)")
       ->capture_default_str();
-  cmd->add_flag("--adapter", args->adapter,
-                "a LoRA run: write its adapters as PEFT's adapter directory (adapter_config.json, "
-                "adapter_model.safetensors, target_modules naming the modules adapted) for "
-                "peft.PeftModel.from_pretrained(base, DIR), instead of the merged model");
+  cmd->add_flag(
+      "--adapter", args->adapter,
+      "a LoRA run: write its adapters as PEFT's adapter directory (adapter_config.json, "
+      "adapter_model.safetensors, target_modules naming the modules adapted, and the run's tokenizer files) for "
+      "peft.PeftModel.from_pretrained(base, DIR), instead of the merged model");
   cmd->add_flag("--json", args->json,
                 "print one JSON object: out, weights, dtype, files, parameters, model_type, architecture, tokenizer");
   cmd->callback([args, run, cmd] {

@@ -85,7 +85,8 @@ void load_peft_adapter(CausalLmImpl& model, const std::string& dir) {
 }
 
 void write_peft_adapter(CausalLmImpl& model, const LoraSetup& setup, const std::string& base,
-                        const std::string& hf_class, const std::string& out_dir) {
+                        const std::string& hf_class, const std::string& out_dir,
+                        const std::map<std::string, std::string>& extra) {
   json config{{"peft_type", "LORA"},
               {"task_type", "CAUSAL_LM"},
               {"base_model_name_or_path", base.empty() ? json() : json(base)},
@@ -104,8 +105,10 @@ void write_peft_adapter(CausalLmImpl& model, const LoraSetup& setup, const std::
               {"auto_mapping", {{"base_model_class", hf_class}, {"parent_library", "transformers"}}}};
   NamedTensors tensors;
   for (const auto& [name, t] : peft_tensors(model)) tensors.emplace_back(name, t.detach().to(at::kCPU, at::kFloat));
-  write_new_dir(out_dir, {{"adapter_config.json", config.dump(2) + "\n"},
-                          {"adapter_model.safetensors", encode_safetensors(tensors, {{"format", "pt"}})}});
+  std::map<std::string, std::string> files = extra;
+  files["adapter_config.json"] = config.dump(2) + "\n";
+  files["adapter_model.safetensors"] = encode_safetensors(tensors, {{"format", "pt"}});
+  write_new_dir(out_dir, files);
 }
 
 }  // namespace frugal

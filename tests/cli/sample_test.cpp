@@ -156,6 +156,28 @@ TEST(Sample, TheEosOfTheCheckpointTheRunStartedFromEndsGeneration) {
   EXPECT_EQ(ids_of(sample_ok(run)), (Ids{2, 3, 4, 0}));
 }
 
+// `export --adapter` of a LoRA run on a Hugging Face tokenizer writes the run's tokenizer files
+// beside the adapters, as a fine-tune's output folder holds them; it used to write the adapters
+// alone, so a chat fine-tune's template was lost with them.
+TEST(Sample, AnAdapterExportCarriesTheRunsTokenizer) {
+  test::TempDir dir;
+  const std::string skip = train_word_run(dir);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_FALSE(HasFailure());
+  auto r = test::run_frugal("export '" + dir.file("demo") + "' --out '" + dir.file("base") + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_frugal("train" + train_sets(dir.path(), "shards:" + dir.file("ds")) +
+                       " --set run.name=lora --set lora.rank=2 --set model.init_from=hf:" + dir.file("base"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = test::run_frugal("export '" + dir.file("lora") + "' --adapter --json --out '" + dir.file("ad") + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(r.output.rfind("\n{") + 1));
+  const auto files = j["files"].get<std::vector<std::string>>();
+  for (const char* f : {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    EXPECT_NE(std::find(files.begin(), files.end(), f), files.end()) << f << " not listed: " << j.dump();
+  EXPECT_EQ(test::read_text(dir.file("ad/tokenizer.json")), test::read_text(dir.file("lora/tokenizer/tokenizer.json")));
+}
+
 TEST(Sample, ASentencePieceRunEncodesAndDecodesWithItsOwnModel) {
   FRUGAL_NEED_FEATURE("sentencepiece");
   test::TempDir dir;

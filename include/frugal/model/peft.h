@@ -4,6 +4,7 @@
 // "....lora_magnitude_vector" (out), <module> the Hugging Face module ("model.layers.0.mlp.up_proj").
 #pragma once
 
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -26,8 +27,10 @@ void load_peft_adapter(CausalLmImpl& model, const std::string& dir);
 // Writes `out_dir` (which must not exist; all at once) as PEFT's adapter directory for `model`'s
 // adapters, in fp32: PeftModel.from_pretrained(base, out_dir) loads it and adapts the very modules
 // `model` adapts (target_modules: peft_target_modules, lora.h). `base` names the base model
-// (base_model_name_or_path), `hf_class` its transformers class.
+// (base_model_name_or_path), `hf_class` its transformers class. `extra`: more files written with
+// them (the run's tokenizer, as a fine-tune's output folder holds it), by name.
 void write_peft_adapter(CausalLmImpl& model, const LoraSetup& setup, const std::string& base,
-                        const std::string& hf_class, const std::string& out_dir);
+                        const std::string& hf_class, const std::string& out_dir,
+                        const std::map<std::string, std::string>& extra = {});
 
 }  // namespace frugal
