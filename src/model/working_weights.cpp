@@ -157,7 +157,12 @@ at::Tensor working_weight(const at::Tensor& w, bool shared) {
     } else if (b.master._version() != b.version) {
       copy_buffer(b);
     } else if (w._version() != e.version) {  // the parameter itself written (a restore, a broadcast)
+      // Below the version-counting layer: the copies share one buffer and so one version counter,
+      // and this write touches only this parameter's region. Moving the counter would make the
+      // copies of other parameters handed out earlier in this forward (a weight's, when its bias is
+      // refreshed after it) read as modified in place, which autograd refuses.
       c10::NoGradGuard no_grad;
+      at::AutoDispatchBelowADInplaceOrView below_version_counting;
       e.copy.copy_(w);
       e.version = w._version();
     }

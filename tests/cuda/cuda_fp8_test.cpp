@@ -47,15 +47,20 @@ TEST(CudaFp8, ScaledMmProductsOnTheGpuGiveTheCpuEmulation) {
   for (int side = 0; side < sides; ++side) {
     const c10::Device d = side > 0 ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
     fp8::Scope scope(true, side == 2);
-    at::Tensor x = x0.to(d).requires_grad_(), w = w0.to(d).requires_grad_(), b = b0.to(d).requires_grad_();
+    // detach(): on the CPU side to(d) returns the input itself, which must stay a plain tensor.
+    at::Tensor x = x0.to(d).detach().requires_grad_(), w = w0.to(d).detach().requires_grad_();
+    at::Tensor b = b0.to(d).detach().requires_grad_();
     at::Tensor y = fp8::linear(x, w, b);
     y.backward(g.to(d));
     got[side] = {y, x.grad(), w.grad(), b.grad()};
   }
+  // Hopper's fp8 tensor cores keep fewer bits than fp32 in their running sums (cuBLAS promotes them
+  // to fp32 at intervals): the H200 gave 2.2e-4 of the largest output against the fp32 emulation.
+  // A wrong scale, operand or transposition is off by percents.
   const char* names[] = {"output", "input gradient", "weight gradient", "bias gradient"};
   for (int side = 1; side < sides; ++side)
     for (int i = 0; i < 4; ++i)
-      EXPECT_LT(rel_diff(got[side][i], got[0][i]), 1e-4) << names[i] << (side == 2 ? ", cast kernel" : ", ATen casts");
+      EXPECT_LT(rel_diff(got[side][i], got[0][i]), 1e-3) << names[i] << (side == 2 ? ", cast kernel" : ", ATen casts");
 }
 
 // frugal's cast kernel (src/kernels/fp8_cast.cu) writes the bytes and the scale ATen's casts write:

@@ -52,9 +52,10 @@ TEST(Cuda, LlamaKernelsGiveTheCpuLoopsResultsAndTheSameBitsTwice) {
     const at::Tensor x0 = torch::randn({s.rows, s.cols}).to(s.x), w0 = 1 + 0.3 * torch::randn({s.cols});
     const at::Tensor dy = torch::randn({s.rows, s.cols}).to(s.out);
     std::vector<at::Tensor> got[3];
+    // detach(): on the CPU side to(d) returns the input itself, which must stay a plain tensor
     for (int side = 0; side < 3; ++side) {  // the CPU loops, then the kernels twice
       const c10::Device d = side == 0 ? c10::Device(c10::kCPU) : gpu;
-      at::Tensor x = x0.to(d).requires_grad_(), w = w0.to(d).requires_grad_();
+      at::Tensor x = x0.to(d).detach().requires_grad_(), w = w0.to(d).detach().requires_grad_();
       at::Tensor y = fused_rms_norm(x, w, 1e-6, s.out, /*gpu_kernels=*/true);
       y.backward(dy.to(d));
       got[side] = {y.cpu(), x.grad().cpu(), w.grad().cpu()};
@@ -72,7 +73,7 @@ TEST(Cuda, LlamaKernelsGiveTheCpuLoopsResultsAndTheSameBitsTwice) {
     std::vector<at::Tensor> got[2];
     for (int side = 0; side < 2; ++side) {
       const c10::Device d = side == 0 ? c10::Device(c10::kCPU) : gpu;
-      at::Tensor gu = gu0.to(d).requires_grad_();
+      at::Tensor gu = gu0.to(d).detach().requires_grad_();
       at::Tensor act = fused_swiglu(gu, /*gpu_kernels=*/true);
       act.backward(dact.to(d));
       got[side] = {act.cpu(), gu.grad().cpu()};
@@ -103,7 +104,8 @@ TEST(Cuda, LlamaKernelsAddTheResidualAndNormInOnePass) {
     std::vector<at::Tensor> got[2];
     for (int side = 0; side < 2; ++side) {
       const c10::Device d = side == 0 ? c10::Device(c10::kCPU) : gpu;
-      at::Tensor x = x0.to(d).requires_grad_(), y = y0.to(d).requires_grad_(), w = w0.to(d).requires_grad_();
+      at::Tensor x = x0.to(d).detach().requires_grad_(), y = y0.to(d).detach().requires_grad_(),
+                 w = w0.to(d).detach().requires_grad_();
       const auto [h, normed] = residual_rms_norm(x, y, w, 1e-5, c.y, /*gpu_kernels=*/true);
       if (c.normed_only)
         normed.backward(dn.to(d));

@@ -137,6 +137,38 @@ TEST(WorkingWeights, StayFreshAfterAnyWriteToTheParametersOrTheirBuffer) {
   expect_fresh(f, "a raw write and refresh()");
 }
 
+// A restore writes each parameter through its own version counter (a resume), and the forward then
+// refreshes each copy at its lookup: a write into the shared copy buffer for one parameter must not
+// invalidate the copy already handed out for another in the same product (the weight's, when the
+// bias is refreshed after it), and the step trains as autocast's casts train.
+TEST(WorkingWeights, AForwardAfterARestoreOfSomeOrAllParametersTrainsAsTheCastsDo) {
+  for (const bool add : {false, true})
+    for (const bool all : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "add_into_grads " << add << ", restored " << (all ? "all" : "the bias"));
+      Flat f = make_flat({{8, 16}, {8}}, 9);
+      WorkingWeights working(at::kBFloat16, add);
+      working.add(f.flat, f.params);
+      {
+        c10::NoGradGuard no_grad;
+        if (all) f.params[0].copy_(torch::randn({8, 16}));
+        f.params[1].copy_(torch::randn({8}));
+      }
+      const at::Tensor w_ref = leaf_like(f.params[0]), b_ref = leaf_like(f.params[1]);
+      const at::Tensor x = torch::randn({5, 16});
+      at::Tensor loss, loss_ref;
+      {
+        Bf16Autocast autocast;
+        loss = at::linear(x, working_weight(f.params[0]), working_weight(f.params[1])).to(at::kFloat).square().sum();
+        loss_ref = at::linear(x, w_ref, b_ref).to(at::kFloat).square().sum();
+      }
+      EXPECT_EQ(loss.item<float>(), loss_ref.item<float>());
+      loss.backward();
+      loss_ref.backward();
+      EXPECT_TRUE(torch::equal(f.params[0].grad(), w_ref.grad()));
+      EXPECT_TRUE(torch::equal(f.params[1].grad(), b_ref.grad()));
+    }
+}
+
 TEST(WorkingWeights, FusedAdamWRewritesTheCopiesInEachStepOnEitherPath) {
   for (const bool device_path : {false, true}) {
     test_hooks::adamw_device_scalars_on_cpu(device_path);
