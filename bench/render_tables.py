@@ -34,6 +34,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import figure_lint  # noqa: E402
 from compute_levers import BF16_USABLE_RATIO, bf16_emulated  # noqa: E402
+from gpu_targets import render_gpu_targets  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 DOCS = ["docs/levers.md", "docs/tuning.md", "docs/plan.md", "docs/search.md", "docs/gpu.md", "docs/reliability.md",
@@ -692,6 +693,7 @@ def render_gpu(R):
                                     ("compile_max_autotune", "torch.compile mode \"max-autotune\""))
                    if p in kern and kern[p]["tokens_per_s"]]
         lines += ["", "frugal on its CUDA kernels (model.kernels = frugal), bf16, against: " + ", ".join(against) + "."]
+    lines += render_gpu_llama_offload(R)
     y = R.get("gpu_sync_every")
     if y:
         n = y["sync_every"]
@@ -727,6 +729,40 @@ def render_gpu(R):
         lines += ["", "Failed runs (left out of the rows above): " + "; ".join(
             f"round {f['round']} {f['row']} {f['side']} ({f['error']})" for f in failed) + "."]
     return "\n".join(lines)
+
+
+def render_gpu_llama_offload(R):
+    """The Llama row (its own table: another model's FLOPs) and the optimizer-offload row, where measured."""
+    lines = []
+    g = R.get("gpu_llama")
+    if g and g.get("sides"):
+        s = g["shape"]
+        lines += ["", f"The Llama shape ({s['layers']} layers, {s['heads']} heads with {s['kv_heads']} key/value heads, "
+                      f"{s['embd']} wide, SwiGLU {s['mlp']}, untied head, vocabulary {s['vocab']}), bf16:", "",
+                  "| run | tokens/s | step ms | MFU (measured peak) | peak tensor MB |", "| --- | --- | --- | --- | --- |"]
+        for side, v in g["sides"].items():
+            lines.append(f"| llama {side} | {n0(v['tokens_per_s'])} | {v['step_ms_median']:.1f} | "
+                         f"{pct(v['mfu_measured_peak'], 1)} | {n0(v.get('peak_tensor_mb'))} |")
+        sides = g["sides"]
+        against = [f"{side} {sides[side]['tokens_per_s'] / sides[p]['tokens_per_s']:.2f}x {label}"
+                   for side in ("frugal", "frugal_kernels") if side in sides
+                   for p, label in (("eager", "PyTorch eager"), ("compile", "torch.compile")) if p in sides]
+        if against:
+            lines += ["", "Llama, frugal's tokens/s against: " + ", ".join(against) + "."]
+    o = R.get("gpu_offload")
+    if o and {"on_device", "offload"} <= set(o.get("sides", {})):
+        a, b = o["sides"]["on_device"], o["sides"]["offload"]
+        lines += ["", f"The optimizer in host memory (`dist.offload = \"optimizer\"`, frugal on ATen, bf16): step "
+                      f"{a['step_ms_median']:.1f} -> {b['step_ms_median']:.1f} ms "
+                      f"(x{b['step_ms_median'] / a['step_ms_median']:.2f}), peak tensor memory "
+                      f"{n0(a.get('peak_tensor_mb'))} -> {n0(b.get('peak_tensor_mb'))} MB "
+                      f"({n0(a['peak_tensor_mb'] - b['peak_tensor_mb'])} MB less)."]
+    m = R.get("gpu_machine")
+    missing = sorted({f"{x['row']} {x['side']}" for x in (m or {}).get("skipped") or []
+                      if x["side"] not in (R.get("gpu_" + x["row"]) or {}).get("sides", {})})
+    if missing:
+        lines += ["", "Not measured in this run (its time budget ran out first): " + ", ".join(missing) + "."]
+    return lines
 
 
 def render_gpu_kernels(R):
@@ -1018,7 +1054,7 @@ def render_packing(R):
 
 
 RENDERERS = {"packing": render_packing, "lora": render_lora, "llama": render_llama, "muon_step": render_muon_step, "tracker_overhead": render_tracker_overhead, "time_to_loss": render_time_to_loss, "reliability": render_reliability, "search": render_search, "plan_accuracy": render_plan_accuracy, "machine": render_machine, "peer": render_peer, "precision": render_precision,
-             "levers": render_levers, "gpu": render_gpu, "gpu_kernels": render_gpu_kernels, "threads": render_threads, "reuse_freed": render_reuse_freed,
+             "levers": render_levers, "gpu": render_gpu, "gpu_kernels": render_gpu_kernels, "gpu_targets": render_gpu_targets, "threads": render_threads, "reuse_freed": render_reuse_freed,
              "fused_adamw": render_fused_adamw, "checkpoint_stall": render_checkpoint_stall,
              "checkpoint_wall": render_checkpoint_wall, "smoke_time": render_smoke_time, "loader": render_loader,
              "dist": render_dist, "stacked_levers": render_stacked_levers,
