@@ -406,6 +406,37 @@ at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targe
   return CrossEntropyFunction::apply(logits, targets, vocab, ignore_index, logits_are_scratch);
 }
 
+bool classifier_block(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab, int64_t ignore_index,
+                      const at::Tensor& count, bool gradient, at::Tensor& loss_sum) {
+  if (logits.dim() != 2 || !logits.is_contiguous() || !classifier_on_kernel(logits)) return false;
+#if FRUGAL_HAVE_KERNELS
+  RECORD_FUNCTION("frugal::fused_classifier_block", std::vector<c10::IValue>());
+  const c10::cuda::CUDAGuard device_guard(logits.device());
+  const at::Tensor t = targets.contiguous();
+  const auto opts = logits.options().dtype(at::kFloat);
+  const at::Tensor lse = at::empty({logits.size(0)}, opts), rows = at::empty({logits.size(0)}, opts);
+  check_kernel_launch(
+      kernels::classifier_forward(logits.data_ptr(), kernel_dtype_of(logits.scalar_type()), logits.size(0), vocab,
+                                  logits.size(1), t.data_ptr<int64_t>(), ignore_index, lse.data_ptr<float>(),
+                                  rows.data_ptr<float>(), kernel_stream(logits)),
+      "classifier_forward");
+  loss_sum.add_(rows.sum());
+  if (gradient) {
+    const at::Tensor one = at::ones({}, opts), n = count.to(at::kFloat).contiguous();
+    check_kernel_launch(kernels::classifier_backward(
+                            logits.data_ptr(), logits.data_ptr(), kernel_dtype_of(logits.scalar_type()), logits.size(0),
+                            vocab, logits.size(1), t.data_ptr<int64_t>(), ignore_index, lse.data_ptr<float>(),
+                            one.data_ptr<float>(), n.data_ptr<float>(), kernel_stream(logits)),
+                        "classifier_backward");
+    logits.unsafeGetTensorImpl()->bump_version();  // written through a raw pointer
+  }
+  return true;
+#else
+  (void)targets, (void)vocab, (void)ignore_index, (void)count, (void)gradient, (void)loss_sum;
+  return false;
+#endif
+}
+
 at::Tensor fused_layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
                             at::ScalarType out_dtype) {
   check_layer_norm_args("fused_layer_norm", x, weight, bias, out_dtype);

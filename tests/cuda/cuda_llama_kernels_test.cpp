@@ -3,17 +3,22 @@
 // give (the same arithmetic; those loops are tested against ATen in tests/model/), the residual add
 // fused into the norm what the sum and then the norm give, the rotary embedding into the
 // attention's layout what ATen's apply_rope gives; in fp32 and bf16, on fresh inputs; the weight
-// gradient is the same bits run after run; a Llama run on the kernels tracks one on ATen's
-// operators. Skipped without a GPU the kernels run on.
+// gradient is the same bits run after run; the chunked head on the classifier kernel what the full
+// logits' cross-entropy gives; a Llama run on the kernels tracks one on ATen's operators. Skipped
+// without a GPU the kernels run on.
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "frugal/core/compat.h"
 #include "frugal/core/device.h"
 #include "frugal/model/fused_llama.h"
 #include "frugal/model/kernel_ops.h"
+#include "frugal/model/linear_cross_entropy.h"
 #include "frugal/model/rope.h"
 #include "cuda_util.h"
 #include "test_util.h"
@@ -172,6 +177,50 @@ TEST(Cuda, LlamaTrainingOnFrugalKernelsTracksTheAtenPath) {
     curves.push_back(test::step_losses(d.path() + "/demo/metrics.jsonl"));
   }
   test::expect_curve_tracks(curves[1], curves[0], 0.02, "the Llama kernel path");
+}
+
+// Chunks of logits the classifier kernel ran on (RECORD_FUNCTION "frugal::fused_classifier_block").
+int classifier_blocks = 0;
+std::unique_ptr<at::ObserverContext> count_classifier_blocks(const at::RecordFunction& fn) {
+  if (std::string(fn.name()) == "frugal::fused_classifier_block") ++classifier_blocks;
+  return nullptr;
+}
+
+// The Llama family's chunked head + cross-entropy on a GPU (model/linear_cross_entropy.h), its head
+// padded to 64 rows: on the classifier kernel (each chunk's logits in the compute dtype) and on
+// ATen's operators, in fp32 and under bf16 autocast, give the cross-entropy of the full logits
+// (the CPU in double), ignored targets included; the kernel ran on every chunk.
+TEST(Cuda, LlamaHeadOnTheClassifierKernelGivesTheCrossEntropyOfTheFullLogits) {
+  if (const std::string why = no_kernels(); !why.empty()) GTEST_SKIP() << why;
+  const c10::Device gpu(c10::kCUDA, 0);
+  torch::manual_seed(8);
+  const int64_t N = 300, C = 64, V = 1000, chunk = 128;  // 3 chunks, the last of 44 rows
+  const at::Tensor x0 = torch::randn({N, C}), w0 = torch::randn({V, C}) * 0.1;
+  at::Tensor t = torch::randint(0, V, {N}, torch::kLong);
+  t.index_put_({5}, -100);
+  t.index_put_({77}, -100);
+  at::Tensor xr = x0.to(at::kDouble).requires_grad_(), wr = w0.to(at::kDouble).requires_grad_();
+  const at::Tensor ref = torch::cross_entropy_loss(at::linear(xr, wr), t);
+  (ref * 3).backward();
+  for (const bool bf16 : {false, true})
+    for (const bool kernels : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (bf16 ? "bf16" : "fp32") << (kernels ? ", kernel" : ", ATen"));
+      at::Tensor x = x0.to(gpu).detach().requires_grad_(), w = w0.to(gpu).detach().requires_grad_();
+      classifier_blocks = 0;
+      const auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(count_classifier_blocks));
+      at::Tensor loss;
+      {
+        compat::AutocastGuard autocast(c10::DeviceType::CUDA, at::kBFloat16, bf16);
+        loss = linear_cross_entropy(x, w, t.to(gpu), chunk, -100, 64, kernels);
+      }
+      (loss * 3).backward();
+      at::removeCallback(handle);
+      EXPECT_EQ(classifier_blocks, kernels ? 3 : 0);
+      const double tol = bf16 ? 2e-2 : 1e-5;
+      EXPECT_NEAR(loss.item<double>(), ref.item<double>(), tol * ref.item<double>());
+      EXPECT_LT(rel_err(x.grad(), xr.grad()), bf16 ? 2e-2 : 1e-4) << "input gradient";
+      EXPECT_LT(rel_err(w.grad(), wr.grad()), bf16 ? 2e-2 : 1e-4) << "weight gradient";
+    }
 }
 
 }  // namespace

@@ -18,9 +18,9 @@ struct Result {
   at::Tensor dx, dw;
 };
 
-Result fused(const at::Tensor& x0, const at::Tensor& w0, const at::Tensor& t, int64_t chunk) {
+Result fused(const at::Tensor& x0, const at::Tensor& w0, const at::Tensor& t, int64_t chunk, int64_t pad = 1) {
   at::Tensor x = x0.clone().requires_grad_(true), w = w0.clone().requires_grad_(true);
-  at::Tensor loss = linear_cross_entropy(x, w, t, chunk);
+  at::Tensor loss = linear_cross_entropy(x, w, t, chunk, -100, pad);
   (loss * 3).backward();  // a loss gradient other than 1: the backward scales what the forward kept
   return {loss.item<double>(), x.grad(), w.grad()};
 }
@@ -48,6 +48,24 @@ TEST(LinearCrossEntropy, MatchesCrossEntropyOfTheFullLogitsInDouble) {
     EXPECT_TRUE(torch::allclose(got.dx, ref.dx, 1e-10, 1e-12)) << chunk << " " << (got.dx - ref.dx).abs().max();
     EXPECT_TRUE(torch::allclose(got.dw, ref.dw, 1e-10, 1e-12)) << chunk << " " << (got.dw - ref.dw).abs().max();
   }
+}
+
+// The head padded to a multiple of 8 or 64 rows (97 classes run as 104 or 128): the padding
+// columns take no part in the softmax, and the gradients are the unpadded head's.
+TEST(LinearCrossEntropy, APaddedHeadGivesTheUnpaddedLossAndGradients) {
+  torch::manual_seed(5);
+  const at::Tensor x = torch::randn({3, 7, 24}, torch::kDouble), w = torch::randn({97, 24}, torch::kDouble);
+  at::Tensor t = torch::randint(0, 97, {3, 7}, torch::kLong);
+  t.index_put_({1, 2}, -100);
+  const Result ref = reference(x, w, t);
+  for (int64_t pad : {8, 64, 97})
+    for (int64_t chunk : {4, 0}) {
+      const Result got = fused(x, w, t, chunk, pad);
+      EXPECT_NEAR(got.loss, ref.loss, 1e-12) << pad << " " << chunk;
+      EXPECT_EQ(got.dw.sizes(), w.sizes());
+      EXPECT_TRUE(torch::allclose(got.dx, ref.dx, 1e-10, 1e-12)) << pad << " " << chunk;
+      EXPECT_TRUE(torch::allclose(got.dw, ref.dw, 1e-10, 1e-12)) << pad << " " << chunk;
+    }
 }
 
 TEST(LinearCrossEntropy, InFloatWithinFloatRounding) {
@@ -118,6 +136,10 @@ TEST(LinearCrossEntropy, AutoChunksMakeLogitsAboutTheSizeOfTheHiddenStates) {
   EXPECT_EQ(chunk_rows_for(32768, 4096, 128256), 1024);  // Llama 3 at 32K tokens: 32 chunks of 1024 x 128K
   EXPECT_EQ(chunk_rows_for(1000, 4096, 256), 1000);      // a small vocabulary: one chunk
   EXPECT_EQ(chunk_rows_for(4096, 64, 32768), 32);        // at least 2^20 logits a chunk (here 32 rows)
+  // On a GPU at least 2^28 logits a chunk: GPT-2's vocabulary at micro-batch 16 x 1024 in 4 chunks
+  // (not 66 of 249 rows), Llama 3 at 32K tokens in 16.
+  EXPECT_EQ(chunk_rows_for(16384, 768, 50257, kMinChunkLogitsGpu), 5342);
+  EXPECT_EQ(chunk_rows_for(32768, 4096, 128256, kMinChunkLogitsGpu), 2093);
   EXPECT_EQ(chunk_rows_for(3, 8, 100000), 3);
 }
 

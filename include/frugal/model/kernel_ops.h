@@ -46,6 +46,16 @@ void check_model_kernels(const ModelConfig& model, const c10::Device& device, Pr
 at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab, int64_t ignore_index,
                                bool logits_are_scratch = false);
 
+// The fused classifier over one block of logits (N, W) for a caller that forms its own gradients
+// (the chunked output head, model/linear_cross_entropy.h): adds to `loss_sum` (0-dim fp32) the
+// losses of the rows whose target is not `ignore_index`, and, where `gradient`, writes over the
+// logits their gradient (softmax - one-hot) / max(count, 1) (0 on ignored rows and on the columns
+// from `vocab` on); `count` is a 0-dim fp32 device tensor, the targets counted across every block.
+// Runs where the classifier kernel runs on these logits (contiguous, fp32 or bf16, a capable GPU);
+// elsewhere it does nothing and returns false.
+bool classifier_block(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab, int64_t ignore_index,
+                      const at::Tensor& count, bool gradient, at::Tensor& loss_sum);
+
 // LayerNorm over the last dimension (weight and bias of that size, in x's dtype), the result in
 // `out_dtype` (float or bfloat16 for the kernels; e.g. bfloat16 where it feeds an autocast matmul).
 at::Tensor fused_layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps,
