@@ -207,6 +207,7 @@ class Bench:
                 f"train.steps={(steps or self.a.steps) + SKIP}", f"train.log_every={log_every}", "train.eval_every=0",
                 "train.eval_batches=1", "checkpoint.enabled=false", "checkpoint.every_minutes=0",
                 "monitor.peak_tflops=" + (f"{self.peaks[dtype] / 1e3:.6g}" if self.peaks[dtype] else "<measured>"),
+                "model.kernels=aten",  # the ATen sides; the kernel sides' extra sets model.kernels=frugal after it
                 *extra]
         args = [self.a.frugal, "train", "--quiet"]
         for x in sets:

@@ -142,8 +142,9 @@ void add_model_keys(std::vector<KeySpec>& s) {
        {"frugal", ModelConfig::Kernels::kFrugal}},
       "what runs the GPT's LayerNorms, MLP bias + GELU and loss, the Llama family's RMSNorms, SwiGLU and rotary "
       "embedding, and fp8's casts on a GPU: \"aten\" (ATen's operators), \"frugal\" (frugal's CUDA kernels, CUDA "
-      "compute capability 8.0+, fp32 or bf16; docs/gpu.md), \"auto\" (aten for now: frugal's kernels are opt-in until "
-      "their GPU check is committed)"));
+      "compute capability 8.0+, fp32 or bf16; docs/gpu.md), \"auto\" (frugal's kernels for a training run where "
+      "their GPU check ran them: one process on a GPU they run on, frugal's own decoders, no fp16, no LoRA, no "
+      "activation checkpointing; aten elsewhere; summary.json's levers say which and why)"));
   k.fixed(string_key(FRUGAL_FIELD(model, source),
                      "what is trained: \"gpt\" (frugal's own decoder, of model.arch's family) or "
                      "\"torchscript:FILE\" (a module scripted in "

@@ -54,9 +54,10 @@ std::string describe_levers(const nlohmann::json& levers) {
   std::string optimizer = lever_label(levers, "optimizer");
   if (levers.value("offload", "none") == "optimizer") optimizer += " in host memory (dist.offload)";
   return fmt::format(
-      "precision {} ({}) | {} | activation checkpointing {} | optimizer {} | schedule {} | checkpoints {}",
+      "precision {} ({}) | {} | activation checkpointing {} | optimizer {} | schedule {} | checkpoints {}{}",
       text(p, "mode"), text(p, "reason", ""), batch, levers.value("activation_checkpointing", "none"), optimizer,
-      lever_label(levers, "schedule"), levers.value("checkpoints", "?"));
+      lever_label(levers, "schedule"), levers.value("checkpoints", "?"),
+      levers.value("kernels", "aten") == "frugal" ? " | kernels frugal" : "");
 }
 
 }  // namespace frugal

@@ -47,7 +47,32 @@ RunSetup set_up_run(const Config& c, const TaskHooks& hooks, int64_t world_size,
   p.reshard_after_forward = c.dist.reshard_after_forward;
   p.working_weights = c.model.kernels == ModelConfig::Kernels::kFrugal && p.precision.mode() == PrecisionMode::kBf16 &&
                       c.train.optimizer == OptimizerKind::kFusedAdamW && c.dist.zero == ZeroStage::kNone;
+  p.kernels = c.model.kernels == ModelConfig::Kernels::kFrugal ? "frugal" : "aten";
   return p;
+}
+
+KernelsChoice choose_kernels(const Config& c, bool on_gpu, const std::string& unavailable, PrecisionMode precision,
+                             int64_t world_size) {
+  using K = ModelConfig::Kernels;
+  if (c.model.kernels == K::kFrugal) return {K::kFrugal, "model.kernels = \"frugal\""};
+  if (c.model.kernels == K::kAten) return {K::kAten, "model.kernels = \"aten\""};
+  std::string why;
+  if (!on_gpu)
+    why = "the run is not on a GPU";
+  else if (!unavailable.empty())
+    why = unavailable;
+  else if (precision == PrecisionMode::kFp16)
+    why = "the run is in fp16 (they run in fp32 and bf16)";
+  else if (c.model.source != "gpt")
+    why = "model.source is \"" + c.model.source + "\", not one of frugal's own decoders";
+  else if (lora_enabled(c.lora))
+    why = "LoRA adapters, which their GPU check has not run yet";
+  else if (c.memory.activation_checkpointing.enabled())
+    why = "activation checkpointing, which their GPU check has not run yet";
+  else if (world_size > 1)
+    why = fmt::format("{} processes, which their GPU check has not run yet", world_size);
+  if (!why.empty()) return {K::kAten, "auto: ATen's operators: " + why};
+  return {K::kFrugal, "auto: frugal's CUDA kernels, which run on this GPU (docs/gpu.md)"};
 }
 
 nlohmann::ordered_json levers_json(const RunSetup& setup, const Config& c) {
@@ -81,7 +106,8 @@ nlohmann::ordered_json levers_json(const RunSetup& setup, const Config& c) {
   }
   j["zero"] = static_cast<int>(c.dist.zero);
   if (c.dist.zero == ZeroStage::kParameters) j["reshard_after_forward"] = setup.reshard_after_forward;
-  j["kernels"] = spelled("model.kernels");
+  j["kernels"] = setup.kernels;
+  if (!setup.kernels_reason.empty()) j["kernels_reason"] = setup.kernels_reason;
   j["working_weights"] = setup.working_weights;
   j["offload"] = setup.offload ? "optimizer" : "none";
   j["checkpoints"] = c.checkpoint.enabled ? (c.checkpoint.async ? "async" : "sync") : "on signal only";

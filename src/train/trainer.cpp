@@ -248,6 +248,7 @@ void Trainer::State::set_up_device(const std::optional<LoadedCheckpoint>& ck) {
     device::set_deterministic(c.run.deterministic);
     device::set_tf32(c.precision.tf32);
   }
+  kernels_precision = precision_to_continue(c.precision.mode, ck ? ck->state.value("precision", "") : "", nullptr);
   // run.threads = 0 (auto) on a resume keeps the count the run trained with: another count sums
   // in another order, and the continuation would not be the uninterrupted run bitwise.
   const int kept = ck && c.run.threads == 0 ? ck->state.value("threads", 0) : 0;
@@ -276,7 +277,12 @@ void Trainer::State::build_task(const TaskFactory& make_task) {
   const Config& c = rc.config;
   if (opts.data_parallel.make) dp = opts.data_parallel.make(c);
   const int64_t rank = dp ? dp->rank() : 0, world = dp ? dp->world_size() : 1;
-  task = make_task(c);
+  // The model is built with model.kernels resolved; the run's config keeps what was asked for.
+  kernels = choose_kernels(c, device.is_cuda(), device.is_cuda() ? cuda_kernels_unavailable(device) : "",
+                           kernels_precision, world);
+  Config built = c;
+  built.model.kernels = kernels.kernels;
+  task = make_task(built);
   FRUGAL_CHECK(task.module && task.loss, ConfigError,
                "the Trainer's Task needs a module and a loss function (train/task.h)");
   // data.source, this process's share of it (a task's own data is used as given on every rank).
@@ -314,8 +320,11 @@ void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
       precision_to_continue(c.precision.mode, ck ? ck->state.value("precision", "") : "", &warning);
   if (!warning.empty()) Console::get().line("resume: warning: " + warning);
   const std::string why = mode != c.precision.mode ? "resumed: the checkpoint trained in " + precision_name(mode) : "";
-  setup = set_up_run(c, task.hooks, dp ? dp->world_size() : 1, PrecisionPolicy(mode, device, why));
-  check_model_kernels(c.model, device, setup.precision.mode());
+  Config resolved = c;
+  resolved.model.kernels = kernels.kernels;
+  setup = set_up_run(resolved, task.hooks, dp ? dp->world_size() : 1, PrecisionPolicy(mode, device, why));
+  setup.kernels_reason = kernels.reason;
+  check_model_kernels(resolved.model, device, setup.precision.mode());
   check_cuda_graphs(c, device, setup.world_size);
   if (setup.offload && !device.is_cuda())
     Console::get().line("dist.offload = \"optimizer\": this run is on " + device.str() +
@@ -325,7 +334,7 @@ void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
         fmt::format("dist.zero = {}: this run is one process, so nothing is sharded (ZeRO splits the "
                     "training state across the processes of `frugal launch -n N`)",
                     static_cast<int>(c.dist.zero)));
-  setup.precision.set_fp8_cast_kernels(c.model.kernels == ModelConfig::Kernels::kFrugal);
+  setup.precision.set_fp8_cast_kernels(kernels.kernels == ModelConfig::Kernels::kFrugal);
   if (ck) continue_on_this_world(*ck);
   {
     // The peak probe is frugal's own start-up measurement (a 1024^3 matmul), not training work:

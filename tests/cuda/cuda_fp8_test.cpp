@@ -106,8 +106,8 @@ TEST(CudaFp8, Fp8RunsTrackBf16OnAtenAndOnTheKernelsOrAreRefusedByName) {
     return;
   }
   test::TempDir a, b, c;
-  train_on_gpu(a.path(), {"precision.mode=bf16"});
-  const auto s8 = train_on_gpu(b.path(), {"precision.mode=fp8"});
+  train_on_gpu(a.path(), {"precision.mode=bf16", "model.kernels=aten"});
+  const auto s8 = train_on_gpu(b.path(), {"precision.mode=fp8", "model.kernels=aten"});
   std::vector<const test::TempDir*> fp8_runs = {&b};
   if (cuda_kernels_unavailable(c10::Device(c10::kCUDA, 0)).empty()) {
     train_on_gpu(c.path(), {"precision.mode=fp8", "model.kernels=frugal"});

@@ -304,6 +304,19 @@ TEST(Cuda, TrainingOnFrugalKernelsTracksTheAtenPath) {
   }
   test::expect_curve_tracks(curves[1], curves[0], 0.02, "the kernel path");
 }
+
+// model.kernels = "auto" runs frugal's kernels for a one-process run on a GPU they run on (with the
+// bf16 working weights), and ATen's operators under LoRA adapters, which their check has not run.
+TEST(Cuda, AutoKernelsAreFrugalsOnAOneProcessRunAndAtensUnderLora) {
+  FRUGAL_REQUIRE_KERNELS();
+  test::TempDir a, b;
+  const auto plain = test::train_on_gpu(a.path(), {"precision.mode=bf16"});
+  EXPECT_EQ(plain["levers"]["kernels"], "frugal") << plain["levers"].dump();
+  EXPECT_EQ(plain["levers"]["working_weights"], true);
+  const auto lora = test::train_on_gpu(b.path(), {"precision.mode=bf16", "lora.rank=4"});
+  EXPECT_EQ(lora["levers"]["kernels"], "aten");
+  EXPECT_NE(lora["levers"]["kernels_reason"].get<std::string>().find("LoRA"), std::string::npos);
+}
 #else
 TEST(Cuda, FusedClassifierMatchesLogSoftmaxInDoubleAndWritesEveryElement) { FRUGAL_REQUIRE_KERNELS(); }
 TEST(Cuda, FusedCrossEntropyOnTheGpuMatchesItsCpuReference) { FRUGAL_REQUIRE_KERNELS(); }
@@ -311,6 +324,7 @@ TEST(Cuda, GradientWrittenOverScratchLogitsIsAnInPlaceWriteAutogradSees) { FRUGA
 TEST(Cuda, KernelsRunOnTheTensorsGpuNotTheCurrentOne) { FRUGAL_REQUIRE_KERNELS(); }
 TEST(Cuda, LayerNormKernelsMatchAtenInDoubleAndAreDeterministic) { FRUGAL_REQUIRE_KERNELS(); }
 TEST(Cuda, TrainingOnFrugalKernelsTracksTheAtenPath) { FRUGAL_REQUIRE_KERNELS(); }
+TEST(Cuda, AutoKernelsAreFrugalsOnAOneProcessRunAndAtensUnderLora) { FRUGAL_REQUIRE_KERNELS(); }
 #endif
 
 }  // namespace

@@ -125,5 +125,58 @@ TEST(RunSetup, TheLeversObjectRecordsTheOptimizerScheduleAndPrecisionAndRendersA
   EXPECT_EQ(levers_json(own, c)["schedule"]["kind"], "the task's (TaskHooks::lr_schedule)");
 }
 
+// model.kernels = "auto": frugal's kernels only where their GPU check ran them, each other case
+// ATen's operators with its reason; "aten" and "frugal" as set. The levers carry the choice, and
+// the banner names the kernels when they run.
+TEST(RunSetup, AutoKernelsAreFrugalsOnlyWhereTheirGpuCheckRanThem) {
+  using K = ModelConfig::Kernels;
+  const Config base = test::tiny_config();
+  ASSERT_EQ(base.model.kernels, K::kAuto);
+  const KernelsChoice yes = choose_kernels(base, true, "", PrecisionMode::kBf16, 1);
+  EXPECT_EQ(yes.kernels, K::kFrugal) << yes.reason;
+  EXPECT_EQ(choose_kernels(base, true, "", PrecisionMode::kAuto, 1).kernels, K::kFrugal);
+  EXPECT_EQ(choose_kernels(base, true, "", PrecisionMode::kFp8, 1).kernels, K::kFrugal);
+  Config lora = base, ckpt = base, torchscript = base;
+  lora.lora.rank = 8;
+  ckpt.memory.activation_checkpointing = *parse_activation_checkpointing("blocks");
+  torchscript.model.source = "torchscript:m.pt";
+  struct Case {
+    const Config* c;
+    bool on_gpu;
+    std::string unavailable;
+    PrecisionMode precision;
+    int64_t world;
+    const char* why;
+  };
+  for (const Case& k : {Case{&base, false, "", PrecisionMode::kBf16, 1, "not on a GPU"},
+                        Case{&base, true, "compute capability 7.5 is below 8.0", PrecisionMode::kBf16, 1, "7.5"},
+                        Case{&base, true, "", PrecisionMode::kFp16, 1, "fp16"},
+                        Case{&torchscript, true, "", PrecisionMode::kBf16, 1, "torchscript:m.pt"},
+                        Case{&lora, true, "", PrecisionMode::kBf16, 1, "LoRA"},
+                        Case{&ckpt, true, "", PrecisionMode::kBf16, 1, "activation checkpointing"},
+                        Case{&base, true, "", PrecisionMode::kBf16, 2, "2 processes"}}) {
+    const KernelsChoice no = choose_kernels(*k.c, k.on_gpu, k.unavailable, k.precision, k.world);
+    EXPECT_EQ(no.kernels, K::kAten) << k.why;
+    EXPECT_NE(no.reason.find(k.why), std::string::npos) << no.reason;
+    EXPECT_EQ(no.reason.rfind("auto: ATen's operators: ", 0), 0u) << no.reason;
+  }
+  Config aten = base, frugal = base;
+  aten.model.kernels = K::kAten;
+  frugal.model.kernels = K::kFrugal;
+  EXPECT_EQ(choose_kernels(aten, true, "", PrecisionMode::kBf16, 1).kernels, K::kAten);
+  EXPECT_EQ(choose_kernels(frugal, false, "no GPU", PrecisionMode::kFp16, 4).kernels, K::kFrugal);
+
+  TaskHooks hooks;
+  RunSetup p = set_up_run(frugal, hooks, 1, PrecisionPolicy(PrecisionMode::kFp32, c10::Device(c10::kCPU)));
+  p.kernels_reason = yes.reason;
+  const nlohmann::ordered_json j = levers_json(p, base);
+  EXPECT_EQ(j["kernels"], "frugal");
+  EXPECT_EQ(j["kernels_reason"], yes.reason);
+  EXPECT_NE(levers_line(p, base).find("| kernels frugal"), std::string::npos);
+  const RunSetup a = set_up_run(base, hooks, 1, PrecisionPolicy(PrecisionMode::kFp32, c10::Device(c10::kCPU)));
+  EXPECT_EQ(levers_json(a, base)["kernels"], "aten");
+  EXPECT_EQ(levers_line(a, base).find("kernels"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace frugal::run_setup_test

@@ -83,7 +83,7 @@ struct ModelConfig {
   //   kFrugal: frugal's CUDA kernels (model/kernel_ops.h): the fused classifier over the padded
   //            bf16 logits and LayerNorm with the residual add folded in; refused where they cannot
   //            run (no CUDA device or compute capability below 8.0, fp16, a build without them);
-  //   kAuto:   ATen for now: frugal's kernels are opt-in until their GPU check is committed.
+  //   kAuto:   kFrugal where their GPU check ran them, else kAten (choose_kernels, train/run_setup.h).
   enum class Kernels { kAuto, kAten, kFrugal };
   Kernels kernels = Kernels::kAuto;
   // Where the initial weights come from: "" = random initialisation from run.seed; "hf:DIR" = a

@@ -39,12 +39,28 @@ struct RunSetup {
   // bf16 working weights (model/working_weights.h): model.kernels = "frugal", precision bf16, the
   // fused AdamW unsharded (dist.zero = 0).
   bool working_weights = false;
+  // What runs the model's norms, activations and loss (model.kernels, "auto" resolved by
+  // choose_kernels): "aten" or "frugal", and why.
+  std::string kernels = "aten", kernels_reason;
   bool offload = false;  // dist.offload = "optimizer"
   // dist.zero = 3: the task's blocks (TaskHooks::gather_blocks; set_up_run refuses zero 3 without).
   GatherBlocksFn gather_blocks;
   bool reshard_after_forward = true;  // dist.reshard_after_forward (BlockGathering)
   PeakFlops peak;                     // MFU's denominator (configured, or measured once in the run's dtype)
 };
+
+// model.kernels for a training run, "auto" resolved: frugal's CUDA kernels where their GPU check
+// ran them (docs/gpu.md: one process, frugal's own decoders, fp32, bf16 or fp8, no LoRA adapters,
+// no activation checkpointing) and they run on the run's GPU (`unavailable`, from
+// cuda_kernels_unavailable: "" where they do); ATen's operators elsewhere. "aten" and "frugal" stay
+// as set (check_model_kernels refuses "frugal" where it cannot run). `precision`: the configured
+// mode, or the one a resumed checkpoint trained in.
+struct KernelsChoice {
+  ModelConfig::Kernels kernels = ModelConfig::Kernels::kAten;
+  std::string reason;
+};
+KernelsChoice choose_kernels(const Config& config, bool on_gpu, const std::string& unavailable, PrecisionMode precision,
+                             int64_t world_size);
 
 // The setup for `config` on `world_size` processes with `precision` already resolved. `peak` is
 // left empty (the Trainer measures it; a probe of a few steps does not need it).

@@ -48,11 +48,13 @@ struct Trainer::State {
   torch::Device device{torch::kCPU};
   ThreadSettings threads;
   Task task;
-  std::shared_ptr<torch::nn::Module> model;  // task.module
-  std::unique_ptr<DataParallelism> dp;       // multi-process only; outlives `step` (declared first)
-  std::shared_ptr<BatchSource> data;         // task.data
-  RunSetup setup;                            // resolved once at start-up
-  nlohmann::json frozen;                     // frozen tensors a checkpoint names instead of storing (model/freeze.h)
+  std::shared_ptr<torch::nn::Module> model;                // task.module
+  std::unique_ptr<DataParallelism> dp;                     // multi-process only; outlives `step` (declared first)
+  std::shared_ptr<BatchSource> data;                       // task.data
+  RunSetup setup;                                          // resolved once at start-up
+  PrecisionMode kernels_precision = PrecisionMode::kAuto;  // what choose_kernels assumes (set_up_device)
+  KernelsChoice kernels;                                   // model.kernels resolved (build_task)
+  nlohmann::json frozen;  // frozen tensors a checkpoint names instead of storing (model/freeze.h)
   std::unique_ptr<TrainStep> step;
   std::vector<std::shared_ptr<Callback>> callbacks;  // from the connector, in calling order
   std::string dashboard_url;
