@@ -124,8 +124,8 @@ def llama(R):
         ", " + p for p in parts[1:])
 
 
-# The Llama head's rework (chunks of at least 2^28 logits on a GPU, the head padded to
-# model.head_multiple, the classifier kernel on each chunk) came after the results of this date.
+# The Llama head's rework (larger chunks on a GPU, the head padded to model.head_multiple, the
+# classifier kernel on each chunk) came after the results of this date.
 LLAMA_HEAD_REWORK_AFTER = "2026-11-30"
 
 
@@ -172,9 +172,9 @@ TARGETS = [
     ("a Llama shape of similar size vs `torch.compile` (`gpu_bench.py`'s llama row: 12 x 768, 4 key/value heads, "
      "SwiGLU 2048, untied head)", "ATen path, ~0.5x; on the kernels ~0.6x (RMSNorm with one residual add, SwiGLU and "
      "the rotary embedding with the heads' layout fused)", llama),
-    ("the Llama row's step after the head's rework (chunks of at least 2^28 logits on a GPU, the head padded to "
-     "64, the classifier kernel on each chunk with `model.kernels = \"frugal\"`)",
-     "~80 ms on the kernels and ~105 ms on ATen on an H200 (95.0 and 116.3 ms before it, 2026-11-30): the head + "
+    ("the Llama row's step after the head's rework (on a GPU chunks of at least 2^26 logits, 2^28 on the "
+     "classifier kernel, which runs on each chunk with frugal's kernels; the head padded to 64)",
+     "~80 ms on the kernels and ~105-110 ms on ATen on an H200 (95.0 and 116.3 ms before it, 2026-11-30): the head + "
      "loss was ~26 ms in 66 chunks of 249 rows (each reading and writing dW once more, seven fp32 passes over the "
      "logits), ~9 ms on the kernel", llama_head_rework),
     ("the optimizer in host memory (`dist.offload = \"optimizer\"`, `gpu_bench.py`'s offload row, frugal on ATen)",

@@ -334,6 +334,7 @@ std::string state_problem(const nlohmann::json& s) {
     return "\"optimizer_steps\" is not a whole number >= 0";
   if (s.contains("precision") && !one_of(s["precision"], {"fp32", "bf16", "fp16", "fp8"}))
     return "\"precision\" is not one of fp32, bf16, fp16, fp8";
+  if (s.contains("kernels") && !one_of(s["kernels"], {"aten", "frugal"})) return "\"kernels\" is not aten or frugal";
   if (s.contains("loss_scaler")) {
     const auto& ls = s["loss_scaler"];
     if (!ls.is_object()) return "\"loss_scaler\" is not an object";

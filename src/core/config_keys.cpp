@@ -130,7 +130,7 @@ void add_model_keys(std::vector<KeySpec>& s) {
   k.may(int_key(FRUGAL_FIELD(model, loss_chunk), 0, 1 << 24,
                 "llama: rows of the output head + cross-entropy computed at a time, so no tokens x vocab fp32 "
                 "logits are held; 0 = auto (a chunk's logits about the size of its hidden states, and at least "
-                "2^20 of them; 2^28 on a GPU)"));
+                "2^20 of them; on a GPU 2^26, 2^28 on frugal's classifier kernel)"));
   k.fixed(int_key(FRUGAL_FIELD(model, head_multiple), 0, 4096,
                   "the output head's matmuls run at model.vocab rounded up to a multiple of this (zero rows "
                   "for the product only; parameters, checkpoints and logits unchanged): aligned widths use "

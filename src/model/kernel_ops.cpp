@@ -409,6 +409,10 @@ at::Tensor fused_cross_entropy(const at::Tensor& logits, const at::Tensor& targe
 bool classifier_block(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab, int64_t ignore_index,
                       const at::Tensor& count, bool gradient, at::Tensor& loss_sum) {
   if (logits.dim() != 2 || !logits.is_contiguous() || !classifier_on_kernel(logits)) return false;
+  TORCH_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0) && targets.scalar_type() == at::kLong &&
+                  targets.device() == logits.device(),
+              "classifier_block: targets must be int64, one a row of the logits, on their device (", logits.device(),
+              "); got ", targets.scalar_type(), " of shape ", targets.sizes(), " on ", targets.device());
 #if FRUGAL_HAVE_KERNELS
   RECORD_FUNCTION("frugal::fused_classifier_block", std::vector<c10::IValue>());
   const c10::cuda::CUDAGuard device_guard(logits.device());

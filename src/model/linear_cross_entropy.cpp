@@ -130,7 +130,9 @@ at::Tensor linear_cross_entropy(const at::Tensor& x, const at::Tensor& weight, c
   const at::Tensor t = targets.reshape({-1});
   TORCH_CHECK(t.size(0) == x2.size(0), "linear_cross_entropy: ", t.size(0), " targets for ", x2.size(0), " rows");
   TORCH_CHECK(pad_multiple >= 1, "linear_cross_entropy: pad_multiple must be at least 1, got ", pad_multiple);
-  const int64_t min_logits = x.is_cuda() ? kMinChunkLogitsGpu : kMinChunkLogits;
+  const int64_t min_logits = !x.is_cuda()                            ? kMinChunkLogits
+                             : gpu_kernels && cuda_kernels_run_on(x) ? kMinChunkLogitsKernel
+                                                                     : kMinChunkLogitsGpu;
   const int64_t chunk =
       chunk_rows > 0 ? chunk_rows : chunk_rows_for(x2.size(0), x2.size(1), weight.size(0), min_logits);
   const bool grad = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());

@@ -52,13 +52,15 @@ RunSetup set_up_run(const Config& c, const TaskHooks& hooks, int64_t world_size,
 }
 
 KernelsChoice choose_kernels(const Config& c, bool on_gpu, const std::string& unavailable, PrecisionMode precision,
-                             int64_t world_size) {
+                             int64_t world_size, const std::string& resumed) {
   using K = ModelConfig::Kernels;
   if (c.model.kernels == K::kFrugal) return {K::kFrugal, "model.kernels = \"frugal\""};
   if (c.model.kernels == K::kAten) return {K::kAten, "model.kernels = \"aten\""};
   std::string why;
   if (!on_gpu)
     why = "the run is not on a GPU";
+  else if (resumed == "aten")
+    why = "the checkpoint this run resumes trained on them (another choice would not continue it exactly)";
   else if (!unavailable.empty())
     why = unavailable;
   else if (precision == PrecisionMode::kFp16)
@@ -73,6 +75,13 @@ KernelsChoice choose_kernels(const Config& c, bool on_gpu, const std::string& un
     why = fmt::format("{} processes, which their GPU check has not run yet", world_size);
   if (!why.empty()) return {K::kAten, "auto: ATen's operators: " + why};
   return {K::kFrugal, "auto: frugal's CUDA kernels, which run on this GPU (docs/gpu.md)"};
+}
+
+KernelsChoice confirm_kernels(const KernelsChoice& chosen, const Config& c, const TaskHooks& hooks) {
+  if (c.model.kernels != ModelConfig::Kernels::kAuto || chosen.kernels != ModelConfig::Kernels::kFrugal ||
+      hooks.frugal_kernels)
+    return chosen;
+  return {ModelConfig::Kernels::kAten, "auto: ATen's operators: the task's model is not one of frugal's own decoders"};
 }
 
 nlohmann::ordered_json levers_json(const RunSetup& setup, const Config& c) {

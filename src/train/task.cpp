@@ -58,6 +58,7 @@ Task lm_task(CausalLm model, std::shared_ptr<BatchSource> data, const Config& co
     raw->set_block_gathering(std::move(gathering));
     return raw->block_parameters();
   };
+  t.hooks.frugal_kernels = config.model.kernels == ModelConfig::Kernels::kFrugal;
   if (config.data.source.kind == DataSource::Kind::kArith && config.train.answer_samples > 0) {
     const Config c = config;
     t.hooks.extend_summary = [model, c](nlohmann::ordered_json& summary) mutable {

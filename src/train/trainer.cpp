@@ -249,6 +249,7 @@ void Trainer::State::set_up_device(const std::optional<LoadedCheckpoint>& ck) {
     device::set_tf32(c.precision.tf32);
   }
   kernels_precision = precision_to_continue(c.precision.mode, ck ? ck->state.value("precision", "") : "", nullptr);
+  kernels_resumed = ck ? ck->state.value("kernels", "aten") : "";
   // run.threads = 0 (auto) on a resume keeps the count the run trained with: another count sums
   // in another order, and the continuation would not be the uninterrupted run bitwise.
   const int kept = ck && c.run.threads == 0 ? ck->state.value("threads", 0) : 0;
@@ -279,10 +280,11 @@ void Trainer::State::build_task(const TaskFactory& make_task) {
   const int64_t rank = dp ? dp->rank() : 0, world = dp ? dp->world_size() : 1;
   // The model is built with model.kernels resolved; the run's config keeps what was asked for.
   kernels = choose_kernels(c, device.is_cuda(), device.is_cuda() ? cuda_kernels_unavailable(device) : "",
-                           kernels_precision, world);
+                           kernels_precision, world, kernels_resumed);
   Config built = c;
   built.model.kernels = kernels.kernels;
   task = make_task(built);
+  kernels = confirm_kernels(kernels, c, task.hooks);
   FRUGAL_CHECK(task.module && task.loss, ConfigError,
                "the Trainer's Task needs a module and a loss function (train/task.h)");
   // data.source, this process's share of it (a task's own data is used as given on every rank).

@@ -168,6 +168,7 @@ CheckpointData Trainer::State::capture(bool snapshot) {
                        {"skipped", ss.skipped},
                        {"skipped_at_floor", ss.skipped_at_floor}};
   st["precision"] = step->precision().name();
+  st["kernels"] = setup.kernels;     // model.kernels = "auto" keeps it on resume (choose_kernels)
   st["threads"] = threads.intra_op;  // kept on resume with run.threads = 0 (trainer.cpp)
   st["rng"] = {{"cpu", detail::cpu_rng_state_hex()}};
   if (device.is_cuda()) {  // every visible GPU's generator: dropout masks on the GPU resume exactly

@@ -230,6 +230,7 @@ TEST(Checkpoint, AReSignedStateJsonWithMissingFilesOrImpossibleValuesIsNotSound)
       {[](nlohmann::json& s) { s["global_batch"] = "8"; }, "global_batch"},
       {[](nlohmann::json& s) { s["optimizer_steps"] = -2; }, "optimizer_steps"},
       {[](nlohmann::json& s) { s["precision"] = "fp64"; }, "precision"},
+      {[](nlohmann::json& s) { s["kernels"] = 1; }, "kernels"},
       {[](nlohmann::json& s) { s["files"]["model.safetensors"]["xxh3"] = "zz"; }, "model.safetensors"},
       {[](nlohmann::json& s) { s["loop"]["lr_scale"] = 1e308; }, "loop.lr_scale"},
       {[](nlohmann::json& s) { s["loop"]["lr_scale"] = "1"; }, "loop.lr_scale"},

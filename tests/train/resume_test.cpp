@@ -273,6 +273,7 @@ TEST(Resume, WallTimeAndTokensPerSecondSpanEverySession) {
   const double startup = state.at("loop").at("startup_s").get<double>();
   EXPECT_GT(startup, 0.0);
   EXPECT_TRUE(state.at("callbacks").contains("cost_meter")) << state.at("callbacks").dump();
+  EXPECT_EQ(state.at("kernels"), "aten");  // what model.kernels = "auto" ran on, kept on resume
   TrainerOptions r;
   r.resume = "auto";
   const auto resumed = test::train_tiny(dir.path(), {"checkpoint.enabled=false"}, r);

@@ -165,6 +165,20 @@ TEST(RunSetup, AutoKernelsAreFrugalsOnlyWhereTheirGpuCheckRanThem) {
   frugal.model.kernels = K::kFrugal;
   EXPECT_EQ(choose_kernels(aten, true, "", PrecisionMode::kBf16, 1).kernels, K::kAten);
   EXPECT_EQ(choose_kernels(frugal, false, "no GPU", PrecisionMode::kFp16, 4).kernels, K::kFrugal);
+  // A resume keeps what the checkpoint trained on ("aten" where it names none: before "auto" chose).
+  const KernelsChoice kept = choose_kernels(base, true, "", PrecisionMode::kBf16, 1, "aten");
+  EXPECT_EQ(kept.kernels, K::kAten);
+  EXPECT_NE(kept.reason.find("checkpoint"), std::string::npos) << kept.reason;
+  EXPECT_EQ(choose_kernels(base, true, "", PrecisionMode::kBf16, 1, "frugal").kernels, K::kFrugal);
+  EXPECT_EQ(choose_kernels(frugal, true, "", PrecisionMode::kBf16, 1, "aten").kernels, K::kFrugal);
+  // Once the task is built: "auto" holds frugal's kernels only for a model that runs them.
+  TaskHooks decoder, other;
+  decoder.frugal_kernels = true;
+  EXPECT_EQ(confirm_kernels(yes, base, decoder).kernels, K::kFrugal);
+  const KernelsChoice own = confirm_kernels(yes, base, other);
+  EXPECT_EQ(own.kernels, K::kAten);
+  EXPECT_NE(own.reason.find("not one of frugal's own decoders"), std::string::npos) << own.reason;
+  EXPECT_EQ(confirm_kernels({K::kFrugal, "set"}, frugal, other).kernels, K::kFrugal);
 
   TaskHooks hooks;
   RunSetup p = set_up_run(frugal, hooks, 1, PrecisionPolicy(PrecisionMode::kFp32, c10::Device(c10::kCPU)));

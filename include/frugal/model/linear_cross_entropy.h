@@ -20,7 +20,8 @@ namespace frugal {
 // Mean of -log softmax(x W^T)[target] over the rows whose target is not `ignore_index`; 0 where
 // every target is ignored (ATen's mean is NaN there). x: (N, C) or (..., C); weight: (V, C);
 // targets: N int64 ids. chunk_rows: rows per chunk; 0 = auto (chunk_rows_for, with
-// kMinChunkLogitsGpu on a GPU, else kMinChunkLogits). pad_multiple: the products run at V rounded
+// kMinChunkLogitsKernel on the classifier kernel, kMinChunkLogitsGpu elsewhere on a GPU, else
+// kMinChunkLogits). pad_multiple: the products run at V rounded
 // up to a multiple of it (zero rows; model.head_multiple: aligned widths take a GPU's fast matmul
 // kernels), the result unchanged. gpu_kernels (model.kernels = "frugal"): each chunk's softmax,
 // loss and gradient on frugal's classifier kernel, over the chunk's logits in the compute dtype
@@ -30,10 +31,13 @@ at::Tensor linear_cross_entropy(const at::Tensor& x, const at::Tensor& weight, c
                                 bool gpu_kernels = false);
 
 // The fewest logits a chunk holds: narrower products run far below the matmul's rate. On a GPU far
-// more (2^28, 1 GiB in fp32): there every chunk also reads and writes dW (V x C, fp32) once more, and
-// launches its own dozen kernels.
+// more, since there every chunk also reads and writes dW (V x C, fp32) once more and launches its
+// own dozen kernels: about half a GiB of a chunk's temporaries at once, which is 2^26 logits on
+// ATen's operators (fp32 logits beside two bf16 copies) and 2^28 on the classifier kernel (the
+// products' bf16 logits alone).
 constexpr int64_t kMinChunkLogits = int64_t{1} << 20;
-constexpr int64_t kMinChunkLogitsGpu = int64_t{1} << 28;
+constexpr int64_t kMinChunkLogitsGpu = int64_t{1} << 26;
+constexpr int64_t kMinChunkLogitsKernel = int64_t{1} << 28;
 
 // Rows per chunk for N rows of width C against V classes: Liger's rule, N / ceil(V / C) rounded
 // up, so a chunk's logits are about the size of x itself, but at least `min_logits` logits; at

@@ -52,15 +52,21 @@ struct RunSetup {
 // model.kernels for a training run, "auto" resolved: frugal's CUDA kernels where their GPU check
 // ran them (docs/gpu.md: one process, frugal's own decoders, fp32, bf16 or fp8, no LoRA adapters,
 // no activation checkpointing) and they run on the run's GPU (`unavailable`, from
-// cuda_kernels_unavailable: "" where they do); ATen's operators elsewhere. "aten" and "frugal" stay
-// as set (check_model_kernels refuses "frugal" where it cannot run). `precision`: the configured
-// mode, or the one a resumed checkpoint trained in.
+// cuda_kernels_unavailable: "" where they do); ATen's operators elsewhere, and on a resume of a
+// checkpoint that trained on them (`resumed`: its "kernels", "aten" for a checkpoint that names
+// none; "" for a fresh run), so that the continuation computes what the uninterrupted run would.
+// "aten" and "frugal" stay as set (check_model_kernels refuses "frugal" where it cannot run).
+// `precision`: the configured mode, or the one a resumed checkpoint trained in.
 struct KernelsChoice {
   ModelConfig::Kernels kernels = ModelConfig::Kernels::kAten;
   std::string reason;
 };
 KernelsChoice choose_kernels(const Config& config, bool on_gpu, const std::string& unavailable, PrecisionMode precision,
-                             int64_t world_size);
+                             int64_t world_size, const std::string& resumed = "");
+// The choice once the task is built from it: "auto" holds frugal's kernels only for a task whose
+// model runs them (TaskHooks::frugal_kernels: frugal's own decoders); another task's model trains
+// on its own operators, which the choice then says.
+KernelsChoice confirm_kernels(const KernelsChoice& chosen, const Config& config, const TaskHooks& hooks);
 
 // The setup for `config` on `world_size` processes with `precision` already resolved. `peak` is
 // left empty (the Trainer measures it; a probe of a few steps does not need it).

@@ -85,6 +85,9 @@ struct TaskHooks {
   // ZeRO-3 shards and gathers; parameters in no block stay whole on every rank. Without it,
   // dist.zero = 3 is a ConfigError.
   GatherBlocksFn gather_blocks;
+  // The model runs frugal's CUDA kernels (frugal's own decoder, built with model.kernels =
+  // "frugal"): what model.kernels = "auto" resolved to holds only where it is set (confirm_kernels).
+  bool frugal_kernels = false;
 };
 
 struct Task {

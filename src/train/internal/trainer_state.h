@@ -53,6 +53,7 @@ struct Trainer::State {
   std::shared_ptr<BatchSource> data;                       // task.data
   RunSetup setup;                                          // resolved once at start-up
   PrecisionMode kernels_precision = PrecisionMode::kAuto;  // what choose_kernels assumes (set_up_device)
+  std::string kernels_resumed;                             // the resumed checkpoint's kernels ("" fresh)
   KernelsChoice kernels;                                   // model.kernels resolved (build_task)
   nlohmann::json frozen;  // frozen tensors a checkpoint names instead of storing (model/freeze.h)
   std::unique_ptr<TrainStep> step;
