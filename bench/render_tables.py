@@ -671,6 +671,10 @@ def render_gpu(R):
             lines.append(f"| {dt} {side}{extra} | {n0(v['tokens_per_s'])} | {pct(v['mfu_measured_peak'], 1)} | "
                          f"{pct(v['mfu_datasheet'], 1)} | {n0(v.get('peak_tensor_mb'))} | "
                          f"{pct(v['data_wait_fraction'], 2)} |")
+    lines += ["", "Sides: `frugal` is frugal on ATen's operators (`model.kernels = \"aten\"`); `frugal_kernels` on its "
+                  "CUDA kernels, which `model.kernels = \"auto\"` runs on a one-process GPU run; `_graphs` adds "
+                  "`train.cuda_graphs`, `_fp8` `precision.mode = \"fp8\"`; `eager` and `compile` are the same model "
+                  "in plain PyTorch (`bench/peer_gpt.py`)."]
     ratios = []
     for dt in ("bf16", "fp16"):
         g = R.get(f"gpu_{dt}")

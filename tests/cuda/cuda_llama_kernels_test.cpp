@@ -4,8 +4,9 @@
 // fused into the norm what the sum and then the norm give, the rotary embedding into the
 // attention's layout what ATen's apply_rope gives; in fp32 and bf16, on fresh inputs; the weight
 // gradient is the same bits run after run; the chunked head on the classifier kernel what the full
-// logits' cross-entropy gives; a Llama run on the kernels tracks one on ATen's operators. Skipped
-// without a GPU the kernels run on.
+// logits' cross-entropy gives; a Llama run on the kernels tracks one on ATen's operators, and so do
+// LoRA and activation checkpointing on them in both families. Skipped without a GPU the kernels
+// run on.
 #include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -177,6 +178,31 @@ TEST(Cuda, LlamaTrainingOnFrugalKernelsTracksTheAtenPath) {
     curves.push_back(test::step_losses(d.path() + "/demo/metrics.jsonl"));
   }
   test::expect_curve_tracks(curves[1], curves[0], 0.02, "the Llama kernel path");
+}
+
+// What model.kernels = "auto" leaves on ATen's operators until a GPU check has run it on the
+// kernels (train/run_setup.h, choose_kernels): LoRA adapters and activation checkpointing, in both
+// families. Each run on the kernels follows the same run on ATen's within 2% at every logged step.
+TEST(Cuda, LoraAndActivationCheckpointingOnTheKernelsTrackTheAtenPath) {
+  if (const std::string why = no_kernels(); !why.empty()) GTEST_SKIP() << why;
+  const std::vector<std::string> gpt = {}, llama = {"model.arch=llama", "model.heads=4", "model.kv_heads=2",
+                                                    "model.tie_embeddings=false", "model.dropout=0"};
+  for (const auto* family : {&gpt, &llama})
+    for (const char* lever : {"lora.rank=4", "memory.activation_checkpointing=blocks"}) {
+      SCOPED_TRACE(::testing::Message() << (family == &gpt ? "GPT, " : "Llama, ") << lever);
+      std::vector<std::vector<double>> curves;
+      for (const char* k : {"model.kernels=aten", "model.kernels=frugal"}) {
+        test::TempDir d;
+        std::vector<std::string> sets = *family;
+        sets.insert(sets.end(), {"precision.mode=bf16", lever, k});
+        const auto s = test::train_on_gpu(d.path(), sets);
+        EXPECT_EQ(s["levers"]["kernels"], std::string(k).substr(14));
+        curves.push_back(test::step_losses(d.path() + "/demo/metrics.jsonl"));
+      }
+      ASSERT_EQ(curves[1].size(), curves[0].size());
+      ASSERT_FALSE(curves[0].empty());
+      for (size_t i = 0; i < curves[0].size(); ++i) EXPECT_NEAR(curves[1][i], curves[0][i], 0.02 * curves[0][i]) << i;
+    }
 }
 
 // Chunks of logits the classifier kernel ran on (RECORD_FUNCTION "frugal::fused_classifier_block").
