@@ -105,6 +105,10 @@ at::Tensor CausalLmImpl::run_block(size_t i, const std::function<at::Tensor(cons
   return backward ? AroundBlock<true>::apply(h, y) : y;
 }
 
+int64_t CausalLmImpl::head_multiple_for(const at::Tensor& x) const {
+  return config_.head_multiple > 0 ? config_.head_multiple : (x.is_cuda() ? 64 : 1);
+}
+
 BlockParameters CausalLmImpl::block_parameters() {
   BlockParameters out;
   out.blocks.resize(static_cast<size_t>(config_.layers));

@@ -234,10 +234,6 @@ at::Tensor GptImpl::head(const at::Tensor& x, bool pad) const {
   return product.size(-1) == config_.vocab ? product : product.narrow(-1, 0, config_.vocab);
 }
 
-int64_t GptImpl::head_multiple_for(const at::Tensor& x) const {
-  return config_.head_multiple > 0 ? config_.head_multiple : (x.is_cuda() ? 64 : 1);
-}
-
 at::Tensor GptImpl::head_product(const at::Tensor& x, int64_t m) const {
   const int64_t V = config_.vocab;
   const int64_t Vp = (V + m - 1) / m * m;

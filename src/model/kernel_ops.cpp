@@ -18,6 +18,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "kernels/kernels.h"
@@ -87,6 +88,34 @@ bool classifier_on_kernel(const at::Tensor& logits) {
 #endif
 }
 
+#if FRUGAL_HAVE_KERNELS
+// The classifier kernel's two passes (kernels.h) on the logits' device and stream: {lse, loss}
+// per row; then the gradient into `dlogits` (the logits themselves, for an in-place write).
+std::pair<at::Tensor, at::Tensor> classifier_forward_pass(const at::Tensor& logits, const at::Tensor& targets,
+                                                          int64_t vocab, int64_t ignore) {
+  const c10::cuda::CUDAGuard device_guard(logits.device());
+  const auto opts = logits.options().dtype(at::kFloat);
+  at::Tensor lse = at::empty({logits.size(0)}, opts), rows = at::empty({logits.size(0)}, opts);
+  check_kernel_launch(
+      kernels::classifier_forward(logits.data_ptr(), kernel_dtype_of(logits.scalar_type()), logits.size(0), vocab,
+                                  logits.size(1), targets.data_ptr<int64_t>(), ignore, lse.data_ptr<float>(),
+                                  rows.data_ptr<float>(), kernel_stream(logits)),
+      "classifier_forward");
+  return {lse, rows};
+}
+
+void classifier_backward_pass(const at::Tensor& dlogits, const at::Tensor& logits, const at::Tensor& targets,
+                              int64_t vocab, int64_t ignore, const at::Tensor& lse, const at::Tensor& grad,
+                              const at::Tensor& count) {
+  const c10::cuda::CUDAGuard device_guard(logits.device());
+  check_kernel_launch(kernels::classifier_backward(
+                          dlogits.data_ptr(), logits.data_ptr(), kernel_dtype_of(logits.scalar_type()), logits.size(0),
+                          vocab, logits.size(1), targets.data_ptr<int64_t>(), ignore, lse.data_ptr<float>(),
+                          grad.data_ptr<float>(), count.data_ptr<float>(), kernel_stream(logits)),
+                      "classifier_backward");
+}
+#endif
+
 class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunction> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits_in, const at::Tensor& targets_in,
@@ -101,15 +130,7 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
     if (kernel) {
 #if FRUGAL_HAVE_KERNELS
       RECORD_FUNCTION("frugal::fused_classifier", std::vector<c10::IValue>());
-      const c10::cuda::CUDAGuard device_guard(logits.device());
-      const auto opts = logits.options().dtype(at::kFloat);
-      lse = at::empty({logits.size(0)}, opts);
-      rows = at::empty({logits.size(0)}, opts);
-      check_kernel_launch(
-          kernels::classifier_forward(logits.data_ptr(), kernel_dtype_of(logits.scalar_type()), logits.size(0), vocab,
-                                      logits.size(1), targets.data_ptr<int64_t>(), ignore_index, lse.data_ptr<float>(),
-                                      rows.data_ptr<float>(), kernel_stream(logits)),
-          "classifier_forward");
+      std::tie(lse, rows) = classifier_forward_pass(logits, targets, vocab, ignore_index);
 #endif
     } else {
       const at::Tensor z = logits.narrow(1, 0, vocab).to(reference_compute_type(logits));
@@ -142,14 +163,8 @@ class CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFuncti
     if (ctx->saved_data["kernel"].toBool()) {
 #if FRUGAL_HAVE_KERNELS
       RECORD_FUNCTION("frugal::fused_classifier_backward", std::vector<c10::IValue>());
-      const c10::cuda::CUDAGuard device_guard(logits.device());
-      const at::Tensor grad = grad_out[0].to(at::kFloat).contiguous();
-      check_kernel_launch(
-          kernels::classifier_backward(dlogits.data_ptr(), logits.data_ptr(), kernel_dtype_of(logits.scalar_type()),
-                                       logits.size(0), vocab, logits.size(1), targets.data_ptr<int64_t>(), ignore,
-                                       lse.data_ptr<float>(), grad.data_ptr<float>(), count.data_ptr<float>(),
-                                       kernel_stream(logits)),
-          "classifier_backward");
+      classifier_backward_pass(dlogits, logits, targets, vocab, ignore, lse, grad_out[0].to(at::kFloat).contiguous(),
+                               count);
       // The kernel wrote through a raw pointer: the in-place write is made known to autograd, so
       // that another reader of the logits fails loudly ("modified by an inplace operation")
       // instead of reading gradients. ATen's in-place operations below count themselves.
@@ -415,23 +430,12 @@ bool classifier_block(const at::Tensor& logits, const at::Tensor& targets, int64
               "); got ", targets.scalar_type(), " of shape ", targets.sizes(), " on ", targets.device());
 #if FRUGAL_HAVE_KERNELS
   RECORD_FUNCTION("frugal::fused_classifier_block", std::vector<c10::IValue>());
-  const c10::cuda::CUDAGuard device_guard(logits.device());
   const at::Tensor t = targets.contiguous();
-  const auto opts = logits.options().dtype(at::kFloat);
-  const at::Tensor lse = at::empty({logits.size(0)}, opts), rows = at::empty({logits.size(0)}, opts);
-  check_kernel_launch(
-      kernels::classifier_forward(logits.data_ptr(), kernel_dtype_of(logits.scalar_type()), logits.size(0), vocab,
-                                  logits.size(1), t.data_ptr<int64_t>(), ignore_index, lse.data_ptr<float>(),
-                                  rows.data_ptr<float>(), kernel_stream(logits)),
-      "classifier_forward");
+  const auto [lse, rows] = classifier_forward_pass(logits, t, vocab, ignore_index);
   loss_sum.add_(rows.sum());
   if (gradient) {
-    const at::Tensor one = at::ones({}, opts), n = count.to(at::kFloat).contiguous();
-    check_kernel_launch(kernels::classifier_backward(
-                            logits.data_ptr(), logits.data_ptr(), kernel_dtype_of(logits.scalar_type()), logits.size(0),
-                            vocab, logits.size(1), t.data_ptr<int64_t>(), ignore_index, lse.data_ptr<float>(),
-                            one.data_ptr<float>(), n.data_ptr<float>(), kernel_stream(logits)),
-                        "classifier_backward");
+    const at::Tensor one = at::ones({}, logits.options().dtype(at::kFloat));
+    classifier_backward_pass(logits, logits, t, vocab, ignore_index, lse, one, count.to(at::kFloat).contiguous());
     logits.unsafeGetTensorImpl()->bump_version();  // written through a raw pointer
   }
   return true;

@@ -248,7 +248,8 @@ void Trainer::State::set_up_device(const std::optional<LoadedCheckpoint>& ck) {
     device::set_deterministic(c.run.deterministic);
     device::set_tf32(c.precision.tf32);
   }
-  kernels_precision = precision_to_continue(c.precision.mode, ck ? ck->state.value("precision", "") : "", nullptr);
+  continued_precision =
+      precision_to_continue(c.precision.mode, ck ? ck->state.value("precision", "") : "", &precision_warning);
   kernels_resumed = ck ? ck->state.value("kernels", "aten") : "";
   // run.threads = 0 (auto) on a resume keeps the count the run trained with: another count sums
   // in another order, and the continuation would not be the uninterrupted run bitwise.
@@ -280,7 +281,7 @@ void Trainer::State::build_task(const TaskFactory& make_task) {
   const int64_t rank = dp ? dp->rank() : 0, world = dp ? dp->world_size() : 1;
   // The model is built with model.kernels resolved; the run's config keeps what was asked for.
   kernels = choose_kernels(c, device.is_cuda(), device.is_cuda() ? cuda_kernels_unavailable(device) : "",
-                           kernels_precision, world, kernels_resumed);
+                           continued_precision, world, kernels_resumed);
   Config built = c;
   built.model.kernels = kernels.kernels;
   task = make_task(built);
@@ -317,10 +318,8 @@ void Trainer::State::build_task(const TaskFactory& make_task) {
 // resumed checkpoint trained in), MFU's peak in that precision; then the step that follows it.
 void Trainer::State::make_setup(const std::optional<LoadedCheckpoint>& ck) {
   const Config& c = rc.config;
-  std::string warning;
-  const PrecisionMode mode =
-      precision_to_continue(c.precision.mode, ck ? ck->state.value("precision", "") : "", &warning);
-  if (!warning.empty()) Console::get().line("resume: warning: " + warning);
+  const PrecisionMode mode = continued_precision;
+  if (!precision_warning.empty()) Console::get().line("resume: warning: " + precision_warning);
   const std::string why = mode != c.precision.mode ? "resumed: the checkpoint trained in " + precision_name(mode) : "";
   Config resolved = c;
   resolved.model.kernels = kernels.kernels;

@@ -99,6 +99,10 @@ class CausalLmImpl : public torch::nn::Module {
   // `block` is the module whose parameters fn uses.
   at::Tensor run_block(size_t i, const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& x,
                        const torch::nn::Module& block) const;
+  // The multiple the output head's products round the vocabulary up to for `x`'s device
+  // (model.head_multiple; 0 = 64 on a GPU, where aligned widths take the fast matmul kernels, 1
+  // elsewhere).
+  int64_t head_multiple_for(const at::Tensor& x) const;
 
   ModelConfig config_;
 

@@ -95,7 +95,6 @@ class GptImpl : public CausalLmImpl {
   // The head's product at its padded width, (..., embd) -> (..., Vp), Vp = vocab rounded up to
   // `multiple`; columns vocab..Vp-1 are zero.
   at::Tensor head_product(const at::Tensor& x, int64_t multiple) const;
-  int64_t head_multiple_for(const at::Tensor& x) const;
 
   torch::nn::Embedding wte_{nullptr}, wpe_{nullptr};
   torch::nn::Dropout drop_{nullptr};

@@ -254,10 +254,8 @@ at::Tensor LlamaImpl::logits(const at::Tensor& idx, const at::Tensor& positions)
 
 at::Tensor LlamaImpl::loss(const at::Tensor& idx, const at::Tensor& targets, const at::Tensor& positions) {
   const at::Tensor x = hidden(idx, positions);
-  // The head's products at an aligned width on a GPU (model.head_multiple, as the GPT's head).
-  const int64_t pad = config_.head_multiple > 0 ? config_.head_multiple : (x.is_cuda() ? 64 : 1);
   return linear_cross_entropy(x, working_weight(head_weight(), config_.tie_embeddings), targets, config_.loss_chunk,
-                              kIgnoreIndex, pad, gpu_kernels(config_));
+                              kIgnoreIndex, head_multiple_for(x), gpu_kernels(config_));
 }
 
 at::Tensor LlamaImpl::decode(const at::Tensor& idx, int64_t pos, std::vector<LayerKv>& cache) {

@@ -48,14 +48,17 @@ struct Trainer::State {
   torch::Device device{torch::kCPU};
   ThreadSettings threads;
   Task task;
-  std::shared_ptr<torch::nn::Module> model;                // task.module
-  std::unique_ptr<DataParallelism> dp;                     // multi-process only; outlives `step` (declared first)
-  std::shared_ptr<BatchSource> data;                       // task.data
-  RunSetup setup;                                          // resolved once at start-up
-  PrecisionMode kernels_precision = PrecisionMode::kAuto;  // what choose_kernels assumes (set_up_device)
-  std::string kernels_resumed;                             // the resumed checkpoint's kernels ("" fresh)
-  KernelsChoice kernels;                                   // model.kernels resolved (build_task)
-  nlohmann::json frozen;  // frozen tensors a checkpoint names instead of storing (model/freeze.h)
+  std::shared_ptr<torch::nn::Module> model;  // task.module
+  std::unique_ptr<DataParallelism> dp;       // multi-process only; outlives `step` (declared first)
+  std::shared_ptr<BatchSource> data;         // task.data
+  RunSetup setup;                            // resolved once at start-up
+  // The precision the run continues in (precision_to_continue, once: set_up_device) and, where the
+  // config's wins over a resumed checkpoint's, the warning make_setup prints.
+  PrecisionMode continued_precision = PrecisionMode::kAuto;
+  std::string precision_warning;
+  std::string kernels_resumed;  // the resumed checkpoint's kernels ("" fresh)
+  KernelsChoice kernels;        // model.kernels resolved (build_task)
+  nlohmann::json frozen;        // frozen tensors a checkpoint names instead of storing (model/freeze.h)
   std::unique_ptr<TrainStep> step;
   std::vector<std::shared_ptr<Callback>> callbacks;  // from the connector, in calling order
   std::string dashboard_url;
